@@ -1,0 +1,59 @@
+// The subcommand table and top-level help of the troupe command.
+#include "deploy/commands.hpp"
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace troupe::cli {
+
+namespace {
+
+int print_version(std::span<char*>) {
+  fmt::print("troupe 0.1.0\n");
+  return ok;
+}
+
+// Subcommands, one line each. Keep this table the only list.
+constexpr auto table = std::to_array<command>({
+  {"version", "print the version", print_version},
+});
+
+void print_help(std::FILE* out) {
+  fmt::print(out, "usage: troupe COMMAND [ARGS...]\n\n"
+                  "troupe runs YAML-described actor graphs for training models.\n\ncommands:\n");
+  for (const auto& c : table)
+    fmt::print(out, "  {:<10} {}\n", c.name, c.summary);
+  fmt::print(out, "\n`troupe COMMAND --help` explains a command's options.\n"
+                  "Exit codes: 0 success, 1 runtime failure, 2 bad input.\n");
+}
+
+} // namespace
+
+std::span<const command> commands() {
+  return table;
+}
+
+int dispatch(int argc, char** argv) {
+  if (argc < 2) {
+    print_help(stderr);
+    return bad_input;
+  }
+  std::string_view name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    print_help(stdout);
+    return ok;
+  }
+  for (const auto& c : table)
+    if (c.name == name)
+      return c.run(std::span<char*>(argv + 2, static_cast<std::size_t>(argc - 2)));
+  std::string known;
+  for (const auto& c : table)
+    known += (known.empty() ? "" : ", ") + std::string{c.name};
+  fmt::print(stderr, "troupe: unknown command '{}' (known: {})\n", name, known);
+  return bad_input;
+}
+
+} // namespace troupe::cli

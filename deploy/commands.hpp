@@ -1,0 +1,28 @@
+// The troupe subcommands: each lives in its own deploy/cmd_*.cpp and is listed
+// once in the table in deploy/commands.cpp.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+namespace troupe::cli {
+
+/// Exit codes shared by every subcommand.
+enum exit_code : int { ok = 0, runtime_failure = 1, bad_input = 2 };
+
+/// A subcommand receives its arguments after the subcommand name.
+using command_fn = int (*)(std::span<char*> args);
+
+struct command {
+  std::string_view name;
+  std::string_view summary;
+  command_fn run;
+};
+
+/// Every subcommand, in the order `troupe --help` lists them.
+std::span<const command> commands();
+
+/// Runs `troupe ARGS...`: finds the subcommand or prints help.
+int dispatch(int argc, char** argv);
+
+} // namespace troupe::cli
