@@ -9,7 +9,7 @@ packages=(
   libcaf-dev libyaml-cpp-dev libfmt-dev doctest-dev nlohmann-json3-dev
   libopenblas-dev libboost-dev libboost-system-dev libucx-dev
   bible-kjv
-  nodejs npm chromium
+  chromium
 )
 # Extra packages for benchmarks only (large): `deploy/setup.sh --bench`.
 bench_packages=(python3-torch python3-numpy hyperfine)
@@ -27,6 +27,10 @@ missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js may come from another packager (nodesource bundles npm and conflicts
+# with Debian's npm): install Debian's only when the commands are missing.
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   "${sudo_cmd[@]}" apt-get update -qq
