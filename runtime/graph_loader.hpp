@@ -1,0 +1,70 @@
+// Loading a graph file: YAML -> typed graph_spec, with `--set` overrides,
+// shorthand expansion and whole-file validation (every error collected).
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/errors.hpp"
+#include "runtime/graph_spec.hpp"
+
+namespace troupe {
+
+/// What the loader knows about one actor type: the extra keys its entries may
+/// carry (beyond name, type, node, layers) and an optional check of them.
+struct actor_type_info {
+  std::vector<std::string> keys;
+  /// Adds diagnostics for a bad `spec.params` entry; called only on a graph that
+  /// is otherwise valid. Use `spec.params.at(k).Mark()` for positions.
+  std::function<void(const actor_spec& spec, const graph_spec& graph, diagnostics& out)> check;
+};
+
+/// The names a graph may use. The loader does not see actors/ or schedulers/:
+/// deploy fills this from the registries (after plugins loaded).
+struct graph_vocabulary {
+  std::map<std::string, actor_type_info> actor_types;
+  std::vector<std::string> schedules;
+
+  /// Only the built-in names (builtin_actor_type_names, builtin_schedule_names).
+  static graph_vocabulary builtin();
+};
+
+/// How to load a graph.
+struct load_options {
+  /// `key.path=value` overrides, applied before validation; values are YAML scalars
+  /// (or flow lists such as `[0, 2]`).
+  std::vector<std::string> overrides;
+  /// Called after the graph's plugins are loaded; defaults to graph_vocabulary::builtin().
+  std::function<graph_vocabulary()> vocabulary;
+  /// dlopen the graph's `plugins:` (off: only check that the files exist).
+  bool load_plugins = true;
+  /// Resolve `corpus: kjv` and check that the corpus file exists.
+  bool check_corpus = true;
+};
+
+/// A loaded graph, or every reason it was rejected.
+struct load_result {
+  std::optional<graph_spec> graph;  ///< set exactly when `errors` is empty
+  diagnostics errors;
+  bool ok() const noexcept { return graph.has_value(); }
+};
+
+/// Reads, overrides, expands and validates the graph file at `file`.
+load_result load_graph(const std::filesystem::path& file, const load_options& opts = {});
+
+/// The same for text already in memory; `file` names it in diagnostics and its
+/// folder resolves relative paths.
+load_result load_graph_text(std::string_view text, const std::filesystem::path& file,
+                            const load_options& opts = {});
+
+/// Where `corpus: kjv` lives: `$TROUPE_DATA/kjv.txt` when TROUPE_DATA is set,
+/// else `data/kjv.txt` under the repository root (found upward from the current
+/// folder and from the executable).
+std::filesystem::path default_corpus_path();
+
+} // namespace troupe

@@ -1,0 +1,128 @@
+// The typed form of a graph file: model, data, training, pipeline and trace
+// settings, plugins, and the explicit actors and channels the shorthand expands into.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "runtime/dtype.hpp"
+#include "runtime/errors.hpp"
+
+namespace troupe {
+
+/// The GPT-2 style decoder: `model: {layers, d_model, heads, context, vocab, precision}`.
+struct model_spec {
+  int layers = 0;   ///< transformer blocks (required)
+  int d_model = 0;  ///< embedding width (required, divisible by heads)
+  int heads = 0;    ///< attention heads (required)
+  int context = 0;  ///< sequence length in tokens (required)
+  int vocab = 256;  ///< byte-level by default
+  dtype precision = dtype::f32;  ///< f32 or bf16
+};
+
+/// `data: {corpus, batch, seed, val_fraction}`.
+struct data_spec {
+  std::string corpus = "kjv";   ///< `kjv` or a path (relative to the graph file's folder)
+  std::filesystem::path corpus_path;  ///< the resolved, existing file
+  int batch = 0;                ///< sequences per microbatch (required)
+  std::uint64_t seed = 1;
+  double val_fraction = 0.1;    ///< tail of the corpus held out for validation, in [0, 0.5]
+};
+
+/// `train: {steps, lr, weight_decay, warmup, eval_every, eval_batches, grad_clip}`.
+struct train_spec {
+  std::int64_t steps = 0;       ///< optimizer steps (required)
+  double lr = 3.0e-4;
+  double weight_decay = 0.0;
+  std::int64_t warmup = 0;      ///< linear warm-up steps
+  std::int64_t eval_every = 0;  ///< steps between validation passes; 0 = only at the end
+  int eval_batches = 8;         ///< microbatches per validation pass
+  double grad_clip = 1.0;       ///< global gradient-norm clip; 0 = off
+};
+
+/// `pipeline: {stages, microbatches, schedule, virtual, table}`. With no
+/// `pipeline:` section a run is one stage with one microbatch.
+struct pipeline_spec {
+  bool present = false;         ///< the file has a `pipeline:` section
+  int stages = 1;
+  int microbatches = 1;
+  std::string schedule = "1f1b";  ///< a name from graph_vocabulary::schedules
+  int virtual_stages = 1;       ///< YAML key `virtual`: model chunks per stage actor (interleaved)
+  std::string table;            ///< YAML key `table`: the action CSV for `schedule: table`
+  std::filesystem::path table_path;  ///< `table` resolved against the graph file's folder
+};
+
+/// `trace: {file}`: where the Chrome-trace JSON goes; empty = no trace.
+struct trace_spec {
+  std::string file;
+};
+
+/// A half-open range of transformer blocks `[begin, end)` held by a stage.
+struct layer_range {
+  int begin = 0;
+  int end = 0;
+  friend bool operator==(const layer_range&, const layer_range&) = default;
+};
+
+/// One actor of the graph. Keys the loader knows are typed; the rest stay in
+/// `params` for the actor type to read (and check, through graph_vocabulary).
+struct actor_spec {
+  std::string name;
+  std::string type;
+  std::string node;              ///< where it runs (cluster launches); empty = this process
+  std::vector<layer_range> layers;  ///< `layers: [a, b]` or `[[a, b], [c, d]]` (pipeline_stage)
+  int rank = -1;                 ///< pipeline_stage: position in the pipeline (by first layer); else -1
+  std::map<std::string, YAML::Node> params;  ///< every other key, as written
+  bool expanded = false;         ///< made by the shorthand, not written explicitly
+  source_pos pos;                ///< where the entry starts (or the shorthand section)
+};
+
+/// A directed edge `from -> to` between two actors.
+struct channel_spec {
+  std::string from;
+  std::string to;
+  int credits = 0;               ///< messages in flight it allows; 0 = the receiver's policy decides
+  bool expanded = false;
+  source_pos pos;
+};
+
+/// A plugin library named in `plugins:`.
+struct plugin_spec {
+  std::string path;              ///< as written
+  std::filesystem::path resolved;  ///< relative paths resolved against the graph file's folder
+  source_pos pos;
+};
+
+/// The whole validated, expanded graph.
+struct graph_spec {
+  std::filesystem::path file;    ///< the graph file as given
+  model_spec model;
+  data_spec data;
+  train_spec train;
+  pipeline_spec pipeline;
+  trace_spec trace;
+  std::vector<plugin_spec> plugins;
+  std::vector<actor_spec> actors;    ///< expanded and explicit, explicit overriding by name
+  std::vector<channel_spec> channels;
+
+  /// The actor called `name`, or nullptr.
+  const actor_spec* find_actor(std::string_view name) const noexcept;
+  /// Tokens one optimizer step consumes: batch × microbatches × context.
+  std::int64_t tokens_per_step() const noexcept;
+};
+
+/// The schedule names every build knows: gpipe, 1f1b, interleaved_1f1b, zb_h1, table.
+const std::vector<std::string>& builtin_schedule_names();
+/// The actor types every graph may name even before their code is registered:
+/// data_loader, pipeline_stage.
+const std::vector<std::string>& builtin_actor_type_names();
+
+/// Prints the expanded graph as readable YAML (what `troupe check` shows).
+std::string to_yaml(const graph_spec& g);
+
+} // namespace troupe

@@ -1,0 +1,267 @@
+// Every message type troupe actors exchange: verb atoms and noun payloads,
+// declared once here and registered once in runtime/actor_system.cpp.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "runtime/tensor_handle.hpp"
+
+// ---------------------------------------------------------------------------
+// The run protocol (runner = deploy/run_graph.cpp; every graph actor follows it)
+//
+//  1. The runner spawns each `actors:` entry through its registered factory,
+//     giving it a spawn_context (runtime/registry.hpp) that holds the runner's
+//     handle. The runner monitors every actor it spawned.
+//  2. The runner sends each actor `(connect_atom, connect_msg)`: the actor's
+//     own name, one `peer` per channel touching it (name, handle, direction)
+//     and the directory of every actor in the graph. The actor replies
+//     `ok_atom` when it has stored them (a request with a timeout).
+//  3. When all actors have answered, the runner sends each `start_atom`.
+//     Actors that wait for input (stages downstream of the loader) just keep
+//     waiting; sources (the data loader) begin producing.
+//  4. Each actor, when its part of the run is over (it has finished
+//     `train.steps` steps, or its upstream told it so), sends the runner
+//     `(done_atom, run_summary)` exactly once, then may stay alive to serve
+//     peers. Actors with nothing to summarise send a run_summary with just
+//     `actor` set.
+//  5. An actor that cannot go on sends `(failed_atom, failure_msg)` to the
+//     runner. An actor that exits abnormally (exception, crash) is seen
+//     through the monitor. Either makes the run fail with exit code 1, and the
+//     runner shuts every actor down (exit reason user_shutdown).
+//  6. When every actor has reported done, the runner sends each actor an exit
+//     (user_shutdown) and aggregates the summaries (see run_summary).
+//
+// Data-plane messages between actors, all sent asynchronously:
+//  - `(forward_atom, batch_msg)`       loader -> first stage (and the stage that
+//                                       computes the loss, for the targets)
+//  - `(forward_atom, activation_msg)`  stage i -> stage i+1
+//  - `(backward_atom, gradient_msg)`   stage i+1 -> stage i
+//  - `(credit_atom, credit_msg)`       receiver -> sender: may send `count` more
+//  - `(grads_ready_atom, grads_msg)`   stage -> optimizer shard / all-reduce peer
+//  - `(params_atom, params_msg)`       optimizer shard -> stage
+//  - `(sync_atom, sync_msg)`           replica <-> replica / outer optimizer
+//  - `(attention_task_atom, attention_task_msg)`  stage <-> attention server
+//  - `(trace_batch_atom, trace_batch_msg)`        any actor -> tracer
+// Tensor handles travel by value (a shared pointer to pooled storage): no
+// bytes are copied inside one process. They are not serialised by CAF;
+// between processes a channel actor moves the bytes.
+// ---------------------------------------------------------------------------
+
+namespace troupe {
+
+// Verbs (CAF atoms are at most 10 characters).
+using forward_atom = caf::atom_constant<caf::atom("forward")>;
+using backward_atom = caf::atom_constant<caf::atom("backward")>;
+using credit_atom = caf::atom_constant<caf::atom("credit")>;
+using grads_ready_atom = caf::atom_constant<caf::atom("gradsready")>;
+using params_atom = caf::atom_constant<caf::atom("params")>;
+using sync_atom = caf::atom_constant<caf::atom("sync")>;
+using attention_task_atom = caf::atom_constant<caf::atom("attn_task")>;
+using trace_batch_atom = caf::atom_constant<caf::atom("tracebatch")>;
+using connect_atom = caf::atom_constant<caf::atom("connect")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+using failed_atom = caf::atom_constant<caf::atom("failed")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+
+/// Which microbatch of which step a message belongs to.
+using step_t = std::int64_t;
+
+/// Stage ranks a microbatch visits, in order (SkipPipe paths); empty = every stage.
+using route_t = std::vector<std::int32_t>;
+
+/// One microbatch of input: token ids `[batch, context]` (i32) and the next-token
+/// targets of the same shape.
+struct batch_msg {
+  step_t step = 0;
+  std::int32_t microbatch = 0;
+  tensor_handle tokens;
+  tensor_handle targets;
+  route_t route;
+};
+
+/// Activations flowing forward between stages, `[batch, context, d_model]`.
+struct activation_msg {
+  step_t step = 0;
+  std::int32_t microbatch = 0;
+  tensor_handle activation;
+  route_t route;
+};
+
+/// The loss gradient with respect to a stage's output, flowing backward.
+struct gradient_msg {
+  step_t step = 0;
+  std::int32_t microbatch = 0;
+  tensor_handle gradient;
+  route_t route;
+};
+
+/// Flow control: the receiver lets the sender have `count` more messages in flight.
+struct credit_msg {
+  std::int32_t count = 1;
+};
+
+/// A stage's accumulated parameter gradients for one step, in parameter order.
+struct grads_msg {
+  step_t step = 0;
+  std::string stage;
+  std::vector<tensor_handle> grads;
+  double loss_sum = 0.0;   ///< summed loss of the step's microbatches (last stage), else 0
+  std::int64_t tokens = 0; ///< tokens those microbatches held
+};
+
+/// Parameters (or their update) after an optimizer step.
+struct params_msg {
+  step_t step = 0;
+  std::vector<tensor_handle> params;
+  std::int64_t version = 0;
+};
+
+/// A synchronisation round between replicas (all-reduce chunks, DiLoCo
+/// pseudo-gradients, NoLoCo peer averaging).
+struct sync_msg {
+  step_t step = 0;
+  std::int32_t round = 0;
+  std::int32_t replica = 0;
+  std::vector<tensor_handle> tensors;
+};
+
+/// Core attention handed to an attention server (DistCA): q, k, v in; out back.
+struct attention_task_msg {
+  step_t step = 0;
+  std::int32_t microbatch = 0;
+  std::int32_t layer = 0;
+  bool backward = false;
+  std::vector<tensor_handle> tensors;
+};
+
+/// One span an actor recorded (forward, backward, weight-grad, send, ...).
+struct trace_span {
+  std::string actor;
+  std::string name;
+  step_t step = -1;
+  std::int32_t microbatch = -1;
+  std::int64_t begin_ns = 0;
+  std::int64_t end_ns = 0;
+  std::int64_t bytes = 0;
+  std::int32_t mailbox = 0;
+};
+
+/// A batch of spans for the tracer.
+struct trace_batch_msg {
+  std::vector<trace_span> spans;
+};
+
+/// How a channel touches the actor receiving connect_msg.
+enum class channel_dir : std::uint8_t { in, out };
+
+/// One end of a channel, as seen from the actor that receives it.
+struct peer {
+  std::string name;
+  std::string type;
+  caf::actor handle;
+  channel_dir dir = channel_dir::out;  ///< `out`: this actor sends to `handle`
+  std::int32_t credits = 0;            ///< the channel's `credits:` (0 = policy decides)
+};
+
+/// Sent by the runner before start: who the actor is and whom it talks to.
+struct connect_msg {
+  std::string self;
+  std::vector<peer> peers;      ///< one per channel touching `self`, graph order
+  std::vector<peer> directory;  ///< every actor of the graph (dir = out)
+};
+
+/// What an actor reports with `done_atom`. NaN marks an unknown number.
+/// The runner aggregates: steps = max, tokens = sum, losses = the last
+/// reported (by the actor that reports them), and takes the wall time itself.
+struct run_summary {
+  std::string actor;
+  step_t steps = 0;               ///< optimizer steps this actor completed
+  std::int64_t tokens = 0;        ///< training tokens it consumed (count them once: the loss stage)
+  double train_loss = std::numeric_limits<double>::quiet_NaN();  ///< mean over the last step
+  double val_loss = std::numeric_limits<double>::quiet_NaN();    ///< last validation pass
+  std::vector<double> losses;     ///< train loss per step, when recorded
+};
+
+/// Why an actor gave up (sent with `failed_atom`).
+struct failure_msg {
+  std::string actor;
+  std::string what;  ///< where and what, for the user
+};
+
+// CAF inspection: field lists for to_string and (handle-free) serialisation.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, batch_msg& x) {
+  return f(caf::meta::type_name("batch_msg"), x.step, x.microbatch, x.tokens, x.targets, x.route);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, activation_msg& x) {
+  return f(caf::meta::type_name("activation_msg"), x.step, x.microbatch, x.activation, x.route);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {
+  return f(caf::meta::type_name("gradient_msg"), x.step, x.microbatch, x.gradient, x.route);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, credit_msg& x) {
+  return f(caf::meta::type_name("credit_msg"), x.count);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, grads_msg& x) {
+  return f(caf::meta::type_name("grads_msg"), x.step, x.stage, x.grads, x.loss_sum, x.tokens);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, params_msg& x) {
+  return f(caf::meta::type_name("params_msg"), x.step, x.params, x.version);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sync_msg& x) {
+  return f(caf::meta::type_name("sync_msg"), x.step, x.round, x.replica, x.tensors);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attention_task_msg& x) {
+  return f(caf::meta::type_name("attention_task_msg"), x.step, x.microbatch, x.layer, x.backward,
+           x.tensors);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, trace_span& x) {
+  return f(caf::meta::type_name("trace_span"), x.actor, x.name, x.step, x.microbatch, x.begin_ns,
+           x.end_ns, x.bytes, x.mailbox);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, trace_batch_msg& x) {
+  return f(caf::meta::type_name("trace_batch_msg"), x.spans);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, peer& x) {
+  return f(caf::meta::type_name("peer"), x.name, x.type, x.handle, x.dir, x.credits);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, connect_msg& x) {
+  return f(caf::meta::type_name("connect_msg"), x.self, x.peers, x.directory);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, run_summary& x) {
+  return f(caf::meta::type_name("run_summary"), x.actor, x.steps, x.tokens, x.train_loss, x.val_loss,
+           x.losses);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, failure_msg& x) {
+  return f(caf::meta::type_name("failure_msg"), x.actor, x.what);
+}
+
+} // namespace troupe
+
+// Handles share pooled memory and are only meaningful inside one process: CAF
+// passes them by value and skips them when serialising (channels move bytes).
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::tensor_handle)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::tensor_handle>)
