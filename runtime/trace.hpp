@@ -1,0 +1,121 @@
+// Span and counter recording for every actor: per-thread ring buffers written
+// without locks, read by the exporter and the dashboard while the run goes on.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace troupe {
+
+/// What an actor was doing during a span.
+enum class span_kind : std::uint8_t {
+  forward, backward_input, backward_weight, backward, send, receive, optimizer, idle, eval, other
+};
+
+/// `forward`, `backward_input`, …
+std::string_view to_string(span_kind k) noexcept;
+
+/// One closed interval of an actor's time. 48 bytes, trivially copyable.
+struct span {
+  std::int64_t begin_ns = 0;
+  std::int64_t end_ns = 0;
+  std::uint64_t bytes = 0;    ///< bytes sent or received, where that applies
+  std::uint64_t flow = 0;     ///< nonzero links a send to its receive
+  std::int32_t step = -1;
+  std::int32_t microbatch = -1;
+  std::uint16_t actor = 0;    ///< id from trace_recorder::register_actor
+  span_kind kind = span_kind::other;
+  std::uint8_t flow_end = 0;  ///< 1 when this span receives `flow`
+  std::uint32_t mailbox = 0;  ///< mailbox depth when the span began
+};
+
+/// A sampled value: loss, tokens/s, bubble fraction.
+struct counter_sample {
+  std::int64_t t_ns;
+  std::string name;
+  double value;
+  std::int32_t step;
+};
+
+/// An actor known to the recorder.
+struct actor_info {
+  std::uint16_t id;
+  std::string name;
+  std::string type;
+  int node;
+};
+
+/// Nanoseconds on the trace clock (steady, since the recorder started).
+std::int64_t trace_now() noexcept;
+
+/// The process-wide recorder. Writers append to their thread's ring buffer; a
+/// full buffer overwrites its oldest spans, so memory stays bounded.
+class trace_recorder {
+public:
+  static trace_recorder& global();
+
+  /// Turns recording on with `spans_per_thread` slots per thread (rounded up to a power of two).
+  void enable(std::size_t spans_per_thread = 1 << 16);
+  void disable() noexcept { enabled_.store(false, std::memory_order_relaxed); }
+  bool enabled() const noexcept { return enabled_.load(std::memory_order_relaxed); }
+
+  std::uint16_t register_actor(std::string name, std::string type, int node = 0);
+  std::vector<actor_info> actors() const;
+
+  /// Appends a span to the calling thread's buffer (lock-free; a no-op when disabled).
+  void record(const span& s) noexcept;
+  void count(std::string name, double value, std::int32_t step = -1);
+
+  /// Copies every span recorded since `cursor` (per-thread positions) into `out`,
+  /// advancing the cursor; spans overwritten in the meantime are skipped.
+  struct cursor {
+    std::vector<std::uint64_t> positions;
+    std::size_t counters = 0;
+  };
+  void collect(cursor& c, std::vector<span>& out, std::vector<counter_sample>* counters = nullptr) const;
+
+  /// Spans dropped because a ring buffer wrapped.
+  std::uint64_t dropped() const;
+
+  /// Forgets every span, counter and actor (tests and repeated runs in one process).
+  void reset();
+
+  struct ring; // one thread's buffer
+
+private:
+  ring& local();
+  std::atomic<bool> enabled_{false};
+  std::size_t capacity_ = 1 << 16;
+  mutable std::mutex mtx_;
+  std::vector<std::shared_ptr<ring>> rings_;
+  std::vector<actor_info> actors_;
+  std::vector<counter_sample> counters_;
+  std::atomic<std::uint64_t> generation_{0};
+};
+
+/// Records one span from construction to destruction (RAII).
+class scoped_span {
+public:
+  scoped_span(std::uint16_t actor, span_kind kind, std::int32_t step = -1, std::int32_t mb = -1) noexcept {
+    s_.actor = actor, s_.kind = kind, s_.step = step, s_.microbatch = mb;
+    s_.begin_ns = trace_now();
+  }
+  scoped_span(const scoped_span&) = delete;
+  scoped_span& operator=(const scoped_span&) = delete;
+  ~scoped_span() {
+    s_.end_ns = trace_now();
+    trace_recorder::global().record(s_);
+  }
+  span& get() noexcept { return s_; }
+
+private:
+  span s_;
+};
+
+} // namespace troupe
