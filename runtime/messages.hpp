@@ -93,6 +93,7 @@ struct batch_msg {
 struct activation_msg {
   step_t step = 0;
   std::int32_t microbatch = 0;
+  std::int32_t stage = 0;  ///< the virtual stage (model chunk) that consumes it
   tensor_handle activation;
   route_t route;
 };
@@ -101,6 +102,7 @@ struct activation_msg {
 struct gradient_msg {
   step_t step = 0;
   std::int32_t microbatch = 0;
+  std::int32_t stage = 0;  ///< the virtual stage (model chunk) that consumes it
   tensor_handle gradient;
   route_t route;
 };
@@ -205,11 +207,11 @@ typename Inspector::result_type inspect(Inspector& f, batch_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, activation_msg& x) {
-  return f(caf::meta::type_name("activation_msg"), x.step, x.microbatch, x.activation, x.route);
+  return f(caf::meta::type_name("activation_msg"), x.step, x.microbatch, x.stage, x.activation, x.route);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {
-  return f(caf::meta::type_name("gradient_msg"), x.step, x.microbatch, x.gradient, x.route);
+  return f(caf::meta::type_name("gradient_msg"), x.step, x.microbatch, x.stage, x.gradient, x.route);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, credit_msg& x) {
