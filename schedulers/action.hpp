@@ -1,0 +1,63 @@
+// One unit of pipeline work (a forward, backward, input-gradient or
+// weight-gradient pass of one microbatch on one stage) and its text form.
+#pragma once
+
+#include <compare>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "schedulers/expected.hpp"
+
+namespace troupe::sched {
+
+/// What an action computes. B is a whole backward; I and W are its two halves
+/// when a schedule splits it (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"):
+/// I the gradient with respect to the stage input, W the weight gradient.
+enum class op_kind : char { forward = 'F', backward = 'B', input_grad = 'I', weight_grad = 'W' };
+
+/// One action: `kind` of `microbatch` on virtual stage `stage`.
+///
+/// `stage` is the model-chunk (virtual stage) index as printed, not the rank:
+/// with p ranks and v chunks per rank, chunk c of rank r is virtual stage
+/// r + c*p (round-robin placement, Narayanan et al. 2021). Without
+/// interleaving the stage equals the rank.
+struct action {
+  op_kind kind = op_kind::forward;
+  int stage = 0;
+  int microbatch = 0;
+
+  friend bool operator==(const action&, const action&) = default;
+  friend auto operator<=>(const action& a, const action& b) {
+    if (auto c = a.stage <=> b.stage; c != 0)
+      return c;
+    if (auto c = a.microbatch <=> b.microbatch; c != 0)
+      return c;
+    return static_cast<char>(a.kind) <=> static_cast<char>(b.kind);
+  }
+};
+
+/// Shorthands: `fwd(2, 0)` is `2F0`.
+inline action fwd(int stage, int mb) { return {op_kind::forward, stage, mb}; }
+inline action bwd(int stage, int mb) { return {op_kind::backward, stage, mb}; }
+inline action igrad(int stage, int mb) { return {op_kind::input_grad, stage, mb}; }
+inline action wgrad(int stage, int mb) { return {op_kind::weight_grad, stage, mb}; }
+
+/// True for B and I: the passes that send a gradient upstream.
+inline bool is_backward_input(op_kind k) { return k == op_kind::backward || k == op_kind::input_grad; }
+
+/// Prints `<stage><F|I|W|B><microbatch>`, e.g. `2F0`, `1W3`.
+std::string to_string(const action& a);
+
+/// Prints an order as space-separated actions: `0F0 0F1 0B0`.
+std::string to_string(std::span<const action> order);
+
+/// Parses one action such as `2F0`; fails saying what is malformed.
+expected<action> parse_action(std::string_view text);
+
+/// Parses a list of actions separated by spaces, tabs or commas; a failure
+/// names the position (1-based) and the offending token.
+expected<std::vector<action>> parse_actions(std::string_view text);
+
+} // namespace troupe::sched

@@ -1,0 +1,177 @@
+// Incremental bookkeeping of one rank's queued, running and finished pipeline work.
+#include "schedulers/stage_queue.hpp"
+
+#include <fmt/format.h>
+
+namespace troupe::sched {
+
+stage_queue::stage_queue(int rank, int ranks, int microbatches, int chunks)
+  : rank_(rank), ranks_(ranks), microbatches_(microbatches), chunks_(chunks) {
+  reset();
+  step_ = 0;
+}
+
+void stage_queue::reset() {
+  chunks_state_.assign(static_cast<std::size_t>(chunks_), chunk_state{});
+  for (auto& c : chunks_state_)
+    c.flags.assign(static_cast<std::size_t>(microbatches_), 0);
+  in_flight_total_ = 0;
+  complete_ = 0;
+  running_.reset();
+  ++step_;
+}
+
+int stage_queue::deferred_weight_count() const {
+  int n = 0;
+  for (const auto& c : chunks_state_)
+    n += static_cast<int>(c.ready_w.size());
+  return n;
+}
+
+expected<void> stage_queue::check(int stage, int microbatch, const char* what) const {
+  if (!owns(stage))
+    return make_sched_error(fmt::format("rank {}: {} for stage {}, which this rank does not own "
+                                        "(it owns stages {} + c*{} for c < {})",
+                                        rank_, what, stage, rank_, ranks_, chunks_));
+  if (microbatch < 0 || microbatch >= microbatches_)
+    return make_sched_error(fmt::format("rank {}: {} for microbatch {}, outside 0..{}", rank_, what,
+                                        microbatch, microbatches_ - 1));
+  return {};
+}
+
+expected<void> stage_queue::push_forward(int stage, int mb) {
+  if (auto ok = check(stage, mb, "activation"); !ok)
+    return ok;
+  auto& c = chunks_state_[chunk_of(stage)];
+  auto& f = c.flags[mb];
+  if (f & f_arrived)
+    return make_sched_error(fmt::format("rank {}: duplicate activation for {}", rank_, to_string(fwd(stage, mb))));
+  f |= f_arrived;
+  c.ready_f.insert(mb);
+  return {};
+}
+
+expected<void> stage_queue::push_backward(int stage, int mb) {
+  if (auto ok = check(stage, mb, "gradient"); !ok)
+    return ok;
+  auto& c = chunks_state_[chunk_of(stage)];
+  auto& f = c.flags[mb];
+  if (f & b_arrived)
+    return make_sched_error(fmt::format("rank {}: duplicate gradient for {}", rank_, to_string(bwd(stage, mb))));
+  if (!(f & f_done))
+    return make_sched_error(fmt::format("rank {}: gradient for {} arrived before its forward finished", rank_,
+                                        to_string(bwd(stage, mb))));
+  f |= b_arrived;
+  c.ready_b.insert(mb);
+  return {};
+}
+
+bool stage_queue::is_ready(const action& a) const {
+  if (!owns(a.stage) || a.microbatch < 0 || a.microbatch >= microbatches_)
+    return false;
+  auto f = flags(a);
+  switch (a.kind) {
+    case op_kind::forward: return (f & f_arrived) && !(f & f_started);
+    case op_kind::backward:
+    case op_kind::input_grad: return (f & b_arrived) && !(f & b_started);
+    case op_kind::weight_grad: return (f & b_done) && !(f & w_started);
+  }
+  return false;
+}
+
+bool stage_queue::is_started(const action& a) const {
+  if (!owns(a.stage) || a.microbatch < 0 || a.microbatch >= microbatches_)
+    return false;
+  auto f = flags(a);
+  switch (a.kind) {
+    case op_kind::forward: return f & f_started;
+    case op_kind::backward:
+    case op_kind::input_grad: return f & b_started;
+    case op_kind::weight_grad: return f & w_started;
+  }
+  return false;
+}
+
+bool stage_queue::is_done(const action& a) const {
+  if (!owns(a.stage) || a.microbatch < 0 || a.microbatch >= microbatches_)
+    return false;
+  auto f = flags(a);
+  switch (a.kind) {
+    case op_kind::forward: return f & f_done;
+    case op_kind::input_grad: return f & b_done;
+    case op_kind::backward:
+    case op_kind::weight_grad: return f & w_done;
+  }
+  return false;
+}
+
+expected<void> stage_queue::start(const action& a) {
+  if (auto ok = check(a.stage, a.microbatch, "start"); !ok)
+    return ok;
+  if (running_)
+    return make_sched_error(fmt::format("rank {}: cannot start {} while {} runs", rank_, to_string(a),
+                                        to_string(*running_)));
+  if (!is_ready(a))
+    return make_sched_error(fmt::format("rank {}: {} is not ready (its input has not arrived, or it already ran)",
+                                        rank_, to_string(a)));
+  auto& c = chunks_state_[chunk_of(a.stage)];
+  auto& f = c.flags[a.microbatch];
+  switch (a.kind) {
+    case op_kind::forward:
+      f |= f_started;
+      c.ready_f.erase(a.microbatch);
+      ++c.in_flight;
+      ++in_flight_total_;
+      break;
+    case op_kind::backward:
+    case op_kind::input_grad:
+      f |= b_started;
+      c.ready_b.erase(a.microbatch);
+      break;
+    case op_kind::weight_grad:
+      f |= w_started;
+      c.ready_w.erase(a.microbatch);
+      break;
+  }
+  running_ = a;
+  return {};
+}
+
+expected<void> stage_queue::finish(const action& a) {
+  if (!running_ || !(*running_ == a))
+    return make_sched_error(fmt::format("rank {}: finished {} but {} was running", rank_, to_string(a),
+                                        running_ ? to_string(*running_) : std::string{"nothing"}));
+  running_.reset();
+  auto& c = chunks_state_[chunk_of(a.stage)];
+  auto& f = c.flags[a.microbatch];
+  switch (a.kind) {
+    case op_kind::forward:
+      f |= f_done;
+      if (is_last_stage(a.stage)) {  // the loss gradient is computed locally
+        f |= b_arrived;
+        c.ready_b.insert(a.microbatch);
+      }
+      break;
+    case op_kind::backward:
+      f |= b_done | w_started | w_done;
+      --c.in_flight;
+      --in_flight_total_;
+      ++c.completed;
+      ++complete_;
+      break;
+    case op_kind::input_grad:
+      f |= b_done;
+      --c.in_flight;
+      --in_flight_total_;
+      c.ready_w.insert(a.microbatch);
+      break;
+    case op_kind::weight_grad:
+      f |= w_done;
+      ++c.completed;
+      ++complete_;
+      break;
+  }
+  return {};
+}
+
+} // namespace troupe::sched
