@@ -1,0 +1,21 @@
+// Core attention: softmax(Q Kᵀ / √d) V with a causal mask, no parameters. Kept apart
+// from the projections so it can run on another actor (attention disaggregation).
+#pragma once
+
+#include "runtime/tensor_handle.hpp"
+
+namespace troupe::ops {
+
+/// What the forward saves for backward: the softmax probabilities [B, heads, T, T].
+struct core_attention_saved {
+  tensor_handle probs;
+};
+
+/// qkv [B, T, 3C] (q, k, v blocks, each split into `heads` heads) → out [B, T, C].
+tensor_handle core_attention_forward(const tensor_handle& qkv, int heads, core_attention_saved& saved);
+
+/// dqkv [B, T, 3C] from dout [B, T, C].
+tensor_handle core_attention_backward(const tensor_handle& dout, const tensor_handle& qkv,
+                                      const core_attention_saved& saved, int heads);
+
+} // namespace troupe::ops

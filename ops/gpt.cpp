@@ -1,0 +1,229 @@
+// gpt_range: forward, split and fused backward, evaluation and the optimizer step
+// of a contiguous range of GPT layers.
+#include "ops/gpt.hpp"
+
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "ops/cross_entropy.hpp"
+#include "ops/dispatch.hpp"
+#include "ops/embedding.hpp"
+#include "ops/gpt_impl.hpp"
+#include "ops/grad_clip.hpp"
+#include "ops/layer_norm.hpp"
+#include "ops/linear.hpp"
+
+namespace troupe::ops {
+
+gpt_range::gpt_range(const gpt_config& cfg, int begin, int end) : impl_(new impl) {
+  constexpr auto op = "gpt_range";
+  std::unique_ptr<impl> guard{impl_};
+  require(cfg.layers > 0 && cfg.d_model > 0 && cfg.heads > 0 && cfg.context > 0 && cfg.vocab > 0, op,
+          "layers, d_model, heads, context and vocab must be positive");
+  require(cfg.d_model % cfg.heads == 0, op, fmt::format("d_model {} is not divisible by heads {}", cfg.d_model, cfg.heads));
+  require(0 <= begin && begin < end && end <= cfg.layers, op,
+          fmt::format("layer range [{}, {}) is not inside [0, {})", begin, end, cfg.layers));
+  require(cfg.precision == precision::f32, op, "only precision f32 is implemented");
+  impl_->cfg = cfg;
+  impl_->begin = begin;
+  impl_->end = end;
+  impl_->init_params();
+  guard.release();
+}
+
+gpt_range::gpt_range(gpt_range&& o) noexcept : impl_(o.impl_) { o.impl_ = nullptr; }
+gpt_range& gpt_range::operator=(gpt_range&& o) noexcept {
+  std::swap(impl_, o.impl_);
+  return *this;
+}
+gpt_range::~gpt_range() { delete impl_; }
+
+const gpt_config& gpt_range::config() const noexcept { return impl_->cfg; }
+int gpt_range::begin() const noexcept { return impl_->begin; }
+int gpt_range::end() const noexcept { return impl_->end; }
+const std::vector<named_tensor>& gpt_range::params() const noexcept { return impl_->params; }
+const std::vector<named_tensor>& gpt_range::grads() const noexcept { return impl_->grads; }
+ops::adamw& gpt_range::optimizer() noexcept { return impl_->opt; }
+
+mb_cache& gpt_range::impl::acquire(int mb, const char* op) {
+  mb_cache* free_slot = nullptr;
+  for (auto& s : slots) {
+    require(!(s.used && s.mb == mb), op, fmt::format("microbatch {} is already in flight", mb));
+    if (!s.used && !free_slot)
+      free_slot = &s;
+  }
+  if (!free_slot) {
+    slots.emplace_back();
+    free_slot = &slots.back();
+    free_slot->layers.resize(std::size_t(local_layers()));
+  }
+  free_slot->mb = mb;
+  free_slot->used = true;
+  free_slot->input_done = false;
+  return *free_slot;
+}
+
+mb_cache& gpt_range::impl::find(int mb, const char* op) {
+  for (auto& s : slots)
+    if (s.used && s.mb == mb)
+      return s;
+  throw std::invalid_argument(fmt::format("{}: microbatch {} has no forward in flight", op, mb));
+}
+
+void gpt_range::impl::release(mb_cache& c) {
+  for (auto& l : c.layers)
+    l = layer_cache{};
+  c.head = head_cache{};
+  c.tokens = {};
+  c.d_emb = {};
+  c.used = false;
+  c.mb = -1;
+}
+
+namespace {
+void check_activation(const tensor_handle& x, const gpt_config& cfg, const char* op) {
+  require_f32(x, op, "input activation", cfg.d_model);
+  require(x.rank() == 3 && x.dim(1) <= cfg.context, op,
+          fmt::format("input activation must be [B, T ≤ {}, {}], got {}", cfg.context, cfg.d_model, to_string(x.shape())));
+}
+
+tensor_handle scalar(float v) {
+  auto t = tensor_handle::empty({1});
+  *t.data<float>() = v;
+  return t;
+}
+} // namespace
+
+tensor_handle gpt_range::forward(int mb, const tensor_handle& input, const tensor_handle& targets) {
+  constexpr auto op = "gpt_range::forward";
+  auto& m = *impl_;
+  if (!m.first())
+    check_activation(input, m.cfg, op);
+  if (m.last())
+    require(targets.defined() && targets.type() == dtype::i32, op, "the last range needs i32 targets [B, T]");
+  auto& c = m.acquire(mb, op);
+  try {
+    tensor_handle x;
+    if (m.first()) {
+      x = embedding_forward(input, m.params[0].value, m.params[1].value);
+      c.tokens = input;
+    } else {
+      x = input;
+    }
+    for (int li = 0; li < m.local_layers(); ++li)
+      x = m.block_forward(li, x, &c.layers[std::size_t(li)]);
+    if (!m.last())
+      return x;
+    auto h = m.head_base();
+    auto& hc = c.head;
+    hc.x = x;
+    hc.lnf = layer_norm_forward(x, m.params[h].value, m.params[h + 1].value, hc.s);
+    auto logits = linear_forward(hc.lnf, m.params[h + 2].value, {});
+    float loss = 0;
+    hc.dlogits = cross_entropy_backward(logits, targets, 1.0f, m.cfg.ignore_index, &loss);
+    return scalar(loss);
+  } catch (...) {
+    m.release(c);
+    throw;
+  }
+}
+
+tensor_handle gpt_range::backward_input(int mb, const tensor_handle& grad_out) {
+  constexpr auto op = "gpt_range::backward_input";
+  auto& m = *impl_;
+  auto& c = m.find(mb, op);
+  require(!c.input_done, op, fmt::format("backward_input of microbatch {} already ran", mb));
+  tensor_handle dx;
+  if (m.last()) {
+    if (grad_out.defined()) {
+      require_f32(grad_out, op, "loss gradient");
+      require(grad_out.numel() == 1, op, "the last range's gradient is the loss gradient [1]");
+      float s = *grad_out.data<float>();
+      if (s != 1.0f)
+        for (long i = 0; i < c.head.dlogits.numel(); ++i)
+          c.head.dlogits.data<float>()[i] *= s;
+    }
+    auto h = m.head_base();
+    c.head.d_lnf = linear_backward_input(c.head.dlogits, m.params[h + 2].value);
+    dx = layer_norm_backward_input(c.head.d_lnf, c.head.x, c.head.s, m.params[h].value);
+  } else {
+    check_activation(grad_out, m.cfg, op);
+    dx = grad_out;
+  }
+  for (int li = m.local_layers() - 1; li >= 0; --li)
+    dx = m.block_backward_input(li, dx, c.layers[std::size_t(li)]);
+  c.input_done = true;
+  if (m.first()) {
+    c.d_emb = dx;
+    return {};
+  }
+  return dx;
+}
+
+void gpt_range::backward_weight(int mb) {
+  constexpr auto op = "gpt_range::backward_weight";
+  auto& m = *impl_;
+  auto& c = m.find(mb, op);
+  require(c.input_done, op, fmt::format("backward_input of microbatch {} has not run", mb));
+  if (m.last()) {
+    auto h = m.head_base();
+    tensor_handle no_bias;
+    linear_backward_weight(c.head.dlogits, c.head.lnf, m.grads[h + 2].value, no_bias);
+    layer_norm_backward_weight(c.head.d_lnf, c.head.x, c.head.s, m.grads[h].value, m.grads[h + 1].value);
+  }
+  for (int li = m.local_layers() - 1; li >= 0; --li)
+    m.block_backward_weight(li, c.layers[std::size_t(li)]);
+  if (m.first())
+    embedding_backward_weight(c.d_emb, c.tokens, m.grads[0].value, m.grads[1].value);
+  m.release(c);
+}
+
+tensor_handle gpt_range::backward(int mb, const tensor_handle& grad_out) {
+  auto dx = backward_input(mb, grad_out);
+  backward_weight(mb);
+  return dx;
+}
+
+tensor_handle gpt_range::evaluate(const tensor_handle& input, const tensor_handle& targets) const {
+  constexpr auto op = "gpt_range::evaluate";
+  const auto& m = *impl_;
+  tensor_handle x;
+  if (m.first()) {
+    x = embedding_forward(input, m.params[0].value, m.params[1].value);
+  } else {
+    check_activation(input, m.cfg, op);
+    x = input;
+  }
+  for (int li = 0; li < m.local_layers(); ++li)
+    x = m.block_forward(li, x, nullptr);
+  if (!m.last())
+    return x;
+  auto h = m.head_base();
+  layer_norm_saved s;
+  auto lnf = layer_norm_forward(x, m.params[h].value, m.params[h + 1].value, s);
+  auto logits = linear_forward(lnf, m.params[h + 2].value, {});
+  if (targets.defined())
+    return scalar(cross_entropy_forward(logits, targets, m.cfg.ignore_index));
+  return logits;
+}
+
+int gpt_range::in_flight() const noexcept {
+  int n = 0;
+  for (const auto& s : impl_->slots)
+    n += s.used;
+  return n;
+}
+
+void gpt_range::zero_grads() {
+  for (auto& g : impl_->grads)
+    std::memset(g.value.raw(), 0, g.value.nbytes());
+}
+
+double gpt_range::grad_sq_norm() const { return ops::grad_sq_norm(impl_->grads); }
+void gpt_range::scale_grads(float factor) { ops::scale_grads(impl_->grads, factor); }
+void gpt_range::step(float lr) { impl_->opt.step(impl_->params, impl_->grads, lr); }
+
+} // namespace troupe::ops

@@ -1,0 +1,116 @@
+// The GPT-2 style model, cut into contiguous layer ranges: what a pipeline stage
+// computes. A range keeps one activation cache per microbatch in flight.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ops/adamw.hpp"
+#include "runtime/tensor_handle.hpp"
+
+namespace troupe::ops {
+
+/// Arithmetic of the matrix products: f32, or bf16 products with f32 accumulation
+/// and f32 master weights.
+enum class precision { f32, bf16 };
+
+/// Shape and seed of a GPT: pre-norm blocks (layer norm, causal attention, layer
+/// norm, GELU MLP, residuals), final layer norm, untied linear head, cross-entropy.
+struct gpt_config {
+  int layers = 4;
+  int d_model = 128;
+  int heads = 4;
+  int context = 64;
+  int vocab = 256;
+  ops::precision precision = precision::f32;
+  std::uint64_t seed = 1337;        ///< initialisation seed; each parameter derives its own
+  std::int32_t ignore_index = -1;   ///< target value that the loss skips
+};
+
+/// Layers [begin, end) of a GPT, plus the embeddings when begin == 0 and the final
+/// norm, head and loss when end == layers.
+///
+/// Parameters are initialised as in GPT-2 (normal 0.02, biases 0, norms 1/0, the two
+/// residual projections per block scaled by 1/√(2·layers)) from a seed derived from
+/// (config.seed, parameter name), so a range holds exactly the weights the whole
+/// model holds for its layers.
+///
+/// Inputs and outputs: the first range takes i32 tokens [B, T]; the others take f32
+/// activations [B, T, d_model]. The last range's forward returns the mean loss as an
+/// f32 tensor [1]; the others return activations [B, T, d_model]. Up to any number of
+/// microbatches may be in flight, each with its own cache taken from the storage
+/// pool; caches are released after backward, so a steady state allocates nothing new.
+///
+/// Errors (bad shapes, unknown or duplicate microbatch ids, token ids out of range)
+/// throw std::invalid_argument naming the method; actors catch them at their boundary.
+class gpt_range {
+public:
+  gpt_range(const gpt_config& cfg, int begin, int end);
+  gpt_range(const gpt_range&) = delete;
+  gpt_range& operator=(const gpt_range&) = delete;
+  gpt_range(gpt_range&&) noexcept;
+  gpt_range& operator=(gpt_range&&) noexcept;
+  ~gpt_range();
+
+  const gpt_config& config() const noexcept;
+  int begin() const noexcept;
+  int end() const noexcept;
+  bool is_first() const noexcept { return begin() == 0; }
+  bool is_last() const noexcept { return end() == config().layers; }
+
+  /// Training forward of microbatch `mb`, caching what backward needs. The last
+  /// range needs `targets` (i32 [B, T]) and returns the loss [1].
+  tensor_handle forward(int mb, const tensor_handle& input, const tensor_handle& targets = {});
+
+  /// Fused backward of `mb`: accumulates weight gradients and returns the gradient
+  /// wrt the input activation (undefined for the first range). For the last range
+  /// `grad_out` is the loss gradient: undefined means 1, else an f32 [1] tensor
+  /// (e.g. 1/microbatches). Releases the microbatch's cache.
+  tensor_handle backward(int mb, const tensor_handle& grad_out = {});
+
+  /// Input-gradient half of backward (zero-bubble "I"): returns what backward
+  /// returns and keeps what backward_weight needs in the cache.
+  tensor_handle backward_input(int mb, const tensor_handle& grad_out = {});
+
+  /// Weight-gradient half (zero-bubble "W"), after backward_input of the same `mb`.
+  /// backward_input + backward_weight accumulates exactly what backward does.
+  void backward_weight(int mb);
+
+  /// Forward without caching (evaluation). The last range returns the loss [1] when
+  /// `targets` is given, else the logits [B, T, vocab].
+  tensor_handle evaluate(const tensor_handle& input, const tensor_handle& targets = {}) const;
+
+  /// Microbatches whose forward ran and whose backward has not finished.
+  int in_flight() const noexcept;
+
+  /// Sets every gradient to zero.
+  void zero_grads();
+  /// Parameters and gradients, in the same order with the same names.
+  const std::vector<named_tensor>& params() const noexcept;
+  const std::vector<named_tensor>& grads() const noexcept;
+  /// Σ g² over this range's gradients (combine across ranges for global-norm clipping).
+  double grad_sq_norm() const;
+  /// Multiplies every gradient by `factor`.
+  void scale_grads(float factor);
+
+  /// One AdamW step at learning rate `lr` on this range's parameters (its optimizer
+  /// shard; weight decay applies to matrices and embeddings only).
+  void step(float lr);
+  ops::adamw& optimizer() noexcept;
+
+  /// Bytes of activation cache one microbatch of [batch, seq] keeps until its backward.
+  std::size_t cache_bytes(int batch, int seq) const;
+
+  struct impl;
+
+private:
+  impl* impl_;
+};
+
+/// Number of floating-point operations of one forward + backward of `cfg` on
+/// [batch, seq] tokens: 3× the forward's matrix products, causal attention counted in full.
+double gpt_step_flops(const gpt_config& cfg, int batch, int seq);
+
+} // namespace troupe::ops

@@ -1,0 +1,72 @@
+// Internals of gpt_range shared by its source files: parameter slots and the
+// per-microbatch activation caches.
+#pragma once
+
+#include <vector>
+
+#include "ops/core_attention.hpp"
+#include "ops/gpt.hpp"
+#include "ops/layer_norm.hpp"
+
+namespace troupe::ops {
+
+/// Position of each parameter within a block's run of the parameter list.
+enum block_slot : int {
+  ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, mlp_w, mlp_b, block_slots
+};
+
+/// What one block keeps between forward, backward_input and backward_weight.
+struct layer_cache {
+  // forward
+  tensor_handle x, ln1, qkv, att, x_mid, ln2, fc, act;
+  layer_norm_saved ln1s, ln2s;
+  core_attention_saved attn;
+  // backward_input, for backward_weight
+  tensor_handle d_out, d_fc, d_ln2, d_mid, d_qkv, d_ln1;
+};
+
+/// What the final norm, head and loss keep.
+struct head_cache {
+  tensor_handle x, lnf, dlogits, d_lnf;
+  layer_norm_saved s;
+};
+
+/// One microbatch's cache slot; slots are reused so a steady state allocates nothing.
+struct mb_cache {
+  int mb = -1;
+  bool used = false;
+  bool input_done = false;
+  tensor_handle tokens, d_emb;
+  std::vector<layer_cache> layers;
+  head_cache head;
+};
+
+struct gpt_range::impl {
+  gpt_config cfg;
+  int begin = 0, end = 0;
+  std::vector<named_tensor> params, grads;
+  std::vector<mb_cache> slots;
+  ops::adamw opt;
+
+  bool first() const { return begin == 0; }
+  bool last() const { return end == cfg.layers; }
+  int local_layers() const { return end - begin; }
+  std::size_t block_base(int li) const { return (first() ? 2 : 0) + std::size_t(li) * block_slots; }
+  std::size_t head_base() const { return block_base(local_layers()); }
+  const tensor_handle& p(int li, block_slot s) const { return params[block_base(li) + s].value; }
+  tensor_handle& g(int li, block_slot s) { return grads[block_base(li) + s].value; }
+
+  /// Creates and initialises this range's parameters and zeroed gradients.
+  void init_params();
+
+  /// One block forward; stores intermediates in `c` when non-null.
+  tensor_handle block_forward(int li, const tensor_handle& x, layer_cache* c) const;
+  tensor_handle block_backward_input(int li, const tensor_handle& dy, layer_cache& c) const;
+  void block_backward_weight(int li, layer_cache& c);
+
+  mb_cache& acquire(int mb, const char* op);
+  mb_cache& find(int mb, const char* op);
+  void release(mb_cache& c);
+};
+
+} // namespace troupe::ops

@@ -1,0 +1,22 @@
+// Linear layer y = x Wᵀ + b (W is [out, in] as in PyTorch) with split backward.
+#pragma once
+
+#include "runtime/tensor_handle.hpp"
+
+namespace troupe::ops {
+
+/// y[..., out] = x[..., in] Wᵀ + b; `b` may be undefined (no bias).
+tensor_handle linear_forward(const tensor_handle& x, const tensor_handle& w, const tensor_handle& b);
+
+/// dx = dy W.
+tensor_handle linear_backward_input(const tensor_handle& dy, const tensor_handle& w);
+
+/// dW += dyᵀ x and db += Σ dy over rows (`db` may be undefined); `scale` multiplies dy.
+void linear_backward_weight(const tensor_handle& dy, const tensor_handle& x, tensor_handle& dw, tensor_handle& db,
+                            float scale = 1.0f);
+
+/// Both halves: returns dx and accumulates dW, db.
+tensor_handle linear_backward(const tensor_handle& dy, const tensor_handle& x, const tensor_handle& w,
+                              tensor_handle& dw, tensor_handle& db);
+
+} // namespace troupe::ops

@@ -1,0 +1,16 @@
+// Attention input projection: x [B, T, C] → packed q, k, v [B, T, 3C].
+#pragma once
+
+#include "runtime/tensor_handle.hpp"
+
+namespace troupe::ops {
+
+/// qkv = x Wᵀ + b with W [3C, C] and b [3C].
+tensor_handle qkv_projection_forward(const tensor_handle& x, const tensor_handle& w, const tensor_handle& b);
+/// dx = dqkv W.
+tensor_handle qkv_projection_backward_input(const tensor_handle& dqkv, const tensor_handle& w);
+/// dW += dqkvᵀ x, db += Σ dqkv.
+void qkv_projection_backward_weight(const tensor_handle& dqkv, const tensor_handle& x, tensor_handle& dw,
+                                    tensor_handle& db);
+
+} // namespace troupe::ops
