@@ -1,0 +1,226 @@
+// The GPT as a whole: gradients against finite differences, layer ranges chained by
+// hand against the whole model, split backward against fused, and pool reuse.
+#include <doctest/doctest.h>
+
+#include "ops/gpt.hpp"
+#include "ops/testing_grad.hpp"
+
+using namespace troupe;
+using namespace troupe::ops;
+using namespace troupe::ops::testing;
+namespace ref = troupe::ops::reference;
+
+namespace {
+
+struct batch {
+  tensor_handle tokens, targets;
+  std::vector<std::int32_t> tok, tgt;
+};
+
+batch make_batch(long b, long t, int vocab, std::uint32_t seed, bool ignore_one = true) {
+  std::mt19937 rng(seed);
+  batch x{tensor_handle::empty({b, t}, dtype::i32), tensor_handle::empty({b, t}, dtype::i32), {}, {}};
+  for (long i = 0; i < b * t; ++i) {
+    x.tok.push_back(x.tokens.data<std::int32_t>()[i] = std::int32_t(rng() % std::uint32_t(vocab)));
+    x.tgt.push_back(x.targets.data<std::int32_t>()[i] = ignore_one && i == 2 ? -1 : std::int32_t(rng() % std::uint32_t(vocab)));
+  }
+  return x;
+}
+
+/// Adds noise to every parameter so that no path through the model is negligible.
+void perturb(gpt_range& r, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 0.1f);
+  for (auto& p : r.params())
+    for (long i = 0; i < p.value.numel(); ++i)
+      p.value.data<float>()[i] += d(rng);
+}
+
+float loss_of(const tensor_handle& t) { return *t.data<float>(); }
+
+/// Runs forward and backward through `ranges` in order, chaining by hand; returns the loss.
+float chain(std::vector<gpt_range>& ranges, int mb, const batch& x, float dloss = 1.0f) {
+  tensor_handle a = x.tokens;
+  for (std::size_t i = 0; i < ranges.size(); ++i)
+    a = ranges[i].forward(mb, a, i + 1 == ranges.size() ? x.targets : tensor_handle{});
+  float loss = loss_of(a);
+  auto g = tensor_handle::empty({1});
+  *g.data<float>() = dloss;
+  for (std::size_t i = ranges.size(); i-- > 0;)
+    g = ranges[i].backward(mb, g);
+  CHECK(!g.defined());
+  return loss;
+}
+
+std::map<std::string, vec> grads_by_name(const std::vector<gpt_range>& ranges) {
+  std::map<std::string, vec> out;
+  for (auto& r : ranges)
+    for (auto& g : r.grads())
+      out[g.name] = to_vec(g.value);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("a 2-layer GPT's gradient of every parameter matches finite differences") {
+  gpt_config cfg{.layers = 2, .d_model = 12, .heads = 3, .context = 9, .vocab = 19};
+  gpt_range model(cfg, 0, 2);
+  perturb(model, 11);
+  auto x = make_batch(2, 7, cfg.vocab, 5);
+  auto loss = loss_of(model.forward(0, x.tokens, x.targets));
+  model.backward(0);
+  ref::param_map p;
+  for (auto& t : model.params())
+    p[t.name] = to_vec(t.value);
+  auto f = [&] { return ref::gpt_loss(cfg, p, x.tok, x.tgt, 2, 7); };
+  CHECK(std::abs(loss - f()) < 1e-5 * std::abs(f()));
+  CHECK(model.params().size() == 2 + 2 * 12 + 3);
+  for (std::size_t i = 0; i < model.params().size(); ++i) {
+    auto& name = model.params()[i].name;
+    check_grad(name, to_vec(model.grads()[i].value), p[name], f, 24, 1e-3);
+  }
+}
+
+TEST_CASE("ranges hold exactly the whole model's weights for their layers") {
+  gpt_config cfg{.layers = 4, .d_model = 16, .heads = 2, .context = 8, .vocab = 23, .seed = 99};
+  gpt_range whole(cfg, 0, 4), middle(cfg, 1, 3), other_seed(gpt_config{cfg.layers, cfg.d_model, cfg.heads, cfg.context, cfg.vocab, precision::f32, 100}, 1, 3);
+  std::map<std::string, vec> w;
+  for (auto& p : whole.params())
+    w[p.name] = to_vec(p.value);
+  CHECK(middle.params().size() == 24);
+  for (auto& p : middle.params())
+    CHECK(to_vec(p.value) == w.at(p.name));
+  CHECK(to_vec(other_seed.params()[2].value) != w.at(other_seed.params()[2].name));
+  // GPT-2 init: the residual projections have std 0.02 / sqrt(2 * layers).
+  auto v = w.at("h.0.mlp.c_proj.weight");
+  double s2 = 0;
+  for (double e : v)
+    s2 += e * e;
+  CHECK(std::sqrt(s2 / double(v.size())) == doctest::Approx(0.02 / std::sqrt(8.0)).epsilon(0.05));
+}
+
+TEST_CASE("splitting the model into 1, 2 and 4 ranges gives the same loss and gradients") {
+  gpt_config cfg{.layers = 4, .d_model = 20, .heads = 4, .context = 11, .vocab = 31};
+  auto x = make_batch(3, 11, cfg.vocab, 3);
+  std::vector<std::vector<std::pair<int, int>>> splits = {{{0, 4}}, {{0, 2}, {2, 4}}, {{0, 1}, {1, 2}, {2, 3}, {3, 4}}};
+  std::map<std::string, vec> base;
+  float base_loss = 0;
+  for (auto& split : splits) {
+    CAPTURE(split.size());
+    std::vector<gpt_range> ranges;
+    for (auto [b, e] : split)
+      ranges.emplace_back(cfg, b, e);
+    float loss = chain(ranges, 0, x);
+    loss += chain(ranges, 1, make_batch(3, 11, cfg.vocab, 4)); // gradients accumulate over microbatches
+    auto g = grads_by_name(ranges);
+    if (base.empty()) {
+      base = g;
+      base_loss = loss;
+      continue;
+    }
+    CHECK(loss == doctest::Approx(base_loss).epsilon(1e-6));
+    REQUIRE(g.size() == base.size());
+    for (auto& [name, v] : g) {
+      INFO(name);
+      CHECK(compare(v, base.at(name)).max_rel <= 1e-6);
+    }
+  }
+}
+
+TEST_CASE("backward_input then backward_weight equals the fused backward with microbatches in flight") {
+  gpt_config cfg{.layers = 3, .d_model = 16, .heads = 2, .context = 8, .vocab = 17};
+  auto x0 = make_batch(2, 8, cfg.vocab, 1), x1 = make_batch(2, 8, cfg.vocab, 2);
+  auto half = tensor_handle::empty({1});
+  *half.data<float>() = 0.5f;
+  std::vector<gpt_range> fused, split;
+  fused.emplace_back(cfg, 0, 1);
+  fused.emplace_back(cfg, 1, 3);
+  split.emplace_back(cfg, 0, 1);
+  split.emplace_back(cfg, 1, 3);
+  for (auto* rs : {&fused, &split}) {
+    auto& r = *rs;
+    auto a0 = r[0].forward(0, x0.tokens), a1 = r[0].forward(1, x1.tokens);
+    r[1].forward(0, a0, x0.targets);
+    r[1].forward(1, a1, x1.targets);
+    CHECK(r[0].in_flight() == 2);
+    if (rs == &fused) {
+      r[0].backward(1, r[1].backward(1, half));
+      r[0].backward(0, r[1].backward(0, half));
+    } else { // zero-bubble order: I of both, then W later
+      auto g1 = r[1].backward_input(1, half);
+      auto g0 = r[1].backward_input(0, half);
+      CHECK(!r[0].backward_input(1, g1).defined());
+      r[1].backward_weight(1);
+      r[0].backward_input(0, g0);
+      r[0].backward_weight(1);
+      r[1].backward_weight(0);
+      r[0].backward_weight(0);
+    }
+    CHECK(r[0].in_flight() == 0);
+    CHECK(r[1].in_flight() == 0);
+  }
+  auto a = grads_by_name(fused), b = grads_by_name(split);
+  for (auto& [name, v] : a) {
+    INFO(name);
+    CHECK(v == b.at(name));
+  }
+}
+
+TEST_CASE("a steady state of training steps allocates no new storage") {
+  gpt_config cfg{.layers = 2, .d_model = 32, .heads = 2, .context = 16, .vocab = 29};
+  std::vector<gpt_range> r;
+  r.emplace_back(cfg, 0, 1);
+  r.emplace_back(cfg, 1, 2);
+  auto x = make_batch(2, 16, cfg.vocab, 9);
+  auto step = [&] {
+    for (auto& s : r)
+      s.zero_grads();
+    auto a0 = r[0].forward(0, x.tokens), a1 = r[0].forward(1, x.tokens);
+    r[1].forward(0, a0, x.targets);
+    r[1].forward(1, a1, x.targets);
+    r[0].backward(0, r[1].backward(0));
+    auto g = r[1].backward_input(1);
+    r[0].backward_input(1, g);
+    r[1].backward_weight(1);
+    r[0].backward_weight(1);
+    for (auto& s : r)
+      s.step(1e-3f);
+  };
+  step();
+  step();
+  auto before = storage_pool::for_device(device::cpu()).stats();
+  for (int i = 0; i < 3; ++i)
+    step();
+  auto after = storage_pool::for_device(device::cpu()).stats();
+  CHECK(after.fresh_allocations == before.fresh_allocations);
+  CHECK(after.reuses > before.reuses);
+  CHECK(after.bytes_live == before.bytes_live);
+}
+
+TEST_CASE("evaluation gives the training forward's loss and caches nothing") {
+  gpt_config cfg{.layers = 2, .d_model = 16, .heads = 4, .context = 8, .vocab = 13};
+  gpt_range m(cfg, 0, 2);
+  auto x = make_batch(2, 5, cfg.vocab, 3);
+  auto e = loss_of(m.evaluate(x.tokens, x.targets));
+  CHECK(m.in_flight() == 0);
+  auto logits = m.evaluate(x.tokens);
+  CHECK(logits.shape() == shape_t{2, 5, 13});
+  CHECK(loss_of(m.forward(4, x.tokens, x.targets)) == doctest::Approx(e).epsilon(1e-6));
+  CHECK(m.in_flight() == 1);
+}
+
+TEST_CASE("gpt_range rejects bad ranges, reused microbatch ids and unknown ones") {
+  gpt_config cfg{.layers = 2, .d_model = 16, .heads = 4, .context = 8, .vocab = 13};
+  CHECK_THROWS_AS(gpt_range(cfg, 1, 3), std::invalid_argument);
+  CHECK_THROWS_AS(gpt_range(cfg, 1, 1), std::invalid_argument);
+  CHECK_THROWS_AS(gpt_range(gpt_config{2, 15, 4, 8, 13}, 0, 2), std::invalid_argument);
+  gpt_range first(cfg, 0, 1);
+  auto x = make_batch(1, 4, cfg.vocab, 3);
+  first.forward(0, x.tokens);
+  CHECK_THROWS_AS(first.forward(0, x.tokens), std::invalid_argument);
+  CHECK_THROWS_AS(first.backward(1, {}), std::invalid_argument);
+  CHECK_THROWS_AS(first.backward_weight(0), std::invalid_argument);
+  auto long_tokens = make_batch(1, 9, cfg.vocab, 3);
+  CHECK_THROWS_AS(first.forward(1, long_tokens.tokens), std::invalid_argument);
+  CHECK(first.in_flight() == 1);
+}
