@@ -1,11 +1,15 @@
-// Flash-style causal attention: a block holds a tile of query rows (forward,
-// dQ) or key rows (dK/dV), streams the other side through shared memory in
-// tiles of 32, one key (or query) per lane, with an online softmax in f32.
+// Flash-style causal attention. bf16 with head_dim 64 or 128 goes to the
+// tensor-core kernels (attention_mma.cu); f32, and head_dim 32, run here on
+// CUDA cores: a block holds a tile of query rows (forward, dQ) or key rows
+// (dK/dV) and streams the other side through shared memory in tiles of 32,
+// one key (or query) per lane, with an online softmax in f32.
 #include "kernels/cuda/attention.hpp"
+#include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/common.cuh"
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 namespace troupe::gpu {
 
@@ -340,8 +344,13 @@ status backward_d(T* dq, T* dk, T* dv, float* delta, const T* dout, const T* q, 
   long long rows = (long long)s.batch * s.heads * s.seq_len;
   attn_delta<T, D><<<grid_for(rows, warps), warps * 32, 0, st>>>(delta, dout, o, rows);
   TROUPE_CUDA_CHECK_LAUNCH();
-  dim3 grid((s.seq_len + BR - 1) / BR, s.batch * s.heads);
   float sc = scale_of(s);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const void* ptrs[] = {dq, dk, dv, dout, q, k, v};
+    if (attention_mma_supported(D, ptrs, 7))
+      return attention_mma_backward(dq, dk, dv, delta, dout, q, k, v, lse, s.batch * s.heads, s.seq_len, D, sc, st);
+  }
+  dim3 grid((s.seq_len + BR - 1) / BR, s.batch * s.heads);
   attn_backward_dq<T, D><<<grid, warps * 32, 0, st>>>(dq, dout, q, k, v, lse, delta, s.seq_len, sc);
   TROUPE_CUDA_CHECK_LAUNCH();
   attn_backward_dkv<T, D><<<grid, warps * 32, 0, st>>>(dk, dv, dout, q, k, v, lse, delta, s.seq_len, sc);
@@ -354,6 +363,11 @@ status forward(T* o, float* lse, const T* q, const T* k, const T* v, const atten
   TROUPE_GPU_TRY(check("attention_forward", s));
   if ((long long)s.batch * s.heads * s.seq_len == 0)
     return {};
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const void* ptrs[] = {o, q, k, v};
+    if (attention_mma_supported(s.head_dim, ptrs, 4))
+      return attention_mma_forward(o, lse, q, k, v, s.batch * s.heads, s.seq_len, s.head_dim, scale_of(s), st);
+  }
   switch (s.head_dim) {
     case 32: return forward_d<T, 32>(o, lse, q, k, v, s, st);
     case 64: return forward_d<T, 64>(o, lse, q, k, v, s, st);

@@ -1,5 +1,6 @@
 // Checks the fused causal attention forward and backward against a
 // double-precision host implementation that materialises the full score matrix.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -92,8 +93,12 @@ void check_shape(attention_shape s) {
   INFO("batch=" << s.batch << " heads=" << s.heads << " seq_len=" << s.seq_len << " head_dim=" << s.head_dim);
   check_close<T>("attention_forward o", o.download(), ref.o);
   check_close<float>("attention_forward lse", lse.download(), ref.lse, std::is_same_v<T, float> ? 1e-5 : 1e-2);
-  check_close<T>("attention_backward dq", dq.download(), ref.dq);
-  check_close<T>("attention_backward dk", dk.download(), ref.dk);
+  // dq and dk are measured on dv's scale: with one token their exact value is zero.
+  double grad_scale = 0.0;
+  for (double x : ref.dv)
+    grad_scale = std::max(grad_scale, std::abs(x));
+  check_close<T>("attention_backward dq", dq.download(), ref.dq, tolerance<T>(), grad_scale);
+  check_close<T>("attention_backward dk", dk.download(), ref.dk, tolerance<T>(), grad_scale);
   check_close<T>("attention_backward dv", dv.download(), ref.dv);
 }
 

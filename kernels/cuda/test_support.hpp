@@ -2,6 +2,7 @@
 // through f32 vectors, NaN poisoning, random inputs and a NaN-proof error measure.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -112,8 +113,10 @@ inline std::vector<float> random_normal(std::size_t n, std::uint32_t seed, float
   return v;
 }
 
-/// max |got - ref| / max |ref|; infinity when sizes differ or any value is NaN or infinite.
-inline double rel_error(const std::vector<float>& got, const std::vector<double>& ref) {
+/// max |got - ref| / max(max |ref|, scale); infinity when sizes differ or any
+/// value is NaN or infinite. `scale` sets the size of values for an output
+/// whose exact answer is zero (a softmax over one element has zero gradient).
+inline double rel_error(const std::vector<float>& got, const std::vector<double>& ref, double scale = 0.0) {
   if (got.size() != ref.size() || got.empty())
     return std::numeric_limits<double>::infinity();
   double num = 0.0, den = 0.0;
@@ -123,7 +126,7 @@ inline double rel_error(const std::vector<float>& got, const std::vector<double>
     num = std::max(num, std::abs(static_cast<double>(got[i]) - ref[i]));
     den = std::max(den, std::abs(ref[i]));
   }
-  return num / std::max(den, 1e-30);
+  return num / std::max({den, scale, 1e-30});
 }
 
 /// The bound the issue sets: about 1e-2 for bf16 paths, 1e-5 for f32 paths.
@@ -131,16 +134,18 @@ template <typename T>
 constexpr double tolerance() { return std::is_same_v<T, float> ? 1e-5 : 1e-2; }
 
 template <typename T>
-const char* type_name() { return std::is_same_v<T, float> ? "f32" : "bf16"; }
+std::string type_name() { return std::is_same_v<T, float> ? "f32" : "bf16"; }
 
 /// Checks got against ref within T's tolerance, naming what was compared.
 template <typename T>
-void check_close(const char* what, const std::vector<float>& got, const std::vector<double>& ref,
-                 double tol = tolerance<T>()) {
-  double err = rel_error(got, ref);
-  INFO(what << " (" << type_name<T>() << "): relative error " << err << " (bound " << tol << ")");
+void check_close(const std::string& what, const std::vector<float>& got, const std::vector<double>& ref,
+                 double tol = tolerance<T>(), double scale = 0.0) {
+  double err = rel_error(got, ref, scale);
+  std::string line = what + " (" + type_name<T>() + "): relative error " + std::to_string(err) + ", bound " +
+                     std::to_string(tol);
+  INFO(line);
   CHECK(err <= tol);
-  MESSAGE(what << " " << type_name<T>() << " rel_err=" << err);
+  MESSAGE(line);
 }
 
 } // namespace troupe::gpu::testing
