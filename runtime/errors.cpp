@@ -24,6 +24,14 @@ caf::error make_error(errc e, std::string what) {
                     caf::make_message(std::move(what))};
 }
 
+std::string error_message(const caf::error& e) {
+  if (!e)
+    return "no error";
+  if (e.category() == troupe_error_category && e.context().match_elements<std::string>())
+    return e.context().get_as<std::string>(0);
+  return caf::to_string(e);
+}
+
 std::string render_error(std::uint8_t code, caf::atom_value, const caf::message& ctx) {
   std::string out = to_string(static_cast<errc>(code));
   if (ctx.match_elements<std::string>())

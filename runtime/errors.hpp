@@ -34,6 +34,9 @@ const char* to_string(errc e) noexcept;
 /// Builds a caf::error in the troupe category; `what` says where and what.
 caf::error make_error(errc e, std::string what);
 
+/// The text for a user: `what` for troupe errors, CAF's rendering otherwise.
+std::string error_message(const caf::error& e);
+
 /// Renders a troupe error as "code: what" (the renderer registered in the config).
 std::string render_error(std::uint8_t code, caf::atom_value category, const caf::message& ctx);
 

@@ -1,0 +1,62 @@
+// Internal to the graph loader: the stages between a YAML document and a
+// validated graph_spec (parse sections, apply overrides, expand, validate).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "runtime/graph_loader.hpp"
+#include "runtime/graph_reader.hpp"
+#include "runtime/graph_spec.hpp"
+
+namespace troupe::detail {
+
+/// An `actors:` entry as written, with where its keys were.
+struct parsed_actor {
+  actor_spec spec;
+  std::string path;        ///< `actors[2]`
+  bool has_type = false;
+  bool has_layers = false;
+  YAML::Node node, name_node, type_node, layers_node;
+};
+
+/// A `channels:` entry as written.
+struct parsed_channel {
+  channel_spec spec;
+  std::string path;        ///< `channels[1]`
+  YAML::Node from_node, to_node;
+};
+
+/// The document after typed parsing, before expansion.
+struct parsed_graph {
+  graph_spec graph;
+  YAML::Node root;
+  bool has_actors = false;              ///< an `actors:` section is present
+  std::vector<parsed_actor> actors;     ///< explicit entries, in file order
+  std::vector<parsed_channel> channels; ///< explicit entries, in file order
+  YAML::Node schedule_node, table_node, corpus_node, pipeline_node;
+  std::vector<YAML::Node> plugin_nodes;
+  std::filesystem::path base_dir;       ///< the graph file's folder
+};
+
+/// Applies `key.path=value` overrides to `root`, registering their origins with `r`.
+void apply_overrides(YAML::Node root, const std::vector<std::string>& overrides, graph_reader& r);
+
+/// Reads the sections of `root` into `pg.graph` and the explicit entries.
+void parse_sections(parsed_graph& pg, graph_reader& r);
+
+/// Checks names against the vocabulary: schedule, actor types, type keys (after expand).
+void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
+
+/// Expands the shorthand into actors and channels and merges the explicit entries.
+void expand(parsed_graph& pg, graph_reader& r);
+
+/// Whole-graph checks: stage ranges, channel ends, corpus and table files.
+void validate(parsed_graph& pg, const load_options& opts, graph_reader& r);
+
+/// The top-level section names a graph file may use.
+const std::vector<std::string>& section_names();
+
+} // namespace troupe::detail

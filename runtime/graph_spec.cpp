@@ -1,0 +1,105 @@
+// graph_spec helpers: built-in names, look-ups, and printing the expanded
+// graph as YAML that loads back to the same graph.
+#include "runtime/graph_spec.hpp"
+
+#include <fmt/format.h>
+
+namespace troupe {
+
+namespace {
+
+std::string flow(const YAML::Node& n) {
+  YAML::Emitter e;
+  e.SetMapFormat(YAML::Flow);
+  e.SetSeqFormat(YAML::Flow);
+  e << n;
+  return e.c_str();
+}
+
+/// A scalar as YAML: plain when that reads back the same, else double-quoted.
+std::string scalar(const std::string& s) {
+  YAML::Emitter e;
+  e << s;
+  return e.c_str();
+}
+
+std::string layers_text(const std::vector<layer_range>& ls) {
+  auto one = [](layer_range r) { return fmt::format("[{}, {}]", r.begin, r.end); };
+  if (ls.size() == 1)
+    return one(ls[0]);
+  std::string out = "[";
+  for (std::size_t i = 0; i < ls.size(); ++i)
+    out += (i ? ", " : "") + one(ls[i]);
+  return out + "]";
+}
+
+} // namespace
+
+const std::vector<std::string>& builtin_schedule_names() {
+  static const std::vector<std::string> names{"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "table"};
+  return names;
+}
+
+const std::vector<std::string>& builtin_actor_type_names() {
+  static const std::vector<std::string> names{"data_loader", "pipeline_stage"};
+  return names;
+}
+
+const actor_spec* graph_spec::find_actor(std::string_view name) const noexcept {
+  for (const auto& a : actors)
+    if (a.name == name)
+      return &a;
+  return nullptr;
+}
+
+std::int64_t graph_spec::tokens_per_step() const noexcept {
+  return static_cast<std::int64_t>(data.batch) * pipeline.microbatches * model.context;
+}
+
+std::string to_yaml(const graph_spec& g) {
+  std::string out = fmt::format("# {}, expanded\n", g.file.string());
+  const auto& m = g.model;
+  out += fmt::format("model: {{layers: {}, d_model: {}, heads: {}, context: {}, vocab: {}, precision: {}}}\n",
+                     m.layers, m.d_model, m.heads, m.context, m.vocab, to_string(m.precision));
+  const auto& d = g.data;
+  out += fmt::format("data: {{corpus: {}, batch: {}, seed: {}, val_fraction: {}}}", scalar(d.corpus), d.batch,
+                     d.seed, d.val_fraction);
+  out += d.corpus_path.empty() ? "\n" : fmt::format("  # {}\n", d.corpus_path.string());
+  const auto& t = g.train;
+  out += fmt::format("train: {{steps: {}, lr: {}, weight_decay: {}, warmup: {}, eval_every: {}, "
+                     "eval_batches: {}, grad_clip: {}}}\n",
+                     t.steps, t.lr, t.weight_decay, t.warmup, t.eval_every, t.eval_batches, t.grad_clip);
+  const auto& p = g.pipeline;
+  out += fmt::format("pipeline: {{stages: {}, microbatches: {}, schedule: {}, virtual: {}", p.stages,
+                     p.microbatches, scalar(p.schedule), p.virtual_stages);
+  out += p.table.empty() ? "}\n" : fmt::format(", table: {}}}\n", scalar(p.table));
+  if (!g.trace.file.empty())
+    out += fmt::format("trace: {{file: {}}}\n", scalar(g.trace.file));
+  if (!g.plugins.empty()) {
+    out += "plugins:\n";
+    for (const auto& pl : g.plugins)
+      out += fmt::format("  - {}\n", scalar(pl.path));
+  }
+  out += "actors:\n";
+  for (const auto& a : g.actors) {
+    out += fmt::format("  - {{name: {}, type: {}", scalar(a.name), scalar(a.type));
+    if (!a.node.empty())
+      out += fmt::format(", node: {}", scalar(a.node));
+    if (!a.layers.empty())
+      out += fmt::format(", layers: {}", layers_text(a.layers));
+    for (const auto& [k, v] : a.params)
+      out += fmt::format(", {}: {}", k, flow(v));
+    out += "}";
+    if (a.rank >= 0)
+      out += fmt::format("  # rank {}", a.rank);
+    out += "\n";
+  }
+  out += g.channels.empty() ? "channels: []\n" : "channels:\n";
+  for (const auto& c : g.channels) {
+    out += fmt::format("  - {{from: {}, to: {}", scalar(c.from), scalar(c.to));
+    out += c.credits > 0 ? fmt::format(", credits: {}}}\n", c.credits) : "}\n";
+  }
+  return out;
+}
+
+} // namespace troupe
