@@ -14,7 +14,9 @@ namespace troupe::kernels::cpu::simd {
 #if TROUPE_AVX512
 /// exp(x) for 16 floats: range reduction by ln 2 and a degree-6 polynomial (rel. error < 2e-7).
 inline __m512 exp512(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-87.0f));
+  // Operand order matters: min/max return their second operand when either is NaN,
+  // so `x` goes second and a NaN input stays NaN (a NaN loss must never pass).
+  x = _mm512_max_ps(_mm512_set1_ps(-87.0f), _mm512_min_ps(_mm512_set1_ps(88.3762626647949f), x));
   __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
