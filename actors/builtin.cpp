@@ -1,0 +1,17 @@
+// The list of built-in actor types: one registration line per type.
+#include "actors/builtin.hpp"
+
+namespace troupe {
+
+void register_builtin_actors() {
+  static const bool once = [] {
+    register_actor_type("data_loader", {spawn_data_loader, {}},
+                        "byte-level batches from the corpus, sent on the first stage's credit");
+    register_actor_type("pipeline_stage", {spawn_pipeline_stage, {}},
+                        "a contiguous range of GPT layers with its optimizer shard and schedule policy");
+    return true;
+  }();
+  (void)once;
+}
+
+} // namespace troupe

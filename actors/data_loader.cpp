@@ -1,0 +1,150 @@
+// The data_loader actor: byte-level microbatches from the corpus, sent when the
+// first stage grants credit, with validation batches at each evaluation point.
+#include <optional>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/builtin.hpp"
+#include "actors/byte_corpus.hpp"
+#include "runtime/messages.hpp"
+#include "actors/pipeline_messages.hpp"
+#include "runtime/trace.hpp"
+
+namespace troupe {
+
+namespace {
+
+struct loader_settings {
+  std::string name;
+  std::filesystem::path corpus;
+  int context = 0;
+  double val_fraction = 0.1;
+  std::uint64_t seed = 1;
+  int batch = 1;
+  int microbatches = 1;
+  std::int64_t steps = 0;
+  std::int64_t eval_every = 0;
+  int eval_batches = 8;
+  std::string first_stage; ///< rank 0: gets tokens
+  std::string loss_stage;  ///< last rank: gets targets (may be the same actor)
+};
+
+struct data_loader_state {
+  std::optional<byte_corpus> corpus;
+  caf::actor runner, first, loss;
+  std::int64_t sent = 0; ///< training microbatches sent so far
+  bool done = false;
+  std::uint16_t trace_id = 0;
+  static inline const char* name = "data_loader";
+};
+
+using loader_actor = caf::stateful_actor<data_loader_state>;
+
+/// Sends one microbatch to the first stage and, if it is another actor, the loss stage.
+template <class Atom>
+void deliver(loader_actor* self, Atom atom, batch_msg m) {
+  auto& st = self->state;
+  if (st.loss != st.first)
+    self->send(st.loss, atom, m);
+  self->send(st.first, atom, std::move(m));
+}
+
+void send_eval(loader_actor* self, const loader_settings& cfg, step_t after_step) {
+  for (int k = 0; k < cfg.eval_batches; ++k) {
+    token_batch b; // fresh handles: the stages hold them while we go on
+    self->state.corpus->validation(k, cfg.batch, b);
+    deliver(self, eval_atom::value, batch_msg{after_step, k, b.tokens, b.targets, {}});
+  }
+}
+
+bool eval_due(const loader_settings& cfg, step_t step) {
+  return step + 1 == cfg.steps || (cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0);
+}
+
+caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor runner) {
+  self->state.runner = std::move(runner);
+  self->state.trace_id = trace_recorder::global().register_actor(cfg.name, "data_loader");
+  return {
+    [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
+      for (const auto& p : m.directory) {
+        if (p.name == cfg.first_stage)
+          self->state.first = p.handle;
+        if (p.name == cfg.loss_stage)
+          self->state.loss = p.handle;
+      }
+      return caf::ok_atom::value;
+    },
+    [=](start_atom) {
+      auto& st = self->state;
+      try {
+        st.corpus.emplace(cfg.corpus, cfg.context, cfg.val_fraction, cfg.seed);
+      } catch (const std::exception& e) {
+        self->send(st.runner, failed_atom::value, failure_msg{cfg.name, e.what()});
+        return;
+      }
+      if (!st.first || !st.loss) {
+        self->send(st.runner, failed_atom::value,
+                   failure_msg{cfg.name, fmt::format("{}: no pipeline stage to feed (expected '{}' and '{}')",
+                                                     cfg.name, cfg.first_stage, cfg.loss_stage)});
+        return;
+      }
+      send_eval(self, cfg, -1); // the loss before training, a baseline for the curve
+      if (cfg.steps == 0) {
+        st.done = true;
+        self->send(st.runner, done_atom::value, run_summary{cfg.name});
+      }
+    },
+    [=](credit_atom, const credit_msg& c) {
+      auto& st = self->state;
+      for (int i = 0; i < c.count && !st.done; ++i) {
+        scoped_span s(st.trace_id, span_kind::send, static_cast<std::int32_t>(st.sent / cfg.microbatches),
+                      static_cast<std::int32_t>(st.sent % cfg.microbatches));
+        token_batch b;
+        st.corpus->next_train(cfg.batch, b);
+        step_t step = st.sent / cfg.microbatches;
+        auto mb = static_cast<std::int32_t>(st.sent % cfg.microbatches);
+        s.get().bytes = b.tokens.nbytes() + b.targets.nbytes();
+        deliver(self, forward_atom::value, batch_msg{step, mb, b.tokens, b.targets, {}});
+        ++st.sent;
+        if (mb + 1 == cfg.microbatches && eval_due(cfg, step))
+          send_eval(self, cfg, step);
+        if (st.sent == cfg.steps * cfg.microbatches) {
+          st.done = true;
+          run_summary sum;
+          sum.actor = cfg.name;
+          self->send(st.runner, done_atom::value, std::move(sum));
+        }
+      }
+    },
+  };
+}
+
+} // namespace
+
+caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
+  const auto& g = ctx.graph;
+  loader_settings cfg;
+  cfg.name = ctx.spec.name;
+  cfg.corpus = g.data.corpus_path;
+  cfg.context = g.model.context;
+  cfg.val_fraction = g.data.val_fraction;
+  cfg.seed = g.data.seed;
+  cfg.batch = g.data.batch;
+  cfg.microbatches = g.pipeline.microbatches;
+  cfg.steps = g.train.steps;
+  cfg.eval_every = g.train.eval_every;
+  cfg.eval_batches = g.train.eval_batches;
+  int last_rank = -1;
+  for (const auto& a : g.actors) {
+    if (a.type != "pipeline_stage")
+      continue;
+    if (a.rank == 0)
+      cfg.first_stage = a.name;
+    if (a.rank > last_rank)
+      last_rank = a.rank, cfg.loss_stage = a.name;
+  }
+  return caf::actor{ctx.system.spawn(data_loader, std::move(cfg), ctx.runner)};
+}
+
+} // namespace troupe

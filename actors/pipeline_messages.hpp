@@ -1,0 +1,22 @@
+// Verbs the pipeline actors add to runtime/messages.hpp: evaluation traffic,
+// the per-step gradient-norm exchange and an actor's own "run the next action".
+#pragma once
+
+#include <caf/atom.hpp>
+
+namespace troupe {
+
+/// `(eval_atom, batch_msg | activation_msg)`: a validation microbatch, forward only.
+using eval_atom = caf::atom_constant<caf::atom("eval")>;
+/// `(norm_atom, step_t step, double sq_norm)`: a rank's Σ g² for global-norm clipping.
+using norm_atom = caf::atom_constant<caf::atom("gradnorm")>;
+/// `(continue_atom)`: sent to itself by a stage that has more ready work.
+using continue_atom = caf::atom_constant<caf::atom("continue")>;
+
+/// Links a send span to its receive span in traces: unique per message.
+constexpr std::uint64_t flow_id(std::int64_t step, int stage, int microbatch, int kind) {
+  return ((static_cast<std::uint64_t>(step + 2) * 4096 + static_cast<std::uint64_t>(stage)) * 65536 +
+          static_cast<std::uint64_t>(microbatch + 1)) * 4 + static_cast<std::uint64_t>(kind) + 1;
+}
+
+} // namespace troupe

@@ -1,0 +1,251 @@
+// The pipeline_stage actor: owns a stage_engine and turns messages into its
+// calls; after every message it lets the engine's policy pick one action.
+#include <cmath>
+#include <map>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/builtin.hpp"
+#include "runtime/messages.hpp"
+#include "actors/pipeline_messages.hpp"
+#include "actors/stage_engine.hpp"
+#include "runtime/trace.hpp"
+
+namespace troupe {
+
+namespace {
+
+struct pipeline_stage_state {
+  std::unique_ptr<stage_engine> engine;
+  caf::actor runner;
+  std::map<int, caf::actor> ranks;
+  caf::actor loader;
+  bool kick_pending = false;
+  bool done_sent = false;
+  bool failed = false;
+  std::int64_t handler_ns = 0;
+  std::int64_t started_ns = 0;
+  std::int64_t last_print_ns = 0;
+  std::size_t reports_printed = 0;
+  std::size_t vals_printed = 0;
+  std::int64_t tokens_per_step = 0;
+  static inline const char* name = "pipeline_stage";
+};
+
+using stage_actor = caf::stateful_actor<pipeline_stage_state>;
+
+std::string eta(double seconds) {
+  auto s = static_cast<long>(seconds + 0.5);
+  return s >= 60 ? fmt::format("{}m{:02}s", s / 60, s % 60) : fmt::format("{}s", s);
+}
+
+/// Progress lines from the stage that computes the loss: at most one a second,
+/// plus the first step, every validation pass and the last step.
+void print_progress(stage_actor* self) {
+  auto& st = self->state;
+  auto& e = *st.engine;
+  const auto& reps = e.reports();
+  const auto& vals = e.val_losses();
+  auto now = trace_now();
+  while (st.vals_printed < vals.size()) {
+    auto [step, loss] = vals[st.vals_printed++];
+    fmt::print("{}: validation after step {}: loss {:.4f} ({:.3f} bits/byte)\n", e.config().name, step + 1,
+               loss, loss / std::log(2.0));
+  }
+  if (reps.size() == st.reports_printed)
+    return;
+  st.reports_printed = reps.size();
+  const auto& r = reps.back();
+  auto total = e.config().steps;
+  bool due = r.step == 0 || r.step + 1 == total || now - st.last_print_ns > 1'000'000'000;
+  if (!due)
+    return;
+  st.last_print_ns = now;
+  double elapsed = static_cast<double>(now - st.started_ns) / 1e9;
+  double per_step = elapsed / static_cast<double>(r.step + 1);
+  fmt::print("step {:>5}/{} | loss {:.4f} | lr {:.2e} | {:>7.0f} tok/s | {:6.1f} ms/step | eta {}\n", r.step + 1,
+             total, r.loss, r.lr, static_cast<double>(st.tokens_per_step) / per_step, per_step * 1e3,
+             eta(per_step * static_cast<double>(total - r.step - 1)));
+  std::fflush(stdout);
+}
+
+void fail(stage_actor* self, const std::string& what) {
+  auto& st = self->state;
+  if (st.failed)
+    return;
+  st.failed = true;
+  self->send(st.runner, failed_atom::value, failure_msg{st.engine ? st.engine->config().name : "stage", what});
+}
+
+void maybe_done(stage_actor* self) {
+  auto& st = self->state;
+  auto& e = *st.engine;
+  if (st.done_sent || !e.training_done())
+    return;
+  bool loss_stage = e.owns_loss();
+  if (loss_stage && (e.val_losses().empty() || e.val_losses().back().first + 1 < e.config().steps))
+    return; // the final validation pass is still on its way
+  st.done_sent = true;
+  run_summary s;
+  s.actor = e.config().name;
+  s.steps = e.step();
+  if (loss_stage) {
+    s.tokens = st.tokens_per_step * e.step();
+    if (!e.reports().empty())
+      s.train_loss = e.reports().back().loss;
+    s.val_loss = e.val_losses().back().second;
+    for (const auto& r : e.reports())
+      s.losses.push_back(r.loss);
+  }
+  double wall = static_cast<double>(trace_now() - st.started_ns);
+  fmt::print("{}: busy {:.1f}% of the run; runtime overhead {:.2f}% (actor time outside compute)\n", s.actor,
+             100.0 * static_cast<double>(e.compute_ns()) / wall,
+             100.0 * static_cast<double>(st.handler_ns - e.compute_ns()) / wall);
+  std::fflush(stdout);
+  self->send(st.runner, done_atom::value, std::move(s));
+}
+
+/// Runs `f` as one message's work: timed, errors turned into a failure report,
+/// and one more action queued when the engine has ready work.
+template <class F>
+void handle(stage_actor* self, F&& f) {
+  auto& st = self->state;
+  if (st.failed)
+    return;
+  auto t0 = trace_now();
+  try {
+    f(*st.engine);
+    if (!st.kick_pending && !st.engine->training_done()) {
+      st.kick_pending = true;
+      self->send(self, continue_atom::value);
+    }
+    print_progress(self);
+    maybe_done(self);
+  } catch (const std::exception& e) {
+    fail(self, e.what());
+  }
+  st.handler_ns += trace_now() - t0;
+}
+
+void record_send(std::uint16_t actor, step_t step, int stage, int mb, int kind, std::size_t bytes, bool end) {
+  span s;
+  s.actor = actor, s.kind = end ? span_kind::receive : span_kind::send;
+  s.step = static_cast<std::int32_t>(step), s.microbatch = mb, s.bytes = bytes;
+  s.flow = flow_id(step, stage, mb, kind), s.flow_end = end;
+  s.begin_ns = s.end_ns = trace_now();
+  trace_recorder::global().record(s);
+}
+
+caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor runner, std::int64_t tokens,
+                             std::map<std::string, int> stage_ranks) {
+  auto& st = self->state;
+  st.runner = std::move(runner);
+  st.tokens_per_step = tokens;
+  auto id = trace_recorder::global().register_actor(cfg.name, "pipeline_stage");
+  stage_outbox out;
+  out.forward = [self, id](int rank, const activation_msg& m) {
+    record_send(id, m.step, m.stage, m.microbatch, 0, m.activation.nbytes(), false);
+    self->send(self->state.ranks.at(rank), forward_atom::value, m);
+  };
+  out.backward = [self, id](int rank, const gradient_msg& m) {
+    record_send(id, m.step, m.stage, m.microbatch, 1, m.gradient.nbytes(), false);
+    self->send(self->state.ranks.at(rank), backward_atom::value, m);
+  };
+  out.eval = [self](int rank, const activation_msg& m) {
+    self->send(self->state.ranks.at(rank), eval_atom::value, m);
+  };
+  out.norm = [self](step_t step, double sq) {
+    for (auto& [rank, a] : self->state.ranks)
+      if (rank != self->state.engine->config().rank)
+        self->send(a, norm_atom::value, step, sq);
+  };
+  out.credit = [self](int n) { self->send(self->state.loader, credit_atom::value, credit_msg{n}); };
+  try {
+    st.engine = std::make_unique<stage_engine>(std::move(cfg), std::move(out));
+    st.engine->trace_id = id;
+  } catch (const std::exception& e) {
+    fail(self, e.what());
+  }
+  return {
+    [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
+      for (const auto& p : m.directory) {
+        if (auto i = stage_ranks.find(p.name); i != stage_ranks.end())
+          self->state.ranks[i->second] = p.handle;
+        else if (p.type == "data_loader")
+          self->state.loader = p.handle;
+      }
+      if (self->state.ranks.size() != stage_ranks.size())
+        fail(self, fmt::format("{}: the graph lists {} pipeline stages but only {} were connected",
+                               m.self, stage_ranks.size(), self->state.ranks.size()));
+      return caf::ok_atom::value;
+    },
+    [=](start_atom) {
+      self->state.started_ns = trace_now();
+      handle(self, [](stage_engine& e) { e.start(); });
+    },
+    [=](forward_atom, const batch_msg& m) { handle(self, [&](stage_engine& e) { e.on_batch(m, false); }); },
+    [=](eval_atom, const batch_msg& m) { handle(self, [&](stage_engine& e) { e.on_batch(m, true); }); },
+    [=](forward_atom, const activation_msg& m) {
+      record_send(id, m.step, m.stage, m.microbatch, 0, m.activation.nbytes(), true);
+      handle(self, [&](stage_engine& e) { e.on_activation(m, false); });
+    },
+    [=](eval_atom, const activation_msg& m) { handle(self, [&](stage_engine& e) { e.on_activation(m, true); }); },
+    [=](backward_atom, const gradient_msg& m) {
+      record_send(id, m.step, m.stage, m.microbatch, 1, m.gradient.nbytes(), true);
+      handle(self, [&](stage_engine& e) { e.on_gradient(m); });
+    },
+    [=](norm_atom, step_t step, double sq) { handle(self, [&](stage_engine& e) { e.on_norm(step, sq); }); },
+    [=](continue_atom) {
+      self->state.kick_pending = false;
+      handle(self, [](stage_engine& e) { e.run_one(); });
+    },
+  };
+}
+
+} // namespace
+
+/// The stage's settings from the graph: its layer ranges, rank and the run's schedule.
+stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
+  stage_config c;
+  c.name = spec.name;
+  c.rank = spec.rank;
+  c.ranks = 0;
+  for (const auto& a : g.actors)
+    c.ranks += a.type == "pipeline_stage";
+  c.chunks = static_cast<int>(spec.layers.size());
+  c.microbatches = g.pipeline.microbatches;
+  c.steps = g.train.steps;
+  c.eval_every = g.train.eval_every;
+  c.eval_batches = g.train.eval_batches;
+  c.grad_clip = g.train.grad_clip;
+  c.model.layers = g.model.layers;
+  c.model.d_model = g.model.d_model;
+  c.model.heads = g.model.heads;
+  c.model.context = g.model.context;
+  c.model.vocab = g.model.vocab;
+  c.model.precision = g.model.precision == dtype::bf16 ? ops::precision::bf16 : ops::precision::f32;
+  c.model.seed = g.data.seed;
+  c.lr.max_lr = static_cast<float>(g.train.lr);
+  c.lr.min_lr = static_cast<float>(g.train.lr * 0.1);
+  c.lr.warmup = static_cast<long>(g.train.warmup);
+  c.lr.total = static_cast<long>(g.train.steps);
+  for (const auto& r : spec.layers)
+    c.layers.emplace_back(r.begin, r.end);
+  c.policy = g.pipeline.schedule;
+  c.policy_params.table_file = g.pipeline.table_path.string();
+  return c;
+}
+
+caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx) {
+  auto cfg = make_stage_config(ctx.spec, ctx.graph);
+  auto tokens = ctx.graph.tokens_per_step();
+  std::map<std::string, int> stage_ranks;
+  for (const auto& a : ctx.graph.actors)
+    if (a.type == "pipeline_stage")
+      stage_ranks[a.name] = a.rank;
+  auto self = ctx.system.spawn(pipeline_stage, std::move(cfg), ctx.runner, tokens, std::move(stage_ranks));
+  return caf::actor{self};
+}
+
+} // namespace troupe

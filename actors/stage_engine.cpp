@@ -1,0 +1,290 @@
+// The pipeline stage's state machine: inputs and gradients in, one policy-chosen
+// action at a time, the step boundary when every microbatch has its gradient.
+#include "actors/stage_engine.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "ops/grad_clip.hpp"
+#include "runtime/trace.hpp"
+
+namespace troupe {
+
+namespace {
+
+span_kind span_of(sched::op_kind k) {
+  switch (k) {
+    case sched::op_kind::forward: return span_kind::forward;
+    case sched::op_kind::backward: return span_kind::backward;
+    case sched::op_kind::input_grad: return span_kind::backward_input;
+    case sched::op_kind::weight_grad: return span_kind::backward_weight;
+  }
+  return span_kind::other;
+}
+
+template <class Map, class Key>
+tensor_handle take(Map& m, const Key& k, const char* what, const std::string& who) {
+  auto i = m.find(k);
+  if (i == m.end())
+    throw std::runtime_error(fmt::format("{}: no {} for the action the policy chose", who, what));
+  auto h = std::move(i->second);
+  m.erase(i);
+  return h;
+}
+
+} // namespace
+
+stage_engine::stage_engine(stage_config cfg, stage_outbox out)
+  : cfg_(std::move(cfg)), out_(std::move(out)),
+    queue_(cfg_.rank, cfg_.ranks, cfg_.microbatches, cfg_.chunks) {
+  if (static_cast<int>(cfg_.layers.size()) != cfg_.chunks)
+    throw std::invalid_argument(fmt::format("{}: {} layer ranges for {} chunks", cfg_.name, cfg_.layers.size(),
+                                            cfg_.chunks));
+  for (auto [b, e] : cfg_.layers)
+    chunks_.emplace_back(cfg_.model, b, e);
+  auto p = cfg_.policy_params;
+  p.rank = cfg_.rank, p.ranks = cfg_.ranks, p.microbatches = cfg_.microbatches, p.chunks = cfg_.chunks;
+  auto made = sched::make_policy(cfg_.policy, p);
+  if (!made)
+    throw std::invalid_argument(fmt::format("{}: {}", cfg_.name, made.error().message));
+  policy_ = std::move(*made);
+  loss_grad_ = tensor_handle::empty({1});
+  loss_grad_.data<float>()[0] = 1.0f / static_cast<float>(cfg_.microbatches);
+}
+
+bool stage_engine::owns_loss() const noexcept {
+  return queue_.owns(queue_.stages() - 1);
+}
+
+void stage_engine::start() {
+  if (cfg_.rank == 0 && cfg_.steps > 0)
+    out_.credit(cfg_.microbatches);
+}
+
+bool stage_engine::hold_if_future(step_t msg_step, bool eval, held h) {
+  // Training work of a later step waits for this step's update; evaluation after
+  // step s waits until step s's update is applied here.
+  bool future = eval ? msg_step >= step_ : msg_step > step_;
+  if (future)
+    held_.push_back(std::move(h));
+  return future;
+}
+
+void stage_engine::release_held() {
+  auto pending = std::move(held_);
+  held_.clear();
+  for (auto& h : pending) {
+    switch (h.kind) {
+      case held::batch: on_batch(h.b, h.eval); break;
+      case held::activation: on_activation(h.a, h.eval); break;
+      case held::gradient: on_gradient(h.g); break;
+    }
+  }
+}
+
+void stage_engine::push_input(int stage, int mb) {
+  if (queue_.is_last_stage(stage) && !targets_.contains(mb))
+    return; // the loss needs its targets too; on_batch pushes when they come
+  if (auto r = queue_.push_forward(stage, mb); !r)
+    throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
+}
+
+void stage_engine::on_batch(const batch_msg& m, bool eval) {
+  if (hold_if_future(m.step, eval, {held::batch, eval, m, {}, {}}))
+    return;
+  int last = queue_.stages() - 1;
+  if (eval) {
+    if (owns_loss())
+      eval_targets_[m.microbatch] = m.targets;
+    if (cfg_.rank == 0)
+      run_eval(0, m.microbatch, m.tokens, m.step);
+    else if (auto i = eval_inputs_.find(m.microbatch); i != eval_inputs_.end()) {
+      auto act = std::move(i->second);
+      eval_inputs_.erase(i);
+      run_eval(last, m.microbatch, act, m.step);
+    }
+    return;
+  }
+  if (owns_loss()) {
+    targets_[m.microbatch] = m.targets;
+    if (inputs_.contains({last, m.microbatch}))
+      push_input(last, m.microbatch);
+  }
+  if (cfg_.rank == 0) {
+    inputs_[{0, m.microbatch}] = m.tokens;
+    push_input(0, m.microbatch);
+  }
+}
+
+void stage_engine::on_activation(const activation_msg& m, bool eval) {
+  if (hold_if_future(m.step, eval, {held::activation, eval, {}, m, {}}))
+    return;
+  if (eval) {
+    if (queue_.is_last_stage(m.stage) && !eval_targets_.contains(m.microbatch))
+      eval_inputs_[m.microbatch] = m.activation;
+    else
+      run_eval(m.stage, m.microbatch, m.activation, m.step);
+    return;
+  }
+  inputs_[{m.stage, m.microbatch}] = m.activation;
+  push_input(m.stage, m.microbatch);
+}
+
+void stage_engine::on_gradient(const gradient_msg& m) {
+  if (hold_if_future(m.step, false, {held::gradient, false, {}, {}, m}))
+    return;
+  grads_[{m.stage, m.microbatch}] = m.gradient;
+  if (auto r = queue_.push_backward(m.stage, m.microbatch); !r)
+    throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
+}
+
+void stage_engine::run_eval(int stage, int k, const tensor_handle& input, step_t step) {
+  bool last = queue_.is_last_stage(stage);
+  tensor_handle y;
+  {
+    scoped_span s(trace_id, span_kind::eval, static_cast<std::int32_t>(step), k);
+    auto t0 = trace_now();
+    y = chunk(stage).evaluate(input, last ? eval_targets_.at(k) : tensor_handle{});
+    compute_ns_ += trace_now() - t0;
+  }
+  if (last) {
+    eval_targets_.erase(k);
+    eval_sum_ += static_cast<double>(y.data<float>()[0]);
+    if (++eval_seen_ == cfg_.eval_batches) {
+      val_losses_.emplace_back(step, eval_sum_ / cfg_.eval_batches);
+      trace_recorder::global().count("val_loss", val_losses_.back().second, static_cast<std::int32_t>(step));
+      eval_sum_ = 0, eval_seen_ = 0;
+    }
+    return;
+  }
+  activation_msg next{step, k, stage + 1, y, {}};
+  if (rank_of(stage + 1) == cfg_.rank)
+    on_activation(next, true);
+  else
+    out_.eval(rank_of(stage + 1), next);
+}
+
+bool stage_engine::run_one() {
+  if (awaiting_norms_ || training_done())
+    return false;
+  auto a = policy_->next(queue_);
+  if (!a)
+    return false;
+  execute(*a);
+  maybe_finish_step();
+  return true;
+}
+
+void stage_engine::execute(const sched::action& a) {
+  if (auto r = queue_.start(a); !r)
+    throw std::runtime_error(fmt::format("{}: policy {} chose {}: {}", cfg_.name, policy_->name(),
+                                         sched::to_string(a), r.error().message));
+  scoped_span s(trace_id, span_of(a.kind), static_cast<std::int32_t>(step_), a.microbatch);
+  auto t0 = trace_now();
+  auto& c = chunk(a.stage);
+  bool last = queue_.is_last_stage(a.stage);
+  tensor_handle out;
+  if (a.kind == sched::op_kind::forward) {
+    auto input = take(inputs_, std::pair{a.stage, a.microbatch}, "input", cfg_.name);
+    if (last) {
+      auto loss = c.forward(a.microbatch, input, take(targets_, a.microbatch, "targets", cfg_.name));
+      double v = loss.data<float>()[0];
+      if (!std::isfinite(v))
+        throw std::runtime_error(fmt::format("{}: the loss is {} at step {} microbatch {} (lr {:.3g}); lower "
+                                             "train.lr or raise train.warmup",
+                                             cfg_.name, v, step_, a.microbatch, cfg_.lr.at(step_)));
+      loss_sum_ += v;
+    } else {
+      out = c.forward(a.microbatch, input);
+    }
+    if (a.stage == 0 && ++forwards_started_ == cfg_.microbatches && step_ + 1 < cfg_.steps)
+      out_.credit(cfg_.microbatches); // prefetch the next step's batches
+  } else if (a.kind == sched::op_kind::weight_grad) {
+    c.backward_weight(a.microbatch);
+  } else {
+    auto g = last ? loss_grad_ : take(grads_, std::pair{a.stage, a.microbatch}, "gradient", cfg_.name);
+    out = a.kind == sched::op_kind::backward ? c.backward(a.microbatch, g) : c.backward_input(a.microbatch, g);
+  }
+  compute_ns_ += trace_now() - t0;
+  if (auto r = queue_.finish(a); !r)
+    throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
+  if (!out.defined())
+    return;
+  if (a.kind == sched::op_kind::forward) {
+    activation_msg m{step_, a.microbatch, a.stage + 1, out, {}};
+    s.get().bytes = out.nbytes();
+    if (rank_of(a.stage + 1) == cfg_.rank)
+      on_activation(m, false);
+    else
+      out_.forward(rank_of(a.stage + 1), m);
+  } else if (a.stage > 0) {
+    gradient_msg m{step_, a.microbatch, a.stage - 1, out, {}};
+    s.get().bytes = out.nbytes();
+    if (rank_of(a.stage - 1) == cfg_.rank)
+      on_gradient(m);
+    else
+      out_.backward(rank_of(a.stage - 1), m);
+  }
+}
+
+void stage_engine::maybe_finish_step() {
+  if (awaiting_norms_ || !queue_.step_complete())
+    return;
+  if (out_.before_update)
+    out_.before_update(step_, chunks_);
+  if (cfg_.grad_clip > 0 && cfg_.ranks > 1) {
+    double sq = 0;
+    for (auto& c : chunks_)
+      sq += c.grad_sq_norm();
+    awaiting_norms_ = true;
+    out_.norm(step_, sq);
+    on_norm(step_, sq);
+    return;
+  }
+  finish_step();
+}
+
+void stage_engine::on_norm(step_t step, double sq_norm) {
+  auto& [heard, sum] = norms_[step];
+  ++heard, sum += sq_norm;
+  if (awaiting_norms_ && step == step_ && heard == cfg_.ranks)
+    finish_step();
+}
+
+void stage_engine::finish_step() {
+  scoped_span s(trace_id, span_kind::optimizer, static_cast<std::int32_t>(step_));
+  auto t0 = trace_now();
+  step_report rep{step_, loss_sum_ / cfg_.microbatches, 0, cfg_.lr.at(step_)};
+  if (cfg_.grad_clip > 0) {
+    double sq = 0;
+    if (cfg_.ranks > 1)
+      sq = norms_[step_].second;
+    else
+      for (auto& c : chunks_)
+        sq += c.grad_sq_norm();
+    rep.grad_norm = std::sqrt(sq);
+    if (auto f = ops::clip_factor(rep.grad_norm, cfg_.grad_clip); f < 1.0f)
+      for (auto& c : chunks_)
+        c.scale_grads(f);
+  }
+  for (auto& c : chunks_) {
+    c.step(rep.lr);
+    c.zero_grads();
+  }
+  compute_ns_ += trace_now() - t0;
+  if (owns_loss()) {
+    reports_.push_back(rep);
+    trace_recorder::global().count("loss", rep.loss, static_cast<std::int32_t>(step_));
+  }
+  norms_.erase(step_);
+  awaiting_norms_ = false;
+  loss_sum_ = 0;
+  forwards_started_ = 0;
+  queue_.reset();
+  ++step_;
+  release_held();
+}
+
+} // namespace troupe

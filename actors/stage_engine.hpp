@@ -1,0 +1,130 @@
+// The compute side of a pipeline-stage actor, free of CAF: the model chunks this
+// rank owns, the queue its policy reads, held messages of future steps, and the
+// step boundary (global-norm clipping and the optimizer step).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ops/gpt.hpp"
+#include "ops/lr_schedule.hpp"
+#include "runtime/messages.hpp"
+#include "schedulers/stage_policy.hpp"
+
+namespace troupe {
+
+/// What one stage actor needs to know about the run.
+struct stage_config {
+  std::string name;
+  int rank = 0;
+  int ranks = 1;
+  int chunks = 1;                    ///< virtual stages (model chunks) on this rank
+  int microbatches = 1;
+  std::int64_t steps = 1;
+  std::int64_t eval_every = 0;       ///< 0: evaluate only after the last step
+  int eval_batches = 8;
+  double grad_clip = 1.0;            ///< global-norm clip; 0 = off
+  ops::gpt_config model;
+  ops::warmup_cosine lr;
+  std::vector<std::pair<int, int>> layers;  ///< [begin, end) per chunk, chunk c = virtual stage rank + c·ranks
+  std::string policy = "1f1b";
+  sched::policy_params policy_params;
+};
+
+/// Where the engine's results go; the actor sends them as messages.
+struct stage_outbox {
+  std::function<void(int rank, const activation_msg&)> forward;   ///< to the rank owning msg.stage
+  std::function<void(int rank, const gradient_msg&)> backward;
+  std::function<void(int rank, const activation_msg&)> eval;      ///< evaluation activations
+  std::function<void(step_t step, double sq_norm)> norm;          ///< to every other rank
+  std::function<void(int count)> credit;                          ///< rank 0: more loader batches
+  /// Called when the step's gradients are complete, before clipping and the
+  /// optimizer (the place for a data-parallel all-reduce); may be empty.
+  std::function<void(step_t step, std::vector<ops::gpt_range>& chunks)> before_update;
+};
+
+/// What finished at a step boundary, for progress output and the summary.
+struct step_report {
+  step_t step = 0;
+  double loss = 0;        ///< mean training loss over the step's microbatches (last stage)
+  double grad_norm = 0;   ///< global norm before clipping (0 when clipping is off)
+  float lr = 0;
+};
+
+/// A stage's state machine. Feed it messages; it runs one action per `run_one()`.
+/// Throws std::runtime_error (with the stage name) on a broken protocol or a NaN loss.
+class stage_engine {
+public:
+  stage_engine(stage_config cfg, stage_outbox out);
+
+  const stage_config& config() const noexcept { return cfg_; }
+  bool owns_loss() const noexcept;  ///< holds the last virtual stage
+  step_t step() const noexcept { return step_; }
+  bool training_done() const noexcept { return step_ >= cfg_.steps; }
+  /// Evaluation passes whose loss this stage has computed (last stage only).
+  const std::vector<std::pair<step_t, double>>& val_losses() const noexcept { return val_losses_; }
+  const std::vector<step_report>& reports() const noexcept { return reports_; }
+  /// The model chunks this rank owns (chunk c = virtual stage rank + c·ranks).
+  const std::vector<ops::gpt_range>& chunks() const noexcept { return chunks_; }
+
+  /// The rank's initial credit to the data loader (rank 0).
+  void start();
+  void on_batch(const batch_msg& m, bool eval);
+  void on_activation(const activation_msg& m, bool eval);
+  void on_gradient(const gradient_msg& m);
+  void on_norm(step_t step, double sq_norm);
+
+  /// Runs the policy's next action, if any; true when one ran (call again soon).
+  bool run_one();
+  /// Nanoseconds spent in model compute (forward, backward, optimizer) so far.
+  std::int64_t compute_ns() const noexcept { return compute_ns_; }
+  std::uint16_t trace_id = 0;
+
+private:
+  struct held {
+    enum kind_t { batch, activation, gradient } kind;
+    bool eval;
+    batch_msg b;
+    activation_msg a;
+    gradient_msg g;
+  };
+  bool hold_if_future(step_t msg_step, bool eval, held h);
+  void release_held();
+  void push_input(int stage, int mb);
+  void execute(const sched::action& a);
+  void run_eval(int stage, int batch, const tensor_handle& input, step_t step);
+  void maybe_finish_step();
+  void finish_step();
+  int rank_of(int stage) const noexcept { return stage % cfg_.ranks; }
+  ops::gpt_range& chunk(int stage) { return chunks_[static_cast<std::size_t>(stage / cfg_.ranks)]; }
+
+  stage_config cfg_;
+  stage_outbox out_;
+  std::vector<ops::gpt_range> chunks_;
+  sched::policy_ptr policy_;
+  sched::stage_queue queue_;
+  step_t step_ = 0;
+  std::map<std::pair<int, int>, tensor_handle> inputs_;   ///< (stage, mb) -> input
+  std::map<int, tensor_handle> targets_;                  ///< mb -> targets (loss stage)
+  std::map<std::pair<int, int>, tensor_handle> grads_;    ///< (stage, mb) -> output gradient
+  std::map<int, tensor_handle> eval_targets_;             ///< eval batch -> targets
+  std::map<int, tensor_handle> eval_inputs_;              ///< eval batch -> activation (arrived first)
+  std::vector<held> held_;
+  std::map<step_t, std::pair<int, double>> norms_;        ///< step -> (ranks heard, Σ sq norms)
+  bool awaiting_norms_ = false;
+  double loss_sum_ = 0;
+  int forwards_started_ = 0;
+  tensor_handle loss_grad_;                               ///< [1] holding 1/microbatches
+  double eval_sum_ = 0;
+  int eval_seen_ = 0;
+  std::vector<std::pair<step_t, double>> val_losses_;
+  std::vector<step_report> reports_;
+  std::int64_t compute_ns_ = 0;
+};
+
+} // namespace troupe
