@@ -22,9 +22,12 @@ tensor_handle core_attention_forward(const tensor_handle& qkv, int heads, core_a
   auto out = tensor_handle::empty({s.batch, s.seq, s.heads * s.head_dim}, dtype::f32, qkv.device());
   saved.probs = tensor_handle::empty({s.batch, s.heads, s.seq, s.seq}, dtype::f32, qkv.device());
   switch (qkv.device().kind) {
-    case device::kind_t::cpu:
-      kernels::cpu::attention_forward(qkv.data<float>(), out.data<float>(), saved.probs.data<float>(), s);
+    case device::kind_t::cpu: {
+      auto scratch = tensor_handle::empty({kernels::cpu::attention_forward_scratch(s)});
+      kernels::cpu::attention_forward(qkv.data<float>(), out.data<float>(), saved.probs.data<float>(),
+                                      scratch.data<float>(), s);
       return out;
+    }
     case device::kind_t::cuda: break; // kernels/cuda launchers go here
   }
   unsupported_device(op, qkv.device());
@@ -39,12 +42,13 @@ tensor_handle core_attention_backward(const tensor_handle& dout, const tensor_ha
   require(saved.probs.defined() && saved.probs.numel() == s.batch * s.heads * s.seq * s.seq, op,
           "saved probabilities do not match qkv");
   auto dqkv = tensor_handle::empty(qkv.shape(), dtype::f32, qkv.device());
-  auto scratch = tensor_handle::empty({s.seq, s.seq}, dtype::f32, qkv.device());
   switch (qkv.device().kind) {
-    case device::kind_t::cpu:
+    case device::kind_t::cpu: {
+      auto scratch = tensor_handle::empty({kernels::cpu::attention_backward_scratch(s)});
       kernels::cpu::attention_backward(dout.data<float>(), qkv.data<float>(), saved.probs.data<float>(),
                                        dqkv.data<float>(), scratch.data<float>(), s);
       return dqkv;
+    }
     case device::kind_t::cuda: break;
   }
   unsupported_device(op, qkv.device());

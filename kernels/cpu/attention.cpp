@@ -1,17 +1,19 @@
-// Core attention: per (batch, head) two matrix products around a masked softmax.
-// Products use row blocks so the causal upper triangle is mostly skipped.
+// Core attention: per (batch, head), row blocks of queries see only the keys up to
+// the block's end (the causal mask), so the products skip the upper triangle.
+// Products run through small_gemm, whose tiles stay in registers.
 #include "kernels/cpu/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/reduce.hpp"
+#include "kernels/cpu/small_gemm.hpp"
 
 namespace troupe::kernels::cpu {
 
 namespace {
-constexpr long row_block = 32;
+constexpr long row_block = 8;
 
 /// Masked softmax of row i (length seq, only [0, i] valid) in place.
 inline void causal_softmax_row(float* p, long i, long seq) {
@@ -26,9 +28,13 @@ inline void causal_softmax_row(float* p, long i, long seq) {
 }
 } // namespace
 
-void attention_forward(const float* qkv, float* out, float* probs, attention_shape s) {
+long attention_forward_scratch(attention_shape s) { return s.head_dim * s.seq; }
+long attention_backward_scratch(attention_shape s) { return s.seq * s.seq + s.head_dim * s.seq; }
+
+void attention_forward(const float* qkv, float* out, float* probs, float* scratch, attention_shape s) {
   const long c = s.heads * s.head_dim, ld = 3 * c, T = s.seq, hd = s.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float* kt = scratch; // [hd, T]
   for (long b = 0; b < s.batch; ++b)
     for (long h = 0; h < s.heads; ++h) {
       const float* q = qkv + b * T * ld + h * hd;
@@ -36,23 +42,23 @@ void attention_forward(const float* qkv, float* out, float* probs, attention_sha
       const float* v = q + 2 * c;
       float* p = probs + (b * s.heads + h) * T * T;
       float* o = out + b * T * c + h * hd;
+      transpose(k, T, hd, ld, kt, T);
       for (long i0 = 0; i0 < T; i0 += row_block) {
         long i1 = std::min(T, i0 + row_block);
-        // Scores for rows [i0, i1) need keys [0, i1) only.
-        sgemm(false, true, int(i1 - i0), int(i1), int(hd), scale, q + i0 * ld, int(ld), k, int(ld), 0.0f,
-              p + i0 * T, int(T));
+        small_gemm(i1 - i0, i1, hd, scale, q + i0 * ld, ld, 1, kt, T, p + i0 * T, T, false);
         for (long i = i0; i < i1; ++i)
           causal_softmax_row(p + i * T, i, T);
-        sgemm(false, false, int(i1 - i0), int(hd), int(i1), 1.0f, p + i0 * T, int(T), v, int(ld), 0.0f,
-              o + i0 * c, int(c));
+        small_gemm(i1 - i0, hd, i1, 1.0f, p + i0 * T, T, 1, v, ld, o + i0 * c, c, false);
       }
     }
 }
 
-void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv,
-                        float* scratch, attention_shape s) {
+void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* scratch,
+                        attention_shape s) {
   const long c = s.heads * s.head_dim, ld = 3 * c, T = s.seq, hd = s.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float* ds = scratch;          // [T, T]
+  float* vt = scratch + T * T; // [hd, T]
   for (long b = 0; b < s.batch; ++b)
     for (long h = 0; h < s.heads; ++h) {
       const float* q = qkv + b * T * ld + h * hd;
@@ -63,12 +69,11 @@ void attention_backward(const float* dout, const float* qkv, const float* probs,
       float* dq = dqkv + b * T * ld + h * hd;
       float* dk = dq + c;
       float* dv = dq + 2 * c;
-      float* ds = scratch;
+      transpose(v, T, hd, ld, vt, T);
       for (long i0 = 0; i0 < T; i0 += row_block) {
         long i1 = std::min(T, i0 + row_block);
-        // dP = dO Vᵀ for rows [i0, i1), keys [0, i1).
-        sgemm(false, true, int(i1 - i0), int(i1), int(hd), 1.0f, dout_bh + i0 * c, int(c), v, int(ld), 0.0f,
-              ds + i0 * T, int(T));
+        // dP = dO Vᵀ for rows [i0, i1) and keys [0, i1), then dS = P ∘ (dP - rowsum(P ∘ dP)) · scale.
+        small_gemm(i1 - i0, i1, hd, 1.0f, dout_bh + i0 * c, c, 1, vt, T, ds + i0 * T, T, false);
         for (long i = i0; i < i1; ++i) {
           const float* pr = p + i * T;
           float* dr = ds + i * T;
@@ -79,18 +84,13 @@ void attention_backward(const float* dout, const float* qkv, const float* probs,
           for (long j = n; j < i1; ++j)
             dr[j] = 0.0f;
         }
-        // dQ rows [i0, i1) = dS[i0:i1, 0:i1] K[0:i1].
-        sgemm(false, false, int(i1 - i0), int(hd), int(i1), 1.0f, ds + i0 * T, int(T), k, int(ld), 0.0f,
-              dq + i0 * ld, int(ld));
+        small_gemm(i1 - i0, hd, i1, 1.0f, ds + i0 * T, T, 1, k, ld, dq + i0 * ld, ld, false);
       }
-      // dK = dSᵀ Q and dV = Pᵀ dO; key row j gets contributions from query rows i >= j.
+      // dK = dSᵀ Q and dV = Pᵀ dO: key row j collects query rows i >= j.
       for (long j0 = 0; j0 < T; j0 += row_block) {
         long j1 = std::min(T, j0 + row_block);
-        int rows = int(T - j0);
-        sgemm(true, false, int(j1 - j0), int(hd), rows, 1.0f, ds + j0 * T + j0, int(T), q + j0 * ld, int(ld),
-              0.0f, dk + j0 * ld, int(ld));
-        sgemm(true, false, int(j1 - j0), int(hd), rows, 1.0f, p + j0 * T + j0, int(T), dout_bh + j0 * c, int(c),
-              0.0f, dv + j0 * ld, int(ld));
+        small_gemm(j1 - j0, hd, T - j0, 1.0f, ds + j0 * T + j0, 1, T, q + j0 * ld, ld, dk + j0 * ld, ld, false);
+        small_gemm(j1 - j0, hd, T - j0, 1.0f, p + j0 * T + j0, 1, T, dout_bh + j0 * c, c, dv + j0 * ld, ld, false);
       }
     }
 }

@@ -10,12 +10,17 @@ struct attention_shape {
   long batch, seq, heads, head_dim;
 };
 
-/// Forward: writes out and probs (kept for backward).
-void attention_forward(const float* qkv, float* out, float* probs, attention_shape s);
+/// Floats of scratch the forward needs (a transposed key block).
+long attention_forward_scratch(attention_shape s);
+/// Floats of scratch the backward needs (score gradients and a transposed value block).
+long attention_backward_scratch(attention_shape s);
 
-/// Backward: overwrites dqkv from dout, qkv and probs; `scratch` holds seq·seq floats.
-void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv,
-                        float* scratch, attention_shape s);
+/// Forward: writes out and probs (kept for backward).
+void attention_forward(const float* qkv, float* out, float* probs, float* scratch, attention_shape s);
+
+/// Backward: overwrites dqkv from dout, qkv and probs.
+void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* scratch,
+                        attention_shape s);
 
 /// Triple-loop forward in double precision, the reference the kernel is checked against.
 void attention_forward_reference(const float* qkv, float* out, float* probs, attention_shape s);

@@ -1,0 +1,104 @@
+// Small-matrix products: tiles of R rows × NV vectors of 16 floats held in
+// registers, one broadcast of A and NV loads of B per step of k.
+#include "kernels/cpu/small_gemm.hpp"
+
+#include "kernels/cpu/simd.hpp"
+
+namespace troupe::kernels::cpu {
+
+namespace {
+
+#if TROUPE_AVX512
+template <int R, int NV>
+void tile(long n_left, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb, float* c,
+          long ldc, bool accumulate) {
+  __mmask16 mask[NV];
+  for (int v = 0; v < NV; ++v)
+    mask[v] = simd::tail_mask(n_left - 16L * v);
+  __m512 acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v)
+      acc[r][v] = _mm512_setzero_ps();
+  for (long p = 0; p < k; ++p) {
+    __m512 bv[NV];
+    for (int v = 0; v < NV; ++v)
+      bv[v] = _mm512_maskz_loadu_ps(mask[v], b + p * ldb + 16 * v);
+    for (int r = 0; r < R; ++r) {
+      __m512 av = _mm512_set1_ps(a[r * a_rs + p * a_cs]);
+      for (int v = 0; v < NV; ++v)
+        acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+  __m512 al = _mm512_set1_ps(alpha);
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) {
+      float* dst = c + r * ldc + 16 * v;
+      __m512 x = _mm512_mul_ps(acc[r][v], al);
+      if (accumulate)
+        x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], dst));
+      _mm512_mask_storeu_ps(dst, mask[v], x);
+    }
+}
+
+/// All rows of one column panel of up to 16·NV columns, in groups of R then a remainder.
+template <int NV>
+void panel(long m, long n_left, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb,
+           float* c, long ldc, bool accumulate) {
+  constexpr int R = NV >= 3 ? 4 : 8;
+  long r = 0;
+  for (; r + R <= m; r += R)
+    tile<R, NV>(n_left, k, alpha, a + r * a_rs, a_rs, a_cs, b, ldb, c + r * ldc, ldc, accumulate);
+  const float* ar = a + r * a_rs;
+  float* cr = c + r * ldc;
+  switch (m - r) {
+    case 0: break;
+    case 1: tile<1, NV>(n_left, k, alpha, ar, a_rs, a_cs, b, ldb, cr, ldc, accumulate); break;
+    case 2: tile<2, NV>(n_left, k, alpha, ar, a_rs, a_cs, b, ldb, cr, ldc, accumulate); break;
+    case 3: tile<3, NV>(n_left, k, alpha, ar, a_rs, a_cs, b, ldb, cr, ldc, accumulate); break;
+    case 4: tile<4, NV>(n_left, k, alpha, ar, a_rs, a_cs, b, ldb, cr, ldc, accumulate); break;
+    case 5: tile<5, NV>(n_left, k, alpha, ar, a_rs, a_cs, b, ldb, cr, ldc, accumulate); break;
+    case 6: tile<6, NV>(n_left, k, alpha, ar, a_rs, a_cs, b, ldb, cr, ldc, accumulate); break;
+    default: tile<7, NV>(n_left, k, alpha, ar, a_rs, a_cs, b, ldb, cr, ldc, accumulate); break;
+  }
+}
+#endif
+
+} // namespace
+
+void small_gemm(long m, long n, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb,
+                float* c, long ldc, bool accumulate) {
+#if TROUPE_AVX512
+  for (long j = 0; j < n; j += 64) {
+    long left = n - j;
+    const float* bj = b + j;
+    float* cj = c + j;
+    if (left > 48)
+      panel<4>(m, left, k, alpha, a, a_rs, a_cs, bj, ldb, cj, ldc, accumulate);
+    else if (left > 32)
+      panel<3>(m, left, k, alpha, a, a_rs, a_cs, bj, ldb, cj, ldc, accumulate);
+    else if (left > 16)
+      panel<2>(m, left, k, alpha, a, a_rs, a_cs, bj, ldb, cj, ldc, accumulate);
+    else
+      panel<1>(m, left, k, alpha, a, a_rs, a_cs, bj, ldb, cj, ldc, accumulate);
+  }
+#else
+  for (long r = 0; r < m; ++r)
+    for (long j = 0; j < n; ++j) {
+      float acc = 0;
+      for (long p = 0; p < k; ++p)
+        acc += a[r * a_rs + p * a_cs] * b[p * ldb + j];
+      c[r * ldc + j] = alpha * acc + (accumulate ? c[r * ldc + j] : 0.0f);
+    }
+#endif
+}
+
+void transpose(const float* src, long rows, long cols, long ld_src, float* dst, long ld_dst) {
+  constexpr long blk = 16;
+  for (long r0 = 0; r0 < rows; r0 += blk)
+    for (long c0 = 0; c0 < cols; c0 += blk)
+      for (long r = r0; r < rows && r < r0 + blk; ++r)
+        for (long c = c0; c < cols && c < c0 + blk; ++c)
+          dst[c * ld_dst + r] = src[r * ld_src + c];
+}
+
+} // namespace troupe::kernels::cpu

@@ -1,0 +1,16 @@
+// Register-blocked products for the small matrices of core attention, where
+// BLAS call overhead dominates: C = alpha · A · B (+ C), B row-major.
+#pragma once
+
+namespace troupe::kernels::cpu {
+
+/// C[m×n] = alpha · A[m×k] · B[k×n] (plus the old C when `accumulate`).
+/// A(r, p) is a[r·a_rs + p·a_cs], so a transposed A is just swapped strides;
+/// B's rows are contiguous with stride ldb; C's rows have stride ldc.
+void small_gemm(long m, long n, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb,
+                float* c, long ldc, bool accumulate);
+
+/// dst[c][r] = src[r][c] for an r×c block with row strides ld_src and ld_dst.
+void transpose(const float* src, long rows, long cols, long ld_src, float* dst, long ld_dst);
+
+} // namespace troupe::kernels::cpu
