@@ -28,39 +28,46 @@ __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u3
 
 __device__ __forceinline__ u32 ld32(const bf16* p) { return *reinterpret_cast<const u32*>(p); }
 
+/// Four 8x8 b16 matrices from shared memory; lane L gives row L % 8 of matrix L / 8.
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], const bf16* p) {
+  auto a = static_cast<u32>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+/// As ldsm_x4, each matrix transposed.
+__device__ __forceinline__ void ldsm_x4_t(u32 (&r)[4], const bf16* p) {
+  auto a = static_cast<u32>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
 __device__ __forceinline__ u32 pack(float lo, float hi) {
   __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<u32*>(&h);
 }
 
-/// Copies rows [r0, r0+tile) of a [n, D] matrix into shared [tile][D+pad], zeros past n.
+/// Starts asynchronous copies (cp.async) of rows [r0, r0+tile) of a [n, D]
+/// matrix into shared [tile][D+pad]; rows past n are filled with zeros.
 template <int D>
 __device__ __forceinline__ void load_rows(bf16* dst, const bf16* src, int r0, int n) {
   constexpr int chunks = D / 8;
   for (int i = threadIdx.x; i < tile * chunks; i += blockDim.x) {
     int r = i / chunks, c = (i % chunks) * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r0 + r < n)
-      v = *reinterpret_cast<const uint4*>(src + (long long)(r0 + r) * D + c);
-    *reinterpret_cast<uint4*>(dst + r * (D + pad) + c) = v;
+    bool in = r0 + r < n;
+    const bf16* from = src + (long long)(in ? r0 + r : 0) * D + c;
+    auto to = static_cast<u32>(__cvta_generic_to_shared(dst + r * (D + pad) + c));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from), "r"(in ? 16 : 0));
   }
 }
 
-/// Copies rows [r0, r0+tile) transposed into shared [D][tile+pad], zeros past n.
-template <int D>
-__device__ __forceinline__ void load_rows_t(bf16* dst, const bf16* src, int r0, int n) {
-  constexpr int chunks = D / 8;
-  for (int i = threadIdx.x; i < tile * chunks; i += blockDim.x) {
-    int r = i % tile, c = (i / tile) * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r0 + r < n)
-      v = *reinterpret_cast<const uint4*>(src + (long long)(r0 + r) * D + c);
-    const bf16* e = reinterpret_cast<const bf16*>(&v);
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      dst[(c + j) * (tile + pad) + r] = e[j];
-  }
-}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+/// Waits until at most N committed copy groups are still in flight.
+template <int N>
+__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 /// A-operand fragments of the warp's 16 rows (row0) of a shared [.][D+pad] tile.
 template <int D>
@@ -77,59 +84,86 @@ __device__ __forceinline__ void load_a(u32 (&f)[D / 16][4], const bf16* s, int r
 
 /// acc[j] (16 x 64 scores) = A (16 x D fragments) times B^T, B a shared [64][D+pad] tile.
 template <int D>
-__device__ __forceinline__ void scores(float (&acc)[8][4], const u32 (&a)[D / 16][4], const bf16* b, int g, int t) {
+__device__ __forceinline__ void scores(float (&acc)[8][4], const u32 (&a)[D / 16][4], const bf16* b, int lane) {
+  const int r = lane % 8, mi = lane / 8;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const bf16* p = b + (j * 8 + g) * (D + pad) + kk * 16 + 2 * t;
-      mma(acc[j], a[kk], ld32(p), ld32(p + 8));
+    for (int kk = 0; kk < D / 16; kk += 2) {
+      u32 f[4];
+      ldsm_x4(f, b + (j * 8 + r) * (D + pad) + kk * 16 + mi * 8);
+      mma(acc[j], a[kk], f[0], f[1]);
+      mma(acc[j], a[kk + 1], f[2], f[3]);
     }
   }
 }
 
-/// acc (16 x D) += P (16 x 64, as score fragments) times B, B given transposed as shared [D][64+pad].
+/// acc (16 x D) += P (16 x 64, as score fragments) times B, B a shared [64][D+pad] tile
+/// (read transposed by ldmatrix).
 template <int D>
-__device__ __forceinline__ void accumulate_pv(float (&acc)[D / 8][4], const float (&p)[8][4], const bf16* bt, int g,
-                                              int t) {
+__device__ __forceinline__ void accumulate_pv(float (&acc)[D / 8][4], const float (&p)[8][4], const bf16* b,
+                                              int lane) {
+  const int r = lane % 8, mi = lane / 8;
 #pragma unroll
   for (int kk = 0; kk < tile / 16; ++kk) {
     u32 a[4] = {pack(p[2 * kk][0], p[2 * kk][1]), pack(p[2 * kk][2], p[2 * kk][3]),
                 pack(p[2 * kk + 1][0], p[2 * kk + 1][1]), pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
 #pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      const bf16* q = bt + (dn * 8 + g) * (tile + pad) + kk * 16 + 2 * t;
-      mma(acc[dn], a, ld32(q), ld32(q + 8));
+    for (int dn = 0; dn < D / 8; dn += 2) {
+      u32 f[4];
+      ldsm_x4_t(f, b + (kk * 16 + (mi & 1) * 8 + r) * (D + pad) + (dn + (mi >> 1)) * 8);
+      mma(acc[dn], a, f[0], f[1]);
+      mma(acc[dn + 1], a, f[2], f[3]);
     }
   }
 }
+
+/// Shared [tile][D+pad] buffers: how many each kernel uses.
+template <int D>
+constexpr int tile_elems = tile * (D + pad);
+
+// Each kernel double-buffers the streamed tiles: the copy of tile i+1 runs
+// while tile i is multiplied.
 
 template <int D>
 __global__ void __launch_bounds__(nwarps * 32) fwd_kernel(bf16* o, float* lse, const bf16* q, const bf16* k,
                                                          const bf16* v, int n, float scale) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
-  bf16* ks = qs + tile * (D + pad);
-  bf16* vt = ks + tile * (D + pad);
+  bf16* ks = qs + tile_elems<D>; // [2] tiles
+  bf16* vs = ks + 2 * tile_elems<D>; // [2] tiles
   const long long base = (long long)blockIdx.y * n * D;
-  const int q0 = blockIdx.x * tile, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // Blocks with the longest causal rows start first, so the short ones fill the tail.
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * tile, warp = threadIdx.x / 32, lane = threadIdx.x % 32,
+            g = lane / 4, t = lane % 4;
   const float c = scale * log2e;
+  const int tiles = (min(q0 + tile, n) - 1) / tile + 1;
   load_rows<D>(qs, q + base, q0, n);
+  commit();
+  load_rows<D>(ks, k + base, 0, n);
+  load_rows<D>(vs, v + base, 0, n);
+  commit();
+  wait_copies<1>();
   __syncthreads();
   u32 qf[D / 16][4];
   load_a<D>(qf, qs, warp * 16, g, t);
   float acc[D / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  const int last = min(q0 + tile, n) - 1;
-  for (int k0 = 0; k0 <= last; k0 += tile) {
-    __syncthreads();
-    load_rows<D>(ks, k + base, k0, n);
-    load_rows_t<D>(vt, v + base, k0, n);
+  for (int it = 0; it < tiles; ++it) {
+    const int k0 = it * tile, cur = (it & 1) * tile_elems<D>, nxt = ((it + 1) & 1) * tile_elems<D>;
+    if (it + 1 < tiles) {
+      load_rows<D>(ks + nxt, k + base, k0 + tile, n);
+      load_rows<D>(vs + nxt, v + base, k0 + tile, n);
+      commit();
+      wait_copies<1>();
+    } else {
+      wait_copies<0>();
+    }
     __syncthreads();
     float s[8][4];
-    scores<D>(s, qf, ks, g, t);
+    scores<D>(s, qf, ks + cur, lane);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
@@ -164,7 +198,8 @@ __global__ void __launch_bounds__(nwarps * 32) fwd_kernel(bf16* o, float* lse, c
         acc[dn][2 * h + 1] *= corr;
       }
     }
-    accumulate_pv<D>(acc, s, vt, g, t);
+    accumulate_pv<D>(acc, s, vs + cur, lane);
+    __syncthreads(); // the next copy overwrites this tile
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -188,18 +223,26 @@ __global__ void __launch_bounds__(nwarps * 32) dq_kernel(bf16* dq, const bf16* d
                                                         const bf16* v, const float* lse, const float* delta, int n,
                                                         float scale) {
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* ks = reinterpret_cast<bf16*>(smem);   // [64][D+pad]; Q staging at first
-  bf16* vs = ks + tile * (D + pad);            // [64][D+pad]; dO staging at first
-  bf16* kt = vs + tile * (D + pad);            // [D][64+pad]
+  bf16* qs = reinterpret_cast<bf16*>(smem);
+  bf16* dos = qs + tile_elems<D>;
+  bf16* ks = dos + tile_elems<D>;    // [2] tiles
+  bf16* vs = ks + 2 * tile_elems<D>; // [2] tiles
   const long long base = (long long)blockIdx.y * n * D, row_base = (long long)blockIdx.y * n;
-  const int q0 = blockIdx.x * tile, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * tile, warp = threadIdx.x / 32, lane = threadIdx.x % 32,
+            g = lane / 4, t = lane % 4;
   const float c = scale * log2e;
-  load_rows<D>(ks, q + base, q0, n);
-  load_rows<D>(vs, dout + base, q0, n);
+  const int tiles = (min(q0 + tile, n) - 1) / tile + 1;
+  load_rows<D>(qs, q + base, q0, n);
+  load_rows<D>(dos, dout + base, q0, n);
+  commit();
+  load_rows<D>(ks, k + base, 0, n);
+  load_rows<D>(vs, v + base, 0, n);
+  commit();
+  wait_copies<1>();
   __syncthreads();
   u32 qf[D / 16][4], df[D / 16][4];
-  load_a<D>(qf, ks, warp * 16, g, t);
-  load_a<D>(df, vs, warp * 16, g, t);
+  load_a<D>(qf, qs, warp * 16, g, t);
+  load_a<D>(df, dos, warp * 16, g, t);
   const int rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   float lse2[2], dl[2];
 #pragma unroll
@@ -209,16 +252,20 @@ __global__ void __launch_bounds__(nwarps * 32) dq_kernel(bf16* dq, const bf16* d
     dl[h] = delta[row_base + r];
   }
   float acc[D / 8][4] = {};
-  const int last = min(q0 + tile, n) - 1;
-  for (int k0 = 0; k0 <= last; k0 += tile) {
-    __syncthreads();
-    load_rows<D>(ks, k + base, k0, n);
-    load_rows<D>(vs, v + base, k0, n);
-    load_rows_t<D>(kt, k + base, k0, n);
+  for (int it = 0; it < tiles; ++it) {
+    const int k0 = it * tile, cur = (it & 1) * tile_elems<D>, nxt = ((it + 1) & 1) * tile_elems<D>;
+    if (it + 1 < tiles) {
+      load_rows<D>(ks + nxt, k + base, k0 + tile, n);
+      load_rows<D>(vs + nxt, v + base, k0 + tile, n);
+      commit();
+      wait_copies<1>();
+    } else {
+      wait_copies<0>();
+    }
     __syncthreads();
     float s[8][4], dp[8][4];
-    scores<D>(s, qf, ks, g, t);
-    scores<D>(dp, df, vs, g, t);
+    scores<D>(s, qf, ks + cur, lane);
+    scores<D>(dp, df, vs + cur, lane);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -227,7 +274,8 @@ __global__ void __launch_bounds__(nwarps * 32) dq_kernel(bf16* dq, const bf16* d
         float p = col <= rows[h] && col < n && rows[h] < n ? exp2f(s[j][e] * c - lse2[h]) : 0.0f;
         s[j][e] = p * (dp[j][e] - dl[h]);
       }
-    accumulate_pv<D>(acc, s, kt, g, t);
+    accumulate_pv<D>(acc, s, ks + cur, lane);
+    __syncthreads();
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -245,49 +293,64 @@ __global__ void __launch_bounds__(nwarps * 32) dkv_kernel(bf16* dk, bf16* dv, co
                                                          const bf16* k, const bf16* v, const float* lse,
                                                          const float* delta, int n, float scale) {
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* qs = reinterpret_cast<bf16*>(smem);   // [64][D+pad]; K staging at first
-  bf16* ds = qs + tile * (D + pad);            // [64][D+pad] dO; V staging at first
-  bf16* qt = ds + tile * (D + pad);            // [D][64+pad]
-  bf16* dt = qt + D * (tile + pad);            // [D][64+pad]
-  float* lse2_s = reinterpret_cast<float*>(dt + D * (tile + pad));
-  float* dl_s = lse2_s + tile;
+  bf16* kss = reinterpret_cast<bf16*>(smem);
+  bf16* vss = kss + tile_elems<D>;
+  bf16* qs = vss + tile_elems<D>;    // [2] tiles
+  bf16* ds = qs + 2 * tile_elems<D>; // [2] tiles of dO
+  float* lse2_s = reinterpret_cast<float*>(ds + 2 * tile_elems<D>); // [2][tile]
+  float* dl_s = lse2_s + 2 * tile;                                  // [2][tile]
   const long long base = (long long)blockIdx.y * n * D, row_base = (long long)blockIdx.y * n;
   const int k0 = blockIdx.x * tile, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const float c = scale * log2e;
-  load_rows<D>(qs, k + base, k0, n);
-  load_rows<D>(ds, v + base, k0, n);
-  __syncthreads();
-  u32 kf[D / 16][4], vf[D / 16][4];
-  load_a<D>(kf, qs, warp * 16, g, t);
-  load_a<D>(vf, ds, warp * 16, g, t);
-  const int keys[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
-  float dka[D / 8][4] = {}, dva[D / 8][4] = {};
-  for (int i0 = k0; i0 < n; i0 += tile) {
-    __syncthreads();
-    load_rows<D>(qs, q + base, i0, n);
-    load_rows<D>(ds, dout + base, i0, n);
-    load_rows_t<D>(qt, q + base, i0, n);
-    load_rows_t<D>(dt, dout + base, i0, n);
+  const int tiles = (n - k0 + tile - 1) / tile; // query tiles from the diagonal on
+  auto stage_rows = [&](int i0, int buf) {
     for (int i = threadIdx.x; i < tile; i += blockDim.x) {
       bool in = i0 + i < n;
-      lse2_s[i] = in ? lse[row_base + i0 + i] * log2e : 0.0f;
-      dl_s[i] = in ? delta[row_base + i0 + i] : 0.0f;
+      lse2_s[buf * tile + i] = in ? lse[row_base + i0 + i] * log2e : 0.0f;
+      dl_s[buf * tile + i] = in ? delta[row_base + i0 + i] : 0.0f;
+    }
+  };
+  load_rows<D>(kss, k + base, k0, n);
+  load_rows<D>(vss, v + base, k0, n);
+  commit();
+  load_rows<D>(qs, q + base, k0, n);
+  load_rows<D>(ds, dout + base, k0, n);
+  commit();
+  stage_rows(k0, 0);
+  wait_copies<1>();
+  __syncthreads();
+  u32 kf[D / 16][4], vf[D / 16][4];
+  load_a<D>(kf, kss, warp * 16, g, t);
+  load_a<D>(vf, vss, warp * 16, g, t);
+  const int keys[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+  float dka[D / 8][4] = {}, dva[D / 8][4] = {};
+  for (int it = 0; it < tiles; ++it) {
+    const int i0 = k0 + it * tile, b = it & 1, cur = b * tile_elems<D>, nxt = (b ^ 1) * tile_elems<D>;
+    if (it + 1 < tiles) {
+      load_rows<D>(qs + nxt, q + base, i0 + tile, n);
+      load_rows<D>(ds + nxt, dout + base, i0 + tile, n);
+      commit();
+      stage_rows(i0 + tile, b ^ 1);
+      wait_copies<1>();
+    } else {
+      wait_copies<0>();
     }
     __syncthreads();
     float s[8][4], dp[8][4];
-    scores<D>(s, kf, qs, g, t);   // S^T: keys x queries
-    scores<D>(dp, vf, ds, g, t);  // dP^T
+    scores<D>(s, kf, qs + cur, lane);  // S^T: keys x queries
+    scores<D>(dp, vf, ds + cur, lane); // dP^T
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int h = e / 2, ci = j * 8 + 2 * t + (e & 1), col = i0 + ci;
-        float p = keys[h] <= col && col < n && keys[h] < n ? exp2f(s[j][e] * c - lse2_s[ci]) : 0.0f;
+        float p = keys[h] <= col && col < n && keys[h] < n ? exp2f(s[j][e] * c - lse2_s[b * tile + ci]) : 0.0f;
         s[j][e] = p;
-        dp[j][e] = p * (dp[j][e] - dl_s[ci]);
+        dp[j][e] = p * (dp[j][e] - dl_s[b * tile + ci]);
       }
-    accumulate_pv<D>(dva, s, dt, g, t);
-    accumulate_pv<D>(dka, dp, qt, g, t);
+    accumulate_pv<D>(dva, s, ds + cur, lane);
+    accumulate_pv<D>(dka, dp, qs + cur, lane);
+    __syncthreads();
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -303,9 +366,11 @@ __global__ void __launch_bounds__(nwarps * 32) dkv_kernel(bf16* dk, bf16* dv, co
 }
 
 template <int D>
-constexpr std::size_t fwd_smem = (2 * tile * (D + pad) + D * (tile + pad)) * sizeof(bf16);
+constexpr std::size_t fwd_smem = 5 * tile_elems<D> * sizeof(bf16);
 template <int D>
-constexpr std::size_t dkv_smem = (2 * tile * (D + pad) + 2 * D * (tile + pad)) * sizeof(bf16) + 2 * tile * sizeof(float);
+constexpr std::size_t dq_smem = 6 * tile_elems<D> * sizeof(bf16);
+template <int D>
+constexpr std::size_t dkv_smem = 6 * tile_elems<D> * sizeof(bf16) + 4 * tile * sizeof(float);
 
 template <typename K>
 status allow_smem(K kernel, std::size_t bytes) {
@@ -326,8 +391,8 @@ template <int D>
 status backward_d(bf16* dq, bf16* dk, bf16* dv, const float* delta, const bf16* dout, const bf16* q, const bf16* k,
                   const bf16* v, const float* lse, int bh, int n, float scale, cudaStream_t s) {
   dim3 grid((n + tile - 1) / tile, bh);
-  TROUPE_GPU_TRY(allow_smem(dq_kernel<D>, fwd_smem<D>));
-  dq_kernel<D><<<grid, nwarps * 32, fwd_smem<D>, s>>>(dq, dout, q, k, v, lse, delta, n, scale);
+  TROUPE_GPU_TRY(allow_smem(dq_kernel<D>, dq_smem<D>));
+  dq_kernel<D><<<grid, nwarps * 32, dq_smem<D>, s>>>(dq, dout, q, k, v, lse, delta, n, scale);
   TROUPE_CUDA_CHECK_LAUNCH();
   TROUPE_GPU_TRY(allow_smem(dkv_kernel<D>, dkv_smem<D>));
   dkv_kernel<D><<<grid, nwarps * 32, dkv_smem<D>, s>>>(dk, dv, dout, q, k, v, lse, delta, n, scale);

@@ -108,19 +108,21 @@ int main() {
     row("gemm f32 (no TF32) 4096^3", ms, 2.0 * n * n * n, 0);
     cudaFree(a), cudaFree(b), cudaFree(out);
   }
-  {
-    attention_shape s{.batch = 8, .heads = 12, .seq_len = 1024, .head_dim = 64};
+  for (attention_shape s : {attention_shape{.batch = 8, .heads = 12, .seq_len = 1024, .head_dim = 64},
+                            attention_shape{.batch = 4, .heads = 16, .seq_len = 2048, .head_dim = 128}}) {
     std::size_t total = (std::size_t)s.batch * s.heads * s.seq_len * s.head_dim;
     std::size_t rows = (std::size_t)s.batch * s.heads * s.seq_len;
     auto *q = alloc<bf16>(total, 0.1f), *k = alloc<bf16>(total, 0.2f), *v = alloc<bf16>(total, 0.3f);
     auto *o = alloc<bf16>(total), *dq = alloc<bf16>(total), *dk = alloc<bf16>(total), *dv = alloc<bf16>(total);
     auto *lse = alloc<float>(rows), *delta = alloc<float>(rows);
+    std::string shape = " B" + std::to_string(s.batch) + " H" + std::to_string(s.heads) + " T" +
+                        std::to_string(s.seq_len) + " D" + std::to_string(s.head_dim);
     // Causal: half of the 4 * T^2 * D multiply-adds per head; backward counted as 2.5x forward.
     double fwd_flops = 4.0 * s.batch * s.heads * (double)s.seq_len * s.seq_len * s.head_dim / 2;
     double ms = time_ms([&] { die(attention_forward(o, lse, q, k, v, s, nullptr)); });
-    row("attention fwd bf16 B8 H12 T1024 D64 causal", ms, fwd_flops, 0);
+    row("attention fwd bf16" + shape, ms, fwd_flops, 0);
     ms = time_ms([&] { die(attention_backward(dq, dk, dv, delta, o, q, k, v, o, lse, s, nullptr)); });
-    row("attention bwd bf16 B8 H12 T1024 D64 causal", ms, 2.5 * fwd_flops, 0);
+    row("attention bwd bf16" + shape, ms, 2.5 * fwd_flops, 0);
     for (void* p : {(void*)q, (void*)k, (void*)v, (void*)o, (void*)dq, (void*)dk, (void*)dv, (void*)lse, (void*)delta})
       cudaFree(p);
   }

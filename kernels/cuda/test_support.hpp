@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -141,8 +142,9 @@ template <typename T>
 void check_close(const std::string& what, const std::vector<float>& got, const std::vector<double>& ref,
                  double tol = tolerance<T>(), double scale = 0.0) {
   double err = rel_error(got, ref, scale);
-  std::string line = what + " (" + type_name<T>() + "): relative error " + std::to_string(err) + ", bound " +
-                     std::to_string(tol);
+  char nums[64];
+  std::snprintf(nums, sizeof nums, "%.2e, bound %.0e", err, tol);
+  std::string line = what + " (" + type_name<T>() + "): relative error " + nums;
   INFO(line);
   CHECK(err <= tol);
   MESSAGE(line);

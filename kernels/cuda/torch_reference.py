@@ -28,16 +28,16 @@ def main():
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
         ms = time_ms(lambda: x @ w.t())
         print(f"| {name} | {ms:.3f} | {2 * m * n * k / ms / 1e9:.1f} |")
-    b, h, t, d = 8, 12, 1024, 64
-    q, k, v = (torch.randn(b, h, t, d, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-    fwd_flops = 4 * b * h * t * t * d / 2
-    ms = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    print(f"| sdpa fwd bf16 B8 H12 T1024 D64 causal | {ms:.3f} | {fwd_flops / ms / 1e9:.1f} |")
-    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    g = torch.randn_like(o)
-    ms = time_ms(lambda: torch.autograd.grad(o, (q, k, v), g, retain_graph=True))
-    print(f"| sdpa bwd bf16 B8 H12 T1024 D64 causal | {ms:.3f} | {2.5 * fwd_flops / ms / 1e9:.1f} |")
-
+    for b, h, t, d in [(8, 12, 1024, 64), (4, 16, 2048, 128)]:
+        q, k, v = (torch.randn(b, h, t, d, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        fwd_flops = 4 * b * h * t * t * d / 2
+        shape = f"B{b} H{h} T{t} D{d}"
+        ms = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+        print(f"| sdpa fwd bf16 {shape} causal | {ms:.3f} | {fwd_flops / ms / 1e9:.1f} |")
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        g = torch.randn_like(o)
+        ms = time_ms(lambda: torch.autograd.grad(o, (q, k, v), g, retain_graph=True))
+        print(f"| sdpa bwd bf16 {shape} causal | {ms:.3f} | {2.5 * fwd_flops / ms / 1e9:.1f} |")
 
 if __name__ == "__main__":
     main()
