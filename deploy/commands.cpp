@@ -19,6 +19,7 @@ int print_version(std::span<char*>) {
 // Subcommands, one line each. Keep this table the only list.
 constexpr auto table = std::to_array<command>({
   {"version", "print the version", print_version},
+  {"schedule", "simulate a pipeline schedule: per-rank orders, bubble fraction, stragglers", [](std::span<char*> a) { int schedule_command(std::span<char*>); return schedule_command(a); }},
 });
 
 void print_help(std::FILE* out) {

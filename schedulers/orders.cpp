@@ -77,6 +77,7 @@ expected<std::vector<action>> interleaved_order(int rank, int p, int m, int v) {
 
 std::vector<action> zb_h1_order(int rank, int ranks, int m) {
   int warm = std::min(ranks - rank, m);
+  int defer = rank;  // W_k runs after I_{k+rank}: later ranks defer more, so I passes go up sooner
   std::vector<action> out;
   for (int k = 0; k < warm; ++k)
     out.push_back(fwd(rank, k));
@@ -84,8 +85,11 @@ std::vector<action> zb_h1_order(int rank, int ranks, int m) {
     out.push_back(igrad(rank, k));
     if (k + warm < m)
       out.push_back(fwd(rank, k + warm));
-    out.push_back(wgrad(rank, k));
+    if (k - defer >= 0)
+      out.push_back(wgrad(rank, k - defer));
   }
+  for (int k = std::max(m - defer, 0); k < m; ++k)
+    out.push_back(wgrad(rank, k));
   return out;
 }
 

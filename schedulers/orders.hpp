@@ -28,8 +28,12 @@ int interleaved_in_flight_limit(int rank, int ranks, int microbatches, int chunk
 
 /// ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", section 3.1): 1F1B's
 /// order with each backward split into I (input gradient, sent upstream at once)
-/// and W (weight gradient), W_k deferred behind the next forward: w warm-up forwards,
-/// then I_k, F_{k+w}, W_k. Peak activations equal 1F1B's (p - rank).
+/// and W (weight gradient), and W deferred: w = min(p - rank, m) warm-up
+/// forwards, then I_k, F_{k+w}, W_{k-rank}, and the deferred W passes at the end.
+/// Later ranks defer more W passes, so the I passes climb the pipeline sooner and
+/// the deferred W passes fill the cool-down: with F = I = W the idle time per rank
+/// is (p-1)*F, a third of 1F1B's (p-1)*(F+B). Activations held (F..I) stay at 1F1B's
+/// p - rank; rank r also keeps the W state of at most r + 1 microbatches.
 std::vector<action> zb_h1_order(int rank, int ranks, int microbatches);
 
 } // namespace troupe::sched

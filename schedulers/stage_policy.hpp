@@ -50,6 +50,10 @@ public:
   virtual int in_flight_limit() const = 0;
   /// The action to run now, or std::nullopt to wait.
   virtual std::optional<action> next(const stage_queue& queue) = 0;
+  /// After next() returned std::nullopt: a time (on queue.now()'s clock) at
+  /// which to ask again even if no message arrives, or std::nullopt to wait for
+  /// a message only. An actor implements it with a delayed message to itself.
+  virtual std::optional<double> wake_at(const stage_queue& queue) const { return std::nullopt; }
   /// This rank's order under equal costs and no latency (the schedule as
   /// published), when the policy has one; empty otherwise.
   virtual std::vector<action> canonical_order() const { return {}; }

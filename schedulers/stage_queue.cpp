@@ -18,7 +18,27 @@ void stage_queue::reset() {
   in_flight_total_ = 0;
   complete_ = 0;
   running_.reset();
+  idle_since_ = now_;
   ++step_;
+}
+
+namespace {
+int slot(op_kind k) {
+  return k == op_kind::forward ? 0 : k == op_kind::backward ? 1 : k == op_kind::input_grad ? 2 : 3;
+}
+} // namespace
+
+double stage_queue::mean_cost(op_kind kind) const {
+  int i = slot(kind);
+  if (cost_count_[i] > 0)
+    return cost_sum_[i] / cost_count_[i];
+  double sum = 0;
+  int n = 0;
+  for (int k = 0; k < 4; ++k) {
+    sum += cost_sum_[k];
+    n += cost_count_[k];
+  }
+  return n > 0 ? sum / n : 0.0;
 }
 
 int stage_queue::deferred_weight_count() const {
@@ -134,6 +154,7 @@ expected<void> stage_queue::start(const action& a) {
       break;
   }
   running_ = a;
+  started_at_ = now_;
   return {};
 }
 
@@ -142,6 +163,9 @@ expected<void> stage_queue::finish(const action& a) {
     return make_sched_error(fmt::format("rank {}: finished {} but {} was running", rank_, to_string(a),
                                         running_ ? to_string(*running_) : std::string{"nothing"}));
   running_.reset();
+  cost_sum_[slot(a.kind)] += now_ - started_at_;
+  ++cost_count_[slot(a.kind)];
+  idle_since_ = now_;
   auto& c = chunks_state_[chunk_of(a.stage)];
   auto& f = c.flags[a.microbatch];
   switch (a.kind) {

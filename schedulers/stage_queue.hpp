@@ -24,6 +24,9 @@ namespace troupe::sched {
 ///     queue.start(*a); ...run it...; queue.finish(*a);
 ///     queue.reset();                     // next step
 ///
+/// An actor that also calls `queue.set_now(seconds)` before each call lets
+/// policies time their patience (stage_policy::wake_at) from measured costs.
+///
 /// finishing a forward on the last virtual stage makes its backward ready
 /// (the loss gradient is computed locally). "In flight" counts microbatches
 /// whose forward has started and whose backward (B, or I when split) has not
@@ -55,8 +58,17 @@ public:
   expected<void> start(const action& a);
   /// The running action `a` completed.
   expected<void> finish(const action& a);
-  /// Forgets the step's state and starts the next one.
+  /// Forgets the step's state and starts the next one (measured costs are kept).
   void reset();
+
+  /// Sets the clock (seconds, any fixed origin) that start and finish are stamped with.
+  void set_now(double t) { now_ = t; }
+  double now() const { return now_; }
+  /// When the rank last finished an action (or the step began): it has idled since then if nothing runs.
+  double idle_since() const { return idle_since_; }
+  /// Mean measured duration of actions of `kind` so far (over steps too); with
+  /// none measured yet, the mean over all kinds; 0 before anything finished.
+  double mean_cost(op_kind kind) const;
 
   /// Microbatches whose input has arrived and whose forward has not started, per chunk.
   const std::set<int>& ready_forward(int chunk) const { return chunks_state_[chunk].ready_f; }
@@ -104,6 +116,9 @@ private:
   int in_flight_total_ = 0;
   int complete_ = 0;
   std::optional<action> running_;
+  double now_ = 0, started_at_ = 0, idle_since_ = 0;
+  double cost_sum_[4] = {0, 0, 0, 0};
+  int cost_count_[4] = {0, 0, 0, 0};
   std::uint64_t step_ = 0;
 };
 

@@ -1,0 +1,241 @@
+// `troupe schedule`: runs a stage policy in the deterministic pipeline harness
+// and prints each rank's action order, the makespan and the bubble fraction.
+#include <charconv>
+#include <ranges>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "deploy/commands.hpp"
+#include "schedulers/harness.hpp"
+#include "schedulers/straggler.hpp"
+
+namespace troupe::cli {
+
+namespace {
+
+using namespace troupe::sched;
+
+constexpr std::string_view usage =
+  "usage: troupe schedule --policy P --stages S --microbatches M [options]\n"
+  "\n"
+  "Simulates one training step of a pipeline under a deterministic clock, with\n"
+  "the same policy objects the pipeline-stage actors use, and prints each rank's\n"
+  "action order (`0F0 0F1 0B0 ...`), the makespan and the bubble fraction\n"
+  "(idle time / (stages x makespan)).\n"
+  "\n"
+  "options:\n"
+  "  --policy P            gpipe, 1f1b, interleaved_1f1b, zb_h1, table (or a plugin's)\n"
+  "  --stages S            pipeline ranks p\n"
+  "  --microbatches M      microbatches per step m\n"
+  "  --virtual V           model chunks per rank (interleaved_1f1b), default 1\n"
+  "  --costs F,B,W         a rank's forward, backward (= I + W) and weight-gradient cost\n"
+  "                        for one microbatch, default 1,2,1 (a chunk costs 1/V of it)\n"
+  "  --latency L           time a message takes between ranks, default 0\n"
+  "  --slow R:F            rank R runs F times slower (repeatable)\n"
+  "  --slow-microbatch MB:F  microbatch MB runs F times slower everywhere (repeatable)\n"
+  "  --jitter J            every operation's cost times a uniform factor in [1-J, 1+J]\n"
+  "  --seed S              the jitter's seed, default 0\n"
+  "  --table FILE          the action lists `table` replays, one line per rank\n"
+  "  --look-ahead N        how far past a late preferred action a policy may look\n"
+  "  --option KEY=VALUE    a policy option (repeatable), e.g. overtakes=FW,IW\n"
+  "  --timeline            also print each action's simulated start and end\n"
+  "  --save-table FILE     write the run's per-rank orders as a table `table` can replay\n"
+  "  --compare [SEEDS]     compare the policy with `table` replaying its own canonical\n"
+  "                        order under jitter 30%, one rank 1.5x slower and one\n"
+  "                        microbatch 4x slower, averaged over SEEDS seeds (default 100)\n"
+  "\n"
+  "exit codes: 0 success, 1 the schedule failed to run, 2 bad input\n";
+
+int bad(const std::string& message) {
+  fmt::print(stderr, "troupe schedule: {}\n(see `troupe schedule --help`)\n", message);
+  return bad_input;
+}
+
+template <class T>
+bool parse_number(std::string_view text, T& out) {
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc{} && ptr == text.data() + text.size();
+}
+
+// Parses `INDEX:FACTOR` into a slot of `factors`, growing it with 1s.
+bool parse_slowdown(std::string_view text, std::vector<double>& factors, int count) {
+  auto colon = text.find(':');
+  int index = 0;
+  double factor = 0;
+  if (colon == std::string_view::npos || !parse_number(text.substr(0, colon), index) ||
+      !parse_number(text.substr(colon + 1), factor) || index < 0 || index >= count || factor <= 0)
+    return false;
+  factors.resize(static_cast<std::size_t>(count), 1.0);
+  factors[static_cast<std::size_t>(index)] = factor;
+  return true;
+}
+
+void print_run(const sim_config& c, std::string_view policy, const sim_result& r, bool timeline) {
+  fmt::print("schedule: {}, {} stages x {} chunk{}, {} microbatches, costs F={} B={} W={}, latency {}\n", policy,
+             c.ranks, c.chunks, c.chunks == 1 ? "" : "s", c.microbatches, c.forward_cost, c.backward_cost,
+             c.weight_cost, c.latency);
+  for (int rank = 0; rank < c.ranks; ++rank)
+    fmt::print("rank {}: {}\n", rank, to_string(std::span<const action>(r.orders[rank])));
+  if (timeline)
+    for (int rank = 0; rank < c.ranks; ++rank) {
+      fmt::print("rank {} timeline:", rank);
+      for (const auto& t : r.timeline[rank])
+        fmt::print(" {}[{:g},{:g}]", to_string(t.what), t.start, t.end);
+      fmt::print("\n");
+    }
+  fmt::print("makespan: {:g}\n", r.makespan);
+  fmt::print("bubble fraction: {:.4f} (idle / (stages x makespan))", r.bubble_fraction);
+  if (policy == "gpipe" || policy == "1f1b" || policy == "interleaved_1f1b")
+    fmt::print("; theory (p-1)/(v*m+p-1) = {:.4f}", theoretical_bubble(c.ranks, c.microbatches, c.chunks));
+  fmt::print("\npeak in flight per rank: {}", fmt::join(r.peak_in_flight, " "));
+  fmt::print(" (bounds: {})\n", fmt::join(r.in_flight_limit, " "));
+  bool split = false;
+  for (int w : r.peak_deferred_weight)
+    split |= w > 0;
+  if (split)
+    fmt::print("peak deferred W per rank: {}\n", fmt::join(r.peak_deferred_weight, " "));
+}
+
+int compare(const sim_config& c, std::string_view policy, const policy_params& params, int seeds) {
+  fmt::print("{} against `table` replaying its canonical order, {} stages x {} chunks, {} microbatches, "
+             "latency {}, {} seeds\n", policy, c.ranks, c.chunks, c.microbatches, c.latency, seeds);
+  fmt::print("{:<26} {:>12} {:>12} {:>8} {:>14}\n", "scenario", "policy mean", "replay mean", "gain", "win/tie/loss");
+  for (const auto& scenario : standard_scenarios()) {
+    auto r = compare_with_replay(c, policy, scenario, seeds, params);
+    if (!r) {
+      fmt::print(stderr, "troupe schedule: {}\n", r.error().message);
+      return runtime_failure;
+    }
+    fmt::print("{:<26} {:>12.3f} {:>12.3f} {:>7.2f}% {:>6}/{}/{}\n", r->scenario, r->policy_mean, r->replay_mean,
+               100 * r->gain(), r->wins, r->ties, r->losses);
+  }
+  return ok;
+}
+
+int run_schedule(std::span<char*> args) {
+  sim_config c;
+  c.ranks = 0;
+  c.microbatches = 0;
+  std::string policy;
+  policy_params params;
+  std::vector<std::string> slow, slow_mb;
+  std::string save_table;
+  bool timeline = false;
+  int seeds = 0;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string_view flag = args[i];
+    if (flag == "--help" || flag == "-h") {
+      fmt::print("{}", usage);
+      return ok;
+    }
+    if (flag == "--timeline") {
+      timeline = true;
+      continue;
+    }
+    if (flag == "--compare") {
+      seeds = 100;
+      if (i + 1 < args.size() && std::string_view{args[i + 1]}.substr(0, 2) != "--") {
+        if (!parse_number(std::string_view{args[++i]}, seeds) || seeds < 1)
+          return bad(fmt::format("--compare: '{}' is not a positive number of seeds", args[i]));
+      }
+      continue;
+    }
+    if (i + 1 >= args.size())
+      return bad(fmt::format("{} needs a value", flag));
+    std::string_view value = args[++i];
+    auto number = [&](auto& out, auto low) {
+      return parse_number(value, out) && out >= low;
+    };
+    bool good = true;
+    if (flag == "--policy") {
+      policy = value;
+    } else if (flag == "--stages") {
+      good = number(c.ranks, 1);
+    } else if (flag == "--microbatches") {
+      good = number(c.microbatches, 1);
+    } else if (flag == "--virtual") {
+      good = number(c.chunks, 1);
+    } else if (flag == "--latency") {
+      good = number(c.latency, 0.0);
+    } else if (flag == "--jitter") {
+      good = number(c.jitter, 0.0) && c.jitter < 1;
+    } else if (flag == "--seed") {
+      good = parse_number(value, c.seed);
+    } else if (flag == "--look-ahead") {
+      good = number(params.look_ahead, 0);
+    } else if (flag == "--table") {
+      params.table_file = value;
+    } else if (flag == "--save-table") {
+      save_table = value;
+    } else if (flag == "--slow") {
+      slow.emplace_back(value);
+    } else if (flag == "--slow-microbatch") {
+      slow_mb.emplace_back(value);
+    } else if (flag == "--option") {
+      auto eq = value.find('=');
+      good = eq != std::string_view::npos && eq > 0;
+      if (good)
+        params.options[std::string{value.substr(0, eq)}] = std::string{value.substr(eq + 1)};
+    } else if (flag == "--costs") {
+      auto a = value.find(','), b = value.find(',', a == value.npos ? a : a + 1);
+      good = a != value.npos && b != value.npos && parse_number(value.substr(0, a), c.forward_cost) &&
+             parse_number(value.substr(a + 1, b - a - 1), c.backward_cost) &&
+             parse_number(value.substr(b + 1), c.weight_cost) && c.forward_cost > 0 && c.backward_cost > 0 &&
+             c.weight_cost >= 0;
+    } else {
+      return bad(fmt::format("unknown option '{}'", flag));
+    }
+    if (!good)
+      return bad(fmt::format("{}: bad value '{}'", flag, value));
+  }
+  if (policy.empty() || c.ranks == 0 || c.microbatches == 0)
+    return bad("--policy, --stages and --microbatches are required");
+  for (const auto& s : slow)
+    if (!parse_slowdown(s, c.rank_slowdown, c.ranks))
+      return bad(fmt::format("--slow: '{}' is not RANK:FACTOR with RANK in 0..{} and FACTOR > 0", s, c.ranks - 1));
+  for (const auto& s : slow_mb)
+    if (!parse_slowdown(s, c.microbatch_slowdown, c.microbatches))
+      return bad(fmt::format("--slow-microbatch: '{}' is not MICROBATCH:FACTOR with MICROBATCH in 0..{} and "
+                             "FACTOR > 0", s, c.microbatches - 1));
+  // Policy names and parameters are checked before anything runs, so they count as bad input.
+  params.ranks = c.ranks;
+  params.microbatches = c.microbatches;
+  params.chunks = c.chunks;
+  if (auto probe = make_policy(policy, params); !probe)
+    return bad(probe.error().message);
+  if (seeds > 0)
+    return compare(c, policy, params, seeds);
+  auto r = simulate(c, policy, params);
+  if (!r) {
+    fmt::print(stderr, "troupe schedule: {}\n", r.error().message);
+    return bad_input;
+  }
+  print_run(c, policy, *r, timeline);
+  if (!save_table.empty()) {
+    std::FILE* out = std::fopen(save_table.c_str(), "w");
+    if (!out) {
+      fmt::print(stderr, "troupe schedule: cannot write {}\n", save_table);
+      return runtime_failure;
+    }
+    fmt::print(out, "# troupe schedule --policy {} --stages {} --microbatches {} --virtual {}: one rank per line\n",
+               policy, c.ranks, c.microbatches, c.chunks);
+    for (const auto& row : r->orders)
+      fmt::print(out, "{}\n", fmt::join(row | std::views::transform([](const action& a) { return to_string(a); }),
+                                       ","));
+    std::fclose(out);
+  }
+  return ok;
+}
+
+} // namespace
+
+/// The `schedule` subcommand's entry point, listed in deploy/commands.cpp.
+int schedule_command(std::span<char*> args) {
+  return run_schedule(args);
+}
+
+} // namespace troupe::cli
