@@ -265,6 +265,10 @@ void stage_engine::finish_step() {
       for (auto& c : chunks_)
         sq += c.grad_sq_norm();
     rep.grad_norm = std::sqrt(sq);
+    if (!std::isfinite(rep.grad_norm))
+      throw std::runtime_error(fmt::format("{}: the gradient norm is {} at step {} (lr {:.3g}); lower train.lr "
+                                           "or raise train.warmup",
+                                           cfg_.name, rep.grad_norm, step_, rep.lr));
     if (auto f = ops::clip_factor(rep.grad_norm, cfg_.grad_clip); f < 1.0f)
       for (auto& c : chunks_)
         c.scale_grads(f);

@@ -1,5 +1,6 @@
 // The subcommand table and top-level help of the troupe command.
 #include "deploy/commands.hpp"
+#include "deploy/run_graph.hpp"
 
 #include <array>
 #include <cstdio>
@@ -18,8 +19,10 @@ int print_version(std::span<char*>) {
 
 // Subcommands, one line each. Keep this table the only list.
 constexpr auto table = std::to_array<command>({
+  {"check", "validate a graph file and print it expanded", run_check},
+  {"run", "run a graph file's actors in this process", run_run},
   {"version", "print the version", print_version},
-  {"schedule", "simulate a pipeline schedule: per-rank orders, bubble fraction, stragglers", [](std::span<char*> a) { int schedule_command(std::span<char*>); return schedule_command(a); }},
+  {"schedule", "simulate a pipeline schedule: per-rank orders, bubble fraction, stragglers", schedule_command},
 });
 
 void print_help(std::FILE* out) {

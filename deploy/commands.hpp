@@ -22,6 +22,9 @@ struct command {
 /// Every subcommand, in the order `troupe --help` lists them.
 std::span<const command> commands();
 
+/// `troupe schedule` (deploy/cmd_schedule.cpp).
+int schedule_command(std::span<char*> args);
+
 /// Runs `troupe ARGS...`: finds the subcommand or prints help.
 int dispatch(int argc, char** argv);
 
