@@ -90,7 +90,8 @@ void print_run(const sim_config& c, std::string_view policy, const sim_result& r
   fmt::print("makespan: {:g}\n", r.makespan);
   fmt::print("bubble fraction: {:.4f} (idle / (stages x makespan))", r.bubble_fraction);
   if (policy == "gpipe" || policy == "1f1b" || policy == "interleaved_1f1b")
-    fmt::print("; theory (p-1)/(v*m+p-1) = {:.4f}", theoretical_bubble(c.ranks, c.microbatches, c.chunks));
+    fmt::print("; theory without latency or stragglers (p-1)/(v*m+p-1) = {:.4f}",
+               theoretical_bubble(c.ranks, c.microbatches, c.chunks));
   fmt::print("\npeak in flight per rank: {}", fmt::join(r.peak_in_flight, " "));
   fmt::print(" (bounds: {})\n", fmt::join(r.in_flight_limit, " "));
   bool split = false;
@@ -190,7 +191,11 @@ int run_schedule(std::span<char*> args) {
       return bad(fmt::format("unknown option '{}'", flag));
     }
     if (!good)
-      return bad(fmt::format("{}: bad value '{}'", flag, value));
+      return bad(fmt::format("{}: bad value '{}' (expected {})", flag, value,
+                             flag == "--costs"   ? "three numbers F,B,W, F and B positive"
+                             : flag == "--option" ? "KEY=VALUE"
+                             : flag == "--jitter" ? "a number in [0, 1)"
+                                                  : "a non-negative number"));
   }
   if (policy.empty() || c.ranks == 0 || c.microbatches == 0)
     return bad("--policy, --stages and --microbatches are required");

@@ -25,7 +25,10 @@ namespace {
 //   the critical path, while the upstream rank does not need the gradient before
 //   its own next forward. (Preferring backwards whenever one is ready, the naive
 //   rule, loses 8-13% when one rank is 1.5x slower.) Forwards of other chunks
-//   overtaking (interleaved) lost too. So these policies keep the order and wait.
+//   overtaking (interleaved) lost too, and so did letting the producer announce
+//   when it started the late forward: a backward costs about two forwards, more
+//   than is ever left of a forward already under way. So these policies keep the
+//   order and wait; their order is what the in-flight bound leaves them.
 // - ZB-H1: a deferred W may fill a wait for a forward once the rank has idled
 //   twice W's measured cost: a long wait means the forward's producer is slow,
 //   and W is work the rank must do anyway. Letting W fill waits for I passes (the
