@@ -34,9 +34,12 @@ void expand_pipeline(parsed_graph& pg, graph_reader& r) {
   g.actors.push_back(loader);
   int chunks = p.stages * p.virtual_stages;
   if (g.model.layers > 0 && g.model.layers < chunks) {
-    r.error(pg.pipeline_node["stages"] ? pg.pipeline_node["stages"] : pg.pipeline_node, "pipeline.stages",
-            fmt::format("{} stages x {} virtual chunks need at least {} layers, but model.layers is {}",
-                        p.stages, p.virtual_stages, chunks, g.model.layers));
+    r.error(child(pg.pipeline_node, "stages") ? child(pg.pipeline_node, "stages") : pg.pipeline_node, "pipeline.stages",
+            p.virtual_stages == 1
+              ? fmt::format("{} stages need at least {} layers, but model.layers is {}", p.stages, chunks,
+                            g.model.layers)
+              : fmt::format("{} stages x {} virtual chunks need at least {} layers, but model.layers is {}",
+                            p.stages, p.virtual_stages, chunks, g.model.layers));
     return;
   }
   auto ranges = split_layers(std::max(g.model.layers, chunks), chunks);

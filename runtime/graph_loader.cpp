@@ -95,7 +95,7 @@ load_result load_graph_text(std::string_view text, const std::filesystem::path& 
   pg.graph.file = file;
   pg.base_dir = file.parent_path();
   try {
-    pg.root = YAML::Load(std::string{text});
+    pg.root.reset(YAML::Load(std::string{text}));
   } catch (const YAML::ParserException& e) {
     res.errors.push_back(
         diagnostic{source_pos{name, e.mark.line + 1, e.mark.column + 1, {}}, "", "YAML syntax error: " + e.msg});

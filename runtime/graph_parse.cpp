@@ -62,7 +62,7 @@ void parse_data(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     return;
   r.require(n, "data", "batch");
   r.get_string(n, "data", "corpus", d.corpus);
-  pg.corpus_node = n["corpus"];
+  pg.corpus_node.reset(child(n, "corpus"));
   r.get_int(n, "data", "batch", d.batch, 1, max_batch);
   std::int64_t seed = static_cast<std::int64_t>(d.seed);
   if (r.get_int(n, "data", "seed", seed, 0, std::numeric_limits<std::int64_t>::max()))
@@ -88,16 +88,16 @@ void parse_train(const YAML::Node& n, train_spec& t, graph_reader& r) {
 void parse_pipeline(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   auto& p = pg.graph.pipeline;
   p.present = true;
-  pg.pipeline_node = n;
+  pg.pipeline_node.reset(n);
   if (!r.check_map(n, "pipeline", pipeline_keys))
     return;
   r.get_int(n, "pipeline", "stages", p.stages, 1, max_stages);
   r.get_int(n, "pipeline", "microbatches", p.microbatches, 1, max_microbatches);
   r.get_string(n, "pipeline", "schedule", p.schedule);
-  pg.schedule_node = n["schedule"];
+  pg.schedule_node.reset(child(n, "schedule"));
   r.get_int(n, "pipeline", "virtual", p.virtual_stages, 1, 64);
   r.get_string(n, "pipeline", "table", p.table);
-  pg.table_node = n["table"];
+  pg.table_node.reset(child(n, "table"));
 }
 
 void parse_plugins(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
@@ -154,7 +154,7 @@ void parse_actors(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     parsed_actor pa;
     pa.path = index_path("actors", i);
     pa.spec.pos = r.pos(a, pa.path);
-    pa.node = a;
+    pa.node.reset(a);
     if (!a.IsMap()) {
       r.error(a, pa.path, fmt::format("expected an actor mapping {{name, type, ...}}, got {}", describe(a)));
       continue;
@@ -163,14 +163,16 @@ void parse_actors(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     if (r.require(a, pa.path, "name"))
       if (auto s = r.as_string(a["name"], join_path(pa.path, "name")))
         pa.spec.name = *s;
-    pa.name_node = a["name"];
-    if ((pa.type_node = a["type"]))
+    pa.name_node.reset(child(a, "name"));
+    pa.type_node.reset(child(a, "type"));
+    if (pa.type_node)
       if (auto s = r.as_string(pa.type_node, join_path(pa.path, "type"))) {
         pa.spec.type = *s;
         pa.has_type = true;
       }
     r.get_string(a, pa.path, "node", pa.spec.node);
-    if ((pa.layers_node = a["layers"]))
+    pa.layers_node.reset(child(a, "layers"));
+    if (pa.layers_node)
       pa.has_layers = parse_layers(pa.layers_node, join_path(pa.path, "layers"), pa.spec.layers, r);
     for (auto it = a.begin(); it != a.end(); ++it) {
       if (!it->first.IsScalar())
@@ -200,8 +202,8 @@ void parse_channels(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     ok = r.get_string(c, pc.path, "from", pc.spec.from) && ok;
     ok = r.get_string(c, pc.path, "to", pc.spec.to) && ok;
     r.get_int(c, pc.path, "credits", pc.spec.credits, 0, 1 << 20);
-    pc.from_node = c["from"];
-    pc.to_node = c["to"];
+    pc.from_node.reset(child(c, "from"));
+    pc.to_node.reset(child(c, "to"));
     if (ok)
       pg.channels.push_back(std::move(pc));
   }

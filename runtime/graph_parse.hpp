@@ -19,14 +19,15 @@ struct parsed_actor {
   std::string path;        ///< `actors[2]`
   bool has_type = false;
   bool has_layers = false;
-  YAML::Node node, name_node, type_node, layers_node;
+  YAML::Node node{YAML::NodeType::Undefined}, name_node{YAML::NodeType::Undefined},
+    type_node{YAML::NodeType::Undefined}, layers_node{YAML::NodeType::Undefined};
 };
 
 /// A `channels:` entry as written.
 struct parsed_channel {
   channel_spec spec;
   std::string path;        ///< `channels[1]`
-  YAML::Node from_node, to_node;
+  YAML::Node from_node{YAML::NodeType::Undefined}, to_node{YAML::NodeType::Undefined};
 };
 
 /// The document after typed parsing, before expansion.
@@ -36,7 +37,8 @@ struct parsed_graph {
   bool has_actors = false;              ///< an `actors:` section is present
   std::vector<parsed_actor> actors;     ///< explicit entries, in file order
   std::vector<parsed_channel> channels; ///< explicit entries, in file order
-  YAML::Node schedule_node, table_node, corpus_node, pipeline_node;
+  YAML::Node schedule_node{YAML::NodeType::Undefined}, table_node{YAML::NodeType::Undefined},
+    corpus_node{YAML::NodeType::Undefined}, pipeline_node{YAML::NodeType::Undefined};
   std::vector<YAML::Node> plugin_nodes;
   std::filesystem::path base_dir;       ///< the graph file's folder
 };

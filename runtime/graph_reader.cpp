@@ -11,6 +11,15 @@
 
 namespace troupe::detail {
 
+YAML::Node child(const YAML::Node& map, std::string_view key) {
+  if (map.IsMap()) {
+    YAML::Node c = map[std::string{key}];
+    if (c.IsDefined())
+      return c;
+  }
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
 std::string join_path(std::string_view a, std::string_view b) {
   if (a.empty())
     return std::string{b};
@@ -63,7 +72,8 @@ source_pos graph_reader::pos(const YAML::Node& n, std::string_view path) const {
 }
 
 void graph_reader::error(const YAML::Node& n, std::string path, std::string message) {
-  error_at(pos(n, path), std::move(path), std::move(message));
+  auto where = pos(n, path);  // before `path` is moved from
+  error_at(std::move(where), std::move(path), std::move(message));
 }
 
 void graph_reader::error_at(source_pos p, std::string path, std::string message) {

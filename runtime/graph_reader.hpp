@@ -64,6 +64,10 @@ private:
   std::map<std::string, std::string> overrides_;
 };
 
+/// `map[key]` when present, else an undefined node that is safe to keep and
+/// test (yaml-cpp's own missing-key nodes throw when copied into another node).
+YAML::Node child(const YAML::Node& map, std::string_view key);
+
 /// `a.b` (or `b` when `a` is empty).
 std::string join_path(std::string_view a, std::string_view b);
 /// `a[i]`.

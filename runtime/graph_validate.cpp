@@ -45,6 +45,10 @@ void check_stage_layers(parsed_graph& pg, graph_reader& r) {
       continue;
     stages.push_back(&a);
     if (a.layers.empty()) {
+      bool written = std::any_of(pg.actors.begin(), pg.actors.end(),
+                                 [&](const parsed_actor& pa) { return pa.spec.name == a.name && pa.layers_node; });
+      if (written)
+        continue;  // its `layers:` is already reported as malformed
       auto [n, path] = layers_site(pg, a);
       r.error(n, path.substr(0, path.rfind('.')),
               fmt::format("pipeline_stage '{}' needs 'layers: [first, end)' (the blocks it holds)", a.name));
@@ -54,7 +58,7 @@ void check_stage_layers(parsed_graph& pg, graph_reader& r) {
       all.push_back({l, &a});
   }
   if (g.pipeline.present && static_cast<int>(stages.size()) != g.pipeline.stages && !stages.empty()) {
-    r.error(pg.pipeline_node["stages"] ? pg.pipeline_node["stages"] : pg.pipeline_node, "pipeline.stages",
+    r.error(child(pg.pipeline_node, "stages") ? child(pg.pipeline_node, "stages") : pg.pipeline_node, "pipeline.stages",
             fmt::format("pipeline.stages is {} but the graph has {} pipeline_stage actors", g.pipeline.stages,
                         stages.size()));
   }
@@ -112,7 +116,7 @@ void check_channels(parsed_graph& pg, graph_reader& r) {
 
 void check_corpus(parsed_graph& pg, graph_reader& r) {
   auto& d = pg.graph.data;
-  YAML::Node at = pg.corpus_node ? pg.corpus_node : pg.root["data"];
+  YAML::Node at = pg.corpus_node ? pg.corpus_node : child(pg.root, "data");
   std::error_code ec;
   if (d.corpus == "kjv") {
     d.corpus_path = default_corpus_path();
@@ -159,7 +163,7 @@ void check_schedule_files(parsed_graph& pg, graph_reader& r) {
               fmt::format("schedule table '{}' does not exist (relative to the graph file's folder)", p.table));
   }
   if (p.virtual_stages > 1 && p.schedule != "interleaved_1f1b")
-    r.error(pg.pipeline_node["virtual"], "pipeline.virtual",
+    r.error(child(pg.pipeline_node, "virtual"), "pipeline.virtual",
             fmt::format("only the interleaved_1f1b schedule runs several chunks per stage (the schedule is '{}')",
                         p.schedule));
 }

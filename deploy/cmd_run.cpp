@@ -1,0 +1,127 @@
+// `troupe run FILE [--set k=v]... [--steps N] [--summary-json OUT]`: run a
+// graph in this process and report steps, throughput and losses.
+#include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <fmt/format.h>
+
+#include "deploy/commands.hpp"
+#include "deploy/run_graph.hpp"
+#include "deploy/run_tracing.hpp"
+#include "runtime/actor_system.hpp"
+
+namespace troupe::cli {
+
+namespace {
+
+constexpr const char* run_help = R"(usage: troupe run FILE [--set KEY.PATH=VALUE]... [--steps N] [--summary-json OUT.json]
+                  [--threads N] [--timeout SECONDS] [--trace OUT.json] [--dashboard [ADDR]]
+
+Validates the graph file FILE (like troupe check), then spawns its actors in
+this process, runs them and prints a summary.
+
+options:
+  --set KEY.PATH=VALUE   override one value before validation (repeatable)
+  --steps N              train for N steps (the same as --set train.steps=N)
+  --summary-json FILE    write {"steps", "tokens_per_s", "ms_per_step",
+                         "train_loss", "val_loss"} there at the end (null where
+                         a number does not apply)
+  --threads N            actor-system worker threads (default: one per core,
+                         or $TROUPE_THREADS)
+  --timeout SECONDS      fail if the run takes longer (default: no limit)
+%s  -h, --help             show this help
+
+Exit codes: 0 success, 1 the run failed, 2 invalid graph or arguments.
+)";
+
+bool parse_positive(const std::string& text, const char* opt, std::int64_t& out) {
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  if (ec != std::errc{} || end != text.data() + text.size() || out <= 0) {
+    fmt::print(stderr, "troupe run: {} expects a positive integer, got '{}'\n", opt, text);
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
+int run_run(std::span<char*> args) {
+  std::string file, steps, summary, threads, timeout;
+  std::vector<std::string> sets;
+  bool help = false;
+  std::vector<char*> rest(args.begin(), args.end());
+  trace_cli_options trace_opts;
+  if (!take_trace_options(rest, trace_opts))
+    return bad_input;
+  args = rest;
+  if (!parse_graph_args(args, "run", file, sets,
+                        {{"--steps", &steps}, {"--summary-json", &summary}, {"--threads", &threads},
+                         {"--timeout", &timeout}},
+                        help))
+    return bad_input;
+  if (help) {
+    std::string h = run_help;
+    fmt::print("{}", h.replace(h.find("%s"), 2, trace_options_help));
+    return ok;
+  }
+  std::int64_t n = 0;
+  if (!steps.empty()) {
+    if (!parse_positive(steps, "--steps", n))
+      return bad_input;
+    sets.push_back(fmt::format("train.steps={}", n));
+  }
+  auto opts = runtime_options_from_env();
+  if (!threads.empty()) {
+    if (!parse_positive(threads, "--threads", n))
+      return bad_input;
+    opts.threads = static_cast<std::size_t>(n);
+  }
+  run_options ropts;
+  if (!timeout.empty()) {
+    if (!parse_positive(timeout, "--timeout", n))
+      return bad_input;
+    ropts.timeout = std::chrono::seconds(n);
+  }
+  auto res = load_graph_for_cli(file, sets);
+  if (!res.ok()) {
+    fmt::print(stderr, "{}", to_string(res.errors));
+    return bad_input;
+  }
+  const auto& g = *res.graph;
+  troupe_config cfg{opts};
+  caf::actor_system sys{cfg};
+  auto tracing = run_tracing::start(g, trace_opts);
+  if (!tracing) {
+    fmt::print(stderr, "troupe run: {}\n", error_message(tracing.error()));
+    return runtime_failure;
+  }
+  auto result = run_graph(sys, g, ropts);
+  if (auto err = (*tracing)->finish(); !err.empty())
+    fmt::print(stderr, "troupe run: {}\n", err);
+  if (!result) {
+    fmt::print(stderr, "troupe run: {}\n", error_message(result.error()));
+    return runtime_failure;
+  }
+  auto fmt_opt = [](std::optional<double> v, const char* spec) {
+    return v ? fmt::format(fmt::runtime(spec), *v) : std::string{"-"};
+  };
+  fmt::print("{}: {} steps in {:.2f} s, {} ms/step, {} tokens/s, train loss {}, val loss {}\n", file,
+             result->steps, result->seconds, fmt_opt(result->ms_per_step(), "{:.2f}"),
+             fmt_opt(result->tokens_per_s(), "{:.0f}"), fmt_opt(result->train_loss, "{:.4f}"),
+             fmt_opt(result->val_loss, "{:.4f}"));
+  if (!summary.empty()) {
+    std::ofstream out{summary};
+    out << summary_json(*result) << "\n";
+    if (!out) {
+      fmt::print(stderr, "troupe run: cannot write the summary to '{}'\n", summary);
+      return runtime_failure;
+    }
+  }
+  return ok;
+}
+
+} // namespace troupe::cli

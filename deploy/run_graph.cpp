@@ -1,0 +1,168 @@
+// Running a graph in this process: the runner side of the protocol that
+// runtime/messages.hpp documents (spawn, connect, start, collect done reports).
+#include "deploy/run_graph.hpp"
+
+#include <cmath>
+#include <map>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/builtin.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/registry.hpp"
+#include "schedulers/stage_policy.hpp"
+
+namespace troupe {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+connect_msg make_connect(const graph_spec& g, const std::string& self,
+                         const std::map<std::string, caf::actor>& handles) {
+  connect_msg m;
+  m.self = self;
+  auto type_of = [&](const std::string& n) { return g.find_actor(n)->type; };
+  for (const auto& c : g.channels) {
+    if (c.from == self)
+      m.peers.push_back(peer{c.to, type_of(c.to), handles.at(c.to), channel_dir::out, c.credits});
+    if (c.to == self)
+      m.peers.push_back(peer{c.from, type_of(c.from), handles.at(c.from), channel_dir::in, c.credits});
+  }
+  for (const auto& a : g.actors)
+    m.directory.push_back(peer{a.name, a.type, handles.at(a.name), channel_dir::out, 0});
+  return m;
+}
+
+std::string error_text(const caf::actor_system&, const caf::error& e) {
+  return error_message(e);
+}
+
+} // namespace
+
+graph_vocabulary troupe_vocabulary() {
+  register_builtin_actors();
+  return make_vocabulary(sched::policy_names());
+}
+
+load_result load_graph_for_cli(const std::filesystem::path& file, std::vector<std::string> overrides) {
+  register_builtin_actors();
+  load_options opts;
+  opts.overrides = std::move(overrides);
+  opts.vocabulary = troupe_vocabulary;  // read after the graph's plugins registered theirs
+  return load_graph(file, opts);
+}
+
+std::optional<double> run_result::tokens_per_s() const {
+  if (tokens <= 0 || seconds <= 0)
+    return std::nullopt;
+  return static_cast<double>(tokens) / seconds;
+}
+
+std::optional<double> run_result::ms_per_step() const {
+  if (steps <= 0 || seconds <= 0)
+    return std::nullopt;
+  return seconds * 1000.0 / static_cast<double>(steps);
+}
+
+caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g, const run_options& opts) {
+  caf::scoped_actor self{sys};
+  std::map<std::string, caf::actor> handles;
+  std::map<caf::actor_addr, std::string> names;
+  auto stop_all = [&] {
+    for (auto& [name, h] : handles)
+      self->send_exit(h, caf::exit_reason::user_shutdown);
+  };
+  // 1. spawn
+  for (const auto& a : g.actors) {
+    auto type = actor_registry().find(a.type);
+    if (!type) {
+      stop_all();
+      return make_error(errc::unknown_actor_type,
+                        fmt::format("{}: actor '{}': type '{}' has no implementation in this build (registered: {})",
+                                    to_string(a.pos), a.name, a.type, fmt::join(actor_registry().names(), ", ")));
+    }
+    spawn_context ctx{sys, a, g, caf::actor_cast<caf::actor>(self)};
+    auto h = type->factory.spawn(ctx);
+    if (!h) {
+      stop_all();
+      return make_error(errc::spawn_failed,
+                        fmt::format("actor '{}' ({}): {}", a.name, a.type, error_text(sys, h.error())));
+    }
+    self->monitor(*h);
+    names[h->address()] = a.name;
+    handles[a.name] = std::move(*h);
+  }
+  // 2. connect: every actor learns its peers before anyone starts
+  for (const auto& a : g.actors) {
+    caf::error failure;
+    self->request(handles.at(a.name), opts.connect_timeout, connect_atom::value, make_connect(g, a.name, handles))
+      .receive([](caf::ok_atom) {}, [&](caf::error& e) { failure = std::move(e); });
+    if (failure) {
+      stop_all();
+      return make_error(errc::actor_failed,
+                        fmt::format("actor '{}' ({}) did not accept connect: {}", a.name, a.type,
+                                    error_text(sys, failure)));
+    }
+  }
+  // 3. start, 4. collect reports
+  auto started = clock_type::now();
+  auto last_done = started;
+  for (const auto& a : g.actors)
+    self->send(handles.at(a.name), start_atom::value);
+  run_result res;
+  std::map<std::string, bool> done;
+  std::string failure;
+  while (done.size() < handles.size() && failure.empty()) {
+    self->receive(
+      [&](done_atom, run_summary& s) {
+        last_done = clock_type::now();
+        auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        auto who = names.count(from) ? names[from] : s.actor;
+        done[who] = true;
+        res.summaries.push_back(std::move(s));
+      },
+      [&](failed_atom, failure_msg& f) {
+        failure = fmt::format("actor '{}' failed: {}", f.actor, f.what);
+      },
+      [&](caf::down_msg& d) {
+        auto who = names.count(d.source) ? names[d.source] : std::string{"?"};
+        if (d.reason || !done.count(who))
+          failure = fmt::format("actor '{}' exited before reporting done: {}", who,
+                                d.reason ? error_text(sys, d.reason) : std::string{"normal exit"});
+      },
+      caf::after(std::chrono::milliseconds(100)) >> [] {});
+    if (opts.timeout.count() > 0 && clock_type::now() - started > opts.timeout && failure.empty())
+      failure = fmt::format("the run did not finish within {} s ({} of {} actors reported done)",
+                            opts.timeout.count() / 1000.0, done.size(), handles.size());
+  }
+  stop_all();
+  if (!failure.empty())
+    return make_error(errc::actor_failed, std::move(failure));
+  // 5. aggregate
+  res.seconds = std::chrono::duration<double>(last_done - started).count();
+  step_t loss_steps = -1;
+  for (const auto& s : res.summaries) {
+    res.steps = std::max(res.steps, s.steps);
+    res.tokens += s.tokens;
+    if (!std::isnan(s.train_loss) && s.steps >= loss_steps) {
+      res.train_loss = s.train_loss;
+      loss_steps = s.steps;
+    }
+    if (!std::isnan(s.val_loss))
+      res.val_loss = s.val_loss;
+  }
+  return res;
+}
+
+std::string summary_json(const run_result& r) {
+  auto num = [](std::optional<double> v) {
+    return v && std::isfinite(*v) ? fmt::format("{}", *v) : std::string{"null"};
+  };
+  return fmt::format(R"({{"steps": {}, "tokens_per_s": {}, "ms_per_step": {}, "train_loss": {}, "val_loss": {}}})",
+                     r.steps, num(r.tokens_per_s()),
+                     num(r.ms_per_step()), num(r.train_loss), num(r.val_loss));
+}
+
+} // namespace troupe

@@ -1,0 +1,73 @@
+// Loading a graph for the command line, and running it in one process: spawn
+// every actor from the registry, connect, start, and wait for their reports.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/expected.hpp>
+
+#include "runtime/graph_loader.hpp"
+#include "runtime/messages.hpp"
+
+namespace troupe {
+
+/// Registers the built-in actor types and returns the names a graph may use
+/// (registered actor types, registered schedule policies, built-ins).
+graph_vocabulary troupe_vocabulary();
+
+/// Loads `file` with `overrides` the way `troupe check` and `troupe run` do
+/// (built-in actors registered, plugins loaded, vocabulary from the registries).
+load_result load_graph_for_cli(const std::filesystem::path& file, std::vector<std::string> overrides);
+
+/// How long `run_graph` waits.
+struct run_options {
+  std::chrono::milliseconds connect_timeout{30'000};  ///< for each actor's reply to connect
+  std::chrono::milliseconds timeout{0};               ///< for the whole run; 0 = no limit
+};
+
+/// What a finished run reports (aggregated as runtime/messages.hpp describes).
+struct run_result {
+  std::int64_t steps = 0;
+  std::int64_t tokens = 0;
+  double seconds = 0;                 ///< from start to the last `done`
+  std::optional<double> train_loss;
+  std::optional<double> val_loss;
+  std::vector<run_summary> summaries; ///< one per actor, in arrival order
+
+  std::optional<double> tokens_per_s() const;
+  std::optional<double> ms_per_step() const;
+};
+
+/// Runs the validated graph `g` in `sys`: spawns each actor through its
+/// registered factory, sends connect and start, and waits until every actor
+/// reported done. A failure report, an abnormal exit or the timeout stops every
+/// actor and returns an error (errc::actor_failed, errc::unknown_actor_type,
+/// errc::spawn_failed) saying which actor and why.
+caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g, const run_options& opts = {});
+
+/// `{"steps":…, "tokens_per_s":…, "ms_per_step":…, "train_loss":…, "val_loss":…}`, null where unknown.
+std::string summary_json(const run_result& r);
+
+} // namespace troupe
+
+namespace troupe::cli {
+
+/// Parses `FILE [--set KEY.PATH=VALUE]... [OPT VALUE]...` for `troupe CMD`: each
+/// option in `extra` stores its value in the string it points at. False (after
+/// a message on stderr) on bad arguments; `help` set on -h/--help.
+bool parse_graph_args(std::span<char*> args, const char* cmd, std::string& file, std::vector<std::string>& sets,
+                      const std::vector<std::pair<std::string, std::string*>>& extra, bool& help);
+
+/// `troupe check` (deploy/cmd_check.cpp) and `troupe run` (deploy/cmd_run.cpp).
+int run_check(std::span<char*> args);
+int run_run(std::span<char*> args);
+
+} // namespace troupe::cli

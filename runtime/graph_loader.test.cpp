@@ -1,0 +1,227 @@
+// Tests of the graph loader: typed sections, defaults, expansion, and the
+// diagnostics for invalid files.
+#include "runtime/graph_loader.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace {
+
+using namespace troupe;
+
+load_options no_corpus() {
+  load_options o;
+  o.check_corpus = false;
+  return o;
+}
+
+load_result load(std::string_view text, load_options o = no_corpus()) {
+  return load_graph_text(text, "g.yaml", o);
+}
+
+std::string errors(const load_result& r) {
+  return to_string(r.errors);
+}
+
+constexpr const char* tiny = R"(model:    {layers: 4, d_model: 128, heads: 4, context: 64, vocab: 256}
+data:     {corpus: kjv, batch: 12, seed: 1}
+train:    {steps: 2000, lr: 1.0e-3, weight_decay: 0.1, warmup: 100, eval_every: 200}
+pipeline: {stages: 4, microbatches: 8, schedule: 1f1b}
+trace:    {file: runs/tiny-gpt.json}
+)";
+
+} // namespace
+
+TEST_CASE("the shorthand of the issue loads into typed specs with defaults filled in") {
+  auto r = load(tiny);
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  const auto& g = *r.graph;
+  CHECK(g.model.layers == 4);
+  CHECK(g.model.d_model == 128);
+  CHECK(g.model.precision == dtype::f32);
+  CHECK(g.data.batch == 12);
+  CHECK(g.data.val_fraction == doctest::Approx(0.1));
+  CHECK(g.train.lr == doctest::Approx(1e-3));
+  CHECK(g.train.grad_clip == doctest::Approx(1.0));
+  CHECK(g.pipeline.present);
+  CHECK(g.pipeline.schedule == "1f1b");
+  CHECK(g.trace.file == "runs/tiny-gpt.json");
+  CHECK(g.tokens_per_step() == 12 * 8 * 64);
+}
+
+TEST_CASE("a pipeline expands into a loader, stages with even contiguous layers, and a chain of channels") {
+  auto r = load(R"(model: {layers: 7, d_model: 64, heads: 4, context: 16}
+data: {batch: 2}
+train: {steps: 1}
+pipeline: {stages: 3, microbatches: 4, schedule: gpipe}
+)");
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  const auto& a = r.graph->actors;
+  REQUIRE(a.size() == 4);
+  CHECK(a[0].name == "loader");
+  CHECK(a[0].type == "data_loader");
+  CHECK(a[1].layers == std::vector<layer_range>{{0, 3}});
+  CHECK(a[2].layers == std::vector<layer_range>{{3, 5}});
+  CHECK(a[3].layers == std::vector<layer_range>{{5, 7}});
+  CHECK(a[3].rank == 2);
+  const auto& c = r.graph->channels;
+  REQUIRE(c.size() == 3);
+  CHECK((c[0].from == "loader" && c[0].to == "s0"));
+  CHECK((c[2].from == "s1" && c[2].to == "s2"));
+}
+
+TEST_CASE("interleaved stages hold every p-th chunk and the last stage feeds the first") {
+  auto r = load(R"(model: {layers: 8, d_model: 64, heads: 4, context: 16}
+data: {batch: 2}
+train: {steps: 1}
+pipeline: {stages: 2, microbatches: 4, schedule: interleaved_1f1b, virtual: 2}
+)");
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  CHECK(r.graph->find_actor("s0")->layers == std::vector<layer_range>{{0, 2}, {4, 6}});
+  CHECK(r.graph->find_actor("s1")->layers == std::vector<layer_range>{{2, 4}, {6, 8}});
+  CHECK(r.graph->channels.back().from == "s1");
+  CHECK(r.graph->channels.back().to == "s0");
+}
+
+TEST_CASE("without a pipeline section a run is one stage with one microbatch") {
+  auto r = load("model: {layers: 2, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1}\ntrain: {steps: 3}\n");
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  CHECK(r.graph->pipeline.stages == 1);
+  CHECK(r.graph->pipeline.microbatches == 1);
+  CHECK(r.graph->actors.size() == 2);
+  CHECK(r.graph->find_actor("s0")->layers == std::vector<layer_range>{{0, 2}});
+}
+
+TEST_CASE("explicit actors with an expanded name override the shorthand and keep what they omit") {
+  auto r = load(R"(model: {layers: 4, d_model: 8, heads: 2, context: 4}
+data: {batch: 1}
+train: {steps: 3}
+pipeline: {stages: 2}
+actors:
+  - {name: s0, type: pipeline_stage, layers: [0, 3]}
+  - {name: s1, layers: [3, 4], node: gpu1}
+)");
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  CHECK(r.graph->find_actor("s0")->layers == std::vector<layer_range>{{0, 3}});
+  CHECK(r.graph->find_actor("s1")->type == "pipeline_stage");
+  CHECK(r.graph->find_actor("s1")->node == "gpu1");
+  CHECK_FALSE(r.graph->find_actor("s1")->expanded);
+}
+
+TEST_CASE("the explicit form of the issue needs no shorthand") {
+  auto r = load(R"(model: {layers: 4, d_model: 8, heads: 2, context: 4}
+data: {batch: 1}
+train: {steps: 3}
+actors:
+  - {name: loader, type: data_loader}
+  - {name: s0, type: pipeline_stage, layers: [0, 2]}
+  - {name: s1, type: pipeline_stage, layers: [2, 4]}
+channels:
+  - {from: loader, to: s0}
+  - {from: s0, to: s1}
+)");
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  CHECK(r.graph->actors.size() == 3);
+  CHECK(r.graph->channels.size() == 2);
+  CHECK(r.graph->pipeline.stages == 2);
+}
+
+TEST_CASE("an unknown schedule is reported at its position with the nearest name and the choices") {
+  auto r = load("model: {layers: 4, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1}\ntrain: {steps: 3}\n"
+                "pipeline: {stages: 2, schedule: 1fb1}\n");
+  REQUIRE(r.errors.size() == 1);
+  CHECK(to_string(r.errors[0]) == "g.yaml:4:33: pipeline.schedule: unknown schedule '1fb1' (did you mean "
+                                  "'1f1b'? known: gpipe, 1f1b, interleaved_1f1b, zb_h1, table)");
+}
+
+TEST_CASE("all errors of a file are reported together in file order") {
+  auto r = load(R"(model: {layers: 0, d_model: 10, heads: 4, context: 4, colour: red}
+data: {batch: -1}
+train: {steps: many}
+)");
+  auto text = errors(r);
+  CHECK(r.errors.size() == 5);
+  CHECK(text.find("model.layers: must be at least 1, got 0") != std::string::npos);
+  CHECK(text.find("model.d_model: d_model 10 is not divisible by heads 4") != std::string::npos);
+  CHECK(text.find("model.colour: unknown key 'colour'") != std::string::npos);
+  CHECK(text.find("data.batch: must be at least 1, got -1") != std::string::npos);
+  CHECK(text.find("train.steps: expected an integer, got 'many'") != std::string::npos);
+  CHECK(r.errors.front().pos.line == 1);
+  CHECK(r.errors.back().pos.line == 3);
+}
+
+TEST_CASE("overlapping, missing and excessive stage layers are each reported") {
+  auto r = load(R"(model: {layers: 6, d_model: 8, heads: 2, context: 4}
+data: {batch: 1}
+train: {steps: 3}
+actors:
+  - {name: a, type: pipeline_stage, layers: [0, 2]}
+  - {name: b, type: pipeline_stage, layers: [1, 3]}
+  - {name: c, type: pipeline_stage, layers: [4, 7]}
+)");
+  auto text = errors(r);
+  CHECK(text.find("layers [1, 3) of 'b' overlap layers [0, 2) of 'a'") != std::string::npos);
+  CHECK(text.find("layers [3, 4) are held by no pipeline_stage") != std::string::npos);
+  CHECK(text.find("layers [4, 7) of 'c' exceed model.layers 6") != std::string::npos);
+}
+
+TEST_CASE("a missing corpus file is an error that names the file") {
+  load_options o;
+  auto r = load("model: {layers: 1, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1, corpus: nowhere.txt}\n"
+                "train: {steps: 3}\n",
+                o);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(to_string(r.errors[0]).starts_with("g.yaml:2:26: data.corpus: corpus file 'nowhere.txt' does not exist"));
+}
+
+TEST_CASE("a corpus path is resolved against the graph file's folder") {
+  auto dir = std::filesystem::temp_directory_path() / "troupe_loader_test";
+  std::filesystem::create_directories(dir);
+  std::ofstream{dir / "words.txt"} << "in the beginning was the word\n";
+  load_options o;
+  auto r = load_graph_text("model: {layers: 1, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1, corpus: words.txt}\n"
+                           "train: {steps: 3}\n",
+                           dir / "g.yaml", o);
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  CHECK(r.graph->data.corpus_path == dir / "words.txt");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("empty, comment-only and binary files are rejected without a crash") {
+  CHECK(errors(load("")) == "g.yaml: the file is empty (a graph needs model, data and train sections; see "
+                            "examples/tiny-gpt.yaml)\n");
+  CHECK(load("# nothing here\n").errors.size() == 1);
+  std::string binary{"\x7f" "ELF\x02\x01\x01\0\0\0", 10};
+  CHECK(errors(load(binary)) == "g.yaml: not a text file (byte 0x00 at offset 7); a graph file is YAML text\n");
+  CHECK(errors(load("model: [1, 2\n")).starts_with("g.yaml:2:1: YAML syntax error"));
+}
+
+TEST_CASE("the printed graph loads back to the same actors and channels") {
+  auto first = load(tiny);
+  REQUIRE(first.ok());
+  auto text = to_yaml(*first.graph);
+  auto second = load(text);
+  REQUIRE_MESSAGE(second.ok(), std::string{errors(second) + text});
+  CHECK(to_yaml(*second.graph) == text);
+}
+
+TEST_CASE("a custom vocabulary admits plugin actor types and checks their keys") {
+  load_options o = no_corpus();
+  o.vocabulary = [] {
+    auto v = graph_vocabulary::builtin();
+    v.actor_types["echo"].keys = {"count"};
+    return v;
+  };
+  auto text = "model: {layers: 1, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1}\ntrain: {steps: 3}\n"
+              "actors:\n  - {name: e, type: echo, count: 3}\n  - {name: f, type: echo, cuont: 3}\n"
+              "  - {name: g, type: ehco}\n";
+  auto r = load(text, o);
+  REQUIRE(r.errors.size() == 2);
+  CHECK(to_string(r.errors[0]) == "g.yaml:6:27: actors[1].cuont: unknown key 'cuont' for actor type 'echo' (did "
+                                  "you mean 'count'? known: name, type, node, layers, count)");
+  CHECK(to_string(r.errors[1]).starts_with("g.yaml:7:21: actors[2].type: unknown actor type 'ehco' (did you "
+                                           "mean 'echo'?"));
+  CHECK(load(text, no_corpus()).errors.size() == 3);
+}
