@@ -1,0 +1,137 @@
+// The dashboard page: receives the runtime's WebSocket feed (actors, spans,
+// counters, statistics) and keeps the timeline, actor graph and charts current.
+import { Lane, Timeline, KIND_COLORS } from './timeline.js';
+import { ActorGraph } from './graph.js';
+import { Charts } from './charts.js';
+
+const $ = (id) => document.getElementById(id);
+
+const model = {
+  actors: [], kinds: [], lanes: new Map(), series: new Map(), stats: null,
+  live: true, finished: false, spans: 0, minT: Infinity, maxT: -Infinity, serverNow: 0, serverNowAt: 0,
+  laneList() { return this.actors.map((a) => this.lanes.get(a.id)).filter(Boolean); },
+  extent() { return [this.minT === Infinity ? 0 : this.minT, this.maxT === -Infinity ? 1 : this.maxT]; },
+  origin() { return this.minT === Infinity ? 0 : this.minT; },
+  /// The latest time to show: the server's clock, advanced smoothly between frames while live.
+  now() {
+    if (!this.live || this.finished) return this.maxT === -Infinity ? 0 : this.maxT;
+    return Math.max(this.serverNow + (performance.now() - this.serverNowAt) * 1000, this.maxT);
+  },
+  onFollowChange(on) { $('follow').checked = on; },
+  reset() {
+    this.actors = []; this.lanes = new Map(); this.series = new Map(); this.stats = null;
+    this.finished = false; this.spans = 0; this.minT = Infinity; this.maxT = -Infinity;
+  },
+};
+
+const timeline = new Timeline($('timeline'), $('tooltip'), model);
+const graph = new ActorGraph($('graph'));
+const charts = new Charts($('loss-chart'), $('tps-chart'));
+let chartsDirty = false, graphDirty = false;
+
+function setStatus(text, cls) {
+  const s = $('status');
+  s.textContent = text;
+  s.className = `badge ${cls}`;
+}
+
+function fmt(v, digits) { return v === null || v === undefined ? '-' : Number(v).toFixed(digits); }
+
+function legend() {
+  $('legend').replaceChildren(...model.kinds.map((k) => {
+    const span = document.createElement('span');
+    span.innerHTML = `<i style="background:${KIND_COLORS[k] ?? '#999'}"></i>${k}`;
+    return span;
+  }));
+}
+
+function onFrame(f) {
+  if (f.hello) {
+    model.reset();
+    model.kinds = f.hello.kinds;
+    model.live = f.hello.live;
+    $('title').textContent = f.hello.title ?? '';
+    legend();
+    setStatus(model.live ? 'live' : 'finished trace', model.live ? 'live' : 'finished');
+    if (!model.live) timeline.setFollow(false);
+  }
+  if (f.actors) {
+    model.actors = f.actors;
+    for (const a of f.actors) if (!model.lanes.has(a.id)) model.lanes.set(a.id, new Lane(a));
+    graphDirty = true;
+  }
+  if (f.spans) {
+    const s = f.spans, byActor = new Map();
+    for (let i = 0; i < s.length; i += 6) {
+      const id = s[i];
+      if (!byActor.has(id)) byActor.set(id, []);
+      byActor.get(id).push([s[i + 2], s[i + 3], s[i + 1], s[i + 4], s[i + 5]]);
+      if (s[i + 2] < model.minT) model.minT = s[i + 2];
+      if (s[i + 2] + s[i + 3] > model.maxT) model.maxT = s[i + 2] + s[i + 3];
+    }
+    for (const [id, rows] of byActor) {
+      if (!model.lanes.has(id)) model.lanes.set(id, new Lane({ id, name: `actor${id}`, type: '' }));
+      model.lanes.get(id).add(rows);
+    }
+    model.spans += s.length / 6;
+    timeline.dirty = true;
+  }
+  if (f.counters) {
+    for (const [name, , value, step] of f.counters) {
+      if (!model.series.has(name)) model.series.set(name, new Map());
+      if (value !== null) model.series.get(name).set(step + 1, value);
+    }
+    chartsDirty = true;
+  }
+  if (f.stats) {
+    model.stats = f.stats;
+    model.serverNow = f.stats.now; model.serverNowAt = performance.now();
+    const st = f.stats;
+    $('m-step').textContent = st.step >= 0 ? st.step + 1 : '-';
+    $('m-loss').textContent = fmt(st.loss, 4);
+    $('m-val').textContent = fmt(st.val_loss, 4);
+    $('m-tps').textContent = st.tokens_per_s ? Math.round(st.tokens_per_s).toLocaleString() : '-';
+    $('m-bubble').textContent = st.bubble === null ? '-' : `${(100 * st.bubble).toFixed(1)}%`;
+    $('m-spans').textContent = `${model.spans.toLocaleString()}${st.dropped ? ` (${st.dropped} dropped)` : ''}`;
+    graphDirty = true;
+  }
+  if (f.finished) {
+    model.finished = true;
+    setStatus(model.live ? 'run finished' : 'finished trace', 'finished');
+    if (!model.live) timeline.fitAll();
+  }
+}
+
+function connect() {
+  const ws = new WebSocket(`${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/ws`);
+  ws.onmessage = (e) => onFrame(JSON.parse(e.data));
+  ws.onclose = () => {
+    if (model.finished) return;
+    setStatus('disconnected: retrying', 'down');
+    setTimeout(connect, 2000);
+  };
+}
+
+$('follow').addEventListener('change', (e) => timeline.setFollow(e.target.checked));
+$('window').addEventListener('change', (e) => { timeline.setWindow(Number(e.target.value)); timeline.setFollow(true); $('follow').checked = true; });
+$('fit').addEventListener('click', () => timeline.fitAll());
+
+let lastCharts = 0;
+function frame(t) {
+  if (timeline.dirty || (timeline.follow && model.live && !model.finished)) timeline.draw();
+  if (graphDirty) { graph.update(model.actors, model.stats); graphDirty = false; }
+  if (chartsDirty && t - lastCharts > 400) { charts.update(model.series); chartsDirty = false; lastCharts = t; }
+  requestAnimationFrame(frame);
+}
+requestAnimationFrame(frame);
+connect();
+
+/// For tests and the console: what the page shows now.
+window.troupeDashboard = {
+  lanes: () => model.laneList().map((l) => ({ id: l.actor.id, name: l.actor.name, spans: l.size, drawn: l.drawn })),
+  lossPoints: () => charts.lossPoints,
+  stats: () => model.stats,
+  finished: () => model.finished,
+  fitAll: () => timeline.fitAll(),
+  redraw: () => timeline.draw(),
+};

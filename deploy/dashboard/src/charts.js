@@ -1,0 +1,48 @@
+// Loss (training and validation) and tokens/s over steps, drawn with uPlot.
+import uPlot from 'uplot';
+
+function options(title, series, width) {
+  return {
+    width, height: 220, title: '',
+    scales: { x: { time: false } },
+    axes: [
+      { label: 'step', stroke: '#9aa0aa', grid: { stroke: '#2e323c' } },
+      { stroke: '#9aa0aa', grid: { stroke: '#2e323c' }, size: 60 },
+    ],
+    series: [{ label: 'step' }, ...series],
+    legend: { show: true },
+  };
+}
+
+export class Charts {
+  constructor(lossEl, tpsEl) {
+    this.lossEl = lossEl; this.tpsEl = tpsEl;
+    const w = Math.max(300, lossEl.clientWidth);
+    this.loss = new uPlot(options('loss', [
+      { label: 'train loss', stroke: '#4e79a7', width: 2, spanGaps: true },
+      { label: 'val loss', stroke: '#f28e2b', width: 2, spanGaps: true, points: { show: true, size: 6 } },
+    ], w), [[], [], []], lossEl);
+    this.tps = new uPlot(options('tokens/s', [
+      { label: 'tokens/s', stroke: '#59a14f', width: 2, spanGaps: true },
+    ], w), [[], []], tpsEl);
+    this.lossPoints = 0;
+    window.addEventListener('resize', () => this.resize());
+  }
+
+  resize() {
+    const w = Math.max(300, this.lossEl.clientWidth);
+    this.loss.setSize({ width: w, height: 220 });
+    this.tps.setSize({ width: Math.max(300, this.tpsEl.clientWidth), height: 220 });
+  }
+
+  /// series: Map name -> Map step -> value.
+  update(series) {
+    const train = series.get('loss') ?? new Map(), val = series.get('val_loss') ?? new Map();
+    const steps = [...new Set([...train.keys(), ...val.keys()])].sort((a, b) => a - b);
+    this.loss.setData([steps, steps.map((s) => train.get(s) ?? null), steps.map((s) => val.get(s) ?? null)]);
+    this.lossPoints = train.size;
+    const tps = series.get('tokens_per_s') ?? new Map();
+    const ts = [...tps.keys()].sort((a, b) => a - b);
+    this.tps.setData([ts, ts.map((s) => tps.get(s))]);
+  }
+}

@@ -1,0 +1,130 @@
+// `troupe run`'s tracing: options, the recorder, the dashboard and the file.
+#include "deploy/run_tracing.hpp"
+
+#include <charconv>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "runtime/errors.hpp"
+#include "runtime/trace.hpp"
+#include "runtime/trace_export.hpp"
+
+namespace troupe::cli {
+
+const char* const trace_options_help =
+  R"(  --trace FILE.json      record spans and write Chrome Trace Event JSON there at the
+                         end (also after a failure); opens in Perfetto and
+                         chrome://tracing (default: the graph's trace.file)
+  --trace-buffer N       spans kept per thread in the recorder's ring (default 65536);
+                         older spans are dropped, so the file stays bounded
+  --no-trace             ignore the graph's trace.file
+  --dashboard [ADDR]     serve the live dashboard at ADDR (default 127.0.0.1:8080;
+                         :0 picks a free port; the URL is printed)
+)";
+
+namespace {
+
+/// An address after --dashboard, rather than the graph file or another option.
+bool looks_like_address(std::string_view s) {
+  if (s.empty() || s.starts_with("-") || s.ends_with(".yaml") || s.ends_with(".yml"))
+    return false;
+  return s.find(':') != std::string_view::npos || s.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+} // namespace
+
+bool take_trace_options(std::vector<char*>& args, trace_cli_options& out) {
+  std::vector<char*> rest;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string_view a = args[i];
+    auto value = [&](const char* opt) -> const char* {
+      if (i + 1 >= args.size()) {
+        fmt::print(stderr, "troupe run: {} expects a value\n", opt);
+        return nullptr;
+      }
+      return args[++i];
+    };
+    if (a == "--trace") {
+      auto v = value("--trace");
+      if (!v)
+        return false;
+      out.file = v;
+    } else if (a.starts_with("--trace=")) {
+      out.file = std::string{a.substr(8)};
+    } else if (a == "--trace-buffer" || a.starts_with("--trace-buffer=")) {
+      const char* v = a == "--trace-buffer" ? value("--trace-buffer") : args[i] + 15;
+      if (!v)
+        return false;
+      std::size_t n = 0;
+      auto [end, ec] = std::from_chars(v, v + std::strlen(v), n);
+      if (ec != std::errc{} || *end != 0 || n < 2) {
+        fmt::print(stderr, "troupe run: --trace-buffer expects a number of spans (at least 2), got '{}'\n", v);
+        return false;
+      }
+      out.buffer = n;
+    } else if (a == "--no-trace") {
+      out.no_trace = true;
+    } else if (a == "--dashboard") {
+      out.dashboard = true;
+      if (i + 1 < args.size() && looks_like_address(args[i + 1]))
+        out.dashboard_address = args[++i];
+    } else if (a.starts_with("--dashboard=")) {
+      out.dashboard = true;
+      out.dashboard_address = std::string{a.substr(12)};
+    } else {
+      rest.push_back(args[i]);
+    }
+  }
+  if (out.dashboard) {
+    if (auto addr = parse_listen_address(out.dashboard_address); !addr) {
+      fmt::print(stderr, "troupe run: --dashboard: {}\n", error_message(addr.error()));
+      return false;
+    }
+  }
+  args = std::move(rest);
+  return true;
+}
+
+caf::expected<std::unique_ptr<run_tracing>> run_tracing::start(const graph_spec& g, trace_cli_options o) {
+  auto t = std::make_unique<run_tracing>();
+  t->file_ = !o.file.empty() ? o.file : o.no_trace ? std::string{} : g.trace.file;
+  t->tokens_per_step_ = g.tokens_per_step();
+  if (t->file_.empty() && !o.dashboard)
+    return t;
+  trace_recorder::global().enable(o.buffer);
+  if (o.dashboard) {
+    dashboard_options d;
+    d.address = o.dashboard_address;
+    d.static_dir = default_dashboard_dir();
+    d.title = g.file.string();
+    d.tokens_per_step = t->tokens_per_step_;
+    auto srv = dashboard_server::start_live(std::move(d));
+    if (!srv)
+      return srv.error();
+    t->dashboard_ = std::move(*srv);
+    fmt::print("dashboard: {}\n", t->dashboard_->url());
+    std::fflush(stdout);
+  }
+  return t;
+}
+
+std::string run_tracing::finish() {
+  if (dashboard_) {
+    dashboard_->finish();
+    dashboard_->stop();
+    dashboard_.reset();
+  }
+  if (file_.empty())
+    return {};
+  auto snap = snapshot_trace();
+  add_throughput_counters(snap, tokens_per_step_);
+  if (auto err = write_chrome_trace(file_, snap); !err.empty())
+    return err;
+  fmt::print("trace: {} spans written to {}{}\n", snap.spans.size(), file_,
+             snap.dropped ? fmt::format(" ({} older spans dropped: raise --trace-buffer to keep them)", snap.dropped)
+                          : std::string{});
+  return {};
+}
+
+} // namespace troupe::cli
