@@ -23,6 +23,8 @@ constexpr auto table = std::to_array<command>({
   {"run", "run a graph file's actors in this process", run_run},
   {"version", "print the version", print_version},
   {"schedule", "simulate a pipeline schedule: per-rank orders, bubble fraction, stragglers", schedule_command},
+  {"trace", "summarize a trace: busy, idle and bubble per actor, action order per stage", trace_command},
+  {"dash", "serve the dashboard on a finished trace", dash_command},
 });
 
 void print_help(std::FILE* out) {

@@ -25,6 +25,12 @@ std::span<const command> commands();
 /// `troupe schedule` (deploy/cmd_schedule.cpp).
 int schedule_command(std::span<char*> args);
 
+/// `troupe trace summarize` (deploy/cmd_trace.cpp).
+int trace_command(std::span<char*> args);
+
+/// `troupe dash` (deploy/cmd_dash.cpp).
+int dash_command(std::span<char*> args);
+
 /// Runs `troupe ARGS...`: finds the subcommand or prints help.
 int dispatch(int argc, char** argv);
 
