@@ -13,8 +13,9 @@ namespace {
 using bf16 = __nv_bfloat16;
 using u32 = std::uint32_t;
 
-constexpr int tile = 64;      // rows per block and streamed rows per step
-constexpr int nwarps = 4;     // 16 rows each
+constexpr int tile = 64;            // streamed rows per step
+constexpr int nwarps = 4;               // 16 resident rows each (8 measured slower on H100)
+constexpr int block_rows = 16 * nwarps; // resident rows per block
 constexpr int pad = 8;        // bf16 of padding per shared row: conflict-free fragment loads
 constexpr float log2e = 1.4426950408889634f;
 
@@ -49,12 +50,12 @@ __device__ __forceinline__ u32 pack(float lo, float hi) {
   return *reinterpret_cast<u32*>(&h);
 }
 
-/// Starts asynchronous copies (cp.async) of rows [r0, r0+tile) of a [n, D]
-/// matrix into shared [tile][D+pad]; rows past n are filled with zeros.
-template <int D>
+/// Starts asynchronous copies (cp.async) of rows [r0, r0+ROWS) of a [n, D]
+/// matrix into shared [ROWS][D+pad]; rows past n are filled with zeros.
+template <int D, int ROWS = tile>
 __device__ __forceinline__ void load_rows(bf16* dst, const bf16* src, int r0, int n) {
   constexpr int chunks = D / 8;
-  for (int i = threadIdx.x; i < tile * chunks; i += blockDim.x) {
+  for (int i = threadIdx.x; i < ROWS * chunks; i += blockDim.x) {
     int r = i / chunks, c = (i % chunks) * 8;
     bool in = r0 + r < n;
     const bf16* from = src + (long long)(in ? r0 + r : 0) * D + c;
@@ -119,9 +120,11 @@ __device__ __forceinline__ void accumulate_pv(float (&acc)[D / 8][4], const floa
   }
 }
 
-/// Shared [tile][D+pad] buffers: how many each kernel uses.
+/// Elements of one shared streamed tile [tile][D+pad] and of the resident rows [block_rows][D+pad].
 template <int D>
 constexpr int tile_elems = tile * (D + pad);
+template <int D>
+constexpr int block_elems = block_rows * (D + pad);
 
 // Each kernel double-buffers the streamed tiles: the copy of tile i+1 runs
 // while tile i is multiplied.
@@ -131,15 +134,15 @@ __global__ void __launch_bounds__(nwarps * 32) fwd_kernel(bf16* o, float* lse, c
                                                          const bf16* v, int n, float scale) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
-  bf16* ks = qs + tile_elems<D>; // [2] tiles
+  bf16* ks = qs + block_elems<D>; // [2] tiles
   bf16* vs = ks + 2 * tile_elems<D>; // [2] tiles
   const long long base = (long long)blockIdx.y * n * D;
   // Blocks with the longest causal rows start first, so the short ones fill the tail.
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * tile, warp = threadIdx.x / 32, lane = threadIdx.x % 32,
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * block_rows, warp = threadIdx.x / 32, lane = threadIdx.x % 32,
             g = lane / 4, t = lane % 4;
   const float c = scale * log2e;
-  const int tiles = (min(q0 + tile, n) - 1) / tile + 1;
-  load_rows<D>(qs, q + base, q0, n);
+  const int tiles = (min(q0 + block_rows, n) - 1) / tile + 1;
+  load_rows<D, block_rows>(qs, q + base, q0, n);
   commit();
   load_rows<D>(ks, k + base, 0, n);
   load_rows<D>(vs, v + base, 0, n);
@@ -164,18 +167,30 @@ __global__ void __launch_bounds__(nwarps * 32) fwd_kernel(bf16* o, float* lse, c
     __syncthreads();
     float s[8][4];
     scores<D>(s, qf, ks + cur, lane);
+    // Warp-uniform: every key of the tile is visible to every row of the warp.
+    const bool inside = k0 + tile - 1 <= q0 + warp * 16 && q0 + warp * 16 + 15 < n;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
+      if (inside) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          int col = k0 + j * 8 + 2 * t + e;
-          float x = col <= rows[h] && col < n ? s[j][2 * h + e] * c : -INFINITY;
-          s[j][2 * h + e] = x;
-          mx = fmaxf(mx, x);
-        }
+          for (int e = 0; e < 2; ++e) {
+            s[j][2 * h + e] *= c;
+            mx = fmaxf(mx, s[j][2 * h + e]);
+          }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            int col = k0 + j * 8 + 2 * t + e;
+            float x = col <= rows[h] && col < n ? s[j][2 * h + e] * c : -INFINITY;
+            s[j][2 * h + e] = x;
+            mx = fmaxf(mx, x);
+          }
+      }
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       float mn = fmaxf(m[h], mx);
@@ -224,16 +239,16 @@ __global__ void __launch_bounds__(nwarps * 32) dq_kernel(bf16* dq, const bf16* d
                                                         float scale) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
-  bf16* dos = qs + tile_elems<D>;
-  bf16* ks = dos + tile_elems<D>;    // [2] tiles
+  bf16* dos = qs + block_elems<D>;
+  bf16* ks = dos + block_elems<D>;   // [2] tiles
   bf16* vs = ks + 2 * tile_elems<D>; // [2] tiles
   const long long base = (long long)blockIdx.y * n * D, row_base = (long long)blockIdx.y * n;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * tile, warp = threadIdx.x / 32, lane = threadIdx.x % 32,
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * block_rows, warp = threadIdx.x / 32, lane = threadIdx.x % 32,
             g = lane / 4, t = lane % 4;
   const float c = scale * log2e;
-  const int tiles = (min(q0 + tile, n) - 1) / tile + 1;
-  load_rows<D>(qs, q + base, q0, n);
-  load_rows<D>(dos, dout + base, q0, n);
+  const int tiles = (min(q0 + block_rows, n) - 1) / tile + 1;
+  load_rows<D, block_rows>(qs, q + base, q0, n);
+  load_rows<D, block_rows>(dos, dout + base, q0, n);
   commit();
   load_rows<D>(ks, k + base, 0, n);
   load_rows<D>(vs, v + base, 0, n);
@@ -266,12 +281,13 @@ __global__ void __launch_bounds__(nwarps * 32) dq_kernel(bf16* dq, const bf16* d
     float s[8][4], dp[8][4];
     scores<D>(s, qf, ks + cur, lane);
     scores<D>(dp, df, vs + cur, lane);
+    const bool inside = k0 + tile - 1 <= q0 + warp * 16 && q0 + warp * 16 + 15 < n;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int h = e / 2, col = k0 + j * 8 + 2 * t + (e & 1);
-        float p = col <= rows[h] && col < n && rows[h] < n ? exp2f(s[j][e] * c - lse2[h]) : 0.0f;
+        float p = inside || (col <= rows[h] && col < n && rows[h] < n) ? exp2f(s[j][e] * c - lse2[h]) : 0.0f;
         s[j][e] = p * (dp[j][e] - dl[h]);
       }
     accumulate_pv<D>(acc, s, ks + cur, lane);
@@ -294,13 +310,13 @@ __global__ void __launch_bounds__(nwarps * 32) dkv_kernel(bf16* dk, bf16* dv, co
                                                          const float* delta, int n, float scale) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* kss = reinterpret_cast<bf16*>(smem);
-  bf16* vss = kss + tile_elems<D>;
-  bf16* qs = vss + tile_elems<D>;    // [2] tiles
+  bf16* vss = kss + block_elems<D>;
+  bf16* qs = vss + block_elems<D>;   // [2] tiles
   bf16* ds = qs + 2 * tile_elems<D>; // [2] tiles of dO
   float* lse2_s = reinterpret_cast<float*>(ds + 2 * tile_elems<D>); // [2][tile]
   float* dl_s = lse2_s + 2 * tile;                                  // [2][tile]
   const long long base = (long long)blockIdx.y * n * D, row_base = (long long)blockIdx.y * n;
-  const int k0 = blockIdx.x * tile, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int k0 = blockIdx.x * block_rows, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const float c = scale * log2e;
   const int tiles = (n - k0 + tile - 1) / tile; // query tiles from the diagonal on
   auto stage_rows = [&](int i0, int buf) {
@@ -310,8 +326,8 @@ __global__ void __launch_bounds__(nwarps * 32) dkv_kernel(bf16* dk, bf16* dv, co
       dl_s[buf * tile + i] = in ? delta[row_base + i0 + i] : 0.0f;
     }
   };
-  load_rows<D>(kss, k + base, k0, n);
-  load_rows<D>(vss, v + base, k0, n);
+  load_rows<D, block_rows>(kss, k + base, k0, n);
+  load_rows<D, block_rows>(vss, v + base, k0, n);
   commit();
   load_rows<D>(qs, q + base, k0, n);
   load_rows<D>(ds, dout + base, k0, n);
@@ -339,12 +355,14 @@ __global__ void __launch_bounds__(nwarps * 32) dkv_kernel(bf16* dk, bf16* dv, co
     float s[8][4], dp[8][4];
     scores<D>(s, kf, qs + cur, lane);  // S^T: keys x queries
     scores<D>(dp, vf, ds + cur, lane); // dP^T
+    const bool inside = i0 >= k0 + warp * 16 + 15 && i0 + tile <= n;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int h = e / 2, ci = j * 8 + 2 * t + (e & 1), col = i0 + ci;
-        float p = keys[h] <= col && col < n && keys[h] < n ? exp2f(s[j][e] * c - lse2_s[b * tile + ci]) : 0.0f;
+        float p = inside || (keys[h] <= col && col < n && keys[h] < n) ? exp2f(s[j][e] * c - lse2_s[b * tile + ci])
+                                                                       : 0.0f;
         s[j][e] = p;
         dp[j][e] = p * (dp[j][e] - dl_s[b * tile + ci]);
       }
@@ -366,11 +384,11 @@ __global__ void __launch_bounds__(nwarps * 32) dkv_kernel(bf16* dk, bf16* dv, co
 }
 
 template <int D>
-constexpr std::size_t fwd_smem = 5 * tile_elems<D> * sizeof(bf16);
+constexpr std::size_t fwd_smem = (block_elems<D> + 4 * tile_elems<D>) * sizeof(bf16);
 template <int D>
-constexpr std::size_t dq_smem = 6 * tile_elems<D> * sizeof(bf16);
+constexpr std::size_t dq_smem = (2 * block_elems<D> + 4 * tile_elems<D>) * sizeof(bf16);
 template <int D>
-constexpr std::size_t dkv_smem = 6 * tile_elems<D> * sizeof(bf16) + 4 * tile * sizeof(float);
+constexpr std::size_t dkv_smem = (2 * block_elems<D> + 4 * tile_elems<D>) * sizeof(bf16) + 4 * tile * sizeof(float);
 
 template <typename K>
 status allow_smem(K kernel, std::size_t bytes) {
@@ -382,7 +400,7 @@ template <int D>
 status forward_d(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int bh, int n, float scale,
                  cudaStream_t s) {
   TROUPE_GPU_TRY(allow_smem(fwd_kernel<D>, fwd_smem<D>));
-  fwd_kernel<D><<<dim3((n + tile - 1) / tile, bh), nwarps * 32, fwd_smem<D>, s>>>(o, lse, q, k, v, n, scale);
+  fwd_kernel<D><<<dim3((n + block_rows - 1) / block_rows, bh), nwarps * 32, fwd_smem<D>, s>>>(o, lse, q, k, v, n, scale);
   TROUPE_CUDA_CHECK_LAUNCH();
   return {};
 }
@@ -390,7 +408,7 @@ status forward_d(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* 
 template <int D>
 status backward_d(bf16* dq, bf16* dk, bf16* dv, const float* delta, const bf16* dout, const bf16* q, const bf16* k,
                   const bf16* v, const float* lse, int bh, int n, float scale, cudaStream_t s) {
-  dim3 grid((n + tile - 1) / tile, bh);
+  dim3 grid((n + block_rows - 1) / block_rows, bh);
   TROUPE_GPU_TRY(allow_smem(dq_kernel<D>, dq_smem<D>));
   dq_kernel<D><<<grid, nwarps * 32, dq_smem<D>, s>>>(dq, dout, q, k, v, lse, delta, n, scale);
   TROUPE_CUDA_CHECK_LAUNCH();

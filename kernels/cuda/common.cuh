@@ -57,6 +57,38 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return warp_max(v);
 }
 
+/// Loads and stores of V consecutive elements: one 16-byte access when V > 1
+/// (the address must then be 16-byte aligned).
+template <typename T, int V>
+__device__ __forceinline__ void load_vec(const T* p, float (&out)[V]) {
+  if constexpr (V == 1) {
+    out[0] = to_f32(p[0]);
+  } else {
+    uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      out[i] = to_f32(e[i]);
+  }
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void store_vec(T* p, const float (&in)[V]) {
+  if constexpr (V == 1) {
+    p[0] = from_f32<T>(in[0]);
+  } else {
+    uint4 raw;
+    T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      e[i] = from_f32<T>(in[i]);
+    *reinterpret_cast<uint4*>(p) = raw;
+  }
+}
+
+/// True when p is 16-byte aligned (or null), so vector accesses may use it.
+__host__ __device__ inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
 /// Blocks of `threads` covering `n` items, capped for grid-stride loops.
 inline unsigned grid_for(std::int64_t n, int threads, std::int64_t cap = 65535LL * 32) {
   std::int64_t g = (n + threads - 1) / threads;

@@ -4,6 +4,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cross_entropy.hpp"
 
+#include <cstdint>
 #include <string>
 
 namespace troupe::gpu {
@@ -24,7 +25,8 @@ __global__ void count_kernel(std::int32_t* count, const std::int32_t* targets, i
     *count = static_cast<std::int32_t>(c + 0.5f);
 }
 
-template <typename T>
+/// One block per row; V elements per access (16 bytes when the row allows it).
+template <typename T, int V>
 __global__ void row_kernel(float* row_loss, T* dlogits, const T* logits, const std::int32_t* targets,
                            const std::int32_t* count, int vocab, int ignore_index, float scale) {
   __shared__ float scratch[32];
@@ -35,14 +37,20 @@ __global__ void row_kernel(float* row_loss, T* dlogits, const T* logits, const s
   bool valid = t >= 0 && t < vocab;
   float xt = counted && valid ? to_f32(x[t]) : 0.0f; // read before any in-place write below
   float m = -INFINITY, s = 0.0f;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
-    float v = to_f32(x[j]);
-    if (v > m) {
-      s = s * __expf(m - v) + 1.0f;
-      m = v;
-    } else {
-      s += __expf(v - m);
+  for (int j = threadIdx.x * V; j < vocab; j += blockDim.x * V) {
+    float v[V];
+    load_vec<T, V>(x + j, v);
+    float cm = v[0];
+#pragma unroll
+    for (int i = 1; i < V; ++i)
+      cm = fmaxf(cm, v[i]);
+    if (cm > m) {
+      s *= __expf(m - cm);
+      m = cm;
     }
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      s += __expf(v[i] - m);
   }
   float bm = block_max(m, scratch);
   float bs = block_sum(m == -INFINITY ? 0.0f : s * __expf(m - bm), scratch);
@@ -54,9 +62,13 @@ __global__ void row_kernel(float* row_loss, T* dlogits, const T* logits, const s
   int n = *count;
   float g = counted && n > 0 ? scale / n : 0.0f;
   T* dx = dlogits + (long long)row * vocab;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
-    float p = __expf(to_f32(x[j]) - lse);
-    dx[j] = from_f32<T>(g * (p - (j == t ? 1.0f : 0.0f)));
+  for (int j = threadIdx.x * V; j < vocab; j += blockDim.x * V) {
+    float v[V];
+    load_vec<T, V>(x + j, v);
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      v[i] = g * (__expf(v[i] - lse) - (j + i == t ? 1.0f : 0.0f));
+    store_vec<T, V>(dx + j, v);
   }
 }
 
@@ -80,11 +92,16 @@ status run(const cross_entropy_out& out, T* dlogits, const T* logits, const std:
     return status::failure("cross_entropy_forward_backward: loss, row_loss and count buffers are all required");
   count_kernel<<<1, 1024, 0, s>>>(out.count, targets, rows, ignore_index);
   TROUPE_CUDA_CHECK_LAUNCH();
-  if (rows > 0) {
-    row_kernel<<<rows, threads, 0, s>>>(out.row_loss, dlogits, logits, targets, out.count, vocab, ignore_index,
-                                        scale);
-    TROUPE_CUDA_CHECK_LAUNCH();
-  }
+  constexpr int vec = 16 / sizeof(T);
+  bool wide = vocab % vec == 0 && reinterpret_cast<std::uintptr_t>(logits) % 16 == 0 &&
+              reinterpret_cast<std::uintptr_t>(dlogits) % 16 == 0;
+  if (rows > 0 && wide)
+    row_kernel<T, vec><<<rows, threads, 0, s>>>(out.row_loss, dlogits, logits, targets, out.count, vocab,
+                                                ignore_index, scale);
+  else if (rows > 0)
+    row_kernel<T, 1><<<rows, threads, 0, s>>>(out.row_loss, dlogits, logits, targets, out.count, vocab, ignore_index,
+                                              scale);
+  TROUPE_CUDA_CHECK_LAUNCH();
   mean_kernel<<<1, 1024, 0, s>>>(out.loss, out.row_loss, out.count, rows);
   TROUPE_CUDA_CHECK_LAUNCH();
   return {};
