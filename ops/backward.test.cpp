@@ -200,3 +200,27 @@ TEST_CASE("ops name the op and device when no kernel exists") {
     CHECK(std::string(e.what()) == "gelu_forward: no kernel for device cuda:1");
   }
 }
+
+TEST_CASE("the fused residual paths equal the separate add") {
+  std::mt19937 rng(9);
+  const long rows = 6, in = 19, out = 21;
+  auto x = randn({rows, in}, rng), w = randn({out, in}, rng), b = randn({out}, rng), res = randn({rows, out}, rng);
+  auto fused = to_vec(linear_forward(x, w, b, res)), plain = to_vec(linear_forward(x, w, b));
+  auto no_bias = to_vec(linear_forward(x, w, {}, res)), plain_nb = to_vec(linear_forward(x, w, {}));
+  auto r = to_vec(res);
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    plain[i] += r[i];
+    plain_nb[i] += r[i];
+  }
+  CHECK(compare(fused, plain).max_rel < 1e-6);
+  CHECK(compare(no_bias, plain_nb).max_rel < 1e-6);
+  auto g = randn({out}, rng), dy = randn({rows, out}, rng), add = randn({rows, out}, rng);
+  layer_norm_saved s;
+  layer_norm_forward(res, g, b, s);
+  auto with_add = to_vec(layer_norm_backward_input(dy, res, s, g, add));
+  auto sep = to_vec(layer_norm_backward_input(dy, res, s, g));
+  auto a = to_vec(add);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    sep[i] += a[i];
+  CHECK(compare(with_add, sep).max_rel < 1e-6);
+}

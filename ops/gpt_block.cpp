@@ -16,14 +16,12 @@ tensor_handle gpt_range::impl::block_forward(int li, const tensor_handle& x, lay
   k.ln1 = layer_norm_forward(x, p(li, ln1_w), p(li, ln1_b), k.ln1s);
   k.qkv = qkv_projection_forward(k.ln1, p(li, attn_w), p(li, attn_b));
   k.att = core_attention_forward(k.qkv, cfg.heads, k.attn);
-  k.x_mid = output_projection_forward(k.att, p(li, proj_w), p(li, proj_b));
-  residual_add_inplace(k.x_mid, x);
+  k.x_mid = output_projection_forward(k.att, p(li, proj_w), p(li, proj_b), x); // + residual
+
   k.ln2 = layer_norm_forward(k.x_mid, p(li, ln2_w), p(li, ln2_b), k.ln2s);
   k.fc = linear_forward(k.ln2, p(li, fc_w), p(li, fc_b));
   k.act = gelu_forward(k.fc);
-  auto y = linear_forward(k.act, p(li, mlp_w), p(li, mlp_b));
-  residual_add_inplace(y, k.x_mid);
-  return y;
+  return linear_forward(k.act, p(li, mlp_w), p(li, mlp_b), k.x_mid); // + residual
 }
 
 tensor_handle gpt_range::impl::block_backward_input(int li, const tensor_handle& dy, layer_cache& c) const {
@@ -31,13 +29,11 @@ tensor_handle gpt_range::impl::block_backward_input(int li, const tensor_handle&
   auto d_act = linear_backward_input(dy, p(li, mlp_w));
   c.d_fc = gelu_backward(d_act, c.fc);
   c.d_ln2 = linear_backward_input(c.d_fc, p(li, fc_w));
-  c.d_mid = layer_norm_backward_input(c.d_ln2, c.x_mid, c.ln2s, p(li, ln2_w));
-  residual_add_inplace(c.d_mid, dy);
+  c.d_mid = layer_norm_backward_input(c.d_ln2, c.x_mid, c.ln2s, p(li, ln2_w), dy); // + residual branch
   auto d_att = output_projection_backward_input(c.d_mid, p(li, proj_w));
   c.d_qkv = core_attention_backward(d_att, c.qkv, c.attn, cfg.heads);
   c.d_ln1 = qkv_projection_backward_input(c.d_qkv, p(li, attn_w));
-  auto dx = layer_norm_backward_input(c.d_ln1, c.x, c.ln1s, p(li, ln1_w));
-  residual_add_inplace(dx, c.d_mid);
+  auto dx = layer_norm_backward_input(c.d_ln1, c.x, c.ln1s, p(li, ln1_w), c.d_mid); // + residual branch
   // Only backward_weight's inputs stay alive.
   c.qkv = {};
   c.attn.probs = {};

@@ -29,7 +29,8 @@ tensor_handle layer_norm_forward(const tensor_handle& x, const tensor_handle& ga
 }
 
 tensor_handle layer_norm_backward_input(const tensor_handle& dy, const tensor_handle& x,
-                                        const layer_norm_saved& saved, const tensor_handle& gamma) {
+                                        const layer_norm_saved& saved, const tensor_handle& gamma,
+                                        const tensor_handle& add) {
   constexpr auto op = "layer_norm_backward_input";
   require_f32(x, op, "x");
   const long cols = x.dim(x.rank() - 1), rows = rows_of(x);
@@ -37,11 +38,16 @@ tensor_handle layer_norm_backward_input(const tensor_handle& dy, const tensor_ha
   require(dy.numel() == x.numel(), op, "dy and x must have the same shape");
   require(saved.mean.defined() && saved.mean.numel() == rows, op, "saved statistics do not match x");
   require_f32(gamma, op, "gamma", cols);
+  if (add.defined()) {
+    require_f32(add, op, "add", cols);
+    require(add.numel() == x.numel(), op, "add and x must have the same shape");
+  }
   auto dx = tensor_handle::empty(x.shape(), dtype::f32, x.device());
   switch (x.device().kind) {
     case device::kind_t::cpu:
       kc::layer_norm_backward_input(dy.data<float>(), x.data<float>(), saved.mean.data<float>(),
-                                    saved.rstd.data<float>(), gamma.data<float>(), dx.data<float>(), rows, cols);
+                                    saved.rstd.data<float>(), gamma.data<float>(), dx.data<float>(), rows, cols,
+                                    add.defined() ? add.data<float>() : nullptr);
       return dx;
     case device::kind_t::cuda: break;
   }

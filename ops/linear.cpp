@@ -1,6 +1,8 @@
 // Linear layer: bias rows then one sgemm forward; two sgemms backward.
 #include "ops/linear.hpp"
 
+#include <cstring>
+
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "ops/dispatch.hpp"
@@ -18,6 +20,11 @@ shape_t with_last(const shape_t& s, std::int64_t last) {
 } // namespace
 
 tensor_handle linear_forward(const tensor_handle& x, const tensor_handle& w, const tensor_handle& b) {
+  return linear_forward(x, w, b, tensor_handle{});
+}
+
+tensor_handle linear_forward(const tensor_handle& x, const tensor_handle& w, const tensor_handle& b,
+                             const tensor_handle& residual) {
   constexpr auto op = "linear_forward";
   require_f32(w, op, "w");
   require(w.rank() == 2, op, "w must be [out, in]");
@@ -26,14 +33,27 @@ tensor_handle linear_forward(const tensor_handle& x, const tensor_handle& w, con
   if (b.defined())
     require(b.numel() == out && b.type() == dtype::f32, op, "b must be f32 [out]");
   const long n = rows_of(x);
+  if (residual.defined()) {
+    require_f32(residual, op, "residual", out);
+    require(residual.numel() == n * out, op, "residual must have the output's shape");
+  }
   auto y = tensor_handle::empty(with_last(x.shape(), out), dtype::f32, x.device());
   switch (x.device().kind) {
-    case device::kind_t::cpu:
-      if (b.defined())
+    case device::kind_t::cpu: {
+      // The product accumulates onto y prepared as bias (+ residual) rows in one pass.
+      float beta = 1.0f;
+      if (residual.defined() && b.defined())
+        kc::add_rows(b.data<float>(), residual.data<float>(), y.data<float>(), n, out);
+      else if (residual.defined())
+        std::memcpy(y.raw(), residual.raw(), y.nbytes());
+      else if (b.defined())
         kc::broadcast_rows(b.data<float>(), y.data<float>(), n, out);
+      else
+        beta = 0.0f;
       kc::sgemm(false, true, int(n), int(out), int(in), 1.0f, x.data<float>(), int(in), w.data<float>(), int(in),
-                b.defined() ? 1.0f : 0.0f, y.data<float>(), int(out));
+                beta, y.data<float>(), int(out));
       return y;
+    }
     case device::kind_t::cuda: break; // kernels/cuda launchers go here
   }
   unsupported_device(op, x.device());

@@ -8,6 +8,10 @@ namespace troupe::ops {
 /// y[..., out] = x[..., in] Wᵀ + b; `b` may be undefined (no bias).
 tensor_handle linear_forward(const tensor_handle& x, const tensor_handle& w, const tensor_handle& b);
 
+/// y = x Wᵀ + b + residual (residual shaped like y), the residual add fused into the product.
+tensor_handle linear_forward(const tensor_handle& x, const tensor_handle& w, const tensor_handle& b,
+                             const tensor_handle& residual);
+
 /// dx = dy W.
 tensor_handle linear_backward_input(const tensor_handle& dy, const tensor_handle& w);
 

@@ -12,9 +12,10 @@ void check_weight(const tensor_handle& w, const char* op) {
 }
 } // namespace
 
-tensor_handle output_projection_forward(const tensor_handle& a, const tensor_handle& w, const tensor_handle& b) {
+tensor_handle output_projection_forward(const tensor_handle& a, const tensor_handle& w, const tensor_handle& b,
+                                        const tensor_handle& residual) {
   check_weight(w, "output_projection_forward");
-  return linear_forward(a, w, b);
+  return linear_forward(a, w, b, residual);
 }
 
 tensor_handle output_projection_backward_input(const tensor_handle& dy, const tensor_handle& w) {

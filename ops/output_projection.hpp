@@ -5,8 +5,9 @@
 
 namespace troupe::ops {
 
-/// y = a Wᵀ + b with W [C, C] and b [C].
-tensor_handle output_projection_forward(const tensor_handle& a, const tensor_handle& w, const tensor_handle& b);
+/// y = a Wᵀ + b (+ residual, fused, when given) with W [C, C] and b [C].
+tensor_handle output_projection_forward(const tensor_handle& a, const tensor_handle& w, const tensor_handle& b,
+                                        const tensor_handle& residual = {});
 /// da = dy W.
 tensor_handle output_projection_backward_input(const tensor_handle& dy, const tensor_handle& w);
 /// dW += dyᵀ a, db += Σ dy.

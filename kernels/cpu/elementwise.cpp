@@ -23,6 +23,15 @@ void broadcast_rows(const float* row, float* out, long rows, long cols) {
   }
 }
 
+void add_rows(const float* row, const float* residual, float* out, long rows, long cols) {
+  for (long r = 0; r < rows; ++r) {
+    const float* x = residual + r * cols;
+    float* o = out + r * cols;
+    for (long i = 0; i < cols; ++i)
+      o[i] = x[i] + row[i];
+  }
+}
+
 void column_sum_add(const float* x, float* acc, long rows, long cols) {
   for (long r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;

@@ -12,6 +12,9 @@ void add_inplace(float* acc, const float* x, long n);
 /// Every row of out[rows, cols] = row.
 void broadcast_rows(const float* row, float* out, long rows, long cols);
 
+/// out[r, :] = residual[r, :] + row for every row (a bias plus a residual branch).
+void add_rows(const float* row, const float* residual, float* out, long rows, long cols);
+
 /// acc[cols] += Σ over rows of x[rows, cols].
 void column_sum_add(const float* x, float* acc, long rows, long cols);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/reduce.hpp"
+#include "kernels/cpu/simd.hpp"
 
 namespace troupe::kernels::cpu {
 
@@ -23,24 +24,49 @@ void layer_norm_forward(const float* x, const float* gamma, const float* beta, f
 }
 
 void layer_norm_backward_input(const float* dy, const float* x, const float* mean, const float* rstd,
-                               const float* gamma, float* dx, long rows, long cols) {
+                               const float* gamma, float* dx, long rows, long cols, const float* add) {
   float inv_n = 1.0f / static_cast<float>(cols);
   for (long r = 0; r < rows; ++r) {
     const float* dyr = dy + r * cols;
     const float* xr = x + r * cols;
+    const float* ar = add ? add + r * cols : nullptr;
     float* dxr = dx + r * cols;
-    float mu = mean[r], rs = rstd[r];
-    // g = dy * gamma lands in dx first; then the two row means, then the final formula.
+    const float mu = mean[r], rs = rstd[r];
+    long i = 0;
+#if TROUPE_AVX512
+    // Pass 1: g = dy * gamma and the row sums of g and g * (x - mean).
+    __m512 sg = _mm512_setzero_ps(), sgx = _mm512_setzero_ps(), vmu = _mm512_set1_ps(mu);
+    for (; i < cols; i += 16) {
+      auto m = simd::tail_mask(cols - i);
+      __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dyr + i), _mm512_maskz_loadu_ps(m, gamma + i));
+      sg = _mm512_add_ps(sg, g);
+      sgx = _mm512_fmadd_ps(g, _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, xr + i), vmu), sgx);
+    }
+    const float mg = _mm512_reduce_add_ps(sg) * inv_n, mgx = _mm512_reduce_add_ps(sgx) * rs * inv_n;
+    // Pass 2: dx = rs * (g - mg - (x - mu) * rs * mgx) (+ add).
+    const __m512 vrs = _mm512_set1_ps(rs), vmg = _mm512_set1_ps(mg), vk = _mm512_set1_ps(rs * mgx);
+    for (i = 0; i < cols; i += 16) {
+      auto m = simd::tail_mask(cols - i);
+      __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dyr + i), _mm512_maskz_loadu_ps(m, gamma + i));
+      __m512 xc = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, xr + i), vmu);
+      __m512 d = _mm512_mul_ps(vrs, _mm512_sub_ps(_mm512_sub_ps(g, vmg), _mm512_mul_ps(xc, vk)));
+      if (ar)
+        d = _mm512_add_ps(d, _mm512_maskz_loadu_ps(m, ar + i));
+      _mm512_mask_storeu_ps(dxr + i, m, d);
+    }
+#else
     float sum_g = 0, sum_gx = 0;
-    for (long i = 0; i < cols; ++i) {
+    for (; i < cols; ++i) {
       float g = dyr[i] * gamma[i];
-      dxr[i] = g;
       sum_g += g;
       sum_gx += g * (xr[i] - mu);
     }
-    float mg = sum_g * inv_n, mgx = sum_gx * rs * inv_n;
-    for (long i = 0; i < cols; ++i)
-      dxr[i] = rs * (dxr[i] - mg - (xr[i] - mu) * rs * mgx);
+    const float mg = sum_g * inv_n, mgx = sum_gx * rs * inv_n;
+    for (i = 0; i < cols; ++i) {
+      float d = rs * (dyr[i] * gamma[i] - mg - (xr[i] - mu) * (rs * mgx));
+      dxr[i] = ar ? d + ar[i] : d;
+    }
+#endif
   }
 }
 

@@ -7,9 +7,10 @@ namespace troupe::kernels::cpu {
 void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                         float* rstd, long rows, long cols, float eps);
 
-/// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma; overwrites dx.
+/// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma, plus `add`
+/// when non-null (a residual branch's gradient, fused); overwrites dx.
 void layer_norm_backward_input(const float* dy, const float* x, const float* mean, const float* rstd,
-                               const float* gamma, float* dx, long rows, long cols);
+                               const float* gamma, float* dx, long rows, long cols, const float* add = nullptr);
 
 /// dgamma += Σ dy * xhat, dbeta += Σ dy over rows.
 void layer_norm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd,

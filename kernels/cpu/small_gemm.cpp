@@ -2,6 +2,10 @@
 // registers, one broadcast of A and NV loads of B per step of k.
 #include "kernels/cpu/small_gemm.hpp"
 
+#include <utility>
+
+#include <cblas.h>
+
 #include "kernels/cpu/simd.hpp"
 
 namespace troupe::kernels::cpu {
@@ -9,35 +13,39 @@ namespace troupe::kernels::cpu {
 namespace {
 
 #if TROUPE_AVX512
-template <int R, int NV>
-void tile(long n_left, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb, float* c,
-          long ldc, bool accumulate) {
+/// One R×(16·NV) tile. The accumulators are indexed only by pack-expansion constants
+/// (no loops over them), so the compiler keeps all of them in registers.
+template <int R, int NV, std::size_t... I>
+inline void tile_impl(std::index_sequence<I...>, long n_left, long k, float alpha, const float* a, long a_rs,
+                      long a_cs, const float* b, long ldb, float* c, long ldc, bool accumulate) {
   __mmask16 mask[NV];
   for (int v = 0; v < NV; ++v)
     mask[v] = simd::tail_mask(n_left - 16L * v);
-  __m512 acc[R][NV];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v)
-      acc[r][v] = _mm512_setzero_ps();
+  __m512 acc[R * NV] = {((void)I, _mm512_setzero_ps())...};
   for (long p = 0; p < k; ++p) {
+    const float* bp = b + p * ldb;
+    const float* ap = a + p * a_cs;
     __m512 bv[NV];
     for (int v = 0; v < NV; ++v)
-      bv[v] = _mm512_maskz_loadu_ps(mask[v], b + p * ldb + 16 * v);
-    for (int r = 0; r < R; ++r) {
-      __m512 av = _mm512_set1_ps(a[r * a_rs + p * a_cs]);
-      for (int v = 0; v < NV; ++v)
-        acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
-    }
+      bv[v] = _mm512_maskz_loadu_ps(mask[v], bp + 16 * v);
+    ((acc[I] = _mm512_fmadd_ps(_mm512_set1_ps(ap[long(I / NV) * a_rs]), bv[I % NV], acc[I])), ...);
   }
-  __m512 al = _mm512_set1_ps(alpha);
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) {
-      float* dst = c + r * ldc + 16 * v;
-      __m512 x = _mm512_mul_ps(acc[r][v], al);
-      if (accumulate)
-        x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], dst));
-      _mm512_mask_storeu_ps(dst, mask[v], x);
-    }
+  const __m512 al = _mm512_set1_ps(alpha);
+  auto store = [&](std::size_t i, __m512 x) {
+    float* dst = c + long(i / NV) * ldc + 16 * long(i % NV);
+    x = _mm512_mul_ps(x, al);
+    if (accumulate)
+      x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[i % NV], dst));
+    _mm512_mask_storeu_ps(dst, mask[i % NV], x);
+  };
+  (store(I, acc[I]), ...);
+}
+
+template <int R, int NV>
+void tile(long n_left, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb, float* c,
+          long ldc, bool accumulate) {
+  tile_impl<R, NV>(std::make_index_sequence<std::size_t(R * NV)>{}, n_left, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc,
+                   accumulate);
 }
 
 /// All rows of one column panel of up to 16·NV columns, in groups of R then a remainder.
@@ -93,12 +101,8 @@ void small_gemm(long m, long n, long k, float alpha, const float* a, long a_rs, 
 }
 
 void transpose(const float* src, long rows, long cols, long ld_src, float* dst, long ld_dst) {
-  constexpr long blk = 16;
-  for (long r0 = 0; r0 < rows; r0 += blk)
-    for (long c0 = 0; c0 < cols; c0 += blk)
-      for (long r = r0; r < rows && r < r0 + blk; ++r)
-        for (long c = c0; c < cols && c < c0 + blk; ++c)
-          dst[c * ld_dst + r] = src[r * ld_src + c];
+  // OpenBLAS's out-of-place copy-transpose is several times faster than a plain loop.
+  cblas_somatcopy(CblasRowMajor, CblasTrans, int(rows), int(cols), 1.0f, src, int(ld_src), dst, int(ld_dst));
 }
 
 } // namespace troupe::kernels::cpu
