@@ -13,6 +13,9 @@ using norm_atom = caf::atom_constant<caf::atom("gradnorm")>;
 /// `(continue_atom)`: sent to itself by a stage that has more ready work.
 using continue_atom = caf::atom_constant<caf::atom("continue")>;
 
+/// `(wake_atom)`: a stage's delayed reminder to ask its policy again.
+using wake_atom = caf::atom_constant<caf::atom("wake")>;
+
 /// Links a send span to its receive span in traces: unique per message.
 constexpr std::uint64_t flow_id(std::int64_t step, int stage, int microbatch, int kind) {
   return ((static_cast<std::uint64_t>(step + 2) * 4096 + static_cast<std::uint64_t>(stage)) * 65536 +

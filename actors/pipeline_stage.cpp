@@ -22,6 +22,7 @@ struct pipeline_stage_state {
   std::map<int, caf::actor> ranks;
   caf::actor loader;
   bool kick_pending = false;
+  bool wake_pending = false;
   bool done_sent = false;
   bool failed = false;
   std::int64_t handler_ns = 0;
@@ -106,8 +107,10 @@ void maybe_done(stage_actor* self) {
   self->send(st.runner, done_atom::value, std::move(s));
 }
 
-/// Runs `f` as one message's work: timed, errors turned into a failure report,
-/// and one more action queued when the engine has ready work.
+/// Runs `f` as one message's work: timed, errors turned into a failure report.
+/// `f` returns true when the engine may now have ready work; then one
+/// `continue` is queued, behind whatever else already waits in the mailbox, so
+/// the policy decides with everything that has arrived.
 template <class F>
 void handle(stage_actor* self, F&& f) {
   auto& st = self->state;
@@ -115,8 +118,7 @@ void handle(stage_actor* self, F&& f) {
     return;
   auto t0 = trace_now();
   try {
-    f(*st.engine);
-    if (!st.kick_pending && !st.engine->training_done()) {
+    if (f(*st.engine) && !st.kick_pending && !st.engine->training_done()) {
       st.kick_pending = true;
       self->send(self, continue_atom::value);
     }
@@ -182,23 +184,37 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
     },
     [=](start_atom) {
       self->state.started_ns = trace_now();
-      handle(self, [](stage_engine& e) { e.start(); });
+      handle(self, [](stage_engine& e) { return e.start(), true; });
     },
-    [=](forward_atom, const batch_msg& m) { handle(self, [&](stage_engine& e) { e.on_batch(m, false); }); },
-    [=](eval_atom, const batch_msg& m) { handle(self, [&](stage_engine& e) { e.on_batch(m, true); }); },
+    [=](forward_atom, const batch_msg& m) { handle(self, [&](stage_engine& e) { return e.on_batch(m, false), true; }); },
+    [=](eval_atom, const batch_msg& m) { handle(self, [&](stage_engine& e) { return e.on_batch(m, true), true; }); },
     [=](forward_atom, const activation_msg& m) {
       record_send(id, m.step, m.stage, m.microbatch, 0, m.activation.nbytes(), true);
-      handle(self, [&](stage_engine& e) { e.on_activation(m, false); });
+      handle(self, [&](stage_engine& e) { return e.on_activation(m, false), true; });
     },
-    [=](eval_atom, const activation_msg& m) { handle(self, [&](stage_engine& e) { e.on_activation(m, true); }); },
+    [=](eval_atom, const activation_msg& m) { handle(self, [&](stage_engine& e) { return e.on_activation(m, true), true; }); },
     [=](backward_atom, const gradient_msg& m) {
       record_send(id, m.step, m.stage, m.microbatch, 1, m.gradient.nbytes(), true);
-      handle(self, [&](stage_engine& e) { e.on_gradient(m); });
+      handle(self, [&](stage_engine& e) { return e.on_gradient(m), true; });
     },
-    [=](norm_atom, step_t step, double sq) { handle(self, [&](stage_engine& e) { e.on_norm(step, sq); }); },
+    [=](norm_atom, step_t step, double sq) { handle(self, [&](stage_engine& e) { return e.on_norm(step, sq), true; }); },
     [=](continue_atom) {
       self->state.kick_pending = false;
-      handle(self, [](stage_engine& e) { e.run_one(); });
+      handle(self, [self](stage_engine& e) {
+        if (e.run_one())
+          return true;
+        if (auto w = e.wake_in(); w && !self->state.wake_pending) {
+          // The policy's patience: ask again later even if nothing arrives.
+          self->state.wake_pending = true;
+          self->delayed_send(self, std::chrono::nanoseconds(static_cast<std::int64_t>(*w * 1e9) + 1000),
+                             wake_atom::value);
+        }
+        return false;
+      });
+    },
+    [=](wake_atom) {
+      self->state.wake_pending = false;
+      handle(self, [](stage_engine&) { return true; });
     },
   };
 }

@@ -166,9 +166,25 @@ void stage_engine::run_eval(int stage, int k, const tensor_handle& input, step_t
     out_.eval(rank_of(stage + 1), next);
 }
 
+namespace {
+double seconds_now() {
+  return static_cast<double>(trace_now()) * 1e-9;
+}
+} // namespace
+
+std::optional<double> stage_engine::wake_in() const {
+  if (awaiting_norms_ || training_done())
+    return std::nullopt;
+  auto t = policy_->wake_at(queue_);
+  if (!t)
+    return std::nullopt;
+  return std::max(0.0, *t - seconds_now());
+}
+
 bool stage_engine::run_one() {
   if (awaiting_norms_ || training_done())
     return false;
+  queue_.set_now(seconds_now());
   auto a = policy_->next(queue_);
   if (!a)
     return false;
@@ -178,6 +194,7 @@ bool stage_engine::run_one() {
 }
 
 void stage_engine::execute(const sched::action& a) {
+  queue_.set_now(seconds_now());
   if (auto r = queue_.start(a); !r)
     throw std::runtime_error(fmt::format("{}: policy {} chose {}: {}", cfg_.name, policy_->name(),
                                          sched::to_string(a), r.error().message));
@@ -208,6 +225,7 @@ void stage_engine::execute(const sched::action& a) {
     out = a.kind == sched::op_kind::backward ? c.backward(a.microbatch, g) : c.backward_input(a.microbatch, g);
   }
   compute_ns_ += trace_now() - t0;
+  queue_.set_now(seconds_now());
   if (auto r = queue_.finish(a); !r)
     throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
   if (!out.defined())

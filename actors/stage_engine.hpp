@@ -81,6 +81,9 @@ public:
 
   /// Runs the policy's next action, if any; true when one ran (call again soon).
   bool run_one();
+  /// After run_one() found nothing to run: seconds from now after which the
+  /// policy wants to be asked again even without a message (its patience).
+  std::optional<double> wake_in() const;
   /// Nanoseconds spent in model compute (forward, backward, optimizer) so far.
   std::int64_t compute_ns() const noexcept { return compute_ns_; }
   std::uint16_t trace_id = 0;
