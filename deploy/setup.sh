@@ -39,6 +39,20 @@ else
   echo "setup: all Debian packages present"
 fi
 
+# --- dashboard front end (npm) -------------------------------------------
+# Builds deploy/dashboard into deploy/dashboard/dist, which `troupe run
+# --dashboard` and `troupe dash` serve; also installs the browser and trace
+# engine test tools (playwright-core, @paulirish/trace_engine). Needs the npm
+# registry only here: the page itself loads nothing from the network.
+dash="$here/deploy/dashboard"
+if [[ ! -d "$dash/node_modules" || "$dash/package-lock.json" -nt "$dash/node_modules/.package-lock.json" ]]; then
+  (cd "$dash" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+if [[ ! -s "$dash/dist/index.html" ]] || [[ -n $(find "$dash/src" "$dash/build.mjs" -newer "$dash/dist/index.html" 2>/dev/null) ]]; then
+  (cd "$dash" && npm run --silent build)
+fi
+# --- end of the dashboard block ---------------------------------------------
+
 # The default corpus: the King James Bible, about 4.3 MB of text.
 corpus="$here/data/kjv.txt"
 if [[ ! -s "$corpus" ]]; then

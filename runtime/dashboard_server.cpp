@@ -161,7 +161,7 @@ private:
     auto target = std::string{req_.target()};
     auto reply = [&](http::status st, std::string_view type, std::string body) {
       res->result(st);
-      res->set(http::field::content_type, type);
+      res->set(http::field::content_type, std::string{type});
       res->body() = std::move(body);
     };
     if (req_.method() != http::verb::get && req_.method() != http::verb::head) {

@@ -20,10 +20,13 @@ std::int64_t ns_of(const nlohmann::json& micros) {
   return static_cast<std::int64_t>(std::llround(micros.get<double>() * 1000.0));
 }
 
-span_kind kind_of(const std::string& name) {
-  for (int k = 0; k <= static_cast<int>(span_kind::other); ++k)
-    if (to_string(static_cast<span_kind>(k)) == name)
-      return static_cast<span_kind>(k);
+/// The kind named by the category, else by the event name's first word (`forward mb3`).
+span_kind kind_of(const std::string& cat, const std::string& name) {
+  auto word = name.substr(0, name.find(' '));
+  for (const auto& text : {cat, word})
+    for (int k = 0; k <= static_cast<int>(span_kind::other); ++k)
+      if (to_string(static_cast<span_kind>(k)) == text)
+        return static_cast<span_kind>(k);
   return span_kind::other;
 }
 
@@ -93,7 +96,7 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
       } else if (ph == "X") {
         span s;
         s.actor = static_cast<std::uint16_t>(tid);
-        s.kind = kind_of(ev.value("cat", ev.value("name", "")));
+        s.kind = kind_of(ev.value("cat", ""), ev.value("name", ""));
         s.begin_ns = ns_of(ev.at("ts"));
         s.end_ns = s.begin_ns + ns_of(ev.at("dur"));
         s.step = arg<std::int32_t>(ev, "step", -1);

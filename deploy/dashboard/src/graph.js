@@ -2,7 +2,7 @@
 // window, channels as arrows, with mailbox depth and messages in flight.
 
 const SVG = 'http://www.w3.org/2000/svg';
-const NODE_W = 112, NODE_H = 46, GAP_X = 40, GAP_Y = 34;
+const NODE_W = 112, NODE_H = 46, GAP_X = 56, GAP_Y = 34;
 
 function el(name, attrs, parent) {
   const e = document.createElementNS(SVG, name);
@@ -60,7 +60,7 @@ export class ActorGraph {
     }
     for (const c of channels) {
       const e = this.edges.get(`${c.from}>${c.to}`);
-      if (e) e.label.textContent = c.in_flight ? `${c.in_flight} in flight` : '';
+      if (e) e.label.textContent = c.in_flight ? String(c.in_flight) : '';
     }
   }
 

@@ -1,0 +1,35 @@
+// Browser tests of the dashboard (tests/browser/dashboard.mjs: Playwright with
+// Debian's headless chromium): a live 4-stage training run, and a 64-actor,
+// 100,000-span trace. Screenshots go to the build folder.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+namespace {
+
+std::string build_dir() {
+  const char* b = std::getenv("TROUPE_BUILD_DIR");
+  return b ? b : "build";
+}
+
+/// Runs the browser script in `mode`; its output goes to the test log.
+int run_browser(const std::string& mode) {
+  auto cmd = fmt::format("node tests/browser/dashboard.mjs {} --troupe '{}/deploy/troupe' --out '{}' 2>&1", mode,
+                         build_dir(), build_dir());
+  std::fflush(stdout);
+  int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+} // namespace
+
+TEST_CASE("the dashboard shows every actor's lane and a growing loss chart during a 4-stage run") {
+  CHECK(run_browser("live") == 0);
+}
+
+TEST_CASE("the dashboard loads a 64-actor trace of 100,000 spans and redraws it quickly") {
+  CHECK(run_browser("synthetic") == 0);
+}

@@ -1,0 +1,178 @@
+// The dashboard server over real sockets: static files, /metrics, the
+// read-only rule, and the WebSocket feed of a 64-actor, 100,000-span trace.
+#include "runtime/dashboard_server.hpp"
+
+#include <chrono>
+#include <fstream>
+
+#include <boost/asio.hpp>
+#include <boost/beast.hpp>
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/trace.hpp"
+
+using namespace troupe;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+/// 64 actors in a chain, each with spans alternating forward and backward, and flows down the chain.
+trace_snapshot synthetic(std::size_t actors, std::size_t spans) {
+  trace_snapshot t;
+  for (std::size_t a = 0; a < actors; ++a)
+    t.actors.push_back({static_cast<std::uint16_t>(a), "stage" + std::to_string(a), "pipeline_stage", 0});
+  for (std::size_t i = 0; i < spans; ++i) {
+    span s;
+    s.actor = static_cast<std::uint16_t>(i % actors);
+    auto k = i / actors;
+    s.kind = k % 2 ? span_kind::backward : span_kind::forward;
+    s.begin_ns = static_cast<std::int64_t>(k * 1'000'000 + s.actor * 1000);
+    s.end_ns = s.begin_ns + 600'000;
+    s.step = static_cast<std::int32_t>(k / 16), s.microbatch = static_cast<std::int32_t>(k % 16);
+    t.spans.push_back(s);
+  }
+  t.counters.push_back({5'000'000, "loss", 3.25, 0});
+  return t;
+}
+
+struct fixture_dir {
+  std::filesystem::path path = std::filesystem::temp_directory_path() / "troupe-dash-test";
+  fixture_dir() {
+    std::filesystem::create_directories(path);
+    std::ofstream(path / "index.html") << "<!doctype html><title>troupe</title>";
+  }
+  ~fixture_dir() { std::filesystem::remove_all(path); }
+};
+
+std::pair<std::string, std::string> split_url(const std::string& url) {  // http://host:port/
+  auto hp = url.substr(7, url.size() - 8);
+  auto c = hp.rfind(':');
+  return {hp.substr(0, c), hp.substr(c + 1)};
+}
+
+http::response<http::string_body> request(const std::string& url, http::verb verb, const std::string& target) {
+  asio::io_context ioc;
+  tcp::resolver resolver{ioc};
+  beast::tcp_stream stream{ioc};
+  auto [host, port] = split_url(url);
+  stream.connect(resolver.resolve(host, port));
+  http::request<http::string_body> req{verb, target, 11};
+  req.set(http::field::host, host);
+  req.prepare_payload();
+  http::write(stream, req);
+  beast::flat_buffer buf;
+  http::response<http::string_body> res;
+  http::read(stream, buf, res);
+  return res;
+}
+
+/// Reads WebSocket frames until `spans` spans arrived (or the feed says it finished and all came).
+std::size_t read_feed(const std::string& url, std::size_t spans, nlohmann::json& last_stats,
+                      std::chrono::seconds limit) {
+  asio::io_context ioc;
+  tcp::resolver resolver{ioc};
+  beast::websocket::stream<tcp::socket> ws{ioc};
+  auto [host, port] = split_url(url);
+  asio::connect(ws.next_layer(), resolver.resolve(host, port));
+  ws.handshake(host, "/ws");
+  std::size_t got = 0;
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (got < spans && std::chrono::steady_clock::now() < deadline) {
+    beast::flat_buffer buf;
+    ws.read(buf);
+    auto j = nlohmann::json::parse(beast::buffers_to_string(buf.data()));
+    if (j.contains("spans"))
+      got += j["spans"].size() / 6;
+    if (j.contains("stats"))
+      last_stats = j["stats"];
+  }
+  ws.close(beast::websocket::close_code::normal);
+  return got;
+}
+
+} // namespace
+
+TEST_CASE("a finished 64-actor trace of 100,000 spans reaches a viewer whole and quickly") {
+  fixture_dir dir;
+  dashboard_options o;
+  o.address = "127.0.0.1:0";
+  o.static_dir = dir.path;
+  auto srv = dashboard_server::start_snapshot(synthetic(64, 100'000), o);
+  REQUIRE(srv);
+  auto t0 = std::chrono::steady_clock::now();
+  nlohmann::json stats;
+  CHECK(read_feed((*srv)->url(), 100'000, stats, std::chrono::seconds(30)) == 100'000);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+  REQUIRE(stats.is_object());
+  CHECK(stats["actors"].size() == 64);
+  CHECK(stats["loss"] == 3.25);
+}
+
+TEST_CASE("the server serves the page and metrics, and nothing but reads") {
+  fixture_dir dir;
+  dashboard_options o;
+  o.address = "127.0.0.1:0";
+  o.static_dir = dir.path;
+  auto srv = dashboard_server::start_snapshot(synthetic(4, 400), o);
+  REQUIRE(srv);
+  auto url = (*srv)->url();
+  CHECK(url.starts_with("http://127.0.0.1:"));
+  auto page = request(url, http::verb::get, "/");
+  CHECK(page.result() == http::status::ok);
+  CHECK(page.body().find("<title>troupe</title>") != std::string::npos);
+  auto metrics = request(url, http::verb::get, "/metrics");
+  CHECK(metrics.result() == http::status::ok);
+  CHECK(metrics.body().find("troupe_actor_busy_fraction{actor=\"stage3\"") != std::string::npos);
+  CHECK(metrics.body().find("troupe_loss 3.25") != std::string::npos);
+  CHECK(request(url, http::verb::post, "/metrics").result() == http::status::method_not_allowed);
+  CHECK(request(url, http::verb::get, "/../../etc/passwd").result() == http::status::not_found);
+  CHECK(request(url, http::verb::get, "/api/summary").body().find("stage0") != std::string::npos);
+}
+
+TEST_CASE("a page that was never built is answered with how to build it") {
+  dashboard_options o;
+  o.address = "127.0.0.1:0";
+  o.static_dir = "/nonexistent/dashboard";
+  auto srv = dashboard_server::start_snapshot(synthetic(2, 10), o);
+  REQUIRE(srv);
+  auto page = request((*srv)->url(), http::verb::get, "/");
+  CHECK(page.result() == http::status::service_unavailable);
+  CHECK(page.body().find("npm run build") != std::string::npos);
+}
+
+TEST_CASE("the live feed streams spans as the recorder gathers them") {
+  auto& r = trace_recorder::global();
+  r.reset();
+  r.enable(4096);
+  auto a = r.register_actor("live0", "pipeline_stage");
+  dashboard_options o;
+  o.address = "127.0.0.1:0";
+  o.interval = std::chrono::milliseconds(20);
+  auto srv = dashboard_server::start_live(o);
+  REQUIRE(srv);
+  for (int i = 0; i < 500; ++i) {
+    scoped_span s(a, span_kind::forward, 0, i);
+  }
+  r.count("loss", 4.0, 0);
+  nlohmann::json stats;
+  CHECK(read_feed((*srv)->url(), 500, stats, std::chrono::seconds(10)) == 500);
+  auto m = request((*srv)->url(), http::verb::get, "/metrics").body();
+  CHECK(m.find("troupe_actor_busy_fraction{actor=\"live0\"") != std::string::npos);
+  (*srv)->stop();
+  r.disable();
+  r.reset();
+}
+
+TEST_CASE("an address that is taken is an error naming it") {
+  dashboard_options o;
+  o.address = "127.0.0.1:0";
+  auto first = dashboard_server::start_snapshot(synthetic(1, 1), o);
+  REQUIRE(first);
+  o.address = (*first)->url().substr(7, (*first)->url().size() - 8);
+  auto second = dashboard_server::start_snapshot(synthetic(1, 1), o);
+  REQUIRE_FALSE(second);
+}

@@ -1,0 +1,188 @@
+// Browser test of the dashboard, driven by Playwright (playwright-core) and
+// Debian's headless chromium:
+//   live:      opens `troupe run --dashboard` during a real training run, checks
+//              that every actor's lane shows spans and the loss chart gains points,
+//              and saves a screenshot;
+//   synthetic: opens `troupe dash` on a 64-actor, 100,000-span trace and checks
+//              that it loads and redraws quickly.
+// usage: node tests/browser/dashboard.mjs live|synthetic --troupe PATH --out DIR [--steps N]
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const require = createRequire(path.join(root, 'deploy/dashboard/package.json'));
+const { chromium } = require('playwright-core');
+
+const mode = process.argv[2];
+const opt = (name, fallback) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? process.argv[i + 1] : fallback;
+};
+const troupe = opt('troupe', path.join(root, 'build/deploy/troupe'));
+const outDir = opt('out', os.tmpdir());
+const steps = Number(opt('steps', '12'));
+const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+
+let passed = 0, failed = 0;
+function check(ok, what) {
+  if (ok) { passed++; console.log(`ok: ${what}`); } else { failed++; console.error(`FAIL: ${what}`); }
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+const children = [];
+
+/// Starts troupe and resolves with its dashboard URL once printed.
+function startTroupe(args) {
+  const proc = spawn(troupe, args, { cwd: root, env: { ...process.env, OPENBLAS_CORETYPE: 'SkylakeX' } });
+  children.push(proc);
+  let out = '';
+  const exited = new Promise((resolve) => proc.on('exit', (code) => resolve(code)));
+  const url = new Promise((resolve, reject) => {
+    proc.stdout.on('data', (d) => {
+      out += d;
+      const m = out.match(/(http:\/\/127\.0\.0\.1:\d+\/)/);
+      if (m) resolve(m[1]);
+    });
+    proc.stderr.on('data', (d) => process.stderr.write(d));
+    proc.on('exit', (code) => reject(new Error(`troupe exited (${code}) before printing a URL:\n${out}`)));
+    setTimeout(() => reject(new Error(`no dashboard URL after 60 s:\n${out}`)), 60000);
+  });
+  return { proc, url, exited, output: () => out };
+}
+
+async function launch() {
+  const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: chromiumPath,
+    headless: true,
+    viewport: { width: 1400, height: 1000 },
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+      '--disable-sync', '--no-first-run'],
+  });
+  return { context, profile };
+}
+
+/// Polls `fn` in the page until it returns truthy or `ms` pass; returns the last value.
+async function waitFor(page, fn, arg, ms) {
+  const end = Date.now() + ms;
+  let v;
+  while (Date.now() < end) {
+    v = await page.evaluate(fn, arg).catch(() => undefined);
+    if (v) return v;
+    await sleep(200);
+  }
+  return v;
+}
+
+async function live() {
+  const run = startTroupe(['run', 'examples/tiny-gpt.yaml', '--steps', String(steps), '--no-trace',
+    '--dashboard', '127.0.0.1:0']);
+  const url = await run.url;
+  const { context, profile } = await launch();
+  const page = context.pages()[0] ?? await context.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await page.goto(url);
+  // The tiny example has a data loader and four pipeline stages.
+  const lanes = await waitFor(page, () => {
+    const l = window.troupeDashboard?.lanes() ?? [];
+    return l.length === 5 && l.every((x) => x.spans > 0 && x.drawn > 0) ? l : null;
+  }, null, 90000);
+  check(lanes && lanes.length === 5, `five actor lanes (${JSON.stringify(lanes?.map((l) => l.name))})`);
+  for (const l of lanes ?? []) check(l.spans > 0 && l.drawn > 0, `lane ${l.name} shows spans (${l.drawn} drawn of ${l.spans})`);
+  const first = await waitFor(page, () => window.troupeDashboard.lossPoints() || 0, null, 90000);
+  check(first > 0, `the loss chart has points (${first})`);
+  const more = await waitFor(page, (n) => {
+    const p = window.troupeDashboard.lossPoints();
+    return p > n ? p : 0;
+  }, first, 90000);
+  check(more > first, `the loss chart gains points as steps complete (${first} -> ${more})`);
+  const stillRunning = run.proc.exitCode === null;
+  const shot = path.join(outDir, 'dashboard-live.png');
+  await page.screenshot({ path: shot, fullPage: true });
+  console.log(`screenshot: ${shot} (taken ${stillRunning ? 'during' : 'after'} the run)`);
+  const metrics = await (await fetch(new URL('/metrics', url))).text().catch(() => '');
+  check(/troupe_actor_busy_fraction\{actor="s0"/.test(metrics), '/metrics lists per-actor busy fractions');
+  check(/troupe_actor_mailbox_depth\{actor="s3"/.test(metrics), '/metrics lists per-actor mailbox depths');
+  const code = await run.exited;
+  check(code === 0, `troupe run exited with 0 (got ${code})`);
+  const fin = await waitFor(page, () => window.troupeDashboard.finished(), null, 5000);
+  check(fin === true, 'the page shows the run finished');
+  check(errors.length === 0, `no page errors (${errors.join('; ')})`);
+  await context.close();
+  fs.rmSync(profile, { recursive: true, force: true });
+}
+
+/// A Chrome trace with `actors` lanes and `spans` spans, as troupe's exporter writes them.
+function syntheticTrace(file, actors, spans) {
+  const ev = [{ ph: 'M', name: 'process_name', pid: 0, tid: 0, args: { name: 'node 0' } }];
+  for (let a = 0; a < actors; a++)
+    ev.push({ ph: 'M', name: 'thread_name', pid: 0, tid: a, args: { name: `stage${a}`, type: 'pipeline_stage' } });
+  const per = spans / actors;
+  for (let a = 0; a < actors; a++)
+    for (let i = 0; i < per; i++) {
+      const kind = ['forward', 'backward_input', 'backward_weight'][i % 3];
+      ev.push({ ph: 'X', name: `${kind} mb${i % 16}`, cat: kind, pid: 0, tid: a, ts: i * 1000 + a * 7, dur: 600,
+        args: { step: Math.floor(i / 48), microbatch: i % 16, bytes: 0, mailbox: 0 } });
+    }
+  for (let s = 0; s < per / 48; s++)
+    ev.push({ ph: 'C', name: 'loss', pid: 0, tid: 0, ts: s * 48000 + 47000, args: { value: 5 - s * 0.01 } });
+  fs.writeFileSync(file, JSON.stringify({ traceEvents: ev }));
+}
+
+async function synthetic() {
+  const file = path.join(outDir, 'synthetic-64x100k.json');
+  syntheticTrace(file, 64, 100000);
+  const dash = startTroupe(['dash', file, '--address', '127.0.0.1:0']);
+  const url = await dash.url;
+  const { context, profile } = await launch();
+  const page = context.pages()[0] ?? await context.newPage();
+  const t0 = Date.now();
+  await page.goto(url);
+  const loaded = await waitFor(page, () => {
+    const l = window.troupeDashboard?.lanes() ?? [];
+    const n = l.reduce((s, x) => s + x.spans, 0);
+    return n === 100000 && window.troupeDashboard.finished() ? n : 0;
+  }, null, 60000);
+  const loadMs = Date.now() - t0;
+  check(loaded === 100000, `all 100,000 spans reached the page (${loaded}) in ${loadMs} ms`);
+  check(loadMs < 15000, 'the page loaded within 15 s');
+  // Redraw time over the whole run (every span in view) and zoomed in, with wheel events as a user would.
+  const whole = await page.evaluate(() => {
+    window.troupeDashboard.fitAll();
+    const t = [];
+    for (let i = 0; i < 10; i++) { const a = performance.now(); window.troupeDashboard.redraw(); t.push(performance.now() - a); }
+    return t.sort((a, b) => a - b)[5];
+  });
+  check(whole < 100, `a redraw with all 100,000 spans in view takes ${whole.toFixed(1)} ms (< 100)`);
+  const box = await page.locator('#timeline').boundingBox();
+  const z0 = Date.now();
+  for (let i = 0; i < 10; i++) await page.mouse.wheel(0, -200), await page.mouse.move(box.x + 600, box.y + 200);
+  const zoomMs = (Date.now() - z0) / 10;
+  check(zoomMs < 200, `zoom steps respond in ${zoomMs.toFixed(0)} ms each (< 200)`);
+  const lanes = await page.evaluate(() => window.troupeDashboard.lanes());
+  check(lanes.length === 64, `64 lanes (${lanes.length})`);
+  await page.evaluate(() => window.troupeDashboard.fitAll());
+  await sleep(300);
+  await page.screenshot({ path: path.join(outDir, 'dashboard-synthetic.png'), fullPage: false });
+  await context.close();
+  fs.rmSync(profile, { recursive: true, force: true });
+  dash.proc.kill('SIGINT');
+  check((await dash.exited) === 0, 'troupe dash stops cleanly on SIGINT');
+}
+
+try {
+  if (mode === 'live') await live();
+  else if (mode === 'synthetic') await synthetic();
+  else { console.error('usage: dashboard.mjs live|synthetic --troupe PATH --out DIR [--steps N]'); process.exit(2); }
+} catch (e) {
+  failed++;
+  console.error(`FAIL: ${e.stack ?? e}`);
+}
+for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
