@@ -1,5 +1,6 @@
 // Layer norm kernels: one warp per row; the backward pass sums the weight
-// gradients of its rows in shared memory and adds them to global memory once per block.
+// gradients of its rows (in registers up to 1024 columns, else in shared
+// memory) and adds them to global memory once per block.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/layer_norm.hpp"
 
@@ -81,6 +82,69 @@ __global__ void ln_backward(T* dx, float* dgamma, float* dbeta, const T* dy, con
   }
 }
 
+/// The backward for rows of at most 32 * CPL columns: each lane keeps its
+/// columns' gamma and weight-gradient sums in registers across all its rows,
+/// and adds them to shared memory once (not once per row).
+template <typename T, int CPL>
+__global__ void ln_backward_reg(T* dx, float* dgamma, float* dbeta, const T* dy, const T* x, const T* gamma,
+                                const float* mean, const float* rstd, int rows, int cols) {
+  extern __shared__ float sh[];
+  float* sg = sh;
+  float* sb = sh + cols;
+  for (int c = threadIdx.x; c < 2 * cols; c += blockDim.x)
+    sh[c] = 0.0f;
+  int lane = threadIdx.x % 32;
+  float gm[CPL], ag[CPL], ab[CPL];
+#pragma unroll
+  for (int i = 0; i < CPL; ++i) {
+    int c = lane + 32 * i;
+    gm[i] = c < cols ? to_f32(gamma[c]) : 0.0f;
+    ag[i] = ab[i] = 0.0f;
+  }
+  __syncthreads();
+  for (int row = blockIdx.x * warps_per_block + threadIdx.x / 32; row < rows; row += gridDim.x * warps_per_block) {
+    const T* xr = x + (long long)row * cols;
+    const T* dyr = dy + (long long)row * cols;
+    float mu = mean[row], rs = rstd[row];
+    float a = 0.0f, b = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CPL; ++i) {
+      int c = lane + 32 * i;
+      if (c < cols) {
+        float xh = (to_f32(xr[c]) - mu) * rs, g = to_f32(dyr[c]);
+        a += g * gm[i];
+        b += g * gm[i] * xh;
+        ag[i] += g * xh;
+        ab[i] += g;
+      }
+    }
+    a = warp_sum(a) / cols;
+    b = warp_sum(b) / cols;
+    T* dxr = dx + (long long)row * cols;
+#pragma unroll
+    for (int i = 0; i < CPL; ++i) {
+      int c = lane + 32 * i;
+      if (c < cols) {
+        float xh = (to_f32(xr[c]) - mu) * rs;
+        dxr[c] = from_f32<T>(rs * (to_f32(dyr[c]) * gm[i] - a - xh * b));
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < CPL; ++i) {
+    int c = lane + 32 * i;
+    if (c < cols) {
+      atomicAdd(sg + c, ag[i]);
+      atomicAdd(sb + c, ab[i]);
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    atomicAdd(dgamma + c, sg[c]);
+    atomicAdd(dbeta + c, sb[c]);
+  }
+}
+
 status check_sizes(const char* what, int rows, int cols) {
   if (rows < 0 || cols <= 0)
     return status::failure(std::string{what} + ": bad sizes rows=" + std::to_string(rows) +
@@ -114,8 +178,18 @@ status backward(T* dx, float* dgamma, float* dbeta, const T* dy, const T* x, con
   TROUPE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   int needed = (rows + warps_per_block - 1) / warps_per_block;
   unsigned blocks = static_cast<unsigned>(needed < 2 * sms ? needed : 2 * sms);
-  ln_backward<<<blocks, 32 * warps_per_block, 2 * cols * sizeof(float), s>>>(dx, dgamma, dbeta, dy, x, gamma, mean,
-                                                                            rstd, rows, cols);
+  std::size_t smem = 2 * cols * sizeof(float);
+  unsigned threads = 32 * warps_per_block;
+  if (cols <= 256)
+    ln_backward_reg<T, 8><<<blocks, threads, smem, s>>>(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, rows, cols);
+  else if (cols <= 512)
+    ln_backward_reg<T, 16><<<blocks, threads, smem, s>>>(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, rows, cols);
+  else if (cols <= 768)
+    ln_backward_reg<T, 24><<<blocks, threads, smem, s>>>(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, rows, cols);
+  else if (cols <= 1024)
+    ln_backward_reg<T, 32><<<blocks, threads, smem, s>>>(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, rows, cols);
+  else
+    ln_backward<<<blocks, threads, smem, s>>>(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, rows, cols);
   TROUPE_CUDA_CHECK_LAUNCH();
   return {};
 }
