@@ -81,6 +81,7 @@ void expand(parsed_graph& pg, graph_reader& r) {
       continue;  // already reported
     auto [first, fresh] = explicit_by_name.emplace(pa.spec.name, &pa);
     if (!fresh) {
+      pg.duplicate_actors = true;
       r.error(pa.name_node, join_path(pa.path, "name"),
               fmt::format("duplicate actor name '{}' (first defined at {})", pa.spec.name,
                           to_string(first->second->spec.pos)));

@@ -41,6 +41,7 @@ struct parsed_graph {
     corpus_node{YAML::NodeType::Undefined}, pipeline_node{YAML::NodeType::Undefined};
   std::vector<YAML::Node> plugin_nodes;
   std::filesystem::path base_dir;       ///< the graph file's folder
+  bool duplicate_actors = false;        ///< reported; layer coverage is then not checked
 };
 
 /// Applies `key.path=value` overrides to `root`, registering their origins with `r`.

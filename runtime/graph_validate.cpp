@@ -65,8 +65,8 @@ void check_stage_layers(parsed_graph& pg, graph_reader& r) {
   if (!g.pipeline.present)
     g.pipeline.stages = std::max<int>(1, static_cast<int>(stages.size()));
   int layers = g.model.layers;
-  if (layers <= 0 || all.empty())
-    return;  // model.layers is already reported
+  if (layers <= 0 || all.empty() || pg.duplicate_actors)
+    return;  // model.layers, or which stage holds what, is already in doubt
   std::stable_sort(all.begin(), all.end(), [](const held& a, const held& b) { return a.range.begin < b.range.begin; });
   int covered = 0;
   const held* prev = nullptr;
