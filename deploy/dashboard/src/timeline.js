@@ -140,21 +140,33 @@ export class Timeline {
       ctx.fillRect(LABEL_W, y, pw, LANE_H);
       ctx.fillStyle = '#cfd3da';
       ctx.fillText(lane.actor.name.slice(0, 18), 4, y + 13);
-      let drawn = 0, lastPx = -1, lastKind = -1;
+      // Spans closer than a pixel merge into one bar (coloured by its first span), so a
+      // zoomed-out lane costs about one rectangle per run of work, not one per span.
+      let drawn = 0, runX0 = 0, runX1 = -Infinity, runKind = -1, tickPx = -1;
+      const flush = () => {
+        if (runX1 === -Infinity) return;
+        ctx.fillStyle = colors[runKind];
+        ctx.fillRect(runX0, y + 2, Math.max(1, runX1 - runX0), LANE_H - 6);
+      };
       for (let j = lane.firstFrom(t0); j < lane.size && lane.b[j] <= t1; j++) {
-        const x0 = LABEL_W + (lane.b[j] - t0) * scale;
-        const x1 = x0 + lane.d[j] * scale;
+        const x0 = Math.max(LABEL_W, LABEL_W + (lane.b[j] - t0) * scale);
+        const x1 = Math.min(w, LABEL_W + (lane.b[j] + lane.d[j] - t0) * scale);
         if (x1 < LABEL_W) continue;
         drawn++;
         const k = lane.k[j];
-        const zero = lane.d[j] === 0;
-        const px = Math.floor(x0);
-        if (x1 - x0 < 1 && px === lastPx && k === lastKind) continue; // same pixel, same colour
-        lastPx = px; lastKind = k;
-        ctx.fillStyle = colors[k];
-        if (zero) ctx.fillRect(Math.max(LABEL_W, x0), y + LANE_H - 6, 1, 5);
-        else ctx.fillRect(Math.max(LABEL_W, x0), y + 2, Math.max(1, Math.min(x1, w) - Math.max(LABEL_W, x0)), LANE_H - 6);
+        if (lane.d[j] === 0) { // an instant (send, receive): a tick at the lane's foot
+          const px = Math.floor(x0);
+          if (px !== tickPx) { ctx.fillStyle = colors[k]; ctx.fillRect(px, y + LANE_H - 6, 1, 5); tickPx = px; }
+          continue;
+        }
+        if (x0 <= runX1 + 1 && (k === runKind || x1 - x0 < 2 || runX1 - runX0 < 2)) {
+          if (x1 > runX1) runX1 = x1;
+          continue;
+        }
+        flush();
+        runX0 = x0; runX1 = x1; runKind = k;
       }
+      flush();
       lane.drawn = drawn;
     });
     this.dirty = false;
