@@ -5,6 +5,7 @@
 #include "ops/core_attention.hpp"
 #include "ops/dispatch.hpp"
 #include "ops/cross_entropy.hpp"
+#include "ops/dropout.hpp"
 #include "ops/embedding.hpp"
 #include "ops/gelu.hpp"
 #include "ops/layer_norm.hpp"
@@ -223,4 +224,27 @@ TEST_CASE("the fused residual paths equal the separate add") {
   for (std::size_t i = 0; i < a.size(); ++i)
     sep[i] += a[i];
   CHECK(compare(with_add, sep).max_rel < 1e-6);
+}
+
+TEST_CASE("dropout is the identity at p = 0 and masks and rescales reproducibly otherwise") {
+  std::mt19937 rng(10);
+  auto x = randn({40, 50}, rng), dy = randn({40, 50}, rng);
+  dropout_saved s0;
+  CHECK(dropout_forward(x, 0.0f, 1, s0).same_bytes(x));
+  CHECK(dropout_backward(dy, s0).same_bytes(dy));
+  dropout_saved s, again;
+  auto y = dropout_forward(x, 0.25f, 42, s);
+  auto y2 = dropout_forward(x, 0.25f, 42, again);
+  CHECK(to_vec(y) == to_vec(y2));
+  auto dx = dropout_backward(dy, s);
+  long kept = 0, wrong = 0;
+  for (long i = 0; i < x.numel(); ++i) {
+    bool k = s.mask.data<std::uint8_t>()[i] != 0;
+    kept += k;
+    wrong += y.data<float>()[i] != (k ? x.data<float>()[i] * (1.0f / 0.75f) : 0.0f);
+    wrong += dx.data<float>()[i] != (k ? dy.data<float>()[i] * (1.0f / 0.75f) : 0.0f);
+  }
+  CHECK(wrong == 0);
+  CHECK(double(kept) / double(x.numel()) == doctest::Approx(0.75).epsilon(0.05));
+  CHECK_THROWS_AS(dropout_forward(x, 1.0f, 1, s), std::invalid_argument);
 }

@@ -42,7 +42,7 @@ void layer_norm_backward_input(const float* dy, const float* x, const float* mea
       sg = _mm512_add_ps(sg, g);
       sgx = _mm512_fmadd_ps(g, _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, xr + i), vmu), sgx);
     }
-    const float mg = _mm512_reduce_add_ps(sg) * inv_n, mgx = _mm512_reduce_add_ps(sgx) * rs * inv_n;
+    const float mg = simd::hsum(sg) * inv_n, mgx = simd::hsum(sgx) * rs * inv_n;
     // Pass 2: dx = rs * (g - mg - (x - mu) * rs * mgx) (+ add).
     const __m512 vrs = _mm512_set1_ps(rs), vmg = _mm512_set1_ps(mg), vk = _mm512_set1_ps(rs * mgx);
     for (i = 0; i < cols; i += 16) {

@@ -14,7 +14,7 @@ inline float row_sum(const float* x, long n) {
     acc = _mm512_add_ps(acc, _mm512_loadu_ps(x + i));
   if (i < n)
     acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(simd::tail_mask(n - i), x + i));
-  return _mm512_reduce_add_ps(acc);
+  return simd::hsum(acc);
 #else
   float s = 0;
   for (long i = 0; i < n; ++i)
@@ -34,7 +34,7 @@ inline float row_dot(const float* x, const float* y, long n) {
     auto m = simd::tail_mask(n - i);
     acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i), acc);
   }
-  return _mm512_reduce_add_ps(acc);
+  return simd::hsum(acc);
 #else
   float s = 0;
   for (long i = 0; i < n; ++i)
@@ -58,7 +58,7 @@ inline float row_sq_dev(const float* x, float c, long n) {
     __m512 d = _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, x + i), vc);
     acc = _mm512_fmadd_ps(d, d, acc);
   }
-  return _mm512_reduce_add_ps(acc);
+  return simd::hsum(acc);
 #else
   float s = 0;
   for (long i = 0; i < n; ++i)
@@ -76,7 +76,7 @@ inline float row_max(const float* x, long n) {
     acc = _mm512_max_ps(acc, _mm512_loadu_ps(x + i));
   if (i < n)
     acc = _mm512_mask_max_ps(acc, simd::tail_mask(n - i), acc, _mm512_maskz_loadu_ps(simd::tail_mask(n - i), x + i));
-  return _mm512_reduce_max_ps(acc);
+  return simd::hmax(acc);
 #else
   float s = x[0];
   for (long i = 1; i < n; ++i)
@@ -103,7 +103,7 @@ inline float row_exp_sum(const float* x, float c, float* y, long n) {
     _mm512_mask_storeu_ps(y + i, m, e);
     acc = _mm512_add_ps(acc, e);
   }
-  return _mm512_reduce_add_ps(acc);
+  return simd::hsum(acc);
 #else
   float s = 0;
   for (long i = 0; i < n; ++i) {

@@ -7,6 +7,12 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #define TROUPE_AVX512 1
+// GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_ps() as maybe
+// uninitialised wherever they inline; the kernel sources that include this header
+// turn that false positive off.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #endif
 
 namespace troupe::kernels::cpu::simd {
@@ -37,6 +43,24 @@ inline __m512 tanh512(__m512 x) {
   __m512 e = exp512(_mm512_add_ps(x, x));
   __m512 one = _mm512_set1_ps(1.0f);
   return _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+}
+
+/// Sum of the 16 lanes (GCC 12's _mm512_reduce_add_ps trips -Wmaybe-uninitialized).
+inline float hsum(__m512 v) {
+  __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  b = _mm_add_ss(b, _mm_movehdup_ps(b));
+  return _mm_cvtss_f32(b);
+}
+
+/// Largest of the 16 lanes.
+inline float hmax(__m512 v) {
+  __m256 a = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 b = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  b = _mm_max_ps(b, _mm_movehl_ps(b, b));
+  b = _mm_max_ss(b, _mm_movehdup_ps(b));
+  return _mm_cvtss_f32(b);
 }
 
 /// Mask selecting the first `n` (0..16) lanes.
