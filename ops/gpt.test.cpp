@@ -1,5 +1,7 @@
 // The GPT as a whole: gradients against finite differences, layer ranges chained by
 // hand against the whole model, split backward against fused, and pool reuse.
+#include <thread>
+
 #include <doctest/doctest.h>
 
 #include "ops/gpt.hpp"
@@ -223,4 +225,27 @@ TEST_CASE("gpt_range rejects bad ranges, reused microbatch ids and unknown ones"
   auto long_tokens = make_batch(1, 9, cfg.vocab, 3);
   CHECK_THROWS_AS(first.forward(1, long_tokens.tokens), std::invalid_argument);
   CHECK(first.in_flight() == 1);
+}
+
+TEST_CASE("ranges trained on two threads at once match the same work done one after the other") {
+  gpt_config cfg{.layers = 2, .d_model = 64, .heads = 4, .context = 32, .vocab = 50};
+  auto x = make_batch(4, 32, cfg.vocab, 21), y = make_batch(4, 32, cfg.vocab, 22);
+  auto train = [&](gpt_range& r, const batch& b) {
+    for (int s = 0; s < 3; ++s) {
+      r.zero_grads();
+      r.forward(0, b.tokens, b.targets);
+      r.backward(0);
+      r.step(1e-3f);
+    }
+  };
+  gpt_range a1(cfg, 0, 2), b1(cfg, 0, 2), a2(cfg, 0, 2), b2(cfg, 0, 2);
+  train(a1, x);
+  train(b1, y);
+  std::thread t1([&] { train(a2, x); }), t2([&] { train(b2, y); });
+  t1.join();
+  t2.join();
+  for (std::size_t i = 0; i < a1.params().size(); ++i) {
+    CHECK(to_vec(a1.params()[i].value) == to_vec(a2.params()[i].value));
+    CHECK(to_vec(b1.params()[i].value) == to_vec(b2.params()[i].value));
+  }
 }
