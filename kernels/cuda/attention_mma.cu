@@ -281,13 +281,12 @@ __global__ void __launch_bounds__(nwarps * 32) dq_kernel(bf16* dq, const bf16* d
     float s[8][4], dp[8][4];
     scores<D>(s, qf, ks + cur, lane);
     scores<D>(dp, df, vs + cur, lane);
-    const bool inside = k0 + tile - 1 <= q0 + warp * 16 && q0 + warp * 16 + 15 < n;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int h = e / 2, col = k0 + j * 8 + 2 * t + (e & 1);
-        float p = inside || (col <= rows[h] && col < n && rows[h] < n) ? exp2f(s[j][e] * c - lse2[h]) : 0.0f;
+        float p = col <= rows[h] && col < n && rows[h] < n ? exp2f(s[j][e] * c - lse2[h]) : 0.0f;
         s[j][e] = p * (dp[j][e] - dl[h]);
       }
     accumulate_pv<D>(acc, s, ks + cur, lane);
@@ -355,14 +354,12 @@ __global__ void __launch_bounds__(nwarps * 32) dkv_kernel(bf16* dk, bf16* dv, co
     float s[8][4], dp[8][4];
     scores<D>(s, kf, qs + cur, lane);  // S^T: keys x queries
     scores<D>(dp, vf, ds + cur, lane); // dP^T
-    const bool inside = i0 >= k0 + warp * 16 + 15 && i0 + tile <= n;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int h = e / 2, ci = j * 8 + 2 * t + (e & 1), col = i0 + ci;
-        float p = inside || (keys[h] <= col && col < n && keys[h] < n) ? exp2f(s[j][e] * c - lse2_s[b * tile + ci])
-                                                                       : 0.0f;
+        float p = keys[h] <= col && col < n && keys[h] < n ? exp2f(s[j][e] * c - lse2_s[b * tile + ci]) : 0.0f;
         s[j][e] = p;
         dp[j][e] = p * (dp[j][e] - dl_s[b * tile + ci]);
       }
