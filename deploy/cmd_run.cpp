@@ -113,6 +113,7 @@ int run_run(std::span<char*> args) {
              result->steps, result->seconds, fmt_opt(result->ms_per_step(), "{:.2f}"),
              fmt_opt(result->tokens_per_s(), "{:.0f}"), fmt_opt(result->train_loss, "{:.4f}"),
              fmt_opt(result->val_loss, "{:.4f}"));
+  std::fflush(stdout);
   if (!summary.empty()) {
     std::ofstream out{summary};
     out << summary_json(*result) << "\n";

@@ -1,10 +1,13 @@
-# Runs `troupe check CASE.yaml [args from CASE.args]` in DIR and compares its
-# exit code (2) and stderr (byte for byte) with CASE.expected.
+# Runs `troupe CMD CASE.yaml [args from CASE.args]` in DIR (CMD: check unless
+# given) and compares its exit code (2) and stderr (byte for byte) with CASE.expected.
+if(NOT CMD)
+  set(CMD check)
+endif()
 set(args "")
 if(EXISTS "${DIR}/${CASE}.args")
   file(STRINGS "${DIR}/${CASE}.args" args)
 endif()
-execute_process(COMMAND "${TROUPE}" check "${CASE}.yaml" ${args}
+execute_process(COMMAND "${TROUPE}" ${CMD} "${CASE}.yaml" ${args}
   WORKING_DIRECTORY "${DIR}"
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 30)
 file(READ "${DIR}/${CASE}.expected" expected)
