@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
 
 #include "runtime/graph_parse.hpp"
 #include "runtime/plugin.hpp"
@@ -96,6 +97,10 @@ load_result load_graph_text(std::string_view text, const std::filesystem::path& 
   pg.base_dir = file.parent_path();
   try {
     pg.root.reset(YAML::Load(std::string{text}));
+  } catch (const YAML::DeepRecursion& e) {
+    res.errors.push_back(diagnostic{source_pos{name, e.mark.line + 1, e.mark.column + 1, {}}, "",
+                                    fmt::format("values nested too deep (the limit is {} levels)", e.depth())});
+    return res;
   } catch (const YAML::ParserException& e) {
     res.errors.push_back(
         diagnostic{source_pos{name, e.mark.line + 1, e.mark.column + 1, {}}, "", "YAML syntax error: " + e.msg});

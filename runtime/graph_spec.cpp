@@ -8,7 +8,22 @@ namespace troupe {
 
 namespace {
 
+/// Counts nodes under `n` down from `budget`; false when it runs out (aliases
+/// can make a short file describe an exponentially large value).
+bool fits(const YAML::Node& n, int& budget) {
+  if (--budget < 0)
+    return false;
+  if (n.IsSequence() || n.IsMap())
+    for (auto it = n.begin(); it != n.end(); ++it)
+      if (!fits(n.IsMap() ? it->second : *it, budget))
+        return false;
+  return true;
+}
+
 std::string flow(const YAML::Node& n) {
+  int budget = 10000;
+  if (!fits(n, budget))
+    return "\"<a value of more than 10000 nodes>\"";
   YAML::Emitter e;
   e.SetMapFormat(YAML::Flow);
   e.SetSeqFormat(YAML::Flow);
