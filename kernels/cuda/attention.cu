@@ -338,17 +338,20 @@ status forward_d(T* o, float* lse, const T* q, const T* k, const T* v, const att
 }
 
 template <typename T, int D>
-status backward_d(T* dq, T* dk, T* dv, float* delta, const T* dout, const T* q, const T* k, const T* v, const T* o,
-                  const float* lse, const attention_shape& s, cudaStream_t st) {
+status backward_d(T* dq, T* dk, T* dv, float* workspace, const T* dout, const T* q, const T* k, const T* v,
+                  const T* o, const float* lse, const attention_shape& s, cudaStream_t st) {
   constexpr int BR = warps * rows_per_warp<D>;
   long long rows = (long long)s.batch * s.heads * s.seq_len;
+  float* dq_acc = workspace; // rows * D, used by the tensor-core path
+  float* delta = workspace + rows * D;
   attn_delta<T, D><<<grid_for(rows, warps), warps * 32, 0, st>>>(delta, dout, o, rows);
   TROUPE_CUDA_CHECK_LAUNCH();
   float sc = scale_of(s);
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const void* ptrs[] = {dq, dk, dv, dout, q, k, v};
-    if (attention_mma_supported(D, ptrs, 7))
-      return attention_mma_backward(dq, dk, dv, delta, dout, q, k, v, lse, s.batch * s.heads, s.seq_len, D, sc, st);
+    const void* ptrs[] = {dq, dk, dv, dout, q, k, v, workspace};
+    if (attention_mma_supported(D, ptrs, 8))
+      return attention_mma_backward(dq, dk, dv, dq_acc, delta, dout, q, k, v, lse, s.batch * s.heads, s.seq_len, D,
+                                    sc, st);
   }
   dim3 grid((s.seq_len + BR - 1) / BR, s.batch * s.heads);
   attn_backward_dq<T, D><<<grid, warps * 32, 0, st>>>(dq, dout, q, k, v, lse, delta, s.seq_len, sc);
@@ -376,15 +379,15 @@ status forward(T* o, float* lse, const T* q, const T* k, const T* v, const atten
 }
 
 template <typename T>
-status backward(T* dq, T* dk, T* dv, float* delta, const T* dout, const T* q, const T* k, const T* v, const T* o,
+status backward(T* dq, T* dk, T* dv, float* workspace, const T* dout, const T* q, const T* k, const T* v, const T* o,
                 const float* lse, const attention_shape& s, cudaStream_t st) {
   TROUPE_GPU_TRY(check("attention_backward", s));
   if ((long long)s.batch * s.heads * s.seq_len == 0)
     return {};
   switch (s.head_dim) {
-    case 32: return backward_d<T, 32>(dq, dk, dv, delta, dout, q, k, v, o, lse, s, st);
-    case 64: return backward_d<T, 64>(dq, dk, dv, delta, dout, q, k, v, o, lse, s, st);
-    default: return backward_d<T, 128>(dq, dk, dv, delta, dout, q, k, v, o, lse, s, st);
+    case 32: return backward_d<T, 32>(dq, dk, dv, workspace, dout, q, k, v, o, lse, s, st);
+    case 64: return backward_d<T, 64>(dq, dk, dv, workspace, dout, q, k, v, o, lse, s, st);
+    default: return backward_d<T, 128>(dq, dk, dv, workspace, dout, q, k, v, o, lse, s, st);
   }
 }
 
@@ -400,15 +403,19 @@ status attention_forward(bf16* o, float* lse, const bf16* q, const bf16* k, cons
                          cudaStream_t st) {
   return forward(o, lse, q, k, v, s, st);
 }
-status attention_backward(float* dq, float* dk, float* dv, float* delta, const float* dout, const float* q,
+std::size_t attention_backward_workspace(const attention_shape& s) {
+  return (std::size_t)s.batch * s.heads * s.seq_len * (s.head_dim + 1);
+}
+
+status attention_backward(float* dq, float* dk, float* dv, float* workspace, const float* dout, const float* q,
                           const float* k, const float* v, const float* o, const float* lse,
                           const attention_shape& s, cudaStream_t st) {
-  return backward(dq, dk, dv, delta, dout, q, k, v, o, lse, s, st);
+  return backward(dq, dk, dv, workspace, dout, q, k, v, o, lse, s, st);
 }
-status attention_backward(bf16* dq, bf16* dk, bf16* dv, float* delta, const bf16* dout, const bf16* q,
+status attention_backward(bf16* dq, bf16* dk, bf16* dv, float* workspace, const bf16* dout, const bf16* q,
                           const bf16* k, const bf16* v, const bf16* o, const float* lse, const attention_shape& s,
                           cudaStream_t st) {
-  return backward(dq, dk, dv, delta, dout, q, k, v, o, lse, s, st);
+  return backward(dq, dk, dv, workspace, dout, q, k, v, o, lse, s, st);
 }
 
 } // namespace troupe::gpu

@@ -85,9 +85,9 @@ void check_shape(attention_shape s) {
   auto v = rounded<T>(random_normal(total, 3));
   auto dout = rounded<T>(random_normal(total, 4));
   device_buffer<T> dq_in(q), dk_in(k), dv_in(v), ddout(dout), o(total), dq(total), dk(total), dv(total);
-  device_buffer<float> lse(rows), delta(rows);
+  device_buffer<float> lse(rows), workspace(attention_backward_workspace(s));
   TROUPE_REQUIRE_OK(attention_forward(o.get(), lse.get(), dq_in.get(), dk_in.get(), dv_in.get(), s, nullptr));
-  TROUPE_REQUIRE_OK(attention_backward(dq.get(), dk.get(), dv.get(), delta.get(), ddout.get(), dq_in.get(),
+  TROUPE_REQUIRE_OK(attention_backward(dq.get(), dk.get(), dv.get(), workspace.get(), ddout.get(), dq_in.get(),
                                        dk_in.get(), dv_in.get(), o.get(), lse.get(), s, nullptr));
   auto ref = reference(s, q, k, v, dout);
   INFO("batch=" << s.batch << " heads=" << s.heads << " seq_len=" << s.seq_len << " head_dim=" << s.head_dim);

@@ -3,6 +3,8 @@
 // forward keeps a log-sum-exp per row and the backward recomputes the scores.
 #pragma once
 
+#include <cstddef>
+
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/check.hpp"
@@ -23,12 +25,16 @@ status attention_forward(float* o, float* lse, const float* q, const float* k, c
 status attention_forward(__nv_bfloat16* o, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                          const __nv_bfloat16* v, const attention_shape& s, cudaStream_t stream);
 
+/// Floats of device scratch attention_backward needs for `s`: batch*heads*seq_len*(head_dim+1).
+std::size_t attention_backward_workspace(const attention_shape& s);
+
 /// dq, dk, dv from dout and the forward's inputs, output and lse (all written,
-/// not accumulated). `delta` is f32 scratch of batch*heads*seq_len elements.
-status attention_backward(float* dq, float* dk, float* dv, float* delta, const float* dout, const float* q,
+/// not accumulated). `workspace` is f32 scratch of attention_backward_workspace(s)
+/// elements, 16-byte aligned (cudaMalloc and the storage pool give that).
+status attention_backward(float* dq, float* dk, float* dv, float* workspace, const float* dout, const float* q,
                           const float* k, const float* v, const float* o, const float* lse,
                           const attention_shape& s, cudaStream_t stream);
-status attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, float* delta,
+status attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, float* workspace,
                           const __nv_bfloat16* dout, const __nv_bfloat16* q, const __nv_bfloat16* k,
                           const __nv_bfloat16* v, const __nv_bfloat16* o, const float* lse,
                           const attention_shape& s, cudaStream_t stream);

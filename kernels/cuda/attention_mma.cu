@@ -1,6 +1,8 @@
 // Tensor-core flash attention (FlashAttention-2 layout of work): each warp owns
 // 16 rows, a block 64; the other side streams through shared memory in tiles
 // of 64. Fragment layouts are those of PTX mma.m16n8k16 (row.col): lane = 4g + t.
+// Backward: dK/dV per key block, and dQ either fused into that pass (atomic f32
+// adds, head_dim 64) or from its own pass over query blocks (head_dim 128).
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/common.cuh"
 
@@ -303,9 +305,13 @@ __global__ void __launch_bounds__(nwarps * 32) dq_kernel(bf16* dq, const bf16* d
   }
 }
 
-template <int D>
-__global__ void __launch_bounds__(nwarps * 32) dkv_kernel(bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
-                                                         const bf16* k, const bf16* v, const float* lse,
+/// dK and dV for a block of keys, kept in registers over the query tiles.
+/// With fuse_dq it also adds each tile's dQ share to the f32 dq_acc by atomic
+/// adds, so dq_kernel need not recompute the scores (faster at head_dim 64;
+/// at 128 the extra registers spill and the separate kernel wins).
+template <int D, bool fuse_dq>
+__global__ void __launch_bounds__(nwarps * 32) dkv_kernel(bf16* dk, bf16* dv, float* dq_acc, const bf16* dout,
+                                                         const bf16* q, const bf16* k, const bf16* v, const float* lse,
                                                          const float* delta, int n, float scale) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* kss = reinterpret_cast<bf16*>(smem);
@@ -314,6 +320,7 @@ __global__ void __launch_bounds__(nwarps * 32) dkv_kernel(bf16* dk, bf16* dv, co
   bf16* ds = qs + 2 * tile_elems<D>; // [2] tiles of dO
   float* lse2_s = reinterpret_cast<float*>(ds + 2 * tile_elems<D>); // [2][tile]
   float* dl_s = lse2_s + 2 * tile;                                  // [2][tile]
+  bf16* dst_s = reinterpret_cast<bf16*>(dl_s + 2 * tile);           // dS^T [block_rows][tile+pad]
   const long long base = (long long)blockIdx.y * n * D, row_base = (long long)blockIdx.y * n;
   const int k0 = blockIdx.x * block_rows, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const float c = scale * log2e;
@@ -365,6 +372,40 @@ __global__ void __launch_bounds__(nwarps * 32) dkv_kernel(bf16* dk, bf16* dv, co
       }
     accumulate_pv<D>(dva, s, ds + cur, lane);
     accumulate_pv<D>(dka, dp, qs + cur, lane);
+    if constexpr (fuse_dq) {
+      // dQ[tile] += dS K: dS^T goes through shared memory, each warp then takes 16 queries.
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<u32*>(dst_s + (warp * 16 + g + 8 * h) * (tile + pad) + j * 8 + 2 * t) =
+              pack(dp[j][2 * h], dp[j][2 * h + 1]);
+      __syncthreads();
+      float qa[D / 8][4] = {};
+      const int r = lane % 8, mi = lane / 8;
+#pragma unroll
+      for (int kk = 0; kk < block_rows / 16; ++kk) {
+        u32 a[4];
+        ldsm_x4_t(a, dst_s + (kk * 16 + (mi >> 1) * 8 + r) * (tile + pad) + warp * 16 + (mi & 1) * 8);
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn += 2) {
+          u32 f[4];
+          ldsm_x4_t(f, kss + (kk * 16 + (mi & 1) * 8 + r) * (D + pad) + (dn + (mi >> 1)) * 8);
+          mma(qa[dn], a, f[0], f[1]);
+          mma(qa[dn + 1], a, f[2], f[3]);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        int row = i0 + warp * 16 + g + 8 * h;
+        if (row >= n)
+          continue;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn)
+          atomicAdd(reinterpret_cast<float2*>(dq_acc + base + (long long)row * D + dn * 8 + 2 * t),
+                    make_float2(qa[dn][2 * h], qa[dn][2 * h + 1]));
+      }
+    }
     __syncthreads();
   }
 #pragma unroll
@@ -384,8 +425,22 @@ template <int D>
 constexpr std::size_t fwd_smem = (block_elems<D> + 4 * tile_elems<D>) * sizeof(bf16);
 template <int D>
 constexpr std::size_t dq_smem = (2 * block_elems<D> + 4 * tile_elems<D>) * sizeof(bf16);
-template <int D>
-constexpr std::size_t dkv_smem = (2 * block_elems<D> + 4 * tile_elems<D>) * sizeof(bf16) + 4 * tile * sizeof(float);
+template <int D, bool fuse_dq>
+constexpr std::size_t dkv_smem = (2 * block_elems<D> + 4 * tile_elems<D> + (fuse_dq ? block_rows * (tile + pad) : 0)) *
+                                     sizeof(bf16) +
+                                 4 * tile * sizeof(float);
+
+/// dq = bf16(dq_acc * scale), 8 elements per thread.
+__global__ void dq_convert(bf16* dq, const float* dq_acc, long long chunks, float scale) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < chunks; i += (long long)gridDim.x * blockDim.x) {
+    float v[8];
+    const float4* src = reinterpret_cast<const float4*>(dq_acc) + 2 * i;
+    float4 a = src[0], b = src[1];
+    v[0] = a.x * scale, v[1] = a.y * scale, v[2] = a.z * scale, v[3] = a.w * scale;
+    v[4] = b.x * scale, v[5] = b.y * scale, v[6] = b.z * scale, v[7] = b.w * scale;
+    store_vec<bf16, 8>(dq + 8 * i, v);
+  }
+}
 
 template <typename K>
 status allow_smem(K kernel, std::size_t bytes) {
@@ -403,15 +458,27 @@ status forward_d(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* 
 }
 
 template <int D>
-status backward_d(bf16* dq, bf16* dk, bf16* dv, const float* delta, const bf16* dout, const bf16* q, const bf16* k,
-                  const bf16* v, const float* lse, int bh, int n, float scale, cudaStream_t s) {
+status backward_d(bf16* dq, bf16* dk, bf16* dv, float* dq_acc, const float* delta, const bf16* dout, const bf16* q,
+                  const bf16* k, const bf16* v, const float* lse, int bh, int n, float scale, cudaStream_t s) {
   dim3 grid((n + block_rows - 1) / block_rows, bh);
-  TROUPE_GPU_TRY(allow_smem(dq_kernel<D>, dq_smem<D>));
-  dq_kernel<D><<<grid, nwarps * 32, dq_smem<D>, s>>>(dq, dout, q, k, v, lse, delta, n, scale);
-  TROUPE_CUDA_CHECK_LAUNCH();
-  TROUPE_GPU_TRY(allow_smem(dkv_kernel<D>, dkv_smem<D>));
-  dkv_kernel<D><<<grid, nwarps * 32, dkv_smem<D>, s>>>(dk, dv, dout, q, k, v, lse, delta, n, scale);
-  TROUPE_CUDA_CHECK_LAUNCH();
+  if constexpr (D == 64) {
+    long long total = (long long)bh * n * D;
+    TROUPE_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, total * sizeof(float), s));
+    TROUPE_GPU_TRY(allow_smem(dkv_kernel<D, true>, dkv_smem<D, true>));
+    dkv_kernel<D, true><<<grid, nwarps * 32, dkv_smem<D, true>, s>>>(dk, dv, dq_acc, dout, q, k, v, lse, delta, n,
+                                                                     scale);
+    TROUPE_CUDA_CHECK_LAUNCH();
+    dq_convert<<<grid_for(total / 8, 256), 256, 0, s>>>(dq, dq_acc, total / 8, scale);
+    TROUPE_CUDA_CHECK_LAUNCH();
+  } else {
+    TROUPE_GPU_TRY(allow_smem(dq_kernel<D>, dq_smem<D>));
+    dq_kernel<D><<<grid, nwarps * 32, dq_smem<D>, s>>>(dq, dout, q, k, v, lse, delta, n, scale);
+    TROUPE_CUDA_CHECK_LAUNCH();
+    TROUPE_GPU_TRY(allow_smem(dkv_kernel<D, false>, dkv_smem<D, false>));
+    dkv_kernel<D, false><<<grid, nwarps * 32, dkv_smem<D, false>, s>>>(dk, dv, nullptr, dout, q, k, v, lse, delta, n,
+                                                                       scale);
+    TROUPE_CUDA_CHECK_LAUNCH();
+  }
   return {};
 }
 
@@ -431,11 +498,11 @@ status attention_mma_forward(bf16* o, float* lse, const bf16* q, const bf16* k, 
   return d == 64 ? forward_d<64>(o, lse, q, k, v, bh, n, scale, s) : forward_d<128>(o, lse, q, k, v, bh, n, scale, s);
 }
 
-status attention_mma_backward(bf16* dq, bf16* dk, bf16* dv, const float* delta, const bf16* dout, const bf16* q,
-                              const bf16* k, const bf16* v, const float* lse, int bh, int n, int d, float scale,
-                              cudaStream_t s) {
-  return d == 64 ? backward_d<64>(dq, dk, dv, delta, dout, q, k, v, lse, bh, n, scale, s)
-                 : backward_d<128>(dq, dk, dv, delta, dout, q, k, v, lse, bh, n, scale, s);
+status attention_mma_backward(bf16* dq, bf16* dk, bf16* dv, float* dq_acc, const float* delta, const bf16* dout,
+                              const bf16* q, const bf16* k, const bf16* v, const float* lse, int bh, int n, int d,
+                              float scale, cudaStream_t s) {
+  return d == 64 ? backward_d<64>(dq, dk, dv, dq_acc, delta, dout, q, k, v, lse, bh, n, scale, s)
+                 : backward_d<128>(dq, dk, dv, dq_acc, delta, dout, q, k, v, lse, bh, n, scale, s);
 }
 
 } // namespace troupe::gpu::detail

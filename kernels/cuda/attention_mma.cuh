@@ -17,10 +17,11 @@ bool attention_mma_supported(int head_dim, const void* const* ptrs, int count);
 status attention_mma_forward(__nv_bfloat16* o, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                              const __nv_bfloat16* v, int batch_heads, int n, int d, float scale, cudaStream_t s);
 
-/// Backward: dq, dk, dv given delta[row] = dot(dout[row], o[row]) already computed.
-status attention_mma_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const float* delta,
-                              const __nv_bfloat16* dout, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                              const __nv_bfloat16* v, const float* lse, int batch_heads, int n, int d, float scale,
-                              cudaStream_t s);
+/// Backward: dq, dk, dv given delta[row] = dot(dout[row], o[row]) already
+/// computed; dq_acc is f32 scratch of batch_heads * n * d elements (8-byte aligned).
+status attention_mma_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, float* dq_acc,
+                              const float* delta, const __nv_bfloat16* dout, const __nv_bfloat16* q,
+                              const __nv_bfloat16* k, const __nv_bfloat16* v, const float* lse, int batch_heads, int n,
+                              int d, float scale, cudaStream_t s);
 
 } // namespace troupe::gpu::detail

@@ -114,7 +114,7 @@ int main() {
     std::size_t rows = (std::size_t)s.batch * s.heads * s.seq_len;
     auto *q = alloc<bf16>(total, 0.1f), *k = alloc<bf16>(total, 0.2f), *v = alloc<bf16>(total, 0.3f);
     auto *o = alloc<bf16>(total), *dq = alloc<bf16>(total), *dk = alloc<bf16>(total), *dv = alloc<bf16>(total);
-    auto *lse = alloc<float>(rows), *delta = alloc<float>(rows);
+    auto *lse = alloc<float>(rows), *delta = alloc<float>(attention_backward_workspace(s));
     std::string shape = " B" + std::to_string(s.batch) + " H" + std::to_string(s.heads) + " T" +
                         std::to_string(s.seq_len) + " D" + std::to_string(s.head_dim);
     // Causal: half of the 4 * T^2 * D multiply-adds per head; backward counted as 2.5x forward.
