@@ -105,6 +105,8 @@ tensor_handle gpt_range::forward(int mb, const tensor_handle& input, const tenso
   if (m.last())
     require(targets.defined() && targets.type() == dtype::i32, op, "the last range needs i32 targets [B, T]");
   auto& c = m.acquire(mb, op);
+  c.batch = input.dim(0);
+  c.seq = input.dim(1);
   try {
     tensor_handle x;
     if (m.first()) {
@@ -136,31 +138,42 @@ tensor_handle gpt_range::backward_input(int mb, const tensor_handle& grad_out) {
   auto& m = *impl_;
   auto& c = m.find(mb, op);
   require(!c.input_done, op, fmt::format("backward_input of microbatch {} already ran", mb));
-  tensor_handle dx;
   if (m.last()) {
     if (grad_out.defined()) {
       require_f32(grad_out, op, "loss gradient");
       require(grad_out.numel() == 1, op, "the last range's gradient is the loss gradient [1]");
-      float s = *grad_out.data<float>();
+    }
+  } else {
+    check_activation(grad_out, m.cfg, op);
+    require(grad_out.dim(0) == c.batch && grad_out.dim(1) == c.seq, op,
+            fmt::format("gradient shape {} does not match the forward's [{}, {}, {}]", to_string(grad_out.shape()),
+                        c.batch, c.seq, m.cfg.d_model));
+  }
+  try {
+    tensor_handle dx;
+    if (m.last()) {
+      float s = grad_out.defined() ? *grad_out.data<float>() : 1.0f;
       if (s != 1.0f)
         for (long i = 0; i < c.head.dlogits.numel(); ++i)
           c.head.dlogits.data<float>()[i] *= s;
+      auto h = m.head_base();
+      c.head.d_lnf = linear_backward_input(c.head.dlogits, m.params[h + 2].value);
+      dx = layer_norm_backward_input(c.head.d_lnf, c.head.x, c.head.s, m.params[h].value);
+    } else {
+      dx = grad_out;
     }
-    auto h = m.head_base();
-    c.head.d_lnf = linear_backward_input(c.head.dlogits, m.params[h + 2].value);
-    dx = layer_norm_backward_input(c.head.d_lnf, c.head.x, c.head.s, m.params[h].value);
-  } else {
-    check_activation(grad_out, m.cfg, op);
-    dx = grad_out;
+    for (int li = m.local_layers() - 1; li >= 0; --li)
+      dx = m.block_backward_input(li, dx, c.layers[std::size_t(li)]);
+    c.input_done = true;
+    if (m.first()) {
+      c.d_emb = dx;
+      return {};
+    }
+    return dx;
+  } catch (...) { // a half-done backward cannot be resumed: drop the microbatch
+    m.release(c);
+    throw;
   }
-  for (int li = m.local_layers() - 1; li >= 0; --li)
-    dx = m.block_backward_input(li, dx, c.layers[std::size_t(li)]);
-  c.input_done = true;
-  if (m.first()) {
-    c.d_emb = dx;
-    return {};
-  }
-  return dx;
 }
 
 void gpt_range::backward_weight(int mb) {
@@ -168,16 +181,21 @@ void gpt_range::backward_weight(int mb) {
   auto& m = *impl_;
   auto& c = m.find(mb, op);
   require(c.input_done, op, fmt::format("backward_input of microbatch {} has not run", mb));
-  if (m.last()) {
-    auto h = m.head_base();
-    tensor_handle no_bias;
-    linear_backward_weight(c.head.dlogits, c.head.lnf, m.grads[h + 2].value, no_bias);
-    layer_norm_backward_weight(c.head.d_lnf, c.head.x, c.head.s, m.grads[h].value, m.grads[h + 1].value);
+  try {
+    if (m.last()) {
+      auto h = m.head_base();
+      tensor_handle no_bias;
+      linear_backward_weight(c.head.dlogits, c.head.lnf, m.grads[h + 2].value, no_bias);
+      layer_norm_backward_weight(c.head.d_lnf, c.head.x, c.head.s, m.grads[h].value, m.grads[h + 1].value);
+    }
+    for (int li = m.local_layers() - 1; li >= 0; --li)
+      m.block_backward_weight(li, c.layers[std::size_t(li)]);
+    if (m.first())
+      embedding_backward_weight(c.d_emb, c.tokens, m.grads[0].value, m.grads[1].value);
+  } catch (...) {
+    m.release(c);
+    throw;
   }
-  for (int li = m.local_layers() - 1; li >= 0; --li)
-    m.block_backward_weight(li, c.layers[std::size_t(li)]);
-  if (m.first())
-    embedding_backward_weight(c.d_emb, c.tokens, m.grads[0].value, m.grads[1].value);
   m.release(c);
 }
 

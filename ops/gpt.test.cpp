@@ -225,6 +225,14 @@ TEST_CASE("gpt_range rejects bad ranges, reused microbatch ids and unknown ones"
   auto long_tokens = make_batch(1, 9, cfg.vocab, 3);
   CHECK_THROWS_AS(first.forward(1, long_tokens.tokens), std::invalid_argument);
   CHECK(first.in_flight() == 1);
+  // A gradient that does not match the forward's shape is refused; the microbatch stays.
+  gpt_range last(cfg, 1, 2);
+  auto act = first.forward(2, x.tokens);
+  last.forward(0, act, x.targets);
+  CHECK_THROWS_AS(first.backward(2, tensor_handle::zeros({2, 4, 16})), std::invalid_argument);
+  CHECK(first.in_flight() == 2);
+  CHECK(!first.backward(2, last.backward(0)).defined());
+  CHECK(first.in_flight() == 1);
 }
 
 TEST_CASE("ranges trained on two threads at once match the same work done one after the other") {

@@ -36,6 +36,7 @@ struct mb_cache {
   int mb = -1;
   bool used = false;
   bool input_done = false;
+  long batch = 0, seq = 0; ///< the forward's input shape, which backward's gradient must match
   tensor_handle tokens, d_emb;
   std::vector<layer_cache> layers;
   head_cache head;

@@ -48,26 +48,28 @@ void tile(long n_left, long k, float alpha, const float* a, long a_rs, long a_cs
                    accumulate);
 }
 
+/// The remainder rows (fewer than a full group) of a panel: tile<Rem, NV> for rem == Rem.
+template <int NV, int Rem>
+void tail_rows(long rem, long n_left, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b,
+               long ldb, float* c, long ldc, bool accumulate) {
+  if constexpr (Rem > 0) {
+    if (rem == Rem)
+      tile<Rem, NV>(n_left, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc, accumulate);
+    else
+      tail_rows<NV, Rem - 1>(rem, n_left, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc, accumulate);
+  }
+}
+
 /// All rows of one column panel of up to 16·NV columns, in groups of R then a remainder.
+/// R·NV accumulators plus NV loaded B vectors stay within the 32 vector registers.
 template <int NV>
 void panel(long m, long n_left, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb,
            float* c, long ldc, bool accumulate) {
-  constexpr int R = NV >= 3 ? 4 : 8;
+  constexpr int R = NV >= 3 ? 4 : NV == 2 ? 12 : 16;
   long r = 0;
   for (; r + R <= m; r += R)
     tile<R, NV>(n_left, k, alpha, a + r * a_rs, a_rs, a_cs, b, ldb, c + r * ldc, ldc, accumulate);
-  const float* ar = a + r * a_rs;
-  float* cr = c + r * ldc;
-  switch (m - r) {
-    case 0: break;
-    case 1: tile<1, NV>(n_left, k, alpha, ar, a_rs, a_cs, b, ldb, cr, ldc, accumulate); break;
-    case 2: tile<2, NV>(n_left, k, alpha, ar, a_rs, a_cs, b, ldb, cr, ldc, accumulate); break;
-    case 3: tile<3, NV>(n_left, k, alpha, ar, a_rs, a_cs, b, ldb, cr, ldc, accumulate); break;
-    case 4: tile<4, NV>(n_left, k, alpha, ar, a_rs, a_cs, b, ldb, cr, ldc, accumulate); break;
-    case 5: tile<5, NV>(n_left, k, alpha, ar, a_rs, a_cs, b, ldb, cr, ldc, accumulate); break;
-    case 6: tile<6, NV>(n_left, k, alpha, ar, a_rs, a_cs, b, ldb, cr, ldc, accumulate); break;
-    default: tile<7, NV>(n_left, k, alpha, ar, a_rs, a_cs, b, ldb, cr, ldc, accumulate); break;
-  }
+  tail_rows<NV, R - 1>(m - r, n_left, k, alpha, a + r * a_rs, a_rs, a_cs, b, ldb, c + r * ldc, ldc, accumulate);
 }
 #endif
 
