@@ -63,15 +63,6 @@ void stage_engine::start() {
     out_.credit(cfg_.microbatches);
 }
 
-bool stage_engine::hold_if_future(step_t msg_step, bool eval, held h) {
-  // Training work of a later step waits for this step's update; evaluation after
-  // step s waits until step s's update is applied here.
-  bool future = eval ? msg_step >= step_ : msg_step > step_;
-  if (future)
-    held_.push_back(std::move(h));
-  return future;
-}
-
 void stage_engine::release_held() {
   auto pending = std::move(held_);
   held_.clear();
@@ -92,8 +83,12 @@ void stage_engine::push_input(int stage, int mb) {
 }
 
 void stage_engine::on_batch(const batch_msg& m, bool eval) {
-  if (hold_if_future(m.step, eval, {held::batch, eval, m, {}, {}}))
+  // Training work of a later step waits for this step's update; evaluation after
+  // step s waits until step s's update is applied here.
+  if (is_future(m.step, eval)) {
+    held_.push_back({held::batch, eval, m, {}, {}});
     return;
+  }
   int last = queue_.stages() - 1;
   if (eval) {
     if (owns_loss())
@@ -119,8 +114,10 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
 }
 
 void stage_engine::on_activation(const activation_msg& m, bool eval) {
-  if (hold_if_future(m.step, eval, {held::activation, eval, {}, m, {}}))
+  if (is_future(m.step, eval)) {
+    held_.push_back({held::activation, eval, {}, m, {}});
     return;
+  }
   if (eval) {
     if (queue_.is_last_stage(m.stage) && !eval_targets_.contains(m.microbatch))
       eval_inputs_[m.microbatch] = m.activation;
@@ -133,8 +130,10 @@ void stage_engine::on_activation(const activation_msg& m, bool eval) {
 }
 
 void stage_engine::on_gradient(const gradient_msg& m) {
-  if (hold_if_future(m.step, false, {held::gradient, false, {}, {}, m}))
+  if (is_future(m.step, false)) {
+    held_.push_back({held::gradient, false, {}, {}, m});
     return;
+  }
   grads_[{m.stage, m.microbatch}] = m.gradient;
   if (auto r = queue_.push_backward(m.stage, m.microbatch); !r)
     throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));

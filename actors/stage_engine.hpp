@@ -96,7 +96,8 @@ private:
     activation_msg a;
     gradient_msg g;
   };
-  bool hold_if_future(step_t msg_step, bool eval, held h);
+  /// True when a message belongs to a later step than this rank is in.
+  bool is_future(step_t msg_step, bool eval) const noexcept { return eval ? msg_step >= step_ : msg_step > step_; }
   void release_held();
   void push_input(int stage, int mb);
   void execute(const sched::action& a);
