@@ -1,0 +1,71 @@
+// `troupe schedule` end to end: the built program prints orders and bubble
+// fractions, and refuses bad input with exit code 2.
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <sys/wait.h>
+
+#include <doctest/doctest.h>
+
+namespace {
+
+struct run_result {
+  int code = -1;
+  std::string out;
+};
+
+run_result troupe(const std::string& args) {
+  const char* dir = std::getenv("TROUPE_BUILD_DIR");
+  std::string cmd = std::string{dir ? dir : "build"} + "/deploy/troupe " + args + " 2>&1";
+  run_result r;
+  std::FILE* pipe = popen(cmd.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buf;
+  while (auto n = std::fread(buf.data(), 1, buf.size(), pipe))
+    r.out.append(buf.data(), n);
+  int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+bool has(const run_result& r, const std::string& part) {
+  return r.out.find(part) != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("troupe schedule prints the 1F1B orders and the bubble fraction") {
+  auto r = troupe("schedule --policy 1f1b --stages 4 --microbatches 8");
+  CHECK(r.code == 0);
+  CHECK(has(r, "rank 0: 0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0F6 0B3 0F7 0B4 0B5 0B6 0B7\n"));
+  CHECK(has(r, "rank 3: 3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5 3F6 3B6 3F7 3B7\n"));
+  CHECK(has(r, "bubble fraction: 0.2727"));
+  CHECK(has(r, "peak in flight per rank: 4 3 2 1"));
+}
+
+TEST_CASE("troupe schedule takes stragglers, replays tables and compares with the replay") {
+  auto slow = troupe("schedule --policy zb_h1 --stages 4 --microbatches 8 --slow 2:1.5 --jitter 0.3 --seed 3 "
+                     "--latency 0.1 --slow-microbatch 5:4 --costs 1,2,1");
+  CHECK(slow.code == 0);
+  CHECK(has(slow, "rank 2: 2F0"));
+  auto table = troupe("schedule --policy table --table examples/schedules/interleaved_4x8x2.csv --stages 4 "
+                      "--microbatches 8 --virtual 2");
+  CHECK(table.code == 0);
+  CHECK(has(table, "bubble fraction: 0.1579"));
+  auto cmp = troupe("schedule --policy zb_h1 --stages 4 --microbatches 8 --compare 10");
+  CHECK(cmp.code == 0);
+  CHECK(has(cmp, "one microbatch 4x slower"));
+}
+
+TEST_CASE("troupe schedule refuses bad input with exit code 2 and a reason") {
+  auto unknown = troupe("schedule --policy 1f1c --stages 4 --microbatches 8");
+  CHECK(unknown.code == 2);
+  CHECK(has(unknown, "unknown policy '1f1c' (known: 1f1b, gpipe, interleaved_1f1b, table, zb_h1"));
+  CHECK(troupe("schedule --policy 1f1b --stages 4").code == 2);
+  CHECK(troupe("schedule --policy 1f1b --stages 4 --microbatches 8 --slow 9:2").code == 2);
+  CHECK(troupe("schedule --policy 1f1b --stages 4 --microbatches 8 --costs 1,2").code == 2);
+  auto help = troupe("schedule --help");
+  CHECK(help.code == 0);
+  CHECK(has(help, "--slow-microbatch"));
+}
