@@ -26,7 +26,6 @@ gpt_range::gpt_range(const gpt_config& cfg, int begin, int end) : impl_(new impl
   require(cfg.d_model % cfg.heads == 0, op, fmt::format("d_model {} is not divisible by heads {}", cfg.d_model, cfg.heads));
   require(0 <= begin && begin < end && end <= cfg.layers, op,
           fmt::format("layer range [{}, {}) is not inside [0, {})", begin, end, cfg.layers));
-  require(cfg.precision == precision::f32, op, "only precision f32 is implemented");
   impl_->cfg = cfg;
   impl_->begin = begin;
   impl_->end = end;
@@ -123,7 +122,7 @@ tensor_handle gpt_range::forward(int mb, const tensor_handle& input, const tenso
     auto& hc = c.head;
     hc.x = x;
     hc.lnf = layer_norm_forward(x, m.params[h].value, m.params[h + 1].value, hc.s);
-    auto logits = linear_forward(hc.lnf, m.params[h + 2].value, {});
+    auto logits = linear_forward(hc.lnf, m.params[h + 2].value, {}, {}, m.cfg.precision);
     float loss = 0;
     hc.dlogits = cross_entropy_backward(logits, targets, 1.0f, m.cfg.ignore_index, &loss);
     return scalar(loss);
@@ -157,7 +156,7 @@ tensor_handle gpt_range::backward_input(int mb, const tensor_handle& grad_out) {
         for (long i = 0; i < c.head.dlogits.numel(); ++i)
           c.head.dlogits.data<float>()[i] *= s;
       auto h = m.head_base();
-      c.head.d_lnf = linear_backward_input(c.head.dlogits, m.params[h + 2].value);
+      c.head.d_lnf = linear_backward_input(c.head.dlogits, m.params[h + 2].value, m.cfg.precision);
       dx = layer_norm_backward_input(c.head.d_lnf, c.head.x, c.head.s, m.params[h].value);
     } else {
       dx = grad_out;
@@ -185,7 +184,7 @@ void gpt_range::backward_weight(int mb) {
     if (m.last()) {
       auto h = m.head_base();
       tensor_handle no_bias;
-      linear_backward_weight(c.head.dlogits, c.head.lnf, m.grads[h + 2].value, no_bias);
+      linear_backward_weight(c.head.dlogits, c.head.lnf, m.grads[h + 2].value, no_bias, 1.0f, m.cfg.precision);
       layer_norm_backward_weight(c.head.d_lnf, c.head.x, c.head.s, m.grads[h].value, m.grads[h + 1].value);
     }
     for (int li = m.local_layers() - 1; li >= 0; --li)
@@ -222,7 +221,7 @@ tensor_handle gpt_range::evaluate(const tensor_handle& input, const tensor_handl
   auto h = m.head_base();
   layer_norm_saved s;
   auto lnf = layer_norm_forward(x, m.params[h].value, m.params[h + 1].value, s);
-  auto logits = linear_forward(lnf, m.params[h + 2].value, {});
+  auto logits = linear_forward(lnf, m.params[h + 2].value, {}, {}, m.cfg.precision);
   if (targets.defined())
     return scalar(cross_entropy_forward(logits, targets, m.cfg.ignore_index));
   return logits;

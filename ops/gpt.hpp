@@ -8,13 +8,10 @@
 #include <vector>
 
 #include "ops/adamw.hpp"
+#include "ops/precision.hpp"
 #include "runtime/tensor_handle.hpp"
 
 namespace troupe::ops {
-
-/// Arithmetic of the matrix products: f32, or bf16 products with f32 accumulation
-/// and f32 master weights.
-enum class precision { f32, bf16 };
 
 /// Shape and seed of a GPT: pre-norm blocks (layer norm, causal attention, layer
 /// norm, GELU MLP, residuals), final layer norm, untied linear head, cross-entropy.
@@ -24,7 +21,7 @@ struct gpt_config {
   int heads = 4;
   int context = 64;
   int vocab = 256;
-  ops::precision precision = precision::f32;
+  ops::precision precision = precision::f32; ///< bf16: bf16 products, f32 weights and state
   std::uint64_t seed = 1337;        ///< initialisation seed; each parameter derives its own
   std::int32_t ignore_index = -1;   ///< target value that the loss skips
 };

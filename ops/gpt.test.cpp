@@ -257,3 +257,24 @@ TEST_CASE("ranges trained on two threads at once match the same work done one af
     CHECK(to_vec(b1.params()[i].value) == to_vec(b2.params()[i].value));
   }
 }
+
+TEST_CASE("a bf16 GPT stays close to the f32 one and splits into ranges exactly") {
+  gpt_config cfg{.layers = 2, .d_model = 32, .heads = 2, .context = 16, .vocab = 40};
+  gpt_config half = cfg;
+  half.precision = precision::bf16;
+  auto x = make_batch(3, 16, cfg.vocab, 31);
+  std::vector<gpt_range> f32, b16, b16_split;
+  f32.emplace_back(cfg, 0, 2);
+  b16.emplace_back(half, 0, 2);
+  b16_split.emplace_back(half, 0, 1);
+  b16_split.emplace_back(half, 1, 2);
+  float lf = chain(f32, 0, x), lb = chain(b16, 0, x), ls = chain(b16_split, 0, x);
+  CHECK(lb == doctest::Approx(lf).epsilon(1e-2));
+  CHECK(ls == lb);
+  auto gf = grads_by_name(f32), gb = grads_by_name(b16), gs = grads_by_name(b16_split);
+  for (auto& [name, v] : gb) {
+    INFO(name);
+    CHECK(compare(v, gf.at(name)).norm_rel < 5e-2);
+    CHECK(v == gs.at(name));
+  }
+}

@@ -14,25 +14,27 @@ tensor_handle gpt_range::impl::block_forward(int li, const tensor_handle& x, lay
   layer_cache& k = c ? *c : local;
   k.x = x;
   k.ln1 = layer_norm_forward(x, p(li, ln1_w), p(li, ln1_b), k.ln1s);
-  k.qkv = qkv_projection_forward(k.ln1, p(li, attn_w), p(li, attn_b));
+  const auto pr = cfg.precision;
+  k.qkv = qkv_projection_forward(k.ln1, p(li, attn_w), p(li, attn_b), pr);
   k.att = core_attention_forward(k.qkv, cfg.heads, k.attn);
-  k.x_mid = output_projection_forward(k.att, p(li, proj_w), p(li, proj_b), x); // + residual
+  k.x_mid = output_projection_forward(k.att, p(li, proj_w), p(li, proj_b), x, pr); // + residual
 
   k.ln2 = layer_norm_forward(k.x_mid, p(li, ln2_w), p(li, ln2_b), k.ln2s);
-  k.fc = linear_forward(k.ln2, p(li, fc_w), p(li, fc_b));
+  k.fc = linear_forward(k.ln2, p(li, fc_w), p(li, fc_b), {}, pr);
   k.act = gelu_forward(k.fc);
-  return linear_forward(k.act, p(li, mlp_w), p(li, mlp_b), k.x_mid); // + residual
+  return linear_forward(k.act, p(li, mlp_w), p(li, mlp_b), k.x_mid, pr); // + residual
 }
 
 tensor_handle gpt_range::impl::block_backward_input(int li, const tensor_handle& dy, layer_cache& c) const {
+  const auto pr = cfg.precision;
   c.d_out = dy;
-  auto d_act = linear_backward_input(dy, p(li, mlp_w));
+  auto d_act = linear_backward_input(dy, p(li, mlp_w), pr);
   c.d_fc = gelu_backward(d_act, c.fc);
-  c.d_ln2 = linear_backward_input(c.d_fc, p(li, fc_w));
+  c.d_ln2 = linear_backward_input(c.d_fc, p(li, fc_w), pr);
   c.d_mid = layer_norm_backward_input(c.d_ln2, c.x_mid, c.ln2s, p(li, ln2_w), dy); // + residual branch
-  auto d_att = output_projection_backward_input(c.d_mid, p(li, proj_w));
+  auto d_att = output_projection_backward_input(c.d_mid, p(li, proj_w), pr);
   c.d_qkv = core_attention_backward(d_att, c.qkv, c.attn, cfg.heads);
-  c.d_ln1 = qkv_projection_backward_input(c.d_qkv, p(li, attn_w));
+  c.d_ln1 = qkv_projection_backward_input(c.d_qkv, p(li, attn_w), pr);
   auto dx = layer_norm_backward_input(c.d_ln1, c.x, c.ln1s, p(li, ln1_w), c.d_mid); // + residual branch
   // Only backward_weight's inputs stay alive.
   c.qkv = {};
@@ -42,11 +44,12 @@ tensor_handle gpt_range::impl::block_backward_input(int li, const tensor_handle&
 }
 
 void gpt_range::impl::block_backward_weight(int li, layer_cache& c) {
-  linear_backward_weight(c.d_out, c.act, g(li, mlp_w), g(li, mlp_b));
-  linear_backward_weight(c.d_fc, c.ln2, g(li, fc_w), g(li, fc_b));
+  const auto pr = cfg.precision;
+  linear_backward_weight(c.d_out, c.act, g(li, mlp_w), g(li, mlp_b), 1.0f, pr);
+  linear_backward_weight(c.d_fc, c.ln2, g(li, fc_w), g(li, fc_b), 1.0f, pr);
   layer_norm_backward_weight(c.d_ln2, c.x_mid, c.ln2s, g(li, ln2_w), g(li, ln2_b));
-  output_projection_backward_weight(c.d_mid, c.att, g(li, proj_w), g(li, proj_b));
-  qkv_projection_backward_weight(c.d_qkv, c.ln1, g(li, attn_w), g(li, attn_b));
+  output_projection_backward_weight(c.d_mid, c.att, g(li, proj_w), g(li, proj_b), pr);
+  qkv_projection_backward_weight(c.d_qkv, c.ln1, g(li, attn_w), g(li, attn_b), pr);
   layer_norm_backward_weight(c.d_ln1, c.x, c.ln1s, g(li, ln1_w), g(li, ln1_b));
   c = layer_cache{};
 }

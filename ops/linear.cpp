@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
 #include "ops/dispatch.hpp"
 
 namespace troupe::ops {
@@ -12,6 +13,15 @@ namespace troupe::ops {
 namespace kc = kernels::cpu;
 
 namespace {
+/// The product in the requested arithmetic.
+void gemm(precision p, bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+          int ldb, float beta, float* c, int ldc) {
+  if (p == precision::bf16)
+    kc::sgemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    kc::sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 shape_t with_last(const shape_t& s, std::int64_t last) {
   shape_t out = s;
   out[s.rank() - 1] = last;
@@ -24,7 +34,7 @@ tensor_handle linear_forward(const tensor_handle& x, const tensor_handle& w, con
 }
 
 tensor_handle linear_forward(const tensor_handle& x, const tensor_handle& w, const tensor_handle& b,
-                             const tensor_handle& residual) {
+                             const tensor_handle& residual, precision p) {
   constexpr auto op = "linear_forward";
   require_f32(w, op, "w");
   require(w.rank() == 2, op, "w must be [out, in]");
@@ -50,8 +60,8 @@ tensor_handle linear_forward(const tensor_handle& x, const tensor_handle& w, con
         kc::broadcast_rows(b.data<float>(), y.data<float>(), n, out);
       else
         beta = 0.0f;
-      kc::sgemm(false, true, int(n), int(out), int(in), 1.0f, x.data<float>(), int(in), w.data<float>(), int(in),
-                beta, y.data<float>(), int(out));
+      gemm(p, false, true, int(n), int(out), int(in), 1.0f, x.data<float>(), int(in), w.data<float>(), int(in), beta,
+           y.data<float>(), int(out));
       return y;
     }
     case device::kind_t::cuda: break; // kernels/cuda launchers go here
@@ -59,7 +69,7 @@ tensor_handle linear_forward(const tensor_handle& x, const tensor_handle& w, con
   unsupported_device(op, x.device());
 }
 
-tensor_handle linear_backward_input(const tensor_handle& dy, const tensor_handle& w) {
+tensor_handle linear_backward_input(const tensor_handle& dy, const tensor_handle& w, precision p) {
   constexpr auto op = "linear_backward_input";
   require_f32(w, op, "w");
   require(w.rank() == 2, op, "w must be [out, in]");
@@ -69,8 +79,8 @@ tensor_handle linear_backward_input(const tensor_handle& dy, const tensor_handle
   auto dx = tensor_handle::empty(with_last(dy.shape(), in), dtype::f32, dy.device());
   switch (dy.device().kind) {
     case device::kind_t::cpu:
-      kc::sgemm(false, false, int(n), int(in), int(out), 1.0f, dy.data<float>(), int(out), w.data<float>(), int(in),
-                0.0f, dx.data<float>(), int(in));
+      gemm(p, false, false, int(n), int(in), int(out), 1.0f, dy.data<float>(), int(out), w.data<float>(), int(in),
+           0.0f, dx.data<float>(), int(in));
       return dx;
     case device::kind_t::cuda: break;
   }
@@ -78,7 +88,7 @@ tensor_handle linear_backward_input(const tensor_handle& dy, const tensor_handle
 }
 
 void linear_backward_weight(const tensor_handle& dy, const tensor_handle& x, tensor_handle& dw, tensor_handle& db,
-                            float scale) {
+                            float scale, precision p) {
   constexpr auto op = "linear_backward_weight";
   require_f32(dw, op, "dw");
   require(dw.rank() == 2, op, "dw must be [out, in]");
@@ -89,8 +99,8 @@ void linear_backward_weight(const tensor_handle& dy, const tensor_handle& x, ten
   require(rows_of(x) == n, op, "x and dy must have the same number of rows");
   switch (dy.device().kind) {
     case device::kind_t::cpu:
-      kc::sgemm(true, false, int(out), int(in), int(n), scale, dy.data<float>(), int(out), x.data<float>(), int(in),
-                1.0f, dw.data<float>(), int(in));
+      gemm(p, true, false, int(out), int(in), int(n), scale, dy.data<float>(), int(out), x.data<float>(), int(in),
+           1.0f, dw.data<float>(), int(in));
       if (db.defined()) {
         require(db.numel() == out, op, "db must be [out]");
         if (scale == 1.0f)
@@ -107,9 +117,9 @@ void linear_backward_weight(const tensor_handle& dy, const tensor_handle& x, ten
 }
 
 tensor_handle linear_backward(const tensor_handle& dy, const tensor_handle& x, const tensor_handle& w,
-                              tensor_handle& dw, tensor_handle& db) {
-  auto dx = linear_backward_input(dy, w);
-  linear_backward_weight(dy, x, dw, db);
+                              tensor_handle& dw, tensor_handle& db, precision p) {
+  auto dx = linear_backward_input(dy, w, p);
+  linear_backward_weight(dy, x, dw, db, 1.0f, p);
   return dx;
 }
 

@@ -12,20 +12,21 @@ void check_weight(const tensor_handle& w, const char* op) {
 }
 } // namespace
 
-tensor_handle qkv_projection_forward(const tensor_handle& x, const tensor_handle& w, const tensor_handle& b) {
+tensor_handle qkv_projection_forward(const tensor_handle& x, const tensor_handle& w, const tensor_handle& b,
+                                     precision p) {
   check_weight(w, "qkv_projection_forward");
-  return linear_forward(x, w, b);
+  return linear_forward(x, w, b, {}, p);
 }
 
-tensor_handle qkv_projection_backward_input(const tensor_handle& dqkv, const tensor_handle& w) {
+tensor_handle qkv_projection_backward_input(const tensor_handle& dqkv, const tensor_handle& w, precision p) {
   check_weight(w, "qkv_projection_backward_input");
-  return linear_backward_input(dqkv, w);
+  return linear_backward_input(dqkv, w, p);
 }
 
 void qkv_projection_backward_weight(const tensor_handle& dqkv, const tensor_handle& x, tensor_handle& dw,
-                                    tensor_handle& db) {
+                                    tensor_handle& db, precision p) {
   check_weight(dw, "qkv_projection_backward_weight");
-  linear_backward_weight(dqkv, x, dw, db);
+  linear_backward_weight(dqkv, x, dw, db, 1.0f, p);
 }
 
 } // namespace troupe::ops

@@ -13,6 +13,7 @@
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/gelu.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
 #include "kernels/cpu/layer_norm.hpp"
 #include "kernels/cpu/optimizer.hpp"
 #include "kernels/cpu/small_gemm.hpp"
@@ -65,6 +66,10 @@ int main() {
     std::snprintf(name, sizeof name, "sgemm %c%c %dx%dx%d", ta ? 't' : 'n', tb ? 't' : 'n', m, n, k);
     bench(name, 2.0 * m * n * k, "GFLOP/s", [&] {
       sgemm(ta, tb, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 1.0f, c.data(), n);
+    });
+    std::snprintf(name, sizeof name, "sgemm_bf16 %c%c %dx%dx%d", ta ? 't' : 'n', tb ? 't' : 'n', m, n, k);
+    bench(name, 2.0 * m * n * k, "GFLOP/s", [&] {
+      sgemm_bf16(ta, tb, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 1.0f, c.data(), n);
     });
   }
   for (auto [m, n, k] : std::vector<std::array<int, 3>>{{8, 32, 64}, {8, 64, 32}, {8, 32, 128}, {8, 128, 64}}) {

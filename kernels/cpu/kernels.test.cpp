@@ -12,6 +12,7 @@
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/gelu.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
 #include "kernels/cpu/layer_norm.hpp"
 #include "kernels/cpu/optimizer.hpp"
 #include "kernels/cpu/small_gemm.hpp"
@@ -185,4 +186,32 @@ TEST_CASE("elementwise kernels and the optimizer updates match scalar references
     r[std::size_t(i)] = p[std::size_t(i)] * (1 - 0.001) - 0.01 / 0.19 * mi / (std::sqrt(vi) / std::sqrt(0.0975) + 1e-8);
   }
   CHECK(rel_err(p2, r) < 1e-6);
+}
+
+TEST_CASE("bf16 products equal f32 products of bf16-rounded inputs") {
+  std::mt19937 rng(7);
+  for (auto [m, n, k] : std::vector<std::array<int, 3>>{{7, 33, 17}, {13, 70, 301}, {6, 64, 2}, {20, 5, 513}}) {
+    for (int t = 0; t < 4; ++t) {
+      bool ta = t & 1, tb = t & 2;
+      CAPTURE(m);
+      CAPTURE(k);
+      CAPTURE(t);
+      auto a = randv(std::size_t(m * k), rng), b = randv(std::size_t(k * n), rng), c0 = randv(std::size_t(m * n), rng);
+      auto ar = a, br = b;
+      for (auto& x : ar)
+        x = round_bf16(x);
+      for (auto& x : br)
+        x = round_bf16(x);
+      int lda = ta ? m : k, ldb = tb ? k : n;
+      for (float beta : {0.0f, 1.0f}) {
+        auto c = c0, r = c0;
+        sgemm_bf16(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, beta, c.data(), n);
+        sgemm_reference(ta, tb, m, n, k, 0.5f, ar.data(), lda, br.data(), ldb, beta, r.data(), n);
+        CHECK(rel_err(c, widen(r)) < 2e-6);
+      }
+    }
+  }
+  CHECK(round_bf16(1.0f + 1.0f / 256) == 1.0f);                 // tie goes to even
+  CHECK(round_bf16(1.0f + 3.0f / 256) == 1.0f + 4.0f / 256);    // tie goes to even, upwards
+  CHECK(round_bf16(1.0f + 1.0f / 256 + 1e-6f) == 1.0f + 2.0f / 256);
 }
