@@ -62,7 +62,9 @@ std::optional<guided_policy::candidate> guided_policy::pick(const stage_queue& q
       continue;
     if (now)
       return candidate{i, q.idle_since()};
-    double cost = q.mean_cost(a.kind);
+    // Wait in units of the longer of the two passes: a late preferred pass is
+    // rarely later than its own cost under jitter, and the filler must fit.
+    double cost = std::max(q.mean_cost(a.kind), q.mean_cost(preferred.kind));
     if (cost > 0)  // nothing measured yet: no basis for patience
       return candidate{i, q.idle_since() + rules_.patience * cost};
   }

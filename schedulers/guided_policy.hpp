@@ -31,7 +31,8 @@ struct guided_rules {
   std::array<std::array<bool, 4>, 4> overtakes{};
   /// overtakes_when_idle[P][C]: an action of kind C may run before a late
   /// preferred action of kind P once the rank has idled for `patience` times
-  /// C's mean measured cost: it fills a long wait, where it is unlikely to delay P.
+  /// the larger mean measured cost of C and P: it fills a long wait, where it is
+  /// unlikely to delay P.
   std::array<std::array<bool, 4>, 4> overtakes_when_idle{};
   /// See overtakes_when_idle.
   double patience = 2.0;

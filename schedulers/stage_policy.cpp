@@ -30,9 +30,11 @@ namespace {
 //   than is ever left of a forward already under way. So these policies keep the
 //   order and wait; their order is what the in-flight bound leaves them.
 // - ZB-H1: a deferred W may fill a wait for a forward once the rank has idled
-//   twice W's measured cost: a long wait means the forward's producer is slow,
-//   and W is work the rank must do anyway. Letting W fill waits for I passes (the
-//   gradient chain that ends the step) lost under jitter, as did shorter patience.
+//   twice the longer of W's and F's measured costs: a wait that long means the
+//   forward's producer is slow (jitter alone rarely delays a pass by more than
+//   its cost), and W is work the rank must do anyway. Letting W fill waits for I
+//   passes (the gradient chain that ends the step) lost under jitter, as did a
+//   shorter patience, or one counted in W's cost alone when W is small.
 constexpr int default_look_ahead = 1;
 
 expected<void> check_shape(std::string_view name, const policy_params& p, bool interleaved) {
