@@ -35,6 +35,8 @@ void dashboard_feed::poll_recorder() {
   auto& r = trace_recorder::global();
   data_.actors = r.actors();
   std::vector<counter_sample> fresh;
+  now_ns_ = trace_now();
+  polls_.push_back({now_ns_, base_ + data_.spans.size()});
   r.collect(cursor_, data_.spans, &fresh);
   for (auto& c : fresh) {
     auto tps = meter_.on_sample(c);
@@ -43,7 +45,6 @@ void dashboard_feed::poll_recorder() {
       data_.counters.push_back(*tps);
   }
   data_.dropped = r.dropped();
-  now_ns_ = trace_now();
   if (data_.spans.size() > max_spans_) {
     auto cut = data_.spans.size() - max_spans_ / 2;
     data_.spans.erase(data_.spans.begin(), data_.spans.begin() + static_cast<std::ptrdiff_t>(cut));
@@ -59,10 +60,29 @@ void dashboard_feed::load(trace_snapshot t) {
 }
 
 void dashboard_feed::update_stats(std::int64_t window_ns) {
-  if (live_ && !finished_)
-    stats_ = summarize(data_, std::max<std::int64_t>(0, now_ns_ - window_ns), now_ns_, false);
-  else
+  if (live_ && !finished_) {
+    // Only spans delivered by polls inside the window can reach into it.
+    auto from = std::max<std::int64_t>(0, now_ns_ - window_ns);
+    auto first = std::find_if(polls_.begin(), polls_.end(), [&](const auto& p) { return p.first >= from; });
+    auto start = first == polls_.end() ? base_ + data_.spans.size() : std::max(first->second, base_);
+    polls_.erase(polls_.begin(), first == polls_.begin() ? first : std::prev(first));
+    trace_snapshot recent;
+    recent.actors = data_.actors;
+    recent.dropped = data_.dropped;
+    recent.spans.assign(data_.spans.begin() + static_cast<std::ptrdiff_t>(start - base_), data_.spans.end());
+    stats_ = summarize(recent, from, now_ns_, false);
+    stats_.span_count = data_.spans.size();
+    // Keep every channel ever seen, with its in-flight count from this window.
+    for (auto& [key, e] : edges_)
+      e.in_flight = 0;
+    for (const auto& c : stats_.channels)
+      edges_[{c.from, c.to}] = c;
+    stats_.channels.clear();
+    for (const auto& [key, e] : edges_)
+      stats_.channels.push_back(e);
+  } else {
     stats_ = summarize(data_, -1, -1, false);
+  }
   // The latest counters, whatever the window.
   for (const auto& c : data_.counters) {
     if (c.name == "loss")

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "runtime/trace_summary.hpp"
@@ -46,6 +47,10 @@ private:
   std::size_t max_spans_;
   trace_snapshot data_;
   std::uint64_t base_ = 0;  ///< absolute index of data_.spans[0]
+  /// (poll time, absolute index of its first span): a span delivered by a poll
+  /// ended before it, so the recent window only needs the recent polls' spans.
+  std::vector<std::pair<std::int64_t, std::uint64_t>> polls_;
+  std::map<std::pair<std::uint16_t, std::uint16_t>, channel_summary> edges_;  ///< every channel seen
   trace_recorder::cursor cursor_;
   throughput_meter meter_;
   trace_summary stats_;
