@@ -1,6 +1,8 @@
 // bench_gpt: troupe vs PyTorch training speed on the configs A and B
 // (forward + backward + AdamW per step, one thread), against the sgemm peak.
-// Usage: bench_gpt [--runs N] [--config A|B|all] [--no-torch]
+// Also trains config A for --loss-steps steps (default 200) on the King James Bible
+// text in f32 and in bf16 and prints both losses.
+// Usage: bench_gpt [--runs N] [--config A|B|all] [--no-torch] [--loss-steps N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +17,7 @@
 
 #include "kernels/cpu/gemm.hpp"
 #include "ops/gpt.hpp"
+#include "ops/lr_schedule.hpp"
 
 using namespace troupe;
 using clock_type = std::chrono::steady_clock;
@@ -132,12 +135,76 @@ torch_result run_torch(const bench_config& bc, int runs) {
   return res;
 }
 
+/// Byte corpus: the KJV Bible (Debian's bible-kjv), else a license text, else a pattern.
+std::string load_corpus() {
+  std::string text;
+  if (FILE* p = popen("bible -l10000 gen1:1-rev22:21 2>/dev/null | head -c 4000000", "r")) {
+    char buf[65536];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0)
+      text.append(buf, n);
+    pclose(p);
+  }
+  if (text.size() < 100000)
+    if (FILE* f = std::fopen("/usr/share/common-licenses/GPL-3", "rb")) {
+      text.clear();
+      char buf[65536];
+      std::size_t n;
+      while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
+        text.append(buf, n);
+      std::fclose(f);
+    }
+  if (text.size() < 10000)
+    for (int i = 0; i < 200000; ++i)
+      text.push_back(char('a' + (i * 7 + i / 13) % 26));
+  return text;
+}
+
+struct loss_result {
+  double first, last; ///< loss of step 0, mean loss of the last 10 steps
+  double ms;          ///< median CPU ms per step
+};
+
+/// Trains a fresh model for `steps` steps on random windows of `corpus` (same seed, so
+/// f32 and bf16 see the same data from the same initial weights).
+loss_result train_on_text(ops::gpt_config cfg, int batch, int steps, const std::string& corpus) {
+  ops::gpt_range model(cfg, 0, cfg.layers);
+  const long t = cfg.context;
+  auto tokens = tensor_handle::empty({batch, t}, dtype::i32), targets = tensor_handle::empty({batch, t}, dtype::i32);
+  std::mt19937_64 rng(1);
+  ops::warmup_cosine lr{.max_lr = 1e-3f, .min_lr = 1e-4f, .warmup = 20, .total = steps};
+  loss_result res{};
+  std::vector<double> losses, ms;
+  for (int s = 0; s < steps; ++s) {
+    for (long b = 0; b < batch; ++b) {
+      std::size_t start = rng() % (corpus.size() - std::size_t(t) - 1);
+      for (long i = 0; i < t; ++i) {
+        tokens.data<std::int32_t>()[b * t + i] = static_cast<unsigned char>(corpus[start + std::size_t(i)]);
+        targets.data<std::int32_t>()[b * t + i] = static_cast<unsigned char>(corpus[start + std::size_t(i) + 1]);
+      }
+    }
+    double c0 = cpu_seconds();
+    model.zero_grads();
+    losses.push_back(*model.forward(0, tokens, targets).data<float>());
+    model.backward(0);
+    model.step(lr.at(s));
+    ms.push_back((cpu_seconds() - c0) * 1000.0);
+  }
+  res.first = losses.front();
+  int tail = std::min(10, steps);
+  for (int i = steps - tail; i < steps; ++i)
+    res.last += losses[std::size_t(i)] / tail;
+  res.ms = median(ms);
+  return res;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   int runs = 5;
   std::string which = "all";
   bool torch = true;
+  int loss_steps = 200;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc)
       runs = std::atoi(argv[++i]);
@@ -145,8 +212,10 @@ int main(int argc, char** argv) {
       which = argv[++i];
     else if (!std::strcmp(argv[i], "--no-torch"))
       torch = false;
+    else if (!std::strcmp(argv[i], "--loss-steps") && i + 1 < argc)
+      loss_steps = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: bench_gpt [--runs N] [--config A|B|all] [--no-torch]\n");
+      std::fprintf(stderr, "usage: bench_gpt [--runs N] [--config A|B|all] [--no-torch] [--loss-steps N]\n");
       return 2;
     }
   }
@@ -158,21 +227,41 @@ int main(int argc, char** argv) {
   std::printf("single-thread sgemm peak (measured): %.1f GFLOP/s; BLAS threads %d\n\n", peak,
               kernels::cpu::blas_threads());
   std::printf("ms/step = median CPU time per step (wall time in brackets; the cores here are shared)\n");
-  std::printf("%-6s %18s %18s %14s %10s %8s %12s %14s\n", "config", "troupe ms/step", "torch ms/step",
+  std::printf("%-8s %16s %18s %14s %10s %8s %12s %14s\n", "config", "troupe ms/step", "torch f32 ms/step",
               "tokens/s ratio", "GFLOP/s", "% peak", "act MiB/mb", "loss");
   for (auto& bc : configs) {
     if (which != "all" && which != bc.name)
       continue;
     auto tr = run_troupe(bc, runs);
     auto th = torch ? run_torch(bc, runs) : torch_result{};
-    double gflops = ops::gpt_step_flops(bc.model, bc.batch, bc.model.context) / (tr.ms * 1e-3) / 1e9;
-    std::printf("%-6s %18s %18s %14s %10.1f %7.0f%% %12.2f %6.3f→%.3f\n", bc.name,
-                fmt::format("{:.2f} [{:.1f}]", tr.ms, tr.wall_ms).c_str(),
-                th.ms > 0 ? fmt::format("{:.2f} [{:.1f}]", th.ms, th.wall_ms).c_str() : "n/a",
-                th.ms > 0 ? fmt::format("{:.2f}x", th.ms / tr.ms).c_str() : "n/a", gflops, 100.0 * gflops / peak,
-                double(tr.activation_bytes) / (1 << 20), tr.loss_first, tr.loss_last);
-    std::printf("       (activation cache by formula: %.2f MiB per microbatch)\n",
+    auto half = bc;
+    half.model.precision = ops::precision::bf16;
+    auto tb = run_troupe(half, runs);
+    const double flops = ops::gpt_step_flops(bc.model, bc.batch, bc.model.context);
+    auto row = [&](std::string name, const troupe_result& r) {
+      double gflops = flops / (r.ms * 1e-3) / 1e9;
+      std::printf("%-8s %16s %18s %14s %10.1f %7.0f%% %12.2f %6.3f→%.3f\n", name.c_str(),
+                  fmt::format("{:.2f} [{:.1f}]", r.ms, r.wall_ms).c_str(),
+                  th.ms > 0 ? fmt::format("{:.2f} [{:.1f}]", th.ms, th.wall_ms).c_str() : "n/a",
+                  th.ms > 0 ? fmt::format("{:.2f}x", th.ms / r.ms).c_str() : "n/a", gflops, 100.0 * gflops / peak,
+                  double(r.activation_bytes) / (1 << 20), r.loss_first, r.loss_last);
+    };
+    row(bc.name, tr);
+    row(std::string(bc.name) + " bf16", tb);
+    std::printf("         (activation cache by formula: %.2f MiB per microbatch)\n",
                 double(tr.activation_formula) / (1 << 20));
+  }
+  if (loss_steps > 0) {
+    auto corpus = load_corpus();
+    auto cfg = configs[0];
+    std::printf("\nconfig A trained %d steps on %zu bytes of text (warmup + cosine lr 1e-3):\n", loss_steps,
+                corpus.size());
+    for (auto p : {ops::precision::f32, ops::precision::bf16}) {
+      cfg.model.precision = p;
+      auto r = train_on_text(cfg.model, cfg.batch, loss_steps, corpus);
+      std::printf("  %-4s loss %.4f at step 0, %.4f over the last 10 steps (%.2f ms/step)\n",
+                  p == ops::precision::f32 ? "f32" : "bf16", r.first, r.last, r.ms);
+    }
   }
   return 0;
 }

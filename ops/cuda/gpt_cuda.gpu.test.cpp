@@ -1,0 +1,184 @@
+// Checks the GPU GPT against the CPU gpt_range: same loss, gradients and weights
+// after an AdamW step to bf16 tolerance, and layer ranges that chain like the whole.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "kernels/cuda/check.hpp"
+#include "ops/cuda/gpt_cuda.hpp"
+#include "ops/gpt.hpp"
+
+using namespace troupe;
+using namespace troupe::ops;
+
+namespace {
+
+#define REQUIRE_GPU_OK(expr)                                                           \
+  do {                                                                                 \
+    auto st_ = (expr);                                                                 \
+    INFO(st_.message());                                                               \
+    REQUIRE(st_.ok());                                                                 \
+  } while (0)
+
+gpt_config tiny() {
+  gpt_config c;
+  c.layers = 4, c.heads = 4, c.d_model = 128, c.context = 64, c.vocab = 256;
+  return c;
+}
+
+tensor_handle random_tokens(int b, int t, int vocab, unsigned seed) {
+  auto x = tensor_handle::empty({b, t}, dtype::i32);
+  std::mt19937 rng(seed);
+  for (long i = 0; i < x.numel(); ++i)
+    x.data<std::int32_t>()[i] = std::int32_t(rng() % unsigned(vocab));
+  return x;
+}
+
+/// ‖a − b‖ / ‖b‖; infinity when anything is not finite, so NaN never passes.
+double rel_err(const std::vector<float>& a, const float* b, std::size_t n) {
+  if (a.size() != n)
+    return INFINITY;
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i]))
+      return INFINITY;
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+/// cos∠(a − a0, b − b0): the direction of two updates of the same start.
+double update_cosine(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& a0) {
+  double ab = 0, aa = 0, bb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    double da = double(a[i]) - a0[i], db = double(b[i]) - a0[i];
+    if (!std::isfinite(da) || !std::isfinite(db))
+      return -1;
+    ab += da * db, aa += da * da, bb += db * db;
+  }
+  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : (aa == bb ? 1.0 : -1.0);
+}
+
+} // namespace
+
+TEST_CASE("a training step of the tiny GPT on the GPU matches the CPU gpt_range to bf16 tolerance") {
+  if (!gpu::cuda_available()) {
+    MESSAGE("no CUDA device: GPU check skipped");
+    return;
+  }
+  const auto cfg = tiny();
+  const int B = 12, T = cfg.context;
+  auto tokens = random_tokens(B, T, cfg.vocab, 1), targets = random_tokens(B, T, cfg.vocab, 2);
+  gpt_range cpu(cfg, 0, cfg.layers);
+  gpt_cuda gpu_model(cfg, 0, cfg.layers, B);
+  REQUIRE_GPU_OK(gpu_model.init());
+  auto names = gpu_model.param_names();
+  REQUIRE(names.size() == cpu.params().size());
+
+  std::vector<std::vector<float>> start;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    CHECK(names[i] == cpu.params()[i].name);
+    std::vector<float> p;
+    REQUIRE_GPU_OK(gpu_model.download_param(names[i], p));
+    const auto& cp = cpu.params()[i].value;
+    CHECK(rel_err(p, cp.data<float>(), std::size_t(cp.numel())) == 0.0); // identical initial weights
+    start.push_back(p);
+  }
+
+  const float lr = 1e-3f;
+  for (int step = 1; step <= 2; ++step) {
+    CAPTURE(step);
+    cpu.zero_grads();
+    float cpu_loss = *cpu.forward(0, tokens, targets).data<float>();
+    cpu.backward(0);
+    REQUIRE_GPU_OK(gpu_model.zero_grads());
+    tensor_handle out, dx;
+    REQUIRE_GPU_OK(gpu_model.forward(0, tokens, targets, out));
+    CHECK(out.device().is_cuda());
+    REQUIRE_GPU_OK(gpu_model.backward(0, {}, 1.0f, dx));
+    float gpu_loss = NAN;
+    REQUIRE_GPU_OK(gpu_model.loss(gpu_loss));
+    MESSAGE("loss cpu " << cpu_loss << " gpu " << gpu_loss);
+    REQUIRE(std::isfinite(gpu_loss));
+    CHECK(std::abs(gpu_loss - cpu_loss) <= 1e-2 * std::abs(cpu_loss));
+
+    double worst_grad = 0;
+    std::string worst_name;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      std::vector<float> g;
+      REQUIRE_GPU_OK(gpu_model.download_grad(names[i], g));
+      const auto& cg = cpu.grads()[i].value;
+      double e = rel_err(g, cg.data<float>(), std::size_t(cg.numel()));
+      CAPTURE(names[i]);
+      CHECK(e < 5e-2);
+      if (!(e <= worst_grad))
+        worst_grad = e, worst_name = names[i];
+    }
+    MESSAGE("worst gradient relative error " << worst_grad << " (" << worst_name << ")");
+
+    cpu.step(lr);
+    REQUIRE_GPU_OK(gpu_model.step(lr));
+    double worst_param = 0, worst_cos = 1;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      std::vector<float> p;
+      REQUIRE_GPU_OK(gpu_model.download_param(names[i], p));
+      const auto& cp = cpu.params()[i].value;
+      std::vector<float> c(cp.data<float>(), cp.data<float>() + cp.numel());
+      double e = rel_err(p, c.data(), c.size()), cs = update_cosine(p, c, start[i]);
+      CAPTURE(names[i]);
+      CHECK(e < 1e-2);
+      CHECK(cs > 0.9);
+      worst_param = std::max(worst_param, std::isfinite(e) ? e : INFINITY);
+      worst_cos = std::min(worst_cos, cs);
+      start[i] = c;
+    }
+    MESSAGE("after AdamW: worst parameter relative error " << worst_param << ", worst update cosine " << worst_cos);
+  }
+}
+
+TEST_CASE("two GPU layer ranges chained by their activations and gradients compute what the whole model does") {
+  if (!gpu::cuda_available()) {
+    MESSAGE("no CUDA device: GPU check skipped");
+    return;
+  }
+  const auto cfg = tiny();
+  const int B = 4, T = 48; // a shorter sequence than the context
+  auto tokens = random_tokens(B, T, cfg.vocab, 3), targets = random_tokens(B, T, cfg.vocab, 4);
+  gpt_cuda whole(cfg, 0, cfg.layers, B), front(cfg, 0, 2, B), back(cfg, 2, cfg.layers, B);
+  REQUIRE_GPU_OK(whole.init());
+  REQUIRE_GPU_OK(front.init());
+  REQUIRE_GPU_OK(back.init());
+  tensor_handle loss_t, act, dx, none;
+  REQUIRE_GPU_OK(whole.forward(7, tokens, targets, loss_t));
+  REQUIRE_GPU_OK(whole.backward(7, {}, 0.5f, dx));
+  REQUIRE_GPU_OK(front.forward(7, tokens, {}, act));
+  REQUIRE(act.type() == dtype::bf16);
+  REQUIRE(act.shape() == shape_t{B, T, cfg.d_model});
+  REQUIRE_GPU_OK(front.synchronize());
+  REQUIRE_GPU_OK(back.forward(7, act, targets, loss_t));
+  REQUIRE_GPU_OK(back.backward(7, {}, 0.5f, dx));
+  REQUIRE(dx.shape() == shape_t{B, T, cfg.d_model});
+  REQUIRE_GPU_OK(back.synchronize());
+  REQUIRE_GPU_OK(front.backward(7, dx, 1.0f, none));
+  CHECK(!none.defined());
+  float lw = NAN, lb = NAN;
+  REQUIRE_GPU_OK(whole.loss(lw));
+  REQUIRE_GPU_OK(back.loss(lb));
+  REQUIRE(std::isfinite(lw));
+  CHECK(std::abs(lw - lb) <= 1e-5 * std::abs(lw));
+  for (auto* part : {&front, &back})
+    for (const auto& n : part->param_names()) {
+      std::vector<float> a, b;
+      REQUIRE_GPU_OK(part->download_grad(n, a));
+      REQUIRE_GPU_OK(whole.download_grad(n, b));
+      CAPTURE(n);
+      CHECK(rel_err(a, b.data(), b.size()) < 1e-3);
+    }
+  // Errors come back as values naming the call.
+  auto st = whole.backward(99, {}, 1.0f, dx);
+  CHECK(!st.ok());
+  CHECK(st.message().find("gpt_cuda::backward") != std::string::npos);
+}

@@ -1,0 +1,86 @@
+// The GPT of ops/gpt.hpp on one CUDA device and one stream, in mixed precision:
+// bf16 weights and activations for compute, f32 master weights, gradients and
+// AdamW state. Same parameters, names and initialisation as gpt_range.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/check.hpp"
+#include "ops/adamw.hpp"
+#include "ops/gpt.hpp"
+#include "runtime/tensor_handle.hpp"
+
+namespace troupe::ops {
+
+/// Layers [begin, end) of a GPT on `cuda:device`, as gpt_range computes them
+/// (embeddings when begin == 0; final norm, head and loss when end == layers).
+///
+/// Weights are drawn on the host by gpt_range's own initialisation and copied up,
+/// so CPU and GPU start from identical weights. All work is queued on stream();
+/// nothing waits for the GPU except the calls that return host values.
+///
+/// Memory: parameters, gradients and optimizer state are allocated by init();
+/// each microbatch slot (one per microbatch in flight) and the backward scratch
+/// are allocated at their first use for the largest [max_batch, context] input
+/// and then reused, so a steady state allocates nothing.
+///
+/// Inputs: the first range takes i32 tokens [B, T]; others take bf16 activations
+/// [B, T, d_model]; either may be on the host or on this device. The last range
+/// needs i32 targets [B, T]. Outputs are device tensors owned by the model: a
+/// forward's output lives until that microbatch's backward, a backward's input
+/// gradient until the next backward.
+class gpt_cuda {
+public:
+  gpt_cuda(const gpt_config& cfg, int begin, int end, int max_batch, int device = 0);
+  gpt_cuda(const gpt_cuda&) = delete;
+  gpt_cuda& operator=(const gpt_cuda&) = delete;
+  ~gpt_cuda();
+
+  /// Registers the CUDA allocator, creates the stream and cuBLAS handle, and
+  /// uploads the initial weights. Call once, first; fails without a GPU.
+  gpu::status init();
+
+  const gpt_config& config() const noexcept;
+  int begin() const noexcept;
+  int end() const noexcept;
+  cudaStream_t stream() const noexcept;
+
+  /// Training forward of microbatch `mb`. `out` receives the loss, f32 [1] on the
+  /// device (last range), or the bf16 activations [B, T, d_model].
+  gpu::status forward(int mb, const tensor_handle& input, const tensor_handle& targets, tensor_handle& out);
+
+  /// Backward of `mb`: accumulates the f32 weight gradients and sets `dx` to the
+  /// bf16 gradient of the input (left empty for the first range). The last range
+  /// scales the loss by `loss_scale` (e.g. 1/microbatches); others take `grad_out`.
+  gpu::status backward(int mb, const tensor_handle& grad_out, float loss_scale, tensor_handle& dx);
+
+  /// Sets every gradient to zero (queued on the stream).
+  gpu::status zero_grads();
+  /// One AdamW step (gpt_range's defaults: betas 0.9/0.95, eps 1e-8, weight decay
+  /// 0.1 on matrices and embeddings) over this range's parameters at rate `lr`.
+  gpu::status step(float lr);
+  adamw_options& optimizer_options() noexcept;
+
+  /// Waits for the stream, then reads a value back: the loss of the last forward
+  /// (`loss`), or a parameter's f32 master weights / f32 gradient by name.
+  gpu::status loss(float& out);
+  gpu::status download_param(const std::string& name, std::vector<float>& out);
+  gpu::status download_grad(const std::string& name, std::vector<float>& out);
+  /// Parameter names in gpt_range's order.
+  std::vector<std::string> param_names() const;
+  /// Number of parameters (elements) of this range.
+  std::int64_t param_count() const noexcept;
+  /// Waits until all queued work is done.
+  gpu::status synchronize();
+
+  struct impl;
+
+private:
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace troupe::ops

@@ -1,0 +1,187 @@
+// gpt_cuda's public calls: forward and backward of a microbatch, gradients,
+// the AdamW step and reading values back.
+#include <fmt/format.h>
+
+#include "kernels/cuda/adamw.hpp"
+#include "kernels/cuda/embedding.hpp"
+#include "ops/cuda/gpt_cuda_impl.hpp"
+
+namespace troupe::ops {
+
+namespace {
+
+gpu::status fail(const char* op, const std::string& what) { return gpu::status::failure(fmt::format("{}: {}", op, what)); }
+
+/// Checks a [B, T] (rank 2) or [B, T, C] (rank 3) tensor of type `t`.
+gpu::status check_input(const char* op, const char* what, const tensor_handle& x, dtype t, int rank,
+                        const gpt_config& cfg, int max_batch) {
+  if (!x.defined() || x.type() != t || x.rank() != rank)
+    return fail(op, fmt::format("{} must be a {} tensor of rank {}", what, to_string(t), rank));
+  if (x.dim(0) < 1 || x.dim(0) > max_batch || x.dim(1) < 1 || x.dim(1) > cfg.context ||
+      (rank == 3 && x.dim(2) != cfg.d_model))
+    return fail(op, fmt::format("{} has shape {}; want batch ≤ {}, sequence ≤ {}{}", what, to_string(x.shape()),
+                                max_batch, cfg.context, rank == 3 ? fmt::format(", width {}", cfg.d_model) : ""));
+  return {};
+}
+
+} // namespace
+
+gpu::status gpt_cuda::forward(int mb, const tensor_handle& input, const tensor_handle& targets, tensor_handle& out) {
+  constexpr auto op = "gpt_cuda::forward";
+  auto& m = *impl_;
+  const auto& cfg = m.cfg;
+  if (!m.ready)
+    return fail(op, "init() has not succeeded");
+  TROUPE_GPU_TRY(check_input(op, "input", input, m.first() ? dtype::i32 : dtype::bf16, m.first() ? 2 : 3, cfg,
+                             m.max_batch));
+  if (m.last()) {
+    TROUPE_GPU_TRY(check_input(op, "targets", targets, dtype::i32, 2, cfg, m.max_batch));
+    if (targets.dim(0) != input.dim(0) || targets.dim(1) != input.dim(1))
+      return fail(op, fmt::format("targets {} do not match the input {}", to_string(targets.shape()),
+                                  to_string(input.shape())));
+  }
+  cuda_slot* s = nullptr;
+  for (auto& c : m.slots) {
+    if (c.used && c.mb == mb)
+      return fail(op, fmt::format("microbatch {} is already in flight", mb));
+    if (!c.used && !s)
+      s = &c;
+  }
+  if (!s) {
+    m.slots.emplace_back();
+    TROUPE_GPU_TRY(m.make_slot(m.slots.back()));
+    s = &m.slots.back();
+  }
+  if (!m.scratch.qkv)
+    TROUPE_GPU_TRY(m.make_scratch());
+  s->batch = int(input.dim(0));
+  s->seq = int(input.dim(1));
+  const int BT = s->batch * s->seq, C = cfg.d_model;
+  auto run = [&]() -> gpu::status {
+    if (m.first()) {
+      TROUPE_CUDA_CHECK(cudaMemcpyAsync(s->tokens, input.raw(), input.nbytes(), cudaMemcpyDefault, m.stream));
+      TROUPE_GPU_TRY(gpu::embedding_forward(s->resid[0], s->tokens, m.w(0), m.w(1), BT, s->seq, cfg.vocab, C,
+                                            m.stream));
+    } else {
+      TROUPE_CUDA_CHECK(cudaMemcpyAsync(s->resid[0], input.raw(), input.nbytes(), cudaMemcpyDefault, m.stream));
+    }
+    for (int li = 0; li < m.local_layers(); ++li)
+      TROUPE_GPU_TRY(m.block_forward(*s, li));
+    if (!m.last())
+      return {};
+    TROUPE_CUDA_CHECK(cudaMemcpyAsync(s->targets, targets.raw(), targets.nbytes(), cudaMemcpyDefault, m.stream));
+    return m.head_forward(*s);
+  };
+  auto st = run();
+  if (!st.ok())
+    return st; // the slot stays free
+  s->mb = mb;
+  s->used = true;
+  if (m.last()) {
+    m.last_loss = s->loss;
+    out = s->loss_t;
+  } else {
+    out = s->out_t.slice(0, std::int64_t(BT) * C).reshape({s->batch, s->seq, C});
+  }
+  return {};
+}
+
+gpu::status gpt_cuda::backward(int mb, const tensor_handle& grad_out, float loss_scale, tensor_handle& dx) {
+  constexpr auto op = "gpt_cuda::backward";
+  auto& m = *impl_;
+  cuda_slot* s = nullptr;
+  for (auto& c : m.slots)
+    if (c.used && c.mb == mb)
+      s = &c;
+  if (!s)
+    return fail(op, fmt::format("microbatch {} has no forward in flight", mb));
+  const int BT = s->batch * s->seq, C = m.cfg.d_model;
+  auto& S = m.scratch;
+  int cur = 0;
+  auto run = [&]() -> gpu::status {
+    if (m.last()) {
+      TROUPE_GPU_TRY(m.head_backward(*s, loss_scale, S.dres[0]));
+    } else {
+      if (!grad_out.defined() || grad_out.type() != dtype::bf16 || grad_out.rank() != 3 ||
+          grad_out.dim(0) != s->batch || grad_out.dim(1) != s->seq || grad_out.dim(2) != C)
+        return fail(op, fmt::format("gradient must be bf16 [{}, {}, {}]", s->batch, s->seq, C));
+      TROUPE_CUDA_CHECK(cudaMemcpyAsync(S.dres[0], grad_out.raw(), grad_out.nbytes(), cudaMemcpyDefault, m.stream));
+    }
+    for (int li = m.local_layers() - 1; li >= 0; --li) {
+      TROUPE_GPU_TRY(m.block_backward(*s, li, S.dres[cur], S.dres[1 - cur]));
+      cur = 1 - cur;
+    }
+    if (m.first())
+      return gpu::embedding_backward(m.g(0), m.g(1), S.dres[cur], s->tokens, BT, s->seq, m.cfg.vocab, C, m.stream);
+    return {};
+  };
+  auto st = run();
+  s->used = false; // a half-done backward cannot be resumed: the microbatch is dropped
+  s->mb = -1;
+  if (!st.ok())
+    return st;
+  dx = m.first() ? tensor_handle{} : S.dres_t[cur].slice(0, std::int64_t(BT) * C).reshape({s->batch, s->seq, C});
+  return {};
+}
+
+gpu::status gpt_cuda::zero_grads() {
+  if (!impl_->ready)
+    return fail("gpt_cuda::zero_grads", "init() has not succeeded");
+  TROUPE_CUDA_CHECK(cudaMemsetAsync(impl_->grad.raw(), 0, impl_->grad.nbytes(), impl_->stream));
+  return {};
+}
+
+gpu::status gpt_cuda::step(float lr) {
+  auto& m = *impl_;
+  if (!m.ready)
+    return fail("gpt_cuda::step", "init() has not succeeded");
+  ++m.t;
+  gpu::adamw_config a{lr, m.opt.beta1, m.opt.beta2, m.opt.eps, 0.0f, 1.0f, m.t};
+  for (std::size_t i = 0; i < m.params.size(); ++i) {
+    const auto& p = m.params[i];
+    a.weight_decay = p.decay ? m.opt.weight_decay : 0.0f;
+    TROUPE_GPU_TRY(gpu::adamw_step(m.master.data<float>() + p.offset, m.m.data<float>() + p.offset,
+                                   m.v.data<float>() + p.offset, m.w(i), m.g(i), p.numel, a, m.stream));
+  }
+  return {};
+}
+
+gpu::status gpt_cuda::synchronize() {
+  if (impl_->stream)
+    TROUPE_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+  return {};
+}
+
+gpu::status gpt_cuda::loss(float& out) {
+  if (!impl_->last_loss)
+    return fail("gpt_cuda::loss", "no loss: the last range has run no forward");
+  TROUPE_GPU_TRY(synchronize());
+  TROUPE_CUDA_CHECK(cudaMemcpy(&out, impl_->last_loss, sizeof(float), cudaMemcpyDeviceToHost));
+  return {};
+}
+
+namespace {
+gpu::status download(gpt_cuda::impl& m, const std::string& name, const tensor_handle& flat, std::vector<float>& out,
+                     const char* op) {
+  for (const auto& p : m.params)
+    if (p.name == name) {
+      out.resize(std::size_t(p.numel));
+      if (m.stream)
+        TROUPE_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+      TROUPE_CUDA_CHECK(cudaMemcpy(out.data(), flat.data<float>() + p.offset, out.size() * sizeof(float),
+                                   cudaMemcpyDeviceToHost));
+      return {};
+    }
+  return fail(op, fmt::format("no parameter named '{}'", name));
+}
+} // namespace
+
+gpu::status gpt_cuda::download_param(const std::string& name, std::vector<float>& out) {
+  return download(*impl_, name, impl_->master, out, "gpt_cuda::download_param");
+}
+
+gpu::status gpt_cuda::download_grad(const std::string& name, std::vector<float>& out) {
+  return download(*impl_, name, impl_->grad, out, "gpt_cuda::download_grad");
+}
+
+} // namespace troupe::ops
