@@ -89,6 +89,15 @@ TEST_CASE("table rejects a deadlock across ranks, saying who waits for what") {
   CHECK(contains(msg, "rank 1, action 1 (1F1) waits for 0F1 on rank 0"));
 }
 
+TEST_CASE("the deadlocking example table is rejected naming both stuck ranks") {
+  auto t = load_table("examples/schedules/deadlock_2x2.csv");
+  REQUIRE(t);
+  auto ok = validate_table(*t, 2, 2, 1);
+  REQUIRE(!ok);
+  CHECK(contains(ok.error().message, "deadlock: rank 0, action 2 (0B0) waits for 1B0 on rank 1; "
+                                     "rank 1, action 1 (1F1) waits for 0F1 on rank 0"));
+}
+
 TEST_CASE("the table policy replays a file and refuses a broken one when it is made") {
   const char* path = "/tmp/troupe_schedule_table_test.csv";
   {
