@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 
 #include "runtime/device.hpp"
@@ -20,6 +21,8 @@ public:
   static constexpr int max_rank = 6;
   shape_t() = default;
   shape_t(std::initializer_list<std::int64_t> dims);
+  /// Throws std::invalid_argument past `max_rank` dimensions.
+  explicit shape_t(std::span<const std::int64_t> dims);
   int rank() const noexcept { return rank_; }
   std::int64_t operator[](int i) const noexcept { return dims_[static_cast<std::size_t>(i)]; }
   std::int64_t& operator[](int i) noexcept { return dims_[static_cast<std::size_t>(i)]; }
