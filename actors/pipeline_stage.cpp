@@ -235,6 +235,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   c.eval_every = g.train.eval_every;
   c.eval_batches = g.train.eval_batches;
   c.grad_clip = g.train.grad_clip;
+  c.weight_decay = static_cast<float>(g.train.weight_decay);
   c.model.layers = g.model.layers;
   c.model.d_model = g.model.d_model;
   c.model.heads = g.model.heads;

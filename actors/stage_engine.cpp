@@ -42,8 +42,10 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out)
   if (static_cast<int>(cfg_.layers.size()) != cfg_.chunks)
     throw std::invalid_argument(fmt::format("{}: {} layer ranges for {} chunks", cfg_.name, cfg_.layers.size(),
                                             cfg_.chunks));
-  for (auto [b, e] : cfg_.layers)
+  for (auto [b, e] : cfg_.layers) {
     chunks_.emplace_back(cfg_.model, b, e);
+    chunks_.back().optimizer().options().weight_decay = cfg_.weight_decay;
+  }
   auto p = cfg_.policy_params;
   p.rank = cfg_.rank, p.ranks = cfg_.ranks, p.microbatches = cfg_.microbatches, p.chunks = cfg_.chunks;
   auto made = sched::make_policy(cfg_.policy, p);

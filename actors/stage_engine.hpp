@@ -29,6 +29,7 @@ struct stage_config {
   std::int64_t eval_every = 0;       ///< 0: evaluate only after the last step
   int eval_batches = 8;
   double grad_clip = 1.0;            ///< global-norm clip; 0 = off
+  float weight_decay = 0.1f;         ///< AdamW's decoupled weight decay (matrices and embeddings)
   ops::gpt_config model;
   ops::warmup_cosine lr;
   std::vector<std::pair<int, int>> layers;  ///< [begin, end) per chunk, chunk c = virtual stage rank + c·ranks

@@ -181,3 +181,16 @@ TEST_CASE("a NaN loss stops the stage with an error that names the step and what
   e.on_batch(next, false);
   CHECK_THROWS_WITH_AS(e.run_one(), doctest::Contains("the loss is nan at step 1"), std::runtime_error);
 }
+
+TEST_CASE("the stage's optimizer uses the configured weight decay") {
+  for (float wd : {0.0f, 0.5f}) {
+    stage_config c;
+    c.name = "s0", c.steps = 1, c.microbatches = 1, c.grad_clip = 0, c.model = model(), c.policy = "gpipe";
+    c.layers = {{0, layers}};
+    c.weight_decay = wd;
+    stage_outbox out;
+    out.credit = [](int) {};
+    stage_engine e(c, out);
+    CHECK(e.chunks()[0].optimizer().options().weight_decay == wd);
+  }
+}
