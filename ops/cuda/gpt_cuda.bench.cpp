@@ -62,17 +62,19 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<double> ms;
+  cudaEvent_t start, fwd_done, bwd_done, stop;
+  for (auto* e : {&start, &fwd_done, &bwd_done, &stop})
+    cudaEventCreate(e);
+  std::vector<double> ms, fwd_ms, bwd_ms;
   float first_loss = 0, loss = 0;
   for (int s = 0; s < 3 + timed; ++s) {
     cudaEventRecord(start, model.stream());
     tensor_handle out, dx;
     BENCH_OK(model.zero_grads());
     BENCH_OK(model.forward(0, dtok, dtgt, out));
+    cudaEventRecord(fwd_done, model.stream());
     BENCH_OK(model.backward(0, {}, 1.0f, dx));
+    cudaEventRecord(bwd_done, model.stream());
     BENCH_OK(model.step(3e-4f));
     cudaEventRecord(stop, model.stream());
     BENCH_OK(model.loss(loss));
@@ -80,10 +82,14 @@ int main(int argc, char** argv) {
       first_loss = loss;
     float e = 0;
     cudaEventElapsedTime(&e, start, stop);
+    float f = 0, b = 0;
+    cudaEventElapsedTime(&f, start, fwd_done);
+    cudaEventElapsedTime(&b, fwd_done, bwd_done);
     if (s >= 3)
-      ms.push_back(e);
+      ms.push_back(e), fwd_ms.push_back(f), bwd_ms.push_back(b);
   }
-  std::sort(ms.begin(), ms.end());
+  for (auto* v : {&ms, &fwd_ms, &bwd_ms})
+    std::sort(v->begin(), v->end());
   const double med = ms[ms.size() / 2] * 1e-3;
   const double tokens_per_step = double(batch) * T;
   const double flops = gpt_step_flops(cfg, batch, T);
@@ -91,6 +97,9 @@ int main(int argc, char** argv) {
   std::printf("loss first %.4f last %.4f (same batch each step)\n", first_loss, loss);
   std::printf("troupe  batch %d x %d: step %.2f ms (min %.2f), %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%%\n", batch, T,
               med * 1e3, ms.front(), tps, flops / med / 1e12, mfu * 100);
+  std::printf("        median phases: zero+forward %.2f ms, backward %.2f ms, AdamW+rest %.2f ms\n",
+              fwd_ms[fwd_ms.size() / 2], bwd_ms[bwd_ms.size() / 2],
+              med * 1e3 - fwd_ms[fwd_ms.size() / 2] - bwd_ms[bwd_ms.size() / 2]);
   if (result_file)
     if (FILE* f = std::fopen(result_file, "w")) {
       std::fprintf(f, "troupe,%d,%.3f,%.0f,%.4f\n", batch, med * 1e3, tps, mfu);

@@ -93,9 +93,11 @@ gpu::status gpt_cuda::init() {
   gpt_config host_cfg = cfg;
   host_cfg.precision = precision::f32;
   gpt_range host(host_cfg, m.begin, m.end);
+  m.vocab_pad = (cfg.vocab + 63) / 64 * 64;
   for (const auto& p : host.params()) {
     cuda_param cp{p.name, p.value.shape(), m.total, p.value.numel(), p.value.rank() >= 2};
-    m.total += round_up(cp.numel);
+    const bool head = p.name == "lm_head.weight"; // room for the padded rows, kept zero
+    m.total += round_up(head ? std::int64_t(m.vocab_pad) * cfg.d_model : cp.numel);
     m.params.push_back(cp);
   }
   std::vector<tensor_handle> keep;
@@ -145,7 +147,7 @@ gpu::status gpt_cuda::impl::make_slot(cuda_slot& s) {
   if (last()) {
     TROUPE_GPU_TRY(i32(BT, s.targets));
     TROUPE_GPU_TRY(b16(BT * C, s.lnf));
-    TROUPE_GPU_TRY(b16(BT * cfg.vocab, s.logits));
+    TROUPE_GPU_TRY(b16(BT * vocab_pad, s.logits));
     TROUPE_GPU_TRY(f32(BT, s.meanf));
     TROUPE_GPU_TRY(f32(BT, s.rstdf));
     TROUPE_GPU_TRY(f32(1, s.loss));

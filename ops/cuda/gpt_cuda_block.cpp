@@ -1,4 +1,6 @@
 // gpt_cuda's transformer block and head on the GPU: forward and fused backward.
+#include <cmath>
+
 #include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/bias.hpp"
 #include "kernels/cuda/cross_entropy.hpp"
@@ -96,18 +98,19 @@ gpu::status gpt_cuda::impl::block_backward(cuda_slot& s, int li, const bf16* dy,
 }
 
 gpu::status gpt_cuda::impl::head_forward(cuda_slot& s) {
-  const int C = cfg.d_model, V = cfg.vocab, BT = s.batch * s.seq;
+  const int C = cfg.d_model, V = vocab_pad, BT = s.batch * s.seq;
   const auto h = head_base();
   const bf16* x = s.resid[std::size_t(local_layers())];
   TROUPE_GPU_TRY(gpu::layer_norm_forward(s.lnf, s.meanf, s.rstdf, x, w(h), w(h + 1), BT, C, ln_eps, stream));
   TROUPE_GPU_TRY(mm(BT, V, C, false, true, s.lnf, w(h + 2), s.logits));
+  TROUPE_GPU_TRY(cuda::fill_tail_columns(s.logits, BT, V, cfg.vocab, -INFINITY, stream));
   gpu::cross_entropy_out out{s.loss, s.row_loss, s.count};
   return gpu::cross_entropy_forward_backward(out, s.logits, s.logits, s.targets, BT, V, cfg.ignore_index, 1.0f,
                                              stream);
 }
 
 gpu::status gpt_cuda::impl::head_backward(cuda_slot& s, float scale, bf16* dx) {
-  const int C = cfg.d_model, V = cfg.vocab, BT = s.batch * s.seq;
+  const int C = cfg.d_model, V = vocab_pad, BT = s.batch * s.seq;
   const auto h = head_base();
   const bf16* x = s.resid[std::size_t(local_layers())];
   // s.logits holds d(loss)/d(logits); the loss scale rides on alpha.

@@ -41,7 +41,24 @@ gpu::status launch(__nv_bfloat16* dst, const __nv_bfloat16* src, const heads_sha
   return {};
 }
 
+__global__ void fill_tail(__nv_bfloat16* x, int rows, int ld, int col_begin, float value) {
+  const int width = ld - col_begin;
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= std::int64_t(rows) * width)
+    return;
+  x[(i / width) * ld + col_begin + i % width] = __float2bfloat16_rn(value);
+}
+
 } // namespace
+
+gpu::status fill_tail_columns(__nv_bfloat16* x, int rows, int ld, int col_begin, float value, cudaStream_t stream) {
+  const std::int64_t n = std::int64_t(rows) * (ld - col_begin);
+  if (n <= 0)
+    return {};
+  fill_tail<<<unsigned((n + 255) / 256), 256, 0, stream>>>(x, rows, ld, col_begin, value);
+  TROUPE_CUDA_CHECK_LAUNCH();
+  return {};
+}
 
 gpu::status rows_to_heads(__nv_bfloat16* dst, const __nv_bfloat16* src, const heads_shape& s, cudaStream_t stream) {
   return launch<true>(dst, src, s, stream);
