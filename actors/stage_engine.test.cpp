@@ -188,9 +188,16 @@ TEST_CASE("the stage's optimizer uses the configured weight decay") {
     c.name = "s0", c.steps = 1, c.microbatches = 1, c.grad_clip = 0, c.model = model(), c.policy = "gpipe";
     c.layers = {{0, layers}};
     c.weight_decay = wd;
+    float seen = -1;
     stage_outbox out;
     out.credit = [](int) {};
+    out.before_update = [&](step_t, std::vector<ops::gpt_range>& ch) { seen = ch[0].optimizer().options().weight_decay; };
     stage_engine e(c, out);
-    CHECK(e.chunks()[0].optimizer().options().weight_decay == wd);
+    e.start();
+    e.on_batch(make_batches()[0], false);
+    while (e.run_one()) {
+    }
+    CHECK(e.training_done());
+    CHECK(seen == wd);
   }
 }
