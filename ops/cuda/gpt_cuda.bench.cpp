@@ -65,41 +65,50 @@ int main(int argc, char** argv) {
   cudaEvent_t start, fwd_done, bwd_done, stop;
   for (auto* e : {&start, &fwd_done, &bwd_done, &stop})
     cudaEventCreate(e);
-  std::vector<double> ms, fwd_ms, bwd_ms;
-  float first_loss = 0, loss = 0;
-  for (int s = 0; s < 3 + timed; ++s) {
-    cudaEventRecord(start, model.stream());
-    tensor_handle out, dx;
-    BENCH_OK(model.zero_grads());
-    BENCH_OK(model.forward(0, dtok, dtgt, out));
-    cudaEventRecord(fwd_done, model.stream());
-    BENCH_OK(model.backward(0, {}, 1.0f, dx));
-    cudaEventRecord(bwd_done, model.stream());
-    BENCH_OK(model.step(3e-4f));
-    cudaEventRecord(stop, model.stream());
-    BENCH_OK(model.loss(loss));
-    if (s == 0)
-      first_loss = loss;
-    float e = 0;
-    cudaEventElapsedTime(&e, start, stop);
-    float f = 0, b = 0;
-    cudaEventElapsedTime(&f, start, fwd_done);
-    cudaEventElapsedTime(&b, fwd_done, bwd_done);
-    if (s >= 3)
-      ms.push_back(e), fwd_ms.push_back(f), bwd_ms.push_back(b);
-  }
-  for (auto* v : {&ms, &fwd_ms, &bwd_ms})
-    std::sort(v->begin(), v->end());
-  const double med = ms[ms.size() / 2] * 1e-3;
   const double tokens_per_step = double(batch) * T;
   const double flops = gpt_step_flops(cfg, batch, T);
+  // Median step time (seconds) of `timed` steps after 3 warm-up steps; < 0 on failure.
+  auto measure = [&](bool fused, const char* label) -> double {
+    model.set_fused_epilogues(fused);
+    std::vector<double> ms, fwd_ms, bwd_ms;
+    float first_loss = 0, loss = 0;
+    for (int s = 0; s < 3 + timed; ++s) {
+      cudaEventRecord(start, model.stream());
+      tensor_handle out, dx;
+      gpu::status st;
+      if (!(st = model.zero_grads()).ok() || !(st = model.forward(0, dtok, dtgt, out)).ok() ||
+          (cudaEventRecord(fwd_done, model.stream()), !(st = model.backward(0, {}, 1.0f, dx)).ok()) ||
+          (cudaEventRecord(bwd_done, model.stream()), !(st = model.step(3e-4f)).ok()) ||
+          (cudaEventRecord(stop, model.stream()), !(st = model.loss(loss)).ok())) {
+        std::fprintf(stderr, "bench_gpt_cuda: %s\n", st.message().c_str());
+        return -1;
+      }
+      if (s == 0)
+        first_loss = loss;
+      float e = 0, f = 0, b = 0;
+      cudaEventElapsedTime(&e, start, stop);
+      cudaEventElapsedTime(&f, start, fwd_done);
+      cudaEventElapsedTime(&b, fwd_done, bwd_done);
+      if (s >= 3)
+        ms.push_back(e), fwd_ms.push_back(f), bwd_ms.push_back(b);
+    }
+    for (auto* v : {&ms, &fwd_ms, &bwd_ms})
+      std::sort(v->begin(), v->end());
+    const double med = ms[ms.size() / 2] * 1e-3;
+    std::printf("%s: loss first %.4f last %.4f (same batch each step)\n", label, first_loss, loss);
+    std::printf("%s batch %d x %d: step %.2f ms (min %.2f), %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%%\n", label, batch, T,
+                med * 1e3, ms.front(), tokens_per_step / med, flops / med / 1e12, flops / med / peak_flops * 100);
+    std::printf("        median phases: zero+forward %.2f ms, backward %.2f ms, AdamW+rest %.2f ms\n",
+                fwd_ms[fwd_ms.size() / 2], bwd_ms[bwd_ms.size() / 2],
+                med * 1e3 - fwd_ms[fwd_ms.size() / 2] - bwd_ms[bwd_ms.size() / 2]);
+    return med;
+  };
+  if (measure(false, "troupe, separate bias/GELU kernels") < 0)
+    return 1;
+  const double med = measure(true, "troupe, cuBLASLt fused epilogues");
+  if (med < 0)
+    return 1;
   const double tps = tokens_per_step / med, mfu = flops / med / peak_flops;
-  std::printf("loss first %.4f last %.4f (same batch each step)\n", first_loss, loss);
-  std::printf("troupe  batch %d x %d: step %.2f ms (min %.2f), %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%%\n", batch, T,
-              med * 1e3, ms.front(), tps, flops / med / 1e12, mfu * 100);
-  std::printf("        median phases: zero+forward %.2f ms, backward %.2f ms, AdamW+rest %.2f ms\n",
-              fwd_ms[fwd_ms.size() / 2], bwd_ms[bwd_ms.size() / 2],
-              med * 1e3 - fwd_ms[fwd_ms.size() / 2] - bwd_ms[bwd_ms.size() / 2]);
   if (result_file)
     if (FILE* f = std::fopen(result_file, "w")) {
       std::fprintf(f, "troupe,%d,%.3f,%.0f,%.4f\n", batch, med * 1e3, tps, mfu);

@@ -45,6 +45,7 @@ int gpt_cuda::begin() const noexcept { return impl_->begin; }
 int gpt_cuda::end() const noexcept { return impl_->end; }
 cudaStream_t gpt_cuda::stream() const noexcept { return impl_->stream; }
 adamw_options& gpt_cuda::optimizer_options() noexcept { return impl_->opt; }
+void gpt_cuda::set_fused_epilogues(bool on) noexcept { impl_->fused = on; }
 std::int64_t gpt_cuda::param_count() const noexcept {
   std::int64_t n = 0;
   for (const auto& p : impl_->params)
@@ -88,6 +89,14 @@ gpu::status gpt_cuda::init() {
   TROUPE_GPU_TRY(gpu::register_cuda_allocator());
   TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
   TROUPE_GPU_TRY(m.blas.init());
+  {
+    std::vector<tensor_handle> ws;
+    void* p = nullptr;
+    constexpr std::int64_t ws_bytes = 32 << 20;
+    TROUPE_GPU_TRY(m.alloc(ws, ws_bytes, dtype::u8, &p));
+    m.lt_workspace = ws.back();
+    TROUPE_GPU_TRY(m.lt.init(p, std::size_t(ws_bytes)));
+  }
 
   // The CPU range draws the weights; its list fixes names, order and shapes.
   gpt_config host_cfg = cfg;

@@ -214,3 +214,39 @@ TEST_CASE("two GPU layer ranges chained by their activations and gradients compu
   CHECK(!st.ok());
   CHECK(st.message().find("gpt_cuda::backward") != std::string::npos);
 }
+
+TEST_CASE("the fused cuBLASLt epilogues compute what the separate bias, GELU and residual kernels do") {
+  if (!gpu::cuda_available()) {
+    MESSAGE("no CUDA device: GPU check skipped");
+    return;
+  }
+  const auto cfg = tiny();
+  const int B = 6, T = cfg.context;
+  auto tokens = random_tokens(B, T, cfg.vocab, 5), targets = random_tokens(B, T, cfg.vocab, 6);
+  gpt_cuda fused(cfg, 0, cfg.layers, B), plain(cfg, 0, cfg.layers, B);
+  REQUIRE_GPU_OK(fused.init());
+  REQUIRE_GPU_OK(plain.init());
+  plain.set_fused_epilogues(false);
+  float lf = NAN, lp = NAN;
+  for (auto* m : {&fused, &plain}) {
+    tensor_handle out, dx;
+    REQUIRE_GPU_OK(m->forward(0, tokens, targets, out));
+    REQUIRE_GPU_OK(m->backward(0, {}, 1.0f, dx));
+  }
+  REQUIRE_GPU_OK(fused.loss(lf));
+  REQUIRE_GPU_OK(plain.loss(lp));
+  MESSAGE("loss fused " << lf << " separate " << lp);
+  REQUIRE(std::isfinite(lf));
+  CHECK(std::abs(lf - lp) <= 2e-3 * std::abs(lp));
+  double worst = 0;
+  for (const auto& n : fused.param_names()) {
+    std::vector<float> a, b;
+    REQUIRE_GPU_OK(fused.download_grad(n, a));
+    REQUIRE_GPU_OK(plain.download_grad(n, b));
+    CAPTURE(n);
+    double e = rel_err(a, b.data(), b.size());
+    CHECK(e < 3e-2);
+    worst = std::max(worst, std::isfinite(e) ? e : INFINITY);
+  }
+  MESSAGE("worst gradient relative difference fused vs separate " << worst);
+}

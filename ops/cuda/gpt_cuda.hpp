@@ -58,6 +58,10 @@ public:
   /// scales the loss by `loss_scale` (e.g. 1/microbatches); others take `grad_out`.
   gpu::status backward(int mb, const tensor_handle& grad_out, float loss_scale, tensor_handle& dx);
 
+  /// Whether the projections run through cuBLASLt with fused epilogues (bias,
+  /// GELU, residual; the default) or as plain products plus separate kernels.
+  void set_fused_epilogues(bool on) noexcept;
+
   /// Sets every gradient to zero (queued on the stream).
   gpu::status zero_grads();
   /// One AdamW step (gpt_range's defaults: betas 0.9/0.95, eps 1e-8, weight decay

@@ -34,8 +34,14 @@ gpu::status gpt_cuda::impl::block_forward(cuda_slot& s, int li) {
   auto* qkv = scratch.qkv;
   TROUPE_GPU_TRY(gpu::layer_norm_forward(L.ln1, L.mean1, L.rstd1, x, bw(li, ln1_w), bw(li, ln1_b), BT, C, ln_eps,
                                          stream));
-  TROUPE_GPU_TRY(mm(BT, 3 * C, C, false, true, L.ln1, bw(li, attn_w), qkv));
-  TROUPE_GPU_TRY(gpu::bias_add(qkv, bw(li, attn_b), BT, 3 * C, stream));
+  if (fused) {
+    TROUPE_GPU_TRY(lt.run({BT, 3 * C, C, false, true, 0.0f, cuda::lt_epilogue::bias, L.ln1, bw(li, attn_w), nullptr,
+                           qkv, bw(li, attn_b), nullptr},
+                          stream));
+  } else {
+    TROUPE_GPU_TRY(mm(BT, 3 * C, C, false, true, L.ln1, bw(li, attn_w), qkv));
+    TROUPE_GPU_TRY(gpu::bias_add(qkv, bw(li, attn_b), BT, 3 * C, stream));
+  }
   cuda::heads_shape hs{s.batch, H, s.seq, D, 3 * C, 0};
   TROUPE_GPU_TRY(cuda::rows_to_heads(L.q, qkv, hs, stream));
   hs.col = C;
@@ -45,13 +51,27 @@ gpu::status gpt_cuda::impl::block_forward(cuda_slot& s, int li) {
   gpu::attention_shape as{s.batch, H, s.seq, D, 0.0f};
   TROUPE_GPU_TRY(gpu::attention_forward(L.o, L.lse, L.q, L.k, L.v, as, stream));
   TROUPE_GPU_TRY(cuda::heads_to_rows(L.att, L.o, cuda::heads_shape{s.batch, H, s.seq, D, C, 0}, stream));
-  // x_mid = x + att Wᵀ + b: the residual is C's starting value (beta = 1).
-  TROUPE_CUDA_CHECK(cudaMemcpyAsync(L.x_mid, x, std::size_t(BT) * C * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
-  TROUPE_GPU_TRY(mm(BT, C, C, false, true, L.att, bw(li, proj_w), L.x_mid, 1.0f));
-  TROUPE_GPU_TRY(gpu::bias_add(L.x_mid, bw(li, proj_b), BT, C, stream));
+  // x_mid = x + att Wᵀ + b: the residual enters as C (beta = 1).
+  if (fused) {
+    TROUPE_GPU_TRY(lt.run({BT, C, C, false, true, 1.0f, cuda::lt_epilogue::bias, L.att, bw(li, proj_w), x, L.x_mid,
+                           bw(li, proj_b), nullptr},
+                          stream));
+  } else {
+    TROUPE_CUDA_CHECK(cudaMemcpyAsync(L.x_mid, x, std::size_t(BT) * C * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
+    TROUPE_GPU_TRY(mm(BT, C, C, false, true, L.att, bw(li, proj_w), L.x_mid, 1.0f));
+    TROUPE_GPU_TRY(gpu::bias_add(L.x_mid, bw(li, proj_b), BT, C, stream));
+  }
 
   TROUPE_GPU_TRY(gpu::layer_norm_forward(L.ln2, L.mean2, L.rstd2, L.x_mid, bw(li, ln2_w), bw(li, ln2_b), BT, C,
                                          ln_eps, stream));
+  if (fused) {
+    TROUPE_GPU_TRY(lt.run({BT, 4 * C, C, false, true, 0.0f, cuda::lt_epilogue::gelu_bias, L.ln2, bw(li, fc_w),
+                           nullptr, L.act, bw(li, fc_b), L.fc},
+                          stream));
+    return lt.run({BT, C, 4 * C, false, true, 1.0f, cuda::lt_epilogue::bias, L.act, bw(li, mlp_w), L.x_mid, y,
+                   bw(li, mlp_b), nullptr},
+                  stream);
+  }
   TROUPE_GPU_TRY(mm(BT, 4 * C, C, false, true, L.ln2, bw(li, fc_w), L.fc));
   TROUPE_GPU_TRY(gpu::bias_add(L.fc, bw(li, fc_b), BT, 4 * C, stream));
   TROUPE_GPU_TRY(gpu::gelu_forward(L.act, L.fc, std::int64_t(BT) * 4 * C, stream));
@@ -68,8 +88,14 @@ gpu::status gpt_cuda::impl::block_backward(cuda_slot& s, int li, const bf16* dy,
   // MLP: y = x_mid + act W_mlpᵀ + b.
   TROUPE_GPU_TRY(mm(C, 4 * C, BT, true, false, dy, L.act, bg(li, mlp_w), 1.0f, 1.0f));
   TROUPE_GPU_TRY(gpu::bias_grad(bg(li, mlp_b), dy, BT, C, stream));
-  TROUPE_GPU_TRY(mm(BT, 4 * C, C, false, false, dy, bw(li, mlp_w), S.dbig));
-  TROUPE_GPU_TRY(gpu::gelu_backward(S.dbig, L.fc, S.dbig, std::int64_t(BT) * 4 * C, stream));
+  if (fused) {
+    TROUPE_GPU_TRY(lt.run({BT, 4 * C, C, false, false, 0.0f, cuda::lt_epilogue::dgelu, dy, bw(li, mlp_w), nullptr,
+                           S.dbig, nullptr, L.fc},
+                          stream));
+  } else {
+    TROUPE_GPU_TRY(mm(BT, 4 * C, C, false, false, dy, bw(li, mlp_w), S.dbig));
+    TROUPE_GPU_TRY(gpu::gelu_backward(S.dbig, L.fc, S.dbig, std::int64_t(BT) * 4 * C, stream));
+  }
   TROUPE_GPU_TRY(mm(4 * C, C, BT, true, false, S.dbig, L.ln2, bg(li, fc_w), 1.0f, 1.0f));
   TROUPE_GPU_TRY(gpu::bias_grad(bg(li, fc_b), S.dbig, BT, 4 * C, stream));
   TROUPE_GPU_TRY(mm(BT, C, 4 * C, false, false, S.dbig, bw(li, fc_w), S.dln));

@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/gemm.hpp"
 #include "ops/cuda/gpt_cuda.hpp"
+#include "ops/cuda/lt_gemm.hpp"
 
 namespace troupe::ops {
 
@@ -64,6 +65,9 @@ struct gpt_cuda::impl {
   bool ready = false;
   cudaStream_t stream = nullptr;
   gpu::blas_handle blas;
+  cuda::lt_gemm lt;
+  tensor_handle lt_workspace;
+  bool fused = true; ///< cuBLASLt epilogues (bias, GELU, residual) instead of separate passes
   std::vector<cuda_param> params;
   std::int64_t total = 0;
   tensor_handle master, grad, m, v, wbf; ///< f32 ×4 and the bf16 compute copy, [total] each
