@@ -63,8 +63,10 @@ inline float hmax(__m512 v) {
   return _mm_cvtss_f32(b);
 }
 
-/// Mask selecting the first `n` (0..16) lanes.
+/// Mask selecting the first `n` lanes (none when n <= 0, all when n >= 16).
 inline __mmask16 tail_mask(long n) {
+  if (n <= 0)
+    return 0;
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
 }
 #endif
