@@ -42,6 +42,13 @@ struct gpt_config {
 ///
 /// Errors (bad shapes, unknown or duplicate microbatch ids, token ids out of range)
 /// throw std::invalid_argument naming the method; actors catch them at their boundary.
+/// A microbatch whose backward throws half-way is dropped (its cache released).
+///
+/// Threads: one range is used by one thread at a time; different ranges may run on
+/// different threads at once. Matrix products use one BLAS thread per call by default
+/// (kernels::cpu::set_blas_threads or TROUPE_BLAS_THREADS change that, process-wide).
+/// Inputs and gradients passed in are kept by reference until the microbatch's
+/// backward finishes: do not write into them meanwhile.
 class gpt_range {
 public:
   gpt_range(const gpt_config& cfg, int begin, int end);
