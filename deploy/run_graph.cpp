@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
@@ -70,9 +71,16 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
   caf::scoped_actor self{sys};
   std::map<std::string, caf::actor> handles;
   std::map<caf::actor_addr, std::string> names;
+  std::set<caf::actor_addr> alive;
+  // Stops every actor and waits until each is gone, so nothing they own
+  // outlives this call (their on_exit may touch what the caller frees next).
   auto stop_all = [&] {
     for (auto& [name, h] : handles)
       self->send_exit(h, caf::exit_reason::user_shutdown);
+    bool waiting = true;
+    while (waiting && !alive.empty())
+      self->receive([&](caf::down_msg& d) { alive.erase(d.source); },
+                    caf::after(std::chrono::seconds(30)) >> [&] { waiting = false; });
   };
   // 1. spawn
   for (const auto& a : g.actors) {
@@ -91,6 +99,7 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
                         fmt::format("actor '{}' ({}): {}", a.name, a.type, error_text(sys, h.error())));
     }
     self->monitor(*h);
+    alive.insert(h->address());
     names[h->address()] = a.name;
     handles[a.name] = std::move(*h);
   }
@@ -127,6 +136,7 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
         failure = fmt::format("actor '{}' failed: {}", f.actor, f.what);
       },
       [&](caf::down_msg& d) {
+        alive.erase(d.source);
         auto who = names.count(d.source) ? names[d.source] : std::string{"?"};
         if (d.reason || !done.count(who))
           failure = fmt::format("actor '{}' exited before reporting done: {}", who,
