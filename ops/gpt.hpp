@@ -91,7 +91,9 @@ public:
 
   /// Sets every gradient to zero.
   void zero_grads();
-  /// Parameters and gradients, in the same order with the same names.
+  /// Parameters and gradients, in the same order with the same names. The handles
+  /// share the range's storage: writing into a parameter (loading a checkpoint,
+  /// averaging replicas) changes the model.
   const std::vector<named_tensor>& params() const noexcept;
   const std::vector<named_tensor>& grads() const noexcept;
   /// Σ g² over this range's gradients (combine across ranges for global-norm clipping).
