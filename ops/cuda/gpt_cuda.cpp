@@ -167,6 +167,26 @@ gpu::status gpt_cuda::impl::make_slot(cuda_slot& s) {
   return {};
 }
 
+gpu::status gpt_cuda::impl::make_split(cuda_slot& s) {
+  const std::int64_t BT = std::int64_t(max_batch) * cfg.context, C = cfg.d_model;
+  auto b16 = [&](std::int64_t n, bf16*& p) {
+    return alloc(s.split_arena, n, dtype::bf16, reinterpret_cast<void**>(&p));
+  };
+  s.dgrad.assign(std::size_t(local_layers()) + 1, nullptr);
+  for (auto& d : s.dgrad) {
+    TROUPE_GPU_TRY(b16(BT * C, d));
+    if (!s.dgrad0_t.defined())
+      s.dgrad0_t = s.split_arena.back();
+  }
+  s.kept.resize(std::size_t(local_layers()));
+  for (auto& k : s.kept) {
+    TROUPE_GPU_TRY(b16(BT * 4 * C, k.dbig));
+    TROUPE_GPU_TRY(b16(BT * C, k.dmid));
+    TROUPE_GPU_TRY(b16(BT * 3 * C, k.dqkv));
+  }
+  return {};
+}
+
 gpu::status gpt_cuda::impl::make_scratch() {
   auto& S = scratch;
   const std::int64_t BT = std::int64_t(max_batch) * cfg.context, C = cfg.d_model;

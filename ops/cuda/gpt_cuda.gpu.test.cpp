@@ -250,3 +250,45 @@ TEST_CASE("the fused cuBLASLt epilogues compute what the separate bias, GELU and
   }
   MESSAGE("worst gradient relative difference fused vs separate " << worst);
 }
+
+TEST_CASE("backward_input then backward_weight on the GPU accumulates what the fused backward does") {
+  if (!gpu::cuda_available()) {
+    MESSAGE("no CUDA device: GPU check skipped");
+    return;
+  }
+  const auto cfg = tiny();
+  const int B = 4, T = cfg.context;
+  auto tokens = random_tokens(B, T, cfg.vocab, 8), targets = random_tokens(B, T, cfg.vocab, 9);
+  gpt_cuda fused(cfg, 0, cfg.layers, B), front(cfg, 0, 2, B), back(cfg, 2, cfg.layers, B);
+  for (auto* m : {&fused, &front, &back})
+    REQUIRE_GPU_OK(m->init());
+  tensor_handle out, dx, act, none;
+  REQUIRE_GPU_OK(fused.forward(1, tokens, targets, out));
+  REQUIRE_GPU_OK(fused.backward(1, {}, 0.25f, dx));
+  // Two microbatches in flight on the split ranges, weights deferred.
+  for (int mb : {1, 2}) {
+    REQUIRE_GPU_OK(front.forward(mb, tokens, {}, act));
+    REQUIRE_GPU_OK(front.synchronize());
+    REQUIRE_GPU_OK(back.forward(mb, act, targets, out));
+  }
+  for (int mb : {1, 2}) {
+    REQUIRE_GPU_OK(back.backward_input(mb, {}, 0.125f, dx));
+    REQUIRE_GPU_OK(back.synchronize());
+    REQUIRE_GPU_OK(front.backward_input(mb, dx, 1.0f, none));
+    CHECK(!none.defined());
+  }
+  CHECK(!back.backward_input(1, {}, 1.0f, dx).ok()); // already ran
+  for (int mb : {2, 1}) {
+    REQUIRE_GPU_OK(back.backward_weight(mb));
+    REQUIRE_GPU_OK(front.backward_weight(mb));
+  }
+  CHECK(!front.backward_weight(1).ok()); // released
+  for (auto* part : {&front, &back})
+    for (const auto& n : part->param_names()) {
+      std::vector<float> a, b;
+      REQUIRE_GPU_OK(part->download_grad(n, a));
+      REQUIRE_GPU_OK(fused.download_grad(n, b));
+      CAPTURE(n);
+      CHECK(rel_err(a, b.data(), b.size()) < 2e-3); // 2 × 0.125 = 0.25
+    }
+}

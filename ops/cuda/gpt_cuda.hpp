@@ -62,6 +62,14 @@ public:
   /// GELU, residual; the default) or as plain products plus separate kernels.
   void set_fused_epilogues(bool on) noexcept;
 
+  /// Input-gradient half of backward (zero-bubble "I"): sets `dx` as backward does
+  /// (it stays valid until a forward reuses the slot) and keeps what backward_weight
+  /// needs in the microbatch's slot (per-layer buffers allocated at the first use).
+  gpu::status backward_input(int mb, const tensor_handle& grad_out, float loss_scale, tensor_handle& dx);
+  /// Weight-gradient half (zero-bubble "W") after backward_input of the same `mb`;
+  /// the two halves accumulate what backward does. Releases the microbatch.
+  gpu::status backward_weight(int mb);
+
   /// Sets every gradient to zero (queued on the stream).
   gpu::status zero_grads();
   /// One AdamW step (gpt_range's defaults: betas 0.9/0.95, eps 1e-8, weight decay

@@ -80,47 +80,54 @@ gpu::status gpt_cuda::impl::block_forward(cuda_slot& s, int li) {
   return gpu::bias_add(y, bw(li, mlp_b), BT, C, stream);
 }
 
-gpu::status gpt_cuda::impl::block_backward(cuda_slot& s, int li, const bf16* dy, bf16* dx) {
+gpu::status gpt_cuda::impl::block_backward(cuda_slot& s, int li, const bf16* dy, bf16* dx, const cuda_grad_bufs& k,
+                                           bool weights) {
   const int C = cfg.d_model, H = cfg.heads, D = C / H, BT = s.batch * s.seq;
   auto& L = s.layers[std::size_t(li)];
   const bf16* x = s.resid[std::size_t(li)];
   auto& S = scratch;
-  // MLP: y = x_mid + act W_mlpᵀ + b.
-  TROUPE_GPU_TRY(mm(C, 4 * C, BT, true, false, dy, L.act, bg(li, mlp_w), 1.0f, 1.0f));
-  TROUPE_GPU_TRY(gpu::bias_grad(bg(li, mlp_b), dy, BT, C, stream));
+  // MLP: y = x_mid + act W_mlpᵀ + b; d_fc = (dy W_mlp) · gelu'(fc).
   if (fused) {
     TROUPE_GPU_TRY(lt.run({BT, 4 * C, C, false, false, 0.0f, cuda::lt_epilogue::dgelu, dy, bw(li, mlp_w), nullptr,
-                           S.dbig, nullptr, L.fc},
+                           k.dbig, nullptr, L.fc},
                           stream));
   } else {
-    TROUPE_GPU_TRY(mm(BT, 4 * C, C, false, false, dy, bw(li, mlp_w), S.dbig));
-    TROUPE_GPU_TRY(gpu::gelu_backward(S.dbig, L.fc, S.dbig, std::int64_t(BT) * 4 * C, stream));
+    TROUPE_GPU_TRY(mm(BT, 4 * C, C, false, false, dy, bw(li, mlp_w), k.dbig));
+    TROUPE_GPU_TRY(gpu::gelu_backward(k.dbig, L.fc, k.dbig, std::int64_t(BT) * 4 * C, stream));
   }
-  TROUPE_GPU_TRY(mm(4 * C, C, BT, true, false, S.dbig, L.ln2, bg(li, fc_w), 1.0f, 1.0f));
-  TROUPE_GPU_TRY(gpu::bias_grad(bg(li, fc_b), S.dbig, BT, 4 * C, stream));
-  TROUPE_GPU_TRY(mm(BT, C, 4 * C, false, false, S.dbig, bw(li, fc_w), S.dln));
-  TROUPE_GPU_TRY(gpu::layer_norm_backward(S.dmid, bg(li, ln2_w), bg(li, ln2_b), S.dln, L.x_mid, bw(li, ln2_w),
+  TROUPE_GPU_TRY(mm(BT, C, 4 * C, false, false, k.dbig, bw(li, fc_w), S.dln));
+  TROUPE_GPU_TRY(gpu::layer_norm_backward(k.dmid, bg(li, ln2_w), bg(li, ln2_b), S.dln, L.x_mid, bw(li, ln2_w),
                                           L.mean2, L.rstd2, BT, C, stream));
-  TROUPE_GPU_TRY(gpu::accumulate(S.dmid, dy, std::int64_t(BT) * C, stream)); // residual branch
+  TROUPE_GPU_TRY(gpu::accumulate(k.dmid, dy, std::int64_t(BT) * C, stream)); // residual branch
   // Attention: x_mid = x + att W_projᵀ + b.
-  TROUPE_GPU_TRY(mm(C, C, BT, true, false, S.dmid, L.att, bg(li, proj_w), 1.0f, 1.0f));
-  TROUPE_GPU_TRY(gpu::bias_grad(bg(li, proj_b), S.dmid, BT, C, stream));
-  TROUPE_GPU_TRY(mm(BT, C, C, false, false, S.dmid, bw(li, proj_w), S.datt));
+  TROUPE_GPU_TRY(mm(BT, C, C, false, false, k.dmid, bw(li, proj_w), S.datt));
   TROUPE_GPU_TRY(cuda::rows_to_heads(S.dO, S.datt, cuda::heads_shape{s.batch, H, s.seq, D, C, 0}, stream));
   gpu::attention_shape as{s.batch, H, s.seq, D, 0.0f};
   TROUPE_GPU_TRY(gpu::attention_backward(S.dQ, S.dK, S.dV, S.attn_ws, S.dO, L.q, L.k, L.v, L.o, L.lse, as, stream));
   cuda::heads_shape hs{s.batch, H, s.seq, D, 3 * C, 0};
-  TROUPE_GPU_TRY(cuda::heads_to_rows(S.dqkv, S.dQ, hs, stream));
+  TROUPE_GPU_TRY(cuda::heads_to_rows(k.dqkv, S.dQ, hs, stream));
   hs.col = C;
-  TROUPE_GPU_TRY(cuda::heads_to_rows(S.dqkv, S.dK, hs, stream));
+  TROUPE_GPU_TRY(cuda::heads_to_rows(k.dqkv, S.dK, hs, stream));
   hs.col = 2 * C;
-  TROUPE_GPU_TRY(cuda::heads_to_rows(S.dqkv, S.dV, hs, stream));
-  TROUPE_GPU_TRY(mm(3 * C, C, BT, true, false, S.dqkv, L.ln1, bg(li, attn_w), 1.0f, 1.0f));
-  TROUPE_GPU_TRY(gpu::bias_grad(bg(li, attn_b), S.dqkv, BT, 3 * C, stream));
-  TROUPE_GPU_TRY(mm(BT, C, 3 * C, false, false, S.dqkv, bw(li, attn_w), S.dln));
+  TROUPE_GPU_TRY(cuda::heads_to_rows(k.dqkv, S.dV, hs, stream));
+  TROUPE_GPU_TRY(mm(BT, C, 3 * C, false, false, k.dqkv, bw(li, attn_w), S.dln));
   TROUPE_GPU_TRY(gpu::layer_norm_backward(dx, bg(li, ln1_w), bg(li, ln1_b), S.dln, x, bw(li, ln1_w), L.mean1,
                                           L.rstd1, BT, C, stream));
-  return gpu::accumulate(dx, S.dmid, std::int64_t(BT) * C, stream); // residual branch
+  TROUPE_GPU_TRY(gpu::accumulate(dx, k.dmid, std::int64_t(BT) * C, stream)); // residual branch
+  return weights ? block_backward_weight(s, li, dy, k) : gpu::status{};
+}
+
+gpu::status gpt_cuda::impl::block_backward_weight(cuda_slot& s, int li, const bf16* dy, const cuda_grad_bufs& k) {
+  const int C = cfg.d_model, BT = s.batch * s.seq;
+  auto& L = s.layers[std::size_t(li)];
+  TROUPE_GPU_TRY(mm(C, 4 * C, BT, true, false, dy, L.act, bg(li, mlp_w), 1.0f, 1.0f));
+  TROUPE_GPU_TRY(gpu::bias_grad(bg(li, mlp_b), dy, BT, C, stream));
+  TROUPE_GPU_TRY(mm(4 * C, C, BT, true, false, k.dbig, L.ln2, bg(li, fc_w), 1.0f, 1.0f));
+  TROUPE_GPU_TRY(gpu::bias_grad(bg(li, fc_b), k.dbig, BT, 4 * C, stream));
+  TROUPE_GPU_TRY(mm(C, C, BT, true, false, k.dmid, L.att, bg(li, proj_w), 1.0f, 1.0f));
+  TROUPE_GPU_TRY(gpu::bias_grad(bg(li, proj_b), k.dmid, BT, C, stream));
+  TROUPE_GPU_TRY(mm(3 * C, C, BT, true, false, k.dqkv, L.ln1, bg(li, attn_w), 1.0f, 1.0f));
+  return gpu::bias_grad(bg(li, attn_b), k.dqkv, BT, 3 * C, stream);
 }
 
 gpu::status gpt_cuda::impl::head_forward(cuda_slot& s) {
@@ -135,15 +142,21 @@ gpu::status gpt_cuda::impl::head_forward(cuda_slot& s) {
                                              stream);
 }
 
-gpu::status gpt_cuda::impl::head_backward(cuda_slot& s, float scale, bf16* dx) {
+gpu::status gpt_cuda::impl::head_backward(cuda_slot& s, float scale, bf16* dx, bool weights) {
   const int C = cfg.d_model, V = vocab_pad, BT = s.batch * s.seq;
   const auto h = head_base();
   const bf16* x = s.resid[std::size_t(local_layers())];
   // s.logits holds d(loss)/d(logits); the loss scale rides on alpha.
-  TROUPE_GPU_TRY(mm(V, C, BT, true, false, s.logits, s.lnf, g(h + 2), scale, 1.0f));
+  if (weights)
+    TROUPE_GPU_TRY(head_backward_weight(s, scale));
   TROUPE_GPU_TRY(gpu::gemm(blas.get(), stream, gpu::gemm_shape{BT, C, V, false, false, scale, 0.0f}, s.logits, w(h + 2),
                            scratch.dln));
   return gpu::layer_norm_backward(dx, g(h), g(h + 1), scratch.dln, x, w(h), s.meanf, s.rstdf, BT, C, stream);
+}
+
+gpu::status gpt_cuda::impl::head_backward_weight(cuda_slot& s, float scale) {
+  const int C = cfg.d_model, V = vocab_pad, BT = s.batch * s.seq;
+  return mm(V, C, BT, true, false, s.logits, s.lnf, g(head_base() + 2), scale, 1.0f);
 }
 
 } // namespace troupe::ops

@@ -31,6 +31,12 @@ struct cuda_layer {
   float *mean1, *rstd1, *mean2, *rstd2, *lse;
 };
 
+/// Where one block's backward puts the gradients its weight half reads: the
+/// shared scratch for a fused backward, the slot's own buffers for a split one.
+struct cuda_grad_bufs {
+  bf16 *dbig = nullptr, *dmid = nullptr, *dqkv = nullptr;
+};
+
 /// One microbatch in flight: its buffers are sized for [max_batch, context] once.
 struct cuda_slot {
   int mb = -1;
@@ -43,6 +49,14 @@ struct cuda_slot {
   bf16 *lnf = nullptr, *logits = nullptr; ///< logits become the loss gradient in place
   float *meanf = nullptr, *rstdf = nullptr, *loss = nullptr, *row_loss = nullptr;
   std::int32_t* count = nullptr;
+  // Split backward (backward_input now, backward_weight later): per-layer gradient
+  // buffers, allocated at the first split use. dgrad[l] is d(loss)/d(resid[l]).
+  std::vector<tensor_handle> split_arena;
+  std::vector<bf16*> dgrad;
+  std::vector<cuda_grad_bufs> kept;
+  bool input_done = false;
+  float loss_scale = 1.0f;
+  tensor_handle dgrad0_t; ///< handle of dgrad[0]
   tensor_handle loss_t, out_t; ///< handles of loss [1] and of resid[layers] (whole buffers)
 };
 
@@ -94,9 +108,13 @@ struct gpt_cuda::impl {
   gpu::status make_scratch();
 
   gpu::status block_forward(cuda_slot& s, int li);
-  gpu::status block_backward(cuda_slot& s, int li, const bf16* dy, bf16* dx);
+  gpu::status make_split(cuda_slot& s);
+
+  gpu::status block_backward(cuda_slot& s, int li, const bf16* dy, bf16* dx, const cuda_grad_bufs& k, bool weights);
+  gpu::status block_backward_weight(cuda_slot& s, int li, const bf16* dy, const cuda_grad_bufs& k);
   gpu::status head_forward(cuda_slot& s);
-  gpu::status head_backward(cuda_slot& s, float scale, bf16* dx);
+  gpu::status head_backward(cuda_slot& s, float scale, bf16* dx, bool weights);
+  gpu::status head_backward_weight(cuda_slot& s, float scale);
 
   /// Product C[m,n] = alpha·op(A)·op(B) + beta·C on this range's stream.
   gpu::status mm(int m, int n, int k, bool ta, bool tb, const bf16* a, const bf16* b, bf16* c, float beta = 0.0f);

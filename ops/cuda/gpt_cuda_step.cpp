@@ -77,6 +77,7 @@ gpu::status gpt_cuda::forward(int mb, const tensor_handle& input, const tensor_h
     return st; // the slot stays free
   s->mb = mb;
   s->used = true;
+  s->input_done = false;
   if (m.last()) {
     m.last_loss = s->loss;
     out = s->loss_t;
@@ -95,12 +96,15 @@ gpu::status gpt_cuda::backward(int mb, const tensor_handle& grad_out, float loss
       s = &c;
   if (!s)
     return fail(op, fmt::format("microbatch {} has no forward in flight", mb));
+  if (s->input_done)
+    return fail(op, fmt::format("backward_input of microbatch {} already ran: call backward_weight", mb));
   const int BT = s->batch * s->seq, C = m.cfg.d_model;
   auto& S = m.scratch;
+  const cuda_grad_bufs shared{S.dbig, S.dmid, S.dqkv};
   int cur = 0;
   auto run = [&]() -> gpu::status {
     if (m.last()) {
-      TROUPE_GPU_TRY(m.head_backward(*s, loss_scale, S.dres[0]));
+      TROUPE_GPU_TRY(m.head_backward(*s, loss_scale, S.dres[0], true));
     } else {
       if (!grad_out.defined() || grad_out.type() != dtype::bf16 || grad_out.rank() != 3 ||
           grad_out.dim(0) != s->batch || grad_out.dim(1) != s->seq || grad_out.dim(2) != C)
@@ -108,7 +112,7 @@ gpu::status gpt_cuda::backward(int mb, const tensor_handle& grad_out, float loss
       TROUPE_CUDA_CHECK(cudaMemcpyAsync(S.dres[0], grad_out.raw(), grad_out.nbytes(), cudaMemcpyDefault, m.stream));
     }
     for (int li = m.local_layers() - 1; li >= 0; --li) {
-      TROUPE_GPU_TRY(m.block_backward(*s, li, S.dres[cur], S.dres[1 - cur]));
+      TROUPE_GPU_TRY(m.block_backward(*s, li, S.dres[cur], S.dres[1 - cur], shared, true));
       cur = 1 - cur;
     }
     if (m.first())
@@ -122,6 +126,76 @@ gpu::status gpt_cuda::backward(int mb, const tensor_handle& grad_out, float loss
     return st;
   dx = m.first() ? tensor_handle{} : S.dres_t[cur].slice(0, std::int64_t(BT) * C).reshape({s->batch, s->seq, C});
   return {};
+}
+
+gpu::status gpt_cuda::backward_input(int mb, const tensor_handle& grad_out, float loss_scale, tensor_handle& dx) {
+  constexpr auto op = "gpt_cuda::backward_input";
+  auto& m = *impl_;
+  cuda_slot* s = nullptr;
+  for (auto& c : m.slots)
+    if (c.used && c.mb == mb)
+      s = &c;
+  if (!s)
+    return fail(op, fmt::format("microbatch {} has no forward in flight", mb));
+  if (s->input_done)
+    return fail(op, fmt::format("backward_input of microbatch {} already ran", mb));
+  if (s->dgrad.empty())
+    TROUPE_GPU_TRY(m.make_split(*s));
+  const int C = m.cfg.d_model, layers = m.local_layers();
+  auto run = [&]() -> gpu::status {
+    bf16* top = s->dgrad[std::size_t(layers)];
+    if (m.last()) {
+      s->loss_scale = loss_scale;
+      TROUPE_GPU_TRY(m.head_backward(*s, loss_scale, top, false));
+    } else {
+      if (!grad_out.defined() || grad_out.type() != dtype::bf16 || grad_out.rank() != 3 ||
+          grad_out.dim(0) != s->batch || grad_out.dim(1) != s->seq || grad_out.dim(2) != C)
+        return fail(op, fmt::format("gradient must be bf16 [{}, {}, {}]", s->batch, s->seq, C));
+      TROUPE_CUDA_CHECK(cudaMemcpyAsync(top, grad_out.raw(), grad_out.nbytes(), cudaMemcpyDefault, m.stream));
+    }
+    for (int li = layers - 1; li >= 0; --li)
+      TROUPE_GPU_TRY(m.block_backward(*s, li, s->dgrad[std::size_t(li) + 1], s->dgrad[std::size_t(li)],
+                                      s->kept[std::size_t(li)], false));
+    return {};
+  };
+  auto st = run();
+  if (!st.ok()) { // a half-done backward cannot be resumed: the microbatch is dropped
+    s->used = false;
+    s->mb = -1;
+    return st;
+  }
+  s->input_done = true;
+  dx = m.first() ? tensor_handle{}
+                 : s->dgrad0_t.slice(0, std::int64_t(s->batch) * s->seq * C).reshape({s->batch, s->seq, C});
+  return {};
+}
+
+gpu::status gpt_cuda::backward_weight(int mb) {
+  constexpr auto op = "gpt_cuda::backward_weight";
+  auto& m = *impl_;
+  cuda_slot* s = nullptr;
+  for (auto& c : m.slots)
+    if (c.used && c.mb == mb)
+      s = &c;
+  if (!s)
+    return fail(op, fmt::format("microbatch {} has no forward in flight", mb));
+  if (!s->input_done)
+    return fail(op, fmt::format("backward_input of microbatch {} has not run", mb));
+  auto run = [&]() -> gpu::status {
+    if (m.last())
+      TROUPE_GPU_TRY(m.head_backward_weight(*s, s->loss_scale));
+    for (int li = m.local_layers() - 1; li >= 0; --li)
+      TROUPE_GPU_TRY(m.block_backward_weight(*s, li, s->dgrad[std::size_t(li) + 1], s->kept[std::size_t(li)]));
+    if (m.first())
+      return gpu::embedding_backward(m.g(0), m.g(1), s->dgrad[0], s->tokens, s->batch * s->seq, s->seq,
+                                     m.cfg.vocab, m.cfg.d_model, m.stream);
+    return {};
+  };
+  auto st = run();
+  s->used = false;
+  s->mb = -1;
+  s->input_done = false;
+  return st;
 }
 
 gpu::status gpt_cuda::zero_grads() {
