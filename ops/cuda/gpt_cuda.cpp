@@ -102,7 +102,10 @@ gpu::status gpt_cuda::init() {
   gpt_config host_cfg = cfg;
   host_cfg.precision = precision::f32;
   gpt_range host(host_cfg, m.begin, m.end);
-  m.vocab_pad = (cfg.vocab + 63) / 64 * 64;
+  // Pad only large vocabularies: the cross-entropy kernel's online max turns a
+  // thread's first 8-column chunk that is all −∞ into NaN, and with ≥ 8192 columns
+  // every thread's first chunk (columns < 4096) is real.
+  m.vocab_pad = cfg.vocab >= 8192 ? (cfg.vocab + 63) / 64 * 64 : cfg.vocab;
   for (const auto& p : host.params()) {
     cuda_param cp{p.name, p.value.shape(), m.total, p.value.numel(), p.value.rank() >= 2};
     const bool head = p.name == "lm_head.weight"; // room for the padded rows, kept zero

@@ -72,7 +72,7 @@ struct cuda_scratch {
 struct gpt_cuda::impl {
   gpt_config cfg;
   int begin = 0, end = 0, max_batch = 0, device = 0;
-  /// Logit columns: the vocabulary rounded up to 64 so the head's products stay
+  /// Logit columns: a large vocabulary rounded up to 64 so the head's products stay
   /// aligned. The extra rows of lm_head stay zero and their logits are set to −∞,
   /// so softmax, loss and every gradient are those of the real vocabulary.
   int vocab_pad = 0;
