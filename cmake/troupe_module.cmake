@@ -1,38 +1,43 @@
 # One helper adds a module's library, its unit tests and its benchmarks.
 #
-#   troupe_add_module(NAME DIR [CUDA] DEPS dep...)
+#   troupe_add_module(NAME DIR DEPS dep... [CUDA_DEPS dep...])
 #
-# Sources are every *.cpp (and *.cu with CUDA) under DIR except tests, benchmarks
-# and programs. Each foo.test.cpp becomes a CTest entry; its label is "slow" when
-# the file is foo.slow.test.cpp, "gpu" for foo.gpu.test.cpp and "quick" otherwise.
-# Each foo.bench.cpp becomes an executable bench_foo (not run by CTest).
+# Sources are every *.cpp under DIR except tests, benchmarks and programs; they
+# form the library troupe_NAME. Everything under a `cuda/` folder (*.cpp and
+# *.cu) forms a second library, troupe_NAME_cuda, built only when the toolkit is
+# found: programs that never touch a GPU do not link it, so they do not pay for
+# loading cuBLAS (about 3 s and 200 MB per process).
+#
+# Each foo.test.cpp becomes a CTest entry; its label is "slow" when the file is
+# foo.slow.test.cpp, "gpu" for foo.gpu.test.cpp and "quick" otherwise. Each
+# foo.bench.cpp becomes an executable bench_foo (not run by CTest). Tests and
+# benchmarks under `cuda/` link troupe_NAME_cuda.
 function(troupe_add_module name dir)
-  cmake_parse_arguments(arg "" "" "DEPS" ${ARGN})
-  set(patterns "${dir}/*.cpp")
-  if(TROUPE_HAVE_CUDA)
-    list(APPEND patterns "${dir}/*.cu")
-  endif()
-  file(GLOB_RECURSE all CONFIGURE_DEPENDS ${patterns})
+  cmake_parse_arguments(arg "" "" "DEPS;CUDA_DEPS" ${ARGN})
+  file(GLOB_RECURSE all CONFIGURE_DEPENDS "${dir}/*.cpp" "${dir}/*.cu")
   set(sources "")
+  set(cuda_sources "")
   set(tests "")
   set(benches "")
   foreach(f IN LISTS all)
-    if(f MATCHES "\\.test\\.(cpp|cu)$")
+    if(f MATCHES "/cuda/" AND NOT TROUPE_HAVE_CUDA)
+      continue()  # CUDA code is only built with the toolkit
+    elseif(f MATCHES "\\.test\\.(cpp|cu)$")
       list(APPEND tests "${f}")
     elseif(f MATCHES "\\.bench\\.(cpp|cu)$")
       list(APPEND benches "${f}")
     elseif(f MATCHES "/main\\.cpp$" OR f MATCHES "/plugin/")
       # programs and example plugins are added by their folder's CMakeLists
-    elseif(NOT TROUPE_HAVE_CUDA AND f MATCHES "/cuda/")
-      # CUDA host code is only built with the toolkit
-    else()
+    elseif(f MATCHES "/cuda/")
+      list(APPEND cuda_sources "${f}")
+    elseif(f MATCHES "\\.cpp$")
       list(APPEND sources "${f}")
     endif()
   endforeach()
   if(NOT TROUPE_HAVE_CUDA)
-    list(FILTER tests EXCLUDE REGEX "/cuda/|\\.gpu\\.test\\.")
-    list(FILTER benches EXCLUDE REGEX "/cuda/")
+    list(FILTER tests EXCLUDE REGEX "\\.gpu\\.test\\.")
   endif()
+
   if(sources)
     add_library(troupe_${name} ${sources})
     target_include_directories(troupe_${name} PUBLIC ${PROJECT_SOURCE_DIR})
@@ -42,12 +47,22 @@ function(troupe_add_module name dir)
     target_include_directories(troupe_${name} INTERFACE ${PROJECT_SOURCE_DIR})
     target_link_libraries(troupe_${name} INTERFACE ${arg_DEPS})
   endif()
+  if(cuda_sources)
+    add_library(troupe_${name}_cuda ${cuda_sources})
+    target_link_libraries(troupe_${name}_cuda PUBLIC troupe_${name} ${arg_CUDA_DEPS})
+    target_compile_definitions(troupe_${name}_cuda PUBLIC TROUPE_HAVE_CUDA=1)
+  endif()
+
   foreach(t IN LISTS tests)
     get_filename_component(base "${t}" NAME)
     string(REGEX REPLACE "\\.(slow\\.|gpu\\.)?test\\.(cpp|cu)$" "" base "${base}")
     set(exe test_${name}_${base})
     add_executable(${exe} "${t}")
-    target_link_libraries(${exe} PRIVATE troupe_${name} troupe_doctest_main)
+    if(t MATCHES "/cuda/" AND TARGET troupe_${name}_cuda)
+      target_link_libraries(${exe} PRIVATE troupe_${name}_cuda troupe_doctest_main)
+    else()
+      target_link_libraries(${exe} PRIVATE troupe_${name} troupe_doctest_main)
+    endif()
     add_test(NAME ${name}.${base} COMMAND ${exe})
     set_tests_properties(${name}.${base} PROPERTIES
       WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
@@ -64,6 +79,10 @@ function(troupe_add_module name dir)
     get_filename_component(base "${b}" NAME)
     string(REGEX REPLACE "\\.bench\\.(cpp|cu)$" "" base "${base}")
     add_executable(bench_${base} "${b}")
-    target_link_libraries(bench_${base} PRIVATE troupe_${name})
+    if(b MATCHES "/cuda/" AND TARGET troupe_${name}_cuda)
+      target_link_libraries(bench_${base} PRIVATE troupe_${name}_cuda)
+    else()
+      target_link_libraries(bench_${base} PRIVATE troupe_${name})
+    endif()
   endforeach()
 endfunction()

@@ -1,6 +1,7 @@
 // Trace recording from many threads and its Chrome Trace Event export.
 #include "runtime/trace.hpp"
 
+#include <cmath>
 #include <thread>
 
 #include <doctest/doctest.h>
@@ -77,14 +78,17 @@ TEST_CASE("the exported JSON names every actor, closes every span and keeps time
   });
   w.join();
   r.count("loss", 5.5, 0);
+  r.count("loss", NAN, 1); // a diverged run still exports valid JSON
   auto j = nlohmann::json::parse(to_chrome_json(snapshot_trace()));
   std::map<int, std::string> names;
   std::map<int, double> last_ts;
   int complete = 0, flows = 0, counters = 0;
   for (const auto& e : j.at("traceEvents")) {
     auto ph = e.at("ph").get<std::string>();
-    if (ph == "M" && e.at("name") == "thread_name")
+    if (ph == "M" && e.at("name") == "thread_name") {
       names[e.at("tid").get<int>()] = e.at("args").at("name").get<std::string>();
+      CHECK_FALSE(e.at("args").at("type").get<std::string>().empty());
+    }
     if (ph == "X") {
       ++complete;
       CHECK(e.at("dur").get<double>() >= 0);
@@ -94,13 +98,16 @@ TEST_CASE("the exported JSON names every actor, closes every span and keeps time
       CHECK(ts >= last_ts[tid]);
       last_ts[tid] = ts;
     }
-    flows += ph == "s" || ph == "f";
+    if (ph == "s" || ph == "f") {
+      ++flows;
+      CHECK(e.at("cat") == "message");
+    }
     counters += ph == "C";
   }
   CHECK(names.at(a) == "loader \"main\"");
   CHECK(names.at(b) == "s0");
   CHECK(complete == 40);
   CHECK(flows == 40);
-  CHECK(counters == 1);
+  CHECK(counters == 2);
   r.disable();
 }

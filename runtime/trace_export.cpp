@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -70,28 +71,31 @@ std::string to_chrome_json(const trace_snapshot& t) {
   for (int n : nodes)
     emit(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"tid":0,"args":{{"name":"node {}"}}}})", n, n));
   for (const auto& a : t.actors) {
-    emit(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":{}}}}})", a.node, a.id,
-                     json_string(a.name)));
+    emit(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":{},"type":{}}}}})", a.node,
+                     a.id, json_string(a.name), json_string(a.type)));
     emit(fmt::format(R"({{"ph":"M","name":"thread_sort_index","pid":{},"tid":{},"args":{{"sort_index":{}}}}})",
                      a.node, a.id, a.id));
   }
   for (const auto& s : spans) {
     auto pid = node_of(t.actors, s.actor);
     auto name = to_string(s.kind);
+    // DevTools pairs a flow with the slices it binds to by category: sends,
+    // receives and their flow events share one.
+    std::string_view cat = s.flow != 0 ? "message" : name;
     std::string label = s.microbatch >= 0 ? fmt::format("{} mb{}", name, s.microbatch) : std::string{name};
     emit(fmt::format(R"({{"ph":"X","name":{},"cat":{},"pid":{},"tid":{},"ts":{},"dur":{},)"
                      R"("args":{{"step":{},"microbatch":{},"bytes":{},"mailbox":{}}}}})",
-                     json_string(label), json_string(name), pid, s.actor, micros(s.begin_ns),
+                     json_string(label), json_string(cat), pid, s.actor, micros(s.begin_ns),
                      micros(std::max<std::int64_t>(0, s.end_ns - s.begin_ns)), s.step, s.microbatch, s.bytes,
                      s.mailbox));
     if (s.flow != 0)
-      emit(fmt::format(R"({{"ph":"{}","name":"microbatch","cat":"flow","id":{},"pid":{},"tid":{},"ts":{}{}}})",
-                       s.flow_end ? "f" : "s", s.flow, pid, s.actor,
-                       micros(s.flow_end ? s.begin_ns : s.begin_ns), s.flow_end ? R"(,"bp":"e")" : ""));
+      emit(fmt::format(R"({{"ph":"{}","name":"microbatch","cat":"message","id":{},"pid":{},"tid":{},"ts":{}{}}})",
+                       s.flow_end ? "f" : "s", s.flow, pid, s.actor, micros(s.begin_ns),
+                       s.flow_end ? R"(,"bp":"e")" : ""));
   }
-  for (const auto& c : t.counters)
+  for (const auto& c : t.counters) // JSON has no NaN: a diverged loss is written as null
     emit(fmt::format(R"({{"ph":"C","name":{},"pid":0,"tid":0,"ts":{},"args":{{"value":{}}}}})",
-                     json_string(c.name), micros(c.t_ns), c.value));
+                     json_string(c.name), micros(c.t_ns), std::isfinite(c.value) ? fmt::format("{}", c.value) : "null"));
   out += fmt::format("\n],\"otherData\":{{\"dropped_spans\":{}}}}}\n", t.dropped);
   return out;
 }
