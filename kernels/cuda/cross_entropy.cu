@@ -48,9 +48,12 @@ __global__ void row_kernel(float* row_loss, T* dlogits, const T* logits, const s
       s *= __expf(m - cm);
       m = cm;
     }
+    // A -inf logit (padding, a masked class) adds exactly 0; testing for it keeps
+    // exp(-inf - -inf) = NaN out of a chunk that is all -inf, while a NaN logit
+    // still reaches exp and poisons the loss as it must.
 #pragma unroll
     for (int i = 0; i < V; ++i)
-      s += __expf(v[i] - m);
+      s += v[i] == -INFINITY ? 0.0f : __expf(v[i] - m);
   }
   float bm = block_max(m, scratch);
   float bs = block_sum(m == -INFINITY ? 0.0f : s * __expf(m - bm), scratch);

@@ -84,3 +84,35 @@ TEST_CASE("cross-entropy over only ignored tokens gives zero loss and zero gradi
   (void)cudaFree(count);
   (void)cudaFree(dt);
 }
+
+TEST_CASE("rows whose first chunks are all -inf (a padded or masked vocabulary) give the finite loss") {
+  TROUPE_REQUIRE_GPU_OR_SKIP();
+  int rows = 3, vocab = 8192; // every thread's first chunk lies inside the -inf prefix
+  auto logits = random_normal((std::size_t)rows * vocab, 21, 2.0f);
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < vocab - 64; ++j)
+      logits[(std::size_t)i * vocab + j] = -INFINITY;
+  std::vector<std::int32_t> targets{vocab - 1, vocab - 10, vocab - 64};
+  device_buffer<float> dl(logits), grad(logits.size()), loss(1), row_loss(rows);
+  std::int32_t *count = nullptr, *dt = nullptr;
+  REQUIRE(cudaMalloc(&count, sizeof(std::int32_t)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&dt, rows * sizeof(std::int32_t)) == cudaSuccess);
+  REQUIRE(cudaMemcpy(dt, targets.data(), rows * sizeof(std::int32_t), cudaMemcpyHostToDevice) == cudaSuccess);
+  TROUPE_REQUIRE_OK(cross_entropy_forward_backward({loss.get(), row_loss.get(), count}, grad.get(), dl.get(), dt,
+                                                   rows, vocab, -100, 1.0f, nullptr));
+  double total = 0;
+  for (int i = 0; i < rows; ++i) {
+    const float* x = &logits[(std::size_t)i * vocab];
+    double mx = -INFINITY, sum = 0;
+    for (int j = vocab - 64; j < vocab; ++j)
+      mx = std::max(mx, (double)x[j]);
+    for (int j = vocab - 64; j < vocab; ++j)
+      sum += std::exp(x[j] - mx);
+    total += mx + std::log(sum) - x[targets[i]];
+  }
+  check_close<float>("cross_entropy loss with -inf prefix", loss.download(), {total / rows}, 1e-5);
+  for (float g : grad.download())
+    REQUIRE(std::isfinite(g));
+  (void)cudaFree(count);
+  (void)cudaFree(dt);
+}
