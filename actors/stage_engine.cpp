@@ -187,8 +187,18 @@ bool stage_engine::run_one() {
     return false;
   queue_.set_now(seconds_now());
   auto a = policy_->next(queue_);
-  if (!a)
+  if (!a) {
+    if (idle_since_ns_ < 0)
+      idle_since_ns_ = trace_now();
     return false;
+  }
+  if (idle_since_ns_ >= 0) { // the bubble this rank just sat in, for traces
+    span idle;
+    idle.actor = trace_id, idle.kind = span_kind::idle, idle.step = static_cast<std::int32_t>(step_);
+    idle.begin_ns = idle_since_ns_, idle.end_ns = trace_now();
+    trace_recorder::global().record(idle);
+    idle_since_ns_ = -1;
+  }
   execute(*a);
   maybe_finish_step();
   return true;

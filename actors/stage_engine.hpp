@@ -130,6 +130,7 @@ private:
   std::vector<std::pair<step_t, double>> val_losses_;
   std::vector<step_report> reports_;
   std::int64_t compute_ns_ = 0;
+  std::int64_t idle_since_ns_ = -1;  ///< when the policy last had nothing to run; -1 when busy
 };
 
 } // namespace troupe
