@@ -26,6 +26,8 @@ struct spawn_context {
 };
 
 /// Spawns one actor for an `actors:` entry. Errors are values (make_error).
+/// Give a function-based actor at least one argument besides `self`: CAF 0.17
+/// spawning a no-argument function trips UBSan (a null tuple in init_fun_factory).
 using actor_factory = std::function<caf::expected<caf::actor>(spawn_context&)>;
 
 /// An actor type: how to spawn it and what the loader should accept and check
