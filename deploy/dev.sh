@@ -30,4 +30,6 @@ fi
 build build -DCMAKE_BUILD_TYPE=Release
 (cd build && ctest --output-on-failure -j "$jobs" --label-exclude gpu)
 build build-asan -DCMAKE_BUILD_TYPE=Debug -DTROUPE_SANITIZE=ON -DTROUPE_CUDA=OFF
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -L quick)
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 \
+  UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$here/tests/ubsan.supp" \
+  ctest --output-on-failure -j "$jobs" -L quick)
