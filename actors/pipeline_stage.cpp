@@ -130,10 +130,11 @@ void handle(stage_actor* self, F&& f) {
   st.handler_ns += trace_now() - t0;
 }
 
-void record_send(std::uint16_t actor, step_t step, int stage, int mb, int kind, std::size_t bytes, bool end,
-                 std::uint32_t mailbox = 0) {
+/// A zero-length send or receive span carrying the message's flow id. Mailbox
+/// depth is not read here: CAF 0.17's mailbox().size() trips UBSan (a downcast
+/// of its queue sentinel); the dashboard derives queue depth from the flows.
+void record_send(std::uint16_t actor, step_t step, int stage, int mb, int kind, std::size_t bytes, bool end) {
   span s;
-  s.mailbox = mailbox;
   s.actor = actor, s.kind = end ? span_kind::receive : span_kind::send;
   s.step = static_cast<std::int32_t>(step), s.microbatch = mb, s.bytes = bytes;
   s.flow = flow_id(step, stage, mb, kind), s.flow_end = end;
@@ -191,14 +192,12 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
     [=](forward_atom, const batch_msg& m) { handle(self, [&](stage_engine& e) { return e.on_batch(m, false), true; }); },
     [=](eval_atom, const batch_msg& m) { handle(self, [&](stage_engine& e) { return e.on_batch(m, true), true; }); },
     [=](forward_atom, const activation_msg& m) {
-      record_send(id, m.step, m.stage, m.microbatch, 0, m.activation.nbytes(), true,
-                  static_cast<std::uint32_t>(self->mailbox().size()));
+      record_send(id, m.step, m.stage, m.microbatch, 0, m.activation.nbytes(), true);
       handle(self, [&](stage_engine& e) { return e.on_activation(m, false), true; });
     },
     [=](eval_atom, const activation_msg& m) { handle(self, [&](stage_engine& e) { return e.on_activation(m, true), true; }); },
     [=](backward_atom, const gradient_msg& m) {
-      record_send(id, m.step, m.stage, m.microbatch, 1, m.gradient.nbytes(), true,
-                  static_cast<std::uint32_t>(self->mailbox().size()));
+      record_send(id, m.step, m.stage, m.microbatch, 1, m.gradient.nbytes(), true);
       handle(self, [&](stage_engine& e) { return e.on_gradient(m), true; });
     },
     [=](norm_atom, step_t step, double sq) { handle(self, [&](stage_engine& e) { return e.on_norm(step, sq), true; }); },
