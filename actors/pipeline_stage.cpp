@@ -123,11 +123,12 @@ void handle(stage_actor* self, F&& f) {
       self->send(self, continue_atom::value);
     }
     print_progress(self);
-    maybe_done(self);
   } catch (const std::exception& e) {
     fail(self, e.what());
   }
   st.handler_ns += trace_now() - t0;
+  if (!st.failed)
+    maybe_done(self); // after the accounting, so the final report includes this message's work
 }
 
 /// A zero-length send or receive span carrying the message's flow id. Mailbox

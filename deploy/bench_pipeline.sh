@@ -27,7 +27,7 @@ import json, re, statistics, sys
 out, runs = sys.argv[1], int(sys.argv[2])
 m = 8
 ms = {p: [json.load(open(f"{out}/p{p}-{r}.json"))["ms_per_step"] for r in range(runs)] for p in (1, 2)}
-over = {p: [float(x) for r in range(runs) for x in re.findall(r"runtime overhead ([0-9.]+)%", open(f"{out}/p{p}-{r}.log").read())] for p in (1, 2)}
+over = {p: [float(x) for r in range(runs) for x in re.findall(r"runtime overhead (-?[0-9.]+)%", open(f"{out}/p{p}-{r}.log").read())] for p in (1, 2)}
 base = statistics.median(ms[1])
 print(f"{'stages':>6} {'ms/step (median)':>17} {'speedup':>8} {'ideal':>6} {'of ideal':>9} {'runtime overhead':>17}")
 for p in (1, 2):
