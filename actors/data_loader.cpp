@@ -33,6 +33,7 @@ struct loader_settings {
 struct data_loader_state {
   std::optional<byte_corpus> corpus;
   caf::actor runner, first, loss;
+  std::uint16_t first_id = 0xffff, loss_id = 0xffff; ///< trace ids, for counted mailbox depth
   std::int64_t sent = 0; ///< training microbatches sent so far
   bool done = false;
   std::uint16_t trace_id = 0;
@@ -45,8 +46,12 @@ using loader_actor = caf::stateful_actor<data_loader_state>;
 template <class Atom>
 void deliver(loader_actor* self, Atom atom, batch_msg m) {
   auto& st = self->state;
-  if (st.loss != st.first)
+  auto& rec = trace_recorder::global();
+  if (st.loss != st.first) {
+    rec.message_sent(st.loss_id);
     self->send(st.loss, atom, m);
+  }
+  rec.message_sent(st.first_id);
   self->send(st.first, atom, std::move(m));
 }
 
@@ -68,10 +73,11 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
   return {
     [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
       for (const auto& p : m.directory) {
+        auto tid = trace_recorder::global().actor_id(p.name).value_or(0xffff);
         if (p.name == cfg.first_stage)
-          self->state.first = p.handle;
+          self->state.first = p.handle, self->state.first_id = tid;
         if (p.name == cfg.loss_stage)
-          self->state.loss = p.handle;
+          self->state.loss = p.handle, self->state.loss_id = tid;
       }
       return caf::ok_atom::value;
     },

@@ -20,6 +20,7 @@ struct pipeline_stage_state {
   std::unique_ptr<stage_engine> engine;
   caf::actor runner;
   std::map<int, caf::actor> ranks;
+  std::map<int, std::uint16_t> rank_ids;  ///< trace ids of the stages, for counted mailbox depth
   caf::actor loader;
   bool kick_pending = false;
   bool wake_pending = false;
@@ -131,11 +132,13 @@ void handle(stage_actor* self, F&& f) {
     maybe_done(self); // after the accounting, so the final report includes this message's work
 }
 
-/// A zero-length send or receive span carrying the message's flow id. Mailbox
-/// depth is not read here: CAF 0.17's mailbox().size() trips UBSan (a downcast
-/// of its queue sentinel); the dashboard derives queue depth from the flows.
+/// A zero-length send or receive span carrying the message's flow id. A receive
+/// carries the mailbox depth as counted by trace_recorder (CAF 0.17's
+/// mailbox().size() trips UBSan: a downcast of its queue sentinel).
 void record_send(std::uint16_t actor, step_t step, int stage, int mb, int kind, std::size_t bytes, bool end) {
   span s;
+  if (end)
+    s.mailbox = trace_recorder::global().message_received(actor);
   s.actor = actor, s.kind = end ? span_kind::receive : span_kind::send;
   s.step = static_cast<std::int32_t>(step), s.microbatch = mb, s.bytes = bytes;
   s.flow = flow_id(step, stage, mb, kind), s.flow_end = end;
@@ -150,15 +153,19 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
   st.tokens_per_step = tokens;
   auto id = trace_recorder::global().register_actor(cfg.name, "pipeline_stage");
   stage_outbox out;
-  out.forward = [self, id](int rank, const activation_msg& m) {
+  auto sent_to = [self](int rank) { trace_recorder::global().message_sent(self->state.rank_ids.at(rank)); };
+  out.forward = [self, id, sent_to](int rank, const activation_msg& m) {
     record_send(id, m.step, m.stage, m.microbatch, 0, m.activation.nbytes(), false);
+    sent_to(rank);
     self->send(self->state.ranks.at(rank), forward_atom::value, m);
   };
-  out.backward = [self, id](int rank, const gradient_msg& m) {
+  out.backward = [self, id, sent_to](int rank, const gradient_msg& m) {
     record_send(id, m.step, m.stage, m.microbatch, 1, m.gradient.nbytes(), false);
+    sent_to(rank);
     self->send(self->state.ranks.at(rank), backward_atom::value, m);
   };
-  out.eval = [self](int rank, const activation_msg& m) {
+  out.eval = [self, sent_to](int rank, const activation_msg& m) {
+    sent_to(rank);
     self->send(self->state.ranks.at(rank), eval_atom::value, m);
   };
   out.norm = [self](step_t step, double sq) {
@@ -176,8 +183,10 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
   return {
     [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
       for (const auto& p : m.directory) {
-        if (auto i = stage_ranks.find(p.name); i != stage_ranks.end())
+        if (auto i = stage_ranks.find(p.name); i != stage_ranks.end()) {
           self->state.ranks[i->second] = p.handle;
+          self->state.rank_ids[i->second] = trace_recorder::global().actor_id(p.name).value_or(0xffff);
+        }
         else if (p.type == "data_loader")
           self->state.loader = p.handle;
       }
@@ -190,13 +199,27 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
       self->state.started_ns = trace_now();
       handle(self, [](stage_engine& e) { return e.start(), true; });
     },
-    [=](forward_atom, const batch_msg& m) { handle(self, [&](stage_engine& e) { return e.on_batch(m, false), true; }); },
-    [=](eval_atom, const batch_msg& m) { handle(self, [&](stage_engine& e) { return e.on_batch(m, true), true; }); },
+    [=](forward_atom, const batch_msg& m) {
+      span r; // the loader records no flows: a plain receive span with the counted depth
+      r.actor = id, r.kind = span_kind::receive, r.step = static_cast<std::int32_t>(m.step), r.microbatch = m.microbatch;
+      r.bytes = m.tokens.nbytes() + m.targets.nbytes();
+      r.mailbox = trace_recorder::global().message_received(id);
+      r.begin_ns = r.end_ns = trace_now();
+      trace_recorder::global().record(r);
+      handle(self, [&](stage_engine& e) { return e.on_batch(m, false), true; });
+    },
+    [=](eval_atom, const batch_msg& m) {
+      trace_recorder::global().message_received(id);
+      handle(self, [&](stage_engine& e) { return e.on_batch(m, true), true; });
+    },
     [=](forward_atom, const activation_msg& m) {
       record_send(id, m.step, m.stage, m.microbatch, 0, m.activation.nbytes(), true);
       handle(self, [&](stage_engine& e) { return e.on_activation(m, false), true; });
     },
-    [=](eval_atom, const activation_msg& m) { handle(self, [&](stage_engine& e) { return e.on_activation(m, true), true; }); },
+    [=](eval_atom, const activation_msg& m) {
+      trace_recorder::global().message_received(id);
+      handle(self, [&](stage_engine& e) { return e.on_activation(m, true), true; });
+    },
     [=](backward_atom, const gradient_msg& m) {
       record_send(id, m.step, m.stage, m.microbatch, 1, m.gradient.nbytes(), true);
       handle(self, [&](stage_engine& e) { return e.on_gradient(m), true; });

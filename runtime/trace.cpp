@@ -58,6 +58,14 @@ std::uint16_t trace_recorder::register_actor(std::string name, std::string type,
   return id;
 }
 
+std::optional<std::uint16_t> trace_recorder::actor_id(std::string_view name) const {
+  std::lock_guard guard{mtx_};
+  for (const auto& a : actors_)
+    if (a.name == name)
+      return a.id;
+  return std::nullopt;
+}
+
 std::vector<actor_info> trace_recorder::actors() const {
   std::lock_guard guard{mtx_};
   return actors_;
@@ -141,6 +149,8 @@ void trace_recorder::reset() {
   generation_.fetch_add(1, std::memory_order_acq_rel);
   rings_.clear();
   actors_.clear();
+  for (auto& q : queued_)
+    q.store(0, std::memory_order_relaxed);
   counters_.clear();
 }
 

@@ -2,11 +2,13 @@
 // without locks, read by the exporter and the dashboard while the run goes on.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,6 +72,24 @@ public:
 
   /// Appends a span to the calling thread's buffer (lock-free; a no-op when disabled).
   void record(const span& s) noexcept;
+
+  /// Mailbox depth by counting, without reaching into the actor framework: a
+  /// sender calls message_sent(receiver) as it sends a data message; the receiver
+  /// calls message_received(self) as it handles one, which returns how many were
+  /// waiting, this one included. Lock-free; ids past `max_counted_actors` count nothing.
+  static constexpr std::size_t max_counted_actors = 4096;
+  void message_sent(std::uint16_t to) noexcept {
+    if (to < max_counted_actors)
+      queued_[to].fetch_add(1, std::memory_order_relaxed);
+  }
+  std::uint32_t message_received(std::uint16_t at) noexcept {
+    if (at >= max_counted_actors)
+      return 0;
+    auto before = queued_[at].fetch_sub(1, std::memory_order_relaxed);
+    return before > 0 ? static_cast<std::uint32_t>(before) : 0;
+  }
+  /// The id registered for `name`, if any.
+  std::optional<std::uint16_t> actor_id(std::string_view name) const;
   void count(std::string name, double value, std::int32_t step = -1);
 
   /// Copies every span recorded since `cursor` (per-thread positions) into `out`,
@@ -97,6 +117,7 @@ private:
   std::vector<actor_info> actors_;
   std::vector<counter_sample> counters_;
   std::atomic<std::uint64_t> generation_{0};
+  std::array<std::atomic<std::int32_t>, max_counted_actors> queued_{};
 };
 
 /// Records one span from construction to destruction (RAII).

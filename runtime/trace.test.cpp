@@ -111,3 +111,18 @@ TEST_CASE("the exported JSON names every actor, closes every span and keeps time
   CHECK(counters == 2);
   r.disable();
 }
+
+TEST_CASE("counted mailbox depth rises with each send and falls with each receive") {
+  auto& r = trace_recorder::global();
+  r.reset();
+  auto a = r.register_actor("s1", "pipeline_stage");
+  CHECK(r.actor_id("s1") == a);
+  CHECK_FALSE(r.actor_id("nobody"));
+  for (int i = 0; i < 3; ++i)
+    r.message_sent(a);
+  CHECK(r.message_received(a) == 3);
+  CHECK(r.message_received(a) == 2);
+  r.message_sent(a);
+  CHECK(r.message_received(a) == 2);
+  CHECK(r.message_received(a) == 1);
+}
