@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -24,14 +25,11 @@ span_kind span_of(sched::op_kind k) {
   return span_kind::other;
 }
 
-template <class Map, class Key>
-tensor_handle take(Map& m, const Key& k, const char* what, const std::string& who) {
-  auto i = m.find(k);
-  if (i == m.end())
+/// Empties a slot and returns what it held.
+tensor_handle take(tensor_handle& slot, const char* what, const std::string& who) {
+  if (!slot.defined())
     throw std::runtime_error(fmt::format("{}: no {} for the action the policy chose", who, what));
-  auto h = std::move(i->second);
-  m.erase(i);
-  return h;
+  return std::exchange(slot, tensor_handle{});
 }
 
 } // namespace
@@ -52,8 +50,20 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out)
   if (!made)
     throw std::invalid_argument(fmt::format("{}: {}", cfg_.name, made.error().message));
   policy_ = std::move(*made);
+  auto slots = static_cast<std::size_t>(cfg_.chunks * cfg_.microbatches);
+  inputs_.resize(slots);
+  grads_.resize(slots);
+  targets_.resize(static_cast<std::size_t>(cfg_.microbatches));
   loss_grad_ = tensor_handle::empty({1});
   loss_grad_.data<float>()[0] = 1.0f / static_cast<float>(cfg_.microbatches);
+}
+
+std::size_t stage_engine::slot(int stage, int mb) const {
+  if (!queue_.owns(stage) || mb < 0 || mb >= cfg_.microbatches)
+    throw std::runtime_error(fmt::format("{}: message for stage {} microbatch {}, but this rank owns other stages "
+                                         "or a step has {} microbatches",
+                                         cfg_.name, stage, mb, cfg_.microbatches));
+  return static_cast<std::size_t>(stage / cfg_.ranks * cfg_.microbatches + mb);
 }
 
 bool stage_engine::owns_loss() const noexcept {
@@ -78,7 +88,7 @@ void stage_engine::release_held() {
 }
 
 void stage_engine::push_input(int stage, int mb) {
-  if (queue_.is_last_stage(stage) && !targets_.contains(mb))
+  if (queue_.is_last_stage(stage) && !targets_[slot(stage, mb) % static_cast<std::size_t>(cfg_.microbatches)].defined())
     return; // the loss needs its targets too; on_batch pushes when they come
   if (auto r = queue_.push_forward(stage, mb); !r)
     throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
@@ -105,12 +115,12 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
     return;
   }
   if (owns_loss()) {
-    targets_[m.microbatch] = m.targets;
-    if (inputs_.contains({last, m.microbatch}))
+    targets_[static_cast<std::size_t>(m.microbatch)] = m.targets;
+    if (inputs_[slot(last, m.microbatch)].defined())
       push_input(last, m.microbatch);
   }
   if (cfg_.rank == 0) {
-    inputs_[{0, m.microbatch}] = m.tokens;
+    inputs_[slot(0, m.microbatch)] = m.tokens;
     push_input(0, m.microbatch);
   }
 }
@@ -127,7 +137,7 @@ void stage_engine::on_activation(const activation_msg& m, bool eval) {
       run_eval(m.stage, m.microbatch, m.activation, m.step);
     return;
   }
-  inputs_[{m.stage, m.microbatch}] = m.activation;
+  inputs_[slot(m.stage, m.microbatch)] = m.activation;
   push_input(m.stage, m.microbatch);
 }
 
@@ -136,7 +146,7 @@ void stage_engine::on_gradient(const gradient_msg& m) {
     held_.push_back({held::gradient, false, {}, {}, m});
     return;
   }
-  grads_[{m.stage, m.microbatch}] = m.gradient;
+  grads_[slot(m.stage, m.microbatch)] = m.gradient;
   if (auto r = queue_.push_backward(m.stage, m.microbatch); !r)
     throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
 }
@@ -215,9 +225,9 @@ void stage_engine::execute(const sched::action& a) {
   bool last = queue_.is_last_stage(a.stage);
   tensor_handle out;
   if (a.kind == sched::op_kind::forward) {
-    auto input = take(inputs_, std::pair{a.stage, a.microbatch}, "input", cfg_.name);
+    auto input = take(inputs_[slot(a.stage, a.microbatch)], "input", cfg_.name);
     if (last) {
-      auto loss = c.forward(a.microbatch, input, take(targets_, a.microbatch, "targets", cfg_.name));
+      auto loss = c.forward(a.microbatch, input, take(targets_[static_cast<std::size_t>(a.microbatch)], "targets", cfg_.name));
       double v = loss.data<float>()[0];
       if (!std::isfinite(v))
         throw std::runtime_error(fmt::format("{}: the loss is {} at step {} microbatch {} (lr {:.3g}); lower "
@@ -232,7 +242,7 @@ void stage_engine::execute(const sched::action& a) {
   } else if (a.kind == sched::op_kind::weight_grad) {
     c.backward_weight(a.microbatch);
   } else {
-    auto g = last ? loss_grad_ : take(grads_, std::pair{a.stage, a.microbatch}, "gradient", cfg_.name);
+    auto g = last ? loss_grad_ : take(grads_[slot(a.stage, a.microbatch)], "gradient", cfg_.name);
     out = a.kind == sched::op_kind::backward ? c.backward(a.microbatch, g) : c.backward_input(a.microbatch, g);
   }
   compute_ns_ += trace_now() - t0;

@@ -114,9 +114,14 @@ private:
   sched::policy_ptr policy_;
   sched::stage_queue queue_;
   step_t step_ = 0;
-  std::map<std::pair<int, int>, tensor_handle> inputs_;   ///< (stage, mb) -> input
-  std::map<int, tensor_handle> targets_;                  ///< mb -> targets (loss stage)
-  std::map<std::pair<int, int>, tensor_handle> grads_;    ///< (stage, mb) -> output gradient
+  // Fixed slots, so a training step allocates nothing for bookkeeping:
+  // index chunk · microbatches + mb; an undefined handle is an empty slot.
+  std::vector<tensor_handle> inputs_;   ///< input of (stage, mb)
+  std::vector<tensor_handle> targets_;  ///< targets of mb (loss stage)
+  std::vector<tensor_handle> grads_;    ///< output gradient of (stage, mb)
+  /// The slot of (stage, mb); throws std::runtime_error for a stage this rank
+  /// does not own or a microbatch out of range (a broken message).
+  std::size_t slot(int stage, int mb) const;
   std::map<int, tensor_handle> eval_targets_;             ///< eval batch -> targets
   std::map<int, tensor_handle> eval_inputs_;              ///< eval batch -> activation (arrived first)
   std::vector<held> held_;
