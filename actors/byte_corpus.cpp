@@ -1,5 +1,6 @@
 // Reading the byte corpus and cutting it into shuffled training windows.
 #include "actors/byte_corpus.hpp"
+#include "runtime/random.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -11,14 +12,6 @@
 namespace troupe {
 
 namespace {
-
-/// SplitMix64: a small, well-mixed generator for seeding and shuffling.
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 void ensure(tensor_handle& h, int batch, int context) {
   shape_t want{batch, context};

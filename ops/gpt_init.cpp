@@ -7,17 +7,11 @@
 #include <fmt/format.h>
 
 #include "ops/gpt_impl.hpp"
+#include "runtime/random.hpp"
 
 namespace troupe::ops {
 
 namespace {
-
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 std::uint64_t name_hash(std::string_view name) {
   std::uint64_t h = 0xcbf29ce484222325ull; // FNV-1a
