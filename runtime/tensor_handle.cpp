@@ -68,6 +68,15 @@ tensor_handle tensor_handle::reshape(shape_t s) const {
   return h;
 }
 
+tensor_handle tensor_handle::view(shape_t s, dtype t) const {
+  if (static_cast<std::size_t>(s.numel()) * size_of(t) != nbytes())
+    throw std::invalid_argument(fmt::format("cannot view {} bytes as {} {}", nbytes(), to_string(t), to_string(s)));
+  auto h = *this;
+  h.shape_ = s;
+  h.dtype_ = t;
+  return h;
+}
+
 tensor_handle tensor_handle::slice(std::int64_t begin, std::int64_t end) const {
   if (rank() == 0 || begin < 0 || end < begin || end > shape_[0])
     throw std::out_of_range(fmt::format("slice [{}, {}) of {}", begin, end, to_string(shape_)));

@@ -71,6 +71,9 @@ public:
 
   /// The same bytes with another shape of equal element count.
   tensor_handle reshape(shape_t s) const;
+  /// The same bytes read as `t` with shape `s` (same byte count), e.g. a
+  /// received byte buffer seen as the f32 activation it carries.
+  tensor_handle view(shape_t s, dtype t) const;
   /// Rows [begin, end) along the first dimension, sharing the storage.
   tensor_handle slice(std::int64_t begin, std::int64_t end) const;
 
