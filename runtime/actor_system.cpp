@@ -49,6 +49,7 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<connect_msg>("troupe.connect_msg");
   cfg.add_message_type<run_summary>("troupe.run_summary");
   cfg.add_message_type<failure_msg>("troupe.failure_msg");
+  cfg.add_message_type<checkpoint_msg>("troupe.checkpoint_msg");
 }
 
 troupe_config::troupe_config(const runtime_options& opts) : opts_(opts) {

@@ -72,6 +72,7 @@ using start_atom = caf::atom_constant<caf::atom("start")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using failed_atom = caf::atom_constant<caf::atom("failed")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using checkpoint_atom = caf::atom_constant<caf::atom("checkpoint")>;
 
 /// Which microbatch of which step a message belongs to.
 using step_t = std::int64_t;
@@ -194,6 +195,15 @@ struct run_summary {
   std::vector<double> losses;     ///< train loss per step, when recorded
 };
 
+/// An actor wrote its part of the checkpoint after optimizer step `step`
+/// (sent to the runner with `checkpoint_atom`). The runner marks the
+/// checkpoint complete once every actor that checkpoints has reported it.
+struct checkpoint_msg {
+  std::string actor;
+  step_t step = 0;
+  std::string file;  ///< what it wrote, relative to the checkpoint folder
+};
+
 /// Why an actor gave up (sent with `failed_atom`).
 struct failure_msg {
   std::string actor;
@@ -255,6 +265,10 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_summary& x) {
   return f(caf::meta::type_name("run_summary"), x.actor, x.steps, x.tokens, x.train_loss, x.val_loss,
            x.losses);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, checkpoint_msg& x) {
+  return f(caf::meta::type_name("checkpoint_msg"), x.actor, x.step, x.file);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, failure_msg& x) {
