@@ -33,7 +33,9 @@ options:
   --threads N            actor-system worker threads (default: one per core,
                          or $TROUPE_THREADS)
   --timeout SECONDS      fail if the run takes longer (default: no limit)
-%s  -h, --help             show this help
+)";
+
+constexpr const char* run_help_tail = R"(  -h, --help             show this help
 
 Exit codes: 0 success, 1 the run failed, 2 invalid graph or arguments.
 )";
@@ -64,8 +66,7 @@ int run_run(std::span<char*> args) {
                         help))
     return bad_input;
   if (help) {
-    std::string h = run_help;
-    fmt::print("{}", h.replace(h.find("%s"), 2, trace_options_help));
+    fmt::print("{}{}{}", run_help, trace_options_help, run_help_tail);
     return ok;
   }
   std::int64_t n = 0;
@@ -102,27 +103,7 @@ int run_run(std::span<char*> args) {
   auto result = run_graph(sys, g, ropts);
   if (auto err = (*tracing)->finish(); !err.empty())
     fmt::print(stderr, "troupe run: {}\n", err);
-  if (!result) {
-    fmt::print(stderr, "troupe run: {}\n", error_message(result.error()));
-    return runtime_failure;
-  }
-  auto fmt_opt = [](std::optional<double> v, const char* spec) {
-    return v ? fmt::format(fmt::runtime(spec), *v) : std::string{"-"};
-  };
-  fmt::print("{}: {} steps in {:.2f} s, {} ms/step, {} tokens/s, train loss {}, val loss {}\n", file,
-             result->steps, result->seconds, fmt_opt(result->ms_per_step(), "{:.2f}"),
-             fmt_opt(result->tokens_per_s(), "{:.0f}"), fmt_opt(result->train_loss, "{:.4f}"),
-             fmt_opt(result->val_loss, "{:.4f}"));
-  std::fflush(stdout);
-  if (!summary.empty()) {
-    std::ofstream out{summary};
-    out << summary_json(*result) << "\n";
-    if (!out) {
-      fmt::print(stderr, "troupe run: cannot write the summary to '{}'\n", summary);
-      return runtime_failure;
-    }
-  }
-  return ok;
+  return report_run("run", file, result, summary);
 }
 
 } // namespace troupe::cli

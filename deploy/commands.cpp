@@ -21,6 +21,8 @@ int print_version(std::span<char*>) {
 constexpr auto table = std::to_array<command>({
   {"check", "validate a graph file and print it expanded", run_check},
   {"run", "run a graph file's actors in this process", run_run},
+  {"launch", "run a graph file across the processes of its cluster: section", run_launch},
+  {"node", "one node of a launched run (started by launchers)", run_node},
   {"version", "print the version", print_version},
   {"schedule", "simulate a pipeline schedule: per-rank orders, bubble fraction, stragglers", schedule_command},
   {"trace", "summarize a trace: busy, idle and bubble per actor, action order per stage", trace_command},

@@ -20,6 +20,12 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+std::string error_text(const caf::actor_system&, const caf::error& e) {
+  return error_message(e);
+}
+
+} // namespace
+
 connect_msg make_connect(const graph_spec& g, const std::string& self,
                          const std::map<std::string, caf::actor>& handles) {
   connect_msg m;
@@ -35,12 +41,6 @@ connect_msg make_connect(const graph_spec& g, const std::string& self,
     m.directory.push_back(peer{a.name, a.type, handles.at(a.name), channel_dir::out, 0});
   return m;
 }
-
-std::string error_text(const caf::actor_system&, const caf::error& e) {
-  return error_message(e);
-}
-
-} // namespace
 
 graph_vocabulary troupe_vocabulary() {
   register_builtin_actors();
@@ -65,6 +65,22 @@ std::optional<double> run_result::ms_per_step() const {
   if (steps <= 0 || seconds <= 0)
     return std::nullopt;
   return seconds * 1000.0 / static_cast<double>(steps);
+}
+
+void aggregate(run_result& res) {
+  res.steps = 0, res.tokens = 0;
+  res.train_loss.reset(), res.val_loss.reset();
+  step_t loss_steps = -1;
+  for (const auto& s : res.summaries) {
+    res.steps = std::max(res.steps, s.steps);
+    res.tokens += s.tokens;
+    if (!std::isnan(s.train_loss) && s.steps >= loss_steps) {
+      res.train_loss = s.train_loss;
+      loss_steps = s.steps;
+    }
+    if (!std::isnan(s.val_loss))
+      res.val_loss = s.val_loss;
+  }
 }
 
 caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g, const run_options& opts) {
@@ -150,19 +166,8 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
   stop_all();
   if (!failure.empty())
     return make_error(errc::actor_failed, std::move(failure));
-  // 5. aggregate
   res.seconds = std::chrono::duration<double>(last_done - started).count();
-  step_t loss_steps = -1;
-  for (const auto& s : res.summaries) {
-    res.steps = std::max(res.steps, s.steps);
-    res.tokens += s.tokens;
-    if (!std::isnan(s.train_loss) && s.steps >= loss_steps) {
-      res.train_loss = s.train_loss;
-      loss_steps = s.steps;
-    }
-    if (!std::isnan(s.val_loss))
-      res.val_loss = s.val_loss;
-  }
+  aggregate(res);
   return res;
 }
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -27,6 +28,11 @@ graph_vocabulary troupe_vocabulary();
 /// (built-in actors registered, plugins loaded, vocabulary from the registries).
 load_result load_graph_for_cli(const std::filesystem::path& file, std::vector<std::string> overrides);
 
+/// The connect message for actor `self`: its channels' peers and the whole
+/// directory, with `handles` (by actor name) standing for each actor — local
+/// actors or, across processes, the channel actors that reach them.
+connect_msg make_connect(const graph_spec& g, const std::string& self, const std::map<std::string, caf::actor>& handles);
+
 /// How long `run_graph` waits.
 struct run_options {
   std::chrono::milliseconds connect_timeout{30'000};  ///< for each actor's reply to connect
@@ -45,6 +51,10 @@ struct run_result {
   std::optional<double> tokens_per_s() const;
   std::optional<double> ms_per_step() const;
 };
+
+/// Fills steps, tokens and losses of `r` from its summaries (steps = max,
+/// tokens = sum, the losses of the actor that reports them).
+void aggregate(run_result& r);
 
 /// Runs the validated graph `g` in `sys`: spawns each actor through its
 /// registered factory, sends connect and start, and waits until every actor
@@ -66,8 +76,17 @@ namespace troupe::cli {
 bool parse_graph_args(std::span<char*> args, const char* cmd, std::string& file, std::vector<std::string>& sets,
                       const std::vector<std::pair<std::string, std::string*>>& extra, bool& help);
 
+/// Prints how the run of `file` went (one summary line, or the error on
+/// stderr), writes `summary_path` as summary_json when given, and returns the
+/// exit code of `troupe CMD` (deploy/run_report.cpp).
+int report_run(const char* cmd, const std::string& file, const caf::expected<run_result>& result,
+               const std::string& summary_path);
+
 /// `troupe check` (deploy/cmd_check.cpp) and `troupe run` (deploy/cmd_run.cpp).
 int run_check(std::span<char*> args);
 int run_run(std::span<char*> args);
+/// `troupe launch` (deploy/cmd_launch.cpp) and `troupe node` (deploy/cmd_node.cpp).
+int run_launch(std::span<char*> args);
+int run_node(std::span<char*> args);
 
 } // namespace troupe::cli

@@ -25,7 +25,7 @@ const std::vector<std::string> train_keys{"steps",      "lr",           "weight_
                                           "eval_every", "eval_batches", "grad_clip"};
 const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual", "table"};
 const std::vector<std::string> trace_keys{"file"};
-const std::vector<std::string> channel_keys{"from", "to", "credits"};
+const std::vector<std::string> channel_keys{"from", "to", "credits", "bandwidth", "latency"};
 
 void parse_model(const YAML::Node& n, model_spec& m, graph_reader& r) {
   if (!r.check_map(n, "model", model_keys))
@@ -202,6 +202,7 @@ void parse_channels(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     ok = r.get_string(c, pc.path, "from", pc.spec.from) && ok;
     ok = r.get_string(c, pc.path, "to", pc.spec.to) && ok;
     r.get_int(c, pc.path, "credits", pc.spec.credits, 0, 1 << 20);
+    parse_link(c, pc.path, pc.spec, r);
     pc.from_node.reset(child(c, "from"));
     pc.to_node.reset(child(c, "to"));
     if (ok)
@@ -213,7 +214,7 @@ void parse_channels(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
 
 const std::vector<std::string>& section_names() {
   static const std::vector<std::string> names{"model",   "data",   "train",    "pipeline",
-                                              "trace",   "plugins", "actors", "channels"};
+                                              "trace",   "cluster", "plugins", "actors", "channels"};
   return names;
 }
 
@@ -233,6 +234,8 @@ void parse_sections(parsed_graph& pg, graph_reader& r) {
     parse_pipeline(pg, n, r);
   if (auto n = root["trace"]; n && r.check_map(n, "trace", trace_keys))
     r.get_string(n, "trace", "file", pg.graph.trace.file);
+  if (auto n = root["cluster"])
+    parse_cluster(pg, n, r);
   if (auto n = root["plugins"])
     parse_plugins(pg, n, r);
   if (auto n = root["actors"])

@@ -38,7 +38,8 @@ struct parsed_graph {
   std::vector<parsed_actor> actors;     ///< explicit entries, in file order
   std::vector<parsed_channel> channels; ///< explicit entries, in file order
   YAML::Node schedule_node{YAML::NodeType::Undefined}, table_node{YAML::NodeType::Undefined},
-    corpus_node{YAML::NodeType::Undefined}, pipeline_node{YAML::NodeType::Undefined};
+    corpus_node{YAML::NodeType::Undefined}, pipeline_node{YAML::NodeType::Undefined},
+    cluster_node{YAML::NodeType::Undefined};
   std::vector<YAML::Node> plugin_nodes;
   std::filesystem::path base_dir;       ///< the graph file's folder
   bool duplicate_actors = false;        ///< reported; layer coverage is then not checked
@@ -49,6 +50,13 @@ void apply_overrides(YAML::Node root, const std::vector<std::string>& overrides,
 
 /// Reads the sections of `root` into `pg.graph` and the explicit entries.
 void parse_sections(parsed_graph& pg, graph_reader& r);
+
+/// The `cluster:` section (runtime/graph_cluster.cpp).
+void parse_cluster(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
+/// A channel's `bandwidth:` and `latency:` (runtime/graph_cluster.cpp).
+void parse_link(const YAML::Node& c, const std::string& path, channel_spec& out, graph_reader& r);
+/// Placement checks: `node:` keys within cluster.nodes, no idle node (runtime/graph_cluster.cpp).
+void check_cluster(parsed_graph& pg, graph_reader& r);
 
 /// Checks names against the vocabulary: schedule, actor types, type keys (after expand).
 void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);

@@ -90,6 +90,7 @@ std::string to_yaml(const graph_spec& g) {
   out += p.table.empty() ? "}\n" : fmt::format(", table: {}}}\n", scalar(p.table));
   if (!g.trace.file.empty())
     out += fmt::format("trace: {{file: {}}}\n", scalar(g.trace.file));
+  out += cluster_yaml(g.cluster);
   if (!g.plugins.empty()) {
     out += "plugins:\n";
     for (const auto& pl : g.plugins)
@@ -100,6 +101,8 @@ std::string to_yaml(const graph_spec& g) {
     out += fmt::format("  - {{name: {}, type: {}", scalar(a.name), scalar(a.type));
     if (!a.node.empty())
       out += fmt::format(", node: {}", scalar(a.node));
+    else if (g.cluster.present)
+      out += fmt::format(", node: {}", g.node_of(a));
     if (!a.layers.empty())
       out += fmt::format(", layers: {}", layers_text(a.layers));
     for (const auto& [k, v] : a.params)
@@ -112,7 +115,13 @@ std::string to_yaml(const graph_spec& g) {
   out += g.channels.empty() ? "channels: []\n" : "channels:\n";
   for (const auto& c : g.channels) {
     out += fmt::format("  - {{from: {}, to: {}", scalar(c.from), scalar(c.to));
-    out += c.credits > 0 ? fmt::format(", credits: {}}}\n", c.credits) : "}\n";
+    if (c.credits > 0)
+      out += fmt::format(", credits: {}", c.credits);
+    if (c.bandwidth > 0)
+      out += fmt::format(", bandwidth: {}MB/s", c.bandwidth / 1e6);
+    if (c.latency > 0)
+      out += fmt::format(", latency: {}ms", c.latency * 1e3);
+    out += "}\n";
   }
   return out;
 }

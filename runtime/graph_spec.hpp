@@ -62,6 +62,21 @@ struct trace_spec {
   std::string file;
 };
 
+/// `cluster: {launcher, nodes, hosts, address, port, transport, token_file}`:
+/// how `troupe launch` spreads the actors over processes. Without the section
+/// a graph runs in one process.
+struct cluster_spec {
+  bool present = false;
+  std::string launcher = "local";     ///< local, ssh or slurm
+  int nodes = 1;                      ///< node processes; stages spread evenly unless an actor names its `node:`
+  std::vector<std::string> hosts;     ///< ssh: one host per node (cycled when fewer)
+  std::string address = "127.0.0.1"; ///< where the coordinator listens (and only there)
+  int port = 0;                       ///< 0 = any free port
+  std::string transport = "auto";     ///< tensor bytes between nodes: ucx, tcp or auto
+  std::string token_file;             ///< the shared token; empty = $TROUPE_TOKEN, else one made per launch
+  std::filesystem::path token_path;   ///< `token_file` resolved against the graph file's folder
+};
+
 /// A half-open range of transformer blocks `[begin, end)` held by a stage.
 struct layer_range {
   int begin = 0;
@@ -87,6 +102,8 @@ struct channel_spec {
   std::string from;
   std::string to;
   int credits = 0;               ///< messages in flight it allows; 0 = the receiver's policy decides
+  double bandwidth = 0;          ///< emulated link, bytes/s, both directions; 0 = unlimited
+  double latency = 0;            ///< emulated one-way latency, seconds
   bool expanded = false;
   source_pos pos;
 };
@@ -106,12 +123,17 @@ struct graph_spec {
   train_spec train;
   pipeline_spec pipeline;
   trace_spec trace;
+  cluster_spec cluster;
   std::vector<plugin_spec> plugins;
   std::vector<actor_spec> actors;    ///< expanded and explicit, explicit overriding by name
   std::vector<channel_spec> channels;
 
   /// The actor called `name`, or nullptr.
   const actor_spec* find_actor(std::string_view name) const noexcept;
+  /// The node (0 .. cluster.nodes - 1) that runs `a`: its `node:` if given,
+  /// else pipeline stages spread evenly in rank order, the data loader with
+  /// the first stage, anything else on node 0.
+  int node_of(const actor_spec& a) const;
   /// Tokens one optimizer step consumes: batch × microbatches × context.
   std::int64_t tokens_per_step() const noexcept;
 };
@@ -121,6 +143,9 @@ const std::vector<std::string>& builtin_schedule_names();
 /// The actor types every graph may name even before their code is registered:
 /// data_loader, pipeline_stage.
 const std::vector<std::string>& builtin_actor_type_names();
+
+/// The `cluster:` line of to_yaml (empty when the section is absent).
+std::string cluster_yaml(const cluster_spec& c);
 
 /// Prints the expanded graph as readable YAML (what `troupe check` shows).
 std::string to_yaml(const graph_spec& g);

@@ -204,6 +204,7 @@ void validate(parsed_graph& pg, const load_options& opts, graph_reader& r) {
   check_stage_layers(pg, r);
   check_channels(pg, r);
   check_schedule_files(pg, r);
+  check_cluster(pg, r);
   if (opts.check_corpus)
     check_corpus(pg, r);
 }

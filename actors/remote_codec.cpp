@@ -1,0 +1,172 @@
+// Encoding and decoding of the data-plane frames declared in remote_codec.hpp.
+#include "actors/remote_codec.hpp"
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/pipeline_messages.hpp"
+#include "runtime/bytes.hpp"
+
+namespace troupe::remote {
+
+namespace {
+
+constexpr std::uint8_t max_rank = 6;
+
+void put_tensor(net::frame& f, const tensor_handle& t) {
+  byte_writer w{f.meta};
+  w.put(static_cast<std::uint8_t>(t.defined()));
+  if (!t.defined())
+    return;
+  if (t.device() != device::cpu())
+    throw std::invalid_argument("only CPU tensors can cross processes over a socket channel");
+  w.put(static_cast<std::uint8_t>(t.type()));
+  w.put(static_cast<std::uint8_t>(t.rank()));
+  for (auto d : t.shape())
+    w.put(d);
+  f.blobs.push_back(t);
+}
+
+tensor_handle get_tensor(byte_reader& r, net::frame& f, std::size_t& blob) {
+  if (r.get<std::uint8_t>() == 0)
+    return {};
+  auto type = r.get<std::uint8_t>();
+  if (type > static_cast<std::uint8_t>(dtype::u8))
+    throw malformed_input(fmt::format("unknown dtype {}", type));
+  auto rank = r.get<std::uint8_t>();
+  if (rank > max_rank)
+    throw malformed_input(fmt::format("tensor rank {} (at most {})", rank, max_rank));
+  std::int64_t dims[max_rank]{};
+  for (std::uint8_t i = 0; i < rank; ++i) {
+    dims[i] = r.get<std::int64_t>();
+    if (dims[i] < 0 || dims[i] > (std::int64_t{1} << 40))
+      throw malformed_input(fmt::format("tensor dimension {}", dims[i]));
+  }
+  if (blob >= f.blobs.size())
+    throw malformed_input("fewer tensor payloads than tensors");
+  shape_t shape{std::span<const std::int64_t>(dims, rank)};
+  auto& b = f.blobs[blob++];
+  auto need = static_cast<unsigned __int128>(static_cast<std::uint64_t>(shape.numel())) *
+              size_of(static_cast<dtype>(type));
+  if (need != b.nbytes())
+    throw malformed_input(fmt::format("tensor of {} bytes in a payload of {}", static_cast<std::uint64_t>(need),
+                                      b.nbytes()));
+  return b.view(shape, static_cast<dtype>(type));
+}
+
+void put_route(net::frame& f, const route_t& route) {
+  byte_writer{f.meta}.put(route);
+}
+
+route_t get_route(byte_reader& r) {
+  route_t route(r.get_count(sizeof(std::int32_t)));
+  for (auto& x : route)
+    x = r.get<std::int32_t>();
+  return route;
+}
+
+template <class... Fields>
+net::frame head(data_kind k, std::uint16_t dest, const Fields&... fields) {
+  net::frame f;
+  f.kind = static_cast<std::uint16_t>(k);
+  byte_writer w{f.meta};
+  w.put(dest);
+  (w.put(fields), ...);
+  return f;
+}
+
+} // namespace
+
+net::frame encode(std::uint16_t dest, const batch_msg& m, bool eval) {
+  auto f = head(eval ? data_kind::eval_batch : data_kind::batch, dest, m.step, m.microbatch);
+  put_tensor(f, m.tokens);
+  put_tensor(f, m.targets);
+  put_route(f, m.route);
+  return f;
+}
+
+net::frame encode(std::uint16_t dest, const activation_msg& m, bool eval) {
+  auto f = head(eval ? data_kind::eval_activation : data_kind::activation, dest, m.step, m.microbatch, m.stage);
+  put_tensor(f, m.activation);
+  put_route(f, m.route);
+  return f;
+}
+
+net::frame encode(std::uint16_t dest, const gradient_msg& m) {
+  auto f = head(data_kind::gradient, dest, m.step, m.microbatch, m.stage);
+  put_tensor(f, m.gradient);
+  put_route(f, m.route);
+  return f;
+}
+
+net::frame encode_norm(std::uint16_t dest, step_t step, double sq_norm) {
+  return head(data_kind::norm, dest, step, sq_norm);
+}
+
+net::frame encode(std::uint16_t dest, const credit_msg& m) {
+  return head(data_kind::credit, dest, m.count);
+}
+
+void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& local) {
+  byte_reader r{f.meta};
+  auto dest_index = r.get<std::uint16_t>();
+  auto dest = local(dest_index);
+  if (!dest)
+    throw malformed_input(fmt::format("no actor {} on this node", dest_index));
+  std::size_t blob = 0;
+  auto finish = [&] {
+    r.expect_end();
+    if (blob != f.blobs.size())
+      throw malformed_input(fmt::format("{} tensor payloads for {} tensors", f.blobs.size(), blob));
+  };
+  switch (static_cast<data_kind>(f.kind)) {
+    case data_kind::batch:
+    case data_kind::eval_batch: {
+      batch_msg m;
+      m.step = r.get<step_t>(), m.microbatch = r.get<std::int32_t>();
+      m.tokens = get_tensor(r, f, blob), m.targets = get_tensor(r, f, blob), m.route = get_route(r);
+      finish();
+      if (f.kind == static_cast<std::uint16_t>(data_kind::batch))
+        caf::anon_send(dest, forward_atom::value, std::move(m));
+      else
+        caf::anon_send(dest, eval_atom::value, std::move(m));
+      return;
+    }
+    case data_kind::activation:
+    case data_kind::eval_activation: {
+      activation_msg m;
+      m.step = r.get<step_t>(), m.microbatch = r.get<std::int32_t>(), m.stage = r.get<std::int32_t>();
+      m.activation = get_tensor(r, f, blob), m.route = get_route(r);
+      finish();
+      if (f.kind == static_cast<std::uint16_t>(data_kind::activation))
+        caf::anon_send(dest, forward_atom::value, std::move(m));
+      else
+        caf::anon_send(dest, eval_atom::value, std::move(m));
+      return;
+    }
+    case data_kind::gradient: {
+      gradient_msg m;
+      m.step = r.get<step_t>(), m.microbatch = r.get<std::int32_t>(), m.stage = r.get<std::int32_t>();
+      m.gradient = get_tensor(r, f, blob), m.route = get_route(r);
+      finish();
+      caf::anon_send(dest, backward_atom::value, std::move(m));
+      return;
+    }
+    case data_kind::norm: {
+      auto step = r.get<step_t>();
+      auto sq = r.get<double>();
+      finish();
+      caf::anon_send(dest, norm_atom::value, step, sq);
+      return;
+    }
+    case data_kind::credit: {
+      credit_msg m{r.get<std::int32_t>()};
+      finish();
+      caf::anon_send(dest, credit_atom::value, m);
+      return;
+    }
+  }
+  throw malformed_input(fmt::format("unknown data frame kind {}", f.kind));
+}
+
+} // namespace troupe::remote

@@ -1,0 +1,38 @@
+// The data-plane messages that cross processes, as wire frames: fields in
+// `meta`, tensor bytes as blobs (never copied on the sending side).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include <caf/actor.hpp>
+
+#include "runtime/messages.hpp"
+#include "runtime/transport.hpp"
+
+namespace troupe::remote {
+
+/// Frame kinds of the data plane (control frames use 100 and up).
+enum class data_kind : std::uint16_t {
+  batch = 1,        ///< (forward_atom, batch_msg)
+  eval_batch,       ///< (eval_atom, batch_msg)
+  activation,       ///< (forward_atom, activation_msg)
+  eval_activation,  ///< (eval_atom, activation_msg)
+  gradient,         ///< (backward_atom, gradient_msg)
+  norm,             ///< (norm_atom, step_t, double)
+  credit,           ///< (credit_atom, credit_msg)
+};
+
+/// `dest` is the receiving actor's index in graph_spec::actors.
+net::frame encode(std::uint16_t dest, const batch_msg& m, bool eval);
+net::frame encode(std::uint16_t dest, const activation_msg& m, bool eval);
+net::frame encode(std::uint16_t dest, const gradient_msg& m);
+net::frame encode_norm(std::uint16_t dest, step_t step, double sq_norm);
+net::frame encode(std::uint16_t dest, const credit_msg& m);
+
+/// Decodes `f` and sends its message to `local(dest)`, anonymously. Throws
+/// malformed_input (runtime/bytes.hpp) on anything it cannot decode, and when
+/// `local` knows no such actor (returns an invalid handle).
+void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& local);
+
+} // namespace troupe::remote

@@ -1,0 +1,117 @@
+// `troupe launch FILE`: run a graph across the processes its `cluster:`
+// section describes, as the coordinator; ends like `troupe run`.
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "deploy/cluster_token.hpp"
+#include "deploy/commands.hpp"
+#include "deploy/coordinator.hpp"
+#include "deploy/run_graph.hpp"
+#include "runtime/errors.hpp"
+
+namespace troupe::cli {
+
+namespace {
+
+constexpr const char* launch_help = R"(usage: troupe launch FILE [--set KEY.PATH=VALUE]... [--steps N] [--summary-json OUT.json]
+                     [--timeout SECONDS] [--resume DIR]
+
+Validates the graph file FILE, then runs it across the node processes its
+`cluster:` section asks for: `cluster: {launcher: local, nodes: 2}` starts two
+processes on this machine (`ssh` with `hosts:`, or `slurm` inside an
+allocation). This process is the coordinator: it listens on cluster.address
+(127.0.0.1 by default) and only accepts nodes that present the shared token
+(cluster.token_file, else $TROUPE_TOKEN, else a fresh one made for this launch).
+Stages are spread evenly over the nodes unless an actor names its `node:`.
+
+options:
+  --set KEY.PATH=VALUE   override one value before validation (repeatable; nodes get it too)
+  --steps N              train for N steps (the same as --set train.steps=N)
+  --summary-json FILE    write the run's summary there, as `troupe run` does
+  --timeout SECONDS      fail if the run takes longer (default: no limit)
+  --resume DIR           continue from the checkpoint in DIR
+  -h, --help             show this help
+
+Exit codes: 0 success, 1 the run failed (a node lost, an actor failed), 2 invalid graph or arguments.
+)";
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string{"troupe"} : p.string();
+}
+
+} // namespace
+
+int run_launch(std::span<char*> args) {
+  std::string file, steps, summary, timeout, resume;
+  std::vector<std::string> sets;
+  bool help = false;
+  if (!parse_graph_args(args, "launch", file, sets,
+                        {{"--steps", &steps}, {"--summary-json", &summary}, {"--timeout", &timeout}, {"--resume", &resume}},
+                        help))
+    return bad_input;
+  if (help) {
+    fmt::print("{}", launch_help);
+    return ok;
+  }
+  auto positive = [](const std::string& text, const char* opt, std::int64_t& out) {
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    if (ec == std::errc{} && end == text.data() + text.size() && out > 0)
+      return true;
+    fmt::print(stderr, "troupe launch: {} expects a positive integer, got '{}'\n", opt, text);
+    return false;
+  };
+  std::int64_t n = 0;
+  if (!steps.empty()) {
+    if (!positive(steps, "--steps", n))
+      return bad_input;
+    sets.push_back(fmt::format("train.steps={}", n));
+  }
+  cluster::coordinator_options o;
+  if (!timeout.empty()) {
+    if (!positive(timeout, "--timeout", n))
+      return bad_input;
+    o.timeout = std::chrono::seconds(n);
+  }
+  auto res = load_graph_for_cli(file, sets);
+  if (!res.ok()) {
+    fmt::print(stderr, "{}", to_string(res.errors));
+    return bad_input;
+  }
+  const auto& g = *res.graph;
+  if (!resume.empty() && !std::filesystem::exists(resume)) {
+    fmt::print(stderr, "troupe launch: --resume {}: no such checkpoint folder\n", resume);
+    return bad_input;
+  }
+  if (!g.cluster.token_path.empty()) {
+    auto t = cluster::read_token_file(g.cluster.token_path.string());
+    if (!t) {
+      fmt::print(stderr, "troupe launch: {}\n", error_message(t.error()));
+      return bad_input;
+    }
+    o.token = *t;
+  } else if (const char* env = std::getenv("TROUPE_TOKEN"); env && *env) {
+    o.token = env;
+  } else {
+    o.token = cluster::fresh_token();
+  }
+  auto kind = net::parse_transport(g.cluster.transport);
+  if (!kind) {
+    fmt::print(stderr, "troupe launch: {}\n", error_message(kind.error()));
+    return bad_input;
+  }
+  o.transport = *kind;
+  o.graph_file = file;
+  o.overrides = sets;
+  o.resume = resume.empty() ? std::string{} : std::filesystem::absolute(resume).string();
+  o.troupe_exe = self_exe();
+  return report_run("launch", file, cluster::run_coordinator(g, o), summary);
+}
+
+} // namespace troupe::cli

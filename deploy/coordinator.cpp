@@ -1,0 +1,300 @@
+// The coordinator (deploy/coordinator.hpp). Transport callbacks push events
+// into one queue; a single loop owns all state and walks the run protocol
+// (deploy/cluster_protocol.hpp): join, plan, ready, start, done, stop.
+#include "deploy/coordinator.hpp"
+
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "deploy/cluster_protocol.hpp"
+#include "deploy/launcher.hpp"
+#include "runtime/bytes.hpp"
+#include "runtime/errors.hpp"
+
+namespace troupe::cluster {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// What a connection callback saw: a frame, or the end of the connection.
+struct event {
+  net::connection* conn = nullptr;
+  bool closed = false;
+  net::frame f;
+  std::string why;
+};
+
+class event_queue {
+public:
+  void push(event e) {
+    {
+      std::lock_guard lock{mtx_};
+      q_.push_back(std::move(e));
+    }
+    cv_.notify_one();
+  }
+  /// The next event, or nothing after `wait`.
+  std::optional<event> pop(std::chrono::milliseconds wait) {
+    std::unique_lock lock{mtx_};
+    if (!cv_.wait_for(lock, wait, [&] { return !q_.empty(); }))
+      return std::nullopt;
+    auto e = std::move(q_.front());
+    q_.pop_front();
+    return e;
+  }
+
+private:
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::deque<event> q_;
+};
+
+struct node_state {
+  net::connection* conn = nullptr;
+  hello_msg hello;
+  bool ready = false;
+  bool gone = false;
+  clock_type::time_point last_heard;
+  std::vector<std::string> actors;  ///< what the graph places there
+};
+
+enum class phase { joining, planning, running, over };
+
+class coordinator {
+public:
+  coordinator(const graph_spec& g, const coordinator_options& o) : g_(g), o_(o), nodes_(static_cast<std::size_t>(g.cluster.nodes)) {
+    for (const auto& a : g.actors)
+      nodes_[static_cast<std::size_t>(g.node_of(a))].actors.push_back(a.name);
+  }
+  caf::expected<run_result> run();
+
+private:
+  std::string describe(int i) const {
+    const auto& n = nodes_[static_cast<std::size_t>(i)];
+    auto who = n.conn ? fmt::format("node {} ({}, pid {})", i, n.hello.host, n.hello.pid) : fmt::format("node {}", i);
+    return fmt::format("{} running {}", who, fmt::join(n.actors, ", "));
+  }
+  int node_of(net::connection* c) const {
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+      if (nodes_[i].conn == c && !nodes_[i].gone)
+        return static_cast<int>(i);
+    return -1;
+  }
+  void broadcast(control_kind k) {
+    for (auto& n : nodes_)
+      if (n.conn && !n.gone)
+        n.conn->send(encode(k));
+  }
+  void on_frame(event& e);
+  void on_hello(event& e);
+  void check_liveness();
+  void fail(std::string why) {
+    if (failure_.empty())
+      failure_ = std::move(why);
+  }
+  void shut_down();
+
+  const graph_spec& g_;
+  coordinator_options o_;
+  std::vector<node_state> nodes_;
+  event_queue events_;
+  std::unique_ptr<net::server> server_;
+  std::unique_ptr<launched_nodes> launched_;
+  phase phase_ = phase::joining;
+  std::string failure_;
+  run_result result_;
+  std::set<std::string> done_;
+  clock_type::time_point started_, last_done_;
+};
+
+void coordinator::on_hello(event& e) {
+  hello_msg h;
+  try {
+    h = decode_hello(e.f);
+  } catch (const malformed_input& x) {
+    fmt::print(stderr, "troupe launch: rejected a hello from {}: {}\n", e.conn->peer(), x.what());
+    e.conn->close();
+    return;
+  }
+  if (h.node < 0 || h.node >= static_cast<int>(nodes_.size()) || nodes_[static_cast<std::size_t>(h.node)].conn) {
+    fmt::print(stderr, "troupe launch: refused node {} from {}: {}\n", h.node, e.conn->peer(),
+               h.node < 0 || h.node >= static_cast<int>(nodes_.size()) ? "no such node" : "that node already joined");
+    e.conn->close();
+    return;
+  }
+  auto& n = nodes_[static_cast<std::size_t>(h.node)];
+  n.conn = e.conn, n.hello = std::move(h), n.last_heard = clock_type::now();
+}
+
+void coordinator::on_frame(event& e) {
+  auto kind = static_cast<control_kind>(e.f.kind);
+  int i = node_of(e.conn);
+  if (i < 0) {
+    if (kind == control_kind::hello && phase_ == phase::joining)
+      on_hello(e);
+    else {
+      fmt::print(stderr, "troupe launch: rejected a frame from {}: it has not joined as a node\n", e.conn->peer());
+      e.conn->close();
+    }
+    return;
+  }
+  auto& n = nodes_[static_cast<std::size_t>(i)];
+  n.last_heard = clock_type::now();
+  try {
+    switch (kind) {
+      case control_kind::heartbeat:
+        break;
+      case control_kind::ready:
+        n.ready = true;
+        break;
+      case control_kind::done: {
+        auto s = decode_summary(e.f);
+        last_done_ = clock_type::now();
+        done_.insert(s.actor);
+        result_.summaries.push_back(std::move(s));
+        break;
+      }
+      case control_kind::failed: {
+        auto f = decode_failure(e.f);
+        fail(fmt::format("actor '{}' on node {} failed: {}", f.actor, i, f.what));
+        break;
+      }
+      case control_kind::checkpoint:
+        decode_checkpoint(e.f);
+        break;
+      default:
+        throw malformed_input(fmt::format("unexpected control frame {}", e.f.kind));
+    }
+  } catch (const malformed_input& x) {
+    fail(fmt::format("{} sent a malformed frame: {}", describe(i), x.what()));
+  }
+}
+
+void coordinator::check_liveness() {
+  auto now = clock_type::now();
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    auto& n = nodes_[i];
+    if (n.conn && !n.gone && now - n.last_heard > std::chrono::duration<double>(heartbeat_timeout_s))
+      fail(fmt::format("lost {}: no heartbeat for {:.0f} s", describe(static_cast<int>(i)), heartbeat_timeout_s));
+    if (launched_ && !n.gone)
+      if (auto st = launched_->exit_status(static_cast<int>(i)); st && phase_ != phase::over)
+        fail(fmt::format("lost {}: its process exited with status {}", describe(static_cast<int>(i)), *st));
+  }
+}
+
+void coordinator::shut_down() {
+  phase_ = phase::over;
+  broadcast(control_kind::stop);
+  // Nodes exit on stop; give them a moment, then make sure (no orphans).
+  auto until = clock_type::now() + std::chrono::seconds(10);
+  while (launched_ && clock_type::now() < until) {
+    bool all = true;
+    for (int i = 0; i < static_cast<int>(nodes_.size()); ++i)
+      all = all && launched_->exit_status(i).has_value();
+    if (all)
+      break;
+    events_.pop(std::chrono::milliseconds(50));
+  }
+  if (launched_)
+    launched_->terminate();
+  server_.reset();
+}
+
+caf::expected<run_result> coordinator::run() {
+  net::handlers h;
+  h.on_frame = [this](net::connection& c, net::frame&& f) { events_.push({&c, false, std::move(f), {}}); };
+  h.on_close = [this](net::connection& c, std::string why) { events_.push({&c, true, {}, std::move(why)}); };
+  auto server = net::listen({net::transport_kind::tcp, g_.cluster.address,
+                             static_cast<std::uint16_t>(g_.cluster.port), o_.token,
+                             [](std::string line) { fmt::print(stderr, "troupe launch: {}\n", line); }},
+                            std::move(h));
+  if (!server)
+    return make_error(errc::io_failed, fmt::format("cannot listen on {}:{}: {}", g_.cluster.address, g_.cluster.port,
+                                                   error_message(server.error())));
+  server_ = std::move(*server);
+  launch_request req;
+  req.troupe_exe = o_.troupe_exe;
+  req.coordinator = fmt::format("{}:{}", g_.cluster.address, server_->port());
+  req.nodes = g_.cluster.nodes;
+  req.hosts = g_.cluster.hosts;
+  req.token = o_.token;
+  req.workdir = std::filesystem::current_path();
+  req.extra_args = {"--transport", std::string{net::to_string(o_.transport)}};
+  fmt::print("troupe launch: coordinator on {}, starting {} node(s) with the {} launcher ({} channels)\n",
+             req.coordinator, req.nodes, g_.cluster.launcher, net::to_string(o_.transport));
+  std::fflush(stdout);
+  auto launched = launch_nodes(g_.cluster.launcher, req);
+  if (!launched) {
+    server_.reset();
+    return launched.error();
+  }
+  launched_ = std::move(*launched);
+  auto began = clock_type::now();
+  plan_msg plan;
+  plan.graph_file = std::filesystem::absolute(o_.graph_file).string();
+  plan.graph_hash = file_hash(plan.graph_file);
+  plan.overrides = o_.overrides;
+  plan.resume = o_.resume;
+  plan.transport = std::string{net::to_string(o_.transport)};
+  while (failure_.empty() && phase_ != phase::over) {
+    if (auto e = events_.pop(std::chrono::milliseconds(100))) {
+      if (e->closed) {
+        if (int i = node_of(e->conn); i >= 0) {
+          nodes_[static_cast<std::size_t>(i)].gone = true;
+          if (phase_ != phase::over)
+            fail(fmt::format("lost {}: {}", describe(i), e->why));
+        }
+      } else {
+        on_frame(*e);
+      }
+    }
+    check_liveness();
+    auto all = [&](auto pred) { return std::all_of(nodes_.begin(), nodes_.end(), pred); };
+    if (phase_ == phase::joining && all([](const node_state& n) { return n.conn != nullptr; })) {
+      for (const auto& n : nodes_)
+        plan.nodes.push_back({n.hello.data_host, n.hello.data_port});
+      for (auto& n : nodes_)
+        n.conn->send(encode(plan));
+      phase_ = phase::planning;
+    } else if (phase_ == phase::planning && all([](const node_state& n) { return n.ready; })) {
+      started_ = last_done_ = clock_type::now();
+      broadcast(control_kind::start);
+      phase_ = phase::running;
+    } else if (phase_ == phase::running && done_.size() == g_.actors.size()) {
+      phase_ = phase::over;
+    }
+    if (phase_ != phase::running && phase_ != phase::over && clock_type::now() - began > o_.join_timeout) {
+      std::vector<int> missing;
+      for (std::size_t i = 0; i < nodes_.size(); ++i)
+        if (phase_ == phase::joining ? !nodes_[i].conn : !nodes_[i].ready)
+          missing.push_back(static_cast<int>(i));
+      fail(fmt::format("node(s) {} did not {} within {} s", fmt::join(missing, ", "),
+                       phase_ == phase::joining ? "join" : "get ready", o_.join_timeout.count() / 1000));
+    }
+    if (phase_ == phase::running && o_.timeout.count() > 0 && clock_type::now() - started_ > o_.timeout)
+      fail(fmt::format("the run did not finish within {} s ({} of {} actors reported done)",
+                       o_.timeout.count() / 1000.0, done_.size(), g_.actors.size()));
+  }
+  shut_down();
+  if (!failure_.empty())
+    return make_error(errc::actor_failed, failure_);
+  result_.seconds = std::chrono::duration<double>(last_done_ - started_).count();
+  aggregate(result_);
+  return result_;
+}
+
+} // namespace
+
+caf::expected<run_result> run_coordinator(const graph_spec& g, const coordinator_options& o) {
+  coordinator c{g, o};
+  return c.run();
+}
+
+} // namespace troupe::cluster

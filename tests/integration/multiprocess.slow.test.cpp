@@ -1,0 +1,254 @@
+// Multi-process runs on loopback, through the real `troupe launch` and real
+// node processes: same losses as one process, a killed node, hostile input.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/transport.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string troupe_exe() {
+  const char* build = std::getenv("TROUPE_BUILD_DIR");
+  REQUIRE(build);
+  return std::string{build} + "/deploy/troupe";
+}
+
+/// A fresh folder with a small 4-stage pipeline graph in it.
+fs::path make_graph(const std::string& name, int steps, const std::string& cluster) {
+  auto dir = fs::temp_directory_path() / ("troupe_mp_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream{dir / "graph.yaml"} << "model: {layers: 4, d_model: 32, heads: 2, context: 16, vocab: 256}\n"
+                                    << "data: {corpus: kjv, batch: 4, seed: 7}\n"
+                                    << "train: {steps: " << steps << ", lr: 3.0e-3, warmup: 2, eval_batches: 2}\n"
+                                    << "pipeline: {stages: 4, microbatches: 4, schedule: 1f1b}\n"
+                                    << cluster;
+  return dir;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in{p};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// Runs a shell command; its exit code.
+int sh(const std::string& cmd) {
+  int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::vector<double> losses(const fs::path& summary) {
+  auto j = nlohmann::json::parse(slurp(summary));
+  REQUIRE(j.contains("losses"));
+  return j.at("losses").get<std::vector<double>>();
+}
+
+/// A background `troupe launch` with its output in files.
+struct launch_process {
+  pid_t pid = -1;
+  fs::path out, err;
+
+  launch_process(const fs::path& dir, std::vector<std::string> extra = {}) : out(dir / "out.txt"), err(dir / "err.txt") {
+    std::vector<std::string> args{troupe_exe(), "launch", (dir / "graph.yaml").string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      std::freopen(out.c_str(), "w", stdout);
+      std::freopen(err.c_str(), "w", stderr);
+      std::vector<char*> argv;
+      for (auto& a : args)
+        argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      std::_Exit(127);
+    }
+  }
+  /// Waits for `pattern` in stdout (or stderr); the first match's first group.
+  std::string wait_for(const std::string& pattern, std::chrono::seconds limit = 60s) {
+    std::regex re{pattern};
+    auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      for (const auto& f : {out, err}) {
+        std::smatch m;
+        auto text = slurp(f);
+        if (std::regex_search(text, m, re))
+          return m.size() > 1 ? m[1].str() : m[0].str();
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    FAIL("no '" << pattern << "' in the launch output within the limit:\n" << slurp(out) << slurp(err));
+    return {};
+  }
+  /// Exit code once it ends, waiting at most `limit` (then -1).
+  int wait(std::chrono::milliseconds limit) {
+    auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return -1;
+  }
+  ~launch_process() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+/// Pids of processes whose command line contains `needle`.
+std::vector<pid_t> processes_with(const std::string& needle) {
+  std::vector<pid_t> found;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    auto name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    auto cmd = slurp(e.path() / "cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find(needle) != std::string::npos && std::stoi(name) != ::getpid())
+      found.push_back(std::stoi(name));
+  }
+  return found;
+}
+
+} // namespace
+
+TEST_CASE("a pipeline split across 2 and 4 processes gives the one-process loss curve") {
+  auto dir = make_graph("same", 8, "");
+  REQUIRE(sh(troupe_exe() + " run " + (dir / "graph.yaml").string() + " --no-trace --summary-json " +
+             (dir / "one.json").string() + " > /dev/null") == 0);
+  auto reference = losses(dir / "one.json");
+  REQUIRE(reference.size() == 8);
+  for (int nodes : {2, 4}) {
+    CAPTURE(nodes);
+    auto summary = dir / ("nodes" + std::to_string(nodes) + ".json");
+    REQUIRE(sh(troupe_exe() + " launch " + (dir / "graph.yaml").string() + " --set cluster.nodes=" +
+               std::to_string(nodes) + " --summary-json " + summary.string() + " > " + (dir / "launch.txt").string() +
+               " 2>&1") == 0);
+    auto got = losses(summary);
+    REQUIRE(got.size() == reference.size());
+    for (std::size_t i = 0; i < got.size(); ++i)
+      CHECK(got[i] == doctest::Approx(reference[i]).epsilon(1e-5));
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("killing a node's process stops the launch within 5 seconds, naming the node, with no process left") {
+  auto dir = make_graph("kill", 100000, "cluster: {launcher: local, nodes: 2}\n");
+  launch_process launch{dir};
+  auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
+  launch.wait_for(R"(step\s+\d+/100000)");  // training is under way
+  auto node1 = processes_with("--coordinator " + coordinator + " --node 1");
+  REQUIRE(node1.size() == 1);
+  auto killed = std::chrono::steady_clock::now();
+  REQUIRE(::kill(node1[0], SIGKILL) == 0);
+  int code = launch.wait(10s);
+  auto took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  MESSAGE("the launch ended " << took << " s after the kill with exit code " << code);
+  CHECK(code == 1);
+  CHECK(took < 5.0);
+  auto err = slurp(launch.err);
+  CHECK(err.find("lost node 1") != std::string::npos);
+  CHECK(err.find("s2, s3") != std::string::npos);
+  std::this_thread::sleep_for(200ms);
+  CHECK(processes_with("--coordinator " + coordinator).empty());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("garbage and a wrong token sent to the coordinator are refused, logged, and the run still completes") {
+  auto dir = make_graph("garbage", 30, "cluster: {launcher: local, nodes: 2}\n");
+  launch_process launch{dir, {"--summary-json", (dir / "summary.json").string()}};
+  auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
+  auto port = static_cast<std::uint16_t>(std::stoi(coordinator.substr(coordinator.rfind(':') + 1)));
+  // Random bytes, then a huge claimed length, from raw sockets.
+  std::mt19937 rng{42};
+  for (int round = 0; round < 3; ++round) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    std::vector<unsigned char> junk(round == 2 ? 8 : 4096);
+    for (auto& b : junk)
+      b = static_cast<unsigned char>(round == 2 ? 0xff : rng());
+    (void)::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+    std::this_thread::sleep_for(100ms);
+    ::close(fd);
+  }
+  // A well-formed client with the wrong token.
+  troupe::net::handlers h;
+  h.on_frame = [](troupe::net::connection&, troupe::net::frame&&) {};
+  h.on_close = [](troupe::net::connection&, std::string) {};
+  auto intruder = troupe::net::connect({troupe::net::transport_kind::tcp, "127.0.0.1", port, "not-the-token", {}, 5000ms},
+                                       std::move(h));
+  if (intruder)
+    (*intruder)->send(troupe::net::frame{100, std::vector<std::byte>(16), {}});
+  std::this_thread::sleep_for(300ms);
+  intruder = caf::error{};
+  CHECK(launch.wait(120s) == 0);
+  auto err = slurp(launch.err);
+  MESSAGE(err);
+  CHECK(err.find("refused connection") != std::string::npos);
+  CHECK(err.find("rejected connection") != std::string::npos);
+  CHECK(nlohmann::json::parse(slurp(dir / "summary.json")).at("steps").get<int>() == 30);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("the coordinator listens only on the configured address") {
+  auto dir = make_graph("address", 100000, "cluster: {launcher: local, nodes: 2, address: 127.0.0.1}\n");
+  launch_process launch{dir};
+  auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
+  auto port = std::stoi(coordinator.substr(coordinator.rfind(':') + 1));
+  // /proc/net/tcp lists listening sockets (state 0A) as HEXADDR:HEXPORT.
+  char want[32];
+  std::snprintf(want, sizeof want, "0100007F:%04X", port);
+  auto table = slurp("/proc/net/tcp");
+  bool loopback_listener = false, wildcard_listener = false;
+  std::istringstream lines{table};
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream f{line};
+    std::string slot, local, remote, state;
+    f >> slot >> local >> remote >> state;
+    if (state != "0A")
+      continue;
+    char port_hex[8];
+    std::snprintf(port_hex, sizeof port_hex, ":%04X", port);
+    if (local == want)
+      loopback_listener = true;
+    else if (local.size() > 5 && local.substr(local.size() - 5) == port_hex)
+      wildcard_listener = true;
+  }
+  CHECK(loopback_listener);
+  CHECK_FALSE(wildcard_listener);
+  fs::remove_all(dir);
+}
