@@ -92,6 +92,7 @@ struct server_options {
   std::uint16_t port = 0;             ///< 0 = any free port
   std::string token;                  ///< shared secret every connection must present
   std::function<void(std::string)> log;  ///< refused and rejected connections, one line each
+  link_model link;  ///< applied to what this side sends on every accepted connection
 };
 
 caf::expected<std::unique_ptr<server>> listen(server_options opts, handlers h);

@@ -1,0 +1,116 @@
+// The transport entry points: parsing transport names, bandwidths and
+// durations, and dispatching listen/connect to the TCP or UCX implementation.
+#include "runtime/transport.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "runtime/errors.hpp"
+#include "runtime/transport_detail.hpp"
+
+namespace troupe::net {
+
+namespace {
+
+struct unit {
+  std::string_view name;
+  double scale;
+};
+
+/// Splits "1.5GB/s" into 1.5 and "GB/s" (spaces between them allowed).
+bool split_number(std::string_view text, double& value, std::string_view& rest) {
+  auto* first = text.data();
+  auto* last = text.data() + text.size();
+  auto [end, ec] = std::from_chars(first, last, value);
+  if (ec != std::errc{} || !std::isfinite(value) || value < 0)
+    return false;
+  rest = std::string_view(end, static_cast<std::size_t>(last - end));
+  while (!rest.empty() && rest.front() == ' ')
+    rest.remove_prefix(1);
+  return true;
+}
+
+template <std::size_t N>
+bool find_unit(std::string_view name, const unit (&units)[N], double& scale) {
+  for (auto& u : units)
+    if (u.name == name) {
+      scale = u.scale;
+      return true;
+    }
+  return false;
+}
+
+} // namespace
+
+std::string_view to_string(transport_kind k) noexcept {
+  return k == transport_kind::ucx ? "ucx" : "tcp";
+}
+
+caf::expected<transport_kind> parse_transport(std::string_view name) {
+  if (name == "tcp")
+    return transport_kind::tcp;
+  if (name == "ucx")
+    return transport_kind::ucx;
+  if (name != "auto")
+    return make_error(errc::invalid_argument,
+                      fmt::format("unknown transport '{}' (known: auto, tcp, ucx)", name));
+  auto why = detail::ucx_unavailable_reason();
+  if (why.empty())
+    return transport_kind::ucx;
+  static std::once_flag said;
+  std::call_once(said, [&] { fmt::print(stderr, "troupe: transport auto: using tcp because {}\n", why); });
+  return transport_kind::tcp;
+}
+
+caf::expected<double> parse_bandwidth(std::string_view text) {
+  // Decimal units, as network links are rated.
+  static constexpr unit units[] = {
+    {"bit/s", 1.0 / 8}, {"Kbit/s", 1e3 / 8}, {"kbit/s", 1e3 / 8}, {"Mbit/s", 1e6 / 8},
+    {"Gbit/s", 1e9 / 8}, {"Tbit/s", 1e12 / 8}, {"B/s", 1},          {"KB/s", 1e3},
+    {"kB/s", 1e3},       {"MB/s", 1e6},        {"GB/s", 1e9},       {"TB/s", 1e12}};
+  double value = 0;
+  double scale = 0;
+  std::string_view rest;
+  if (!split_number(text, value, rest) || !find_unit(rest, units, scale))
+    return make_error(errc::invalid_argument,
+                      fmt::format("'{}' is not a bandwidth: expected a number and a unit such as "
+                                  "10Gbit/s, 1.5GB/s, 200MB/s",
+                                  text));
+  if (value <= 0)
+    return make_error(errc::invalid_argument,
+                      fmt::format("'{}' is not a bandwidth: it must be more than zero (leave it out for "
+                                  "an unlimited link)",
+                                  text));
+  return value * scale;
+}
+
+caf::expected<double> parse_duration(std::string_view text) {
+  static constexpr unit units[] = {{"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3}, {"s", 1}};
+  double value = 0;
+  double scale = 0;
+  std::string_view rest;
+  if (!split_number(text, value, rest) || !find_unit(rest, units, scale))
+    return make_error(errc::invalid_argument,
+                      fmt::format("'{}' is not a duration: expected a number and a unit such as "
+                                  "5ms, 200us, 0.25s, 1500ns",
+                                  text));
+  return value * scale;
+}
+
+caf::expected<std::unique_ptr<server>> listen(server_options opts, handlers h) {
+  if (opts.kind == transport_kind::ucx)
+    return detail::ucx_listen(std::move(opts), std::move(h));
+  return detail::tcp_listen(std::move(opts), std::move(h));
+}
+
+caf::expected<std::unique_ptr<connection>> connect(connect_options opts, handlers h) {
+  if (opts.kind == transport_kind::ucx)
+    return detail::ucx_connect(std::move(opts), std::move(h));
+  return detail::tcp_connect(std::move(opts), std::move(h));
+}
+
+} // namespace troupe::net
