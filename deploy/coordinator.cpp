@@ -213,7 +213,7 @@ caf::expected<run_result> coordinator::run() {
   h.on_close = [this](net::connection& c, std::string why) { events_.push({&c, true, {}, std::move(why)}); };
   auto server = net::listen({net::transport_kind::tcp, g_.cluster.address,
                              static_cast<std::uint16_t>(g_.cluster.port), o_.token,
-                             [](std::string line) { fmt::print(stderr, "troupe launch: {}\n", line); }},
+                             [](std::string line) { fmt::print(stderr, "troupe launch: {}\n", line); }, {}},
                             std::move(h));
   if (!server)
     return make_error(errc::io_failed, fmt::format("cannot listen on {}:{}: {}", g_.cluster.address, g_.cluster.port,

@@ -199,7 +199,7 @@ int node_agent::run() {
   };
   data_h.on_close = [](net::connection&, std::string) {};  // senders see their peer go; the coordinator decides
   auto data = net::listen({o_.transport, o_.listen_address, 0, o_.token,
-                           [this](std::string line) { log(line); }},
+                           [this](std::string line) { log(line); }, {}},
                           std::move(data_h));
   if (!data) {
     log(fmt::format("cannot listen for channels on {}: {}", o_.listen_address, error_message(data.error())));
