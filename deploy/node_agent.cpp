@@ -206,6 +206,9 @@ int node_agent::run() {
     return 1;
   }
   data_ = std::move(*data);
+  fmt::print("node {}: channels listen on {}:{} ({})\n", o_.node, o_.listen_address, data_->port(),
+             net::to_string(o_.transport));
+  std::fflush(stdout);
   net::handlers ctl_h;
   ctl_h.on_frame = [me](net::connection&, net::frame&& f) {
     caf::anon_send(me, ctl_atom::value, std::make_shared<net::frame>(std::move(f)));

@@ -75,7 +75,7 @@ void parse_cluster(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   r.get_int(n, "cluster", "nodes", c.nodes, 1, max_nodes);
   r.get_string(n, "cluster", "address", c.address);
   r.get_int(n, "cluster", "port", c.port, 0, 65535);
-  if (r.get_string(n, "cluster", "token_file", c.token_file))
+  if (r.get_string(n, "cluster", "token_file", c.token_file) && !c.token_file.empty())
     c.token_path = std::filesystem::path{c.token_file}.is_absolute() ? std::filesystem::path{c.token_file}
                                                                       : pg.base_dir / c.token_file;
   if (auto h = n["hosts"]) {

@@ -22,6 +22,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/errors.hpp"
 #include "runtime/transport.hpp"
 
 namespace fs = std::filesystem;
@@ -185,22 +186,24 @@ TEST_CASE("killing a node's process stops the launch within 5 seconds, naming th
 }
 
 TEST_CASE("garbage and a wrong token sent to the coordinator are refused, logged, and the run still completes") {
-  auto dir = make_graph("garbage", 30, "cluster: {launcher: local, nodes: 2}\n");
+  auto dir = make_graph("garbage", 400, "cluster: {launcher: local, nodes: 2}\n");
   launch_process launch{dir, {"--summary-json", (dir / "summary.json").string()}};
   auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
   auto port = static_cast<std::uint16_t>(std::stoi(coordinator.substr(coordinator.rfind(':') + 1)));
-  // Random bytes, then a huge claimed length, from raw sockets.
+  auto node_port = static_cast<std::uint16_t>(std::stoi(launch.wait_for(R"(node 1: channels listen on 127\.0\.0\.1:(\d+))")));
+  // Random bytes and a truncated header, from raw sockets, to the coordinator
+  // and to a node's channel port.
   std::mt19937 rng{42};
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 6; ++round) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
+    addr.sin_port = htons(round < 3 ? port : node_port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    std::vector<unsigned char> junk(round == 2 ? 8 : 4096);
+    std::vector<unsigned char> junk(round % 3 == 2 ? 8 : 4096);
     for (auto& b : junk)
-      b = static_cast<unsigned char>(round == 2 ? 0xff : rng());
+      b = static_cast<unsigned char>(round % 3 == 2 ? 0xff : rng());
     (void)::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
     std::this_thread::sleep_for(100ms);
     ::close(fd);
@@ -211,16 +214,15 @@ TEST_CASE("garbage and a wrong token sent to the coordinator are refused, logged
   h.on_close = [](troupe::net::connection&, std::string) {};
   auto intruder = troupe::net::connect({troupe::net::transport_kind::tcp, "127.0.0.1", port, "not-the-token", {}, 5000ms},
                                        std::move(h));
-  if (intruder)
-    (*intruder)->send(troupe::net::frame{100, std::vector<std::byte>(16), {}});
-  std::this_thread::sleep_for(300ms);
-  intruder = caf::error{};
+  REQUIRE_FALSE(intruder);
+  CHECK(troupe::error_message(intruder.error()).find("refused the connection: wrong token") != std::string::npos);
   CHECK(launch.wait(120s) == 0);
   auto err = slurp(launch.err);
   MESSAGE(err);
   CHECK(err.find("refused connection") != std::string::npos);
-  CHECK(err.find("rejected connection") != std::string::npos);
-  CHECK(nlohmann::json::parse(slurp(dir / "summary.json")).at("steps").get<int>() == 30);
+  CHECK(err.find("troupe launch: rejected connection") != std::string::npos);
+  CHECK(err.find("troupe node 1: rejected connection") != std::string::npos);
+  CHECK(nlohmann::json::parse(slurp(dir / "summary.json")).at("steps").get<int>() == 400);
   fs::remove_all(dir);
 }
 
