@@ -95,9 +95,13 @@ private:
   void on_frame(event& e);
   void on_hello(event& e);
   void check_liveness();
+  /// Records the run's first failure and says so at once (the run then stops).
   void fail(std::string why) {
-    if (failure_.empty())
-      failure_ = std::move(why);
+    if (!failure_.empty())
+      return;
+    fmt::print(stderr, "troupe launch: {}; stopping every node\n", why);
+    std::fflush(stderr);
+    failure_ = std::move(why);
   }
   void shut_down();
 
@@ -109,6 +113,7 @@ private:
   std::unique_ptr<launched_nodes> launched_;
   phase phase_ = phase::joining;
   std::string failure_;
+  std::optional<std::pair<std::string, clock_type::time_point>> deferred_;  ///< a node's report, held back
   run_result result_;
   std::set<std::string> done_;
   clock_type::time_point started_, last_done_;
@@ -163,7 +168,14 @@ void coordinator::on_frame(event& e) {
       }
       case control_kind::failed: {
         auto f = decode_failure(e.f);
-        fail(fmt::format("actor '{}' on node {} failed: {}", f.actor, i, f.what));
+        auto why = fmt::format("{} on node {} failed: {}", f.actor.rfind("node ", 0) == 0 ? f.actor : "actor '" + f.actor + "'", i, f.what);
+        // A node that lost its channel to another node usually reports it
+        // before that node's own loss arrives: wait briefly, so the run's
+        // error names the node that died rather than a neighbour.
+        if (f.actor.rfind("node ", 0) == 0 && !deferred_)
+          deferred_ = std::pair{std::move(why), clock_type::now() + std::chrono::milliseconds(1500)};
+        else
+          fail(std::move(why));
         break;
       }
       case control_kind::checkpoint:
@@ -227,6 +239,7 @@ caf::expected<run_result> coordinator::run() {
   req.token = o_.token;
   req.workdir = std::filesystem::current_path();
   req.extra_args = {"--transport", std::string{net::to_string(o_.transport)}};
+  req.term_grace = std::chrono::seconds(2);  // nodes told to stop exit at once; only a hung one waits this long
   fmt::print("troupe launch: coordinator on {}, starting {} node(s) with the {} launcher ({} channels)\n",
              req.coordinator, req.nodes, g_.cluster.launcher, net::to_string(o_.transport));
   std::fflush(stdout);
@@ -256,6 +269,8 @@ caf::expected<run_result> coordinator::run() {
       }
     }
     check_liveness();
+    if (deferred_ && clock_type::now() > deferred_->second)
+      fail(deferred_->first);
     auto all = [&](auto pred) { return std::all_of(nodes_.begin(), nodes_.end(), pred); };
     if (phase_ == phase::joining && all([](const node_state& n) { return n.conn != nullptr; })) {
       for (const auto& n : nodes_)

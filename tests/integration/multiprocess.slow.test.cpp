@@ -185,6 +185,27 @@ TEST_CASE("killing a node's process stops the launch within 5 seconds, naming th
   fs::remove_all(dir);
 }
 
+TEST_CASE("a node that stops answering is declared lost within 5 seconds and the launch still ends cleanly") {
+  auto dir = make_graph("hang", 100000, "cluster: {launcher: local, nodes: 2}\n");
+  launch_process launch{dir};
+  auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
+  launch.wait_for(R"(step\s+\d+/100000)");
+  auto node1 = processes_with("--coordinator " + coordinator + " --node 1");
+  REQUIRE(node1.size() == 1);
+  auto stopped = std::chrono::steady_clock::now();
+  REQUIRE(::kill(node1[0], SIGSTOP) == 0);  // alive, connected, silent
+  launch.wait_for("lost node 1", 10s);
+  auto noticed = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  int code = launch.wait(15s);
+  MESSAGE("noticed after " << noticed << " s; exit code " << code);
+  CHECK(noticed < 5.0);
+  CHECK(code == 1);
+  CHECK(slurp(launch.err).find("no heartbeat") != std::string::npos);
+  std::this_thread::sleep_for(200ms);
+  CHECK(processes_with("--coordinator " + coordinator).empty());
+  fs::remove_all(dir);
+}
+
 TEST_CASE("garbage and a wrong token sent to the coordinator are refused, logged, and the run still completes") {
   auto dir = make_graph("garbage", 400, "cluster: {launcher: local, nodes: 2}\n");
   launch_process launch{dir, {"--summary-json", (dir / "summary.json").string()}};
