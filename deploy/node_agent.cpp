@@ -84,7 +84,8 @@ private:
   std::map<std::string, caf::actor> handles_;  ///< local actors and channel actors, by name
   std::map<caf::actor_addr, std::string> names_; ///< local actors, monitored
   std::set<std::string> done_;
-  std::vector<std::shared_ptr<net::connection>> links_;
+  link_map links_;  ///< emulated links between this node's actors
+  std::vector<std::shared_ptr<net::connection>> conns_;
   std::unique_ptr<net::server> data_;
   std::shared_ptr<net::connection> ctl_;
 };
@@ -154,14 +155,19 @@ std::string node_agent::setup(const plan_msg& p) {
         return fmt::format("cannot open a channel to node {} at {}:{}: {}", n, addr.host, addr.port,
                            error_message(c.error()));
       conn = std::shared_ptr<net::connection>(std::move(*c));
-      links_.push_back(conn);
+      conns_.push_back(conn);
     }
     handles_[a.name] = spawn_channel(sys_, a.name, static_cast<std::uint16_t>(i), conn, me);
   }
+  // Links between this node's own actors; across nodes the connections emulate them.
+  links_ = spawn_links(sys_, graph_, handles_, [this](const channel_spec& c) {
+    return graph_.node_of(*graph_.find_actor(c.from)) == o_.node && graph_.node_of(*graph_.find_actor(c.to)) == o_.node;
+  });
   // Every local actor learns its peers before anyone starts.
   for (const auto& [addr, name] : names_) {
     caf::error failure;
-    self_->request(handles_.at(name), std::chrono::seconds(30), connect_atom::value, make_connect(graph_, name, handles_))
+    self_->request(handles_.at(name), std::chrono::seconds(30), connect_atom::value,
+                   make_connect(graph_, name, handles_, links_))
       .receive([](caf::ok_atom) {}, [&](caf::error& e) { failure = std::move(e); });
     if (failure)
       return fmt::format("actor '{}' did not accept connect: {}", name, error_message(failure));
@@ -173,6 +179,8 @@ void node_agent::stop_actors() {
   stopping_ = true;
   for (auto& [name, h] : handles_)
     self_->send_exit(h, caf::exit_reason::user_shutdown);
+  for (auto& [ends, l] : links_)
+    self_->send_exit(l, caf::exit_reason::user_shutdown);
   auto waiting = names_.size();
   bool timed_out = false;
   while (waiting > 0 && !timed_out)
@@ -286,11 +294,11 @@ int node_agent::run() {
   heartbeat.request_stop();
   heartbeat.join();
   stop_actors();
-  for (auto& l : links_)
-    l->close();
+  for (auto& c : conns_)
+    c->close();
   ctl_->close();
   data_.reset();
-  links_.clear();
+  conns_.clear();
   return exit_code;
 }
 

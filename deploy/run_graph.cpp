@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
+#include "actors/link.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/registry.hpp"
 #include "schedulers/stage_policy.hpp"
@@ -27,19 +28,34 @@ std::string error_text(const caf::actor_system&, const caf::error& e) {
 } // namespace
 
 connect_msg make_connect(const graph_spec& g, const std::string& self,
-                         const std::map<std::string, caf::actor>& handles) {
+                         const std::map<std::string, caf::actor>& handles, const link_map& links) {
   connect_msg m;
   m.self = self;
   auto type_of = [&](const std::string& n) { return g.find_actor(n)->type; };
+  auto to = [&](const std::string& n) {  // how `self` reaches `n`: through a link, if one is emulated
+    auto l = links.find({self, n});
+    return l != links.end() ? l->second : handles.at(n);
+  };
   for (const auto& c : g.channels) {
     if (c.from == self)
-      m.peers.push_back(peer{c.to, type_of(c.to), handles.at(c.to), channel_dir::out, c.credits});
+      m.peers.push_back(peer{c.to, type_of(c.to), to(c.to), channel_dir::out, c.credits});
     if (c.to == self)
-      m.peers.push_back(peer{c.from, type_of(c.from), handles.at(c.from), channel_dir::in, c.credits});
+      m.peers.push_back(peer{c.from, type_of(c.from), to(c.from), channel_dir::in, c.credits});
   }
   for (const auto& a : g.actors)
-    m.directory.push_back(peer{a.name, a.type, handles.at(a.name), channel_dir::out, 0});
+    m.directory.push_back(peer{a.name, a.type, to(a.name), channel_dir::out, 0});
   return m;
+}
+
+link_map spawn_links(caf::actor_system& sys, const graph_spec& g, const std::map<std::string, caf::actor>& handles,
+                     const std::function<bool(const channel_spec&)>& here) {
+  link_map links;
+  for (const auto& c : g.channels)
+    if ((c.bandwidth > 0 || c.latency > 0) && here(c)) {
+      links[{c.from, c.to}] = spawn_link(sys, handles.at(c.to), c.bandwidth, c.latency);
+      links[{c.to, c.from}] = spawn_link(sys, handles.at(c.from), c.bandwidth, c.latency);
+    }
+  return links;
 }
 
 graph_vocabulary troupe_vocabulary() {
@@ -90,7 +106,10 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
   std::set<caf::actor_addr> alive;
   // Stops every actor and waits until each is gone, so nothing they own
   // outlives this call (their on_exit may touch what the caller frees next).
+  link_map links;
   auto stop_all = [&] {
+    for (auto& [ends, l] : links)
+      self->send_exit(l, caf::exit_reason::user_shutdown);
     for (auto& [name, h] : handles)
       self->send_exit(h, caf::exit_reason::user_shutdown);
     bool waiting = true;
@@ -120,9 +139,10 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
     handles[a.name] = std::move(*h);
   }
   // 2. connect: every actor learns its peers before anyone starts
+  links = spawn_links(sys, g, handles, [](const channel_spec&) { return true; });
   for (const auto& a : g.actors) {
     caf::error failure;
-    self->request(handles.at(a.name), opts.connect_timeout, connect_atom::value, make_connect(g, a.name, handles))
+    self->request(handles.at(a.name), opts.connect_timeout, connect_atom::value, make_connect(g, a.name, handles, links))
       .receive([](caf::ok_atom) {}, [&](caf::error& e) { failure = std::move(e); });
     if (failure) {
       stop_all();

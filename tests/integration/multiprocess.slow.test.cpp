@@ -76,6 +76,7 @@ struct launch_process {
   launch_process(const fs::path& dir, std::vector<std::string> extra = {}) : out(dir / "out.txt"), err(dir / "err.txt") {
     std::vector<std::string> args{troupe_exe(), "launch", (dir / "graph.yaml").string()};
     args.insert(args.end(), extra.begin(), extra.end());
+    std::fflush(stdout), std::fflush(stderr);  // or the child's freopen writes our buffered output again
     pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
