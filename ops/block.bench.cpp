@@ -1,5 +1,6 @@
 // bench_block: where a training step's time goes, op by op. Replays what gpt_range
-// does for one step (same ops, same order, same shapes) with a timer around each op.
+// does for one step with its fused backward (same ops, same order, same shapes) with
+// a timer around each op.
 // Usage: bench_block [--config A|B] [--steps N] [--bf16]
 #include <algorithm>
 #include <cstdio>
@@ -124,7 +125,11 @@ int main(int argc, char** argv) {
     auto dlogits = tm.time("cross_entropy", [&] { return cross_entropy_backward(logits, targets, 1.0f, -1); });
     auto d_lnf = tm.time("head bwd input", [&] { return linear_backward_input(dlogits, ps[h + 2].value, pr); });
     auto dx = tm.time("layer_norm bwd input", [&] { return layer_norm_backward_input(d_lnf, x, fs, ps[h].value); });
-    for (int li = cfg.layers - 1; li >= 0; --li) {
+    tensor_handle gh2 = gs[h + 2].value, no_bias;
+    tm.time("head bwd weight", [&] { linear_backward_weight(dlogits, lnf, gh2, no_bias, 1.0f, pr); });
+    tensor_handle gw = gs[h].value, gb = gs[h + 1].value;
+    tm.time("layer_norm bwd weight", [&] { layer_norm_backward_weight(d_lnf, x, fs, gw, gb); });
+    for (int li = cfg.layers - 1; li >= 0; --li) { // the fused backward: each block's I then its W
       auto& c = ls[std::size_t(li)];
       c.d_out = dx;
       auto d_act = tm.time("mlp bwd input", [&] { return linear_backward_input(dx, p(li, 10), pr); });
@@ -137,13 +142,6 @@ int main(int argc, char** argv) {
       c.d_ln1 = tm.time("qkv bwd input", [&] { return qkv_projection_backward_input(c.d_qkv, p(li, 2), pr); });
       dx = tm.time("layer_norm bwd input",
                    [&] { return layer_norm_backward_input(c.d_ln1, c.x, c.ln1s, p(li, 0), c.d_mid); });
-    }
-    tensor_handle gh2 = gs[h + 2].value, no_bias;
-    tm.time("head bwd weight", [&] { linear_backward_weight(dlogits, lnf, gh2, no_bias, 1.0f, pr); });
-    tensor_handle gw = gs[h].value, gb = gs[h + 1].value;
-    tm.time("layer_norm bwd weight", [&] { layer_norm_backward_weight(d_lnf, x, fs, gw, gb); });
-    for (int li = cfg.layers - 1; li >= 0; --li) {
-      auto& c = ls[std::size_t(li)];
       tensor_handle w[12];
       for (int i = 0; i < 12; ++i)
         w[i] = g(li, i);
