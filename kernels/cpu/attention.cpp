@@ -1,7 +1,6 @@
-// Core attention: per (batch, head), row blocks of queries see only the keys up to
-// the block's end (the causal mask), so the products skip the upper triangle.
-// Products run through small_gemm, whose tiles stay in registers. The backward
-// rebuilds each head's probabilities from the scores and the forward's lse.
+// Core attention: per (batch, head), each product is one small_gemm call whose causal
+// triangle skips the masked half row group by row group; tiles stay in registers.
+// The backward rebuilds each head's probabilities from the scores and the forward's lse.
 #include "kernels/cpu/attention.hpp"
 
 #include <algorithm>
