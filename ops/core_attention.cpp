@@ -20,11 +20,11 @@ tensor_handle core_attention_forward(const tensor_handle& qkv, int heads, core_a
   constexpr auto op = "core_attention_forward";
   auto s = shape_of(qkv, heads, op);
   auto out = tensor_handle::empty({s.batch, s.seq, s.heads * s.head_dim}, dtype::f32, qkv.device());
-  saved.probs = tensor_handle::empty({s.batch, s.heads, s.seq, s.seq}, dtype::f32, qkv.device());
+  saved.lse = tensor_handle::empty({s.batch, s.heads, s.seq}, dtype::f32, qkv.device());
   switch (qkv.device().kind) {
     case device::kind_t::cpu: {
       auto scratch = tensor_handle::empty({kernels::cpu::attention_forward_scratch(s)});
-      kernels::cpu::attention_forward(qkv.data<float>(), out.data<float>(), saved.probs.data<float>(),
+      kernels::cpu::attention_forward(qkv.data<float>(), out.data<float>(), saved.lse.data<float>(),
                                       scratch.data<float>(), s);
       return out;
     }
@@ -39,13 +39,13 @@ tensor_handle core_attention_backward(const tensor_handle& dout, const tensor_ha
   auto s = shape_of(qkv, heads, op);
   require_f32(dout, op, "dout", s.heads * s.head_dim);
   require(dout.numel() == s.batch * s.seq * s.heads * s.head_dim, op, "dout must be [B, T, C]");
-  require(saved.probs.defined() && saved.probs.numel() == s.batch * s.heads * s.seq * s.seq, op,
-          "saved probabilities do not match qkv");
+  require(saved.lse.defined() && saved.lse.numel() == s.batch * s.heads * s.seq, op,
+          "saved softmax statistics do not match qkv");
   auto dqkv = tensor_handle::empty(qkv.shape(), dtype::f32, qkv.device());
   switch (qkv.device().kind) {
     case device::kind_t::cpu: {
       auto scratch = tensor_handle::empty({kernels::cpu::attention_backward_scratch(s)});
-      kernels::cpu::attention_backward(dout.data<float>(), qkv.data<float>(), saved.probs.data<float>(),
+      kernels::cpu::attention_backward(dout.data<float>(), qkv.data<float>(), saved.lse.data<float>(),
                                        dqkv.data<float>(), scratch.data<float>(), s);
       return dqkv;
     }

@@ -6,9 +6,10 @@
 
 namespace troupe::ops {
 
-/// What the forward saves for backward: the softmax probabilities [B, heads, T, T].
+/// What the forward saves for backward: each softmax row's log Σ exp [B, heads, T],
+/// from which backward recomputes the probabilities (no [T, T] matrix per head is kept).
 struct core_attention_saved {
-  tensor_handle probs;
+  tensor_handle lse;
 };
 
 /// qkv [B, T, 3C] (q, k, v blocks, each split into `heads` heads) → out [B, T, C].

@@ -2,7 +2,7 @@
 // (forward + backward + AdamW per step, one thread), against the sgemm peak.
 // Also trains config A for --loss-steps steps (default 200) on the King James Bible
 // text in f32 and in bf16 and prints both losses.
-// Usage: bench_gpt [--runs N] [--config A|B|all] [--no-torch] [--loss-steps N]
+// Usage: bench_gpt [--runs N] [--config A|B|all] [--no-torch] [--no-bf16] [--loss-steps N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -203,7 +203,7 @@ loss_result train_on_text(ops::gpt_config cfg, int batch, int steps, const std::
 int main(int argc, char** argv) {
   int runs = 5;
   std::string which = "all";
-  bool torch = true;
+  bool torch = true, bf16 = true;
   int loss_steps = 200;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc)
@@ -212,10 +212,12 @@ int main(int argc, char** argv) {
       which = argv[++i];
     else if (!std::strcmp(argv[i], "--no-torch"))
       torch = false;
+    else if (!std::strcmp(argv[i], "--no-bf16"))
+      bf16 = false;
     else if (!std::strcmp(argv[i], "--loss-steps") && i + 1 < argc)
       loss_steps = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: bench_gpt [--runs N] [--config A|B|all] [--no-torch] [--loss-steps N]\n");
+      std::fprintf(stderr, "usage: bench_gpt [--runs N] [--config A|B|all] [--no-torch] [--no-bf16] [--loss-steps N]\n");
       return 2;
     }
   }
@@ -238,7 +240,7 @@ int main(int argc, char** argv) {
     auto tr = run_troupe(bc, runs);
     auto half = bc;
     half.model.precision = ops::precision::bf16;
-    auto tb = run_troupe(half, runs);
+    auto tb = bf16 ? run_troupe(half, runs) : troupe_result{};
     if (torch && th.ms > 0) {
       auto after = run_torch(bc, (runs + 1) / 2);
       if (after.ms > 0)
@@ -254,7 +256,8 @@ int main(int argc, char** argv) {
                   double(r.activation_bytes) / (1 << 20), r.loss_first, r.loss_last);
     };
     row(bc.name, tr);
-    row(std::string(bc.name) + " bf16", tb);
+    if (bf16)
+      row(std::string(bc.name) + " bf16", tb);
     std::printf("         (activation cache by formula: %.2f MiB per microbatch)\n",
                 double(tr.activation_formula) / (1 << 20));
   }

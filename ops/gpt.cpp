@@ -133,46 +133,68 @@ tensor_handle gpt_range::forward(int mb, const tensor_handle& input, const tenso
 }
 
 tensor_handle gpt_range::backward_input(int mb, const tensor_handle& grad_out) {
-  constexpr auto op = "gpt_range::backward_input";
-  auto& m = *impl_;
-  auto& c = m.find(mb, op);
+  return impl_->backward(mb, grad_out, false, "gpt_range::backward_input");
+}
+
+tensor_handle gpt_range::impl::backward(int mb, const tensor_handle& grad_out, bool weights, const char* op) {
+  auto& c = find(mb, op);
   require(!c.input_done, op, fmt::format("backward_input of microbatch {} already ran", mb));
-  if (m.last()) {
+  if (last()) {
     if (grad_out.defined()) {
       require_f32(grad_out, op, "loss gradient");
       require(grad_out.numel() == 1, op, "the last range's gradient is the loss gradient [1]");
     }
   } else {
-    check_activation(grad_out, m.cfg, op);
+    check_activation(grad_out, cfg, op);
     require(grad_out.dim(0) == c.batch && grad_out.dim(1) == c.seq, op,
             fmt::format("gradient shape {} does not match the forward's [{}, {}, {}]", to_string(grad_out.shape()),
-                        c.batch, c.seq, m.cfg.d_model));
+                        c.batch, c.seq, cfg.d_model));
   }
   try {
     tensor_handle dx;
-    if (m.last()) {
+    if (last()) {
       float s = grad_out.defined() ? *grad_out.data<float>() : 1.0f;
       if (s != 1.0f)
         for (long i = 0; i < c.head.dlogits.numel(); ++i)
           c.head.dlogits.data<float>()[i] *= s;
-      auto h = m.head_base();
-      c.head.d_lnf = linear_backward_input(c.head.dlogits, m.params[h + 2].value, m.cfg.precision);
-      dx = layer_norm_backward_input(c.head.d_lnf, c.head.x, c.head.s, m.params[h].value);
+      auto h = head_base();
+      c.head.d_lnf = linear_backward_input(c.head.dlogits, params[h + 2].value, cfg.precision);
+      dx = layer_norm_backward_input(c.head.d_lnf, c.head.x, c.head.s, params[h].value);
+      if (weights)
+        head_backward_weight(c);
     } else {
       dx = grad_out;
     }
-    for (int li = m.local_layers() - 1; li >= 0; --li)
-      dx = m.block_backward_input(li, dx, c.layers[std::size_t(li)]);
+    // The fused backward runs each block's weight-gradient half right after its
+    // input-gradient half, while the block's activations are still in cache; each
+    // gradient sees the same operations in the same order as with the split calls.
+    for (int li = local_layers() - 1; li >= 0; --li) {
+      dx = block_backward_input(li, dx, c.layers[std::size_t(li)]);
+      if (weights)
+        block_backward_weight(li, c.layers[std::size_t(li)]);
+    }
     c.input_done = true;
-    if (m.first()) {
+    if (first()) {
       c.d_emb = dx;
-      return {};
+      dx = {};
+    }
+    if (weights) {
+      if (first())
+        embedding_backward_weight(c.d_emb, c.tokens, grads[0].value, grads[1].value);
+      release(c);
     }
     return dx;
   } catch (...) { // a half-done backward cannot be resumed: drop the microbatch
-    m.release(c);
+    release(c);
     throw;
   }
+}
+
+void gpt_range::impl::head_backward_weight(mb_cache& c) {
+  auto h = head_base();
+  tensor_handle no_bias;
+  linear_backward_weight(c.head.dlogits, c.head.lnf, grads[h + 2].value, no_bias, 1.0f, cfg.precision);
+  layer_norm_backward_weight(c.head.d_lnf, c.head.x, c.head.s, grads[h].value, grads[h + 1].value);
 }
 
 void gpt_range::backward_weight(int mb) {
@@ -181,12 +203,8 @@ void gpt_range::backward_weight(int mb) {
   auto& c = m.find(mb, op);
   require(c.input_done, op, fmt::format("backward_input of microbatch {} has not run", mb));
   try {
-    if (m.last()) {
-      auto h = m.head_base();
-      tensor_handle no_bias;
-      linear_backward_weight(c.head.dlogits, c.head.lnf, m.grads[h + 2].value, no_bias, 1.0f, m.cfg.precision);
-      layer_norm_backward_weight(c.head.d_lnf, c.head.x, c.head.s, m.grads[h].value, m.grads[h + 1].value);
-    }
+    if (m.last())
+      m.head_backward_weight(c);
     for (int li = m.local_layers() - 1; li >= 0; --li)
       m.block_backward_weight(li, c.layers[std::size_t(li)]);
     if (m.first())
@@ -199,9 +217,7 @@ void gpt_range::backward_weight(int mb) {
 }
 
 tensor_handle gpt_range::backward(int mb, const tensor_handle& grad_out) {
-  auto dx = backward_input(mb, grad_out);
-  backward_weight(mb);
-  return dx;
+  return impl_->backward(mb, grad_out, true, "gpt_range::backward");
 }
 
 tensor_handle gpt_range::evaluate(const tensor_handle& input, const tensor_handle& targets) const {

@@ -38,7 +38,7 @@ tensor_handle gpt_range::impl::block_backward_input(int li, const tensor_handle&
   auto dx = layer_norm_backward_input(c.d_ln1, c.x, c.ln1s, p(li, ln1_w), c.d_mid); // + residual branch
   // Only backward_weight's inputs stay alive.
   c.qkv = {};
-  c.attn.probs = {};
+  c.attn.lse = {};
   c.fc = {};
   return dx;
 }

@@ -64,6 +64,10 @@ struct gpt_range::impl {
   tensor_handle block_forward(int li, const tensor_handle& x, layer_cache* c) const;
   tensor_handle block_backward_input(int li, const tensor_handle& dy, layer_cache& c) const;
   void block_backward_weight(int li, layer_cache& c);
+  void head_backward_weight(mb_cache& c);
+  /// backward_input, and with `weights` each part's weight-gradient half right after
+  /// its input-gradient half (the fused backward, which then releases the cache).
+  tensor_handle backward(int mb, const tensor_handle& grad_out, bool weights, const char* op);
 
   mb_cache& acquire(int mb, const char* op);
   mb_cache& find(int mb, const char* op);

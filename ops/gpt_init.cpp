@@ -85,9 +85,9 @@ void gpt_range::impl::init_params() {
 std::size_t gpt_range::cache_bytes(int batch, int seq) const {
   const auto& cfg = impl_->cfg;
   const std::size_t bt = std::size_t(batch) * std::size_t(seq), c = std::size_t(cfg.d_model);
-  // Per block: x, ln1, qkv (3), att, x_mid, ln2, fc (4), act (4) = 16 BTC; 4 row statistics; probs.
-  std::size_t per_block = 16 * bt * c + 4 * bt + std::size_t(batch) * std::size_t(cfg.heads) * std::size_t(seq) *
-                                                    std::size_t(seq);
+  // Per block: x, ln1, qkv (3), att, x_mid, ln2, fc (4), act (4) = 16 BTC; 4 row
+  // statistics; attention's per-head row statistics (lse).
+  std::size_t per_block = 16 * bt * c + 4 * bt + bt * std::size_t(cfg.heads);
   std::size_t floats = per_block * std::size_t(impl_->local_layers());
   if (impl_->last())
     floats += 2 * bt * c + 2 * bt + bt * std::size_t(cfg.vocab); // x, lnf, stats, dlogits

@@ -1,6 +1,6 @@
-// Core attention: per (batch, head), row blocks of queries see only the keys up to
-// the block's end (the causal mask), so the products skip the upper triangle.
-// Products run through small_gemm, whose tiles stay in registers.
+// Core attention: per (batch, head), each product is one small_gemm call whose causal
+// triangle skips the masked half row group by row group; tiles stay in registers.
+// The backward rebuilds each head's probabilities from the scores and the forward's lse.
 #include "kernels/cpu/attention.hpp"
 
 #include <algorithm>
@@ -8,101 +8,131 @@
 #include <vector>
 
 #include "kernels/cpu/reduce.hpp"
+#include "kernels/cpu/simd.hpp"
 #include "kernels/cpu/small_gemm.hpp"
 
 namespace troupe::kernels::cpu {
 
 namespace {
-constexpr long row_block = 8;
+/// Where a row's zeros end: the k-mode triangles read rows up to the end of their
+/// row group (at most 16 rows), so zeros go that far past the diagonal, not to T.
+inline long zeros_end(long n, long seq) { return std::min(seq, (n + 15) / 16 * 16); }
 
-/// Masked softmax of row i (length seq, only [0, i] valid) in place.
-inline void causal_softmax_row(float* p, long i, long seq) {
-  long n = i + 1;
+/// Masked softmax of one score row in place: [0, n) valid, [n, z) set to zero.
+/// Returns the row's log Σ exp, what the backward rebuilds the row from.
+inline float causal_softmax_row(float* p, long n, long z) {
   float mx = row_max(p, n);
   float sum = row_exp_sum(p, mx, p, n);
   float inv = 1.0f / sum;
+#if TROUPE_AVX512
+  const __m512 vinv = _mm512_set1_ps(inv);
+  for (long j = 0; j < z; j += 16) {
+    auto m = simd::tail_mask(n - j);
+    _mm512_mask_storeu_ps(p + j, simd::tail_mask(z - j), _mm512_maskz_mul_ps(m, _mm512_maskz_loadu_ps(m, p + j), vinv));
+  }
+#else
   for (long j = 0; j < n; ++j)
     p[j] *= inv;
-  for (long j = n; j < seq; ++j)
+  for (long j = n; j < z; ++j)
     p[j] = 0.0f;
+#endif
+  return mx + std::log(sum);
+}
+
+/// One row of the backward: the forward's probabilities again from the scores in `pr`
+/// (exp(s - lse) on [0, n)), then dS = P ∘ (dP - rowsum(P ∘ dP)) · scale in `dr`;
+/// both zero on [n, z).
+inline void softmax_grad_row(float* pr, float* dr, float lse, float scale, long n, long z) {
+#if TROUPE_AVX512
+  const __m512 vl = _mm512_set1_ps(lse);
+  __m512 acc = _mm512_setzero_ps();
+  for (long j = 0; j < z; j += 16) {
+    auto m = simd::tail_mask(n - j);
+    __m512 e = _mm512_maskz_mov_ps(m, simd::exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, pr + j), vl)));
+    _mm512_mask_storeu_ps(pr + j, simd::tail_mask(z - j), e);
+    acc = _mm512_fmadd_ps(e, _mm512_maskz_loadu_ps(m, dr + j), acc);
+  }
+  const __m512 vdot = _mm512_set1_ps(simd::hsum(acc)), vs = _mm512_set1_ps(scale);
+  for (long j = 0; j < z; j += 16) {
+    auto m = simd::tail_mask(n - j);
+    __m512 d = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, pr + j),
+                                           _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dr + j), vdot)),
+                             vs);
+    _mm512_mask_storeu_ps(dr + j, simd::tail_mask(z - j), d);
+  }
+#else
+  row_exp_sum(pr, lse, pr, n);
+  float dot = row_dot(pr, dr, n);
+  for (long j = 0; j < n; ++j)
+    dr[j] = pr[j] * (dr[j] - dot) * scale;
+  for (long j = n; j < z; ++j)
+    pr[j] = dr[j] = 0.0f;
+#endif
 }
 } // namespace
 
-long attention_forward_scratch(attention_shape s) { return s.head_dim * s.seq; }
-long attention_backward_scratch(attention_shape s) { return s.seq * s.seq + s.head_dim * s.seq; }
+long attention_forward_scratch(attention_shape s) { return s.head_dim * s.seq + s.seq * s.seq; }
+long attention_backward_scratch(attention_shape s) { return 2 * s.seq * s.seq + 2 * s.head_dim * s.seq; }
 
-void attention_forward(const float* qkv, float* out, float* probs, float* scratch, attention_shape s) {
+// Each product is one small_gemm call per head whose triangle skips the masked half;
+// the probabilities and score gradients are zero above the diagonal, as the k-mode
+// triangles require.
+void attention_forward(const float* qkv, float* out, float* lse, float* scratch, attention_shape s) {
   const long c = s.heads * s.head_dim, ld = 3 * c, T = s.seq, hd = s.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float* kt = scratch; // [hd, T]
+  float* kt = scratch;          // [hd, T]
+  float* p = scratch + hd * T; // [T, T]: scores, then probabilities
   for (long b = 0; b < s.batch; ++b)
     for (long h = 0; h < s.heads; ++h) {
       const float* q = qkv + b * T * ld + h * hd;
       const float* k = q + c;
       const float* v = q + 2 * c;
-      float* p = probs + (b * s.heads + h) * T * T;
-      float* o = out + b * T * c + h * hd;
+      float* l = lse + (b * s.heads + h) * T;
       transpose(k, T, hd, ld, kt, T);
-      for (long i0 = 0; i0 < T; i0 += row_block) {
-        long i1 = std::min(T, i0 + row_block);
-        small_gemm(i1 - i0, i1, hd, scale, q + i0 * ld, ld, 1, kt, T, p + i0 * T, T, false);
-        for (long i = i0; i < i1; ++i)
-          causal_softmax_row(p + i * T, i, T);
-        small_gemm(i1 - i0, hd, i1, 1.0f, p + i0 * T, T, 1, v, ld, o + i0 * c, c, false);
-      }
+      small_gemm(T, T, hd, scale, q, ld, 1, kt, T, p, T, false, triangle::columns_to_row);
+      for (long i = 0; i < T; ++i)
+        l[i] = causal_softmax_row(p + i * T, i + 1, zeros_end(i + 1, T));
+      small_gemm(T, hd, T, 1.0f, p, T, 1, v, ld, out + b * T * c + h * hd, c, false, triangle::k_to_row);
     }
 }
 
-void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* scratch,
+void attention_backward(const float* dout, const float* qkv, const float* lse, float* dqkv, float* scratch,
                         attention_shape s) {
   const long c = s.heads * s.head_dim, ld = 3 * c, T = s.seq, hd = s.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float* ds = scratch;          // [T, T]
-  float* vt = scratch + T * T; // [hd, T]
+  float* p = scratch;              // [T, T]: probabilities, rebuilt from the scores and lse
+  float* ds = scratch + T * T;     // [T, T]
+  float* kt = scratch + 2 * T * T; // [hd, T]
+  float* vt = kt + hd * T;         // [hd, T]
   for (long b = 0; b < s.batch; ++b)
     for (long h = 0; h < s.heads; ++h) {
       const float* q = qkv + b * T * ld + h * hd;
       const float* k = q + c;
       const float* v = q + 2 * c;
-      const float* p = probs + (b * s.heads + h) * T * T;
+      const float* l = lse + (b * s.heads + h) * T;
       const float* dout_bh = dout + b * T * c + h * hd;
       float* dq = dqkv + b * T * ld + h * hd;
-      float* dk = dq + c;
-      float* dv = dq + 2 * c;
+      transpose(k, T, hd, ld, kt, T);
       transpose(v, T, hd, ld, vt, T);
-      for (long i0 = 0; i0 < T; i0 += row_block) {
-        long i1 = std::min(T, i0 + row_block);
-        // dP = dO Vᵀ for rows [i0, i1) and keys [0, i1), then dS = P ∘ (dP - rowsum(P ∘ dP)) · scale.
-        small_gemm(i1 - i0, i1, hd, 1.0f, dout_bh + i0 * c, c, 1, vt, T, ds + i0 * T, T, false);
-        for (long i = i0; i < i1; ++i) {
-          const float* pr = p + i * T;
-          float* dr = ds + i * T;
-          long n = i + 1;
-          float dot = row_dot(pr, dr, n);
-          for (long j = 0; j < n; ++j)
-            dr[j] = pr[j] * (dr[j] - dot) * scale;
-          for (long j = n; j < i1; ++j)
-            dr[j] = 0.0f;
-        }
-        small_gemm(i1 - i0, hd, i1, 1.0f, ds + i0 * T, T, 1, k, ld, dq + i0 * ld, ld, false);
-      }
-      // dK = dSᵀ Q and dV = Pᵀ dO: key row j collects query rows i >= j.
-      for (long j0 = 0; j0 < T; j0 += row_block) {
-        long j1 = std::min(T, j0 + row_block);
-        small_gemm(j1 - j0, hd, T - j0, 1.0f, ds + j0 * T + j0, 1, T, q + j0 * ld, ld, dk + j0 * ld, ld, false);
-        small_gemm(j1 - j0, hd, T - j0, 1.0f, p + j0 * T + j0, 1, T, dout_bh + j0 * c, c, dv + j0 * ld, ld, false);
-      }
+      // P exactly as the forward computed its scores, then dP = dO Vᵀ.
+      small_gemm(T, T, hd, scale, q, ld, 1, kt, T, p, T, false, triangle::columns_to_row);
+      small_gemm(T, T, hd, 1.0f, dout_bh, c, 1, vt, T, ds, T, false, triangle::columns_to_row);
+      for (long i = 0; i < T; ++i)
+        softmax_grad_row(p + i * T, ds + i * T, l[i], scale, i + 1, zeros_end(i + 1, T));
+      // dQ = dS K; dK = dSᵀ Q and dV = Pᵀ dO, where key row j collects query rows i ≥ j.
+      small_gemm(T, hd, T, 1.0f, ds, T, 1, k, ld, dq, ld, false, triangle::k_to_row);
+      small_gemm(T, hd, T, 1.0f, ds, 1, T, q, ld, dq + c, ld, false, triangle::k_from_row);
+      small_gemm(T, hd, T, 1.0f, p, 1, T, dout_bh, c, dq + 2 * c, ld, false, triangle::k_from_row);
     }
 }
 
-void attention_forward_reference(const float* qkv, float* out, float* probs, attention_shape s) {
+void attention_forward_reference(const float* qkv, float* out, float* lse, attention_shape s) {
   const long c = s.heads * s.head_dim, ld = 3 * c, T = s.seq, hd = s.head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   std::vector<double> row(static_cast<std::size_t>(T));
   for (long b = 0; b < s.batch; ++b)
     for (long h = 0; h < s.heads; ++h) {
       const float* q = qkv + b * T * ld + h * hd;
-      float* p = probs + (b * s.heads + h) * T * T;
       for (long i = 0; i < T; ++i) {
         double mx = -INFINITY, sum = 0;
         for (long j = 0; j <= i; ++j) {
@@ -114,8 +144,7 @@ void attention_forward_reference(const float* qkv, float* out, float* probs, att
         }
         for (long j = 0; j <= i; ++j)
           sum += row[std::size_t(j)] = std::exp(row[std::size_t(j)] - mx);
-        for (long j = 0; j < T; ++j)
-          p[i * T + j] = j <= i ? float(row[std::size_t(j)] / sum) : 0.0f;
+        lse[(b * s.heads + h) * T + i] = float(mx + std::log(sum));
         for (long d = 0; d < hd; ++d) {
           double acc = 0;
           for (long j = 0; j <= i; ++j)
@@ -123,6 +152,57 @@ void attention_forward_reference(const float* qkv, float* out, float* probs, att
           out[b * T * c + i * c + h * hd + d] = float(acc);
         }
       }
+    }
+}
+
+void attention_backward_reference(const float* dout, const float* qkv, float* dqkv, attention_shape s) {
+  const long c = s.heads * s.head_dim, ld = 3 * c, T = s.seq, hd = s.head_dim;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const auto n = static_cast<std::size_t>(T * T);
+  std::vector<double> p(n), ds(n);
+  auto at = [T](std::vector<double>& m, long i, long j) -> double& { return m[std::size_t(i * T + j)]; };
+  for (long b = 0; b < s.batch; ++b)
+    for (long h = 0; h < s.heads; ++h) {
+      const float* q = qkv + b * T * ld + h * hd;
+      const float* k = q + c;
+      const float* v = q + 2 * c;
+      const float* dO = dout + b * T * c + h * hd;
+      float* dq = dqkv + b * T * ld + h * hd;
+      for (long i = 0; i < T; ++i) {
+        double mx = -INFINITY, sum = 0, dot = 0;
+        for (long j = 0; j <= i; ++j) {
+          double acc = 0;
+          for (long d = 0; d < hd; ++d)
+            acc += double(q[i * ld + d]) * double(k[j * ld + d]);
+          at(p, i, j) = acc * scale;
+          mx = std::max(mx, at(p, i, j));
+        }
+        for (long j = 0; j <= i; ++j)
+          sum += at(p, i, j) = std::exp(at(p, i, j) - mx);
+        for (long j = 0; j <= i; ++j) {
+          at(p, i, j) /= sum;
+          double acc = 0;
+          for (long d = 0; d < hd; ++d)
+            acc += double(dO[i * c + d]) * double(v[j * ld + d]);
+          at(ds, i, j) = acc;
+          dot += at(p, i, j) * acc;
+        }
+        for (long j = 0; j <= i; ++j)
+          at(ds, i, j) = at(p, i, j) * (at(ds, i, j) - dot) * scale;
+      }
+      for (long r = 0; r < T; ++r)
+        for (long d = 0; d < hd; ++d) {
+          double gq = 0, gk = 0, gv = 0;
+          for (long j = 0; j <= r; ++j)
+            gq += at(ds, r, j) * double(k[j * ld + d]);
+          for (long i = r; i < T; ++i) {
+            gk += at(ds, i, r) * double(q[i * ld + d]);
+            gv += at(p, i, r) * double(dO[i * c + d]);
+          }
+          dq[r * ld + d] = float(gq);
+          dq[r * ld + c + d] = float(gk);
+          dq[r * ld + 2 * c + d] = float(gv);
+        }
     }
 }
 

@@ -4,25 +4,31 @@
 namespace troupe::kernels::cpu {
 
 /// Shapes of one core-attention call: qkv is [batch, seq, 3·heads·head_dim] (q, k, v
-/// blocks of heads·head_dim each), out is [batch, seq, heads·head_dim] and probs is
-/// [batch, heads, seq, seq] (softmax rows, zero above the diagonal).
+/// blocks of heads·head_dim each), out is [batch, seq, heads·head_dim] and lse is
+/// [batch, heads, seq]: each row's log Σ exp of its scaled scores, from which the
+/// backward recomputes the softmax instead of keeping [seq, seq] probabilities per
+/// head (FlashAttention's recomputation, Dao et al. 2022, arXiv:2205.14135).
 struct attention_shape {
   long batch, seq, heads, head_dim;
 };
 
-/// Floats of scratch the forward needs (a transposed key block).
+/// Floats of scratch the forward needs (a transposed key block, a block of score rows).
 long attention_forward_scratch(attention_shape s);
-/// Floats of scratch the backward needs (score gradients and a transposed value block).
+/// Floats of scratch the backward needs (one head's probabilities and score
+/// gradients, transposed key and value blocks).
 long attention_backward_scratch(attention_shape s);
 
-/// Forward: writes out and probs (kept for backward).
-void attention_forward(const float* qkv, float* out, float* probs, float* scratch, attention_shape s);
+/// Forward: writes out and lse (kept for backward).
+void attention_forward(const float* qkv, float* out, float* lse, float* scratch, attention_shape s);
 
-/// Backward: overwrites dqkv from dout, qkv and probs.
-void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* scratch,
+/// Backward: overwrites dqkv from dout, qkv and the forward's lse.
+void attention_backward(const float* dout, const float* qkv, const float* lse, float* dqkv, float* scratch,
                         attention_shape s);
 
 /// Triple-loop forward in double precision, the reference the kernel is checked against.
-void attention_forward_reference(const float* qkv, float* out, float* probs, attention_shape s);
+void attention_forward_reference(const float* qkv, float* out, float* lse, attention_shape s);
+
+/// Triple-loop backward in double precision: dqkv from dout and qkv.
+void attention_backward_reference(const float* dout, const float* qkv, float* dqkv, attention_shape s);
 
 } // namespace troupe::kernels::cpu

@@ -1,5 +1,6 @@
 // bench_kernels: throughput of every CPU kernel at the sizes of the GPT configs
 // (CPU time, so other jobs on the shared cores inflate it less than wall time).
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <tuple>
@@ -83,14 +84,15 @@ int main() {
   for (auto s : {attention_shape{12, 64, 4, 32}, attention_shape{8, 128, 4, 64}}) {
     const long c = s.heads * s.head_dim;
     auto qkv = randv(std::size_t(s.batch * s.seq * 3 * c)), dout = randv(std::size_t(s.batch * s.seq * c));
-    std::vector<float> out(std::size_t(s.batch * s.seq * c)), p(std::size_t(s.batch * s.heads * s.seq * s.seq));
-    std::vector<float> dqkv(qkv.size()), scratch(std::size_t(attention_backward_scratch(s)));
+    std::vector<float> out(std::size_t(s.batch * s.seq * c)), p(std::size_t(s.batch * s.heads * s.seq));
+    std::vector<float> dqkv(qkv.size()),
+      scratch(std::size_t(std::max(attention_forward_scratch(s), attention_backward_scratch(s))));
     double flops = 2.0 * s.batch * s.heads * s.seq * s.seq * s.head_dim; // causal half of QKᵀ and PV
     char name[96];
     std::snprintf(name, sizeof name, "attention fwd B%ld T%ld H%ld d%ld", s.batch, s.seq, s.heads, s.head_dim);
     bench(name, flops, "GFLOP/s", [&] { attention_forward(qkv.data(), out.data(), p.data(), scratch.data(), s); });
     std::snprintf(name, sizeof name, "attention bwd B%ld T%ld H%ld d%ld", s.batch, s.seq, s.heads, s.head_dim);
-    bench(name, 2 * flops, "GFLOP/s",
+    bench(name, 2 * flops, "GFLOP/s", // not counting the recomputed QKᵀ
           [&] { attention_backward(dout.data(), qkv.data(), p.data(), dqkv.data(), scratch.data(), s); });
   }
   const long rows = 1024, cols = 256, n4 = rows * cols * 4;

@@ -73,6 +73,46 @@ TEST_CASE("sgemm and small_gemm match the reference for every transpose and odd 
   std::vector<float> src{1, 2, 3, 4, 5, 6}, dst(6);
   transpose(src.data(), 2, 3, 3, dst.data(), 2);
   CHECK(dst == std::vector<float>{1, 4, 2, 5, 3, 6});
+  for (auto [rows, cols] : {std::pair{64L, 32L}, {48L, 16L}, {20L, 7L}}) { // 16×16 blocks and the general path
+    auto big = randv(std::size_t(rows * 40), rng), out = std::vector<float>(std::size_t(cols * (rows + 3)));
+    transpose(big.data(), rows, cols, 40, out.data(), rows + 3);
+    bool same = true;
+    for (long r = 0; r < rows; ++r)
+      for (long c = 0; c < cols; ++c)
+        same = same && out[std::size_t(c * (rows + 3) + r)] == big[std::size_t(r * 40 + c)];
+    CHECK(same);
+  }
+}
+
+TEST_CASE("small_gemm's causal triangles compute the wanted entries as the full product does") {
+  std::mt19937 rng(14);
+  for (long t : {5L, 37L, 64L}) {
+    for (long w : {3L, 32L, 64L}) {
+      CAPTURE(t);
+      CAPTURE(w);
+      // Lower-triangular A (zero above the diagonal) for the k modes.
+      auto a = randv(std::size_t(t * t), rng), b = randv(std::size_t(t * w), rng), bt = randv(std::size_t(w * t), rng),
+           q = randv(std::size_t(t * w), rng);
+      for (long i = 0; i < t; ++i)
+        for (long j = i + 1; j < t; ++j)
+          a[std::size_t(i * t + j)] = 0.0f;
+      std::vector<float> full(std::size_t(t * t)), tri(std::size_t(t * t), NAN);
+      small_gemm(t, t, w, 0.5f, q.data(), w, 1, bt.data(), t, full.data(), t, false);
+      small_gemm(t, t, w, 0.5f, q.data(), w, 1, bt.data(), t, tri.data(), t, false, triangle::columns_to_row);
+      double worst = 0;
+      for (long i = 0; i < t; ++i)
+        for (long j = 0; j <= i; ++j)
+          worst = std::max(worst, double(std::abs(full[std::size_t(i * t + j)] - tri[std::size_t(i * t + j)])));
+      CHECK(worst < 1e-5);
+      std::vector<float> f2(std::size_t(t * w)), t2(std::size_t(t * w));
+      small_gemm(t, w, t, 1.0f, a.data(), t, 1, b.data(), w, f2.data(), w, false);
+      small_gemm(t, w, t, 1.0f, a.data(), t, 1, b.data(), w, t2.data(), w, false, triangle::k_to_row);
+      CHECK(rel_err(t2, widen(f2)) < 1e-5);
+      small_gemm(t, w, t, 1.0f, a.data(), 1, t, b.data(), w, f2.data(), w, false); // Aᵀ: zero below the diagonal
+      small_gemm(t, w, t, 1.0f, a.data(), 1, t, b.data(), w, t2.data(), w, false, triangle::k_from_row);
+      CHECK(rel_err(t2, widen(f2)) < 1e-5);
+    }
+  }
 }
 
 TEST_CASE("gelu matches its std::tanh reference over a wide range") {
@@ -97,12 +137,28 @@ TEST_CASE("attention forward matches the double-precision reference") {
     CAPTURE(s.seq);
     auto qkv = randv(std::size_t(s.batch * s.seq * 3 * s.heads * s.head_dim), rng);
     std::vector<float> out(std::size_t(s.batch * s.seq * s.heads * s.head_dim)), ro(out.size());
-    std::vector<float> p(std::size_t(s.batch * s.heads * s.seq * s.seq)), rp(p.size());
+    std::vector<float> lse(std::size_t(s.batch * s.heads * s.seq)), rl(lse.size());
     std::vector<float> scratch(std::size_t(attention_forward_scratch(s)));
-    attention_forward(qkv.data(), out.data(), p.data(), scratch.data(), s);
-    attention_forward_reference(qkv.data(), ro.data(), rp.data(), s);
+    attention_forward(qkv.data(), out.data(), lse.data(), scratch.data(), s);
+    attention_forward_reference(qkv.data(), ro.data(), rl.data(), s);
     CHECK(rel_err(out, widen(ro)) < 1e-5);
-    CHECK(rel_err(p, widen(rp)) < 1e-5);
+    CHECK(rel_err(lse, widen(rl)) < 1e-5);
+  }
+}
+
+TEST_CASE("attention backward rebuilt from the forward's lse matches the double-precision reference") {
+  std::mt19937 rng(13);
+  for (auto s : {attention_shape{1, 5, 1, 3}, {2, 37, 3, 16}, {1, 64, 2, 32}, {1, 128, 1, 64}}) {
+    CAPTURE(s.seq);
+    const long c = s.heads * s.head_dim;
+    auto qkv = randv(std::size_t(s.batch * s.seq * 3 * c), rng), dout = randv(std::size_t(s.batch * s.seq * c), rng);
+    std::vector<float> out(dout.size()), lse(std::size_t(s.batch * s.heads * s.seq)), dqkv(qkv.size()),
+      rd(qkv.size());
+    std::vector<float> fs(std::size_t(attention_forward_scratch(s))), bs(std::size_t(attention_backward_scratch(s)));
+    attention_forward(qkv.data(), out.data(), lse.data(), fs.data(), s);
+    attention_backward(dout.data(), qkv.data(), lse.data(), dqkv.data(), bs.data(), s);
+    attention_backward_reference(dout.data(), qkv.data(), rd.data(), s);
+    CHECK(rel_err(dqkv, widen(rd)) < 1e-5);
   }
 }
 
