@@ -109,10 +109,12 @@ void check_sendable(const frame& f);
 
 // ---- handshake ---------------------------------------------------------------
 
+/// Fills the welcome's meta once the token has been accepted; returns an error text or "".
+using welcome_fn = std::function<std::string(std::vector<std::byte>& meta)>;
 /// Server side: reads the hello, checks token and transport, answers welcome
-/// (with `welcome_meta`) or refusal. Logs through `log` and returns false on failure.
-bool accept_hello(int fd, const server_options& opts, const std::string& peer,
-                  std::span<const std::byte> welcome_meta);
+/// (its meta from `welcome`, when given) or refusal. Logs through `log` and
+/// returns false on failure.
+bool accept_hello(int fd, const server_options& opts, const std::string& peer, const welcome_fn& welcome = {});
 /// Client side: sends the hello and returns the welcome's meta, or why it was refused.
 caf::expected<std::vector<std::byte>> send_hello(int fd, const connect_options& opts);
 /// "rejected connection from HOST:PORT: <what>" through `log` when there is one.

@@ -120,7 +120,7 @@ private:
   }
 
   void receive_loop() {
-    if (accept_ && !accept_hello(fd_.get(), *accept_, peer_, {})) {
+    if (accept_ && !accept_hello(fd_.get(), *accept_, peer_)) {
       end_stream(); // never authenticated: no handler hears of it
       thread_done();
       return;
