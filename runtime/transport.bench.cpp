@@ -17,6 +17,7 @@
 
 #include "runtime/errors.hpp"
 #include "runtime/transport.hpp"
+#include "runtime/transport_inbox.hpp"
 
 extern char** environ;
 
@@ -30,38 +31,17 @@ constexpr std::uint16_t go_kind = 1;   // meta: count and size; the peer answers
 constexpr std::uint16_t echo_kind = 2; // the peer sends it straight back
 const char* token = "bench-token";
 
-/// Frames arriving at the measuring side, in order.
-struct mailbox {
-  std::mutex m;
-  std::condition_variable cv;
-  std::deque<frame> frames;
-  connection* conn = nullptr;
-  std::vector<std::string> closes;
-
-  handlers make() {
-    return {[this](connection& c, frame&& f) {
-              std::lock_guard g{m};
-              conn = &c;
-              frames.push_back(std::move(f));
-              cv.notify_all();
-            },
-            [this](connection&, std::string why) {
-              std::lock_guard g{m};
-              closes.push_back(std::move(why));
-              cv.notify_all();
-            }};
+/// The next frame to arrive; gives up the whole run after a minute.
+frame next(inbox& box) {
+  if (!box.wait([&] { return !box.frames.empty(); }, std::chrono::seconds(60))) {
+    std::fprintf(stderr, "bench_transport: no frame within 60 s\n");
+    std::exit(1);
   }
-  frame next() {
-    std::unique_lock l{m};
-    if (!cv.wait_for(l, std::chrono::seconds(60), [&] { return !frames.empty(); })) {
-      std::fprintf(stderr, "bench_transport: no frame within 60 s\n");
-      std::exit(1);
-    }
-    auto f = std::move(frames.front());
-    frames.pop_front();
-    return f;
-  }
-};
+  std::lock_guard g{box.m};
+  auto f = std::move(box.frames.front());
+  box.frames.pop_front();
+  return f;
+}
 
 /// The peer process: answers `go` with frames of one reused blob and echoes the rest.
 int peer_main(transport_kind kind, std::uint16_t port, link_model link) {
@@ -120,7 +100,7 @@ double median(std::vector<double> v) {
 }
 
 /// Median over runs of (count frames of `size` bytes) / time, in GB/s.
-double bandwidth(mailbox& box, std::size_t size, int count, int runs) {
+double bandwidth(inbox& box, std::size_t size, int count, int runs) {
   std::vector<double> rates;
   for (int r = -1; r < runs; ++r) { // run -1 warms the pools up
     frame go{go_kind, std::vector<std::byte>(16), {}};
@@ -131,7 +111,7 @@ double bandwidth(mailbox& box, std::size_t size, int count, int runs) {
     auto t0 = clock_type::now();
     box.conn->send(std::move(go));
     for (int i = 0; i < count; ++i)
-      box.next(); // dropped at once: the pool reuses its buffer
+      next(box); // dropped at once: the pool reuses its buffer
     auto secs = std::chrono::duration<double>(clock_type::now() - t0).count();
     if (r >= 0)
       rates.push_back(static_cast<double>(size) * count / secs / 1e9);
@@ -140,7 +120,7 @@ double bandwidth(mailbox& box, std::size_t size, int count, int runs) {
 }
 
 /// Median round trip in microseconds of a frame with `meta` bytes and one blob of `blob` bytes (0: none).
-double round_trip(mailbox& box, std::size_t meta, std::size_t blob, int iterations) {
+double round_trip(inbox& box, std::size_t meta, std::size_t blob, int iterations) {
   frame f{echo_kind, std::vector<std::byte>(meta), {}};
   if (blob > 0)
     f.blobs.push_back(tensor_handle::zeros({static_cast<std::int64_t>(blob)}, dtype::u8));
@@ -148,7 +128,7 @@ double round_trip(mailbox& box, std::size_t meta, std::size_t blob, int iteratio
   for (int i = -iterations / 10; i < iterations; ++i) {
     auto t0 = clock_type::now();
     box.conn->send(f);
-    box.next();
+    next(box);
     if (i >= 0)
       us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
   }
@@ -163,7 +143,7 @@ struct row {
 };
 
 void measure(const char* self, const row& r, int runs) {
-  mailbox box;
+  inbox box;
   server_options so;
   so.kind = r.kind;
   so.token = token;
@@ -174,7 +154,7 @@ void measure(const char* self, const row& r, int runs) {
     std::exit(1);
   }
   auto pid = spawn_peer(self, r.kind, (*s)->port(), r.link);
-  box.next(); // the peer's "ready": now box.conn is its connection
+  next(box); // the peer's "ready": now box.conn is its connection
   auto gbps = bandwidth(box, r.bulk, r.count, runs);
   int iterations = r.link.latency_s > 0 ? 50 : 2000;
   auto small = round_trip(box, 64, 0, iterations);

@@ -98,6 +98,9 @@ read_result read_exact(int fd, void* p, std::size_t n, int timeout_ms, const cha
 read_result read_frame(int fd, const limits& lim, header& h, frame& f, int timeout_ms = -1);
 /// Writes every byte of `iov` (MSG_NOSIGNAL); returns an error text or "".
 std::string write_all(int fd, std::span<const iovec> iov);
+/// Writes what the socket takes now without blocking, from byte `sent` on;
+/// advances `sent`. Returns an error text or "".
+std::string write_some(int fd, std::span<const iovec> iov, std::size_t& sent);
 /// Writes a small control frame (no blobs).
 std::string write_control(int fd, frame_type t, std::uint16_t kind, std::span<const std::byte> meta);
 /// The iovecs of a data frame: `head` (from encode_header), meta, then non-empty blobs.

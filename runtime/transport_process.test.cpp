@@ -14,6 +14,7 @@
 
 #include "runtime/errors.hpp"
 #include "runtime/transport.hpp"
+#include "runtime/transport_inbox.hpp"
 #include "runtime/transport_detail.hpp"
 
 extern char** environ;
@@ -114,35 +115,13 @@ int wait_exit(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-struct collected {
-  std::mutex m;
-  std::condition_variable cv;
-  std::vector<frame> frames;
-  std::vector<std::string> closes;
-  connection* conn = nullptr;
-
-  handlers make() {
-    return {[this](connection& c, frame&& f) {
-              std::lock_guard g{m};
-              conn = &c;
-              frames.push_back(std::move(f));
-              cv.notify_all();
-            },
-            [this](connection&, std::string why) {
-              std::lock_guard g{m};
-              closes.push_back(std::move(why));
-              cv.notify_all();
-            }};
-  }
-};
-
 std::vector<transport_kind> kinds() {
   if (detail::ucx_unavailable_reason().empty())
     return {transport_kind::tcp, transport_kind::ucx};
   return {transport_kind::tcp};
 }
 
-std::unique_ptr<server> serve(transport_kind kind, collected& in) {
+std::unique_ptr<server> serve(transport_kind kind, inbox& in) {
   server_options o;
   o.kind = kind;
   o.token = "process-token";
@@ -156,13 +135,10 @@ std::unique_ptr<server> serve(transport_kind kind, collected& in) {
 TEST_CASE("frames with an 8 MiB blob cross from a child process and an answer goes back") {
   for (auto kind : kinds()) {
     CAPTURE(to_string(kind));
-    collected in;
+    inbox in;
     auto s = serve(kind, in);
     auto pid = spawn_child(kind, s->port(), "answer");
-    {
-      std::unique_lock l{in.m};
-      REQUIRE(in.cv.wait_for(l, 20s, [&] { return in.frames.size() == 10; }));
-    }
+    REQUIRE(in.wait([&] { return in.frames.size() == 10; }));
     for (std::uint16_t k = 0; k < 10; ++k) {
       auto& f = in.frames[k];
       CHECK(f.kind == k);
@@ -176,8 +152,7 @@ TEST_CASE("frames with an 8 MiB blob cross from a child process and an answer go
     answer.blobs = {filled(3u << 20, 42)};
     in.conn->send(std::move(answer));
     CHECK(wait_exit(pid) == 0);
-    std::unique_lock l{in.m};
-    REQUIRE(in.cv.wait_for(l, 20s, [&] { return in.closes.size() == 1; }));
+    REQUIRE(in.wait([&] { return in.closes.size() == 1; }));
     CHECK(in.closes[0].find("closed the connection") != std::string::npos);
   }
 }
@@ -185,17 +160,13 @@ TEST_CASE("frames with an 8 MiB blob cross from a child process and an answer go
 TEST_CASE("a child process killed mid-stream ends its connection with a reason, and the server lives on") {
   for (auto kind : kinds()) {
     CAPTURE(to_string(kind));
-    collected in;
+    inbox in;
     auto s = serve(kind, in);
     auto pid = spawn_child(kind, s->port(), "hang");
-    {
-      std::unique_lock l{in.m};
-      REQUIRE(in.cv.wait_for(l, 20s, [&] { return in.frames.size() >= 3; }));
-    }
+    REQUIRE(in.wait([&] { return in.frames.size() >= 3; }));
     ::kill(pid, SIGKILL);
     CHECK(wait_exit(pid) == 128 + SIGKILL);
-    std::unique_lock l{in.m};
-    REQUIRE(in.cv.wait_for(l, 20s, [&] { return in.closes.size() == 1; }));
+    REQUIRE(in.wait([&] { return in.closes.size() == 1; }));
     CHECK(in.closes[0].find("127.0.0.1:") != std::string::npos);
     CHECK(in.closes[0].find("closed the connection") != std::string::npos);
   }

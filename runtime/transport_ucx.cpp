@@ -27,21 +27,6 @@ constexpr auto grace = std::chrono::seconds(2);
 constexpr int setup_timeout_ms = 10'000;
 constexpr auto spin = std::chrono::microseconds(30); // keep polling this long before sleeping
 
-/// Tag of part `part` (0: header, sizes and meta; i + 1: blob i) of frame `seq`.
-/// Each part is matched exactly, so no ordering between messages is assumed.
-ucp_tag_t tag_of(std::uint64_t seq, std::size_t part) {
-  return (seq << 8) | part;
-}
-
-/// Where one posted receive's completion lands.
-struct rx_slot {
-  void* req = nullptr;
-  bool done = false;
-  ucs_status_t status = UCS_OK;
-  std::size_t length = 0;
-  std::size_t expected = 0;
-};
-
 /// A frame on its way out, alive until every part has completed.
 struct tx_frame {
   frame f;
@@ -65,13 +50,6 @@ void on_sent(void* req, ucs_status_t status, void* user) {
   ucp_request_free(req);
 }
 
-void on_received(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
-  auto* s = static_cast<rx_slot*>(user);
-  s->done = true;
-  s->status = status;
-  s->length = info ? info->length : 0;
-}
-
 /// One UCX connection side: a worker, its endpoint to the peer, the bootstrap
 /// socket and a progress thread that posts sends, completes receives and
 /// delivers frames. Closing is a goodbye on the socket carrying how many frames
@@ -84,8 +62,7 @@ public:
   ucx_connection(fd_t sock, std::string peer, handlers h, link_model link,
                  std::shared_ptr<const server_options> accept)
     : connection_base(std::move(peer), std::move(h)), sock_(std::move(sock)), wake_(::eventfd(0, EFD_CLOEXEC)),
-      pacer_(link), accept_(std::move(accept)), rx_head_(header_bytes + 8 * max_blobs + max_meta_bytes),
-      rx_blobs_(max_blobs) {
+      pacer_(link), accept_(std::move(accept)) {
     if (accept_)
       start(); // the thread authenticates first
   }
@@ -95,9 +72,11 @@ public:
     if (thread_.joinable()) {
       {
         std::unique_lock lock{mtx_};
-        if (!cv_.wait_for(lock, 2 * grace + std::chrono::seconds(1), [&] { return finished_.load(); }))
-          abort_ = true; // the peer never answered: stop without it
+        if (!in_loop_ || !cv_.wait_for(lock, 2 * grace + std::chrono::seconds(1), [&] { return finished_.load(); }))
+          abort_ = true; // still authenticating, or the peer never answered: stop without it
       }
+      if (abort_)
+        ::shutdown(sock_.get(), SHUT_RDWR); // ends a handshake waiting for the peer
       wake();
       thread_.join();
     }
@@ -193,7 +172,8 @@ private:
       finish();
       return;
     }
-    post_header();
+    in_loop_ = true;
+    rx_.start(ucx_.worker);
     auto last_busy = clock::now();
     auto next_socket_check = last_busy;
     for (;;) {
@@ -201,7 +181,7 @@ private:
       while (ucp_worker_progress(ucx_.worker) != 0)
         busy = true;
       busy |= post_sends();
-      busy |= complete_receives();
+      busy |= receive();
       auto now = clock::now();
       if (now >= next_socket_check) {
         poll_socket(0);
@@ -311,7 +291,7 @@ private:
         p.cb.send = on_sent;
         p.user_data = &t;
         auto [buf, len] = t.parts[t.posted];
-        auto* r = ucp_tag_send_nbx(ucx_.ep, buf, len, tag_of(tx_seq_, t.tags[t.posted]), &p);
+        auto* r = ucp_tag_send_nbx(ucx_.ep, buf, len, ucx_tag(tx_seq_, t.tags[t.posted]), &p);
         if (UCS_PTR_IS_ERR(r)) {
           fail(fmt::format("sending to {} failed: {}", peer_, TROUPE_UCX_FAILURE(UCS_PTR_STATUS(r), "ucp_tag_send_nbx")));
           return any;
@@ -346,117 +326,17 @@ private:
     t.failure = &send_failure_;
   }
 
-  void post_recv(rx_slot& s, void* buf, std::size_t len, ucp_tag_t tag) {
-    s = rx_slot{};
-    s.expected = len;
-    ucp_request_param_t p{};
-    // UCX 1.13 leaves recv_info unset when a receive completes in place, so
-    // always take the callback (it may run before ucp_tag_recv_nbx returns).
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    p.cb.recv = on_received;
-    p.user_data = &s;
-    auto* r = ucp_tag_recv_nbx(ucx_.worker, buf, len, tag, ~ucp_tag_t{0}, &p);
-    if (UCS_PTR_IS_ERR(r)) {
-      s.done = true;
-      s.status = UCS_PTR_STATUS(r);
-    } else {
-      s.req = r; // freed by the loop once done
-    }
-  }
-
-  void post_header() {
-    rx_in_header_ = true;
-    post_recv(rx_head_slot_, rx_head_.data(), rx_head_.size(), tag_of(rx_seq_, 0));
-  }
-
-  static void release(rx_slot& s) {
-    if (s.req)
-      ucp_request_free(s.req);
-    s.req = nullptr;
-  }
-
-  void reject(const std::string& what) {
-    if (accept_)
-      log_line(*accept_, fmt::format("rejected connection from {}: {}", peer_, what));
-    fail(fmt::format("{} sent a malformed frame: {}", peer_, what));
-  }
-
-  bool check(const rx_slot& s, const char* what) {
-    if (s.status == UCS_ERR_MESSAGE_TRUNCATED || (s.status == UCS_OK && s.length != s.expected && *what != 'h'))
-      reject(fmt::format("the {} is longer or shorter than announced", what));
-    else if (s.status != UCS_OK)
-      fail(fmt::format("receiving from {} failed: {}", peer_, ucs_status_string(s.status)));
-    return failure_.empty();
-  }
-
-  /// Checks a received header and posts the receives of its blobs.
-  bool start_frame() {
-    if (!check(rx_head_slot_, "header"))
-      return false;
-    header h;
-    std::string err;
-    if (rx_head_slot_.length < header_bytes)
-      err = fmt::format("truncated frame header ({} bytes)", rx_head_slot_.length);
-    else if (decode_header(rx_head_.data(), limits{}, h, err) && h.type != frame_type::data)
-      err = fmt::format("unexpected frame type {}", static_cast<int>(h.type));
-    else if (err.empty() && rx_head_slot_.length != header_bytes + 8 * h.blob_count + h.meta_bytes)
-      err = fmt::format("a header message of {} bytes does not match its header", rx_head_slot_.length);
-    rx_sizes_.assign(err.empty() ? h.blob_count : 0, 0);
-    if (!rx_sizes_.empty())
-      std::memcpy(rx_sizes_.data(), rx_head_.data() + header_bytes, 8 * rx_sizes_.size());
-    for (std::size_t i = 0; i < rx_sizes_.size() && err.empty(); ++i)
-      check_blob_size(rx_sizes_[i], i, err);
-    if (!err.empty()) {
-      reject(err);
-      return false;
-    }
-    rx_frame_ = frame{};
-    rx_frame_.kind = h.kind;
-    auto* meta = rx_head_.data() + header_bytes + 8 * rx_sizes_.size();
-    rx_frame_.meta.assign(meta, meta + h.meta_bytes);
-    for (std::size_t i = 0; i < rx_sizes_.size(); ++i) {
-      try {
-        rx_frame_.blobs.push_back(tensor_handle::empty({static_cast<std::int64_t>(rx_sizes_[i])}, dtype::u8));
-      } catch (const std::bad_alloc&) {
-        reject(fmt::format("cannot allocate {} bytes for blob {}", rx_sizes_[i], i));
-        return false;
-      }
-      rx_blobs_[i] = rx_slot{};
-      rx_blobs_[i].done = true;
-      if (rx_sizes_[i] > 0) // received straight into the pooled tensor
-        post_recv(rx_blobs_[i], rx_frame_.blobs[i].raw(), rx_sizes_[i], tag_of(rx_seq_, i + 1));
-    }
-    rx_in_header_ = false;
+  /// Delivers the frames that have arrived; returns whether anything happened.
+  bool receive() {
+    ucx_receiver::failure f;
+    bool any = rx_.poll([this](frame&& fr) { deliver(std::move(fr)); }, f);
+    if (f.what.empty())
+      return any;
+    if (f.malformed && accept_)
+      log_line(*accept_, fmt::format("rejected connection from {}: {}", peer_, f.what));
+    fail(f.malformed ? fmt::format("{} sent a malformed frame: {}", peer_, f.what)
+                     : fmt::format("receiving from {} failed: {}", peer_, f.what));
     return true;
-  }
-
-  /// Completes and delivers whole frames. Returns whether anything happened.
-  bool complete_receives() {
-    bool any = false;
-    while (failure_.empty()) {
-      if (rx_in_header_) {
-        if (!rx_head_slot_.done)
-          return any;
-        any = true;
-        release(rx_head_slot_);
-        if (!start_frame())
-          return any;
-      }
-      for (std::size_t i = 0; i < rx_sizes_.size(); ++i)
-        if (!rx_blobs_[i].done)
-          return any;
-      for (std::size_t i = 0; i < rx_sizes_.size(); ++i) {
-        release(rx_blobs_[i]);
-        if (!check(rx_blobs_[i], "blob"))
-          return any;
-      }
-      deliver(std::move(rx_frame_));
-      ++delivered_;
-      ++rx_seq_;
-      post_header();
-      any = true;
-    }
-    return any;
   }
 
   /// Whether the loop should end; sends our goodbye once closing has flushed.
@@ -479,7 +359,7 @@ private:
       if (auto err = write_control(sock_.get(), frame_type::bye, 0, count); !err.empty() && !peer_bye_)
         fail(fmt::format("saying goodbye to {} failed: {}", peer_, err));
     }
-    if (bye_sent_ && peer_bye_ && delivered_ >= peer_total_)
+    if (bye_sent_ && peer_bye_ && rx_.delivered() >= peer_total_)
       return true;
     return bye_sent_ && now > deadline + grace; // the peer did not answer in time
   }
@@ -496,24 +376,7 @@ private:
   /// Cancels what is posted, closes the endpoint, destroys the worker (after
   /// which no callback can run) and only then drops the frames.
   void teardown() {
-    auto cancel = [&](rx_slot& s) {
-      if (s.req && !s.done)
-        ucp_request_cancel(ucx_.worker, s.req);
-    };
-    cancel(rx_head_slot_);
-    for (auto& s : rx_blobs_)
-      cancel(s);
-    auto pending = [&] {
-      bool any = rx_head_slot_.req && !rx_head_slot_.done;
-      for (auto& s : rx_blobs_)
-        any |= s.req && !s.done;
-      return any;
-    };
-    for (int i = 0; i < 10000 && ucx_.worker && pending(); ++i)
-      ucp_worker_progress(ucx_.worker);
-    release(rx_head_slot_);
-    for (auto& s : rx_blobs_)
-      release(s);
+    rx_.cancel();
     ucx_.reset();
     in_flight_.clear();
     to_post_.clear();
@@ -541,6 +404,7 @@ private:
   bool local_close_ = false;
   clock::time_point close_deadline_{};
   std::atomic<bool> abort_{false};
+  std::atomic<bool> in_loop_{false}; // past the handshake
 
   // The progress thread's own state.
   std::deque<std::unique_ptr<tx_frame>> to_post_;
@@ -548,14 +412,7 @@ private:
   std::uint64_t tx_seq_ = 0;
   std::string send_failure_;
   clock::time_point next_release_ = clock::time_point::max();
-  std::vector<std::byte> rx_head_;
-  rx_slot rx_head_slot_;
-  std::vector<rx_slot> rx_blobs_; // fixed size: posted receives point into it
-  std::vector<std::uint64_t> rx_sizes_;
-  frame rx_frame_;
-  bool rx_in_header_ = true;
-  std::uint64_t rx_seq_ = 0;
-  std::uint64_t delivered_ = 0;
+  ucx_receiver rx_;
   bool peer_bye_ = false;
   bool bye_sent_ = false;
   bool sock_open_ = true;
