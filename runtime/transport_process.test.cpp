@@ -167,7 +167,10 @@ TEST_CASE("a child process killed mid-stream ends its connection with a reason, 
     ::kill(pid, SIGKILL);
     CHECK(wait_exit(pid) == 128 + SIGKILL);
     REQUIRE(in.wait([&] { return in.closes.size() == 1; }));
-    CHECK(in.closes[0].find("127.0.0.1:") != std::string::npos);
-    CHECK(in.closes[0].find("closed the connection") != std::string::npos);
+    auto& why = in.closes[0];
+    CAPTURE(why);
+    CHECK(why.find("127.0.0.1:") != std::string::npos);
+    // The socket's end of stream, or UCX noticing first that the endpoint is gone.
+    CHECK((why.find("closed the connection") != std::string::npos || why.find("failed") != std::string::npos));
   }
 }

@@ -100,6 +100,7 @@ public:
   }
 
   void start() {
+    in_loop_ = !accept_; // a client has authenticated already; a server's thread does it first
     thread_ = std::thread([this] { run(); });
   }
 
