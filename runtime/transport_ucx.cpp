@@ -25,7 +25,6 @@ namespace {
 using clock = std::chrono::steady_clock;
 constexpr auto grace = std::chrono::seconds(2);
 constexpr int setup_timeout_ms = 10'000;
-constexpr auto spin = std::chrono::microseconds(30); // keep polling this long before sleeping
 
 /// A frame on its way out, alive until every part has completed.
 struct tx_frame {
@@ -175,8 +174,7 @@ private:
     }
     in_loop_ = true;
     rx_.start(ucx_.worker);
-    auto last_busy = clock::now();
-    auto next_socket_check = last_busy;
+    auto next_socket_check = clock::now();
     for (;;) {
       bool busy = false;
       while (ucp_worker_progress(ucx_.worker) != 0)
@@ -190,9 +188,9 @@ private:
       }
       if (done())
         break;
-      if (busy)
-        last_busy = now;
-      if (busy || now - last_busy < spin || ucp_worker_arm(ucx_.worker) == UCS_ERR_BUSY)
+      // Sleep as soon as there is nothing to do: spinning on, even for 30 us,
+      // starved the peer on a 2-core machine (ping-pong 115 us instead of 50 us).
+      if (busy || ucp_worker_arm(ucx_.worker) == UCS_ERR_BUSY)
         continue;
       sleep_until_event();
     }
