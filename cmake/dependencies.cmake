@@ -42,3 +42,8 @@ if(NOT TROUPE_CUDA STREQUAL "OFF")
   endif()
 endif()
 message(STATUS "troupe: CUDA backend ${TROUPE_HAVE_CUDA}")
+
+# UCX (Debian's libucx-dev): the UCP library for the ucx transport, found through pkg-config.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx)
+add_library(troupe::ucx ALIAS PkgConfig::UCX)

@@ -34,14 +34,18 @@ bool split_number(std::string_view text, double& value, std::string_view& rest) 
   return true;
 }
 
+/// A non-negative number followed by one of `units`, scaled by it.
 template <std::size_t N>
-bool find_unit(std::string_view name, const unit (&units)[N], double& scale) {
-  for (auto& u : units)
-    if (u.name == name) {
-      scale = u.scale;
-      return true;
-    }
-  return false;
+caf::expected<double> parse_quantity(std::string_view text, const unit (&units)[N], const char* what,
+                                     const char* examples) {
+  double value = 0;
+  std::string_view rest;
+  if (split_number(text, value, rest))
+    for (auto& u : units)
+      if (u.name == rest)
+        return value * u.scale;
+  return make_error(errc::invalid_argument,
+                    fmt::format("'{}' is not a {}: expected a number and a unit such as {}", text, what, examples));
 }
 
 } // namespace
@@ -72,33 +76,18 @@ caf::expected<double> parse_bandwidth(std::string_view text) {
     {"bit/s", 1.0 / 8}, {"Kbit/s", 1e3 / 8}, {"kbit/s", 1e3 / 8}, {"Mbit/s", 1e6 / 8},
     {"Gbit/s", 1e9 / 8}, {"Tbit/s", 1e12 / 8}, {"B/s", 1},          {"KB/s", 1e3},
     {"kB/s", 1e3},       {"MB/s", 1e6},        {"GB/s", 1e9},       {"TB/s", 1e12}};
-  double value = 0;
-  double scale = 0;
-  std::string_view rest;
-  if (!split_number(text, value, rest) || !find_unit(rest, units, scale))
-    return make_error(errc::invalid_argument,
-                      fmt::format("'{}' is not a bandwidth: expected a number and a unit such as "
-                                  "10Gbit/s, 1.5GB/s, 200MB/s",
-                                  text));
-  if (value <= 0)
+  auto r = parse_quantity(text, units, "bandwidth", "10Gbit/s, 1.5GB/s, 200MB/s");
+  if (r && *r <= 0)
     return make_error(errc::invalid_argument,
                       fmt::format("'{}' is not a bandwidth: it must be more than zero (leave it out for "
                                   "an unlimited link)",
                                   text));
-  return value * scale;
+  return r;
 }
 
 caf::expected<double> parse_duration(std::string_view text) {
   static constexpr unit units[] = {{"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3}, {"s", 1}};
-  double value = 0;
-  double scale = 0;
-  std::string_view rest;
-  if (!split_number(text, value, rest) || !find_unit(rest, units, scale))
-    return make_error(errc::invalid_argument,
-                      fmt::format("'{}' is not a duration: expected a number and a unit such as "
-                                  "5ms, 200us, 0.25s, 1500ns",
-                                  text));
-  return value * scale;
+  return parse_quantity(text, units, "duration", "5ms, 200us, 0.25s, 1500ns");
 }
 
 caf::expected<std::unique_ptr<server>> listen(server_options opts, handlers h) {

@@ -51,11 +51,17 @@ inline constexpr std::size_t max_blobs = 64;
 inline constexpr std::uint64_t max_blob_bytes = 1ull << 36;
 
 /// One bidirectional, authenticated connection. Thread-safe.
+///
+/// Destroying one closes it (flushing, see close()) and joins its threads, so
+/// never destroy a connection, or the server that owns it, from inside one of
+/// its own handlers.
 class connection {
 public:
   virtual ~connection() = default;
   /// Queues `f`; returns at once. The blobs' bytes are read while it is sent,
   /// so the handles are kept alive until then. Frames arrive in order.
+  /// After close() or on_close, frames are dropped. Throws
+  /// std::invalid_argument for a blob that is not a CPU tensor.
   virtual void send(frame f) = 0;
   /// Sends what is queued (up to a short grace period), then closes.
   virtual void close() = 0;
@@ -70,7 +76,10 @@ struct handlers {
   /// (see tensor_handle::view to read them as what they carry).
   std::function<void(connection&, frame&&)> on_frame;
   /// The connection ended: end of stream, an error, or a protocol violation
-  /// (`why` says which, for the user). Called once.
+  /// (`why` says which, for the user; "closed by this side" after close()).
+  /// Called once per authenticated connection, never for refused ones. A
+  /// server destroys its connection some time after this returns: drop any
+  /// reference to it here.
   std::function<void(connection&, std::string why)> on_close;
 };
 

@@ -16,6 +16,7 @@
 
 #include "runtime/errors.hpp"
 #include "runtime/transport.hpp"
+#include "runtime/transport_inbox.hpp"
 #include "runtime/transport_detail.hpp"
 
 using namespace troupe;
@@ -29,45 +30,6 @@ std::vector<transport_kind> kinds() {
     return {transport_kind::tcp, transport_kind::ucx};
   return {transport_kind::tcp};
 }
-
-/// Collects what one side's handlers and the server's log see.
-struct inbox {
-  std::mutex m;
-  std::condition_variable cv;
-  std::vector<frame> frames;
-  std::vector<std::string> closes;
-  std::vector<std::string> logs;
-  bool echo = false;
-
-  handlers make() {
-    return {[this](connection& c, frame&& f) {
-              if (echo) {
-                c.send(std::move(f));
-                return;
-              }
-              std::lock_guard g{m};
-              frames.push_back(std::move(f));
-              cv.notify_all();
-            },
-            [this](connection&, std::string why) {
-              std::lock_guard g{m};
-              closes.push_back(std::move(why));
-              cv.notify_all();
-            }};
-  }
-  std::function<void(std::string)> logger() {
-    return [this](std::string line) {
-      std::lock_guard g{m};
-      logs.push_back(std::move(line));
-      cv.notify_all();
-    };
-  }
-  template <class Pred>
-  bool wait(Pred p, std::chrono::milliseconds t = 10s) {
-    std::unique_lock l{m};
-    return cv.wait_for(l, t, p);
-  }
-};
 
 std::unique_ptr<server> start(transport_kind kind, inbox& in, std::string token = "s3cret", link_model link = {}) {
   server_options o;

@@ -98,6 +98,9 @@ read_result read_exact(int fd, void* p, std::size_t n, int timeout_ms, const cha
 read_result read_frame(int fd, const limits& lim, header& h, frame& f, int timeout_ms = -1);
 /// Writes every byte of `iov` (MSG_NOSIGNAL); returns an error text or "".
 std::string write_all(int fd, std::span<const iovec> iov);
+/// Writes what the socket takes now without blocking, from byte `sent` on;
+/// advances `sent`. Returns an error text or "".
+std::string write_some(int fd, std::span<const iovec> iov, std::size_t& sent);
 /// Writes a small control frame (no blobs).
 std::string write_control(int fd, frame_type t, std::uint16_t kind, std::span<const std::byte> meta);
 /// The iovecs of a data frame: `head` (from encode_header), meta, then non-empty blobs.
@@ -109,10 +112,12 @@ void check_sendable(const frame& f);
 
 // ---- handshake ---------------------------------------------------------------
 
+/// Fills the welcome's meta once the token has been accepted; returns an error text or "".
+using welcome_fn = std::function<std::string(std::vector<std::byte>& meta)>;
 /// Server side: reads the hello, checks token and transport, answers welcome
-/// (with `welcome_meta`) or refusal. Logs through `log` and returns false on failure.
-bool accept_hello(int fd, const server_options& opts, const std::string& peer,
-                  std::span<const std::byte> welcome_meta);
+/// (its meta from `welcome`, when given) or refusal. Logs through `log` and
+/// returns false on failure.
+bool accept_hello(int fd, const server_options& opts, const std::string& peer, const welcome_fn& welcome = {});
 /// Client side: sends the hello and returns the welcome's meta, or why it was refused.
 caf::expected<std::vector<std::byte>> send_hello(int fd, const connect_options& opts);
 /// "rejected connection from HOST:PORT: <what>" through `log` when there is one.

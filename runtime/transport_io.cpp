@@ -112,6 +112,25 @@ std::string write_all(int fd, std::span<const iovec> iov) {
   return {};
 }
 
+std::string write_some(int fd, std::span<const iovec> iov, std::size_t& sent) {
+  std::size_t total = 0;
+  for (auto& v : iov)
+    total += v.iov_len;
+  while (sent < total) {
+    auto left = slice_iov(iov, sent, total);
+    msghdr msg{};
+    msg.msg_iov = left.data();
+    msg.msg_iovlen = left.size();
+    auto n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return errno == EAGAIN || errno == EWOULDBLOCK ? std::string() : std::strerror(errno);
+    sent += static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
 std::string write_control(int fd, frame_type t, std::uint16_t kind, std::span<const std::byte> meta) {
   auto head = encode_header(t, kind, meta.size(), {});
   iovec iov[2] = {{head.data(), head.size()}, {const_cast<std::byte*>(meta.data()), meta.size()}};

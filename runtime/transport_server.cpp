@@ -79,8 +79,7 @@ void log_line(const server_options& opts, const std::string& line) {
     opts.log(line);
 }
 
-bool accept_hello(int fd, const server_options& opts, const std::string& peer,
-                  std::span<const std::byte> welcome_meta) {
+bool accept_hello(int fd, const server_options& opts, const std::string& peer, const welcome_fn& welcome) {
   header h;
   frame f;
   auto r = read_frame(fd, limits{max_hello_bytes, 0}, h, f, hello_timeout_ms);
@@ -102,6 +101,10 @@ bool accept_hello(int fd, const server_options& opts, const std::string& peer,
     return refuse("wrong token");
   if (h.kind != static_cast<std::uint16_t>(opts.kind))
     return refuse(fmt::format("this server speaks {}, the client another transport", to_string(opts.kind)));
+  std::vector<std::byte> welcome_meta;
+  if (welcome)
+    if (auto err = welcome(welcome_meta); !err.empty())
+      return refuse(err);
   if (auto err = write_control(fd, frame_type::welcome, 0, welcome_meta); !err.empty()) {
     log_line(opts, fmt::format("rejected connection from {}: {} while answering the hello", peer, err));
     return false;

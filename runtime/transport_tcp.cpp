@@ -15,6 +15,7 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 constexpr auto grace = std::chrono::seconds(2);
+constexpr std::size_t direct_limit = 64 * 1024; // send() writes frames up to this size itself
 
 /// One TCP connection. On the server side (`accept` set) the receiver thread
 /// first runs the handshake; until it succeeds no handler is called.
@@ -44,10 +45,29 @@ public:
 
   void send(frame f) override {
     check_sendable(f);
-    std::lock_guard lock{mtx_};
-    if (closing_ || dead_)
+    std::unique_lock lock{mtx_};
+    if (closing_ || dead_ || !send_error_.empty())
       return; // on_close has told (or will tell) the owner
-    queue_.push_back({std::move(f), clock::now()});
+    queued q;
+    q.f = std::move(f);
+    q.at = clock::now();
+    q.head = encode_header(frame_type::data, q.f.kind, q.f.meta.size(), q.f.blobs);
+    if (!queue_.empty() || writing_ || pacer_.active() || bytes_of(q) > direct_limit) {
+      queue_.push_back(std::move(q));
+      cv_.notify_all();
+      return;
+    }
+    // Small frame, idle socket: write it on this thread, without blocking, and
+    // leave what does not fit to the sender (saves a thread hand-off per frame).
+    writing_ = true;
+    lock.unlock();
+    auto err = write_some(fd_.get(), frame_iov(q.head, q.f), q.sent);
+    lock.lock();
+    writing_ = false;
+    if (!err.empty())
+      send_error_ = fmt::format("sending to {} failed: {}", peer_, err);
+    else if (q.sent < bytes_of(q))
+      queue_.push_front(std::move(q));
     cv_.notify_all();
   }
 
@@ -64,21 +84,33 @@ private:
   struct queued {
     frame f;
     clock::time_point at;
+    std::vector<std::byte> head; ///< encode_header of f
+    std::size_t sent = 0;        ///< bytes already written by send()
   };
+
+  static std::size_t bytes_of(const queued& q) {
+    std::size_t n = q.head.size() + q.f.meta.size();
+    for (auto& b : q.f.blobs)
+      n += b.defined() ? b.nbytes() : 0;
+    return n;
+  }
 
   void send_loop() {
     for (;;) {
       queued q;
       {
         std::unique_lock lock{mtx_};
-        cv_.wait(lock, [&] { return dead_ || closing_ || !queue_.empty(); });
-        if (dead_ || queue_.empty() || (closing_ && clock::now() > close_deadline_))
+        cv_.wait(lock, [&] { return dead_ || !send_error_.empty() || (!writing_ && (closing_ || !queue_.empty())); });
+        if (dead_ || !send_error_.empty() || queue_.empty() || (closing_ && clock::now() > close_deadline_))
           break;
         q = std::move(queue_.front());
         queue_.pop_front();
+        writing_ = true;
       }
-      if (auto err = write_frame(q); !err.empty()) {
-        std::lock_guard lock{mtx_};
+      auto err = write_frame(q);
+      std::lock_guard lock{mtx_};
+      writing_ = false;
+      if (!err.empty()) {
         send_error_ = fmt::format("sending to {} failed: {}", peer_, err);
         break;
       }
@@ -96,13 +128,10 @@ private:
   }
 
   std::string write_frame(queued& q) {
-    auto head = encode_header(frame_type::data, q.f.kind, q.f.meta.size(), q.f.blobs);
-    auto iov = frame_iov(head, q.f);
+    auto iov = frame_iov(q.head, q.f);
+    auto total = bytes_of(q);
     if (!pacer_.active())
-      return write_all(fd_.get(), iov);
-    std::size_t total = 0;
-    for (auto& v : iov)
-      total += v.iov_len;
+      return write_all(fd_.get(), slice_iov(iov, q.sent, total));
     auto start = pacer_.start(total, q.at);
     auto chunk = pacer_.chunk_bytes();
     for (std::size_t off = 0; off < total;) {
@@ -120,7 +149,7 @@ private:
   }
 
   void receive_loop() {
-    if (accept_ && !accept_hello(fd_.get(), *accept_, peer_, {})) {
+    if (accept_ && !accept_hello(fd_.get(), *accept_, peer_)) {
       end_stream(); // never authenticated: no handler hears of it
       thread_done();
       return;
@@ -185,6 +214,7 @@ private:
   std::condition_variable cv_;
   std::deque<queued> queue_;
   bool closing_ = false;
+  bool writing_ = false; // a thread is writing a frame: others wait (order)
   bool dead_ = false; // the receiver ended: nothing more goes out either
   bool authenticated_;
   clock::time_point close_deadline_{};
