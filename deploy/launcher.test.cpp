@@ -29,16 +29,6 @@ launch_request probe_request(const test_coordinator& c, int nodes) {
   return r;
 }
 
-/// Polls exit_status(node) for up to 10 s.
-std::optional<int> wait_exit(launched_nodes& n, int node) {
-  for (int i = 0; i < 500; ++i) {
-    if (auto s = n.exit_status(node))
-      return s;
-    std::this_thread::sleep_for(20ms);
-  }
-  return std::nullopt;
-}
-
 std::string launch_error(std::string_view launcher, const launch_request& r) {
   auto n = launch_nodes(launcher, r);
   REQUIRE_FALSE(n);

@@ -14,7 +14,6 @@
 
 #include <unistd.h>
 
-#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -29,29 +28,6 @@ using namespace troupe::testing;
 using namespace std::chrono_literals;
 
 namespace {
-
-/// Runs `cmd` through the shell; its exit status and output.
-std::pair<int, std::string> sh(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p)
-    return {127, "popen failed"};
-  char buf[4096];
-  while (auto n = std::fread(buf, 1, sizeof buf, p))
-    out.append(buf, n);
-  int rc = ::pclose(p);
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128, out};
-}
-
-std::optional<int> wait_exit(launched_nodes& n, int node, std::chrono::seconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (auto s = n.exit_status(node))
-      return s;
-    std::this_thread::sleep_for(50ms);
-  }
-  return std::nullopt;
-}
 
 /// Inside the job: the launcher's checks, against the two allocated nodes.
 void run_inside_allocation() {
@@ -124,9 +100,9 @@ struct slurm_cluster {
     ::setenv("TROUPE_SLURM_DIR", state.c_str(), 1);
     ::setenv("TROUPE_SLURM_PORT", "16837", 1);  // clear of a cluster started by hand on the default 16817
     ::setenv("SLURM_CONF", (state + "/slurm.conf").c_str(), 1);
-    std::tie(up_rc, up_output) = sh(scripts + "/slurm_up.sh");
+    std::tie(up_rc, up_output) = run_shell(scripts + "/slurm_up.sh");
   }
-  ~slurm_cluster() { sh(scripts + "/slurm_down.sh"); }
+  ~slurm_cluster() { run_shell(scripts + "/slurm_down.sh"); }
 };
 
 // No commas: the job selects this test case by name with doctest's -tc.
@@ -152,7 +128,7 @@ TEST_CASE(test_name) {
 
   auto self = std::filesystem::read_symlink("/proc/self/exe").string();
   auto log = cluster.state + "/job.out";
-  auto [rc, out] = sh(fmt::format("TROUPE_SLURM_INNER=1 timeout 300 sbatch -N2 --wait --chdir='{}' --output='{}' "
+  auto [rc, out] = run_shell(fmt::format("TROUPE_SLURM_INNER=1 timeout 300 sbatch -N2 --wait --chdir='{}' --output='{}' "
                                   "--wrap \"'{}' -tc='{}'\"",
                                   std::filesystem::current_path().string(), log, self,
                                   test_name));
