@@ -146,6 +146,21 @@ job_result run_job(const slurm_cluster& cluster, const std::string& command, con
   return j;
 }
 
+/// The cluster for one test case; null, with the reason logged, where it cannot run here.
+std::unique_ptr<slurm_cluster> start_cluster() {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: starting slurmctld and slurmd needs root");
+    return nullptr;
+  }
+  auto cluster = std::make_unique<slurm_cluster>();
+  if (cluster->up_rc == 77) {
+    MESSAGE("skipped: " << cluster->up_output);
+    return nullptr;
+  }
+  REQUIRE_MESSAGE(cluster->up_rc == 0, cluster->up_output);
+  return cluster;
+}
+
 // No commas: the job selects this test case by name with doctest's -tc.
 constexpr const char* test_name = "the slurm launcher starts one node per allocated node with srun in a real 2-node job";
 
@@ -160,19 +175,12 @@ TEST_CASE(test_name) {
     run_inside_allocation();
     return;
   }
-  if (::geteuid() != 0) {
-    MESSAGE("skipped: starting slurmctld and slurmd needs root");
+  auto cluster = start_cluster();
+  if (!cluster)
     return;
-  }
-  slurm_cluster cluster;
-  if (cluster.up_rc == 77) {
-    MESSAGE("skipped: " << cluster.up_output);
-    return;
-  }
-  REQUIRE_MESSAGE(cluster.up_rc == 0, cluster.up_output);
 
   auto self = std::filesystem::read_symlink("/proc/self/exe").string();
-  auto job = run_job(cluster, fmt::format("'{}' -tc='{}'", self, test_name), "TROUPE_SLURM_INNER=1");
+  auto job = run_job(*cluster, fmt::format("'{}' -tc='{}'", self, test_name), "TROUPE_SLURM_INNER=1");
   INFO("sbatch: " << job.sbatch << "\njob output:\n" << job.output);
   CHECK(job.rc == 0);
   CHECK(job.output.find("Status: SUCCESS!") != std::string::npos);
@@ -187,21 +195,14 @@ TEST_CASE("troupe launch trains a graph across the 2 nodes of a SLURM job") {
     MESSAGE("TODO(lead): not run until troupe_launch_ready is true");
     return;
   }
-  if (::geteuid() != 0) {
-    MESSAGE("skipped: starting slurmctld and slurmd needs root");
+  auto cluster = start_cluster();
+  if (!cluster)
     return;
-  }
-  slurm_cluster cluster;
-  if (cluster.up_rc == 77) {
-    MESSAGE("skipped: " << cluster.up_output);
-    return;
-  }
-  REQUIRE_MESSAGE(cluster.up_rc == 0, cluster.up_output);
   const char* build = std::getenv("TROUPE_BUILD_DIR");
   auto troupe = std::filesystem::absolute(std::filesystem::path{build ? build : "build"} / "deploy/troupe");
-  auto summary = cluster.state + "/summary.json";
+  auto summary = cluster->state + "/summary.json";
   // The coordinator listens on 127.0.0.1: both SLURM nodes are this machine.
-  auto job = run_job(cluster, fmt::format("'{}' launch examples/tiny-gpt.yaml --steps 3 --set cluster.launcher=slurm "
+  auto job = run_job(*cluster, fmt::format("'{}' launch examples/tiny-gpt.yaml --steps 3 --set cluster.launcher=slurm "
                                           "--set cluster.nodes=2 --set cluster.address=127.0.0.1 --summary-json '{}'",
                                           troupe.string(), summary));
   INFO("sbatch: " << job.sbatch << "\njob output:\n" << job.output);
