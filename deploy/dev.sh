@@ -12,7 +12,7 @@ case "$what" in
   *) echo "usage: deploy/dev.sh example|test" >&2; exit 2 ;;
 esac
 
-deploy/setup.sh
+deploy/setup.sh $([[ $what == test ]] && echo --test)   # the test path adds SLURM, munge and sshd
 export OPENBLAS_CORETYPE=SkylakeX   # OpenBLAS picks a 2x slower sgemm on this CPU otherwise
 jobs=$(nproc)
 

@@ -2,6 +2,7 @@
 // starting real probe processes that connect to a real TCP coordinator.
 #include "deploy/launcher.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -27,16 +28,6 @@ launch_request probe_request(const test_coordinator& c, int nodes) {
   r.token = "s3cret-token-42";
   r.output = [](int, int, std::string_view) {};  // keeps the test log quiet
   return r;
-}
-
-/// Polls exit_status(node) for up to 10 s.
-std::optional<int> wait_exit(launched_nodes& n, int node) {
-  for (int i = 0; i < 500; ++i) {
-    if (auto s = n.exit_status(node))
-      return s;
-    std::this_thread::sleep_for(20ms);
-  }
-  return std::nullopt;
 }
 
 std::string launch_error(std::string_view launcher, const launch_request& r) {
@@ -135,6 +126,47 @@ TEST_CASE("node output reaches the sink line by line, tagged with its node and s
     CHECK(lines.count({i, 1, "probe " + std::to_string(i) + " started"}) == 1);
     CHECK(lines.count({i, 2, "probe " + std::to_string(i) + " on stderr"}) == 1);
   }
+}
+
+TEST_CASE("without a sink, node output goes to our own stdout and stderr with a [node I] prefix") {
+  auto dir = std::filesystem::temp_directory_path();
+  auto out_file = dir / ("troupe_launcher_out_" + std::to_string(::getpid()));
+  auto err_file = dir / ("troupe_launcher_err_" + std::to_string(::getpid()));
+  std::fflush(stdout);
+  std::fflush(stderr);
+  int saved_out = ::dup(1), saved_err = ::dup(2);
+  int out = ::open(out_file.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  int err = ::open(err_file.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  ::dup2(out, 1);
+  ::dup2(err, 2);
+  std::optional<int> status;
+  {
+    test_coordinator c;
+    auto r = probe_request(c, 2);
+    r.output = nullptr;
+    auto nodes = launch_nodes("local", r);
+    if (nodes) {
+      for (const auto& h : c.accept(2))
+        test_coordinator::send_exit(h, 0);
+      status = wait_exit(**nodes, 1);
+    }
+  }
+  ::dup2(saved_out, 1);
+  ::dup2(saved_err, 2);
+  for (int fd : {saved_out, saved_err, out, err})
+    ::close(fd);
+  auto slurp = [](const std::filesystem::path& p) {
+    std::ifstream in{p};
+    return std::string{std::istreambuf_iterator<char>{in}, {}};
+  };
+  auto printed = slurp(out_file), warned = slurp(err_file);
+  std::filesystem::remove(out_file);
+  std::filesystem::remove(err_file);
+  CHECK(status == 0);
+  CHECK(printed.find("[node 0] probe 0 started\n") != std::string::npos);
+  CHECK(printed.find("[node 1] probe 1 started\n") != std::string::npos);
+  CHECK(warned.find("[node 1] probe 1 on stderr\n") != std::string::npos);
+  CHECK(printed.find("on stderr") == std::string::npos);
 }
 
 TEST_CASE("nodes die with the launcher's process when it is killed") {

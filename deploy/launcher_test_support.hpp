@@ -7,13 +7,16 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -95,6 +98,32 @@ private:
   int port_ = 0;
   std::vector<int> accepted_;
 };
+
+/// Polls `nodes.exit_status(node)` until it has one or `timeout` passes.
+template <class Nodes>
+std::optional<int> wait_exit(Nodes& nodes, int node, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (auto s = nodes.exit_status(node))
+      return s;
+    if (std::chrono::steady_clock::now() >= deadline)
+      return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+/// Runs `cmd` through the shell: its exit status and what it printed (both streams).
+inline std::pair<int, std::string> run_shell(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p)
+    return {127, "popen failed"};
+  char buf[4096];
+  while (auto n = std::fread(buf, 1, sizeof buf, p))
+    out.append(buf, n);
+  int rc = ::pclose(p);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128, out};
+}
 
 /// The probe program built next to the tests.
 inline std::string probe_program() {

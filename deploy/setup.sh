@@ -13,9 +13,13 @@ packages=(
 )
 # Extra packages for benchmarks only (large): `deploy/setup.sh --bench`.
 bench_packages=(python3-torch python3-numpy hyperfine)
+# Extra packages for the test suite only: `deploy/setup.sh --test`. The launcher
+# tests start a two-node SLURM cluster and an sshd on this machine (tests/cluster/).
+test_packages=(slurm-wlm munge openssh-server openssh-client)
 
 want=("${packages[@]}")
 [[ " $* " == *" --bench "* ]] && want+=("${bench_packages[@]}")
+[[ " $* " == *" --test "* ]] && want+=("${test_packages[@]}")
 
 sudo_cmd=()
 if [[ $(id -u) -ne 0 ]]; then

@@ -45,7 +45,7 @@ if [[ -f $conf ]] && alive "$state/slurmctld.pid" && alive "$state/slurmd.troupe
 fi
 "$(dirname "$0")/slurm_down.sh" >/dev/null 2>&1 || true   # a half-started cluster starts over
 
-mkdir -p "$state" && chmod 0700 "$state"
+mkdir -p "$state" && chmod 0711 "$state"   # munged wants its socket folder traversable
 mkdir -p "$state/ctld" "$state/spool.troupe1" "$state/spool.troupe2"
 
 # --- munge: a private daemon, key and socket, so a system munged is left alone --
@@ -79,6 +79,7 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
+MailProg=/bin/true
 SchedulerType=sched/builtin
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
