@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/registry.hpp"
 #include "schedulers/stage_policy.hpp"
@@ -121,8 +122,12 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
   for (const auto& a : g.actors)
     self->send(handles.at(a.name), start_atom::value);
   run_result res;
+  res.first_step = g.checkpoint.resume_step;
   std::map<std::string, bool> done;
   std::string failure;
+  std::optional<checkpoint_tracker> checkpoints;
+  if (g.checkpoint.every > 0 && !g.checkpoint.dir_path.empty())
+    checkpoints.emplace(g.checkpoint.dir_path, checkpoint_actors(g), g.checkpoint.keep);
   while (done.size() < handles.size() && failure.empty()) {
     self->receive(
       [&](done_atom, run_summary& s) {
@@ -131,6 +136,19 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
         auto who = names.count(from) ? names[from] : s.actor;
         done[who] = true;
         res.summaries.push_back(std::move(s));
+      },
+      [&](checkpoint_atom, checkpoint_msg& m) {
+        if (!checkpoints || !checkpoints->on_report(m.actor, m.step, m.file))
+          return;
+        auto c = checkpoints->commit(m.step);
+        if (!c) {
+          failure = fmt::format("checkpoint after step {} failed: {}", m.step, error_message(c.error()));
+          return;
+        }
+        ++res.checkpoints;
+        fmt::print("checkpoint step {} -> {} ({:.1f} MB, {:.0f} ms)\n", c->step, c->folder.string(),
+                   static_cast<double>(c->bytes) / 1e6, c->write_ms);
+        std::fflush(stdout);
       },
       [&](failed_atom, failure_msg& f) {
         failure = fmt::format("actor '{}' failed: {}", f.actor, f.what);
@@ -162,6 +180,8 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
     }
     if (!std::isnan(s.val_loss))
       res.val_loss = s.val_loss;
+    if (!s.losses.empty())
+      res.losses = s.losses;
   }
   return res;
 }
@@ -170,9 +190,13 @@ std::string summary_json(const run_result& r) {
   auto num = [](std::optional<double> v) {
     return v && std::isfinite(*v) ? fmt::format("{}", *v) : std::string{"null"};
   };
-  return fmt::format(R"({{"steps": {}, "tokens_per_s": {}, "ms_per_step": {}, "train_loss": {}, "val_loss": {}}})",
-                     r.steps, num(r.tokens_per_s()),
-                     num(r.ms_per_step()), num(r.train_loss), num(r.val_loss));
+  std::string losses;
+  for (double l : r.losses) // shortest text that reads back as the same double
+    losses += fmt::format("{}{}", losses.empty() ? "" : ", ", num(l));
+  return fmt::format(R"({{"steps": {}, "tokens_per_s": {}, "ms_per_step": {}, "train_loss": {}, "val_loss": {}, )"
+                     R"("first_step": {}, "losses": [{}]}})",
+                     r.steps, num(r.tokens_per_s()), num(r.ms_per_step()), num(r.train_loss), num(r.val_loss),
+                     r.first_step, losses);
 }
 
 } // namespace troupe

@@ -213,7 +213,8 @@ void parse_channels(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
 
 const std::vector<std::string>& section_names() {
   static const std::vector<std::string> names{"model",   "data",   "train",    "pipeline",
-                                              "trace",   "plugins", "actors", "channels"};
+                                              "trace",   "plugins", "actors", "channels",
+                                              "checkpoint"};
   return names;
 }
 
@@ -233,6 +234,8 @@ void parse_sections(parsed_graph& pg, graph_reader& r) {
     parse_pipeline(pg, n, r);
   if (auto n = root["trace"]; n && r.check_map(n, "trace", trace_keys))
     r.get_string(n, "trace", "file", pg.graph.trace.file);
+  if (auto n = root["checkpoint"])
+    parse_checkpoint(pg, n, r);
   if (auto n = root["plugins"])
     parse_plugins(pg, n, r);
   if (auto n = root["actors"])
