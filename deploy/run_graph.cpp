@@ -166,6 +166,10 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
                             opts.timeout.count() / 1000.0, done.size(), handles.size());
   }
   stop_all();
+  if (!failure.empty() && checkpoints && checkpoints->last_committed() >= 0)
+    failure += fmt::format("; the last complete checkpoint, {}, is intact (--resume {})",
+                           (g.checkpoint.dir_path / checkpoint_folder_name(checkpoints->last_committed())).string(),
+                           g.checkpoint.dir_path.string());
   if (!failure.empty())
     return make_error(errc::actor_failed, std::move(failure));
   // 5. aggregate

@@ -232,7 +232,9 @@ caf::expected<resume_point> open_resume(const fs::path& dir, const graph_spec& g
     if (!folder_step(name))
       return bad(fmt::format("{}: expected a folder name like step-000016, got '{}'", (dir / "latest").string(), name));
     rp.folder = dir / name;
-  } else if (!fs::exists(dir / manifest_name)) {
+  } else if (auto name = fs::absolute(dir).lexically_normal();
+             !fs::exists(dir / manifest_name) &&
+             !folder_step((name.has_filename() ? name : name.parent_path()).filename().string())) {
     return bad(fmt::format("{}: no checkpoint here (expected a 'latest' file naming a step folder, or a step "
                            "folder holding {})",
                            dir.string(), manifest_name));
