@@ -138,6 +138,11 @@ caf::expected<std::string> write_checkpoint_part(const fs::path& dir, std::int64
   if (ec)
     return make_error(errc::io_failed,
                       fmt::format("{}: cannot create the checkpoint folder: {}", folder.string(), ec.message()));
+  // A folder being written again (a resumed run replaying steps) is no longer
+  // complete: drop its manifest before any part changes.
+  if (fs::remove(folder / manifest_name, ec); ec)
+    return make_error(errc::io_failed, fmt::format("{}: cannot mark the checkpoint incomplete: {}",
+                                                   (folder / manifest_name).string(), ec.message()));
   auto name = checkpoint_part_name(actor);
   if (auto err = write_safetensors(folder / name, tensors, metadata))
     return err;

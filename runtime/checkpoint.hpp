@@ -51,7 +51,8 @@ std::map<std::string, std::string> checkpoint_identity(const graph_spec& g, cons
 
 /// Writes `actor`'s part of the checkpoint after `step` steps into
 /// `dir/step-N/` (created when needed), adding "actor", "step" and the write's
-/// start time to `metadata`. Returns the file name relative to the step folder;
+/// start time to `metadata`; a checkpoint.json already there is removed first
+/// (the step is being rewritten). Returns the file name relative to the step folder;
 /// an unwritable folder or a full disk is errc::io_failed naming the file.
 caf::expected<std::string> write_checkpoint_part(const std::filesystem::path& dir, std::int64_t step,
                                                  const std::string& actor, const std::vector<named_handle>& tensors,

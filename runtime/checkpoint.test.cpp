@@ -100,6 +100,10 @@ TEST_CASE("latest moves only on commit and no temporary file is left behind") {
   REQUIRE(part);
   CHECK(part->find("w").data<float>()[0] == 8.0f);
   CHECK_FALSE(read_checkpoint_part(dir / "step-000008", "s0", 4)); // wrong step is an error
+  // A resumed run writing step 4 again: the folder stops being complete at its first part.
+  REQUIRE(fs::exists(dir / "step-000004" / "checkpoint.json"));
+  write_checkpoint_part(dir, 4, "s0", {{"w", filled(4, 2)}}, {});
+  CHECK_FALSE(fs::exists(dir / "step-000004" / "checkpoint.json"));
   fs::remove_all(dir);
 }
 
