@@ -89,3 +89,26 @@ TEST_CASE("a missing or too-short corpus is an error naming the file") {
   CHECK_THROWS_WITH_AS(byte_corpus(write_corpus(50), 64, 0.1, 1), doctest::Contains("too short"),
                        std::runtime_error);
 }
+
+TEST_CASE("a saved position resumes the stream across epoch boundaries and validation does not move it") {
+  auto path = write_corpus(3000);
+  byte_corpus a(path, 16, 0.1, 9);
+  token_batch x, y, v;
+  auto windows = a.train_windows();
+  while (a.position() < 2 * windows + windows / 2) { // into the third epoch
+    a.next_train(7, x);
+    a.validation(3, 4, v); // evaluation between steps reads the tail only
+  }
+  auto saved = a.position();
+  a.validation(0, 8, v);
+  CHECK(a.position() == saved);
+  byte_corpus b(path, 16, 0.1, 9); // a fresh process: no epoch shuffled yet
+  b.seek(saved);
+  for (std::size_t i = 0; i < windows / 7 + 2; ++i) { // past the next epoch boundary
+    a.next_train(7, x);
+    b.next_train(7, y);
+    REQUIRE(flat(x.tokens) == flat(y.tokens));
+    REQUIRE(flat(x.targets) == flat(y.targets));
+  }
+  CHECK(a.position() / windows == 3);
+}

@@ -1,5 +1,7 @@
 // The data_loader actor: byte-level microbatches from the corpus, sent when the
-// first stage grants credit, with validation batches at each evaluation point.
+// first stage grants credit, with validation batches at each evaluation point,
+// and its corpus position in every checkpoint.
+#include <charconv>
 #include <optional>
 
 #include <caf/all.hpp>
@@ -9,6 +11,7 @@
 #include "actors/byte_corpus.hpp"
 #include "runtime/messages.hpp"
 #include "actors/pipeline_messages.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/trace.hpp"
 
 namespace troupe {
@@ -28,6 +31,11 @@ struct loader_settings {
   int eval_batches = 8;
   std::string first_stage; ///< rank 0: gets tokens
   std::string loss_stage;  ///< last rank: gets targets (may be the same actor)
+  std::filesystem::path checkpoint_dir;  ///< empty: no checkpoints
+  std::int64_t checkpoint_every = 0;
+  std::map<std::string, std::string> identity;  ///< checkpoint_identity of this loader
+  std::filesystem::path resume_folder;   ///< empty: a fresh start
+  step_t resume_step = 0;
 };
 
 struct data_loader_state {
@@ -35,6 +43,7 @@ struct data_loader_state {
   caf::actor runner, first, loss;
   std::uint16_t first_id = 0xffff, loss_id = 0xffff; ///< trace ids, for counted mailbox depth
   std::int64_t sent = 0; ///< training microbatches sent so far
+  std::uint64_t resume_position = 0; ///< corpus position read from the checkpoint
   bool done = false;
   std::uint16_t trace_id = 0;
   static inline const char* name = "data_loader";
@@ -67,6 +76,56 @@ bool eval_due(const loader_settings& cfg, step_t step) {
   return step + 1 == cfg.steps || (cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0);
 }
 
+/// Writes the loader's part of the checkpoint after `steps` steps: the corpus
+/// position once every microbatch of those steps is handed out. The epoch's
+/// shuffle is a function of (seed, epoch), so the position is the whole state.
+caf::error write_checkpoint(loader_actor* self, const loader_settings& cfg, step_t steps) {
+  auto& st = self->state;
+  auto md = cfg.identity;
+  md["position"] = std::to_string(st.corpus->position());
+  md["epoch"] = std::to_string(st.corpus->position() / st.corpus->train_windows());
+  md["sent"] = std::to_string(st.sent);
+  auto file = write_checkpoint_part(cfg.checkpoint_dir, steps, cfg.name, {}, std::move(md));
+  if (!file)
+    return file.error();
+  self->send(st.runner, checkpoint_atom::value, checkpoint_msg{cfg.name, steps, *file});
+  return {};
+}
+
+/// Reads the position to resume from; the corpus seeks there at start.
+caf::error read_checkpoint(loader_actor* self, const loader_settings& cfg) {
+  auto f = read_checkpoint_part(cfg.resume_folder, cfg.name, cfg.resume_step);
+  if (!f)
+    return f.error();
+  auto file = (cfg.resume_folder / checkpoint_part_name(cfg.name)).string();
+  auto number = [&](const char* key) -> std::optional<std::uint64_t> {
+    auto i = f->metadata.find(key);
+    if (i == f->metadata.end())
+      return std::nullopt;
+    std::uint64_t v = 0;
+    auto [end, ec] = std::from_chars(i->second.data(), i->second.data() + i->second.size(), v);
+    return ec == std::errc{} && end == i->second.data() + i->second.size() ? std::optional{v} : std::nullopt;
+  };
+  auto position = number("position");
+  auto sent = number("sent");
+  auto want = static_cast<std::uint64_t>(cfg.resume_step * cfg.microbatches);
+  if (!position || !sent || *sent != want)
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: expected 'position' and 'sent' = {} (step {} × {} microbatches) in the "
+                                  "metadata",
+                                  file, want, cfg.resume_step, cfg.microbatches));
+  self->state.resume_position = *position;
+  self->state.sent = static_cast<std::int64_t>(*sent);
+  return {};
+}
+
+void report_done(loader_actor* self, const loader_settings& cfg) {
+  self->state.done = true;
+  run_summary sum;
+  sum.actor = cfg.name;
+  self->send(self->state.runner, done_atom::value, std::move(sum));
+}
+
 caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor runner) {
   self->state.runner = std::move(runner);
   self->state.trace_id = trace_recorder::global().register_actor(cfg.name, "data_loader");
@@ -79,6 +138,9 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
         if (p.name == cfg.loss_stage)
           self->state.loss = p.handle, self->state.loss_id = tid;
       }
+      if (!cfg.resume_folder.empty())
+        if (auto err = read_checkpoint(self, cfg))
+          return err;
       return caf::ok_atom::value;
     },
     [=](start_atom) {
@@ -95,11 +157,11 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
                                                      cfg.name, cfg.first_stage, cfg.loss_stage)});
         return;
       }
-      send_eval(self, cfg, -1); // the loss before training, a baseline for the curve
-      if (cfg.steps == 0) {
-        st.done = true;
-        self->send(st.runner, done_atom::value, run_summary{cfg.name});
-      }
+      st.corpus->seek(st.resume_position);
+      // The loss before training (or at the resumed step): a baseline for the curve.
+      send_eval(self, cfg, cfg.resume_step - 1);
+      if (st.sent == cfg.steps * cfg.microbatches)
+        report_done(self, cfg);
     },
     [=](credit_atom, const credit_msg& c) {
       auto& st = self->state;
@@ -115,12 +177,16 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
         ++st.sent;
         if (mb + 1 == cfg.microbatches && eval_due(cfg, step))
           send_eval(self, cfg, step);
-        if (st.sent == cfg.steps * cfg.microbatches) {
-          st.done = true;
-          run_summary sum;
-          sum.actor = cfg.name;
-          self->send(st.runner, done_atom::value, std::move(sum));
-        }
+        if (mb + 1 == cfg.microbatches && cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0)
+          if (auto err = write_checkpoint(self, cfg, step + 1)) {
+            st.done = true;
+            self->send(st.runner, failed_atom::value,
+                       failure_msg{cfg.name, fmt::format("checkpoint after step {} failed: {}", step + 1,
+                                                         error_message(err))});
+            return;
+          }
+        if (st.sent == cfg.steps * cfg.microbatches)
+          report_done(self, cfg);
       }
     },
   };
@@ -141,6 +207,11 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.steps = g.train.steps;
   cfg.eval_every = g.train.eval_every;
   cfg.eval_batches = g.train.eval_batches;
+  if (!g.checkpoint.dir_path.empty())
+    cfg.checkpoint_dir = g.checkpoint.dir_path, cfg.checkpoint_every = g.checkpoint.every;
+  cfg.identity = checkpoint_identity(g, ctx.spec);
+  cfg.resume_folder = g.checkpoint.resume_folder;
+  cfg.resume_step = g.checkpoint.resume_step;
   int last_rank = -1;
   for (const auto& a : g.actors) {
     if (a.type != "pipeline_stage")

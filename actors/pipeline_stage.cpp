@@ -10,11 +10,20 @@
 #include "runtime/messages.hpp"
 #include "actors/pipeline_messages.hpp"
 #include "actors/stage_engine.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/trace.hpp"
 
 namespace troupe {
 
 namespace {
+
+/// Where this stage's checkpoints go and what it resumes from.
+struct stage_checkpointing {
+  std::filesystem::path dir;                       ///< checkpoint.dir; empty = none
+  std::map<std::string, std::string> identity;     ///< checkpoint_identity of this stage
+  std::filesystem::path resume_folder;             ///< empty = a fresh start
+  step_t resume_step = 0;
+};
 
 struct pipeline_stage_state {
   std::unique_ptr<stage_engine> engine;
@@ -32,6 +41,7 @@ struct pipeline_stage_state {
   std::size_t reports_printed = 0;
   std::size_t vals_printed = 0;
   std::int64_t tokens_per_step = 0;
+  step_t first_step = 0;  ///< the step this run started at (after a resume)
   static inline const char* name = "pipeline_stage";
 };
 
@@ -60,12 +70,12 @@ void print_progress(stage_actor* self) {
   st.reports_printed = reps.size();
   const auto& r = reps.back();
   auto total = e.config().steps;
-  bool due = r.step == 0 || r.step + 1 == total || now - st.last_print_ns > 1'000'000'000;
+  bool due = r.step == st.first_step || r.step + 1 == total || now - st.last_print_ns > 1'000'000'000;
   if (!due)
     return;
   st.last_print_ns = now;
   double elapsed = static_cast<double>(now - st.started_ns) / 1e9;
-  double per_step = elapsed / static_cast<double>(r.step + 1);
+  double per_step = elapsed / static_cast<double>(r.step + 1 - st.first_step);
   fmt::print("step {:>5}/{} | loss {:.4f} | lr {:.2e} | {:>7.0f} tok/s | {:6.1f} ms/step | eta {}\n", r.step + 1,
              total, r.loss, r.lr, static_cast<double>(st.tokens_per_step) / per_step, per_step * 1e3,
              eta(per_step * static_cast<double>(total - r.step - 1)));
@@ -91,9 +101,9 @@ void maybe_done(stage_actor* self) {
   st.done_sent = true;
   run_summary s;
   s.actor = e.config().name;
-  s.steps = e.step();
+  s.steps = e.step() - st.first_step;
   if (loss_stage) {
-    s.tokens = st.tokens_per_step * e.step();
+    s.tokens = st.tokens_per_step * s.steps;
     if (!e.reports().empty())
       s.train_loss = e.reports().back().loss;
     s.val_loss = e.val_losses().back().second;
@@ -146,8 +156,32 @@ void record_send(std::uint16_t actor, step_t step, int stage, int mb, int kind, 
   trace_recorder::global().record(s);
 }
 
+/// Writes this stage's part of the checkpoint after `steps` steps and tells the runner.
+void write_checkpoint(stage_actor* self, const stage_checkpointing& ck, step_t steps) {
+  auto& e = *self->state.engine;
+  auto md = ck.identity;
+  md.merge(e.checkpoint_metadata());
+  auto file = write_checkpoint_part(ck.dir, steps, e.config().name, e.checkpoint_tensors(), std::move(md));
+  if (!file)
+    throw std::runtime_error(fmt::format("checkpoint after step {} failed: {}", steps, error_message(file.error())));
+  self->send(self->state.runner, checkpoint_atom::value, checkpoint_msg{e.config().name, steps, *file});
+}
+
+/// Loads the part of the checkpoint being resumed into the engine.
+caf::error restore_checkpoint(stage_actor* self, const stage_checkpointing& ck) {
+  auto& e = *self->state.engine;
+  auto f = read_checkpoint_part(ck.resume_folder, e.config().name, ck.resume_step);
+  if (!f)
+    return f.error();
+  auto file = (ck.resume_folder / checkpoint_part_name(e.config().name)).string();
+  if (auto err = e.restore(*f, ck.resume_step, file))
+    return err;
+  self->state.first_step = ck.resume_step;
+  return {};
+}
+
 caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor runner, std::int64_t tokens,
-                             std::map<std::string, int> stage_ranks) {
+                             std::map<std::string, int> stage_ranks, stage_checkpointing ck) {
   auto& st = self->state;
   st.runner = std::move(runner);
   st.tokens_per_step = tokens;
@@ -174,6 +208,8 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
         self->send(a, norm_atom::value, step, sq);
   };
   out.credit = [self](int n) { self->send(self->state.loader, credit_atom::value, credit_msg{n}); };
+  if (!ck.dir.empty())
+    out.checkpoint = [self, ck](step_t steps) { write_checkpoint(self, ck, steps); };
   try {
     st.engine = std::make_unique<stage_engine>(std::move(cfg), std::move(out));
     st.engine->trace_id = id;
@@ -193,6 +229,9 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
       if (self->state.ranks.size() != stage_ranks.size())
         fail(self, fmt::format("{}: the graph lists {} pipeline stages but only {} were connected",
                                m.self, stage_ranks.size(), self->state.ranks.size()));
+      if (!ck.resume_folder.empty() && self->state.engine)
+        if (auto err = restore_checkpoint(self, ck))
+          return err;
       return caf::ok_atom::value;
     },
     [=](start_atom) {
@@ -278,6 +317,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     c.layers.emplace_back(r.begin, r.end);
   c.policy = g.pipeline.schedule;
   c.policy_params.table_file = g.pipeline.table_path.string();
+  c.checkpoint_every = g.checkpoint.dir_path.empty() ? 0 : g.checkpoint.every;
   return c;
 }
 
@@ -288,7 +328,10 @@ caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx) {
   for (const auto& a : ctx.graph.actors)
     if (a.type == "pipeline_stage")
       stage_ranks[a.name] = a.rank;
-  auto self = ctx.system.spawn(pipeline_stage, std::move(cfg), ctx.runner, tokens, std::move(stage_ranks));
+  stage_checkpointing ck{ctx.graph.checkpoint.dir_path, checkpoint_identity(ctx.graph, ctx.spec),
+                         ctx.graph.checkpoint.resume_folder, ctx.graph.checkpoint.resume_step};
+  auto self = ctx.system.spawn(pipeline_stage, std::move(cfg), ctx.runner, tokens, std::move(stage_ranks),
+                               std::move(ck));
   return caf::actor{self};
 }
 

@@ -3,12 +3,15 @@
 #include "actors/stage_engine.hpp"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "ops/grad_clip.hpp"
+#include "runtime/errors.hpp"
 #include "runtime/trace.hpp"
 
 namespace troupe {
@@ -327,7 +330,84 @@ void stage_engine::finish_step() {
   forwards_started_ = 0;
   queue_.reset();
   ++step_;
+  if (cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0 && out_.checkpoint)
+    out_.checkpoint(step_);
   release_held();
+}
+
+std::vector<named_handle> stage_engine::checkpoint_tensors() {
+  std::vector<named_handle> out;
+  for (auto& c : chunks_) {
+    auto& opt = c.optimizer();
+    const auto& ps = c.params();
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      out.push_back({ps[i].name, ps[i].value});
+      if (i < opt.first_moments().size()) {
+        out.push_back({"optimizer.exp_avg." + ps[i].name, opt.first_moments()[i]});
+        out.push_back({"optimizer.exp_avg_sq." + ps[i].name, opt.second_moments()[i]});
+      }
+    }
+  }
+  return out;
+}
+
+std::map<std::string, std::string> stage_engine::checkpoint_metadata() {
+  std::string steps;
+  for (auto& c : chunks_)
+    steps += fmt::format("{}{}", steps.empty() ? "" : ",", c.optimizer().steps());
+  return {{"optimizer.steps", steps}};
+}
+
+caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, const std::string& file) {
+  auto bad = [&](std::string what) { return make_error(errc::invalid_argument, fmt::format("{}: {}", file, what)); };
+  // Check everything first, so a mismatch changes nothing.
+  std::size_t expected = 0;
+  std::vector<long> opt_steps;
+  auto md = f.metadata.find("optimizer.steps");
+  if (md == f.metadata.end())
+    return bad("no 'optimizer.steps' in the metadata");
+  for (std::size_t at = 0; at <= md->second.size();) {
+    auto comma = std::min(md->second.find(',', at), md->second.size());
+    opt_steps.push_back(std::atol(md->second.substr(at, comma - at).c_str()));
+    at = comma + 1;
+  }
+  if (opt_steps.size() != chunks_.size())
+    return bad(fmt::format("optimizer state for {} model chunks, this stage has {}", opt_steps.size(),
+                           chunks_.size()));
+  for (std::size_t k = 0; k < chunks_.size(); ++k) {
+    for (const auto& p : chunks_[k].params()) {
+      for (auto name : {p.name, "optimizer.exp_avg." + p.name, "optimizer.exp_avg_sq." + p.name}) {
+        bool moment = name.size() != p.name.size();
+        if (moment && opt_steps[k] == 0)
+          continue; // no update yet: no moments
+        auto t = f.find(name);
+        if (!t.defined())
+          return bad(fmt::format("tensor '{}' is missing", name));
+        if (!(t.shape() == p.value.shape()) || t.type() != p.value.type())
+          return bad(fmt::format("tensor '{}' is {} {} in the checkpoint but {} {} in the graph's model", name,
+                                 to_string(t.type()), to_string(t.shape()), to_string(p.value.type()),
+                                 to_string(p.value.shape())));
+        ++expected;
+      }
+    }
+  }
+  if (f.tensors.size() != expected)
+    return bad(fmt::format("holds {} tensors, this stage expects {} (a different model cut?)", f.tensors.size(),
+                           expected));
+  for (std::size_t k = 0; k < chunks_.size(); ++k) {
+    std::vector<tensor_handle> m, v;
+    for (const auto& p : chunks_[k].params()) {
+      auto t = f.find(p.name);
+      std::memcpy(p.value.raw(), t.raw(), t.nbytes());
+      if (opt_steps[k] > 0) {
+        m.push_back(f.find("optimizer.exp_avg." + p.name));
+        v.push_back(f.find("optimizer.exp_avg_sq." + p.name));
+      }
+    }
+    chunks_[k].optimizer().load_state(opt_steps[k], std::move(m), std::move(v));
+  }
+  step_ = steps_done;
+  return {};
 }
 
 } // namespace troupe

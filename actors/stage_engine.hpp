@@ -14,6 +14,7 @@
 #include "ops/gpt.hpp"
 #include "ops/lr_schedule.hpp"
 #include "runtime/messages.hpp"
+#include "runtime/safetensors.hpp"
 #include "schedulers/stage_policy.hpp"
 
 namespace troupe {
@@ -35,6 +36,7 @@ struct stage_config {
   std::vector<std::pair<int, int>> layers;  ///< [begin, end) per chunk, chunk c = virtual stage rank + c·ranks
   std::string policy = "1f1b";
   sched::policy_params policy_params;
+  std::int64_t checkpoint_every = 0;  ///< checkpoint after the update of step s when (s + 1) % every == 0; 0 = never
 };
 
 /// Where the engine's results go; the actor sends them as messages.
@@ -47,6 +49,9 @@ struct stage_outbox {
   /// Called when the step's gradients are complete, before clipping and the
   /// optimizer (the place for a data-parallel all-reduce); may be empty.
   std::function<void(step_t step, std::vector<ops::gpt_range>& chunks)> before_update;
+  /// Called right after the optimizer update that completes `steps_done` steps,
+  /// when a checkpoint is due; may throw std::runtime_error (a failed write).
+  std::function<void(step_t steps_done)> checkpoint;
 };
 
 /// What finished at a step boundary, for progress output and the summary.
@@ -85,6 +90,18 @@ public:
   /// After run_one() found nothing to run: seconds from now after which the
   /// policy wants to be asked again even without a message (its patience).
   std::optional<double> wake_in() const;
+  /// The state a checkpoint holds, in chunk and parameter order: each parameter
+  /// under its own name and its AdamW moments as `optimizer.exp_avg.NAME` and
+  /// `optimizer.exp_avg_sq.NAME` (the handles share the live storage: write
+  /// them out before the next step). Metadata: `optimizer.steps` per chunk.
+  std::vector<named_handle> checkpoint_tensors();
+  std::map<std::string, std::string> checkpoint_metadata();
+  /// Loads a checkpoint's state (before start()): parameters, AdamW moments and
+  /// step counts, and continues at step `steps_done`. On a missing tensor or a
+  /// shape that differs, returns errc::invalid_argument naming `file`, the
+  /// tensor and both shapes, and changes nothing.
+  caf::error restore(const safetensors_file& f, step_t steps_done, const std::string& file);
+
   /// Nanoseconds spent in model compute (forward, backward, optimizer) so far.
   std::int64_t compute_ns() const noexcept { return compute_ns_; }
   std::uint16_t trace_id = 0;

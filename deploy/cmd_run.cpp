@@ -1,5 +1,6 @@
-// `troupe run FILE [--set k=v]... [--steps N] [--summary-json OUT]`: run a
-// graph in this process and report steps, throughput and losses.
+// `troupe run FILE [--set k=v]... [--steps N] [--summary-json OUT] [--resume DIR]`:
+// run a graph in this process (or continue one from a checkpoint) and report
+// steps, throughput and losses.
 #include <charconv>
 #include <cstdio>
 #include <fstream>
@@ -13,13 +14,14 @@
 #include "deploy/run_graph.hpp"
 #include "deploy/run_tracing.hpp"
 #include "runtime/actor_system.hpp"
+#include "runtime/checkpoint.hpp"
 
 namespace troupe::cli {
 
 namespace {
 
 constexpr const char* run_help = R"(usage: troupe run FILE [--set KEY.PATH=VALUE]... [--steps N] [--summary-json OUT.json]
-                  [--threads N] [--timeout SECONDS] [--trace OUT.json] [--dashboard [ADDR]]
+                  [--resume DIR] [--threads N] [--timeout SECONDS] [--trace OUT.json] [--dashboard [ADDR]]
 
 Validates the graph file FILE (like troupe check), then spawns its actors in
 this process, runs them and prints a summary.
@@ -28,8 +30,10 @@ options:
   --set KEY.PATH=VALUE   override one value before validation (repeatable)
   --steps N              train for N steps (the same as --set train.steps=N)
   --summary-json FILE    write {"steps", "tokens_per_s", "ms_per_step",
-                         "train_loss", "val_loss"} there at the end (null where
-                         a number does not apply)
+                         "train_loss", "val_loss", "first_step", "losses"} there
+                         at the end (null where a number does not apply)
+  --resume DIR           continue from a checkpoint: DIR is a checkpoint.dir
+                         (its 'latest' names the step) or one step-NNNNNN folder
   --threads N            actor-system worker threads (default: one per core,
                          or $TROUPE_THREADS)
   --timeout SECONDS      fail if the run takes longer (default: no limit)
@@ -52,7 +56,7 @@ bool parse_positive(const std::string& text, const char* opt, std::int64_t& out)
 } // namespace
 
 int run_run(std::span<char*> args) {
-  std::string file, steps, summary, threads, timeout;
+  std::string file, steps, summary, threads, timeout, resume;
   std::vector<std::string> sets;
   bool help = false;
   std::vector<char*> rest(args.begin(), args.end());
@@ -62,7 +66,7 @@ int run_run(std::span<char*> args) {
   args = rest;
   if (!parse_graph_args(args, "run", file, sets,
                         {{"--steps", &steps}, {"--summary-json", &summary}, {"--threads", &threads},
-                         {"--timeout", &timeout}},
+                         {"--timeout", &timeout}, {"--resume", &resume}},
                         help))
     return bad_input;
   if (help) {
@@ -92,7 +96,17 @@ int run_run(std::span<char*> args) {
     fmt::print(stderr, "{}", to_string(res.errors));
     return bad_input;
   }
-  const auto& g = *res.graph;
+  auto& g = *res.graph;
+  if (!resume.empty()) {
+    auto from = open_resume(resume, g);
+    if (!from) {
+      fmt::print(stderr, "troupe run: cannot resume: {}\n", error_message(from.error()));
+      return bad_input;
+    }
+    g.checkpoint.resume_folder = from->folder;
+    g.checkpoint.resume_step = from->step;
+    fmt::print("resuming from {} after step {}\n", from->folder.string(), from->step);
+  }
   troupe_config cfg{opts};
   caf::actor_system sys{cfg};
   auto tracing = run_tracing::start(g, trace_opts);

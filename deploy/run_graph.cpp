@@ -11,6 +11,7 @@
 
 #include "actors/builtin.hpp"
 #include "actors/link.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/registry.hpp"
 #include "schedulers/stage_policy.hpp"
@@ -96,6 +97,8 @@ void aggregate(run_result& res) {
     }
     if (!std::isnan(s.val_loss))
       res.val_loss = s.val_loss;
+    if (!s.losses.empty())
+      res.losses = s.losses;
   }
 }
 
@@ -157,8 +160,12 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
   for (const auto& a : g.actors)
     self->send(handles.at(a.name), start_atom::value);
   run_result res;
+  res.first_step = g.checkpoint.resume_step;
   std::map<std::string, bool> done;
   std::string failure;
+  std::optional<checkpoint_tracker> checkpoints;
+  if (g.checkpoint.every > 0 && !g.checkpoint.dir_path.empty())
+    checkpoints.emplace(g.checkpoint.dir_path, checkpoint_actors(g), g.checkpoint.keep);
   while (done.size() < handles.size() && failure.empty()) {
     self->receive(
       [&](done_atom, run_summary& s) {
@@ -167,6 +174,19 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
         auto who = names.count(from) ? names[from] : s.actor;
         done[who] = true;
         res.summaries.push_back(std::move(s));
+      },
+      [&](checkpoint_atom, checkpoint_msg& m) {
+        if (!checkpoints || !checkpoints->on_report(m.actor, m.step, m.file))
+          return;
+        auto c = checkpoints->commit(m.step);
+        if (!c) {
+          failure = fmt::format("checkpoint after step {} failed: {}", m.step, error_message(c.error()));
+          return;
+        }
+        ++res.checkpoints;
+        fmt::print("checkpoint step {} -> {} ({:.1f} MB, {:.0f} ms)\n", c->step, c->folder.string(),
+                   static_cast<double>(c->bytes) / 1e6, c->write_ms);
+        std::fflush(stdout);
       },
       [&](failed_atom, failure_msg& f) {
         failure = fmt::format("actor '{}' failed: {}", f.actor, f.what);
@@ -184,6 +204,10 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
                             opts.timeout.count() / 1000.0, done.size(), handles.size());
   }
   stop_all();
+  if (!failure.empty() && checkpoints && checkpoints->last_committed() >= 0)
+    failure += fmt::format("; the last complete checkpoint, {}, is intact (--resume {})",
+                           (g.checkpoint.dir_path / checkpoint_folder_name(checkpoints->last_committed())).string(),
+                           g.checkpoint.dir_path.string());
   if (!failure.empty())
     return make_error(errc::actor_failed, std::move(failure));
   res.seconds = std::chrono::duration<double>(last_done - started).count();
@@ -195,9 +219,13 @@ std::string summary_json(const run_result& r) {
   auto num = [](std::optional<double> v) {
     return v && std::isfinite(*v) ? fmt::format("{}", *v) : std::string{"null"};
   };
-  return fmt::format(R"({{"steps": {}, "tokens_per_s": {}, "ms_per_step": {}, "train_loss": {}, "val_loss": {}}})",
-                     r.steps, num(r.tokens_per_s()),
-                     num(r.ms_per_step()), num(r.train_loss), num(r.val_loss));
+  std::string losses;
+  for (double l : r.losses) // shortest text that reads back as the same double
+    losses += fmt::format("{}{}", losses.empty() ? "" : ", ", num(l));
+  return fmt::format(R"({{"steps": {}, "tokens_per_s": {}, "ms_per_step": {}, "train_loss": {}, "val_loss": {}, )"
+                     R"("first_step": {}, "losses": [{}]}})",
+                     r.steps, num(r.tokens_per_s()), num(r.ms_per_step()), num(r.train_loss), num(r.val_loss),
+                     r.first_step, losses);
 }
 
 } // namespace troupe

@@ -57,6 +57,9 @@ struct run_result {
   double seconds = 0;                 ///< from start to the last `done`
   std::optional<double> train_loss;
   std::optional<double> val_loss;
+  std::int64_t first_step = 0;        ///< the step training started at (checkpoint.resume_step)
+  std::vector<double> losses;         ///< train loss per step from first_step on (the loss stage's)
+  std::int64_t checkpoints = 0;       ///< checkpoints completed
   std::vector<run_summary> summaries; ///< one per actor, in arrival order
 
   std::optional<double> tokens_per_s() const;
@@ -71,10 +74,13 @@ void aggregate(run_result& r);
 /// registered factory, sends connect and start, and waits until every actor
 /// reported done. A failure report, an abnormal exit or the timeout stops every
 /// actor and returns an error (errc::actor_failed, errc::unknown_actor_type,
-/// errc::spawn_failed) saying which actor and why.
+/// errc::spawn_failed) saying which actor and why. With `checkpoint.every` set
+/// it completes checkpoints as runtime/checkpoint.hpp describes, printing one
+/// line per checkpoint; a checkpoint that cannot be completed fails the run.
 caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g, const run_options& opts = {});
 
-/// `{"steps":…, "tokens_per_s":…, "ms_per_step":…, "train_loss":…, "val_loss":…}`, null where unknown.
+/// `{"steps":…, "tokens_per_s":…, "ms_per_step":…, "train_loss":…, "val_loss":…,
+/// "first_step":…, "losses": […]}`, null where unknown; `steps` counts this run's.
 std::string summary_json(const run_result& r);
 
 } // namespace troupe

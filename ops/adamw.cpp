@@ -41,4 +41,18 @@ void adamw::step(const std::vector<named_tensor>& params, const std::vector<name
   }
 }
 
+void adamw::load_state(long steps, std::vector<tensor_handle> m, std::vector<tensor_handle> v) {
+  constexpr auto op = "adamw::load_state";
+  require(steps >= 0, op, "a negative step count");
+  require(m.size() == v.size(), op, "first and second moments differ in number");
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    require(m[i].defined() && v[i].defined() && m[i].shape() == v[i].shape(), op,
+            "first and second moments differ in shape");
+    require(m[i].type() == dtype::f32 && v[i].type() == dtype::f32, op, "moments must be f32");
+  }
+  t_ = steps;
+  m_ = std::move(m);
+  v_ = std::move(v);
+}
+
 } // namespace troupe::ops

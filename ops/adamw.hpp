@@ -28,6 +28,11 @@ public:
   /// First and second moments, in parameter order (empty before the first step).
   const std::vector<tensor_handle>& first_moments() const noexcept { return m_; }
   const std::vector<tensor_handle>& second_moments() const noexcept { return v_; }
+  /// Replaces the whole state, as a checkpoint saved it: `steps` taken and the
+  /// moments in parameter order (the optimizer keeps the handles). Throws
+  /// std::invalid_argument when the lists differ in length or shapes, or hold
+  /// something other than f32 CPU tensors.
+  void load_state(long steps, std::vector<tensor_handle> m, std::vector<tensor_handle> v);
 
 private:
   adamw_options opt_;

@@ -214,7 +214,7 @@ void parse_channels(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
 
 const std::vector<std::string>& section_names() {
   static const std::vector<std::string> names{"model",   "data",   "train",    "pipeline",
-                                              "trace",   "cluster", "plugins", "actors", "channels"};
+                                              "trace",   "checkpoint", "cluster", "plugins", "actors", "channels"};
   return names;
 }
 
@@ -236,6 +236,8 @@ void parse_sections(parsed_graph& pg, graph_reader& r) {
     r.get_string(n, "trace", "file", pg.graph.trace.file);
   if (auto n = root["cluster"])
     parse_cluster(pg, n, r);
+  if (auto n = root["checkpoint"])
+    parse_checkpoint(pg, n, r);
   if (auto n = root["plugins"])
     parse_plugins(pg, n, r);
   if (auto n = root["actors"])

@@ -67,6 +67,11 @@ void expand(parsed_graph& pg, graph_reader& r);
 /// Whole-graph checks: stage ranges, channel ends, corpus and table files.
 void validate(parsed_graph& pg, const load_options& opts, graph_reader& r);
 
+/// Reads the `checkpoint:` section (runtime/graph_checkpoint.cpp).
+void parse_checkpoint(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
+/// The `checkpoint:` line of `troupe check`'s output; empty without the section.
+std::string checkpoint_yaml(const checkpoint_spec& c);
+
 /// The top-level section names a graph file may use.
 const std::vector<std::string>& section_names();
 

@@ -2,6 +2,8 @@
 // graph as YAML that loads back to the same graph.
 #include "runtime/graph_spec.hpp"
 
+#include "runtime/graph_parse.hpp"
+
 #include <fmt/format.h>
 
 namespace troupe {
@@ -91,6 +93,7 @@ std::string to_yaml(const graph_spec& g) {
   if (!g.trace.file.empty())
     out += fmt::format("trace: {{file: {}}}\n", scalar(g.trace.file));
   out += cluster_yaml(g.cluster);
+  out += detail::checkpoint_yaml(g.checkpoint);
   if (!g.plugins.empty()) {
     out += "plugins:\n";
     for (const auto& pl : g.plugins)

@@ -77,6 +77,22 @@ struct cluster_spec {
   std::filesystem::path token_path;   ///< `token_file` resolved against the graph file's folder
 };
 
+/// `checkpoint: {dir, every, keep}`: where and how often a run saves its state
+/// (runtime/checkpoint.hpp describes the layout). `every` counts optimizer
+/// steps; the checkpoint after step s (0-based) is taken when (s + 1) % every == 0
+/// and named by the steps completed, `DIR/step-000016`.
+struct checkpoint_spec {
+  bool present = false;          ///< the file has a `checkpoint:` section
+  std::string dir;               ///< as written
+  std::filesystem::path dir_path;  ///< `dir` resolved against the graph file's folder
+  std::int64_t every = 0;        ///< optimizer steps between checkpoints; 0 = none
+  int keep = 2;                  ///< complete checkpoints kept; older ones are removed
+  /// Set by `troupe run --resume`, not by the file: the complete checkpoint
+  /// folder every actor restores from, and the steps it holds (0 = a fresh run).
+  std::filesystem::path resume_folder;
+  std::int64_t resume_step = 0;
+};
+
 /// A half-open range of transformer blocks `[begin, end)` held by a stage.
 struct layer_range {
   int begin = 0;
@@ -124,6 +140,7 @@ struct graph_spec {
   pipeline_spec pipeline;
   trace_spec trace;
   cluster_spec cluster;
+  checkpoint_spec checkpoint;
   std::vector<plugin_spec> plugins;
   std::vector<actor_spec> actors;    ///< expanded and explicit, explicit overriding by name
   std::vector<channel_spec> channels;

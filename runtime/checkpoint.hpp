@@ -1,0 +1,123 @@
+// Checkpoints of a run: the folder layout, one actor's part of a checkpoint,
+// the bookkeeping that marks a checkpoint complete, and finding one to resume.
+// No CAF actors here: the one-process runner and the multi-process coordinator share it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+#include "runtime/graph_spec.hpp"
+#include "runtime/safetensors.hpp"
+
+namespace troupe {
+
+// Layout of a checkpoint folder DIR (`checkpoint.dir`):
+//
+//   DIR/step-000016/stage0.safetensors   one file per checkpointing actor, written
+//   DIR/step-000016/loader.safetensors   by that actor (tmp file, fsync, rename)
+//   DIR/step-000016/checkpoint.json      written by the runner once every part is
+//                                        there: {"step": 16, "parts": {actor: file}}
+//   DIR/latest                           "step-000016\n", replaced atomically after
+//                                        checkpoint.json; names the newest complete one
+//
+// Steps count optimizer updates done: step-000016 holds the state after code
+// steps 0..15, and a run resumed from it trains step 16 next. A folder without
+// checkpoint.json is incomplete (the run stopped while writing it) and is never
+// resumed from. Each part's `__metadata__` holds "actor", "step" and identity
+// keys (checkpoint_identity) that say which graph it belongs to.
+
+/// `step-000016`.
+std::string checkpoint_folder_name(std::int64_t step);
+
+/// `stage0.safetensors`: the part `actor` writes.
+std::string checkpoint_part_name(const std::string& actor);
+
+/// The actors of `g` that write a part of every checkpoint (pipeline stages and
+/// data loaders), in graph order.
+std::vector<std::string> checkpoint_actors(const graph_spec& g);
+
+/// What a part must agree on with the graph it is restored into: model shape
+/// and layer ranges for a stage; seed, batch shape and corpus size for a loader.
+std::map<std::string, std::string> checkpoint_identity(const graph_spec& g, const actor_spec& a);
+
+/// Writes `actor`'s part of the checkpoint after `step` steps into
+/// `dir/step-N/` (created when needed), adding "actor", "step" and the write's
+/// start time to `metadata`; a checkpoint.json already there is removed first
+/// (the step is being rewritten). Returns the file name relative to the step folder;
+/// an unwritable folder or a full disk is errc::io_failed naming the file.
+caf::expected<std::string> write_checkpoint_part(const std::filesystem::path& dir, std::int64_t step,
+                                                 const std::string& actor, const std::vector<named_handle>& tensors,
+                                                 std::map<std::string, std::string> metadata);
+
+/// Reads `actor`'s part from the step folder `folder`, checking that it is that
+/// actor's and holds `step` (errc::io_failed naming the file otherwise).
+caf::expected<safetensors_file> read_checkpoint_part(const std::filesystem::path& folder, const std::string& actor,
+                                                     std::int64_t step);
+
+/// A checkpoint that became complete.
+struct checkpoint_commit {
+  std::int64_t step = 0;
+  std::filesystem::path folder;
+  std::uint64_t bytes = 0;  ///< the parts' sizes together
+  double write_ms = 0;      ///< the slowest part: from its writer starting to its report arriving
+};
+
+/// The runner's bookkeeping: which actors reported which step, committing a
+/// step once all of them have, and pruning old checkpoints.
+class checkpoint_tracker {
+public:
+  /// `actors` are the ones that must report every step (checkpoint_actors).
+  checkpoint_tracker(std::filesystem::path dir, std::vector<std::string> actors, int keep);
+
+  /// Records that `actor` wrote `file` for `step`. True when that completes the
+  /// step (every actor has reported it and it is newer than the last commit).
+  /// A report from an actor not in the list is ignored (false).
+  bool on_report(const std::string& actor, std::int64_t step, const std::string& file);
+
+  /// Makes a complete `step` the latest: writes its checkpoint.json, then
+  /// replaces DIR/latest (both atomically), then prunes. On failure (full disk)
+  /// returns errc::io_failed and DIR/latest still names the previous checkpoint.
+  caf::expected<checkpoint_commit> commit(std::int64_t step);
+
+  /// Keeps the newest `keep` complete checkpoints up to `upto` and removes older
+  /// ones, and incomplete folders below `upto`; folders past `upto` are left alone.
+  caf::error prune(std::int64_t upto) const;
+
+  /// The last committed step, or -1.
+  std::int64_t last_committed() const noexcept { return last_; }
+
+private:
+  struct pending {
+    std::map<std::string, std::string> files;  ///< actor -> file
+    std::chrono::system_clock::time_point last_arrival;
+    double slowest_ms = 0;
+  };
+  std::filesystem::path dir_;
+  std::set<std::string> actors_;
+  int keep_;
+  std::int64_t last_ = -1;
+  std::map<std::int64_t, pending> pending_;
+};
+
+/// Where a run resumes from.
+struct resume_point {
+  std::filesystem::path folder;  ///< the complete step folder
+  std::int64_t step = 0;         ///< optimizer steps it holds
+};
+
+/// Finds the checkpoint `dir` names (DIR/latest, or a step folder itself) and
+/// checks it against `g`: it is complete, it has a part for exactly the
+/// checkpointing actors of `g`, every part exists and its identity matches.
+/// The error (errc::invalid_argument) names the file and what differs.
+caf::expected<resume_point> open_resume(const std::filesystem::path& dir, const graph_spec& g);
+
+} // namespace troupe
