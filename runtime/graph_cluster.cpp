@@ -29,7 +29,7 @@ std::optional<int> node_index(const std::string& s) {
 } // namespace
 
 int graph_spec::node_of(const actor_spec& a) const {
-  if (!a.node.empty())
+  if (!a.node.empty() && cluster.present)
     return node_index(a.node).value_or(0);
   int stages = 0, first = -1;
   for (const auto& x : actors)
@@ -113,7 +113,7 @@ void check_cluster(parsed_graph& pg, graph_reader& r) {
   int nodes = g.cluster.nodes;
   std::vector<int> used(static_cast<std::size_t>(nodes), 0);
   for (const auto& pa : pg.actors) {
-    if (pa.spec.node.empty())
+    if (pa.spec.node.empty() || !g.cluster.present)  // one process: `node:` has nothing to say
       continue;
     auto where = join_path(pa.path, "node");
     auto idx = node_index(pa.spec.node);
