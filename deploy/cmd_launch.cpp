@@ -12,6 +12,7 @@
 #include "deploy/commands.hpp"
 #include "deploy/coordinator.hpp"
 #include "deploy/run_graph.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/errors.hpp"
 
 namespace troupe::cli {
@@ -34,7 +35,8 @@ options:
   --steps N              train for N steps (the same as --set train.steps=N)
   --summary-json FILE    write the run's summary there, as `troupe run` does
   --timeout SECONDS      fail if the run takes longer (default: no limit)
-  --resume DIR           continue from the checkpoint in DIR
+  --resume DIR           continue from a checkpoint: DIR is a checkpoint.dir
+                         (its 'latest' names the step) or one step-NNNNNN folder
   -h, --help             show this help
 
 Exit codes: 0 success, 1 the run failed (a node lost, an actor failed), 2 invalid graph or arguments.
@@ -84,10 +86,17 @@ int run_launch(std::span<char*> args) {
     fmt::print(stderr, "{}", to_string(res.errors));
     return bad_input;
   }
-  const auto& g = *res.graph;
-  if (!resume.empty() && !std::filesystem::exists(resume)) {
-    fmt::print(stderr, "troupe launch: --resume {}: no such checkpoint folder\n", resume);
-    return bad_input;
+  auto& g = *res.graph;
+  if (!resume.empty()) {
+    auto from = open_resume(resume, g);
+    if (!from) {
+      fmt::print(stderr, "troupe launch: cannot resume: {}\n", error_message(from.error()));
+      return bad_input;
+    }
+    g.checkpoint.resume_folder = from->folder;
+    g.checkpoint.resume_step = from->step;
+    resume = from->folder.string();  // nodes resume from exactly this step, whatever `latest` says later
+    fmt::print("resuming from {} after step {}\n", resume, from->step);
   }
   if (!g.cluster.token_path.empty()) {
     auto t = cluster::read_token_file(g.cluster.token_path.string());

@@ -69,7 +69,8 @@ enum class phase { joining, planning, running, over };
 
 class coordinator {
 public:
-  coordinator(const graph_spec& g, const coordinator_options& o) : g_(g), o_(o), nodes_(static_cast<std::size_t>(g.cluster.nodes)) {
+  coordinator(const graph_spec& g, const coordinator_options& o)
+    : g_(g), o_(o), nodes_(static_cast<std::size_t>(g.cluster.nodes)), checkpoints_(g) {
     for (const auto& a : g.actors)
       nodes_[static_cast<std::size_t>(g.node_of(a))].actors.push_back(a.name);
   }
@@ -115,6 +116,7 @@ private:
   std::string failure_;
   std::optional<std::pair<std::string, clock_type::time_point>> deferred_;  ///< a node's report, held back
   run_result result_;
+  run_checkpoints checkpoints_;  ///< written by the nodes' actors, completed here (a shared file system)
   std::set<std::string> done_;
   clock_type::time_point started_, last_done_;
 };
@@ -179,7 +181,8 @@ void coordinator::on_frame(event& e) {
         break;
       }
       case control_kind::checkpoint:
-        decode_checkpoint(e.f);
+        if (auto err = checkpoints_.on_report(decode_checkpoint(e.f), result_); !err.empty())
+          fail(std::move(err));
         break;
       default:
         throw malformed_input(fmt::format("unexpected control frame {}", e.f.kind));
@@ -299,7 +302,8 @@ caf::expected<run_result> coordinator::run() {
   }
   shut_down();
   if (!failure_.empty())
-    return make_error(errc::actor_failed, failure_);
+    return make_error(errc::actor_failed, checkpoints_.explain_failure(failure_));
+  result_.first_step = g_.checkpoint.resume_step;
   result_.seconds = std::chrono::duration<double>(last_done_ - started_).count();
   aggregate(result_);
   return result_;

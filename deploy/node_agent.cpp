@@ -20,6 +20,7 @@
 #include "deploy/run_graph.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/bytes.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/registry.hpp"
 
 using control_frame = std::shared_ptr<troupe::net::frame>;
@@ -98,6 +99,13 @@ std::string node_agent::setup(const plan_msg& p) {
     return fmt::format("{} differs from the coordinator's copy (every node must read the same graph file)",
                        p.graph_file);
   graph_ = std::move(*loaded.graph);
+  if (!p.resume.empty()) {
+    auto from = open_resume(p.resume, graph_);
+    if (!from)
+      return fmt::format("cannot resume: {}", error_message(from.error()));
+    graph_.checkpoint.resume_folder = from->folder;
+    graph_.checkpoint.resume_step = from->step;
+  }
   if (static_cast<int>(p.nodes.size()) != graph_.cluster.nodes)
     return fmt::format("the plan lists {} nodes, the graph {}", p.nodes.size(), graph_.cluster.nodes);
   auto me = caf::actor_cast<caf::actor>(self_);

@@ -163,9 +163,7 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
   res.first_step = g.checkpoint.resume_step;
   std::map<std::string, bool> done;
   std::string failure;
-  std::optional<checkpoint_tracker> checkpoints;
-  if (g.checkpoint.every > 0 && !g.checkpoint.dir_path.empty())
-    checkpoints.emplace(g.checkpoint.dir_path, checkpoint_actors(g), g.checkpoint.keep);
+  run_checkpoints checkpoints{g};
   while (done.size() < handles.size() && failure.empty()) {
     self->receive(
       [&](done_atom, run_summary& s) {
@@ -176,17 +174,8 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
         res.summaries.push_back(std::move(s));
       },
       [&](checkpoint_atom, checkpoint_msg& m) {
-        if (!checkpoints || !checkpoints->on_report(m.actor, m.step, m.file))
-          return;
-        auto c = checkpoints->commit(m.step);
-        if (!c) {
-          failure = fmt::format("checkpoint after step {} failed: {}", m.step, error_message(c.error()));
-          return;
-        }
-        ++res.checkpoints;
-        fmt::print("checkpoint step {} -> {} ({:.1f} MB, {:.0f} ms)\n", c->step, c->folder.string(),
-                   static_cast<double>(c->bytes) / 1e6, c->write_ms);
-        std::fflush(stdout);
+        if (auto err = checkpoints.on_report(m, res); !err.empty())
+          failure = std::move(err);
       },
       [&](failed_atom, failure_msg& f) {
         failure = fmt::format("actor '{}' failed: {}", f.actor, f.what);
@@ -204,15 +193,36 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
                             opts.timeout.count() / 1000.0, done.size(), handles.size());
   }
   stop_all();
-  if (!failure.empty() && checkpoints && checkpoints->last_committed() >= 0)
-    failure += fmt::format("; the last complete checkpoint, {}, is intact (--resume {})",
-                           (g.checkpoint.dir_path / checkpoint_folder_name(checkpoints->last_committed())).string(),
-                           g.checkpoint.dir_path.string());
   if (!failure.empty())
-    return make_error(errc::actor_failed, std::move(failure));
+    return make_error(errc::actor_failed, checkpoints.explain_failure(std::move(failure)));
   res.seconds = std::chrono::duration<double>(last_done - started).count();
   aggregate(res);
   return res;
+}
+
+run_checkpoints::run_checkpoints(const graph_spec& g) : dir_(g.checkpoint.dir_path) {
+  if (g.checkpoint.every > 0 && !dir_.empty())
+    tracker_.emplace(dir_, checkpoint_actors(g), g.checkpoint.keep);
+}
+
+std::string run_checkpoints::on_report(const checkpoint_msg& m, run_result& res) {
+  if (!tracker_ || !tracker_->on_report(m.actor, m.step, m.file))
+    return {};
+  auto c = tracker_->commit(m.step);
+  if (!c)
+    return fmt::format("checkpoint after step {} failed: {}", m.step, error_message(c.error()));
+  ++res.checkpoints;
+  fmt::print("checkpoint step {} -> {} ({:.1f} MB, {:.0f} ms)\n", c->step, c->folder.string(),
+             static_cast<double>(c->bytes) / 1e6, c->write_ms);
+  std::fflush(stdout);
+  return {};
+}
+
+std::string run_checkpoints::explain_failure(std::string why) const {
+  if (tracker_ && tracker_->last_committed() >= 0)
+    why += fmt::format("; the last complete checkpoint, {}, is intact (--resume {})",
+                       (dir_ / checkpoint_folder_name(tracker_->last_committed())).string(), dir_.string());
+  return why;
 }
 
 std::string summary_json(const run_result& r) {

@@ -16,6 +16,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/expected.hpp>
 
+#include "runtime/checkpoint.hpp"
 #include "runtime/graph_loader.hpp"
 #include "runtime/messages.hpp"
 
@@ -78,6 +79,22 @@ void aggregate(run_result& r);
 /// it completes checkpoints as runtime/checkpoint.hpp describes, printing one
 /// line per checkpoint; a checkpoint that cannot be completed fails the run.
 caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g, const run_options& opts = {});
+
+/// The runner's side of checkpoints, shared by run_graph and the multi-process
+/// coordinator: completes a checkpoint once every part is in (runtime/checkpoint.hpp).
+class run_checkpoints {
+public:
+  explicit run_checkpoints(const graph_spec& g);
+  /// Records `m`; when it completes a step, commits it (DIR/latest) and prints
+  /// one line. Returns why the run must stop (the commit failed), else empty.
+  std::string on_report(const checkpoint_msg& m, run_result& res);
+  /// `why`, plus where the last complete checkpoint is when there is one.
+  std::string explain_failure(std::string why) const;
+
+private:
+  std::filesystem::path dir_;
+  std::optional<checkpoint_tracker> tracker_;
+};
 
 /// `{"steps":…, "tokens_per_s":…, "ms_per_step":…, "train_loss":…, "val_loss":…,
 /// "first_step":…, "losses": […]}`, null where unknown; `steps` counts this run's.

@@ -164,6 +164,31 @@ TEST_CASE("a pipeline split across 2 and 4 processes gives the one-process loss 
   fs::remove_all(dir);
 }
 
+TEST_CASE("a launched run writes checkpoints that a launched or one-process resume continues exactly") {
+  auto dir = make_graph("resume", 12, "cluster: {launcher: local, nodes: 2}\ncheckpoint: {dir: ckpt, every: 4, keep: 3}\n");
+  auto graph = (dir / "graph.yaml").string();
+  REQUIRE(sh(troupe_exe() + " launch " + graph + " --summary-json " + (dir / "full.json").string() + " > " +
+             (dir / "full.txt").string() + " 2>&1") == 0);
+  auto full = losses(dir / "full.json");
+  REQUIRE(full.size() == 12);
+  CHECK(slurp(dir / "full.txt").find("checkpoint step 8 -> ") != std::string::npos);
+  REQUIRE(fs::exists(dir / "ckpt" / "step-000004" / "checkpoint.json"));
+  REQUIRE(sh(troupe_exe() + " launch " + graph + " --resume " + (dir / "ckpt" / "step-000004").string() +
+             " --summary-json " + (dir / "resumed.json").string() + " > /dev/null 2>&1") == 0);
+  auto resumed = losses(dir / "resumed.json");
+  REQUIRE(resumed.size() == 8);
+  for (std::size_t i = 0; i < resumed.size(); ++i)
+    CHECK(resumed[i] == full[i + 4]);
+  // The same checkpoint, read by one process.
+  REQUIRE(sh(troupe_exe() + " run " + graph + " --no-trace --resume " + (dir / "ckpt" / "step-000008").string() +
+             " --summary-json " + (dir / "one.json").string() + " > /dev/null 2>&1") == 0);
+  auto one = losses(dir / "one.json");
+  REQUIRE(one.size() == 4);
+  for (std::size_t i = 0; i < one.size(); ++i)
+    CHECK(one[i] == full[i + 8]);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("killing a node's process stops the launch within 5 seconds, naming the node, with no process left") {
   auto dir = make_graph("kill", 100000, "cluster: {launcher: local, nodes: 2}\n");
   launch_process launch{dir};
