@@ -6,8 +6,8 @@
 // itself with `sbatch -N2 --wait`; inside the job (TROUPE_SLURM_INNER=1) the
 // same test case runs the launcher.
 //
-// A second test case runs `troupe launch` of a 2-node graph in such a job; it
-// waits for the lead's `troupe launch` (TODO(lead) at troupe_launch_ready).
+// A second test case runs `troupe launch` of a 2-node graph in such a job and
+// compares its losses with one process's.
 #include "deploy/launcher.hpp"
 
 #include <unistd.h>
@@ -164,9 +164,6 @@ std::unique_ptr<slurm_cluster> start_cluster() {
 // No commas: the job selects this test case by name with doctest's -tc.
 constexpr const char* test_name = "the slurm launcher starts one node per allocated node with srun in a real 2-node job";
 
-/// TODO(lead): set to true once `troupe launch` runs a graph with
-/// `cluster.launcher: slurm` and `troupe node` takes its index from SLURM_PROCID.
-constexpr bool troupe_launch_ready = false;
 
 } // namespace
 
@@ -191,10 +188,8 @@ TEST_CASE(test_name) {
 }
 
 TEST_CASE("troupe launch trains a graph across the 2 nodes of a SLURM job") {
-  if (!troupe_launch_ready || std::getenv("TROUPE_SLURM_INNER")) {
-    MESSAGE("TODO(lead): not run until troupe_launch_ready is true");
+  if (std::getenv("TROUPE_SLURM_INNER"))
     return;
-  }
   auto cluster = start_cluster();
   if (!cluster)
     return;
@@ -208,5 +203,17 @@ TEST_CASE("troupe launch trains a graph across the 2 nodes of a SLURM job") {
   INFO("sbatch: " << job.sbatch << "\njob output:\n" << job.output);
   CHECK(job.rc == 0);
   CHECK(job.output.find("[node 1]") != std::string::npos);  // output came back from both nodes
-  CHECK(std::filesystem::file_size(summary) > 0);
+  // The same losses as one process with the same seed.
+  auto one = cluster->state + "/one.json";
+  REQUIRE(std::system(fmt::format("'{}' run examples/tiny-gpt.yaml --steps 3 --no-trace --summary-json '{}' > /dev/null",
+                                  troupe.string(), one).c_str()) == 0);
+  auto losses = [](const std::string& file) {
+    std::ifstream in{file};
+    std::string text{std::istreambuf_iterator<char>{in}, {}};
+    auto at = text.find("\"losses\": [");
+    REQUIRE(at != std::string::npos);
+    return text.substr(at, text.find(']', at) - at);
+  };
+  CHECK(losses(summary) == losses(one));
+  MESSAGE("2-node SLURM job and one process: " << losses(summary));
 }
