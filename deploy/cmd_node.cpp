@@ -107,6 +107,7 @@ int run_node(std::span<char*> args) {
   }
   o.transport = *kind;
   o.listen_address = listen;
+  o.stop_on_stdin_eof = token_stdin;
   return cluster::run_node(o);
 }
 

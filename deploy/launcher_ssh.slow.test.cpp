@@ -80,3 +80,29 @@ TEST_CASE("the ssh launcher starts nodes through a real sshd with the token on s
   }
   ::unsetenv("TROUPE_SSH");
 }
+
+TEST_CASE("troupe launch trains a graph on two nodes started through a real sshd") {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: starting sshd needs root");
+    return;
+  }
+  test_sshd sshd;
+  if (sshd.rc == 77) {
+    MESSAGE("skipped: sshd_up.sh cannot run here");
+    return;
+  }
+  REQUIRE_MESSAGE(sshd.rc == 0, sshd.output);
+  ::setenv("TROUPE_SSH", sshd.output.c_str(), 1);
+  const char* build = std::getenv("TROUPE_BUILD_DIR");
+  auto troupe = std::filesystem::absolute(std::filesystem::path{build ? build : "build"} / "deploy/troupe").string();
+  auto summary = sshd.state + "/summary.json";
+  auto [rc, out] = run_shell(fmt::format("'{}' launch examples/tiny-gpt.yaml --steps 2 --set cluster.launcher=ssh "
+                                         "--set cluster.nodes=2 --set 'cluster.hosts=[127.0.0.1]' "
+                                         "--summary-json '{}' 2>&1",
+                                         troupe, summary));
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("[node 1]") != std::string::npos);
+  CHECK(std::filesystem::exists(summary));
+  ::unsetenv("TROUPE_SSH");
+}

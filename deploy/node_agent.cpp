@@ -3,6 +3,7 @@
 #include "deploy/node_agent.hpp"
 
 #include <netdb.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -251,6 +252,19 @@ int node_agent::run() {
         std::this_thread::sleep_for(std::chrono::duration<double>(heartbeat_interval_s / 10));
     }
   }};
+  // Under ssh, the launcher's ssh client going away only shows as stdin ending.
+  std::jthread stdin_watch;
+  if (o_.stop_on_stdin_eof)
+    stdin_watch = std::jthread{[this, me](std::stop_token st) {
+      pollfd p{0, POLLIN, 0};
+      char buf[256];
+      while (!st.stop_requested())
+        if (::poll(&p, 1, 200) > 0 && ::read(0, buf, sizeof buf) <= 0) {
+          if (!stopping_)
+            caf::anon_send(me, lost_atom::value, std::string{"the launcher's session ended (stdin closed)"}, true);
+          return;
+        }
+    }};
   int exit_code = -1;
   while (exit_code < 0) {
     self_->receive(

@@ -17,6 +17,7 @@ struct node_options {
   std::string token;                     ///< the shared secret
   std::string listen_address;            ///< where the data server listens; empty: see run_node
   net::transport_kind transport = net::transport_kind::tcp;
+  bool stop_on_stdin_eof = false;        ///< ssh nodes: the launcher's session ending closes stdin
 };
 
 /// Runs the node until the coordinator says stop (exit code 0) or the run
