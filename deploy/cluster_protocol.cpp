@@ -43,7 +43,8 @@ net::frame encode(const hello_msg& m) {
 }
 
 net::frame encode(const plan_msg& m) {
-  auto f = make(control_kind::plan, m.graph_file, m.graph_hash, m.overrides, m.resume, m.transport);
+  auto f = make(control_kind::plan, m.graph_file, m.graph_hash, m.overrides, m.resume, m.transport, m.trace_file,
+                m.trace_buffer);
   byte_writer w{f.meta};
   w.put(static_cast<std::uint32_t>(m.nodes.size()));
   for (const auto& n : m.nodes)
@@ -87,6 +88,8 @@ plan_msg decode_plan(const net::frame& f) {
   m.overrides = get_strings(r);
   m.resume = r.get_string();
   m.transport = r.get_string();
+  m.trace_file = r.get_string();
+  m.trace_buffer = r.get<std::uint64_t>();
   m.nodes.resize(r.get_count(sizeof(std::uint32_t) + sizeof(std::uint16_t)));
   for (auto& n : m.nodes) {
     n.host = r.get_string();

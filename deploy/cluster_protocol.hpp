@@ -51,6 +51,8 @@ struct plan_msg {
   std::vector<std::string> overrides;   ///< `--set` values, in order
   std::string resume;                   ///< checkpoint folder to resume from, or empty
   std::string transport;                ///< tcp or ucx
+  std::string trace_file;               ///< where node traces go (`.nodeI` added), or empty
+  std::uint64_t trace_buffer = 0;       ///< spans kept per thread
   std::vector<node_address> nodes;      ///< data server of every node, by index
 };
 

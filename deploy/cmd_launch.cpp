@@ -12,6 +12,7 @@
 #include "deploy/commands.hpp"
 #include "deploy/coordinator.hpp"
 #include "deploy/run_graph.hpp"
+#include "deploy/run_tracing.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/errors.hpp"
 
@@ -20,7 +21,7 @@ namespace troupe::cli {
 namespace {
 
 constexpr const char* launch_help = R"(usage: troupe launch FILE [--set KEY.PATH=VALUE]... [--steps N] [--summary-json OUT.json]
-                     [--timeout SECONDS] [--resume DIR]
+                     [--timeout SECONDS] [--resume DIR] [--trace OUT.json | --no-trace] [--trace-buffer N]
 
 Validates the graph file FILE, then runs it across the node processes its
 `cluster:` section asks for: `cluster: {launcher: local, nodes: 2}` starts two
@@ -35,6 +36,10 @@ options:
   --steps N              train for N steps (the same as --set train.steps=N)
   --summary-json FILE    write the run's summary there, as `troupe run` does
   --timeout SECONDS      fail if the run takes longer (default: no limit)
+  --trace FILE           each node writes its Chrome trace to FILE with `.nodeI`
+                         before the extension (default: the graph's trace.file)
+  --no-trace             write no trace
+  --trace-buffer N       spans kept per thread on each node
   --resume DIR           continue from a checkpoint: DIR is a checkpoint.dir
                          (its 'latest' names the step) or one step-NNNNNN folder
   -h, --help             show this help
@@ -54,6 +59,11 @@ int run_launch(std::span<char*> args) {
   std::string file, steps, summary, timeout, resume;
   std::vector<std::string> sets;
   bool help = false;
+  std::vector<char*> rest(args.begin(), args.end());
+  trace_cli_options trace;
+  if (!take_trace_options(rest, trace))
+    return bad_input;
+  args = rest;
   if (!parse_graph_args(args, "launch", file, sets,
                         {{"--steps", &steps}, {"--summary-json", &summary}, {"--timeout", &timeout}, {"--resume", &resume}},
                         help))
@@ -61,6 +71,11 @@ int run_launch(std::span<char*> args) {
   if (help) {
     fmt::print("{}", launch_help);
     return ok;
+  }
+  if (trace.dashboard) {
+    fmt::print(stderr, "troupe launch: --dashboard shows one process; each node writes its trace "
+                       "(--trace FILE), which `troupe dash FILE.nodeI.json` serves\n");
+    return bad_input;
   }
   auto positive = [](const std::string& text, const char* opt, std::int64_t& out) {
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
@@ -120,6 +135,8 @@ int run_launch(std::span<char*> args) {
   o.overrides = sets;
   o.resume = resume.empty() ? std::string{} : std::filesystem::absolute(resume).string();
   o.troupe_exe = self_exe();
+  o.trace_file = !trace.file.empty() ? trace.file : trace.no_trace ? std::string{} : g.trace.file;
+  o.trace_buffer = trace.buffer;
   return report_run("launch", file, cluster::run_coordinator(g, o), summary);
 }
 

@@ -259,6 +259,8 @@ caf::expected<run_result> coordinator::run() {
   plan.overrides = o_.overrides;
   plan.resume = o_.resume;
   plan.transport = std::string{net::to_string(o_.transport)};
+  plan.trace_file = o_.trace_file;
+  plan.trace_buffer = o_.trace_buffer;
   while (failure_.empty() && phase_ != phase::over) {
     if (auto e = events_.pop(std::chrono::milliseconds(100))) {
       if (e->closed) {

@@ -22,6 +22,8 @@ struct coordinator_options {
   std::string token;                     ///< the shared secret nodes must present
   net::transport_kind transport = net::transport_kind::tcp;
   std::string troupe_exe;                ///< the program nodes run (this one, normally)
+  std::string trace_file;                ///< each node writes its trace here, `.nodeI` before the extension
+  std::size_t trace_buffer = 1 << 16;    ///< spans kept per thread on each node
   std::chrono::milliseconds join_timeout{60'000};  ///< for every node to connect and get ready
   std::chrono::milliseconds timeout{0};  ///< for the whole run; 0 = no limit
 };

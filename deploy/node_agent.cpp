@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
@@ -19,6 +20,7 @@
 #include "actors/remote_codec.hpp"
 #include "deploy/cluster_protocol.hpp"
 #include "deploy/run_graph.hpp"
+#include "deploy/run_tracing.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/bytes.hpp"
 #include "runtime/checkpoint.hpp"
@@ -75,6 +77,7 @@ private:
       ctl_->send(encode(failure_msg{actor, what}));
   }
   std::string setup(const plan_msg& p);
+  std::string start_tracing(const plan_msg& p);
   void stop_actors();
 
   node_options o_;
@@ -89,6 +92,7 @@ private:
   link_map links_;  ///< emulated links between this node's actors
   std::vector<std::shared_ptr<net::connection>> conns_;
   std::unique_ptr<net::server> data_;
+  std::unique_ptr<cli::run_tracing> tracing_;
   std::shared_ptr<net::connection> ctl_;
 };
 
@@ -109,6 +113,8 @@ std::string node_agent::setup(const plan_msg& p) {
   }
   if (static_cast<int>(p.nodes.size()) != graph_.cluster.nodes)
     return fmt::format("the plan lists {} nodes, the graph {}", p.nodes.size(), graph_.cluster.nodes);
+  if (auto err = start_tracing(p); !err.empty())
+    return err;
   auto me = caf::actor_cast<caf::actor>(self_);
   const auto& actors = graph_.actors;
   // This node's actors.
@@ -181,6 +187,21 @@ std::string node_agent::setup(const plan_msg& p) {
     if (failure)
       return fmt::format("actor '{}' did not accept connect: {}", name, error_message(failure));
   }
+  return {};
+}
+
+/// This node's trace file: `runs/x.json` becomes `runs/x.node1.json`.
+std::string node_agent::start_tracing(const plan_msg& p) {
+  if (p.trace_file.empty())
+    return {};
+  std::filesystem::path f{p.trace_file};
+  cli::trace_cli_options t;
+  t.file = (f.parent_path() / fmt::format("{}.node{}{}", f.stem().string(), o_.node, f.extension().string())).string();
+  t.buffer = static_cast<std::size_t>(p.trace_buffer);
+  auto r = cli::run_tracing::start(graph_, t);
+  if (!r)
+    return fmt::format("cannot start tracing: {}", error_message(r.error()));
+  tracing_ = std::move(*r);
   return {};
 }
 
@@ -316,6 +337,9 @@ int node_agent::run() {
   heartbeat.request_stop();
   heartbeat.join();
   stop_actors();
+  if (tracing_)
+    if (auto err = tracing_->finish(); !err.empty())
+      log(err);
   for (auto& c : conns_)
     c->close();
   ctl_->close();

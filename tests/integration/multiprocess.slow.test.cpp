@@ -154,8 +154,12 @@ TEST_CASE("a pipeline split across 2 and 4 processes gives the one-process loss 
     CAPTURE(nodes);
     auto summary = dir / ("nodes" + std::to_string(nodes) + ".json");
     REQUIRE(sh(troupe_exe() + " launch " + (dir / "graph.yaml").string() + " --set cluster.nodes=" +
-               std::to_string(nodes) + " --summary-json " + summary.string() + " > " + (dir / "launch.txt").string() +
-               " 2>&1") == 0);
+               std::to_string(nodes) + " --summary-json " + summary.string() + " --trace " +
+               (dir / "trace.json").string() + " > " + (dir / "launch.txt").string() + " 2>&1") == 0);
+    for (int i = 0; i < nodes; ++i) {  // each node's own trace, valid JSON with its spans
+      auto t = nlohmann::json::parse(slurp(dir / ("trace.node" + std::to_string(i) + ".json")));
+      CHECK(t.at("traceEvents").size() > 10);
+    }
     auto got = losses(summary);
     REQUIRE(got.size() == reference.size());
     for (std::size_t i = 0; i < got.size(); ++i)
