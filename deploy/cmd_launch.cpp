@@ -56,16 +56,17 @@ std::string self_exe() {
 } // namespace
 
 int run_launch(std::span<char*> args) {
-  std::string file, steps, summary, timeout, resume;
-  std::vector<std::string> sets;
+  run_args ra;
+  std::string summary;
   bool help = false;
   std::vector<char*> rest(args.begin(), args.end());
   trace_cli_options trace;
   if (!take_trace_options(rest, trace))
     return bad_input;
   args = rest;
-  if (!parse_graph_args(args, "launch", file, sets,
-                        {{"--steps", &steps}, {"--summary-json", &summary}, {"--timeout", &timeout}, {"--resume", &resume}},
+  if (!parse_graph_args(args, "launch", ra.file, ra.sets,
+                        {{"--steps", &ra.steps}, {"--summary-json", &summary}, {"--timeout", &ra.timeout},
+                         {"--resume", &ra.resume}},
                         help))
     return bad_input;
   if (help) {
@@ -77,42 +78,11 @@ int run_launch(std::span<char*> args) {
                        "(--trace FILE), which `troupe dash FILE.nodeI.json` serves\n");
     return bad_input;
   }
-  auto positive = [](const std::string& text, const char* opt, std::int64_t& out) {
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-    if (ec == std::errc{} && end == text.data() + text.size() && out > 0)
-      return true;
-    fmt::print(stderr, "troupe launch: {} expects a positive integer, got '{}'\n", opt, text);
-    return false;
-  };
-  std::int64_t n = 0;
-  if (!steps.empty()) {
-    if (!positive(steps, "--steps", n))
-      return bad_input;
-    sets.push_back(fmt::format("train.steps={}", n));
-  }
   cluster::coordinator_options o;
-  if (!timeout.empty()) {
-    if (!positive(timeout, "--timeout", n))
-      return bad_input;
-    o.timeout = std::chrono::seconds(n);
-  }
-  auto res = load_graph_for_cli(file, sets);
-  if (!res.ok()) {
-    fmt::print(stderr, "{}", to_string(res.errors));
+  auto graph = load_run_graph("launch", ra, o.timeout);
+  if (!graph)
     return bad_input;
-  }
-  auto& g = *res.graph;
-  if (!resume.empty()) {
-    auto from = open_resume(resume, g);
-    if (!from) {
-      fmt::print(stderr, "troupe launch: cannot resume: {}\n", error_message(from.error()));
-      return bad_input;
-    }
-    g.checkpoint.resume_folder = from->folder;
-    g.checkpoint.resume_step = from->step;
-    resume = from->folder.string();  // nodes resume from exactly this step, whatever `latest` says later
-    fmt::print("resuming from {} after step {}\n", resume, from->step);
-  }
+  const auto& g = *graph;
   if (!g.cluster.token_path.empty()) {
     auto t = cluster::read_token_file(g.cluster.token_path.string());
     if (!t) {
@@ -131,13 +101,13 @@ int run_launch(std::span<char*> args) {
     return bad_input;
   }
   o.transport = *kind;
-  o.graph_file = file;
-  o.overrides = sets;
-  o.resume = resume.empty() ? std::string{} : std::filesystem::absolute(resume).string();
+  o.graph_file = ra.file;
+  o.overrides = ra.sets;
+  o.resume = ra.resume.empty() ? std::string{} : std::filesystem::absolute(ra.resume).string();
   o.troupe_exe = self_exe();
   o.trace_file = !trace.file.empty() ? trace.file : trace.no_trace ? std::string{} : g.trace.file;
   o.trace_buffer = trace.buffer;
-  return report_run("launch", file, cluster::run_coordinator(g, o), summary);
+  return report_run("launch", ra.file, cluster::run_coordinator(g, o), summary);
 }
 
 } // namespace troupe::cli

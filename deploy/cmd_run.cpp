@@ -44,69 +44,38 @@ constexpr const char* run_help_tail = R"(  -h, --help             show this help
 Exit codes: 0 success, 1 the run failed, 2 invalid graph or arguments.
 )";
 
-bool parse_positive(const std::string& text, const char* opt, std::int64_t& out) {
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  if (ec != std::errc{} || end != text.data() + text.size() || out <= 0) {
-    fmt::print(stderr, "troupe run: {} expects a positive integer, got '{}'\n", opt, text);
-    return false;
-  }
-  return true;
-}
-
 } // namespace
 
 int run_run(std::span<char*> args) {
-  std::string file, steps, summary, threads, timeout, resume;
-  std::vector<std::string> sets;
+  run_args ra;
+  std::string summary, threads;
   bool help = false;
   std::vector<char*> rest(args.begin(), args.end());
   trace_cli_options trace_opts;
   if (!take_trace_options(rest, trace_opts))
     return bad_input;
   args = rest;
-  if (!parse_graph_args(args, "run", file, sets,
-                        {{"--steps", &steps}, {"--summary-json", &summary}, {"--threads", &threads},
-                         {"--timeout", &timeout}, {"--resume", &resume}},
+  if (!parse_graph_args(args, "run", ra.file, ra.sets,
+                        {{"--steps", &ra.steps}, {"--summary-json", &summary}, {"--threads", &threads},
+                         {"--timeout", &ra.timeout}, {"--resume", &ra.resume}},
                         help))
     return bad_input;
   if (help) {
     fmt::print("{}{}{}", run_help, trace_options_help, run_help_tail);
     return ok;
   }
-  std::int64_t n = 0;
-  if (!steps.empty()) {
-    if (!parse_positive(steps, "--steps", n))
-      return bad_input;
-    sets.push_back(fmt::format("train.steps={}", n));
-  }
   auto opts = runtime_options_from_env();
   if (!threads.empty()) {
-    if (!parse_positive(threads, "--threads", n))
+    std::int64_t n = 0;
+    if (!parse_positive("run", threads, "--threads", n))
       return bad_input;
     opts.threads = static_cast<std::size_t>(n);
   }
   run_options ropts;
-  if (!timeout.empty()) {
-    if (!parse_positive(timeout, "--timeout", n))
-      return bad_input;
-    ropts.timeout = std::chrono::seconds(n);
-  }
-  auto res = load_graph_for_cli(file, sets);
-  if (!res.ok()) {
-    fmt::print(stderr, "{}", to_string(res.errors));
+  auto graph = load_run_graph("run", ra, ropts.timeout);
+  if (!graph)
     return bad_input;
-  }
-  auto& g = *res.graph;
-  if (!resume.empty()) {
-    auto from = open_resume(resume, g);
-    if (!from) {
-      fmt::print(stderr, "troupe run: cannot resume: {}\n", error_message(from.error()));
-      return bad_input;
-    }
-    g.checkpoint.resume_folder = from->folder;
-    g.checkpoint.resume_step = from->step;
-    fmt::print("resuming from {} after step {}\n", from->folder.string(), from->step);
-  }
+  const auto& g = *graph;
   troupe_config cfg{opts};
   caf::actor_system sys{cfg};
   auto tracing = run_tracing::start(g, trace_opts);
@@ -117,7 +86,7 @@ int run_run(std::span<char*> args) {
   auto result = run_graph(sys, g, ropts);
   if (auto err = (*tracing)->finish(); !err.empty())
     fmt::print(stderr, "troupe run: {}\n", err);
-  return report_run("run", file, result, summary);
+  return report_run("run", ra.file, result, summary);
 }
 
 } // namespace troupe::cli

@@ -110,6 +110,20 @@ namespace troupe::cli {
 bool parse_graph_args(std::span<char*> args, const char* cmd, std::string& file, std::vector<std::string>& sets,
                       const std::vector<std::pair<std::string, std::string*>>& extra, bool& help);
 
+/// The command-line options `troupe run` and `troupe launch` share.
+struct run_args {
+  std::string file, steps, timeout, resume;
+  std::vector<std::string> sets;  ///< `--set` values, plus `train.steps=N` for --steps
+};
+
+/// `text` as a positive integer, or false after a message naming `cmd` and `opt`.
+bool parse_positive(const char* cmd, const std::string& text, const char* opt, std::int64_t& out);
+
+/// Checks --steps and --timeout, loads the graph with the `--set` values and
+/// opens the --resume checkpoint into its checkpoint section (printing where it
+/// resumes). nullopt after the errors went to stderr: exit with bad_input.
+std::optional<graph_spec> load_run_graph(const char* cmd, run_args& a, std::chrono::milliseconds& timeout);
+
 /// Prints how the run of `file` went (one summary line, or the error on
 /// stderr), writes `summary_path` as summary_json when given, and returns the
 /// exit code of `troupe CMD` (deploy/run_report.cpp).

@@ -1,5 +1,6 @@
-// How `troupe run` and `troupe launch` end: one summary line, the optional
-// summary JSON, and the exit code.
+// How `troupe run` and `troupe launch` begin and end: their shared options,
+// the graph loaded and resumed; one summary line, the summary JSON, the exit code.
+#include <charconv>
 #include <cstdio>
 #include <fstream>
 
@@ -10,6 +11,46 @@
 #include "runtime/errors.hpp"
 
 namespace troupe::cli {
+
+bool parse_positive(const char* cmd, const std::string& text, const char* opt, std::int64_t& out) {
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  if (ec == std::errc{} && end == text.data() + text.size() && out > 0)
+    return true;
+  fmt::print(stderr, "troupe {}: {} expects a positive integer, got '{}'\n", cmd, opt, text);
+  return false;
+}
+
+std::optional<graph_spec> load_run_graph(const char* cmd, run_args& a, std::chrono::milliseconds& timeout) {
+  std::int64_t n = 0;
+  if (!a.steps.empty()) {
+    if (!parse_positive(cmd, a.steps, "--steps", n))
+      return std::nullopt;
+    a.sets.push_back(fmt::format("train.steps={}", n));
+  }
+  if (!a.timeout.empty()) {
+    if (!parse_positive(cmd, a.timeout, "--timeout", n))
+      return std::nullopt;
+    timeout = std::chrono::seconds(n);
+  }
+  auto res = load_graph_for_cli(a.file, a.sets);
+  if (!res.ok()) {
+    fmt::print(stderr, "{}", to_string(res.errors));
+    return std::nullopt;
+  }
+  auto& g = *res.graph;
+  if (!a.resume.empty()) {
+    auto from = open_resume(a.resume, g);
+    if (!from) {
+      fmt::print(stderr, "troupe {}: cannot resume: {}\n", cmd, error_message(from.error()));
+      return std::nullopt;
+    }
+    g.checkpoint.resume_folder = from->folder;
+    g.checkpoint.resume_step = from->step;
+    a.resume = from->folder.string();  // exactly this step, whatever `latest` says later
+    fmt::print("resuming from {} after step {}\n", a.resume, from->step);
+  }
+  return std::move(res.graph);
+}
 
 int report_run(const char* cmd, const std::string& file, const caf::expected<run_result>& result,
                const std::string& summary_path) {
