@@ -1,4 +1,5 @@
-// Linear layer: bias rows then one sgemm forward; two sgemms backward.
+// Linear layer: one product forward (bias and residual added as it writes), two
+// backward (the bias gradient summed inside the weight-gradient product).
 #include "ops/linear.hpp"
 
 #include <cstring>
@@ -6,6 +7,7 @@
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/gemm_bf16.hpp"
+#include "kernels/cpu/gemm_f32.hpp"
 #include "ops/dispatch.hpp"
 
 namespace troupe::ops {
@@ -19,7 +21,7 @@ void gemm(precision p, bool ta, bool tb, int m, int n, int k, float alpha, const
   if (p == precision::bf16)
     kc::sgemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   else
-    kc::sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    kc::sgemm_fused(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, {});
 }
 
 shape_t with_last(const shape_t& s, std::int64_t last) {
@@ -50,6 +52,13 @@ tensor_handle linear_forward(const tensor_handle& x, const tensor_handle& w, con
   auto y = tensor_handle::empty(with_last(x.shape(), out), dtype::f32, x.device());
   switch (x.device().kind) {
     case device::kind_t::cpu: {
+      if (p == precision::f32) { // bias and residual are added as the product writes y
+        kc::gemm_epilogue e{b.defined() ? b.data<float>() : nullptr,
+                            residual.defined() ? residual.data<float>() : nullptr, int(out), nullptr};
+        kc::sgemm_fused(false, true, int(n), int(out), int(in), 1.0f, x.data<float>(), int(in), w.data<float>(),
+                        int(in), residual.defined() ? 1.0f : 0.0f, y.data<float>(), int(out), e);
+        return y;
+      }
       // The product accumulates onto y prepared as bias (+ residual) rows in one pass.
       float beta = 1.0f;
       if (residual.defined() && b.defined())
@@ -99,10 +108,17 @@ void linear_backward_weight(const tensor_handle& dy, const tensor_handle& x, ten
   require(rows_of(x) == n, op, "x and dy must have the same number of rows");
   switch (dy.device().kind) {
     case device::kind_t::cpu:
+      if (db.defined())
+        require(db.numel() == out, op, "db must be [out]");
+      if (p == precision::f32) { // db's column sums of dy run inside the product
+        kc::sgemm_fused(true, false, int(out), int(in), int(n), scale, dy.data<float>(), int(out), x.data<float>(),
+                        int(in), 1.0f, dw.data<float>(), int(in),
+                        {nullptr, nullptr, 0, db.defined() ? db.data<float>() : nullptr});
+        return;
+      }
       gemm(p, true, false, int(out), int(in), int(n), scale, dy.data<float>(), int(out), x.data<float>(), int(in),
            1.0f, dw.data<float>(), int(in));
       if (db.defined()) {
-        require(db.numel() == out, op, "db must be [out]");
         if (scale == 1.0f)
           kc::column_sum_add(dy.data<float>(), db.data<float>(), n, out);
         else

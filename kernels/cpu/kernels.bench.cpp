@@ -15,6 +15,7 @@
 #include "kernels/cpu/gelu.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/gemm_bf16.hpp"
+#include "kernels/cpu/gemm_f32.hpp"
 #include "kernels/cpu/layer_norm.hpp"
 #include "kernels/cpu/optimizer.hpp"
 #include "kernels/cpu/small_gemm.hpp"
@@ -59,7 +60,8 @@ std::vector<float> randv(std::size_t n) {
 int main() {
   for (auto [m, n, k, ta, tb] : std::vector<std::tuple<int, int, int, bool, bool>>{
          {768, 384, 128, false, true}, {768, 512, 128, false, true}, {768, 128, 512, false, true},
-         {768, 128, 384, false, false}, {384, 128, 768, true, false}, {1024, 1024, 256, false, true},
+         {768, 128, 384, false, false}, {768, 128, 512, false, false}, {768, 512, 128, false, false},
+         {384, 128, 768, true, false}, {128, 512, 768, true, false}, {512, 128, 768, true, false}, {1024, 1024, 256, false, true},
          {1024, 256, 1024, false, false}, {1024, 256, 1024, true, false}}) {
     auto a = randv(std::size_t(m) * k), b = randv(std::size_t(k) * n);
     std::vector<float> c(std::size_t(m) * n);
@@ -67,6 +69,10 @@ int main() {
     std::snprintf(name, sizeof name, "sgemm %c%c %dx%dx%d", ta ? 't' : 'n', tb ? 't' : 'n', m, n, k);
     bench(name, 2.0 * m * n * k, "GFLOP/s", [&] {
       sgemm(ta, tb, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 1.0f, c.data(), n);
+    });
+    std::snprintf(name, sizeof name, "sgemm_fused %c%c %dx%dx%d", ta ? 't' : 'n', tb ? 't' : 'n', m, n, k);
+    bench(name, 2.0 * m * n * k, "GFLOP/s", [&] {
+      sgemm_fused(ta, tb, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 1.0f, c.data(), n, {});
     });
     std::snprintf(name, sizeof name, "sgemm_bf16 %c%c %dx%dx%d", ta ? 't' : 'n', tb ? 't' : 'n', m, n, k);
     bench(name, 2.0 * m * n * k, "GFLOP/s", [&] {

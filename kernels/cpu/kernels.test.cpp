@@ -13,6 +13,7 @@
 #include "kernels/cpu/gelu.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/gemm_bf16.hpp"
+#include "kernels/cpu/gemm_f32.hpp"
 #include "kernels/cpu/layer_norm.hpp"
 #include "kernels/cpu/optimizer.hpp"
 #include "kernels/cpu/small_gemm.hpp"
@@ -270,4 +271,49 @@ TEST_CASE("bf16 products equal f32 products of bf16-rounded inputs") {
   CHECK(round_bf16(1.0f + 1.0f / 256) == 1.0f);                 // tie goes to even
   CHECK(round_bf16(1.0f + 3.0f / 256) == 1.0f + 4.0f / 256);    // tie goes to even, upwards
   CHECK(round_bf16(1.0f + 1.0f / 256 + 1e-6f) == 1.0f + 2.0f / 256);
+}
+
+TEST_CASE("sgemm_fused matches the reference with its bias, residual and row-sum epilogues") {
+  std::mt19937 rng(3);
+  // Odd sizes, tails of every register tile (m mod 6, n mod 64), k over one 256 block,
+  // and a transposed A of over 512 rows (the OpenBLAS fallback with separate passes).
+  for (auto [m, n, k] :
+       std::vector<std::array<int, 3>>{{7, 33, 17}, {13, 70, 300}, {64, 128, 512}, {5, 1, 9}, {600, 20, 30}}) {
+    for (int t = 0; t < 4; ++t) {
+      bool ta = t & 1, tb = t & 2;
+      CAPTURE(m);
+      CAPTURE(k);
+      CAPTURE(t);
+      auto a = randv(std::size_t(m * k), rng), b = randv(std::size_t(k * n), rng), c0 = randv(std::size_t(m * n), rng);
+      auto bias = randv(std::size_t(n), rng), resid = randv(std::size_t(m * (n + 3)), rng);
+      int lda = ta ? m : k, ldb = tb ? k : n;
+      for (float beta : {0.0f, 1.0f}) {
+        // C = 0.5·AB + beta·residual + bias into a fresh C; row sums of op(A) accumulate.
+        std::vector<float> c(std::size_t(m * n), NAN), sums(std::size_t(m), 1.0f);
+        gemm_epilogue e{bias.data(), resid.data(), n + 3, sums.data()};
+        sgemm_fused(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, beta, c.data(), n, e);
+        std::vector<float> r(std::size_t(m * n));
+        for (long i = 0; i < m; ++i)
+          for (long j = 0; j < n; ++j)
+            r[std::size_t(i * n + j)] = resid[std::size_t(i * (n + 3) + j)];
+        sgemm_reference(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, beta, r.data(), n);
+        std::vector<double> want(r.begin(), r.end());
+        std::vector<double> want_sums(std::size_t(m), 0.0);
+        for (long i = 0; i < m; ++i) {
+          for (long j = 0; j < n; ++j)
+            want[std::size_t(i * n + j)] += bias[std::size_t(j)];
+          double s = 0;
+          for (long p = 0; p < k; ++p)
+            s += ta ? a[std::size_t(p * lda + i)] : a[std::size_t(i * lda + p)];
+          want_sums[std::size_t(i)] = 1.0 + 0.5 * s;
+        }
+        CHECK(rel_err(c, want) < 1e-5);
+        CHECK(rel_err(sums, want_sums) < 1e-5);
+      }
+      auto c = c0, r = c0; // plain accumulation onto C, no epilogue
+      sgemm_fused(ta, tb, m, n, k, -1.5f, a.data(), lda, b.data(), ldb, 1.0f, c.data(), n, {});
+      sgemm_reference(ta, tb, m, n, k, -1.5f, a.data(), lda, b.data(), ldb, 1.0f, r.data(), n);
+      CHECK(rel_err(c, widen(r)) < 1e-5);
+    }
+  }
 }
