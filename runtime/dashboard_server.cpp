@@ -253,8 +253,9 @@ std::filesystem::path default_dashboard_dir() {
     if (std::filesystem::exists(installed / "index.html", ec))
       return installed;
   }
-  // This file sits in runtime/; the front end is built into deploy/dashboard/dist.
-  return std::filesystem::path(__FILE__).parent_path().parent_path() / "deploy/dashboard/dist";
+  // The front end is built into deploy/dashboard/dist of the source tree. Not
+  // __FILE__: ccache with a base_dir compiles with relative paths.
+  return std::filesystem::path(TROUPE_SOURCE_DIR) / "deploy/dashboard/dist";
 }
 
 namespace {
