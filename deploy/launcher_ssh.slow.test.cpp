@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -32,20 +33,29 @@ struct test_sshd {
   ~test_sshd() { run_shell(scripts + "/sshd_down.sh"); }
 };
 
+/// Starts the test's sshd and points TROUPE_SSH at its wrapper (port, key and
+/// host-key options). False, with a message, where it cannot run (not root).
+bool start_sshd(std::optional<test_sshd>& sshd) {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: starting sshd needs root");
+    return false;
+  }
+  sshd.emplace();
+  if (sshd->rc == 77) {
+    MESSAGE("skipped: sshd_up.sh cannot run here");
+    return false;
+  }
+  REQUIRE_MESSAGE(sshd->rc == 0, sshd->output);
+  ::setenv("TROUPE_SSH", sshd->output.c_str(), 1);
+  return true;
+}
+
 } // namespace
 
 TEST_CASE("the ssh launcher starts nodes through a real sshd with the token on stdin") {
-  if (::geteuid() != 0) {
-    MESSAGE("skipped: starting sshd needs root");
+  std::optional<test_sshd> sshd;
+  if (!start_sshd(sshd))
     return;
-  }
-  test_sshd sshd;
-  if (sshd.rc == 77) {
-    MESSAGE("skipped: sshd_up.sh cannot run here");
-    return;
-  }
-  REQUIRE_MESSAGE(sshd.rc == 0, sshd.output);
-  ::setenv("TROUPE_SSH", sshd.output.c_str(), 1);  // the wrapper with port, key and host-key options
 
   test_coordinator c;
   launch_request r;
@@ -82,20 +92,12 @@ TEST_CASE("the ssh launcher starts nodes through a real sshd with the token on s
 }
 
 TEST_CASE("troupe launch trains a graph on two nodes started through a real sshd") {
-  if (::geteuid() != 0) {
-    MESSAGE("skipped: starting sshd needs root");
+  std::optional<test_sshd> sshd;
+  if (!start_sshd(sshd))
     return;
-  }
-  test_sshd sshd;
-  if (sshd.rc == 77) {
-    MESSAGE("skipped: sshd_up.sh cannot run here");
-    return;
-  }
-  REQUIRE_MESSAGE(sshd.rc == 0, sshd.output);
-  ::setenv("TROUPE_SSH", sshd.output.c_str(), 1);
   const char* build = std::getenv("TROUPE_BUILD_DIR");
   auto troupe = std::filesystem::absolute(std::filesystem::path{build ? build : "build"} / "deploy/troupe").string();
-  auto summary = sshd.state + "/summary.json";
+  auto summary = sshd->state + "/summary.json";
   auto [rc, out] = run_shell(fmt::format("'{}' launch examples/tiny-gpt.yaml --steps 2 --set cluster.launcher=ssh "
                                          "--set cluster.nodes=2 --set 'cluster.hosts=[127.0.0.1]' "
                                          "--summary-json '{}' 2>&1",
