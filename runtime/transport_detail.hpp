@@ -156,6 +156,16 @@ using accept_factory = std::function<std::unique_ptr<connection_base>(fd_t, std:
 /// Listens on a TCP socket and hands each accepted socket to `make`.
 caf::expected<std::unique_ptr<server>> make_socket_server(const server_options& opts, accept_factory make);
 
+/// A socket server whose accepted sockets become `Connection`s (tcp or ucx),
+/// constructed as `Connection(fd, peer, handlers, link, options)`.
+template <class Connection>
+caf::expected<std::unique_ptr<server>> socket_server_of(const server_options& opts, handlers h) {
+  auto shared = std::make_shared<const server_options>(opts);
+  return make_socket_server(opts, [shared, h](fd_t fd, std::string peer) -> std::unique_ptr<connection_base> {
+    return std::make_unique<Connection>(std::move(fd), std::move(peer), h, shared->link, shared);
+  });
+}
+
 // ---- transports ----------------------------------------------------------------
 
 caf::expected<std::unique_ptr<server>> tcp_listen(server_options opts, handlers h);

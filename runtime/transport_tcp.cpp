@@ -227,10 +227,7 @@ private:
 } // namespace
 
 caf::expected<std::unique_ptr<server>> tcp_listen(server_options opts, handlers h) {
-  auto shared = std::make_shared<const server_options>(opts);
-  return make_socket_server(opts, [shared, h](fd_t fd, std::string peer) -> std::unique_ptr<connection_base> {
-    return std::make_unique<tcp_connection>(std::move(fd), std::move(peer), h, shared->link, shared);
-  });
+  return socket_server_of<tcp_connection>(opts, std::move(h));
 }
 
 caf::expected<std::unique_ptr<connection>> tcp_connect(connect_options opts, handlers h) {

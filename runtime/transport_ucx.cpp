@@ -425,10 +425,7 @@ private:
 caf::expected<std::unique_ptr<server>> ucx_listen(server_options opts, handlers h) {
   if (auto why = ucx_unavailable_reason(); !why.empty())
     return make_error(errc::io_failed, fmt::format("cannot listen with ucx on {}:{}: {}", opts.address, opts.port, why));
-  auto shared = std::make_shared<const server_options>(opts);
-  return make_socket_server(opts, [shared, h](fd_t fd, std::string peer) -> std::unique_ptr<connection_base> {
-    return std::make_unique<ucx_connection>(std::move(fd), std::move(peer), h, shared->link, shared);
-  });
+  return socket_server_of<ucx_connection>(opts, std::move(h));
 }
 
 caf::expected<std::unique_ptr<connection>> ucx_connect(connect_options opts, handlers h) {
