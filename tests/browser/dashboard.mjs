@@ -6,6 +6,11 @@
 //   synthetic: opens `troupe dash` on a 64-actor, 100,000-span trace and checks
 //              that it loads and redraws quickly.
 // usage: node tests/browser/dashboard.mjs live|synthetic --troupe PATH --out DIR [--steps N]
+//
+// The live run must outlast the page's first look at it, on any machine: the
+// browser starts before troupe does, and the run is long enough (200 steps,
+// about 20 s here, 10 s on a fast machine) that the page sees the loss chart
+// grow from a point well before the last step.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -24,7 +29,7 @@ const opt = (name, fallback) => {
 };
 const troupe = opt('troupe', path.join(root, 'build/deploy/troupe'));
 const outDir = opt('out', os.tmpdir());
-const steps = Number(opt('steps', '12'));
+const steps = Number(opt('steps', '200'));
 const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
 
 let passed = 0, failed = 0;
@@ -79,13 +84,13 @@ async function waitFor(page, fn, arg, ms) {
 }
 
 async function live() {
-  const run = startTroupe(['run', 'examples/tiny-gpt.yaml', '--steps', String(steps), '--no-trace',
-    '--dashboard', '127.0.0.1:0']);
-  const url = await run.url;
   const { context, profile } = await launch();
   const page = context.pages()[0] ?? await context.newPage();
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
+  const run = startTroupe(['run', 'examples/tiny-gpt.yaml', '--steps', String(steps), '--no-trace',
+    '--dashboard', '127.0.0.1:0']);
+  const url = await run.url;
   await page.goto(url);
   // The tiny example has a data loader and four pipeline stages.
   const lanes = await waitFor(page, () => {
@@ -95,7 +100,7 @@ async function live() {
   check(lanes && lanes.length === 5, `five actor lanes (${JSON.stringify(lanes?.map((l) => l.name))})`);
   for (const l of lanes ?? []) check(l.spans > 0 && l.drawn > 0, `lane ${l.name} shows spans (${l.drawn} drawn of ${l.spans})`);
   const first = await waitFor(page, () => window.troupeDashboard.lossPoints() || 0, null, 90000);
-  check(first > 0, `the loss chart has points (${first})`);
+  check(first > 0 && first < steps, `the loss chart has points (${first}) before the last step (${steps})`);
   const more = await waitFor(page, (n) => {
     const p = window.troupeDashboard.lossPoints();
     return p > n ? p : 0;
@@ -105,7 +110,8 @@ async function live() {
   const shot = path.join(outDir, 'dashboard-live.png');
   await page.screenshot({ path: shot, fullPage: true });
   console.log(`screenshot: ${shot} (taken ${stillRunning ? 'during' : 'after'} the run)`);
-  const metrics = await (await fetch(new URL('/metrics', url))).text().catch(() => '');
+  const metrics = stillRunning ? await fetch(new URL('/metrics', url)).then((r) => r.text(), (e) => String(e)) : '';
+  check(stillRunning, 'the run was still going when /metrics was read');
   check(/troupe_actor_busy_fraction\{actor="s0"/.test(metrics), '/metrics lists per-actor busy fractions');
   check(/troupe_actor_mailbox_depth\{actor="s3"/.test(metrics), '/metrics lists per-actor mailbox depths');
   const code = await run.exited;
