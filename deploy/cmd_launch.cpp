@@ -11,6 +11,7 @@
 #include "deploy/cluster_token.hpp"
 #include "deploy/commands.hpp"
 #include "deploy/coordinator.hpp"
+#include "deploy/interrupt.hpp"
 #include "deploy/run_graph.hpp"
 #include "deploy/run_tracing.hpp"
 #include "runtime/checkpoint.hpp"
@@ -44,7 +45,11 @@ options:
                          (its 'latest' names the step) or one step-NNNNNN folder
   -h, --help             show this help
 
-Exit codes: 0 success, 1 the run failed (a node lost, an actor failed), 2 invalid graph or arguments.
+Ctrl-C (SIGINT) or SIGTERM stops every node cleanly (traces written, the last
+checkpoint named); a second Ctrl-C ends at once.
+
+Exit codes: 0 success, 1 the run failed (a node lost, an actor failed), 2 invalid graph or arguments,
+130/143 stopped by SIGINT/SIGTERM.
 )";
 
 std::string self_exe() {
@@ -107,6 +112,8 @@ int run_launch(std::span<char*> args) {
   o.troupe_exe = self_exe();
   o.trace_file = !trace.file.empty() ? trace.file : trace.no_trace ? std::string{} : g.trace.file;
   o.trace_buffer = trace.buffer;
+  interrupt_guard stop_on_signal;
+  o.interrupt = &interrupt_guard::signal();
   return report_run("launch", ra.file, cluster::run_coordinator(g, o), summary);
 }
 

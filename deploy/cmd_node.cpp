@@ -1,5 +1,7 @@
 // `troupe node --coordinator HOST:PORT`: one node of a multi-process run,
 // started by a launcher; it does what the coordinator tells it.
+#include <signal.h>
+
 #include <charconv>
 #include <cstdlib>
 
@@ -108,6 +110,10 @@ int run_node(std::span<char*> args) {
   o.transport = *kind;
   o.listen_address = listen;
   o.stop_on_stdin_eof = token_stdin;
+  // A node follows its coordinator: a Ctrl-C in the terminal reaches every
+  // process of the launch, and the coordinator turns it into a clean stop.
+  // The stop frame, stdin closing (ssh), the parent's death and SIGTERM end a node.
+  ::signal(SIGINT, SIG_IGN);
   return cluster::run_node(o);
 }
 

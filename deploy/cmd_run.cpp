@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "deploy/commands.hpp"
+#include "deploy/interrupt.hpp"
 #include "deploy/run_graph.hpp"
 #include "deploy/run_tracing.hpp"
 #include "runtime/actor_system.hpp"
@@ -41,7 +42,11 @@ options:
 
 constexpr const char* run_help_tail = R"(  -h, --help             show this help
 
-Exit codes: 0 success, 1 the run failed, 2 invalid graph or arguments.
+Ctrl-C (SIGINT) or SIGTERM stops every actor cleanly (the trace is written, the
+last checkpoint named); a second Ctrl-C ends at once.
+
+Exit codes: 0 success, 1 the run failed, 2 invalid graph or arguments,
+130/143 stopped by SIGINT/SIGTERM.
 )";
 
 } // namespace
@@ -83,6 +88,8 @@ int run_run(std::span<char*> args) {
     fmt::print(stderr, "troupe run: {}\n", error_message(tracing.error()));
     return runtime_failure;
   }
+  interrupt_guard stop_on_signal;
+  ropts.interrupt = &interrupt_guard::signal();
   auto result = run_graph(sys, g, ropts);
   if (auto err = (*tracing)->finish(); !err.empty())
     fmt::print(stderr, "troupe run: {}\n", err);

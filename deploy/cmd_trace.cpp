@@ -62,7 +62,7 @@ int trace_command(std::span<char*> args) {
   auto t = read_chrome_trace(file);
   if (!t) {
     fmt::print(stderr, "troupe trace summarize: {}\n", error_message(t.error()));
-    return t.error().code() == static_cast<std::uint8_t>(errc::io_failed) ? runtime_failure : bad_input;
+    return is_error(t.error(), errc::io_failed) ? runtime_failure : bad_input;
   }
   fmt::print("{}", to_text(summarize(*t, -1, -1, orders)));
   return ok;

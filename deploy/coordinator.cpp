@@ -261,8 +261,12 @@ caf::expected<run_result> coordinator::run() {
   plan.transport = std::string{net::to_string(o_.transport)};
   plan.trace_file = o_.trace_file;
   plan.trace_buffer = o_.trace_buffer;
+  int signal = 0;
   while (failure_.empty() && phase_ != phase::over) {
-    if (auto e = events_.pop(std::chrono::milliseconds(100))) {
+    auto e = events_.pop(std::chrono::milliseconds(100));
+    if (o_.interrupt && (signal = o_.interrupt->load()) != 0)
+      break;  // before the event: a Ctrl-C that also reached an ssh client is not a lost node
+    if (e) {
       if (e->closed) {
         if (int i = node_of(e->conn); i >= 0) {
           nodes_[static_cast<std::size_t>(i)].gone = true;
@@ -303,6 +307,8 @@ caf::expected<run_result> coordinator::run() {
                        o_.timeout.count() / 1000.0, done_.size(), g_.actors.size()));
   }
   shut_down();
+  if (signal != 0 && failure_.empty())
+    return checkpoints_.interrupted(signal, done_.size(), g_.actors.size());
   if (!failure_.empty())
     return make_error(errc::actor_failed, checkpoints_.explain_failure(failure_));
   result_.first_step = g_.checkpoint.resume_step;

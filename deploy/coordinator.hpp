@@ -3,6 +3,7 @@
 // graph, starts the run, and turns a lost node into a clean, named failure.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -26,6 +27,9 @@ struct coordinator_options {
   std::size_t trace_buffer = 1 << 16;    ///< spans kept per thread on each node
   std::chrono::milliseconds join_timeout{60'000};  ///< for every node to connect and get ready
   std::chrono::milliseconds timeout{0};  ///< for the whole run; 0 = no limit
+  /// When it turns non-zero (a signal number), every node is stopped and the
+  /// run returns errc::interrupted (see run_options::interrupt).
+  const std::atomic<int>* interrupt = nullptr;
 };
 
 /// Runs `g` across `g.cluster.nodes` node processes started with

@@ -2,6 +2,8 @@
 // runtime/messages.hpp documents (spawn, connect, start, collect done reports).
 #include "deploy/run_graph.hpp"
 
+#include <signal.h>
+
 #include <cmath>
 #include <map>
 #include <set>
@@ -164,7 +166,8 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
   std::map<std::string, bool> done;
   std::string failure;
   run_checkpoints checkpoints{g};
-  while (done.size() < handles.size() && failure.empty()) {
+  int signal = 0;
+  while (done.size() < handles.size() && failure.empty() && signal == 0) {
     self->receive(
       [&](done_atom, run_summary& s) {
         last_done = clock_type::now();
@@ -191,8 +194,12 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
     if (opts.timeout.count() > 0 && clock_type::now() - started > opts.timeout && failure.empty())
       failure = fmt::format("the run did not finish within {} s ({} of {} actors reported done)",
                             opts.timeout.count() / 1000.0, done.size(), handles.size());
+    if (opts.interrupt)
+      signal = opts.interrupt->load();
   }
   stop_all();
+  if (signal != 0 && failure.empty())
+    return checkpoints.interrupted(signal, done.size(), handles.size());
   if (!failure.empty())
     return make_error(errc::actor_failed, checkpoints.explain_failure(std::move(failure)));
   res.seconds = std::chrono::duration<double>(last_done - started).count();
@@ -223,6 +230,13 @@ std::string run_checkpoints::explain_failure(std::string why) const {
     why += fmt::format("; the last complete checkpoint, {}, is intact (--resume {})",
                        (dir_ / checkpoint_folder_name(tracker_->last_committed())).string(), dir_.string());
   return why;
+}
+
+caf::error run_checkpoints::interrupted(int sig, std::size_t done, std::size_t actors) const {
+  return make_error(errc::interrupted,
+                    explain_failure(fmt::format("interrupted by {} before the run finished ({} of {} actors done)",
+                                                sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal",
+                                                done, actors)));
 }
 
 std::string summary_json(const run_result& r) {

@@ -2,6 +2,7 @@
 // every actor from the registry, connect, start, and wait for their reports.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -49,6 +50,9 @@ link_map spawn_links(caf::actor_system& sys, const graph_spec& g, const std::map
 struct run_options {
   std::chrono::milliseconds connect_timeout{30'000};  ///< for each actor's reply to connect
   std::chrono::milliseconds timeout{0};               ///< for the whole run; 0 = no limit
+  /// When it turns non-zero (a signal number), the run stops every actor and
+  /// returns errc::interrupted; polled about every 100 ms.
+  const std::atomic<int>* interrupt = nullptr;
 };
 
 /// What a finished run reports (aggregated as runtime/messages.hpp describes).
@@ -90,6 +94,9 @@ public:
   std::string on_report(const checkpoint_msg& m, run_result& res);
   /// `why`, plus where the last complete checkpoint is when there is one.
   std::string explain_failure(std::string why) const;
+  /// The error a run stopped by signal `sig` returns: errc::interrupted, saying
+  /// how many actors had finished and where the last complete checkpoint is.
+  caf::error interrupted(int sig, std::size_t done, std::size_t actors) const;
 
 private:
   std::filesystem::path dir_;

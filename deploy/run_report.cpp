@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "deploy/commands.hpp"
+#include "deploy/interrupt.hpp"
 #include "deploy/run_graph.hpp"
 #include "runtime/errors.hpp"
 
@@ -56,6 +57,8 @@ int report_run(const char* cmd, const std::string& file, const caf::expected<run
                const std::string& summary_path) {
   if (!result) {
     fmt::print(stderr, "troupe {}: {}\n", cmd, error_message(result.error()));
+    if (is_error(result.error(), errc::interrupted))
+      return interrupted_exit_code(interrupt_guard::signal().load());
     return runtime_failure;
   }
   auto fmt_opt = [](std::optional<double> v, const char* spec) {

@@ -15,6 +15,7 @@ const char* to_string(errc e) noexcept {
     case errc::actor_failed: return "actor_failed";
     case errc::io_failed: return "io_failed";
     case errc::invalid_argument: return "invalid_argument";
+    case errc::interrupted: return "interrupted";
   }
   return "unknown";
 }

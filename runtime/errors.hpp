@@ -22,6 +22,7 @@ enum class errc : std::uint8_t {
   actor_failed,         ///< an actor reported a failure or exited abnormally
   io_failed,            ///< a file could not be read or written
   invalid_argument,     ///< a bad value reached a runtime API
+  interrupted,          ///< the user stopped the run (SIGINT, SIGTERM)
 };
 
 /// The category atom of troupe's caf::error values.
@@ -33,6 +34,11 @@ const char* to_string(errc e) noexcept;
 
 /// Builds a caf::error in the troupe category; `what` says where and what.
 caf::error make_error(errc e, std::string what);
+
+/// Whether `e` is troupe's error `code`.
+inline bool is_error(const caf::error& e, errc code) noexcept {
+  return e.category() == troupe_error_category && e.code() == static_cast<std::uint8_t>(code);
+}
 
 /// The text for a user: `what` for troupe errors, CAF's rendering otherwise.
 std::string error_message(const caf::error& e);

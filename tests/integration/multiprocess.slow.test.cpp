@@ -24,17 +24,13 @@
 
 #include "runtime/errors.hpp"
 #include "runtime/transport.hpp"
+#include "tests/integration/troupe_process.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using namespace troupe::testing;
 
 namespace {
-
-std::string troupe_exe() {
-  const char* build = std::getenv("TROUPE_BUILD_DIR");
-  REQUIRE(build);
-  return std::string{build} + "/deploy/troupe";
-}
 
 /// A fresh folder with a small 4-stage pipeline graph in it.
 fs::path make_graph(const std::string& name, int steps, const std::string& cluster) {
@@ -49,13 +45,6 @@ fs::path make_graph(const std::string& name, int steps, const std::string& clust
   return dir;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in{p};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 /// Runs a shell command; its exit code.
 int sh(const std::string& cmd) {
   int status = std::system(cmd.c_str());
@@ -66,80 +55,6 @@ std::vector<double> losses(const fs::path& summary) {
   auto j = nlohmann::json::parse(slurp(summary));
   REQUIRE(j.contains("losses"));
   return j.at("losses").get<std::vector<double>>();
-}
-
-/// A background `troupe launch` with its output in files.
-struct launch_process {
-  pid_t pid = -1;
-  fs::path out, err;
-
-  launch_process(const fs::path& dir, std::vector<std::string> extra = {}) : out(dir / "out.txt"), err(dir / "err.txt") {
-    std::vector<std::string> args{troupe_exe(), "launch", (dir / "graph.yaml").string()};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::fflush(stdout), std::fflush(stderr);  // or the child's freopen writes our buffered output again
-    pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      std::freopen(out.c_str(), "w", stdout);
-      std::freopen(err.c_str(), "w", stderr);
-      std::vector<char*> argv;
-      for (auto& a : args)
-        argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      std::_Exit(127);
-    }
-  }
-  /// Waits for `pattern` in stdout (or stderr); the first match's first group.
-  std::string wait_for(const std::string& pattern, std::chrono::seconds limit = 60s) {
-    std::regex re{pattern};
-    auto until = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < until) {
-      for (const auto& f : {out, err}) {
-        std::smatch m;
-        auto text = slurp(f);
-        if (std::regex_search(text, m, re))
-          return m.size() > 1 ? m[1].str() : m[0].str();
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    FAIL("no '" << pattern << "' in the launch output within the limit:\n" << slurp(out) << slurp(err));
-    return {};
-  }
-  /// Exit code once it ends, waiting at most `limit` (then -1).
-  int wait(std::chrono::milliseconds limit) {
-    auto until = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < until) {
-      int status = 0;
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        pid = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    return -1;
-  }
-  ~launch_process() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
-};
-
-/// Pids of processes whose command line contains `needle`.
-std::vector<pid_t> processes_with(const std::string& needle) {
-  std::vector<pid_t> found;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    auto name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos)
-      continue;
-    auto cmd = slurp(e.path() / "cmdline");
-    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    if (cmd.find(needle) != std::string::npos && std::stoi(name) != ::getpid())
-      found.push_back(std::stoi(name));
-  }
-  return found;
 }
 
 } // namespace
@@ -195,7 +110,7 @@ TEST_CASE("a launched run writes checkpoints that a launched or one-process resu
 
 TEST_CASE("killing a node's process stops the launch within 5 seconds, naming the node, with no process left") {
   auto dir = make_graph("kill", 100000, "cluster: {launcher: local, nodes: 2}\n");
-  launch_process launch{dir};
+  troupe_process launch{dir, {"launch", (dir / "graph.yaml").string()}};
   auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
   launch.wait_for(R"(step\s+\d+/100000)");  // training is under way
   auto node1 = processes_with("--coordinator " + coordinator + " --node 1");
@@ -217,7 +132,7 @@ TEST_CASE("killing a node's process stops the launch within 5 seconds, naming th
 
 TEST_CASE("a node that stops answering is declared lost within 5 seconds and the launch still ends cleanly") {
   auto dir = make_graph("hang", 100000, "cluster: {launcher: local, nodes: 2}\n");
-  launch_process launch{dir};
+  troupe_process launch{dir, {"launch", (dir / "graph.yaml").string()}};
   auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
   launch.wait_for(R"(step\s+\d+/100000)");
   auto node1 = processes_with("--coordinator " + coordinator + " --node 1");
@@ -238,7 +153,7 @@ TEST_CASE("a node that stops answering is declared lost within 5 seconds and the
 
 TEST_CASE("garbage and a wrong token sent to the coordinator are refused, logged, and the run still completes") {
   auto dir = make_graph("garbage", 400, "cluster: {launcher: local, nodes: 2}\n");
-  launch_process launch{dir, {"--summary-json", (dir / "summary.json").string()}};
+  troupe_process launch{dir, {"launch", (dir / "graph.yaml").string(), "--summary-json", (dir / "summary.json").string()}};
   auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
   auto port = static_cast<std::uint16_t>(std::stoi(coordinator.substr(coordinator.rfind(':') + 1)));
   auto node_port = static_cast<std::uint16_t>(std::stoi(launch.wait_for(R"(node 1: channels listen on 127\.0\.0\.1:(\d+))")));
@@ -279,7 +194,7 @@ TEST_CASE("garbage and a wrong token sent to the coordinator are refused, logged
 
 TEST_CASE("the coordinator listens only on the configured address") {
   auto dir = make_graph("address", 100000, "cluster: {launcher: local, nodes: 2, address: 127.0.0.1}\n");
-  launch_process launch{dir};
+  troupe_process launch{dir, {"launch", (dir / "graph.yaml").string()}};
   auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
   auto port = std::stoi(coordinator.substr(coordinator.rfind(':') + 1));
   // /proc/net/tcp lists listening sockets (state 0A) as HEXADDR:HEXPORT.

@@ -1,0 +1,122 @@
+// Integration-test support: the troupe binary of this build, run in the
+// background with its output in files, and a look at the processes left behind.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+namespace troupe::testing {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+/// `$TROUPE_BUILD_DIR/deploy/troupe`.
+inline std::string troupe_exe() {
+  const char* build = std::getenv("TROUPE_BUILD_DIR");
+  REQUIRE(build);
+  return std::string{build} + "/deploy/troupe";
+}
+
+inline std::string slurp(const fs::path& p) {
+  std::ifstream in{p};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// `troupe ARGS...` in the background, stdout and stderr in DIR/out.txt and
+/// DIR/err.txt. With `own_group` it leads a process group of its own (what a
+/// terminal gives a foreground job, so a Ctrl-C can be sent to all of it).
+struct troupe_process {
+  pid_t pid = -1;
+  fs::path out, err;
+
+  troupe_process(const fs::path& dir, std::vector<std::string> args, bool own_group = false)
+      : out(dir / "out.txt"), err(dir / "err.txt") {
+    args.insert(args.begin(), troupe_exe());
+    std::fflush(stdout), std::fflush(stderr);  // or the child's freopen writes our buffered output again
+    pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      if (own_group)
+        ::setpgid(0, 0);
+      std::freopen(out.c_str(), "w", stdout);
+      std::freopen(err.c_str(), "w", stderr);
+      std::vector<char*> argv;
+      for (auto& a : args)
+        argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      std::_Exit(127);
+    }
+    if (own_group)
+      ::setpgid(pid, pid);  // in both, so a signal sent right away finds the group
+  }
+  /// Waits for `pattern` in stdout (or stderr); the first match's first group.
+  std::string wait_for(const std::string& pattern, std::chrono::seconds limit = 60s) {
+    std::regex re{pattern};
+    auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      for (const auto& f : {out, err}) {
+        std::smatch m;
+        auto text = slurp(f);
+        if (std::regex_search(text, m, re))
+          return m.size() > 1 ? m[1].str() : m[0].str();
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    FAIL("no '" << pattern << "' in the output within the limit:\n" << slurp(out) << slurp(err));
+    return {};
+  }
+  /// Exit code once it ends (128 + signal when killed), waiting at most `limit` (then -1).
+  int wait(std::chrono::milliseconds limit) {
+    auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return -1;
+  }
+  ~troupe_process() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+/// Pids of processes whose command line contains `needle`.
+inline std::vector<pid_t> processes_with(const std::string& needle) {
+  std::vector<pid_t> found;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    auto name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    auto cmd = slurp(e.path() / "cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find(needle) != std::string::npos && std::stoi(name) != ::getpid())
+      found.push_back(std::stoi(name));
+  }
+  return found;
+}
+
+} // namespace troupe::testing
