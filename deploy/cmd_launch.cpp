@@ -23,6 +23,7 @@ namespace {
 
 constexpr const char* launch_help = R"(usage: troupe launch FILE [--set KEY.PATH=VALUE]... [--steps N] [--summary-json OUT.json]
                      [--timeout SECONDS] [--resume DIR] [--trace OUT.json | --no-trace] [--trace-buffer N]
+                     [--dashboard [ADDR]]
 
 Validates the graph file FILE, then runs it across the node processes its
 `cluster:` section asks for: `cluster: {launcher: local, nodes: 2}` starts two
@@ -41,6 +42,11 @@ options:
                          before the extension (default: the graph's trace.file)
   --no-trace             write no trace
   --trace-buffer N       spans kept per thread on each node
+  --dashboard [ADDR]     serve one live dashboard of every node's actors here, at ADDR
+                         (default 127.0.0.1:8080; :0 picks a free port; the URL is
+                         printed). Nodes stream their spans to it a few times a second;
+                         lanes are labelled with their node. Nodes on another machine
+                         have their clocks aligned by probes, to within half a round trip
   --resume DIR           continue from a checkpoint: DIR is a checkpoint.dir
                          (its 'latest' names the step) or one step-NNNNNN folder
   -h, --help             show this help
@@ -66,7 +72,7 @@ int run_launch(std::span<char*> args) {
   bool help = false;
   std::vector<char*> rest(args.begin(), args.end());
   trace_cli_options trace;
-  if (!take_trace_options(rest, trace))
+  if (!take_trace_options(rest, trace, "launch"))
     return bad_input;
   args = rest;
   if (!parse_graph_args(args, "launch", ra.file, ra.sets,
@@ -77,11 +83,6 @@ int run_launch(std::span<char*> args) {
   if (help) {
     fmt::print("{}", launch_help);
     return ok;
-  }
-  if (trace.dashboard) {
-    fmt::print(stderr, "troupe launch: --dashboard shows one process; each node writes its trace "
-                       "(--trace FILE), which `troupe dash FILE.nodeI.json` serves\n");
-    return bad_input;
   }
   cluster::coordinator_options o;
   auto graph = load_run_graph("launch", ra, o.timeout);
@@ -112,9 +113,18 @@ int run_launch(std::span<char*> args) {
   o.troupe_exe = self_exe();
   o.trace_file = !trace.file.empty() ? trace.file : trace.no_trace ? std::string{} : g.trace.file;
   o.trace_buffer = trace.buffer;
+  auto tracing = run_tracing::start_coordinator(g, trace);
+  if (!tracing) {
+    fmt::print(stderr, "troupe launch: {}\n", error_message(tracing.error()));
+    return runtime_failure;
+  }
+  o.dashboard = (*tracing)->dashboard();
   interrupt_guard stop_on_signal;
   o.interrupt = &interrupt_guard::signal();
-  return report_run("launch", ra.file, cluster::run_coordinator(g, o), summary);
+  auto result = cluster::run_coordinator(g, o);
+  if (auto err = (*tracing)->finish(); !err.empty())
+    fmt::print(stderr, "troupe launch: {}\n", err);
+  return report_run("launch", ra.file, result, summary);
 }
 
 } // namespace troupe::cli

@@ -16,6 +16,7 @@
 #include "deploy/launcher.hpp"
 #include "runtime/bytes.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/trace.hpp"
 
 namespace troupe::cluster {
 
@@ -63,6 +64,8 @@ struct node_state {
   bool gone = false;
   clock_type::time_point last_heard;
   std::vector<std::string> actors;  ///< what the graph places there
+  bool same_clock = false;          ///< shares this process's steady clock (same kernel)
+  clock_estimate clock;             ///< else its offset, from clock probes
 };
 
 enum class phase { joining, planning, running, over };
@@ -95,6 +98,14 @@ private:
   }
   void on_frame(event& e);
   void on_hello(event& e);
+  /// A node's batch of spans, onto the dashboard (throws malformed_input).
+  void on_spans(int i, const net::frame& f);
+  void on_clock(int i, const net::frame& f);
+  /// Sends a clock probe to a streaming node on another machine.
+  void probe_clock(node_state& n) {
+    if (o_.dashboard && !n.same_clock)
+      n.conn->send(encode(clock_msg{steady_now_ns(), 0}));
+  }
   void check_liveness();
   /// Records the run's first failure and says so at once (the run then stops).
   void fail(std::string why) {
@@ -119,6 +130,7 @@ private:
   run_checkpoints checkpoints_;  ///< written by the nodes' actors, completed here (a shared file system)
   std::set<std::string> done_;
   clock_type::time_point started_, last_done_;
+  std::string clock_domain_ = clock_domain();
 };
 
 void coordinator::on_hello(event& e) {
@@ -138,6 +150,33 @@ void coordinator::on_hello(event& e) {
   }
   auto& n = nodes_[static_cast<std::size_t>(h.node)];
   n.conn = e.conn, n.hello = std::move(h), n.last_heard = clock_type::now();
+  n.same_clock = !n.hello.clock_domain.empty() && n.hello.clock_domain == clock_domain_;
+  probe_clock(n);
+}
+
+void coordinator::on_spans(int i, const net::frame& f) {
+  auto m = decode_spans(f);
+  auto& n = nodes_[static_cast<std::size_t>(i)];
+  n.conn->send(encode_spans_ack(m.seq));
+  if (!o_.dashboard)
+    return;
+  // Node steady clock -> this steady clock -> this trace clock.
+  auto shift = (n.same_clock ? 0 : n.clock.offset_ns()) + trace_epoch_ns();
+  for (auto& s : m.batch.spans)
+    s.begin_ns -= shift, s.end_ns -= shift;
+  for (auto& c : m.batch.counters)
+    c.t_ns -= shift;
+  o_.dashboard->ingest(i, std::move(m.batch));
+}
+
+void coordinator::on_clock(int i, const net::frame& f) {
+  auto& n = nodes_[static_cast<std::size_t>(i)];
+  bool first = !n.clock.known();
+  n.clock.add(decode_clock(f), steady_now_ns());
+  if (first)
+    fmt::print("troupe launch: node {} ({}) has its own clock: {:+.3f} ms from this one, within {:.3f} ms\n", i,
+               n.hello.host, static_cast<double>(n.clock.offset_ns()) * 1e-6,
+               static_cast<double>(n.clock.error_ns()) * 1e-6);
 }
 
 void coordinator::on_frame(event& e) {
@@ -157,6 +196,13 @@ void coordinator::on_frame(event& e) {
   try {
     switch (kind) {
       case control_kind::heartbeat:
+        probe_clock(n);
+        break;
+      case control_kind::spans:
+        on_spans(i, e.f);
+        break;
+      case control_kind::clock:
+        on_clock(i, e.f);
         break;
       case control_kind::ready:
         n.ready = true;
@@ -208,14 +254,27 @@ void coordinator::shut_down() {
   phase_ = phase::over;
   broadcast(control_kind::stop);
   // Nodes exit on stop; give them a moment, then make sure (no orphans).
+  // Streaming nodes send their last spans first: wait for their connections to end.
   auto until = clock_type::now() + std::chrono::seconds(10);
   while (launched_ && clock_type::now() < until) {
     bool all = true;
-    for (int i = 0; i < static_cast<int>(nodes_.size()); ++i)
-      all = all && launched_->exit_status(i).has_value();
+    for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+      const auto& n = nodes_[static_cast<std::size_t>(i)];
+      all = all && launched_->exit_status(i).has_value() && (!o_.dashboard || !n.conn || n.gone);
+    }
     if (all)
       break;
-    events_.pop(std::chrono::milliseconds(50));
+    if (auto e = events_.pop(std::chrono::milliseconds(50)); e && o_.dashboard)
+      if (int i = node_of(e->conn); i >= 0) {
+        if (e->closed)
+          nodes_[static_cast<std::size_t>(i)].gone = true;
+        else if (e->f.kind == static_cast<std::uint16_t>(control_kind::spans))
+          try {
+            on_spans(i, e->f);
+          } catch (const malformed_input& x) {
+            fmt::print(stderr, "troupe launch: {} sent a malformed frame: {}\n", describe(i), x.what());
+          }
+      }
   }
   if (launched_)
     launched_->terminate();
@@ -261,6 +320,7 @@ caf::expected<run_result> coordinator::run() {
   plan.transport = std::string{net::to_string(o_.transport)};
   plan.trace_file = o_.trace_file;
   plan.trace_buffer = o_.trace_buffer;
+  plan.stream_trace = o_.dashboard != nullptr;
   int signal = 0;
   while (failure_.empty() && phase_ != phase::over) {
     auto e = events_.pop(std::chrono::milliseconds(100));

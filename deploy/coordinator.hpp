@@ -11,6 +11,7 @@
 #include <caf/expected.hpp>
 
 #include "deploy/run_graph.hpp"
+#include "runtime/dashboard_server.hpp"
 #include "runtime/graph_spec.hpp"
 #include "runtime/transport.hpp"
 
@@ -25,6 +26,10 @@ struct coordinator_options {
   std::string troupe_exe;                ///< the program nodes run (this one, normally)
   std::string trace_file;                ///< each node writes its trace here, `.nodeI` before the extension
   std::size_t trace_buffer = 1 << 16;    ///< spans kept per thread on each node
+  /// When set (a server from dashboard_server::start_ingest), nodes stream their
+  /// spans here, their actors remapped so no two nodes share a lane and their
+  /// times moved onto this process's clock (see clock_estimate).
+  dashboard_server* dashboard = nullptr;
   std::chrono::milliseconds join_timeout{60'000};  ///< for every node to connect and get ready
   std::chrono::milliseconds timeout{0};  ///< for the whole run; 0 = no limit
   /// When it turns non-zero (a signal number), every node is stopped and the

@@ -21,6 +21,7 @@
 #include "deploy/cluster_protocol.hpp"
 #include "deploy/run_graph.hpp"
 #include "deploy/run_tracing.hpp"
+#include "deploy/span_stream.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/bytes.hpp"
 #include "runtime/checkpoint.hpp"
@@ -94,6 +95,8 @@ private:
   std::unique_ptr<net::server> data_;
   std::unique_ptr<cli::run_tracing> tracing_;
   std::shared_ptr<net::connection> ctl_;
+  std::atomic<std::uint64_t> spans_acked_{0};  ///< written on the control connection's thread
+  std::unique_ptr<span_streamer> streamer_;
 };
 
 std::string node_agent::setup(const plan_msg& p) {
@@ -190,18 +193,24 @@ std::string node_agent::setup(const plan_msg& p) {
   return {};
 }
 
-/// This node's trace file: `runs/x.json` becomes `runs/x.node1.json`.
+/// This node's trace file: `runs/x.json` becomes `runs/x.node1.json`; and its
+/// stream to the coordinator's dashboard.
 std::string node_agent::start_tracing(const plan_msg& p) {
-  if (p.trace_file.empty())
-    return {};
-  std::filesystem::path f{p.trace_file};
-  cli::trace_cli_options t;
-  t.file = (f.parent_path() / fmt::format("{}.node{}{}", f.stem().string(), o_.node, f.extension().string())).string();
-  t.buffer = static_cast<std::size_t>(p.trace_buffer);
-  auto r = cli::run_tracing::start(graph_, t);
-  if (!r)
-    return fmt::format("cannot start tracing: {}", error_message(r.error()));
-  tracing_ = std::move(*r);
+  if (!p.trace_file.empty()) {
+    std::filesystem::path f{p.trace_file};
+    cli::trace_cli_options t;
+    t.file = (f.parent_path() / fmt::format("{}.node{}{}", f.stem().string(), o_.node, f.extension().string())).string();
+    t.buffer = static_cast<std::size_t>(p.trace_buffer);
+    auto r = cli::run_tracing::start(graph_, t);
+    if (!r)
+      return fmt::format("cannot start tracing: {}", error_message(r.error()));
+    tracing_ = std::move(*r);
+  }
+  if (p.stream_trace) {
+    if (!trace_recorder::global().enabled())
+      trace_recorder::global().enable(static_cast<std::size_t>(p.trace_buffer));
+    streamer_ = std::make_unique<span_streamer>(ctl_, spans_acked_);
+  }
   return {};
 }
 
@@ -248,8 +257,23 @@ int node_agent::run() {
              net::to_string(o_.transport));
   std::fflush(stdout);
   net::handlers ctl_h;
-  ctl_h.on_frame = [me](net::connection&, net::frame&& f) {
-    caf::anon_send(me, ctl_atom::value, std::make_shared<net::frame>(std::move(f)));
+  ctl_h.on_frame = [this, me](net::connection& c, net::frame&& f) {
+    // Clock probes are answered here, at once, and acks only move the
+    // streamer's window: neither waits behind the agent's mailbox.
+    try {
+      switch (static_cast<control_kind>(f.kind)) {
+        case control_kind::clock:
+          c.send(encode(clock_msg{decode_clock(f).coordinator_ns, steady_now_ns()}));
+          return;
+        case control_kind::spans_ack:
+          spans_acked_.store(std::max(spans_acked_.load(), decode_spans_ack(f)), std::memory_order_release);
+          return;
+        default:
+          caf::anon_send(me, ctl_atom::value, std::make_shared<net::frame>(std::move(f)));
+      }
+    } catch (const malformed_input& e) {
+      caf::anon_send(me, lost_atom::value, fmt::format("rejected a control frame: {}", e.what()), true);
+    }
   };
   ctl_h.on_close = [this, me](net::connection&, std::string why) {
     if (!stopping_)
@@ -265,7 +289,7 @@ int node_agent::run() {
   }
   ctl_ = std::shared_ptr<net::connection>(std::move(*ctl));
   ctl_->send(encode(hello_msg{o_.node, host_name(), static_cast<std::int64_t>(::getpid()), o_.listen_address,
-                              data_->port()}));
+                              data_->port(), clock_domain()}));
   std::jthread heartbeat{[this](std::stop_token st) {
     while (!st.stop_requested()) {
       ctl_->send(encode(control_kind::heartbeat));
@@ -337,6 +361,8 @@ int node_agent::run() {
   heartbeat.request_stop();
   heartbeat.join();
   stop_actors();
+  if (streamer_)
+    streamer_->finish();  // the last spans, before the connection closes
   if (tracing_)
     if (auto err = tracing_->finish(); !err.empty())
       log(err);

@@ -34,13 +34,13 @@ bool looks_like_address(std::string_view s) {
 
 } // namespace
 
-bool take_trace_options(std::vector<char*>& args, trace_cli_options& out) {
+bool take_trace_options(std::vector<char*>& args, trace_cli_options& out, std::string_view command) {
   std::vector<char*> rest;
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string_view a = args[i];
     auto value = [&](const char* opt) -> const char* {
       if (i + 1 >= args.size()) {
-        fmt::print(stderr, "troupe run: {} expects a value\n", opt);
+        fmt::print(stderr, "troupe {}: {} expects a value\n", command, opt);
         return nullptr;
       }
       return args[++i];
@@ -59,7 +59,7 @@ bool take_trace_options(std::vector<char*>& args, trace_cli_options& out) {
       std::size_t n = 0;
       auto [end, ec] = std::from_chars(v, v + std::strlen(v), n);
       if (ec != std::errc{} || *end != 0 || n < 2) {
-        fmt::print(stderr, "troupe run: --trace-buffer expects a number of spans (at least 2), got '{}'\n", v);
+        fmt::print(stderr, "troupe {}: --trace-buffer expects a number of spans (at least 2), got '{}'\n", command, v);
         return false;
       }
       out.buffer = n;
@@ -78,7 +78,7 @@ bool take_trace_options(std::vector<char*>& args, trace_cli_options& out) {
   }
   if (out.dashboard) {
     if (auto addr = parse_listen_address(out.dashboard_address); !addr) {
-      fmt::print(stderr, "troupe run: --dashboard: {}\n", error_message(addr.error()));
+      fmt::print(stderr, "troupe {}: --dashboard: {}\n", command, error_message(addr.error()));
       return false;
     }
   }
@@ -93,20 +93,34 @@ caf::expected<std::unique_ptr<run_tracing>> run_tracing::start(const graph_spec&
   if (t->file_.empty() && !o.dashboard)
     return t;
   trace_recorder::global().enable(o.buffer);
-  if (o.dashboard) {
-    dashboard_options d;
-    d.address = o.dashboard_address;
-    d.static_dir = default_dashboard_dir();
-    d.title = g.file.string();
-    d.tokens_per_step = t->tokens_per_step_;
-    auto srv = dashboard_server::start_live(std::move(d));
-    if (!srv)
-      return srv.error();
-    t->dashboard_ = std::move(*srv);
-    fmt::print("dashboard: {}\n", t->dashboard_->url());
-    std::fflush(stdout);
-  }
+  if (auto err = t->start_dashboard(g, o, true))
+    return err;
   return t;
+}
+
+caf::expected<std::unique_ptr<run_tracing>> run_tracing::start_coordinator(const graph_spec& g, trace_cli_options o) {
+  auto t = std::make_unique<run_tracing>();
+  t->tokens_per_step_ = g.tokens_per_step();
+  if (auto err = t->start_dashboard(g, o, false))
+    return err;
+  return t;
+}
+
+caf::error run_tracing::start_dashboard(const graph_spec& g, const trace_cli_options& o, bool from_recorder) {
+  if (!o.dashboard)
+    return {};
+  dashboard_options d;
+  d.address = o.dashboard_address;
+  d.static_dir = default_dashboard_dir();
+  d.title = g.file.string();
+  d.tokens_per_step = tokens_per_step_;
+  auto srv = from_recorder ? dashboard_server::start_live(std::move(d)) : dashboard_server::start_ingest(std::move(d));
+  if (!srv)
+    return srv.error();
+  dashboard_ = std::move(*srv);
+  fmt::print("dashboard: {}\n", dashboard_->url());
+  std::fflush(stdout);
+  return {};
 }
 
 std::string run_tracing::finish() {

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <caf/expected.hpp>
@@ -27,21 +28,31 @@ struct trace_cli_options {
 extern const char* const trace_options_help;
 
 /// Takes the trace options out of `args` (the rest stays, in order). False
-/// after a message on stderr when a value is missing or malformed.
-bool take_trace_options(std::vector<char*>& args, trace_cli_options& out);
+/// after a message on stderr (naming `troupe COMMAND`) when a value is missing or malformed.
+bool take_trace_options(std::vector<char*>& args, trace_cli_options& out, std::string_view command = "run");
 
 /// Recording for one run: start() before the actors spawn, finish() after.
 class run_tracing {
 public:
   /// Turns the recorder on when a file or the dashboard is wanted and starts the dashboard.
   static caf::expected<std::unique_ptr<run_tracing>> start(const graph_spec& g, trace_cli_options o);
+  /// For `troupe launch`'s coordinator, which records nothing itself (each node
+  /// writes its own file): starts the dashboard when asked, fed by the nodes
+  /// through dashboard()->ingest.
+  static caf::expected<std::unique_ptr<run_tracing>> start_coordinator(const graph_spec& g, trace_cli_options o);
   /// Writes the trace file (also after a failed run: what was recorded so far)
   /// and stops the dashboard. Empty on success, else what went wrong.
   std::string finish();
   /// Where the trace goes (empty: no file).
   const std::string& file() const noexcept { return file_; }
+  /// The live dashboard, or null when none was asked for.
+  dashboard_server* dashboard() const noexcept { return dashboard_.get(); }
 
 private:
+  /// Starts the dashboard the options ask for (if any): live from this
+  /// process's recorder, or fed by ingest.
+  caf::error start_dashboard(const graph_spec& g, const trace_cli_options& o, bool from_recorder);
+
   std::string file_;
   std::int64_t tokens_per_step_ = 0;
   std::unique_ptr<dashboard_server> dashboard_;

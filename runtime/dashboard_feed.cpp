@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -34,17 +35,53 @@ dashboard_feed::dashboard_feed(std::string title, bool live, std::size_t max_spa
 void dashboard_feed::poll_recorder() {
   auto& r = trace_recorder::global();
   data_.actors = r.actors();
+  std::vector<span> spans;
   std::vector<counter_sample> fresh;
   now_ns_ = trace_now();
+  r.collect(cursor_, spans, &fresh);
+  data_.dropped = r.dropped();
+  append(spans, fresh);
+}
+
+void dashboard_feed::ingest(int node, trace_snapshot b) {
+  for (auto& a : b.actors) {
+    auto key = std::pair{node, a.id};
+    if (ingested_ids_.count(key) || data_.actors.size() > std::numeric_limits<std::uint16_t>::max())
+      continue;
+    auto id = static_cast<std::uint16_t>(data_.actors.size());
+    ingested_ids_[key] = id;
+    data_.actors.push_back({id, std::move(a.name), std::move(a.type), node});
+  }
+  auto known = std::remove_if(b.spans.begin(), b.spans.end(), [&](span& s) {
+    auto i = ingested_ids_.find({node, s.actor});
+    if (i == ingested_ids_.end())
+      return true;
+    s.actor = i->second;
+    return false;
+  });
+  ingest_dropped_ += static_cast<std::uint64_t>(b.spans.end() - known);
+  b.spans.erase(known, b.spans.end());
+  node_dropped_[node] = b.dropped;
+  data_.dropped = ingest_dropped_;
+  for (const auto& [n, d] : node_dropped_)
+    data_.dropped += d;
+  now_ns_ = std::max(now_ns_, trace_now());
+  append(b.spans, b.counters);
+}
+
+void dashboard_feed::tick() noexcept {
+  now_ns_ = std::max(now_ns_, trace_now());
+}
+
+void dashboard_feed::append(std::vector<span>& spans, std::vector<counter_sample>& counters) {
   polls_.push_back({now_ns_, base_ + data_.spans.size()});
-  r.collect(cursor_, data_.spans, &fresh);
-  for (auto& c : fresh) {
+  data_.spans.insert(data_.spans.end(), spans.begin(), spans.end());
+  for (auto& c : counters) {
     auto tps = meter_.on_sample(c);
     data_.counters.push_back(std::move(c));
     if (tps)
       data_.counters.push_back(*tps);
   }
-  data_.dropped = r.dropped();
   if (data_.spans.size() > max_spans_) {
     auto cut = data_.spans.size() - max_spans_ / 2;
     data_.spans.erase(data_.spans.begin(), data_.spans.begin() + static_cast<std::ptrdiff_t>(cut));

@@ -27,6 +27,14 @@ public:
 
   /// Pulls what the global recorder has gathered since the last poll.
   void poll_recorder();
+  /// Takes a batch from another process: `node` of a multi-process run, with
+  /// times already on this process's trace clock and actor ids that node's own.
+  /// Its actors get ids of their own here (so two nodes' actors never share a
+  /// lane) and keep `node`; spans of actors never named are dropped and counted.
+  /// `b.dropped` is the node's running total.
+  void ingest(int node, trace_snapshot b);
+  /// Moves the live clock to now (a feed that is only ingested, never polled).
+  void tick() noexcept;
   /// Takes a finished trace whole.
   void load(trace_snapshot t);
   /// Recomputes the statistics over the last `window_ns` (live) or the whole trace.
@@ -41,6 +49,9 @@ public:
   bool finished() const noexcept { return finished_; }
 
 private:
+  /// Adds fresh spans and counters (after a poll or an ingest at `now_ns_`).
+  void append(std::vector<span>& spans, std::vector<counter_sample>& counters);
+
   std::string title_;
   bool live_;
   bool finished_ = false;
@@ -52,6 +63,9 @@ private:
   std::vector<std::pair<std::int64_t, std::uint64_t>> polls_;
   std::map<std::pair<std::uint16_t, std::uint16_t>, channel_summary> edges_;  ///< every channel seen
   trace_recorder::cursor cursor_;
+  std::map<std::pair<int, std::uint16_t>, std::uint16_t> ingested_ids_;  ///< (node, its id) -> id here
+  std::map<int, std::uint64_t> node_dropped_;  ///< each node's reported total
+  std::uint64_t ingest_dropped_ = 0;           ///< spans of unknown actors, or past the id space
   throughput_meter meter_;
   trace_summary stats_;
   std::string stats_json_;

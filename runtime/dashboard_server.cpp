@@ -33,11 +33,21 @@ struct dashboard_server::impl {
   asio::steady_timer poll_timer{ioc};
   dashboard_feed feed;
   bool live;
+  bool from_recorder;  ///< live from this process's recorder, not ingested
   std::thread thread;
   std::set<std::shared_ptr<void>> sessions;  // kept alive until stop()
 
-  impl(dashboard_options o, bool is_live)
-    : opts(std::move(o)), feed(opts.title, is_live, opts.max_spans, opts.tokens_per_step), live(is_live) {}
+  impl(dashboard_options o, bool is_live, bool recorder)
+    : opts(std::move(o)), feed(opts.title, is_live, opts.max_spans, opts.tokens_per_step), live(is_live),
+      from_recorder(recorder) {}
+
+  /// Brings the live feed up to date: polls the recorder, or moves the clock on.
+  void refresh() {
+    if (from_recorder)
+      feed.poll_recorder();
+    else
+      feed.tick();
+  }
 
   void accept();
   void poll();
@@ -210,7 +220,7 @@ void dashboard_server::impl::accept() {
 
 void dashboard_server::impl::poll() {
   if (!feed.finished())
-    feed.poll_recorder();
+    refresh();
   feed.update_stats(std::chrono::duration_cast<std::chrono::nanoseconds>(opts.stats_window).count());
   if (feed.finished())
     return;
@@ -299,20 +309,27 @@ dashboard_server::dashboard_server(std::unique_ptr<impl> p) : impl_(std::move(p)
   impl_->thread = std::thread([this] { impl_->ioc.run(); });
 }
 
-caf::expected<std::unique_ptr<dashboard_server>> dashboard_server::start_live(dashboard_options opts) {
-  auto p = listen(std::make_unique<impl>(std::move(opts), true));
+caf::expected<std::unique_ptr<dashboard_server>> dashboard_server::start(std::unique_ptr<impl> fresh,
+                                                                        trace_snapshot* finished) {
+  auto p = listen(std::move(fresh));
   if (!p)
     return p.error();
+  if (finished)
+    (*p)->feed.load(std::move(*finished));
   return std::unique_ptr<dashboard_server>(new dashboard_server(std::move(*p)));
+}
+
+caf::expected<std::unique_ptr<dashboard_server>> dashboard_server::start_live(dashboard_options opts) {
+  return start(std::make_unique<impl>(std::move(opts), true, true), nullptr);
+}
+
+caf::expected<std::unique_ptr<dashboard_server>> dashboard_server::start_ingest(dashboard_options opts) {
+  return start(std::make_unique<impl>(std::move(opts), true, false), nullptr);
 }
 
 caf::expected<std::unique_ptr<dashboard_server>> dashboard_server::start_snapshot(trace_snapshot t,
                                                                                   dashboard_options opts) {
-  auto p = listen(std::make_unique<impl>(std::move(opts), false));
-  if (!p)
-    return p.error();
-  (*p)->feed.load(std::move(t));
-  return std::unique_ptr<dashboard_server>(new dashboard_server(std::move(*p)));
+  return start(std::make_unique<impl>(std::move(opts), false, false), &t);
 }
 
 dashboard_server::~dashboard_server() {
@@ -330,9 +347,16 @@ std::string dashboard_server::url() const {
   return fmt::format("http://{}:{}/", host, ep.port());
 }
 
+void dashboard_server::ingest(int node, trace_snapshot batch) {
+  asio::post(impl_->ioc, [p = impl_.get(), node, b = std::move(batch)]() mutable {
+    if (!p->feed.finished())
+      p->feed.ingest(node, std::move(b));
+  });
+}
+
 void dashboard_server::finish(std::chrono::milliseconds grace) {
   asio::post(impl_->ioc, [p = impl_.get()] {
-    p->feed.poll_recorder();
+    p->refresh();
     p->feed.set_finished();
     p->feed.update_stats(0);
   });

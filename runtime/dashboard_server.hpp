@@ -45,6 +45,9 @@ class dashboard_server {
 public:
   /// Serves the global trace recorder, polling it every `interval`.
   static caf::expected<std::unique_ptr<dashboard_server>> start_live(dashboard_options opts);
+  /// Serves what ingest() is handed, live: a multi-process run's coordinator,
+  /// whose nodes stream their spans to it (`troupe launch --dashboard`).
+  static caf::expected<std::unique_ptr<dashboard_server>> start_ingest(dashboard_options opts);
   /// Serves a finished trace (`troupe dash OUT.json`).
   static caf::expected<std::unique_ptr<dashboard_server>> start_snapshot(trace_snapshot t, dashboard_options opts);
 
@@ -54,6 +57,9 @@ public:
 
   /// `http://HOST:PORT/`.
   std::string url() const;
+  /// Hands one node's batch to the feed (see dashboard_feed::ingest); returns at
+  /// once, from any thread. Only for a server from start_ingest.
+  void ingest(int node, trace_snapshot batch);
   /// Polls once more, tells viewers the run is over, and gives them `grace` to receive it.
   void finish(std::chrono::milliseconds grace = std::chrono::milliseconds{600});
   /// Closes every connection and joins the server thread.
@@ -63,6 +69,8 @@ public:
 
 private:
   explicit dashboard_server(std::unique_ptr<impl> p);
+  /// Listens, loads `finished` when given, and starts serving.
+  static caf::expected<std::unique_ptr<dashboard_server>> start(std::unique_ptr<impl> fresh, trace_snapshot* finished);
   std::unique_ptr<impl> impl_;
 };
 

@@ -14,6 +14,10 @@ std::int64_t trace_now() noexcept {
     .count();
 }
 
+std::int64_t trace_epoch_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(trace_epoch.time_since_epoch()).count();
+}
+
 std::string_view to_string(span_kind k) noexcept {
   switch (k) {
     case span_kind::forward: return "forward";

@@ -56,6 +56,10 @@ struct actor_info {
 /// Nanoseconds on the trace clock (steady, since the recorder started).
 std::int64_t trace_now() noexcept;
 
+/// Where trace time 0 lies on the steady clock (ns since its origin). Processes
+/// under one kernel share that clock: adding this puts their trace times on one axis.
+std::int64_t trace_epoch_ns() noexcept;
+
 /// The process-wide recorder. Writers append to their thread's ring buffer; a
 /// full buffer overwrites its oldest spans, so memory stays bounded.
 class trace_recorder {
