@@ -56,8 +56,15 @@ function onFrame(f) {
     if (!model.live) timeline.setFollow(false);
   }
   if (f.actors) {
-    model.actors = f.actors;
-    for (const a of f.actors) if (!model.lanes.has(a.id)) model.lanes.set(a.id, new Lane(a));
+    // A multi-process run (`troupe launch`) has actors on several nodes: lanes
+    // go by node and say which, e.g. `n1 s2`; one process's lanes keep their names.
+    const multi = f.actors.some((a) => a.node !== f.actors[0].node);
+    model.actors = [...f.actors].sort((a, b) => a.node - b.node || a.id - b.id);
+    for (const a of model.actors) {
+      a.label = multi ? `n${a.node} ${a.name}` : a.name;
+      if (model.lanes.has(a.id)) model.lanes.get(a.id).actor = a;
+      else model.lanes.set(a.id, new Lane(a));
+    }
     graphDirty = true;
   }
   if (f.spans) {
@@ -70,7 +77,7 @@ function onFrame(f) {
       if (s[i + 2] + s[i + 3] > model.maxT) model.maxT = s[i + 2] + s[i + 3];
     }
     for (const [id, rows] of byActor) {
-      if (!model.lanes.has(id)) model.lanes.set(id, new Lane({ id, name: `actor${id}`, type: '' }));
+      if (!model.lanes.has(id)) model.lanes.set(id, new Lane({ id, name: `actor${id}`, label: `actor${id}`, type: '', node: 0 }));
       model.lanes.get(id).add(rows);
     }
     model.spans += s.length / 6;
@@ -128,7 +135,8 @@ connect();
 
 /// For tests and the console: what the page shows now.
 window.troupeDashboard = {
-  lanes: () => model.laneList().map((l) => ({ id: l.actor.id, name: l.actor.name, spans: l.size, drawn: l.drawn })),
+  lanes: () => model.laneList().map((l) => ({ id: l.actor.id, name: l.actor.name, node: l.actor.node, label: l.actor.label,
+    spans: l.size, drawn: l.drawn })),
   lossPoints: () => charts.lossPoints,
   stats: () => model.stats,
   finished: () => model.finished,

@@ -93,7 +93,7 @@ export class ActorGraph {
       const g = el('g', { transform: `translate(${p.x},${p.y})` }, svg);
       const rect = el('rect', { width: NODE_W, height: NODE_H, rx: 6, stroke: '#0b0c0f', fill: busyColor(0) }, g);
       const name = el('text', { x: NODE_W / 2, y: 18, 'font-weight': 'bold' }, g);
-      name.textContent = a.name;
+      name.textContent = a.label ?? a.name;
       const busy = el('text', { x: NODE_W / 2, y: 35 }, g);
       this.nodes.set(a.id, { rect, busy });
     }

@@ -107,7 +107,7 @@ export class Timeline {
       if (lane.b[j] - tol <= t && t <= lane.b[j] + lane.d[j] + tol) hit = j;
     if (hit < 0) { this.tooltip.hidden = true; return; }
     const kind = this.model.kinds[lane.k[hit]] ?? '?';
-    this.tooltip.textContent = `${lane.actor.name}: ${kind}\nstep ${lane.step[hit]} microbatch ${lane.mb[hit]}\n` +
+    this.tooltip.textContent = `${lane.actor.label}: ${kind}\nstep ${lane.step[hit]} microbatch ${lane.mb[hit]}\n` +
       `${(lane.d[hit] / 1000).toFixed(3)} ms at ${((lane.b[hit] - this.model.origin()) / 1e6).toFixed(3)} s`;
     this.tooltip.style.left = `${e.offsetX + 12}px`;
     this.tooltip.style.top = `${e.offsetY + 12}px`;
@@ -139,7 +139,7 @@ export class Timeline {
       ctx.fillStyle = i % 2 ? '#1a1d23' : '#1f222a';
       ctx.fillRect(LABEL_W, y, pw, LANE_H);
       ctx.fillStyle = '#cfd3da';
-      ctx.fillText(lane.actor.name.slice(0, 18), 4, y + 13);
+      ctx.fillText(lane.actor.label.slice(0, 18), 4, y + 13);
       // Spans closer than a pixel merge into one bar (coloured by its first span), so a
       // zoomed-out lane costs about one rectangle per run of work, not one per span.
       let drawn = 0, runX0 = 0, runX1 = -Infinity, runKind = -1, tickPx = -1;
