@@ -42,11 +42,10 @@ options:
                          before the extension (default: the graph's trace.file)
   --no-trace             write no trace
   --trace-buffer N       spans kept per thread on each node
-  --dashboard [ADDR]     serve one live dashboard of every node's actors here, at ADDR
-                         (default 127.0.0.1:8080; :0 picks a free port; the URL is
-                         printed). Nodes stream their spans to it a few times a second;
-                         lanes are labelled with their node. Nodes on another machine
-                         have their clocks aligned by probes, to within half a round trip
+  --dashboard [ADDR]     serve one live dashboard of every node's actors from this
+                         process, at ADDR (default 127.0.0.1:8080; :0 picks a free
+                         port; the URL is printed); nodes stream their spans to it,
+                         lanes say their node; works with --trace
   --resume DIR           continue from a checkpoint: DIR is a checkpoint.dir
                          (its 'latest' names the step) or one step-NNNNNN folder
   -h, --help             show this help

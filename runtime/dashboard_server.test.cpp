@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <thread>
 
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
@@ -175,4 +176,42 @@ TEST_CASE("an address that is taken is an error naming it") {
   o.address = (*first)->url().substr(7, (*first)->url().size() - 8);
   auto second = dashboard_server::start_snapshot(synthetic(1, 1), o);
   REQUIRE_FALSE(second);
+}
+
+TEST_CASE("batches ingested from two nodes keep their actors apart and drop spans of actors never named") {
+  dashboard_options o;
+  o.address = "127.0.0.1:0";
+  o.interval = std::chrono::milliseconds(20);
+  auto srv = dashboard_server::start_ingest(o);
+  REQUIRE(srv);
+  auto now = trace_now();
+  for (int node = 0; node < 2; ++node) {
+    // Both nodes number their actors from 0 and both have a `to s2`.
+    trace_snapshot b;
+    b.actors = {{0, "to s2", "channel", 0}, {1, node == 0 ? "s1" : "s2", "pipeline_stage", 0}};
+    for (int i = 0; i < 200; ++i) {
+      span s;
+      s.actor = static_cast<std::uint16_t>(i % 2);
+      s.kind = span_kind::forward;
+      s.begin_ns = now - 1'000'000 + i * 1000, s.end_ns = s.begin_ns + 500;
+      b.spans.push_back(s);
+    }
+    span orphan;
+    orphan.actor = 7;  // named by no batch
+    b.spans.insert(b.spans.end(), 5, orphan);
+    b.dropped = 3 + static_cast<std::uint64_t>(node);
+    (*srv)->ingest(node, b);
+  }
+  nlohmann::json stats;
+  CHECK(read_feed((*srv)->url(), 400, stats, std::chrono::seconds(10)) == 400);
+  std::string m;
+  for (int i = 0; i < 100 && m.find("troupe_trace_dropped_spans_total 17") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    m = request((*srv)->url(), http::verb::get, "/metrics").body();
+  }
+  CHECK(m.find("troupe_trace_dropped_spans_total 17") != std::string::npos);  // 3 + 4 reported, 10 orphans
+  CHECK(m.find(R"(troupe_actor_busy_fraction{actor="to s2",type="channel",node="0"})") != std::string::npos);
+  CHECK(m.find(R"(troupe_actor_busy_fraction{actor="to s2",type="channel",node="1"})") != std::string::npos);
+  CHECK(m.find(R"(troupe_actor_busy_fraction{actor="s2",type="pipeline_stage",node="1"})") != std::string::npos);
+  (*srv)->stop();
 }
