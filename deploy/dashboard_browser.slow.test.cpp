@@ -1,6 +1,6 @@
 // Browser tests of the dashboard (tests/browser/dashboard.mjs: Playwright with
-// Debian's headless chromium): a live 4-stage training run, and a 64-actor,
-// 100,000-span trace. Screenshots go to the build folder.
+// Debian's headless chromium): a live 4-stage training run, the same across two
+// launched node processes, and a 64-actor, 100,000-span trace. Screenshots go to the build folder.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -28,6 +28,10 @@ int run_browser(const std::string& mode) {
 
 TEST_CASE("the dashboard shows every actor's lane and a growing loss chart during a 4-stage run") {
   CHECK(run_browser("live") == 0);
+}
+
+TEST_CASE("one dashboard shows the lanes of both nodes of a 2-process launch, labelled by node") {
+  CHECK(run_browser("launch") == 0);
 }
 
 TEST_CASE("the dashboard loads a 64-actor trace of 100,000 spans and redraws it quickly") {

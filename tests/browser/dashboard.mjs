@@ -3,11 +3,13 @@
 //   live:      opens `troupe run --dashboard` during a real training run, checks
 //              that every actor's lane shows spans and the loss chart gains points,
 //              and saves a screenshot;
+//   launch:    the same for `troupe launch --dashboard` on two node processes:
+//              one page shows the lanes of both nodes, each labelled with its node;
 //   synthetic: opens `troupe dash` on a 64-actor, 100,000-span trace and checks
 //              that it loads and redraws quickly.
-// usage: node tests/browser/dashboard.mjs live|synthetic --troupe PATH --out DIR [--steps N]
+// usage: node tests/browser/dashboard.mjs live|launch|synthetic --troupe PATH --out DIR [--steps N]
 //
-// The live run must outlast the page's first look at it, on any machine: the
+// The live and launch runs must outlast the page's first look at them, on any machine: the
 // browser starts before troupe does, and the run is long enough (200 steps,
 // about 20 s here, 10 s on a fast machine) that the page sees the loss chart
 // grow from a point well before the last step.
@@ -83,22 +85,31 @@ async function waitFor(page, fn, arg, ms) {
   return v;
 }
 
-async function live() {
+/// The page's lanes once `ok(lanes)` holds, or the last ones seen after `ms`.
+async function waitForLanes(page, ok, ms) {
+  const end = Date.now() + ms;
+  let lanes = [];
+  while (Date.now() < end) {
+    lanes = await page.evaluate(() => window.troupeDashboard?.lanes() ?? []).catch(() => []);
+    if (ok(lanes)) break;
+    await sleep(200);
+  }
+  return lanes;
+}
+
+/// Watches a training run's dashboard while it goes on: the browser starts
+/// first, then troupe with `args`. Once `lanesReady(lanes)` holds (or 90 s
+/// pass) `checkLanes` judges the lanes; `metrics` lists [pattern, what] that
+/// /metrics must show while the run still goes.
+async function watchRun(args, lanesReady, checkLanes, metrics, shotName) {
   const { context, profile } = await launch();
   const page = context.pages()[0] ?? await context.newPage();
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
-  const run = startTroupe(['run', 'examples/tiny-gpt.yaml', '--steps', String(steps), '--no-trace',
-    '--dashboard', '127.0.0.1:0']);
+  const run = startTroupe(args);
   const url = await run.url;
   await page.goto(url);
-  // The tiny example has a data loader and four pipeline stages.
-  const lanes = await waitFor(page, () => {
-    const l = window.troupeDashboard?.lanes() ?? [];
-    return l.length === 5 && l.every((x) => x.spans > 0 && x.drawn > 0) ? l : null;
-  }, null, 90000);
-  check(lanes && lanes.length === 5, `five actor lanes (${JSON.stringify(lanes?.map((l) => l.name))})`);
-  for (const l of lanes ?? []) check(l.spans > 0 && l.drawn > 0, `lane ${l.name} shows spans (${l.drawn} drawn of ${l.spans})`);
+  checkLanes(await waitForLanes(page, lanesReady, 90000));
   const first = await waitFor(page, () => window.troupeDashboard.lossPoints() || 0, null, 90000);
   check(first > 0 && first < steps, `the loss chart has points (${first}) before the last step (${steps})`);
   const more = await waitFor(page, (n) => {
@@ -107,20 +118,57 @@ async function live() {
   }, first, 90000);
   check(more > first, `the loss chart gains points as steps complete (${first} -> ${more})`);
   const stillRunning = run.proc.exitCode === null;
-  const shot = path.join(outDir, 'dashboard-live.png');
+  const shot = path.join(outDir, shotName);
   await page.screenshot({ path: shot, fullPage: true });
   console.log(`screenshot: ${shot} (taken ${stillRunning ? 'during' : 'after'} the run)`);
-  const metrics = stillRunning ? await fetch(new URL('/metrics', url)).then((r) => r.text(), (e) => String(e)) : '';
+  const text = stillRunning ? await fetch(new URL('/metrics', url)).then((r) => r.text(), (e) => String(e)) : '';
   check(stillRunning, 'the run was still going when /metrics was read');
-  check(/troupe_actor_busy_fraction\{actor="s0"/.test(metrics), '/metrics lists per-actor busy fractions');
-  check(/troupe_actor_mailbox_depth\{actor="s3"/.test(metrics), '/metrics lists per-actor mailbox depths');
+  for (const [re, what] of metrics) check(re.test(text), `/metrics lists ${what}`);
   const code = await run.exited;
-  check(code === 0, `troupe run exited with 0 (got ${code})`);
+  check(code === 0, `troupe ${args[0]} exited with 0 (got ${code})`);
   const fin = await waitFor(page, () => window.troupeDashboard.finished(), null, 5000);
   check(fin === true, 'the page shows the run finished');
   check(errors.length === 0, `no page errors (${errors.join('; ')})`);
   await context.close();
   fs.rmSync(profile, { recursive: true, force: true });
+}
+
+const hasSpans = (l) => l.spans > 0 && l.drawn > 0;
+
+async function live() {
+  // The tiny example has a data loader and four pipeline stages.
+  await watchRun(['run', 'examples/tiny-gpt.yaml', '--steps', String(steps), '--no-trace', '--dashboard', '127.0.0.1:0'],
+    (l) => l.length === 5 && l.every(hasSpans),
+    (lanes) => {
+      check(lanes.length === 5, `five actor lanes (${JSON.stringify(lanes.map((l) => l.name))})`);
+      for (const l of lanes) check(hasSpans(l), `lane ${l.name} shows spans (${l.drawn} drawn of ${l.spans})`);
+    },
+    [[/troupe_actor_busy_fraction\{actor="s0"/, 'per-actor busy fractions'],
+      [/troupe_actor_mailbox_depth\{actor="s3"/, 'per-actor mailbox depths']],
+    'dashboard-live.png');
+}
+
+async function launchRun() {
+  // Two nodes: the loader, s0 and s1 on node 0, s2 and s3 on node 1, and a
+  // channel actor on each side for every actor of the other.
+  const workers = [['loader', 0], ['s0', 0], ['s1', 0], ['s2', 1], ['s3', 1]];
+  const find = (lanes, name, node) => lanes.find((l) => l.name === name && l.node === node);
+  await watchRun(['launch', 'examples/two-nodes.yaml', '--steps', String(steps), '--no-trace', '--dashboard',
+    '127.0.0.1:0'],
+    (l) => workers.every(([name, node]) => { const x = find(l, name, node); return x && hasSpans(x); }),
+    (lanes) => {
+      for (const [name, node] of workers) {
+        const l = find(lanes, name, node);
+        check(l && hasSpans(l), `lane ${name} of node ${node} shows spans (${l?.drawn} drawn of ${l?.spans})`);
+        check(l?.label === `n${node} ${name}`, `its label names its node (${l?.label})`);
+      }
+      const nodes = lanes.map((l) => l.node);
+      check(nodes.every((n, i) => i === 0 || nodes[i - 1] <= n), `lanes go by node (${nodes.join(',')})`);
+      check(lanes.some((l) => l.node === 1 && l.name.startsWith('to ')), 'node 1\'s channel actors have lanes');
+    },
+    [[/troupe_actor_busy_fraction\{actor="s0",type="pipeline_stage",node="0"\}/, 's0 on node 0'],
+      [/troupe_actor_busy_fraction\{actor="s3",type="pipeline_stage",node="1"\}/, 's3 on node 1']],
+    'dashboard-launch.png');
 }
 
 /// A Chrome trace with `actors` lanes and `spans` spans, as troupe's exporter writes them.
@@ -184,8 +232,9 @@ async function synthetic() {
 
 try {
   if (mode === 'live') await live();
+  else if (mode === 'launch') await launchRun();
   else if (mode === 'synthetic') await synthetic();
-  else { console.error('usage: dashboard.mjs live|synthetic --troupe PATH --out DIR [--steps N]'); process.exit(2); }
+  else { console.error('usage: dashboard.mjs live|launch|synthetic --troupe PATH --out DIR [--steps N]'); process.exit(2); }
 } catch (e) {
   failed++;
   console.error(`FAIL: ${e.stack ?? e}`);
