@@ -29,19 +29,6 @@ using namespace troupe::testing;
 
 namespace {
 
-/// A 4-stage pipeline over two local nodes that would train for hours (the test stops it).
-fs::path make_graph() {
-  auto dir = fs::temp_directory_path() / ("troupe_cdash_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::ofstream{dir / "graph.yaml"} << "model: {layers: 4, d_model: 32, heads: 2, context: 16, vocab: 256}\n"
-                                    << "data: {corpus: kjv, batch: 4, seed: 7}\n"
-                                    << "train: {steps: 10000000, lr: 3.0e-3, warmup: 2, eval_batches: 2}\n"
-                                    << "pipeline: {stages: 4, microbatches: 4, schedule: 1f1b}\n"
-                                    << "cluster: {launcher: local, nodes: 2}\n";
-  return dir;
-}
-
 /// `{host, port}` of `http://HOST:PORT/`.
 std::pair<std::string, std::string> split_url(const std::string& url) {
   auto hp = url.substr(7, url.size() - 8);
@@ -114,7 +101,8 @@ struct viewer {
 } // namespace
 
 TEST_CASE("troupe launch --dashboard serves every actor of both nodes, with spans, on one clock") {
-  auto dir = make_graph();
+  // A 4-stage pipeline over two local nodes that would train for hours (the test stops it).
+  auto dir = small_pipeline_graph("cdash", 10000000, "cluster: {launcher: local, nodes: 2}\n");
   troupe_process launch{dir, {"launch", (dir / "graph.yaml").string(), "--dashboard", "127.0.0.1:0", "--trace",
                               (dir / "trace.json").string()}};
   auto url = launch.wait_for(R"(dashboard: (http://127\.0\.0\.1:\d+/))");

@@ -22,16 +22,7 @@ namespace {
 /// A fresh folder with a small 4-stage graph that would train for hours,
 /// checkpointing every 10 steps.
 fs::path make_graph(const std::string& name, const std::string& extra = "") {
-  auto dir = fs::temp_directory_path() / ("troupe_intr_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::ofstream{dir / "graph.yaml"} << "model: {layers: 4, d_model: 32, heads: 2, context: 16, vocab: 256}\n"
-                                    << "data: {corpus: kjv, batch: 4, seed: 7}\n"
-                                    << "train: {steps: 10000000, lr: 3.0e-3, warmup: 2, eval_batches: 2}\n"
-                                    << "pipeline: {stages: 4, microbatches: 4, schedule: 1f1b}\n"
-                                    << "checkpoint: {dir: ckpt, every: 10}\n"
-                                    << extra;
-  return dir;
+  return small_pipeline_graph("intr_" + name, 10000000, "checkpoint: {dir: ckpt, every: 10}\n" + extra);
 }
 
 /// The trace at `path` parses and holds spans.

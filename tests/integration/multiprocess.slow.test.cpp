@@ -34,15 +34,7 @@ namespace {
 
 /// A fresh folder with a small 4-stage pipeline graph in it.
 fs::path make_graph(const std::string& name, int steps, const std::string& cluster) {
-  auto dir = fs::temp_directory_path() / ("troupe_mp_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::ofstream{dir / "graph.yaml"} << "model: {layers: 4, d_model: 32, heads: 2, context: 16, vocab: 256}\n"
-                                    << "data: {corpus: kjv, batch: 4, seed: 7}\n"
-                                    << "train: {steps: " << steps << ", lr: 3.0e-3, warmup: 2, eval_batches: 2}\n"
-                                    << "pipeline: {stages: 4, microbatches: 4, schedule: 1f1b}\n"
-                                    << cluster;
-  return dir;
+  return small_pipeline_graph("mp_" + name, steps, cluster);
 }
 
 /// Runs a shell command; its exit code.

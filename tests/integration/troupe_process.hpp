@@ -104,6 +104,20 @@ struct troupe_process {
   }
 };
 
+/// A fresh folder `troupe_NAME_PID` under the temporary directory holding
+/// graph.yaml: a small 4-stage 1F1B pipeline training `steps` steps, then `extra`.
+inline fs::path small_pipeline_graph(const std::string& name, long steps, const std::string& extra = "") {
+  auto dir = fs::temp_directory_path() / ("troupe_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream{dir / "graph.yaml"} << "model: {layers: 4, d_model: 32, heads: 2, context: 16, vocab: 256}\n"
+                                    << "data: {corpus: kjv, batch: 4, seed: 7}\n"
+                                    << "train: {steps: " << steps << ", lr: 3.0e-3, warmup: 2, eval_batches: 2}\n"
+                                    << "pipeline: {stages: 4, microbatches: 4, schedule: 1f1b}\n"
+                                    << extra;
+  return dir;
+}
+
 /// Pids of processes whose command line contains `needle`.
 inline std::vector<pid_t> processes_with(const std::string& needle) {
   std::vector<pid_t> found;
