@@ -149,7 +149,10 @@ std::uint64_t decode_spans_ack(const net::frame& f);
 
 /// The steady clock's current reading, in ns since its origin (what spans_msg and clock_msg carry).
 std::int64_t steady_now_ns() noexcept;
-/// This machine's clock domain for hello_msg: the kernel's boot id, or empty.
+/// This machine's clock domain for hello_msg: $TROUPE_CLOCK_DOMAIN when set
+/// (empty: unknown, so this node's clock is always probed; for processes that
+/// share a kernel but not its clock, as in time namespaces), else the kernel's
+/// boot id, or empty.
 std::string clock_domain();
 
 /// FNV-1a of a file's bytes (0 when unreadable).

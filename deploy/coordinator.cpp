@@ -30,6 +30,7 @@ struct event {
   bool closed = false;
   net::frame f;
   std::string why;
+  std::int64_t at_ns = 0;  ///< steady clock when it arrived (clock answers are timed by it, not by the queue)
 };
 
 class event_queue {
@@ -100,7 +101,7 @@ private:
   void on_hello(event& e);
   /// A node's batch of spans, onto the dashboard (throws malformed_input).
   void on_spans(int i, const net::frame& f);
-  void on_clock(int i, const net::frame& f);
+  void on_clock(int i, const event& e);
   /// Sends a clock probe to a streaming node on another machine.
   void probe_clock(node_state& n) {
     if (o_.dashboard && !n.same_clock)
@@ -169,14 +170,16 @@ void coordinator::on_spans(int i, const net::frame& f) {
   o_.dashboard->ingest(i, std::move(m.batch));
 }
 
-void coordinator::on_clock(int i, const net::frame& f) {
+void coordinator::on_clock(int i, const event& e) {
   auto& n = nodes_[static_cast<std::size_t>(i)];
   bool first = !n.clock.known();
-  n.clock.add(decode_clock(f), steady_now_ns());
-  if (first)
-    fmt::print("troupe launch: node {} ({}) has its own clock: {:+.3f} ms from this one, within {:.3f} ms\n", i,
-               n.hello.host, static_cast<double>(n.clock.offset_ns()) * 1e-6,
-               static_cast<double>(n.clock.error_ns()) * 1e-6);
+  n.clock.add(decode_clock(e.f), e.at_ns);
+  if (!first)
+    return;
+  fmt::print("troupe launch: node {} ({}) has its own clock: {:+.3f} ms from this one, within {:.3f} ms\n", i,
+             n.hello.host, static_cast<double>(n.clock.offset_ns()) * 1e-6,
+             static_cast<double>(n.clock.error_ns()) * 1e-6);
+  std::fflush(stdout);
 }
 
 void coordinator::on_frame(event& e) {
@@ -202,7 +205,7 @@ void coordinator::on_frame(event& e) {
         on_spans(i, e.f);
         break;
       case control_kind::clock:
-        on_clock(i, e.f);
+        on_clock(i, e);
         break;
       case control_kind::ready:
         n.ready = true;
@@ -283,7 +286,9 @@ void coordinator::shut_down() {
 
 caf::expected<run_result> coordinator::run() {
   net::handlers h;
-  h.on_frame = [this](net::connection& c, net::frame&& f) { events_.push({&c, false, std::move(f), {}}); };
+  h.on_frame = [this](net::connection& c, net::frame&& f) {
+    events_.push({&c, false, std::move(f), {}, steady_now_ns()});
+  };
   h.on_close = [this](net::connection& c, std::string why) { events_.push({&c, true, {}, std::move(why)}); };
   auto server = net::listen({net::transport_kind::tcp, g_.cluster.address,
                              static_cast<std::uint16_t>(g_.cluster.port), o_.token,
