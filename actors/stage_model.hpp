@@ -32,9 +32,9 @@ struct param_info {
 
 /// What a checkpoint holds of one model chunk, as host tensors in parameter order.
 struct model_state {
-  std::vector<ops::named_tensor> params;      ///< f32 weights (CPU: the live storage)
-  long steps = 0;                             ///< AdamW steps taken
-  std::vector<tensor_handle> exp_avg, exp_avg_sq;  ///< AdamW moments; empty before the first step
+  std::vector<ops::named_tensor> params;          ///< f32 weights (CPU: the live storage)
+  long steps = 0;                                 ///< AdamW steps taken
+  std::vector<tensor_handle> exp_avg, exp_avg_sq; ///< AdamW moments; empty before the first step
 };
 
 /// Layers [begin, end) of the GPT (ops/gpt.hpp describes the cut) with its AdamW
@@ -88,16 +88,16 @@ public:
   virtual model_state state() = 0;
   /// Replaces the parameters and AdamW state: `params` in param_layout() order and
   /// shapes, `steps` taken, the moments (empty when `steps` is 0). Checked first.
-  virtual void load_state(const std::vector<tensor_handle>& params, long steps, std::vector<tensor_handle> exp_avg,
-                          std::vector<tensor_handle> exp_avg_sq) = 0;
+  virtual void load_state(const std::vector<tensor_handle>& params, long steps,
+                          std::vector<tensor_handle> exp_avg, std::vector<tensor_handle> exp_avg_sq) = 0;
 };
 
 /// What a stage model is made from.
 struct stage_model_spec {
   ops::gpt_config model;
-  int begin = 0, end = 0;            ///< the layers [begin, end)
+  int begin = 0, end = 0; ///< the layers [begin, end)
   troupe::device device;
-  int max_batch = 1;                 ///< sequences per microbatch (device buffers are sized for it)
+  int max_batch = 1; ///< sequences per microbatch (device buffers are sized for it)
   float weight_decay = 0.1f;
 };
 

@@ -96,11 +96,14 @@ TEST_CASE("stages run on cpu, on the cuda:N they name, or on the next device of 
 }
 
 TEST_CASE("a CUDA stage without a usable GPU is refused with the reason the backend gave") {
-  auto g = load(std::string{four_stages} + "pipeline: {stages: 2}\nactors:\n  - {name: s0, device: 'cuda:0'}\n");
-  caf::expected<int> none = make_error(errc::spawn_failed, "no CUDA device is available (cudaGetDeviceCount: "
-                                                           "cudaErrorNoDevice (no CUDA-capable device is detected))");
-  CHECK(placement(g, none) == "s0=error: device cuda:0 requested but no CUDA device is available "
-                              "(cudaGetDeviceCount: cudaErrorNoDevice (no CUDA-capable device is detected))\ns1=cpu\n");
+  auto g =
+      load(std::string{four_stages} + "pipeline: {stages: 2}\nactors:\n  - {name: s0, device: 'cuda:0'}\n");
+  caf::expected<int> none =
+      make_error(errc::spawn_failed, "no CUDA device is available (cudaGetDeviceCount: "
+                                     "cudaErrorNoDevice (no CUDA-capable device is detected))");
+  CHECK(placement(g, none) ==
+        "s0=error: device cuda:0 requested but no CUDA device is available "
+        "(cudaGetDeviceCount: cudaErrorNoDevice (no CUDA-capable device is detected))\ns1=cpu\n");
   CHECK(placement(g, 0) == "s0=error: device cuda:0 requested but no CUDA device is available "
                            "(cudaGetDeviceCount: 0 devices)\ns1=cpu\n");
 }
@@ -171,7 +174,8 @@ TEST_CASE("a CPU stage model's state loads into a fresh one, which then trains e
   for (std::size_t i = 0; i < layout.size(); ++i) {
     CHECK(st.params[i].name == layout[i].name);
     CHECK(st.params[i].value.shape() == layout[i].shape);
-    ps.push_back(copy(st.params[i].value)), m.push_back(copy(st.exp_avg[i])), v.push_back(copy(st.exp_avg_sq[i]));
+    ps.push_back(copy(st.params[i].value)), m.push_back(copy(st.exp_avg[i])),
+        v.push_back(copy(st.exp_avg_sq[i]));
   }
   b->load_state(ps, st.steps, m, v);
   CHECK(b->optimizer_steps() == 2);

@@ -55,7 +55,7 @@ tensor_handle host_scalar(float v) {
 class cuda_stage_model final : public stage_model {
 public:
   explicit cuda_stage_model(const stage_model_spec& s)
-    : dev_(s.device.index), model_(s.model, s.begin, s.end, s.max_batch, s.device.index) {
+      : dev_(s.device.index), model_(s.model, s.begin, s.end, s.max_batch, s.device.index) {
     check(model_.init());
     model_.optimizer_options().weight_decay = s.weight_decay;
   }
@@ -87,7 +87,9 @@ public:
     return {host_scalar(loss), nullptr};
   }
 
-  stage_tensor backward(int mb, const stage_tensor& grad_out) override { return run_backward(mb, grad_out, false); }
+  stage_tensor backward(int mb, const stage_tensor& grad_out) override {
+    return run_backward(mb, grad_out, false);
+  }
   stage_tensor backward_input(int mb, const stage_tensor& grad_out) override {
     return run_backward(mb, grad_out, true);
   }
@@ -171,12 +173,14 @@ public:
     if (params.size() != layout.size() || exp_avg.size() != moments || exp_avg_sq.size() != moments)
       throw std::invalid_argument(fmt::format("load_state: {} parameters and {}/{} moments for a model of {} "
                                               "parameters after {} steps",
-                                              params.size(), exp_avg.size(), exp_avg_sq.size(), layout.size(), steps));
+                                              params.size(), exp_avg.size(), exp_avg_sq.size(), layout.size(),
+                                              steps));
     enter();
     auto upload = [&](ops::gpt_cuda::buffer which, const param_info& p, const tensor_handle& t) {
       if (!(t.shape() == p.shape) || t.type() != dtype::f32)
         throw std::invalid_argument(fmt::format("load_state: '{}' is {} {}, the model's is f32 {}", p.name,
-                                                to_string(t.type()), to_string(t.shape()), to_string(p.shape)));
+                                                to_string(t.type()), to_string(t.shape()),
+                                                to_string(p.shape)));
       auto host = copy_to_host(t);
       check(model_.upload(which, p.name, host.data<float>()));
     };
@@ -294,8 +298,9 @@ caf::expected<int> cuda_devices() {
   int n = 0;
   if (auto e = cudaGetDeviceCount(&n); e != cudaSuccess) {
     (void)cudaGetLastError();
-    return make_error(errc::spawn_failed, fmt::format("no CUDA device is available (cudaGetDeviceCount: {} ({}))",
-                                                      cudaGetErrorName(e), cudaGetErrorString(e)));
+    return make_error(errc::spawn_failed,
+                      fmt::format("no CUDA device is available (cudaGetDeviceCount: {} ({}))",
+                                  cudaGetErrorName(e), cudaGetErrorString(e)));
   }
   return n;
 }
@@ -306,8 +311,8 @@ caf::expected<int> cuda_devices() {
 
 /// The entry load_plugin calls (runtime/plugin.hpp): makes CUDA stage models available.
 extern "C" void troupe_register_plugin() {
-  troupe::register_stage_model_backend(
-    troupe::device::kind_t::cuda,
-    {troupe::cuda_devices,
-     [](const troupe::stage_model_spec& s) { return std::make_unique<troupe::cuda_stage_model>(s); }});
+  troupe::register_stage_model_backend(troupe::device::kind_t::cuda,
+                                       {troupe::cuda_devices, [](const troupe::stage_model_spec& s) {
+                                          return std::make_unique<troupe::cuda_stage_model>(s);
+                                        }});
 }

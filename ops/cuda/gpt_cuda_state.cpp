@@ -18,13 +18,27 @@ const cuda_param* find_param(const gpt_cuda::impl& m, const std::string& name) {
   return nullptr;
 }
 
+/// Parameter `name`, for the call `op` (which needs init() to have succeeded).
+gpu::status lookup(const gpt_cuda::impl& m, const char* op, const std::string& name, const cuda_param*& out) {
+  if (!m.ready)
+    return fail(op, "init() has not succeeded");
+  out = find_param(m, name);
+  if (!out)
+    return fail(op, fmt::format("no parameter named '{}'", name));
+  return {};
+}
+
 /// The start of parameter `p` in the flat array `which`.
 float* buffer_at(gpt_cuda::impl& m, gpt_cuda::buffer which, const cuda_param& p) {
   switch (which) {
-    case gpt_cuda::buffer::master: return m.master.data<float>() + p.offset;
-    case gpt_cuda::buffer::grad: return m.grad.data<float>() + p.offset;
-    case gpt_cuda::buffer::exp_avg: return m.m.data<float>() + p.offset;
-    case gpt_cuda::buffer::exp_avg_sq: return m.v.data<float>() + p.offset;
+  case gpt_cuda::buffer::master:
+    return m.master.data<float>() + p.offset;
+  case gpt_cuda::buffer::grad:
+    return m.grad.data<float>() + p.offset;
+  case gpt_cuda::buffer::exp_avg:
+    return m.m.data<float>() + p.offset;
+  case gpt_cuda::buffer::exp_avg_sq:
+    return m.v.data<float>() + p.offset;
   }
   return nullptr;
 }
@@ -63,13 +77,9 @@ gpu::status gpt_cuda::scale_grads(float factor) {
 }
 
 gpu::status gpt_cuda::download(buffer which, const std::string& name, float* out) {
-  constexpr auto op = "gpt_cuda::download";
   auto& m = *impl_;
-  if (!m.ready)
-    return fail(op, "init() has not succeeded");
-  const auto* p = find_param(m, name);
-  if (!p)
-    return fail(op, fmt::format("no parameter named '{}'", name));
+  const cuda_param* p = nullptr;
+  TROUPE_GPU_TRY(lookup(m, "gpt_cuda::download", name, p));
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   TROUPE_CUDA_CHECK(cudaMemcpy(out, buffer_at(m, which, *p), std::size_t(p->numel) * sizeof(float),
                                cudaMemcpyDeviceToHost));
@@ -77,15 +87,12 @@ gpu::status gpt_cuda::download(buffer which, const std::string& name, float* out
 }
 
 gpu::status gpt_cuda::upload(buffer which, const std::string& name, const float* in) {
-  constexpr auto op = "gpt_cuda::upload";
   auto& m = *impl_;
-  if (!m.ready)
-    return fail(op, "init() has not succeeded");
-  const auto* p = find_param(m, name);
-  if (!p)
-    return fail(op, fmt::format("no parameter named '{}'", name));
+  const cuda_param* p = nullptr;
+  TROUPE_GPU_TRY(lookup(m, "gpt_cuda::upload", name, p));
   float* dst = buffer_at(m, which, *p);
-  TROUPE_CUDA_CHECK(cudaMemcpyAsync(dst, in, std::size_t(p->numel) * sizeof(float), cudaMemcpyHostToDevice, m.stream));
+  TROUPE_CUDA_CHECK(
+      cudaMemcpyAsync(dst, in, std::size_t(p->numel) * sizeof(float), cudaMemcpyHostToDevice, m.stream));
   if (which == buffer::master)
     TROUPE_GPU_TRY(gpu::convert(m.wbf.data<bf16>() + p->offset, dst, p->numel, m.stream));
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(m.stream)); // `in` may go away after the return
@@ -104,7 +111,11 @@ gpu::status gpt_cuda::download_grad(const std::string& name, std::vector<float>&
   return download(buffer::grad, name, out.data());
 }
 
-long gpt_cuda::optimizer_steps() const noexcept { return impl_->t; }
-void gpt_cuda::set_optimizer_steps(long t) noexcept { impl_->t = t; }
+long gpt_cuda::optimizer_steps() const noexcept {
+  return impl_->t;
+}
+void gpt_cuda::set_optimizer_steps(long t) noexcept {
+  impl_->t = t;
+}
 
 } // namespace troupe::ops

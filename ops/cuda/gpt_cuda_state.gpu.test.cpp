@@ -2,16 +2,17 @@
 // evaluation without a slot, the gradient norm and scaling against host sums,
 // and the state a checkpoint moves (master weights, moments, step count).
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include <doctest/doctest.h>
 
 #include "kernels/cuda/test_support.hpp"
 #include "ops/cuda/gpt_cuda.hpp"
+#include "ops/testing_grad.hpp"
 
 using namespace troupe;
 using namespace troupe::ops;
+using testing::random_tokens;
 
 namespace {
 
@@ -19,14 +20,6 @@ gpt_config tiny() {
   gpt_config c;
   c.layers = 2, c.heads = 4, c.d_model = 128, c.context = 32, c.vocab = 256;
   return c;
-}
-
-tensor_handle random_tokens(int b, int t, int vocab, unsigned seed) {
-  auto x = tensor_handle::empty({b, t}, dtype::i32);
-  std::mt19937 rng(seed);
-  for (long i = 0; i < x.numel(); ++i)
-    x.data<std::int32_t>()[i] = std::int32_t(rng() % unsigned(vocab));
-  return x;
 }
 
 std::vector<float> get(gpt_cuda& m, gpt_cuda::buffer which, const std::string& name, std::int64_t n) {
