@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
-#include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -31,12 +30,7 @@ span_kind span_of(sched::op_kind k) {
 /// Empties a slot and returns what it held.
 template <class Slot>
 Slot take(Slot& slot, const char* what, const std::string& who) {
-  bool full;
-  if constexpr (std::is_same_v<Slot, stage_tensor>)
-    full = slot.value.defined();
-  else
-    full = slot.defined();
-  if (!full)
+  if (!slot.defined())
     throw std::runtime_error(fmt::format("{}: no {} for the action the policy chose", who, what));
   return std::exchange(slot, Slot{});
 }
@@ -131,7 +125,7 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
   }
   if (owns_loss()) {
     targets_[static_cast<std::size_t>(m.microbatch)] = m.targets;
-    if (inputs_[slot(last, m.microbatch)].value.defined())
+    if (inputs_[slot(last, m.microbatch)].defined())
       push_input(last, m.microbatch);
   }
   if (cfg_.rank == 0) {
@@ -264,7 +258,7 @@ void stage_engine::execute(const sched::action& a) {
   queue_.set_now(seconds_now());
   if (auto r = queue_.finish(a); !r)
     throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
-  if (!out.value.defined())
+  if (!out.defined())
     return;
   s.get().bytes = out.value.nbytes();
   if (a.kind == sched::op_kind::forward) {

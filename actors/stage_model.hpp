@@ -21,6 +21,7 @@ namespace troupe {
 struct stage_tensor {
   tensor_handle value;
   device_fence_ptr ready;
+  bool defined() const noexcept { return value.defined(); }
 };
 
 /// A parameter's name, shape and type, in the model's order.

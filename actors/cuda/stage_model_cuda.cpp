@@ -220,7 +220,7 @@ private:
   /// fence, and an f32 activation or gradient (from a CPU stage) as bf16. What
   /// the stream will read is added to `keep`.
   tensor_handle readable(const stage_tensor& in, std::vector<tensor_handle>& keep) {
-    if (!in.value.defined())
+    if (!in.defined())
       return {};
     if (in.ready) {
       if (const auto* f = dynamic_cast<const cuda_fence*>(in.ready.get()))
