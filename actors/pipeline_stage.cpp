@@ -318,11 +318,23 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   c.policy = g.pipeline.schedule;
   c.policy_params.table_file = g.pipeline.table_path.string();
   c.checkpoint_every = g.checkpoint.dir_path.empty() ? 0 : g.checkpoint.every;
+  c.max_batch = g.data.batch;
   return c;
 }
 
 caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx) {
   auto cfg = make_stage_config(ctx.spec, ctx.graph);
+  // Where it runs is settled here, so a missing GPU stops the run before anything starts.
+  caf::expected<int> cuda_devices = 0;
+  if (const auto& want = ctx.spec.device.empty() ? ctx.graph.pipeline.device : ctx.spec.device;
+      want.starts_with("cuda")) {
+    auto backend = stage_model_backend_for(device::kind_t::cuda);
+    cuda_devices = backend ? backend->devices() : caf::expected<int>{backend.error()};
+  }
+  auto dev = stage_device(ctx.spec, ctx.graph, cuda_devices);
+  if (!dev)
+    return dev.error();
+  cfg.device = *dev;
   auto tokens = ctx.graph.tokens_per_step();
   std::map<std::string, int> stage_ranks;
   for (const auto& a : ctx.graph.actors)

@@ -13,13 +13,14 @@ namespace {
 
 constexpr std::uint8_t max_rank = 6;
 
-void put_tensor(net::frame& f, const tensor_handle& t) {
+/// Appends `t`; a device tensor goes as a host copy made once `ready` is passed
+/// (the sockets read host memory; the receiver uploads it where it needs it).
+void put_tensor(net::frame& f, const tensor_handle& device_or_host, const device_fence* ready = nullptr) {
   byte_writer w{f.meta};
-  w.put(static_cast<std::uint8_t>(t.defined()));
-  if (!t.defined())
+  w.put(static_cast<std::uint8_t>(device_or_host.defined()));
+  if (!device_or_host.defined())
     return;
-  if (t.device() != device::cpu())
-    throw std::invalid_argument("only CPU tensors can cross processes over a socket channel");
+  auto t = copy_to_host(device_or_host, ready);
   w.put(static_cast<std::uint8_t>(t.type()));
   w.put(static_cast<std::uint8_t>(t.rank()));
   for (auto d : t.shape())
@@ -87,14 +88,14 @@ net::frame encode(std::uint16_t dest, const batch_msg& m, bool eval) {
 
 net::frame encode(std::uint16_t dest, const activation_msg& m, bool eval) {
   auto f = head(eval ? data_kind::eval_activation : data_kind::activation, dest, m.step, m.microbatch, m.stage);
-  put_tensor(f, m.activation);
+  put_tensor(f, m.activation, m.ready.get());
   put_route(f, m.route);
   return f;
 }
 
 net::frame encode(std::uint16_t dest, const gradient_msg& m) {
   auto f = head(data_kind::gradient, dest, m.step, m.microbatch, m.stage);
-  put_tensor(f, m.gradient);
+  put_tensor(f, m.gradient, m.ready.get());
   put_route(f, m.route);
   return f;
 }

@@ -1,5 +1,6 @@
 // The data-plane messages that cross processes, as wire frames: fields in
-// `meta`, tensor bytes as blobs (never copied on the sending side).
+// `meta`, tensor bytes as blobs (never copied on the sending side, except that
+// a device tensor is copied to the host first).
 #pragma once
 
 #include <cstdint>

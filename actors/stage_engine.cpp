@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 #include <utility>
 
@@ -29,10 +28,11 @@ span_kind span_of(sched::op_kind k) {
 }
 
 /// Empties a slot and returns what it held.
-tensor_handle take(tensor_handle& slot, const char* what, const std::string& who) {
+template <class Slot>
+Slot take(Slot& slot, const char* what, const std::string& who) {
   if (!slot.defined())
     throw std::runtime_error(fmt::format("{}: no {} for the action the policy chose", who, what));
-  return std::exchange(slot, tensor_handle{});
+  return std::exchange(slot, Slot{});
 }
 
 } // namespace
@@ -43,9 +43,15 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out)
   if (static_cast<int>(cfg_.layers.size()) != cfg_.chunks)
     throw std::invalid_argument(fmt::format("{}: {} layer ranges for {} chunks", cfg_.name, cfg_.layers.size(),
                                             cfg_.chunks));
-  for (auto [b, e] : cfg_.layers) {
-    chunks_.emplace_back(cfg_.model, b, e);
-    chunks_.back().optimizer().options().weight_decay = cfg_.weight_decay;
+  if (cfg_.device.is_cpu()) {
+    chunks_.reserve(cfg_.layers.size()); // models_ point into it
+    for (auto [b, e] : cfg_.layers)
+      models_.push_back(make_cpu_stage_model(chunks_.emplace_back(cfg_.model, b, e)));
+    for (auto& m : models_)
+      m->set_weight_decay(cfg_.weight_decay);
+  } else {
+    for (auto [b, e] : cfg_.layers)
+      models_.push_back(make_stage_model({cfg_.model, b, e, cfg_.device, cfg_.max_batch, cfg_.weight_decay}));
   }
   auto p = cfg_.policy_params;
   p.rank = cfg_.rank, p.ranks = cfg_.ranks, p.microbatches = cfg_.microbatches, p.chunks = cfg_.chunks;
@@ -109,7 +115,7 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
     if (owns_loss())
       eval_targets_[m.microbatch] = m.targets;
     if (cfg_.rank == 0)
-      run_eval(0, m.microbatch, m.tokens, m.step);
+      run_eval(0, m.microbatch, {m.tokens, nullptr}, m.step);
     else if (auto i = eval_inputs_.find(m.microbatch); i != eval_inputs_.end()) {
       auto act = std::move(i->second);
       eval_inputs_.erase(i);
@@ -123,7 +129,7 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
       push_input(last, m.microbatch);
   }
   if (cfg_.rank == 0) {
-    inputs_[slot(0, m.microbatch)] = m.tokens;
+    inputs_[slot(0, m.microbatch)] = {m.tokens, nullptr};
     push_input(0, m.microbatch);
   }
 }
@@ -135,12 +141,12 @@ void stage_engine::on_activation(const activation_msg& m, bool eval) {
   }
   if (eval) {
     if (queue_.is_last_stage(m.stage) && !eval_targets_.contains(m.microbatch))
-      eval_inputs_[m.microbatch] = m.activation;
+      eval_inputs_[m.microbatch] = {m.activation, m.ready};
     else
-      run_eval(m.stage, m.microbatch, m.activation, m.step);
+      run_eval(m.stage, m.microbatch, {m.activation, m.ready}, m.step);
     return;
   }
-  inputs_[slot(m.stage, m.microbatch)] = m.activation;
+  inputs_[slot(m.stage, m.microbatch)] = {m.activation, m.ready};
   push_input(m.stage, m.microbatch);
 }
 
@@ -149,14 +155,14 @@ void stage_engine::on_gradient(const gradient_msg& m) {
     held_.push_back({held::gradient, false, {}, {}, m});
     return;
   }
-  grads_[slot(m.stage, m.microbatch)] = m.gradient;
+  grads_[slot(m.stage, m.microbatch)] = {m.gradient, m.ready};
   if (auto r = queue_.push_backward(m.stage, m.microbatch); !r)
     throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
 }
 
-void stage_engine::run_eval(int stage, int k, const tensor_handle& input, step_t step) {
+void stage_engine::run_eval(int stage, int k, const stage_tensor& input, step_t step) {
   bool last = queue_.is_last_stage(stage);
-  tensor_handle y;
+  stage_tensor y;
   {
     scoped_span s(trace_id, span_kind::eval, static_cast<std::int32_t>(step), k);
     auto t0 = trace_now();
@@ -165,7 +171,7 @@ void stage_engine::run_eval(int stage, int k, const tensor_handle& input, step_t
   }
   if (last) {
     eval_targets_.erase(k);
-    eval_sum_ += static_cast<double>(y.data<float>()[0]);
+    eval_sum_ += static_cast<double>(y.value.data<float>()[0]);
     if (++eval_seen_ == cfg_.eval_batches) {
       val_losses_.emplace_back(step, eval_sum_ / cfg_.eval_batches);
       trace_recorder::global().count("val_loss", val_losses_.back().second, static_cast<std::int32_t>(step));
@@ -173,7 +179,7 @@ void stage_engine::run_eval(int stage, int k, const tensor_handle& input, step_t
     }
     return;
   }
-  activation_msg next{step, k, stage + 1, y, {}};
+  activation_msg next{step, k, stage + 1, y.value, {}, y.ready};
   if (rank_of(stage + 1) == cfg_.rank)
     on_activation(next, true);
   else
@@ -226,26 +232,26 @@ void stage_engine::execute(const sched::action& a) {
   auto t0 = trace_now();
   auto& c = chunk(a.stage);
   bool last = queue_.is_last_stage(a.stage);
-  tensor_handle out;
+  stage_tensor out;
   if (a.kind == sched::op_kind::forward) {
     auto input = take(inputs_[slot(a.stage, a.microbatch)], "input", cfg_.name);
     if (last) {
       auto loss = c.forward(a.microbatch, input, take(targets_[static_cast<std::size_t>(a.microbatch)], "targets", cfg_.name));
-      double v = loss.data<float>()[0];
+      double v = loss.value.data<float>()[0];
       if (!std::isfinite(v))
         throw std::runtime_error(fmt::format("{}: the loss is {} at step {} microbatch {} (lr {:.3g}); lower "
                                              "train.lr or raise train.warmup",
                                              cfg_.name, v, step_, a.microbatch, cfg_.lr.at(step_)));
       loss_sum_ += v;
     } else {
-      out = c.forward(a.microbatch, input);
+      out = c.forward(a.microbatch, input, {});
     }
     if (a.stage == 0 && ++forwards_started_ == cfg_.microbatches && step_ + 1 < cfg_.steps)
       out_.credit(cfg_.microbatches); // prefetch the next step's batches
   } else if (a.kind == sched::op_kind::weight_grad) {
     c.backward_weight(a.microbatch);
   } else {
-    auto g = last ? loss_grad_ : take(grads_[slot(a.stage, a.microbatch)], "gradient", cfg_.name);
+    auto g = last ? stage_tensor{loss_grad_, nullptr} : take(grads_[slot(a.stage, a.microbatch)], "gradient", cfg_.name);
     out = a.kind == sched::op_kind::backward ? c.backward(a.microbatch, g) : c.backward_input(a.microbatch, g);
   }
   compute_ns_ += trace_now() - t0;
@@ -254,16 +260,15 @@ void stage_engine::execute(const sched::action& a) {
     throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
   if (!out.defined())
     return;
+  s.get().bytes = out.value.nbytes();
   if (a.kind == sched::op_kind::forward) {
-    activation_msg m{step_, a.microbatch, a.stage + 1, out, {}};
-    s.get().bytes = out.nbytes();
+    activation_msg m{step_, a.microbatch, a.stage + 1, out.value, {}, out.ready};
     if (rank_of(a.stage + 1) == cfg_.rank)
       on_activation(m, false);
     else
       out_.forward(rank_of(a.stage + 1), m);
   } else if (a.stage > 0) {
-    gradient_msg m{step_, a.microbatch, a.stage - 1, out, {}};
-    s.get().bytes = out.nbytes();
+    gradient_msg m{step_, a.microbatch, a.stage - 1, out.value, {}, out.ready};
     if (rank_of(a.stage - 1) == cfg_.rank)
       on_gradient(m);
     else
@@ -278,8 +283,8 @@ void stage_engine::maybe_finish_step() {
     out_.before_update(step_, chunks_);
   if (cfg_.grad_clip > 0 && cfg_.ranks > 1) {
     double sq = 0;
-    for (auto& c : chunks_)
-      sq += c.grad_sq_norm();
+    for (auto& m : models_)
+      sq += m->grad_sq_norm();
     awaiting_norms_ = true;
     out_.norm(step_, sq);
     on_norm(step_, sq);
@@ -304,20 +309,20 @@ void stage_engine::finish_step() {
     if (cfg_.ranks > 1)
       sq = norms_[step_].second;
     else
-      for (auto& c : chunks_)
-        sq += c.grad_sq_norm();
+      for (auto& m : models_)
+        sq += m->grad_sq_norm();
     rep.grad_norm = std::sqrt(sq);
     if (!std::isfinite(rep.grad_norm))
       throw std::runtime_error(fmt::format("{}: the gradient norm is {} at step {} (lr {:.3g}); lower train.lr "
                                            "or raise train.warmup",
                                            cfg_.name, rep.grad_norm, step_, rep.lr));
     if (auto f = ops::clip_factor(rep.grad_norm, cfg_.grad_clip); f < 1.0f)
-      for (auto& c : chunks_)
-        c.scale_grads(f);
+      for (auto& m : models_)
+        m->scale_grads(f);
   }
-  for (auto& c : chunks_) {
-    c.step(rep.lr);
-    c.zero_grads();
+  for (auto& m : models_) {
+    m->step(rep.lr);
+    m->zero_grads();
   }
   compute_ns_ += trace_now() - t0;
   if (owns_loss()) {
@@ -337,14 +342,13 @@ void stage_engine::finish_step() {
 
 std::vector<named_handle> stage_engine::checkpoint_tensors() {
   std::vector<named_handle> out;
-  for (auto& c : chunks_) {
-    auto& opt = c.optimizer();
-    const auto& ps = c.params();
-    for (std::size_t i = 0; i < ps.size(); ++i) {
-      out.push_back({ps[i].name, ps[i].value});
-      if (i < opt.first_moments().size()) {
-        out.push_back({"optimizer.exp_avg." + ps[i].name, opt.first_moments()[i]});
-        out.push_back({"optimizer.exp_avg_sq." + ps[i].name, opt.second_moments()[i]});
+  for (auto& m : models_) {
+    auto st = m->state();
+    for (std::size_t i = 0; i < st.params.size(); ++i) {
+      out.push_back({st.params[i].name, st.params[i].value});
+      if (i < st.exp_avg.size()) {
+        out.push_back({"optimizer.exp_avg." + st.params[i].name, st.exp_avg[i]});
+        out.push_back({"optimizer.exp_avg_sq." + st.params[i].name, st.exp_avg_sq[i]});
       }
     }
   }
@@ -353,8 +357,8 @@ std::vector<named_handle> stage_engine::checkpoint_tensors() {
 
 std::map<std::string, std::string> stage_engine::checkpoint_metadata() {
   std::string steps;
-  for (auto& c : chunks_)
-    steps += fmt::format("{}{}", steps.empty() ? "" : ",", c.optimizer().steps());
+  for (auto& m : models_)
+    steps += fmt::format("{}{}", steps.empty() ? "" : ",", m->optimizer_steps());
   return {{"optimizer.steps", steps}};
 }
 
@@ -371,11 +375,13 @@ caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, c
     opt_steps.push_back(std::atol(md->second.substr(at, comma - at).c_str()));
     at = comma + 1;
   }
-  if (opt_steps.size() != chunks_.size())
+  if (opt_steps.size() != models_.size())
     return bad(fmt::format("optimizer state for {} model chunks, this stage has {}", opt_steps.size(),
-                           chunks_.size()));
-  for (std::size_t k = 0; k < chunks_.size(); ++k) {
-    for (const auto& p : chunks_[k].params()) {
+                           models_.size()));
+  std::vector<std::vector<param_info>> layouts;
+  for (std::size_t k = 0; k < models_.size(); ++k) {
+    layouts.push_back(models_[k]->param_layout());
+    for (const auto& p : layouts.back()) {
       for (auto name : {p.name, "optimizer.exp_avg." + p.name, "optimizer.exp_avg_sq." + p.name}) {
         bool moment = name.size() != p.name.size();
         if (moment && opt_steps[k] == 0)
@@ -383,10 +389,10 @@ caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, c
         auto t = f.find(name);
         if (!t.defined())
           return bad(fmt::format("tensor '{}' is missing", name));
-        if (!(t.shape() == p.value.shape()) || t.type() != p.value.type())
+        if (!(t.shape() == p.shape) || t.type() != p.type)
           return bad(fmt::format("tensor '{}' is {} {} in the checkpoint but {} {} in the graph's model", name,
-                                 to_string(t.type()), to_string(t.shape()), to_string(p.value.type()),
-                                 to_string(p.value.shape())));
+                                 to_string(t.type()), to_string(t.shape()), to_string(p.type),
+                                 to_string(p.shape)));
         ++expected;
       }
     }
@@ -394,17 +400,20 @@ caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, c
   if (f.tensors.size() != expected)
     return bad(fmt::format("holds {} tensors, this stage expects {} (a different model cut?)", f.tensors.size(),
                            expected));
-  for (std::size_t k = 0; k < chunks_.size(); ++k) {
-    std::vector<tensor_handle> m, v;
-    for (const auto& p : chunks_[k].params()) {
-      auto t = f.find(p.name);
-      std::memcpy(p.value.raw(), t.raw(), t.nbytes());
+  for (std::size_t k = 0; k < models_.size(); ++k) {
+    std::vector<tensor_handle> ps, m, v;
+    for (const auto& p : layouts[k]) {
+      ps.push_back(f.find(p.name));
       if (opt_steps[k] > 0) {
         m.push_back(f.find("optimizer.exp_avg." + p.name));
         v.push_back(f.find("optimizer.exp_avg_sq." + p.name));
       }
     }
-    chunks_[k].optimizer().load_state(opt_steps[k], std::move(m), std::move(v));
+    try {
+      models_[k]->load_state(ps, opt_steps[k], std::move(m), std::move(v));
+    } catch (const std::exception& e) { // a device that failed to take it
+      return bad(e.what());
+    }
   }
   step_ = steps_done;
   return {};

@@ -1,6 +1,7 @@
 // The compute side of a pipeline-stage actor, free of CAF: the model chunks this
-// rank owns, the queue its policy reads, held messages of future steps, and the
-// step boundary (global-norm clipping and the optimizer step).
+// rank owns (on the CPU or a CUDA device), the queue its policy reads, held
+// messages of future steps, and the step boundary (global-norm clipping and the
+// optimizer step).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/stage_model.hpp"
 #include "ops/gpt.hpp"
 #include "ops/lr_schedule.hpp"
 #include "runtime/messages.hpp"
@@ -37,6 +39,8 @@ struct stage_config {
   std::string policy = "1f1b";
   sched::policy_params policy_params;
   std::int64_t checkpoint_every = 0;  ///< checkpoint after the update of step s when (s + 1) % every == 0; 0 = never
+  troupe::device device;             ///< where the chunks run: cpu or cuda:N (already resolved)
+  int max_batch = 1;                 ///< sequences per microbatch (a device model sizes its buffers for it)
 };
 
 /// Where the engine's results go; the actor sends them as messages.
@@ -47,7 +51,8 @@ struct stage_outbox {
   std::function<void(step_t step, double sq_norm)> norm;          ///< to every other rank
   std::function<void(int count)> credit;                          ///< rank 0: more loader batches
   /// Called when the step's gradients are complete, before clipping and the
-  /// optimizer (the place for a data-parallel all-reduce); may be empty.
+  /// optimizer (the place for a data-parallel all-reduce), with the CPU chunks
+  /// (empty on a device stage: models() has every stage's); may be empty.
   std::function<void(step_t step, std::vector<ops::gpt_range>& chunks)> before_update;
   /// Called right after the optimizer update that completes `steps_done` steps,
   /// when a checkpoint is due; may throw std::runtime_error (a failed write).
@@ -76,6 +81,8 @@ public:
   const std::vector<std::pair<step_t, double>>& val_losses() const noexcept { return val_losses_; }
   const std::vector<step_report>& reports() const noexcept { return reports_; }
   /// The model chunks this rank owns (chunk c = virtual stage rank + c·ranks).
+  const std::vector<std::unique_ptr<stage_model>>& models() const noexcept { return models_; }
+  /// The same chunks as gpt_ranges when they run on the CPU; empty on a device.
   const std::vector<ops::gpt_range>& chunks() const noexcept { return chunks_; }
 
   /// The rank's initial credit to the data loader (rank 0).
@@ -119,28 +126,29 @@ private:
   void release_held();
   void push_input(int stage, int mb);
   void execute(const sched::action& a);
-  void run_eval(int stage, int batch, const tensor_handle& input, step_t step);
+  void run_eval(int stage, int batch, const stage_tensor& input, step_t step);
   void maybe_finish_step();
   void finish_step();
   int rank_of(int stage) const noexcept { return stage % cfg_.ranks; }
-  ops::gpt_range& chunk(int stage) { return chunks_[static_cast<std::size_t>(stage / cfg_.ranks)]; }
+  stage_model& chunk(int stage) { return *models_[static_cast<std::size_t>(stage / cfg_.ranks)]; }
 
   stage_config cfg_;
   stage_outbox out_;
-  std::vector<ops::gpt_range> chunks_;
+  std::vector<ops::gpt_range> chunks_;                   ///< the CPU chunks, which models_ wrap
+  std::vector<std::unique_ptr<stage_model>> models_;
   sched::policy_ptr policy_;
   sched::stage_queue queue_;
   step_t step_ = 0;
   // Fixed slots, so a training step allocates nothing for bookkeeping:
   // index chunk · microbatches + mb; an undefined handle is an empty slot.
-  std::vector<tensor_handle> inputs_;   ///< input of (stage, mb)
+  std::vector<stage_tensor> inputs_;    ///< input of (stage, mb)
   std::vector<tensor_handle> targets_;  ///< targets of mb (loss stage)
-  std::vector<tensor_handle> grads_;    ///< output gradient of (stage, mb)
+  std::vector<stage_tensor> grads_;     ///< output gradient of (stage, mb)
   /// The slot of (stage, mb); throws std::runtime_error for a stage this rank
   /// does not own or a microbatch out of range (a broken message).
   std::size_t slot(int stage, int mb) const;
   std::map<int, tensor_handle> eval_targets_;             ///< eval batch -> targets
-  std::map<int, tensor_handle> eval_inputs_;              ///< eval batch -> activation (arrived first)
+  std::map<int, stage_tensor> eval_inputs_;               ///< eval batch -> activation (arrived first)
   std::vector<held> held_;
   std::map<step_t, std::pair<int, double>> norms_;        ///< step -> (ranks heard, Σ sq norms)
   bool awaiting_norms_ = false;

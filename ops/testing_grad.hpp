@@ -26,6 +26,15 @@ inline tensor_handle randn(shape_t shape, std::mt19937& rng, float scale = 1.0f)
   return t;
 }
 
+/// i32 token ids [b, t], uniform in [0, vocab), from a fixed seed.
+inline tensor_handle random_tokens(int b, int t, int vocab, unsigned seed) {
+  auto x = tensor_handle::empty({b, t}, dtype::i32);
+  std::mt19937 rng(seed);
+  for (long i = 0; i < x.numel(); ++i)
+    x.data<std::int32_t>()[i] = std::int32_t(rng() % unsigned(vocab));
+  return x;
+}
+
 inline vec to_vec(const tensor_handle& t) {
   return vec(t.data<float>(), t.data<float>() + t.numel());
 }

@@ -95,6 +95,8 @@ void expand(parsed_graph& pg, graph_reader& r) {
         merged.type = same->type;
       if (!pa.layers_node)
         merged.layers = same->layers;
+      if (!pa.device_node)
+        merged.device = same->device;
       *same = std::move(merged);
       continue;
     }

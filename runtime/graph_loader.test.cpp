@@ -225,3 +225,44 @@ TEST_CASE("a custom vocabulary admits plugin actor types and checks their keys")
                                            "mean 'echo'?"));
   CHECK(load(text, no_corpus()).errors.size() == 3);
 }
+
+TEST_CASE("stages run on pipeline.device unless their entry names another, and the printed graph shows each") {
+  load_options o = no_corpus();
+  o.overrides = {"pipeline.device=cuda"};
+  auto r = load(std::string{tiny} + "actors:\n  - {name: s1, device: 'cuda:1'}\n  - {name: s2, device: cpu}\n", o);
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  const auto& g = *r.graph;
+  CHECK(g.pipeline.device == "cuda");
+  CHECK(g.find_actor("s0")->device == "cuda");
+  CHECK(g.find_actor("s1")->device == "cuda:1");
+  CHECK(g.find_actor("s1")->layers == std::vector<layer_range>{{1, 2}}); // the rest from the shorthand
+  CHECK(g.find_actor("s2")->device == "cpu");
+  CHECK(g.find_actor("s3")->device == "cuda");
+  CHECK(g.find_actor("loader")->device.empty());
+  auto text = to_yaml(g);
+  CHECK(text.find("device: cuda}\n") != std::string::npos); // the pipeline line
+  CHECK(text.find("{name: s1, type: pipeline_stage, layers: [1, 2], device: cuda:1}") != std::string::npos);
+  CHECK(text.find("{name: s2, type: pipeline_stage, layers: [2, 3], device: cpu}") != std::string::npos);
+  CHECK(text.find("{name: loader, type: data_loader}") != std::string::npos);
+  auto again = load(text);
+  REQUIRE_MESSAGE(again.ok(), errors(again));
+  CHECK(to_yaml(*again.graph) == text);
+  CHECK(load(tiny).graph->find_actor("s0")->device == "cpu"); // the default
+}
+
+TEST_CASE("an unknown device and a device on an actor that is not a stage are errors with their positions") {
+  auto r = load(R"(model: {layers: 2, d_model: 8, heads: 2, context: 4}
+data: {batch: 1}
+train: {steps: 3}
+pipeline: {stages: 2, device: gpu}
+actors:
+  - {name: loader, device: cuda}
+  - {name: s1, device: 'cuda:x'}
+)");
+  CHECK(errors(r) ==
+        "g.yaml:4:31: pipeline.device: unknown device 'gpu' (did you mean 'cuda'? known: cpu, cuda, cuda:N); N is a "
+        "device index (cuda:0, cuda:1, ...)\n"
+        "g.yaml:6:28: actors[0].device: only pipeline_stage actors run on a device ('loader' is a data_loader)\n"
+        "g.yaml:7:24: actors[1].device: unknown device 'cuda:x' (did you mean 'cuda:N'? known: cpu, cuda, cuda:N); "
+        "N is a device index (cuda:0, cuda:1, ...)\n");
+}

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/device.hpp"
+
 namespace troupe::detail {
 
 namespace {
@@ -23,7 +25,7 @@ const std::vector<std::string> model_keys{"layers", "d_model", "heads", "context
 const std::vector<std::string> data_keys{"corpus", "batch", "seed", "val_fraction"};
 const std::vector<std::string> train_keys{"steps",      "lr",           "weight_decay", "warmup",
                                           "eval_every", "eval_batches", "grad_clip"};
-const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual", "table"};
+const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual", "table", "device"};
 const std::vector<std::string> trace_keys{"file"};
 const std::vector<std::string> channel_keys{"from", "to", "credits", "bandwidth", "latency"};
 
@@ -85,6 +87,18 @@ void parse_train(const YAML::Node& n, train_spec& t, graph_reader& r) {
   r.get_double(n, "train", "grad_clip", t.grad_clip, 0.0, 1e6);
 }
 
+/// Reads `map.device` into `out` when present; reports a string that names no device.
+void parse_device_key(const YAML::Node& map, const std::string& path, std::string& out, graph_reader& r) {
+  auto n = child(map, "device");
+  if (!n || !r.get_string(map, path, "device", out) || parse_device(out))
+    return;
+  const std::vector<std::string> known{"cpu", "cuda", "cuda:N"};
+  auto hint = out.starts_with("gpu") ? fmt::format("(did you mean 'cuda'? known: {})", join(known)) // not 'cpu'
+                                      : choices(out, known);
+  r.error(n, join_path(path, "device"),
+          fmt::format("unknown device '{}' {}; N is a device index (cuda:0, cuda:1, ...)", out, hint));
+}
+
 void parse_pipeline(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   auto& p = pg.graph.pipeline;
   p.present = true;
@@ -98,6 +112,7 @@ void parse_pipeline(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   r.get_int(n, "pipeline", "virtual", p.virtual_stages, 1, 64);
   r.get_string(n, "pipeline", "table", p.table);
   pg.table_node.reset(child(n, "table"));
+  parse_device_key(n, "pipeline", p.device, r);
 }
 
 void parse_plugins(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
@@ -174,11 +189,13 @@ void parse_actors(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     pa.layers_node.reset(child(a, "layers"));
     if (pa.layers_node)
       pa.has_layers = parse_layers(pa.layers_node, join_path(pa.path, "layers"), pa.spec.layers, r);
+    pa.device_node.reset(child(a, "device"));
+    parse_device_key(a, pa.path, pa.spec.device, r);
     for (auto it = a.begin(); it != a.end(); ++it) {
       if (!it->first.IsScalar())
         continue;
       const auto& k = it->first.Scalar();
-      if (k != "name" && k != "type" && k != "node" && k != "layers")
+      if (k != "name" && k != "type" && k != "node" && k != "layers" && k != "device")
         pa.spec.params[k] = it->second;
     }
     pg.actors.push_back(std::move(pa));

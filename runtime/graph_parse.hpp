@@ -20,7 +20,8 @@ struct parsed_actor {
   bool has_type = false;
   bool has_layers = false;
   YAML::Node node{YAML::NodeType::Undefined}, name_node{YAML::NodeType::Undefined},
-    type_node{YAML::NodeType::Undefined}, layers_node{YAML::NodeType::Undefined};
+    type_node{YAML::NodeType::Undefined}, layers_node{YAML::NodeType::Undefined},
+    device_node{YAML::NodeType::Undefined};
 };
 
 /// A `channels:` entry as written.

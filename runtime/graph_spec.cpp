@@ -87,8 +87,8 @@ std::string to_yaml(const graph_spec& g) {
                      "eval_batches: {}, grad_clip: {}}}\n",
                      t.steps, t.lr, t.weight_decay, t.warmup, t.eval_every, t.eval_batches, t.grad_clip);
   const auto& p = g.pipeline;
-  out += fmt::format("pipeline: {{stages: {}, microbatches: {}, schedule: {}, virtual: {}", p.stages,
-                     p.microbatches, scalar(p.schedule), p.virtual_stages);
+  out += fmt::format("pipeline: {{stages: {}, microbatches: {}, schedule: {}, virtual: {}, device: {}", p.stages,
+                     p.microbatches, scalar(p.schedule), p.virtual_stages, scalar(p.device));
   out += p.table.empty() ? "}\n" : fmt::format(", table: {}}}\n", scalar(p.table));
   if (!g.trace.file.empty())
     out += fmt::format("trace: {{file: {}}}\n", scalar(g.trace.file));
@@ -108,6 +108,8 @@ std::string to_yaml(const graph_spec& g) {
       out += fmt::format(", node: {}", g.node_of(a));
     if (!a.layers.empty())
       out += fmt::format(", layers: {}", layers_text(a.layers));
+    if (!a.device.empty())
+      out += fmt::format(", device: {}", scalar(a.device));
     for (const auto& [k, v] : a.params)
       out += fmt::format(", {}: {}", k, flow(v));
     out += "}";

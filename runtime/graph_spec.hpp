@@ -45,7 +45,7 @@ struct train_spec {
   double grad_clip = 1.0;       ///< global gradient-norm clip; 0 = off
 };
 
-/// `pipeline: {stages, microbatches, schedule, virtual, table}`. With no
+/// `pipeline: {stages, microbatches, schedule, virtual, table, device}`. With no
 /// `pipeline:` section a run is one stage with one microbatch.
 struct pipeline_spec {
   bool present = false;         ///< the file has a `pipeline:` section
@@ -55,6 +55,9 @@ struct pipeline_spec {
   int virtual_stages = 1;       ///< YAML key `virtual`: model chunks per stage actor (interleaved)
   std::string table;            ///< YAML key `table`: the action CSV for `schedule: table`
   std::filesystem::path table_path;  ///< `table` resolved against the graph file's folder
+  /// Where stages run unless an actor entry sets its own `device:`: `cpu`, `cuda:N`,
+  /// or `cuda` (each node's CUDA stages take its devices in rank order, round robin).
+  std::string device = "cpu";
 };
 
 /// `trace: {file}`: where the Chrome-trace JSON goes; empty = no trace.
@@ -107,6 +110,7 @@ struct actor_spec {
   std::string type;
   std::string node;              ///< where it runs (cluster launches); empty = this process
   std::vector<layer_range> layers;  ///< `layers: [a, b]` or `[[a, b], [c, d]]` (pipeline_stage)
+  std::string device;            ///< pipeline_stage: cpu, cuda or cuda:N (pipeline.device unless set); else empty
   int rank = -1;                 ///< pipeline_stage: position in the pipeline (by first layer); else -1
   std::map<std::string, YAML::Node> params;  ///< every other key, as written
   bool expanded = false;         ///< made by the shorthand, not written explicitly

@@ -102,6 +102,23 @@ void check_stage_layers(parsed_graph& pg, graph_reader& r) {
     stages[i]->rank = static_cast<int>(i);
 }
 
+/// Stages without a `device:` run on pipeline.device; other actors take none.
+void check_devices(parsed_graph& pg, graph_reader& r) {
+  for (auto& a : pg.graph.actors) {
+    if (a.type == "pipeline_stage") {
+      if (a.device.empty())
+        a.device = pg.graph.pipeline.device;
+      continue;
+    }
+    if (a.device.empty())
+      continue;
+    for (const auto& pa : pg.actors)
+      if (pa.spec.name == a.name && pa.device_node)
+        r.error(pa.device_node, join_path(pa.path, "device"),
+                fmt::format("only pipeline_stage actors run on a device ('{}' is a {})", a.name, a.type));
+  }
+}
+
 void check_channels(parsed_graph& pg, graph_reader& r) {
   auto names = actor_names(pg.graph);
   auto known = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
@@ -190,6 +207,8 @@ void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& 
       continue;
     }
     auto keys = common_actor_keys;
+    if (type == "pipeline_stage")
+      keys.push_back("device");  // typed like `layers`, but only stages run on a device
     keys.insert(keys.end(), info->second.keys.begin(), info->second.keys.end());
     for (const auto& [k, v] : pa.spec.params)
       if (std::find(keys.begin(), keys.end(), k) == keys.end())
@@ -202,6 +221,7 @@ void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& 
 
 void validate(parsed_graph& pg, const load_options& opts, graph_reader& r) {
   check_stage_layers(pg, r);
+  check_devices(pg, r);
   check_channels(pg, r);
   check_schedule_files(pg, r);
   check_cluster(pg, r);

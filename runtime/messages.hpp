@@ -13,6 +13,7 @@
 #include <caf/atom.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include "runtime/device_fence.hpp"
 #include "runtime/tensor_handle.hpp"
 
 // ---------------------------------------------------------------------------
@@ -97,6 +98,9 @@ struct activation_msg {
   std::int32_t stage = 0;  ///< the virtual stage (model chunk) that consumes it
   tensor_handle activation;
   route_t route;
+  /// Set when `activation` is on a device and still being written by the
+  /// sender's queued work: readers order themselves after it. Never serialised.
+  device_fence_ptr ready = nullptr;
 };
 
 /// The loss gradient with respect to a stage's output, flowing backward.
@@ -106,6 +110,7 @@ struct gradient_msg {
   std::int32_t stage = 0;  ///< the virtual stage (model chunk) that consumes it
   tensor_handle gradient;
   route_t route;
+  device_fence_ptr ready = nullptr;  ///< as activation_msg::ready
 };
 
 /// Flow control: the receiver lets the sender have `count` more messages in flight.

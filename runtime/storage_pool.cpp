@@ -3,6 +3,7 @@
 
 #include <bit>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -33,6 +34,10 @@ pool_registry& registry() {
 }
 
 } // namespace
+
+void device_allocator::copy_to_host(void* dst, const void* src, std::size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
 
 troupe::device storage::device() const noexcept {
   return pool_->device();

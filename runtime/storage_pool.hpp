@@ -68,6 +68,11 @@ public:
   /// Returns `bytes` of device memory, or nullptr when the device is out of memory.
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
+  /// Copies `bytes` of this device's memory at `src` to host memory at `dst` and
+  /// returns when they are there. Work that writes `src` must be finished first
+  /// (wait for its device_fence). Throws std::runtime_error on a device error.
+  /// The default is a plain memcpy, for memory the host can read.
+  virtual void copy_to_host(void* dst, const void* src, std::size_t bytes);
 };
 
 /// Counters that show whether a steady state reuses memory.
@@ -94,6 +99,8 @@ public:
 
   pool_stats stats() const;
   troupe::device device() const noexcept { return device_; }
+  /// Copies `bytes` of this pool's device memory to the host (device_allocator::copy_to_host).
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) { alloc_.copy_to_host(dst, src, bytes); }
 
   /// The pool for `dev`, created on first use; the CPU pool always exists.
   /// Throws std::invalid_argument for a device with no registered allocator.

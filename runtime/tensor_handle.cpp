@@ -87,4 +87,14 @@ tensor_handle tensor_handle::slice(std::int64_t begin, std::int64_t end) const {
   return h;
 }
 
+tensor_handle copy_to_host(const tensor_handle& t, const device_fence* ready) {
+  if (!t.defined() || t.device().is_cpu())
+    return t;
+  if (ready)
+    ready->wait();
+  auto h = tensor_handle::empty(t.shape(), t.type());
+  storage_pool::for_device(t.device()).copy_to_host(h.raw(), t.raw(), t.nbytes());
+  return h;
+}
+
 } // namespace troupe

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "runtime/device.hpp"
+#include "runtime/device_fence.hpp"
 #include "runtime/dtype.hpp"
 #include "runtime/storage_pool.hpp"
 
@@ -88,5 +89,10 @@ private:
   std::size_t offset_ = 0;
   dtype dtype_ = dtype::f32;
 };
+
+/// A CPU tensor with the contents of `t`: `t` itself when it is on the CPU (or
+/// undefined), else a fresh host copy made once `ready` (when given) is passed.
+/// Throws std::runtime_error when the device reports an error.
+tensor_handle copy_to_host(const tensor_handle& t, const device_fence* ready = nullptr);
 
 } // namespace troupe

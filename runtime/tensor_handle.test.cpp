@@ -3,6 +3,8 @@
 
 #include <doctest/doctest.h>
 
+#include "runtime/testing_fake_device.hpp"
+
 using namespace troupe;
 
 TEST_CASE("copying a handle shares its bytes instead of copying them") {
@@ -57,4 +59,30 @@ TEST_CASE("devices and dtypes round-trip through their names") {
   CHECK_FALSE(parse_device("tpu"));
   CHECK(parse_dtype("bf16") == dtype::bf16);
   CHECK_FALSE(parse_dtype("f64"));
+}
+
+TEST_CASE("copy_to_host waits for the fence and copies a device tensor through its device's allocator") {
+  auto& fake = testing::fake_cuda_device();
+  int copies = fake.copies;
+  auto dev = tensor_handle::empty({3, 5}, dtype::bf16, device::cuda(7));
+  for (int i = 0; i < 15; ++i)
+    dev.data<std::uint16_t>()[i] = static_cast<std::uint16_t>(100 + i);
+  testing::counting_fence fence;
+  auto host = copy_to_host(dev, &fence);
+  CHECK(fence.waits == 1);
+  CHECK(fake.copies == copies + 1);
+  CHECK(host.device() == device::cpu());
+  CHECK(host.shape() == dev.shape());
+  CHECK(host.type() == dtype::bf16);
+  CHECK(!host.same_bytes(dev));
+  for (int i = 0; i < 15; ++i)
+    CHECK(host.data<std::uint16_t>()[i] == 100 + i);
+
+  // A CPU tensor is already there: the same handle, nothing copied or awaited.
+  auto cpu = tensor_handle::zeros({4});
+  CHECK(copy_to_host(cpu).same_bytes(cpu));
+  CHECK(copy_to_host(cpu, &fence).same_bytes(cpu));
+  CHECK(fence.waits == 1);
+  CHECK(fake.copies == copies + 1);
+  CHECK(!copy_to_host(tensor_handle{}).defined());
 }

@@ -1,6 +1,8 @@
 // The CUDA device allocator behind the storage pools.
 #include "kernels/cuda/allocator.hpp"
 
+#include <stdexcept>
+
 namespace troupe::gpu {
 
 void* cuda_allocator::allocate(std::size_t bytes) {
@@ -14,6 +16,11 @@ void* cuda_allocator::allocate(std::size_t bytes) {
 
 void cuda_allocator::deallocate(void* p, std::size_t) noexcept {
   (void)cudaFree(p);
+}
+
+void cuda_allocator::copy_to_host(void* dst, const void* src, std::size_t bytes) {
+  if (auto e = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess)
+    throw std::runtime_error(cuda_failure(e, "cudaMemcpy", __FILE__, __LINE__).message());
 }
 
 status register_cuda_allocator() {

@@ -15,6 +15,9 @@ public:
   /// Allocates on the calling thread's current device (cudaSetDevice).
   void* allocate(std::size_t bytes) override;
   void deallocate(void* p, std::size_t bytes) noexcept override;
+  /// cudaMemcpy to the host (it does not wait for non-blocking streams: wait
+  /// for the writer's fence first); throws std::runtime_error on an error.
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override;
 };
 
 /// Registers the CUDA allocator with the storage pools so that

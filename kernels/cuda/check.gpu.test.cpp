@@ -1,4 +1,5 @@
 // Tests for the GPU error values, the device probe and the pooled CUDA allocator.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -75,6 +76,10 @@ TEST_CASE("CUDA tensor handles come from the pooled cudaMalloc allocator and are
     std::vector<float> back(1000);
     REQUIRE(cudaMemcpy(back.data(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost) == cudaSuccess);
     CHECK(back == host);
+    auto h = copy_to_host(t.slice(2, 10)); // through the allocator's copy hook
+    CHECK(h.device() == device::cpu());
+    CHECK(h.shape() == shape_t{8, 100});
+    CHECK(std::equal(h.data<float>(), h.data<float>() + 800, host.begin() + 200));
   }
   auto mid = pool.stats();
   CHECK(mid.fresh_allocations == before.fresh_allocations + 1);

@@ -14,6 +14,7 @@
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/layer_norm.hpp"
+#include "kernels/cuda/sum_squares.hpp"
 
 namespace {
 
@@ -167,7 +168,13 @@ int main() {
     adamw_config cfg{.lr = 1e-4f, .weight_decay = 0.1f};
     double ms = time_ms([&] { die(adamw_step(p, m, v, copy, g, (std::int64_t)n, cfg, nullptr)); });
     row("adamw f32 master + bf16 copy, 124M params", ms, 0, n * (4.0 * 7 + 2));
-    cudaFree(p), cudaFree(m), cudaFree(v), cudaFree(g), cudaFree(copy);
+    double* acc = nullptr;
+    die(cudaMalloc(&acc, sizeof(double)), "cudaMalloc");
+    ms = time_ms([&] { die(sum_squares(acc, g, (std::int64_t)n, nullptr)); });
+    row("sum of squares f32 (grad norm), 124M", ms, 0, n * 4.0);
+    ms = time_ms([&] { die(scale(g, 0.5f, (std::int64_t)n, nullptr)); });
+    row("scale f32 (grad clip), 124M", ms, 0, n * 8.0);
+    cudaFree(p), cudaFree(m), cudaFree(v), cudaFree(g), cudaFree(copy), cudaFree(acc);
   }
   return 0;
 }

@@ -86,6 +86,12 @@ struct conv_op {
   __device__ void operator()(std::int64_t i) const { dst[i] = from_f32<D>(to_f32(src[i])); }
 };
 
+struct scale_op {
+  float* x;
+  float factor;
+  __device__ void operator()(std::int64_t i) const { x[i] *= factor; }
+};
+
 template <typename T>
 struct fill_op {
   T* dst;
@@ -188,6 +194,7 @@ status residual_add(bf16* out, const bf16* a, const bf16* b, std::int64_t n, cud
 status accumulate(float* dst, const float* src, std::int64_t n, cudaStream_t s) { return acc(dst, src, n, s); }
 status accumulate(float* dst, const bf16* src, std::int64_t n, cudaStream_t s) { return acc(dst, src, n, s); }
 status accumulate(bf16* dst, const bf16* src, std::int64_t n, cudaStream_t s) { return acc(dst, src, n, s); }
+status scale(float* x, float factor, std::int64_t n, cudaStream_t s) { return launch(n, s, scale_op{x, factor}); }
 status convert(bf16* dst, const float* src, std::int64_t n, cudaStream_t s) { return conv(dst, src, n, s); }
 status convert(float* dst, const bf16* src, std::int64_t n, cudaStream_t s) { return conv(dst, src, n, s); }
 status fill(float* dst, float value, std::int64_t n, cudaStream_t s) { return fill_with(dst, value, n, s); }

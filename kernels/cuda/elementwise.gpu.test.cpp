@@ -87,3 +87,15 @@ TEST_CASE("bf16 accumulate and f32<->bf16 conversion round to nearest") {
     ref[i] = (double)round_to<bf16>(x[i]) + y[i];
   check_close<bf16>("accumulate bf16", h.download(), ref);
 }
+
+TEST_CASE("scale multiplies every f32 element by the factor, as the host does") {
+  TROUPE_REQUIRE_GPU_OR_SKIP();
+  std::size_t n = 10007; // not a multiple of any block size
+  auto x = random_normal(n, 8);
+  device_buffer<float> d(x);
+  TROUPE_REQUIRE_OK(scale(d.get(), 0.3f, (std::int64_t)n, nullptr));
+  std::vector<double> ref(n);
+  for (std::size_t i = 0; i < n; ++i)
+    ref[i] = x[i] * 0.3f; // the same single f32 multiply: exact
+  check_close<float>("scale", d.download(), ref, 0.0);
+}

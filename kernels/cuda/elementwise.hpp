@@ -1,5 +1,5 @@
 // Element-wise GPU kernels: GELU (tanh approximation, as GPT-2) forward and
-// backward, residual add, gradient accumulation and f32/bf16 conversion.
+// backward, residual add, gradient accumulation and scaling, f32/bf16 conversion.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,9 @@ status residual_add(__nv_bfloat16* out, const __nv_bfloat16* a, const __nv_bfloa
 status accumulate(float* dst, const float* src, std::int64_t n, cudaStream_t stream);
 status accumulate(float* dst, const __nv_bfloat16* src, std::int64_t n, cudaStream_t stream);
 status accumulate(__nv_bfloat16* dst, const __nv_bfloat16* src, std::int64_t n, cudaStream_t stream);
+
+/// x *= factor over n f32 elements (gradient clipping scales every gradient).
+status scale(float* x, float factor, std::int64_t n, cudaStream_t stream);
 
 /// dst = src converted (round to nearest even into bf16).
 status convert(__nv_bfloat16* dst, const float* src, std::int64_t n, cudaStream_t stream);

@@ -20,7 +20,6 @@ constexpr std::int64_t align_elems = 128; // 512 bytes of f32, 256 of bf16
 
 std::int64_t round_up(std::int64_t n) { return (n + align_elems - 1) / align_elems * align_elems; }
 
-gpu::status fail(const char* op, const std::string& what) { return gpu::status::failure(fmt::format("{}: {}", op, what)); }
 } // namespace
 
 gpt_cuda::gpt_cuda(const gpt_config& cfg, int begin, int end, int max_batch, int device) : impl_(new impl) {
@@ -58,6 +57,13 @@ std::vector<std::string> gpt_cuda::param_names() const {
   for (const auto& p : impl_->params)
     names.push_back(p.name);
   return names;
+}
+
+std::vector<shape_t> gpt_cuda::param_shapes() const {
+  std::vector<shape_t> shapes;
+  for (const auto& p : impl_->params)
+    shapes.push_back(p.shape);
+  return shapes;
 }
 
 gpu::status gpt_cuda::impl::alloc(std::vector<tensor_handle>& arena, std::int64_t n, dtype t, void** out) {

@@ -9,9 +9,11 @@
 #include "kernels/cuda/check.hpp"
 #include "ops/cuda/gpt_cuda.hpp"
 #include "ops/gpt.hpp"
+#include "ops/testing_grad.hpp"
 
 using namespace troupe;
 using namespace troupe::ops;
+using testing::random_tokens;
 
 namespace {
 
@@ -26,14 +28,6 @@ gpt_config tiny() {
   gpt_config c;
   c.layers = 4, c.heads = 4, c.d_model = 128, c.context = 64, c.vocab = 256;
   return c;
-}
-
-tensor_handle random_tokens(int b, int t, int vocab, unsigned seed) {
-  auto x = tensor_handle::empty({b, t}, dtype::i32);
-  std::mt19937 rng(seed);
-  for (long i = 0; i < x.numel(); ++i)
-    x.data<std::int32_t>()[i] = std::int32_t(rng() % unsigned(vocab));
-  return x;
 }
 
 /// ‖a − b‖ / ‖b‖; infinity when anything is not finite, so NaN never passes.

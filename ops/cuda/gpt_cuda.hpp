@@ -53,6 +53,14 @@ public:
   /// device (last range), or the bf16 activations [B, T, d_model].
   gpu::status forward(int mb, const tensor_handle& input, const tensor_handle& targets, tensor_handle& out);
 
+  /// Forward of one batch for evaluation, holding no microbatch slot: `out` is
+  /// set as forward sets it, in a buffer of its own that the next evaluate reuses.
+  /// The last range needs `targets`.
+  gpu::status evaluate(const tensor_handle& input, const tensor_handle& targets, tensor_handle& out);
+
+  /// Microbatches whose forward ran and whose backward has not finished.
+  int in_flight() const noexcept;
+
   /// Backward of `mb`: accumulates the f32 weight gradients and sets `dx` to the
   /// bf16 gradient of the input (left empty for the first range). The last range
   /// scales the loss by `loss_scale` (e.g. 1/microbatches); others take `grad_out`.
@@ -72,6 +80,11 @@ public:
 
   /// Sets every gradient to zero (queued on the stream).
   gpu::status zero_grads();
+  /// Σ g² over this range's f32 gradients, reduced on the device in double and
+  /// read back (waits for the stream). Combine across ranges for global-norm clipping.
+  gpu::status grad_sq_norm(double& out);
+  /// Multiplies every gradient by `factor` (queued on the stream).
+  gpu::status scale_grads(float factor);
   /// One AdamW step (gpt_range's defaults: betas 0.9/0.95, eps 1e-8, weight decay
   /// 0.1 on matrices and embeddings) over this range's parameters at rate `lr`.
   gpu::status step(float lr);
@@ -82,8 +95,21 @@ public:
   gpu::status loss(float& out);
   gpu::status download_param(const std::string& name, std::vector<float>& out);
   gpu::status download_grad(const std::string& name, std::vector<float>& out);
-  /// Parameter names in gpt_range's order.
+  /// The f32 arrays kept per parameter: master weights, gradient, AdamW moments.
+  enum class buffer { master, grad, exp_avg, exp_avg_sq };
+  /// Waits for the stream, then copies parameter `name`'s elements of `which`
+  /// (as many as the parameter has) into host memory at `out`.
+  gpu::status download(buffer which, const std::string& name, float* out);
+  /// Copies parameter `name`'s elements of `which` from host memory at `in` and
+  /// waits until they are written; writing the master weights also refreshes
+  /// their bf16 compute copy. For checkpoints, between steps.
+  gpu::status upload(buffer which, const std::string& name, const float* in);
+  /// AdamW steps taken (the t of the bias corrections); a restored checkpoint sets it.
+  long optimizer_steps() const noexcept;
+  void set_optimizer_steps(long t) noexcept;
+  /// Parameter names in gpt_range's order, and their shapes in the same order.
   std::vector<std::string> param_names() const;
+  std::vector<shape_t> param_shapes() const;
   /// Number of parameters (elements) of this range.
   std::int64_t param_count() const noexcept;
   /// Waits until all queued work is done.

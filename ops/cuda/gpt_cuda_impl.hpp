@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <cuda_bf16.h>
+#include <fmt/format.h>
 
 #include "kernels/cuda/gemm.hpp"
 #include "ops/cuda/gpt_cuda.hpp"
@@ -15,6 +16,11 @@
 namespace troupe::ops {
 
 using bf16 = __nv_bfloat16;
+
+/// The failure of gpt_cuda's call `op`: "op: what".
+inline gpu::status fail(const char* op, const std::string& what) {
+  return gpu::status::failure(fmt::format("{}: {}", op, what));
+}
 
 /// One parameter inside the flat buffers: elements [offset, offset + numel).
 struct cuda_param {
@@ -88,8 +94,11 @@ struct gpt_cuda::impl {
   adamw_options opt;
   long t = 0;
   std::vector<cuda_slot> slots;
+  cuda_slot eval_slot; ///< evaluate()'s buffers, allocated at its first call
   cuda_scratch scratch;
   float* last_loss = nullptr;
+  double* norm = nullptr; ///< grad_sq_norm's device accumulator (in norm_t)
+  tensor_handle norm_t;
 
   bool first() const { return begin == 0; }
   bool last() const { return end == cfg.layers; }
@@ -107,6 +116,10 @@ struct gpt_cuda::impl {
   gpu::status make_slot(cuda_slot& s);
   gpu::status make_scratch();
 
+  /// Checks a forward's input (and targets, for the last range) against the config.
+  gpu::status check_forward(const char* op, const tensor_handle& input, const tensor_handle& targets) const;
+  /// Runs the forward of `input` in slot `s` (its buffers already made).
+  gpu::status run_forward(cuda_slot& s, const tensor_handle& input, const tensor_handle& targets);
   gpu::status block_forward(cuda_slot& s, int li);
   gpu::status make_split(cuda_slot& s);
 

@@ -1,5 +1,5 @@
-// gpt_cuda's public calls: forward and backward of a microbatch, gradients,
-// the AdamW step and reading values back.
+// gpt_cuda's public calls: forward, evaluation and backward of a microbatch,
+// the AdamW step and reading the loss back.
 #include <fmt/format.h>
 
 #include "kernels/cuda/adamw.hpp"
@@ -9,8 +9,6 @@
 namespace troupe::ops {
 
 namespace {
-
-gpu::status fail(const char* op, const std::string& what) { return gpu::status::failure(fmt::format("{}: {}", op, what)); }
 
 /// Checks a [B, T] (rank 2) or [B, T, C] (rank 3) tensor of type `t`.
 gpu::status check_input(const char* op, const char* what, const tensor_handle& x, dtype t, int rank,
@@ -26,20 +24,57 @@ gpu::status check_input(const char* op, const char* what, const tensor_handle& x
 
 } // namespace
 
-gpu::status gpt_cuda::forward(int mb, const tensor_handle& input, const tensor_handle& targets, tensor_handle& out) {
-  constexpr auto op = "gpt_cuda::forward";
-  auto& m = *impl_;
-  const auto& cfg = m.cfg;
-  if (!m.ready)
+gpu::status gpt_cuda::impl::check_forward(const char* op, const tensor_handle& input,
+                                          const tensor_handle& targets) const {
+  if (!ready)
     return fail(op, "init() has not succeeded");
-  TROUPE_GPU_TRY(check_input(op, "input", input, m.first() ? dtype::i32 : dtype::bf16, m.first() ? 2 : 3, cfg,
-                             m.max_batch));
-  if (m.last()) {
-    TROUPE_GPU_TRY(check_input(op, "targets", targets, dtype::i32, 2, cfg, m.max_batch));
+  TROUPE_GPU_TRY(check_input(op, "input", input, first() ? dtype::i32 : dtype::bf16, first() ? 2 : 3, cfg,
+                             max_batch));
+  if (last()) {
+    TROUPE_GPU_TRY(check_input(op, "targets", targets, dtype::i32, 2, cfg, max_batch));
     if (targets.dim(0) != input.dim(0) || targets.dim(1) != input.dim(1))
       return fail(op, fmt::format("targets {} do not match the input {}", to_string(targets.shape()),
                                   to_string(input.shape())));
   }
+  return {};
+}
+
+gpu::status gpt_cuda::impl::run_forward(cuda_slot& s, const tensor_handle& input, const tensor_handle& targets) {
+  if (!scratch.qkv)
+    TROUPE_GPU_TRY(make_scratch());
+  s.batch = int(input.dim(0));
+  s.seq = int(input.dim(1));
+  const int BT = s.batch * s.seq, C = cfg.d_model;
+  if (first()) {
+    TROUPE_CUDA_CHECK(cudaMemcpyAsync(s.tokens, input.raw(), input.nbytes(), cudaMemcpyDefault, stream));
+    TROUPE_GPU_TRY(gpu::embedding_forward(s.resid[0], s.tokens, w(0), w(1), BT, s.seq, cfg.vocab, C, stream));
+  } else {
+    TROUPE_CUDA_CHECK(cudaMemcpyAsync(s.resid[0], input.raw(), input.nbytes(), cudaMemcpyDefault, stream));
+  }
+  for (int li = 0; li < local_layers(); ++li)
+    TROUPE_GPU_TRY(block_forward(s, li));
+  if (!last())
+    return {};
+  TROUPE_CUDA_CHECK(cudaMemcpyAsync(s.targets, targets.raw(), targets.nbytes(), cudaMemcpyDefault, stream));
+  return head_forward(s);
+}
+
+namespace {
+
+/// What a forward in slot `s` hands out: the loss [1] or the activations [B, T, C].
+tensor_handle forward_output(const gpt_cuda::impl& m, const cuda_slot& s) {
+  if (m.last())
+    return s.loss_t;
+  const std::int64_t C = m.cfg.d_model;
+  return s.out_t.slice(0, std::int64_t(s.batch) * s.seq * C).reshape({s.batch, s.seq, C});
+}
+
+} // namespace
+
+gpu::status gpt_cuda::forward(int mb, const tensor_handle& input, const tensor_handle& targets, tensor_handle& out) {
+  constexpr auto op = "gpt_cuda::forward";
+  auto& m = *impl_;
+  TROUPE_GPU_TRY(m.check_forward(op, input, targets));
   cuda_slot* s = nullptr;
   for (auto& c : m.slots) {
     if (c.used && c.mb == mb)
@@ -52,39 +87,31 @@ gpu::status gpt_cuda::forward(int mb, const tensor_handle& input, const tensor_h
     TROUPE_GPU_TRY(m.make_slot(m.slots.back()));
     s = &m.slots.back();
   }
-  if (!m.scratch.qkv)
-    TROUPE_GPU_TRY(m.make_scratch());
-  s->batch = int(input.dim(0));
-  s->seq = int(input.dim(1));
-  const int BT = s->batch * s->seq, C = cfg.d_model;
-  auto run = [&]() -> gpu::status {
-    if (m.first()) {
-      TROUPE_CUDA_CHECK(cudaMemcpyAsync(s->tokens, input.raw(), input.nbytes(), cudaMemcpyDefault, m.stream));
-      TROUPE_GPU_TRY(gpu::embedding_forward(s->resid[0], s->tokens, m.w(0), m.w(1), BT, s->seq, cfg.vocab, C,
-                                            m.stream));
-    } else {
-      TROUPE_CUDA_CHECK(cudaMemcpyAsync(s->resid[0], input.raw(), input.nbytes(), cudaMemcpyDefault, m.stream));
-    }
-    for (int li = 0; li < m.local_layers(); ++li)
-      TROUPE_GPU_TRY(m.block_forward(*s, li));
-    if (!m.last())
-      return {};
-    TROUPE_CUDA_CHECK(cudaMemcpyAsync(s->targets, targets.raw(), targets.nbytes(), cudaMemcpyDefault, m.stream));
-    return m.head_forward(*s);
-  };
-  auto st = run();
-  if (!st.ok())
-    return st; // the slot stays free
+  TROUPE_GPU_TRY(m.run_forward(*s, input, targets)); // on failure the slot stays free
   s->mb = mb;
   s->used = true;
   s->input_done = false;
-  if (m.last()) {
+  if (m.last())
     m.last_loss = s->loss;
-    out = s->loss_t;
-  } else {
-    out = s->out_t.slice(0, std::int64_t(BT) * C).reshape({s->batch, s->seq, C});
-  }
+  out = forward_output(m, *s);
   return {};
+}
+
+gpu::status gpt_cuda::evaluate(const tensor_handle& input, const tensor_handle& targets, tensor_handle& out) {
+  auto& m = *impl_;
+  TROUPE_GPU_TRY(m.check_forward("gpt_cuda::evaluate", input, targets));
+  if (m.eval_slot.resid.empty())
+    TROUPE_GPU_TRY(m.make_slot(m.eval_slot));
+  TROUPE_GPU_TRY(m.run_forward(m.eval_slot, input, targets));
+  out = forward_output(m, m.eval_slot);
+  return {};
+}
+
+int gpt_cuda::in_flight() const noexcept {
+  int n = 0;
+  for (const auto& s : impl_->slots)
+    n += s.used;
+  return n;
 }
 
 gpu::status gpt_cuda::backward(int mb, const tensor_handle& grad_out, float loss_scale, tensor_handle& dx) {
@@ -232,30 +259,6 @@ gpu::status gpt_cuda::loss(float& out) {
   TROUPE_GPU_TRY(synchronize());
   TROUPE_CUDA_CHECK(cudaMemcpy(&out, impl_->last_loss, sizeof(float), cudaMemcpyDeviceToHost));
   return {};
-}
-
-namespace {
-gpu::status download(gpt_cuda::impl& m, const std::string& name, const tensor_handle& flat, std::vector<float>& out,
-                     const char* op) {
-  for (const auto& p : m.params)
-    if (p.name == name) {
-      out.resize(std::size_t(p.numel));
-      if (m.stream)
-        TROUPE_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-      TROUPE_CUDA_CHECK(cudaMemcpy(out.data(), flat.data<float>() + p.offset, out.size() * sizeof(float),
-                                   cudaMemcpyDeviceToHost));
-      return {};
-    }
-  return fail(op, fmt::format("no parameter named '{}'", name));
-}
-} // namespace
-
-gpu::status gpt_cuda::download_param(const std::string& name, std::vector<float>& out) {
-  return download(*impl_, name, impl_->master, out, "gpt_cuda::download_param");
-}
-
-gpu::status gpt_cuda::download_grad(const std::string& name, std::vector<float>& out) {
-  return download(*impl_, name, impl_->grad, out, "gpt_cuda::download_grad");
 }
 
 } // namespace troupe::ops

@@ -1,0 +1,39 @@
+// What goes on the wire for a tensor: a CPU tensor's own bytes, and for a
+// device tensor a host copy taken once the work writing it is done.
+#include "actors/remote_codec.hpp"
+
+#include <cstring>
+
+#include <doctest/doctest.h>
+
+#include "runtime/testing_fake_device.hpp"
+
+using namespace troupe;
+
+TEST_CASE("a device activation or gradient crosses processes as a host copy taken after its fence") {
+  auto& fake_gpu = testing::fake_cuda_device();
+  auto act = tensor_handle::empty({2, 3, 4}, dtype::bf16, device::cuda(0));
+  for (int i = 0; i < 24; ++i)
+    act.data<std::uint16_t>()[i] = static_cast<std::uint16_t>(7 * i);
+  auto fence = std::make_shared<testing::counting_fence>();
+
+  auto f = remote::encode(3, activation_msg{5, 1, 2, act, {}, fence}, false);
+  CHECK(fence->waits == 1);
+  CHECK(fake_gpu.copies == 1);
+  REQUIRE(f.blobs.size() == 1);
+  CHECK(f.blobs[0].device() == device::cpu());
+  CHECK(f.blobs[0].nbytes() == act.nbytes());
+  CHECK(std::memcmp(f.blobs[0].raw(), act.raw(), act.nbytes()) == 0);
+
+  auto g = remote::encode(3, gradient_msg{5, 1, 0, act, {}, fence});
+  CHECK(fence->waits == 2);
+  REQUIRE(g.blobs.size() == 1);
+  CHECK(g.blobs[0].device() == device::cpu());
+
+  // A CPU tensor goes as it is: its own bytes, no copy, no wait.
+  auto host = tensor_handle::zeros({2, 3, 4});
+  auto h = remote::encode(3, activation_msg{5, 1, 2, host, {}, nullptr}, true);
+  REQUIRE(h.blobs.size() == 1);
+  CHECK(h.blobs[0].same_bytes(host));
+  CHECK(fake_gpu.copies == 2);
+}

@@ -1,0 +1,138 @@
+// The model chunk a pipeline stage drives, on whichever device it runs: the CPU
+// gpt_range, or gpt_cuda from the CUDA backend (loaded only when a graph asks).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+#include "ops/gpt.hpp"
+#include "runtime/device_fence.hpp"
+#include "runtime/graph_spec.hpp"
+#include "runtime/tensor_handle.hpp"
+
+namespace troupe {
+
+/// A tensor handed from one stage to another, and the device work that must
+/// finish before it may be read (null: readable now, as every host tensor is).
+struct stage_tensor {
+  tensor_handle value;
+  device_fence_ptr ready;
+  bool defined() const noexcept { return value.defined(); }
+};
+
+/// A parameter's name, shape and type, in the model's order.
+struct param_info {
+  std::string name;
+  shape_t shape;
+  dtype type = dtype::f32;
+};
+
+/// What a checkpoint holds of one model chunk, as host tensors in parameter order.
+struct model_state {
+  std::vector<ops::named_tensor> params;          ///< f32 weights (CPU: the live storage)
+  long steps = 0;                                 ///< AdamW steps taken
+  std::vector<tensor_handle> exp_avg, exp_avg_sq; ///< AdamW moments; empty before the first step
+};
+
+/// Layers [begin, end) of the GPT (ops/gpt.hpp describes the cut) with its AdamW
+/// shard, on one device. The stage engine's only view of the model.
+///
+/// Inputs: the first chunk takes i32 tokens [B, T]; the others take activations
+/// [B, T, d_model] in f32 or bf16, on the host or on a device, each converted to
+/// what the chunk computes in. An input's `ready` fence is honoured, and the
+/// input's storage is kept until the work that reads it is done. Outputs that go
+/// to another stage are stage_tensors owned by the caller (the model never writes
+/// them again). The last chunk's forward and evaluate return the loss as a host
+/// f32 [1]; its backward takes the loss gradient as a host f32 [1].
+///
+/// Errors (bad shapes, unknown microbatches, a device failure) throw
+/// std::runtime_error or std::invalid_argument naming the call; the stage actor
+/// reports them. One thread at a time.
+class stage_model {
+public:
+  virtual ~stage_model() = default;
+
+  virtual troupe::device device() const noexcept = 0;
+  virtual bool is_first() const noexcept = 0;
+  virtual bool is_last() const noexcept = 0;
+
+  /// Training forward of microbatch `mb`; the last chunk needs i32 `targets`.
+  virtual stage_tensor forward(int mb, const stage_tensor& input, const tensor_handle& targets) = 0;
+  /// Fused backward of `mb`: returns the gradient wrt its input (undefined for the first chunk).
+  virtual stage_tensor backward(int mb, const stage_tensor& grad_out) = 0;
+  /// Input-gradient half of backward (zero-bubble "I").
+  virtual stage_tensor backward_input(int mb, const stage_tensor& grad_out) = 0;
+  /// Weight-gradient half (zero-bubble "W"), after backward_input of the same `mb`.
+  virtual void backward_weight(int mb) = 0;
+  /// Forward for evaluation, keeping nothing for a backward.
+  virtual stage_tensor evaluate(const stage_tensor& input, const tensor_handle& targets) = 0;
+  /// Microbatches whose forward ran and whose backward has not finished.
+  virtual int in_flight() const = 0;
+
+  virtual void zero_grads() = 0;
+  /// Σ g² over this chunk's gradients (combined across chunks and ranks for clipping).
+  virtual double grad_sq_norm() = 0;
+  virtual void scale_grads(float factor) = 0;
+  /// One AdamW step at rate `lr`.
+  virtual void step(float lr) = 0;
+  /// AdamW's decoupled weight decay (matrices and embeddings only).
+  virtual void set_weight_decay(float decay) = 0;
+  virtual long optimizer_steps() const = 0;
+
+  /// Names, shapes and types of the parameters, in order (what a checkpoint must match).
+  virtual std::vector<param_info> param_layout() const = 0;
+  /// The parameters and AdamW state as host tensors (a device chunk copies them).
+  virtual model_state state() = 0;
+  /// Replaces the parameters and AdamW state: `params` in param_layout() order and
+  /// shapes, `steps` taken, the moments (empty when `steps` is 0). Checked first.
+  virtual void load_state(const std::vector<tensor_handle>& params, long steps,
+                          std::vector<tensor_handle> exp_avg, std::vector<tensor_handle> exp_avg_sq) = 0;
+};
+
+/// What a stage model is made from.
+struct stage_model_spec {
+  ops::gpt_config model;
+  int begin = 0, end = 0; ///< the layers [begin, end)
+  troupe::device device;
+  int max_batch = 1; ///< sequences per microbatch (device buffers are sized for it)
+  float weight_decay = 0.1f;
+};
+
+/// A stage model on the CPU over `range`, which it does not own (the engine
+/// keeps its CPU chunks together, for code that needs the gpt_range itself).
+std::unique_ptr<stage_model> make_cpu_stage_model(ops::gpt_range& range);
+
+/// The models of one device kind other than the CPU, registered by its backend.
+struct stage_model_backend {
+  /// How many devices this process can use, or why none (an errc::spawn_failed
+  /// error whose text says which call failed and how).
+  std::function<caf::expected<int>()> devices;
+  /// A model on `spec.device`; throws std::runtime_error when it cannot be made.
+  std::function<std::unique_ptr<stage_model>(const stage_model_spec& spec)> make;
+};
+
+/// Registers the backend for a device kind (the CUDA library does, when loaded).
+void register_stage_model_backend(device::kind_t kind, stage_model_backend b);
+
+/// The backend for `kind`, loading the CUDA one from the library beside this one
+/// at the first request; an errc::spawn_failed error says why there is none
+/// (built without it, or the library failed to load).
+caf::expected<stage_model_backend> stage_model_backend_for(device::kind_t kind);
+
+/// A model for `spec` (CPU models own their range here); throws std::runtime_error
+/// when the device has no backend or the model cannot be made on it.
+std::unique_ptr<stage_model> make_stage_model(const stage_model_spec& spec);
+
+/// The device pipeline stage `stage` runs on: its `device:` (`cpu`, `cuda:N`, or
+/// `cuda`, which means cuda:i where i is the stage's index among the CUDA stages
+/// on its node, by rank, modulo `cuda_devices`). An errc::spawn_failed error says
+/// why it cannot run: "device cuda:3 requested but ..." (no device, too few).
+/// `cuda_devices` is what the CUDA backend's devices() answered.
+caf::expected<troupe::device> stage_device(const actor_spec& stage, const graph_spec& g,
+                                           const caf::expected<int>& cuda_devices);
+
+} // namespace troupe
