@@ -177,7 +177,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
         ++st.sent;
         if (mb + 1 == cfg.microbatches && eval_due(cfg, step))
           send_eval(self, cfg, step);
-        if (mb + 1 == cfg.microbatches && cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0)
+        if (mb + 1 == cfg.microbatches && checkpoint_due(step + 1, cfg.checkpoint_every, cfg.steps))
           if (auto err = write_checkpoint(self, cfg, step + 1)) {
             st.done = true;
             self->send(st.runner, failed_atom::value,

@@ -2,6 +2,8 @@
 // action at a time, the step boundary when every microbatch has its gradient.
 #include "actors/stage_engine.hpp"
 
+#include "runtime/checkpoint.hpp"
+
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
@@ -10,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "ops/grad_clip.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/trace.hpp"
 
@@ -335,7 +338,7 @@ void stage_engine::finish_step() {
   forwards_started_ = 0;
   queue_.reset();
   ++step_;
-  if (cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0 && out_.checkpoint)
+  if (checkpoint_due(step_, cfg_.checkpoint_every, cfg_.steps) && out_.checkpoint)
     out_.checkpoint(step_);
   release_held();
 }

@@ -38,7 +38,7 @@ struct stage_config {
   std::vector<std::pair<int, int>> layers;  ///< [begin, end) per chunk, chunk c = virtual stage rank + c·ranks
   std::string policy = "1f1b";
   sched::policy_params policy_params;
-  std::int64_t checkpoint_every = 0;  ///< checkpoint after the update of step s when (s + 1) % every == 0; 0 = never
+  std::int64_t checkpoint_every = 0;  ///< checkpoint_due(steps done, every, steps) after each update; 0 = never
   troupe::device device;             ///< where the chunks run: cpu or cuda:N (already resolved)
   int max_batch = 1;                 ///< sequences per microbatch (a device model sizes its buffers for it)
 };

@@ -41,6 +41,13 @@ std::string checkpoint_folder_name(std::int64_t step);
 /// `stage0.safetensors`: the part `actor` writes.
 std::string checkpoint_part_name(const std::string& actor);
 
+/// Whether a checkpoint is taken once `steps_done` of `total` steps are done:
+/// after every `every` steps, and after the last step so the trained model is
+/// never lost when `every` does not divide `total`. Never when `every` is 0.
+constexpr bool checkpoint_due(std::int64_t steps_done, std::int64_t every, std::int64_t total) noexcept {
+  return every > 0 && steps_done > 0 && (steps_done % every == 0 || steps_done == total);
+}
+
 /// The actors of `g` that write a part of every checkpoint (pipeline stages and
 /// data loaders), in graph order.
 std::vector<std::string> checkpoint_actors(const graph_spec& g);

@@ -58,6 +58,16 @@ graph_spec load(const std::string& text, const fs::path& dir) {
 
 } // namespace
 
+TEST_CASE("checkpoints fall every `every` steps and after the last step, never with every = 0") {
+  CHECK(checkpoint_due(8, 8, 20));
+  CHECK(checkpoint_due(16, 8, 20));
+  CHECK_FALSE(checkpoint_due(12, 8, 20));
+  CHECK(checkpoint_due(20, 8, 20));   // the last step, though 20 % 8 != 0
+  CHECK(checkpoint_due(16, 8, 16));
+  CHECK_FALSE(checkpoint_due(0, 8, 20));
+  CHECK_FALSE(checkpoint_due(20, 0, 20));
+}
+
 TEST_CASE("a checkpoint is complete only when every checkpointing actor reported its step") {
   auto dir = fresh_dir("complete");
   checkpoint_tracker t(dir, {"loader", "s0", "s1"}, 2);

@@ -82,8 +82,8 @@ struct cluster_spec {
 
 /// `checkpoint: {dir, every, keep}`: where and how often a run saves its state
 /// (runtime/checkpoint.hpp describes the layout). `every` counts optimizer
-/// steps; the checkpoint after step s (0-based) is taken when (s + 1) % every == 0
-/// and named by the steps completed, `DIR/step-000016`.
+/// steps; a checkpoint is taken after every `every` steps and after the last one
+/// (checkpoint_due), named by the steps completed, `DIR/step-000016`.
 struct checkpoint_spec {
   bool present = false;          ///< the file has a `checkpoint:` section
   std::string dir;               ///< as written

@@ -256,3 +256,20 @@ TEST_CASE("a missing or mismatching --resume folder is refused with exit code 2 
                                   "actors are loader, s0, s1, s2, s3") != std::string::npos);
   CHECK(f.text("deeper.out").empty()); // nothing ran
 }
+
+TEST_CASE("a run whose length is not a multiple of checkpoint.every still saves its last step") {
+  fixture f;
+  auto ckpt = f.dir / "odd";
+  auto first = f.train({"--steps", "13", "--set", "checkpoint.dir=" + ckpt.string()}, "odd");
+  CHECK(first.at("steps") == 13);
+  CHECK(f.text("odd.out").find("checkpoint step 8 -> ") != std::string::npos);
+  CHECK(f.text("odd.out").find("checkpoint step 13 -> ") != std::string::npos);
+  CHECK(f.text("odd/latest") == "step-000013\n");
+  REQUIRE(fs::exists(ckpt / "step-000013" / "checkpoint.json"));
+  // Training on from the last step (a longer run) starts exactly there.
+  auto more = f.train({"--resume", ckpt.string(), "--steps", "16", "--set", "checkpoint.dir=" + ckpt.string()},
+                      "odd_more");
+  CHECK(more.at("first_step") == 13);
+  CHECK(more.at("steps") == 3);
+  CHECK(f.text("odd/latest") == "step-000016\n");
+}
