@@ -6,18 +6,17 @@
 #include <fstream>
 #include <thread>
 
-#include <boost/asio.hpp>
 #include <boost/beast.hpp>
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
 #include "runtime/trace.hpp"
+#include "tests/dashboard_client.hpp"
 
 using namespace troupe;
+using namespace troupe::testing;
 namespace beast = boost::beast;
 namespace http = beast::http;
-namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
 
 namespace {
 
@@ -49,37 +48,11 @@ struct fixture_dir {
   ~fixture_dir() { std::filesystem::remove_all(path); }
 };
 
-std::pair<std::string, std::string> split_url(const std::string& url) {  // http://host:port/
-  auto hp = url.substr(7, url.size() - 8);
-  auto c = hp.rfind(':');
-  return {hp.substr(0, c), hp.substr(c + 1)};
-}
-
-http::response<http::string_body> request(const std::string& url, http::verb verb, const std::string& target) {
-  asio::io_context ioc;
-  tcp::resolver resolver{ioc};
-  beast::tcp_stream stream{ioc};
-  auto [host, port] = split_url(url);
-  stream.connect(resolver.resolve(host, port));
-  http::request<http::string_body> req{verb, target, 11};
-  req.set(http::field::host, host);
-  req.prepare_payload();
-  http::write(stream, req);
-  beast::flat_buffer buf;
-  http::response<http::string_body> res;
-  http::read(stream, buf, res);
-  return res;
-}
-
 /// Reads WebSocket frames until `spans` spans arrived (or the feed says it finished and all came).
 std::size_t read_feed(const std::string& url, std::size_t spans, nlohmann::json& last_stats,
                       std::chrono::seconds limit) {
-  asio::io_context ioc;
-  tcp::resolver resolver{ioc};
-  beast::websocket::stream<tcp::socket> ws{ioc};
-  auto [host, port] = split_url(url);
-  asio::connect(ws.next_layer(), resolver.resolve(host, port));
-  ws.handshake(host, "/ws");
+  feed_connection feed{url};
+  auto& ws = feed.ws;
   std::size_t got = 0;
   auto deadline = std::chrono::steady_clock::now() + limit;
   while (got < spans && std::chrono::steady_clock::now() < deadline) {
@@ -122,16 +95,16 @@ TEST_CASE("the server serves the page and metrics, and nothing but reads") {
   REQUIRE(srv);
   auto url = (*srv)->url();
   CHECK(url.starts_with("http://127.0.0.1:"));
-  auto page = request(url, http::verb::get, "/");
+  auto page = http_request(url, http::verb::get, "/");
   CHECK(page.result() == http::status::ok);
   CHECK(page.body().find("<title>troupe</title>") != std::string::npos);
-  auto metrics = request(url, http::verb::get, "/metrics");
+  auto metrics = http_request(url, http::verb::get, "/metrics");
   CHECK(metrics.result() == http::status::ok);
   CHECK(metrics.body().find("troupe_actor_busy_fraction{actor=\"stage3\"") != std::string::npos);
   CHECK(metrics.body().find("troupe_loss 3.25") != std::string::npos);
-  CHECK(request(url, http::verb::post, "/metrics").result() == http::status::method_not_allowed);
-  CHECK(request(url, http::verb::get, "/../../etc/passwd").result() == http::status::not_found);
-  CHECK(request(url, http::verb::get, "/api/summary").body().find("stage0") != std::string::npos);
+  CHECK(http_request(url, http::verb::post, "/metrics").result() == http::status::method_not_allowed);
+  CHECK(http_request(url, http::verb::get, "/../../etc/passwd").result() == http::status::not_found);
+  CHECK(http_request(url, http::verb::get, "/api/summary").body().find("stage0") != std::string::npos);
 }
 
 TEST_CASE("a page that was never built is answered with how to build it") {
@@ -140,7 +113,7 @@ TEST_CASE("a page that was never built is answered with how to build it") {
   o.static_dir = "/nonexistent/dashboard";
   auto srv = dashboard_server::start_snapshot(synthetic(2, 10), o);
   REQUIRE(srv);
-  auto page = request((*srv)->url(), http::verb::get, "/");
+  auto page = http_request((*srv)->url(), http::verb::get, "/");
   CHECK(page.result() == http::status::service_unavailable);
   CHECK(page.body().find("npm run build") != std::string::npos);
 }
@@ -161,7 +134,7 @@ TEST_CASE("the live feed streams spans as the recorder gathers them") {
   r.count("loss", 4.0, 0);
   nlohmann::json stats;
   CHECK(read_feed((*srv)->url(), 500, stats, std::chrono::seconds(10)) == 500);
-  auto m = request((*srv)->url(), http::verb::get, "/metrics").body();
+  auto m = http_request((*srv)->url(), http::verb::get, "/metrics").body();
   CHECK(m.find("troupe_actor_busy_fraction{actor=\"live0\"") != std::string::npos);
   (*srv)->stop();
   r.disable();
@@ -207,7 +180,7 @@ TEST_CASE("batches ingested from two nodes keep their actors apart and drop span
   std::string m;
   for (int i = 0; i < 100 && m.find("troupe_trace_dropped_spans_total 17") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    m = request((*srv)->url(), http::verb::get, "/metrics").body();
+    m = http_request((*srv)->url(), http::verb::get, "/metrics").body();
   }
   CHECK(m.find("troupe_trace_dropped_spans_total 17") != std::string::npos);  // 3 + 4 reported, 10 orphans
   CHECK(m.find(R"(troupe_actor_busy_fraction{actor="to s2",type="channel",node="0"})") != std::string::npos);

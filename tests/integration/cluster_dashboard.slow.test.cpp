@@ -10,46 +10,22 @@
 #include <set>
 #include <string>
 #include <thread>
-#include <utility>  // before Boost.Asio, whose awaitable.hpp uses std::exchange without it
+#include <utility>
 
-#include <boost/asio.hpp>
 #include <boost/beast.hpp>
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/dashboard_client.hpp"
 #include "tests/integration/troupe_process.hpp"
 
 namespace fs = std::filesystem;
 namespace beast = boost::beast;
 namespace http = beast::http;
-namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
 using namespace std::chrono_literals;
 using namespace troupe::testing;
 
 namespace {
-
-/// `{host, port}` of `http://HOST:PORT/`.
-std::pair<std::string, std::string> split_url(const std::string& url) {
-  auto hp = url.substr(7, url.size() - 8);
-  auto c = hp.rfind(':');
-  return {hp.substr(0, c), hp.substr(c + 1)};
-}
-
-std::string get(const std::string& url, const std::string& target) {
-  asio::io_context ioc;
-  tcp::resolver resolver{ioc};
-  beast::tcp_stream stream{ioc};
-  auto [host, port] = split_url(url);
-  stream.connect(resolver.resolve(host, port));
-  http::request<http::string_body> req{http::verb::get, target, 11};
-  req.set(http::field::host, host);
-  http::write(stream, req);
-  beast::flat_buffer buf;
-  http::response<http::string_body> res;
-  http::read(stream, buf, res);
-  return res.body();
-}
 
 /// What a dashboard viewer has seen so far.
 struct viewer {
@@ -115,12 +91,8 @@ void watch_launch(bool probe_clocks) {
                               (dir / "trace.json").string()}};
   ::unsetenv("TROUPE_CLOCK_DOMAIN");
   auto url = launch.wait_for(R"(dashboard: (http://127\.0\.0\.1:\d+/))");
-  asio::io_context ioc;
-  tcp::resolver resolver{ioc};
-  beast::websocket::stream<tcp::socket> ws{ioc};
-  auto [host, port] = split_url(url);
-  asio::connect(ws.next_layer(), resolver.resolve(host, port));
-  ws.handshake(host, "/ws");
+  feed_connection feed{url};
+  auto& ws = feed.ws;
   viewer v;
   auto read_until = [&](auto done, std::chrono::seconds limit) {
     auto deadline = std::chrono::steady_clock::now() + limit;
@@ -165,7 +137,7 @@ void watch_launch(bool probe_clocks) {
   std::string metrics;
   auto deadline = std::chrono::steady_clock::now() + 30s;
   while (std::chrono::steady_clock::now() < deadline) {
-    metrics = get(url, "/metrics");
+    metrics = http_request(url, http::verb::get, "/metrics").body();
     if (metrics.find(R"(troupe_actor_busy_fraction{actor="s3",type="pipeline_stage",node="1"})") != std::string::npos)
       break;
     std::this_thread::sleep_for(300ms);
