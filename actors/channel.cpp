@@ -46,8 +46,10 @@ caf::behavior channel(channel_actor* self, std::string dest_name, std::uint16_t 
     [=](forward_atom, const activation_msg& m) { ship(remote::encode(dest, m, false)); },
     [=](eval_atom, const activation_msg& m) { ship(remote::encode(dest, m, true)); },
     [=](backward_atom, const gradient_msg& m) { ship(remote::encode(dest, m)); },
-    [=](norm_atom, step_t step, double sq) { ship(remote::encode_norm(dest, step, sq)); },
+    [=](norm_atom, step_t step, double sq, std::int32_t from) { ship(remote::encode_norm(dest, step, sq, from)); },
+    [=](clip_atom, step_t step, double total) { ship(remote::encode_clip(dest, step, total)); },
     [=](credit_atom, const credit_msg& m) { ship(remote::encode(dest, m)); },
+    [=](plan_atom, const step_plan_msg& m) { ship(remote::encode(dest, m)); },
   };
 }
 

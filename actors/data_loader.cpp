@@ -13,6 +13,7 @@
 #include "actors/pipeline_messages.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/trace.hpp"
+#include "schedulers/router.hpp"
 
 namespace troupe {
 
@@ -29,8 +30,8 @@ struct loader_settings {
   std::int64_t steps = 0;
   std::int64_t eval_every = 0;
   int eval_batches = 8;
-  std::string first_stage; ///< rank 0: gets tokens
-  std::string loss_stage;  ///< last rank: gets targets (may be the same actor)
+  std::string routing = "chain";         ///< the routing policy
+  sched::routing_params routing_params;  ///< the stages it routes over
   std::filesystem::path checkpoint_dir;  ///< empty: no checkpoints
   std::int64_t checkpoint_every = 0;
   std::map<std::string, std::string> identity;  ///< checkpoint_identity of this loader
@@ -40,9 +41,11 @@ struct loader_settings {
 
 struct data_loader_state {
   std::optional<byte_corpus> corpus;
-  caf::actor runner, first, loss;
-  std::uint16_t first_id = 0xffff, loss_id = 0xffff; ///< trace ids, for counted mailbox depth
-  std::int64_t sent = 0; ///< training microbatches sent so far
+  std::optional<sched::router_core> router;
+  caf::actor runner;
+  std::vector<caf::actor> actors;        ///< every actor of the graph, by index
+  std::vector<std::uint16_t> actor_ids;  ///< their trace ids, for counted mailbox depth
+  std::int64_t sent = 0; ///< training microbatches sent so far (a resumed run counts its earlier ones)
   std::uint64_t resume_position = 0; ///< corpus position read from the checkpoint
   bool done = false;
   std::uint16_t trace_id = 0;
@@ -51,24 +54,30 @@ struct data_loader_state {
 
 using loader_actor = caf::stateful_actor<data_loader_state>;
 
-/// Sends one microbatch to the first stage and, if it is another actor, the loss stage.
+template <class Atom, class Msg>
+void send_to(loader_actor* self, int actor, Atom atom, Msg m) {
+  auto& st = self->state;
+  trace_recorder::global().message_sent(st.actor_ids.at(static_cast<std::size_t>(actor)));
+  self->send(st.actors.at(static_cast<std::size_t>(actor)), atom, std::move(m));
+}
+
+/// Sends one microbatch along its route: the tokens to its first hop, the
+/// targets to its last (one message when that is the same actor).
 template <class Atom>
 void deliver(loader_actor* self, Atom atom, batch_msg m) {
-  auto& st = self->state;
-  auto& rec = trace_recorder::global();
-  if (st.loss != st.first) {
-    rec.message_sent(st.loss_id);
-    self->send(st.loss, atom, m);
+  int head = m.route.front().actor, tail = m.route.back().actor;
+  if (head != tail) {
+    batch_msg targets{m.step, m.microbatch, {}, std::move(m.targets), m.route};
+    send_to(self, tail, atom, std::move(targets));
   }
-  rec.message_sent(st.first_id);
-  self->send(st.first, atom, std::move(m));
+  send_to(self, head, atom, std::move(m));
 }
 
 void send_eval(loader_actor* self, const loader_settings& cfg, step_t after_step) {
   for (int k = 0; k < cfg.eval_batches; ++k) {
     token_batch b; // fresh handles: the stages hold them while we go on
     self->state.corpus->validation(k, cfg.batch, b);
-    deliver(self, eval_atom::value, batch_msg{after_step, k, b.tokens, b.targets, {}});
+    deliver(self, eval_atom::value, batch_msg{after_step, k, b.tokens, b.targets, self->state.router->eval_route()});
   }
 }
 
@@ -126,21 +135,62 @@ void report_done(loader_actor* self, const loader_settings& cfg) {
   self->send(self->state.runner, done_atom::value, std::move(sum));
 }
 
+void fail(loader_actor* self, const loader_settings& cfg, std::string what) {
+  self->state.done = true;
+  self->send(self->state.runner, failed_atom::value, failure_msg{cfg.name, std::move(what)});
+}
+
+/// Makes and sends every microbatch the receivers' credits allow, with each
+/// step's plans before its first microbatch, evaluation after the steps that
+/// call for it, and this loader's checkpoint part when one is due.
+void pump(loader_actor* self, const loader_settings& cfg) {
+  auto& st = self->state;
+  while (!st.done) {
+    auto e = st.router->next();
+    if (!e)
+      return;
+    for (const auto& [actor, plan] : e->plans)
+      send_to(self, actor, plan_atom::value, plan);
+    scoped_span s(st.trace_id, span_kind::send, static_cast<std::int32_t>(e->step), e->microbatch);
+    token_batch b;
+    st.corpus->next_train(cfg.batch, b);
+    s.get().bytes = b.tokens.nbytes() + b.targets.nbytes();
+    deliver(self, forward_atom::value, batch_msg{e->step, e->microbatch, b.tokens, b.targets, std::move(e->route)});
+    ++st.sent;
+    bool step_end = e->microbatch + 1 == cfg.microbatches;
+    if (step_end && eval_due(cfg, e->step))
+      send_eval(self, cfg, e->step);
+    if (step_end && checkpoint_due(e->step + 1, cfg.checkpoint_every, cfg.steps))
+      if (auto err = write_checkpoint(self, cfg, e->step + 1)) {
+        fail(self, cfg, fmt::format("checkpoint after step {} failed: {}", e->step + 1, error_message(err)));
+        return;
+      }
+    if (st.router->done())
+      report_done(self, cfg);
+  }
+}
+
 caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor runner) {
   self->state.runner = std::move(runner);
   self->state.trace_id = trace_recorder::global().register_actor(cfg.name, "data_loader");
   return {
     [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
       for (const auto& p : m.directory) {
-        auto tid = trace_recorder::global().actor_id(p.name).value_or(0xffff);
-        if (p.name == cfg.first_stage)
-          self->state.first = p.handle, self->state.first_id = tid;
-        if (p.name == cfg.loss_stage)
-          self->state.loss = p.handle, self->state.loss_id = tid;
+        self->state.actors.push_back(p.handle);
+        self->state.actor_ids.push_back(trace_recorder::global().actor_id(p.name).value_or(0xffff));
       }
       if (!cfg.resume_folder.empty())
         if (auto err = read_checkpoint(self, cfg))
           return err;
+      auto policy = sched::make_routing(cfg.routing, cfg.routing_params);
+      if (!policy)
+        return make_error(errc::invalid_argument, fmt::format("{}: {}", cfg.name, policy.error().message));
+      sched::router_config rc;
+      for (const auto& s : cfg.routing_params.stages)
+        rc.stage_actors.push_back(s.actor);
+      rc.microbatches = cfg.microbatches, rc.steps = cfg.steps, rc.first_step = cfg.resume_step;
+      rc.tokens_per_microbatch = static_cast<std::int64_t>(cfg.batch) * cfg.context;
+      self->state.router.emplace(std::move(rc), std::move(*policy));
       return caf::ok_atom::value;
     },
     [=](start_atom) {
@@ -148,46 +198,21 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
       try {
         st.corpus.emplace(cfg.corpus, cfg.context, cfg.val_fraction, cfg.seed);
       } catch (const std::exception& e) {
-        self->send(st.runner, failed_atom::value, failure_msg{cfg.name, e.what()});
-        return;
-      }
-      if (!st.first || !st.loss) {
-        self->send(st.runner, failed_atom::value,
-                   failure_msg{cfg.name, fmt::format("{}: no pipeline stage to feed (expected '{}' and '{}')",
-                                                     cfg.name, cfg.first_stage, cfg.loss_stage)});
+        fail(self, cfg, e.what());
         return;
       }
       st.corpus->seek(st.resume_position);
       // The loss before training (or at the resumed step): a baseline for the curve.
       send_eval(self, cfg, cfg.resume_step - 1);
-      if (st.sent == cfg.steps * cfg.microbatches)
+      if (st.router->done())
         report_done(self, cfg);
+      pump(self, cfg); // credits that came before the start
     },
     [=](credit_atom, const credit_msg& c) {
       auto& st = self->state;
-      for (int i = 0; i < c.count && !st.done; ++i) {
-        scoped_span s(st.trace_id, span_kind::send, static_cast<std::int32_t>(st.sent / cfg.microbatches),
-                      static_cast<std::int32_t>(st.sent % cfg.microbatches));
-        token_batch b;
-        st.corpus->next_train(cfg.batch, b);
-        step_t step = st.sent / cfg.microbatches;
-        auto mb = static_cast<std::int32_t>(st.sent % cfg.microbatches);
-        s.get().bytes = b.tokens.nbytes() + b.targets.nbytes();
-        deliver(self, forward_atom::value, batch_msg{step, mb, b.tokens, b.targets, {}});
-        ++st.sent;
-        if (mb + 1 == cfg.microbatches && eval_due(cfg, step))
-          send_eval(self, cfg, step);
-        if (mb + 1 == cfg.microbatches && checkpoint_due(step + 1, cfg.checkpoint_every, cfg.steps))
-          if (auto err = write_checkpoint(self, cfg, step + 1)) {
-            st.done = true;
-            self->send(st.runner, failed_atom::value,
-                       failure_msg{cfg.name, fmt::format("checkpoint after step {} failed: {}", step + 1,
-                                                         error_message(err))});
-            return;
-          }
-        if (st.sent == cfg.steps * cfg.microbatches)
-          report_done(self, cfg);
-      }
+      st.router->grant(c.from, c.count);
+      if (st.corpus)
+        pump(self, cfg);
     },
   };
 }
@@ -212,14 +237,40 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.identity = checkpoint_identity(g, ctx.spec);
   cfg.resume_folder = g.checkpoint.resume_folder;
   cfg.resume_step = g.checkpoint.resume_step;
-  int last_rank = -1;
-  for (const auto& a : g.actors) {
+  cfg.routing = g.pipeline.routing;
+  cfg.routing_params.layers = g.model.layers;
+  cfg.routing_params.paths = g.pipeline.paths;
+  for (std::size_t i = 0; i < g.actors.size(); ++i) {
+    const auto& a = g.actors[i];
     if (a.type != "pipeline_stage")
       continue;
-    if (a.rank == 0)
-      cfg.first_stage = a.name;
-    if (a.rank > last_rank)
-      last_rank = a.rank, cfg.loss_stage = a.name;
+    sched::route_stage s{static_cast<int>(i), a.name, {}};
+    for (const auto& r : a.layers)
+      s.chunks.emplace_back(r.begin, r.end);
+    cfg.routing_params.stages.push_back(std::move(s));
+  }
+  // Settle the routes now, so a bad path or a hop without a channel stops the run before it starts.
+  auto policy = sched::make_routing(cfg.routing, cfg.routing_params);
+  if (!policy)
+    return make_error(errc::invalid_argument, fmt::format("{}: {}", cfg.name, policy.error().message));
+  auto has_channel = [&](int from, int to) {
+    for (const auto& c : g.channels)
+      if (c.from == g.actors[static_cast<std::size_t>(from)].name && c.to == g.actors[static_cast<std::size_t>(to)].name)
+        return true;
+    return false;
+  };
+  auto self_index = static_cast<int>(g.find_actor(cfg.name) - g.actors.data());
+  for (int k = 0; k < std::max(cfg.microbatches, 1) * 4; ++k) {
+    auto r = (*policy)->route(k / std::max(cfg.microbatches, 1), k % std::max(cfg.microbatches, 1), k);
+    std::vector<std::pair<int, int>> edges{{self_index, r.front().actor}, {self_index, r.back().actor}};
+    for (std::size_t h = 0; h + 1 < r.size(); ++h)
+      edges.emplace_back(r[h].actor, r[h + 1].actor);
+    for (auto [from, to] : edges)
+      if (from != to && !has_channel(from, to))
+        return make_error(errc::invalid_argument,
+                          fmt::format("{}: route [{}] needs a channel from '{}' to '{}' (add it under channels:)",
+                                      cfg.name, to_string(r), g.actors[static_cast<std::size_t>(from)].name,
+                                      g.actors[static_cast<std::size_t>(to)].name));
   }
   return caf::actor{ctx.system.spawn(data_loader, std::move(cfg), ctx.runner)};
 }

@@ -28,9 +28,8 @@ struct stage_checkpointing {
 struct pipeline_stage_state {
   std::unique_ptr<stage_engine> engine;
   caf::actor runner;
-  std::map<int, caf::actor> ranks;
-  std::map<int, std::uint16_t> rank_ids;  ///< trace ids of the stages, for counted mailbox depth
-  caf::actor loader;
+  std::vector<caf::actor> actors;         ///< every actor of the graph, by index (routes name them so)
+  std::vector<std::uint16_t> actor_ids;   ///< their trace ids, for counted mailbox depth
   bool kick_pending = false;
   bool wake_pending = false;
   bool done_sent = false;
@@ -181,33 +180,34 @@ caf::error restore_checkpoint(stage_actor* self, const stage_checkpointing& ck) 
 }
 
 caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor runner, std::int64_t tokens,
-                             std::map<std::string, int> stage_ranks, stage_checkpointing ck) {
+                             stage_checkpointing ck) {
   auto& st = self->state;
   st.runner = std::move(runner);
   st.tokens_per_step = tokens;
   auto id = trace_recorder::global().register_actor(cfg.name, "pipeline_stage");
   stage_outbox out;
-  auto sent_to = [self](int rank) { trace_recorder::global().message_sent(self->state.rank_ids.at(rank)); };
-  out.forward = [self, id, sent_to](int rank, const activation_msg& m) {
-    record_send(id, m.step, m.stage, m.microbatch, 0, m.activation.nbytes(), false);
-    sent_to(rank);
-    self->send(self->state.ranks.at(rank), forward_atom::value, m);
+  // Every message goes to an actor named by index; a broken route is a failure, not a crash.
+  auto to = [self](int actor) -> const caf::actor& {
+    auto& all = self->state.actors;
+    if (actor < 0 || static_cast<std::size_t>(actor) >= all.size() || !all[static_cast<std::size_t>(actor)])
+      throw std::runtime_error(fmt::format("no actor {} in the graph to send to", actor));
+    trace_recorder::global().message_sent(self->state.actor_ids[static_cast<std::size_t>(actor)]);
+    return all[static_cast<std::size_t>(actor)];
   };
-  out.backward = [self, id, sent_to](int rank, const gradient_msg& m) {
-    record_send(id, m.step, m.stage, m.microbatch, 1, m.gradient.nbytes(), false);
-    sent_to(rank);
-    self->send(self->state.ranks.at(rank), backward_atom::value, m);
+  out.forward = [self, id, to](int actor, const activation_msg& m) {
+    record_send(id, m.step, m.hop, m.microbatch, 0, m.activation.nbytes(), false);
+    self->send(to(actor), forward_atom::value, m);
   };
-  out.eval = [self, sent_to](int rank, const activation_msg& m) {
-    sent_to(rank);
-    self->send(self->state.ranks.at(rank), eval_atom::value, m);
+  out.backward = [self, id, to](int actor, const gradient_msg& m) {
+    record_send(id, m.step, m.hop, m.microbatch, 1, m.gradient.nbytes(), false);
+    self->send(to(actor), backward_atom::value, m);
   };
-  out.norm = [self](step_t step, double sq) {
-    for (auto& [rank, a] : self->state.ranks)
-      if (rank != self->state.engine->config().rank)
-        self->send(a, norm_atom::value, step, sq);
+  out.eval = [self, to](int actor, const activation_msg& m) { self->send(to(actor), eval_atom::value, m); };
+  out.credit = [self, to](int actor, const credit_msg& m) { self->send(to(actor), credit_atom::value, m); };
+  out.norm = [self, to](int reducer, step_t step, double sq) {
+    self->send(to(reducer), norm_atom::value, step, sq, static_cast<std::int32_t>(self->state.engine->config().actor));
   };
-  out.credit = [self](int n) { self->send(self->state.loader, credit_atom::value, credit_msg{n}); };
+  out.clip = [self, to](int actor, step_t step, double total) { self->send(to(actor), clip_atom::value, step, total); };
   if (!ck.dir.empty())
     out.checkpoint = [self, ck](step_t steps) { write_checkpoint(self, ck, steps); };
   try {
@@ -219,16 +219,9 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
   return {
     [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
       for (const auto& p : m.directory) {
-        if (auto i = stage_ranks.find(p.name); i != stage_ranks.end()) {
-          self->state.ranks[i->second] = p.handle;
-          self->state.rank_ids[i->second] = trace_recorder::global().actor_id(p.name).value_or(0xffff);
-        }
-        else if (p.type == "data_loader")
-          self->state.loader = p.handle;
+        self->state.actors.push_back(p.handle);
+        self->state.actor_ids.push_back(trace_recorder::global().actor_id(p.name).value_or(0xffff));
       }
-      if (self->state.ranks.size() != stage_ranks.size())
-        fail(self, fmt::format("{}: the graph lists {} pipeline stages but only {} were connected",
-                               m.self, stage_ranks.size(), self->state.ranks.size()));
       if (!ck.resume_folder.empty() && self->state.engine)
         if (auto err = restore_checkpoint(self, ck))
           return err;
@@ -237,6 +230,10 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
     [=](start_atom) {
       self->state.started_ns = trace_now();
       handle(self, [](stage_engine& e) { return e.start(), true; });
+    },
+    [=](plan_atom, const step_plan_msg& m) {
+      trace_recorder::global().message_received(id);
+      handle(self, [&](stage_engine& e) { return e.on_plan(m), true; });
     },
     [=](forward_atom, const batch_msg& m) {
       span r; // the loader records no flows: a plain receive span with the counted depth
@@ -252,7 +249,7 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
       handle(self, [&](stage_engine& e) { return e.on_batch(m, true), true; });
     },
     [=](forward_atom, const activation_msg& m) {
-      record_send(id, m.step, m.stage, m.microbatch, 0, m.activation.nbytes(), true);
+      record_send(id, m.step, m.hop, m.microbatch, 0, m.activation.nbytes(), true);
       handle(self, [&](stage_engine& e) { return e.on_activation(m, false), true; });
     },
     [=](eval_atom, const activation_msg& m) {
@@ -260,10 +257,21 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
       handle(self, [&](stage_engine& e) { return e.on_activation(m, true), true; });
     },
     [=](backward_atom, const gradient_msg& m) {
-      record_send(id, m.step, m.stage, m.microbatch, 1, m.gradient.nbytes(), true);
+      record_send(id, m.step, m.hop, m.microbatch, 1, m.gradient.nbytes(), true);
       handle(self, [&](stage_engine& e) { return e.on_gradient(m), true; });
     },
-    [=](norm_atom, step_t step, double sq) { handle(self, [&](stage_engine& e) { return e.on_norm(step, sq), true; }); },
+    [=](credit_atom, const credit_msg& m) {
+      trace_recorder::global().message_received(id);
+      handle(self, [&](stage_engine& e) { return e.on_credit(m), true; });
+    },
+    [=](norm_atom, step_t step, double sq, std::int32_t from) {
+      trace_recorder::global().message_received(id);
+      handle(self, [&](stage_engine& e) { return e.on_norm(step, sq, from), true; });
+    },
+    [=](clip_atom, step_t step, double total) {
+      trace_recorder::global().message_received(id);
+      handle(self, [&](stage_engine& e) { return e.on_clip(step, total), true; });
+    },
     [=](continue_atom) {
       self->state.kick_pending = false;
       handle(self, [self](stage_engine& e) {
@@ -295,8 +303,31 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   c.ranks = 0;
   for (const auto& a : g.actors)
     c.ranks += a.type == "pipeline_stage";
+  auto index_of = [&](const std::string& name) {
+    for (std::size_t i = 0; i < g.actors.size(); ++i)
+      if (g.actors[i].name == name)
+        return static_cast<int>(i);
+    return -1;
+  };
+  c.actor = index_of(spec.name);
+  for (std::size_t i = 0; i < g.actors.size(); ++i)
+    if (g.actors[i].type == "data_loader")
+      c.router = static_cast<int>(i);
   c.chunks = static_cast<int>(spec.layers.size());
-  c.microbatches = g.pipeline.microbatches;
+  for (const auto& r : spec.layers)
+    c.loss |= r.end == g.model.layers;
+  // Credits for every actor that sends here: the channel's, else the policy's
+  // default (0); targets from the router get more, being small and needed a
+  // pipeline's depth ahead.
+  bool first = false;
+  for (const auto& r : spec.layers)
+    first |= r.begin == 0;
+  for (const auto& ch : g.channels)
+    if (ch.to == spec.name) {
+      int from = index_of(ch.from);
+      bool targets_only = from == c.router && c.loss && !first;
+      c.input_credits[from] = ch.credits > 0 ? ch.credits : targets_only ? sched::default_target_credits(c.ranks) : 0;
+    }
   c.steps = g.train.steps;
   c.eval_every = g.train.eval_every;
   c.eval_batches = g.train.eval_batches;
@@ -317,6 +348,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     c.layers.emplace_back(r.begin, r.end);
   c.policy = g.pipeline.schedule;
   c.policy_params.table_file = g.pipeline.table_path.string();
+  c.policy_params.microbatches = g.pipeline.microbatches;  // until the rule policies land (wt-a)
   c.checkpoint_every = g.checkpoint.dir_path.empty() ? 0 : g.checkpoint.every;
   c.max_batch = g.data.batch;
   return c;
@@ -336,13 +368,9 @@ caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx) {
     return dev.error();
   cfg.device = *dev;
   auto tokens = ctx.graph.tokens_per_step();
-  std::map<std::string, int> stage_ranks;
-  for (const auto& a : ctx.graph.actors)
-    if (a.type == "pipeline_stage")
-      stage_ranks[a.name] = a.rank;
   stage_checkpointing ck{ctx.graph.checkpoint.dir_path, checkpoint_identity(ctx.graph, ctx.spec),
                          ctx.graph.checkpoint.resume_folder, ctx.graph.checkpoint.resume_step};
-  auto self = ctx.system.spawn(pipeline_stage, std::move(cfg), ctx.runner, tokens, std::move(stage_ranks),
+  auto self = ctx.system.spawn(pipeline_stage, std::move(cfg), ctx.runner, tokens,
                                std::move(ck));
   return caf::actor{self};
 }

@@ -56,13 +56,19 @@ tensor_handle get_tensor(byte_reader& r, net::frame& f, std::size_t& blob) {
 }
 
 void put_route(net::frame& f, const route_t& route) {
-  byte_writer{f.meta}.put(route);
+  byte_writer w{f.meta};
+  w.put(static_cast<std::uint32_t>(route.size()));
+  for (const auto& h : route)
+    w.put(h.actor), w.put(h.chunk);
 }
 
 route_t get_route(byte_reader& r) {
-  route_t route(r.get_count(sizeof(std::int32_t)));
-  for (auto& x : route)
-    x = r.get<std::int32_t>();
+  route_t route(r.get_count(2 * sizeof(std::int32_t)));
+  for (auto& h : route) {
+    h.actor = r.get<std::int32_t>(), h.chunk = r.get<std::int32_t>();
+    if (h.actor < 0 || h.chunk < 0)
+      throw malformed_input(fmt::format("route hop {}.{}", h.actor, h.chunk));
+  }
   return route;
 }
 
@@ -87,25 +93,33 @@ net::frame encode(std::uint16_t dest, const batch_msg& m, bool eval) {
 }
 
 net::frame encode(std::uint16_t dest, const activation_msg& m, bool eval) {
-  auto f = head(eval ? data_kind::eval_activation : data_kind::activation, dest, m.step, m.microbatch, m.stage);
+  auto f = head(eval ? data_kind::eval_activation : data_kind::activation, dest, m.step, m.microbatch, m.hop);
   put_tensor(f, m.activation, m.ready.get());
   put_route(f, m.route);
   return f;
 }
 
 net::frame encode(std::uint16_t dest, const gradient_msg& m) {
-  auto f = head(data_kind::gradient, dest, m.step, m.microbatch, m.stage);
+  auto f = head(data_kind::gradient, dest, m.step, m.microbatch, m.hop);
   put_tensor(f, m.gradient, m.ready.get());
   put_route(f, m.route);
   return f;
 }
 
-net::frame encode_norm(std::uint16_t dest, step_t step, double sq_norm) {
-  return head(data_kind::norm, dest, step, sq_norm);
+net::frame encode_norm(std::uint16_t dest, step_t step, double sq_norm, std::int32_t from) {
+  return head(data_kind::norm, dest, step, sq_norm, from);
+}
+
+net::frame encode_clip(std::uint16_t dest, step_t step, double total_sq) {
+  return head(data_kind::clip, dest, step, total_sq);
 }
 
 net::frame encode(std::uint16_t dest, const credit_msg& m) {
-  return head(data_kind::credit, dest, m.count);
+  return head(data_kind::credit, dest, m.count, m.from);
+}
+
+net::frame encode(std::uint16_t dest, const step_plan_msg& m) {
+  return head(data_kind::plan, dest, m.step, m.hops, m.tokens, m.participants, m.reducer);
 }
 
 void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& local) {
@@ -136,7 +150,7 @@ void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& loc
     case data_kind::activation:
     case data_kind::eval_activation: {
       activation_msg m;
-      m.step = r.get<step_t>(), m.microbatch = r.get<std::int32_t>(), m.stage = r.get<std::int32_t>();
+      m.step = r.get<step_t>(), m.microbatch = r.get<std::int32_t>(), m.hop = r.get<std::int32_t>();
       m.activation = get_tensor(r, f, blob), m.route = get_route(r);
       finish();
       if (f.kind == static_cast<std::uint16_t>(data_kind::activation))
@@ -147,7 +161,7 @@ void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& loc
     }
     case data_kind::gradient: {
       gradient_msg m;
-      m.step = r.get<step_t>(), m.microbatch = r.get<std::int32_t>(), m.stage = r.get<std::int32_t>();
+      m.step = r.get<step_t>(), m.microbatch = r.get<std::int32_t>(), m.hop = r.get<std::int32_t>();
       m.gradient = get_tensor(r, f, blob), m.route = get_route(r);
       finish();
       caf::anon_send(dest, backward_atom::value, std::move(m));
@@ -156,14 +170,31 @@ void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& loc
     case data_kind::norm: {
       auto step = r.get<step_t>();
       auto sq = r.get<double>();
+      auto from = r.get<std::int32_t>();
       finish();
-      caf::anon_send(dest, norm_atom::value, step, sq);
+      caf::anon_send(dest, norm_atom::value, step, sq, from);
+      return;
+    }
+    case data_kind::clip: {
+      auto step = r.get<step_t>();
+      auto total = r.get<double>();
+      finish();
+      caf::anon_send(dest, clip_atom::value, step, total);
       return;
     }
     case data_kind::credit: {
-      credit_msg m{r.get<std::int32_t>()};
+      credit_msg m;
+      m.count = r.get<std::int32_t>(), m.from = r.get<std::int32_t>();
       finish();
       caf::anon_send(dest, credit_atom::value, m);
+      return;
+    }
+    case data_kind::plan: {
+      step_plan_msg m;
+      m.step = r.get<step_t>(), m.hops = r.get<std::int32_t>(), m.tokens = r.get<std::int64_t>();
+      m.participants = r.get<std::int32_t>(), m.reducer = r.get<std::int32_t>();
+      finish();
+      caf::anon_send(dest, plan_atom::value, m);
       return;
     }
   }

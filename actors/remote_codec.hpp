@@ -20,16 +20,20 @@ enum class data_kind : std::uint16_t {
   activation,       ///< (forward_atom, activation_msg)
   eval_activation,  ///< (eval_atom, activation_msg)
   gradient,         ///< (backward_atom, gradient_msg)
-  norm,             ///< (norm_atom, step_t, double)
+  norm,             ///< (norm_atom, step_t, double, int32 from)
   credit,           ///< (credit_atom, credit_msg)
+  clip,             ///< (clip_atom, step_t, double)
+  plan,             ///< (plan_atom, step_plan_msg)
 };
 
 /// `dest` is the receiving actor's index in graph_spec::actors.
 net::frame encode(std::uint16_t dest, const batch_msg& m, bool eval);
 net::frame encode(std::uint16_t dest, const activation_msg& m, bool eval);
 net::frame encode(std::uint16_t dest, const gradient_msg& m);
-net::frame encode_norm(std::uint16_t dest, step_t step, double sq_norm);
+net::frame encode_norm(std::uint16_t dest, step_t step, double sq_norm, std::int32_t from);
+net::frame encode_clip(std::uint16_t dest, step_t step, double total_sq);
 net::frame encode(std::uint16_t dest, const credit_msg& m);
+net::frame encode(std::uint16_t dest, const step_plan_msg& m);
 
 /// Decodes `f` and sends its message to `local(dest)`, anonymously. Throws
 /// malformed_input (runtime/bytes.hpp) on anything it cannot decode, and when

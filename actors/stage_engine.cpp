@@ -41,8 +41,7 @@ Slot take(Slot& slot, const char* what, const std::string& who) {
 } // namespace
 
 stage_engine::stage_engine(stage_config cfg, stage_outbox out)
-  : cfg_(std::move(cfg)), out_(std::move(out)),
-    queue_(cfg_.rank, cfg_.ranks, cfg_.microbatches, cfg_.chunks) {
+  : cfg_(std::move(cfg)), out_(std::move(out)), queue_(cfg_.rank, cfg_.ranks, 0, cfg_.chunks) {
   if (static_cast<int>(cfg_.layers.size()) != cfg_.chunks)
     throw std::invalid_argument(fmt::format("{}: {} layer ranges for {} chunks", cfg_.name, cfg_.layers.size(),
                                             cfg_.chunks));
@@ -57,34 +56,54 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out)
       models_.push_back(make_stage_model({cfg_.model, b, e, cfg_.device, cfg_.max_batch, cfg_.weight_decay}));
   }
   auto p = cfg_.policy_params;
-  p.rank = cfg_.rank, p.ranks = cfg_.ranks, p.microbatches = cfg_.microbatches, p.chunks = cfg_.chunks;
+  p.rank = cfg_.rank, p.ranks = cfg_.ranks, p.chunks = cfg_.chunks;
   auto made = sched::make_policy(cfg_.policy, p);
   if (!made)
     throw std::invalid_argument(fmt::format("{}: {}", cfg_.name, made.error().message));
   policy_ = std::move(*made);
-  auto slots = static_cast<std::size_t>(cfg_.chunks * cfg_.microbatches);
-  inputs_.resize(slots);
-  grads_.resize(slots);
-  targets_.resize(static_cast<std::size_t>(cfg_.microbatches));
-  loss_grad_ = tensor_handle::empty({1});
-  loss_grad_.data<float>()[0] = 1.0f / static_cast<float>(cfg_.microbatches);
+  work_.resize(static_cast<std::size_t>(cfg_.chunks));
+  for (auto& [from, n] : cfg_.input_credits)
+    if (n <= 0)
+      n = sched::default_credits(policy_->in_flight_limit());
 }
 
-std::size_t stage_engine::slot(int stage, int mb) const {
-  if (!queue_.owns(stage) || mb < 0 || mb >= cfg_.microbatches)
-    throw std::runtime_error(fmt::format("{}: message for stage {} microbatch {}, but this rank owns other stages "
-                                         "or a step has {} microbatches",
-                                         cfg_.name, stage, mb, cfg_.microbatches));
-  return static_cast<std::size_t>(stage / cfg_.ranks * cfg_.microbatches + mb);
+int stage_engine::credits_granted() const noexcept {
+  int n = 0;
+  for (const auto& [from, c] : cfg_.input_credits)
+    n += c;
+  return n;
 }
 
-bool stage_engine::owns_loss() const noexcept {
-  return queue_.owns(queue_.stages() - 1);
+stage_engine::work& stage_engine::slot(int chunk, int mb) {
+  if (chunk < 0 || chunk >= cfg_.chunks || mb < 0 || mb > (1 << 20))
+    throw std::runtime_error(fmt::format("{}: message for chunk {} microbatch {}, but this stage holds {} chunks",
+                                         cfg_.name, chunk, mb, cfg_.chunks));
+  auto& w = work_[static_cast<std::size_t>(chunk)];
+  if (static_cast<std::size_t>(mb) >= w.size())
+    w.resize(static_cast<std::size_t>(mb) + 1);
+  return w[static_cast<std::size_t>(mb)];
+}
+
+int stage_engine::chunk_of_hop(const route_t& r, int hop) const {
+  if (hop < 0 || hop >= static_cast<int>(r.size()) || r[static_cast<std::size_t>(hop)].actor != cfg_.actor)
+    throw std::runtime_error(fmt::format("{}: a message for hop {} of route [{}], which is not this stage (actor {})",
+                                         cfg_.name, hop, to_string(r), cfg_.actor));
+  return r[static_cast<std::size_t>(hop)].chunk;
 }
 
 void stage_engine::start() {
-  if (cfg_.rank == 0 && cfg_.steps > 0)
-    out_.credit(cfg_.microbatches);
+  for (const auto& [from, n] : cfg_.input_credits)
+    out_.credit(from, credit_msg{n, cfg_.actor});
+}
+
+void stage_engine::return_credit(int to, int count) {
+  if (to >= 0 && to != cfg_.actor)
+    out_.credit(to, credit_msg{count, cfg_.actor});
+}
+
+void stage_engine::hold(held h) {
+  held_.push_back(std::move(h));
+  max_held_ = std::max(max_held_, held_.size());
 }
 
 void stage_engine::release_held() {
@@ -99,10 +118,33 @@ void stage_engine::release_held() {
   }
 }
 
-void stage_engine::push_input(int stage, int mb) {
-  if (queue_.is_last_stage(stage) && !targets_[slot(stage, mb) % static_cast<std::size_t>(cfg_.microbatches)].defined())
+void stage_engine::on_plan(const step_plan_msg& m) {
+  if (m.step < step_ || plans_.contains(m.step))
+    throw std::runtime_error(fmt::format("{}: a second plan for step {}, or one for a step already done (at {})",
+                                         cfg_.name, m.step, step_));
+  plans_[m.step] = m;
+  if (m.step == step_)
+    apply_plan();
+}
+
+void stage_engine::apply_plan() {
+  auto i = plans_.find(step_);
+  if (i == plans_.end())
+    return;
+  queue_.expect(i->second.hops);
+  step_tokens_ = i->second.tokens;
+  maybe_reduce(step_); // norms that reached the reducer before its plan
+  maybe_finish_step(); // a step with no work here
+}
+
+void stage_engine::push_input(int c, int mb) {
+  auto& w = slot(c, mb);
+  auto hops = static_cast<int>(w.route.size());
+  if (w.hop + 1 == hops && !w.targets.defined())
     return; // the loss needs its targets too; on_batch pushes when they come
-  if (auto r = queue_.push_forward(stage, mb); !r)
+  int next = w.hop + 1 < hops ? w.route[static_cast<std::size_t>(w.hop + 1)].actor : -1;
+  sched::hop_info info{w.hop, hops - w.hop, next == cfg_.actor ? -1 : next};
+  if (auto r = queue_.push_forward(queue_.stage_of(c), mb, info); !r)
     throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
 }
 
@@ -110,66 +152,84 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
   // Training work of a later step waits for this step's update; evaluation after
   // step s waits until step s's update is applied here.
   if (is_future(m.step, eval)) {
-    held_.push_back({held::batch, eval, m, {}, {}});
+    hold({held::batch, eval, m, {}, {}});
     return;
   }
-  int last = queue_.stages() - 1;
+  if (m.route.empty())
+    throw std::runtime_error(fmt::format("{}: a batch for step {} microbatch {} without a route", cfg_.name, m.step,
+                                         m.microbatch));
+  int last = static_cast<int>(m.route.size()) - 1;
+  bool has_tokens = m.tokens.defined(), has_targets = m.targets.defined();
+  if (has_targets)
+    chunk_of_hop(m.route, last); // checks that the loss hop is here
   if (eval) {
-    if (owns_loss())
+    if (has_targets)
       eval_targets_[m.microbatch] = m.targets;
-    if (cfg_.rank == 0)
-      run_eval(0, m.microbatch, {m.tokens, nullptr}, m.step);
-    else if (auto i = eval_inputs_.find(m.microbatch); i != eval_inputs_.end()) {
-      auto act = std::move(i->second);
+    if (has_tokens)
+      run_eval(m.route, 0, m.microbatch, {m.tokens, nullptr}, m.step);
+    else if (auto i = eval_inputs_.find(m.microbatch); has_targets && i != eval_inputs_.end()) {
+      auto [route, act] = std::move(i->second);
       eval_inputs_.erase(i);
-      run_eval(last, m.microbatch, act, m.step);
+      run_eval(route, last, m.microbatch, act, m.step);
     }
     return;
   }
-  if (owns_loss()) {
-    targets_[static_cast<std::size_t>(m.microbatch)] = m.targets;
-    if (inputs_[slot(last, m.microbatch)].defined())
-      push_input(last, m.microbatch);
+  if (has_targets) {
+    int c = m.route.back().chunk;
+    auto& w = slot(c, m.microbatch);
+    w.targets = m.targets;
+    if (!has_tokens && w.hop == last)
+      push_input(c, m.microbatch); // the activation came first
   }
-  if (cfg_.rank == 0) {
-    inputs_[slot(0, m.microbatch)] = {m.tokens, nullptr};
-    push_input(0, m.microbatch);
+  if (has_tokens) {
+    int c = chunk_of_hop(m.route, 0);
+    auto& w = slot(c, m.microbatch);
+    w.route = m.route, w.hop = 0, w.input = {m.tokens, nullptr};
+    push_input(c, m.microbatch);
   }
 }
 
 void stage_engine::on_activation(const activation_msg& m, bool eval) {
   if (is_future(m.step, eval)) {
-    held_.push_back({held::activation, eval, {}, m, {}});
+    hold({held::activation, eval, {}, m, {}});
     return;
   }
+  int c = chunk_of_hop(m.route, m.hop);
   if (eval) {
-    if (queue_.is_last_stage(m.stage) && !eval_targets_.contains(m.microbatch))
-      eval_inputs_[m.microbatch] = {m.activation, m.ready};
+    if (m.hop + 1 == static_cast<int>(m.route.size()) && !eval_targets_.contains(m.microbatch))
+      eval_inputs_[m.microbatch] = {m.route, {m.activation, m.ready}};
     else
-      run_eval(m.stage, m.microbatch, {m.activation, m.ready}, m.step);
+      run_eval(m.route, m.hop, m.microbatch, {m.activation, m.ready}, m.step);
     return;
   }
-  inputs_[slot(m.stage, m.microbatch)] = {m.activation, m.ready};
-  push_input(m.stage, m.microbatch);
+  auto& w = slot(c, m.microbatch);
+  w.route = m.route, w.hop = m.hop, w.input = {m.activation, m.ready};
+  push_input(c, m.microbatch);
 }
 
 void stage_engine::on_gradient(const gradient_msg& m) {
   if (is_future(m.step, false)) {
-    held_.push_back({held::gradient, false, {}, {}, m});
+    hold({held::gradient, false, {}, {}, m});
     return;
   }
-  grads_[slot(m.stage, m.microbatch)] = {m.gradient, m.ready};
-  if (auto r = queue_.push_backward(m.stage, m.microbatch); !r)
+  int c = chunk_of_hop(m.route, m.hop);
+  slot(c, m.microbatch).grad = {m.gradient, m.ready};
+  if (auto r = queue_.push_backward(queue_.stage_of(c), m.microbatch); !r)
     throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
 }
 
-void stage_engine::run_eval(int stage, int k, const stage_tensor& input, step_t step) {
-  bool last = queue_.is_last_stage(stage);
+void stage_engine::on_credit(const credit_msg& m) {
+  queue_.grant(m.from, m.count);
+}
+
+void stage_engine::run_eval(const route_t& route, int hop, int k, const stage_tensor& input, step_t step) {
+  int c = chunk_of_hop(route, hop);
+  bool last = hop + 1 == static_cast<int>(route.size());
   stage_tensor y;
   {
     scoped_span s(trace_id, span_kind::eval, static_cast<std::int32_t>(step), k);
     auto t0 = trace_now();
-    y = chunk(stage).evaluate(input, last ? eval_targets_.at(k) : tensor_handle{});
+    y = chunk(c).evaluate(input, last ? eval_targets_.at(k) : tensor_handle{});
     compute_ns_ += trace_now() - t0;
   }
   if (last) {
@@ -182,11 +242,12 @@ void stage_engine::run_eval(int stage, int k, const stage_tensor& input, step_t 
     }
     return;
   }
-  activation_msg next{step, k, stage + 1, y.value, {}, y.ready};
-  if (rank_of(stage + 1) == cfg_.rank)
+  activation_msg next{step, k, hop + 1, y.value, route, y.ready};
+  int to = route[static_cast<std::size_t>(hop + 1)].actor;
+  if (to == cfg_.actor)
     on_activation(next, true);
   else
-    out_.eval(rank_of(stage + 1), next);
+    out_.eval(to, next);
 }
 
 namespace {
@@ -196,7 +257,7 @@ double seconds_now() {
 } // namespace
 
 std::optional<double> stage_engine::wake_in() const {
-  if (awaiting_norms_ || training_done())
+  if (awaiting_total_ || training_done())
     return std::nullopt;
   auto t = policy_->wake_at(queue_);
   if (!t)
@@ -205,7 +266,7 @@ std::optional<double> stage_engine::wake_in() const {
 }
 
 bool stage_engine::run_one() {
-  if (awaiting_norms_ || training_done())
+  if (awaiting_total_ || training_done())
     return false;
   queue_.set_now(seconds_now());
   auto a = policy_->next(queue_);
@@ -233,29 +294,44 @@ void stage_engine::execute(const sched::action& a) {
                                          sched::to_string(a), r.error().message));
   scoped_span s(trace_id, span_of(a.kind), static_cast<std::int32_t>(step_), a.microbatch);
   auto t0 = trace_now();
-  auto& c = chunk(a.stage);
-  bool last = queue_.is_last_stage(a.stage);
+  int c = queue_.chunk_of(a.stage);
+  auto& w = slot(c, a.microbatch);
+  auto& model = chunk(c);
+  int hops = static_cast<int>(w.route.size());
+  bool last = w.hop + 1 == hops;
   stage_tensor out;
   if (a.kind == sched::op_kind::forward) {
-    auto input = take(inputs_[slot(a.stage, a.microbatch)], "input", cfg_.name);
+    // The input's buffer is free once the forward starts: give its sender the credit back.
+    return_credit(w.hop == 0 ? cfg_.router : w.route[static_cast<std::size_t>(w.hop - 1)].actor);
+    auto input = take(w.input, "input", cfg_.name);
     if (last) {
-      auto loss = c.forward(a.microbatch, input, take(targets_[static_cast<std::size_t>(a.microbatch)], "targets", cfg_.name));
+      if (w.hop != 0)
+        return_credit(cfg_.router); // the targets' buffer too (with tokens, one message held both)
+      auto loss = model.forward(a.microbatch, input, w.targets);
       double v = loss.value.data<float>()[0];
       if (!std::isfinite(v))
         throw std::runtime_error(fmt::format("{}: the loss is {} at step {} microbatch {} (lr {:.3g}); lower "
                                              "train.lr or raise train.warmup",
                                              cfg_.name, v, step_, a.microbatch, cfg_.lr.at(step_)));
-      loss_sum_ += v;
+      loss_sum_ += v * static_cast<double>(w.targets.numel());
     } else {
-      out = c.forward(a.microbatch, input, {});
+      out = model.forward(a.microbatch, input, {});
     }
-    if (a.stage == 0 && ++forwards_started_ == cfg_.microbatches && step_ + 1 < cfg_.steps)
-      out_.credit(cfg_.microbatches); // prefetch the next step's batches
   } else if (a.kind == sched::op_kind::weight_grad) {
-    c.backward_weight(a.microbatch);
+    model.backward_weight(a.microbatch);
   } else {
-    auto g = last ? stage_tensor{loss_grad_, nullptr} : take(grads_[slot(a.stage, a.microbatch)], "gradient", cfg_.name);
-    out = a.kind == sched::op_kind::backward ? c.backward(a.microbatch, g) : c.backward_input(a.microbatch, g);
+    stage_tensor g;
+    if (last) { // d(step loss)/d(this microbatch's mean loss): its share of the step's tokens
+      if (step_tokens_ <= 0)
+        throw std::runtime_error(fmt::format("{}: step {} has no tokens in its plan", cfg_.name, step_));
+      g.value = tensor_handle::empty({1});
+      g.value.data<float>()[0] =
+        static_cast<float>(static_cast<double>(w.targets.numel()) / static_cast<double>(step_tokens_));
+      w.targets = {};
+    } else {
+      g = take(w.grad, "gradient", cfg_.name);
+    }
+    out = a.kind == sched::op_kind::backward ? model.backward(a.microbatch, g) : model.backward_input(a.microbatch, g);
   }
   compute_ns_ += trace_now() - t0;
   queue_.set_now(seconds_now());
@@ -265,56 +341,81 @@ void stage_engine::execute(const sched::action& a) {
     return;
   s.get().bytes = out.value.nbytes();
   if (a.kind == sched::op_kind::forward) {
-    activation_msg m{step_, a.microbatch, a.stage + 1, out.value, {}, out.ready};
-    if (rank_of(a.stage + 1) == cfg_.rank)
+    activation_msg m{step_, a.microbatch, w.hop + 1, out.value, w.route, out.ready};
+    int to = w.route[static_cast<std::size_t>(w.hop + 1)].actor;
+    if (to == cfg_.actor)
       on_activation(m, false);
     else
-      out_.forward(rank_of(a.stage + 1), m);
-  } else if (a.stage > 0) {
-    gradient_msg m{step_, a.microbatch, a.stage - 1, out.value, {}, out.ready};
-    if (rank_of(a.stage - 1) == cfg_.rank)
+      out_.forward(to, m);
+  } else if (w.hop > 0) {
+    gradient_msg m{step_, a.microbatch, w.hop - 1, out.value, w.route, out.ready};
+    int to = w.route[static_cast<std::size_t>(w.hop - 1)].actor;
+    if (to == cfg_.actor)
       on_gradient(m);
     else
-      out_.backward(rank_of(a.stage - 1), m);
+      out_.backward(to, m);
   }
 }
 
 void stage_engine::maybe_finish_step() {
-  if (awaiting_norms_ || !queue_.step_complete())
+  if (awaiting_total_ || training_done() || !queue_.step_complete())
     return;
   if (out_.before_update)
     out_.before_update(step_, chunks_);
-  if (cfg_.grad_clip > 0 && cfg_.ranks > 1) {
-    double sq = 0;
+  const auto& plan = plans_.at(step_);
+  own_sq_ = 0;
+  if (cfg_.grad_clip > 0)
     for (auto& m : models_)
-      sq += m->grad_sq_norm();
-    awaiting_norms_ = true;
-    out_.norm(step_, sq);
-    on_norm(step_, sq);
+      own_sq_ += m->grad_sq_norm();
+  if (cfg_.grad_clip <= 0 || plan.participants <= 1) {
+    finish_step(own_sq_);
     return;
   }
-  finish_step();
+  // Global-norm clipping is a reduction: every participant sends its Σ g² to
+  // the reducer, which answers each with the total (2(n-1) messages a step).
+  awaiting_total_ = true;
+  if (plan.reducer == cfg_.actor)
+    on_norm(step_, own_sq_, cfg_.actor);
+  else
+    out_.norm(plan.reducer, step_, own_sq_);
 }
 
-void stage_engine::on_norm(step_t step, double sq_norm) {
-  auto& [heard, sum] = norms_[step];
-  ++heard, sum += sq_norm;
-  if (awaiting_norms_ && step == step_ && heard == cfg_.ranks)
-    finish_step();
+void stage_engine::on_norm(step_t step, double sq_norm, int from) {
+  auto& r = norms_[step];
+  ++r.heard, r.sum += sq_norm;
+  if (from != cfg_.actor)
+    r.from.push_back(from);
+  maybe_reduce(step);
 }
 
-void stage_engine::finish_step() {
+void stage_engine::maybe_reduce(step_t step) {
+  auto r = norms_.find(step);
+  auto plan = plans_.find(step);
+  if (r == norms_.end() || plan == plans_.end() || r->second.heard < plan->second.participants)
+    return;
+  if (plan->second.reducer != cfg_.actor)
+    throw std::runtime_error(fmt::format("{}: gradient norms for step {} reached a stage that is not its reducer",
+                                         cfg_.name, step));
+  for (int to : r->second.from)
+    out_.clip(to, step, r->second.sum);
+  double total = r->second.sum;
+  norms_.erase(r);
+  on_clip(step, total);
+}
+
+void stage_engine::on_clip(step_t step, double total_sq) {
+  totals_[step] = total_sq;
+  if (awaiting_total_ && step == step_)
+    finish_step(total_sq);
+}
+
+void stage_engine::finish_step(double total_sq) {
   scoped_span s(trace_id, span_kind::optimizer, static_cast<std::int32_t>(step_));
   auto t0 = trace_now();
-  step_report rep{step_, loss_sum_ / cfg_.microbatches, 0, cfg_.lr.at(step_)};
+  step_report rep{step_, step_tokens_ > 0 ? loss_sum_ / static_cast<double>(step_tokens_) : 0.0, 0,
+                  cfg_.lr.at(step_)};
   if (cfg_.grad_clip > 0) {
-    double sq = 0;
-    if (cfg_.ranks > 1)
-      sq = norms_[step_].second;
-    else
-      for (auto& m : models_)
-        sq += m->grad_sq_norm();
-    rep.grad_norm = std::sqrt(sq);
+    rep.grad_norm = std::sqrt(total_sq);
     if (!std::isfinite(rep.grad_norm))
       throw std::runtime_error(fmt::format("{}: the gradient norm is {} at step {} (lr {:.3g}); lower train.lr "
                                            "or raise train.warmup",
@@ -328,18 +429,23 @@ void stage_engine::finish_step() {
     m->zero_grads();
   }
   compute_ns_ += trace_now() - t0;
-  if (owns_loss()) {
+  if (cfg_.loss) {
     reports_.push_back(rep);
     trace_recorder::global().count("loss", rep.loss, static_cast<std::int32_t>(step_));
   }
-  norms_.erase(step_);
-  awaiting_norms_ = false;
+  totals_.erase(step_);
+  plans_.erase(step_);
+  awaiting_total_ = false;
   loss_sum_ = 0;
-  forwards_started_ = 0;
+  step_tokens_ = 0;
   queue_.reset();
+  for (auto& chunk_work : work_)
+    for (auto& w : chunk_work)
+      w.hop = -1, w.input = {}, w.grad = {}, w.targets = {};
   ++step_;
   if (checkpoint_due(step_, cfg_.checkpoint_every, cfg_.steps) && out_.checkpoint)
     out_.checkpoint(step_);
+  apply_plan();
   release_held();
 }
 

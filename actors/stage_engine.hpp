@@ -17,17 +17,22 @@
 #include "ops/lr_schedule.hpp"
 #include "runtime/messages.hpp"
 #include "runtime/safetensors.hpp"
+#include "schedulers/router.hpp"
 #include "schedulers/stage_policy.hpp"
 
 namespace troupe {
 
-/// What one stage actor needs to know about the run.
+/// What one stage actor needs to know about the run. It is told nothing about
+/// its neighbours: every message carries its route, and the router's plan says
+/// what each step holds for it.
 struct stage_config {
   std::string name;
-  int rank = 0;
-  int ranks = 1;
-  int chunks = 1;                    ///< virtual stages (model chunks) on this rank
-  int microbatches = 1;
+  int actor = 0;                     ///< this stage's index in the graph's actor list (what routes name)
+  int rank = 0;                      ///< its position among the stage actors (virtual stage ids, policy budgets)
+  int ranks = 1;                     ///< stage actors in the graph
+  int chunks = 1;                    ///< model chunks on this actor
+  int router = -1;                   ///< the actor that sends batches (whose credits a batch's start returns)
+  bool loss = false;                 ///< holds the head: the last hop of every route, it computes the loss
   std::int64_t steps = 1;
   std::int64_t eval_every = 0;       ///< 0: evaluate only after the last step
   int eval_batches = 8;
@@ -38,18 +43,24 @@ struct stage_config {
   std::vector<std::pair<int, int>> layers;  ///< [begin, end) per chunk, chunk c = virtual stage rank + c·ranks
   std::string policy = "1f1b";
   sched::policy_params policy_params;
+  /// Credits this stage grants each actor that sends it inputs (activations,
+  /// batches or targets): sender -> buffers. Granted at start, returned one by
+  /// one as inputs are consumed; 0 (or a missing sender) means
+  /// sched::default_credits of the policy's bound.
+  std::map<int, int> input_credits;
   std::int64_t checkpoint_every = 0;  ///< checkpoint_due(steps done, every, steps) after each update; 0 = never
   troupe::device device;             ///< where the chunks run: cpu or cuda:N (already resolved)
   int max_batch = 1;                 ///< sequences per microbatch (a device model sizes its buffers for it)
 };
 
-/// Where the engine's results go; the actor sends them as messages.
+/// Where the engine's results go (actor indices of the graph); the actor sends them as messages.
 struct stage_outbox {
-  std::function<void(int rank, const activation_msg&)> forward;   ///< to the rank owning msg.stage
-  std::function<void(int rank, const gradient_msg&)> backward;
-  std::function<void(int rank, const activation_msg&)> eval;      ///< evaluation activations
-  std::function<void(step_t step, double sq_norm)> norm;          ///< to every other rank
-  std::function<void(int count)> credit;                          ///< rank 0: more loader batches
+  std::function<void(int actor, const activation_msg&)> forward;   ///< to the next hop
+  std::function<void(int actor, const gradient_msg&)> backward;    ///< to the previous hop
+  std::function<void(int actor, const activation_msg&)> eval;      ///< evaluation activations
+  std::function<void(int actor, const credit_msg&)> credit;        ///< credits granted to a sender
+  std::function<void(int reducer, step_t step, double sq_norm)> norm;   ///< this stage's Σ g² to the step's reducer
+  std::function<void(int actor, step_t step, double total_sq)> clip;    ///< reducer -> participant: the global Σ g²
   /// Called when the step's gradients are complete, before clipping and the
   /// optimizer (the place for a data-parallel all-reduce), with the CPU chunks
   /// (empty on a device stage: models() has every stage's); may be empty.
@@ -74,23 +85,36 @@ public:
   stage_engine(stage_config cfg, stage_outbox out);
 
   const stage_config& config() const noexcept { return cfg_; }
-  bool owns_loss() const noexcept;  ///< holds the last virtual stage
+  /// Holds the head, so every route ends here and it computes the loss.
+  bool owns_loss() const noexcept { return cfg_.loss; }
   step_t step() const noexcept { return step_; }
   bool training_done() const noexcept { return step_ >= cfg_.steps; }
-  /// Evaluation passes whose loss this stage has computed (last stage only).
+  /// Evaluation passes whose loss this stage has computed (loss stage only).
   const std::vector<std::pair<step_t, double>>& val_losses() const noexcept { return val_losses_; }
   const std::vector<step_report>& reports() const noexcept { return reports_; }
   /// The model chunks this rank owns (chunk c = virtual stage rank + c·ranks).
   const std::vector<std::unique_ptr<stage_model>>& models() const noexcept { return models_; }
   /// The same chunks as gpt_ranges when they run on the CPU; empty on a device.
   const std::vector<ops::gpt_range>& chunks() const noexcept { return chunks_; }
+  /// The queue the policy reads (credits, in flight, the step's plan).
+  const sched::stage_queue& queue() const noexcept { return queue_; }
+  /// Messages of later steps waiting for this step's update, now and at most so far.
+  std::size_t held_count() const noexcept { return held_.size(); }
+  std::size_t max_held() const noexcept { return max_held_; }
+  /// Credits granted to senders at start (the bound on held inputs).
+  int credits_granted() const noexcept;
 
-  /// The rank's initial credit to the data loader (rank 0).
+  /// Grants every sender its credits.
   void start();
+  void on_plan(const step_plan_msg& m);
   void on_batch(const batch_msg& m, bool eval);
   void on_activation(const activation_msg& m, bool eval);
   void on_gradient(const gradient_msg& m);
-  void on_norm(step_t step, double sq_norm);
+  void on_credit(const credit_msg& m);
+  /// Reducer: another participant's Σ g² for `step`.
+  void on_norm(step_t step, double sq_norm, int from);
+  /// Participant: the global Σ g² for `step`, from the reducer.
+  void on_clip(step_t step, double total_sq);
 
   /// Runs the policy's next action, if any; true when one ran (call again soon).
   bool run_one();
@@ -121,16 +145,29 @@ private:
     activation_msg a;
     gradient_msg g;
   };
+  /// One hop of one microbatch in this step: what has arrived for it.
+  struct work {
+    route_t route;
+    int hop = -1;             ///< -1 until its input arrives
+    stage_tensor input;       ///< tokens (first hop) or an activation
+    tensor_handle targets;    ///< the loss hop's targets, from the router
+    stage_tensor grad;        ///< the output gradient (not on the loss hop)
+  };
   /// True when a message belongs to a later step than this rank is in.
   bool is_future(step_t msg_step, bool eval) const noexcept { return eval ? msg_step >= step_ : msg_step > step_; }
+  void hold(held h);
   void release_held();
-  void push_input(int stage, int mb);
+  work& slot(int chunk, int mb);
+  int chunk_of_hop(const route_t& r, int hop) const;
+  void push_input(int chunk, int mb);
   void execute(const sched::action& a);
-  void run_eval(int stage, int batch, const stage_tensor& input, step_t step);
+  void return_credit(int to, int count = 1);
+  void run_eval(const route_t& route, int hop, int mb, const stage_tensor& input, step_t step);
+  void apply_plan();
   void maybe_finish_step();
-  void finish_step();
-  int rank_of(int stage) const noexcept { return stage % cfg_.ranks; }
-  stage_model& chunk(int stage) { return *models_[static_cast<std::size_t>(stage / cfg_.ranks)]; }
+  void maybe_reduce(step_t step);
+  void finish_step(double total_sq);
+  stage_model& chunk(int c) { return *models_[static_cast<std::size_t>(c)]; }
 
   stage_config cfg_;
   stage_outbox out_;
@@ -139,22 +176,24 @@ private:
   sched::policy_ptr policy_;
   sched::stage_queue queue_;
   step_t step_ = 0;
-  // Fixed slots, so a training step allocates nothing for bookkeeping:
-  // index chunk · microbatches + mb; an undefined handle is an empty slot.
-  std::vector<stage_tensor> inputs_;    ///< input of (stage, mb)
-  std::vector<tensor_handle> targets_;  ///< targets of mb (loss stage)
-  std::vector<stage_tensor> grads_;     ///< output gradient of (stage, mb)
-  /// The slot of (stage, mb); throws std::runtime_error for a stage this rank
-  /// does not own or a microbatch out of range (a broken message).
-  std::size_t slot(int stage, int mb) const;
+  /// This step's work by [chunk][microbatch]; the vectors are reused across steps.
+  std::vector<std::vector<work>> work_;
   std::map<int, tensor_handle> eval_targets_;             ///< eval batch -> targets
-  std::map<int, stage_tensor> eval_inputs_;               ///< eval batch -> activation (arrived first)
+  std::map<int, std::pair<route_t, stage_tensor>> eval_inputs_;  ///< eval batch -> activation (arrived first)
   std::vector<held> held_;
-  std::map<step_t, std::pair<int, double>> norms_;        ///< step -> (ranks heard, Σ sq norms)
-  bool awaiting_norms_ = false;
-  double loss_sum_ = 0;
-  int forwards_started_ = 0;
-  tensor_handle loss_grad_;                               ///< [1] holding 1/microbatches
+  std::size_t max_held_ = 0;
+  std::map<step_t, step_plan_msg> plans_;                      ///< plans of this and later steps
+  struct reduction {
+    int heard = 0;
+    double sum = 0;
+    std::vector<int> from;
+  };
+  std::map<step_t, reduction> norms_;                     ///< reducer: step -> norms heard
+  std::map<step_t, double> totals_;                       ///< participant: step -> global Σ g²
+  double own_sq_ = 0;
+  bool awaiting_total_ = false;
+  double loss_sum_ = 0;                                   ///< Σ loss × tokens over the step's microbatches
+  std::int64_t step_tokens_ = 0;
   double eval_sum_ = 0;
   int eval_seen_ = 0;
   std::vector<std::pair<step_t, double>> val_losses_;

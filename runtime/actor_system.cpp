@@ -39,6 +39,7 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<activation_msg>("troupe.activation_msg");
   cfg.add_message_type<gradient_msg>("troupe.gradient_msg");
   cfg.add_message_type<credit_msg>("troupe.credit_msg");
+  cfg.add_message_type<step_plan_msg>("troupe.step_plan_msg");
   cfg.add_message_type<grads_msg>("troupe.grads_msg");
   cfg.add_message_type<params_msg>("troupe.params_msg");
   cfg.add_message_type<sync_msg>("troupe.sync_msg");

@@ -64,15 +64,15 @@ TEST_CASE("a tensor handle sent to another actor shares its bytes instead of cop
   auto echo = sys.spawn([](caf::event_based_actor*, int) -> caf::behavior {
     return {[](forward_atom, const activation_msg& m) {
       m.activation.data<float>()[5] = 7.0f;  // the sender sees this write: same bytes
-      return gradient_msg{m.step, m.microbatch, m.stage, m.activation, m.route};
+      return gradient_msg{m.step, m.microbatch, m.hop, m.activation, m.route};
     }};
   }, 0);
   caf::scoped_actor self{sys};
-  self->request(echo, caf::infinite, forward_atom::value, activation_msg{3, 1, 0, t, {2, 3}})
+  self->request(echo, caf::infinite, forward_atom::value, activation_msg{3, 1, 0, t, route_t{{2, 0}, {3, 1}}})
     .receive(
       [&](const gradient_msg& g) {
         CHECK(g.step == 3);
-        CHECK(g.route == route_t{2, 3});
+        CHECK(g.route == route_t{{2, 0}, {3, 1}});
         CHECK(g.gradient.same_bytes(t));
         CHECK(g.gradient.data<float>()[3] == 42.0f);
       },

@@ -61,11 +61,23 @@ void expand_pipeline(parsed_graph& pg, graph_reader& r) {
     c.pos = where;
     g.channels.push_back(std::move(c));
   };
+  auto last = fmt::format("s{}", p.stages - 1);
   edge("loader", "s0");
+  if (p.stages > 1)
+    edge("loader", last);  // the targets go to the stage that computes the loss
   for (int s = 0; s + 1 < p.stages; ++s)
     edge(fmt::format("s{}", s), fmt::format("s{}", s + 1));
   if (p.virtual_stages > 1 && p.stages > 1)
-    edge(fmt::format("s{}", p.stages - 1), "s0");  // interleaved chunks wrap around
+    edge(last, "s0");  // interleaved chunks wrap around
+  for (const auto& path : p.paths)  // routes that skip or reorder stages need their own channels
+    for (std::size_t i = 0; i + 1 < path.size(); ++i) {
+      auto from = path[i].substr(0, path[i].find('.')), to = path[i + 1].substr(0, path[i + 1].find('.'));
+      bool known = from == to;
+      for (const auto& c : g.channels)
+        known |= c.from == from && c.to == to;
+      if (!known)
+        edge(from, to);
+    }
 }
 
 } // namespace

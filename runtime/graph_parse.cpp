@@ -25,7 +25,7 @@ const std::vector<std::string> model_keys{"layers", "d_model", "heads", "context
 const std::vector<std::string> data_keys{"corpus", "batch", "seed", "val_fraction"};
 const std::vector<std::string> train_keys{"steps",      "lr",           "weight_decay", "warmup",
                                           "eval_every", "eval_batches", "grad_clip"};
-const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual", "table", "device"};
+const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual", "table", "device", "routing"};
 const std::vector<std::string> trace_keys{"file"};
 const std::vector<std::string> channel_keys{"from", "to", "credits", "bandwidth", "latency"};
 
@@ -99,6 +99,44 @@ void parse_device_key(const YAML::Node& map, const std::string& path, std::strin
           fmt::format("unknown device '{}' {}; N is a device index (cuda:0, cuda:1, ...)", out, hint));
 }
 
+// `routing: NAME` or `routing: {policy: NAME, paths: [[a, b, ...], ...]}`.
+void parse_routing(parsed_graph& pg, const YAML::Node& pipeline, graph_reader& r) {
+  auto& p = pg.graph.pipeline;
+  p.routing_pos = r.pos(pipeline, "pipeline");
+  auto n = child(pipeline, "routing");
+  if (!n)
+    return;
+  p.routing_pos = r.pos(n, "pipeline.routing");
+  if (n.IsScalar()) {
+    r.get_string(pipeline, "pipeline", "routing", p.routing);
+    return;
+  }
+  if (!r.check_map(n, "pipeline.routing", {"policy", "paths"}))
+    return;
+  r.get_string(n, "pipeline.routing", "policy", p.routing);
+  auto paths = child(n, "paths");
+  if (!paths)
+    return;
+  if (!paths.IsSequence() || paths.size() == 0) {
+    r.error(paths, "pipeline.routing.paths", fmt::format("expected a list of paths (each a list of stage names), got {}",
+                                                         describe(paths)));
+    return;
+  }
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    auto path = index_path("pipeline.routing.paths", i);
+    if (!paths[i].IsSequence() || paths[i].size() == 0) {
+      r.error(paths[i], path, fmt::format("expected a list of stage names such as [s0, s2, s3], got {}",
+                                          describe(paths[i])));
+      continue;
+    }
+    std::vector<std::string> names;
+    for (std::size_t k = 0; k < paths[i].size(); ++k)
+      if (auto s = r.as_string(paths[i][k], index_path(path, k)))
+        names.push_back(*s);
+    p.paths.push_back(std::move(names));
+  }
+}
+
 void parse_pipeline(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   auto& p = pg.graph.pipeline;
   p.present = true;
@@ -113,6 +151,7 @@ void parse_pipeline(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   r.get_string(n, "pipeline", "table", p.table);
   pg.table_node.reset(child(n, "table"));
   parse_device_key(n, "pipeline", p.device, r);
+  parse_routing(pg, n, r);
 }
 
 void parse_plugins(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {

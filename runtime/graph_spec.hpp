@@ -58,6 +58,11 @@ struct pipeline_spec {
   /// Where stages run unless an actor entry sets its own `device:`: `cpu`, `cuda:N`,
   /// or `cuda` (each node's CUDA stages take its devices in rank order, round robin).
   std::string device = "cpu";
+  /// YAML key `routing`: the routing policy that gives each microbatch its route
+  /// (`chain`, or `{policy: paths, paths: [[s0, s2, s1, s3], [s0, s3]]}`).
+  std::string routing = "chain";
+  std::vector<std::vector<std::string>> paths;  ///< `routing.paths`: stage names per path
+  source_pos routing_pos;                       ///< where `routing` is written (the section if not)
 };
 
 /// `trace: {file}`: where the Chrome-trace JSON goes; empty = no trace.

@@ -14,6 +14,7 @@
 #include <caf/meta/type_name.hpp>
 
 #include "runtime/device_fence.hpp"
+#include "runtime/route.hpp"
 #include "runtime/tensor_handle.hpp"
 
 // ---------------------------------------------------------------------------
@@ -63,6 +64,7 @@ namespace troupe {
 using forward_atom = caf::atom_constant<caf::atom("forward")>;
 using backward_atom = caf::atom_constant<caf::atom("backward")>;
 using credit_atom = caf::atom_constant<caf::atom("credit")>;
+using plan_atom = caf::atom_constant<caf::atom("plan")>;
 using grads_ready_atom = caf::atom_constant<caf::atom("gradsready")>;
 using params_atom = caf::atom_constant<caf::atom("params")>;
 using sync_atom = caf::atom_constant<caf::atom("sync")>;
@@ -78,24 +80,23 @@ using checkpoint_atom = caf::atom_constant<caf::atom("checkpoint")>;
 /// Which microbatch of which step a message belongs to.
 using step_t = std::int64_t;
 
-/// Stage ranks a microbatch visits, in order (SkipPipe paths); empty = every stage.
-using route_t = std::vector<std::int32_t>;
-
-/// One microbatch of input: token ids `[batch, context]` (i32) and the next-token
-/// targets of the same shape.
+/// One microbatch from the router: token ids `[batch, context]` (i32) for the
+/// route's first hop, and the next-token targets of the same shape for its last
+/// hop (the loss). Each goes to its own actor, so one of the two may be undefined.
 struct batch_msg {
   step_t step = 0;
-  std::int32_t microbatch = 0;
+  std::int32_t microbatch = 0;  ///< sequence number within the step (0, 1, ... across all routes)
   tensor_handle tokens;
   tensor_handle targets;
   route_t route;
 };
 
+
 /// Activations flowing forward between stages, `[batch, context, d_model]`.
 struct activation_msg {
   step_t step = 0;
   std::int32_t microbatch = 0;
-  std::int32_t stage = 0;  ///< the virtual stage (model chunk) that consumes it
+  std::int32_t hop = 0;  ///< the position on `route` of the receiver, which consumes it
   tensor_handle activation;
   route_t route;
   /// Set when `activation` is on a device and still being written by the
@@ -107,15 +108,18 @@ struct activation_msg {
 struct gradient_msg {
   step_t step = 0;
   std::int32_t microbatch = 0;
-  std::int32_t stage = 0;  ///< the virtual stage (model chunk) that consumes it
+  std::int32_t hop = 0;  ///< the position on `route` of the receiver (whose forward made the activation)
   tensor_handle gradient;
   route_t route;
   device_fence_ptr ready = nullptr;  ///< as activation_msg::ready
 };
 
-/// Flow control: the receiver lets the sender have `count` more messages in flight.
+/// Flow control: the receiver `from` (actor index) lets the sender have `count`
+/// more messages in its buffers: granted at start, returned one by one as it
+/// consumes them.
 struct credit_msg {
   std::int32_t count = 1;
+  std::int32_t from = 0;
 };
 
 /// A stage's accumulated parameter gradients for one step, in parameter order.
@@ -222,15 +226,23 @@ typename Inspector::result_type inspect(Inspector& f, batch_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, activation_msg& x) {
-  return f(caf::meta::type_name("activation_msg"), x.step, x.microbatch, x.stage, x.activation, x.route);
+  return f(caf::meta::type_name("activation_msg"), x.step, x.microbatch, x.hop, x.activation, x.route);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {
-  return f(caf::meta::type_name("gradient_msg"), x.step, x.microbatch, x.stage, x.gradient, x.route);
+  return f(caf::meta::type_name("gradient_msg"), x.step, x.microbatch, x.hop, x.gradient, x.route);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, credit_msg& x) {
-  return f(caf::meta::type_name("credit_msg"), x.count);
+  return f(caf::meta::type_name("credit_msg"), x.count, x.from);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_plan_msg& x) {
+  return f(caf::meta::type_name("step_plan_msg"), x.step, x.hops, x.tokens, x.participants, x.reducer);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, hop& x) {
+  return f(caf::meta::type_name("hop"), x.actor, x.chunk);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, grads_msg& x) {

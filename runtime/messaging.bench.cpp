@@ -81,7 +81,7 @@ caf::behavior ponger(caf::event_based_actor* self, std::string /*name*/) {
   return {
     [=](forward_atom, const activation_msg& m) {
       self->send(caf::actor_cast<caf::actor>(self->current_sender()), backward_atom::value,
-                 gradient_msg{m.step, m.microbatch, m.stage, m.activation, {}});
+                 gradient_msg{m.step, m.microbatch, m.hop, m.activation, {}});
     },
   };
 }

@@ -1,4 +1,5 @@
-// Incremental bookkeeping of one rank's queued, running and finished pipeline work.
+// Incremental bookkeeping of one rank's queued, running and finished pipeline
+// work, its receivers' credits and the step's plan.
 #include "schedulers/stage_queue.hpp"
 
 #include <fmt/format.h>
@@ -6,15 +7,19 @@
 namespace troupe::sched {
 
 stage_queue::stage_queue(int rank, int ranks, int microbatches, int chunks)
-  : rank_(rank), ranks_(ranks), microbatches_(microbatches), chunks_(chunks) {
+  : rank_(rank), ranks_(ranks), fixed_microbatches_(microbatches), chunks_(chunks) {
   reset();
   step_ = 0;
 }
 
 void stage_queue::reset() {
-  chunks_state_.assign(static_cast<std::size_t>(chunks_), chunk_state{});
-  for (auto& c : chunks_state_)
-    c.flags.assign(static_cast<std::size_t>(microbatches_), 0);
+  for (auto& c : chunks_state_) { // keep the vectors' capacity: a step allocates nothing once warm
+    c.flags.assign(c.flags.size(), 0);
+    c.ready_f.clear(), c.blocked_f.clear(), c.ready_b.clear(), c.ready_w.clear();
+    c.in_flight = 0, c.completed = 0;
+  }
+  chunks_state_.resize(static_cast<std::size_t>(chunks_));
+  planned_ = fixed_microbatches_ > 0 ? fixed_microbatches_ * chunks_ : -1;
   in_flight_total_ = 0;
   complete_ = 0;
   running_.reset();
@@ -48,50 +53,100 @@ int stage_queue::deferred_weight_count() const {
   return n;
 }
 
+void stage_queue::grant(int actor, int count) {
+  credits_[actor] += count;
+  refresh_credit_gates();
+}
+
+int stage_queue::credits(int actor) const {
+  auto i = credits_.find(actor);
+  return i == credits_.end() ? 0 : i->second;
+}
+
+void stage_queue::refresh_credit_gates() {
+  for (auto& c : chunks_state_) {
+    for (auto it = c.blocked_f.begin(); it != c.blocked_f.end();)
+      if (has_credit(c.info[static_cast<std::size_t>(*it)]))
+        c.ready_f.insert(*it), it = c.blocked_f.erase(it);
+      else
+        ++it;
+    for (auto it = c.ready_f.begin(); it != c.ready_f.end();)
+      if (!has_credit(c.info[static_cast<std::size_t>(*it)]))
+        c.blocked_f.insert(*it), it = c.ready_f.erase(it);
+      else
+        ++it;
+  }
+}
+
 expected<void> stage_queue::check(int stage, int microbatch, const char* what) const {
   if (!owns(stage))
     return make_sched_error(fmt::format("rank {}: {} for stage {}, which this rank does not own "
                                         "(it owns stages {} + c*{} for c < {})",
                                         rank_, what, stage, rank_, ranks_, chunks_));
-  if (microbatch < 0 || microbatch >= microbatches_)
-    return make_sched_error(fmt::format("rank {}: {} for microbatch {}, outside 0..{}", rank_, what,
-                                        microbatch, microbatches_ - 1));
+  if (microbatch < 0 || (fixed_microbatches_ > 0 && microbatch >= fixed_microbatches_))
+    return make_sched_error(fmt::format("rank {}: {} for microbatch {}, outside 0..{}", rank_, what, microbatch,
+                                        fixed_microbatches_ > 0 ? fixed_microbatches_ - 1 : 0x7fffffff));
   return {};
 }
 
-expected<void> stage_queue::push_forward(int stage, int mb) {
+std::uint8_t stage_queue::flags(const action& a) const {
+  if (!owns(a.stage) || a.microbatch < 0)
+    return 0;
+  const auto& f = chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))].flags;
+  return static_cast<std::size_t>(a.microbatch) < f.size() ? f[static_cast<std::size_t>(a.microbatch)] : 0;
+}
+
+const hop_info* stage_queue::info(const action& a) const {
+  if (!(flags(a) & f_arrived))
+    return nullptr;
+  return &chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))].info[static_cast<std::size_t>(a.microbatch)];
+}
+
+int stage_queue::hop_index(const action& a) const {
+  auto i = info(a);
+  return i ? i->hop : a.stage;
+}
+
+int stage_queue::hops_left(const action& a) const {
+  auto i = info(a);
+  return i ? i->hops_left : stages() - a.stage;
+}
+
+expected<void> stage_queue::push_forward(int stage, int mb, std::optional<hop_info> given) {
   if (auto ok = check(stage, mb, "activation"); !ok)
     return ok;
-  auto& c = chunks_state_[chunk_of(stage)];
-  auto& f = c.flags[mb];
+  auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(stage))];
+  auto i = static_cast<std::size_t>(mb);
+  if (i >= c.flags.size())
+    c.flags.resize(i + 1, 0), c.info.resize(i + 1);
+  auto& f = c.flags[i];
   if (f & f_arrived)
     return make_sched_error(fmt::format("rank {}: duplicate activation for {}", rank_, to_string(fwd(stage, mb))));
   f |= f_arrived;
-  c.ready_f.insert(mb);
+  c.info[i] = given ? *given : hop_info{stage, stages() - stage, -1};
+  (has_credit(c.info[i]) ? c.ready_f : c.blocked_f).insert(mb);
   return {};
 }
 
 expected<void> stage_queue::push_backward(int stage, int mb) {
   if (auto ok = check(stage, mb, "gradient"); !ok)
     return ok;
-  auto& c = chunks_state_[chunk_of(stage)];
-  auto& f = c.flags[mb];
-  if (f & b_arrived)
-    return make_sched_error(fmt::format("rank {}: duplicate gradient for {}", rank_, to_string(bwd(stage, mb))));
-  if (!(f & f_done))
+  auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(stage))];
+  if (!(flags(bwd(stage, mb)) & f_done))
     return make_sched_error(fmt::format("rank {}: gradient for {} arrived before its forward finished", rank_,
                                         to_string(bwd(stage, mb))));
+  auto& f = c.flags[static_cast<std::size_t>(mb)];
+  if (f & b_arrived)
+    return make_sched_error(fmt::format("rank {}: duplicate gradient for {}", rank_, to_string(bwd(stage, mb))));
   f |= b_arrived;
   c.ready_b.insert(mb);
   return {};
 }
 
 bool stage_queue::is_ready(const action& a) const {
-  if (!owns(a.stage) || a.microbatch < 0 || a.microbatch >= microbatches_)
-    return false;
   auto f = flags(a);
   switch (a.kind) {
-    case op_kind::forward: return (f & f_arrived) && !(f & f_started);
+    case op_kind::forward: return (f & f_arrived) && !(f & f_started) && has_credit(*info(a));
     case op_kind::backward:
     case op_kind::input_grad: return (f & b_arrived) && !(f & b_started);
     case op_kind::weight_grad: return (f & b_done) && !(f & w_started);
@@ -100,8 +155,6 @@ bool stage_queue::is_ready(const action& a) const {
 }
 
 bool stage_queue::is_started(const action& a) const {
-  if (!owns(a.stage) || a.microbatch < 0 || a.microbatch >= microbatches_)
-    return false;
   auto f = flags(a);
   switch (a.kind) {
     case op_kind::forward: return f & f_started;
@@ -113,8 +166,6 @@ bool stage_queue::is_started(const action& a) const {
 }
 
 bool stage_queue::is_done(const action& a) const {
-  if (!owns(a.stage) || a.microbatch < 0 || a.microbatch >= microbatches_)
-    return false;
   auto f = flags(a);
   switch (a.kind) {
     case op_kind::forward: return f & f_done;
@@ -132,16 +183,21 @@ expected<void> stage_queue::start(const action& a) {
     return make_sched_error(fmt::format("rank {}: cannot start {} while {} runs", rank_, to_string(a),
                                         to_string(*running_)));
   if (!is_ready(a))
-    return make_sched_error(fmt::format("rank {}: {} is not ready (its input has not arrived, or it already ran)",
+    return make_sched_error(fmt::format("rank {}: {} is not ready (its input has not arrived, its receiver has "
+                                        "no credit, or it already ran)",
                                         rank_, to_string(a)));
-  auto& c = chunks_state_[chunk_of(a.stage)];
-  auto& f = c.flags[a.microbatch];
+  auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))];
+  auto& f = c.flags[static_cast<std::size_t>(a.microbatch)];
   switch (a.kind) {
     case op_kind::forward:
       f |= f_started;
       c.ready_f.erase(a.microbatch);
       ++c.in_flight;
       ++in_flight_total_;
+      if (int next = c.info[static_cast<std::size_t>(a.microbatch)].next_actor; next >= 0) {
+        --credits_[next]; // the output's buffer at the receiver is now spoken for
+        refresh_credit_gates();
+      }
       break;
     case op_kind::backward:
     case op_kind::input_grad:
@@ -166,12 +222,12 @@ expected<void> stage_queue::finish(const action& a) {
   cost_sum_[slot(a.kind)] += now_ - started_at_;
   ++cost_count_[slot(a.kind)];
   idle_since_ = now_;
-  auto& c = chunks_state_[chunk_of(a.stage)];
-  auto& f = c.flags[a.microbatch];
+  auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))];
+  auto& f = c.flags[static_cast<std::size_t>(a.microbatch)];
   switch (a.kind) {
     case op_kind::forward:
       f |= f_done;
-      if (is_last_stage(a.stage)) {  // the loss gradient is computed locally
+      if (c.info[static_cast<std::size_t>(a.microbatch)].hops_left == 1) { // the loss gradient is computed locally
         f |= b_arrived;
         c.ready_b.insert(a.microbatch);
       }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <vector>
@@ -12,32 +13,48 @@
 
 namespace troupe::sched {
 
-/// The work of one rank for one step: p ranks, m microbatches, v model chunks.
+/// Where a forward sits on its microbatch's route, as the message carries it.
+struct hop_info {
+  int hop = 0;         ///< position on the route (0: the first hop)
+  int hops_left = 1;   ///< hops from this one to the route's end, this one included (1: it computes the loss)
+  /// The actor that receives this forward's output and must have granted a
+  /// credit for it (its index in the graph); -1 when none is needed (the loss
+  /// hop, or the next hop on this same actor).
+  int next_actor = -1;
+};
+
+/// The work of one rank for one step: what has arrived, what runs, what is in
+/// flight and done, the credits its receivers granted, and the step's plan.
 ///
 /// Chunk c of rank r is virtual stage r + c*p (round-robin placement,
 /// Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on
-/// GPU Clusters Using Megatron-LM"). The actor drives it:
+/// GPU Clusters Using Megatron-LM"); `action::stage` names it. Microbatches are
+/// the step's sequence numbers (any non-negative ints); how many visit this
+/// rank is not known in advance but told by the step's plan (`expect`). The
+/// actor drives it:
 ///
-///     queue.push_forward(stage, mb);     // an activation arrived (or the data loader's batch)
-///     queue.push_backward(stage, mb);    // an output gradient arrived
-///     auto a = policy.next(queue);       // whenever the rank is idle
+///     queue.expect(hops);                        // the router's plan for the step
+///     queue.grant(actor, n);                     // a receiver granted n credits
+///     queue.push_forward(stage, mb, info);       // an activation arrived (or the router's batch)
+///     queue.push_backward(stage, mb);            // an output gradient arrived
+///     auto a = policy.next(queue);               // whenever the rank is idle
 ///     queue.start(*a); ...run it...; queue.finish(*a);
-///     queue.reset();                     // next step
+///     if (queue.step_complete()) queue.reset();  // next step
 ///
-/// An actor that also calls `queue.set_now(seconds)` before each call lets
-/// policies time their patience (stage_policy::wake_at) from measured costs.
-///
-/// finishing a forward on the last virtual stage makes its backward ready
-/// (the loss gradient is computed locally). "In flight" counts microbatches
-/// whose forward has started and whose backward (B, or I when split) has not
-/// finished: the activations the rank holds, the memory a schedule bounds.
+/// A forward is ready when its input is here and its output's receiver has
+/// credit; starting it takes the credit. Finishing a forward on its route's
+/// last hop makes its backward ready (the loss gradient is computed locally).
+/// "In flight" counts microbatches whose forward has started and whose
+/// backward (B, or I when split) has not finished: the activations the rank
+/// holds, the memory a schedule bounds.
 class stage_queue {
 public:
+  /// `microbatches` > 0 fixes every step at that many microbatches per chunk on
+  /// a chain (hop = stage), for harnesses and tests; 0 leaves each step's size to expect().
   stage_queue(int rank, int ranks, int microbatches, int chunks = 1);
 
   int rank() const { return rank_; }
   int ranks() const { return ranks_; }
-  int microbatches() const { return microbatches_; }
   int chunks() const { return chunks_; }
   /// Virtual stages in the whole pipeline: ranks * chunks.
   int stages() const { return ranks_ * chunks_; }
@@ -46,19 +63,28 @@ public:
   /// Local chunk of virtual stage `stage` (which this rank must own).
   int chunk_of(int stage) const { return stage / ranks_; }
   bool owns(int stage) const { return stage >= 0 && stage < stages() && stage % ranks_ == rank_; }
-  bool is_last_stage(int stage) const { return stage == stages() - 1; }
   /// Counts reset() calls, so a policy can notice a new step.
   std::uint64_t step() const { return step_; }
 
-  /// An input activation for (stage, mb) arrived; fails on a duplicate or a stage not owned here.
-  expected<void> push_forward(int stage, int microbatch);
+  /// The step's plan: `hops` forwards and backwards will run here this step.
+  void expect(int hops) { planned_ = hops; }
+  /// The planned hops of this step, or -1 before the plan arrived.
+  int planned() const { return planned_; }
+  /// A receiver (`actor`) granted `count` more credits (negative: took them back).
+  void grant(int actor, int count);
+  /// Credits `actor` has granted that are not used yet.
+  int credits(int actor) const;
+
+  /// An input activation for (stage, mb) arrived; fails on a duplicate or a
+  /// stage not owned here. Without `info`, the hop is the stage on a chain.
+  expected<void> push_forward(int stage, int microbatch, std::optional<hop_info> info = std::nullopt);
   /// An output gradient for (stage, mb) arrived.
   expected<void> push_backward(int stage, int microbatch);
   /// The rank begins `a`; fails unless `a` is ready (see is_ready) and nothing else runs.
   expected<void> start(const action& a);
   /// The running action `a` completed.
   expected<void> finish(const action& a);
-  /// Forgets the step's state and starts the next one (measured costs are kept).
+  /// Forgets the step's state and starts the next one (credits and measured costs are kept).
   void reset();
 
   /// Sets the clock (seconds, any fixed origin) that start and finish are stamped with.
@@ -70,8 +96,11 @@ public:
   /// none measured yet, the mean over all kinds; 0 before anything finished.
   double mean_cost(op_kind kind) const;
 
-  /// Microbatches whose input has arrived and whose forward has not started, per chunk.
+  /// Microbatches whose input arrived, whose forward has not started and whose
+  /// output's receiver has credit, per chunk.
   const std::set<int>& ready_forward(int chunk) const { return chunks_state_[chunk].ready_f; }
+  /// Microbatches whose input arrived but whose receiver has no credit yet, per chunk.
+  const std::set<int>& blocked_forward(int chunk) const { return chunks_state_[chunk].blocked_f; }
   /// Microbatches whose gradient has arrived and whose B/I has not started, per chunk.
   const std::set<int>& ready_backward(int chunk) const { return chunks_state_[chunk].ready_b; }
   /// Microbatches whose I finished and whose W has not started (deferred weight work), per chunk.
@@ -85,15 +114,19 @@ public:
   /// The action now running, if any.
   const std::optional<action>& running() const { return running_; }
 
-  /// True if `a` could start now (its inputs are here and it has not started).
+  /// True if `a` could start now (its inputs are here, its receiver has credit, and it has not started).
   bool is_ready(const action& a) const;
   /// True once `a` has started (it may still be running).
   bool is_started(const action& a) const;
   /// True once `a` has finished. A finished B also counts as finished I and W.
   bool is_done(const action& a) const;
-  /// True when every microbatch of every chunk has finished its backward
+  /// Where `a`'s microbatch is on its route here (known once its input arrived; else the chain's).
+  int hop_index(const action& a) const;
+  /// Hops from `a`'s to its route's end, `a`'s included: p - r on a chain.
+  int hops_left(const action& a) const;
+  /// True when the plan arrived and every planned hop has finished its backward
   /// (B, or I and W): the step's gradients are complete.
-  bool step_complete() const { return complete_ == chunks_ * microbatches_; }
+  bool step_complete() const { return planned_ >= 0 && complete_ == planned_; }
   /// Microbatches of `chunk` whose backward (B, or both I and W) finished.
   int completed(int chunk) const { return chunks_state_[chunk].completed; }
 
@@ -104,15 +137,22 @@ private:
   };
   struct chunk_state {
     std::vector<std::uint8_t> flags;  // per microbatch
-    std::set<int> ready_f, ready_b, ready_w;
+    std::vector<hop_info> info;       // per microbatch, set when its input arrives
+    std::set<int> ready_f, blocked_f, ready_b, ready_w;
     int in_flight = 0;
     int completed = 0;
   };
   expected<void> check(int stage, int microbatch, const char* what) const;
-  std::uint8_t flags(const action& a) const { return chunks_state_[chunk_of(a.stage)].flags[a.microbatch]; }
+  std::uint8_t flags(const action& a) const;
+  const hop_info* info(const action& a) const;
+  bool has_credit(const hop_info& i) const { return i.next_actor < 0 || credits(i.next_actor) > 0; }
+  /// Moves forwards between ready and blocked as credits change.
+  void refresh_credit_gates();
 
-  int rank_, ranks_, microbatches_, chunks_;
+  int rank_, ranks_, fixed_microbatches_, chunks_;
+  int planned_ = -1;
   std::vector<chunk_state> chunks_state_;
+  std::map<int, int> credits_;
   int in_flight_total_ = 0;
   int complete_ = 0;
   std::optional<action> running_;

@@ -1,0 +1,58 @@
+// The router core: routes a step at a time, plans per stage, credit-gated emission.
+#include "schedulers/router.hpp"
+
+#include <algorithm>
+
+namespace troupe::sched {
+
+router_core::router_core(router_config cfg, routing_ptr policy)
+  : cfg_(std::move(cfg)), policy_(std::move(policy)), step_(cfg_.first_step) {
+  eval_route_ = policy_->route(0, 0, 0);
+  if (!done())
+    plan_step();
+}
+
+int router_core::credits(int actor) const {
+  auto i = credits_.find(actor);
+  return i == credits_.end() ? 0 : i->second;
+}
+
+void router_core::plan_step() {
+  routes_.clear();
+  auto first = step_ * cfg_.microbatches;
+  for (int mb = 0; mb < cfg_.microbatches; ++mb)
+    routes_.push_back(policy_->route(step_, mb, first + mb));
+}
+
+std::optional<emission> router_core::next() {
+  if (done())
+    return std::nullopt;
+  const auto& r = routes_[static_cast<std::size_t>(microbatch_)];
+  int head = r.front().actor, tail = r.back().actor;
+  if (credits(head) < 1 || (tail != head && credits(tail) < 1))
+    return std::nullopt;
+  emission e{step_, microbatch_, step_ * cfg_.microbatches + microbatch_, r, {}};
+  --credits_[head];
+  if (tail != head)
+    --credits_[tail];
+  if (microbatch_ == 0) {
+    std::map<int, int> hops;
+    for (int a : cfg_.stage_actors)
+      hops[a] = 0;
+    for (const auto& route : routes_)
+      for (const auto& h : route)
+        ++hops[h.actor];
+    for (auto [actor, n] : hops)
+      e.plans.push_back({actor, step_plan_msg{step_, n, cfg_.tokens_per_microbatch * cfg_.microbatches,
+                                         static_cast<std::int32_t>(hops.size()), routes_.front().front().actor}});
+  }
+  ++emitted_;
+  if (++microbatch_ == cfg_.microbatches) {
+    microbatch_ = 0;
+    if (++step_ < cfg_.steps)
+      plan_step();
+  }
+  return e;
+}
+
+} // namespace troupe::sched

@@ -1,0 +1,83 @@
+// The router's decisions, free of CAF and of data: which microbatch to emit
+// next, on which route, and what each step holds for every stage (its plan).
+// The data loader wraps it with a corpus; the simulated clock drives it bare.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "runtime/route.hpp"
+#include "schedulers/routing_policy.hpp"
+
+namespace troupe::sched {
+
+/// What a router needs to know about the run.
+struct router_config {
+  std::vector<int> stage_actors;     ///< every stage actor (graph indices): each gets a plan per step
+  int microbatches = 1;              ///< per step
+  std::int64_t steps = 1;            ///< the run ends after this step
+  std::int64_t first_step = 0;       ///< where a resumed run starts
+  std::int64_t tokens_per_microbatch = 1;
+};
+
+/// One microbatch to make and send: tokens to route.front(), targets to route.back().
+struct emission {
+  std::int64_t step = 0;
+  int microbatch = 0;                ///< within the step
+  std::int64_t sequence = 0;         ///< within the run
+  route_t route;
+  /// The step's plan for every stage actor, set on a step's first microbatch
+  /// (send them before it): stage actor index -> plan.
+  std::vector<std::pair<int, step_plan_msg>> plans;
+};
+
+/// Emits microbatches in order while the receivers' credits allow: a
+/// microbatch needs a credit of its first hop (tokens) and of its last hop
+/// (targets; one credit when the two are the same actor). Routes come from the
+/// routing policy, a step at a time, so the plans can count every stage's hops.
+class router_core {
+public:
+  router_core(router_config cfg, routing_ptr policy);
+
+  /// A receiver granted `count` more credits.
+  void grant(int actor, int count) { credits_[actor] += count; }
+  int credits(int actor) const;
+  /// The next microbatch, if its receivers have credit and the run is not over.
+  std::optional<emission> next();
+  /// Every microbatch of every step has been emitted.
+  bool done() const { return step_ >= cfg_.steps; }
+  /// Microbatches emitted so far in this run (not counting a resumed run's earlier ones).
+  std::int64_t emitted() const { return emitted_; }
+  /// The route microbatches of evaluation follow (the policy's route of the run's first microbatch).
+  const route_t& eval_route() const { return eval_route_; }
+
+private:
+  void plan_step();
+
+  router_config cfg_;
+  routing_ptr policy_;
+  std::map<int, int> credits_;
+  std::int64_t step_ = 0;
+  int microbatch_ = 0;
+  std::int64_t emitted_ = 0;
+  std::vector<route_t> routes_;   ///< this step's, by microbatch
+  route_t eval_route_;
+};
+
+} // namespace troupe::sched
+
+namespace troupe::sched {
+
+/// Credits a stage grants a sender whose channel sets no `credits:`: its
+/// policy's in-flight bound (`limit`, at least 2 buffers, so a sender can work
+/// one ahead), or 8 for a policy without a bound (0).
+inline int default_credits(int limit) { return limit > 0 ? (limit < 2 ? 2 : limit) : 8; }
+
+/// Credits the loss stage grants the router for targets when the channel sets
+/// none: targets are small, and the router must run a pipeline's depth ahead of
+/// the loss, so 4 per stage actor.
+inline int default_target_credits(int stage_actors) { return 4 * stage_actors; }
+
+} // namespace troupe::sched

@@ -1,0 +1,66 @@
+// Routing policies: "where does this microbatch go?" A router (the data loader
+// by default) asks its policy for each microbatch's route when it makes the batch.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/route.hpp"
+#include "schedulers/expected.hpp"
+
+namespace troupe::sched {
+
+/// A stage actor as a router sees it.
+struct route_stage {
+  int actor = 0;                              ///< index in the graph's actor list
+  std::string name;
+  std::vector<std::pair<int, int>> chunks;    ///< layers [begin, end) of each model chunk
+};
+
+/// Everything a routing-policy factory may use.
+struct routing_params {
+  std::vector<route_stage> stages;            ///< every stage actor of the graph
+  int layers = 0;                             ///< model.layers
+  /// For `paths`: each path as actor names (`s2`, or `s2.1` for chunk 1 of s2).
+  std::vector<std::vector<std::string>> paths;
+  std::map<std::string, std::string> options;  ///< free-form settings for plugin policies
+};
+
+/// Decides a microbatch's route. One object serves one router.
+class routing_policy {
+public:
+  virtual ~routing_policy() = default;
+  virtual std::string_view name() const = 0;
+  /// The route of the `sequence`-th microbatch of the run (0, 1, ...), which is
+  /// microbatch `microbatch` of step `step`.
+  virtual route_t route(std::int64_t step, int microbatch, std::int64_t sequence) = 0;
+};
+
+using routing_ptr = std::unique_ptr<routing_policy>;
+using routing_factory = std::function<expected<routing_ptr>(const routing_params&)>;
+
+/// The route every microbatch takes through the layers in order: each stage's
+/// chunks sorted by first layer (a plain chain; interleaved chunks wrap around).
+/// Fails when the chunks leave a gap or overlap.
+expected<route_t> layer_order_route(const routing_params& params);
+
+/// Checks that `r` can train: it starts with the embedding (a chunk beginning
+/// at layer 0), ends with the head (a chunk ending at `layers`) and visits no
+/// chunk twice. The message names the route by actor names.
+expected<void> check_route(const route_t& r, const routing_params& params);
+
+/// Makes the routing policy registered as `name`; unknown names fail listing the known ones.
+expected<routing_ptr> make_routing(std::string_view name, const routing_params& params);
+
+/// Adds (or replaces) a routing policy; plugins call this when loaded. Thread-safe.
+void register_routing(std::string name, std::string summary, routing_factory factory);
+
+/// Registered routing-policy names, sorted: chain, paths and any plugins.
+std::vector<std::string> routing_names();
+
+} // namespace troupe::sched
