@@ -57,7 +57,7 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out)
       models_.push_back(make_stage_model({cfg_.model, b, e, cfg_.device, cfg_.max_batch, cfg_.weight_decay}));
   }
   auto p = cfg_.policy_params;
-  p.rank = cfg_.rank, p.ranks = cfg_.ranks, p.microbatches = cfg_.microbatches, p.chunks = cfg_.chunks;
+  p.rank = cfg_.rank, p.ranks = cfg_.ranks, p.chunks = cfg_.chunks;
   auto made = sched::make_policy(cfg_.policy, p);
   if (!made)
     throw std::invalid_argument(fmt::format("{}: {}", cfg_.name, made.error().message));

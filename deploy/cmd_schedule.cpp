@@ -40,8 +40,7 @@ constexpr std::string_view usage =
   "  --jitter J            every operation's cost times a uniform factor in [1-J, 1+J]\n"
   "  --seed S              the jitter's seed, default 0\n"
   "  --table FILE          the action lists `table` replays, one line per rank\n"
-  "  --look-ahead N        how far past a late preferred action a policy may look\n"
-  "  --option KEY=VALUE    a policy option (repeatable), e.g. overtakes=FW,IW\n"
+  "  --option KEY=VALUE    a policy option (repeatable), e.g. max_in_flight=3\n"
   "  --timeline            also print each action's simulated start and end\n"
   "  --save-table FILE     write the run's per-rank orders as a table `table` can replay\n"
   "  --compare [SEEDS]     compare the policy with `table` replaying its own canonical\n"
@@ -166,8 +165,6 @@ int run_schedule(std::span<char*> args) {
       good = number(c.jitter, 0.0) && c.jitter < 1;
     } else if (flag == "--seed") {
       good = parse_number(value, c.seed);
-    } else if (flag == "--look-ahead") {
-      good = number(params.look_ahead, 0);
     } else if (flag == "--table") {
       params.table_file = value;
     } else if (flag == "--save-table") {
@@ -208,7 +205,6 @@ int run_schedule(std::span<char*> args) {
                              "FACTOR > 0", s, c.microbatches - 1));
   // Policy names and parameters are checked before anything runs, so they count as bad input.
   params.ranks = c.ranks;
-  params.microbatches = c.microbatches;
   params.chunks = c.chunks;
   if (auto probe = make_policy(policy, params); !probe)
     return bad(probe.error().message);

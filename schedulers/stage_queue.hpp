@@ -47,6 +47,10 @@ public:
   int chunk_of(int stage) const { return stage / ranks_; }
   bool owns(int stage) const { return stage >= 0 && stage < stages() && stage % ranks_ == rank_; }
   bool is_last_stage(int stage) const { return stage == stages() - 1; }
+  /// Position of `a`'s hop on its microbatch's route, 0 for the first (today the virtual stage).
+  int hop_index(const action& a) const { return a.stage; }
+  /// Hops from `a`'s to the end of its microbatch's route, this one included (1 on the last stage).
+  int hops_left(const action& a) const { return stages() - a.stage; }
   /// Counts reset() calls, so a policy can notice a new step.
   std::uint64_t step() const { return step_; }
 
