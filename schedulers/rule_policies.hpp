@@ -13,8 +13,8 @@ namespace troupe::sched {
 /// (lowest microbatch) only when no forward is ready or `max_in_flight` is reached.
 expected<policy_ptr> make_gpipe(const policy_params& params);
 
-/// 1F1B: a ready backward first; otherwise the ready forward with the lowest
-/// microbatch while in flight < hops_left (p - r on a chain) or `max_in_flight`.
+/// 1F1B: the ready forward with the lowest microbatch while in flight <
+/// hops_left (p - r on a chain) or `max_in_flight`; otherwise a ready backward.
 expected<policy_ptr> make_one_f_one_b(const policy_params& params);
 
 /// Interleaved 1F1B over v chunks: a ready forward while in flight <
@@ -22,9 +22,9 @@ expected<policy_ptr> make_one_f_one_b(const policy_params& params);
 /// (mb div p, chunk, mb); otherwise a ready backward by (mb div p, -chunk, mb).
 expected<policy_ptr> make_interleaved_1f1b(const policy_params& params);
 
-/// ZB-H1: a ready I first unless hop_index + 1 (r + 1) W passes are deferred,
-/// then a W first; otherwise a ready forward while in flight < hops_left
-/// (p - r); otherwise a deferred W.
+/// ZB-H1: a ready forward while in flight < hops_left (p - r on a chain);
+/// otherwise a ready I unless hop_index + 1 (r + 1) W passes are deferred, then
+/// a W first; otherwise a deferred W.
 expected<policy_ptr> make_zb_h1(const policy_params& params);
 
 /// The options the rule policies read: `max_in_flight` (all four) and

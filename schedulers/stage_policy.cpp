@@ -80,12 +80,12 @@ struct registry {
   registry() {
     entries["gpipe"] = {"all forwards first, a backward when no forward is ready (Huang et al. 2019)", make_gpipe,
                         rule_options(false)};
-    entries["1f1b"] = {"a ready backward first, else a forward while fewer than stages - rank are in flight "
+    entries["1f1b"] = {"a ready forward while fewer than stages - rank are in flight, else a ready backward "
                        "(PipeDream-Flush / Megatron-LM)", make_one_f_one_b, rule_options(false)};
     entries["interleaved_1f1b"] = {"1F1B over v model chunks per rank placed round-robin, within Megatron's "
                                    "warm-up + 1 in flight (Narayanan et al. 2021)", make_interleaved_1f1b,
                                    rule_options(false)};
-    entries["zb_h1"] = {"backward split into I and W, I first, W deferred into idle time, 1F1B's memory "
+    entries["zb_h1"] = {"backward split into I and W, W deferred into idle time (at most rank + 1), 1F1B's memory "
                         "(Qi et al. 2023)", make_zb_h1, rule_options(true)};
     entries["table"] = {"replays an explicit per-rank action list from a file", make_table, {}};
   }
