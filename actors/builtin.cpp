@@ -7,7 +7,7 @@ void register_builtin_actors() {
   static const bool once = [] {
     register_actor_type("data_loader", {spawn_data_loader, {}},
                         "byte-level batches from the corpus, sent on the first stage's credit");
-    register_actor_type("pipeline_stage", {spawn_pipeline_stage, {}},
+    register_actor_type("pipeline_stage", {spawn_pipeline_stage, {{"policy"}, {}}},
                         "a contiguous range of GPT layers with its optimizer shard and schedule policy");
     return true;
   }();

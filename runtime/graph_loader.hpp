@@ -29,6 +29,13 @@ struct actor_type_info {
 struct graph_vocabulary {
   std::map<std::string, actor_type_info> actor_types;
   std::vector<std::string> schedules;
+  /// The option keys each schedule reads (`pipeline: {policy: {...}}`, a stage's `policy:`).
+  std::map<std::string, std::vector<std::string>> schedule_options;
+  /// Checks one option value of a schedule: what a value must be when it is
+  /// not acceptable ("an integer of at least 1"), std::nullopt when it is.
+  std::function<std::optional<std::string>(const std::string& schedule, const std::string& key,
+                                           const std::string& value)>
+    check_schedule_option;
 
   /// Only the built-in names (builtin_actor_type_names, builtin_schedule_names).
   static graph_vocabulary builtin();

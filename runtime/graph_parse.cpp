@@ -25,7 +25,8 @@ const std::vector<std::string> model_keys{"layers", "d_model", "heads", "context
 const std::vector<std::string> data_keys{"corpus", "batch", "seed", "val_fraction"};
 const std::vector<std::string> train_keys{"steps",      "lr",           "weight_decay", "warmup",
                                           "eval_every", "eval_batches", "grad_clip"};
-const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual", "table", "device", "routing"};
+const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual",
+                                             "table",  "policy",       "device",   "routing"};
 const std::vector<std::string> trace_keys{"file"};
 const std::vector<std::string> channel_keys{"from", "to", "credits", "bandwidth", "latency"};
 
@@ -150,6 +151,9 @@ void parse_pipeline(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   r.get_int(n, "pipeline", "virtual", p.virtual_stages, 1, 64);
   r.get_string(n, "pipeline", "table", p.table);
   pg.table_node.reset(child(n, "table"));
+  pg.policy_node.reset(child(n, "policy"));
+  if (pg.policy_node)
+    parse_policy_options(pg.policy_node, "pipeline.policy", p.policy, r);
   parse_device_key(n, "pipeline", p.device, r);
   parse_routing(pg, n, r);
 }

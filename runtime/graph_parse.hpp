@@ -39,6 +39,7 @@ struct parsed_graph {
   std::vector<parsed_actor> actors;     ///< explicit entries, in file order
   std::vector<parsed_channel> channels; ///< explicit entries, in file order
   YAML::Node schedule_node{YAML::NodeType::Undefined}, table_node{YAML::NodeType::Undefined},
+    policy_node{YAML::NodeType::Undefined},
     corpus_node{YAML::NodeType::Undefined}, pipeline_node{YAML::NodeType::Undefined},
     cluster_node{YAML::NodeType::Undefined};
   std::vector<YAML::Node> plugin_nodes;
@@ -61,6 +62,14 @@ void check_cluster(parsed_graph& pg, graph_reader& r);
 
 /// Checks names against the vocabulary: schedule, actor types, type keys (after expand).
 void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
+
+/// Checks `pipeline.policy` and each stage's `policy:` against the schedule's
+/// option keys and values (runtime/graph_policy.cpp).
+void check_policy_options(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
+
+/// Reads a `policy:` mapping of scalar options into `out`.
+void parse_policy_options(const YAML::Node& n, const std::string& path, std::map<std::string, std::string>& out,
+                          graph_reader& r);
 
 /// Expands the shorthand into actors and channels and merges the explicit entries.
 void expand(parsed_graph& pg, graph_reader& r);

@@ -89,7 +89,15 @@ std::string to_yaml(const graph_spec& g) {
   const auto& p = g.pipeline;
   out += fmt::format("pipeline: {{stages: {}, microbatches: {}, schedule: {}, virtual: {}, device: {}", p.stages,
                      p.microbatches, scalar(p.schedule), p.virtual_stages, scalar(p.device));
-  out += p.table.empty() ? "}\n" : fmt::format(", table: {}}}\n", scalar(p.table));
+  if (!p.table.empty())
+    out += fmt::format(", table: {}", scalar(p.table));
+  if (!p.policy.empty()) {
+    std::string options;
+    for (const auto& [k, v] : p.policy)
+      options += fmt::format("{}{}: {}", options.empty() ? "" : ", ", k, scalar(v));
+    out += fmt::format(", policy: {{{}}}", options);
+  }
+  out += "}\n";
   if (!g.trace.file.empty())
     out += fmt::format("trace: {{file: {}}}\n", scalar(g.trace.file));
   out += cluster_yaml(g.cluster);

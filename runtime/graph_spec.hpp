@@ -45,7 +45,7 @@ struct train_spec {
   double grad_clip = 1.0;       ///< global gradient-norm clip; 0 = off
 };
 
-/// `pipeline: {stages, microbatches, schedule, virtual, table, device}`. With no
+/// `pipeline: {stages, microbatches, schedule, virtual, table, policy, device}`. With no
 /// `pipeline:` section a run is one stage with one microbatch.
 struct pipeline_spec {
   bool present = false;         ///< the file has a `pipeline:` section
@@ -55,6 +55,9 @@ struct pipeline_spec {
   int virtual_stages = 1;       ///< YAML key `virtual`: model chunks per stage actor (interleaved)
   std::string table;            ///< YAML key `table`: the action CSV for `schedule: table`
   std::filesystem::path table_path;  ///< `table` resolved against the graph file's folder
+  /// YAML key `policy`: the schedule's options (`{max_in_flight: 3}`), checked
+  /// against the keys the schedule declares; a stage's own `policy:` overrides them.
+  std::map<std::string, std::string> policy;
   /// Where stages run unless an actor entry sets its own `device:`: `cpu`, `cuda:N`,
   /// or `cuda` (each node's CUDA stages take its devices in rank order, round robin).
   std::string device = "cpu";

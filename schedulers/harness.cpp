@@ -177,7 +177,6 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
 
 expected<sim_result> simulate(const sim_config& c, std::string_view name, policy_params base) {
   base.ranks = c.ranks;
-  base.microbatches = c.microbatches;
   base.chunks = c.chunks;
   return simulate(c, [&](int r) {
     policy_params params = base;

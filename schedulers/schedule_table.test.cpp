@@ -116,10 +116,17 @@ TEST_CASE("the table policy replays a file and refuses a broken one when it is m
     out << "0F0 0B0\n";
   }
   params.ranks = 4;
-  params.microbatches = 8;
   auto bad = make_policy("table", params);
   REQUIRE(!bad);
   CHECK(contains(bad.error().message, "table: the table has 1 rank lines"));
+  {
+    std::ofstream out(path);
+    out << "0F0 0F1 0B0 0B1\n1F0 1B0\n";
+  }
+  params.ranks = 2;
+  auto uneven = make_policy("table", params);  // m comes from the rows, so they must agree
+  REQUIRE(!uneven);
+  CHECK(contains(uneven.error().message, "rank 1 runs forwards for microbatches {0} but rank 0 for {0, 1}"));
   params.table_file = "/nonexistent/schedule.csv";
   CHECK(contains(make_policy("table", params).error().message, "cannot open"));
 }

@@ -16,22 +16,38 @@
 
 namespace troupe::sched {
 
-/// Everything a policy factory may use. One policy object serves one rank.
+/// Everything a policy factory may use. One policy object serves one rank, for
+/// every step: a policy never knows how many microbatches a step holds (the
+/// router tells the stage per step, and the queue holds what came).
 struct policy_params {
   int rank = 0;
   int ranks = 1;         ///< p: pipeline ranks (stage actors)
-  int microbatches = 1;  ///< m: microbatches per step
   int chunks = 1;        ///< v: model chunks per rank (interleaved schedules)
-  /// How many actions past the preferred one a policy may look for ready work
-  /// when the preferred action is not ready; -1 keeps the policy's default, 0 replays strictly.
-  int look_ahead = -1;
   /// For `table`: every rank's action list (row r is rank r); validated by make_policy.
   std::vector<std::vector<action>> table;
   /// For `table` when `table` is empty: a text/CSV file with one line per rank.
   std::string table_file;
-  /// Free-form settings for plugin policies (from the graph file's `policy:` section).
+  /// The policy's settings (the graph file's `policy:` keys), checked against
+  /// the keys the policy registered (policy_options).
   std::map<std::string, std::string> options;
 };
+
+/// A setting a policy reads from policy_params::options.
+struct policy_option {
+  std::string key;
+  std::string summary;   ///< what it does
+  std::string expected;  ///< what a value must be, e.g. "an integer of at least 1"
+  /// Whether `value` is acceptable; null accepts any.
+  std::function<bool(std::string_view value)> accepts;
+};
+
+/// An option whose value is an integer of at least `low`.
+policy_option int_option(std::string key, std::string summary, int low);
+
+/// Reads option `key` of `params` as an integer of at least `low`; `fallback`
+/// when absent. Fails naming the policy, the key and what was expected.
+expected<int> int_setting(std::string_view policy, const policy_params& params, const std::string& key, int low,
+                          int fallback);
 
 /// A stage policy: asked by the stage actor, whenever the rank is idle, what to run next.
 ///
@@ -54,8 +70,8 @@ public:
   /// which to ask again even if no message arrives, or std::nullopt to wait for
   /// a message only. An actor implements it with a delayed message to itself.
   virtual std::optional<double> wake_at(const stage_queue& queue) const { return std::nullopt; }
-  /// This rank's order under equal costs and no latency (the schedule as
-  /// published), when the policy has one; empty otherwise.
+  /// The per-rank list the policy replays (`table`); empty for a rule policy,
+  /// whose order emerges from what arrives.
   virtual std::vector<action> canonical_order() const { return {}; }
 };
 
@@ -66,8 +82,17 @@ using policy_factory = std::function<expected<policy_ptr>(const policy_params&)>
 /// the list of valid ones; bad parameters fail saying which and why.
 expected<policy_ptr> make_policy(std::string_view name, const policy_params& params);
 
-/// Adds (or replaces) a policy under `name`; plugins call this when loaded. Thread-safe.
-void register_policy(std::string name, std::string summary, policy_factory factory);
+/// Adds (or replaces) a policy under `name` with the options it reads; plugins
+/// call this when loaded. Thread-safe.
+void register_policy(std::string name, std::string summary, policy_factory factory,
+                     std::vector<policy_option> options = {});
+
+/// The options the policy registered as `name` reads (empty if unknown).
+std::vector<policy_option> policy_options(std::string_view name);
+
+/// Checks one option of policy `name`: the key must be one it registered and
+/// the value acceptable. The error says what was expected and lists the keys.
+expected<void> check_policy_option(std::string_view name, std::string_view key, std::string_view value);
 
 /// Registered policy names, sorted: gpipe, 1f1b, interleaved_1f1b, zb_h1, table and any plugins.
 std::vector<std::string> policy_names();

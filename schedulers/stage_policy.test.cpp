@@ -18,7 +18,6 @@ TEST_CASE("an unknown policy name fails with the list of valid ones") {
 TEST_CASE("built-in policies report their memory bound and whether they split backward") {
   policy_params params;
   params.ranks = 4;
-  params.microbatches = 8;
   params.rank = 1;
   auto one = make_policy("1f1b", params);
   REQUIRE(one);
@@ -38,17 +37,19 @@ TEST_CASE("built-in policies report their memory bound and whether they split ba
 TEST_CASE("bad policy parameters are refused with the reason") {
   policy_params params;
   params.ranks = 4;
-  params.microbatches = 8;
   params.rank = 4;
   CHECK(make_policy("1f1b", params).error().message.find("rank 4 is outside 0..3") != std::string::npos);
   params.rank = 0;
   params.chunks = 2;
   CHECK(make_policy("1f1b", params).error().message.find("interleaved_1f1b") != std::string::npos);
   params.chunks = 1;
-  params.options["overtakes"] = "FX";
-  CHECK(make_policy("1f1b", params).error().message.find("pairs of F, B, I, W") != std::string::npos);
-  params.options = {{"patience", "soon"}};
-  CHECK(make_policy("zb_h1", params).error().message.find("patience") != std::string::npos);
+  params.options = {{"max_in_flight", "0"}};
+  CHECK(make_policy("1f1b", params).error().message.find("max_in_flight must be an integer of at least 1, not '0'") !=
+        std::string::npos);
+  params.options = {{"patience", "2"}};
+  auto unknown = make_policy("zb_h1", params);
+  REQUIRE(!unknown);
+  CHECK(unknown.error().message == "zb_h1: unknown option 'patience' (known: max_in_flight, max_deferred_weight)");
 }
 
 namespace {
@@ -81,4 +82,103 @@ TEST_CASE("a registered policy is made by name like the built-in ones") {
   REQUIRE(r);
   CHECK(to_string(std::span<const action>(r->orders[0])) ==
         "0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0F6 0B3 0F7 0B4 0B5 0B6 0B7");
+}
+
+namespace {
+
+policy_ptr policy(const std::string& name, int rank, int ranks, int chunks = 1) {
+  policy_params params;
+  params.rank = rank, params.ranks = ranks, params.chunks = chunks;
+  auto p = make_policy(name, params);
+  REQUIRE(p);
+  return std::move(*p);
+}
+
+// Runs `a` on `q` to completion.
+void run(stage_queue& q, const action& a) {
+  REQUIRE(q.start(a));
+  REQUIRE(q.finish(a));
+}
+
+} // namespace
+
+// Each case below is a state no published order passes through: a policy that
+// replayed its list would wait for the action the list names next.
+
+TEST_CASE("every rule policy runs microbatch 3 when its input came before microbatch 2's") {
+  for (std::string name : {"gpipe", "1f1b", "zb_h1"}) {
+    stage_queue q(1, 4, 8);
+    for (int mb : {0, 1})
+      REQUIRE(q.push_forward(1, mb));
+    auto p = policy(name, 1, 4);
+    for (int mb : {0, 1}) {
+      auto a = p->next(q);
+      REQUIRE(a);
+      CHECK(*a == fwd(1, mb));
+      run(q, *a);
+    }
+    REQUIRE(q.push_forward(1, 3));  // 2 was routed elsewhere, or is late
+    auto a = p->next(q);
+    CAPTURE(name);
+    REQUIRE(a);
+    CHECK(*a == fwd(1, 3));  // the list says 1F2 next, and would wait for it
+  }
+  stage_queue q(0, 4, 8, 2);  // interleaved: the first chunk's inputs come from the router
+  REQUIRE(q.push_forward(0, 1));
+  auto a = policy("interleaved_1f1b", 0, 4, 2)->next(q);
+  REQUIRE(a);
+  CHECK(*a == fwd(0, 1));  // Megatron's list starts with 0F0
+}
+
+TEST_CASE("1F1B runs a ready backward while a warm-up forward its order lists first is late") {
+  stage_queue q(1, 4, 8);  // rank 1 warms up with three forwards in the published order
+  REQUIRE(q.push_forward(1, 0));
+  REQUIRE(q.push_forward(1, 1));
+  auto p = policy("1f1b", 1, 4);
+  run(q, *p->next(q));  // 1F0
+  run(q, *p->next(q));  // 1F1
+  REQUIRE(q.push_backward(1, 0));
+  auto a = p->next(q);
+  REQUIRE(a);
+  CHECK(*a == bwd(1, 0));  // the list says 1F2 before 1B0, and would wait for it
+}
+
+TEST_CASE("ZB-H1 runs a ready I before its listed forwards and a W while a forward is late") {
+  stage_queue q(0, 4, 8);
+  REQUIRE(q.push_forward(0, 0));
+  auto p = policy("zb_h1", 0, 4);
+  run(q, *p->next(q));  // 0F0
+  REQUIRE(q.push_backward(0, 0));
+  auto a = p->next(q);
+  REQUIRE(a);
+  CHECK(*a == igrad(0, 0));  // the list has 0F1 0F2 0F3 before 0I0
+  run(q, *a);
+  a = p->next(q);  // no input for 0F1 yet: the deferred W fills the wait
+  REQUIRE(a);
+  CHECK(*a == wgrad(0, 0));  // the list waits for 0F1
+  run(q, *a);
+  REQUIRE(q.push_forward(0, 1));
+  a = p->next(q);
+  REQUIRE(a);
+  CHECK(*a == fwd(0, 1));
+}
+
+TEST_CASE("GPipe runs a backward while a forward is late, and the interleaved rule a later group's") {
+  stage_queue q(3, 4, 8);  // the last stage: its backward is ready when its forward ends
+  REQUIRE(q.push_forward(3, 0));
+  auto gp = policy("gpipe", 3, 4);
+  run(q, *gp->next(q));  // 3F0
+  auto a = gp->next(q);
+  REQUIRE(a);
+  CHECK(*a == bwd(3, 0));  // the list has every forward first and would wait for 3F1
+
+  stage_queue iq(3, 4, 8, 2);  // rank 3: chunk 1 is the last virtual stage
+  auto il = policy("interleaved_1f1b", 3, 4, 2);
+  REQUIRE(iq.push_forward(3, 0));
+  run(iq, *il->next(iq));  // 3F0, then its chunk-1 input arrives
+  REQUIRE(iq.push_forward(7, 0));
+  run(iq, *il->next(iq));  // 7F0: the loss; 7B0 is ready
+  a = il->next(iq);
+  REQUIRE(a);
+  CHECK(*a == bwd(7, 0));  // Megatron's list runs 3F1 3F2 3F3 7F1 first; their inputs are not here
 }

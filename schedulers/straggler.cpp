@@ -2,8 +2,24 @@
 #include "schedulers/straggler.hpp"
 
 #include <algorithm>
+#include <random>
 
 namespace troupe::sched {
+
+namespace {
+
+// The middle value (the mean of the two middle ones for an even count); 0 for none.
+double median(std::vector<double> v) {
+  if (v.empty())
+    return 0;
+  auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  if (v.size() % 2 == 1)
+    return *mid;
+  return (*mid + *std::max_element(v.begin(), mid)) / 2;
+}
+
+} // namespace
 
 std::vector<straggler_scenario> standard_scenarios() {
   return {
@@ -23,6 +39,15 @@ std::vector<straggler_scenario> standard_scenarios() {
      [](sim_config c, std::uint64_t seed) {
        c.microbatch_slowdown.assign(static_cast<std::size_t>(c.microbatches), 1.0);
        c.microbatch_slowdown[seed % static_cast<std::uint64_t>(c.microbatches)] = 4.0;
+       return c;
+     }},
+    {"microbatch costs 1-3x",
+     [](sim_config c, std::uint64_t seed) {
+       std::mt19937_64 rng(seed);
+       std::uniform_real_distribution<double> factor(1.0, 3.0);
+       c.microbatch_slowdown.resize(static_cast<std::size_t>(c.microbatches));
+       for (auto& f : c.microbatch_slowdown)
+         f = factor(rng);
        return c;
      }},
   };
@@ -48,6 +73,7 @@ expected<replay_comparison> compare_with_replay(const sim_config& base, std::str
   policy_params replay;
   replay.table = std::move(*table);
   replay_comparison out{std::string{policy}, scenario.name, seeds};
+  std::vector<double> mine_all, theirs_all;
   for (int s = 0; s < seeds; ++s) {
     sim_config c = scenario.apply(base, static_cast<std::uint64_t>(s));
     auto mine = simulate(c, policy, params);
@@ -56,8 +82,8 @@ expected<replay_comparison> compare_with_replay(const sim_config& base, std::str
     auto theirs = simulate(c, "table", replay);
     if (!theirs)
       return theirs.error();
-    out.policy_mean += mine->makespan;
-    out.replay_mean += theirs->makespan;
+    mine_all.push_back(mine->makespan);
+    theirs_all.push_back(theirs->makespan);
     double rel = mine->makespan / theirs->makespan - 1.0;
     if (rel < -1e-12)
       ++out.wins;
@@ -67,10 +93,8 @@ expected<replay_comparison> compare_with_replay(const sim_config& base, std::str
       ++out.ties;
     out.worst = std::max(out.worst, rel);
   }
-  if (seeds > 0) {
-    out.policy_mean /= seeds;
-    out.replay_mean /= seeds;
-  }
+  out.policy_median = median(std::move(mine_all));
+  out.replay_median = median(std::move(theirs_all));
   return out;
 }
 

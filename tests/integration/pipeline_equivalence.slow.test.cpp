@@ -9,6 +9,7 @@
 
 #include "deploy/run_graph.hpp"
 #include "runtime/actor_system.hpp"
+#include "schedulers/orders.hpp"
 #include "schedulers/stage_policy.hpp"
 
 using namespace troupe;
@@ -30,11 +31,8 @@ pipeline: {{stages: {}, microbatches: {}, schedule: {}, virtual: {}{}}}
 std::string write_table(int stages) {
   auto path = std::filesystem::temp_directory_path() / fmt::format("troupe_1f1b_{}x{}.csv", stages, microbatches);
   std::ofstream out(path);
-  for (int r = 0; r < stages; ++r) {
-    sched::policy_params p;
-    p.rank = r, p.ranks = stages, p.microbatches = microbatches;
-    out << sched::to_string((*sched::make_policy("1f1b", p))->canonical_order()) << "\n";
-  }
+  for (int r = 0; r < stages; ++r)
+    out << sched::to_string(sched::one_f_one_b_order(r, stages, microbatches)) << "\n";
   return path.string();
 }
 
