@@ -2,6 +2,7 @@
 // and 1, 2 or 4 ranks, the gradients equal those of the whole model.
 #include "actors/stage_engine.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <map>
@@ -9,6 +10,8 @@
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
+
+#include "ops/adamw.hpp"
 
 using namespace troupe;
 
@@ -182,22 +185,39 @@ TEST_CASE("a NaN loss stops the stage with an error that names the step and what
   CHECK_THROWS_WITH_AS(e.run_one(), doctest::Contains("the loss is nan at step 1"), std::runtime_error);
 }
 
-TEST_CASE("the stage's optimizer uses the configured weight decay") {
+TEST_CASE("the stage applies AdamW with the configured weight decay to the step's gradients") {
   for (float wd : {0.0f, 0.5f}) {
     stage_config c;
     c.name = "s0", c.steps = 1, c.microbatches = 1, c.grad_clip = 0, c.model = model(), c.policy = "gpipe";
     c.layers = {{0, layers}};
     c.weight_decay = wd;
-    float seen = -1;
+    std::vector<ops::named_tensor> params, grads; // copies, as the step's update found them
+    auto copy = [](const ops::named_tensor& t) {
+      auto c = tensor_handle::empty(t.value.shape());
+      std::copy_n(t.value.data<float>(), t.value.numel(), c.data<float>());
+      return ops::named_tensor{t.name, c};
+    };
     stage_outbox out;
     out.credit = [](int) {};
-    out.before_update = [&](step_t, std::vector<ops::gpt_range>& ch) { seen = ch[0].optimizer().options().weight_decay; };
+    out.before_update = [&](step_t, std::vector<ops::gpt_range>& ch) {
+      for (std::size_t i = 0; i < ch[0].params().size(); ++i)
+        params.push_back(copy(ch[0].params()[i])), grads.push_back(copy(ch[0].grads()[i]));
+    };
     stage_engine e(c, out);
     e.start();
     e.on_batch(make_batches()[0], false);
     while (e.run_one()) {
     }
     CHECK(e.training_done());
-    CHECK(seen == wd);
+    REQUIRE(!params.empty());
+    ops::adamw ref(params, {.weight_decay = wd});
+    ref.step(params, grads, c.lr.at(0));
+    const auto& got = e.chunks()[0].params();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      CAPTURE(params[i].name);
+      CHECK(std::equal(params[i].value.data<float>(), params[i].value.data<float>() + params[i].value.numel(),
+                       got[i].value.data<float>()));
+    }
+    CHECK(e.checkpoint_metadata().at("optimizer.steps") == "1");
   }
 }
