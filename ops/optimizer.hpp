@@ -106,6 +106,9 @@ struct adamw_device_args {
 /// and its stream; pointers are that device's memory unless named host. Each
 /// throws std::runtime_error on a device error.
 struct optimizer_device_kernels {
+  /// A new f32 tensor of `shape` on `dev`, zeroed on the stream (memory comes
+  /// from `dev`'s pool with `dev` made current, whatever the thread had).
+  std::function<tensor_handle(const shape_t& shape, device dev, device_stream)> zeros;
   /// Queues writing `n` zeros at `dst`.
   std::function<void(float* dst, std::int64_t n, device dev, device_stream)> zero;
   /// Waits for the stream's queued work, then copies `bytes` to host memory.

@@ -21,11 +21,25 @@ void check(const gpu::status& st, device dev) {
     throw std::runtime_error(fmt::format("{}: optimizer: {}", to_string(dev), st.message()));
 }
 
-cudaStream_t stream_of(device_stream s) { return static_cast<cudaStream_t>(s); }
+cudaStream_t stream_of(device_stream s) {
+  return static_cast<cudaStream_t>(s);
+}
 
 gpu::status zero(float* dst, std::int64_t n, device dev, device_stream s) {
   TROUPE_CUDA_CHECK(cudaSetDevice(dev.index));
   TROUPE_CUDA_CHECK(cudaMemsetAsync(dst, 0, std::size_t(n) * sizeof(float), stream_of(s)));
+  return {};
+}
+
+gpu::status zeros(const shape_t& shape, device dev, device_stream s, tensor_handle& out) {
+  TROUPE_CUDA_CHECK(cudaSetDevice(dev.index)); // the pool's cudaMalloc allocates on the current device
+  try {
+    out = tensor_handle::empty(shape, dtype::f32, dev);
+  } catch (const std::exception& e) {
+    return gpu::status::failure(
+        fmt::format("cannot allocate {} f32 on {}: {}", to_string(shape), to_string(dev), e.what()));
+  }
+  TROUPE_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream_of(s)));
   return {};
 }
 
@@ -55,7 +69,14 @@ void register_cuda_optimizer_kernels() {
   static std::once_flag once;
   std::call_once(once, [] {
     optimizer_device_kernels k;
-    k.zero = [](float* dst, std::int64_t n, device dev, device_stream s) { check(zero(dst, n, dev, s), dev); };
+    k.zeros = [](const shape_t& shape, device dev, device_stream s) {
+      tensor_handle t;
+      check(zeros(shape, dev, s, t), dev);
+      return t;
+    };
+    k.zero = [](float* dst, std::int64_t n, device dev, device_stream s) {
+      check(zero(dst, n, dev, s), dev);
+    };
     k.download = [](void* host, const void* src, std::size_t bytes, device dev, device_stream s) {
       check(download(host, src, bytes, dev, s), dev);
     };
