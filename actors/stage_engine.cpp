@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "ops/adamw.hpp"
 #include "ops/grad_clip.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/errors.hpp"
@@ -49,12 +50,13 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out)
     chunks_.reserve(cfg_.layers.size()); // models_ point into it
     for (auto [b, e] : cfg_.layers)
       models_.push_back(make_cpu_stage_model(chunks_.emplace_back(cfg_.model, b, e)));
-    for (auto& m : models_)
-      m->set_weight_decay(cfg_.weight_decay);
   } else {
     for (auto [b, e] : cfg_.layers)
-      models_.push_back(make_stage_model({cfg_.model, b, e, cfg_.device, cfg_.max_batch, cfg_.weight_decay}));
+      models_.push_back(make_stage_model({cfg_.model, b, e, cfg_.device, cfg_.max_batch}));
   }
+  for (auto& m : models_)
+    optimizers_.push_back(
+        std::make_unique<ops::adamw>(m->params(), ops::adamw_options{.weight_decay = cfg_.weight_decay}, m->stream()));
   auto p = cfg_.policy_params;
   p.rank = cfg_.rank, p.ranks = cfg_.ranks, p.chunks = cfg_.chunks;
   auto made = sched::make_policy(cfg_.policy, p);
@@ -424,9 +426,11 @@ void stage_engine::finish_step(double total_sq) {
       for (auto& m : models_)
         m->scale_grads(f);
   }
-  for (auto& m : models_) {
-    m->step(rep.lr);
-    m->zero_grads();
+  for (std::size_t k = 0; k < models_.size(); ++k) {
+    auto& m = *models_[k];
+    optimizers_[k]->step(m.params(), m.grads(), rep.lr);
+    m.params_updated();
+    m.zero_grads();
   }
   compute_ns_ += trace_now() - t0;
   if (cfg_.loss) {
@@ -451,14 +455,14 @@ void stage_engine::finish_step(double total_sq) {
 
 std::vector<named_handle> stage_engine::checkpoint_tensors() {
   std::vector<named_handle> out;
-  for (auto& m : models_) {
-    auto st = m->state();
-    for (std::size_t i = 0; i < st.params.size(); ++i) {
-      out.push_back({st.params[i].name, st.params[i].value});
-      if (i < st.exp_avg.size()) {
-        out.push_back({"optimizer.exp_avg." + st.params[i].name, st.exp_avg[i]});
-        out.push_back({"optimizer.exp_avg_sq." + st.params[i].name, st.exp_avg_sq[i]});
-      }
+  for (std::size_t k = 0; k < models_.size(); ++k) {
+    auto params = models_[k]->host_params();
+    auto st = optimizers_[k]->state(); // per parameter, each of its kinds
+    auto kinds = optimizers_[k]->state_kinds().size();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      out.push_back({params[i].name, params[i].value});
+      for (std::size_t j = i * kinds; j < (i + 1) * kinds && j < st.tensors.size(); ++j)
+        out.push_back({"optimizer." + st.tensors[j].name, st.tensors[j].value});
     }
   }
   return out;
@@ -466,8 +470,8 @@ std::vector<named_handle> stage_engine::checkpoint_tensors() {
 
 std::map<std::string, std::string> stage_engine::checkpoint_metadata() {
   std::string steps;
-  for (auto& m : models_)
-    steps += fmt::format("{}{}", steps.empty() ? "" : ",", m->optimizer_steps());
+  for (auto& o : optimizers_)
+    steps += fmt::format("{}{}", steps.empty() ? "" : ",", o->steps());
   return {{"optimizer.steps", steps}};
 }
 
@@ -491,10 +495,11 @@ caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, c
   for (std::size_t k = 0; k < models_.size(); ++k) {
     layouts.push_back(models_[k]->param_layout());
     for (const auto& p : layouts.back()) {
-      for (auto name : {p.name, "optimizer.exp_avg." + p.name, "optimizer.exp_avg_sq." + p.name}) {
-        bool moment = name.size() != p.name.size();
-        if (moment && opt_steps[k] == 0)
-          continue; // no update yet: no moments
+      std::vector<std::string> names{p.name};
+      if (opt_steps[k] > 0) // no update yet: no optimizer state
+        for (const auto& kind : optimizers_[k]->state_kinds())
+          names.push_back("optimizer." + kind + "." + p.name);
+      for (const auto& name : names) {
         auto t = f.find(name);
         if (!t.defined())
           return bad(fmt::format("tensor '{}' is missing", name));
@@ -510,16 +515,17 @@ caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, c
     return bad(fmt::format("holds {} tensors, this stage expects {} (a different model cut?)", f.tensors.size(),
                            expected));
   for (std::size_t k = 0; k < models_.size(); ++k) {
-    std::vector<tensor_handle> ps, m, v;
+    std::vector<tensor_handle> ps;
+    ops::optimizer_state st{opt_steps[k], {}};
     for (const auto& p : layouts[k]) {
       ps.push_back(f.find(p.name));
-      if (opt_steps[k] > 0) {
-        m.push_back(f.find("optimizer.exp_avg." + p.name));
-        v.push_back(f.find("optimizer.exp_avg_sq." + p.name));
-      }
+      if (opt_steps[k] > 0)
+        for (const auto& kind : optimizers_[k]->state_kinds())
+          st.tensors.push_back({kind + "." + p.name, f.find("optimizer." + kind + "." + p.name)});
     }
     try {
-      models_[k]->load_state(ps, opt_steps[k], std::move(m), std::move(v));
+      models_[k]->load_params(ps);
+      optimizers_[k]->load_state(st);
     } catch (const std::exception& e) { // a device that failed to take it
       return bad(e.what());
     }

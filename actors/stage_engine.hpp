@@ -15,6 +15,7 @@
 #include "actors/stage_model.hpp"
 #include "ops/gpt.hpp"
 #include "ops/lr_schedule.hpp"
+#include "ops/optimizer.hpp"
 #include "runtime/messages.hpp"
 #include "runtime/safetensors.hpp"
 #include "schedulers/router.hpp"
@@ -122,12 +123,13 @@ public:
   /// policy wants to be asked again even without a message (its patience).
   std::optional<double> wake_in() const;
   /// The state a checkpoint holds, in chunk and parameter order: each parameter
-  /// under its own name and its AdamW moments as `optimizer.exp_avg.NAME` and
-  /// `optimizer.exp_avg_sq.NAME` (the handles share the live storage: write
-  /// them out before the next step). Metadata: `optimizer.steps` per chunk.
+  /// under its own name, then its optimizer's state as `optimizer.KIND.NAME`
+  /// (AdamW: `optimizer.exp_avg.NAME`, `optimizer.exp_avg_sq.NAME`); CPU handles
+  /// share the live storage: write them out before the next step. Metadata:
+  /// `optimizer.steps` per chunk.
   std::vector<named_handle> checkpoint_tensors();
   std::map<std::string, std::string> checkpoint_metadata();
-  /// Loads a checkpoint's state (before start()): parameters, AdamW moments and
+  /// Loads a checkpoint's state (before start()): parameters, optimizer state and
   /// step counts, and continues at step `steps_done`. On a missing tensor or a
   /// shape that differs, returns errc::invalid_argument naming `file`, the
   /// tensor and both shapes, and changes nothing.
@@ -171,6 +173,9 @@ private:
 
   stage_config cfg_;
   stage_outbox out_;
+  /// One per model chunk, over its parameters; declared before the models, so a
+  /// device model finishes the work queued on its stream before they go.
+  std::vector<std::unique_ptr<ops::optimizer>> optimizers_;
   std::vector<ops::gpt_range> chunks_;                   ///< the CPU chunks, which models_ wrap
   std::vector<std::unique_ptr<stage_model>> models_;
   sched::policy_ptr policy_;

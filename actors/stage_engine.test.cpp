@@ -5,6 +5,8 @@
 // messages stay bounded, and clipping costs 2(n-1) messages a step.
 #include "actors/stage_engine.hpp"
 
+#include <algorithm>
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <map>
@@ -13,6 +15,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include "ops/adamw.hpp"
 #include "ops/grad_clip.hpp"
 #include "schedulers/orders.hpp"
 #include "schedulers/router.hpp"
@@ -247,6 +250,9 @@ run_record composed(const run_spec& s) {
         std::make_unique<ops::gpt_range>(model(), st.chunks[c].first, st.chunks[c].second);
   ops::warmup_cosine lr;
   lr.max_lr = 1e-2f, lr.min_lr = 1e-3f, lr.warmup = 0, lr.total = s.steps;
+  std::map<std::pair<int, int>, std::unique_ptr<ops::adamw>> adam;  // the engines' default weight decay
+  for (auto& [key, r] : ranges)
+    adam[key] = std::make_unique<ops::adamw>(r->params(), ops::adamw_options{.weight_decay = stage_config{}.weight_decay});
   for (int step = 0; step < s.steps; ++step) {
     double step_tokens = static_cast<double>(s.microbatches) * batch * context;
     for (int mb = 0; mb < s.microbatches; ++mb) {
@@ -273,7 +279,7 @@ run_record composed(const run_spec& s) {
         for (auto& [key, r] : ranges)
           r->scale_grads(f);
     for (auto& [key, r] : ranges) {
-      r->step(lr.at(step));
+      adam.at(key)->step(r->params(), r->grads(), lr.at(step));
       r->zero_grads();
     }
   }
@@ -397,4 +403,42 @@ TEST_CASE("a message for a hop of another actor is refused naming the route") {
   auto [tok, tgt] = tokens_of(0);
   CHECK_THROWS_WITH_AS(e.on_batch(batch_msg{0, 0, tok, {}, route_t{{2, 0}, {1, 0}}}, false),
                        doctest::Contains("not this stage"), std::runtime_error);
+}
+
+TEST_CASE("the stage applies AdamW with the configured weight decay to the step's gradients") {
+  for (float wd : {0.0f, 0.5f}) {
+    stage_config c;
+    c.name = "s0", c.actor = 1, c.router = 0, c.loss = true, c.steps = 1, c.grad_clip = 0, c.model = model();
+    c.policy = "gpipe", c.layers = {{0, layers}}, c.weight_decay = wd;
+    std::vector<ops::named_tensor> params, grads; // copies, as the step's update found them
+    auto copy = [](const ops::named_tensor& t) {
+      auto c = tensor_handle::empty(t.value.shape());
+      std::copy_n(t.value.data<float>(), t.value.numel(), c.data<float>());
+      return ops::named_tensor{t.name, c};
+    };
+    stage_outbox out;
+    out.credit = [](int, const credit_msg&) {};
+    out.before_update = [&](step_t, std::vector<ops::gpt_range>& ch) {
+      for (std::size_t i = 0; i < ch[0].params().size(); ++i)
+        params.push_back(copy(ch[0].params()[i])), grads.push_back(copy(ch[0].grads()[i]));
+    };
+    stage_engine e(c, out);
+    e.start();
+    e.on_plan(step_plan_msg{0, 1, batch * context, 1, 1});
+    auto [tok, tgt] = tokens_of(0);
+    e.on_batch(batch_msg{0, 0, tok, tgt, route_t{{1, 0}}}, false);
+    while (e.run_one()) {
+    }
+    CHECK(e.training_done());
+    REQUIRE(!params.empty());
+    ops::adamw ref(params, {.weight_decay = wd});
+    ref.step(params, grads, c.lr.at(0));
+    const auto& got = e.chunks()[0].params();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      CAPTURE(params[i].name);
+      CHECK(std::equal(params[i].value.data<float>(), params[i].value.data<float>() + params[i].value.numel(),
+                       got[i].value.data<float>()));
+    }
+    CHECK(e.checkpoint_metadata().at("optimizer.steps") == "1");
+  }
 }

@@ -62,9 +62,8 @@ public:
   void zero_grads() override { r_.zero_grads(); }
   double grad_sq_norm() override { return r_.grad_sq_norm(); }
   void scale_grads(float factor) override { r_.scale_grads(factor); }
-  void step(float lr) override { r_.step(lr); }
-  void set_weight_decay(float decay) override { r_.optimizer().options().weight_decay = decay; }
-  long optimizer_steps() const override { return r_.optimizer().steps(); }
+  const std::vector<ops::named_tensor>& params() const override { return r_.params(); }
+  const std::vector<ops::named_tensor>& grads() const override { return r_.grads(); }
 
   std::vector<param_info> param_layout() const override {
     std::vector<param_info> out;
@@ -72,26 +71,21 @@ public:
       out.push_back({p.name, p.value.shape(), p.value.type()});
     return out;
   }
-  model_state state() override {
-    auto& opt = r_.optimizer();
-    return {r_.params(), opt.steps(), opt.first_moments(), opt.second_moments()};
-  }
-  void load_state(const std::vector<tensor_handle>& params, long steps, std::vector<tensor_handle> exp_avg,
-                  std::vector<tensor_handle> exp_avg_sq) override {
+  std::vector<ops::named_tensor> host_params() override { return r_.params(); }
+  void load_params(const std::vector<tensor_handle>& params) override {
     const auto& ps = r_.params();
     if (params.size() != ps.size())
       throw std::invalid_argument(
-          fmt::format("load_state: {} parameters for a model of {}", params.size(), ps.size()));
+          fmt::format("load_params: {} parameters for a model of {}", params.size(), ps.size()));
     for (std::size_t i = 0; i < ps.size(); ++i)
       if (!(params[i].shape() == ps[i].value.shape()) || params[i].type() != ps[i].value.type() ||
           !params[i].device().is_cpu())
-        throw std::invalid_argument(fmt::format("load_state: parameter '{}' is {} {}, the model's is {} {}",
+        throw std::invalid_argument(fmt::format("load_params: parameter '{}' is {} {}, the model's is {} {}",
                                                 ps[i].name, to_string(params[i].type()),
                                                 to_string(params[i].shape()), to_string(ps[i].value.type()),
                                                 to_string(ps[i].value.shape())));
     for (std::size_t i = 0; i < ps.size(); ++i)
       std::memcpy(ps[i].value.raw(), params[i].raw(), params[i].nbytes());
-    r_.optimizer().load_state(steps, std::move(exp_avg), std::move(exp_avg_sq));
   }
 
 private:
@@ -158,9 +152,7 @@ std::unique_ptr<stage_model> make_stage_model(const stage_model_spec& spec) {
   if (spec.device.is_cpu()) {
     auto range = std::make_unique<ops::gpt_range>(spec.model, spec.begin, spec.end);
     auto& r = *range;
-    auto m = std::make_unique<cpu_stage_model>(r, std::move(range));
-    m->set_weight_decay(spec.weight_decay);
-    return m;
+    return std::make_unique<cpu_stage_model>(r, std::move(range));
   }
   auto b = stage_model_backend_for(spec.device.kind);
   if (!b)

@@ -10,6 +10,7 @@
 #include <caf/expected.hpp>
 
 #include "ops/gpt.hpp"
+#include "ops/optimizer.hpp"
 #include "runtime/device_fence.hpp"
 #include "runtime/graph_spec.hpp"
 #include "runtime/tensor_handle.hpp"
@@ -31,15 +32,10 @@ struct param_info {
   dtype type = dtype::f32;
 };
 
-/// What a checkpoint holds of one model chunk, as host tensors in parameter order.
-struct model_state {
-  std::vector<ops::named_tensor> params;          ///< f32 weights (CPU: the live storage)
-  long steps = 0;                                 ///< AdamW steps taken
-  std::vector<tensor_handle> exp_avg, exp_avg_sq; ///< AdamW moments; empty before the first step
-};
-
-/// Layers [begin, end) of the GPT (ops/gpt.hpp describes the cut) with its AdamW
-/// shard, on one device. The stage engine's only view of the model.
+/// Layers [begin, end) of the GPT (ops/gpt.hpp describes the cut) on one device.
+/// The stage engine's only view of the model. It has no optimizer: it exposes
+/// its parameters and gradients, an ops::optimizer made over them updates the
+/// parameters, and params_updated() tells the model so.
 ///
 /// Inputs: the first chunk takes i32 tokens [B, T]; the others take activations
 /// [B, T, d_model] in f32 or bf16, on the host or on a device, each converted to
@@ -77,20 +73,28 @@ public:
   /// Σ g² over this chunk's gradients (combined across chunks and ranks for clipping).
   virtual double grad_sq_norm() = 0;
   virtual void scale_grads(float factor) = 0;
-  /// One AdamW step at rate `lr`.
-  virtual void step(float lr) = 0;
-  /// AdamW's decoupled weight decay (matrices and embeddings only).
-  virtual void set_weight_decay(float decay) = 0;
-  virtual long optimizer_steps() const = 0;
+
+  /// Parameters and their gradients, in param_layout() order with the same
+  /// names: live f32 tensors on the model's device (a CUDA chunk's are its f32
+  /// master weights and gradients). Writing a parameter changes the model; call
+  /// params_updated() after. The lists stay valid as long as the model.
+  virtual const std::vector<ops::named_tensor>& params() const = 0;
+  virtual const std::vector<ops::named_tensor>& grads() const = 0;
+  /// Where device work on the parameters and gradients must be queued (an
+  /// optimizer's stream, ops/optimizer.hpp); null on the CPU.
+  virtual ops::device_stream stream() const noexcept { return nullptr; }
+  /// After the parameters were written in place (an optimizer step): a model
+  /// that computes from a copy of its weights (a CUDA chunk's bf16 weights)
+  /// refreshes it, queued on stream().
+  virtual void params_updated() {}
 
   /// Names, shapes and types of the parameters, in order (what a checkpoint must match).
   virtual std::vector<param_info> param_layout() const = 0;
-  /// The parameters and AdamW state as host tensors (a device chunk copies them).
-  virtual model_state state() = 0;
-  /// Replaces the parameters and AdamW state: `params` in param_layout() order and
-  /// shapes, `steps` taken, the moments (empty when `steps` is 0). Checked first.
-  virtual void load_state(const std::vector<tensor_handle>& params, long steps,
-                          std::vector<tensor_handle> exp_avg, std::vector<tensor_handle> exp_avg_sq) = 0;
+  /// The parameters as host tensors (CPU: the live storage; a device chunk copies them).
+  virtual std::vector<ops::named_tensor> host_params() = 0;
+  /// Replaces the parameters with `params`, in param_layout() order and shapes
+  /// (host tensors). Checked first: a mismatch throws std::invalid_argument.
+  virtual void load_params(const std::vector<tensor_handle>& params) = 0;
 };
 
 /// What a stage model is made from.
@@ -99,7 +103,6 @@ struct stage_model_spec {
   int begin = 0, end = 0; ///< the layers [begin, end)
   troupe::device device;
   int max_batch = 1; ///< sequences per microbatch (device buffers are sized for it)
-  float weight_decay = 0.1f;
 };
 
 /// A stage model on the CPU over `range`, which it does not own (the engine

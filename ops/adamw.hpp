@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "ops/named_tensor.hpp"
+#include "ops/optimizer.hpp"
 
 namespace troupe::ops {
 
@@ -15,29 +15,19 @@ struct adamw_options {
   float weight_decay = 0.1f;
 };
 
-/// AdamW with moment state per parameter, created (zeroed) on the first step.
-/// Parameters of rank ≥ 2 get weight decay; vectors (biases, norms) do not.
-class adamw {
+/// PyTorch's AdamW. Parameters of rank ≥ 2 get weight decay; vectors (biases,
+/// norms) do not. State per parameter: `exp_avg` and `exp_avg_sq` (torch's names).
+/// CPU parameters use kernels/cpu; device ones the kernel their backend
+/// registered (CUDA: kernels/cuda/adamw), queued on `stream`.
+class adamw final : public optimizer {
 public:
-  explicit adamw(adamw_options opt = {}) : opt_(opt) {}
-  /// params and grads match by position (same shapes); updates params in place.
-  void step(const std::vector<named_tensor>& params, const std::vector<named_tensor>& grads, float lr);
-  /// Steps taken so far (the t of the bias corrections).
-  long steps() const noexcept { return t_; }
+  explicit adamw(const std::vector<named_tensor>& params, adamw_options opt = {},
+                 device_stream stream = nullptr);
   adamw_options& options() noexcept { return opt_; }
-  /// First and second moments, in parameter order (empty before the first step).
-  const std::vector<tensor_handle>& first_moments() const noexcept { return m_; }
-  const std::vector<tensor_handle>& second_moments() const noexcept { return v_; }
-  /// Replaces the whole state, as a checkpoint saved it: `steps` taken and the
-  /// moments in parameter order (the optimizer keeps the handles). Throws
-  /// std::invalid_argument when the lists differ in length or shapes, or hold
-  /// something other than f32 CPU tensors.
-  void load_state(long steps, std::vector<tensor_handle> m, std::vector<tensor_handle> v);
 
 private:
+  void update(std::size_t i, const tensor_handle& param, const tensor_handle& grad, float lr) override;
   adamw_options opt_;
-  long t_ = 0;
-  std::vector<tensor_handle> m_, v_;
 };
 
 } // namespace troupe::ops

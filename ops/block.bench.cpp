@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/adamw.hpp"
 #include "ops/core_attention.hpp"
 #include "ops/cross_entropy.hpp"
 #include "ops/embedding.hpp"
@@ -88,6 +89,7 @@ int main(int argc, char** argv) {
     }
   }
   gpt_range model(cfg, 0, cfg.layers);
+  adamw opt(model.params());
   const auto& ps = model.params();
   const auto& gs = model.grads();
   auto p = [&](int li, int s) { return ps[2 + std::size_t(li) * 12 + std::size_t(s)].value; };
@@ -155,7 +157,7 @@ int main(int argc, char** argv) {
     }
     tensor_handle g0 = gs[0].value, g1 = gs[1].value;
     tm.time("embedding bwd", [&] { embedding_backward_weight(dx, tokens, g0, g1); });
-    tm.time("adamw", [&] { model.step(1e-3f); });
+    tm.time("adamw", [&] { opt.step(model.params(), model.grads(), 1e-3f); });
     tm.now["step"] = cpu_seconds() - t0;
     if (s >= 3)
       tm.end_step();

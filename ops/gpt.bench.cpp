@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/gemm.hpp"
+#include "ops/adamw.hpp"
 #include "ops/gpt.hpp"
 #include "ops/lr_schedule.hpp"
 
@@ -71,6 +72,7 @@ struct troupe_result {
 
 troupe_result run_troupe(const bench_config& bc, int runs) {
   ops::gpt_range model(bc.model, 0, bc.model.layers);
+  ops::adamw opt(model.params());
   const long b = bc.batch, t = bc.model.context;
   auto tokens = tensor_handle::empty({b, t}, dtype::i32), targets = tensor_handle::empty({b, t}, dtype::i32);
   std::mt19937 rng(0);
@@ -87,7 +89,7 @@ troupe_result run_troupe(const bench_config& bc, int runs) {
     if (measure_memory)
       res.activation_bytes = pool.stats().bytes_live - live0;
     model.backward(0);
-    model.step(1e-3f);
+    opt.step(model.params(), model.grads(), 1e-3f);
     return loss;
   };
   res.loss_first = step(true);
@@ -169,6 +171,7 @@ struct loss_result {
 /// f32 and bf16 see the same data from the same initial weights).
 loss_result train_on_text(ops::gpt_config cfg, int batch, int steps, const std::string& corpus) {
   ops::gpt_range model(cfg, 0, cfg.layers);
+  ops::adamw opt(model.params());
   const long t = cfg.context;
   auto tokens = tensor_handle::empty({batch, t}, dtype::i32), targets = tensor_handle::empty({batch, t}, dtype::i32);
   std::mt19937_64 rng(1);
@@ -187,7 +190,7 @@ loss_result train_on_text(ops::gpt_config cfg, int batch, int steps, const std::
     model.zero_grads();
     losses.push_back(*model.forward(0, tokens, targets).data<float>());
     model.backward(0);
-    model.step(lr.at(s));
+    opt.step(model.params(), model.grads(), lr.at(s));
     ms.push_back((cpu_seconds() - c0) * 1000.0);
   }
   res.first = losses.front();

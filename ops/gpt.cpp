@@ -1,5 +1,5 @@
-// gpt_range: forward, split and fused backward, evaluation and the optimizer step
-// of a contiguous range of GPT layers.
+// gpt_range: forward, split and fused backward and evaluation of a contiguous
+// range of GPT layers.
 #include "ops/gpt.hpp"
 
 #include <cstring>
@@ -45,7 +45,6 @@ int gpt_range::begin() const noexcept { return impl_->begin; }
 int gpt_range::end() const noexcept { return impl_->end; }
 const std::vector<named_tensor>& gpt_range::params() const noexcept { return impl_->params; }
 const std::vector<named_tensor>& gpt_range::grads() const noexcept { return impl_->grads; }
-ops::adamw& gpt_range::optimizer() noexcept { return impl_->opt; }
 
 mb_cache& gpt_range::impl::acquire(int mb, const char* op) {
   mb_cache* free_slot = nullptr;
@@ -257,6 +256,5 @@ void gpt_range::zero_grads() {
 
 double gpt_range::grad_sq_norm() const { return ops::grad_sq_norm(impl_->grads); }
 void gpt_range::scale_grads(float factor) { ops::scale_grads(impl_->grads, factor); }
-void gpt_range::step(float lr) { impl_->opt.step(impl_->params, impl_->grads, lr); }
 
 } // namespace troupe::ops

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ops/adamw.hpp"
+#include "ops/named_tensor.hpp"
 #include "ops/precision.hpp"
 #include "runtime/tensor_handle.hpp"
 
@@ -92,19 +92,14 @@ public:
   /// Sets every gradient to zero.
   void zero_grads();
   /// Parameters and gradients, in the same order with the same names. The handles
-  /// share the range's storage: writing into a parameter (loading a checkpoint,
-  /// averaging replicas) changes the model.
+  /// share the range's storage: writing into a parameter (an optimizer's step,
+  /// loading a checkpoint, averaging replicas) changes the model.
   const std::vector<named_tensor>& params() const noexcept;
   const std::vector<named_tensor>& grads() const noexcept;
   /// Σ g² over this range's gradients (combine across ranges for global-norm clipping).
   double grad_sq_norm() const;
   /// Multiplies every gradient by `factor`.
   void scale_grads(float factor);
-
-  /// One AdamW step at learning rate `lr` on this range's parameters (its optimizer
-  /// shard; weight decay applies to matrices and embeddings only).
-  void step(float lr);
-  ops::adamw& optimizer() noexcept;
 
   /// Bytes of activation cache one microbatch of [batch, seq] keeps until its backward.
   std::size_t cache_bytes(int batch, int seq) const;

@@ -47,7 +47,6 @@ struct gpt_range::impl {
   int begin = 0, end = 0;
   std::vector<named_tensor> params, grads;
   std::vector<mb_cache> slots;
-  ops::adamw opt;
 
   bool first() const { return begin == 0; }
   bool last() const { return end == cfg.layers; }

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include "ops/adamw.hpp"
 #include "ops/gpt.hpp"
 #include "ops/testing_grad.hpp"
 
@@ -60,6 +61,7 @@ TEST_CASE("the GPT matches PyTorch in logits, loss, gradients and 3 AdamW steps"
   const float lr = 1e-3f;
   const int steps = 3;
   gpt_range model(cfg, 0, cfg.layers);
+  adamw opt(model.params());
 
   char tmpl[] = "/tmp/troupe_torch_XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
@@ -74,7 +76,7 @@ TEST_CASE("the GPT matches PyTorch in logits, loss, gradients and 3 AdamW steps"
   write_floats(dir / "targets.bin", targets);
   {
     std::ofstream c(dir / "config.txt");
-    const auto& o = model.optimizer().options();
+    const auto& o = opt.options();
     c << fmt::format("layers {}\nd_model {}\nheads {}\ncontext {}\nvocab {}\nbatch {}\nseq {}\nignore_index {}\n",
                      cfg.layers, cfg.d_model, cfg.heads, cfg.context, cfg.vocab, b, t, cfg.ignore_index)
       << fmt::format("lr {:.9e}\nbeta1 {:.9e}\nbeta2 {:.9e}\neps {:.9e}\nweight_decay {:.9e}\nsteps {}\n", lr, o.beta1,
@@ -111,7 +113,7 @@ TEST_CASE("the GPT matches PyTorch in logits, loss, gradients and 3 AdamW steps"
       model.forward(0, tokens, targets);
       model.backward(0);
     }
-    model.step(lr);
+    opt.step(model.params(), model.grads(), lr);
   }
   for (auto& p : model.params()) {
     auto ours = to_vec(p.value);

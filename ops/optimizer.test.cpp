@@ -1,5 +1,5 @@
-// Optimizers against hand-computed updates: AdamW, SGD with Nesterov momentum,
-// global-norm clipping and the warmup + cosine schedule.
+// Optimizers against hand-computed updates: AdamW, SGD with Nesterov momentum
+// (PyTorch's semantics), global-norm clipping and the warmup + cosine schedule.
 #include <cmath>
 
 #include <doctest/doctest.h>
@@ -18,7 +18,7 @@ TEST_CASE("AdamW decays matrices only and follows the bias-corrected update for 
   std::mt19937 rng(1);
   std::vector<named_tensor> params{{"w", randn({3, 7}, rng)}, {"b", randn({7}, rng)}};
   std::vector<named_tensor> grads{{"w", randn({3, 7}, rng)}, {"b", randn({7}, rng)}};
-  adamw opt({.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f});
+  adamw opt(params, {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f});
   std::vector<vec> p{to_vec(params[0].value), to_vec(params[1].value)}, m(2), v(2);
   for (int k = 0; k < 2; ++k)
     m[std::size_t(k)] = v[std::size_t(k)] = vec(p[std::size_t(k)].size(), 0.0);
@@ -39,24 +39,65 @@ TEST_CASE("AdamW decays matrices only and follows the bias-corrected update for 
     }
   }
   CHECK(opt.steps() == 3);
+  // The state is torch's: exp_avg and exp_avg_sq per parameter, in parameter order.
+  auto st = opt.state();
+  REQUIRE(st.tensors.size() == 4);
+  CHECK(st.tensors[0].name == "exp_avg.w");
+  CHECK(st.tensors[1].name == "exp_avg_sq.w");
+  CHECK(st.tensors[3].name == "exp_avg_sq.b");
+  CHECK(compare(to_vec(st.tensors[2].value), m[1]).max_rel < 1e-5);
+  CHECK(compare(to_vec(st.tensors[3].value), v[1]).max_rel < 1e-5);
   std::vector<named_tensor> fewer{params[0]};
   CHECK_THROWS_AS(opt.step(fewer, grads, 0.1f), std::invalid_argument);
+  std::vector<named_tensor> wrong{{"w", randn({3, 7}, rng)}, {"b", randn({6}, rng)}};
+  CHECK_THROWS_AS(opt.step(params, wrong, 0.1f), std::invalid_argument);
+  CHECK(opt.steps() == 3); // a refused step changes nothing
 }
 
-TEST_CASE("SGD with Nesterov momentum matches PyTorch's update rule") {
+TEST_CASE("SGD with Nesterov momentum matches PyTorch's update rule, weight decay included") {
   std::mt19937 rng(2);
-  std::vector<named_tensor> params{{"w", randn({5, 3}, rng)}}, grads{{"w", randn({5, 3}, rng)}};
-  sgd_nesterov opt(0.9f);
-  vec p = to_vec(params[0].value), buf(p.size(), 0.0);
+  std::vector<named_tensor> params{{"w", randn({5, 3}, rng)}};
+  std::vector<std::vector<named_tensor>> grads;
+  for (int t = 0; t < 3; ++t)
+    grads.push_back({{"w", randn({5, 3}, rng)}});
+  const double mu = 0.9, lr = 0.7, wd = 0.01;
+  sgd_nesterov opt(params, float(mu), float(wd));
+  CHECK(opt.state_kinds() == std::vector<std::string>{"momentum_buffer"});
+  vec p = to_vec(params[0].value), buf;
   for (int t = 0; t < 3; ++t) {
-    opt.step(params, grads, 0.7f);
-    auto g = to_vec(grads[0].value);
-    for (std::size_t i = 0; i < p.size(); ++i) {
-      buf[i] = 0.9 * buf[i] + g[i];
-      p[i] -= 0.7 * (g[i] + 0.9 * buf[i]);
-    }
-    CHECK(compare(to_vec(params[0].value), p).max_rel < 1e-6);
+    opt.step(params, grads[std::size_t(t)], float(lr));
+    auto g = to_vec(grads[std::size_t(t)][0].value);
+    for (std::size_t i = 0; i < p.size(); ++i)
+      g[i] += wd * p[i];
+    if (t == 0)
+      buf = g; // torch: the buffer is the first gradient itself
+    else
+      for (std::size_t i = 0; i < p.size(); ++i)
+        buf[i] = mu * buf[i] + g[i];
+    for (std::size_t i = 0; i < p.size(); ++i)
+      p[i] -= lr * (g[i] + mu * buf[i]);
+    CHECK(compare(to_vec(params[0].value), p).max_rel < 1e-5);
   }
+  auto st = opt.state();
+  REQUIRE(st.tensors.size() == 1);
+  CHECK(st.tensors[0].name == "momentum_buffer.w");
+  CHECK(compare(to_vec(st.tensors[0].value), buf).max_rel < 1e-5);
+}
+
+TEST_CASE("SGD with Nesterov momentum on 1x1 weights gives the hand-computed values") {
+  // One weight 1.0, gradients 1 then 2, lr 0.5, μ 0.9: buf 1, then 0.9 + 2 = 2.9;
+  // p = 1 - 0.5·(1 + 0.9) = 0.05, then 0.05 - 0.5·(2 + 0.9·2.9) = -2.255.
+  std::vector<named_tensor> params{{"w", tensor_handle::zeros({1, 1})}};
+  params[0].value.data<float>()[0] = 1.0f;
+  std::vector<named_tensor> g{{"w", tensor_handle::zeros({1, 1})}};
+  sgd_nesterov opt(params, 0.9f);
+  g[0].value.data<float>()[0] = 1.0f;
+  opt.step(params, g, 0.5f);
+  CHECK(params[0].value.data<float>()[0] == doctest::Approx(0.05).epsilon(1e-5));
+  g[0].value.data<float>()[0] = 2.0f;
+  opt.step(params, g, 0.5f);
+  CHECK(params[0].value.data<float>()[0] == doctest::Approx(-2.255).epsilon(1e-5));
+  CHECK(opt.state().tensors[0].value.data<float>()[0] == doctest::Approx(2.9).epsilon(1e-5));
 }
 
 TEST_CASE("clipping scales gradients to the global norm only when it is exceeded") {

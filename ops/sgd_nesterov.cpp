@@ -6,25 +6,16 @@
 
 namespace troupe::ops {
 
-void sgd_nesterov::step(const std::vector<named_tensor>& params, const std::vector<named_tensor>& grads, float lr) {
-  constexpr auto op = "sgd_nesterov::step";
-  require(params.size() == grads.size(), op, "params and grads differ in length");
-  if (buf_.empty())
-    for (const auto& p : params)
-      buf_.push_back(tensor_handle::zeros(p.value.shape(), dtype::f32, p.value.device()));
-  require(buf_.size() == params.size(), op, "the parameter list changed since the first step");
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const auto& p = params[i].value;
-    require(p.numel() == grads[i].value.numel(), op, "gradient of " + params[i].name + " has the wrong size");
-    switch (p.device().kind) {
-      case device::kind_t::cpu:
-        kernels::cpu::sgd_nesterov_update(p.data<float>(), grads[i].value.data<float>(), buf_[i].data<float>(),
-                                          p.numel(), lr, momentum_, weight_decay_);
-        continue;
-      case device::kind_t::cuda: break; // kernels/cuda launchers go here
-    }
-    unsupported_device(op, p.device());
-  }
+sgd_nesterov::sgd_nesterov(const std::vector<named_tensor>& params, float momentum, float weight_decay)
+    : optimizer(params, {"momentum_buffer"}, nullptr, "sgd_nesterov"), momentum_(momentum),
+      weight_decay_(weight_decay) {
+  if (!device().is_cpu())
+    unsupported_device("sgd_nesterov", device()); // no device kernel yet
+}
+
+void sgd_nesterov::update(std::size_t i, const tensor_handle& p, const tensor_handle& g, float lr) {
+  kernels::cpu::sgd_nesterov_update(p.data<float>(), g.data<float>(), buffer(i, 0).data<float>(), p.numel(),
+                                    lr, momentum_, weight_decay_);
 }
 
 } // namespace troupe::ops

@@ -3,21 +3,21 @@
 
 #include <vector>
 
-#include "ops/named_tensor.hpp"
+#include "ops/optimizer.hpp"
 
 namespace troupe::ops {
 
-/// PyTorch's SGD(nesterov=True, dampening=0): buf = μ·buf + g; p -= lr·(g + μ·buf).
-class sgd_nesterov {
+/// PyTorch's SGD(nesterov=True, dampening=0): g += wd·p; buf = μ·buf + g (buf = g
+/// on the first step: the buffer starts at zero); p -= lr·(g + μ·buf). State per
+/// parameter: `momentum_buffer` (torch's name). CPU parameters only for now.
+class sgd_nesterov final : public optimizer {
 public:
-  explicit sgd_nesterov(float momentum = 0.9f, float weight_decay = 0.0f)
-    : momentum_(momentum), weight_decay_(weight_decay) {}
-  /// params and grads match by position; updates params in place.
-  void step(const std::vector<named_tensor>& params, const std::vector<named_tensor>& grads, float lr);
+  explicit sgd_nesterov(const std::vector<named_tensor>& params, float momentum = 0.9f,
+                        float weight_decay = 0.0f);
 
 private:
+  void update(std::size_t i, const tensor_handle& param, const tensor_handle& grad, float lr) override;
   float momentum_, weight_decay_;
-  std::vector<tensor_handle> buf_;
 };
 
 } // namespace troupe::ops

@@ -10,6 +10,7 @@
 #include "actors/stage_model.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "ops/cuda/gpt_cuda.hpp"
+#include "ops/cuda/optimizer_cuda.hpp"
 #include "runtime/errors.hpp"
 
 namespace troupe {
@@ -57,7 +58,6 @@ public:
   explicit cuda_stage_model(const stage_model_spec& s)
       : dev_(s.device.index), model_(s.model, s.begin, s.end, s.max_batch, s.device.index) {
     check(model_.init());
-    model_.optimizer_options().weight_decay = s.weight_decay;
   }
   cuda_stage_model(const cuda_stage_model&) = delete;
   cuda_stage_model& operator=(const cuda_stage_model&) = delete;
@@ -131,12 +131,13 @@ public:
     enter();
     check(model_.scale_grads(factor));
   }
-  void step(float lr) override {
+  const std::vector<ops::named_tensor>& params() const override { return model_.params(); }
+  const std::vector<ops::named_tensor>& grads() const override { return model_.grads(); }
+  ops::device_stream stream() const noexcept override { return model_.stream(); }
+  void params_updated() override {
     enter();
-    check(model_.step(lr));
+    check(model_.params_updated());
   }
-  void set_weight_decay(float decay) override { model_.optimizer_options().weight_decay = decay; }
-  long optimizer_steps() const override { return model_.optimizer_steps(); }
 
   std::vector<param_info> param_layout() const override {
     std::vector<param_info> out;
@@ -147,50 +148,32 @@ public:
     return out;
   }
 
-  model_state state() override {
+  std::vector<ops::named_tensor> host_params() override {
     enter();
-    model_state s;
-    s.steps = model_.optimizer_steps();
-    auto download = [&](ops::gpt_cuda::buffer which, const param_info& p) {
-      auto t = tensor_handle::empty(p.shape);
-      check(model_.download(which, p.name, t.data<float>()));
-      return t;
-    };
+    std::vector<ops::named_tensor> out;
     for (const auto& p : param_layout()) {
-      s.params.push_back({p.name, download(ops::gpt_cuda::buffer::master, p)});
-      if (s.steps > 0) {
-        s.exp_avg.push_back(download(ops::gpt_cuda::buffer::exp_avg, p));
-        s.exp_avg_sq.push_back(download(ops::gpt_cuda::buffer::exp_avg_sq, p));
-      }
+      auto t = tensor_handle::empty(p.shape);
+      check(model_.download(ops::gpt_cuda::buffer::master, p.name, t.data<float>()));
+      out.push_back({p.name, t});
     }
-    return s;
+    return out;
   }
 
-  void load_state(const std::vector<tensor_handle>& params, long steps, std::vector<tensor_handle> exp_avg,
-                  std::vector<tensor_handle> exp_avg_sq) override {
+  void load_params(const std::vector<tensor_handle>& params) override {
     auto layout = param_layout();
-    std::size_t moments = steps > 0 ? layout.size() : 0;
-    if (params.size() != layout.size() || exp_avg.size() != moments || exp_avg_sq.size() != moments)
-      throw std::invalid_argument(fmt::format("load_state: {} parameters and {}/{} moments for a model of {} "
-                                              "parameters after {} steps",
-                                              params.size(), exp_avg.size(), exp_avg_sq.size(), layout.size(),
-                                              steps));
+    if (params.size() != layout.size())
+      throw std::invalid_argument(
+          fmt::format("load_params: {} parameters for a model of {}", params.size(), layout.size()));
+    for (std::size_t i = 0; i < layout.size(); ++i)
+      if (!(params[i].shape() == layout[i].shape) || params[i].type() != dtype::f32)
+        throw std::invalid_argument(fmt::format("load_params: '{}' is {} {}, the model's is f32 {}", layout[i].name,
+                                                to_string(params[i].type()), to_string(params[i].shape()),
+                                                to_string(layout[i].shape)));
     enter();
-    auto upload = [&](ops::gpt_cuda::buffer which, const param_info& p, const tensor_handle& t) {
-      if (!(t.shape() == p.shape) || t.type() != dtype::f32)
-        throw std::invalid_argument(fmt::format("load_state: '{}' is {} {}, the model's is f32 {}", p.name,
-                                                to_string(t.type()), to_string(t.shape()),
-                                                to_string(p.shape)));
-      auto host = copy_to_host(t);
-      check(model_.upload(which, p.name, host.data<float>()));
-    };
     for (std::size_t i = 0; i < layout.size(); ++i) {
-      upload(ops::gpt_cuda::buffer::master, layout[i], params[i]);
-      auto zeros = moments ? tensor_handle{} : tensor_handle::zeros(layout[i].shape);
-      upload(ops::gpt_cuda::buffer::exp_avg, layout[i], moments ? exp_avg[i] : zeros);
-      upload(ops::gpt_cuda::buffer::exp_avg_sq, layout[i], moments ? exp_avg_sq[i] : zeros);
+      auto host = copy_to_host(params[i]);
+      check(model_.upload(ops::gpt_cuda::buffer::master, layout[i].name, host.data<float>()));
     }
-    model_.set_optimizer_steps(steps);
   }
 
 private:
@@ -311,6 +294,7 @@ caf::expected<int> cuda_devices() {
 
 /// The entry load_plugin calls (runtime/plugin.hpp): makes CUDA stage models available.
 extern "C" void troupe_register_plugin() {
+  troupe::ops::register_cuda_optimizer_kernels(); // the engine's optimizers over CUDA stages' parameters
   troupe::register_stage_model_backend(troupe::device::kind_t::cuda,
                                        {troupe::cuda_devices, [](const troupe::stage_model_spec& s) {
                                           return std::make_unique<troupe::cuda_stage_model>(s);

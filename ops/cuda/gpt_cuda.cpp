@@ -1,4 +1,4 @@
-// gpt_cuda: parameter upload, microbatch slots, forward/backward driving and AdamW.
+// gpt_cuda: parameter upload, microbatch slots and forward/backward driving.
 #include "ops/cuda/gpt_cuda.hpp"
 
 #include <cmath>
@@ -6,12 +6,12 @@
 
 #include <fmt/format.h>
 
-#include "kernels/cuda/adamw.hpp"
 #include "kernels/cuda/allocator.hpp"
 #include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/embedding.hpp"
 #include "ops/cuda/gpt_cuda_impl.hpp"
+#include "ops/cuda/optimizer_cuda.hpp"
 
 namespace troupe::ops {
 
@@ -43,7 +43,8 @@ const gpt_config& gpt_cuda::config() const noexcept { return impl_->cfg; }
 int gpt_cuda::begin() const noexcept { return impl_->begin; }
 int gpt_cuda::end() const noexcept { return impl_->end; }
 cudaStream_t gpt_cuda::stream() const noexcept { return impl_->stream; }
-adamw_options& gpt_cuda::optimizer_options() noexcept { return impl_->opt; }
+const std::vector<named_tensor>& gpt_cuda::params() const noexcept { return impl_->param_views; }
+const std::vector<named_tensor>& gpt_cuda::grads() const noexcept { return impl_->grad_views; }
 void gpt_cuda::set_fused_epilogues(bool on) noexcept { impl_->fused = on; }
 std::int64_t gpt_cuda::param_count() const noexcept {
   std::int64_t n = 0;
@@ -93,6 +94,7 @@ gpu::status gpt_cuda::init() {
     return fail(op, "no CUDA device");
   TROUPE_CUDA_CHECK(cudaSetDevice(m.device));
   TROUPE_GPU_TRY(gpu::register_cuda_allocator());
+  register_cuda_optimizer_kernels(); // so an optimizer can be made over params()
   TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
   TROUPE_GPU_TRY(m.blas.init());
   {
@@ -120,7 +122,7 @@ gpu::status gpt_cuda::init() {
   }
   std::vector<tensor_handle> keep;
   void* raw = nullptr;
-  for (auto* t : {&m.master, &m.grad, &m.m, &m.v}) {
+  for (auto* t : {&m.master, &m.grad}) {
     TROUPE_GPU_TRY(m.alloc(keep, m.total, dtype::f32, &raw));
     *t = keep.back();
   }
@@ -131,8 +133,12 @@ gpu::status gpt_cuda::init() {
     TROUPE_CUDA_CHECK(cudaMemcpyAsync(m.master.data<float>() + m.params[i].offset, host.params()[i].value.raw(),
                                       host.params()[i].value.nbytes(), cudaMemcpyHostToDevice, m.stream));
   TROUPE_GPU_TRY(gpu::convert(m.wbf.data<bf16>(), m.master.data<float>(), m.total, m.stream));
-  for (auto* t : {&m.grad, &m.m, &m.v})
-    TROUPE_CUDA_CHECK(cudaMemsetAsync(t->raw(), 0, t->nbytes(), m.stream));
+  TROUPE_CUDA_CHECK(cudaMemsetAsync(m.grad.raw(), 0, m.grad.nbytes(), m.stream));
+  for (const auto& p : m.params) {
+    auto view = [&](const tensor_handle& flat) { return flat.slice(p.offset, p.offset + p.numel).reshape(p.shape); };
+    m.param_views.push_back({p.name, view(m.master)});
+    m.grad_views.push_back({p.name, view(m.grad)});
+  }
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(m.stream)); // the host weights go out of scope
   m.ready = true;
   return {};

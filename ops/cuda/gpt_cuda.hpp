@@ -1,6 +1,7 @@
 // The GPT of ops/gpt.hpp on one CUDA device and one stream, in mixed precision:
-// bf16 weights and activations for compute, f32 master weights, gradients and
-// AdamW state. Same parameters, names and initialisation as gpt_range.
+// bf16 weights and activations for compute, f32 master weights and gradients
+// (an optimizer outside updates the masters). Same parameters, names and
+// initialisation as gpt_range.
 #pragma once
 
 #include <memory>
@@ -10,8 +11,8 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/cuda/check.hpp"
-#include "ops/adamw.hpp"
 #include "ops/gpt.hpp"
+#include "ops/named_tensor.hpp"
 #include "runtime/tensor_handle.hpp"
 
 namespace troupe::ops {
@@ -23,7 +24,7 @@ namespace troupe::ops {
 /// so CPU and GPU start from identical weights. All work is queued on stream();
 /// nothing waits for the GPU except the calls that return host values.
 ///
-/// Memory: parameters, gradients and optimizer state are allocated by init();
+/// Memory: parameters and gradients are allocated by init();
 /// each microbatch slot (one per microbatch in flight) and the backward scratch
 /// are allocated at their first use for the largest [max_batch, context] input
 /// and then reused, so a steady state allocates nothing.
@@ -85,18 +86,25 @@ public:
   gpu::status grad_sq_norm(double& out);
   /// Multiplies every gradient by `factor` (queued on the stream).
   gpu::status scale_grads(float factor);
-  /// One AdamW step (gpt_range's defaults: betas 0.9/0.95, eps 1e-8, weight decay
-  /// 0.1 on matrices and embeddings) over this range's parameters at rate `lr`.
-  gpu::status step(float lr);
-  adamw_options& optimizer_options() noexcept;
+
+  /// The f32 master weights and f32 gradients as device tensors, in gpt_range's
+  /// order with its names and shapes (views into the model's buffers, valid
+  /// after init() for the model's life). An optimizer made over them
+  /// (ops/adamw.hpp, on stream()) updates the masters; params_updated() then
+  /// refreshes the bf16 compute copy.
+  const std::vector<named_tensor>& params() const noexcept;
+  const std::vector<named_tensor>& grads() const noexcept;
+  /// Rounds the f32 master weights into the bf16 weights the products read,
+  /// queued on the stream: after anything wrote the masters in place.
+  gpu::status params_updated();
 
   /// Waits for the stream, then reads a value back: the loss of the last forward
   /// (`loss`), or a parameter's f32 master weights / f32 gradient by name.
   gpu::status loss(float& out);
   gpu::status download_param(const std::string& name, std::vector<float>& out);
   gpu::status download_grad(const std::string& name, std::vector<float>& out);
-  /// The f32 arrays kept per parameter: master weights, gradient, AdamW moments.
-  enum class buffer { master, grad, exp_avg, exp_avg_sq };
+  /// The f32 arrays kept per parameter: master weights and gradient.
+  enum class buffer { master, grad };
   /// Waits for the stream, then copies parameter `name`'s elements of `which`
   /// (as many as the parameter has) into host memory at `out`.
   gpu::status download(buffer which, const std::string& name, float* out);
@@ -104,9 +112,6 @@ public:
   /// waits until they are written; writing the master weights also refreshes
   /// their bf16 compute copy. For checkpoints, between steps.
   gpu::status upload(buffer which, const std::string& name, const float* in);
-  /// AdamW steps taken (the t of the bias corrections); a restored checkpoint sets it.
-  long optimizer_steps() const noexcept;
-  void set_optimizer_steps(long t) noexcept;
   /// Parameter names in gpt_range's order, and their shapes in the same order.
   std::vector<std::string> param_names() const;
   std::vector<shape_t> param_shapes() const;

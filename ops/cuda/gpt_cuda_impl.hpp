@@ -90,9 +90,8 @@ struct gpt_cuda::impl {
   bool fused = true; ///< cuBLASLt epilogues (bias, GELU, residual) instead of separate passes
   std::vector<cuda_param> params;
   std::int64_t total = 0;
-  tensor_handle master, grad, m, v, wbf; ///< f32 ×4 and the bf16 compute copy, [total] each
-  adamw_options opt;
-  long t = 0;
+  tensor_handle master, grad, wbf; ///< f32 ×2 and the bf16 compute copy, [total] each
+  std::vector<named_tensor> param_views, grad_views; ///< per parameter, into master and grad
   std::vector<cuda_slot> slots;
   cuda_slot eval_slot; ///< evaluate()'s buffers, allocated at its first call
   cuda_scratch scratch;

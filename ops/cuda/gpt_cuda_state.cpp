@@ -1,5 +1,5 @@
-// gpt_cuda's gradients and optimizer state seen from outside: the global norm
-// and scaling for clipping, and the f32 arrays read and written for checkpoints.
+// gpt_cuda's gradients seen from outside: the global norm and scaling for
+// clipping, and the f32 arrays read and written for checkpoints.
 #include <fmt/format.h>
 
 #include "kernels/cuda/elementwise.hpp"
@@ -35,10 +35,6 @@ float* buffer_at(gpt_cuda::impl& m, gpt_cuda::buffer which, const cuda_param& p)
     return m.master.data<float>() + p.offset;
   case gpt_cuda::buffer::grad:
     return m.grad.data<float>() + p.offset;
-  case gpt_cuda::buffer::exp_avg:
-    return m.m.data<float>() + p.offset;
-  case gpt_cuda::buffer::exp_avg_sq:
-    return m.v.data<float>() + p.offset;
   }
   return nullptr;
 }
@@ -109,13 +105,6 @@ gpu::status gpt_cuda::download_grad(const std::string& name, std::vector<float>&
   const auto* p = find_param(*impl_, name);
   out.resize(p ? std::size_t(p->numel) : 0);
   return download(buffer::grad, name, out.data());
-}
-
-long gpt_cuda::optimizer_steps() const noexcept {
-  return impl_->t;
-}
-void gpt_cuda::set_optimizer_steps(long t) noexcept {
-  impl_->t = t;
 }
 
 } // namespace troupe::ops

@@ -1,12 +1,14 @@
 // Checks what the pipeline stage needs from gpt_cuda beyond a training step:
 // evaluation without a slot, the gradient norm and scaling against host sums,
-// and the state a checkpoint moves (master weights, moments, step count).
+// the parameters and gradients an optimizer works on, and the state a checkpoint
+// moves (master weights here, moments and step count in the optimizer).
 #include <cmath>
 #include <vector>
 
 #include <doctest/doctest.h>
 
 #include "kernels/cuda/test_support.hpp"
+#include "ops/adamw.hpp"
 #include "ops/cuda/gpt_cuda.hpp"
 #include "ops/testing_grad.hpp"
 
@@ -28,13 +30,15 @@ std::vector<float> get(gpt_cuda& m, gpt_cuda::buffer which, const std::string& n
   return v;
 }
 
-/// One training step: forward, backward scaled by 1/2, AdamW.
-void train_step(gpt_cuda& m, const tensor_handle& tokens, const tensor_handle& targets) {
+/// One training step: forward, backward scaled by 1/2, AdamW on the masters and
+/// the bf16 copy refreshed.
+void train_step(gpt_cuda& m, optimizer& opt, const tensor_handle& tokens, const tensor_handle& targets) {
   tensor_handle out, dx;
   TROUPE_REQUIRE_OK(m.zero_grads());
   TROUPE_REQUIRE_OK(m.forward(0, tokens, targets, out));
   TROUPE_REQUIRE_OK(m.backward(0, {}, 0.5f, dx));
-  TROUPE_REQUIRE_OK(m.step(1e-3f));
+  opt.step(m.params(), m.grads(), 1e-3f);
+  TROUPE_REQUIRE_OK(m.params_updated());
 }
 
 float read_scalar(const tensor_handle& t) {
@@ -136,7 +140,30 @@ TEST_CASE("grad_sq_norm and scale_grads match host sums over the downloaded grad
   CHECK(got == 0.0);
 }
 
-TEST_CASE("uploading master weights, moments and the step count continues training exactly where it was") {
+TEST_CASE("params and grads are device views of the masters and gradients, in gpt_range's order") {
+  TROUPE_REQUIRE_GPU_OR_SKIP();
+  const auto cfg = tiny();
+  gpt_cuda m(cfg, 0, cfg.layers, 2);
+  TROUPE_REQUIRE_OK(m.init());
+  auto names = m.param_names();
+  auto shapes = m.param_shapes();
+  REQUIRE(m.params().size() == names.size());
+  REQUIRE(m.grads().size() == names.size());
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    CAPTURE(names[i]);
+    const auto& p = m.params()[i];
+    CHECK(p.name == names[i]);
+    CHECK(m.grads()[i].name == names[i]);
+    CHECK(p.value.shape() == shapes[i]);
+    CHECK(p.value.device() == device::cuda(0));
+    CHECK(p.value.type() == dtype::f32);
+    std::vector<float> host(std::size_t(p.value.numel()));
+    REQUIRE(cudaMemcpy(host.data(), p.value.raw(), p.value.nbytes(), cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(host == get(m, gpt_cuda::buffer::master, names[i], shapes[i].numel()));
+  }
+}
+
+TEST_CASE("uploading master weights and loading the optimizer's state continues training exactly where it was") {
   TROUPE_REQUIRE_GPU_OR_SKIP();
   const auto cfg = tiny();
   const int B = 2, T = 32;
@@ -144,27 +171,30 @@ TEST_CASE("uploading master weights, moments and the step count continues traini
   gpt_cuda a(cfg, 0, cfg.layers, B), b(cfg, 0, cfg.layers, B);
   TROUPE_REQUIRE_OK(a.init());
   TROUPE_REQUIRE_OK(b.init());
-  a.optimizer_options().weight_decay = b.optimizer_options().weight_decay = 0.3f;
-  train_step(a, tokens, targets);
-  train_step(a, targets, tokens);
-  CHECK(a.optimizer_steps() == 2);
-  CHECK(b.optimizer_steps() == 0);
+  adamw oa(a.params(), {.weight_decay = 0.3f}, a.stream()), ob(b.params(), {.weight_decay = 0.3f}, b.stream());
+  train_step(a, oa, tokens, targets);
+  train_step(a, oa, targets, tokens);
+  CHECK(oa.steps() == 2);
+  CHECK(ob.steps() == 0);
 
   // a's state, through the host, into b (as a checkpoint written and restored).
   auto names = a.param_names();
   auto shapes = a.param_shapes();
-  for (std::size_t i = 0; i < names.size(); ++i)
-    for (auto which : {gpt_cuda::buffer::master, gpt_cuda::buffer::exp_avg, gpt_cuda::buffer::exp_avg_sq}) {
-      auto v = get(a, which, names[i], shapes[i].numel());
-      TROUPE_REQUIRE_OK(b.upload(which, names[i], v.data()));
-      CHECK(get(b, which, names[i], shapes[i].numel()) == v);
-    }
-  b.set_optimizer_steps(a.optimizer_steps());
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    auto v = get(a, gpt_cuda::buffer::master, names[i], shapes[i].numel());
+    TROUPE_REQUIRE_OK(b.upload(gpt_cuda::buffer::master, names[i], v.data()));
+    CHECK(get(b, gpt_cuda::buffer::master, names[i], shapes[i].numel()) == v);
+  }
+  auto st = oa.state();
+  REQUIRE(st.tensors.size() == 2 * names.size());
+  CHECK(st.tensors[0].value.device() == device::cpu());
+  ob.load_state(st);
+  CHECK(ob.steps() == 2);
 
   // The next step is the same: the same loss (so the bf16 compute copy was
   // refreshed from the uploaded master weights) and the same weights after.
-  train_step(a, tokens, targets);
-  train_step(b, tokens, targets);
+  train_step(a, oa, tokens, targets);
+  train_step(b, ob, tokens, targets);
   float va = NAN, vb = NAN;
   TROUPE_REQUIRE_OK(a.loss(va));
   TROUPE_REQUIRE_OK(b.loss(vb));
