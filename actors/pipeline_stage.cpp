@@ -185,7 +185,7 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
   auto& st = self->state;
   st.runner = std::move(runner);
   st.tokens_per_step = tokens;
-  auto id = trace_recorder::global().register_actor(cfg.name, "pipeline_stage");
+  auto id = trace_recorder::global().register_actor(cfg.name, "pipeline_stage", 0, std::string{stage_role});
   stage_outbox out;
   auto sent_to = [self](int rank) { trace_recorder::global().message_sent(self->state.rank_ids.at(rank)); };
   out.forward = [self, id, sent_to](int rank, const activation_msg& m) {
@@ -320,6 +320,24 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   c.checkpoint_every = g.checkpoint.dir_path.empty() ? 0 : g.checkpoint.every;
   c.max_batch = g.data.batch;
   return c;
+}
+
+actor_type_info pipeline_stage_info() {
+  actor_type_info info;
+  info.role.holds_layers = true;
+  info.role.placement = actor_placement::by_position;
+  info.role.checkpoint_identity = [](const graph_spec& g, const actor_spec& a) {
+    const auto& m = g.model;
+    std::string layers;
+    for (auto r : a.layers)
+      layers += fmt::format("{}[{}, {})", layers.empty() ? "" : " ", r.begin, r.end);
+    return std::map<std::string, std::string>{
+      {"model.layers", std::to_string(m.layers)}, {"model.d_model", std::to_string(m.d_model)},
+      {"model.heads", std::to_string(m.heads)},   {"model.context", std::to_string(m.context)},
+      {"model.vocab", std::to_string(m.vocab)},   {"model.precision", std::string{to_string(m.precision)}},
+      {"layers", layers}};
+  };
+  return info;
 }
 
 caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx) {

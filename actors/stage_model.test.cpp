@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include "actors/builtin.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/graph_loader.hpp"
 #include "runtime/testing_fake_device.hpp"
@@ -16,6 +17,7 @@ using namespace troupe;
 namespace {
 
 graph_spec load(const std::string& text) {
+  register_builtin_actors();
   load_options o;
   o.check_corpus = false;
   auto r = load_graph_text(text, "g.yaml", o);

@@ -4,12 +4,18 @@
 
 #include <doctest/doctest.h>
 
+#include "actors/builtin.hpp"
+
 #include <cstdio>
 #include <fstream>
 
 namespace {
 
 using namespace troupe;
+
+// runtime/ names no actor type: the built-in types' roles and the `pipeline:`
+// expander come from actors/ (this test links it).
+[[maybe_unused]] const bool builtin_types = (register_builtin_actors(), true);
 
 load_options no_corpus() {
   load_options o;

@@ -18,7 +18,6 @@ struct parsed_actor {
   actor_spec spec;
   std::string path;        ///< `actors[2]`
   bool has_type = false;
-  bool has_layers = false;
   YAML::Node node{YAML::NodeType::Undefined}, name_node{YAML::NodeType::Undefined},
     type_node{YAML::NodeType::Undefined}, layers_node{YAML::NodeType::Undefined},
     device_node{YAML::NodeType::Undefined};
@@ -59,14 +58,15 @@ void parse_link(const YAML::Node& c, const std::string& path, channel_spec& out,
 /// Placement checks: `node:` keys within cluster.nodes, no idle node (runtime/graph_cluster.cpp).
 void check_cluster(parsed_graph& pg, graph_reader& r);
 
-/// Checks names against the vocabulary: schedule, actor types, type keys (after expand).
+/// Checks names against the vocabulary: schedule, actor types, type keys (after
+/// expand), and gives every actor its type's role.
 void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
 
-/// Expands the shorthand into actors and channels and merges the explicit entries.
-void expand(parsed_graph& pg, graph_reader& r);
+/// Runs the vocabulary's section expanders and merges the explicit entries over what they made.
+void expand(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
 
-/// Whole-graph checks: stage ranges, channel ends, corpus and table files.
-void validate(parsed_graph& pg, const load_options& opts, graph_reader& r);
+/// Whole-graph checks: layer ranges, channel ends, corpus and table files.
+void validate(parsed_graph& pg, const graph_vocabulary& vocab, const load_options& opts, graph_reader& r);
 
 /// Reads the `checkpoint:` section (runtime/graph_checkpoint.cpp).
 void parse_checkpoint(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
