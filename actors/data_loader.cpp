@@ -230,7 +230,7 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.resume_step = g.checkpoint.resume_step;
   int last_rank = -1;
   for (const auto& a : g.actors) {
-    if (a.type != "pipeline_stage")
+    if (!a.role.holds_layers)
       continue;
     if (a.rank == 0)
       cfg.first_stage = a.name;

@@ -294,7 +294,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   c.rank = spec.rank;
   c.ranks = 0;
   for (const auto& a : g.actors)
-    c.ranks += a.type == "pipeline_stage";
+    c.ranks += a.role.holds_layers;
   c.chunks = static_cast<int>(spec.layers.size());
   c.microbatches = g.pipeline.microbatches;
   c.steps = g.train.steps;
@@ -356,7 +356,7 @@ caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx) {
   auto tokens = ctx.graph.tokens_per_step();
   std::map<std::string, int> stage_ranks;
   for (const auto& a : ctx.graph.actors)
-    if (a.type == "pipeline_stage")
+    if (a.role.holds_layers)
       stage_ranks[a.name] = a.rank;
   stage_checkpointing ck{ctx.graph.checkpoint.dir_path, checkpoint_identity(ctx.graph, ctx.spec),
                          ctx.graph.checkpoint.resume_folder, ctx.graph.checkpoint.resume_step};
