@@ -200,12 +200,13 @@ actor_type_info data_loader_info() {
   info.role.checkpoint_identity = [](const graph_spec& g, const actor_spec&) {
     std::error_code ec;
     auto bytes = std::filesystem::file_size(g.data.corpus_path, ec);
-    return std::map<std::string, std::string>{{"corpus_bytes", ec ? "?" : std::to_string(bytes)},
-                                              {"data.seed", std::to_string(g.data.seed)},
-                                              {"data.batch", std::to_string(g.data.batch)},
-                                              {"data.val_fraction", fmt::format("{}", g.data.val_fraction)},
-                                              {"model.context", std::to_string(g.model.context)},
-                                              {"pipeline.microbatches", std::to_string(g.pipeline.microbatches)}};
+    return std::map<std::string, std::string>{
+        {"corpus_bytes", ec ? "?" : std::to_string(bytes)},
+        {"data.seed", std::to_string(g.data.seed)},
+        {"data.batch", std::to_string(g.data.batch)},
+        {"data.val_fraction", fmt::format("{}", g.data.val_fraction)},
+        {"model.context", std::to_string(g.model.context)},
+        {"pipeline.microbatches", std::to_string(g.pipeline.microbatches)}};
   };
   return info;
 }

@@ -35,11 +35,12 @@ void expand_pipeline(section_expansion& e) {
   g.actors.push_back(loader);
   int chunks = p.stages * p.virtual_stages;
   if (g.model.layers > 0 && g.model.layers < chunks) {
-    e.error("stages", p.virtual_stages == 1
-                        ? fmt::format("{} stages need at least {} layers, but model.layers is {}", p.stages, chunks,
-                                      g.model.layers)
-                        : fmt::format("{} stages x {} virtual chunks need at least {} layers, but model.layers is {}",
-                                      p.stages, p.virtual_stages, chunks, g.model.layers));
+    e.error("stages",
+            p.virtual_stages == 1
+                ? fmt::format("{} stages need at least {} layers, but model.layers is {}", p.stages, chunks,
+                              g.model.layers)
+                : fmt::format("{} stages x {} virtual chunks need at least {} layers, but model.layers is {}",
+                              p.stages, p.virtual_stages, chunks, g.model.layers));
     return;
   }
   auto ranges = split_layers(std::max(g.model.layers, chunks), chunks);
@@ -65,7 +66,7 @@ void expand_pipeline(section_expansion& e) {
   for (int s = 0; s + 1 < p.stages; ++s)
     edge(fmt::format("s{}", s), fmt::format("s{}", s + 1));
   if (p.virtual_stages > 1 && p.stages > 1)
-    edge(fmt::format("s{}", p.stages - 1), "s0");  // interleaved chunks wrap around
+    edge(fmt::format("s{}", p.stages - 1), "s0"); // interleaved chunks wrap around
 }
 
 } // namespace troupe

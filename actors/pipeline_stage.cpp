@@ -331,11 +331,13 @@ actor_type_info pipeline_stage_info() {
     std::string layers;
     for (auto r : a.layers)
       layers += fmt::format("{}[{}, {})", layers.empty() ? "" : " ", r.begin, r.end);
-    return std::map<std::string, std::string>{
-      {"model.layers", std::to_string(m.layers)}, {"model.d_model", std::to_string(m.d_model)},
-      {"model.heads", std::to_string(m.heads)},   {"model.context", std::to_string(m.context)},
-      {"model.vocab", std::to_string(m.vocab)},   {"model.precision", std::string{to_string(m.precision)}},
-      {"layers", layers}};
+    return std::map<std::string, std::string>{{"model.layers", std::to_string(m.layers)},
+                                              {"model.d_model", std::to_string(m.d_model)},
+                                              {"model.heads", std::to_string(m.heads)},
+                                              {"model.context", std::to_string(m.context)},
+                                              {"model.vocab", std::to_string(m.vocab)},
+                                              {"model.precision", std::string{to_string(m.precision)}},
+                                              {"layers", layers}};
   };
   return info;
 }

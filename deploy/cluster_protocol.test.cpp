@@ -100,7 +100,8 @@ TEST_CASE("counts larger than a spans frame are refused before anything is alloc
   net::frame f = spans_frame(1, 0, 0);
   f.meta.resize(f.meta.size() - 8);  // drop the span and counter counts: the actor follows
   byte_writer w{f.meta};
-  w.put(std::uint16_t{0}), w.put(huge), w.put(std::uint32_t{0}), w.put(std::uint32_t{0});  // id, name, type, role
+  // id, a name longer than the frame, type, role
+  w.put(std::uint16_t{0}), w.put(huge), w.put(std::uint32_t{0}), w.put(std::uint32_t{0});
   CHECK_THROWS_WITH_AS(decode_spans(f), "truncated message", malformed_input);
 }
 

@@ -11,7 +11,8 @@ namespace troupe::detail {
 namespace {
 
 /// Runs the expander of `section` when the section is present (or by default).
-void expand_section(parsed_graph& pg, const std::string& section, const section_expander& ex, graph_reader& r) {
+void expand_section(parsed_graph& pg, const std::string& section, const section_expander& ex,
+                    graph_reader& r) {
   auto node = child(pg.root, section);
   if (!node && !(ex.by_default && !pg.has_actors))
     return;

@@ -58,14 +58,14 @@ void parse_link(const YAML::Node& c, const std::string& path, channel_spec& out,
 /// Placement checks: `node:` keys within cluster.nodes, no idle node (runtime/graph_cluster.cpp).
 void check_cluster(parsed_graph& pg, graph_reader& r);
 
-/// Checks names against the vocabulary: schedule, actor types, type keys (after
-/// expand), and gives every actor its type's role.
+/// Checks names against the vocabulary: schedule, actor types, type keys (after expand).
 void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
 
 /// Runs the vocabulary's section expanders and merges the explicit entries over what they made.
 void expand(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
 
-/// Whole-graph checks: layer ranges, channel ends, corpus and table files.
+/// Gives every actor its type's role, then the whole-graph checks: layer ranges,
+/// devices, channel ends, placement, corpus and table files.
 void validate(parsed_graph& pg, const graph_vocabulary& vocab, const load_options& opts, graph_reader& r);
 
 /// Reads the `checkpoint:` section (runtime/graph_checkpoint.cpp).

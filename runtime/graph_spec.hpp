@@ -137,7 +137,7 @@ struct actor_spec {
   std::string type;
   std::string node;              ///< where it runs (cluster launches); empty = this process
   std::vector<layer_range> layers;  ///< `layers: [a, b]` or `[[a, b], [c, d]]` (types that hold layers)
-  std::string device;            ///< layer holders: cpu, cuda or cuda:N (pipeline.device unless set); else empty
+  std::string device;            ///< layer holders: cpu, cuda or cuda:N (pipeline.device unless set)
   int rank = -1;                 ///< layer holders: position in the pipeline (by first layer); else -1
   actor_role role;               ///< its type's role, as registered (set by the loader)
   std::map<std::string, YAML::Node> params;  ///< every other key, as written

@@ -132,7 +132,8 @@ void check_devices(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader
     for (const auto& pa : pg.actors)
       if (pa.spec.name == a.name && pa.device_node)
         r.error(pa.device_node, join_path(pa.path, "device"),
-                fmt::format("only {} actors run on a device ('{}' is a {})", holder_types(vocab), a.name, a.type));
+                fmt::format("only {} actors run on a device ('{}' is a {})", holder_types(vocab), a.name,
+                            a.type));
   }
 }
 

@@ -51,7 +51,7 @@ struct actor_info {
   std::string name;
   std::string type;
   int node;
-  std::string role = {};  ///< what summaries make of it (stage_role), as its actor type declares; may be empty
+  std::string role = {};  ///< what summaries make of it (stage_role, or empty), as its type declares
 };
 
 /// The trace role of a pipeline position: the bubble fraction and the action
