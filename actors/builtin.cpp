@@ -5,10 +5,13 @@ namespace troupe {
 
 void register_builtin_actors() {
   static const bool once = [] {
-    register_actor_type("data_loader", {spawn_data_loader, {}},
+    register_actor_type("data_loader", {spawn_data_loader, data_loader_info()},
                         "byte-level batches from the corpus, sent on the first stage's credit");
-    register_actor_type("pipeline_stage", {spawn_pipeline_stage, {{"policy"}, {}}},
+    register_actor_type("pipeline_stage", {spawn_pipeline_stage, pipeline_stage_info()},
                         "a contiguous range of GPT layers with its optimizer shard and schedule policy");
+    register_section_expander(
+        "pipeline", {expand_pipeline, true},
+        "a data_loader, pipeline_stage actors and their chain (also the default graph)");
     return true;
   }();
   (void)once;

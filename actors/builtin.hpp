@@ -10,7 +10,15 @@ namespace troupe {
 caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx);
 caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx);
 
-/// Registers data_loader and pipeline_stage (idempotent).
+/// What the loader knows of each type: its keys and its role (actor_role).
+actor_type_info data_loader_info();
+actor_type_info pipeline_stage_info();
+
+/// The `pipeline:` shorthand: a data_loader, `stages` pipeline_stage actors with
+/// even contiguous layers (every p-th chunk with `virtual:`), and their chain of channels.
+void expand_pipeline(section_expansion& e);
+
+/// Registers data_loader, pipeline_stage and the `pipeline:` expander (idempotent).
 void register_builtin_actors();
 
 } // namespace troupe

@@ -219,6 +219,23 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
 
 } // namespace
 
+actor_type_info data_loader_info() {
+  actor_type_info info;
+  info.role.placement = actor_placement::with_first_stage;
+  info.role.checkpoint_identity = [](const graph_spec& g, const actor_spec&) {
+    std::error_code ec;
+    auto bytes = std::filesystem::file_size(g.data.corpus_path, ec);
+    return std::map<std::string, std::string>{
+        {"corpus_bytes", ec ? "?" : std::to_string(bytes)},
+        {"data.seed", std::to_string(g.data.seed)},
+        {"data.batch", std::to_string(g.data.batch)},
+        {"data.val_fraction", fmt::format("{}", g.data.val_fraction)},
+        {"model.context", std::to_string(g.model.context)},
+        {"pipeline.microbatches", std::to_string(g.pipeline.microbatches)}};
+  };
+  return info;
+}
+
 caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   const auto& g = ctx.graph;
   loader_settings cfg;
@@ -242,7 +259,7 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.routing_params.paths = g.pipeline.paths;
   for (std::size_t i = 0; i < g.actors.size(); ++i) {
     const auto& a = g.actors[i];
-    if (a.type != "pipeline_stage")
+    if (!a.role.holds_layers)
       continue;
     sched::route_stage s{static_cast<int>(i), a.name, {}};
     for (const auto& r : a.layers)

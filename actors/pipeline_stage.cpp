@@ -184,7 +184,7 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
   auto& st = self->state;
   st.runner = std::move(runner);
   st.tokens_per_step = tokens;
-  auto id = trace_recorder::global().register_actor(cfg.name, "pipeline_stage");
+  auto id = trace_recorder::global().register_actor(cfg.name, "pipeline_stage", 0, std::string{stage_role});
   stage_outbox out;
   // Every message goes to an actor named by index; a broken route is a failure, not a crash.
   auto to = [self](int actor) -> const caf::actor& {
@@ -302,7 +302,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   c.rank = spec.rank;
   c.ranks = 0;
   for (const auto& a : g.actors)
-    c.ranks += a.type == "pipeline_stage";
+    c.ranks += a.role.holds_layers;
   auto index_of = [&](const std::string& name) {
     for (std::size_t i = 0; i < g.actors.size(); ++i)
       if (g.actors[i].name == name)
@@ -356,6 +356,27 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   c.checkpoint_every = g.checkpoint.dir_path.empty() ? 0 : g.checkpoint.every;
   c.max_batch = g.data.batch;
   return c;
+}
+
+actor_type_info pipeline_stage_info() {
+  actor_type_info info;
+  info.keys = {"policy"};  // schedule options of this stage (runtime/graph_policy.cpp checks them)
+  info.role.holds_layers = true;
+  info.role.placement = actor_placement::by_position;
+  info.role.checkpoint_identity = [](const graph_spec& g, const actor_spec& a) {
+    const auto& m = g.model;
+    std::string layers;
+    for (auto r : a.layers)
+      layers += fmt::format("{}[{}, {})", layers.empty() ? "" : " ", r.begin, r.end);
+    return std::map<std::string, std::string>{{"model.layers", std::to_string(m.layers)},
+                                              {"model.d_model", std::to_string(m.d_model)},
+                                              {"model.heads", std::to_string(m.heads)},
+                                              {"model.context", std::to_string(m.context)},
+                                              {"model.vocab", std::to_string(m.vocab)},
+                                              {"model.precision", std::string{to_string(m.precision)}},
+                                              {"layers", layers}};
+  };
+  return info;
 }
 
 caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx) {

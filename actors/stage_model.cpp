@@ -187,7 +187,7 @@ caf::expected<troupe::device> stage_device(const actor_spec& stage, const graph_
   int before = 0, node = g.node_of(stage);
   for (const auto& a : g.actors) {
     const auto& dev = a.device.empty() ? g.pipeline.device : a.device;
-    if (a.type == "pipeline_stage" && a.rank < stage.rank && dev.starts_with("cuda") && g.node_of(a) == node)
+    if (a.role.holds_layers && a.rank < stage.rank && dev.starts_with("cuda") && g.node_of(a) == node)
       ++before;
   }
   return device::cuda(before % n);

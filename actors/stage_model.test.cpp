@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include "ops/adamw.hpp"
+#include "actors/builtin.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/graph_loader.hpp"
 #include "runtime/testing_fake_device.hpp"
@@ -18,6 +19,7 @@ using namespace troupe;
 namespace {
 
 graph_spec load(const std::string& text) {
+  register_builtin_actors();
   load_options o;
   o.check_corpus = false;
   auto r = load_graph_text(text, "g.yaml", o);

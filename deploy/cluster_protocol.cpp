@@ -47,7 +47,7 @@ bool get_flag(byte_reader& r) {
 }
 
 /// Wire sizes of the smallest actor, span and counter in a spans frame.
-constexpr std::size_t actor_bytes = 2 + 4 + 4;
+constexpr std::size_t actor_bytes = 2 + 4 + 4 + 4;
 constexpr std::size_t span_bytes = 8 * 4 + 4 * 2 + 2 + 1 + 1 + 4;
 constexpr std::size_t counter_bytes = 8 + 4 + 8 + 4;
 
@@ -85,7 +85,7 @@ net::frame encode(const spans_msg& m) {
   byte_writer w{f.meta};
   w.put(static_cast<std::uint32_t>(b.actors.size()));
   for (const auto& a : b.actors)
-    w.put(a.id), w.put(a.name), w.put(a.type);
+    w.put(a.id), w.put(a.name), w.put(a.type), w.put(a.role);
   w.put(static_cast<std::uint32_t>(b.spans.size()));
   for (const auto& s : b.spans)
     w.put(s.begin_ns), w.put(s.end_ns), w.put(s.bytes), w.put(s.flow), w.put(s.step), w.put(s.microbatch),
@@ -186,6 +186,7 @@ spans_msg decode_spans(const net::frame& f) {
     a.id = r.get<std::uint16_t>();
     a.name = r.get_string();
     a.type = r.get_string();
+    a.role = r.get_string();
     a.node = 0;
   }
   b.spans.resize(r.get_count(span_bytes));

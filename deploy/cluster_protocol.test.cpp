@@ -18,7 +18,7 @@ spans_msg sample_batch() {
   spans_msg m;
   m.seq = 7;
   m.batch.dropped = 3;
-  m.batch.actors = {{0, "s0", "pipeline_stage", 0}, {5, "to s2", "channel", 0}};
+  m.batch.actors = {{0, "s0", "pipeline_stage", 0, "stage"}, {5, "to s2", "channel", 0}};
   span s;
   s.begin_ns = 1'000'000'000'000, s.end_ns = s.begin_ns + 2500, s.bytes = 4096, s.flow = 99, s.step = 4,
   s.microbatch = 2, s.actor = 5, s.kind = span_kind::send, s.flow_end = 0, s.mailbox = 3;
@@ -53,6 +53,8 @@ TEST_CASE("a spans batch round trips with every field of its actors, spans and c
   CHECK(got.batch.actors[1].id == 5);
   CHECK(got.batch.actors[1].name == "to s2");
   CHECK(got.batch.actors[1].type == "channel");
+  CHECK(got.batch.actors[0].role == "stage");
+  CHECK(got.batch.actors[1].role.empty());
   REQUIRE(got.batch.spans.size() == 2);
   const auto& a = got.batch.spans[0];
   const auto& e = m.batch.spans[0];
@@ -98,7 +100,8 @@ TEST_CASE("counts larger than a spans frame are refused before anything is alloc
   net::frame f = spans_frame(1, 0, 0);
   f.meta.resize(f.meta.size() - 8);  // drop the span and counter counts: the actor follows
   byte_writer w{f.meta};
-  w.put(std::uint16_t{0}), w.put(huge), w.put(std::uint32_t{0});
+  // id, a name longer than the frame, type, role
+  w.put(std::uint16_t{0}), w.put(huge), w.put(std::uint32_t{0}), w.put(std::uint32_t{0});
   CHECK_THROWS_WITH_AS(decode_spans(f), "truncated message", malformed_input);
 }
 

@@ -40,12 +40,6 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<gradient_msg>("troupe.gradient_msg");
   cfg.add_message_type<credit_msg>("troupe.credit_msg");
   cfg.add_message_type<step_plan_msg>("troupe.step_plan_msg");
-  cfg.add_message_type<grads_msg>("troupe.grads_msg");
-  cfg.add_message_type<params_msg>("troupe.params_msg");
-  cfg.add_message_type<sync_msg>("troupe.sync_msg");
-  cfg.add_message_type<attention_task_msg>("troupe.attention_task_msg");
-  cfg.add_message_type<trace_span>("troupe.trace_span");
-  cfg.add_message_type<trace_batch_msg>("troupe.trace_batch_msg");
   cfg.add_message_type<peer>("troupe.peer");
   cfg.add_message_type<connect_msg>("troupe.connect_msg");
   cfg.add_message_type<run_summary>("troupe.run_summary");

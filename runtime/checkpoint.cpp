@@ -77,13 +77,6 @@ caf::expected<std::pair<std::int64_t, std::map<std::string, std::string>>> read_
   }
 }
 
-std::string layers_text(const std::vector<layer_range>& ls) {
-  std::string out;
-  for (auto r : ls)
-    out += fmt::format("{}[{}, {})", out.empty() ? "" : " ", r.begin, r.end);
-  return out;
-}
-
 } // namespace
 
 std::string checkpoint_folder_name(std::int64_t step) {
@@ -97,32 +90,16 @@ std::string checkpoint_part_name(const std::string& actor) {
 std::vector<std::string> checkpoint_actors(const graph_spec& g) {
   std::vector<std::string> out;
   for (const auto& a : g.actors)
-    if (a.type == "pipeline_stage" || a.type == "data_loader")
+    if (a.role.checkpoint_identity)
       out.push_back(a.name);
   return out;
 }
 
 std::map<std::string, std::string> checkpoint_identity(const graph_spec& g, const actor_spec& a) {
-  std::map<std::string, std::string> id{{"type", a.type}};
-  if (a.type == "pipeline_stage") {
-    const auto& m = g.model;
-    id["model.layers"] = std::to_string(m.layers);
-    id["model.d_model"] = std::to_string(m.d_model);
-    id["model.heads"] = std::to_string(m.heads);
-    id["model.context"] = std::to_string(m.context);
-    id["model.vocab"] = std::to_string(m.vocab);
-    id["model.precision"] = to_string(m.precision);
-    id["layers"] = layers_text(a.layers);
-  } else if (a.type == "data_loader") {
-    std::error_code ec;
-    auto bytes = fs::file_size(g.data.corpus_path, ec);
-    id["corpus_bytes"] = ec ? "?" : std::to_string(bytes);
-    id["data.seed"] = std::to_string(g.data.seed);
-    id["data.batch"] = std::to_string(g.data.batch);
-    id["data.val_fraction"] = fmt::format("{}", g.data.val_fraction);
-    id["model.context"] = std::to_string(g.model.context);
-    id["pipeline.microbatches"] = std::to_string(g.pipeline.microbatches);
-  }
+  std::map<std::string, std::string> id;
+  if (a.role.checkpoint_identity)
+    id = a.role.checkpoint_identity(g, a);
+  id["type"] = a.type;
   return id;
 }
 

@@ -48,12 +48,13 @@ constexpr bool checkpoint_due(std::int64_t steps_done, std::int64_t every, std::
   return every > 0 && steps_done > 0 && (steps_done % every == 0 || steps_done == total);
 }
 
-/// The actors of `g` that write a part of every checkpoint (pipeline stages and
-/// data loaders), in graph order.
+/// The actors of `g` that write a part of every checkpoint (those whose role
+/// declares a checkpoint identity), in graph order.
 std::vector<std::string> checkpoint_actors(const graph_spec& g);
 
-/// What a part must agree on with the graph it is restored into: model shape
-/// and layer ranges for a stage; seed, batch shape and corpus size for a loader.
+/// What a part must agree on with the graph it is restored into: its "type",
+/// plus what its role's checkpoint_identity adds (the model shape and layer
+/// ranges of a stage, say, or the seed, batch shape and corpus size of a loader).
 std::map<std::string, std::string> checkpoint_identity(const graph_spec& g, const actor_spec& a);
 
 /// Writes `actor`'s part of the checkpoint after `step` steps into

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include "actors/builtin.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/graph_loader.hpp"
 
@@ -14,6 +15,10 @@ using namespace troupe;
 namespace fs = std::filesystem;
 
 namespace {
+
+// runtime/ names no actor type: the built-in types' roles and the `pipeline:`
+// expander come from actors/ (this test links it).
+[[maybe_unused]] const bool builtin_types = (register_builtin_actors(), true);
 
 fs::path fresh_dir(const std::string& name) {
   auto d = fs::temp_directory_path() / ("troupe_ckpt_" + name + "_" + std::to_string(::getpid()));

@@ -50,7 +50,7 @@ void dashboard_feed::ingest(int node, trace_snapshot b) {
       continue;
     auto id = static_cast<std::uint16_t>(data_.actors.size());
     ingested_ids_[key] = id;
-    data_.actors.push_back({id, std::move(a.name), std::move(a.type), node});
+    data_.actors.push_back({id, std::move(a.name), std::move(a.type), node, std::move(a.role)});
   }
   auto known = std::remove_if(b.spans.begin(), b.spans.end(), [&](span& s) {
     auto i = ingested_ids_.find({node, s.actor});
@@ -166,7 +166,7 @@ std::string dashboard_feed::next_frame(feed_cursor& c, std::size_t max_spans, bo
   if (c.actors != data_.actors.size()) {
     nlohmann::json a = nlohmann::json::array();
     for (const auto& x : data_.actors)
-      a.push_back({{"id", x.id}, {"name", x.name}, {"type", x.type}, {"node", x.node}});
+      a.push_back({{"id", x.id}, {"name", x.name}, {"type", x.type}, {"node", x.node}, {"role", x.role}});
     field("actors", a.dump());
     c.actors = data_.actors.size();
   }

@@ -24,7 +24,8 @@ namespace {
 trace_snapshot synthetic(std::size_t actors, std::size_t spans) {
   trace_snapshot t;
   for (std::size_t a = 0; a < actors; ++a)
-    t.actors.push_back({static_cast<std::uint16_t>(a), "stage" + std::to_string(a), "pipeline_stage", 0});
+    t.actors.push_back(
+        {static_cast<std::uint16_t>(a), "stage" + std::to_string(a), "pipeline_stage", 0, "stage"});
   for (std::size_t i = 0; i < spans; ++i) {
     span s;
     s.actor = static_cast<std::uint16_t>(i % actors);

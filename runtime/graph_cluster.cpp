@@ -33,15 +33,16 @@ int graph_spec::node_of(const actor_spec& a) const {
     return node_index(a.node).value_or(0);
   int stages = 0, first = -1;
   for (const auto& x : actors)
-    if (x.type == "pipeline_stage") {
+    if (x.role.holds_layers) {
       ++stages;
       if (x.rank == 0)
         first = static_cast<int>(&x - actors.data());
     }
   int nodes = std::max(cluster.nodes, 1);
-  if (a.type == "pipeline_stage" && a.rank >= 0 && stages > 0)
+  if (a.role.placement == actor_placement::by_position && a.rank >= 0 && stages > 0)
     return a.rank * nodes / std::max(stages, nodes);
-  if (a.type == "data_loader" && first >= 0 && &a != &actors[static_cast<std::size_t>(first)])
+  if (a.role.placement == actor_placement::with_first_stage && first >= 0 &&
+      &a != &actors[static_cast<std::size_t>(first)])
     return node_of(actors[static_cast<std::size_t>(first)]);
   return 0;
 }

@@ -16,6 +16,7 @@
 
 #include "runtime/graph_parse.hpp"
 #include "runtime/plugin.hpp"
+#include "runtime/registry.hpp"
 
 namespace troupe {
 
@@ -74,9 +75,6 @@ void load_plugins(detail::parsed_graph& pg, const load_options& opts, detail::gr
 
 graph_vocabulary graph_vocabulary::builtin() {
   graph_vocabulary v;
-  for (const auto& t : builtin_actor_type_names())
-    v.actor_types[t] = actor_type_info{};
-  v.actor_types["pipeline_stage"].keys = {"schedule", "policy"};
   v.schedules = builtin_schedule_names();
   return v;
 }
@@ -119,11 +117,11 @@ load_result load_graph_text(std::string_view text, const std::filesystem::path& 
     detail::apply_overrides(pg.root, opts.overrides, r);
     detail::parse_sections(pg, r);
     load_plugins(pg, opts, r);
-    auto vocab = opts.vocabulary ? opts.vocabulary() : graph_vocabulary::builtin();
-    detail::expand(pg, r);
+    auto vocab = opts.vocabulary ? opts.vocabulary() : make_vocabulary();
+    detail::expand(pg, vocab, r);
     detail::check_names(pg, vocab, r);
     detail::check_policy_options(pg, vocab, r);
-    detail::validate(pg, opts, r);
+    detail::validate(pg, vocab, opts, r);
     if (res.errors.empty())
       for (const auto& a : pg.graph.actors)
         if (auto t = vocab.actor_types.find(a.type); t != vocab.actor_types.end() && t->second.check)

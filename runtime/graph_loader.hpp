@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/errors.hpp"
@@ -16,18 +17,40 @@
 namespace troupe {
 
 /// What the loader knows about one actor type: the extra keys its entries may
-/// carry (beyond name, type, node, layers) and an optional check of them.
+/// carry (beyond name, type, node, layers), an optional check of them, and its
+/// role (the rules runtime/ applies to its entries; see actor_role).
 struct actor_type_info {
   std::vector<std::string> keys;
   /// Adds diagnostics for a bad `spec.params` entry; called only on a graph that
   /// is otherwise valid. Use `spec.params.at(k).Mark()` for positions.
   std::function<void(const actor_spec& spec, const graph_spec& graph, diagnostics& out)> check;
+  actor_role role;
 };
 
-/// The names a graph may use. The loader does not see actors/ or schedulers/:
-/// deploy fills this from the registries (after plugins loaded).
+/// What a section expander works on: the graph with its sections read and no
+/// actors yet, where the section is, and a way to report an error at one of its keys.
+struct section_expansion {
+  graph_spec& graph;
+  source_pos where;  ///< the section (the file's start when it is absent): expanded entries point here
+  /// Reports `message` at `SECTION.key`, positioned at that key (at the section when the key is absent).
+  std::function<void(std::string_view key, std::string message)> error;
+};
+
+/// Turns a shorthand section (`pipeline:`) into actors and channels appended to
+/// the graph; explicit `actors:` / `channels:` entries are merged over them by name.
+struct section_expander {
+  std::function<void(section_expansion&)> expand;
+  /// Also expand a graph that has neither this section nor `actors:` (the default graph).
+  bool by_default = false;
+};
+
+/// The names a graph may use and what they mean. The loader does not see
+/// actors/ or schedulers/: make_vocabulary (runtime/registry.hpp) fills this
+/// from the registries, after the graph's plugins registered theirs.
 struct graph_vocabulary {
   std::map<std::string, actor_type_info> actor_types;
+  /// Section name -> its expander, run in this order.
+  std::vector<std::pair<std::string, section_expander>> expanders;
   std::vector<std::string> schedules;
   /// The option keys each schedule reads (`pipeline: {policy: {...}}`, a stage's `policy:`).
   std::map<std::string, std::vector<std::string>> schedule_options;
@@ -37,7 +60,7 @@ struct graph_vocabulary {
                                            const std::string& value)>
     check_schedule_option;
 
-  /// Only the built-in names (builtin_actor_type_names, builtin_schedule_names).
+  /// Only what runtime/ itself knows: the built-in schedule names, no actor types.
   static graph_vocabulary builtin();
 };
 
@@ -46,7 +69,8 @@ struct load_options {
   /// `key.path=value` overrides, applied before validation; values are YAML scalars
   /// (or flow lists such as `[0, 2]`).
   std::vector<std::string> overrides;
-  /// Called after the graph's plugins are loaded; defaults to graph_vocabulary::builtin().
+  /// Called after the graph's plugins are loaded; defaults to make_vocabulary()
+  /// (the registered actor types and expanders, the built-in schedules).
   std::function<graph_vocabulary()> vocabulary;
   /// dlopen the graph's `plugins:` (off: only check that the files exist).
   bool load_plugins = true;

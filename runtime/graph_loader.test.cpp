@@ -4,12 +4,18 @@
 
 #include <doctest/doctest.h>
 
+#include "actors/builtin.hpp"
+
 #include <cstdio>
 #include <fstream>
 
 namespace {
 
 using namespace troupe;
+
+// runtime/ names no actor type: the built-in types' roles and the `pipeline:`
+// expander come from actors/ (this test links it).
+[[maybe_unused]] const bool builtin_types = (register_builtin_actors(), true);
 
 load_options no_corpus() {
   load_options o;
@@ -51,7 +57,7 @@ TEST_CASE("the shorthand of the issue loads into typed specs with defaults fille
   CHECK(g.tokens_per_step() == 12 * 8 * 64);
 }
 
-TEST_CASE("a pipeline expands into a loader, stages with even contiguous layers, and a chain of channels") {
+TEST_CASE("a pipeline expands into a loader, stages with even contiguous layers, a chain of channels and the targets' channel") {
   auto r = load(R"(model: {layers: 7, d_model: 64, heads: 4, context: 16}
 data: {batch: 2}
 train: {steps: 1}
@@ -67,9 +73,10 @@ pipeline: {stages: 3, microbatches: 4, schedule: gpipe}
   CHECK(a[3].layers == std::vector<layer_range>{{5, 7}});
   CHECK(a[3].rank == 2);
   const auto& c = r.graph->channels;
-  REQUIRE(c.size() == 3);
+  REQUIRE(c.size() == 4);
   CHECK((c[0].from == "loader" && c[0].to == "s0"));
-  CHECK((c[2].from == "s1" && c[2].to == "s2"));
+  CHECK((c[1].from == "loader" && c[1].to == "s2")); // the targets go to the stage that computes the loss
+  CHECK((c[3].from == "s1" && c[3].to == "s2"));
 }
 
 TEST_CASE("interleaved stages hold every p-th chunk and the last stage feeds the first") {

@@ -4,9 +4,15 @@
 
 #include <doctest/doctest.h>
 
+#include "actors/builtin.hpp"
+
 namespace {
 
 using namespace troupe;
+
+// runtime/ names no actor type: the built-in types' roles and the `pipeline:`
+// expander come from actors/ (this test links it).
+[[maybe_unused]] const bool builtin_types = (register_builtin_actors(), true);
 
 constexpr const char* base = R"(model: {layers: 4, d_model: 8, heads: 2, context: 4}
 data: {batch: 1}

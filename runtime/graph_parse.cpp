@@ -231,7 +231,7 @@ void parse_actors(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     r.get_string(a, pa.path, "node", pa.spec.node);
     pa.layers_node.reset(child(a, "layers"));
     if (pa.layers_node)
-      pa.has_layers = parse_layers(pa.layers_node, join_path(pa.path, "layers"), pa.spec.layers, r);
+      parse_layers(pa.layers_node, join_path(pa.path, "layers"), pa.spec.layers, r);
     pa.device_node.reset(child(a, "device"));
     parse_device_key(a, pa.path, pa.spec.device, r);
     for (auto it = a.begin(); it != a.end(); ++it) {

@@ -18,7 +18,6 @@ struct parsed_actor {
   actor_spec spec;
   std::string path;        ///< `actors[2]`
   bool has_type = false;
-  bool has_layers = false;
   YAML::Node node{YAML::NodeType::Undefined}, name_node{YAML::NodeType::Undefined},
     type_node{YAML::NodeType::Undefined}, layers_node{YAML::NodeType::Undefined},
     device_node{YAML::NodeType::Undefined};
@@ -71,11 +70,12 @@ void check_policy_options(parsed_graph& pg, const graph_vocabulary& vocab, graph
 void parse_policy_options(const YAML::Node& n, const std::string& path, std::map<std::string, std::string>& out,
                           graph_reader& r);
 
-/// Expands the shorthand into actors and channels and merges the explicit entries.
-void expand(parsed_graph& pg, graph_reader& r);
+/// Runs the vocabulary's section expanders and merges the explicit entries over what they made.
+void expand(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
 
-/// Whole-graph checks: stage ranges, channel ends, corpus and table files.
-void validate(parsed_graph& pg, const load_options& opts, graph_reader& r);
+/// Gives every actor its type's role, then the whole-graph checks: layer ranges,
+/// devices, channel ends, placement, corpus and table files.
+void validate(parsed_graph& pg, const graph_vocabulary& vocab, const load_options& opts, graph_reader& r);
 
 /// Reads the `checkpoint:` section (runtime/graph_checkpoint.cpp).
 void parse_checkpoint(parsed_graph& pg, const YAML::Node& n, graph_reader& r);

@@ -57,11 +57,6 @@ const std::vector<std::string>& builtin_schedule_names() {
   return names;
 }
 
-const std::vector<std::string>& builtin_actor_type_names() {
-  static const std::vector<std::string> names{"data_loader", "pipeline_stage"};
-  return names;
-}
-
 const actor_spec* graph_spec::find_actor(std::string_view name) const noexcept {
   for (const auto& a : actors)
     if (a.name == name)

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -111,15 +112,42 @@ struct layer_range {
   friend bool operator==(const layer_range&, const layer_range&) = default;
 };
 
+struct actor_spec;
+struct graph_spec;
+
+/// Where a cluster launch puts an actor whose entry names no `node:`.
+enum class actor_placement : std::uint8_t {
+  first_node,        ///< node 0
+  by_position,       ///< pipeline positions spread evenly over the nodes, in rank order
+  with_first_stage,  ///< on the node of the pipeline's first position (a feeder beside what it feeds)
+};
+
+/// What an actor type's entries are to the graph loader, placement and
+/// checkpoints: runtime/ applies these rules by role and never names a type.
+/// Each actor type declares its role when it registers (actor_type_info::role);
+/// the loader copies it into every entry of that type.
+struct actor_role {
+  /// The entries hold pipeline layers: `layers:` is required, `device:` allowed
+  /// (pipeline.device unless set), each gets a rank by its first layer, and
+  /// together they number pipeline.stages and cover model.layers once.
+  bool holds_layers = false;
+  actor_placement placement = actor_placement::first_node;
+  /// The identity keys (beyond "type") its checkpoint parts carry, which a
+  /// resume checks against the graph (checkpoint_identity); unset when the
+  /// type writes no checkpoint.
+  std::function<std::map<std::string, std::string>(const graph_spec&, const actor_spec&)> checkpoint_identity;
+};
+
 /// One actor of the graph. Keys the loader knows are typed; the rest stay in
 /// `params` for the actor type to read (and check, through graph_vocabulary).
 struct actor_spec {
   std::string name;
   std::string type;
   std::string node;              ///< where it runs (cluster launches); empty = this process
-  std::vector<layer_range> layers;  ///< `layers: [a, b]` or `[[a, b], [c, d]]` (pipeline_stage)
-  std::string device;            ///< pipeline_stage: cpu, cuda or cuda:N (pipeline.device unless set); else empty
-  int rank = -1;                 ///< pipeline_stage: position in the pipeline (by first layer); else -1
+  std::vector<layer_range> layers;  ///< `layers: [a, b]` or `[[a, b], [c, d]]` (types that hold layers)
+  std::string device;            ///< layer holders: cpu, cuda or cuda:N (pipeline.device unless set)
+  int rank = -1;                 ///< layer holders: position in the pipeline (by first layer); else -1
+  actor_role role;               ///< its type's role, as registered (set by the loader)
   std::map<std::string, YAML::Node> params;  ///< every other key, as written
   bool expanded = false;         ///< made by the shorthand, not written explicitly
   source_pos pos;                ///< where the entry starts (or the shorthand section)
@@ -160,8 +188,7 @@ struct graph_spec {
   /// The actor called `name`, or nullptr.
   const actor_spec* find_actor(std::string_view name) const noexcept;
   /// The node (0 .. cluster.nodes - 1) that runs `a`: its `node:` if given,
-  /// else pipeline stages spread evenly in rank order, the data loader with
-  /// the first stage, anything else on node 0.
+  /// else by its role's placement (actor_placement).
   int node_of(const actor_spec& a) const;
   /// Tokens one optimizer step consumes: batch × microbatches × context.
   std::int64_t tokens_per_step() const noexcept;
@@ -169,9 +196,6 @@ struct graph_spec {
 
 /// The schedule names every build knows: gpipe, 1f1b, interleaved_1f1b, zb_h1, table.
 const std::vector<std::string>& builtin_schedule_names();
-/// The actor types every graph may name even before their code is registered:
-/// data_loader, pipeline_stage.
-const std::vector<std::string>& builtin_actor_type_names();
 
 /// The `cluster:` line of to_yaml (empty when the section is absent).
 std::string cluster_yaml(const cluster_spec& c);

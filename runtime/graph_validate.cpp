@@ -1,5 +1,6 @@
-// Whole-graph checks: names against the vocabulary, stage layer ranges,
-// channel ends, and the files a graph refers to (corpus, schedule table).
+// Whole-graph checks: names against the vocabulary, the layer ranges of the
+// actors whose role holds layers, channel ends, and the files a graph refers
+// to (corpus, schedule table).
 #include <algorithm>
 #include <fstream>
 
@@ -32,7 +33,23 @@ std::string range_text(layer_range r) {
   return fmt::format("[{}, {})", r.begin, r.end);
 }
 
-void check_stage_layers(parsed_graph& pg, graph_reader& r) {
+/// The types whose role holds layers, for messages: `a`, `a or b`.
+std::string holder_types(const graph_vocabulary& vocab) {
+  std::string out;
+  for (const auto& [name, info] : vocab.actor_types)
+    if (info.role.holds_layers)
+      out += (out.empty() ? "" : " or ") + name;
+  return out;
+}
+
+/// Every actor takes the role its type registered (unknown types are reported by check_names).
+void assign_roles(parsed_graph& pg, const graph_vocabulary& vocab) {
+  for (auto& a : pg.graph.actors)
+    if (auto t = vocab.actor_types.find(a.type); t != vocab.actor_types.end())
+      a.role = t->second.role;
+}
+
+void check_stage_layers(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
   auto& g = pg.graph;
   struct held {
     layer_range range;
@@ -41,7 +58,7 @@ void check_stage_layers(parsed_graph& pg, graph_reader& r) {
   std::vector<held> all;
   std::vector<actor_spec*> stages;
   for (auto& a : g.actors) {
-    if (a.type != "pipeline_stage")
+    if (!a.role.holds_layers)
       continue;
     stages.push_back(&a);
     if (a.layers.empty()) {
@@ -51,7 +68,7 @@ void check_stage_layers(parsed_graph& pg, graph_reader& r) {
         continue;  // its `layers:` is already reported as malformed
       auto [n, path] = layers_site(pg, a);
       r.error(n, path.substr(0, path.rfind('.')),
-              fmt::format("pipeline_stage '{}' needs 'layers: [first, end)' (the blocks it holds)", a.name));
+              fmt::format("{} '{}' needs 'layers: [first, end)' (the blocks it holds)", a.type, a.name));
       continue;
     }
     for (auto l : a.layers)
@@ -59,8 +76,8 @@ void check_stage_layers(parsed_graph& pg, graph_reader& r) {
   }
   if (g.pipeline.present && static_cast<int>(stages.size()) != g.pipeline.stages && !stages.empty()) {
     r.error(child(pg.pipeline_node, "stages") ? child(pg.pipeline_node, "stages") : pg.pipeline_node, "pipeline.stages",
-            fmt::format("pipeline.stages is {} but the graph has {} pipeline_stage actors", g.pipeline.stages,
-                        stages.size()));
+            fmt::format("pipeline.stages is {} but the graph has {} {} actors", g.pipeline.stages,
+                        stages.size(), holder_types(vocab)));
   }
   if (!g.pipeline.present)
     g.pipeline.stages = std::max<int>(1, static_cast<int>(stages.size()));
@@ -82,16 +99,16 @@ void check_stage_layers(parsed_graph& pg, graph_reader& r) {
                           range_text(prev->range), prev->actor->name));
     else if (h.range.begin > covered && h.range.begin < layers)
       r.error(n, path,
-              fmt::format("layers [{}, {}) are held by no pipeline_stage (the gap ends where '{}' starts)",
-                          covered, h.range.begin, h.actor->name));
+              fmt::format("layers [{}, {}) are held by no {} (the gap ends where '{}' starts)",
+                          covered, h.range.begin, holder_types(vocab), h.actor->name));
     covered = std::max(covered, h.range.end);
     prev = &h;
   }
   if (covered < layers) {
     auto [n, path] = layers_site(pg, *prev->actor);
     r.error(n, path,
-            fmt::format("layers [{}, {}) are held by no pipeline_stage (model.layers is {}; '{}' ends at {})",
-                        covered, layers, layers, prev->actor->name, covered));
+            fmt::format("layers [{}, {}) are held by no {} (model.layers is {}; '{}' ends at {})",
+                        covered, layers, holder_types(vocab), layers, prev->actor->name, covered));
   }
   // Ranks follow the first layer each stage holds.
   std::stable_sort(stages.begin(), stages.end(), [](const actor_spec* a, const actor_spec* b) {
@@ -102,10 +119,10 @@ void check_stage_layers(parsed_graph& pg, graph_reader& r) {
     stages[i]->rank = static_cast<int>(i);
 }
 
-/// Stages without a `device:` run on pipeline.device; other actors take none.
-void check_devices(parsed_graph& pg, graph_reader& r) {
+/// Layer holders without a `device:` run on pipeline.device; other actors take none.
+void check_devices(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
   for (auto& a : pg.graph.actors) {
-    if (a.type == "pipeline_stage") {
+    if (a.role.holds_layers) {
       if (a.device.empty())
         a.device = pg.graph.pipeline.device;
       continue;
@@ -115,7 +132,8 @@ void check_devices(parsed_graph& pg, graph_reader& r) {
     for (const auto& pa : pg.actors)
       if (pa.spec.name == a.name && pa.device_node)
         r.error(pa.device_node, join_path(pa.path, "device"),
-                fmt::format("only pipeline_stage actors run on a device ('{}' is a {})", a.name, a.type));
+                fmt::format("only {} actors run on a device ('{}' is a {})", holder_types(vocab), a.name,
+                            a.type));
   }
 }
 
@@ -207,8 +225,8 @@ void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& 
       continue;
     }
     auto keys = common_actor_keys;
-    if (type == "pipeline_stage")
-      keys.push_back("device");  // typed like `layers`, but only stages run on a device
+    if (info->second.role.holds_layers)
+      keys.push_back("device");  // typed like `layers`, but only layer holders run on a device
     keys.insert(keys.end(), info->second.keys.begin(), info->second.keys.end());
     for (const auto& [k, v] : pa.spec.params)
       if (std::find(keys.begin(), keys.end(), k) == keys.end())
@@ -219,9 +237,10 @@ void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& 
   }
 }
 
-void validate(parsed_graph& pg, const load_options& opts, graph_reader& r) {
-  check_stage_layers(pg, r);
-  check_devices(pg, r);
+void validate(parsed_graph& pg, const graph_vocabulary& vocab, const load_options& opts, graph_reader& r) {
+  assign_roles(pg, vocab);
+  check_stage_layers(pg, vocab, r);
+  check_devices(pg, vocab, r);
   check_channels(pg, r);
   check_schedule_files(pg, r);
   check_cluster(pg, r);

@@ -48,11 +48,11 @@
 //  - `(forward_atom, activation_msg)`  stage i -> stage i+1
 //  - `(backward_atom, gradient_msg)`   stage i+1 -> stage i
 //  - `(credit_atom, credit_msg)`       receiver -> sender: may send `count` more
-//  - `(grads_ready_atom, grads_msg)`   stage -> optimizer shard / all-reduce peer
-//  - `(params_atom, params_msg)`       optimizer shard -> stage
-//  - `(sync_atom, sync_msg)`           replica <-> replica / outer optimizer
-//  - `(attention_task_atom, attention_task_msg)`  stage <-> attention server
-//  - `(trace_batch_atom, trace_batch_msg)`        any actor -> tracer
+// An actor that writes checkpoints also sends the runner `(checkpoint_atom,
+// checkpoint_msg)` for each part it wrote. Module-private messages (the
+// pipeline's eval, norm and wake-ups) are declared in their module
+// (actors/pipeline_messages.hpp). Spans go to the trace recorder's per-thread
+// buffers, not through messages.
 // Tensor handles travel by value (a shared pointer to pooled storage): no
 // bytes are copied inside one process. They are not serialised by CAF;
 // between processes a channel actor moves the bytes.
@@ -65,16 +65,10 @@ using forward_atom = caf::atom_constant<caf::atom("forward")>;
 using backward_atom = caf::atom_constant<caf::atom("backward")>;
 using credit_atom = caf::atom_constant<caf::atom("credit")>;
 using plan_atom = caf::atom_constant<caf::atom("plan")>;
-using grads_ready_atom = caf::atom_constant<caf::atom("gradsready")>;
-using params_atom = caf::atom_constant<caf::atom("params")>;
-using sync_atom = caf::atom_constant<caf::atom("sync")>;
-using attention_task_atom = caf::atom_constant<caf::atom("attn_task")>;
-using trace_batch_atom = caf::atom_constant<caf::atom("tracebatch")>;
 using connect_atom = caf::atom_constant<caf::atom("connect")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using failed_atom = caf::atom_constant<caf::atom("failed")>;
-using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpoint")>;
 
 /// Which microbatch of which step a message belongs to.
@@ -120,57 +114,6 @@ struct gradient_msg {
 struct credit_msg {
   std::int32_t count = 1;
   std::int32_t from = 0;
-};
-
-/// A stage's accumulated parameter gradients for one step, in parameter order.
-struct grads_msg {
-  step_t step = 0;
-  std::string stage;
-  std::vector<tensor_handle> grads;
-  double loss_sum = 0.0;   ///< summed loss of the step's microbatches (last stage), else 0
-  std::int64_t tokens = 0; ///< tokens those microbatches held
-};
-
-/// Parameters (or their update) after an optimizer step.
-struct params_msg {
-  step_t step = 0;
-  std::vector<tensor_handle> params;
-  std::int64_t version = 0;
-};
-
-/// A synchronisation round between replicas (all-reduce chunks, DiLoCo
-/// pseudo-gradients, NoLoCo peer averaging).
-struct sync_msg {
-  step_t step = 0;
-  std::int32_t round = 0;
-  std::int32_t replica = 0;
-  std::vector<tensor_handle> tensors;
-};
-
-/// Core attention handed to an attention server (DistCA): q, k, v in; out back.
-struct attention_task_msg {
-  step_t step = 0;
-  std::int32_t microbatch = 0;
-  std::int32_t layer = 0;
-  bool backward = false;
-  std::vector<tensor_handle> tensors;
-};
-
-/// One span an actor recorded (forward, backward, weight-grad, send, ...).
-struct trace_span {
-  std::string actor;
-  std::string name;
-  step_t step = -1;
-  std::int32_t microbatch = -1;
-  std::int64_t begin_ns = 0;
-  std::int64_t end_ns = 0;
-  std::int64_t bytes = 0;
-  std::int32_t mailbox = 0;
-};
-
-/// A batch of spans for the tracer.
-struct trace_batch_msg {
-  std::vector<trace_span> spans;
 };
 
 /// How a channel touches the actor receiving connect_msg.
@@ -245,32 +188,6 @@ typename Inspector::result_type inspect(Inspector& f, hop& x) {
   return f(caf::meta::type_name("hop"), x.actor, x.chunk);
 }
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, grads_msg& x) {
-  return f(caf::meta::type_name("grads_msg"), x.step, x.stage, x.grads, x.loss_sum, x.tokens);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, params_msg& x) {
-  return f(caf::meta::type_name("params_msg"), x.step, x.params, x.version);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, sync_msg& x) {
-  return f(caf::meta::type_name("sync_msg"), x.step, x.round, x.replica, x.tensors);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, attention_task_msg& x) {
-  return f(caf::meta::type_name("attention_task_msg"), x.step, x.microbatch, x.layer, x.backward,
-           x.tensors);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, trace_span& x) {
-  return f(caf::meta::type_name("trace_span"), x.actor, x.name, x.step, x.microbatch, x.begin_ns,
-           x.end_ns, x.bytes, x.mailbox);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, trace_batch_msg& x) {
-  return f(caf::meta::type_name("trace_batch_msg"), x.spans);
-}
-template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, peer& x) {
   return f(caf::meta::type_name("peer"), x.name, x.type, x.handle, x.dir, x.credits);
 }
@@ -297,4 +214,3 @@ typename Inspector::result_type inspect(Inspector& f, failure_msg& x) {
 // Handles share pooled memory and are only meaningful inside one process: CAF
 // passes them by value and skips them when serialising (channels move bytes).
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::tensor_handle)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::tensor_handle>)

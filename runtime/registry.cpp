@@ -1,4 +1,5 @@
-// The process-wide actor-type registry, name suggestions and the loader's vocabulary.
+// The process-wide actor-type and section-expander registries, name
+// suggestions and the loader's vocabulary.
 #include "runtime/registry.hpp"
 
 #include <algorithm>
@@ -51,11 +52,23 @@ bool register_actor_type(std::string name, actor_type t, std::string summary) {
   return actor_registry().add(std::move(name), std::move(t), std::move(summary));
 }
 
+named_registry<section_expander>& section_expander_registry() {
+  static named_registry<section_expander> instance;
+  return instance;
+}
+
+bool register_section_expander(std::string section, section_expander e, std::string summary) {
+  return section_expander_registry().add(std::move(section), std::move(e), std::move(summary));
+}
+
 graph_vocabulary make_vocabulary(const std::vector<std::string>& extra_schedules) {
   auto v = graph_vocabulary::builtin();
   for (const auto& name : actor_registry().names())
     if (auto e = actor_registry().find(name))
       v.actor_types[name] = e->factory.info;
+  for (const auto& name : section_expander_registry().names())
+    if (auto e = section_expander_registry().find(name))
+      v.expanders.emplace_back(name, e->factory);
   for (const auto& s : extra_schedules)
     if (std::find(v.schedules.begin(), v.schedules.end(), s) == v.schedules.end())
       v.schedules.push_back(s);

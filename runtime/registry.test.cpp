@@ -49,7 +49,39 @@ TEST_CASE("registered actor types join the loader's vocabulary with their keys")
   auto v = make_vocabulary({"my_schedule", "gpipe"});
   REQUIRE(v.actor_types.count("registry_test_type") == 1);
   CHECK(v.actor_types["registry_test_type"].keys == std::vector<std::string>{"rate"});
-  CHECK(v.actor_types.count("data_loader") == 1);
   CHECK(v.schedules == std::vector<std::string>{"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "table", "my_schedule"});
   actor_registry().remove("registry_test_type");
+}
+
+TEST_CASE("an actor type's role and a section's expander reach the loader through the vocabulary") {
+  actor_type t;
+  t.spawn = [](spawn_context&) -> caf::expected<caf::actor> { return caf::actor{}; };
+  t.info.role.holds_layers = true;
+  t.info.role.placement = actor_placement::by_position;
+  REQUIRE(register_actor_type("registry_role_type", t));
+  REQUIRE(register_section_expander("pipeline", {[](section_expansion& e) {
+                                                   actor_spec a;
+                                                   a.name = "only";
+                                                   a.type = "registry_role_type";
+                                                   e.graph.actors.push_back(a);
+                                                 },
+                                                 true}));
+  CHECK_FALSE(register_section_expander("pipeline", {}));
+  auto v = make_vocabulary();
+  CHECK(v.actor_types["registry_role_type"].role.holds_layers);
+  REQUIRE(v.expanders.size() == 1);
+  CHECK(v.expanders[0].first == "pipeline");
+  CHECK(v.expanders[0].second.by_default);
+
+  load_options o;
+  o.check_corpus = false;
+  auto r = load_graph_text(
+      "model: {layers: 2, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1}\ntrain: {steps: 1}\n", "g.yaml",
+      o);
+  // The default graph was expanded, and its entry holds layers by its type's role.
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].message ==
+        "registry_role_type 'only' needs 'layers: [first, end)' (the blocks it holds)");
+  section_expander_registry().remove("pipeline");
+  actor_registry().remove("registry_role_type");
 }

@@ -51,7 +51,12 @@ struct actor_info {
   std::string name;
   std::string type;
   int node;
+  std::string role = {};  ///< what summaries make of it (stage_role, or empty), as its type declares
 };
+
+/// The trace role of a pipeline position: the bubble fraction and the action
+/// orders of a trace summary are over the actors with this role.
+inline constexpr std::string_view stage_role = "stage";
 
 /// Nanoseconds on the trace clock (steady, since the recorder started).
 std::int64_t trace_now() noexcept;
@@ -71,7 +76,8 @@ public:
   void disable() noexcept { enabled_.store(false, std::memory_order_relaxed); }
   bool enabled() const noexcept { return enabled_.load(std::memory_order_relaxed); }
 
-  std::uint16_t register_actor(std::string name, std::string type, int node = 0);
+  /// Names an actor for its spans; `role` is its trace role (stage_role, or empty).
+  std::uint16_t register_actor(std::string name, std::string type, int node = 0, std::string role = {});
   std::vector<actor_info> actors() const;
 
   /// Appends a span to the calling thread's buffer (lock-free; a no-op when disabled).

@@ -71,8 +71,9 @@ std::string to_chrome_json(const trace_snapshot& t) {
   for (int n : nodes)
     emit(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"tid":0,"args":{{"name":"node {}"}}}})", n, n));
   for (const auto& a : t.actors) {
-    emit(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":{},"type":{}}}}})", a.node,
-                     a.id, json_string(a.name), json_string(a.type)));
+    emit(fmt::format(
+        R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":{},"type":{},"role":{}}}}})",
+        a.node, a.id, json_string(a.name), json_string(a.type), json_string(a.role)));
     emit(fmt::format(R"({{"ph":"M","name":"thread_sort_index","pid":{},"tid":{},"args":{{"sort_index":{}}}}})",
                      a.node, a.id, a.id));
   }

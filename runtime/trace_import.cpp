@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -77,6 +78,7 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
     return make_error(errc::invalid_argument, fmt::format("{}: \"traceEvents\" is not an array", origin));
   trace_snapshot t;
   std::map<std::uint16_t, actor_info> actors;
+  std::set<std::uint16_t> has_role;  // actors whose thread_name says their role
   std::map<std::pair<int, int>, std::size_t> last_x;  // (pid, tid) -> index of its latest X span
   std::size_t index = 0;
   try {
@@ -93,6 +95,8 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
         a.name = ev.at("args").at("name").get<std::string>();
         if (auto ty = ev.at("args").find("type"); ty != ev.at("args").end())
           a.type = ty->get<std::string>();
+        if (auto ro = ev.at("args").find("role"); ro != ev.at("args").end())
+          a.role = ro->get<std::string>(), has_role.insert(a.id);
       } else if (ph == "X") {
         span s;
         s.actor = static_cast<std::uint16_t>(tid);
@@ -125,12 +129,16 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
                       fmt::format("{}: traceEvents[{}]: malformed event: {}", origin, index - 1, e.what()));
   }
   for (auto& [id, a] : actors) {
-    if (!a.type.empty())
+    if (has_role.count(id) && !a.type.empty())
       continue;
-    // Older traces do not name the type: an actor that runs forward passes is a stage.
+    // Older traces name no role (and older still no type): an actor that runs
+    // forward and backward passes is a stage.
     bool computes = std::any_of(t.spans.begin(), t.spans.end(),
                                 [&](const span& s) { return s.actor == id && action_letter(s.kind); });
-    a.type = computes ? "pipeline_stage" : "actor";
+    if (!has_role.count(id))
+      a.role = computes ? std::string{stage_role} : "";
+    if (a.type.empty())
+      a.type = "actor";
   }
   for (std::uint16_t i = 0; !actors.empty() && i <= actors.rbegin()->first; ++i) {
     auto it = actors.find(i);

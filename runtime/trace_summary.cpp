@@ -145,7 +145,7 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns, std::int6
     a.busy_ns = union_length(busy[i]);
     a.idle_ns = window - a.busy_ns;
     a.busy_fraction = static_cast<double>(a.busy_ns) / static_cast<double>(window);
-    if (a.actor.type == "pipeline_stage")
+    if (a.actor.role == stage_role)
       stage_busy += a.busy_fraction, ++stages;
   }
   if (stages == 0)
@@ -156,7 +156,7 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns, std::int6
   if (orders) {
     std::map<std::uint16_t, int> rank;
     for (const auto& a : out.actors)
-      if (a.actor.type == "pipeline_stage")
+      if (a.actor.role == stage_role)
         rank.emplace(a.actor.id, static_cast<int>(rank.size()));
     std::map<std::pair<std::uint16_t, std::int32_t>, std::vector<const span*>> by_step;
     for (const auto& s : t.spans)

@@ -36,7 +36,7 @@ struct channel_summary {
 /// The actions one stage ran in one step, as text: `0F0 0F1 0B0 …`.
 struct stage_order {
   std::uint16_t actor = 0;
-  int rank = 0;                 ///< position among the pipeline_stage actors
+  int rank = 0;                 ///< position among the actors with the stage role
   std::int32_t step = 0;
   std::string actions;
 };
@@ -48,7 +48,7 @@ struct trace_summary {
   std::vector<actor_summary> actors;
   std::vector<channel_summary> channels;
   std::vector<stage_order> orders;
-  double bubble_fraction = 0;   ///< 1 - Σ stage busy / (stages × window), over pipeline_stage actors
+  double bubble_fraction = 0;   ///< 1 - Σ stage busy / (stages × window), over the actors with stage_role
   std::int32_t last_step = -1;  ///< highest step with a loss
   std::optional<double> loss, val_loss, tokens_per_s;
   std::size_t span_count = 0;
@@ -84,6 +84,8 @@ void add_throughput_counters(trace_snapshot& t, std::int64_t tokens_per_step);
 /// Reads a Chrome Trace Event file written by write_chrome_trace back into a
 /// snapshot (thread names become actors, `X` events spans, `s`/`f` flows, `C`
 /// counters with their step taken from the optimizer and eval spans before them).
+/// An actor whose thread name carries no role (older traces) has stage_role
+/// when it ran forward or backward passes.
 /// errc::io_failed when unreadable, errc::invalid_argument when not such a trace.
 caf::expected<trace_snapshot> read_chrome_trace(const std::filesystem::path& path);
 

@@ -26,7 +26,8 @@ span flow(std::uint16_t actor, std::int64_t t, std::uint64_t id, bool end) {
 /// Two stages, GPipe-like over two microbatches: s0 busy 60 of 100 ns, s1 busy 40.
 trace_snapshot two_stages() {
   trace_snapshot t;
-  t.actors = {{0, "s0", "pipeline_stage", 0}, {1, "s1", "pipeline_stage", 0}, {2, "loader", "data_loader", 0}};
+  t.actors = {{0, "s0", "pipeline_stage", 0, "stage"}, {1, "s1", "pipeline_stage", 0, "stage"},
+              {2, "loader", "data_loader", 0}};
   t.spans = {make(0, span_kind::forward, 0, 10, 0, 0),     make(0, span_kind::forward, 10, 20, 0, 1),
              make(1, span_kind::forward, 20, 30, 0, 0),    make(1, span_kind::backward, 30, 40, 0, 0),
              make(1, span_kind::forward, 40, 50, 0, 1),    make(1, span_kind::backward, 50, 60, 0, 1),
@@ -50,6 +51,19 @@ TEST_CASE("busy time is the union of compute spans and the bubble is the stages'
   CHECK(s.bubble_fraction == doctest::Approx(0.5));
   CHECK(s.last_step == 0);
   CHECK(*s.loss == 2.5);
+}
+
+TEST_CASE("stages are the actors whose trace role is stage, whatever their type is called") {
+  auto t = two_stages();
+  t.actors[0].type = t.actors[1].type = "my_plugin_stage";
+  auto s = summarize(t);
+  CHECK(s.bubble_fraction == doctest::Approx(0.5));
+  CHECK(s.orders.size() == 2);
+  t.actors[1].role.clear();  // no longer a stage: the bubble is s0's idle share alone
+  s = summarize(t);
+  CHECK(s.bubble_fraction == doctest::Approx(0.4));
+  REQUIRE(s.orders.size() == 1);
+  CHECK(s.orders[0].actions == "0F0 0F1 0B0 0B1");
 }
 
 TEST_CASE("each stage's action order per step reads like the schedule text") {
@@ -103,6 +117,8 @@ TEST_CASE("an exported trace reads back with its actors, spans, flows and counte
   REQUIRE(back->actors.size() == 3);
   CHECK(back->actors[2].name == "loader");
   CHECK(back->actors[0].type == "pipeline_stage");
+  CHECK(back->actors[0].role == "stage");
+  CHECK(back->actors[2].role.empty());
   CHECK(back->spans.size() == t.spans.size());
   CHECK(back->counters.size() == 1);
   CHECK(back->counters[0].step == 0);  // from the optimizer span begun before it
@@ -111,6 +127,20 @@ TEST_CASE("an exported trace reads back with its actors, spans, flows and counte
   CHECK(b.orders[0].actions == a.orders[0].actions);
   REQUIRE(b.channels.size() == 1);
   CHECK(b.channels[0].messages == 1);
+}
+
+TEST_CASE("a trace written before actors carried a role still finds its stages by the passes they ran") {
+  auto json = to_chrome_json(two_stages());
+  for (const char* role : {R"(,"role":"stage")", R"(,"role":"")"})
+    for (auto at = json.find(role); at != std::string::npos; at = json.find(role))
+      json.erase(at, std::string_view{role}.size());
+  REQUIRE(json.find("\"role\"") == std::string::npos);
+  auto back = parse_chrome_trace(json, "old.json");
+  REQUIRE(back);
+  CHECK(back->actors[0].role == "stage");
+  CHECK(back->actors[1].role == "stage");
+  CHECK(back->actors[2].role.empty());
+  CHECK(summarize(*back).bubble_fraction == doctest::Approx(0.5));
 }
 
 TEST_CASE("a file that is not a trace is an error that says where") {

@@ -29,12 +29,12 @@ export class ActorGraph {
     this.nodes = new Map();
   }
 
-  /// Lays out data loaders and other non-stage actors on the first row, stages after, in id order.
+  /// Lays out data loaders and other actors without the stage role on the first row, stages after, in id order.
   layout(actors) {
     const width = Math.max(300, this.svg.clientWidth || 900);
     const cols = Math.max(1, Math.floor((width + GAP_X) / (NODE_W + GAP_X)));
-    const first = actors.filter((a) => a.type !== 'pipeline_stage');
-    const stages = actors.filter((a) => a.type === 'pipeline_stage');
+    const first = actors.filter((a) => a.role !== 'stage');
+    const stages = actors.filter((a) => a.role === 'stage');
     const pos = new Map();
     let row = 0;
     for (const group of [first, stages]) {
