@@ -217,6 +217,53 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
   };
 }
 
+
+/// The stages a router routes over: every actor that holds layers.
+sched::routing_params routing_params_of(const graph_spec& g) {
+  sched::routing_params rp;
+  rp.layers = g.model.layers;
+  rp.paths = g.pipeline.paths;
+  for (std::size_t i = 0; i < g.actors.size(); ++i) {
+    const auto& a = g.actors[i];
+    if (!a.role.holds_layers)
+      continue;
+    sched::route_stage s{static_cast<int>(i), a.name, {}};
+    for (const auto& r : a.layers)
+      s.chunks.emplace_back(r.begin, r.end);
+    rp.stages.push_back(std::move(s));
+  }
+  return rp;
+}
+
+/// Checks the routing of `loader`'s graph: a known policy that accepts its
+/// paths, and a channel for every hop (from the loader to each route's first
+/// and last stage, and between consecutive stages), over the first steps'
+/// routes. What is wrong, or empty.
+std::string check_routes(const graph_spec& g, const actor_spec& loader) {
+  auto policy = sched::make_routing(g.pipeline.routing, routing_params_of(g));
+  if (!policy)
+    return policy.error().message;
+  auto self = static_cast<int>(&loader - g.actors.data());
+  auto has_channel = [&](int from, int to) {
+    for (const auto& c : g.channels)
+      if (c.from == g.actors[static_cast<std::size_t>(from)].name && c.to == g.actors[static_cast<std::size_t>(to)].name)
+        return true;
+    return false;
+  };
+  int m = std::max(g.pipeline.microbatches, 1);
+  for (int k = 0; k < 4 * m; ++k) {
+    auto r = (*policy)->route(k / m, k % m, k);
+    std::vector<std::pair<int, int>> edges{{self, r.front().actor}, {self, r.back().actor}};
+    for (std::size_t h = 0; h + 1 < r.size(); ++h)
+      edges.emplace_back(r[h].actor, r[h + 1].actor);
+    for (auto [from, to] : edges)
+      if (from != to && !has_channel(from, to))
+        return fmt::format("the route of microbatch {} needs a channel from '{}' to '{}' (add it under channels:)", k,
+                           g.actors[static_cast<std::size_t>(from)].name, g.actors[static_cast<std::size_t>(to)].name);
+  }
+  return {};
+}
+
 } // namespace
 
 actor_type_info data_loader_info() {
@@ -232,6 +279,11 @@ actor_type_info data_loader_info() {
         {"data.val_fraction", fmt::format("{}", g.data.val_fraction)},
         {"model.context", std::to_string(g.model.context)},
         {"pipeline.microbatches", std::to_string(g.pipeline.microbatches)}};
+  };
+  info.check = [](const actor_spec& a, const graph_spec& g, diagnostics& out) {
+    bool written = !g.pipeline.routing_pos.file.empty() || !g.pipeline.routing_pos.origin.empty();
+    if (auto what = check_routes(g, a); !what.empty())
+      out.push_back({written ? g.pipeline.routing_pos : a.pos, written ? "pipeline.routing" : "channels", what});
   };
   return info;
 }
@@ -255,40 +307,9 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.resume_folder = g.checkpoint.resume_folder;
   cfg.resume_step = g.checkpoint.resume_step;
   cfg.routing = g.pipeline.routing;
-  cfg.routing_params.layers = g.model.layers;
-  cfg.routing_params.paths = g.pipeline.paths;
-  for (std::size_t i = 0; i < g.actors.size(); ++i) {
-    const auto& a = g.actors[i];
-    if (!a.role.holds_layers)
-      continue;
-    sched::route_stage s{static_cast<int>(i), a.name, {}};
-    for (const auto& r : a.layers)
-      s.chunks.emplace_back(r.begin, r.end);
-    cfg.routing_params.stages.push_back(std::move(s));
-  }
-  // Settle the routes now, so a bad path or a hop without a channel stops the run before it starts.
-  auto policy = sched::make_routing(cfg.routing, cfg.routing_params);
-  if (!policy)
-    return make_error(errc::invalid_argument, fmt::format("{}: {}", cfg.name, policy.error().message));
-  auto has_channel = [&](int from, int to) {
-    for (const auto& c : g.channels)
-      if (c.from == g.actors[static_cast<std::size_t>(from)].name && c.to == g.actors[static_cast<std::size_t>(to)].name)
-        return true;
-    return false;
-  };
-  auto self_index = static_cast<int>(g.find_actor(cfg.name) - g.actors.data());
-  for (int k = 0; k < std::max(cfg.microbatches, 1) * 4; ++k) {
-    auto r = (*policy)->route(k / std::max(cfg.microbatches, 1), k % std::max(cfg.microbatches, 1), k);
-    std::vector<std::pair<int, int>> edges{{self_index, r.front().actor}, {self_index, r.back().actor}};
-    for (std::size_t h = 0; h + 1 < r.size(); ++h)
-      edges.emplace_back(r[h].actor, r[h + 1].actor);
-    for (auto [from, to] : edges)
-      if (from != to && !has_channel(from, to))
-        return make_error(errc::invalid_argument,
-                          fmt::format("{}: route [{}] needs a channel from '{}' to '{}' (add it under channels:)",
-                                      cfg.name, to_string(r), g.actors[static_cast<std::size_t>(from)].name,
-                                      g.actors[static_cast<std::size_t>(to)].name));
-  }
+  cfg.routing_params = routing_params_of(g);
+  if (auto what = check_routes(g, ctx.spec); !what.empty()) // checked at load too; here for graphs built in code
+    return make_error(errc::invalid_argument, fmt::format("{}: {}", cfg.name, what));
   return caf::actor{ctx.system.spawn(data_loader, std::move(cfg), ctx.runner)};
 }
 

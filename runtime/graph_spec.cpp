@@ -5,6 +5,7 @@
 #include "runtime/graph_parse.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace troupe {
 
@@ -91,6 +92,14 @@ std::string to_yaml(const graph_spec& g) {
     for (const auto& [k, v] : p.policy)
       options += fmt::format("{}{}: {}", options.empty() ? "" : ", ", k, scalar(v));
     out += fmt::format(", policy: {{{}}}", options);
+  }
+  if (!p.paths.empty()) {
+    std::string paths;
+    for (const auto& path : p.paths)
+      paths += fmt::format("{}[{}]", paths.empty() ? "" : ", ", fmt::join(path, ", "));
+    out += fmt::format(", routing: {{policy: {}, paths: [{}]}}", scalar(p.routing), paths);
+  } else if (p.routing != "chain") {
+    out += fmt::format(", routing: {}", scalar(p.routing));
   }
   out += "}\n";
   if (!g.trace.file.empty())
