@@ -153,10 +153,10 @@ TEST_CASE("the ZB-H1 rule reproduces the published order and its 0.1111 bubble w
 }
 
 TEST_CASE("the interleaved rule reproduces Megatron-LM's order at 4 stages, 8 microbatches, 2 chunks") {
-  // Also 4x16x2, 4x8x3, 4x8x4 and 2x4x2. At 8x16x2 the rule runs a ready backward
-  // where Megatron waits one forward for the next (same makespan); at m = p
-  // Megatron runs every forward first, which needs m, and a stage does not know m.
-  for (auto [p, m, v] : {std::tuple{4, 8, 2}, {4, 16, 2}, {4, 8, 3}, {4, 8, 4}, {2, 4, 2}}) {
+  // Also 4x16x2, 8x16x2 (where the rule, holding a backward while the plan says
+  // a forward is still to come, waits as Megatron does), 4x8x3, 4x8x4 and 2x4x2.
+  // At m = p Megatron runs every forward first, which needs the in-flight bound m.
+  for (auto [p, m, v] : {std::tuple{4, 8, 2}, {4, 16, 2}, {8, 16, 2}, {4, 8, 3}, {4, 8, 4}, {2, 4, 2}}) {
     auto il = simulate(shape(p, m, v), "interleaved_1f1b");
     REQUIRE(il);
     for (int r = 0; r < p; ++r) {

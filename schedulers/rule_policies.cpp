@@ -3,13 +3,35 @@
 // equal costs on a chain they reproduce the published orders (orders.hpp,
 // checked in harness.test.cpp); under stragglers they run what is ready.
 //
-// 1F1B and ZB-H1 put a ready forward (within the in-flight bound) before a
-// backward or I, where REFERENCES.md's rules put the backward first: both
-// reproduce the published orders, but measured with bench_straggler (100
-// seeds, medians) backward-first lost 1-19% to the replayed order (a backward
-// run while the forward is ready delays the forward chain the downstream ranks
-// wait on), forward-first at most 4%. What is left is running a backward while
-// the forward is late, which the replay never does: see schedulers/README.md.
+// Why each rule, measured with bench_straggler (4 scenarios x 100 seeds,
+// median makespans against `table` replaying the rule's own equal-cost order):
+// - 1F1B, interleaved and ZB-H1 put a ready forward (within the in-flight
+//   bound) before a backward or I. REFERENCES.md's rules put the backward
+//   first; both give the published orders, but backward-first lost 1-19%.
+// - They also hold a ready backward (or I) while the bound has room and the
+//   step's plan says a forward is still to come (queue.forwards_to_come()).
+//   Running it instead delays that forward, which every later stage waits on;
+//   without the hold 1F1B lost up to 4.3% (8x16, costs 1-3x), ZB-H1 3.3% and
+//   interleaved 1.3% (8x16x2, slow microbatch). With it 1F1B and interleaved
+//   run their canonical order whatever the costs, and tie their replays.
+// - ZB-H1 runs a deferred W only where the replay would run one: when r + 1
+//   are deferred (before the next I, or while waiting for it), or when nothing
+//   else is left. Filling every wait with W lost up to 3.3%: the forward or
+//   gradient it waits for arrives mid-W and the whole chain behind it slips.
+//   A wait longer than three forwards (a slow microbatch upstream) is filled
+//   with W (wake_at asks to be woken then): that is where ZB-H1 wins, 0.7-1%.
+//
+// Why the holds cannot deadlock (a chain, one chunk, arrivals in microbatch
+// order): rank r holds only below its bound p - r, waiting for forward k from
+// rank r - 1. Rank r has run forwards 0..k-1 and finished more than
+// k - (p - r) backwards, so rank r - 1 has received those gradients. If rank
+// r - 1 is at its bound p - r + 1 it has finished only k - (p - r + 1) of
+// them, so one is ready there, and a rank at its bound never holds: it runs
+// it and, below its bound, the forward k (whose input is coming from r - 2 by
+// the same argument, and rank 0 has every input). A ZB-H1 rank that waits for
+// an I with r + 1 W deferred runs a W instead, so W never blocks. The
+// interleaved rule's hold is checked, not proved: straggler.test.cpp runs
+// every rule under heavy jitter and random slowdowns over many seeds.
 #include "schedulers/rule_policies.hpp"
 
 #include <fmt/format.h>
@@ -47,6 +69,13 @@ std::optional<action> pick(const stage_queue& q, op_kind kind, Key&& key_of) {
 
 key by_microbatch(int, int mb) { return {0, 0, mb}; }
 
+/// True when the rank could take another forward (in flight < `bound`) and the
+/// step's plan says one is still to come: then a ready backward waits for it.
+/// Before the plan arrives (forwards_to_come() < 0) nothing is held.
+bool forward_coming(const stage_queue& q, int bound) {
+  return q.in_flight() < bound && q.forwards_to_come() > 0;
+}
+
 expected<void> check_shape(std::string_view name, const policy_params& p, bool interleaved) {
   if (p.ranks < 1 || p.chunks < 1)
     return make_sched_error(fmt::format("{}: stages ({}) and chunks ({}) must be at least 1", name, p.ranks, p.chunks));
@@ -83,6 +112,8 @@ public:
     auto f = pick(q, op_kind::forward, by_microbatch);
     if (f && q.in_flight() < (bound_ > 0 ? bound_ : q.hops_left(*f)))
       return f;
+    if (forward_coming(q, declared_))
+      return std::nullopt;  // hold the backward: the forward it would delay is on its way
     return pick(q, op_kind::backward, by_microbatch);
   }
 
@@ -102,6 +133,8 @@ public:
     if (q.in_flight() < bound_)
       if (auto f = pick(q, op_kind::forward, forward_key); f && !awaits_earlier_forward(q, *f, forward_key))
         return f;
+    if (forward_coming(q, bound_))
+      return std::nullopt;  // hold the backward for the coming forward, as 1F1B does
     return pick(q, op_kind::backward, [&](int c, int mb) { return key{mb / p, -c, mb}; });
   }
 
@@ -140,16 +173,37 @@ public:
     auto f = pick(q, op_kind::forward, by_microbatch);
     if (f && q.in_flight() < (bound_ > 0 ? bound_ : q.hops_left(*f)))
       return f;
-    if (auto i = pick(q, op_kind::input_grad, by_microbatch)) {
-      int deferred_cap = weight_bound_ > 0 ? weight_bound_ : q.hop_index(*i) + 1;
-      if (q.deferred_weight_count() < deferred_cap)
-        return i;
-      return pick(q, op_kind::weight_grad, by_microbatch);  // at the cap: W frees room for the I
-    }
-    return pick(q, op_kind::weight_grad, by_microbatch);
+    auto w = pick(q, op_kind::weight_grad, by_microbatch);
+    bool long_wait = w && q.now() >= fill_after(q);
+    if (forward_coming(q, declared_))
+      return long_wait ? w : std::nullopt;  // hold the I for the coming forward
+    auto i = pick(q, op_kind::input_grad, by_microbatch);
+    if (i && q.deferred_weight_count() < deferred_cap(q, *i))
+      return i;
+    // A W now: before the I when r + 1 are deferred, in a wait that will end
+    // with such a W anyway, when nothing but W is left, or in a long wait.
+    if (i || (w && q.deferred_weight_count() >= deferred_cap(q, *w)) || q.in_flight() == 0 || long_wait)
+      return w;
+    return std::nullopt;
+  }
+  std::optional<double> wake_at(const stage_queue& q) const override {
+    if (q.deferred_weight_count() == 0)
+      return std::nullopt;
+    return fill_after(q);
   }
 
 private:
+  // A wait longer than this many forwards is a straggler upstream or
+  // downstream, long enough to run a W in: measured, 2 won less with a slow
+  // microbatch (0.08% at 8x16) and lost 0.67% with costs 1-3x; 3 keeps both.
+  static constexpr double long_wait_forwards = 3;
+  static double fill_after(const stage_queue& q) {
+    return q.idle_since() + long_wait_forwards * q.mean_cost(op_kind::forward);
+  }
+  int deferred_cap(const stage_queue& q, const action& a) const {
+    return weight_bound_ > 0 ? weight_bound_ : q.hop_index(a) + 1;
+  }
+
   int bound_, declared_;
   int weight_bound_;  // from options; 0: hop_index + 1 (r + 1 on a chain)
 };

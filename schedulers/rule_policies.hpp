@@ -14,17 +14,22 @@ namespace troupe::sched {
 expected<policy_ptr> make_gpipe(const policy_params& params);
 
 /// 1F1B: the ready forward with the lowest microbatch while in flight <
-/// hops_left (p - r on a chain) or `max_in_flight`; otherwise a ready backward.
+/// hops_left (p - r on a chain) or `max_in_flight`; otherwise nothing while the
+/// bound has room and the step's plan says a forward is still to come;
+/// otherwise a ready backward.
 expected<policy_ptr> make_one_f_one_b(const policy_params& params);
 
 /// Interleaved 1F1B over v chunks: a ready forward while in flight <
 /// (p - r - 1)*2 + (v - 1)*p + 1 (Megatron's warm-up plus one), by the key
-/// (mb div p, chunk, mb); otherwise a ready backward by (mb div p, -chunk, mb).
+/// (mb div p, chunk, mb); otherwise, unless a forward is still to come and the
+/// bound has room, a ready backward by (mb div p, -chunk, mb).
 expected<policy_ptr> make_interleaved_1f1b(const policy_params& params);
 
 /// ZB-H1: a ready forward while in flight < hops_left (p - r on a chain);
+/// otherwise nothing while a forward is still to come and the bound has room;
 /// otherwise a ready I unless hop_index + 1 (r + 1) W passes are deferred, then
-/// a W first; otherwise a deferred W.
+/// a W first. A deferred W also runs while waiting with r + 1 deferred, when
+/// only W is left, or once a wait has lasted three forwards (wake_at).
 expected<policy_ptr> make_zb_h1(const policy_params& params);
 
 /// The options the rule policies read: `max_in_flight` (all four) and

@@ -130,37 +130,51 @@ TEST_CASE("every rule policy runs microbatch 3 when its input came before microb
   CHECK(*a == fwd(0, 1));  // Megatron's list starts with 0F0
 }
 
-TEST_CASE("1F1B runs a ready backward while a warm-up forward its order lists first is late") {
-  stage_queue q(1, 4, 8);  // rank 1 warms up with three forwards in the published order
+TEST_CASE("1F1B holds a ready backward for a forward the step's plan still announces, and runs it once none is") {
+  stage_queue q(1, 4, 0);  // rank 1 warms up with three forwards in the published order
+  q.expect(3);             // the router's plan: three microbatches visit this rank this step
   REQUIRE(q.push_forward(1, 0));
   REQUIRE(q.push_forward(1, 1));
   auto p = policy("1f1b", 1, 4);
   run(q, *p->next(q));  // 1F0
   run(q, *p->next(q));  // 1F1
   REQUIRE(q.push_backward(1, 0));
+  CHECK(q.forwards_to_come() == 1);
+  CHECK(!p->next(q));  // 1B0 would delay 1F2, which ranks 2 and 3 wait on
+  q.expect(2);          // a step of two: nothing else comes, so the backward runs
   auto a = p->next(q);
   REQUIRE(a);
-  CHECK(*a == bwd(1, 0));  // the list says 1F2 before 1B0, and would wait for it
+  CHECK(*a == bwd(1, 0));  // the list of a 3-microbatch step says 1F2 before 1B0
 }
 
-TEST_CASE("ZB-H1 runs a ready I before its listed forwards and a W while a forward is late") {
-  stage_queue q(0, 4, 8);
-  REQUIRE(q.push_forward(0, 0));
-  auto p = policy("zb_h1", 0, 4);
-  run(q, *p->next(q));  // 0F0
-  REQUIRE(q.push_backward(0, 0));
+TEST_CASE("ZB-H1 holds a ready I for a coming forward, runs W only at r + 1 deferred or in a long wait") {
+  stage_queue q(2, 4, 0);  // rank 2: at most 2 in flight, 3 W deferred
+  q.expect(3);
+  auto p = policy("zb_h1", 2, 4);
+  auto timed = [&](const action& a, double from, double to) {
+    q.set_now(from);
+    REQUIRE(q.start(a));
+    q.set_now(to);
+    REQUIRE(q.finish(a));
+  };
+  REQUIRE(q.push_forward(2, 0));
+  REQUIRE(q.push_forward(2, 1));
+  timed(*p->next(q), 0, 1);  // 2F0
+  timed(*p->next(q), 1, 2);  // 2F1: the bound is reached
+  REQUIRE(q.push_backward(2, 0));
   auto a = p->next(q);
   REQUIRE(a);
-  CHECK(*a == igrad(0, 0));  // the list has 0F1 0F2 0F3 before 0I0
-  run(q, *a);
-  a = p->next(q);  // no input for 0F1 yet: the deferred W fills the wait
-  REQUIRE(a);
-  CHECK(*a == wgrad(0, 0));  // the list waits for 0F1
-  run(q, *a);
-  REQUIRE(q.push_forward(0, 1));
+  CHECK(*a == igrad(2, 0));  // at the bound the I runs
+  timed(*a, 2, 3);
+  REQUIRE(q.push_backward(2, 1));
+  CHECK(!p->next(q));  // 2I1 and 2W0 would delay 2F2, still to come
+  auto wake = p->wake_at(q);
+  REQUIRE(wake);
+  CHECK(*wake == doctest::Approx(3 + 3 * 1.0));  // three forwards' time after the rank went idle
+  q.set_now(*wake);
   a = p->next(q);
   REQUIRE(a);
-  CHECK(*a == fwd(0, 1));
+  CHECK(*a == wgrad(2, 0));  // a long wait: upstream straggles, and a W fits in it
 }
 
 TEST_CASE("GPipe runs a backward while a forward is late, and the interleaved rule a later group's") {
@@ -172,7 +186,8 @@ TEST_CASE("GPipe runs a backward while a forward is late, and the interleaved ru
   REQUIRE(a);
   CHECK(*a == bwd(3, 0));  // the list has every forward first and would wait for 3F1
 
-  stage_queue iq(3, 4, 8, 2);  // rank 3: chunk 1 is the last virtual stage
+  stage_queue iq(3, 4, 0, 2);  // rank 3: chunk 1 is the last virtual stage
+  iq.expect(2);                // this step routes only microbatch 0 here (both chunks)
   auto il = policy("interleaved_1f1b", 3, 4, 2);
   REQUIRE(iq.push_forward(3, 0));
   run(iq, *il->next(iq));  // 3F0, then its chunk-1 input arrives
@@ -180,5 +195,5 @@ TEST_CASE("GPipe runs a backward while a forward is late, and the interleaved ru
   run(iq, *il->next(iq));  // 7F0: the loss; 7B0 is ready
   a = il->next(iq);
   REQUIRE(a);
-  CHECK(*a == bwd(7, 0));  // Megatron's list runs 3F1 3F2 3F3 7F1 first; their inputs are not here
+  CHECK(*a == bwd(7, 0));  // Megatron's list runs 3F1 3F2 3F3 7F1 first; none of them comes
 }

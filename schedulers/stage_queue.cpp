@@ -22,6 +22,7 @@ void stage_queue::reset() {
   planned_ = fixed_microbatches_ > 0 ? fixed_microbatches_ * chunks_ : -1;
   in_flight_total_ = 0;
   complete_ = 0;
+  arrived_ = 0;
   running_.reset();
   idle_since_ = now_;
   ++step_;
@@ -123,6 +124,7 @@ expected<void> stage_queue::push_forward(int stage, int mb, std::optional<hop_in
   if (f & f_arrived)
     return make_sched_error(fmt::format("rank {}: duplicate activation for {}", rank_, to_string(fwd(stage, mb))));
   f |= f_arrived;
+  ++arrived_;
   c.info[i] = given ? *given : hop_info{stage, stages() - stage, -1};
   (has_credit(c.info[i]) ? c.ready_f : c.blocked_f).insert(mb);
   return {};

@@ -129,6 +129,10 @@ public:
   bool step_complete() const { return planned_ >= 0 && complete_ == planned_; }
   /// Microbatches of `chunk` whose backward (B, or both I and W) finished.
   int completed(int chunk) const { return chunks_state_[chunk].completed; }
+  /// Forward inputs of this step that the plan announced and that have not
+  /// arrived yet (planned() minus the inputs pushed, all chunks); -1 before the
+  /// plan arrived. A policy may wait for one of them instead of running other work.
+  int forwards_to_come() const { return planned_ < 0 ? -1 : planned_ - arrived_; }
 
 private:
   enum flag : std::uint8_t {
@@ -155,6 +159,7 @@ private:
   std::map<int, int> credits_;
   int in_flight_total_ = 0;
   int complete_ = 0;
+  int arrived_ = 0;  // forward inputs pushed this step
   std::optional<action> running_;
   double now_ = 0, started_at_ = 0, idle_since_ = 0;
   double cost_sum_[4] = {0, 0, 0, 0};

@@ -10,20 +10,23 @@
 
 using namespace troupe::sched;
 
-// may_fail: 1f1b (up to 4.3% at 8x16) and zb_h1 (up to 3.3% at 8x16) still lose
-// to their replays where a backward runs while a forward is late; see
-// schedulers/README.md. The failing rows print; the test is the target.
-TEST_CASE("no rule policy is more than 1% slower than its replayed order, and ZB-H1 wins where costs vary" *
-          doctest::may_fail()) {
-  struct shape {
-    const char* policy;
-    int p, m, v;
-  };
-  const shape grid[] = {
-    {"gpipe", 4, 8, 1}, {"gpipe", 4, 16, 1}, {"gpipe", 8, 16, 1}, {"1f1b", 4, 8, 1},
-    {"1f1b", 4, 16, 1}, {"1f1b", 8, 16, 1},  {"zb_h1", 4, 8, 1},  {"zb_h1", 4, 16, 1},
-    {"zb_h1", 8, 16, 1}, {"interleaved_1f1b", 4, 8, 2}, {"interleaved_1f1b", 4, 16, 2},
-  };
+namespace {
+
+struct shape {
+  const char* policy;
+  int p, m, v;
+};
+
+const shape grid[] = {
+  {"gpipe", 4, 8, 1},  {"gpipe", 4, 16, 1},  {"gpipe", 8, 16, 1},  {"1f1b", 4, 8, 1},
+  {"1f1b", 4, 16, 1},  {"1f1b", 8, 16, 1},   {"zb_h1", 4, 8, 1},   {"zb_h1", 4, 16, 1},
+  {"zb_h1", 8, 16, 1}, {"interleaved_1f1b", 4, 8, 2}, {"interleaved_1f1b", 4, 16, 2},
+  {"interleaved_1f1b", 8, 16, 2},
+};
+
+// Runs `check` on every (shape, scenario) row of the grid.
+template <class Check>
+void for_each_row(Check&& check) {
   for (const auto& s : grid) {
     sim_config base;
     base.ranks = s.p;
@@ -39,10 +42,27 @@ TEST_CASE("no rule policy is more than 1% slower than its replayed order, and ZB
       CAPTURE(scenario.name);
       CAPTURE(r->policy_median);
       CAPTURE(r->replay_median);
-      CHECK(r->policy_median <= 1.01 * r->replay_median);
-      if (std::string_view{s.policy} == "zb_h1" &&
-          (scenario.name == "one microbatch 4x slower" || scenario.name == "microbatch costs 1-3x"))
-        CHECK(r->policy_median < r->replay_median);
+      check(s, scenario.name, *r);
     }
   }
+}
+
+} // namespace
+
+TEST_CASE("no rule policy is more than 1% slower than its replayed order, and ZB-H1 wins with a slow microbatch") {
+  for_each_row([](const shape& s, const std::string& scenario, const replay_comparison& r) {
+    CHECK(r.policy_median <= 1.01 * r.replay_median);
+    if (std::string_view{s.policy} == "zb_h1" && scenario == "one microbatch 4x slower")
+      CHECK(r.policy_median < r.replay_median);
+  });
+}
+
+// may_fail: with costs 1-3x ZB-H1 ties its replay at 4x8 and 4x16 and is 0.63%
+// slower at 8x16: a W run in a wait delays the input that ends the wait, and no
+// local rule tried predicts which waits are long enough (schedulers/README.md).
+TEST_CASE("ZB-H1 is faster than its replayed order when microbatch costs vary 1-3x" * doctest::may_fail()) {
+  for_each_row([](const shape& s, const std::string& scenario, const replay_comparison& r) {
+    if (std::string_view{s.policy} == "zb_h1" && scenario == "microbatch costs 1-3x")
+      CHECK(r.policy_median < r.replay_median);
+  });
 }
