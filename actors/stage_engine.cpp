@@ -2,8 +2,6 @@
 // action at a time, the step boundary when every microbatch has its gradient.
 #include "actors/stage_engine.hpp"
 
-#include "runtime/checkpoint.hpp"
-
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
@@ -41,8 +39,13 @@ Slot take(Slot& slot, const char* what, const std::string& who) {
 
 } // namespace
 
-stage_engine::stage_engine(stage_config cfg, stage_outbox out)
-  : cfg_(std::move(cfg)), out_(std::move(out)), queue_(cfg_.rank, cfg_.ranks, 0, cfg_.chunks) {
+namespace {
+double steady_seconds() {
+  return static_cast<double>(trace_now()) * 1e-9;
+}
+} // namespace
+
+stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(cfg)), out_(std::move(out)) {
   if (static_cast<int>(cfg_.layers.size()) != cfg_.chunks)
     throw std::invalid_argument(fmt::format("{}: {} layer ranges for {} chunks", cfg_.name, cfg_.layers.size(),
                                             cfg_.chunks));
@@ -62,21 +65,43 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out)
   auto made = sched::make_policy(cfg_.policy, p);
   if (!made)
     throw std::invalid_argument(fmt::format("{}: {}", cfg_.name, made.error().message));
-  policy_ = std::move(*made);
   work_.resize(static_cast<std::size_t>(cfg_.chunks));
-  for (auto& [from, n] : cfg_.input_credits)
-    if (n <= 0)
-      n = sched::default_credits(policy_->in_flight_limit());
+
+  sched::stage_core_config cc{cfg_.name, cfg_.actor, cfg_.rank, cfg_.ranks, cfg_.chunks, cfg_.router,
+                              cfg_.steps, cfg_.grad_clip > 0, cfg_.input_credits};
+  sched::stage_core_hooks h;
+  h.clock = cfg_.clock ? cfg_.clock : std::function<double()>{steady_seconds};
+  // A local hand-off keeps the output here, as the input (or gradient) of the chunk of the next (previous) hop.
+  h.forward = [this](int to, const sched::msg_meta& m) {
+    if (to == cfg_.actor) {
+      slot(m.route[static_cast<std::size_t>(m.hop)].chunk, m.microbatch).input = std::exchange(output_, {});
+      return;
+    }
+    out_.forward(to, activation_msg{m.step, m.microbatch, m.hop, output_.value, m.route, output_.ready});
+    output_ = {};
+  };
+  h.backward = [this](int to, const sched::msg_meta& m) {
+    if (to == cfg_.actor) {
+      slot(m.route[static_cast<std::size_t>(m.hop)].chunk, m.microbatch).grad = std::exchange(output_, {});
+      return;
+    }
+    out_.backward(to, gradient_msg{m.step, m.microbatch, m.hop, output_.value, m.route, output_.ready});
+    output_ = {};
+  };
+  h.credit = [this](int to, int count) { out_.credit(to, credit_msg{count, cfg_.actor}); };
+  h.norm = [this](int reducer, std::int64_t step, double sq) { out_.norm(reducer, step, sq); };
+  h.clip = [this](int to, std::int64_t step, double total) { out_.clip(to, step, total); };
+  h.gradients_complete = [this](std::int64_t step) { return gradients_complete(step); };
+  h.update = [this](std::int64_t step, double total_sq) { update(step, total_sq); };
+  h.updated = [this](std::int64_t steps_done) {
+    if (checkpoint_due(steps_done, cfg_.checkpoint_every, cfg_.steps) && out_.checkpoint)
+      out_.checkpoint(steps_done);
+  };
+  core_ = std::make_unique<sched::stage_core>(std::move(cc), std::move(*made), std::move(h));
+  cfg_.input_credits = core_->config().input_credits; // with the defaults filled in
 }
 
-int stage_engine::credits_granted() const noexcept {
-  int n = 0;
-  for (const auto& [from, c] : cfg_.input_credits)
-    n += c;
-  return n;
-}
-
-stage_engine::work& stage_engine::slot(int chunk, int mb) {
+stage_engine::tensors& stage_engine::slot(int chunk, int mb) {
   if (chunk < 0 || chunk >= cfg_.chunks || mb < 0 || mb > (1 << 20))
     throw std::runtime_error(fmt::format("{}: message for chunk {} microbatch {}, but this stage holds {} chunks",
                                          cfg_.name, chunk, mb, cfg_.chunks));
@@ -86,84 +111,26 @@ stage_engine::work& stage_engine::slot(int chunk, int mb) {
   return w[static_cast<std::size_t>(mb)];
 }
 
-int stage_engine::chunk_of_hop(const route_t& r, int hop) const {
-  if (hop < 0 || hop >= static_cast<int>(r.size()) || r[static_cast<std::size_t>(hop)].actor != cfg_.actor)
-    throw std::runtime_error(fmt::format("{}: a message for hop {} of route [{}], which is not this stage (actor {})",
-                                         cfg_.name, hop, to_string(r), cfg_.actor));
-  return r[static_cast<std::size_t>(hop)].chunk;
-}
-
 void stage_engine::start() {
-  for (const auto& [from, n] : cfg_.input_credits)
-    out_.credit(from, credit_msg{n, cfg_.actor});
-}
-
-void stage_engine::return_credit(int to, int count) {
-  if (to >= 0 && to != cfg_.actor)
-    out_.credit(to, credit_msg{count, cfg_.actor});
-}
-
-void stage_engine::hold(held h) {
-  held_.push_back(std::move(h));
-  max_held_ = std::max(max_held_, held_.size());
-}
-
-void stage_engine::release_held() {
-  auto pending = std::move(held_);
-  held_.clear();
-  for (auto& h : pending) {
-    switch (h.kind) {
-      case held::batch: on_batch(h.b, h.eval); break;
-      case held::activation: on_activation(h.a, h.eval); break;
-      case held::gradient: on_gradient(h.g); break;
-    }
-  }
+  core_->start();
 }
 
 void stage_engine::on_plan(const step_plan_msg& m) {
-  if (m.step < step_ || plans_.contains(m.step))
-    throw std::runtime_error(fmt::format("{}: a second plan for step {}, or one for a step already done (at {})",
-                                         cfg_.name, m.step, step_));
-  plans_[m.step] = m;
-  if (m.step == step_)
-    apply_plan();
-}
-
-void stage_engine::apply_plan() {
-  auto i = plans_.find(step_);
-  if (i == plans_.end())
-    return;
-  queue_.expect(i->second.hops);
-  step_tokens_ = i->second.tokens;
-  maybe_reduce(step_); // norms that reached the reducer before its plan
-  maybe_finish_step(); // a step with no work here
-}
-
-void stage_engine::push_input(int c, int mb) {
-  auto& w = slot(c, mb);
-  auto hops = static_cast<int>(w.route.size());
-  if (w.hop + 1 == hops && !w.targets.defined())
-    return; // the loss needs its targets too; on_batch pushes when they come
-  int next = w.hop + 1 < hops ? w.route[static_cast<std::size_t>(w.hop + 1)].actor : -1;
-  sched::hop_info info{w.hop, hops - w.hop, next == cfg_.actor ? -1 : next};
-  if (auto r = queue_.push_forward(queue_.stage_of(c), mb, info); !r)
-    throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
+  core_->on_plan(m);
 }
 
 void stage_engine::on_batch(const batch_msg& m, bool eval) {
   // Training work of a later step waits for this step's update; evaluation after
   // step s waits until step s's update is applied here.
-  if (is_future(m.step, eval)) {
-    hold({held::batch, eval, m, {}, {}});
+  if (!core_->admit(m.step, eval, [this, m, eval] { on_batch(m, eval); }))
     return;
-  }
   if (m.route.empty())
     throw std::runtime_error(fmt::format("{}: a batch for step {} microbatch {} without a route", cfg_.name, m.step,
                                          m.microbatch));
   int last = static_cast<int>(m.route.size()) - 1;
   bool has_tokens = m.tokens.defined(), has_targets = m.targets.defined();
   if (has_targets)
-    chunk_of_hop(m.route, last); // checks that the loss hop is here
+    core_->chunk_of_hop(m.route, last); // checks that the loss hop is here
   if (eval) {
     if (has_targets)
       eval_targets_[m.microbatch] = m.targets;
@@ -176,27 +143,17 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
     }
     return;
   }
-  if (has_targets) {
-    int c = m.route.back().chunk;
-    auto& w = slot(c, m.microbatch);
-    w.targets = m.targets;
-    if (!has_tokens && w.hop == last)
-      push_input(c, m.microbatch); // the activation came first
-  }
-  if (has_tokens) {
-    int c = chunk_of_hop(m.route, 0);
-    auto& w = slot(c, m.microbatch);
-    w.route = m.route, w.hop = 0, w.input = {m.tokens, nullptr};
-    push_input(c, m.microbatch);
-  }
+  if (has_targets)
+    slot(m.route.back().chunk, m.microbatch).targets = m.targets;
+  if (has_tokens)
+    slot(core_->chunk_of_hop(m.route, 0), m.microbatch).input = {m.tokens, nullptr};
+  core_->on_batch({m.step, m.microbatch, 0, m.route}, has_tokens, has_targets);
 }
 
 void stage_engine::on_activation(const activation_msg& m, bool eval) {
-  if (is_future(m.step, eval)) {
-    hold({held::activation, eval, {}, m, {}});
+  if (!core_->admit(m.step, eval, [this, m, eval] { on_activation(m, eval); }))
     return;
-  }
-  int c = chunk_of_hop(m.route, m.hop);
+  int c = core_->chunk_of_hop(m.route, m.hop);
   if (eval) {
     if (m.hop + 1 == static_cast<int>(m.route.size()) && !eval_targets_.contains(m.microbatch))
       eval_inputs_[m.microbatch] = {m.route, {m.activation, m.ready}};
@@ -204,28 +161,31 @@ void stage_engine::on_activation(const activation_msg& m, bool eval) {
       run_eval(m.route, m.hop, m.microbatch, {m.activation, m.ready}, m.step);
     return;
   }
-  auto& w = slot(c, m.microbatch);
-  w.route = m.route, w.hop = m.hop, w.input = {m.activation, m.ready};
-  push_input(c, m.microbatch);
+  slot(c, m.microbatch).input = {m.activation, m.ready};
+  core_->on_activation({m.step, m.microbatch, m.hop, m.route});
 }
 
 void stage_engine::on_gradient(const gradient_msg& m) {
-  if (is_future(m.step, false)) {
-    hold({held::gradient, false, {}, {}, m});
+  if (!core_->admit(m.step, false, [this, m] { on_gradient(m); }))
     return;
-  }
-  int c = chunk_of_hop(m.route, m.hop);
-  slot(c, m.microbatch).grad = {m.gradient, m.ready};
-  if (auto r = queue_.push_backward(queue_.stage_of(c), m.microbatch); !r)
-    throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
+  slot(core_->chunk_of_hop(m.route, m.hop), m.microbatch).grad = {m.gradient, m.ready};
+  core_->on_gradient({m.step, m.microbatch, m.hop, m.route});
 }
 
 void stage_engine::on_credit(const credit_msg& m) {
-  queue_.grant(m.from, m.count);
+  core_->on_credit(m.from, m.count);
+}
+
+void stage_engine::on_norm(step_t step, double sq_norm, int from) {
+  core_->on_norm(step, sq_norm, from);
+}
+
+void stage_engine::on_clip(step_t step, double total_sq) {
+  core_->on_clip(step, total_sq);
 }
 
 void stage_engine::run_eval(const route_t& route, int hop, int k, const stage_tensor& input, step_t step) {
-  int c = chunk_of_hop(route, hop);
+  int c = core_->chunk_of_hop(route, hop);
   bool last = hop + 1 == static_cast<int>(route.size());
   stage_tensor y;
   {
@@ -252,69 +212,45 @@ void stage_engine::run_eval(const route_t& route, int hop, int k, const stage_te
     out_.eval(to, next);
 }
 
-namespace {
-double seconds_now() {
-  return static_cast<double>(trace_now()) * 1e-9;
-}
-} // namespace
-
 std::optional<double> stage_engine::wake_in() const {
-  if (awaiting_total_ || training_done())
-    return std::nullopt;
-  auto t = policy_->wake_at(queue_);
-  if (!t)
-    return std::nullopt;
-  return std::max(0.0, *t - seconds_now());
+  return core_->wake_in();
 }
 
 bool stage_engine::run_one() {
-  if (awaiting_total_ || training_done())
-    return false;
-  queue_.set_now(seconds_now());
-  auto a = policy_->next(queue_);
-  if (!a) {
-    if (idle_since_ns_ < 0)
+  auto t = core_->begin();
+  if (!t) {
+    if (idle_since_ns_ < 0 && !training_done() && !core_->awaiting_total())
       idle_since_ns_ = trace_now();
     return false;
   }
   if (idle_since_ns_ >= 0) { // the bubble this rank just sat in, for traces
     span idle;
-    idle.actor = trace_id, idle.kind = span_kind::idle, idle.step = static_cast<std::int32_t>(step_);
+    idle.actor = trace_id, idle.kind = span_kind::idle, idle.step = static_cast<std::int32_t>(t->step);
     idle.begin_ns = idle_since_ns_, idle.end_ns = trace_now();
     trace_recorder::global().record(idle);
     idle_since_ns_ = -1;
   }
-  execute(*a);
-  maybe_finish_step();
+  compute(*t);
+  core_->finish(*t);
   return true;
 }
 
-void stage_engine::execute(const sched::action& a) {
-  queue_.set_now(seconds_now());
-  if (auto r = queue_.start(a); !r)
-    throw std::runtime_error(fmt::format("{}: policy {} chose {}: {}", cfg_.name, policy_->name(),
-                                         sched::to_string(a), r.error().message));
-  scoped_span s(trace_id, span_of(a.kind), static_cast<std::int32_t>(step_), a.microbatch);
+void stage_engine::compute(const sched::stage_task& t) {
+  const auto& a = t.what;
+  scoped_span s(trace_id, span_of(a.kind), static_cast<std::int32_t>(t.step), a.microbatch);
   auto t0 = trace_now();
-  int c = queue_.chunk_of(a.stage);
-  auto& w = slot(c, a.microbatch);
-  auto& model = chunk(c);
-  int hops = static_cast<int>(w.route.size());
-  bool last = w.hop + 1 == hops;
+  auto& w = slot(t.chunk, a.microbatch);
+  auto& model = chunk(t.chunk);
   stage_tensor out;
   if (a.kind == sched::op_kind::forward) {
-    // The input's buffer is free once the forward starts: give its sender the credit back.
-    return_credit(w.hop == 0 ? cfg_.router : w.route[static_cast<std::size_t>(w.hop - 1)].actor);
     auto input = take(w.input, "input", cfg_.name);
-    if (last) {
-      if (w.hop != 0)
-        return_credit(cfg_.router); // the targets' buffer too (with tokens, one message held both)
+    if (t.loss) {
       auto loss = model.forward(a.microbatch, input, w.targets);
       double v = loss.value.data<float>()[0];
       if (!std::isfinite(v))
         throw std::runtime_error(fmt::format("{}: the loss is {} at step {} microbatch {} (lr {:.3g}); lower "
                                              "train.lr or raise train.warmup",
-                                             cfg_.name, v, step_, a.microbatch, cfg_.lr.at(step_)));
+                                             cfg_.name, v, t.step, a.microbatch, cfg_.lr.at(t.step)));
       loss_sum_ += v * static_cast<double>(w.targets.numel());
     } else {
       out = model.forward(a.microbatch, input, {});
@@ -323,12 +259,13 @@ void stage_engine::execute(const sched::action& a) {
     model.backward_weight(a.microbatch);
   } else {
     stage_tensor g;
-    if (last) { // d(step loss)/d(this microbatch's mean loss): its share of the step's tokens
-      if (step_tokens_ <= 0)
-        throw std::runtime_error(fmt::format("{}: step {} has no tokens in its plan", cfg_.name, step_));
+    if (t.loss) { // d(step loss)/d(this microbatch's mean loss): its share of the step's tokens
+      auto tokens = core_->step_tokens();
+      if (tokens <= 0)
+        throw std::runtime_error(fmt::format("{}: step {} has no tokens in its plan", cfg_.name, t.step));
       g.value = tensor_handle::empty({1});
       g.value.data<float>()[0] =
-        static_cast<float>(static_cast<double>(w.targets.numel()) / static_cast<double>(step_tokens_));
+        static_cast<float>(static_cast<double>(w.targets.numel()) / static_cast<double>(tokens));
       w.targets = {};
     } else {
       g = take(w.grad, "gradient", cfg_.name);
@@ -336,92 +273,32 @@ void stage_engine::execute(const sched::action& a) {
     out = a.kind == sched::op_kind::backward ? model.backward(a.microbatch, g) : model.backward_input(a.microbatch, g);
   }
   compute_ns_ += trace_now() - t0;
-  queue_.set_now(seconds_now());
-  if (auto r = queue_.finish(a); !r)
-    throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
-  if (!out.defined())
-    return;
-  s.get().bytes = out.value.nbytes();
-  if (a.kind == sched::op_kind::forward) {
-    activation_msg m{step_, a.microbatch, w.hop + 1, out.value, w.route, out.ready};
-    int to = w.route[static_cast<std::size_t>(w.hop + 1)].actor;
-    if (to == cfg_.actor)
-      on_activation(m, false);
-    else
-      out_.forward(to, m);
-  } else if (w.hop > 0) {
-    gradient_msg m{step_, a.microbatch, w.hop - 1, out.value, w.route, out.ready};
-    int to = w.route[static_cast<std::size_t>(w.hop - 1)].actor;
-    if (to == cfg_.actor)
-      on_gradient(m);
-    else
-      out_.backward(to, m);
-  }
+  if (out.defined())
+    s.get().bytes = out.value.nbytes();
+  output_ = std::move(out); // the core sends it along the route when it finishes the action
 }
 
-void stage_engine::maybe_finish_step() {
-  if (awaiting_total_ || training_done() || !queue_.step_complete())
-    return;
+double stage_engine::gradients_complete(step_t step) {
   if (out_.before_update)
-    out_.before_update(step_, chunks_);
-  const auto& plan = plans_.at(step_);
-  own_sq_ = 0;
+    out_.before_update(step, chunks_);
+  double own_sq = 0;
   if (cfg_.grad_clip > 0)
     for (auto& m : models_)
-      own_sq_ += m->grad_sq_norm();
-  if (cfg_.grad_clip <= 0 || plan.participants <= 1) {
-    finish_step(own_sq_);
-    return;
-  }
-  // Global-norm clipping is a reduction: every participant sends its Σ g² to
-  // the reducer, which answers each with the total (2(n-1) messages a step).
-  awaiting_total_ = true;
-  if (plan.reducer == cfg_.actor)
-    on_norm(step_, own_sq_, cfg_.actor);
-  else
-    out_.norm(plan.reducer, step_, own_sq_);
+      own_sq += m->grad_sq_norm();
+  return own_sq;
 }
 
-void stage_engine::on_norm(step_t step, double sq_norm, int from) {
-  auto& r = norms_[step];
-  ++r.heard, r.sum += sq_norm;
-  if (from != cfg_.actor)
-    r.from.push_back(from);
-  maybe_reduce(step);
-}
-
-void stage_engine::maybe_reduce(step_t step) {
-  auto r = norms_.find(step);
-  auto plan = plans_.find(step);
-  if (r == norms_.end() || plan == plans_.end() || r->second.heard < plan->second.participants)
-    return;
-  if (plan->second.reducer != cfg_.actor)
-    throw std::runtime_error(fmt::format("{}: gradient norms for step {} reached a stage that is not its reducer",
-                                         cfg_.name, step));
-  for (int to : r->second.from)
-    out_.clip(to, step, r->second.sum);
-  double total = r->second.sum;
-  norms_.erase(r);
-  on_clip(step, total);
-}
-
-void stage_engine::on_clip(step_t step, double total_sq) {
-  totals_[step] = total_sq;
-  if (awaiting_total_ && step == step_)
-    finish_step(total_sq);
-}
-
-void stage_engine::finish_step(double total_sq) {
-  scoped_span s(trace_id, span_kind::optimizer, static_cast<std::int32_t>(step_));
+void stage_engine::update(step_t step, double total_sq) {
+  scoped_span s(trace_id, span_kind::optimizer, static_cast<std::int32_t>(step));
   auto t0 = trace_now();
-  step_report rep{step_, step_tokens_ > 0 ? loss_sum_ / static_cast<double>(step_tokens_) : 0.0, 0,
-                  cfg_.lr.at(step_)};
+  auto tokens = core_->step_tokens();
+  step_report rep{step, tokens > 0 ? loss_sum_ / static_cast<double>(tokens) : 0.0, 0, cfg_.lr.at(step)};
   if (cfg_.grad_clip > 0) {
     rep.grad_norm = std::sqrt(total_sq);
     if (!std::isfinite(rep.grad_norm))
       throw std::runtime_error(fmt::format("{}: the gradient norm is {} at step {} (lr {:.3g}); lower train.lr "
                                            "or raise train.warmup",
-                                           cfg_.name, rep.grad_norm, step_, rep.lr));
+                                           cfg_.name, rep.grad_norm, step, rep.lr));
     if (auto f = ops::clip_factor(rep.grad_norm, cfg_.grad_clip); f < 1.0f)
       for (auto& m : models_)
         m->scale_grads(f);
@@ -435,22 +312,12 @@ void stage_engine::finish_step(double total_sq) {
   compute_ns_ += trace_now() - t0;
   if (cfg_.loss) {
     reports_.push_back(rep);
-    trace_recorder::global().count("loss", rep.loss, static_cast<std::int32_t>(step_));
+    trace_recorder::global().count("loss", rep.loss, static_cast<std::int32_t>(step));
   }
-  totals_.erase(step_);
-  plans_.erase(step_);
-  awaiting_total_ = false;
   loss_sum_ = 0;
-  step_tokens_ = 0;
-  queue_.reset();
   for (auto& chunk_work : work_)
     for (auto& w : chunk_work)
-      w.hop = -1, w.input = {}, w.grad = {}, w.targets = {};
-  ++step_;
-  if (checkpoint_due(step_, cfg_.checkpoint_every, cfg_.steps) && out_.checkpoint)
-    out_.checkpoint(step_);
-  apply_plan();
-  release_held();
+      w = {};
 }
 
 std::vector<named_handle> stage_engine::checkpoint_tensors() {
@@ -530,7 +397,7 @@ caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, c
       return bad(e.what());
     }
   }
-  step_ = steps_done;
+  core_->resume_at(steps_done);
   return {};
 }
 

@@ -1,7 +1,7 @@
-// The compute side of a pipeline-stage actor, free of CAF: the model chunks this
-// rank owns (on the CPU or a CUDA device), the queue its policy reads, held
-// messages of future steps, and the step boundary (global-norm clipping and the
-// optimizer step).
+// A pipeline-stage actor's engine, free of CAF: the scheduling core it shares
+// with the simulated clock (schedulers/stage_core: queue, policy, routes, plans,
+// credits, held messages, the norm reduction) plus the model chunks this rank
+// owns (on the CPU or a CUDA device), their tensors and the optimizer step.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,7 @@
 #include "runtime/messages.hpp"
 #include "runtime/safetensors.hpp"
 #include "schedulers/router.hpp"
+#include "schedulers/stage_core.hpp"
 #include "schedulers/stage_policy.hpp"
 
 namespace troupe {
@@ -52,6 +53,9 @@ struct stage_config {
   std::int64_t checkpoint_every = 0;  ///< checkpoint_due(steps done, every, steps) after each update; 0 = never
   troupe::device device;             ///< where the chunks run: cpu or cuda:N (already resolved)
   int max_batch = 1;                 ///< sequences per microbatch (a device model sizes its buffers for it)
+  /// What the policy reads as now, in seconds; empty: the steady clock. A
+  /// simulated clock makes the engine's decisions those of the harness.
+  std::function<double()> clock;
 };
 
 /// Where the engine's results go (actor indices of the graph); the actor sends them as messages.
@@ -88,8 +92,8 @@ public:
   const stage_config& config() const noexcept { return cfg_; }
   /// Holds the head, so every route ends here and it computes the loss.
   bool owns_loss() const noexcept { return cfg_.loss; }
-  step_t step() const noexcept { return step_; }
-  bool training_done() const noexcept { return step_ >= cfg_.steps; }
+  step_t step() const noexcept { return core_->step(); }
+  bool training_done() const noexcept { return core_->training_done(); }
   /// Evaluation passes whose loss this stage has computed (loss stage only).
   const std::vector<std::pair<step_t, double>>& val_losses() const noexcept { return val_losses_; }
   const std::vector<step_report>& reports() const noexcept { return reports_; }
@@ -98,12 +102,14 @@ public:
   /// The same chunks as gpt_ranges when they run on the CPU; empty on a device.
   const std::vector<ops::gpt_range>& chunks() const noexcept { return chunks_; }
   /// The queue the policy reads (credits, in flight, the step's plan).
-  const sched::stage_queue& queue() const noexcept { return queue_; }
+  const sched::stage_queue& queue() const noexcept { return core_->queue(); }
+  /// The scheduling core (routes, plans, credits, held messages, the norm reduction).
+  const sched::stage_core& core() const noexcept { return *core_; }
   /// Messages of later steps waiting for this step's update, now and at most so far.
-  std::size_t held_count() const noexcept { return held_.size(); }
-  std::size_t max_held() const noexcept { return max_held_; }
+  std::size_t held_count() const noexcept { return core_->held_count(); }
+  std::size_t max_held() const noexcept { return core_->max_held(); }
   /// Credits granted to senders at start (the bound on held inputs).
-  int credits_granted() const noexcept;
+  int credits_granted() const noexcept { return core_->credits_granted(); }
 
   /// Grants every sender its credits.
   void start();
@@ -140,35 +146,17 @@ public:
   std::uint16_t trace_id = 0;
 
 private:
-  struct held {
-    enum kind_t { batch, activation, gradient } kind;
-    bool eval;
-    batch_msg b;
-    activation_msg a;
-    gradient_msg g;
-  };
-  /// One hop of one microbatch in this step: what has arrived for it.
-  struct work {
-    route_t route;
-    int hop = -1;             ///< -1 until its input arrives
+  /// The tensors of one hop of one microbatch in this step, by (chunk, microbatch).
+  struct tensors {
     stage_tensor input;       ///< tokens (first hop) or an activation
     tensor_handle targets;    ///< the loss hop's targets, from the router
     stage_tensor grad;        ///< the output gradient (not on the loss hop)
   };
-  /// True when a message belongs to a later step than this rank is in.
-  bool is_future(step_t msg_step, bool eval) const noexcept { return eval ? msg_step >= step_ : msg_step > step_; }
-  void hold(held h);
-  void release_held();
-  work& slot(int chunk, int mb);
-  int chunk_of_hop(const route_t& r, int hop) const;
-  void push_input(int chunk, int mb);
-  void execute(const sched::action& a);
-  void return_credit(int to, int count = 1);
+  tensors& slot(int chunk, int mb);
+  void compute(const sched::stage_task& t);
   void run_eval(const route_t& route, int hop, int mb, const stage_tensor& input, step_t step);
-  void apply_plan();
-  void maybe_finish_step();
-  void maybe_reduce(step_t step);
-  void finish_step(double total_sq);
+  double gradients_complete(step_t step);
+  void update(step_t step, double total_sq);
   stage_model& chunk(int c) { return *models_[static_cast<std::size_t>(c)]; }
 
   stage_config cfg_;
@@ -178,27 +166,13 @@ private:
   std::vector<std::unique_ptr<ops::optimizer>> optimizers_;
   std::vector<ops::gpt_range> chunks_;                   ///< the CPU chunks, which models_ wrap
   std::vector<std::unique_ptr<stage_model>> models_;
-  sched::policy_ptr policy_;
-  sched::stage_queue queue_;
-  step_t step_ = 0;
-  /// This step's work by [chunk][microbatch]; the vectors are reused across steps.
-  std::vector<std::vector<work>> work_;
+  std::unique_ptr<sched::stage_core> core_;
+  /// This step's tensors by [chunk][microbatch]; the vectors are reused across steps.
+  std::vector<std::vector<tensors>> work_;
+  stage_tensor output_;                                   ///< the running action's output, until the core sends it
   std::map<int, tensor_handle> eval_targets_;             ///< eval batch -> targets
   std::map<int, std::pair<route_t, stage_tensor>> eval_inputs_;  ///< eval batch -> activation (arrived first)
-  std::vector<held> held_;
-  std::size_t max_held_ = 0;
-  std::map<step_t, step_plan_msg> plans_;                      ///< plans of this and later steps
-  struct reduction {
-    int heard = 0;
-    double sum = 0;
-    std::vector<int> from;
-  };
-  std::map<step_t, reduction> norms_;                     ///< reducer: step -> norms heard
-  std::map<step_t, double> totals_;                       ///< participant: step -> global Σ g²
-  double own_sq_ = 0;
-  bool awaiting_total_ = false;
   double loss_sum_ = 0;                                   ///< Σ loss × tokens over the step's microbatches
-  std::int64_t step_tokens_ = 0;
   double eval_sum_ = 0;
   int eval_seen_ = 0;
   std::vector<std::pair<step_t, double>> val_losses_;

@@ -1,13 +1,17 @@
-// The discrete-event pipeline simulation: ranks run one action at a time,
-// messages take `latency`, and every idle rank asks its policy what to run.
+// The discrete-event driver: the stage actors' own scheduling cores and router
+// under a simulated clock, messages taking `latency`, a cost model for compute.
 #include "schedulers/harness.hpp"
 
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <queue>
 
 #include <fmt/format.h>
 
-#include "schedulers/stage_queue.hpp"
+#include "schedulers/router.hpp"
+#include "schedulers/routing_policy.hpp"
+#include "schedulers/stage_core.hpp"
 
 namespace troupe::sched {
 
@@ -23,17 +27,6 @@ std::uint64_t splitmix64(std::uint64_t x) {
 double factor(const std::vector<double>& f, int i) {
   return i >= 0 && i < static_cast<int>(f.size()) ? f[i] : 1.0;
 }
-
-enum class event_kind { arrive_forward, arrive_backward, complete, wake };
-
-struct event {
-  double time;
-  std::uint64_t seq;  // ties keep the order events were made in
-  event_kind kind;
-  int rank;
-  action what;
-  bool operator>(const event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
-};
 
 } // namespace
 
@@ -62,6 +55,36 @@ double theoretical_bubble(int p, int m, int v) {
   return static_cast<double>(p - 1) / (static_cast<double>(v) * m + p - 1);
 }
 
+namespace {
+
+/// Timed deliveries in time order; ties keep the order they were posted in.
+class event_queue {
+public:
+  void post(double t, std::function<void()> f) { q_.push({t, seq_++, std::move(f)}); }
+  bool empty() const { return q_.empty(); }
+  double next_time() const { return q_.top().time; }
+  void run_next() {
+    auto f = std::move(const_cast<event&>(q_.top()).run);
+    q_.pop();
+    f();
+  }
+
+private:
+  struct event {
+    double time;
+    std::uint64_t seq;
+    std::function<void()> run;
+    bool operator>(const event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+  };
+  std::priority_queue<event, std::vector<event>, std::greater<>> q_;
+  std::uint64_t seq_ = 0;
+};
+
+} // namespace
+
+// The driver: a router (routing policy `chain`) and one stage_core per rank,
+// exactly as the actors hold them, with messages delayed by `latency` and the
+// cost model standing in for compute. Actor 0 is the router, rank r is actor r + 1.
 expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
   const int p = c.ranks, m = c.microbatches, v = c.chunks;
   if (p < 1 || m < 1 || v < 1)
@@ -73,7 +96,6 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
                                         "({}) and jitter in [0, 1) ({})",
                                         c.forward_cost, c.backward_cost, c.weight_cost, c.latency, c.jitter));
   std::vector<policy_ptr> policies;
-  std::vector<stage_queue> queues;
   bool any_split = false;
   for (int r = 0; r < p; ++r) {
     auto pol = make(r);
@@ -81,11 +103,30 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
       return pol.error();
     any_split |= (*pol)->splits_backward();
     policies.push_back(std::move(*pol));
-    queues.emplace_back(r, p, m, v);
   }
   if (any_split && c.weight_cost >= c.backward_cost)
     return make_sched_error(fmt::format("simulate: a split backward needs W < B so that I = B - W is positive "
                                         "(B={}, W={})", c.backward_cost, c.weight_cost));
+
+  constexpr int router_actor = 0;
+  auto actor_of = [](int rank) { return rank + 1; };
+  routing_params rp;
+  rp.layers = p * v;
+  for (int r = 0; r < p; ++r) {
+    route_stage st{actor_of(r), fmt::format("s{}", r), {}};
+    for (int k = 0; k < v; ++k)
+      st.chunks.emplace_back(r + k * p, r + k * p + 1);
+    rp.stages.push_back(std::move(st));
+  }
+  auto routing = make_routing("chain", rp);
+  if (!routing)
+    return routing.error();
+  const route_t chain = (*routing)->route(0, 0, 0);
+  router_config rc;
+  for (int r = 0; r < p; ++r)
+    rc.stage_actors.push_back(actor_of(r));
+  rc.microbatches = m;
+  router_core router(rc, std::move(*routing));
 
   sim_result out;
   out.orders.resize(p);
@@ -95,77 +136,112 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
   for (auto& pol : policies)
     out.in_flight_limit.push_back(pol->in_flight_limit());
 
-  std::priority_queue<event, std::vector<event>, std::greater<>> events;
-  std::uint64_t seq = 0;
-  auto post = [&](double t, event_kind k, int rank, action a) { events.push({t, seq++, k, rank, a}); };
-  auto send = [&](double t, int from, event_kind k, action a) {
-    int to = a.stage % p;
-    post(to == from ? t : t + c.latency, k, to, a);
+  event_queue events;
+  double now = 0;
+  std::vector<std::unique_ptr<stage_core>> stages;
+  auto stage = [&](int actor) -> stage_core& { return *stages.at(static_cast<std::size_t>(actor - 1)); };
+  // A message from `from` to `to`, delivered after the latency (at once to itself).
+  auto send = [&](int from, int to, std::function<void()> deliver) {
+    events.post(from == to ? now : now + c.latency, std::move(deliver));
   };
-  for (int mb = 0; mb < m; ++mb)  // the data loader has every microbatch ready
-    post(0, event_kind::arrive_forward, 0, fwd(0, mb));
+  for (int r = 0; r < p; ++r) {
+    int me = actor_of(r);
+    stage_core_config cc;
+    cc.name = fmt::format("rank {}", r);
+    cc.actor = me, cc.rank = r, cc.ranks = p, cc.chunks = v, cc.router = router_actor, cc.steps = 1;
+    cc.reduce_norm = true;
+    // Credits as a graph without `credits:` gets them: every sender of inputs
+    // the policy's default; the router's targets alone (to a loss stage that is
+    // not also the first) the target default.
+    bool first = chain.front().actor == me, loss = chain.back().actor == me;
+    if (first || loss)
+      cc.input_credits[router_actor] = loss && !first ? default_target_credits(p) : 0;
+    for (std::size_t h = 1; h < chain.size(); ++h)
+      if (chain[h].actor == me && chain[h - 1].actor != me)
+        cc.input_credits[chain[h - 1].actor] = 0;
+    stage_core_hooks hk;
+    hk.clock = [&now] { return now; };
+    hk.forward = [&, me](int to, const msg_meta& msg) {
+      if (to != me)
+        send(me, to, [&, to, msg] { stage(to).on_activation(msg); });
+    };
+    hk.backward = [&, me](int to, const msg_meta& msg) {
+      if (to != me)
+        send(me, to, [&, to, msg] { stage(to).on_gradient(msg); });
+    };
+    hk.credit = [&, me](int to, int count) {
+      send(me, to, [&, to, me, count] {
+        if (to == router_actor)
+          router.grant(me, count);
+        else
+          stage(to).on_credit(me, count);
+      });
+    };
+    hk.norm = [&, me](int reducer, std::int64_t step, double sq) {
+      send(me, reducer, [&, reducer, step, sq, me] { stage(reducer).on_norm(step, sq, me); });
+    };
+    hk.clip = [&, me](int to, std::int64_t step, double total) {
+      send(me, to, [&, to, step, total] { stage(to).on_clip(step, total); });
+    };
+    stages.push_back(std::make_unique<stage_core>(std::move(cc), std::move(policies[static_cast<std::size_t>(r)]),
+                                                  std::move(hk)));
+  }
 
-  const int last = p * v - 1;
-  std::vector<double> started(p, 0);
+  // The router emits what its credits allow: plans first, then tokens and targets.
+  auto pump = [&] {
+    while (auto e = router.next()) {
+      for (const auto& [actor, plan] : e->plans)
+        send(router_actor, actor, [&, actor, plan] { stage(actor).on_plan(plan); });
+      msg_meta msg{e->step, e->microbatch, 0, e->route};
+      int head = e->route.front().actor, tail = e->route.back().actor;
+      send(router_actor, head, [&, head, msg, both = head == tail] { stage(head).on_batch(msg, true, both); });
+      if (tail != head)
+        send(router_actor, tail, [&, tail, msg] { stage(tail).on_batch(msg, false, true); });
+    }
+  };
+
   std::vector<double> wake(p, -1);  // the wake-up each rank has pending
-  while (!events.empty()) {
-    double now = events.top().time;
-    while (!events.empty() && events.top().time == now) {
-      event e = events.top();
-      events.pop();
-      auto& q = queues[e.rank];
-      q.set_now(now);
-      expected<void> ok;
-      if (e.kind == event_kind::wake) {
-        // only a reason to ask the policies again
-      } else if (e.kind == event_kind::arrive_forward) {
-        ok = q.push_forward(e.what.stage, e.what.microbatch);
-      } else if (e.kind == event_kind::arrive_backward) {
-        ok = q.push_backward(e.what.stage, e.what.microbatch);
-      } else {
-        ok = q.finish(e.what);
-        out.timeline[e.rank].push_back({e.what, started[e.rank], now});
-        out.busy += now - started[e.rank];
-        out.makespan = std::max(out.makespan, now);
-        const action& a = e.what;
-        if (a.kind == op_kind::forward && a.stage < last)
-          send(now, e.rank, event_kind::arrive_forward, fwd(a.stage + 1, a.microbatch));
-        if (is_backward_input(a.kind) && a.stage > 0)
-          send(now, e.rank, event_kind::arrive_backward, bwd(a.stage - 1, a.microbatch));
-      }
-      if (!ok)
-        return make_sched_error(fmt::format("simulate at t={}: {}", now, ok.error().message));
-    }
-    for (int r = 0; r < p; ++r) {
-      auto& q = queues[r];
-      if (q.running())
-        continue;
-      q.set_now(now);
-      auto choice = policies[r]->next(q);
-      if (!choice) {
-        if (auto t = policies[r]->wake_at(q); t && *t > now && *t != wake[r]) {
-          wake[r] = *t;
-          post(*t, event_kind::wake, r, action{});
+  try {
+    for (auto& s : stages)
+      s->start();
+    while (!events.empty()) {
+      now = events.next_time();
+      while (!events.empty() && events.next_time() == now)
+        events.run_next();
+      pump();
+      for (int r = 0; r < p; ++r) {
+        auto& s = *stages[static_cast<std::size_t>(r)];
+        auto task = s.begin();
+        if (!task) {
+          if (auto w = s.wake_in(); w && *w > 0 && now + *w != wake[r]) {
+            wake[r] = now + *w;
+            events.post(now + *w, [] {});  // only a reason to ask the policies again
+          }
+          continue;
         }
-        continue;
+        const auto& q = s.queue();
+        int limit = out.in_flight_limit[r];
+        if (limit > 0 && q.in_flight() > limit)
+          return make_sched_error(fmt::format("simulate at t={}: policy {} on rank {} holds {} activations, over "
+                                              "its bound {}", now, s.policy().name(), r, q.in_flight(), limit));
+        out.peak_in_flight[r] = std::max(out.peak_in_flight[r], q.in_flight());
+        out.peak_deferred_weight[r] = std::max(out.peak_deferred_weight[r], q.deferred_weight_count());
+        out.orders[r].push_back(task->what);
+        double start = now;
+        events.post(now + operation_cost(c, r, task->what), [&, r, start, t = *task] {
+          out.timeline[r].push_back({t.what, start, now});
+          out.busy += now - start;
+          out.makespan = std::max(out.makespan, now);
+          stages[static_cast<std::size_t>(r)]->finish(t);
+        });
       }
-      if (auto ok = q.start(*choice); !ok)
-        return make_sched_error(fmt::format("simulate at t={}: policy {} chose badly: {}", now,
-                                            policies[r]->name(), ok.error().message));
-      int limit = out.in_flight_limit[r];
-      if (limit > 0 && q.in_flight() > limit)
-        return make_sched_error(fmt::format("simulate at t={}: policy {} on rank {} holds {} activations, over "
-                                            "its bound {}", now, policies[r]->name(), r, q.in_flight(), limit));
-      out.peak_in_flight[r] = std::max(out.peak_in_flight[r], q.in_flight());
-      out.peak_deferred_weight[r] = std::max(out.peak_deferred_weight[r], q.deferred_weight_count());
-      out.orders[r].push_back(*choice);
-      started[r] = now;
-      post(now + operation_cost(c, r, *choice), event_kind::complete, r, *choice);
     }
+  } catch (const std::exception& e) {
+    return make_sched_error(fmt::format("simulate at t={}: {}", now, e.what()));
   }
   std::string stuck;
   for (int r = 0; r < p; ++r)
-    if (!queues[r].step_complete())
+    if (!stages[static_cast<std::size_t>(r)]->training_done())
       stuck += fmt::format("{}rank {} after {} actions (last: {})", stuck.empty() ? "" : "; ", r,
                            out.orders[r].size(),
                            out.orders[r].empty() ? std::string{"none"} : to_string(out.orders[r].back()));

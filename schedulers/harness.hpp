@@ -1,5 +1,6 @@
-// A deterministic discrete-event simulation of a pipeline: runs the same
-// stage_policy objects the actors use, p ranks under a simulated clock.
+// A deterministic discrete-event simulation of a pipeline: the stage actors' own
+// scheduling cores (stage_core: policies, routes, plans, credits) and router,
+// p ranks under a simulated clock with a cost model instead of compute.
 #pragma once
 
 #include <cstdint>
