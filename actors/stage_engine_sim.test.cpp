@@ -84,7 +84,13 @@ started run_engines(const sched::sim_config& c, const std::string& policy) {
       s.input_credits[0] = r == p - 1 && r != 0 ? sched::default_target_credits(p) : 0;
     if (r > 0)
       s.input_credits[r] = 0;
-    s.clock = [&now] { return now; };
+    // The engine reads the clock before it starts an action and after its compute:
+    // in simulated time the compute took the cost model's duration, so policies
+    // that time their patience from measured costs see what the harness sees.
+    s.clock = [&, r] {
+      const auto& q = engines.at(static_cast<std::size_t>(r))->core().queue();
+      return in_action && q.running() ? now + sched::operation_cost(c, r, *q.running()) : now;
+    };
     int me = r + 1;
     stage_outbox out;  // credits leave when a forward starts, outputs when the action ends
     out.credit = [&, me](int to, const credit_msg& m) {
@@ -145,8 +151,11 @@ started run_engines(const sched::sim_config& c, const std::string& policy) {
       in_action = true;
       bool ran = e.run_one();
       in_action = false;
-      if (!ran)
+      if (!ran) {
+        if (auto w = e.wake_in(); w && *w > 0)  // the policy's patience: ask again then
+          post(now + *w, [] {});
         continue;
+      }
       spans.clear();
       tracer.collect(cursor, spans);
       sched::action a;

@@ -127,11 +127,12 @@ actors:
   - {name: s1, type: pipeline_stage, layers: [2, 4]}
 channels:
   - {from: loader, to: s0}
+  - {from: loader, to: s1}
   - {from: s0, to: s1}
 )");
   REQUIRE_MESSAGE(r.ok(), errors(r));
   CHECK(r.graph->actors.size() == 3);
-  CHECK(r.graph->channels.size() == 2);
+  CHECK(r.graph->channels.size() == 3);
   CHECK(r.graph->pipeline.stages == 2);
 }
 

@@ -19,7 +19,7 @@ data: {batch: 1}
 train: {steps: 3}
 pipeline: {stages: 2, schedule: gpipe}
 actors:
-  - {name: extra, type: data_loader}
+  - {name: s0, device: cpu}
 )";
 
 load_result with(std::vector<std::string> sets) {
