@@ -72,21 +72,22 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
   sched::stage_core_hooks h;
   h.clock = cfg_.clock ? cfg_.clock : std::function<double()>{steady_seconds};
   // A local hand-off keeps the output here, as the input (or gradient) of the chunk of the next (previous) hop.
-  h.forward = [this](int to, const sched::msg_meta& m) {
-    if (to == cfg_.actor) {
-      slot(m.route[static_cast<std::size_t>(m.hop)].chunk, m.microbatch).input = std::exchange(output_, {});
-      return;
-    }
-    out_.forward(to, activation_msg{m.step, m.microbatch, m.hop, output_.value, m.route, output_.ready});
-    output_ = {};
+  auto hand_off = [this](int to, const sched::msg_meta& m, stage_tensor tensors::*local, auto send) {
+    auto out = std::exchange(output_, {});
+    if (to == cfg_.actor)
+      slot(m.route[static_cast<std::size_t>(m.hop)].chunk, m.microbatch).*local = std::move(out);
+    else
+      send(out);
   };
-  h.backward = [this](int to, const sched::msg_meta& m) {
-    if (to == cfg_.actor) {
-      slot(m.route[static_cast<std::size_t>(m.hop)].chunk, m.microbatch).grad = std::exchange(output_, {});
-      return;
-    }
-    out_.backward(to, gradient_msg{m.step, m.microbatch, m.hop, output_.value, m.route, output_.ready});
-    output_ = {};
+  h.forward = [this, hand_off](int to, const sched::msg_meta& m) {
+    hand_off(to, m, &tensors::input, [&](const stage_tensor& t) {
+      out_.forward(to, activation_msg{m.step, m.microbatch, m.hop, t.value, m.route, t.ready});
+    });
+  };
+  h.backward = [this, hand_off](int to, const sched::msg_meta& m) {
+    hand_off(to, m, &tensors::grad, [&](const stage_tensor& t) {
+      out_.backward(to, gradient_msg{m.step, m.microbatch, m.hop, t.value, m.route, t.ready});
+    });
   };
   h.credit = [this](int to, int count) { out_.credit(to, credit_msg{count, cfg_.actor}); };
   h.norm = [this](int reducer, std::int64_t step, double sq) { out_.norm(reducer, step, sq); };
@@ -102,13 +103,7 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
 }
 
 stage_engine::tensors& stage_engine::slot(int chunk, int mb) {
-  if (chunk < 0 || chunk >= cfg_.chunks || mb < 0 || mb > (1 << 20))
-    throw std::runtime_error(fmt::format("{}: message for chunk {} microbatch {}, but this stage holds {} chunks",
-                                         cfg_.name, chunk, mb, cfg_.chunks));
-  auto& w = work_[static_cast<std::size_t>(chunk)];
-  if (static_cast<std::size_t>(mb) >= w.size())
-    w.resize(static_cast<std::size_t>(mb) + 1);
-  return w[static_cast<std::size_t>(mb)];
+  return sched::chunk_slot(work_, chunk, mb, cfg_.name);
 }
 
 void stage_engine::start() {

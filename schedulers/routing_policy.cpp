@@ -2,10 +2,12 @@
 #include "schedulers/routing_policy.hpp"
 
 #include <algorithm>
-#include <mutex>
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "runtime/named_registry.hpp"
 
 namespace troupe::sched {
 
@@ -107,23 +109,15 @@ expected<routing_ptr> make_paths(const routing_params& p) {
   return routing_ptr{new paths_routing(std::move(routes))};
 }
 
-struct entry {
-  std::string summary;
-  routing_factory factory;
-};
-
-struct registry {
-  std::mutex mutex;
-  std::map<std::string, entry, std::less<>> entries;
-  registry() {
-    entries["chain"] = {"every microbatch visits the layers in order (plain and interleaved pipelines)", make_chain};
-    entries["paths"] = {"microbatch k follows path k mod n; paths may skip and reorder stages (SkipPipe)",
-                        make_paths};
-  }
-};
-
-registry& the_registry() {
-  static registry r;
+/// The routing policies, built-ins first (an explicit list, not static self-registration).
+named_registry<routing_factory>& the_registry() {
+  static named_registry<routing_factory> r;
+  static const bool builtins = [] {
+    r.add("chain", make_chain, "every microbatch visits the layers in order (plain and interleaved pipelines)");
+    r.add("paths", make_paths, "microbatch k follows path k mod n; paths may skip and reorder stages (SkipPipe)");
+    return true;
+  }();
+  (void)builtins;
   return r;
 }
 
@@ -170,35 +164,18 @@ expected<void> check_route(const route_t& r, const routing_params& p) {
 }
 
 expected<routing_ptr> make_routing(std::string_view name, const routing_params& params) {
-  routing_factory factory;
-  {
-    auto& r = the_registry();
-    std::lock_guard guard{r.mutex};
-    if (auto it = r.entries.find(name); it != r.entries.end())
-      factory = it->second.factory;
-  }
-  if (!factory) {
-    std::string known;
-    for (const auto& n : routing_names())
-      known += (known.empty() ? "" : ", ") + n;
-    return make_sched_error(fmt::format("unknown routing policy '{}' (known: {})", name, known));
-  }
-  return factory(params);
+  if (auto e = the_registry().find(name))
+    return e->factory(params);
+  return make_sched_error(fmt::format("unknown routing policy '{}' (known: {})", name,
+                                      fmt::join(routing_names(), ", ")));
 }
 
 void register_routing(std::string name, std::string summary, routing_factory factory) {
-  auto& r = the_registry();
-  std::lock_guard guard{r.mutex};
-  r.entries[std::move(name)] = {std::move(summary), std::move(factory)};
+  the_registry().set(std::move(name), std::move(factory), std::move(summary));
 }
 
 std::vector<std::string> routing_names() {
-  auto& r = the_registry();
-  std::lock_guard guard{r.mutex};
-  std::vector<std::string> out;
-  for (const auto& [name, e] : r.entries)
-    out.push_back(name);
-  return out;
+  return the_registry().names();
 }
 
 } // namespace troupe::sched

@@ -60,7 +60,7 @@ expected<routing_ptr> make_routing(std::string_view name, const routing_params& 
 /// Adds (or replaces) a routing policy; plugins call this when loaded. Thread-safe.
 void register_routing(std::string name, std::string summary, routing_factory factory);
 
-/// Registered routing-policy names, sorted: chain, paths and any plugins.
+/// Registered routing-policy names: chain, paths, then any plugins in registration order.
 std::vector<std::string> routing_names();
 
 } // namespace troupe::sched

@@ -30,14 +30,13 @@ int stage_core::credits_granted() const noexcept {
   return n;
 }
 
+void throw_bad_slot(const std::string& who, int chunk, int mb, int chunks) {
+  throw std::runtime_error(fmt::format("{}: message for chunk {} microbatch {}, but this stage holds {} chunks", who,
+                                       chunk, mb, chunks));
+}
+
 stage_core::work& stage_core::slot(int chunk, int mb) {
-  if (chunk < 0 || chunk >= cfg_.chunks || mb < 0 || mb > (1 << 20))
-    throw std::runtime_error(fmt::format("{}: message for chunk {} microbatch {}, but this stage holds {} chunks",
-                                         cfg_.name, chunk, mb, cfg_.chunks));
-  auto& w = work_[static_cast<std::size_t>(chunk)];
-  if (static_cast<std::size_t>(mb) >= w.size())
-    w.resize(static_cast<std::size_t>(mb) + 1);
-  return w[static_cast<std::size_t>(mb)];
+  return chunk_slot(work_, chunk, mb, cfg_.name);
 }
 
 int stage_core::chunk_of_hop(const route_t& r, int hop) const {

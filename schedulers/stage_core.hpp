@@ -15,6 +15,22 @@
 
 namespace troupe::sched {
 
+/// Throws std::runtime_error: a message for a chunk `who` does not hold (or an absurd microbatch).
+[[noreturn]] void throw_bad_slot(const std::string& who, int chunk, int mb, int chunks);
+
+/// The entry of (chunk, microbatch) in per-chunk vectors that grow to the
+/// largest microbatch seen (and are reused across steps); throws
+/// std::runtime_error naming `who` for a chunk this stage does not hold.
+template <class T>
+T& chunk_slot(std::vector<std::vector<T>>& slots, int chunk, int mb, const std::string& who) {
+  if (chunk < 0 || chunk >= static_cast<int>(slots.size()) || mb < 0 || mb > (1 << 20))
+    throw_bad_slot(who, chunk, mb, static_cast<int>(slots.size()));
+  auto& v = slots[static_cast<std::size_t>(chunk)];
+  if (static_cast<std::size_t>(mb) >= v.size())
+    v.resize(static_cast<std::size_t>(mb) + 1);
+  return v[static_cast<std::size_t>(mb)];
+}
+
 /// A data message's place in the run, without its tensors.
 struct msg_meta {
   std::int64_t step = 0;
