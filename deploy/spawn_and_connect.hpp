@@ -28,11 +28,12 @@ using link_map = std::map<std::pair<std::string, std::string>, caf::actor>;
 
 /// What spawn_and_connect started in this process. The caller stops it.
 struct graph_actors {
-  std::map<std::string, caf::actor> handles;     ///< by name: this process's actors and the stand-ins for the others
-  std::vector<caf::actor> by_index;              ///< this process's actors by graph index; null for the others
-  std::map<caf::actor_addr, std::string> names;  ///< this process's actors (monitored), by address
-  std::set<caf::actor_addr> alive;               ///< those not yet seen down; the caller erases on down_msg
-  link_map links;                                ///< emulated links between this process's actors
+  std::map<std::string, caf::actor>
+      handles;                      ///< by name: this process's actors and the stand-ins for the others
+  std::vector<caf::actor> by_index; ///< this process's actors by graph index; null for the others
+  std::map<caf::actor_addr, std::string> names; ///< this process's actors (monitored), by address
+  std::set<caf::actor_addr> alive;              ///< those not yet seen down; the caller erases on down_msg
+  link_map links;                               ///< emulated links between this process's actors
 
   /// Sends `start_atom` to each of this process's actors, in graph order.
   void start(caf::scoped_actor& self) const;
