@@ -21,11 +21,12 @@
 #include "deploy/cluster_protocol.hpp"
 #include "deploy/run_graph.hpp"
 #include "deploy/run_tracing.hpp"
+#include "deploy/spawn_and_connect.hpp"
 #include "deploy/span_stream.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/bytes.hpp"
 #include "runtime/checkpoint.hpp"
-#include "runtime/registry.hpp"
+#include "runtime/errors.hpp"
 
 using control_frame = std::shared_ptr<troupe::net::frame>;
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(control_frame)
@@ -87,10 +88,8 @@ private:
   std::atomic<bool> stopping_{false};
   local_actors local_;
   graph_spec graph_;
-  std::map<std::string, caf::actor> handles_;  ///< local actors and channel actors, by name
-  std::map<caf::actor_addr, std::string> names_; ///< local actors, monitored
+  graph_actors actors_;  ///< this node's actors, channel actors for the others, links
   std::set<std::string> done_;
-  link_map links_;  ///< emulated links between this node's actors
   std::vector<std::shared_ptr<net::connection>> conns_;
   std::unique_ptr<net::server> data_;
   std::unique_ptr<cli::run_tracing> tracing_;
@@ -118,31 +117,7 @@ std::string node_agent::setup(const plan_msg& p) {
     return fmt::format("the plan lists {} nodes, the graph {}", p.nodes.size(), graph_.cluster.nodes);
   if (auto err = start_tracing(p); !err.empty())
     return err;
-  auto me = caf::actor_cast<caf::actor>(self_);
-  const auto& actors = graph_.actors;
-  // This node's actors.
-  std::vector<caf::actor> table(actors.size());
-  for (std::size_t i = 0; i < actors.size(); ++i) {
-    const auto& a = actors[i];
-    if (graph_.node_of(a) != o_.node)
-      continue;
-    auto type = actor_registry().find(a.type);
-    if (!type)
-      return fmt::format("actor '{}': type '{}' is not registered on this node", a.name, a.type);
-    spawn_context ctx{sys_, a, graph_, me};
-    auto h = type->factory.spawn(ctx);
-    if (!h)
-      return fmt::format("actor '{}' ({}): {}", a.name, a.type, error_message(h.error()));
-    self_->monitor(*h);
-    names_[h->address()] = a.name;
-    handles_[a.name] = *h;
-    table[i] = *h;
-  }
-  {
-    std::lock_guard lock{local_.mtx};
-    local_.by_index = table;
-  }
-  // A channel actor for every remote actor, over one connection per (node, link).
+  // A channel actor stands in for every remote actor, over one connection per (node, link).
   std::map<std::tuple<int, double, double>, std::shared_ptr<net::connection>> conns;
   auto link_to = [&](const std::string& remote) {
     for (const auto& c : graph_.channels) {
@@ -152,11 +127,9 @@ std::string node_agent::setup(const plan_msg& p) {
     }
     return net::link_model{};
   };
-  for (std::size_t i = 0; i < actors.size(); ++i) {
-    const auto& a = actors[i];
+  auto channel_to = [&](std::size_t i) -> caf::expected<caf::actor> {
+    const auto& a = graph_.actors[i];
     int n = graph_.node_of(a);
-    if (n == o_.node)
-      continue;
     auto link = link_to(a.name);
     auto& conn = conns[{n, link.bytes_per_s, link.latency_s}];
     if (!conn) {
@@ -170,27 +143,20 @@ std::string node_agent::setup(const plan_msg& p) {
       };
       auto c = net::connect({o_.transport, addr.host, addr.port, o_.token, link, std::chrono::seconds(10)}, std::move(h));
       if (!c)
-        return fmt::format("cannot open a channel to node {} at {}:{}: {}", n, addr.host, addr.port,
-                           error_message(c.error()));
+        return make_error(errc::io_failed, fmt::format("cannot open a channel to node {} at {}:{}: {}", n, addr.host,
+                                                       addr.port, error_message(c.error())));
       conn = std::shared_ptr<net::connection>(std::move(*c));
       conns_.push_back(conn);
     }
-    handles_[a.name] = spawn_channel(sys_, a.name, static_cast<std::uint16_t>(i), conn, me);
+    return spawn_channel(sys_, a.name, static_cast<std::uint16_t>(i), conn, caf::actor_cast<caf::actor>(self_));
+  };
+  auto here = [this](const actor_spec& a) { return graph_.node_of(a) == o_.node; };
+  auto err = spawn_and_connect(self_, graph_, here, channel_to, std::chrono::seconds(30), actors_);
+  {
+    std::lock_guard lock{local_.mtx};
+    local_.by_index = actors_.by_index;
   }
-  // Links between this node's own actors; across nodes the connections emulate them.
-  links_ = spawn_links(sys_, graph_, handles_, [this](const channel_spec& c) {
-    return graph_.node_of(*graph_.find_actor(c.from)) == o_.node && graph_.node_of(*graph_.find_actor(c.to)) == o_.node;
-  });
-  // Every local actor learns its peers before anyone starts.
-  for (const auto& [addr, name] : names_) {
-    caf::error failure;
-    self_->request(handles_.at(name), std::chrono::seconds(30), connect_atom::value,
-                   make_connect(graph_, name, handles_, links_))
-      .receive([](caf::ok_atom) {}, [&](caf::error& e) { failure = std::move(e); });
-    if (failure)
-      return fmt::format("actor '{}' did not accept connect: {}", name, error_message(failure));
-  }
-  return {};
+  return err ? error_message(err) : std::string{};
 }
 
 /// This node's trace file: `runs/x.json` becomes `runs/x.node1.json`; and its
@@ -216,16 +182,8 @@ std::string node_agent::start_tracing(const plan_msg& p) {
 
 void node_agent::stop_actors() {
   stopping_ = true;
-  for (auto& [name, h] : handles_)
-    self_->send_exit(h, caf::exit_reason::user_shutdown);
-  for (auto& [ends, l] : links_)
-    self_->send_exit(l, caf::exit_reason::user_shutdown);
-  auto waiting = names_.size();
-  bool timed_out = false;
-  while (waiting > 0 && !timed_out)
-    self_->receive([&](caf::down_msg&) { --waiting; },
-                   caf::after(std::chrono::seconds(10)) >> [&] { timed_out = true; });
-  handles_.clear();
+  actors_.stop(self_, std::chrono::seconds(10));
+  actors_ = {};
 }
 
 int node_agent::run() {
@@ -323,8 +281,7 @@ int node_agent::run() {
                 ctl_->send(encode(control_kind::ready));
               break;
             case control_kind::start:
-              for (const auto& [addr, name] : names_)
-                self_->send(handles_.at(name), start_atom::value);
+              actors_.start(self_);
               break;
             case control_kind::stop:
               exit_code = 0;
@@ -344,7 +301,8 @@ int node_agent::run() {
       [&](failed_atom, failure_msg& m) { ctl_->send(encode(m)); },
       [&](checkpoint_atom, checkpoint_msg& m) { ctl_->send(encode(m)); },
       [&](caf::down_msg& d) {
-        auto name = names_.count(d.source) ? names_[d.source] : std::string{"?"};
+        actors_.alive.erase(d.source);
+        auto name = actors_.names.count(d.source) ? actors_.names[d.source] : std::string{"?"};
         if (d.reason || !done_.count(name))
           report_failure(name, fmt::format("exited before reporting done: {}",
                                            d.reason ? error_message(d.reason) : std::string{"normal exit"}));

@@ -6,13 +6,12 @@
 
 #include <cmath>
 #include <map>
-#include <set>
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
-#include "actors/link.hpp"
+#include "deploy/spawn_and_connect.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/registry.hpp"
@@ -29,37 +28,6 @@ std::string error_text(const caf::actor_system&, const caf::error& e) {
 }
 
 } // namespace
-
-connect_msg make_connect(const graph_spec& g, const std::string& self,
-                         const std::map<std::string, caf::actor>& handles, const link_map& links) {
-  connect_msg m;
-  m.self = self;
-  auto type_of = [&](const std::string& n) { return g.find_actor(n)->type; };
-  auto to = [&](const std::string& n) {  // how `self` reaches `n`: through a link, if one is emulated
-    auto l = links.find({self, n});
-    return l != links.end() ? l->second : handles.at(n);
-  };
-  for (const auto& c : g.channels) {
-    if (c.from == self)
-      m.peers.push_back(peer{c.to, type_of(c.to), to(c.to), channel_dir::out, c.credits});
-    if (c.to == self)
-      m.peers.push_back(peer{c.from, type_of(c.from), to(c.from), channel_dir::in, c.credits});
-  }
-  for (const auto& a : g.actors)
-    m.directory.push_back(peer{a.name, a.type, to(a.name), channel_dir::out, 0});
-  return m;
-}
-
-link_map spawn_links(caf::actor_system& sys, const graph_spec& g, const std::map<std::string, caf::actor>& handles,
-                     const std::function<bool(const channel_spec&)>& here) {
-  link_map links;
-  for (const auto& c : g.channels)
-    if ((c.bandwidth > 0 || c.latency > 0) && here(c)) {
-      links[{c.from, c.to}] = spawn_link(sys, handles.at(c.to), c.bandwidth, c.latency);
-      links[{c.to, c.from}] = spawn_link(sys, handles.at(c.from), c.bandwidth, c.latency);
-    }
-  return links;
-}
 
 graph_vocabulary troupe_vocabulary() {
   register_builtin_actors();
@@ -117,73 +85,31 @@ void aggregate(run_result& res) {
 
 caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g, const run_options& opts) {
   caf::scoped_actor self{sys};
-  std::map<std::string, caf::actor> handles;
-  std::map<caf::actor_addr, std::string> names;
-  std::set<caf::actor_addr> alive;
+  graph_actors actors;
   // Stops every actor and waits until each is gone, so nothing they own
   // outlives this call (their on_exit may touch what the caller frees next).
-  link_map links;
-  auto stop_all = [&] {
-    for (auto& [ends, l] : links)
-      self->send_exit(l, caf::exit_reason::user_shutdown);
-    for (auto& [name, h] : handles)
-      self->send_exit(h, caf::exit_reason::user_shutdown);
-    bool waiting = true;
-    while (waiting && !alive.empty())
-      self->receive([&](caf::down_msg& d) { alive.erase(d.source); },
-                    caf::after(std::chrono::seconds(30)) >> [&] { waiting = false; });
-  };
-  // 1. spawn
-  for (const auto& a : g.actors) {
-    auto type = actor_registry().find(a.type);
-    if (!type) {
-      stop_all();
-      return make_error(errc::unknown_actor_type,
-                        fmt::format("{}: actor '{}': type '{}' has no implementation in this build (registered: {})",
-                                    to_string(a.pos), a.name, a.type, fmt::join(actor_registry().names(), ", ")));
-    }
-    spawn_context ctx{sys, a, g, caf::actor_cast<caf::actor>(self)};
-    auto h = type->factory.spawn(ctx);
-    if (!h) {
-      stop_all();
-      return make_error(errc::spawn_failed,
-                        fmt::format("actor '{}' ({}): {}", a.name, a.type, error_text(sys, h.error())));
-    }
-    self->monitor(*h);
-    alive.insert(h->address());
-    names[h->address()] = a.name;
-    handles[a.name] = std::move(*h);
-  }
-  // 2. connect: every actor learns its peers before anyone starts
-  links = spawn_links(sys, g, handles, [](const channel_spec&) { return true; });
-  for (const auto& a : g.actors) {
-    caf::error failure;
-    self->request(handles.at(a.name), opts.connect_timeout, connect_atom::value, make_connect(g, a.name, handles, links))
-      .receive([](caf::ok_atom) {}, [&](caf::error& e) { failure = std::move(e); });
-    if (failure) {
-      stop_all();
-      return make_error(errc::actor_failed,
-                        fmt::format("actor '{}' ({}) did not accept connect: {}", a.name, a.type,
-                                    error_text(sys, failure)));
-    }
+  auto stop_all = [&] { actors.stop(self, std::chrono::seconds(30)); };
+  // 1. spawn, 2. connect: every actor runs here
+  if (auto err = spawn_and_connect(self, g, [](const actor_spec&) { return true; }, {}, opts.connect_timeout, actors)) {
+    stop_all();
+    return err;
   }
   // 3. start, 4. collect reports
   auto started = clock_type::now();
   auto last_done = started;
-  for (const auto& a : g.actors)
-    self->send(handles.at(a.name), start_atom::value);
+  actors.start(self);
   run_result res;
   res.first_step = g.checkpoint.resume_step;
   std::map<std::string, bool> done;
   std::string failure;
   run_checkpoints checkpoints{g};
   int signal = 0;
-  while (done.size() < handles.size() && failure.empty() && signal == 0) {
+  while (done.size() < g.actors.size() && failure.empty() && signal == 0) {
     self->receive(
       [&](done_atom, run_summary& s) {
         last_done = clock_type::now();
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
-        auto who = names.count(from) ? names[from] : s.actor;
+        auto who = actors.names.count(from) ? actors.names[from] : s.actor;
         done[who] = true;
         res.summaries.push_back(std::move(s));
       },
@@ -195,8 +121,8 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
         failure = fmt::format("actor '{}' failed: {}", f.actor, f.what);
       },
       [&](caf::down_msg& d) {
-        alive.erase(d.source);
-        auto who = names.count(d.source) ? names[d.source] : std::string{"?"};
+        actors.alive.erase(d.source);
+        auto who = actors.names.count(d.source) ? actors.names[d.source] : std::string{"?"};
         if (d.reason || !done.count(who))
           failure = fmt::format("actor '{}' exited before reporting done: {}", who,
                                 d.reason ? error_text(sys, d.reason) : std::string{"normal exit"});
@@ -204,13 +130,13 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
       caf::after(std::chrono::milliseconds(100)) >> [] {});
     if (opts.timeout.count() > 0 && clock_type::now() - started > opts.timeout && failure.empty())
       failure = fmt::format("the run did not finish within {} s ({} of {} actors reported done)",
-                            opts.timeout.count() / 1000.0, done.size(), handles.size());
+                            opts.timeout.count() / 1000.0, done.size(), g.actors.size());
     if (opts.interrupt)
       signal = opts.interrupt->load();
   }
   stop_all();
   if (signal != 0 && failure.empty())
-    return checkpoints.interrupted(signal, done.size(), handles.size());
+    return checkpoints.interrupted(signal, done.size(), g.actors.size());
   if (!failure.empty())
     return make_error(errc::actor_failed, checkpoints.explain_failure(std::move(failure)));
   res.seconds = std::chrono::duration<double>(last_done - started).count();

@@ -6,8 +6,6 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <functional>
-#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,21 +28,6 @@ graph_vocabulary troupe_vocabulary();
 /// Loads `file` with `overrides` the way `troupe check` and `troupe run` do
 /// (built-in actors registered, plugins loaded, vocabulary from the registries).
 load_result load_graph_for_cli(const std::filesystem::path& file, std::vector<std::string> overrides);
-
-/// The connect message for actor `self`: its channels' peers and the whole
-/// directory, with `handles` (by actor name) standing for each actor — local
-/// actors or, across processes, the channel actors that reach them.
-/// `links` maps (sender, receiver) to the link actor between them, where a
-/// channel emulates a link (see spawn_links).
-using link_map = std::map<std::pair<std::string, std::string>, caf::actor>;
-connect_msg make_connect(const graph_spec& g, const std::string& self, const std::map<std::string, caf::actor>& handles,
-                         const link_map& links = {});
-
-/// Spawns a link actor (actors/link.hpp) for each direction of every channel
-/// with `bandwidth:` or `latency:` for which `here(channel)` is true (both ends
-/// in this process). The caller stops them when the run ends.
-link_map spawn_links(caf::actor_system& sys, const graph_spec& g, const std::map<std::string, caf::actor>& handles,
-                     const std::function<bool(const channel_spec&)>& here);
 
 /// How long `run_graph` waits.
 struct run_options {

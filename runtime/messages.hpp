@@ -18,7 +18,8 @@
 #include "runtime/tensor_handle.hpp"
 
 // ---------------------------------------------------------------------------
-// The run protocol (runner = deploy/run_graph.cpp; every graph actor follows it)
+// The run protocol (runner = deploy/run_graph.cpp, or per node the node agent,
+// both through deploy/spawn_and_connect.cpp for steps 1-2; every graph actor follows it)
 //
 //  1. The runner spawns each `actors:` entry through its registered factory,
 //     giving it a spawn_context (runtime/registry.hpp) that holds the runner's
