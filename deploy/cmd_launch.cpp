@@ -22,7 +22,7 @@ namespace troupe::cli {
 namespace {
 
 constexpr const char* launch_help = R"(usage: troupe launch FILE [--set KEY.PATH=VALUE]... [--steps N] [--summary-json OUT.json]
-                     [--timeout SECONDS] [--resume DIR] [--trace OUT.json | --no-trace] [--trace-buffer N]
+                     [--timeout SECONDS] [--resume DIR | --restart] [--trace OUT.json | --no-trace] [--trace-buffer N]
                      [--dashboard [ADDR]]
 
 Validates the graph file FILE, then runs it across the node processes its
@@ -48,12 +48,19 @@ options:
                          lanes say their node; works with --trace
   --resume DIR           continue from a checkpoint: DIR is a checkpoint.dir
                          (its 'latest' names the step) or one step-NNNNNN folder
+  --restart              start over in a checkpoint.dir that holds an earlier
+                         run's checkpoints, removing them (without it, or
+                         --resume, such a run is refused)
   -h, --help             show this help
+
+Output files (--summary-json, each node's trace) and the checkpoint folder are
+checked before any node starts; the checkpoint folder is locked for the run.
 
 Ctrl-C (SIGINT) or SIGTERM stops every node cleanly (traces written, the last
 checkpoint named); a second Ctrl-C ends at once.
 
-Exit codes: 0 success, 1 the run failed (a node lost, an actor failed), 2 invalid graph or arguments,
+Exit codes: 0 success, 1 the run failed (a node lost, an actor failed, a trace not written),
+2 invalid graph or arguments, an output that cannot be written, a checkpoint folder in use;
 130/143 stopped by SIGINT/SIGTERM.
 )";
 
@@ -73,6 +80,7 @@ int run_launch(std::span<char*> args) {
   trace_cli_options trace;
   if (!take_trace_options(rest, trace, "launch"))
     return bad_input;
+  bool restart = take_flag(rest, "--restart");
   args = rest;
   if (!parse_graph_args(args, "launch", ra.file, ra.sets,
                         {{"--steps", &ra.steps}, {"--summary-json", &summary}, {"--timeout", &ra.timeout},
@@ -83,11 +91,27 @@ int run_launch(std::span<char*> args) {
     fmt::print("{}", launch_help);
     return ok;
   }
+  if (restart && !ra.resume.empty()) {
+    fmt::print(stderr, "troupe launch: --restart starts over and --resume continues: give one of them\n");
+    return bad_input;
+  }
   cluster::coordinator_options o;
   auto graph = load_run_graph("launch", ra, o.timeout);
   if (!graph)
     return bad_input;
   const auto& g = *graph;
+  auto trace_file = !trace.file.empty() ? trace.file : trace.no_trace ? std::string{} : g.trace.file;
+  std::vector<std::string> outputs{summary};
+  for (int i = 0; !trace_file.empty() && i < g.cluster.nodes; ++i)
+    outputs.push_back(node_trace_file(trace_file, i));  // the nodes write these (a shared file system)
+  for (const auto& out : outputs)
+    if (!outputs_writable("launch", {out}))
+      return bad_input;
+  auto ckpt_lock = open_checkpoint_dir(g, restart);
+  if (!ckpt_lock) {
+    fmt::print(stderr, "troupe launch: {}\n", error_message(ckpt_lock.error()));
+    return bad_input;
+  }
   if (!g.cluster.token_path.empty()) {
     auto t = cluster::read_token_file(g.cluster.token_path.string());
     if (!t) {
@@ -110,7 +134,7 @@ int run_launch(std::span<char*> args) {
   o.overrides = ra.sets;
   o.resume = ra.resume.empty() ? std::string{} : std::filesystem::absolute(ra.resume).string();
   o.troupe_exe = self_exe();
-  o.trace_file = !trace.file.empty() ? trace.file : trace.no_trace ? std::string{} : g.trace.file;
+  o.trace_file = trace_file;
   o.trace_buffer = trace.buffer;
   auto tracing = run_tracing::start_coordinator(g, trace);
   if (!tracing) {
@@ -121,9 +145,11 @@ int run_launch(std::span<char*> args) {
   interrupt_guard stop_on_signal;
   o.interrupt = &interrupt_guard::signal();
   auto result = cluster::run_coordinator(g, o);
-  if (auto err = (*tracing)->finish(); !err.empty())
-    fmt::print(stderr, "troupe launch: {}\n", err);
-  return report_run("launch", ra.file, result, summary);
+  auto trace_err = (*tracing)->finish();
+  if (!trace_err.empty())
+    fmt::print(stderr, "troupe launch: {}\n", trace_err);
+  auto rc = report_run("launch", ra.file, result, summary);
+  return rc == ok && !trace_err.empty() ? runtime_failure : rc;
 }
 
 } // namespace troupe::cli

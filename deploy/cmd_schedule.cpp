@@ -257,6 +257,8 @@ int run_schedule(std::span<char*> args) {
   params.chunks = c.chunks;
   if (auto probe = make_policy(policy, params); !probe)
     return bad(probe.error().message);
+  if (!outputs_writable("schedule", {save_table}))
+    return bad_input;  // before the simulation, not after it
   if (seeds > 0)
     return compare(c, policy, params, seeds, json);
   auto r = simulate(c, policy, params);

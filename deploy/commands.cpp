@@ -3,10 +3,14 @@
 #include "deploy/run_graph.hpp"
 
 #include <array>
+#include <filesystem>
 #include <cstdio>
 #include <string>
 
 #include <fmt/format.h>
+
+#include "runtime/errors.hpp"
+#include "runtime/output_path.hpp"
 
 namespace troupe::cli {
 
@@ -42,6 +46,22 @@ void print_help(std::FILE* out) {
 
 std::span<const command> commands() {
   return table;
+}
+
+bool outputs_writable(std::string_view cmd, std::initializer_list<std::string_view> paths) {
+  bool good = true;
+  for (auto p : paths)
+    if (!p.empty())
+      if (auto err = check_output_path(std::filesystem::path{p})) {
+        fmt::print(stderr, "troupe {}: {}\n", cmd, error_message(err));
+        good = false;
+      }
+  return good;
+}
+
+bool take_flag(std::vector<char*>& args, std::string_view flag) {
+  auto n = std::erase_if(args, [&](const char* a) { return flag == a; });
+  return n > 0;
 }
 
 int dispatch(int argc, char** argv) {

@@ -2,8 +2,10 @@
 // once in the table in deploy/commands.cpp.
 #pragma once
 
+#include <initializer_list>
 #include <span>
 #include <string_view>
+#include <vector>
 
 namespace troupe::cli {
 
@@ -30,6 +32,15 @@ int trace_command(std::span<char*> args);
 
 /// `troupe dash` (deploy/cmd_dash.cpp).
 int dash_command(std::span<char*> args);
+
+/// Whether every non-empty path in `paths` can be written as an output file
+/// (runtime/output_path.hpp), asked before a command starts its work. False
+/// after "troupe CMD: PATH: cannot write: REASON" on stderr for each that cannot:
+/// the command exits with bad_input.
+bool outputs_writable(std::string_view cmd, std::initializer_list<std::string_view> paths);
+
+/// Removes every `flag` from `args`; whether there was one.
+bool take_flag(std::vector<char*>& args, std::string_view flag);
 
 /// Runs `troupe ARGS...`: finds the subcommand or prints help.
 int dispatch(int argc, char** argv);

@@ -163,9 +163,8 @@ std::string node_agent::setup(const plan_msg& p) {
 /// stream to the coordinator's dashboard.
 std::string node_agent::start_tracing(const plan_msg& p) {
   if (!p.trace_file.empty()) {
-    std::filesystem::path f{p.trace_file};
     cli::trace_cli_options t;
-    t.file = (f.parent_path() / fmt::format("{}.node{}{}", f.stem().string(), o_.node, f.extension().string())).string();
+    t.file = cli::node_trace_file(p.trace_file, o_.node);
     t.buffer = static_cast<std::size_t>(p.trace_buffer);
     auto r = cli::run_tracing::start(graph_, t);
     if (!r)

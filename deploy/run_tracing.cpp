@@ -3,10 +3,12 @@
 
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 
 #include "runtime/errors.hpp"
+#include "runtime/output_path.hpp"
 #include "runtime/trace.hpp"
 #include "runtime/trace_export.hpp"
 
@@ -86,12 +88,20 @@ bool take_trace_options(std::vector<char*>& args, trace_cli_options& out, std::s
   return true;
 }
 
+std::string node_trace_file(const std::string& file, int node) {
+  std::filesystem::path f{file};
+  return (f.parent_path() / fmt::format("{}.node{}{}", f.stem().string(), node, f.extension().string())).string();
+}
+
 caf::expected<std::unique_ptr<run_tracing>> run_tracing::start(const graph_spec& g, trace_cli_options o) {
   auto t = std::make_unique<run_tracing>();
   t->file_ = !o.file.empty() ? o.file : o.no_trace ? std::string{} : g.trace.file;
   t->tokens_per_step_ = g.tokens_per_step();
   if (t->file_.empty() && !o.dashboard)
     return t;
+  if (!t->file_.empty())
+    if (auto err = check_output_path(t->file_))
+      return err;
   trace_recorder::global().enable(o.buffer);
   if (auto err = t->start_dashboard(g, o, true))
     return err;

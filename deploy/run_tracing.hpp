@@ -31,17 +31,23 @@ extern const char* const trace_options_help;
 /// after a message on stderr (naming `troupe COMMAND`) when a value is missing or malformed.
 bool take_trace_options(std::vector<char*>& args, trace_cli_options& out, std::string_view command = "run");
 
+/// Node `node`'s trace file in a launched run: `runs/x.json` becomes `runs/x.node1.json`.
+std::string node_trace_file(const std::string& file, int node);
+
 /// Recording for one run: start() before the actors spawn, finish() after.
 class run_tracing {
 public:
-  /// Turns the recorder on when a file or the dashboard is wanted and starts the dashboard.
+  /// Turns the recorder on when a file or the dashboard is wanted and starts the
+  /// dashboard. A trace file that cannot be written is an error here, before
+  /// the run (check_output_path), not after it.
   static caf::expected<std::unique_ptr<run_tracing>> start(const graph_spec& g, trace_cli_options o);
   /// For `troupe launch`'s coordinator, which records nothing itself (each node
   /// writes its own file): starts the dashboard when asked, fed by the nodes
   /// through dashboard()->ingest.
   static caf::expected<std::unique_ptr<run_tracing>> start_coordinator(const graph_spec& g, trace_cli_options o);
   /// Writes the trace file (also after a failed run: what was recorded so far)
-  /// and stops the dashboard. Empty on success, else what went wrong.
+  /// and stops the dashboard. Empty on success, else what went wrong: the
+  /// trace is lost, and the command fails.
   std::string finish();
   /// Where the trace goes (empty: no file).
   const std::string& file() const noexcept { return file_; }

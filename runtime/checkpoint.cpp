@@ -2,6 +2,10 @@
 // (checkpoint.json, then `latest`), pruning, and checking a folder to resume from.
 #include "runtime/checkpoint.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -12,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/errors.hpp"
+#include "runtime/output_path.hpp"
 
 namespace troupe {
 
@@ -121,8 +126,12 @@ caf::expected<std::string> write_checkpoint_part(const fs::path& dir, std::int64
     return make_error(errc::io_failed, fmt::format("{}: cannot mark the checkpoint incomplete: {}",
                                                    (folder / manifest_name).string(), ec.message()));
   auto name = checkpoint_part_name(actor);
-  if (auto err = write_safetensors(folder / name, tensors, metadata))
+  if (auto err = write_safetensors(folder / name, tensors, metadata)) {
+    // The step cannot complete: take its partial folder away rather than leave
+    // the disk full of half a checkpoint (the other parts' writes fail or are lost too).
+    fs::remove_all(folder, ec);
     return err;
+  }
   return name;
 }
 
@@ -200,6 +209,92 @@ caf::error checkpoint_tracker::prune(std::int64_t upto) const {
       return make_error(errc::io_failed, fmt::format("{}: cannot remove an old checkpoint: {}", p.string(),
                                                      ec.message()));
   return {};
+}
+
+checkpoint_dir_lock::checkpoint_dir_lock(checkpoint_dir_lock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+
+checkpoint_dir_lock& checkpoint_dir_lock::operator=(checkpoint_dir_lock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0)
+      ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+checkpoint_dir_lock::~checkpoint_dir_lock() {
+  if (fd_ >= 0)
+    ::close(fd_);  // releases the flock
+}
+
+caf::expected<checkpoint_dir_lock> checkpoint_dir_lock::acquire(const fs::path& dir) {
+  auto path = dir / "lock";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return make_error(errc::io_failed, fmt::format("{}: cannot create the lock file: {}", path.string(),
+                                                   std::strerror(errno)));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int why = errno;
+    std::string holder(256, '\0');
+    auto n = ::pread(fd, holder.data(), holder.size(), 0);
+    holder.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0'))
+      holder.pop_back();
+    ::close(fd);
+    if (why != EWOULDBLOCK)
+      return make_error(errc::io_failed, fmt::format("{}: cannot lock: {}", path.string(), std::strerror(why)));
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: another run is writing checkpoints here ({}); wait for it to end, or give "
+                                  "this run another checkpoint.dir",
+                                  dir.string(), holder.empty() ? "holder unknown" : holder));
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  auto who = fmt::format("pid {} on host {}\n", ::getpid(), host);
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, who.data(), who.size(), 0) != static_cast<ssize_t>(who.size())) {
+    int why = errno;
+    ::close(fd);
+    return make_error(errc::io_failed, fmt::format("{}: cannot write the lock file: {}", path.string(),
+                                                   std::strerror(why)));
+  }
+  checkpoint_dir_lock l;
+  l.fd_ = fd;
+  return l;
+}
+
+caf::expected<checkpoint_dir_lock> open_checkpoint_dir(const graph_spec& g, bool restart) {
+  const auto& c = g.checkpoint;
+  if (c.every <= 0 || c.dir_path.empty())
+    return checkpoint_dir_lock{};
+  if (auto err = check_output_folder(c.dir_path))
+    return make_error(errc::invalid_argument, fmt::format("checkpoint.dir: {}", error_message(err)));
+  auto lock = checkpoint_dir_lock::acquire(c.dir_path);
+  if (!lock)
+    return lock.error();
+  std::error_code ec;
+  std::vector<fs::path> earlier;
+  for (const auto& e : fs::directory_iterator(c.dir_path, ec))
+    if (auto name = e.path().filename().string(); name == "latest" || folder_step(name))
+      earlier.push_back(e.path());
+  std::sort(earlier.begin(), earlier.end());
+  if (earlier.empty() || !c.resume_folder.empty())
+    return lock;
+  if (!restart) {
+    std::string latest;
+    if (std::ifstream in{c.dir_path / "latest"}; in && std::getline(in, latest))
+      latest = fmt::format(", 'latest' names {}", latest);
+    auto steps = std::count_if(earlier.begin(), earlier.end(), [](const fs::path& p) { return p.filename() != "latest"; });
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: holds an earlier run's checkpoints ({} step folder{}{}); a fresh run here would "
+                                  "mix its steps with them: --resume {} to continue that run, --restart to remove "
+                                  "them and start over, or another checkpoint.dir",
+                                  c.dir_path.string(), steps, steps == 1 ? "" : "s", latest, c.dir_path.string()));
+  }
+  for (const auto& p : earlier)
+    if (fs::remove_all(p, ec); ec)
+      return make_error(errc::io_failed, fmt::format("{}: cannot remove an earlier run's checkpoint: {}",
+                                                     p.string(), ec.message()));
+  return lock;
 }
 
 caf::expected<resume_point> open_resume(const fs::path& dir, const graph_spec& g) {

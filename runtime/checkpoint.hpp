@@ -116,6 +116,38 @@ private:
   std::map<std::int64_t, pending> pending_;
 };
 
+/// A run's hold on its checkpoint folder: an exclusive flock on DIR/lock, held
+/// until destroyed (or the process ends), so two runs never write one folder.
+/// The file says who holds it ("pid 1234 on host a"); it is left in place.
+class checkpoint_dir_lock {
+public:
+  checkpoint_dir_lock() = default;
+  checkpoint_dir_lock(checkpoint_dir_lock&& other) noexcept;
+  checkpoint_dir_lock& operator=(checkpoint_dir_lock&& other) noexcept;
+  checkpoint_dir_lock(const checkpoint_dir_lock&) = delete;
+  checkpoint_dir_lock& operator=(const checkpoint_dir_lock&) = delete;
+  ~checkpoint_dir_lock();
+
+  /// Locks `dir` (which must exist). errc::invalid_argument naming the holder
+  /// when another run holds it; errc::io_failed when the lock file cannot be made.
+  static caf::expected<checkpoint_dir_lock> acquire(const std::filesystem::path& dir);
+
+  /// Whether a folder is held.
+  bool held() const noexcept { return fd_ >= 0; }
+
+private:
+  int fd_ = -1;
+};
+
+/// Prepares `g`'s checkpoint folder before a run starts, when the run saves
+/// checkpoints (`checkpoint.every` > 0): creates it, checks that files can be
+/// created there (not at the first save), locks it, and refuses a fresh run
+/// (no --resume) into a folder that already holds checkpoints, which would move
+/// its `latest` and mix two runs' steps; with `restart` those checkpoints are
+/// removed instead. The errors (errc::invalid_argument, errc::io_failed) name
+/// the folder and what to do; an empty lock when nothing is saved.
+caf::expected<checkpoint_dir_lock> open_checkpoint_dir(const graph_spec& g, bool restart);
+
 /// Where a run resumes from.
 struct resume_point {
   std::filesystem::path folder;  ///< the complete step folder

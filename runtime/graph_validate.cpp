@@ -2,6 +2,8 @@
 // actors whose role holds layers, channel ends, and the files a graph refers
 // to (corpus, schedule table).
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -173,12 +175,25 @@ void check_corpus(parsed_graph& pg, graph_reader& r) {
       return;
     }
   }
-  auto size = std::filesystem::file_size(d.corpus_path, ec);
-  auto need = static_cast<std::uintmax_t>(pg.graph.model.context) + 1;
-  if (!ec && size < need)
+  // Open it as the data loader will: existing is not enough (chmod 000, an
+  // unprivileged user), and a run that cannot read it has nothing to train on.
+  if (std::ifstream in{d.corpus_path, std::ios::binary}; !in) {
     r.error(at, "data.corpus",
-            fmt::format("corpus file '{}' holds {} bytes; one sequence needs context + 1 = {}", d.corpus, size,
-                        need));
+            fmt::format("corpus file '{}' cannot be read: {}", d.corpus == "kjv" ? d.corpus_path.string() : d.corpus,
+                        std::strerror(errno)));
+    return;
+  }
+  auto size = std::filesystem::file_size(d.corpus_path, ec);
+  if (ec)
+    return;
+  // The split byte_corpus makes: both parts need one window of context + 1 bytes.
+  auto need = static_cast<std::uintmax_t>(pg.graph.model.context) + 1;
+  auto train = static_cast<std::uintmax_t>(static_cast<double>(size) * (1.0 - d.val_fraction));
+  if (train < need || size - train < need)
+    r.error(at, "data.corpus",
+            fmt::format("corpus file '{}' holds {} bytes: too short for context {} with a {:.0f}% validation "
+                        "split (each part needs context + 1 = {} bytes)",
+                        d.corpus, size, pg.graph.model.context, d.val_fraction * 100, need));
 }
 
 void check_schedule_files(parsed_graph& pg, graph_reader& r) {

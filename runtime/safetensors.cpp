@@ -46,8 +46,11 @@ caf::error replace_file(const std::filesystem::path& path, const std::vector<std
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     return io_error(path, fmt::format("cannot create a temporary file: {}", std::strerror(errno)));
+  // Say that an older file is kept only where there is one (a new checkpoint part has none).
+  std::error_code ec;
+  const char* kept = std::filesystem::exists(path, ec) ? "; the previous file is kept" : "";
   auto fail = [&](const char* what) {
-    auto err = io_error(path, fmt::format("{}: {}; the previous file is kept", what, std::strerror(errno)));
+    auto err = io_error(path, fmt::format("{}: {}{}", what, std::strerror(errno), kept));
     ::close(fd);
     ::unlink(tmp.c_str());
     return err;
@@ -67,7 +70,7 @@ caf::error replace_file(const std::filesystem::path& path, const std::vector<std
     return fail("flushing to disk failed");
   if (::close(fd) != 0) {
     ::unlink(tmp.c_str());
-    return io_error(path, fmt::format("closing failed: {}; the previous file is kept", std::strerror(errno)));
+    return io_error(path, fmt::format("closing failed: {}{}", std::strerror(errno), kept));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     auto err = io_error(path, fmt::format("cannot move the new file into place: {}", std::strerror(errno)));

@@ -107,19 +107,24 @@ std::string write_chrome_trace(const std::filesystem::path& path, const trace_sn
     std::filesystem::create_directories(path.parent_path(), ec);
   auto tmp = path;
   tmp += ".tmp";
+  // Whatever fails, no temporary file is left behind (the caller reports the failure).
+  auto fail = [&](std::string why) {
+    std::filesystem::remove(tmp, ec);
+    return why;
+  };
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out)
-      return fmt::format("{}: cannot write trace: {}", tmp.string(), std::strerror(errno));
+      return fail(fmt::format("{}: cannot write trace: {}", tmp.string(), std::strerror(errno)));
     auto json = to_chrome_json(t);
     out.write(json.data(), static_cast<std::streamsize>(json.size()));
     out.flush();
     if (!out)
-      return fmt::format("{}: writing trace failed: {}", tmp.string(), std::strerror(errno));
+      return fail(fmt::format("{}: writing trace failed: {}", tmp.string(), std::strerror(errno)));
   }
   std::filesystem::rename(tmp, path, ec);
   if (ec)
-    return fmt::format("{}: cannot move trace into place: {}", path.string(), ec.message());
+    return fail(fmt::format("{}: cannot move trace into place: {}", path.string(), ec.message()));
   return {};
 }
 

@@ -26,7 +26,8 @@ trace_snapshot snapshot_trace();
 std::string to_chrome_json(const trace_snapshot& t);
 
 /// Writes `to_chrome_json(t)` to `path` atomically (temporary file, then rename).
-/// Returns an empty string on success, else what went wrong and where.
+/// Returns an empty string on success, else what went wrong and where; a failed
+/// write leaves no temporary file.
 std::string write_chrome_trace(const std::filesystem::path& path, const trace_snapshot& t);
 
 } // namespace troupe
