@@ -83,12 +83,12 @@ void register_test_types() {
                                           return c.system.spawn(ticker, c.spec.name, int_param(c.spec, "count", 1),
                                                                 c.runner);
                                         },
-                                        {{"count"}, {}}});
+                                        {{"count"}, {}, {}}});
     register_actor_type("test_counter", {[](spawn_context& c) -> caf::expected<caf::actor> {
                                            return c.system.spawn(counter, c.spec.name,
                                                                  int_param(c.spec, "expect", 1), c.runner);
                                          },
-                                         {{"expect"}, {}}});
+                                         {{"expect"}, {}, {}}});
     register_actor_type("test_failer", {[](spawn_context& c) -> caf::expected<caf::actor> {
                                           return c.system.spawn(failer, c.spec.name, c.runner);
                                         },
