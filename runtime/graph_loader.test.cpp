@@ -187,7 +187,10 @@ TEST_CASE("a missing corpus file is an error that names the file") {
 TEST_CASE("a corpus path is resolved against the graph file's folder") {
   auto dir = std::filesystem::temp_directory_path() / "troupe_loader_test";
   std::filesystem::create_directories(dir);
-  std::ofstream{dir / "words.txt"} << "in the beginning was the word\n";
+  std::ofstream words{dir / "words.txt"};  // long enough for context 4 and a 10% validation split
+  for (int i = 0; i < 4; ++i)
+    words << "in the beginning was the word\n";
+  words.close();
   load_options o;
   auto r = load_graph_text("model: {layers: 1, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1, corpus: words.txt}\n"
                            "train: {steps: 3}\n",
