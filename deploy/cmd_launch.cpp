@@ -123,7 +123,7 @@ int run_launch(std::span<char*> args) {
   auto result = cluster::run_coordinator(g, o);
   if (auto err = (*tracing)->finish(); !err.empty())
     fmt::print(stderr, "troupe launch: {}\n", err);
-  return report_run("launch", ra.file, result, summary);
+  return report_run("launch", g, ra.file, result, summary);
 }
 
 } // namespace troupe::cli

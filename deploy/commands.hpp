@@ -2,6 +2,7 @@
 // once in the table in deploy/commands.cpp.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string_view>
 
@@ -30,6 +31,11 @@ int trace_command(std::span<char*> args);
 
 /// `troupe dash` (deploy/cmd_dash.cpp).
 int dash_command(std::span<char*> args);
+
+/// `text` as an integer in [low, high] (runtime/limits.hpp has the bounds), or
+/// false after "troupe CMD: OPT must be an integer from LOW to HIGH, got 'TEXT'".
+bool parse_count(const char* cmd, std::string_view text, const char* opt, std::int64_t low, std::int64_t high,
+                 std::int64_t& out);
 
 /// Runs `troupe ARGS...`: finds the subcommand or prints help.
 int dispatch(int argc, char** argv);
