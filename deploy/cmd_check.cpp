@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "deploy/commands.hpp"
+#include "deploy/model_size.hpp"
 #include "deploy/run_graph.hpp"
 
 namespace troupe::cli {
@@ -25,6 +26,8 @@ options:
                         repeat for several
   -h, --help            show this help
 
+The first line, a YAML comment, counts the model's parameters, in total and per
+stage (from the config: nothing is built).
 Every problem is reported at once as FILE:LINE:COL: KEY.PATH: MESSAGE.
 Exit codes: 0 valid, 2 invalid (errors on stderr).
 )";
@@ -103,6 +106,9 @@ int run_check(std::span<char*> args) {
     fmt::print(stderr, "{}", to_string(res.errors));
     return bad_input;
   }
+  // A YAML comment, so the output still reads back as the graph.
+  if (auto p = count_parameters(*res.graph); p.total > 0)
+    fmt::print("# {}\n", to_string(p));
   fmt::print("{}", to_yaml(*res.graph));
   return ok;
 }

@@ -148,7 +148,7 @@ int run_launch(std::span<char*> args) {
   auto trace_err = (*tracing)->finish();
   if (!trace_err.empty())
     fmt::print(stderr, "troupe launch: {}\n", trace_err);
-  auto rc = report_run("launch", ra.file, result, summary);
+  auto rc = report_run("launch", g, ra.file, result, summary);
   return rc == ok && !trace_err.empty() ? runtime_failure : rc;
 }
 

@@ -16,6 +16,7 @@
 #include "deploy/run_tracing.hpp"
 #include "runtime/actor_system.hpp"
 #include "runtime/checkpoint.hpp"
+#include "runtime/limits.hpp"
 
 namespace troupe::cli {
 
@@ -32,8 +33,9 @@ options:
   --set KEY.PATH=VALUE   override one value before validation (repeatable)
   --steps N              train for N steps (the same as --set train.steps=N)
   --summary-json FILE    write {"steps", "tokens_per_s", "ms_per_step",
-                         "train_loss", "val_loss", "first_step", "losses"} there
-                         at the end (null where a number does not apply)
+                         "train_loss", "val_loss", "first_step", "losses",
+                         "parameters": {"total", "per_actor"}} there at the
+                         end (null where a number does not apply)
   --resume DIR           continue from a checkpoint: DIR is a checkpoint.dir
                          (its 'latest' names the step) or one step-NNNNNN folder
   --restart              start over in a checkpoint.dir that holds an earlier
@@ -86,7 +88,7 @@ int run_run(std::span<char*> args) {
   auto opts = runtime_options_from_env();
   if (!threads.empty()) {
     std::int64_t n = 0;
-    if (!parse_positive("run", threads, "--threads", n))
+    if (!parse_count("run", threads, "--threads", 1, limits::max_threads, n))
       return bad_input;
     opts.threads = static_cast<std::size_t>(n);
   }
@@ -116,7 +118,7 @@ int run_run(std::span<char*> args) {
   auto trace_err = (*tracing)->finish();
   if (!trace_err.empty())
     fmt::print(stderr, "troupe run: {}\n", trace_err);
-  auto rc = report_run("run", ra.file, result, summary);
+  auto rc = report_run("run", g, ra.file, result, summary);
   return rc == ok && !trace_err.empty() ? runtime_failure : rc;  // a lost trace is a failed command
 }
 

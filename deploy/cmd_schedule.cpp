@@ -1,9 +1,12 @@
 // `troupe schedule`: runs a stage policy in the deterministic pipeline harness
 // and prints each rank's action order, the makespan and the bubble fraction,
 // as text or (`--json`) as one JSON object.
+#include <algorithm>
 #include <charconv>
-#include <ranges>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <ranges>
 #include <string>
 #include <string_view>
 
@@ -12,6 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "deploy/commands.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/limits.hpp"
+#include "runtime/plugin.hpp"
 #include "schedulers/harness.hpp"
 #include "schedulers/straggler.hpp"
 
@@ -31,9 +37,11 @@ constexpr std::string_view usage =
   "\n"
   "options:\n"
   "  --policy P            gpipe, 1f1b, interleaved_1f1b, zb_h1, table (or a plugin's)\n"
-  "  --stages S            pipeline ranks p\n"
-  "  --microbatches M      microbatches per step m\n"
-  "  --virtual V           model chunks per rank (interleaved_1f1b), default 1\n"
+  "  --plugin LIB.so       load a plugin first, so its policies can be named (repeatable)\n"
+  "  --stages S            pipeline ranks p, 1 to 4096 (as in a graph file)\n"
+  "  --microbatches M      microbatches per step m, 1 to 65536 (as in a graph file)\n"
+  "  --virtual V           model chunks per rank (interleaved_1f1b), 1 to 64, default 1;\n"
+  "                        S x S x V x M is at most 2^25\n"
   "  --costs F,B,W         a rank's forward, backward (= I + W) and weight-gradient cost\n"
   "                        for one microbatch, default 1,2,1 (a chunk costs 1/V of it)\n"
   "  --latency L           time a message takes between ranks, default 0\n"
@@ -48,7 +56,8 @@ constexpr std::string_view usage =
   "  --compare [SEEDS]     compare the policy with `table` replaying its own canonical\n"
   "                        order under jitter 30%, one rank 1.5x slower, one microbatch\n"
   "                        4x slower and microbatch costs drawn from 1-3x: median\n"
-  "                        makespans over SEEDS seeds (default 100)\n"
+  "                        makespans over SEEDS seeds (default 100, at most 100000,\n"
+  "                        and SEEDS x S x S x V x M at most 2^22)\n"
   "  --json                print one JSON object instead of text: {\"orders\": {\"0\": [\"0F0\",\n"
   "                        ...]}, \"makespan\", \"bubble\", \"peak_in_flight\", ...}, or with\n"
   "                        --compare {\"shape\", \"seeds\", \"records\": [{\"scenario\",\n"
@@ -188,30 +197,42 @@ int run_schedule(std::span<char*> args) {
     if (flag == "--compare") {
       seeds = 100;
       if (i + 1 < args.size() && std::string_view{args[i + 1]}.substr(0, 2) != "--") {
-        if (!parse_number(std::string_view{args[++i]}, seeds) || seeds < 1)
-          return bad(fmt::format("--compare: '{}' is not a positive number of seeds", args[i]));
+        if (!parse_number(std::string_view{args[++i]}, seeds) || seeds < 1 || seeds > limits::max_compare_seeds)
+          return bad(fmt::format("--compare: '{}' is not a number of seeds from 1 to {}", args[i],
+                                 limits::max_compare_seeds));
       }
       continue;
     }
     if (i + 1 >= args.size())
       return bad(fmt::format("{} needs a value", flag));
     std::string_view value = args[++i];
-    auto number = [&](auto& out, auto low) {
-      return parse_number(value, out) && out >= low;
+    std::string range; // the allowed values, when a count is out of them
+    // A count outside [low, high] is named with its range, as the graph loader does.
+    auto count = [&](int& out, int low, int high) {
+      if (parse_number(value, out) && out >= low && out <= high)
+        return true;
+      range = fmt::format("an integer from {} to {}", low, high);
+      return false;
+    };
+    auto number = [&](double& out) {
+      return parse_number(value, out) && std::isfinite(out) && out >= 0;
     };
     bool good = true;
     if (flag == "--policy") {
       policy = value;
+    } else if (flag == "--plugin") {
+      if (auto err = load_plugin(std::string{value}))
+        return bad(fmt::format("--plugin: {}", error_message(err)));
     } else if (flag == "--stages") {
-      good = number(c.ranks, 1);
+      good = count(c.ranks, 1, limits::max_stages);
     } else if (flag == "--microbatches") {
-      good = number(c.microbatches, 1);
+      good = count(c.microbatches, 1, limits::max_microbatches);
     } else if (flag == "--virtual") {
-      good = number(c.chunks, 1);
+      good = count(c.chunks, 1, limits::max_virtual);
     } else if (flag == "--latency") {
-      good = number(c.latency, 0.0);
+      good = number(c.latency);
     } else if (flag == "--jitter") {
-      good = number(c.jitter, 0.0) && c.jitter < 1;
+      good = number(c.jitter) && c.jitter < 1;
     } else if (flag == "--seed") {
       good = parse_number(value, c.seed);
     } else if (flag == "--table") {
@@ -232,19 +253,30 @@ int run_schedule(std::span<char*> args) {
       good = a != value.npos && b != value.npos && parse_number(value.substr(0, a), c.forward_cost) &&
              parse_number(value.substr(a + 1, b - a - 1), c.backward_cost) &&
              parse_number(value.substr(b + 1), c.weight_cost) && c.forward_cost > 0 && c.backward_cost > 0 &&
-             c.weight_cost >= 0;
+             c.weight_cost >= 0 && std::isfinite(c.forward_cost + c.backward_cost + c.weight_cost);
     } else {
       return bad(fmt::format("unknown option '{}'", flag));
     }
     if (!good)
       return bad(fmt::format("{}: bad value '{}' (expected {})", flag, value,
-                             flag == "--costs"   ? "three numbers F,B,W, F and B positive"
+                             !range.empty()       ? range
+                             : flag == "--costs"   ? "three finite numbers F,B,W, F and B positive"
                              : flag == "--option" ? "KEY=VALUE"
                              : flag == "--jitter" ? "a number in [0, 1)"
-                                                  : "a non-negative number"));
+                                                  : "a finite non-negative number"));
   }
   if (policy.empty() || c.ranks == 0 || c.microbatches == 0)
     return bad("--policy, --stages and --microbatches are required");
+  // Each flag is bounded like a graph file's; their product is what the harness holds.
+  auto size = std::int64_t{c.ranks} * c.ranks * c.chunks * c.microbatches;
+  if (size > limits::max_schedule_size)
+    return bad(fmt::format("{} stages x {} microbatches x {} chunks is too big to simulate: stages^2 x virtual x "
+                           "microbatches = {} is over the limit of {}", c.ranks, c.microbatches, c.chunks, size,
+                           limits::max_schedule_size));
+  if (seeds > 0 && seeds * size > limits::max_compare_work)
+    return bad(fmt::format("--compare {}: {} seeds x a size of {} (stages^2 x virtual x microbatches) is over the "
+                           "limit of {}; use at most {} seeds for this shape", seeds, seeds, size,
+                           limits::max_compare_work, std::max<std::int64_t>(1, limits::max_compare_work / size)));
   for (const auto& s : slow)
     if (!parse_slowdown(s, c.rank_slowdown, c.ranks))
       return bad(fmt::format("--slow: '{}' is not RANK:FACTOR with RANK in 0..{} and FACTOR > 0", s, c.ranks - 1));

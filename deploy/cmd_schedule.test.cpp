@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <sys/wait.h>
 #include <vector>
@@ -17,9 +18,13 @@ struct run_result {
   std::string out;
 };
 
-run_result troupe(const std::string& args) {
+std::string build_dir() {
   const char* dir = std::getenv("TROUPE_BUILD_DIR");
-  std::string cmd = std::string{dir ? dir : "build"} + "/deploy/troupe " + args + " 2>&1";
+  return dir ? dir : "build";
+}
+
+run_result troupe(const std::string& args) {
+  std::string cmd = build_dir() + "/deploy/troupe " + args + " 2>&1";
   run_result r;
   std::FILE* pipe = popen(cmd.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -105,4 +110,42 @@ TEST_CASE("troupe schedule --json --compare lists one record per scenario with m
   }
   CHECK(scenarios == std::vector<std::string>{"jitter 30%", "one rank 1.5x slower", "one microbatch 4x slower",
                                               "microbatch costs 1-3x"});
+}
+
+TEST_CASE("troupe schedule --plugin loads the example plugin so its policy can be simulated and compared") {
+  auto plugin = build_dir() + "/examples/libtroupe_greedy_policy.so";
+  auto without = troupe("schedule --policy greedy_backward_first --stages 4 --microbatches 8");
+  CHECK(without.code == 2);
+  CHECK(has(without, "1f1b")); // unknown names fail with the list of valid ones
+  auto r = troupe("schedule --plugin " + plugin + " --policy greedy_backward_first --stages 4 --microbatches 8 "
+                  "--slow 2:1.5");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(has(r, "schedule: greedy_backward_first, 4 stages"));
+  CHECK(has(r, "rank 3: 3F0 3B0"));
+  auto cmp = troupe("schedule --policy greedy_backward_first --plugin " + plugin +
+                    " --stages 4 --microbatches 8 --compare 3 --json");
+  INFO(cmp.out);
+  CHECK(cmp.code == 0);
+  CHECK(has(cmp, "\"policy\": \"greedy_backward_first\""));
+  auto missing = troupe("schedule --plugin /nonexistent/libnothing.so --policy 1f1b --stages 4 --microbatches 8");
+  CHECK(missing.code == 2);
+  CHECK(has(missing, "troupe schedule: --plugin: "));
+}
+
+TEST_CASE("the example plugin builds out of the tree with the README's command and loads") {
+  // The command examples/plugin/README.md gives, run from a folder outside the source tree.
+  auto src = std::filesystem::current_path();
+  auto out = std::filesystem::temp_directory_path() / "troupe_plugin_out_of_tree";
+  std::filesystem::create_directories(out);
+  auto cmd = "cd " + out.string() + " && TROUPE_SRC=" + src.string() +
+             " && ${CXX:-c++} -std=c++20 -O2 -fPIC -shared -I\"$TROUPE_SRC\" "
+             "\"$TROUPE_SRC/examples/plugin/greedy_policy.cpp\" -o libgreedy_policy.so";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  auto r = troupe("schedule --plugin " + (out / "libgreedy_policy.so").string() +
+                  " --policy greedy_backward_first --stages 2 --microbatches 4");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(has(r, "rank 1: 1F0 1B0"));
+  std::filesystem::remove_all(out);
 }

@@ -3,6 +3,7 @@
 #include "deploy/run_graph.hpp"
 
 #include <array>
+#include <charconv>
 #include <filesystem>
 #include <cstdio>
 #include <string>
@@ -43,6 +44,15 @@ void print_help(std::FILE* out) {
 }
 
 } // namespace
+
+bool parse_count(const char* cmd, std::string_view text, const char* opt, std::int64_t low, std::int64_t high,
+                 std::int64_t& out) {
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  if (ec == std::errc{} && end == text.data() + text.size() && out >= low && out <= high)
+    return true;
+  fmt::print(stderr, "troupe {}: {} must be an integer from {} to {}, got '{}'\n", cmd, opt, low, high, text);
+  return false;
+}
 
 std::span<const command> commands() {
   return table;

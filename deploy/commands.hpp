@@ -2,6 +2,7 @@
 // once in the table in deploy/commands.cpp.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <span>
 #include <string_view>
@@ -41,6 +42,11 @@ bool outputs_writable(std::string_view cmd, std::initializer_list<std::string_vi
 
 /// Removes every `flag` from `args`; whether there was one.
 bool take_flag(std::vector<char*>& args, std::string_view flag);
+
+/// `text` as an integer in [low, high] (runtime/limits.hpp has the bounds), or
+/// false after "troupe CMD: OPT must be an integer from LOW to HIGH, got 'TEXT'".
+bool parse_count(const char* cmd, std::string_view text, const char* opt, std::int64_t low, std::int64_t high,
+                 std::int64_t& out);
 
 /// Runs `troupe ARGS...`: finds the subcommand or prints help.
 int dispatch(int argc, char** argv);

@@ -176,17 +176,16 @@ caf::error run_checkpoints::interrupted(int sig, std::size_t done, std::size_t a
                                                 done, actors)));
 }
 
-std::string summary_json(const run_result& r) {
+nlohmann::json summary_json(const run_result& r, const parameter_count& parameters) {
   auto num = [](std::optional<double> v) {
-    return v && std::isfinite(*v) ? fmt::format("{}", *v) : std::string{"null"};
+    return v && std::isfinite(*v) ? nlohmann::json(*v) : nlohmann::json(nullptr);
   };
-  std::string losses;
-  for (double l : r.losses) // shortest text that reads back as the same double
-    losses += fmt::format("{}{}", losses.empty() ? "" : ", ", num(l));
-  return fmt::format(R"({{"steps": {}, "tokens_per_s": {}, "ms_per_step": {}, "train_loss": {}, "val_loss": {}, )"
-                     R"("first_step": {}, "losses": [{}]}})",
-                     r.steps, num(r.tokens_per_s()), num(r.ms_per_step()), num(r.train_loss), num(r.val_loss),
-                     r.first_step, losses);
+  auto losses = nlohmann::json::array();
+  for (double l : r.losses)
+    losses.push_back(num(l));
+  return {{"steps", r.steps},           {"tokens_per_s", num(r.tokens_per_s())}, {"ms_per_step", num(r.ms_per_step())},
+          {"train_loss", num(r.train_loss)}, {"val_loss", num(r.val_loss)},    {"first_step", r.first_step},
+          {"losses", losses},           {"parameters", to_json(parameters)}};
 }
 
 } // namespace troupe

@@ -15,6 +15,9 @@
 #include <caf/actor_system.hpp>
 #include <caf/expected.hpp>
 
+#include <nlohmann/json.hpp>
+
+#include "deploy/model_size.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/graph_loader.hpp"
 #include "runtime/messages.hpp"
@@ -87,8 +90,9 @@ private:
 };
 
 /// `{"steps":…, "tokens_per_s":…, "ms_per_step":…, "train_loss":…, "val_loss":…,
-/// "first_step":…, "losses": […]}`, null where unknown; `steps` counts this run's.
-std::string summary_json(const run_result& r);
+/// "first_step":…, "losses": […], "parameters": {"total":…, "per_actor": {…}}}`,
+/// null where unknown; `steps` counts this run's.
+nlohmann::json summary_json(const run_result& r, const parameter_count& parameters);
 
 } // namespace troupe
 
@@ -106,18 +110,15 @@ struct run_args {
   std::vector<std::string> sets;  ///< `--set` values, plus `train.steps=N` for --steps
 };
 
-/// `text` as a positive integer, or false after a message naming `cmd` and `opt`.
-bool parse_positive(const char* cmd, const std::string& text, const char* opt, std::int64_t& out);
-
 /// Checks --steps and --timeout, loads the graph with the `--set` values and
 /// opens the --resume checkpoint into its checkpoint section (printing where it
-/// resumes). nullopt after the errors went to stderr: exit with bad_input.
+/// resumes), and prints the model's parameter count. nullopt after the errors went to stderr: exit with bad_input.
 std::optional<graph_spec> load_run_graph(const char* cmd, run_args& a, std::chrono::milliseconds& timeout);
 
-/// Prints how the run of `file` went (one summary line, or the error on
-/// stderr), writes `summary_path` as summary_json when given, and returns the
-/// exit code of `troupe CMD` (deploy/run_report.cpp).
-int report_run(const char* cmd, const std::string& file, const caf::expected<run_result>& result,
+/// Prints how the run of `file` (the graph `g`) went (one summary line, or the
+/// error on stderr), writes `summary_path` as summary_json when given, and
+/// returns the exit code of `troupe CMD` (deploy/run_report.cpp).
+int report_run(const char* cmd, const graph_spec& g, const std::string& file, const caf::expected<run_result>& result,
                const std::string& summary_path);
 
 /// `troupe check` (deploy/cmd_check.cpp) and `troupe run` (deploy/cmd_run.cpp).

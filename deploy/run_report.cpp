@@ -1,6 +1,5 @@
 // How `troupe run` and `troupe launch` begin and end: their shared options,
 // the graph loaded and resumed; one summary line, the summary JSON, the exit code.
-#include <charconv>
 #include <cstdio>
 #include <fstream>
 
@@ -10,26 +9,19 @@
 #include "deploy/interrupt.hpp"
 #include "deploy/run_graph.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/limits.hpp"
 
 namespace troupe::cli {
-
-bool parse_positive(const char* cmd, const std::string& text, const char* opt, std::int64_t& out) {
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  if (ec == std::errc{} && end == text.data() + text.size() && out > 0)
-    return true;
-  fmt::print(stderr, "troupe {}: {} expects a positive integer, got '{}'\n", cmd, opt, text);
-  return false;
-}
 
 std::optional<graph_spec> load_run_graph(const char* cmd, run_args& a, std::chrono::milliseconds& timeout) {
   std::int64_t n = 0;
   if (!a.steps.empty()) {
-    if (!parse_positive(cmd, a.steps, "--steps", n))
+    if (!parse_count(cmd, a.steps, "--steps", 1, limits::max_steps, n))
       return std::nullopt;
     a.sets.push_back(fmt::format("train.steps={}", n));
   }
   if (!a.timeout.empty()) {
-    if (!parse_positive(cmd, a.timeout, "--timeout", n))
+    if (!parse_count(cmd, a.timeout, "--timeout", 1, limits::max_timeout_s, n))
       return std::nullopt;
     timeout = std::chrono::seconds(n);
   }
@@ -39,6 +31,8 @@ std::optional<graph_spec> load_run_graph(const char* cmd, run_args& a, std::chro
     return std::nullopt;
   }
   auto& g = *res.graph;
+  if (auto p = count_parameters(g); p.total > 0)
+    fmt::print("{}\n", to_string(p));
   if (!a.resume.empty()) {
     auto from = open_resume(a.resume, g);
     if (!from) {
@@ -53,7 +47,7 @@ std::optional<graph_spec> load_run_graph(const char* cmd, run_args& a, std::chro
   return std::move(res.graph);
 }
 
-int report_run(const char* cmd, const std::string& file, const caf::expected<run_result>& result,
+int report_run(const char* cmd, const graph_spec& g, const std::string& file, const caf::expected<run_result>& result,
                const std::string& summary_path) {
   if (!result) {
     fmt::print(stderr, "troupe {}: {}\n", cmd, error_message(result.error()));
@@ -71,7 +65,7 @@ int report_run(const char* cmd, const std::string& file, const caf::expected<run
   std::fflush(stdout);
   if (!summary_path.empty()) {
     std::ofstream out{summary_path};
-    out << summary_json(*result) << "\n";
+    out << summary_json(*result, count_parameters(g)).dump() << "\n";
     if (!out) {
       fmt::print(stderr, "troupe {}: cannot write the summary to '{}'\n", cmd, summary_path);
       return runtime_failure;

@@ -4,11 +4,14 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <string>
 
 #include <fmt/format.h>
 
+#include "deploy/commands.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/output_path.hpp"
+#include "runtime/limits.hpp"
 #include "runtime/trace.hpp"
 #include "runtime/trace_export.hpp"
 
@@ -58,13 +61,11 @@ bool take_trace_options(std::vector<char*>& args, trace_cli_options& out, std::s
       const char* v = a == "--trace-buffer" ? value("--trace-buffer") : args[i] + 15;
       if (!v)
         return false;
-      std::size_t n = 0;
-      auto [end, ec] = std::from_chars(v, v + std::strlen(v), n);
-      if (ec != std::errc{} || *end != 0 || n < 2) {
-        fmt::print(stderr, "troupe {}: --trace-buffer expects a number of spans (at least 2), got '{}'\n", command, v);
+      std::int64_t n = 0;
+      std::string cmd{command};
+      if (!parse_count(cmd.c_str(), v, "--trace-buffer", 2, limits::max_trace_buffer, n))
         return false;
-      }
-      out.buffer = n;
+      out.buffer = static_cast<std::size_t>(n);
     } else if (a == "--no-trace") {
       out.no_trace = true;
     } else if (a == "--dashboard") {

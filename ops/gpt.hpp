@@ -110,6 +110,12 @@ private:
   impl* impl_;
 };
 
+/// Parameters of layers [begin, end) of `cfg`, with the embeddings when begin == 0
+/// and the final norm and head when end == cfg.layers, counted from the shapes
+/// without allocating: Σ numel of gpt_range(cfg, begin, end).params(). A block has
+/// 12·d² + 13·d (Megatron's 12·l·h² plus biases and norms).
+std::int64_t gpt_parameter_count(const gpt_config& cfg, int begin, int end);
+
 /// Number of floating-point operations of one forward + backward of `cfg` on
 /// [batch, seq] tokens: 3× the forward's matrix products, causal attention counted in full.
 double gpt_step_flops(const gpt_config& cfg, int batch, int seq);

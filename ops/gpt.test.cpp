@@ -102,6 +102,25 @@ TEST_CASE("ranges hold exactly the whole model's weights for their layers") {
   CHECK(std::sqrt(s2 / double(v.size())) == doctest::Approx(0.02 / std::sqrt(8.0)).epsilon(0.05));
 }
 
+TEST_CASE("the parameter count from the config equals the sizes of the real ranges' parameters") {
+  gpt_config cfg{.layers = 5, .d_model = 24, .heads = 3, .context = 16, .vocab = 37};
+  auto real = [&](int begin, int end) {
+    std::int64_t n = 0;
+    for (const auto& p : gpt_range(cfg, begin, end).params())
+      n += p.value.numel();
+    return n;
+  };
+  for (auto [b, e] : {std::pair{0, 5}, {0, 2}, {2, 4}, {4, 5}, {1, 2}})
+    CHECK(gpt_parameter_count(cfg, b, e) == real(b, e));
+  CHECK(gpt_parameter_count(cfg, 0, 2) + gpt_parameter_count(cfg, 2, 5) == gpt_parameter_count(cfg, 0, 5));
+  // Megatron's formula: 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h)), plus the untied head and final norm.
+  const std::int64_t l = 5, h = 24, V = 37, s = 16;
+  CHECK(gpt_parameter_count(cfg, 0, 5) == 12 * l * h * h + 13 * l * h + (V + s) * h + V * h + 2 * h);
+  // GPT-2 small (124M with a tied head; untied adds the 50257 x 768 head).
+  gpt_config small{.layers = 12, .d_model = 768, .heads = 12, .context = 1024, .vocab = 50257};
+  CHECK(gpt_parameter_count(small, 0, 12) == 124'439'808 + 50257LL * 768);
+}
+
 TEST_CASE("splitting the model into 1, 2 and 4 ranges gives the same loss and gradients") {
   gpt_config cfg{.layers = 4, .d_model = 20, .heads = 4, .context = 11, .vocab = 31};
   auto x = make_batch(3, 11, cfg.vocab, 3);

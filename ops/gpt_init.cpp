@@ -1,5 +1,6 @@
 // GPT parameters: names, shapes and GPT-2 initialisation from a per-parameter seed,
 // so any layer range draws exactly the weights the whole model draws.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -100,6 +101,18 @@ double gpt_step_flops(const gpt_config& cfg, int batch, int seq) {
   const double c = cfg.d_model, t = seq;
   double per_token = cfg.layers * (24.0 * c * c + 4.0 * t * c) + 2.0 * c * cfg.vocab;
   return 3.0 * per_token * double(batch) * t;
+}
+
+std::int64_t gpt_parameter_count(const gpt_config& cfg, int begin, int end) {
+  // The shapes init_params above creates, summed.
+  const std::int64_t c = cfg.d_model, vocab = cfg.vocab;
+  const std::int64_t block = (2 * c) + (3 * c * c + 3 * c) + (c * c + c) + (2 * c) + (4 * c * c + 4 * c) + (4 * c * c + c);
+  std::int64_t n = block * std::max(0, end - begin);
+  if (begin == 0)
+    n += vocab * c + std::int64_t{cfg.context} * c; // wte, wpe
+  if (end == cfg.layers)
+    n += 2 * c + vocab * c; // ln_f, lm_head
+  return n;
 }
 
 } // namespace troupe::ops

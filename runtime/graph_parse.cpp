@@ -5,21 +5,13 @@
 #include <fmt/format.h>
 
 #include "runtime/device.hpp"
+#include "runtime/limits.hpp"
 
 namespace troupe::detail {
 
 namespace {
 
-// Upper bounds past which a size is a mistake rather than a big run.
-constexpr int max_layers = 4096;
-constexpr int max_width = 1 << 17;
-constexpr int max_heads = 4096;
-constexpr int max_context = 1 << 20;
-constexpr int max_vocab = 1 << 22;
-constexpr int max_batch = 1 << 16;
-constexpr int max_stages = 4096;
-constexpr int max_microbatches = 1 << 16;
-constexpr std::int64_t max_steps = 1'000'000'000'000;
+using namespace troupe::limits;
 
 const std::vector<std::string> model_keys{"layers", "d_model", "heads", "context", "vocab", "precision"};
 const std::vector<std::string> data_keys{"corpus", "batch", "seed", "val_fraction"};
@@ -148,7 +140,7 @@ void parse_pipeline(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   r.get_int(n, "pipeline", "microbatches", p.microbatches, 1, max_microbatches);
   r.get_string(n, "pipeline", "schedule", p.schedule);
   pg.schedule_node.reset(child(n, "schedule"));
-  r.get_int(n, "pipeline", "virtual", p.virtual_stages, 1, 64);
+  r.get_int(n, "pipeline", "virtual", p.virtual_stages, 1, max_virtual);
   r.get_string(n, "pipeline", "table", p.table);
   pg.table_node.reset(child(n, "table"));
   pg.policy_node.reset(child(n, "policy"));

@@ -1,5 +1,6 @@
 # Runs `troupe CMD CASE.yaml [args from CASE.args]` in DIR (CMD: check unless
-# given) and compares its exit code (2) and stderr (byte for byte) with CASE.expected.
+# given), or `troupe [args from CASE.cmd]` when there is a CASE.cmd, and compares
+# its exit code (2) and stderr (byte for byte) with CASE.expected.
 if(NOT CMD)
   set(CMD check)
 endif()
@@ -7,7 +8,12 @@ set(args "")
 if(EXISTS "${DIR}/${CASE}.args")
   file(STRINGS "${DIR}/${CASE}.args" args)
 endif()
-execute_process(COMMAND "${TROUPE}" ${CMD} "${CASE}.yaml" ${args}
+if(EXISTS "${DIR}/${CASE}.cmd")
+  file(STRINGS "${DIR}/${CASE}.cmd" command_line)
+else()
+  set(command_line ${CMD} "${CASE}.yaml" ${args})
+endif()
+execute_process(COMMAND "${TROUPE}" ${command_line}
   WORKING_DIRECTORY "${DIR}"
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 30)
 file(READ "${DIR}/${CASE}.expected" expected)

@@ -1,0 +1,4 @@
+launch
+../../examples/two-nodes.yaml
+--steps
+10000000000000

@@ -1,0 +1,4 @@
+run
+../../examples/two-stage.yaml
+--timeout
+9223372036854775807

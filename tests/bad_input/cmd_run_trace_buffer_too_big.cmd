@@ -1,0 +1,4 @@
+run
+../../examples/two-stage.yaml
+--trace-buffer
+100000000000

@@ -1,0 +1,9 @@
+schedule
+--policy
+1f1b
+--stages
+64
+--microbatches
+1024
+--compare
+100

@@ -1,0 +1,7 @@
+schedule
+--policy
+gpipe
+--stages
+4096
+--microbatches
+65536

@@ -1,0 +1,7 @@
+schedule
+--policy
+1f1b
+--stages
+4
+--microbatches
+100000
