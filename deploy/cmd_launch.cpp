@@ -10,6 +10,7 @@
 
 #include "deploy/cluster_token.hpp"
 #include "deploy/commands.hpp"
+#include "deploy/model_size.hpp"
 #include "deploy/coordinator.hpp"
 #include "deploy/interrupt.hpp"
 #include "deploy/run_graph.hpp"
@@ -112,6 +113,8 @@ int run_launch(std::span<char*> args) {
     fmt::print(stderr, "troupe launch: {}\n", error_message(ckpt_lock.error()));
     return bad_input;
   }
+  if (auto p = count_parameters(g); p.total > 0) // once every check has passed: stdout stays empty on a refusal
+    fmt::print("{}\n", to_string(p));
   if (!g.cluster.token_path.empty()) {
     auto t = cluster::read_token_file(g.cluster.token_path.string());
     if (!t) {

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "deploy/commands.hpp"
+#include "deploy/model_size.hpp"
 #include "deploy/interrupt.hpp"
 #include "deploy/run_graph.hpp"
 #include "deploy/run_tracing.hpp"
@@ -105,6 +106,8 @@ int run_run(std::span<char*> args) {
     fmt::print(stderr, "troupe run: {}\n", error_message(ckpt_lock.error()));
     return bad_input;
   }
+  if (auto p = count_parameters(g); p.total > 0) // once every check has passed: stdout stays empty on a refusal
+    fmt::print("{}\n", to_string(p));
   troupe_config cfg{opts};
   caf::actor_system sys{cfg};
   auto tracing = run_tracing::start(g, trace_opts);

@@ -31,8 +31,6 @@ std::optional<graph_spec> load_run_graph(const char* cmd, run_args& a, std::chro
     return std::nullopt;
   }
   auto& g = *res.graph;
-  if (auto p = count_parameters(g); p.total > 0)
-    fmt::print("{}\n", to_string(p));
   if (!a.resume.empty()) {
     auto from = open_resume(a.resume, g);
     if (!from) {
