@@ -10,7 +10,6 @@
 
 #include "deploy/cluster_token.hpp"
 #include "deploy/commands.hpp"
-#include "deploy/model_size.hpp"
 #include "deploy/coordinator.hpp"
 #include "deploy/interrupt.hpp"
 #include "deploy/run_graph.hpp"
@@ -105,16 +104,9 @@ int run_launch(std::span<char*> args) {
   std::vector<std::string> outputs{summary};
   for (int i = 0; !trace_file.empty() && i < g.cluster.nodes; ++i)
     outputs.push_back(node_trace_file(trace_file, i));  // the nodes write these (a shared file system)
-  for (const auto& out : outputs)
-    if (!outputs_writable("launch", {out}))
-      return bad_input;
-  auto ckpt_lock = open_checkpoint_dir(g, restart);
-  if (!ckpt_lock) {
-    fmt::print(stderr, "troupe launch: {}\n", error_message(ckpt_lock.error()));
+  auto ckpt_lock = prepare_run("launch", g, outputs, restart);
+  if (!ckpt_lock)
     return bad_input;
-  }
-  if (auto p = count_parameters(g); p.total > 0) // once every check has passed: stdout stays empty on a refusal
-    fmt::print("{}\n", to_string(p));
   if (!g.cluster.token_path.empty()) {
     auto t = cluster::read_token_file(g.cluster.token_path.string());
     if (!t) {

@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 
 #include "deploy/commands.hpp"
-#include "deploy/model_size.hpp"
 #include "deploy/interrupt.hpp"
 #include "deploy/run_graph.hpp"
 #include "deploy/run_tracing.hpp"
@@ -99,15 +98,9 @@ int run_run(std::span<char*> args) {
     return bad_input;
   const auto& g = *graph;
   auto trace_file = !trace_opts.file.empty() ? trace_opts.file : trace_opts.no_trace ? std::string{} : g.trace.file;
-  if (!outputs_writable("run", {trace_file, summary}))
+  auto ckpt_lock = prepare_run("run", g, {trace_file, summary}, restart);
+  if (!ckpt_lock)
     return bad_input;
-  auto ckpt_lock = open_checkpoint_dir(g, restart);
-  if (!ckpt_lock) {
-    fmt::print(stderr, "troupe run: {}\n", error_message(ckpt_lock.error()));
-    return bad_input;
-  }
-  if (auto p = count_parameters(g); p.total > 0) // once every check has passed: stdout stays empty on a refusal
-    fmt::print("{}\n", to_string(p));
   troupe_config cfg{opts};
   caf::actor_system sys{cfg};
   auto tracing = run_tracing::start(g, trace_opts);

@@ -1,5 +1,6 @@
 // The subcommand table and top-level help of the troupe command.
 #include "deploy/commands.hpp"
+#include "deploy/model_size.hpp"
 #include "deploy/run_graph.hpp"
 
 #include <array>
@@ -67,6 +68,23 @@ bool outputs_writable(std::string_view cmd, std::initializer_list<std::string_vi
         good = false;
       }
   return good;
+}
+
+std::optional<checkpoint_dir_lock> prepare_run(std::string_view cmd, const graph_spec& g,
+                                               const std::vector<std::string>& outputs, bool restart) {
+  bool good = true;
+  for (const auto& out : outputs)
+    good &= outputs_writable(cmd, {out});
+  if (!good)
+    return std::nullopt;
+  auto lock = open_checkpoint_dir(g, restart);
+  if (!lock) {
+    fmt::print(stderr, "troupe {}: {}\n", cmd, error_message(lock.error()));
+    return std::nullopt;
+  }
+  if (auto p = count_parameters(g); p.total > 0) // once every check has passed: stdout stays empty on a refusal
+    fmt::print("{}\n", to_string(p));
+  return std::move(*lock);
 }
 
 bool take_flag(std::vector<char*>& args, std::string_view flag) {

@@ -3,10 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <initializer_list>
 #include <span>
 #include <string_view>
+#include <string>
 #include <vector>
+
+#include "runtime/checkpoint.hpp"
+#include "runtime/graph_spec.hpp"
 
 namespace troupe::cli {
 
@@ -39,6 +44,14 @@ int dash_command(std::span<char*> args);
 /// after "troupe CMD: PATH: cannot write: REASON" on stderr for each that cannot:
 /// the command exits with bad_input.
 bool outputs_writable(std::string_view cmd, std::initializer_list<std::string_view> paths);
+
+/// The checks `run` and `launch` make before anything starts: every output
+/// path can be written, and the checkpoint folder is this run's (locked, and
+/// not another run's unless `restart`). On success prints the parameter count
+/// and returns the lock, held for the run; otherwise std::nullopt after the
+/// reasons on stderr (the command exits with bad_input).
+std::optional<checkpoint_dir_lock> prepare_run(std::string_view cmd, const graph_spec& g,
+                                               const std::vector<std::string>& outputs, bool restart);
 
 /// Removes every `flag` from `args`; whether there was one.
 bool take_flag(std::vector<char*>& args, std::string_view flag);
