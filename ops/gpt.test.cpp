@@ -106,7 +106,8 @@ TEST_CASE("the parameter count from the config equals the sizes of the real rang
   gpt_config cfg{.layers = 5, .d_model = 24, .heads = 3, .context = 16, .vocab = 37};
   auto real = [&](int begin, int end) {
     std::int64_t n = 0;
-    for (const auto& p : gpt_range(cfg, begin, end).params())
+    gpt_range range(cfg, begin, end);  // a named range: a temporary would die before the loop reads it
+    for (const auto& p : range.params())
       n += p.value.numel();
     return n;
   };
