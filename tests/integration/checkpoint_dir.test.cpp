@@ -2,7 +2,6 @@
 // the first, a fresh run over an earlier run's checkpoints needs --resume or
 // --restart, the folder is checked before the run, and a save that fails
 // leaves no partial step folder and claims no checkpoint that is not there.
-#include <sys/mount.h>
 
 #include "tests/integration/troupe_process.hpp"
 
@@ -76,17 +75,12 @@ TEST_CASE("a checkpoint folder that cannot be made is exit 2 before the run, not
 TEST_CASE("a save that fails on a full disk removes its partial step folder and claims no earlier checkpoint") {
   auto dir = small_pipeline_graph("ckpt_full", 8, "checkpoint: {dir: tiny, every: 4}\n");
   auto mnt = dir / "tiny";
-  fs::create_directories(mnt);
-  // Room for the lock file, not for one part of the first checkpoint (hundreds of KB).
-  if (::geteuid() != 0 || ::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=64k") != 0) {
-    MESSAGE("skipped: mounting a small tmpfs needs root");
-    return;
-  }
   {
-    struct unmount {
-      fs::path p;
-      ~unmount() { ::umount(p.c_str()); }
-    } guard{mnt};
+    small_tmpfs disk{mnt, "64k"};  // room for the lock file, not for one part of the first checkpoint
+    if (!disk.mounted) {
+      MESSAGE("skipped: mounting a small tmpfs needs root");
+      return;
+    }
     troupe_process p{dir, {"run", (dir / "graph.yaml").string(), "--no-trace"}};
     CHECK(p.wait(120s) == 1);
     auto err = slurp(p.err);

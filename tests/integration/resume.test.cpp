@@ -10,7 +10,6 @@
 #include <poll.h>
 #include <spawn.h>
 #include <sys/inotify.h>
-#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/checkpoint.hpp"
+#include "tests/integration/troupe_process.hpp"
 
 extern char** environ;
 
@@ -206,16 +206,12 @@ TEST_CASE("a run killed after its step-16 checkpoint resumes onto the uninterrup
 TEST_CASE("a full disk during a checkpoint stops the run with exit 1 and keeps the previous checkpoint") {
   fixture f;
   auto mnt = f.dir / "tiny";
-  fs::create_directories(mnt);
   // One checkpoint of this model takes about 0.85 MB: the first fits, the second does not.
-  if (::geteuid() != 0 || ::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1200k") != 0) {
+  troupe::testing::small_tmpfs disk{mnt, "1200k"};
+  if (!disk.mounted) {
     MESSAGE("skipped: mounting a small tmpfs needs root");
     return;
   }
-  struct unmount {
-    fs::path p;
-    ~unmount() { ::umount(p.c_str()); }
-  } guard{mnt};
   int rc = f.run({"run", f.graph.string(), "--no-trace", "--set", "checkpoint.dir=" + mnt.string()}, "full_disk");
   auto err = f.text("full_disk.err");
   INFO("stderr: ", err);

@@ -2,7 +2,9 @@
 // background with its output in files, and a look at the processes left behind.
 #pragma once
 
+#include <grp.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,12 +43,14 @@ inline std::string slurp(const fs::path& p) {
 
 /// `troupe ARGS...` in the background, stdout and stderr in DIR/out.txt and
 /// DIR/err.txt. With `own_group` it leads a process group of its own (what a
-/// terminal gives a foreground job, so a Ctrl-C can be sent to all of it).
+/// terminal gives a foreground job, so a Ctrl-C can be sent to all of it). With
+/// `as_nobody`, a root caller runs it as the unprivileged user nobody (65534),
+/// for whom file permissions apply (root reads every file).
 struct troupe_process {
   pid_t pid = -1;
   fs::path out, err;
 
-  troupe_process(const fs::path& dir, std::vector<std::string> args, bool own_group = false)
+  troupe_process(const fs::path& dir, std::vector<std::string> args, bool own_group = false, bool as_nobody = false)
       : out(dir / "out.txt"), err(dir / "err.txt") {
     args.insert(args.begin(), troupe_exe());
     std::fflush(stdout), std::fflush(stderr);  // or the child's freopen writes our buffered output again
@@ -57,6 +61,9 @@ struct troupe_process {
         ::setpgid(0, 0);
       std::freopen(out.c_str(), "w", stdout);
       std::freopen(err.c_str(), "w", stderr);
+      if (as_nobody && ::geteuid() == 0 &&
+          (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0))
+        std::_Exit(125);
       std::vector<char*> argv;
       for (auto& a : args)
         argv.push_back(a.data());
@@ -102,6 +109,23 @@ struct troupe_process {
       ::waitpid(pid, nullptr, 0);
     }
   }
+};
+
+/// A tmpfs of `size` (such as "64k") mounted on `dir` for the guard's scope: a
+/// disk that fills up. `mounted` is false where that cannot be done (not root).
+struct small_tmpfs {
+  fs::path dir;
+  bool mounted = false;
+  small_tmpfs(fs::path d, const char* size) : dir(std::move(d)) {
+    fs::create_directories(dir);
+    mounted = ::geteuid() == 0 && ::mount("tmpfs", dir.c_str(), "tmpfs", 0, (std::string{"size="} + size).c_str()) == 0;
+  }
+  ~small_tmpfs() {
+    if (mounted)
+      ::umount(dir.c_str());
+  }
+  small_tmpfs(const small_tmpfs&) = delete;
+  small_tmpfs& operator=(const small_tmpfs&) = delete;
 };
 
 /// A fresh folder `troupe_NAME_PID` under the temporary directory holding

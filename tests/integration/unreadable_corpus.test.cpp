@@ -2,8 +2,6 @@
 // error of the graph, found by `troupe check` and by `troupe run` before
 // anything starts, never a crash in the data loader. Root reads every file, so
 // as root the commands run as nobody (65534).
-#include <fcntl.h>
-#include <grp.h>
 #include <sys/stat.h>
 
 #include "tests/integration/troupe_process.hpp"
@@ -12,30 +10,12 @@ using namespace troupe::testing;
 
 namespace {
 
-/// `troupe ARGS...` as an unprivileged user, to the end: its exit code (128 +
-/// signal when killed), stderr in `err`.
-int run_unprivileged(std::vector<std::string> args, const fs::path& err) {
-  args.insert(args.begin(), troupe_exe());
-  std::fflush(stdout), std::fflush(stderr);
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int null = ::open("/dev/null", O_WRONLY);
-    if (fd < 0 || null < 0 || ::dup2(fd, 2) < 0 || ::dup2(null, 1) < 0)
-      std::_Exit(126);
-    if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0))
-      std::_Exit(125);
-    std::vector<char*> argv;
-    for (auto& a : args)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    std::_Exit(127);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+/// `troupe ARGS...` as an unprivileged user, to the end: its exit code, its stderr in `err`.
+int run_unprivileged(const fs::path& dir, std::vector<std::string> args, const fs::path& err) {
+  troupe_process p{dir, std::move(args), false, true};
+  int rc = p.wait(120s);
+  fs::rename(p.err, err);
+  return rc;
 }
 
 } // namespace
@@ -54,9 +34,9 @@ TEST_CASE("a corpus the user may not read fails check and run with a positioned 
   auto graph = (dir / "graph.yaml").string();
   auto want = graph + ":2:16: data.corpus: corpus file 'closed.txt' cannot be read: Permission denied\n";
 
-  CHECK(run_unprivileged({"check", graph}, dir / "check.err") == 2);
+  CHECK(run_unprivileged(dir, {"check", graph}, dir / "check.err") == 2);
   CHECK(slurp(dir / "check.err") == want);
-  CHECK(run_unprivileged({"run", graph, "--no-trace"}, dir / "run.err") == 2);
+  CHECK(run_unprivileged(dir, {"run", graph, "--no-trace"}, dir / "run.err") == 2);
   CHECK(slurp(dir / "run.err") == want);
   fs::remove_all(dir);
 }
