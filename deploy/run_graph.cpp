@@ -163,6 +163,8 @@ std::string run_checkpoints::on_report(const checkpoint_msg& m, run_result& res)
 }
 
 std::string run_checkpoints::explain_failure(std::string why) const {
+  if (tracker_)
+    tracker_->discard_incomplete();
   if (tracker_ && tracker_->last_committed() >= 0)
     why += fmt::format("; the last complete checkpoint, {}, is intact (--resume {})",
                        (dir_ / checkpoint_folder_name(tracker_->last_committed())).string(), dir_.string());

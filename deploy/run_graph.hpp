@@ -79,6 +79,7 @@ public:
   /// one line. Returns why the run must stop (the commit failed), else empty.
   std::string on_report(const checkpoint_msg& m, run_result& res);
   /// `why`, plus where the last complete checkpoint is when there is one.
+  /// Discards the incomplete step folders: call it once every actor has stopped.
   std::string explain_failure(std::string why) const;
   /// The error a run stopped by signal `sig` returns: errc::interrupted, saying
   /// how many actors had finished and where the last complete checkpoint is.

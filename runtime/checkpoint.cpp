@@ -126,12 +126,11 @@ caf::expected<std::string> write_checkpoint_part(const fs::path& dir, std::int64
     return make_error(errc::io_failed, fmt::format("{}: cannot mark the checkpoint incomplete: {}",
                                                    (folder / manifest_name).string(), ec.message()));
   auto name = checkpoint_part_name(actor);
-  if (auto err = write_safetensors(folder / name, tensors, metadata)) {
-    // The step cannot complete: take its partial folder away rather than leave
-    // the disk full of half a checkpoint (the other parts' writes fail or are lost too).
-    fs::remove_all(folder, ec);
+  // On failure only this part's temporary file goes: the other parts may be
+  // writing into the folder right now. The runner discards the incomplete
+  // folder once every actor has stopped (checkpoint_tracker::discard_incomplete).
+  if (auto err = write_safetensors(folder / name, tensors, metadata))
     return err;
-  }
   return name;
 }
 
@@ -209,6 +208,18 @@ caf::error checkpoint_tracker::prune(std::int64_t upto) const {
       return make_error(errc::io_failed, fmt::format("{}: cannot remove an old checkpoint: {}", p.string(),
                                                      ec.message()));
   return {};
+}
+
+void checkpoint_tracker::discard_incomplete() const {
+  std::error_code ec;
+  std::vector<fs::path> remove;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    auto s = folder_step(e.path().filename().string());
+    if (s && *s > last_ && e.is_directory(ec) && !fs::exists(e.path() / manifest_name, ec))
+      remove.push_back(e.path());
+  }
+  for (const auto& p : remove)
+    fs::remove_all(p, ec);
 }
 
 checkpoint_dir_lock::checkpoint_dir_lock(checkpoint_dir_lock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}

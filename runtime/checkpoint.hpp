@@ -100,6 +100,11 @@ public:
   /// ones, and incomplete folders below `upto`; folders past `upto` are left alone.
   caf::error prune(std::int64_t upto) const;
 
+  /// Removes the folders past the last commit that hold no checkpoint.json (a
+  /// step some part failed to write), best effort. Call it only once every
+  /// writer has stopped: a part may be writing into such a folder until then.
+  void discard_incomplete() const;
+
   /// The last committed step, or -1.
   std::int64_t last_committed() const noexcept { return last_; }
 

@@ -122,6 +122,29 @@ TEST_CASE("latest moves only on commit and no temporary file is left behind") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("a part that fails leaves the other parts alone; the runner discards the step once all stopped") {
+  auto dir = fresh_dir("failed_part");
+  checkpoint_tracker t(dir, {"s0", "s1"}, 3);
+  CHECK_FALSE(write_and_report(t, dir, "s0", 8));
+  REQUIRE(write_and_report(t, dir, "s1", 8));
+  REQUIRE(t.commit(8));
+  // s1's part of step 16 is in; s0's cannot be moved into place (a folder stands
+  // where its file goes). Had s0's failure removed the step folder, s1 — still
+  // writing in a real run — would fail with "No such file or directory" instead.
+  CHECK_FALSE(write_and_report(t, dir, "s1", 16)); // s0 has not reported
+  fs::create_directories(dir / "step-000016" / checkpoint_part_name("s0") / "blocker");
+  auto failed = write_checkpoint_part(dir, 16, "s0", {{"w", filled(4, 1)}}, {});
+  REQUIRE_FALSE(failed);
+  CHECK(fs::exists(dir / "step-000016" / checkpoint_part_name("s1")));
+  write_checkpoint_part(dir, 24, "s1", {{"w", filled(4, 1)}}, {});
+  t.discard_incomplete();
+  CHECK_FALSE(fs::exists(dir / "step-000016"));
+  CHECK_FALSE(fs::exists(dir / "step-000024"));
+  CHECK(fs::exists(dir / "step-000008" / "checkpoint.json"));
+  CHECK(read_text(dir / "latest") == "step-000008\n");
+  fs::remove_all(dir);
+}
+
 TEST_CASE("pruning keeps the newest keep complete checkpoints and leaves later folders alone") {
   auto dir = fresh_dir("prune");
   checkpoint_tracker t(dir, {"s0"}, 2);
