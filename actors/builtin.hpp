@@ -3,7 +3,7 @@
 
 #include <caf/expected.hpp>
 
-#include "runtime/registry.hpp"
+#include "runtime/actor/registry.hpp"
 
 namespace troupe {
 

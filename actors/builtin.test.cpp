@@ -11,20 +11,27 @@
 
 #include <fmt/format.h>
 
-#include "runtime/checkpoint.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
 
 namespace {
 
-/// The runtime/ sources that make up the library: tests and benchmarks may name any type.
+/// The runtime/ C++ sources that make up the library, in every subfolder: tests
+/// and benchmarks may name any type (the dashboard's npm packages are not ours).
 std::vector<fs::path> runtime_sources() {
   std::vector<fs::path> out;
-  for (const auto& e : fs::recursive_directory_iterator(fs::path{TROUPE_SOURCE_DIR} / "runtime")) {
-    auto name = e.path().filename().string();
-    if (e.is_regular_file() && !name.ends_with(".test.cpp") && !name.ends_with(".bench.cpp"))
-      out.push_back(e.path());
+  for (auto it = fs::recursive_directory_iterator(fs::path{TROUPE_SOURCE_DIR} / "runtime");
+       it != fs::recursive_directory_iterator(); ++it) {
+    auto name = it->path().filename().string();
+    if (name == "node_modules" || name == "dist") {
+      it.disable_recursion_pending();
+      continue;
+    }
+    bool code = name.ends_with(".cpp") || name.ends_with(".hpp") || name.ends_with(".cu");
+    if (it->is_regular_file() && code && !name.ends_with(".test.cpp") && !name.ends_with(".bench.cpp"))
+      out.push_back(it->path());
   }
   return out;
 }

@@ -1,6 +1,6 @@
 // Reading the byte corpus and cutting it into shuffled training windows.
 #include "actors/byte_corpus.hpp"
-#include "runtime/random.hpp"
+#include "runtime/tensor/random.hpp"
 
 #include <algorithm>
 #include <cstring>

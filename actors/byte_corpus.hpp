@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe {
 

@@ -7,7 +7,7 @@
 
 #include "actors/pipeline_messages.hpp"
 #include "actors/remote_codec.hpp"
-#include "runtime/trace.hpp"
+#include "runtime/trace/trace.hpp"
 
 namespace troupe {
 

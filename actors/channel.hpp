@@ -9,7 +9,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
-#include "runtime/transport.hpp"
+#include "runtime/transport/transport.hpp"
 
 namespace troupe {
 

@@ -9,10 +9,10 @@
 
 #include "actors/builtin.hpp"
 #include "actors/byte_corpus.hpp"
-#include "runtime/messages.hpp"
+#include "runtime/actor/messages.hpp"
 #include "actors/pipeline_messages.hpp"
-#include "runtime/checkpoint.hpp"
-#include "runtime/trace.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/trace/trace.hpp"
 #include "schedulers/router.hpp"
 
 namespace troupe {

@@ -7,7 +7,7 @@
 
 #include <caf/all.hpp>
 
-#include "runtime/messages.hpp"
+#include "runtime/actor/messages.hpp"
 
 namespace troupe {
 

@@ -1,4 +1,4 @@
-// Verbs the pipeline actors add to runtime/messages.hpp: evaluation traffic,
+// Verbs the pipeline actors add to runtime/actor/messages.hpp: evaluation traffic,
 // the per-step gradient-norm reduction and an actor's own "run the next action".
 #pragma once
 

@@ -7,11 +7,11 @@
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
-#include "runtime/messages.hpp"
+#include "runtime/actor/messages.hpp"
 #include "actors/pipeline_messages.hpp"
 #include "actors/stage_engine.hpp"
-#include "runtime/checkpoint.hpp"
-#include "runtime/trace.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/trace/trace.hpp"
 
 namespace troupe {
 
@@ -360,7 +360,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
 
 actor_type_info pipeline_stage_info() {
   actor_type_info info;
-  info.keys = {"policy"};  // schedule options of this stage (runtime/graph_policy.cpp checks them)
+  info.keys = {"policy"};  // schedule options of this stage (runtime/graph/graph_policy.cpp checks them)
   info.role.holds_layers = true;
   info.role.placement = actor_placement::by_position;
   info.role.checkpoint_identity = [](const graph_spec& g, const actor_spec& a) {

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "actors/pipeline_messages.hpp"
-#include "runtime/bytes.hpp"
+#include "runtime/transport/bytes.hpp"
 
 namespace troupe::remote {
 

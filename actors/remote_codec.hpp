@@ -8,8 +8,8 @@
 
 #include <caf/actor.hpp>
 
-#include "runtime/messages.hpp"
-#include "runtime/transport.hpp"
+#include "runtime/actor/messages.hpp"
+#include "runtime/transport/transport.hpp"
 
 namespace troupe::remote {
 
@@ -36,7 +36,7 @@ net::frame encode(std::uint16_t dest, const credit_msg& m);
 net::frame encode(std::uint16_t dest, const step_plan_msg& m);
 
 /// Decodes `f` and sends its message to `local(dest)`, anonymously. Throws
-/// malformed_input (runtime/bytes.hpp) on anything it cannot decode, and when
+/// malformed_input (runtime/transport/bytes.hpp) on anything it cannot decode, and when
 /// `local` knows no such actor (returns an invalid handle).
 void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& local);
 

@@ -6,7 +6,7 @@
 
 #include <doctest/doctest.h>
 
-#include "runtime/testing_fake_device.hpp"
+#include "runtime/tensor/testing_fake_device.hpp"
 
 using namespace troupe;
 

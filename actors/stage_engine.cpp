@@ -11,9 +11,9 @@
 
 #include "ops/adamw.hpp"
 #include "ops/grad_clip.hpp"
-#include "runtime/checkpoint.hpp"
-#include "runtime/errors.hpp"
-#include "runtime/trace.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/actor/errors.hpp"
+#include "runtime/trace/trace.hpp"
 
 namespace troupe {
 

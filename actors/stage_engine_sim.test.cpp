@@ -10,7 +10,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "runtime/trace.hpp"
+#include "runtime/trace/trace.hpp"
 #include "schedulers/harness.hpp"
 #include "schedulers/orders.hpp"
 #include "schedulers/router.hpp"

@@ -12,8 +12,8 @@
 
 #include <fmt/format.h>
 
-#include "runtime/errors.hpp"
-#include "runtime/plugin.hpp"
+#include "runtime/actor/errors.hpp"
+#include "runtime/actor/plugin.hpp"
 
 namespace troupe {
 

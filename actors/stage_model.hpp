@@ -11,9 +11,9 @@
 
 #include "ops/gpt.hpp"
 #include "ops/optimizer.hpp"
-#include "runtime/device_fence.hpp"
-#include "runtime/graph_spec.hpp"
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/device_fence.hpp"
+#include "runtime/graph/graph_spec.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe {
 

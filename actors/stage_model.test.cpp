@@ -10,9 +10,9 @@
 
 #include "ops/adamw.hpp"
 #include "actors/builtin.hpp"
-#include "runtime/errors.hpp"
-#include "runtime/graph_loader.hpp"
-#include "runtime/testing_fake_device.hpp"
+#include "runtime/actor/errors.hpp"
+#include "runtime/graph/graph_loader.hpp"
+#include "runtime/tensor/testing_fake_device.hpp"
 
 using namespace troupe;
 

@@ -15,6 +15,7 @@
 function(troupe_add_module name dir)
   cmake_parse_arguments(arg "" "" "DEPS;CUDA_DEPS" ${ARGN})
   file(GLOB_RECURSE all CONFIGURE_DEPENDS "${dir}/*.cpp" "${dir}/*.cu")
+  list(FILTER all EXCLUDE REGEX "/node_modules/")  # the dashboard front end's npm packages
   set(sources "")
   set(cuda_sources "")
   set(tests "")

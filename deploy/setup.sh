@@ -44,11 +44,11 @@ else
 fi
 
 # --- dashboard front end (npm) -------------------------------------------
-# Builds deploy/dashboard into deploy/dashboard/dist, which `troupe run
+# Builds runtime/trace/dashboard into runtime/trace/dashboard/dist, which `troupe run
 # --dashboard` and `troupe dash` serve; also installs the browser and trace
 # engine test tools (playwright-core, @paulirish/trace_engine). Needs the npm
 # registry only here: the page itself loads nothing from the network.
-dash="$here/deploy/dashboard"
+dash="$here/runtime/trace/dashboard"
 if [[ ! -d "$dash/node_modules" || "$dash/package-lock.json" -nt "$dash/node_modules/.package-lock.json" ]]; then
   (cd "$dash" && npm ci --no-audit --no-fund --loglevel=error)
 fi

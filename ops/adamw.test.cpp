@@ -12,7 +12,7 @@
 #include "ops/gpt.hpp"
 #include "ops/sgd_nesterov.hpp"
 #include "ops/testing_grad.hpp"
-#include "runtime/safetensors.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 
 using namespace troupe;
 using namespace troupe::ops;

@@ -2,7 +2,7 @@
 // from the projections so it can run on another actor (attention disaggregation).
 #pragma once
 
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe::ops {
 

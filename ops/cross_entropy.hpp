@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe::ops {
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe::ops {
 

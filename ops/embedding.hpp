@@ -1,7 +1,7 @@
 // Token + position embedding: out[b, t] = wte[token] + wpe[t]; gradients go to the tables.
 #pragma once
 
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe::ops {
 

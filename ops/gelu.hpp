@@ -1,7 +1,7 @@
 // GELU activation (tanh approximation, as GPT-2) with its backward.
 #pragma once
 
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe::ops {
 

@@ -9,7 +9,7 @@
 
 #include "ops/named_tensor.hpp"
 #include "ops/precision.hpp"
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe::ops {
 

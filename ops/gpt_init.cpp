@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "ops/gpt_impl.hpp"
-#include "runtime/random.hpp"
+#include "runtime/tensor/random.hpp"
 
 namespace troupe::ops {
 

@@ -1,7 +1,7 @@
 // Layer norm over the last dimension with learned scale and shift; split backward.
 #pragma once
 
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe::ops {
 

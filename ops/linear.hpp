@@ -2,7 +2,7 @@
 #pragma once
 
 #include "ops/precision.hpp"
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe::ops {
 

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe::ops {
 

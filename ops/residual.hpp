@@ -1,7 +1,7 @@
 // Residual connection y = a + b; its backward hands dy to both branches.
 #pragma once
 
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe::ops {
 

@@ -12,7 +12,7 @@
 #include <doctest/doctest.h>
 
 #include "ops/testing_reference.hpp"
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe::ops::testing {
 

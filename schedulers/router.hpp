@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/route.hpp"
+#include "runtime/actor/route.hpp"
 #include "schedulers/routing_policy.hpp"
 
 namespace troupe::sched {

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "runtime/named_registry.hpp"
+#include "runtime/actor/named_registry.hpp"
 
 namespace troupe::sched {
 

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/route.hpp"
+#include "runtime/actor/route.hpp"
 #include "schedulers/expected.hpp"
 
 namespace troupe::sched {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/route.hpp"
+#include "runtime/actor/route.hpp"
 #include "schedulers/stage_policy.hpp"
 
 namespace troupe::sched {

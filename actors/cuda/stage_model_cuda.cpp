@@ -11,7 +11,7 @@
 #include "kernels/cuda/elementwise.hpp"
 #include "ops/cuda/gpt_cuda.hpp"
 #include "ops/cuda/optimizer_cuda.hpp"
-#include "runtime/errors.hpp"
+#include "runtime/actor/errors.hpp"
 
 namespace troupe {
 
@@ -292,7 +292,7 @@ caf::expected<int> cuda_devices() {
 
 } // namespace troupe
 
-/// The entry load_plugin calls (runtime/plugin.hpp): makes CUDA stage models available.
+/// The entry load_plugin calls (runtime/actor/plugin.hpp): makes CUDA stage models available.
 extern "C" void troupe_register_plugin() {
   troupe::ops::register_cuda_optimizer_kernels(); // the engine's optimizers over CUDA stages' parameters
   troupe::register_stage_model_backend(troupe::device::kind_t::cuda,

@@ -5,7 +5,7 @@
 #include <cstddef>
 
 #include "kernels/cuda/check.hpp"
-#include "runtime/storage_pool.hpp"
+#include "runtime/tensor/storage_pool.hpp"
 
 namespace troupe::gpu {
 

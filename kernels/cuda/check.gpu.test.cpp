@@ -8,7 +8,7 @@
 #include "kernels/cuda/allocator.hpp"
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/test_support.hpp"
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace {
 

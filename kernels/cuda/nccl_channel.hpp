@@ -10,8 +10,8 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/cuda/check.hpp"
-#include "runtime/dtype.hpp"
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/dtype.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe::gpu {
 

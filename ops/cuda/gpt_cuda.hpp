@@ -13,7 +13,7 @@
 #include "kernels/cuda/check.hpp"
 #include "ops/gpt.hpp"
 #include "ops/named_tensor.hpp"
-#include "runtime/tensor_handle.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe::ops {
 

@@ -21,7 +21,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const require = createRequire(path.join(root, 'deploy/dashboard/package.json'));
+const require = createRequire(path.join(root, 'runtime/trace/dashboard/package.json'));
 const { chromium } = require('playwright-core');
 
 const mode = process.argv[2];

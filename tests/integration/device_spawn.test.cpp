@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "actors/stage_model.hpp"
-#include "runtime/errors.hpp"
+#include "runtime/actor/errors.hpp"
 
 using namespace troupe;
 

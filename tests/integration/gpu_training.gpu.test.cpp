@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "actors/stage_model.hpp"
-#include "deploy/run_graph.hpp"
-#include "runtime/actor_system.hpp"
+#include "deploy/cli/run_graph.hpp"
+#include "runtime/actor/actor_system.hpp"
 
 using namespace troupe;
 

@@ -22,8 +22,8 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/errors.hpp"
-#include "runtime/transport.hpp"
+#include "runtime/actor/errors.hpp"
+#include "runtime/transport/transport.hpp"
 #include "tests/integration/troupe_process.hpp"
 
 namespace fs = std::filesystem;

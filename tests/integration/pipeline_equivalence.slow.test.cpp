@@ -7,8 +7,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "deploy/run_graph.hpp"
-#include "runtime/actor_system.hpp"
+#include "deploy/cli/run_graph.hpp"
+#include "runtime/actor/actor_system.hpp"
 #include "schedulers/orders.hpp"
 #include "schedulers/stage_policy.hpp"
 

@@ -7,8 +7,8 @@
 #include <caf/actor_system.hpp>
 #include <doctest/doctest.h>
 
-#include "deploy/run_graph.hpp"
-#include "runtime/actor_system.hpp"
+#include "deploy/cli/run_graph.hpp"
+#include "runtime/actor/actor_system.hpp"
 #include "schedulers/stage_policy.hpp"
 
 using namespace troupe;

@@ -7,9 +7,9 @@
 
 #include <caf/all.hpp>
 
-#include "deploy/run_graph.hpp"
-#include "runtime/actor_system.hpp"
-#include "runtime/plugin.hpp"
+#include "deploy/cli/run_graph.hpp"
+#include "runtime/actor/actor_system.hpp"
+#include "runtime/actor/plugin.hpp"
 
 namespace {
 

@@ -2,8 +2,8 @@
 // and reports done with the `steps:` it was given. Loaded by tests/plugin.
 #include <caf/all.hpp>
 
-#include "runtime/messages.hpp"
-#include "runtime/registry.hpp"
+#include "runtime/actor/messages.hpp"
+#include "runtime/actor/registry.hpp"
 
 namespace {
 

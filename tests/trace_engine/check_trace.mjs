@@ -9,7 +9,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const require = createRequire(path.join(root, 'deploy/dashboard/package.json'));
+const require = createRequire(path.join(root, 'runtime/trace/dashboard/package.json'));
 const Trace = await import(pathToFileURL(require.resolve('@paulirish/trace_engine')).href);
 
 // The engine measures layout with DOMRect, which node lacks (as its own analyze-trace.mjs polyfills).

@@ -1,0 +1,67 @@
+// Tracing for `troupe run`: the --trace, --trace-buffer, --no-trace and
+// --dashboard options, recording on, the live dashboard, the file at the end.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+#include "runtime/trace/dashboard_server.hpp"
+#include "runtime/graph/graph_spec.hpp"
+
+namespace troupe::cli {
+
+/// What the trace options asked for.
+struct trace_cli_options {
+  std::string file;                   ///< --trace FILE (else the graph's trace.file)
+  bool no_trace = false;              ///< --no-trace: ignore the graph's trace.file
+  std::size_t buffer = 1 << 16;       ///< --trace-buffer N: spans kept per thread
+  bool dashboard = false;             ///< --dashboard [ADDR]
+  std::string dashboard_address = "127.0.0.1:8080";
+};
+
+/// Help lines for these options, for `troupe run --help`.
+extern const char* const trace_options_help;
+
+/// Takes the trace options out of `args` (the rest stays, in order). False
+/// after a message on stderr (naming `troupe COMMAND`) when a value is missing or malformed.
+bool take_trace_options(std::vector<char*>& args, trace_cli_options& out, std::string_view command = "run");
+
+/// Node `node`'s trace file in a launched run: `runs/x.json` becomes `runs/x.node1.json`.
+std::string node_trace_file(const std::string& file, int node);
+
+/// Recording for one run: start() before the actors spawn, finish() after.
+class run_tracing {
+public:
+  /// Turns the recorder on when a file or the dashboard is wanted and starts the
+  /// dashboard. A trace file that cannot be written is an error here, before
+  /// the run (check_output_path), not after it.
+  static caf::expected<std::unique_ptr<run_tracing>> start(const graph_spec& g, trace_cli_options o);
+  /// For `troupe launch`'s coordinator, which records nothing itself (each node
+  /// writes its own file): starts the dashboard when asked, fed by the nodes
+  /// through dashboard()->ingest.
+  static caf::expected<std::unique_ptr<run_tracing>> start_coordinator(const graph_spec& g, trace_cli_options o);
+  /// Writes the trace file (also after a failed run: what was recorded so far)
+  /// and stops the dashboard. Empty on success, else what went wrong: the
+  /// trace is lost, and the command fails.
+  std::string finish();
+  /// Where the trace goes (empty: no file).
+  const std::string& file() const noexcept { return file_; }
+  /// The live dashboard, or null when none was asked for.
+  dashboard_server* dashboard() const noexcept { return dashboard_.get(); }
+
+private:
+  /// Starts the dashboard the options ask for (if any): live from this
+  /// process's recorder, or fed by ingest.
+  caf::error start_dashboard(const graph_spec& g, const trace_cli_options& o, bool from_recorder);
+
+  std::string file_;
+  std::int64_t tokens_per_step_ = 0;
+  std::unique_ptr<dashboard_server> dashboard_;
+};
+
+} // namespace troupe::cli

@@ -1,0 +1,392 @@
+// The coordinator (deploy/cluster/coordinator.hpp). Transport callbacks push events
+// into one queue; a single loop owns all state and walks the run protocol
+// (deploy/cluster/cluster_protocol.hpp): join, plan, ready, start, done, stop.
+#include "deploy/cluster/coordinator.hpp"
+
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "deploy/cluster/cluster_protocol.hpp"
+#include "deploy/cluster/launcher.hpp"
+#include "runtime/transport/bytes.hpp"
+#include "runtime/actor/errors.hpp"
+#include "runtime/trace/trace.hpp"
+
+namespace troupe::cluster {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// What a connection callback saw: a frame, or the end of the connection.
+struct event {
+  net::connection* conn = nullptr;
+  bool closed = false;
+  net::frame f;
+  std::string why;
+  std::int64_t at_ns = 0;  ///< steady clock when it arrived (clock answers are timed by it, not by the queue)
+};
+
+class event_queue {
+public:
+  void push(event e) {
+    {
+      std::lock_guard lock{mtx_};
+      q_.push_back(std::move(e));
+    }
+    cv_.notify_one();
+  }
+  /// The next event, or nothing after `wait`.
+  std::optional<event> pop(std::chrono::milliseconds wait) {
+    std::unique_lock lock{mtx_};
+    if (!cv_.wait_for(lock, wait, [&] { return !q_.empty(); }))
+      return std::nullopt;
+    auto e = std::move(q_.front());
+    q_.pop_front();
+    return e;
+  }
+
+private:
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::deque<event> q_;
+};
+
+struct node_state {
+  net::connection* conn = nullptr;
+  hello_msg hello;
+  bool ready = false;
+  bool gone = false;
+  clock_type::time_point last_heard;
+  std::vector<std::string> actors;  ///< what the graph places there
+  bool same_clock = false;          ///< shares this process's steady clock (same kernel)
+  clock_estimate clock;             ///< else its offset, from clock probes
+};
+
+enum class phase { joining, planning, running, over };
+
+class coordinator {
+public:
+  coordinator(const graph_spec& g, const coordinator_options& o)
+    : g_(g), o_(o), nodes_(static_cast<std::size_t>(g.cluster.nodes)), checkpoints_(g) {
+    for (const auto& a : g.actors)
+      nodes_[static_cast<std::size_t>(g.node_of(a))].actors.push_back(a.name);
+  }
+  caf::expected<run_result> run();
+
+private:
+  std::string describe(int i) const {
+    const auto& n = nodes_[static_cast<std::size_t>(i)];
+    auto who = n.conn ? fmt::format("node {} ({}, pid {})", i, n.hello.host, n.hello.pid) : fmt::format("node {}", i);
+    return fmt::format("{} running {}", who, fmt::join(n.actors, ", "));
+  }
+  int node_of(net::connection* c) const {
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+      if (nodes_[i].conn == c && !nodes_[i].gone)
+        return static_cast<int>(i);
+    return -1;
+  }
+  void broadcast(control_kind k) {
+    for (auto& n : nodes_)
+      if (n.conn && !n.gone)
+        n.conn->send(encode(k));
+  }
+  void on_frame(event& e);
+  void on_hello(event& e);
+  /// A node's batch of spans, onto the dashboard (throws malformed_input).
+  void on_spans(int i, const net::frame& f);
+  void on_clock(int i, const event& e);
+  /// Sends a clock probe to a streaming node on another machine.
+  void probe_clock(node_state& n) {
+    if (o_.dashboard && !n.same_clock)
+      n.conn->send(encode(clock_msg{steady_now_ns(), 0}));
+  }
+  void check_liveness();
+  /// Records the run's first failure and says so at once (the run then stops).
+  void fail(std::string why) {
+    if (!failure_.empty())
+      return;
+    fmt::print(stderr, "troupe launch: {}; stopping every node\n", why);
+    std::fflush(stderr);
+    failure_ = std::move(why);
+  }
+  void shut_down();
+
+  const graph_spec& g_;
+  coordinator_options o_;
+  std::vector<node_state> nodes_;
+  event_queue events_;
+  std::unique_ptr<net::server> server_;
+  std::unique_ptr<launched_nodes> launched_;
+  phase phase_ = phase::joining;
+  std::string failure_;
+  std::optional<std::pair<std::string, clock_type::time_point>> deferred_;  ///< a node's report, held back
+  run_result result_;
+  run_checkpoints checkpoints_;  ///< written by the nodes' actors, completed here (a shared file system)
+  std::set<std::string> done_;
+  clock_type::time_point started_, last_done_;
+  std::string clock_domain_ = clock_domain();
+};
+
+void coordinator::on_hello(event& e) {
+  hello_msg h;
+  try {
+    h = decode_hello(e.f);
+  } catch (const malformed_input& x) {
+    fmt::print(stderr, "troupe launch: rejected a hello from {}: {}\n", e.conn->peer(), x.what());
+    e.conn->close();
+    return;
+  }
+  if (h.node < 0 || h.node >= static_cast<int>(nodes_.size()) || nodes_[static_cast<std::size_t>(h.node)].conn) {
+    fmt::print(stderr, "troupe launch: refused node {} from {}: {}\n", h.node, e.conn->peer(),
+               h.node < 0 || h.node >= static_cast<int>(nodes_.size()) ? "no such node" : "that node already joined");
+    e.conn->close();
+    return;
+  }
+  auto& n = nodes_[static_cast<std::size_t>(h.node)];
+  n.conn = e.conn, n.hello = std::move(h), n.last_heard = clock_type::now();
+  n.same_clock = !n.hello.clock_domain.empty() && n.hello.clock_domain == clock_domain_;
+  probe_clock(n);
+}
+
+void coordinator::on_spans(int i, const net::frame& f) {
+  auto m = decode_spans(f);
+  auto& n = nodes_[static_cast<std::size_t>(i)];
+  n.conn->send(encode_spans_ack(m.seq));
+  if (!o_.dashboard)
+    return;
+  // Node steady clock -> this steady clock -> this trace clock.
+  auto shift = (n.same_clock ? 0 : n.clock.offset_ns()) + trace_epoch_ns();
+  for (auto& s : m.batch.spans)
+    s.begin_ns -= shift, s.end_ns -= shift;
+  for (auto& c : m.batch.counters)
+    c.t_ns -= shift;
+  o_.dashboard->ingest(i, std::move(m.batch));
+}
+
+void coordinator::on_clock(int i, const event& e) {
+  auto& n = nodes_[static_cast<std::size_t>(i)];
+  bool first = !n.clock.known();
+  n.clock.add(decode_clock(e.f), e.at_ns);
+  if (!first)
+    return;
+  fmt::print("troupe launch: node {} ({}) has its own clock: {:+.3f} ms from this one, within {:.3f} ms\n", i,
+             n.hello.host, static_cast<double>(n.clock.offset_ns()) * 1e-6,
+             static_cast<double>(n.clock.error_ns()) * 1e-6);
+  std::fflush(stdout);
+}
+
+void coordinator::on_frame(event& e) {
+  auto kind = static_cast<control_kind>(e.f.kind);
+  int i = node_of(e.conn);
+  if (i < 0) {
+    if (kind == control_kind::hello && phase_ == phase::joining)
+      on_hello(e);
+    else {
+      fmt::print(stderr, "troupe launch: rejected a frame from {}: it has not joined as a node\n", e.conn->peer());
+      e.conn->close();
+    }
+    return;
+  }
+  auto& n = nodes_[static_cast<std::size_t>(i)];
+  n.last_heard = clock_type::now();
+  try {
+    switch (kind) {
+      case control_kind::heartbeat:
+        probe_clock(n);
+        break;
+      case control_kind::spans:
+        on_spans(i, e.f);
+        break;
+      case control_kind::clock:
+        on_clock(i, e);
+        break;
+      case control_kind::ready:
+        n.ready = true;
+        break;
+      case control_kind::done: {
+        auto s = decode_summary(e.f);
+        last_done_ = clock_type::now();
+        done_.insert(s.actor);
+        result_.summaries.push_back(std::move(s));
+        break;
+      }
+      case control_kind::failed: {
+        auto f = decode_failure(e.f);
+        auto why = fmt::format("{} on node {} failed: {}", f.actor.rfind("node ", 0) == 0 ? f.actor : "actor '" + f.actor + "'", i, f.what);
+        // A node that lost its channel to another node usually reports it
+        // before that node's own loss arrives: wait briefly, so the run's
+        // error names the node that died rather than a neighbour.
+        if (f.actor.rfind("node ", 0) == 0 && !deferred_)
+          deferred_ = std::pair{std::move(why), clock_type::now() + std::chrono::milliseconds(1500)};
+        else
+          fail(std::move(why));
+        break;
+      }
+      case control_kind::checkpoint:
+        if (auto err = checkpoints_.on_report(decode_checkpoint(e.f), result_); !err.empty())
+          fail(std::move(err));
+        break;
+      default:
+        throw malformed_input(fmt::format("unexpected control frame {}", e.f.kind));
+    }
+  } catch (const malformed_input& x) {
+    fail(fmt::format("{} sent a malformed frame: {}", describe(i), x.what()));
+  }
+}
+
+void coordinator::check_liveness() {
+  auto now = clock_type::now();
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    auto& n = nodes_[i];
+    if (n.conn && !n.gone && now - n.last_heard > std::chrono::duration<double>(heartbeat_timeout_s))
+      fail(fmt::format("lost {}: no heartbeat for {:.0f} s", describe(static_cast<int>(i)), heartbeat_timeout_s));
+    if (launched_ && !n.gone)
+      if (auto st = launched_->exit_status(static_cast<int>(i)); st && phase_ != phase::over)
+        fail(fmt::format("lost {}: its process exited with status {}", describe(static_cast<int>(i)), *st));
+  }
+}
+
+void coordinator::shut_down() {
+  phase_ = phase::over;
+  broadcast(control_kind::stop);
+  // Nodes exit on stop; give them a moment, then make sure (no orphans).
+  // Streaming nodes send their last spans first: wait for their connections to end.
+  auto until = clock_type::now() + std::chrono::seconds(10);
+  while (launched_ && clock_type::now() < until) {
+    bool all = true;
+    for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+      const auto& n = nodes_[static_cast<std::size_t>(i)];
+      all = all && launched_->exit_status(i).has_value() && (!o_.dashboard || !n.conn || n.gone);
+    }
+    if (all)
+      break;
+    if (auto e = events_.pop(std::chrono::milliseconds(50)); e && o_.dashboard)
+      if (int i = node_of(e->conn); i >= 0) {
+        if (e->closed)
+          nodes_[static_cast<std::size_t>(i)].gone = true;
+        else if (e->f.kind == static_cast<std::uint16_t>(control_kind::spans))
+          try {
+            on_spans(i, e->f);
+          } catch (const malformed_input& x) {
+            fmt::print(stderr, "troupe launch: {} sent a malformed frame: {}\n", describe(i), x.what());
+          }
+      }
+  }
+  if (launched_)
+    launched_->terminate();
+  server_.reset();
+}
+
+caf::expected<run_result> coordinator::run() {
+  net::handlers h;
+  h.on_frame = [this](net::connection& c, net::frame&& f) {
+    events_.push({&c, false, std::move(f), {}, steady_now_ns()});
+  };
+  h.on_close = [this](net::connection& c, std::string why) { events_.push({&c, true, {}, std::move(why)}); };
+  auto server = net::listen({net::transport_kind::tcp, g_.cluster.address,
+                             static_cast<std::uint16_t>(g_.cluster.port), o_.token,
+                             [](std::string line) { fmt::print(stderr, "troupe launch: {}\n", line); }, {}},
+                            std::move(h));
+  if (!server)
+    return make_error(errc::io_failed, fmt::format("cannot listen on {}:{}: {}", g_.cluster.address, g_.cluster.port,
+                                                   error_message(server.error())));
+  server_ = std::move(*server);
+  launch_request req;
+  req.troupe_exe = o_.troupe_exe;
+  req.coordinator = fmt::format("{}:{}", g_.cluster.address, server_->port());
+  req.nodes = g_.cluster.nodes;
+  req.hosts = g_.cluster.hosts;
+  req.token = o_.token;
+  req.workdir = std::filesystem::current_path();
+  req.extra_args = {"--transport", std::string{net::to_string(o_.transport)}};
+  req.term_grace = std::chrono::seconds(2);  // nodes told to stop exit at once; only a hung one waits this long
+  fmt::print("troupe launch: coordinator on {}, starting {} node(s) with the {} launcher ({} channels)\n",
+             req.coordinator, req.nodes, g_.cluster.launcher, net::to_string(o_.transport));
+  std::fflush(stdout);
+  auto launched = launch_nodes(g_.cluster.launcher, req);
+  if (!launched) {
+    server_.reset();
+    return launched.error();
+  }
+  launched_ = std::move(*launched);
+  auto began = clock_type::now();
+  plan_msg plan;
+  plan.graph_file = std::filesystem::absolute(o_.graph_file).string();
+  plan.graph_hash = file_hash(plan.graph_file);
+  plan.overrides = o_.overrides;
+  plan.resume = o_.resume;
+  plan.transport = std::string{net::to_string(o_.transport)};
+  plan.trace_file = o_.trace_file;
+  plan.trace_buffer = o_.trace_buffer;
+  plan.stream_trace = o_.dashboard != nullptr;
+  int signal = 0;
+  while (failure_.empty() && phase_ != phase::over) {
+    auto e = events_.pop(std::chrono::milliseconds(100));
+    if (o_.interrupt && (signal = o_.interrupt->load()) != 0)
+      break;  // before the event: a Ctrl-C that also reached an ssh client is not a lost node
+    if (e) {
+      if (e->closed) {
+        if (int i = node_of(e->conn); i >= 0) {
+          nodes_[static_cast<std::size_t>(i)].gone = true;
+          if (phase_ != phase::over)
+            fail(fmt::format("lost {}: {}", describe(i), e->why));
+        }
+      } else {
+        on_frame(*e);
+      }
+    }
+    check_liveness();
+    if (deferred_ && clock_type::now() > deferred_->second)
+      fail(deferred_->first);
+    auto all = [&](auto pred) { return std::all_of(nodes_.begin(), nodes_.end(), pred); };
+    if (phase_ == phase::joining && all([](const node_state& n) { return n.conn != nullptr; })) {
+      for (const auto& n : nodes_)
+        plan.nodes.push_back({n.hello.data_host, n.hello.data_port});
+      for (auto& n : nodes_)
+        n.conn->send(encode(plan));
+      phase_ = phase::planning;
+    } else if (phase_ == phase::planning && all([](const node_state& n) { return n.ready; })) {
+      started_ = last_done_ = clock_type::now();
+      broadcast(control_kind::start);
+      phase_ = phase::running;
+    } else if (phase_ == phase::running && done_.size() == g_.actors.size()) {
+      phase_ = phase::over;
+    }
+    if (phase_ != phase::running && phase_ != phase::over && clock_type::now() - began > o_.join_timeout) {
+      std::vector<int> missing;
+      for (std::size_t i = 0; i < nodes_.size(); ++i)
+        if (phase_ == phase::joining ? !nodes_[i].conn : !nodes_[i].ready)
+          missing.push_back(static_cast<int>(i));
+      fail(fmt::format("node(s) {} did not {} within {} s", fmt::join(missing, ", "),
+                       phase_ == phase::joining ? "join" : "get ready", o_.join_timeout.count() / 1000));
+    }
+    if (phase_ == phase::running && o_.timeout.count() > 0 && clock_type::now() - started_ > o_.timeout)
+      fail(fmt::format("the run did not finish within {} s ({} of {} actors reported done)",
+                       o_.timeout.count() / 1000.0, done_.size(), g_.actors.size()));
+  }
+  shut_down();
+  if (signal != 0 && failure_.empty())
+    return checkpoints_.interrupted(signal, done_.size(), g_.actors.size());
+  if (!failure_.empty())
+    return make_error(errc::actor_failed, checkpoints_.explain_failure(failure_));
+  result_.first_step = g_.checkpoint.resume_step;
+  result_.seconds = std::chrono::duration<double>(last_done_ - started_).count();
+  aggregate(result_);
+  return result_;
+}
+
+} // namespace
+
+caf::expected<run_result> run_coordinator(const graph_spec& g, const coordinator_options& o) {
+  coordinator c{g, o};
+  return c.run();
+}
+
+} // namespace troupe::cluster

@@ -1,0 +1,66 @@
+// Troupe's caf::error category and the text of graph diagnostics.
+#include "runtime/actor/errors.hpp"
+
+#include <fmt/format.h>
+
+namespace troupe {
+
+const char* to_string(errc e) noexcept {
+  switch (e) {
+    case errc::none: return "none";
+    case errc::invalid_graph: return "invalid_graph";
+    case errc::plugin_load_failed: return "plugin_load_failed";
+    case errc::unknown_actor_type: return "unknown_actor_type";
+    case errc::spawn_failed: return "spawn_failed";
+    case errc::actor_failed: return "actor_failed";
+    case errc::io_failed: return "io_failed";
+    case errc::invalid_argument: return "invalid_argument";
+    case errc::interrupted: return "interrupted";
+  }
+  return "unknown";
+}
+
+caf::error make_error(errc e, std::string what) {
+  return caf::error{static_cast<std::uint8_t>(e), troupe_error_category,
+                    caf::make_message(std::move(what))};
+}
+
+std::string error_message(const caf::error& e) {
+  if (!e)
+    return "no error";
+  if (e.category() == troupe_error_category && e.context().match_elements<std::string>())
+    return e.context().get_as<std::string>(0);
+  return caf::to_string(e);
+}
+
+std::string render_error(std::uint8_t code, caf::atom_value, const caf::message& ctx) {
+  std::string out = to_string(static_cast<errc>(code));
+  if (ctx.match_elements<std::string>())
+    out += ": " + ctx.get_as<std::string>(0);
+  return out;
+}
+
+std::string to_string(const source_pos& p) {
+  if (!p.origin.empty())
+    return p.origin;
+  if (p.line <= 0)
+    return p.file;
+  return fmt::format("{}:{}:{}", p.file, p.line, p.col);
+}
+
+std::string to_string(const diagnostic& d) {
+  std::string out = to_string(d.pos);
+  if (!d.path.empty())
+    out += (out.empty() ? "" : ": ") + d.path;
+  out += (out.empty() ? "" : ": ") + d.message;
+  return out;
+}
+
+std::string to_string(const diagnostics& ds) {
+  std::string out;
+  for (const auto& d : ds)
+    out += to_string(d) + "\n";
+  return out;
+}
+
+} // namespace troupe

@@ -1,0 +1,217 @@
+// Every message type troupe actors exchange: verb atoms and noun payloads,
+// declared once here and registered once in runtime/actor_system.cpp.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "runtime/tensor/device_fence.hpp"
+#include "runtime/actor/route.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
+
+// ---------------------------------------------------------------------------
+// The run protocol (runner = deploy/cli/run_graph.cpp, or per node the node agent,
+// both through deploy/cluster/spawn_and_connect.cpp for steps 1-2; every graph actor follows it)
+//
+//  1. The runner spawns each `actors:` entry through its registered factory,
+//     giving it a spawn_context (runtime/actor/registry.hpp) that holds the runner's
+//     handle. The runner monitors every actor it spawned.
+//  2. The runner sends each actor `(connect_atom, connect_msg)`: the actor's
+//     own name, one `peer` per channel touching it (name, handle, direction)
+//     and the directory of every actor in the graph. The actor replies
+//     `ok_atom` when it has stored them (a request with a timeout).
+//  3. When all actors have answered, the runner sends each `start_atom`.
+//     Actors that wait for input (stages downstream of the loader) just keep
+//     waiting; sources (the data loader) begin producing.
+//  4. Each actor, when its part of the run is over (it has finished
+//     `train.steps` steps, or its upstream told it so), sends the runner
+//     `(done_atom, run_summary)` exactly once, then may stay alive to serve
+//     peers. Actors with nothing to summarise send a run_summary with just
+//     `actor` set.
+//  5. An actor that cannot go on sends `(failed_atom, failure_msg)` to the
+//     runner. An actor that exits abnormally (exception, crash) is seen
+//     through the monitor. Either makes the run fail with exit code 1, and the
+//     runner shuts every actor down (exit reason user_shutdown).
+//  6. When every actor has reported done, the runner sends each actor an exit
+//     (user_shutdown) and aggregates the summaries (see run_summary).
+//
+// Data-plane messages between actors, all sent asynchronously:
+//  - `(forward_atom, batch_msg)`       loader -> first stage (and the stage that
+//                                       computes the loss, for the targets)
+//  - `(forward_atom, activation_msg)`  stage i -> stage i+1
+//  - `(backward_atom, gradient_msg)`   stage i+1 -> stage i
+//  - `(credit_atom, credit_msg)`       receiver -> sender: may send `count` more
+// An actor that writes checkpoints also sends the runner `(checkpoint_atom,
+// checkpoint_msg)` for each part it wrote. Module-private messages (the
+// pipeline's eval, norm and wake-ups) are declared in their module
+// (actors/pipeline_messages.hpp). Spans go to the trace recorder's per-thread
+// buffers, not through messages.
+// Tensor handles travel by value (a shared pointer to pooled storage): no
+// bytes are copied inside one process. They are not serialised by CAF;
+// between processes a channel actor moves the bytes.
+// ---------------------------------------------------------------------------
+
+namespace troupe {
+
+// Verbs (CAF atoms are at most 10 characters).
+using forward_atom = caf::atom_constant<caf::atom("forward")>;
+using backward_atom = caf::atom_constant<caf::atom("backward")>;
+using credit_atom = caf::atom_constant<caf::atom("credit")>;
+using plan_atom = caf::atom_constant<caf::atom("plan")>;
+using connect_atom = caf::atom_constant<caf::atom("connect")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+using failed_atom = caf::atom_constant<caf::atom("failed")>;
+using checkpoint_atom = caf::atom_constant<caf::atom("checkpoint")>;
+
+/// Which microbatch of which step a message belongs to.
+using step_t = std::int64_t;
+
+/// One microbatch from the router: token ids `[batch, context]` (i32) for the
+/// route's first hop, and the next-token targets of the same shape for its last
+/// hop (the loss). Each goes to its own actor, so one of the two may be undefined.
+struct batch_msg {
+  step_t step = 0;
+  std::int32_t microbatch = 0;  ///< sequence number within the step (0, 1, ... across all routes)
+  tensor_handle tokens;
+  tensor_handle targets;
+  route_t route;
+};
+
+
+/// Activations flowing forward between stages, `[batch, context, d_model]`.
+struct activation_msg {
+  step_t step = 0;
+  std::int32_t microbatch = 0;
+  std::int32_t hop = 0;  ///< the position on `route` of the receiver, which consumes it
+  tensor_handle activation;
+  route_t route;
+  /// Set when `activation` is on a device and still being written by the
+  /// sender's queued work: readers order themselves after it. Never serialised.
+  device_fence_ptr ready = nullptr;
+};
+
+/// The loss gradient with respect to a stage's output, flowing backward.
+struct gradient_msg {
+  step_t step = 0;
+  std::int32_t microbatch = 0;
+  std::int32_t hop = 0;  ///< the position on `route` of the receiver (whose forward made the activation)
+  tensor_handle gradient;
+  route_t route;
+  device_fence_ptr ready = nullptr;  ///< as activation_msg::ready
+};
+
+/// Flow control: the receiver `from` (actor index) lets the sender have `count`
+/// more messages in its buffers: granted at start, returned one by one as it
+/// consumes them.
+struct credit_msg {
+  std::int32_t count = 1;
+  std::int32_t from = 0;
+};
+
+/// How a channel touches the actor receiving connect_msg.
+enum class channel_dir : std::uint8_t { in, out };
+
+/// One end of a channel, as seen from the actor that receives it.
+struct peer {
+  std::string name;
+  std::string type;
+  caf::actor handle;
+  channel_dir dir = channel_dir::out;  ///< `out`: this actor sends to `handle`
+  std::int32_t credits = 0;            ///< the channel's `credits:` (0 = policy decides)
+};
+
+/// Sent by the runner before start: who the actor is and whom it talks to.
+struct connect_msg {
+  std::string self;
+  std::vector<peer> peers;      ///< one per channel touching `self`, graph order
+  std::vector<peer> directory;  ///< every actor of the graph (dir = out)
+};
+
+/// What an actor reports with `done_atom`. NaN marks an unknown number.
+/// The runner aggregates: steps = max, tokens = sum, losses = the last
+/// reported (by the actor that reports them), and takes the wall time itself.
+struct run_summary {
+  std::string actor;
+  step_t steps = 0;               ///< optimizer steps this actor completed
+  std::int64_t tokens = 0;        ///< training tokens it consumed (count them once: the loss stage)
+  double train_loss = std::numeric_limits<double>::quiet_NaN();  ///< mean over the last step
+  double val_loss = std::numeric_limits<double>::quiet_NaN();    ///< last validation pass
+  std::vector<double> losses;     ///< train loss per step, when recorded
+};
+
+/// An actor wrote its part of the checkpoint after optimizer step `step`
+/// (sent to the runner with `checkpoint_atom`). The runner marks the
+/// checkpoint complete once every actor that checkpoints has reported it.
+struct checkpoint_msg {
+  std::string actor;
+  step_t step = 0;
+  std::string file;  ///< what it wrote, relative to the checkpoint folder
+};
+
+/// Why an actor gave up (sent with `failed_atom`).
+struct failure_msg {
+  std::string actor;
+  std::string what;  ///< where and what, for the user
+};
+
+// CAF inspection: field lists for to_string and (handle-free) serialisation.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, batch_msg& x) {
+  return f(caf::meta::type_name("batch_msg"), x.step, x.microbatch, x.tokens, x.targets, x.route);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, activation_msg& x) {
+  return f(caf::meta::type_name("activation_msg"), x.step, x.microbatch, x.hop, x.activation, x.route);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {
+  return f(caf::meta::type_name("gradient_msg"), x.step, x.microbatch, x.hop, x.gradient, x.route);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, credit_msg& x) {
+  return f(caf::meta::type_name("credit_msg"), x.count, x.from);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_plan_msg& x) {
+  return f(caf::meta::type_name("step_plan_msg"), x.step, x.hops, x.tokens, x.participants, x.reducer);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, hop& x) {
+  return f(caf::meta::type_name("hop"), x.actor, x.chunk);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, peer& x) {
+  return f(caf::meta::type_name("peer"), x.name, x.type, x.handle, x.dir, x.credits);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, connect_msg& x) {
+  return f(caf::meta::type_name("connect_msg"), x.self, x.peers, x.directory);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, run_summary& x) {
+  return f(caf::meta::type_name("run_summary"), x.actor, x.steps, x.tokens, x.train_loss, x.val_loss,
+           x.losses);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, checkpoint_msg& x) {
+  return f(caf::meta::type_name("checkpoint_msg"), x.actor, x.step, x.file);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, failure_msg& x) {
+  return f(caf::meta::type_name("failure_msg"), x.actor, x.what);
+}
+
+} // namespace troupe
+
+// Handles share pooled memory and are only meaningful inside one process: CAF
+// passes them by value and skips them when serialising (channels move bytes).
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::tensor_handle)

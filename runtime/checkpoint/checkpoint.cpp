@@ -1,0 +1,363 @@
+// Checkpoint folders: writing and reading one actor's part, completing a step
+// (checkpoint.json, then `latest`), pruning, and checking a folder to resume from.
+#include "runtime/checkpoint/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/actor/errors.hpp"
+#include "runtime/graph/output_path.hpp"
+
+namespace troupe {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* manifest_name = "checkpoint.json";
+constexpr const char* began_key = "write_began_unix_ns";
+
+std::int64_t unix_ns(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+/// The step of a folder called `step-000016`, or nullopt.
+std::optional<std::int64_t> folder_step(const std::string& name) {
+  if (name.size() <= 5 || name.compare(0, 5, "step-") != 0)
+    return std::nullopt;
+  std::int64_t v = 0;
+  auto [end, ec] = std::from_chars(name.data() + 5, name.data() + name.size(), v);
+  if (ec != std::errc{} || end != name.data() + name.size())
+    return std::nullopt;
+  return v;
+}
+
+/// The `__metadata__` of a safetensors file, reading only its header.
+caf::expected<std::map<std::string, std::string>> read_metadata(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::uint64_t n = 0;
+  std::error_code ec;
+  auto size = fs::file_size(path, ec);
+  if (!in || ec || !in.read(reinterpret_cast<char*>(&n), sizeof n) || n > size - sizeof n)
+    return make_error(errc::io_failed, fmt::format("{}: cannot read a safetensors header", path.string()));
+  std::string text(n, '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(n)))
+    return make_error(errc::io_failed, fmt::format("{}: truncated header", path.string()));
+  std::map<std::string, std::string> out;
+  try {
+    auto header = nlohmann::json::parse(text);
+    if (header.contains("__metadata__"))
+      for (auto& [k, v] : header["__metadata__"].items())
+        out[k] = v.get<std::string>();
+  } catch (const std::exception& e) {
+    return make_error(errc::io_failed, fmt::format("{}: malformed header: {}", path.string(), e.what()));
+  }
+  return out;
+}
+
+/// The step folder's manifest: step and actor -> file, or an error naming it.
+caf::expected<std::pair<std::int64_t, std::map<std::string, std::string>>> read_manifest(const fs::path& folder) {
+  auto path = folder / manifest_name;
+  std::ifstream in(path);
+  if (!in)
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: not a complete checkpoint (no {}: the run stopped while writing it, or "
+                                  "this is not a checkpoint folder)",
+                                  folder.string(), manifest_name));
+  try {
+    auto j = nlohmann::json::parse(in);
+    return std::pair{j.at("step").get<std::int64_t>(), j.at("parts").get<std::map<std::string, std::string>>()};
+  } catch (const std::exception& e) {
+    return make_error(errc::invalid_argument, fmt::format("{}: malformed: {}", path.string(), e.what()));
+  }
+}
+
+} // namespace
+
+std::string checkpoint_folder_name(std::int64_t step) {
+  return fmt::format("step-{:06}", step);
+}
+
+std::string checkpoint_part_name(const std::string& actor) {
+  return actor + ".safetensors";
+}
+
+std::vector<std::string> checkpoint_actors(const graph_spec& g) {
+  std::vector<std::string> out;
+  for (const auto& a : g.actors)
+    if (a.role.checkpoint_identity)
+      out.push_back(a.name);
+  return out;
+}
+
+std::map<std::string, std::string> checkpoint_identity(const graph_spec& g, const actor_spec& a) {
+  std::map<std::string, std::string> id;
+  if (a.role.checkpoint_identity)
+    id = a.role.checkpoint_identity(g, a);
+  id["type"] = a.type;
+  return id;
+}
+
+caf::expected<std::string> write_checkpoint_part(const fs::path& dir, std::int64_t step, const std::string& actor,
+                                                 const std::vector<named_handle>& tensors,
+                                                 std::map<std::string, std::string> metadata) {
+  metadata["actor"] = actor;
+  metadata["step"] = std::to_string(step);
+  metadata[began_key] = std::to_string(unix_ns(std::chrono::system_clock::now()));
+  auto folder = dir / checkpoint_folder_name(step);
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  if (ec)
+    return make_error(errc::io_failed,
+                      fmt::format("{}: cannot create the checkpoint folder: {}", folder.string(), ec.message()));
+  // A folder being written again (a resumed run replaying steps) is no longer
+  // complete: drop its manifest before any part changes.
+  if (fs::remove(folder / manifest_name, ec); ec)
+    return make_error(errc::io_failed, fmt::format("{}: cannot mark the checkpoint incomplete: {}",
+                                                   (folder / manifest_name).string(), ec.message()));
+  auto name = checkpoint_part_name(actor);
+  // On failure only this part's temporary file goes: the other parts may be
+  // writing into the folder right now. The runner discards the incomplete
+  // folder once every actor has stopped (checkpoint_tracker::discard_incomplete).
+  if (auto err = write_safetensors(folder / name, tensors, metadata))
+    return err;
+  return name;
+}
+
+caf::expected<safetensors_file> read_checkpoint_part(const fs::path& folder, const std::string& actor,
+                                                     std::int64_t step) {
+  auto path = folder / checkpoint_part_name(actor);
+  auto f = read_safetensors(path);
+  if (!f)
+    return f.error();
+  auto get = [&](const char* k) { return f->metadata.count(k) ? f->metadata.at(k) : std::string{"(none)"}; };
+  if (get("actor") != actor || get("step") != std::to_string(step))
+    return make_error(errc::io_failed, fmt::format("{}: holds actor '{}' at step {}, expected '{}' at step {}",
+                                                   path.string(), get("actor"), get("step"), actor, step));
+  return f;
+}
+
+checkpoint_tracker::checkpoint_tracker(fs::path dir, std::vector<std::string> actors, int keep)
+  : dir_(std::move(dir)), actors_(actors.begin(), actors.end()), keep_(std::max(1, keep)) {}
+
+bool checkpoint_tracker::on_report(const std::string& actor, std::int64_t step, const std::string& file) {
+  if (!actors_.count(actor) || step <= last_)
+    return false;
+  auto now = std::chrono::system_clock::now();
+  auto& p = pending_[step];
+  p.files[actor] = file;
+  p.last_arrival = now;
+  if (auto md = read_metadata(dir_ / checkpoint_folder_name(step) / file); md && md->count(began_key)) {
+    auto began = std::stoll(md->at(began_key));
+    p.slowest_ms = std::max(p.slowest_ms, static_cast<double>(unix_ns(now) - began) / 1e6);
+  }
+  return p.files.size() == actors_.size();
+}
+
+caf::expected<checkpoint_commit> checkpoint_tracker::commit(std::int64_t step) {
+  auto it = pending_.find(step);
+  if (it == pending_.end() || it->second.files.size() != actors_.size())
+    return make_error(errc::invalid_argument, fmt::format("checkpoint step {} is not complete", step));
+  checkpoint_commit c{step, dir_ / checkpoint_folder_name(step), 0, it->second.slowest_ms};
+  nlohmann::json manifest{{"step", step}, {"parts", it->second.files}};
+  for (const auto& [actor, file] : it->second.files) {
+    std::error_code ec;
+    c.bytes += fs::file_size(c.folder / file, ec);
+  }
+  if (auto err = write_file_atomically(c.folder / manifest_name, manifest.dump(1) + "\n"))
+    return err;
+  if (auto err = write_file_atomically(dir_ / "latest", checkpoint_folder_name(step) + "\n"))
+    return err;
+  last_ = step;
+  pending_.erase(pending_.begin(), std::next(it));
+  if (auto err = prune(step))
+    return err;
+  return c;
+}
+
+caf::error checkpoint_tracker::prune(std::int64_t upto) const {
+  std::vector<std::pair<std::int64_t, fs::path>> complete;
+  std::error_code ec;
+  std::vector<fs::path> remove;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    auto s = folder_step(e.path().filename().string());
+    if (!s || *s > upto || !e.is_directory(ec))
+      continue;
+    if (fs::exists(e.path() / manifest_name))
+      complete.emplace_back(*s, e.path());
+    else if (*s < upto)
+      remove.push_back(e.path());
+  }
+  if (ec)
+    return make_error(errc::io_failed, fmt::format("{}: cannot list: {}", dir_.string(), ec.message()));
+  std::sort(complete.rbegin(), complete.rend());
+  for (std::size_t i = static_cast<std::size_t>(keep_); i < complete.size(); ++i)
+    remove.push_back(complete[i].second);
+  for (const auto& p : remove)
+    if (fs::remove_all(p, ec); ec)
+      return make_error(errc::io_failed, fmt::format("{}: cannot remove an old checkpoint: {}", p.string(),
+                                                     ec.message()));
+  return {};
+}
+
+void checkpoint_tracker::discard_incomplete() const {
+  std::error_code ec;
+  std::vector<fs::path> remove;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    auto s = folder_step(e.path().filename().string());
+    if (s && *s > last_ && e.is_directory(ec) && !fs::exists(e.path() / manifest_name, ec))
+      remove.push_back(e.path());
+  }
+  for (const auto& p : remove)
+    fs::remove_all(p, ec);
+}
+
+checkpoint_dir_lock::checkpoint_dir_lock(checkpoint_dir_lock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+
+checkpoint_dir_lock& checkpoint_dir_lock::operator=(checkpoint_dir_lock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0)
+      ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+checkpoint_dir_lock::~checkpoint_dir_lock() {
+  if (fd_ >= 0)
+    ::close(fd_);  // releases the flock
+}
+
+caf::expected<checkpoint_dir_lock> checkpoint_dir_lock::acquire(const fs::path& dir) {
+  auto path = dir / "lock";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return make_error(errc::io_failed, fmt::format("{}: cannot create the lock file: {}", path.string(),
+                                                   std::strerror(errno)));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int why = errno;
+    std::string holder(256, '\0');
+    auto n = ::pread(fd, holder.data(), holder.size(), 0);
+    holder.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0'))
+      holder.pop_back();
+    ::close(fd);
+    if (why != EWOULDBLOCK)
+      return make_error(errc::io_failed, fmt::format("{}: cannot lock: {}", path.string(), std::strerror(why)));
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: another run is writing checkpoints here ({}); wait for it to end, or give "
+                                  "this run another checkpoint.dir",
+                                  dir.string(), holder.empty() ? "holder unknown" : holder));
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  auto who = fmt::format("pid {} on host {}\n", ::getpid(), host);
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, who.data(), who.size(), 0) != static_cast<ssize_t>(who.size())) {
+    int why = errno;
+    ::close(fd);
+    return make_error(errc::io_failed, fmt::format("{}: cannot write the lock file: {}", path.string(),
+                                                   std::strerror(why)));
+  }
+  checkpoint_dir_lock l;
+  l.fd_ = fd;
+  return l;
+}
+
+caf::expected<checkpoint_dir_lock> open_checkpoint_dir(const graph_spec& g, bool restart) {
+  const auto& c = g.checkpoint;
+  if (c.every <= 0 || c.dir_path.empty())
+    return checkpoint_dir_lock{};
+  if (auto err = check_output_folder(c.dir_path))
+    return make_error(errc::invalid_argument, fmt::format("checkpoint.dir: {}", error_message(err)));
+  auto lock = checkpoint_dir_lock::acquire(c.dir_path);
+  if (!lock)
+    return lock.error();
+  std::error_code ec;
+  std::vector<fs::path> earlier;
+  for (const auto& e : fs::directory_iterator(c.dir_path, ec))
+    if (auto name = e.path().filename().string(); name == "latest" || folder_step(name))
+      earlier.push_back(e.path());
+  std::sort(earlier.begin(), earlier.end());
+  if (earlier.empty() || !c.resume_folder.empty())
+    return lock;
+  if (!restart) {
+    std::string latest;
+    if (std::ifstream in{c.dir_path / "latest"}; in && std::getline(in, latest))
+      latest = fmt::format(", 'latest' names {}", latest);
+    auto steps = std::count_if(earlier.begin(), earlier.end(), [](const fs::path& p) { return p.filename() != "latest"; });
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: holds an earlier run's checkpoints ({} step folder{}{}); a fresh run here would "
+                                  "mix its steps with them: --resume {} to continue that run, --restart to remove "
+                                  "them and start over, or another checkpoint.dir",
+                                  c.dir_path.string(), steps, steps == 1 ? "" : "s", latest, c.dir_path.string()));
+  }
+  for (const auto& p : earlier)
+    if (fs::remove_all(p, ec); ec)
+      return make_error(errc::io_failed, fmt::format("{}: cannot remove an earlier run's checkpoint: {}",
+                                                     p.string(), ec.message()));
+  return lock;
+}
+
+caf::expected<resume_point> open_resume(const fs::path& dir, const graph_spec& g) {
+  auto bad = [](std::string what) { return make_error(errc::invalid_argument, std::move(what)); };
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return bad(fmt::format("{}: no such checkpoint folder", dir.string()));
+  resume_point rp{dir, 0};
+  if (std::ifstream latest{dir / "latest"}) {
+    std::string name;
+    std::getline(latest, name);
+    if (!folder_step(name))
+      return bad(fmt::format("{}: expected a folder name like step-000016, got '{}'", (dir / "latest").string(), name));
+    rp.folder = dir / name;
+  } else if (auto name = fs::absolute(dir).lexically_normal();
+             !fs::exists(dir / manifest_name) &&
+             !folder_step((name.has_filename() ? name : name.parent_path()).filename().string())) {
+    return bad(fmt::format("{}: no checkpoint here (expected a 'latest' file naming a step folder, or a step "
+                           "folder holding {})",
+                           dir.string(), manifest_name));
+  }
+  auto manifest = read_manifest(rp.folder);
+  if (!manifest)
+    return manifest.error();
+  auto& [step, parts] = *manifest;
+  rp.step = step;
+  auto wanted = checkpoint_actors(g);
+  std::vector<std::string> held;
+  for (const auto& [actor, file] : parts)
+    held.push_back(actor);
+  if (!std::is_permutation(wanted.begin(), wanted.end(), held.begin(), held.end()))
+    return bad(fmt::format("{}: the checkpoint has parts for {} but the graph's checkpointing actors are {}",
+                           rp.folder.string(), fmt::join(held, ", "), fmt::join(wanted, ", ")));
+  for (const auto& a : g.actors) {
+    if (!parts.count(a.name))
+      continue;
+    auto path = rp.folder / parts.at(a.name);
+    if (!fs::is_regular_file(path, ec))
+      return bad(fmt::format("{}: missing (the checkpoint lists it as the part of '{}')", path.string(), a.name));
+    auto md = read_metadata(path);
+    if (!md)
+      return bad(error_message(md.error()));
+    for (const auto& [k, want] : checkpoint_identity(g, a)) {
+      auto have = md->count(k) ? md->at(k) : std::string{"missing"};
+      if (have != want)
+        return bad(fmt::format("{}: {} is {} in the checkpoint but {} in the graph", path.string(), k, have, want));
+    }
+  }
+  if (g.train.steps < step)
+    return bad(fmt::format("{}: the checkpoint is after step {} but train.steps is {}", rp.folder.string(), step,
+                           g.train.steps));
+  return rp;
+}
+
+} // namespace troupe

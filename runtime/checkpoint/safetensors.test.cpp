@@ -1,0 +1,93 @@
+// safetensors files: a round trip, malformed input, and a full disk that keeps the old file.
+#include "runtime/checkpoint/safetensors.hpp"
+
+#include <fstream>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include "runtime/actor/errors.hpp"
+
+using namespace troupe;
+
+namespace {
+
+std::filesystem::path temp_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("troupe_st_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+tensor_handle ramp(shape_t s, float start) {
+  auto t = tensor_handle::empty(s);
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = start + static_cast<float>(i);
+  return t;
+}
+
+} // namespace
+
+TEST_CASE("tensors and metadata survive a write and a read") {
+  auto dir = temp_dir("roundtrip");
+  auto ids = tensor_handle::empty({3}, dtype::i32);
+  for (int i = 0; i < 3; ++i)
+    ids.data<std::int32_t>()[i] = 7 * i;
+  REQUIRE_FALSE(write_safetensors(dir / "a.safetensors", {{"w", ramp({2, 3}, 1)}, {"ids", ids}, {"b", ramp({5}, -2)}},
+                                  {{"step", "42"}}));
+  auto f = read_safetensors(dir / "a.safetensors");
+  REQUIRE(f);
+  CHECK(f->metadata.at("step") == "42");
+  REQUIRE(f->tensors.size() == 3);
+  auto w = f->find("w");
+  CHECK(w.shape() == shape_t{2, 3});
+  CHECK(w.data<float>()[5] == 6.0f);
+  CHECK(f->find("ids").data<std::int32_t>()[2] == 14);
+  CHECK(f->find("b").data<float>()[0] == -2.0f);
+  CHECK_FALSE(f->find("missing").defined());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a truncated or garbage file is an error that names the file") {
+  auto dir = temp_dir("bad");
+  REQUIRE_FALSE(write_safetensors(dir / "ok.safetensors", {{"w", ramp({64}, 0)}}));
+  auto size = std::filesystem::file_size(dir / "ok.safetensors");
+  std::filesystem::copy_file(dir / "ok.safetensors", dir / "cut.safetensors");
+  std::filesystem::resize_file(dir / "cut.safetensors", size - 10);
+  auto cut = read_safetensors(dir / "cut.safetensors");
+  REQUIRE_FALSE(cut);
+  CHECK(error_message(cut.error()).find("cut.safetensors") != std::string::npos);
+  std::ofstream(dir / "junk.safetensors") << "this is not a tensor file at all";
+  CHECK_FALSE(read_safetensors(dir / "junk.safetensors"));
+  CHECK_FALSE(read_safetensors(dir / "absent.safetensors"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a full disk fails the write with a clear error and keeps the previous file") {
+  auto dir = temp_dir("full");
+  if (::geteuid() != 0 || ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=256k") != 0) {
+    MESSAGE("skipped: mounting a small tmpfs needs root");
+    std::filesystem::remove_all(dir);
+    return;
+  }
+  auto path = dir / "ckpt.safetensors";
+  REQUIRE_FALSE(write_safetensors(path, {{"w", ramp({1000}, 3)}})); // 4 kB: fits
+  auto err = write_safetensors(path, {{"w", ramp({200000}, 0)}});   // 800 kB: does not
+  REQUIRE(err);
+  CHECK(error_message(err).find("No space left on device") != std::string::npos);
+  CHECK(error_message(err).find("previous file is kept") != std::string::npos);
+  auto kept = read_safetensors(path);
+  REQUIRE(kept);
+  CHECK(kept->find("w").numel() == 1000);
+  CHECK(kept->find("w").data<float>()[0] == 3.0f);
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    CHECK_MESSAGE(e.path() == path, "left behind: ", e.path()); // no temporary file remains
+  ::umount(dir.c_str());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a folder that does not exist is an error, not a crash") {
+  auto err = write_safetensors("/nonexistent/dir/x.safetensors", {{"w", ramp({4}, 0)}});
+  REQUIRE(err);
+  CHECK(error_message(err).find("/nonexistent/dir/x.safetensors") != std::string::npos);
+}

@@ -1,0 +1,140 @@
+// The `cluster:` section and where each actor runs: parsing, placement and
+// its checks, and the per-channel emulated link (`bandwidth:`, `latency:`).
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "runtime/graph/graph_parse.hpp"
+#include "runtime/transport/transport.hpp"
+
+namespace troupe {
+
+namespace {
+
+const std::vector<std::string> cluster_keys{"launcher", "nodes", "hosts", "address", "port", "transport", "token_file"};
+const std::vector<std::string> launchers{"local", "ssh", "slurm"};
+const std::vector<std::string> transports{"auto", "tcp", "ucx"};
+constexpr int max_nodes = 4096;
+
+/// `node: 3` (or "3") as an index; nullopt when it is not a whole number.
+std::optional<int> node_index(const std::string& s) {
+  int v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size())
+    return std::nullopt;
+  return v;
+}
+
+} // namespace
+
+int graph_spec::node_of(const actor_spec& a) const {
+  if (!a.node.empty() && cluster.present)
+    return node_index(a.node).value_or(0);
+  int stages = 0, first = -1;
+  for (const auto& x : actors)
+    if (x.role.holds_layers) {
+      ++stages;
+      if (x.rank == 0)
+        first = static_cast<int>(&x - actors.data());
+    }
+  int nodes = std::max(cluster.nodes, 1);
+  if (a.role.placement == actor_placement::by_position && a.rank >= 0 && stages > 0)
+    return a.rank * nodes / std::max(stages, nodes);
+  if (a.role.placement == actor_placement::with_first_stage && first >= 0 &&
+      &a != &actors[static_cast<std::size_t>(first)])
+    return node_of(actors[static_cast<std::size_t>(first)]);
+  return 0;
+}
+
+std::string cluster_yaml(const cluster_spec& c) {
+  if (!c.present)
+    return {};
+  std::string out = fmt::format("cluster: {{launcher: {}, nodes: {}", c.launcher, c.nodes);
+  if (!c.hosts.empty())
+    out += fmt::format(", hosts: [{}]", fmt::join(c.hosts, ", "));
+  out += fmt::format(", address: {}, port: {}, transport: {}", c.address, c.port, c.transport);
+  if (!c.token_file.empty())
+    out += fmt::format(", token_file: {}", c.token_file);
+  return out + "}\n";
+}
+
+namespace detail {
+
+void parse_cluster(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
+  auto& c = pg.graph.cluster;
+  c.present = true;
+  pg.cluster_node.reset(n);
+  if (!r.check_map(n, "cluster", cluster_keys))
+    return;
+  auto one_of = [&](const char* key, std::string& out, const std::vector<std::string>& known) {
+    if (r.get_string(n, "cluster", key, out) && std::find(known.begin(), known.end(), out) == known.end())
+      r.error(n[key], fmt::format("cluster.{}", key), fmt::format("unknown {} '{}' {}", key, out, choices(out, known)));
+  };
+  one_of("launcher", c.launcher, launchers);
+  one_of("transport", c.transport, transports);
+  r.get_int(n, "cluster", "nodes", c.nodes, 1, max_nodes);
+  r.get_string(n, "cluster", "address", c.address);
+  r.get_int(n, "cluster", "port", c.port, 0, 65535);
+  if (r.get_string(n, "cluster", "token_file", c.token_file) && !c.token_file.empty())
+    c.token_path = std::filesystem::path{c.token_file}.is_absolute() ? std::filesystem::path{c.token_file}
+                                                                      : pg.base_dir / c.token_file;
+  if (auto h = n["hosts"]) {
+    if (!h.IsSequence())
+      r.error(h, "cluster.hosts", fmt::format("expected a list of host names, got {}", describe(h)));
+    else
+      for (std::size_t i = 0; i < h.size(); ++i)
+        if (auto s = r.as_string(h[i], index_path("cluster.hosts", i)))
+          c.hosts.push_back(*s);
+  }
+  if (c.launcher == "ssh" && c.hosts.empty())
+    r.error(n, "cluster", "the ssh launcher needs `hosts:`, a list of host names to start the nodes on");
+}
+
+void parse_link(const YAML::Node& c, const std::string& path, channel_spec& out, graph_reader& r) {
+  auto read = [&](const char* key, double& value, auto parse) {
+    auto v = c[key];
+    if (!v)
+      return;
+    auto where = join_path(path, key);
+    auto text = r.as_string(v, where);
+    if (!text)
+      return;
+    if (auto x = parse(*text))
+      value = *x;
+    else
+      r.error(v, where, error_message(x.error()));
+  };
+  read("bandwidth", out.bandwidth, net::parse_bandwidth);
+  read("latency", out.latency, net::parse_duration);
+}
+
+void check_cluster(parsed_graph& pg, graph_reader& r) {
+  auto& g = pg.graph;
+  int nodes = g.cluster.nodes;
+  std::vector<int> used(static_cast<std::size_t>(nodes), 0);
+  for (const auto& pa : pg.actors) {
+    if (pa.spec.node.empty() || !g.cluster.present)  // one process: `node:` has nothing to say
+      continue;
+    auto where = join_path(pa.path, "node");
+    auto idx = node_index(pa.spec.node);
+    if (!idx || *idx < 0 || *idx >= nodes)
+      r.error(child(pa.node, "node"), where,
+              fmt::format("node '{}' is not a node of this cluster: expected a number from 0 to {} (cluster.nodes is {})",
+                          pa.spec.node, nodes - 1, nodes));
+  }
+  for (const auto& a : g.actors)
+    if (auto i = g.node_of(a); i >= 0 && i < nodes)
+      ++used[static_cast<std::size_t>(i)];
+  for (int i = 0; i < nodes; ++i)
+    if (used[static_cast<std::size_t>(i)] == 0 && g.cluster.present) {
+      r.error(child(pg.cluster_node, "nodes") ? child(pg.cluster_node, "nodes") : pg.cluster_node, "cluster.nodes",
+              fmt::format("node {} of {} would run no actor: lower cluster.nodes or place an actor there with `node: {}`",
+                          i, nodes, i));
+      break;
+    }
+}
+
+} // namespace detail
+
+} // namespace troupe

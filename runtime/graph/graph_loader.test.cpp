@@ -1,0 +1,279 @@
+// Tests of the graph loader: typed sections, defaults, expansion, and the
+// diagnostics for invalid files.
+#include "runtime/graph/graph_loader.hpp"
+
+#include <doctest/doctest.h>
+
+#include "actors/builtin.hpp"
+
+#include <cstdio>
+#include <fstream>
+
+namespace {
+
+using namespace troupe;
+
+// runtime/ names no actor type: the built-in types' roles and the `pipeline:`
+// expander come from actors/ (this test links it).
+[[maybe_unused]] const bool builtin_types = (register_builtin_actors(), true);
+
+load_options no_corpus() {
+  load_options o;
+  o.check_corpus = false;
+  return o;
+}
+
+load_result load(std::string_view text, load_options o = no_corpus()) {
+  return load_graph_text(text, "g.yaml", o);
+}
+
+std::string errors(const load_result& r) {
+  return to_string(r.errors);
+}
+
+constexpr const char* tiny = R"(model:    {layers: 4, d_model: 128, heads: 4, context: 64, vocab: 256}
+data:     {corpus: kjv, batch: 12, seed: 1}
+train:    {steps: 2000, lr: 1.0e-3, weight_decay: 0.1, warmup: 100, eval_every: 200}
+pipeline: {stages: 4, microbatches: 8, schedule: 1f1b}
+trace:    {file: runs/tiny-gpt.json}
+)";
+
+} // namespace
+
+TEST_CASE("the shorthand of the issue loads into typed specs with defaults filled in") {
+  auto r = load(tiny);
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  const auto& g = *r.graph;
+  CHECK(g.model.layers == 4);
+  CHECK(g.model.d_model == 128);
+  CHECK(g.model.precision == dtype::f32);
+  CHECK(g.data.batch == 12);
+  CHECK(g.data.val_fraction == doctest::Approx(0.1));
+  CHECK(g.train.lr == doctest::Approx(1e-3));
+  CHECK(g.train.grad_clip == doctest::Approx(1.0));
+  CHECK(g.pipeline.present);
+  CHECK(g.pipeline.schedule == "1f1b");
+  CHECK(g.trace.file == "runs/tiny-gpt.json");
+  CHECK(g.tokens_per_step() == 12 * 8 * 64);
+}
+
+TEST_CASE("a pipeline expands into a loader, stages with even contiguous layers, a chain of channels and the targets' channel") {
+  auto r = load(R"(model: {layers: 7, d_model: 64, heads: 4, context: 16}
+data: {batch: 2}
+train: {steps: 1}
+pipeline: {stages: 3, microbatches: 4, schedule: gpipe}
+)");
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  const auto& a = r.graph->actors;
+  REQUIRE(a.size() == 4);
+  CHECK(a[0].name == "loader");
+  CHECK(a[0].type == "data_loader");
+  CHECK(a[1].layers == std::vector<layer_range>{{0, 3}});
+  CHECK(a[2].layers == std::vector<layer_range>{{3, 5}});
+  CHECK(a[3].layers == std::vector<layer_range>{{5, 7}});
+  CHECK(a[3].rank == 2);
+  const auto& c = r.graph->channels;
+  REQUIRE(c.size() == 4);
+  CHECK((c[0].from == "loader" && c[0].to == "s0"));
+  CHECK((c[1].from == "loader" && c[1].to == "s2")); // the targets go to the stage that computes the loss
+  CHECK((c[3].from == "s1" && c[3].to == "s2"));
+}
+
+TEST_CASE("interleaved stages hold every p-th chunk and the last stage feeds the first") {
+  auto r = load(R"(model: {layers: 8, d_model: 64, heads: 4, context: 16}
+data: {batch: 2}
+train: {steps: 1}
+pipeline: {stages: 2, microbatches: 4, schedule: interleaved_1f1b, virtual: 2}
+)");
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  CHECK(r.graph->find_actor("s0")->layers == std::vector<layer_range>{{0, 2}, {4, 6}});
+  CHECK(r.graph->find_actor("s1")->layers == std::vector<layer_range>{{2, 4}, {6, 8}});
+  CHECK(r.graph->channels.back().from == "s1");
+  CHECK(r.graph->channels.back().to == "s0");
+}
+
+TEST_CASE("without a pipeline section a run is one stage with one microbatch") {
+  auto r = load("model: {layers: 2, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1}\ntrain: {steps: 3}\n");
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  CHECK(r.graph->pipeline.stages == 1);
+  CHECK(r.graph->pipeline.microbatches == 1);
+  CHECK(r.graph->actors.size() == 2);
+  CHECK(r.graph->find_actor("s0")->layers == std::vector<layer_range>{{0, 2}});
+}
+
+TEST_CASE("explicit actors with an expanded name override the shorthand and keep what they omit") {
+  auto r = load(R"(model: {layers: 4, d_model: 8, heads: 2, context: 4}
+data: {batch: 1}
+train: {steps: 3}
+pipeline: {stages: 2}
+actors:
+  - {name: s0, type: pipeline_stage, layers: [0, 3]}
+  - {name: s1, layers: [3, 4], node: gpu1}
+)");
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  CHECK(r.graph->find_actor("s0")->layers == std::vector<layer_range>{{0, 3}});
+  CHECK(r.graph->find_actor("s1")->type == "pipeline_stage");
+  CHECK(r.graph->find_actor("s1")->node == "gpu1");
+  CHECK_FALSE(r.graph->find_actor("s1")->expanded);
+}
+
+TEST_CASE("the explicit form of the issue needs no shorthand") {
+  auto r = load(R"(model: {layers: 4, d_model: 8, heads: 2, context: 4}
+data: {batch: 1}
+train: {steps: 3}
+actors:
+  - {name: loader, type: data_loader}
+  - {name: s0, type: pipeline_stage, layers: [0, 2]}
+  - {name: s1, type: pipeline_stage, layers: [2, 4]}
+channels:
+  - {from: loader, to: s0}
+  - {from: loader, to: s1}
+  - {from: s0, to: s1}
+)");
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  CHECK(r.graph->actors.size() == 3);
+  CHECK(r.graph->channels.size() == 3);
+  CHECK(r.graph->pipeline.stages == 2);
+}
+
+TEST_CASE("an unknown schedule is reported at its position with the nearest name and the choices") {
+  auto r = load("model: {layers: 4, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1}\ntrain: {steps: 3}\n"
+                "pipeline: {stages: 2, schedule: 1fb1}\n");
+  REQUIRE(r.errors.size() == 1);
+  CHECK(to_string(r.errors[0]) == "g.yaml:4:33: pipeline.schedule: unknown schedule '1fb1' (did you mean "
+                                  "'1f1b'? known: gpipe, 1f1b, interleaved_1f1b, zb_h1, table)");
+}
+
+TEST_CASE("all errors of a file are reported together in file order") {
+  auto r = load(R"(model: {layers: 0, d_model: 10, heads: 4, context: 4, colour: red}
+data: {batch: -1}
+train: {steps: many}
+)");
+  auto text = errors(r);
+  CHECK(r.errors.size() == 5);
+  CHECK(text.find("model.layers: must be at least 1, got 0") != std::string::npos);
+  CHECK(text.find("model.d_model: d_model 10 is not divisible by heads 4") != std::string::npos);
+  CHECK(text.find("model.colour: unknown key 'colour'") != std::string::npos);
+  CHECK(text.find("data.batch: must be at least 1, got -1") != std::string::npos);
+  CHECK(text.find("train.steps: expected an integer, got 'many'") != std::string::npos);
+  CHECK(r.errors.front().pos.line == 1);
+  CHECK(r.errors.back().pos.line == 3);
+}
+
+TEST_CASE("overlapping, missing and excessive stage layers are each reported") {
+  auto r = load(R"(model: {layers: 6, d_model: 8, heads: 2, context: 4}
+data: {batch: 1}
+train: {steps: 3}
+actors:
+  - {name: a, type: pipeline_stage, layers: [0, 2]}
+  - {name: b, type: pipeline_stage, layers: [1, 3]}
+  - {name: c, type: pipeline_stage, layers: [4, 7]}
+)");
+  auto text = errors(r);
+  CHECK(text.find("layers [1, 3) of 'b' overlap layers [0, 2) of 'a'") != std::string::npos);
+  CHECK(text.find("layers [3, 4) are held by no pipeline_stage") != std::string::npos);
+  CHECK(text.find("layers [4, 7) of 'c' exceed model.layers 6") != std::string::npos);
+}
+
+TEST_CASE("a missing corpus file is an error that names the file") {
+  load_options o;
+  auto r = load("model: {layers: 1, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1, corpus: nowhere.txt}\n"
+                "train: {steps: 3}\n",
+                o);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(to_string(r.errors[0]).starts_with("g.yaml:2:26: data.corpus: corpus file 'nowhere.txt' does not exist"));
+}
+
+TEST_CASE("a corpus path is resolved against the graph file's folder") {
+  auto dir = std::filesystem::temp_directory_path() / "troupe_loader_test";
+  std::filesystem::create_directories(dir);
+  std::ofstream words{dir / "words.txt"};  // long enough for context 4 and a 10% validation split
+  for (int i = 0; i < 4; ++i)
+    words << "in the beginning was the word\n";
+  words.close();
+  load_options o;
+  auto r = load_graph_text("model: {layers: 1, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1, corpus: words.txt}\n"
+                           "train: {steps: 3}\n",
+                           dir / "g.yaml", o);
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  CHECK(r.graph->data.corpus_path == dir / "words.txt");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("empty, comment-only and binary files are rejected without a crash") {
+  CHECK(errors(load("")) == "g.yaml: the file is empty (a graph needs model, data and train sections; see "
+                            "examples/tiny-gpt.yaml)\n");
+  CHECK(load("# nothing here\n").errors.size() == 1);
+  std::string binary{"\x7f" "ELF\x02\x01\x01\0\0\0", 10};
+  CHECK(errors(load(binary)) == "g.yaml: not a text file (byte 0x00 at offset 7); a graph file is YAML text\n");
+  CHECK(errors(load("model: [1, 2\n")).starts_with("g.yaml:2:1: YAML syntax error"));
+}
+
+TEST_CASE("the printed graph loads back to the same actors and channels") {
+  auto first = load(tiny);
+  REQUIRE(first.ok());
+  auto text = to_yaml(*first.graph);
+  auto second = load(text);
+  REQUIRE_MESSAGE(second.ok(), std::string{errors(second) + text});
+  CHECK(to_yaml(*second.graph) == text);
+}
+
+TEST_CASE("a custom vocabulary admits plugin actor types and checks their keys") {
+  load_options o = no_corpus();
+  o.vocabulary = [] {
+    auto v = graph_vocabulary::builtin();
+    v.actor_types["echo"].keys = {"count"};
+    return v;
+  };
+  auto text = "model: {layers: 1, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1}\ntrain: {steps: 3}\n"
+              "actors:\n  - {name: e, type: echo, count: 3}\n  - {name: f, type: echo, cuont: 3}\n"
+              "  - {name: g, type: ehco}\n";
+  auto r = load(text, o);
+  REQUIRE(r.errors.size() == 2);
+  CHECK(to_string(r.errors[0]) == "g.yaml:6:27: actors[1].cuont: unknown key 'cuont' for actor type 'echo' (did "
+                                  "you mean 'count'? known: name, type, node, layers, count)");
+  CHECK(to_string(r.errors[1]).starts_with("g.yaml:7:21: actors[2].type: unknown actor type 'ehco' (did you "
+                                           "mean 'echo'?"));
+  CHECK(load(text, no_corpus()).errors.size() == 3);
+}
+
+TEST_CASE("stages run on pipeline.device unless their entry names another, and the printed graph shows each") {
+  load_options o = no_corpus();
+  o.overrides = {"pipeline.device=cuda"};
+  auto r = load(std::string{tiny} + "actors:\n  - {name: s1, device: 'cuda:1'}\n  - {name: s2, device: cpu}\n", o);
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  const auto& g = *r.graph;
+  CHECK(g.pipeline.device == "cuda");
+  CHECK(g.find_actor("s0")->device == "cuda");
+  CHECK(g.find_actor("s1")->device == "cuda:1");
+  CHECK(g.find_actor("s1")->layers == std::vector<layer_range>{{1, 2}}); // the rest from the shorthand
+  CHECK(g.find_actor("s2")->device == "cpu");
+  CHECK(g.find_actor("s3")->device == "cuda");
+  CHECK(g.find_actor("loader")->device.empty());
+  auto text = to_yaml(g);
+  CHECK(text.find("device: cuda}\n") != std::string::npos); // the pipeline line
+  CHECK(text.find("{name: s1, type: pipeline_stage, layers: [1, 2], device: cuda:1}") != std::string::npos);
+  CHECK(text.find("{name: s2, type: pipeline_stage, layers: [2, 3], device: cpu}") != std::string::npos);
+  CHECK(text.find("{name: loader, type: data_loader}") != std::string::npos);
+  auto again = load(text);
+  REQUIRE_MESSAGE(again.ok(), errors(again));
+  CHECK(to_yaml(*again.graph) == text);
+  CHECK(load(tiny).graph->find_actor("s0")->device == "cpu"); // the default
+}
+
+TEST_CASE("an unknown device and a device on an actor that is not a stage are errors with their positions") {
+  auto r = load(R"(model: {layers: 2, d_model: 8, heads: 2, context: 4}
+data: {batch: 1}
+train: {steps: 3}
+pipeline: {stages: 2, device: gpu}
+actors:
+  - {name: loader, device: cuda}
+  - {name: s1, device: 'cuda:x'}
+)");
+  CHECK(errors(r) ==
+        "g.yaml:4:31: pipeline.device: unknown device 'gpu' (did you mean 'cuda'? known: cpu, cuda, cuda:N); N is a "
+        "device index (cuda:0, cuda:1, ...)\n"
+        "g.yaml:6:28: actors[0].device: only pipeline_stage actors run on a device ('loader' is a data_loader)\n"
+        "g.yaml:7:24: actors[1].device: unknown device 'cuda:x' (did you mean 'cuda:N'? known: cpu, cuda, cuda:N); "
+        "N is a device index (cuda:0, cuda:1, ...)\n");
+}

@@ -1,0 +1,88 @@
+// Internal to the graph loader: the stages between a YAML document and a
+// validated graph_spec (parse sections, apply overrides, expand, validate).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "runtime/graph/graph_loader.hpp"
+#include "runtime/graph/graph_reader.hpp"
+#include "runtime/graph/graph_spec.hpp"
+
+namespace troupe::detail {
+
+/// An `actors:` entry as written, with where its keys were.
+struct parsed_actor {
+  actor_spec spec;
+  std::string path;        ///< `actors[2]`
+  bool has_type = false;
+  YAML::Node node{YAML::NodeType::Undefined}, name_node{YAML::NodeType::Undefined},
+    type_node{YAML::NodeType::Undefined}, layers_node{YAML::NodeType::Undefined},
+    device_node{YAML::NodeType::Undefined};
+};
+
+/// A `channels:` entry as written.
+struct parsed_channel {
+  channel_spec spec;
+  std::string path;        ///< `channels[1]`
+  YAML::Node from_node{YAML::NodeType::Undefined}, to_node{YAML::NodeType::Undefined};
+};
+
+/// The document after typed parsing, before expansion.
+struct parsed_graph {
+  graph_spec graph;
+  YAML::Node root;
+  bool has_actors = false;              ///< an `actors:` section is present
+  std::vector<parsed_actor> actors;     ///< explicit entries, in file order
+  std::vector<parsed_channel> channels; ///< explicit entries, in file order
+  YAML::Node schedule_node{YAML::NodeType::Undefined}, table_node{YAML::NodeType::Undefined},
+    policy_node{YAML::NodeType::Undefined},
+    corpus_node{YAML::NodeType::Undefined}, pipeline_node{YAML::NodeType::Undefined},
+    cluster_node{YAML::NodeType::Undefined};
+  std::vector<YAML::Node> plugin_nodes;
+  std::filesystem::path base_dir;       ///< the graph file's folder
+  bool duplicate_actors = false;        ///< reported; layer coverage is then not checked
+};
+
+/// Applies `key.path=value` overrides to `root`, registering their origins with `r`.
+void apply_overrides(YAML::Node root, const std::vector<std::string>& overrides, graph_reader& r);
+
+/// Reads the sections of `root` into `pg.graph` and the explicit entries.
+void parse_sections(parsed_graph& pg, graph_reader& r);
+
+/// The `cluster:` section (runtime/graph/graph_cluster.cpp).
+void parse_cluster(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
+/// A channel's `bandwidth:` and `latency:` (runtime/graph/graph_cluster.cpp).
+void parse_link(const YAML::Node& c, const std::string& path, channel_spec& out, graph_reader& r);
+/// Placement checks: `node:` keys within cluster.nodes, no idle node (runtime/graph/graph_cluster.cpp).
+void check_cluster(parsed_graph& pg, graph_reader& r);
+
+/// Checks names against the vocabulary: schedule, actor types, type keys (after expand).
+void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
+
+/// Checks `pipeline.policy` and each stage's `policy:` against the schedule's
+/// option keys and values (runtime/graph/graph_policy.cpp).
+void check_policy_options(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
+
+/// Reads a `policy:` mapping of scalar options into `out`.
+void parse_policy_options(const YAML::Node& n, const std::string& path, std::map<std::string, std::string>& out,
+                          graph_reader& r);
+
+/// Runs the vocabulary's section expanders and merges the explicit entries over what they made.
+void expand(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
+
+/// Gives every actor its type's role, then the whole-graph checks: layer ranges,
+/// devices, channel ends, placement, corpus and table files.
+void validate(parsed_graph& pg, const graph_vocabulary& vocab, const load_options& opts, graph_reader& r);
+
+/// Reads the `checkpoint:` section (runtime/graph/graph_checkpoint.cpp).
+void parse_checkpoint(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
+/// The `checkpoint:` line of `troupe check`'s output; empty without the section.
+std::string checkpoint_yaml(const checkpoint_spec& c);
+
+/// The top-level section names a graph file may use.
+const std::vector<std::string>& section_names();
+
+} // namespace troupe::detail

@@ -1,0 +1,146 @@
+// graph_spec helpers: built-in names, look-ups, and printing the expanded
+// graph as YAML that loads back to the same graph.
+#include "runtime/graph/graph_spec.hpp"
+
+#include "runtime/graph/graph_parse.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace troupe {
+
+namespace {
+
+/// Counts nodes under `n` down from `budget`; false when it runs out (aliases
+/// can make a short file describe an exponentially large value).
+bool fits(const YAML::Node& n, int& budget) {
+  if (--budget < 0)
+    return false;
+  if (n.IsSequence() || n.IsMap())
+    for (auto it = n.begin(); it != n.end(); ++it)
+      if (!fits(n.IsMap() ? it->second : *it, budget))
+        return false;
+  return true;
+}
+
+std::string flow(const YAML::Node& n) {
+  int budget = 10000;
+  if (!fits(n, budget))
+    return "\"<a value of more than 10000 nodes>\"";
+  YAML::Emitter e;
+  e.SetMapFormat(YAML::Flow);
+  e.SetSeqFormat(YAML::Flow);
+  e << n;
+  return e.c_str();
+}
+
+/// A scalar as YAML: plain when that reads back the same, else double-quoted.
+std::string scalar(const std::string& s) {
+  YAML::Emitter e;
+  e << s;
+  return e.c_str();
+}
+
+std::string layers_text(const std::vector<layer_range>& ls) {
+  auto one = [](layer_range r) { return fmt::format("[{}, {}]", r.begin, r.end); };
+  if (ls.size() == 1)
+    return one(ls[0]);
+  std::string out = "[";
+  for (std::size_t i = 0; i < ls.size(); ++i)
+    out += (i ? ", " : "") + one(ls[i]);
+  return out + "]";
+}
+
+} // namespace
+
+const std::vector<std::string>& builtin_schedule_names() {
+  static const std::vector<std::string> names{"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "table"};
+  return names;
+}
+
+const actor_spec* graph_spec::find_actor(std::string_view name) const noexcept {
+  for (const auto& a : actors)
+    if (a.name == name)
+      return &a;
+  return nullptr;
+}
+
+std::int64_t graph_spec::tokens_per_step() const noexcept {
+  return static_cast<std::int64_t>(data.batch) * pipeline.microbatches * model.context;
+}
+
+std::string to_yaml(const graph_spec& g) {
+  std::string out = fmt::format("# {}, expanded\n", g.file.string());
+  const auto& m = g.model;
+  out += fmt::format("model: {{layers: {}, d_model: {}, heads: {}, context: {}, vocab: {}, precision: {}}}\n",
+                     m.layers, m.d_model, m.heads, m.context, m.vocab, to_string(m.precision));
+  const auto& d = g.data;
+  out += fmt::format("data: {{corpus: {}, batch: {}, seed: {}, val_fraction: {}}}", scalar(d.corpus), d.batch,
+                     d.seed, d.val_fraction);
+  out += d.corpus_path.empty() ? "\n" : fmt::format("  # {}\n", d.corpus_path.string());
+  const auto& t = g.train;
+  out += fmt::format("train: {{steps: {}, lr: {}, weight_decay: {}, warmup: {}, eval_every: {}, "
+                     "eval_batches: {}, grad_clip: {}}}\n",
+                     t.steps, t.lr, t.weight_decay, t.warmup, t.eval_every, t.eval_batches, t.grad_clip);
+  const auto& p = g.pipeline;
+  out += fmt::format("pipeline: {{stages: {}, microbatches: {}, schedule: {}, virtual: {}, device: {}", p.stages,
+                     p.microbatches, scalar(p.schedule), p.virtual_stages, scalar(p.device));
+  if (!p.table.empty())
+    out += fmt::format(", table: {}", scalar(p.table));
+  if (!p.policy.empty()) {
+    std::string options;
+    for (const auto& [k, v] : p.policy)
+      options += fmt::format("{}{}: {}", options.empty() ? "" : ", ", k, scalar(v));
+    out += fmt::format(", policy: {{{}}}", options);
+  }
+  if (!p.paths.empty()) {
+    std::string paths;
+    for (const auto& path : p.paths)
+      paths += fmt::format("{}[{}]", paths.empty() ? "" : ", ", fmt::join(path, ", "));
+    out += fmt::format(", routing: {{policy: {}, paths: [{}]}}", scalar(p.routing), paths);
+  } else if (p.routing != "chain") {
+    out += fmt::format(", routing: {}", scalar(p.routing));
+  }
+  out += "}\n";
+  if (!g.trace.file.empty())
+    out += fmt::format("trace: {{file: {}}}\n", scalar(g.trace.file));
+  out += cluster_yaml(g.cluster);
+  out += detail::checkpoint_yaml(g.checkpoint);
+  if (!g.plugins.empty()) {
+    out += "plugins:\n";
+    for (const auto& pl : g.plugins)
+      out += fmt::format("  - {}\n", scalar(pl.path));
+  }
+  out += "actors:\n";
+  for (const auto& a : g.actors) {
+    out += fmt::format("  - {{name: {}, type: {}", scalar(a.name), scalar(a.type));
+    if (!a.node.empty())
+      out += fmt::format(", node: {}", scalar(a.node));
+    else if (g.cluster.present)
+      out += fmt::format(", node: {}", g.node_of(a));
+    if (!a.layers.empty())
+      out += fmt::format(", layers: {}", layers_text(a.layers));
+    if (!a.device.empty())
+      out += fmt::format(", device: {}", scalar(a.device));
+    for (const auto& [k, v] : a.params)
+      out += fmt::format(", {}: {}", k, flow(v));
+    out += "}";
+    if (a.rank >= 0)
+      out += fmt::format("  # rank {}", a.rank);
+    out += "\n";
+  }
+  out += g.channels.empty() ? "channels: []\n" : "channels:\n";
+  for (const auto& c : g.channels) {
+    out += fmt::format("  - {{from: {}, to: {}", scalar(c.from), scalar(c.to));
+    if (c.credits > 0)
+      out += fmt::format(", credits: {}", c.credits);
+    if (c.bandwidth > 0)
+      out += fmt::format(", bandwidth: {}MB/s", c.bandwidth / 1e6);
+    if (c.latency > 0)
+      out += fmt::format(", latency: {}ms", c.latency * 1e3);
+    out += "}\n";
+  }
+  return out;
+}
+
+} // namespace troupe

@@ -1,0 +1,206 @@
+// The typed form of a graph file: model, data, training, pipeline and trace
+// settings, plugins, and the explicit actors and channels the shorthand expands into.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "runtime/tensor/dtype.hpp"
+#include "runtime/actor/errors.hpp"
+
+namespace troupe {
+
+/// The GPT-2 style decoder: `model: {layers, d_model, heads, context, vocab, precision}`.
+struct model_spec {
+  int layers = 0;   ///< transformer blocks (required)
+  int d_model = 0;  ///< embedding width (required, divisible by heads)
+  int heads = 0;    ///< attention heads (required)
+  int context = 0;  ///< sequence length in tokens (required)
+  int vocab = 256;  ///< byte-level by default
+  dtype precision = dtype::f32;  ///< f32 or bf16
+};
+
+/// `data: {corpus, batch, seed, val_fraction}`.
+struct data_spec {
+  std::string corpus = "kjv";   ///< `kjv` or a path (relative to the graph file's folder)
+  std::filesystem::path corpus_path;  ///< the resolved, existing file
+  int batch = 0;                ///< sequences per microbatch (required)
+  std::uint64_t seed = 1;
+  double val_fraction = 0.1;    ///< tail of the corpus held out for validation, in [0, 0.5]
+};
+
+/// `train: {steps, lr, weight_decay, warmup, eval_every, eval_batches, grad_clip}`.
+struct train_spec {
+  std::int64_t steps = 0;       ///< optimizer steps (required)
+  double lr = 3.0e-4;
+  double weight_decay = 0.0;
+  std::int64_t warmup = 0;      ///< linear warm-up steps
+  std::int64_t eval_every = 0;  ///< steps between validation passes; 0 = only at the end
+  int eval_batches = 8;         ///< microbatches per validation pass
+  double grad_clip = 1.0;       ///< global gradient-norm clip; 0 = off
+};
+
+/// `pipeline: {stages, microbatches, schedule, virtual, table, policy, device}`. With no
+/// `pipeline:` section a run is one stage with one microbatch.
+struct pipeline_spec {
+  bool present = false;         ///< the file has a `pipeline:` section
+  int stages = 1;
+  int microbatches = 1;
+  std::string schedule = "1f1b";  ///< a name from graph_vocabulary::schedules
+  int virtual_stages = 1;       ///< YAML key `virtual`: model chunks per stage actor (interleaved)
+  std::string table;            ///< YAML key `table`: the action CSV for `schedule: table`
+  std::filesystem::path table_path;  ///< `table` resolved against the graph file's folder
+  /// YAML key `policy`: the schedule's options (`{max_in_flight: 3}`), checked
+  /// against the keys the schedule declares; a stage's own `policy:` overrides them.
+  std::map<std::string, std::string> policy;
+  /// Where stages run unless an actor entry sets its own `device:`: `cpu`, `cuda:N`,
+  /// or `cuda` (each node's CUDA stages take its devices in rank order, round robin).
+  std::string device = "cpu";
+  /// YAML key `routing`: the routing policy that gives each microbatch its route
+  /// (`chain`, or `{policy: paths, paths: [[s0, s2, s1, s3], [s0, s3]]}`).
+  std::string routing = "chain";
+  std::vector<std::vector<std::string>> paths;  ///< `routing.paths`: stage names per path
+  source_pos routing_pos;                       ///< where `routing` is written (the section if not)
+};
+
+/// `trace: {file}`: where the Chrome-trace JSON goes; empty = no trace.
+struct trace_spec {
+  std::string file;
+};
+
+/// `cluster: {launcher, nodes, hosts, address, port, transport, token_file}`:
+/// how `troupe launch` spreads the actors over processes. Without the section
+/// a graph runs in one process.
+struct cluster_spec {
+  bool present = false;
+  std::string launcher = "local";     ///< local, ssh or slurm
+  int nodes = 1;                      ///< node processes; stages spread evenly unless an actor names its `node:`
+  std::vector<std::string> hosts;     ///< ssh: one host per node (cycled when fewer)
+  std::string address = "127.0.0.1"; ///< where the coordinator listens (and only there)
+  int port = 0;                       ///< 0 = any free port
+  std::string transport = "auto";     ///< tensor bytes between nodes: ucx, tcp or auto
+  std::string token_file;             ///< the shared token; empty = $TROUPE_TOKEN, else one made per launch
+  std::filesystem::path token_path;   ///< `token_file` resolved against the graph file's folder
+};
+
+/// `checkpoint: {dir, every, keep}`: where and how often a run saves its state
+/// (runtime/checkpoint/checkpoint.hpp describes the layout). `every` counts optimizer
+/// steps; a checkpoint is taken after every `every` steps and after the last one
+/// (checkpoint_due), named by the steps completed, `DIR/step-000016`.
+struct checkpoint_spec {
+  bool present = false;          ///< the file has a `checkpoint:` section
+  std::string dir;               ///< as written
+  std::filesystem::path dir_path;  ///< `dir` resolved against the graph file's folder
+  std::int64_t every = 0;        ///< optimizer steps between checkpoints; 0 = none
+  int keep = 2;                  ///< complete checkpoints kept; older ones are removed
+  /// Set by `troupe run --resume`, not by the file: the complete checkpoint
+  /// folder every actor restores from, and the steps it holds (0 = a fresh run).
+  std::filesystem::path resume_folder;
+  std::int64_t resume_step = 0;
+};
+
+/// A half-open range of transformer blocks `[begin, end)` held by a stage.
+struct layer_range {
+  int begin = 0;
+  int end = 0;
+  friend bool operator==(const layer_range&, const layer_range&) = default;
+};
+
+struct actor_spec;
+struct graph_spec;
+
+/// Where a cluster launch puts an actor whose entry names no `node:`.
+enum class actor_placement : std::uint8_t {
+  first_node,        ///< node 0
+  by_position,       ///< pipeline positions spread evenly over the nodes, in rank order
+  with_first_stage,  ///< on the node of the pipeline's first position (a feeder beside what it feeds)
+};
+
+/// What an actor type's entries are to the graph loader, placement and
+/// checkpoints: runtime/ applies these rules by role and never names a type.
+/// Each actor type declares its role when it registers (actor_type_info::role);
+/// the loader copies it into every entry of that type.
+struct actor_role {
+  /// The entries hold pipeline layers: `layers:` is required, `device:` allowed
+  /// (pipeline.device unless set), each gets a rank by its first layer, and
+  /// together they number pipeline.stages and cover model.layers once.
+  bool holds_layers = false;
+  actor_placement placement = actor_placement::first_node;
+  /// The identity keys (beyond "type") its checkpoint parts carry, which a
+  /// resume checks against the graph (checkpoint_identity); unset when the
+  /// type writes no checkpoint.
+  std::function<std::map<std::string, std::string>(const graph_spec&, const actor_spec&)> checkpoint_identity;
+};
+
+/// One actor of the graph. Keys the loader knows are typed; the rest stay in
+/// `params` for the actor type to read (and check, through graph_vocabulary).
+struct actor_spec {
+  std::string name;
+  std::string type;
+  std::string node;              ///< where it runs (cluster launches); empty = this process
+  std::vector<layer_range> layers;  ///< `layers: [a, b]` or `[[a, b], [c, d]]` (types that hold layers)
+  std::string device;            ///< layer holders: cpu, cuda or cuda:N (pipeline.device unless set)
+  int rank = -1;                 ///< layer holders: position in the pipeline (by first layer); else -1
+  actor_role role;               ///< its type's role, as registered (set by the loader)
+  std::map<std::string, YAML::Node> params;  ///< every other key, as written
+  bool expanded = false;         ///< made by the shorthand, not written explicitly
+  source_pos pos;                ///< where the entry starts (or the shorthand section)
+};
+
+/// A directed edge `from -> to` between two actors.
+struct channel_spec {
+  std::string from;
+  std::string to;
+  int credits = 0;               ///< messages in flight it allows; 0 = the receiver's policy decides
+  double bandwidth = 0;          ///< emulated link, bytes/s, both directions; 0 = unlimited
+  double latency = 0;            ///< emulated one-way latency, seconds
+  bool expanded = false;
+  source_pos pos;
+};
+
+/// A plugin library named in `plugins:`.
+struct plugin_spec {
+  std::string path;              ///< as written
+  std::filesystem::path resolved;  ///< relative paths resolved against the graph file's folder
+  source_pos pos;
+};
+
+/// The whole validated, expanded graph.
+struct graph_spec {
+  std::filesystem::path file;    ///< the graph file as given
+  model_spec model;
+  data_spec data;
+  train_spec train;
+  pipeline_spec pipeline;
+  trace_spec trace;
+  cluster_spec cluster;
+  checkpoint_spec checkpoint;
+  std::vector<plugin_spec> plugins;
+  std::vector<actor_spec> actors;    ///< expanded and explicit, explicit overriding by name
+  std::vector<channel_spec> channels;
+
+  /// The actor called `name`, or nullptr.
+  const actor_spec* find_actor(std::string_view name) const noexcept;
+  /// The node (0 .. cluster.nodes - 1) that runs `a`: its `node:` if given,
+  /// else by its role's placement (actor_placement).
+  int node_of(const actor_spec& a) const;
+  /// Tokens one optimizer step consumes: batch × microbatches × context.
+  std::int64_t tokens_per_step() const noexcept;
+};
+
+/// The schedule names every build knows: gpipe, 1f1b, interleaved_1f1b, zb_h1, table.
+const std::vector<std::string>& builtin_schedule_names();
+
+/// The `cluster:` line of to_yaml (empty when the section is absent).
+std::string cluster_yaml(const cluster_spec& c);
+
+/// Prints the expanded graph as readable YAML (what `troupe check` shows).
+std::string to_yaml(const graph_spec& g);
+
+} // namespace troupe

@@ -1,0 +1,266 @@
+// Whole-graph checks: names against the vocabulary, the layer ranges of the
+// actors whose role holds layers, channel ends, and the files a graph refers
+// to (corpus, schedule table).
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "runtime/graph/graph_parse.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+const std::vector<std::string> common_actor_keys{"name", "type", "node", "layers"};
+
+std::vector<std::string> actor_names(const graph_spec& g) {
+  std::vector<std::string> out;
+  for (const auto& a : g.actors)
+    out.push_back(a.name);
+  return out;
+}
+
+/// Where to point at an actor's `layers`: the explicit entry's key, else the entry.
+std::pair<YAML::Node, std::string> layers_site(const parsed_graph& pg, const actor_spec& a) {
+  for (const auto& pa : pg.actors)
+    if (pa.spec.name == a.name)
+      return {pa.layers_node ? pa.layers_node : pa.node, join_path(pa.path, "layers")};
+  return {pg.pipeline_node ? pg.pipeline_node : pg.root, "pipeline"};
+}
+
+std::string range_text(layer_range r) {
+  return fmt::format("[{}, {})", r.begin, r.end);
+}
+
+/// The types whose role holds layers, for messages: `a`, `a or b`.
+std::string holder_types(const graph_vocabulary& vocab) {
+  std::string out;
+  for (const auto& [name, info] : vocab.actor_types)
+    if (info.role.holds_layers)
+      out += (out.empty() ? "" : " or ") + name;
+  return out;
+}
+
+/// Every actor takes the role its type registered (unknown types are reported by check_names).
+void assign_roles(parsed_graph& pg, const graph_vocabulary& vocab) {
+  for (auto& a : pg.graph.actors)
+    if (auto t = vocab.actor_types.find(a.type); t != vocab.actor_types.end())
+      a.role = t->second.role;
+}
+
+void check_stage_layers(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
+  auto& g = pg.graph;
+  struct held {
+    layer_range range;
+    actor_spec* actor;
+  };
+  std::vector<held> all;
+  std::vector<actor_spec*> stages;
+  for (auto& a : g.actors) {
+    if (!a.role.holds_layers)
+      continue;
+    stages.push_back(&a);
+    if (a.layers.empty()) {
+      bool written = std::any_of(pg.actors.begin(), pg.actors.end(),
+                                 [&](const parsed_actor& pa) { return pa.spec.name == a.name && pa.layers_node; });
+      if (written)
+        continue;  // its `layers:` is already reported as malformed
+      auto [n, path] = layers_site(pg, a);
+      r.error(n, path.substr(0, path.rfind('.')),
+              fmt::format("{} '{}' needs 'layers: [first, end)' (the blocks it holds)", a.type, a.name));
+      continue;
+    }
+    for (auto l : a.layers)
+      all.push_back({l, &a});
+  }
+  if (g.pipeline.present && static_cast<int>(stages.size()) != g.pipeline.stages && !stages.empty()) {
+    r.error(child(pg.pipeline_node, "stages") ? child(pg.pipeline_node, "stages") : pg.pipeline_node, "pipeline.stages",
+            fmt::format("pipeline.stages is {} but the graph has {} {} actors", g.pipeline.stages,
+                        stages.size(), holder_types(vocab)));
+  }
+  if (!g.pipeline.present)
+    g.pipeline.stages = std::max<int>(1, static_cast<int>(stages.size()));
+  int layers = g.model.layers;
+  if (layers <= 0 || all.empty() || pg.duplicate_actors)
+    return;  // model.layers, or which stage holds what, is already in doubt
+  std::stable_sort(all.begin(), all.end(), [](const held& a, const held& b) { return a.range.begin < b.range.begin; });
+  int covered = 0;
+  const held* prev = nullptr;
+  for (const auto& h : all) {
+    auto [n, path] = layers_site(pg, *h.actor);
+    if (h.range.end > layers)
+      r.error(n, path,
+              fmt::format("layers {} of '{}' exceed model.layers {} (blocks are numbered 0 to {})",
+                          range_text(h.range), h.actor->name, layers, layers - 1));
+    if (prev && h.range.begin < prev->range.end)
+      r.error(n, path,
+              fmt::format("layers {} of '{}' overlap layers {} of '{}'", range_text(h.range), h.actor->name,
+                          range_text(prev->range), prev->actor->name));
+    else if (h.range.begin > covered && h.range.begin < layers)
+      r.error(n, path,
+              fmt::format("layers [{}, {}) are held by no {} (the gap ends where '{}' starts)",
+                          covered, h.range.begin, holder_types(vocab), h.actor->name));
+    covered = std::max(covered, h.range.end);
+    prev = &h;
+  }
+  if (covered < layers) {
+    auto [n, path] = layers_site(pg, *prev->actor);
+    r.error(n, path,
+            fmt::format("layers [{}, {}) are held by no {} (model.layers is {}; '{}' ends at {})",
+                        covered, layers, holder_types(vocab), layers, prev->actor->name, covered));
+  }
+  // Ranks follow the first layer each stage holds.
+  std::stable_sort(stages.begin(), stages.end(), [](const actor_spec* a, const actor_spec* b) {
+    auto first = [](const actor_spec* s) { return s->layers.empty() ? 1 << 30 : s->layers.front().begin; };
+    return first(a) < first(b);
+  });
+  for (std::size_t i = 0; i < stages.size(); ++i)
+    stages[i]->rank = static_cast<int>(i);
+}
+
+/// Layer holders without a `device:` run on pipeline.device; other actors take none.
+void check_devices(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
+  for (auto& a : pg.graph.actors) {
+    if (a.role.holds_layers) {
+      if (a.device.empty())
+        a.device = pg.graph.pipeline.device;
+      continue;
+    }
+    if (a.device.empty())
+      continue;
+    for (const auto& pa : pg.actors)
+      if (pa.spec.name == a.name && pa.device_node)
+        r.error(pa.device_node, join_path(pa.path, "device"),
+                fmt::format("only {} actors run on a device ('{}' is a {})", holder_types(vocab), a.name,
+                            a.type));
+  }
+}
+
+void check_channels(parsed_graph& pg, graph_reader& r) {
+  auto names = actor_names(pg.graph);
+  auto known = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  for (const auto& pc : pg.channels) {
+    for (auto [name, node, key] : {std::tuple{pc.spec.from, pc.from_node, "from"}, std::tuple{pc.spec.to, pc.to_node, "to"}})
+      if (!known(name))
+        r.error(node, join_path(pc.path, key), fmt::format("no actor named '{}' {}", name, choices(name, names)));
+    if (pc.spec.from == pc.spec.to)
+      r.error(pc.to_node, join_path(pc.path, "to"), fmt::format("a channel from '{}' to itself", pc.spec.from));
+  }
+}
+
+void check_corpus(parsed_graph& pg, graph_reader& r) {
+  auto& d = pg.graph.data;
+  YAML::Node at = pg.corpus_node ? pg.corpus_node : child(pg.root, "data");
+  std::error_code ec;
+  if (d.corpus == "kjv") {
+    d.corpus_path = default_corpus_path();
+    if (!std::filesystem::is_regular_file(d.corpus_path, ec)) {
+      r.error(at, "data.corpus",
+              fmt::format("the King James Bible corpus is missing (looked for {}): run deploy/setup.sh, or "
+                          "set TROUPE_DATA to a folder holding kjv.txt",
+                          d.corpus_path.string()));
+      return;
+    }
+  } else {
+    d.corpus_path = std::filesystem::path{d.corpus}.is_absolute() ? std::filesystem::path{d.corpus}
+                                                                   : pg.base_dir / d.corpus;
+    if (!std::filesystem::is_regular_file(d.corpus_path, ec)) {
+      r.error(at, "data.corpus",
+              fmt::format("corpus file '{}' does not exist (a path is relative to the graph file's folder; "
+                          "'kjv' names the default corpus)",
+                          d.corpus));
+      return;
+    }
+  }
+  // Open it as the data loader will: existing is not enough (chmod 000, an
+  // unprivileged user), and a run that cannot read it has nothing to train on.
+  if (std::ifstream in{d.corpus_path, std::ios::binary}; !in) {
+    r.error(at, "data.corpus",
+            fmt::format("corpus file '{}' cannot be read: {}", d.corpus == "kjv" ? d.corpus_path.string() : d.corpus,
+                        std::strerror(errno)));
+    return;
+  }
+  auto size = std::filesystem::file_size(d.corpus_path, ec);
+  if (ec)
+    return;
+  // The split byte_corpus makes: both parts need one window of context + 1 bytes.
+  auto need = static_cast<std::uintmax_t>(pg.graph.model.context) + 1;
+  auto train = static_cast<std::uintmax_t>(static_cast<double>(size) * (1.0 - d.val_fraction));
+  if (train < need || size - train < need)
+    r.error(at, "data.corpus",
+            fmt::format("corpus file '{}' holds {} bytes: too short for context {} with a {:.0f}% validation "
+                        "split (each part needs context + 1 = {} bytes)",
+                        d.corpus, size, pg.graph.model.context, d.val_fraction * 100, need));
+}
+
+void check_schedule_files(parsed_graph& pg, graph_reader& r) {
+  auto& p = pg.graph.pipeline;
+  if (p.schedule == "table" && p.table.empty())
+    r.error(pg.schedule_node, "pipeline.schedule",
+            "schedule 'table' needs 'table: FILE.csv' (the per-rank action list, e.g. 0F0 0F1 0B0)");
+  if (!p.table.empty() && p.schedule != "table")
+    r.error(pg.table_node, "pipeline.table",
+            fmt::format("a table file is only used with 'schedule: table' (the schedule is '{}')", p.schedule));
+  if (!p.table.empty()) {
+    p.table_path = std::filesystem::path{p.table}.is_absolute() ? std::filesystem::path{p.table}
+                                                                 : pg.base_dir / p.table;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(p.table_path, ec))
+      r.error(pg.table_node, "pipeline.table",
+              fmt::format("schedule table '{}' does not exist (relative to the graph file's folder)", p.table));
+  }
+  if (p.virtual_stages > 1 && p.schedule != "interleaved_1f1b")
+    r.error(child(pg.pipeline_node, "virtual"), "pipeline.virtual",
+            fmt::format("only the interleaved_1f1b schedule runs several chunks per stage (the schedule is '{}')",
+                        p.schedule));
+}
+
+} // namespace
+
+void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
+  auto& p = pg.graph.pipeline;
+  if (std::find(vocab.schedules.begin(), vocab.schedules.end(), p.schedule) == vocab.schedules.end())
+    r.error(pg.schedule_node, "pipeline.schedule",
+            fmt::format("unknown schedule '{}' {}", p.schedule, choices(p.schedule, vocab.schedules)));
+  std::vector<std::string> types;
+  for (const auto& [name, info] : vocab.actor_types)
+    types.push_back(name);
+  for (const auto& pa : pg.actors) {
+    const auto* merged = pg.graph.find_actor(pa.spec.name);
+    std::string type = merged ? merged->type : pa.spec.type;
+    if (type.empty())
+      continue;  // reported as missing
+    auto info = vocab.actor_types.find(type);
+    if (info == vocab.actor_types.end()) {
+      r.error(pa.type_node, join_path(pa.path, "type"),
+              fmt::format("unknown actor type '{}' {}", type, choices(type, types)));
+      continue;
+    }
+    auto keys = common_actor_keys;
+    if (info->second.role.holds_layers)
+      keys.push_back("device");  // typed like `layers`, but only layer holders run on a device
+    keys.insert(keys.end(), info->second.keys.begin(), info->second.keys.end());
+    for (const auto& [k, v] : pa.spec.params)
+      if (std::find(keys.begin(), keys.end(), k) == keys.end())
+        for (auto it = pa.node.begin(); it != pa.node.end(); ++it)
+          if (it->first.IsScalar() && it->first.Scalar() == k)
+            r.error(it->first, join_path(pa.path, k),
+                    fmt::format("unknown key '{}' for actor type '{}' {}", k, type, choices(k, keys)));
+  }
+}
+
+void validate(parsed_graph& pg, const graph_vocabulary& vocab, const load_options& opts, graph_reader& r) {
+  assign_roles(pg, vocab);
+  check_stage_layers(pg, vocab, r);
+  check_devices(pg, vocab, r);
+  check_channels(pg, r);
+  check_schedule_files(pg, r);
+  check_cluster(pg, r);
+  if (opts.check_corpus)
+    check_corpus(pg, r);
+}
+
+} // namespace troupe::detail

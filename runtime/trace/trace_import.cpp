@@ -1,0 +1,164 @@
+// Reading a Chrome Trace Event file written by trace_export back into spans,
+// for `troupe trace summarize` and `troupe dash`.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/actor/errors.hpp"
+#include "runtime/trace/trace_summary.hpp"
+
+namespace troupe {
+
+namespace {
+
+std::int64_t ns_of(const nlohmann::json& micros) {
+  return static_cast<std::int64_t>(std::llround(micros.get<double>() * 1000.0));
+}
+
+/// The kind named by the category, else by the event name's first word (`forward mb3`).
+span_kind kind_of(const std::string& cat, const std::string& name) {
+  auto word = name.substr(0, name.find(' '));
+  for (const auto& text : {cat, word})
+    for (int k = 0; k <= static_cast<int>(span_kind::other); ++k)
+      if (to_string(static_cast<span_kind>(k)) == text)
+        return static_cast<span_kind>(k);
+  return span_kind::other;
+}
+
+template <class T>
+T arg(const nlohmann::json& ev, const char* key, T fallback) {
+  auto a = ev.find("args");
+  if (a == ev.end() || !a->is_object())
+    return fallback;
+  auto v = a->find(key);
+  return v != a->end() && v->is_number() ? v->get<T>() : fallback;
+}
+
+/// Steps of counters: the step of the latest optimizer or eval span begun by then.
+void infer_counter_steps(trace_snapshot& t) {
+  std::vector<std::pair<std::int64_t, std::int32_t>> marks;
+  for (const auto& s : t.spans)
+    if ((s.kind == span_kind::optimizer || s.kind == span_kind::eval) && s.step >= 0)
+      marks.push_back({s.begin_ns, s.step});
+  std::sort(marks.begin(), marks.end());
+  std::int32_t best = -1;
+  for (auto& m : marks)
+    m.second = best = std::max(best, m.second);
+  for (auto& c : t.counters) {
+    if (c.step >= 0)
+      continue;
+    auto it = std::upper_bound(marks.begin(), marks.end(), std::pair{c.t_ns, INT32_MAX});
+    c.step = it == marks.begin() ? 0 : std::prev(it)->second;
+  }
+}
+
+} // namespace
+
+caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const std::string& origin) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return make_error(errc::invalid_argument, fmt::format("{}: not JSON: {}", origin, e.what()));
+  }
+  const nlohmann::json* events = &doc;
+  if (doc.is_object()) {
+    auto it = doc.find("traceEvents");
+    if (it == doc.end())
+      return make_error(errc::invalid_argument, fmt::format("{}: no \"traceEvents\" array", origin));
+    events = &*it;
+  }
+  if (!events->is_array())
+    return make_error(errc::invalid_argument, fmt::format("{}: \"traceEvents\" is not an array", origin));
+  trace_snapshot t;
+  std::map<std::uint16_t, actor_info> actors;
+  std::set<std::uint16_t> has_role;  // actors whose thread_name says their role
+  std::map<std::pair<int, int>, std::size_t> last_x;  // (pid, tid) -> index of its latest X span
+  std::size_t index = 0;
+  try {
+    for (const auto& ev : *events) {
+      auto where = [&] { return fmt::format("{}: traceEvents[{}]", origin, index); };
+      ++index;
+      if (!ev.is_object() || !ev.contains("ph"))
+        return make_error(errc::invalid_argument, fmt::format("{}: an event without \"ph\"", where()));
+      auto ph = ev.at("ph").get<std::string>();
+      int pid = ev.value("pid", 0), tid = ev.value("tid", 0);
+      if (ph == "M" && ev.value("name", "") == "thread_name") {
+        auto& a = actors[static_cast<std::uint16_t>(tid)];
+        a.id = static_cast<std::uint16_t>(tid), a.node = pid;
+        a.name = ev.at("args").at("name").get<std::string>();
+        if (auto ty = ev.at("args").find("type"); ty != ev.at("args").end())
+          a.type = ty->get<std::string>();
+        if (auto ro = ev.at("args").find("role"); ro != ev.at("args").end())
+          a.role = ro->get<std::string>(), has_role.insert(a.id);
+      } else if (ph == "X") {
+        span s;
+        s.actor = static_cast<std::uint16_t>(tid);
+        s.kind = kind_of(ev.value("cat", ""), ev.value("name", ""));
+        s.begin_ns = ns_of(ev.at("ts"));
+        s.end_ns = s.begin_ns + ns_of(ev.at("dur"));
+        s.step = arg<std::int32_t>(ev, "step", -1);
+        s.microbatch = arg<std::int32_t>(ev, "microbatch", -1);
+        s.bytes = arg<std::uint64_t>(ev, "bytes", 0);
+        s.mailbox = arg<std::uint32_t>(ev, "mailbox", 0);
+        last_x[{pid, tid}] = t.spans.size();
+        t.spans.push_back(s);
+      } else if (ph == "s" || ph == "f") {
+        auto it = last_x.find({pid, tid});
+        if (it == last_x.end())
+          return make_error(errc::invalid_argument, fmt::format("{}: a flow event before any span", where()));
+        auto& s = t.spans[it->second];
+        s.flow = ev.at("id").is_string() ? std::stoull(ev.at("id").get<std::string>())
+                                         : ev.at("id").get<std::uint64_t>();
+        s.flow_end = ph == "f";
+      } else if (ph == "C") {
+        t.counters.push_back({ns_of(ev.at("ts")), ev.at("name").get<std::string>(),
+                              arg<double>(ev, "value", 0.0), -1});
+      }
+    }
+    if (doc.is_object() && doc.contains("otherData"))
+      t.dropped = doc["otherData"].value("dropped_spans", std::uint64_t{0});
+  } catch (const std::exception& e) {
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: traceEvents[{}]: malformed event: {}", origin, index - 1, e.what()));
+  }
+  for (auto& [id, a] : actors) {
+    if (has_role.count(id) && !a.type.empty())
+      continue;
+    // Older traces name no role (and older still no type): an actor that runs
+    // forward and backward passes is a stage.
+    bool computes = std::any_of(t.spans.begin(), t.spans.end(),
+                                [&](const span& s) { return s.actor == id && action_letter(s.kind); });
+    if (!has_role.count(id))
+      a.role = computes ? std::string{stage_role} : "";
+    if (a.type.empty())
+      a.type = "actor";
+  }
+  for (std::uint16_t i = 0; !actors.empty() && i <= actors.rbegin()->first; ++i) {
+    auto it = actors.find(i);
+    t.actors.push_back(it != actors.end() ? it->second : actor_info{i, fmt::format("actor{}", i), "actor", 0});
+  }
+  for (const auto& s : t.spans)
+    if (s.actor >= t.actors.size())
+      return make_error(errc::invalid_argument,
+                        fmt::format("{}: spans on thread {} that has no thread_name", origin, s.actor));
+  infer_counter_steps(t);
+  return t;
+}
+
+caf::expected<trace_snapshot> read_chrome_trace(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return make_error(errc::io_failed, fmt::format("{}: cannot open the trace file", path.string()));
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  return parse_chrome_trace(buf.str(), path.string());
+}
+
+} // namespace troupe

@@ -1,0 +1,175 @@
+// Summaries of traces: busy and idle time, bubble fraction, action orders,
+// channels, throughput, and reading an exported trace back.
+#include "runtime/trace/trace_summary.hpp"
+
+#include <doctest/doctest.h>
+
+#include "runtime/trace/dashboard_server.hpp"
+#include "runtime/actor/errors.hpp"
+
+using namespace troupe;
+
+namespace {
+
+span make(std::uint16_t actor, span_kind k, std::int64_t b, std::int64_t e, int step, int mb) {
+  span s;
+  s.actor = actor, s.kind = k, s.begin_ns = b, s.end_ns = e, s.step = step, s.microbatch = mb;
+  return s;
+}
+
+span flow(std::uint16_t actor, std::int64_t t, std::uint64_t id, bool end) {
+  auto s = make(actor, end ? span_kind::receive : span_kind::send, t, t, 0, 0);
+  s.flow = id, s.flow_end = end, s.bytes = 1000;
+  return s;
+}
+
+/// Two stages, GPipe-like over two microbatches: s0 busy 60 of 100 ns, s1 busy 40.
+trace_snapshot two_stages() {
+  trace_snapshot t;
+  t.actors = {{0, "s0", "pipeline_stage", 0, "stage"}, {1, "s1", "pipeline_stage", 0, "stage"},
+              {2, "loader", "data_loader", 0}};
+  t.spans = {make(0, span_kind::forward, 0, 10, 0, 0),     make(0, span_kind::forward, 10, 20, 0, 1),
+             make(1, span_kind::forward, 20, 30, 0, 0),    make(1, span_kind::backward, 30, 40, 0, 0),
+             make(1, span_kind::forward, 40, 50, 0, 1),    make(1, span_kind::backward, 50, 60, 0, 1),
+             make(0, span_kind::backward, 60, 80, 0, 0),   make(0, span_kind::backward, 80, 90, 0, 1),
+             make(0, span_kind::optimizer, 90, 100, 0, -1), flow(0, 10, 5, false),
+             flow(1, 20, 5, true),                         flow(0, 20, 9, false)};
+  t.counters = {{95, "loss", 2.5, 0}};
+  return t;
+}
+
+} // namespace
+
+TEST_CASE("busy time is the union of compute spans and the bubble is the stages' idle share") {
+  auto s = summarize(two_stages());
+  CHECK(s.begin_ns == 0);
+  CHECK(s.end_ns == 100);
+  REQUIRE(s.actors.size() == 3);
+  CHECK(s.actors[0].busy_ns == 60);
+  CHECK(s.actors[0].idle_ns == 40);
+  CHECK(s.actors[1].busy_ns == 40);
+  CHECK(s.bubble_fraction == doctest::Approx(0.5));
+  CHECK(s.last_step == 0);
+  CHECK(*s.loss == 2.5);
+}
+
+TEST_CASE("stages are the actors whose trace role is stage, whatever their type is called") {
+  auto t = two_stages();
+  t.actors[0].type = t.actors[1].type = "my_plugin_stage";
+  auto s = summarize(t);
+  CHECK(s.bubble_fraction == doctest::Approx(0.5));
+  CHECK(s.orders.size() == 2);
+  t.actors[1].role.clear();  // no longer a stage: the bubble is s0's idle share alone
+  s = summarize(t);
+  CHECK(s.bubble_fraction == doctest::Approx(0.4));
+  REQUIRE(s.orders.size() == 1);
+  CHECK(s.orders[0].actions == "0F0 0F1 0B0 0B1");
+}
+
+TEST_CASE("each stage's action order per step reads like the schedule text") {
+  auto s = summarize(two_stages());
+  REQUIRE(s.orders.size() == 2);
+  CHECK(s.orders[0].actions == "0F0 0F1 0B0 0B1");
+  CHECK(s.orders[1].actions == "1F0 1B0 1F1 1B1");
+  auto text = to_text(s);
+  CHECK(text.find("s0           0F0 0F1 0B0 0B1") != std::string::npos);
+  CHECK(text.find("pipeline bubble fraction: 50.0%") != std::string::npos);
+}
+
+TEST_CASE("flows make channels, and a send on a known route with no receive is in flight") {
+  auto s = summarize(two_stages());
+  REQUIRE(s.channels.size() == 1);
+  CHECK(s.channels[0].from == 0);
+  CHECK(s.channels[0].to == 1);
+  CHECK(s.channels[0].messages == 1);
+  CHECK(s.channels[0].bytes == 1000);
+  // Flow 9 differs from flow 5 only in the microbatch bits: same route, so s1 has one message waiting.
+  auto t = two_stages();
+  t.spans.back().flow = 5 + 4;
+  s = summarize(t);
+  CHECK(s.channels[0].in_flight == 1);
+  CHECK(s.actors[1].mailbox == 1);
+}
+
+TEST_CASE("a window clips spans to it") {
+  auto s = summarize(two_stages(), 0, 50, false);
+  CHECK(s.actors[0].busy_ns == 20);
+  CHECK(s.actors[1].busy_ns == 30);
+  CHECK(s.orders.empty());
+}
+
+TEST_CASE("tokens per second come from the time between consecutive losses") {
+  throughput_meter m{1000};
+  CHECK_FALSE(m.on_sample({1'000'000'000, "loss", 3.0, 0}));
+  auto r = m.on_sample({1'500'000'000, "loss", 2.9, 1});
+  REQUIRE(r);
+  CHECK(r->name == "tokens_per_s");
+  CHECK(r->value == doctest::Approx(2000.0));
+  CHECK(r->step == 1);
+  CHECK_FALSE(m.on_sample({1'600'000'000, "val_loss", 2.9, 1}));
+}
+
+TEST_CASE("an exported trace reads back with its actors, spans, flows and counters") {
+  auto t = two_stages();
+  add_throughput_counters(t, 64);
+  auto back = parse_chrome_trace(to_chrome_json(t), "mem.json");
+  REQUIRE(back);
+  REQUIRE(back->actors.size() == 3);
+  CHECK(back->actors[2].name == "loader");
+  CHECK(back->actors[0].type == "pipeline_stage");
+  CHECK(back->actors[0].role == "stage");
+  CHECK(back->actors[2].role.empty());
+  CHECK(back->spans.size() == t.spans.size());
+  CHECK(back->counters.size() == 1);
+  CHECK(back->counters[0].step == 0);  // from the optimizer span begun before it
+  auto a = summarize(t), b = summarize(*back);
+  CHECK(b.bubble_fraction == doctest::Approx(a.bubble_fraction));
+  CHECK(b.orders[0].actions == a.orders[0].actions);
+  REQUIRE(b.channels.size() == 1);
+  CHECK(b.channels[0].messages == 1);
+}
+
+TEST_CASE("a trace written before actors carried a role still finds its stages by the passes they ran") {
+  auto json = to_chrome_json(two_stages());
+  for (const char* role : {R"(,"role":"stage")", R"(,"role":"")"})
+    for (auto at = json.find(role); at != std::string::npos; at = json.find(role))
+      json.erase(at, std::string_view{role}.size());
+  REQUIRE(json.find("\"role\"") == std::string::npos);
+  auto back = parse_chrome_trace(json, "old.json");
+  REQUIRE(back);
+  CHECK(back->actors[0].role == "stage");
+  CHECK(back->actors[1].role == "stage");
+  CHECK(back->actors[2].role.empty());
+  CHECK(summarize(*back).bubble_fraction == doctest::Approx(0.5));
+}
+
+TEST_CASE("a file that is not a trace is an error that says where") {
+  auto r = parse_chrome_trace("{\"traceEvents\": [{\"ph\": \"X\", \"pid\": 0, \"tid\": 0}]}", "bad.json");
+  REQUIRE_FALSE(r);
+  auto text = error_message(r.error());
+  CHECK(text.find("bad.json: traceEvents[0]") != std::string::npos);
+  CHECK_FALSE(parse_chrome_trace("not json", "x.json"));
+  CHECK_FALSE(parse_chrome_trace("{\"events\": []}", "x.json"));
+  CHECK_FALSE(read_chrome_trace("/nonexistent/trace.json"));
+}
+
+TEST_CASE("metrics are Prometheus text with one busy and mailbox line per actor") {
+  auto text = prometheus_metrics(summarize(two_stages()));
+  CHECK(text.find("# TYPE troupe_step gauge\ntroupe_step 1\n") != std::string::npos);
+  CHECK(text.find("troupe_loss 2.5\n") != std::string::npos);
+  CHECK(text.find("troupe_tokens_per_second NaN\n") != std::string::npos);
+  CHECK(text.find("troupe_actor_busy_fraction{actor=\"s0\",type=\"pipeline_stage\",node=\"0\"} 0.6\n") !=
+        std::string::npos);
+  CHECK(text.find("troupe_actor_mailbox_depth{actor=\"loader\",type=\"data_loader\",node=\"0\"} 0\n") !=
+        std::string::npos);
+}
+
+TEST_CASE("listen addresses default to the loopback interface and port 8080") {
+  CHECK(*parse_listen_address("") == std::pair<std::string, std::uint16_t>{"127.0.0.1", 8080});
+  CHECK(*parse_listen_address(":9000") == std::pair<std::string, std::uint16_t>{"127.0.0.1", 9000});
+  CHECK(*parse_listen_address("9001") == std::pair<std::string, std::uint16_t>{"127.0.0.1", 9001});
+  CHECK(*parse_listen_address("0.0.0.0:80") == std::pair<std::string, std::uint16_t>{"0.0.0.0", 80});
+  CHECK(*parse_listen_address("localhost") == std::pair<std::string, std::uint16_t>{"localhost", 8080});
+  CHECK_FALSE(parse_listen_address("host:99999"));
+  CHECK_FALSE(parse_listen_address("host:abc"));
+}

@@ -1,0 +1,96 @@
+// UCX pieces of the UCX transport (internal): the check macro and a worker
+// with its endpoint to the one peer it talks to.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <ucp/api/ucp.h>
+
+#include "runtime/transport/transport.hpp"
+
+namespace troupe::net::detail {
+
+/// "call failed: <status> (file:line)", for errors passed upward.
+std::string ucx_failure(ucs_status_t s, const char* call, const char* file, int line);
+#define TROUPE_UCX_FAILURE(status, call) ::troupe::net::detail::ucx_failure(status, call, __FILE__, __LINE__)
+
+/// One connection side's UCP worker, its wake-up descriptor and its endpoint.
+struct ucx_worker {
+  ucp_worker_h worker = nullptr;
+  ucp_ep_h ep = nullptr;
+  int efd = -1; ///< readable when the worker has events (after ucp_worker_arm)
+
+  ucx_worker() = default;
+  ucx_worker(const ucx_worker&) = delete;
+  ucx_worker& operator=(const ucx_worker&) = delete;
+  ~ucx_worker(); ///< force-closes the endpoint, destroys the worker
+
+  /// Creates the worker in the process's context; returns an error text or "".
+  std::string create();
+  /// This worker's address, for the peer to connect to.
+  std::string address(std::vector<std::byte>& out) const;
+  /// Creates the endpoint to the peer's worker address; `on_error` reports its failure.
+  std::string connect(const std::vector<std::byte>& remote, ucp_err_handler_cb_t on_error, void* arg);
+  /// Closes the endpoint, flushing for a short while (the peer may be gone).
+  void close_ep();
+  /// Closes the endpoint and destroys the worker; no callback runs after this.
+  void reset();
+};
+
+/// Tag of part `part` (0: header, sizes and meta; i + 1: blob i) of frame `seq`.
+/// Each part is matched exactly, so no ordering between messages is assumed.
+inline ucp_tag_t ucx_tag(std::uint64_t seq, std::size_t part) {
+  return (seq << 8) | part;
+}
+
+/// The receiving half of a UCX connection, driven by its progress thread.
+class ucx_receiver {
+public:
+  /// Where one posted receive's completion lands.
+  struct slot {
+    void* req = nullptr;
+    bool done = false;
+    ucs_status_t status = UCS_OK;
+    std::size_t length = 0;
+    std::size_t expected = 0;
+  };
+  /// Why receiving stopped: the peer's fault (`malformed`) or a UCX error.
+  struct failure {
+    bool malformed = false;
+    std::string what;
+  };
+
+  ucx_receiver();
+  /// Posts the receive of the next frame's header message.
+  void start(ucp_worker_h worker);
+  /// Completes what has arrived, calling `deliver` with each whole frame;
+  /// returns whether anything happened. Stops at the first failure.
+  bool poll(const std::function<void(frame&&)>& deliver, failure& fail);
+  /// Cancels and frees what is posted; call before the worker is destroyed.
+  void cancel();
+
+private:
+  void post(slot& s, void* buf, std::size_t len, ucp_tag_t tag);
+  static void release(slot& s);
+  static bool check(const slot& s, bool exact, const char* what, failure& fail);
+  bool start_frame(failure& fail);
+
+  ucp_worker_h worker_ = nullptr;
+  std::vector<std::byte> head_;  ///< room for the largest header message
+  slot head_slot_;
+  std::vector<slot> blobs_;      ///< max_blobs of them: posted receives point here
+  std::vector<std::uint64_t> sizes_;
+  frame frame_;
+  bool in_header_ = true;
+  std::uint64_t seq_ = 0;
+  std::uint64_t delivered_ = 0;
+
+public:
+  std::uint64_t delivered() const noexcept { return delivered_; }
+};
+
+} // namespace troupe::net::detail
