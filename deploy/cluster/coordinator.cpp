@@ -63,6 +63,7 @@ struct node_state {
   hello_msg hello;
   bool ready = false;
   bool gone = false;
+  bool silent = false;              ///< lost by heartbeat: alive but unresponsive (stopped, hung)
   clock_type::time_point last_heard;
   std::vector<std::string> actors;  ///< what the graph places there
   bool same_clock = false;          ///< shares this process's steady clock (same kernel)
@@ -245,8 +246,10 @@ void coordinator::check_liveness() {
   auto now = clock_type::now();
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     auto& n = nodes_[i];
-    if (n.conn && !n.gone && now - n.last_heard > std::chrono::duration<double>(heartbeat_timeout_s))
+    if (n.conn && !n.gone && !n.silent && now - n.last_heard > std::chrono::duration<double>(heartbeat_timeout_s)) {
+      n.silent = true;
       fail(fmt::format("lost {}: no heartbeat for {:.0f} s", describe(static_cast<int>(i)), heartbeat_timeout_s));
+    }
     if (launched_ && !n.gone)
       if (auto st = launched_->exit_status(static_cast<int>(i)); st && phase_ != phase::over)
         fail(fmt::format("lost {}: its process exited with status {}", describe(static_cast<int>(i)), *st));
@@ -263,7 +266,9 @@ void coordinator::shut_down() {
     bool all = true;
     for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
       const auto& n = nodes_[static_cast<std::size_t>(i)];
-      all = all && launched_->exit_status(i).has_value() && (!o_.dashboard || !n.conn || n.gone);
+      // A silent node will not act on stop: terminate() below ends it, rather
+      // than this wait adding its whole length to the time the loss takes.
+      all = all && (n.silent || (launched_->exit_status(i).has_value() && (!o_.dashboard || !n.conn || n.gone)));
     }
     if (all)
       break;

@@ -239,8 +239,10 @@ void process_set::terminate() {
   std::lock_guard guard{mutex_};
   for (auto& c : children_) {
     reap(c, false);
-    if (!c.status)
+    if (!c.status) {
       ::kill(c.pid, SIGTERM);
+      ::kill(c.pid, SIGCONT);  // a stopped process acts on SIGTERM only once continued (as systemd does)
+    }
     if (c.stdin_fd >= 0) {  // EOF tells an ssh session's remote side we are going
       ::close(c.stdin_fd);
       c.stdin_fd = -1;
