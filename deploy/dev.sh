@@ -16,20 +16,21 @@ deploy/setup.sh $([[ $what == test ]] && echo --test)   # the test path adds SLU
 export OPENBLAS_CORETYPE=SkylakeX   # OpenBLAS picks a 2x slower sgemm on this CPU otherwise
 jobs=$(nproc)
 
-build() { # build DIR [cmake options...]
-  local dir=$1; shift
+build() { # build DIR TARGET [cmake options...]
+  local dir=$1 target=$2; shift 2
   cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
-  cmake --build "$dir" -j "$jobs"
+  cmake --build "$dir" -j "$jobs" --target "$target"
 }
 
 if [[ $what == example ]]; then
-  build build -DCMAKE_BUILD_TYPE=Release
+  # Only the program and what it loads (about a third of the targets: no tests, no benchmarks).
+  build build troupe -DCMAKE_BUILD_TYPE=Release
   exec build/deploy/troupe run examples/tiny-gpt.yaml
 fi
 
-build build -DCMAKE_BUILD_TYPE=Release
+build build all -DCMAKE_BUILD_TYPE=Release
 (cd build && ctest --output-on-failure -j "$jobs" --label-exclude gpu)
-build build-asan -DCMAKE_BUILD_TYPE=Debug -DTROUPE_SANITIZE=ON -DTROUPE_CUDA=OFF
+build build-asan all -DCMAKE_BUILD_TYPE=Debug -DTROUPE_SANITIZE=ON -DTROUPE_CUDA=OFF
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 \
   UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$here/tests/ubsan.supp" \
   ctest --output-on-failure -j "$jobs" -L quick)
