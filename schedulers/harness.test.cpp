@@ -307,7 +307,36 @@ struct hoarding_policy : stage_policy {
   }
 };
 
+// Starts nothing before t = 5 and asks to be woken then (wake_at); GPipe's rule after.
+struct patient_policy : stage_policy {
+  std::string_view name() const override { return "patient"; }
+  int in_flight_limit() const override { return 0; }
+  std::optional<action> next(const stage_queue& q) override {
+    if (q.now() < 5)
+      return std::nullopt;
+    if (!q.ready_forward(0).empty())
+      return fwd(q.rank(), *q.ready_forward(0).begin());
+    if (!q.ready_backward(0).empty())
+      return bwd(q.rank(), *q.ready_backward(0).begin());
+    return std::nullopt;
+  }
+  std::optional<double> wake_at(const stage_queue& q) const override {
+    return q.now() < 5 ? std::optional<double>{5.0} : std::nullopt;
+  }
+};
+
 } // namespace
+
+TEST_CASE("a policy that asks to be woken is asked again then, though no message arrives") {
+  // No built-in policy reads the clock; a plugin's may, and only wake_at lets it act without a message.
+  auto r = simulate(shape(2, 2), [](int) -> expected<policy_ptr> { return policy_ptr{new patient_policy}; });
+  REQUIRE(r);
+  auto plain = simulate(shape(2, 2), "gpipe");
+  REQUIRE(plain);
+  CHECK(r->timeline[0].front().start == 5);
+  CHECK(r->orders == plain->orders);
+  CHECK(r->makespan == doctest::Approx(5 + plain->makespan));
+}
 
 TEST_CASE("the harness reports a stalled pipeline instead of hanging") {
   auto r = simulate(shape(2, 2), [](int) -> expected<policy_ptr> { return policy_ptr{new hoarding_policy}; });
