@@ -48,6 +48,27 @@ std::vector<int> peak_from_timeline(const sim_result& r) {
   return peaks;
 }
 
+// Deferred W passes on each rank at every instant (an I's end adds one, a W's
+// start takes it), recomputed from the timeline; at one instant the I's end counts first.
+std::vector<int> deferred_peak_from_timeline(const sim_result& r) {
+  std::vector<int> peaks;
+  for (const auto& rank : r.timeline) {
+    std::vector<std::pair<double, int>> events;  // (time, -change): an addition sorts first
+    for (const auto& t : rank) {
+      if (t.what.kind == op_kind::input_grad)
+        events.push_back({t.end, -1});
+      else if (t.what.kind == op_kind::weight_grad)
+        events.push_back({t.start, +1});
+    }
+    std::sort(events.begin(), events.end());
+    int now = 0, peak = 0;
+    for (auto [time, d] : events)
+      peak = std::max(peak, now -= d);
+    peaks.push_back(peak);
+  }
+  return peaks;
+}
+
 } // namespace
 
 TEST_CASE("1F1B with 4 stages and 8 microbatches runs the canonical order on every rank") {
@@ -150,6 +171,7 @@ TEST_CASE("the ZB-H1 rule reproduces the published order and its 0.1111 bubble w
   CHECK(zb->bubble_fraction == doctest::Approx(1.0 / 9));  // 0.1111: 3 idle units per rank in 27
   CHECK(zb->peak_in_flight == std::vector<int>{4, 3, 2, 1});
   CHECK(zb->peak_deferred_weight == std::vector<int>{1, 2, 3, 4});
+  CHECK(deferred_peak_from_timeline(*zb) == std::vector<int>{1, 2, 3, 4});
 }
 
 TEST_CASE("the interleaved rule reproduces Megatron-LM's order at 4 stages, 8 microbatches, 2 chunks") {
@@ -207,7 +229,7 @@ TEST_CASE("no rule policy holds an order list, and one object serves steps of an
   }
 }
 
-TEST_CASE("the in-flight bound holds at every instant, also under stragglers") {
+TEST_CASE("the in-flight bound and ZB-H1's deferred-W bound hold at every instant, also under stragglers") {
   for (const char* policy : {"1f1b", "interleaved_1f1b", "zb_h1"}) {
     for (std::uint64_t seed = 0; seed < 20; ++seed) {
       sim_config c = shape(4, 8, std::string_view{policy} == "interleaved_1f1b" ? 2 : 1);
@@ -225,6 +247,8 @@ TEST_CASE("the in-flight bound holds at every instant, also under stragglers") {
         CHECK(peaks[rank] == r->peak_in_flight[rank]);
         if (std::string_view{policy} != "interleaved_1f1b")
           CHECK(r->in_flight_limit[rank] == 4 - rank);
+        if (std::string_view{policy} == "zb_h1")
+          CHECK(deferred_peak_from_timeline(*r)[rank] <= rank + 1);
       }
     }
   }
@@ -283,7 +307,36 @@ struct hoarding_policy : stage_policy {
   }
 };
 
+// Starts nothing before t = 5 and asks to be woken then (wake_at); GPipe's rule after.
+struct patient_policy : stage_policy {
+  std::string_view name() const override { return "patient"; }
+  int in_flight_limit() const override { return 0; }
+  std::optional<action> next(const stage_queue& q) override {
+    if (q.now() < 5)
+      return std::nullopt;
+    if (!q.ready_forward(0).empty())
+      return fwd(q.rank(), *q.ready_forward(0).begin());
+    if (!q.ready_backward(0).empty())
+      return bwd(q.rank(), *q.ready_backward(0).begin());
+    return std::nullopt;
+  }
+  std::optional<double> wake_at(const stage_queue& q) const override {
+    return q.now() < 5 ? std::optional<double>{5.0} : std::nullopt;
+  }
+};
+
 } // namespace
+
+TEST_CASE("a policy that asks to be woken is asked again then, though no message arrives") {
+  // No built-in policy reads the clock; a plugin's may, and only wake_at lets it act without a message.
+  auto r = simulate(shape(2, 2), [](int) -> expected<policy_ptr> { return policy_ptr{new patient_policy}; });
+  REQUIRE(r);
+  auto plain = simulate(shape(2, 2), "gpipe");
+  REQUIRE(plain);
+  CHECK(r->timeline[0].front().start == 5);
+  CHECK(r->orders == plain->orders);
+  CHECK(r->makespan == doctest::Approx(5 + plain->makespan));
+}
 
 TEST_CASE("the harness reports a stalled pipeline instead of hanging") {
   auto r = simulate(shape(2, 2), [](int) -> expected<policy_ptr> { return policy_ptr{new hoarding_policy}; });

@@ -14,12 +14,23 @@
 //   without the hold 1F1B lost up to 4.3% (8x16, costs 1-3x), ZB-H1 3.3% and
 //   interleaved 1.3% (8x16x2, slow microbatch). With it 1F1B and interleaved
 //   run their canonical order whatever the costs, and tie their replays.
-// - ZB-H1 runs a deferred W only where the replay would run one: when r + 1
-//   are deferred (before the next I, or while waiting for it), or when nothing
-//   else is left. Filling every wait with W lost up to 3.3%: the forward or
-//   gradient it waits for arrives mid-W and the whole chain behind it slips.
-//   A wait longer than three forwards (a slow microbatch upstream) is filled
-//   with W (wake_at asks to be woken then): that is where ZB-H1 wins, 0.7-1%.
+// - ZB-H1 runs a deferred W only when one is due or nothing else is left.
+//   With r + 1 deferred the next I cannot start before a W: that W is due. A
+//   rank that would wait for a coming forward runs it in the wait, where the
+//   replayed order runs it after the forward; the I then follows the forward
+//   at once and its gradient leaves up to one W earlier. The forward is late
+//   only when it arrives mid-W, and on the last stage it feeds only that I, so
+//   there the gradient never leaves later. Costs are not read: the rule needs
+//   no prediction. This is where ZB-H1 beats its replay (4x8, 4x16, 8x16): costs
+//   1-3x by 1.7/1.2/0.8%, a slow microbatch 1.0/1.3/1.0%, jitter 0.8/1.1/0.7%.
+//   A W in a wait below r + 1 deferred lost up to 3.3% (the awaited input
+//   arrives mid-W and the chain behind it slips); so did filling every wait
+//   longer than three forwards (-0.6% at 8x16 with costs 1-3x), which with the
+//   due W still cut the 8x16 gains to 0.2% (costs 1-3x) and 0.7% (slow
+//   microbatch). The due W on the last stage only never lost a seed but won
+//   0.15% at 8x16 with costs 1-3x (300 seeds); the oldest W goes first, since
+//   the cheapest one (measured forward cost) left long W for the cool-down and
+//   lost 1.3% with a slow microbatch at 4x16.
 //
 // Why the holds cannot deadlock (a chain, one chunk, arrivals in microbatch
 // order): rank r holds only below its bound p - r, waiting for forward k from
@@ -157,9 +168,6 @@ private:
     return false;
   }
 
-public:
-
-private:
   int bound_;
 };
 
@@ -173,33 +181,22 @@ public:
     auto f = pick(q, op_kind::forward, by_microbatch);
     if (f && q.in_flight() < (bound_ > 0 ? bound_ : q.hops_left(*f)))
       return f;
+    // With r + 1 W deferred the next I cannot start before a W: that W is due.
     auto w = pick(q, op_kind::weight_grad, by_microbatch);
-    bool long_wait = w && q.now() >= fill_after(q);
+    bool due = w && q.deferred_weight_count() >= deferred_cap(q, *w);
     if (forward_coming(q, declared_))
-      return long_wait ? w : std::nullopt;  // hold the I for the coming forward
+      return due ? w : std::nullopt;  // hold the I for the coming forward; run a due W in the wait
     auto i = pick(q, op_kind::input_grad, by_microbatch);
     if (i && q.deferred_weight_count() < deferred_cap(q, *i))
       return i;
     // A W now: before the I when r + 1 are deferred, in a wait that will end
-    // with such a W anyway, when nothing but W is left, or in a long wait.
-    if (i || (w && q.deferred_weight_count() >= deferred_cap(q, *w)) || q.in_flight() == 0 || long_wait)
+    // with such a W anyway, or when nothing but W is left.
+    if (i || due || q.in_flight() == 0)
       return w;
     return std::nullopt;
   }
-  std::optional<double> wake_at(const stage_queue& q) const override {
-    if (q.deferred_weight_count() == 0)
-      return std::nullopt;
-    return fill_after(q);
-  }
 
 private:
-  // A wait longer than this many forwards is a straggler upstream or
-  // downstream, long enough to run a W in: measured, 2 won less with a slow
-  // microbatch (0.08% at 8x16) and lost 0.67% with costs 1-3x; 3 keeps both.
-  static constexpr double long_wait_forwards = 3;
-  static double fill_after(const stage_queue& q) {
-    return q.idle_since() + long_wait_forwards * q.mean_cost(op_kind::forward);
-  }
   int deferred_cap(const stage_queue& q, const action& a) const {
     return weight_bound_ > 0 ? weight_bound_ : q.hop_index(a) + 1;
   }

@@ -26,10 +26,10 @@ expected<policy_ptr> make_one_f_one_b(const policy_params& params);
 expected<policy_ptr> make_interleaved_1f1b(const policy_params& params);
 
 /// ZB-H1: a ready forward while in flight < hops_left (p - r on a chain);
-/// otherwise nothing while a forward is still to come and the bound has room;
-/// otherwise a ready I unless hop_index + 1 (r + 1) W passes are deferred, then
-/// a W first. A deferred W also runs while waiting with r + 1 deferred, when
-/// only W is left, or once a wait has lasted three forwards (wake_at).
+/// otherwise, while a forward is still to come and the bound has room, a due W
+/// (hop_index + 1, r + 1 on a chain, are deferred: the next I needs one first)
+/// or nothing; otherwise a ready I unless hop_index + 1 W passes are deferred,
+/// then a W first. A deferred W also runs when only W is left.
 expected<policy_ptr> make_zb_h1(const policy_params& params);
 
 /// The options the rule policies read: `max_in_flight` (all four) and

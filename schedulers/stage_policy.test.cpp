@@ -147,34 +147,36 @@ TEST_CASE("1F1B holds a ready backward for a forward the step's plan still annou
   CHECK(*a == bwd(1, 0));  // the list of a 3-microbatch step says 1F2 before 1B0
 }
 
-TEST_CASE("ZB-H1 holds a ready I for a coming forward, runs W only at r + 1 deferred or in a long wait") {
+TEST_CASE("ZB-H1 holds a ready I for a coming forward, and runs a W in that wait once r + 1 are deferred") {
   stage_queue q(2, 4, 0);  // rank 2: at most 2 in flight, 3 W deferred
-  q.expect(3);
+  q.expect(5);
   auto p = policy("zb_h1", 2, 4);
-  auto timed = [&](const action& a, double from, double to) {
-    q.set_now(from);
-    REQUIRE(q.start(a));
-    q.set_now(to);
-    REQUIRE(q.finish(a));
+  auto next_is = [&](const action& want) {
+    auto a = p->next(q);
+    REQUIRE(a);
+    CHECK(*a == want);
+    run(q, *a);
   };
   REQUIRE(q.push_forward(2, 0));
   REQUIRE(q.push_forward(2, 1));
-  timed(*p->next(q), 0, 1);  // 2F0
-  timed(*p->next(q), 1, 2);  // 2F1: the bound is reached
+  next_is(fwd(2, 0));
+  next_is(fwd(2, 1));  // the bound is reached
   REQUIRE(q.push_backward(2, 0));
-  auto a = p->next(q);
-  REQUIRE(a);
-  CHECK(*a == igrad(2, 0));  // at the bound the I runs
-  timed(*a, 2, 3);
+  next_is(igrad(2, 0));  // at the bound the I runs
   REQUIRE(q.push_backward(2, 1));
   CHECK(!p->next(q));  // 2I1 and 2W0 would delay 2F2, still to come
-  auto wake = p->wake_at(q);
-  REQUIRE(wake);
-  CHECK(*wake == doctest::Approx(3 + 3 * 1.0));  // three forwards' time after the rank went idle
-  q.set_now(*wake);
-  a = p->next(q);
-  REQUIRE(a);
-  CHECK(*a == wgrad(2, 0));  // a long wait: upstream straggles, and a W fits in it
+  REQUIRE(q.push_forward(2, 2));
+  next_is(fwd(2, 2));
+  next_is(igrad(2, 1));
+  REQUIRE(q.push_forward(2, 3));
+  next_is(fwd(2, 3));
+  REQUIRE(q.push_backward(2, 2));
+  next_is(igrad(2, 2));  // W0, W1 and W2 are deferred now: r + 1
+  // 2F4 is still to come, and 2I3 cannot start before a W: the W runs in the
+  // wait, where the published order runs it after 2F4.
+  next_is(wgrad(2, 0));
+  REQUIRE(q.push_backward(2, 3));
+  CHECK(!p->next(q));  // two deferred: 2I3 waits for 2F4 again, and no W is due
 }
 
 TEST_CASE("GPipe runs a backward while a forward is late, and the interleaved rule a later group's") {
