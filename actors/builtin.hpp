@@ -14,6 +14,11 @@ caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx);
 actor_type_info data_loader_info();
 actor_type_info pipeline_stage_info();
 
+/// The check of pipeline_stage entries before anything runs
+/// (actors/pipeline_stage_check.cpp): a `table` schedule runs to completion on
+/// the graph's pipeline under the simulated clock (the first stage reports it).
+void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics& out);
+
 /// The `pipeline:` shorthand: a data_loader, `stages` pipeline_stage actors with
 /// even contiguous layers (every p-th chunk with `virtual:`), and their chain of channels.
 void expand_pipeline(section_expansion& e);

@@ -284,6 +284,12 @@ actor_type_info data_loader_info() {
     bool written = !g.pipeline.routing_pos.file.empty() || !g.pipeline.routing_pos.origin.empty();
     if (auto what = check_routes(g, a); !what.empty())
       out.push_back({written ? g.pipeline.routing_pos : a.pos, written ? "pipeline.routing" : "channels", what});
+    // Its tokens are the corpus's bytes: an embedding of fewer rows cannot take them.
+    if (g.model.vocab < 256)
+      out.push_back({g.where("model.vocab"), "model.vocab",
+                     fmt::format("vocab {} is too small for the byte-level corpus '{}': its tokens are bytes 0 to "
+                                 "255, so vocab must be at least 256",
+                                 g.model.vocab, g.data.corpus)});
   };
   return info;
 }

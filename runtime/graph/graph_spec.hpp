@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
@@ -184,6 +185,14 @@ struct graph_spec {
   std::vector<plugin_spec> plugins;
   std::vector<actor_spec> actors;    ///< expanded and explicit, explicit overriding by name
   std::vector<channel_spec> channels;
+  /// Where each key of the file's mappings was written, by key path
+  /// (`model.vocab`, `pipeline.table`), or the `--set` that wrote it: how checks
+  /// outside the loader (an actor type's `check`) point at a key.
+  std::map<std::string, source_pos, std::less<>> key_positions;
+
+  /// Where `path` was written: its key, else the nearest enclosing key that
+  /// was, else the file itself.
+  source_pos where(std::string_view path) const;
 
   /// The actor called `name`, or nullptr.
   const actor_spec* find_actor(std::string_view name) const noexcept;
