@@ -1,6 +1,7 @@
 // What is checked of pipeline_stage entries before anything runs: a `table`
 // schedule is read and run to completion under the simulated clock on the
-// graph's own pipeline.
+// graph's own pipeline, and each stage's part of a checkpoint being resumed
+// must hold the tensors, shapes and dtypes the stage restores.
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -8,6 +9,10 @@
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
+#include "actors/stage_engine.hpp"
+#include "ops/adamw.hpp"
+#include "ops/gpt.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 #include "runtime/graph/limits.hpp"
 #include "schedulers/harness.hpp"
 #include "schedulers/schedule_table.hpp"
@@ -65,6 +70,21 @@ void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics&
                                               [](const actor_spec& s) { return s.role.holds_layers; }));
   if (auto why = table_problem(g, ranks, static_cast<int>(a.layers.size())))
     out.push_back({g.where("pipeline.table"), "pipeline.table", *why});
+}
+
+std::optional<std::string> check_stage_checkpoint(const graph_spec& g, const actor_spec& a,
+                                                  const safetensors_header& part) {
+  ops::gpt_config cfg;
+  cfg.layers = g.model.layers, cfg.d_model = g.model.d_model, cfg.heads = g.model.heads;
+  cfg.context = g.model.context, cfg.vocab = g.model.vocab;
+  // What the stage's models hold (f32 weights on every device), chunk by chunk.
+  std::vector<std::vector<param_info>> layouts;
+  for (auto r : a.layers) {
+    auto& chunk = layouts.emplace_back();
+    for (auto& p : ops::gpt_param_specs(cfg, r.begin, r.end))
+      chunk.push_back({std::move(p.name), p.shape, dtype::f32});
+  }
+  return check_stage_part(part, layouts, ops::adamw::kinds());
 }
 
 } // namespace troupe

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -115,6 +116,7 @@ struct layer_range {
 
 struct actor_spec;
 struct graph_spec;
+struct safetensors_header;  // runtime/checkpoint/safetensors.hpp
 
 /// Where a cluster launch puts an actor whose entry names no `node:`.
 enum class actor_placement : std::uint8_t {
@@ -137,6 +139,12 @@ struct actor_role {
   /// resume checks against the graph (checkpoint_identity); unset when the
   /// type writes no checkpoint.
   std::function<std::map<std::string, std::string>(const graph_spec&, const actor_spec&)> checkpoint_identity;
+  /// Checks this entry's part of a checkpoint before a resume starts anything,
+  /// from the part's header: the tensors it must hold with their shapes and
+  /// dtypes, the metadata it restores from. What does not fit (a sentence), or
+  /// nullopt. Unset: the identity alone is checked.
+  std::function<std::optional<std::string>(const graph_spec&, const actor_spec&, const safetensors_header&)>
+    check_checkpoint_part;
 };
 
 /// One actor of the graph. Keys the loader knows are typed; the rest stay in
