@@ -1,6 +1,9 @@
 // The actor types every troupe build provides, registered by one explicit call.
 #pragma once
 
+#include <optional>
+#include <string>
+
 #include <caf/expected.hpp>
 
 #include "runtime/actor/registry.hpp"
@@ -13,6 +16,14 @@ caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx);
 /// What the loader knows of each type: its keys and its role (actor_role).
 actor_type_info data_loader_info();
 actor_type_info pipeline_stage_info();
+
+/// The checks of pipeline_stage entries before anything runs
+/// (actors/pipeline_stage_check.cpp): a `table` schedule runs to completion on
+/// the graph's pipeline under the simulated clock (the first stage reports it);
+/// a checkpoint part holds the stage's tensors with their shapes and dtypes.
+void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics& out);
+std::optional<std::string> check_stage_checkpoint(const graph_spec& g, const actor_spec& a,
+                                                  const safetensors_header& part);
 
 /// The `pipeline:` shorthand: a data_loader, `stages` pipeline_stage actors with
 /// even contiguous layers (every p-th chunk with `virtual:`), and their chain of channels.

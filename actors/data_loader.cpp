@@ -2,6 +2,7 @@
 // first stage grants credit, with validation batches at each evaluation point,
 // and its corpus position in every checkpoint.
 #include <charconv>
+#include <cstdlib>
 #include <optional>
 
 #include <caf/all.hpp>
@@ -101,15 +102,20 @@ caf::error write_checkpoint(loader_actor* self, const loader_settings& cfg, step
   return {};
 }
 
-/// Reads the position to resume from; the corpus seeks there at start.
-caf::error read_checkpoint(loader_actor* self, const loader_settings& cfg) {
-  auto f = read_checkpoint_part(cfg.resume_folder, cfg.name, cfg.resume_step);
-  if (!f)
-    return f.error();
-  auto file = (cfg.resume_folder / checkpoint_part_name(cfg.name)).string();
+/// The corpus position and microbatches sent that a loader's checkpoint part
+/// holds in its metadata.
+struct loader_resume {
+  std::uint64_t position = 0;
+  std::uint64_t sent = 0;
+};
+
+/// Reads them from a part written after `step` steps of `microbatches` each;
+/// what is wrong when they are missing or do not fit.
+caf::expected<loader_resume> resume_state(const std::map<std::string, std::string>& metadata, step_t step,
+                                          int microbatches) {
   auto number = [&](const char* key) -> std::optional<std::uint64_t> {
-    auto i = f->metadata.find(key);
-    if (i == f->metadata.end())
+    auto i = metadata.find(key);
+    if (i == metadata.end())
       return std::nullopt;
     std::uint64_t v = 0;
     auto [end, ec] = std::from_chars(i->second.data(), i->second.data() + i->second.size(), v);
@@ -117,14 +123,26 @@ caf::error read_checkpoint(loader_actor* self, const loader_settings& cfg) {
   };
   auto position = number("position");
   auto sent = number("sent");
-  auto want = static_cast<std::uint64_t>(cfg.resume_step * cfg.microbatches);
+  auto want = static_cast<std::uint64_t>(step * microbatches);
   if (!position || !sent || *sent != want)
     return make_error(errc::invalid_argument,
-                      fmt::format("{}: expected 'position' and 'sent' = {} (step {} × {} microbatches) in the "
-                                  "metadata",
-                                  file, want, cfg.resume_step, cfg.microbatches));
-  self->state.resume_position = *position;
-  self->state.sent = static_cast<std::int64_t>(*sent);
+                      fmt::format("expected 'position' and 'sent' = {} (step {} × {} microbatches) in the metadata",
+                                  want, step, microbatches));
+  return loader_resume{*position, *sent};
+}
+
+/// Reads the position to resume from; the corpus seeks there at start.
+caf::error read_checkpoint(loader_actor* self, const loader_settings& cfg) {
+  auto f = read_checkpoint_part(cfg.resume_folder, cfg.name, cfg.resume_step);
+  if (!f)
+    return f.error();
+  auto state = resume_state(f->metadata, cfg.resume_step, cfg.microbatches);
+  if (!state)
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: {}", (cfg.resume_folder / checkpoint_part_name(cfg.name)).string(),
+                                  error_message(state.error())));
+  self->state.resume_position = state->position;
+  self->state.sent = static_cast<std::int64_t>(state->sent);
   return {};
 }
 
@@ -280,10 +298,24 @@ actor_type_info data_loader_info() {
         {"model.context", std::to_string(g.model.context)},
         {"pipeline.microbatches", std::to_string(g.pipeline.microbatches)}};
   };
+  info.role.check_checkpoint_part = [](const graph_spec& g, const actor_spec&,
+                                       const safetensors_header& part) -> std::optional<std::string> {
+    // The part's "step" is checked against the checkpoint's before this is asked.
+    auto step = part.metadata.count("step") ? std::atoll(part.metadata.at("step").c_str()) : 0;
+    if (auto state = resume_state(part.metadata, step, g.pipeline.microbatches); !state)
+      return error_message(state.error());
+    return std::nullopt;
+  };
   info.check = [](const actor_spec& a, const graph_spec& g, diagnostics& out) {
     bool written = !g.pipeline.routing_pos.file.empty() || !g.pipeline.routing_pos.origin.empty();
     if (auto what = check_routes(g, a); !what.empty())
       out.push_back({written ? g.pipeline.routing_pos : a.pos, written ? "pipeline.routing" : "channels", what});
+    // Its tokens are the corpus's bytes: an embedding of fewer rows cannot take them.
+    if (g.model.vocab < 256)
+      out.push_back({g.where("model.vocab"), "model.vocab",
+                     fmt::format("vocab {} is too small for the byte-level corpus '{}': its tokens are bytes 0 to "
+                                 "255, so vocab must be at least 256",
+                                 g.model.vocab, g.data.corpus)});
   };
   return info;
 }

@@ -363,6 +363,8 @@ actor_type_info pipeline_stage_info() {
   info.keys = {"policy"};  // schedule options of this stage (runtime/graph/graph_policy.cpp checks them)
   info.role.holds_layers = true;
   info.role.placement = actor_placement::by_position;
+  info.check = check_pipeline_stage;
+  info.role.check_checkpoint_part = check_stage_checkpoint;
   info.role.checkpoint_identity = [](const graph_spec& g, const actor_spec& a) {
     const auto& m = g.model;
     std::string layers;

@@ -2,6 +2,7 @@
 // action at a time, the step boundary when every microbatch has its gradient.
 #include "actors/stage_engine.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
@@ -337,45 +338,58 @@ std::map<std::string, std::string> stage_engine::checkpoint_metadata() {
   return {{"optimizer.steps", steps}};
 }
 
-caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, const std::string& file) {
-  auto bad = [&](std::string what) { return make_error(errc::invalid_argument, fmt::format("{}: {}", file, what)); };
-  // Check everything first, so a mismatch changes nothing.
-  std::size_t expected = 0;
+std::optional<std::string> check_stage_part(const safetensors_header& part,
+                                            const std::vector<std::vector<param_info>>& layouts,
+                                            const std::vector<std::string>& kinds, std::vector<long>* optimizer_steps) {
+  auto md = part.metadata.find("optimizer.steps");
+  if (md == part.metadata.end())
+    return "no 'optimizer.steps' in the metadata";
   std::vector<long> opt_steps;
-  auto md = f.metadata.find("optimizer.steps");
-  if (md == f.metadata.end())
-    return bad("no 'optimizer.steps' in the metadata");
-  for (std::size_t at = 0; at <= md->second.size();) {
-    auto comma = std::min(md->second.find(',', at), md->second.size());
-    opt_steps.push_back(std::atol(md->second.substr(at, comma - at).c_str()));
+  const auto& text = md->second;
+  for (std::size_t at = 0; at <= text.size();) {
+    auto comma = std::min(text.find(',', at), text.size());
+    long v = -1;
+    auto [end, ec] = std::from_chars(text.data() + at, text.data() + comma, v);
+    if (ec != std::errc{} || end != text.data() + comma || v < 0)
+      return fmt::format("optimizer.steps '{}' in the metadata is not a list of step counts", text);
+    opt_steps.push_back(v);
     at = comma + 1;
   }
-  if (opt_steps.size() != models_.size())
-    return bad(fmt::format("optimizer state for {} model chunks, this stage has {}", opt_steps.size(),
-                           models_.size()));
-  std::vector<std::vector<param_info>> layouts;
-  for (std::size_t k = 0; k < models_.size(); ++k) {
-    layouts.push_back(models_[k]->param_layout());
-    for (const auto& p : layouts.back()) {
+  if (opt_steps.size() != layouts.size())
+    return fmt::format("optimizer state for {} model chunks, this stage has {}", opt_steps.size(), layouts.size());
+  std::size_t expected = 0;
+  for (std::size_t k = 0; k < layouts.size(); ++k)
+    for (const auto& p : layouts[k]) {
       std::vector<std::string> names{p.name};
       if (opt_steps[k] > 0) // no update yet: no optimizer state
-        for (const auto& kind : optimizers_[k]->state_kinds())
+        for (const auto& kind : kinds)
           names.push_back("optimizer." + kind + "." + p.name);
       for (const auto& name : names) {
-        auto t = f.find(name);
-        if (!t.defined())
-          return bad(fmt::format("tensor '{}' is missing", name));
-        if (!(t.shape() == p.shape) || t.type() != p.type)
-          return bad(fmt::format("tensor '{}' is {} {} in the checkpoint but {} {} in the graph's model", name,
-                                 to_string(t.type()), to_string(t.shape()), to_string(p.type),
-                                 to_string(p.shape)));
+        const auto* t = part.find(name);
+        if (!t)
+          return fmt::format("tensor '{}' is missing", name);
+        if (!(t->shape == p.shape) || t->type != p.type)
+          return fmt::format("tensor '{}' is {} {} in the checkpoint but {} {} in the graph's model", name,
+                             to_string(t->type), to_string(t->shape), to_string(p.type), to_string(p.shape));
         ++expected;
       }
     }
-  }
-  if (f.tensors.size() != expected)
-    return bad(fmt::format("holds {} tensors, this stage expects {} (a different model cut?)", f.tensors.size(),
-                           expected));
+  if (part.tensors.size() != expected)
+    return fmt::format("holds {} tensors, this stage expects {} (a different model cut?)", part.tensors.size(),
+                       expected);
+  if (optimizer_steps)
+    *optimizer_steps = std::move(opt_steps);
+  return std::nullopt;
+}
+
+caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, const std::string& file) {
+  // Check everything first, so a mismatch changes nothing.
+  std::vector<std::vector<param_info>> layouts;
+  for (const auto& m : models_)
+    layouts.push_back(m->param_layout());
+  std::vector<long> opt_steps;
+  if (auto why = check_stage_part(header_of(f), layouts, ops::adamw::kinds(), &opt_steps))
+    return make_error(errc::invalid_argument, fmt::format("{}: {}", file, *why));
   for (std::size_t k = 0; k < models_.size(); ++k) {
     std::vector<tensor_handle> ps;
     ops::optimizer_state st{opt_steps[k], {}};
@@ -389,7 +403,7 @@ caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, c
       models_[k]->load_params(ps);
       optimizers_[k]->load_state(st);
     } catch (const std::exception& e) { // a device that failed to take it
-      return bad(e.what());
+      return make_error(errc::invalid_argument, fmt::format("{}: {}", file, e.what()));
     }
   }
   core_->resume_at(steps_done);

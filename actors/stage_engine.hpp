@@ -181,4 +181,14 @@ private:
   std::int64_t idle_since_ns_ = -1;  ///< when the policy last had nothing to run; -1 when busy
 };
 
+/// What a stage's checkpoint part must hold, known from its header alone:
+/// `optimizer.steps` for each chunk; each parameter of `layouts` (one list per
+/// chunk) with its shape and dtype; for a chunk whose optimizer has stepped, its
+/// state of each of `kinds` (`optimizer.KIND.NAME`); and nothing else. What
+/// does not fit, or nullopt; `optimizer_steps`, when given, gets the per-chunk counts.
+std::optional<std::string> check_stage_part(const safetensors_header& part,
+                                            const std::vector<std::vector<param_info>>& layouts,
+                                            const std::vector<std::string>& kinds,
+                                            std::vector<long>* optimizer_steps = nullptr);
+
 } // namespace troupe

@@ -7,8 +7,13 @@
 
 namespace troupe::ops {
 
+const std::vector<std::string>& adamw::kinds() {
+  static const std::vector<std::string> names{"exp_avg", "exp_avg_sq"};
+  return names;
+}
+
 adamw::adamw(const std::vector<named_tensor>& params, adamw_options opt, device_stream stream)
-    : optimizer(params, {"exp_avg", "exp_avg_sq"}, stream, "adamw"), opt_(opt) {}
+    : optimizer(params, kinds(), stream, "adamw"), opt_(opt) {}
 
 void adamw::update(std::size_t i, const tensor_handle& p, const tensor_handle& g, float lr) {
   float decay = shape(i).rank() >= 2 ? opt_.weight_decay : 0.0f;

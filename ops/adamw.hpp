@@ -1,6 +1,7 @@
 // AdamW (decoupled weight decay, bias correction) over a list of parameters.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "ops/optimizer.hpp"
@@ -24,6 +25,8 @@ public:
   explicit adamw(const std::vector<named_tensor>& params, adamw_options opt = {},
                  device_stream stream = nullptr);
   adamw_options& options() noexcept { return opt_; }
+  /// The state kinds it keeps per parameter, known before one is made (what a checkpoint must hold).
+  static const std::vector<std::string>& kinds();
 
 private:
   void update(std::size_t i, const tensor_handle& param, const tensor_handle& grad, float lr) override;

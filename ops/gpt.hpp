@@ -110,10 +110,24 @@ private:
   impl* impl_;
 };
 
+/// One parameter of a layer range: its name and shape, and how it is initialised
+/// (normal with `stddev` when that is positive, else every element `fill`).
+struct gpt_param_spec {
+  std::string name;
+  shape_t shape;
+  double stddev = 0;
+  float fill = 0;
+};
+
+/// The parameters of layers [begin, end) of `cfg`, in the order and with the
+/// names and shapes gpt_range holds them, without allocating: what a range
+/// creates, and what a checkpoint of it must hold.
+std::vector<gpt_param_spec> gpt_param_specs(const gpt_config& cfg, int begin, int end);
+
 /// Parameters of layers [begin, end) of `cfg`, with the embeddings when begin == 0
 /// and the final norm and head when end == cfg.layers, counted from the shapes
-/// without allocating: Σ numel of gpt_range(cfg, begin, end).params(). A block has
-/// 12·d² + 13·d (Megatron's 12·l·h² plus biases and norms).
+/// without allocating: Σ numel of gpt_param_specs. A block has 12·d² + 13·d
+/// (Megatron's 12·l·h² plus biases and norms).
 std::int64_t gpt_parameter_count(const gpt_config& cfg, int begin, int end);
 
 /// Number of floating-point operations of one forward + backward of `cfg` on

@@ -45,19 +45,14 @@ void fill_value(tensor_handle& t, float v) {
 
 } // namespace
 
-void gpt_range::impl::init_params() {
-  const long c = cfg.d_model;
+std::vector<gpt_param_spec> gpt_param_specs(const gpt_config& cfg, int begin, int end) {
+  const std::int64_t c = cfg.d_model;
   const double std0 = 0.02, std_resid = 0.02 / std::sqrt(2.0 * cfg.layers);
+  std::vector<gpt_param_spec> out;
   auto add = [&](std::string name, shape_t shape, double stddev, float fill) {
-    auto t = tensor_handle::empty(shape);
-    if (stddev > 0)
-      fill_normal(t, cfg.seed, name, stddev);
-    else
-      fill_value(t, fill);
-    params.push_back({name, t});
-    grads.push_back({name, tensor_handle::zeros(shape)});
+    out.push_back({std::move(name), shape, stddev, fill});
   };
-  if (first()) {
+  if (begin == 0) {
     add("wte", {cfg.vocab, c}, std0, 0);
     add("wpe", {cfg.context, c}, std0, 0);
   }
@@ -76,10 +71,23 @@ void gpt_range::impl::init_params() {
     add(n("mlp.c_proj.weight"), {c, 4 * c}, std_resid, 0);
     add(n("mlp.c_proj.bias"), {c}, 0, 0.0f);
   }
-  if (last()) {
+  if (end == cfg.layers) {
     add("ln_f.weight", {c}, 0, 1.0f);
     add("ln_f.bias", {c}, 0, 0.0f);
     add("lm_head.weight", {cfg.vocab, c}, std0, 0);
+  }
+  return out;
+}
+
+void gpt_range::impl::init_params() {
+  for (auto& p : gpt_param_specs(cfg, begin, end)) {
+    auto t = tensor_handle::empty(p.shape);
+    if (p.stddev > 0)
+      fill_normal(t, cfg.seed, p.name, p.stddev);
+    else
+      fill_value(t, p.fill);
+    grads.push_back({p.name, tensor_handle::zeros(p.shape)});
+    params.push_back({std::move(p.name), t});
   }
 }
 
@@ -104,14 +112,9 @@ double gpt_step_flops(const gpt_config& cfg, int batch, int seq) {
 }
 
 std::int64_t gpt_parameter_count(const gpt_config& cfg, int begin, int end) {
-  // The shapes init_params above creates, summed.
-  const std::int64_t c = cfg.d_model, vocab = cfg.vocab;
-  const std::int64_t block = (2 * c) + (3 * c * c + 3 * c) + (c * c + c) + (2 * c) + (4 * c * c + 4 * c) + (4 * c * c + c);
-  std::int64_t n = block * std::max(0, end - begin);
-  if (begin == 0)
-    n += vocab * c + std::int64_t{cfg.context} * c; // wte, wpe
-  if (end == cfg.layers)
-    n += 2 * c + vocab * c; // ln_f, lm_head
+  std::int64_t n = 0;
+  for (const auto& p : gpt_param_specs(cfg, begin, std::max(begin, end)))
+    n += p.shape.numel();
   return n;
 }
 

@@ -31,12 +31,26 @@ std::size_t read_number(std::string_view text, int& value) {
   return static_cast<std::size_t>(ptr - text.data());
 }
 
+/// `text` for a message: bytes outside printable ASCII as \xNN (a binary file
+/// must not put raw bytes on a terminal), and at most 40 of them.
+std::string printable(std::string_view text) {
+  constexpr std::size_t shown = 40;
+  std::string out;
+  for (char ch : text.substr(0, shown)) {
+    auto c = static_cast<unsigned char>(ch);
+    out += c >= 0x20 && c < 0x7f && c != '\\' ? std::string(1, ch) : fmt::format("\\x{:02x}", c);
+  }
+  if (text.size() > shown)
+    out += fmt::format("... ({} bytes)", text.size());
+  return out;
+}
+
 } // namespace
 
 expected<action> parse_action(std::string_view text) {
   auto bad = [&](std::string_view why) {
     return make_sched_error(fmt::format("'{}' is not an action ({}; expected <stage><F|B|I|W><microbatch>, e.g. 2F0)",
-                                        text, why));
+                                        printable(text), why));
   };
   action a;
   std::size_t n = read_number(text, a.stage);
@@ -49,7 +63,7 @@ expected<action> parse_action(std::string_view text) {
     case 'B': a.kind = op_kind::backward; break;
     case 'I': a.kind = op_kind::input_grad; break;
     case 'W': a.kind = op_kind::weight_grad; break;
-    default: return bad(fmt::format("unknown kind '{}'", text[n]));
+    default: return bad(fmt::format("unknown kind '{}'", printable(text.substr(n, 1))));
   }
   auto rest = text.substr(n + 1);
   std::size_t k = read_number(rest, a.microbatch);

@@ -2,15 +2,22 @@
 #include "schedulers/schedule_table.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
-#include <sstream>
 
 #include <fmt/format.h>
 
 namespace troupe::sched {
 
 expected<schedule_table> parse_table(std::string_view text, std::string_view origin) {
+  // A control byte means a binary file (an image, an archive): say so rather than quote it as an action.
+  for (std::size_t i = 0; i < text.size(); ++i)
+    if (auto c = static_cast<unsigned char>(text[i]); (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f)
+      return make_sched_error(fmt::format("{}: not a text file (byte 0x{:02x} at offset {}); a schedule table is "
+                                          "text, one line of actions per rank such as 0F0 0F1 0B0 0B1",
+                                          origin, c, i));
   schedule_table out;
   int line_no = 0;
   std::size_t pos = 0;
@@ -32,13 +39,23 @@ expected<schedule_table> parse_table(std::string_view text, std::string_view ori
   return out;
 }
 
-expected<schedule_table> load_table(const std::string& path) {
-  std::ifstream in(path);
+expected<schedule_table> load_table(const std::string& path, std::string_view origin) {
+  if (origin.empty())
+    origin = path;
+  std::ifstream in(path, std::ios::binary);
   if (!in)
-    return make_sched_error(fmt::format("{}: cannot open the schedule table", path));
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return parse_table(buf.str(), path);
+    return make_sched_error(fmt::format("{}: cannot open the schedule table: {}", origin, std::strerror(errno)));
+  std::string text;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > max_table_bytes)
+      return make_sched_error(fmt::format("{}: larger than {} MiB; a schedule table is one short line per rank",
+                                          origin, max_table_bytes >> 20));
+  }
+  if (in.bad())
+    return make_sched_error(fmt::format("{}: cannot read the schedule table: {}", origin, std::strerror(errno)));
+  return parse_table(text, origin);
 }
 
 std::string to_string(const schedule_table& table) {

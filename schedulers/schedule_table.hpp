@@ -2,6 +2,7 @@
 // checked up front so that a list that cannot run is rejected with its culprit.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,12 +15,18 @@ namespace troupe::sched {
 /// Row r is rank r's action order for one step.
 using schedule_table = std::vector<std::vector<action>>;
 
+/// The largest table file load_table reads (16 MiB: millions of actions).
+inline constexpr std::size_t max_table_bytes = std::size_t{16} << 20;
+
 /// Parses one rank per line (`0F0 0F1 0B0 ...`, spaces or commas); blank lines
-/// and lines starting with '#' are skipped. Errors name the line and action.
+/// and lines starting with '#' are skipped. Errors start with `origin` and name
+/// the line and action; a control byte (a binary file) is refused as not text,
+/// and a malformed action is quoted with its non-printable bytes escaped.
 expected<schedule_table> parse_table(std::string_view text, std::string_view origin = "table");
 
-/// Reads and parses a table file.
-expected<schedule_table> load_table(const std::string& path);
+/// Reads and parses a table file of at most max_table_bytes; errors start
+/// with `origin` (the path when empty).
+expected<schedule_table> load_table(const std::string& path, std::string_view origin = {});
 
 /// Writes a table as text, one rank per line.
 std::string to_string(const schedule_table& table);

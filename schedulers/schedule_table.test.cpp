@@ -43,6 +43,19 @@ TEST_CASE("a table parses one rank per line from text or CSV, skipping comments"
   CHECK(contains(bad.error().message, "x.csv:2: rank 1: action 2"));
 }
 
+TEST_CASE("a binary table is refused as not text, and a malformed action is quoted with its bytes escaped") {
+  auto binary = parse_table(std::string("\x89PNG\r\n\x1a\n\0\0", 10), "image.csv");
+  REQUIRE(!binary);
+  CHECK(binary.error().message == "image.csv: not a text file (byte 0x1a at offset 6); a schedule table is text, "
+                                  "one line of actions per rank such as 0F0 0F1 0B0 0B1");
+  auto latin1 = parse_table("0F0 0\xe9\xff" "0\n", "latin1.csv");
+  REQUIRE(!latin1);
+  CHECK(contains(latin1.error().message, "'0\\xe9\\xff0' is not an action (unknown kind '\\xe9'"));
+  auto prose = parse_table(std::string(100, 'a'), "prose.csv");
+  REQUIRE(!prose);
+  CHECK(contains(prose.error().message, "'" + std::string(40, 'a') + "... (100 bytes)' is not an action"));
+}
+
 TEST_CASE("the canonical schedules pass validation") {
   CHECK(validate_table(one_f_one_b(4, 8), 4, 8, 1));
   schedule_table zb, il;

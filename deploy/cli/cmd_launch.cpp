@@ -96,10 +96,10 @@ int run_launch(std::span<char*> args) {
     return bad_input;
   }
   cluster::coordinator_options o;
-  auto graph = load_run_graph("launch", ra, o.timeout);
-  if (!graph)
-    return bad_input;
-  const auto& g = *graph;
+  auto loaded = load_run_graph("launch", ra, o.timeout);
+  if (!loaded.graph)
+    return loaded.exit_code;
+  const auto& g = *loaded.graph;
   auto trace_file = !trace.file.empty() ? trace.file : trace.no_trace ? std::string{} : g.trace.file;
   std::vector<std::string> outputs{summary};
   for (int i = 0; !trace_file.empty() && i < g.cluster.nodes; ++i)

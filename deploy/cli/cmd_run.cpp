@@ -93,10 +93,10 @@ int run_run(std::span<char*> args) {
     opts.threads = static_cast<std::size_t>(n);
   }
   run_options ropts;
-  auto graph = load_run_graph("run", ra, ropts.timeout);
-  if (!graph)
-    return bad_input;
-  const auto& g = *graph;
+  auto loaded = load_run_graph("run", ra, ropts.timeout);
+  if (!loaded.graph)
+    return loaded.exit_code;
+  const auto& g = *loaded.graph;
   auto trace_file = !trace_opts.file.empty() ? trace_opts.file : trace_opts.no_trace ? std::string{} : g.trace.file;
   auto ckpt_lock = prepare_run("run", g, {trace_file, summary}, restart);
   if (!ckpt_lock)

@@ -146,7 +146,7 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
 
 run_checkpoints::run_checkpoints(const graph_spec& g) : dir_(g.checkpoint.dir_path) {
   if (g.checkpoint.every > 0 && !dir_.empty())
-    tracker_.emplace(dir_, checkpoint_actors(g), g.checkpoint.keep);
+    tracker_.emplace(dir_, checkpoint_actors(g), g.checkpoint.keep, g.checkpoint.every);
 }
 
 std::string run_checkpoints::on_report(const checkpoint_msg& m, run_result& res) {

@@ -111,10 +111,20 @@ struct run_args {
   std::vector<std::string> sets;  ///< `--set` values, plus `train.steps=N` for --steps
 };
 
+/// What load_run_graph gives a command: the graph to run, or the exit code to end with at once.
+struct run_graph_load {
+  std::optional<graph_spec> graph;
+  /// Without a graph: bad_input after the reasons went to stderr, or ok when a
+  /// resumed run has nothing left to do (its checkpoint is after train.steps).
+  int exit_code = 0;
+};
+
 /// Checks --steps and --timeout, loads the graph with the `--set` values and
-/// opens the --resume checkpoint into its checkpoint section (printing where it
-/// resumes), and prints the model's parameter count. nullopt after the errors went to stderr: exit with bad_input.
-std::optional<graph_spec> load_run_graph(const char* cmd, run_args& a, std::chrono::milliseconds& timeout);
+/// opens the --resume checkpoint into its checkpoint section, every part
+/// checked against the graph (printing where it resumes). A resumed run keeps
+/// saving as the run it came from (checkpoint.dir, .every and .keep, each
+/// unless a `--set` says otherwise): those are added to `a.sets`.
+run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::milliseconds& timeout);
 
 /// Prints how the run of `file` (the graph `g`) went (one summary line, or the
 /// error on stderr), writes `summary_path` as summary_json when given, and

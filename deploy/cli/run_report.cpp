@@ -1,7 +1,9 @@
 // How `troupe run` and `troupe launch` begin and end: their shared options,
 // the graph loaded and resumed; one summary line, the summary JSON, the exit code.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -13,36 +15,99 @@
 
 namespace troupe::cli {
 
-std::optional<graph_spec> load_run_graph(const char* cmd, run_args& a, std::chrono::milliseconds& timeout) {
+namespace {
+
+/// `text` as a YAML single-quoted scalar: a path read back exactly, whatever it holds.
+std::string yaml_quoted(const std::string& text) {
+  std::string out = "'";
+  for (char c : text)
+    out += c == '\'' ? std::string{"''"} : std::string(1, c);
+  return out + "'";
+}
+
+/// The `--set` values that keep a resumed run saving as the run it came from:
+/// into the folder its checkpoint is in, as often, keeping as many; each only
+/// where `sets` (the command line) does not say otherwise. They go to the
+/// nodes of a launch with the user's own.
+std::vector<std::string> continued_checkpoint_sets(const resume_point& from, const std::vector<std::string>& sets) {
+  auto given = [&](std::string_view key) {
+    for (std::string_view s : sets) {
+      auto k = s.substr(0, s.find('='));
+      while (!k.empty() && k.back() == ' ')
+        k.remove_suffix(1);
+      if (k == "checkpoint" || k == key)
+        return true;
+    }
+    return false;
+  };
+  std::vector<std::string> out;
+  auto dir = std::filesystem::absolute(from.dir).lexically_normal();
+  if (!dir.has_filename())
+    dir = dir.parent_path();  // `ckpt/`
+  if (!given("checkpoint.dir"))
+    out.push_back("checkpoint.dir=" + yaml_quoted(dir.string()));
+  if (from.every > 0 && !given("checkpoint.every"))
+    out.push_back(fmt::format("checkpoint.every={}", from.every));
+  if (from.keep > 0 && !given("checkpoint.keep"))
+    out.push_back(fmt::format("checkpoint.keep={}", from.keep));
+  return out;
+}
+
+} // namespace
+
+run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::milliseconds& timeout) {
+  run_graph_load out{std::nullopt, bad_input};
   std::int64_t n = 0;
   if (!a.steps.empty()) {
     if (!parse_count(cmd, a.steps, "--steps", 1, limits::max_steps, n))
-      return std::nullopt;
+      return out;
     a.sets.push_back(fmt::format("train.steps={}", n));
   }
   if (!a.timeout.empty()) {
     if (!parse_count(cmd, a.timeout, "--timeout", 1, limits::max_timeout_s, n))
-      return std::nullopt;
+      return out;
     timeout = std::chrono::seconds(n);
+  }
+  auto cannot_resume = [&](const caf::error& e) {
+    fmt::print(stderr, "troupe {}: cannot resume: {}\n", cmd, error_message(e));
+    return out;
+  };
+  if (!a.resume.empty()) {
+    auto found = find_checkpoint(a.resume);
+    if (!found)
+      return cannot_resume(found.error());
+    auto sets = continued_checkpoint_sets(*found, a.sets);
+    a.sets.insert(a.sets.begin(), sets.begin(), sets.end());
   }
   auto res = load_graph_for_cli(a.file, a.sets);
   if (!res.ok()) {
     fmt::print(stderr, "{}", to_string(res.errors));
-    return std::nullopt;
+    return out;
   }
   auto& g = *res.graph;
   if (!a.resume.empty()) {
+    // Every part is complete and fits the graph before any actor exists.
     auto from = open_resume(a.resume, g);
-    if (!from) {
-      fmt::print(stderr, "troupe {}: cannot resume: {}\n", cmd, error_message(from.error()));
-      return std::nullopt;
+    if (!from)
+      return cannot_resume(from.error());
+    if (from->step == g.train.steps) {
+      fmt::print("troupe {}: nothing to do: checkpoint {} is the run's last step (train.steps {}); raise --steps "
+                 "to train further\n",
+                 cmd, from->folder.string(), g.train.steps);
+      out.exit_code = ok;
+      return out;
     }
     g.checkpoint.resume_folder = from->folder;
     g.checkpoint.resume_step = from->step;
     a.resume = from->folder.string();  // exactly this step, whatever `latest` says later
-    fmt::print("resuming from {} after step {}\n", a.resume, from->step);
+    const auto& c = g.checkpoint;
+    fmt::print("resuming from {} after step {} of {}; {}\n", a.resume, from->step, g.train.steps,
+               c.every > 0 && !c.dir_path.empty()
+                   ? fmt::format("saving checkpoints to {} every {} steps", c.dir_path.string(), c.every)
+                   : std::string{"saving no checkpoints (checkpoint.every is 0)"});
   }
-  return std::move(res.graph);
+  out.graph = std::move(res.graph);
+  return out;
 }
 
 int report_run(const char* cmd, const graph_spec& g, const std::string& file, const caf::expected<run_result>& result,

@@ -42,31 +42,16 @@ std::optional<std::int64_t> folder_step(const std::string& name) {
   return v;
 }
 
-/// The `__metadata__` of a safetensors file, reading only its header.
-caf::expected<std::map<std::string, std::string>> read_metadata(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::uint64_t n = 0;
-  std::error_code ec;
-  auto size = fs::file_size(path, ec);
-  if (!in || ec || !in.read(reinterpret_cast<char*>(&n), sizeof n) || n > size - sizeof n)
-    return make_error(errc::io_failed, fmt::format("{}: cannot read a safetensors header", path.string()));
-  std::string text(n, '\0');
-  if (!in.read(text.data(), static_cast<std::streamsize>(n)))
-    return make_error(errc::io_failed, fmt::format("{}: truncated header", path.string()));
-  std::map<std::string, std::string> out;
-  try {
-    auto header = nlohmann::json::parse(text);
-    if (header.contains("__metadata__"))
-      for (auto& [k, v] : header["__metadata__"].items())
-        out[k] = v.get<std::string>();
-  } catch (const std::exception& e) {
-    return make_error(errc::io_failed, fmt::format("{}: malformed header: {}", path.string(), e.what()));
-  }
-  return out;
-}
+/// A step folder's checkpoint.json.
+struct manifest {
+  std::int64_t step = 0;
+  std::map<std::string, std::string> parts;  ///< actor -> file
+  std::int64_t every = 0;                     ///< 0: not recorded
+  int keep = 0;
+};
 
-/// The step folder's manifest: step and actor -> file, or an error naming it.
-caf::expected<std::pair<std::int64_t, std::map<std::string, std::string>>> read_manifest(const fs::path& folder) {
+/// The step folder's manifest, or an error naming it.
+caf::expected<manifest> read_manifest(const fs::path& folder) {
   auto path = folder / manifest_name;
   std::ifstream in(path);
   if (!in)
@@ -76,10 +61,22 @@ caf::expected<std::pair<std::int64_t, std::map<std::string, std::string>>> read_
                                   folder.string(), manifest_name));
   try {
     auto j = nlohmann::json::parse(in);
-    return std::pair{j.at("step").get<std::int64_t>(), j.at("parts").get<std::map<std::string, std::string>>()};
+    return manifest{j.at("step").get<std::int64_t>(), j.at("parts").get<std::map<std::string, std::string>>(),
+                    j.value("every", std::int64_t{0}), j.value("keep", 0)};
   } catch (const std::exception& e) {
     return make_error(errc::invalid_argument, fmt::format("{}: malformed: {}", path.string(), e.what()));
   }
+}
+
+/// The complete step folders in `dir` (holding checkpoint.json), by name.
+std::vector<std::string> complete_checkpoints(const fs::path& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (auto name = e.path().filename().string(); folder_step(name) && fs::exists(e.path() / manifest_name, ec))
+      out.push_back(name);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 } // namespace
@@ -147,8 +144,8 @@ caf::expected<safetensors_file> read_checkpoint_part(const fs::path& folder, con
   return f;
 }
 
-checkpoint_tracker::checkpoint_tracker(fs::path dir, std::vector<std::string> actors, int keep)
-  : dir_(std::move(dir)), actors_(actors.begin(), actors.end()), keep_(std::max(1, keep)) {}
+checkpoint_tracker::checkpoint_tracker(fs::path dir, std::vector<std::string> actors, int keep, std::int64_t every)
+  : dir_(std::move(dir)), actors_(actors.begin(), actors.end()), keep_(std::max(1, keep)), every_(every) {}
 
 bool checkpoint_tracker::on_report(const std::string& actor, std::int64_t step, const std::string& file) {
   if (!actors_.count(actor) || step <= last_)
@@ -157,8 +154,8 @@ bool checkpoint_tracker::on_report(const std::string& actor, std::int64_t step, 
   auto& p = pending_[step];
   p.files[actor] = file;
   p.last_arrival = now;
-  if (auto md = read_metadata(dir_ / checkpoint_folder_name(step) / file); md && md->count(began_key)) {
-    auto began = std::stoll(md->at(began_key));
+  if (auto h = read_safetensors_header(dir_ / checkpoint_folder_name(step) / file); h && h->metadata.count(began_key)) {
+    auto began = std::stoll(h->metadata.at(began_key));
     p.slowest_ms = std::max(p.slowest_ms, static_cast<double>(unix_ns(now) - began) / 1e6);
   }
   return p.files.size() == actors_.size();
@@ -169,7 +166,9 @@ caf::expected<checkpoint_commit> checkpoint_tracker::commit(std::int64_t step) {
   if (it == pending_.end() || it->second.files.size() != actors_.size())
     return make_error(errc::invalid_argument, fmt::format("checkpoint step {} is not complete", step));
   checkpoint_commit c{step, dir_ / checkpoint_folder_name(step), 0, it->second.slowest_ms};
-  nlohmann::json manifest{{"step", step}, {"parts", it->second.files}};
+  nlohmann::json manifest{{"step", step}, {"parts", it->second.files}, {"keep", keep_}};
+  if (every_ > 0)
+    manifest["every"] = every_;
   for (const auto& [actor, file] : it->second.files) {
     std::error_code ec;
     c.bytes += fs::file_size(c.folder / file, ec);
@@ -308,54 +307,88 @@ caf::expected<checkpoint_dir_lock> open_checkpoint_dir(const graph_spec& g, bool
   return lock;
 }
 
-caf::expected<resume_point> open_resume(const fs::path& dir, const graph_spec& g) {
+caf::expected<resume_point> find_checkpoint(const fs::path& dir) {
   auto bad = [](std::string what) { return make_error(errc::invalid_argument, std::move(what)); };
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     return bad(fmt::format("{}: no such checkpoint folder", dir.string()));
-  resume_point rp{dir, 0};
+  resume_point rp{dir, 0, dir, 0, 0};
   if (std::ifstream latest{dir / "latest"}) {
     std::string name;
     std::getline(latest, name);
     if (!folder_step(name))
       return bad(fmt::format("{}: expected a folder name like step-000016, got '{}'", (dir / "latest").string(), name));
     rp.folder = dir / name;
+    rp.dir = dir;
+    if (!fs::is_directory(rp.folder, ec)) {
+      auto there = complete_checkpoints(dir);
+      return bad(fmt::format("{}: names {}, which does not exist in {} ({}); --resume {} to continue from one "
+                             "that does",
+                             (dir / "latest").string(), name, dir.string(),
+                             there.empty() ? "it holds no complete checkpoint"
+                                           : fmt::format("complete checkpoints there: {}", fmt::join(there, ", ")),
+                             (dir / (there.empty() ? "step-NNNNNN" : there.back())).string()));
+    }
   } else if (auto name = fs::absolute(dir).lexically_normal();
              !fs::exists(dir / manifest_name) &&
              !folder_step((name.has_filename() ? name : name.parent_path()).filename().string())) {
     return bad(fmt::format("{}: no checkpoint here (expected a 'latest' file naming a step folder, or a step "
                            "folder holding {})",
                            dir.string(), manifest_name));
+  } else {
+    auto folder = fs::absolute(dir).lexically_normal();
+    rp.dir = (folder.has_filename() ? folder : folder.parent_path()).parent_path();
   }
-  auto manifest = read_manifest(rp.folder);
-  if (!manifest)
-    return manifest.error();
-  auto& [step, parts] = *manifest;
-  rp.step = step;
+  auto m = read_manifest(rp.folder);
+  if (!m)
+    return m.error();
+  rp.step = m->step;
+  rp.every = m->every;
+  rp.keep = m->keep;
+  return rp;
+}
+
+caf::expected<resume_point> open_resume(const fs::path& dir, const graph_spec& g) {
+  auto bad = [](std::string what) { return make_error(errc::invalid_argument, std::move(what)); };
+  auto rp = find_checkpoint(dir);
+  if (!rp)
+    return rp;
+  auto m = read_manifest(rp->folder);
+  if (!m)
+    return m.error();
+  const auto& parts = m->parts;
   auto wanted = checkpoint_actors(g);
   std::vector<std::string> held;
   for (const auto& [actor, file] : parts)
     held.push_back(actor);
   if (!std::is_permutation(wanted.begin(), wanted.end(), held.begin(), held.end()))
     return bad(fmt::format("{}: the checkpoint has parts for {} but the graph's checkpointing actors are {}",
-                           rp.folder.string(), fmt::join(held, ", "), fmt::join(wanted, ", ")));
+                           rp->folder.string(), fmt::join(held, ", "), fmt::join(wanted, ", ")));
+  std::error_code ec;
   for (const auto& a : g.actors) {
     if (!parts.count(a.name))
       continue;
-    auto path = rp.folder / parts.at(a.name);
+    auto path = rp->folder / parts.at(a.name);
     if (!fs::is_regular_file(path, ec))
       return bad(fmt::format("{}: missing (the checkpoint lists it as the part of '{}')", path.string(), a.name));
-    auto md = read_metadata(path);
-    if (!md)
-      return bad(error_message(md.error()));
-    for (const auto& [k, want] : checkpoint_identity(g, a)) {
-      auto have = md->count(k) ? md->at(k) : std::string{"missing"};
-      if (have != want)
+    // The header alone: complete, whose, and what it holds; the actors read the tensors.
+    auto header = read_safetensors_header(path);
+    if (!header)
+      return bad(error_message(header.error()));
+    const auto& md = header->metadata;
+    auto get = [&](const std::string& k) { return md.count(k) ? md.at(k) : std::string{"missing"}; };
+    if (get("actor") != a.name || get("step") != std::to_string(rp->step))
+      return bad(fmt::format("{}: holds actor '{}' at step {}, expected '{}' at step {}", path.string(), get("actor"),
+                             get("step"), a.name, rp->step));
+    for (const auto& [k, want] : checkpoint_identity(g, a))
+      if (auto have = get(k); have != want)
         return bad(fmt::format("{}: {} is {} in the checkpoint but {} in the graph", path.string(), k, have, want));
-    }
+    if (a.role.check_checkpoint_part)
+      if (auto why = a.role.check_checkpoint_part(g, a, *header))
+        return bad(fmt::format("{}: {}", path.string(), *why));
   }
-  if (g.train.steps < step)
-    return bad(fmt::format("{}: the checkpoint is after step {} but train.steps is {}", rp.folder.string(), step,
+  if (g.train.steps < rp->step)
+    return bad(fmt::format("{}: the checkpoint is after step {} but train.steps is {}", rp->folder.string(), rp->step,
                            g.train.steps));
   return rp;
 }

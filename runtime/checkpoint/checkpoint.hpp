@@ -25,7 +25,9 @@ namespace troupe {
 //   DIR/step-000016/stage0.safetensors   one file per checkpointing actor, written
 //   DIR/step-000016/loader.safetensors   by that actor (tmp file, fsync, rename)
 //   DIR/step-000016/checkpoint.json      written by the runner once every part is
-//                                        there: {"step": 16, "parts": {actor: file}}
+//                                        there: {"step": 16, "parts": {actor: file},
+//                                        "every": 8, "keep": 2} (the run's settings,
+//                                        which a resumed run keeps)
 //   DIR/latest                           "step-000016\n", replaced atomically after
 //                                        checkpoint.json; names the newest complete one
 //
@@ -83,8 +85,9 @@ struct checkpoint_commit {
 /// step once all of them have, and pruning old checkpoints.
 class checkpoint_tracker {
 public:
-  /// `actors` are the ones that must report every step (checkpoint_actors).
-  checkpoint_tracker(std::filesystem::path dir, std::vector<std::string> actors, int keep);
+  /// `actors` are the ones that must report every step (checkpoint_actors);
+  /// `every` (checkpoint.every) goes into each checkpoint.json with `keep`.
+  checkpoint_tracker(std::filesystem::path dir, std::vector<std::string> actors, int keep, std::int64_t every = 0);
 
   /// Records that `actor` wrote `file` for `step`. True when that completes the
   /// step (every actor has reported it and it is newer than the last commit).
@@ -117,6 +120,7 @@ private:
   std::filesystem::path dir_;
   std::set<std::string> actors_;
   int keep_;
+  std::int64_t every_;
   std::int64_t last_ = -1;
   std::map<std::int64_t, pending> pending_;
 };
@@ -157,11 +161,24 @@ caf::expected<checkpoint_dir_lock> open_checkpoint_dir(const graph_spec& g, bool
 struct resume_point {
   std::filesystem::path folder;  ///< the complete step folder
   std::int64_t step = 0;         ///< optimizer steps it holds
+  std::filesystem::path dir;     ///< the checkpoint.dir it is in (the step folder's parent)
+  /// The settings of the run that wrote it (checkpoint.json); 0 when it did not record them.
+  std::int64_t every = 0;
+  int keep = 0;
 };
 
 /// Finds the checkpoint `dir` names (DIR/latest, or a step folder itself) and
-/// checks it against `g`: it is complete, it has a part for exactly the
-/// checkpointing actors of `g`, every part exists and its identity matches.
+/// reads its checkpoint.json, without a graph to check it against. The error
+/// (errc::invalid_argument) says what is missing: no such folder, a `latest`
+/// that names a folder that is gone (listing the complete ones there), a step
+/// folder without checkpoint.json.
+caf::expected<resume_point> find_checkpoint(const std::filesystem::path& dir);
+
+/// find_checkpoint, then checks the checkpoint against `g` before anything
+/// starts: it has a part for exactly the checkpointing actors of `g`; every
+/// part is there, complete (its header's tensor bytes all present) and that
+/// actor's at that step; its identity matches; and its role's
+/// check_checkpoint_part accepts it (a stage's tensors, shapes and dtypes).
 /// The error (errc::invalid_argument) names the file and what differs.
 caf::expected<resume_point> open_resume(const std::filesystem::path& dir, const graph_spec& g);
 

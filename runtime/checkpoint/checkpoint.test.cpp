@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include "actors/builtin.hpp"
+#include "ops/gpt.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/graph/graph_loader.hpp"
 
@@ -59,6 +60,27 @@ graph_spec load(const std::string& text, const fs::path& dir) {
   INFO(to_string(r.errors));
   REQUIRE(r.ok());
   return *r.graph;
+}
+
+/// What `a` writes after `step` steps of a fresh model: a stage its parameters
+/// (no optimizer state before the first update), the loader its position.
+std::pair<std::vector<named_handle>, std::map<std::string, std::string>> part_of(const graph_spec& g,
+                                                                                 const actor_spec& a,
+                                                                                 std::int64_t step) {
+  auto md = checkpoint_identity(g, a);
+  std::vector<named_handle> tensors;
+  if (a.role.holds_layers) {
+    ops::gpt_config cfg{.layers = g.model.layers, .d_model = g.model.d_model, .heads = g.model.heads,
+                        .context = g.model.context, .vocab = g.model.vocab};
+    for (auto r : a.layers)
+      for (const auto& p : ops::gpt_param_specs(cfg, r.begin, r.end))
+        tensors.push_back({p.name, tensor_handle::zeros(p.shape)});
+    md["optimizer.steps"] = "0";
+  } else {
+    md["position"] = "0";
+    md["sent"] = std::to_string(step * g.pipeline.microbatches);
+  }
+  return {tensors, md};
 }
 
 } // namespace
@@ -172,11 +194,12 @@ TEST_CASE("resuming checks the checkpoint against the graph and names what diffe
   REQUIRE_FALSE(none);
   CHECK(error_message(none.error()).find("no checkpoint here") != std::string::npos);
 
-  checkpoint_tracker t(dir, actors, 2);
+  checkpoint_tracker t(dir, actors, 2, 8);
   auto write_all = [&](const graph_spec& gs, std::int64_t step) {
     bool complete = false;
     for (const auto& a : gs.actors) {
-      auto file = write_checkpoint_part(dir, step, a.name, {}, checkpoint_identity(gs, a));
+      auto [tensors, metadata] = part_of(gs, a, step);
+      auto file = write_checkpoint_part(dir, step, a.name, tensors, metadata);
       REQUIRE(file);
       complete = t.on_report(a.name, step, *file);
     }
@@ -188,9 +211,13 @@ TEST_CASE("resuming checks the checkpoint against the graph and names what diffe
   REQUIRE(ok);
   CHECK(ok->step == 8);
   CHECK(ok->folder == dir / "step-000008");
+  CHECK(ok->dir == dir);
+  CHECK(ok->every == 8); // the run's settings, for a resumed run to keep
+  CHECK(ok->keep == 2);
   auto by_folder = open_resume(dir / "step-000008", g);
   REQUIRE(by_folder);
   CHECK(by_folder->step == 8);
+  CHECK(by_folder->dir == dir);
 
   std::string wider = graph_text;
   wider.replace(wider.find("d_model: 16"), 11, "d_model: 32");
@@ -206,6 +233,22 @@ TEST_CASE("resuming checks the checkpoint against the graph and names what diffe
   REQUIRE_FALSE(stages);
   CHECK(error_message(stages.error()).find("the graph's checkpointing actors are") != std::string::npos);
 
+  // A part whose tensor has another shape, then one cut short: refused from its header, naming the file.
+  auto s1 = dir / "step-000008" / "s1.safetensors";
+  auto part = read_safetensors(s1);
+  REQUIRE(part);
+  part->tensors.front().value = tensor_handle::zeros({3});
+  REQUIRE_FALSE(write_safetensors(s1, part->tensors, part->metadata));
+  auto reshaped = open_resume(dir, g);
+  REQUIRE_FALSE(reshaped);
+  CHECK(error_message(reshaped.error())
+            .find("s1.safetensors: tensor '" + part->tensors.front().name +
+                  "' is f32 [3] in the checkpoint but f32 [16] in the graph's model") != std::string::npos);
+  fs::resize_file(s1, fs::file_size(s1) - 8);
+  auto cut = open_resume(dir, g);
+  REQUIRE_FALSE(cut);
+  CHECK(error_message(cut.error()).find("s1.safetensors: truncated") != std::string::npos);
+
   fs::remove(dir / "step-000008" / "s1.safetensors");
   auto missing = open_resume(dir, g);
   REQUIRE_FALSE(missing);
@@ -215,5 +258,11 @@ TEST_CASE("resuming checks the checkpoint against the graph and names what diffe
   auto partial = open_resume(dir / "step-000016", g);
   REQUIRE_FALSE(partial);
   CHECK(error_message(partial.error()).find("not a complete checkpoint") != std::string::npos);
+
+  std::ofstream(dir / "latest") << "step-000024\n"; // its folder was removed
+  auto gone = open_resume(dir, g);
+  REQUIRE_FALSE(gone);
+  CHECK(error_message(gone.error()).find("latest: names step-000024, which does not exist in " + dir.string() +
+                                         " (complete checkpoints there: step-000008)") != std::string::npos);
   fs::remove_all(dir);
 }

@@ -5,7 +5,11 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -125,11 +129,16 @@ caf::error write_file_atomically(const std::filesystem::path& path, const std::s
   return replace_file(path, {{text.data(), text.size()}});
 }
 
-caf::expected<safetensors_file> read_safetensors(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return io_error(path, fmt::format("cannot open: {}", std::strerror(errno)));
-  auto read_all = [&](void* dst, std::size_t size) {
+namespace {
+
+/// An open file, closed when it goes.
+struct open_file {
+  int fd = -1;
+  ~open_file() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+  bool read_all(void* dst, std::size_t size) const {
     auto* p = static_cast<char*>(dst);
     while (size > 0) {
       auto n = ::read(fd, p, size);
@@ -140,17 +149,37 @@ caf::expected<safetensors_file> read_safetensors(const std::filesystem::path& pa
       p += n, size -= static_cast<std::size_t>(n);
     }
     return true;
-  };
-  struct closer {
-    int fd;
-    ~closer() { ::close(fd); }
-  } guard{fd};
+  }
+};
+
+/// Bytes of `dims` elements of `t`; nullopt for a negative dimension or an overflow.
+std::optional<std::uint64_t> byte_size(const std::vector<std::int64_t>& dims, dtype t) {
+  std::uint64_t n = size_of(t);
+  for (auto d : dims) {
+    if (d < 0 || (d > 0 && n > std::numeric_limits<std::uint64_t>::max() / static_cast<std::uint64_t>(d)))
+      return std::nullopt;
+    n *= static_cast<std::uint64_t>(d);
+  }
+  return n;
+}
+
+/// Reads and checks the header of the open `f`, leaving the file at the data.
+/// `data_start` is set to the data section's offset in the file.
+caf::expected<safetensors_header> read_header(const open_file& f, const std::filesystem::path& path,
+                                              std::uint64_t& data_start) {
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0)
+    return io_error(path, fmt::format("cannot read: {}", std::strerror(errno)));
+  auto file_size = static_cast<std::uint64_t>(st.st_size);
   std::uint64_t n = 0;
-  auto file_size = std::filesystem::file_size(path);
-  if (!read_all(&n, sizeof n) || n > file_size - sizeof n)
-    return io_error(path, "truncated or not a safetensors file (bad header length)");
+  if (file_size < sizeof n || !f.read_all(&n, sizeof n))
+    return io_error(path, fmt::format("truncated or not a safetensors file ({} bytes: no header length)", file_size));
+  if (n > file_size - sizeof n)
+    return io_error(path, fmt::format("truncated or not a safetensors file (a header of {} bytes, but {} follow "
+                                      "its length)",
+                                      n, file_size - sizeof n));
   std::string text(n, '\0');
-  if (!read_all(text.data(), n))
+  if (!f.read_all(text.data(), n))
     return io_error(path, "truncated header");
   nlohmann::json header;
   try {
@@ -158,9 +187,9 @@ caf::expected<safetensors_file> read_safetensors(const std::filesystem::path& pa
   } catch (const std::exception& e) {
     return io_error(path, fmt::format("malformed header: {}", e.what()));
   }
-  safetensors_file out;
-  std::vector<std::pair<std::size_t, named_handle>> placed;
-  std::size_t data_size = file_size - sizeof n - n;
+  safetensors_header out;
+  std::uint64_t data_size = file_size - sizeof n - n, data_end = 0;
+  data_start = sizeof n + n;
   try {
     for (auto& [name, v] : header.items()) {
       if (name == "__metadata__") {
@@ -172,26 +201,76 @@ caf::expected<safetensors_file> read_safetensors(const std::filesystem::path& pa
       if (!t)
         return io_error(path, fmt::format("tensor '{}': unsupported dtype {}", name, v.at("dtype").dump()));
       auto dims = v.at("shape").get<std::vector<std::int64_t>>();
-      if (dims.size() > shape_t::max_rank || std::any_of(dims.begin(), dims.end(), [](auto d) { return d < 0; }))
+      auto bytes = byte_size(dims, *t);
+      if (dims.size() > shape_t::max_rank || !bytes)
         return io_error(path, fmt::format("tensor '{}': bad shape {}", name, v.at("shape").dump()));
-      auto offs = v.at("data_offsets").get<std::vector<std::size_t>>();
-      auto handle = tensor_handle::empty(shape_t(dims), *t);
-      if (offs.size() != 2 || offs[1] < offs[0] || offs[1] > data_size || offs[1] - offs[0] != handle.nbytes())
-        return io_error(path, fmt::format("tensor '{}': data offsets do not match its shape or the file", name));
-      placed.emplace_back(offs[0], named_handle{name, handle});
+      auto offs = v.at("data_offsets").get<std::vector<std::uint64_t>>();
+      if (offs.size() != 2 || offs[1] < offs[0] || offs[1] - offs[0] != *bytes)
+        return io_error(path, fmt::format("tensor '{}': data offsets {} do not match its shape {} ({} bytes)", name,
+                                          v.at("data_offsets").dump(), v.at("shape").dump(), *bytes));
+      out.tensors.push_back({name, *t, shape_t(dims), offs[0], *bytes});
+      data_end = std::max(data_end, offs[1]);
     }
   } catch (const std::exception& e) {
     return io_error(path, fmt::format("malformed header: {}", e.what()));
   }
-  std::sort(placed.begin(), placed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::size_t at = 0;
-  for (auto& [off, t] : placed) {
-    if (off != at && ::lseek(fd, static_cast<off_t>(sizeof n + n + off), SEEK_SET) < 0)
+  if (data_end > data_size)
+    return io_error(path, fmt::format("truncated: its header describes {} bytes of tensor data, the file holds {} "
+                                      "(a copy or a disk that lost its end)",
+                                      data_end, data_size));
+  return out;
+}
+
+} // namespace
+
+const tensor_entry* safetensors_header::find(std::string_view name) const {
+  for (const auto& t : tensors)
+    if (t.name == name)
+      return &t;
+  return nullptr;
+}
+
+safetensors_header header_of(const safetensors_file& f) {
+  safetensors_header h;
+  std::uint64_t offset = 0;
+  for (const auto& t : f.tensors) {
+    h.tensors.push_back({t.name, t.value.type(), t.value.shape(), offset, t.value.nbytes()});
+    offset += t.value.nbytes();
+  }
+  h.metadata = f.metadata;
+  return h;
+}
+
+caf::expected<safetensors_header> read_safetensors_header(const std::filesystem::path& path) {
+  open_file f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0)
+    return io_error(path, fmt::format("cannot open: {}", std::strerror(errno)));
+  std::uint64_t data_start = 0;
+  return read_header(f, path, data_start);
+}
+
+caf::expected<safetensors_file> read_safetensors(const std::filesystem::path& path) {
+  open_file f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0)
+    return io_error(path, fmt::format("cannot open: {}", std::strerror(errno)));
+  std::uint64_t data_start = 0;
+  auto header = read_header(f, path, data_start);
+  if (!header)
+    return header.error();
+  // Sizes are checked against the file before anything is allocated.
+  std::sort(header->tensors.begin(), header->tensors.end(),
+            [](const tensor_entry& a, const tensor_entry& b) { return a.offset < b.offset; });
+  safetensors_file out;
+  out.metadata = std::move(header->metadata);
+  std::uint64_t at = 0;
+  for (const auto& e : header->tensors) {
+    auto t = tensor_handle::empty(e.shape, e.type);
+    if (e.offset != at && ::lseek(f.fd, static_cast<off_t>(data_start + e.offset), SEEK_SET) < 0)
       return io_error(path, "seek failed");
-    if (!read_all(t.value.raw(), t.value.nbytes()))
-      return io_error(path, fmt::format("truncated data for tensor '{}'", t.name));
-    at = off + t.value.nbytes();
-    out.tensors.push_back(std::move(t));
+    if (!f.read_all(t.raw(), t.nbytes()))
+      return io_error(path, fmt::format("truncated data for tensor '{}'", e.name));
+    at = e.offset + e.bytes;
+    out.tensors.push_back({e.name, std::move(t)});
   }
   return out;
 }

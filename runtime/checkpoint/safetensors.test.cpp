@@ -63,6 +63,35 @@ TEST_CASE("a truncated or garbage file is an error that names the file") {
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("the header alone tells a complete file from a truncated one, and a huge shape allocates nothing") {
+  auto dir = temp_dir("header");
+  REQUIRE_FALSE(write_safetensors(dir / "ok.safetensors", {{"w", ramp({2, 64}, 0)}, {"b", ramp({3}, 0)}},
+                                  {{"step", "8"}}));
+  auto h = read_safetensors_header(dir / "ok.safetensors");
+  REQUIRE(h);
+  REQUIRE(h->tensors.size() == 2);
+  REQUIRE(h->find("w"));
+  CHECK(h->find("w")->shape == shape_t{2, 64});
+  CHECK(h->find("w")->type == dtype::f32);
+  CHECK(h->metadata.at("step") == "8");
+  auto size = std::filesystem::file_size(dir / "ok.safetensors");
+  std::filesystem::copy_file(dir / "ok.safetensors", dir / "cut.safetensors");
+  std::filesystem::resize_file(dir / "cut.safetensors", size - 100);
+  auto cut = read_safetensors_header(dir / "cut.safetensors");
+  REQUIRE_FALSE(cut);
+  CHECK(error_message(cut.error()).find("cut.safetensors: truncated: its header describes 524 bytes of tensor data, "
+                                        "the file holds 424") != std::string::npos);
+  // A header that claims 2^60 elements is refused from the file's size, not by allocating them.
+  std::string header = R"({"w":{"dtype":"F32","shape":[1073741824,1073741824],"data_offsets":[0,4611686018427387904]}})";
+  std::uint64_t n = header.size();
+  std::ofstream(dir / "huge.safetensors", std::ios::binary)
+      << std::string(reinterpret_cast<const char*>(&n), sizeof n) << header << "tiny";
+  auto huge = read_safetensors(dir / "huge.safetensors");
+  REQUIRE_FALSE(huge);
+  CHECK(error_message(huge.error()).find("truncated") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("a full disk fails the write with a clear error and keeps the previous file") {
   auto dir = temp_dir("full");
   if (::geteuid() != 0 || ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=256k") != 0) {

@@ -277,3 +277,16 @@ actors:
         "g.yaml:7:24: actors[1].device: unknown device 'cuda:x' (did you mean 'cuda:N'? known: cpu, cuda, cuda:N); "
         "N is a device index (cuda:0, cuda:1, ...)\n");
 }
+
+TEST_CASE("the graph keeps where each key was written, for checks outside the loader to point at") {
+  auto o = no_corpus();
+  o.overrides = {"pipeline.stages=2"};
+  auto r = load(tiny, o);
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  const auto& g = *r.graph;
+  CHECK(to_string(g.where("model.vocab")) == "g.yaml:1:67");
+  CHECK(to_string(g.where("pipeline.schedule")) == "g.yaml:4:50");
+  CHECK(to_string(g.where("pipeline.stages")) == "--set pipeline.stages=2");
+  CHECK(to_string(g.where("model.precision")) == "g.yaml:1:11");  // not written: its section
+  CHECK(to_string(g.where("checkpoint.dir")) == "g.yaml");         // no such section: the file
+}

@@ -262,6 +262,21 @@ void parse_channels(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   }
 }
 
+/// Records where every key under the mapping `n` (at `path`) was written, up
+/// to `budget` keys (aliases can make a short file describe an exponentially large value).
+void record_key_positions(const YAML::Node& n, const std::string& path, graph_spec& g, const graph_reader& r,
+                          int& budget) {
+  if (!n.IsMap())
+    return;
+  for (auto it = n.begin(); it != n.end() && budget > 0; ++it, --budget) {
+    if (!it->first.IsScalar())
+      continue;
+    auto key = join_path(path, it->first.Scalar());
+    g.key_positions.emplace(key, r.pos(it->second, key));
+    record_key_positions(it->second, key, g, r, budget);
+  }
+}
+
 } // namespace
 
 const std::vector<std::string>& section_names() {
@@ -296,6 +311,8 @@ void parse_sections(parsed_graph& pg, graph_reader& r) {
     parse_actors(pg, n, r);
   if (auto n = root["channels"])
     parse_channels(pg, n, r);
+  int budget = 100'000;
+  record_key_positions(root, "", pg.graph, r, budget);
 }
 
 } // namespace troupe::detail

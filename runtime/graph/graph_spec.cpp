@@ -65,6 +65,17 @@ const actor_spec* graph_spec::find_actor(std::string_view name) const noexcept {
   return nullptr;
 }
 
+source_pos graph_spec::where(std::string_view path) const {
+  for (;;) {
+    if (auto it = key_positions.find(path); it != key_positions.end())
+      return it->second;
+    auto cut = path.find_last_of(".[");
+    if (cut == std::string_view::npos)
+      return source_pos{file.string(), 0, 0, {}};
+    path = path.substr(0, cut);
+  }
+}
+
 std::int64_t graph_spec::tokens_per_step() const noexcept {
   return static_cast<std::int64_t>(data.batch) * pipeline.microbatches * model.context;
 }

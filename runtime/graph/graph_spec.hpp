@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
@@ -114,6 +116,7 @@ struct layer_range {
 
 struct actor_spec;
 struct graph_spec;
+struct safetensors_header;  // runtime/checkpoint/safetensors.hpp
 
 /// Where a cluster launch puts an actor whose entry names no `node:`.
 enum class actor_placement : std::uint8_t {
@@ -136,6 +139,12 @@ struct actor_role {
   /// resume checks against the graph (checkpoint_identity); unset when the
   /// type writes no checkpoint.
   std::function<std::map<std::string, std::string>(const graph_spec&, const actor_spec&)> checkpoint_identity;
+  /// Checks this entry's part of a checkpoint before a resume starts anything,
+  /// from the part's header: the tensors it must hold with their shapes and
+  /// dtypes, the metadata it restores from. What does not fit (a sentence), or
+  /// nullopt. Unset: the identity alone is checked.
+  std::function<std::optional<std::string>(const graph_spec&, const actor_spec&, const safetensors_header&)>
+    check_checkpoint_part;
 };
 
 /// One actor of the graph. Keys the loader knows are typed; the rest stay in
@@ -184,6 +193,14 @@ struct graph_spec {
   std::vector<plugin_spec> plugins;
   std::vector<actor_spec> actors;    ///< expanded and explicit, explicit overriding by name
   std::vector<channel_spec> channels;
+  /// Where each key of the file's mappings was written, by key path
+  /// (`model.vocab`, `pipeline.table`), or the `--set` that wrote it: how checks
+  /// outside the loader (an actor type's `check`) point at a key.
+  std::map<std::string, source_pos, std::less<>> key_positions;
+
+  /// Where `path` was written: its key, else the nearest enclosing key that
+  /// was, else the file itself.
+  source_pos where(std::string_view path) const;
 
   /// The actor called `name`, or nullptr.
   const actor_spec* find_actor(std::string_view name) const noexcept;

@@ -269,3 +269,103 @@ TEST_CASE("a run whose length is not a multiple of checkpoint.every still saves 
   CHECK(more.at("steps") == 3);
   CHECK(f.text("odd/latest") == "step-000016\n");
 }
+
+TEST_CASE("a truncated checkpoint part is refused before anything runs, with exit code 2 naming the file") {
+  fixture f;
+  f.train({"--steps", "8"}, "short");
+  auto part = f.dir / "ckpt" / "step-000008" / "s1.safetensors";
+  REQUIRE(fs::exists(part));
+  fs::resize_file(part, fs::file_size(part) / 2);  // a copy that lost its end
+  int rc = f.run({"run", f.graph.string(), "--no-trace", "--resume", (f.dir / "ckpt").string()}, "truncated");
+  auto err = f.text("truncated.err");
+  INFO("stderr: ", err);
+  CHECK(rc == 2);
+  CHECK(err.find("cannot resume: " + part.string() + ": truncated: its header describes ") != std::string::npos);
+  CHECK(err.find("did not accept connect") == std::string::npos);
+  CHECK(f.text("truncated.out").empty()); // nothing ran
+}
+
+TEST_CASE("a checkpoint tensor of the wrong shape is refused before anything runs, with exit code 2 naming it") {
+  fixture f;
+  f.train({"--steps", "8"}, "short");
+  auto part = f.dir / "ckpt" / "step-000008" / "s0.safetensors";
+  auto file = troupe::read_safetensors(part);
+  REQUIRE(file);
+  bool replaced = false;
+  for (auto& t : file->tensors)
+    if (t.name == "h.0.ln_1.weight") {
+      t.value = troupe::tensor_handle::zeros({16});  // d_model is 32
+      replaced = true;
+    }
+  REQUIRE(replaced);
+  REQUIRE(!troupe::write_safetensors(part, file->tensors, file->metadata));
+  int rc = f.run({"run", f.graph.string(), "--no-trace", "--resume", (f.dir / "ckpt").string()}, "reshaped");
+  auto err = f.text("reshaped.err");
+  INFO("stderr: ", err);
+  CHECK(rc == 2);
+  CHECK(err.find(part.string() + ": tensor 'h.0.ln_1.weight' is f32 [16] in the checkpoint but f32 [32] in the "
+                 "graph's model") != std::string::npos);
+  CHECK(err.find("did not accept connect") == std::string::npos);
+  CHECK(f.text("reshaped.out").empty());
+}
+
+TEST_CASE("a 'latest' that names a missing step folder is refused saying so, and lists the complete ones") {
+  fixture f;
+  f.train({"--steps", "8"}, "short");
+  std::ofstream(f.dir / "ckpt" / "latest") << "step-000016\n";  // its folder was removed by hand
+  int rc = f.run({"run", f.graph.string(), "--no-trace", "--resume", (f.dir / "ckpt").string()}, "gone");
+  auto err = f.text("gone.err");
+  INFO("stderr: ", err);
+  CHECK(rc == 2);
+  CHECK(err.find((f.dir / "ckpt" / "latest").string() + ": names step-000016, which does not exist in ") !=
+        std::string::npos);
+  CHECK(err.find("complete checkpoints there: step-000008") != std::string::npos);
+  CHECK(err.find("no checkpoint.json") == std::string::npos);
+}
+
+TEST_CASE("a resumed run keeps saving where its checkpoint came from, as often, unless told otherwise") {
+  fixture f;
+  // A graph without a checkpoint section: where and how often came from the command line.
+  auto plain = f.dir / "plain.yaml";
+  {
+    std::ifstream in(f.graph);
+    std::ofstream out(plain);
+    for (std::string line; std::getline(in, line);)
+      if (!line.starts_with("checkpoint:"))
+        out << line << "\n";
+  }
+  auto ckpt = f.dir / "elsewhere";
+  REQUIRE(f.run({"run", plain.string(), "--no-trace", "--steps", "8", "--set", "checkpoint.dir=" + ckpt.string(),
+                 "--set", "checkpoint.every=4"},
+                "first") == 0);
+  REQUIRE(f.text("elsewhere/latest") == "step-000008\n");
+  // Resumed with neither repeated: it saves into the same folder every 4 steps.
+  int rc = f.run({"run", plain.string(), "--no-trace", "--steps", "12", "--resume", ckpt.string()}, "resumed");
+  INFO("stdout: ", f.text("resumed.out"), "\nstderr: ", f.text("resumed.err"));
+  REQUIRE(rc == 0);
+  CHECK(f.text("resumed.out").find("saving checkpoints to " + ckpt.string() + " every 4 steps") != std::string::npos);
+  CHECK(f.text("resumed.out").find("checkpoint step 12 -> ") != std::string::npos);
+  CHECK(f.text("elsewhere/latest") == "step-000012\n");
+  CHECK(fs::exists(ckpt / "step-000012" / "checkpoint.json"));
+  // Told otherwise, it obeys.
+  rc = f.run({"run", plain.string(), "--no-trace", "--steps", "16", "--resume", ckpt.string(), "--set",
+              "checkpoint.every=0"},
+             "unsaved");
+  REQUIRE(rc == 0);
+  CHECK(f.text("unsaved.out").find("saving no checkpoints") != std::string::npos);
+  CHECK(f.text("elsewhere/latest") == "step-000012\n");
+}
+
+TEST_CASE("resuming a run that already reached train.steps says there is nothing to do") {
+  fixture f;
+  f.train({"--steps", "8"}, "short");
+  int rc = f.run({"run", f.graph.string(), "--no-trace", "--steps", "8", "--resume", (f.dir / "ckpt").string()},
+                 "finished");
+  auto out = f.text("finished.out");
+  INFO("stdout: ", out, "\nstderr: ", f.text("finished.err"));
+  CHECK(rc == 0);
+  CHECK(out.find("nothing to do: checkpoint " + (f.dir / "ckpt" / "step-000008").string() +
+                 " is the run's last step (train.steps 8); raise --steps to train further") != std::string::npos);
+  CHECK(out.find(" 0 steps") == std::string::npos);
+  CHECK(out.find("overhead") == std::string::npos);
+}
