@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <vector>
 
+#include <unistd.h>
+
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -136,7 +138,8 @@ TEST_CASE("troupe schedule --plugin loads the example plugin so its policy can b
 TEST_CASE("the example plugin builds out of the tree with the README's command and loads") {
   // The command examples/plugin/README.md gives, run from a folder outside the source tree.
   auto src = std::filesystem::current_path();
-  auto out = std::filesystem::temp_directory_path() / "troupe_plugin_out_of_tree";
+  // One folder per test process: two source trees tested at once must not share it.
+  auto out = std::filesystem::temp_directory_path() / ("troupe_plugin_out_of_tree_" + std::to_string(::getpid()));
   std::filesystem::create_directories(out);
   auto cmd = "cd " + out.string() + " && TROUPE_SRC=" + src.string() +
              " && ${CXX:-c++} -std=c++20 -O2 -fPIC -shared -I\"$TROUPE_SRC\" "

@@ -2,6 +2,9 @@
 // diagnostics for invalid files.
 #include "runtime/graph/graph_loader.hpp"
 
+#include <string>
+#include <unistd.h>
+
 #include <doctest/doctest.h>
 
 #include "actors/builtin.hpp"
@@ -185,7 +188,7 @@ TEST_CASE("a missing corpus file is an error that names the file") {
 }
 
 TEST_CASE("a corpus path is resolved against the graph file's folder") {
-  auto dir = std::filesystem::temp_directory_path() / "troupe_loader_test";
+  auto dir = std::filesystem::temp_directory_path() / (std::string{"troupe_loader_test"} + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream words{dir / "words.txt"};  // long enough for context 4 and a 10% validation split
   for (int i = 0; i < 4; ++i)

@@ -7,6 +7,9 @@
 #include <thread>
 
 #include <boost/beast.hpp>
+#include <string>
+#include <unistd.h>
+
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -41,7 +44,7 @@ trace_snapshot synthetic(std::size_t actors, std::size_t spans) {
 }
 
 struct fixture_dir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / "troupe-dash-test";
+  std::filesystem::path path = std::filesystem::temp_directory_path() / (std::string{"troupe-dash-test"} + "_" + std::to_string(::getpid()));
   fixture_dir() {
     std::filesystem::create_directories(path);
     std::ofstream(path / "index.html") << "<!doctype html><title>troupe</title>";

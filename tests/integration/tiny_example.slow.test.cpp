@@ -11,6 +11,9 @@
 
 #include <sys/wait.h>
 
+#include <string>
+#include <unistd.h>
+
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -30,7 +33,7 @@ std::string read(const std::filesystem::path& p) {
 TEST_CASE("200 steps of the tiny example lower the loss, validate, trace and summarize the run") {
   const char* build = std::getenv("TROUPE_BUILD_DIR");
   REQUIRE(build);
-  auto dir = std::filesystem::temp_directory_path() / "troupe_tiny_example";
+  auto dir = std::filesystem::temp_directory_path() / (std::string{"troupe_tiny_example"} + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   auto summary = dir / "summary.json", trace = dir / "trace.json", out = dir / "stdout.txt";

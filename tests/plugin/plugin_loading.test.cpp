@@ -1,5 +1,8 @@
 // Tests of plugins: a graph's `plugins:` loads a shared library whose actor
 // types then validate and run like built-in ones; bad libraries are graph errors.
+#include <string>
+#include <unistd.h>
+
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -74,7 +77,7 @@ TEST_CASE("libraries that are missing, not libraries, or not plugins are reporte
                                     "': it does not export `extern \"C\" void troupe_register_plugin()`");
   CHECK(to_string(r.errors[1]) ==
         "g.yaml:4:" + std::to_string(13 + no_entry.string().size()) + ": plugins[1]: cannot load plugin 'missing.so': no such file");
-  auto text = fs::temp_directory_path() / "troupe_not_a_library.so";
+  auto text = fs::temp_directory_path() / ("troupe_not_a_library_" + std::to_string(::getpid()) + ".so");
   {
     std::ofstream out{text};
     for (int i = 0; i < 100; ++i)
