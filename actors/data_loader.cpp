@@ -27,6 +27,7 @@ struct loader_settings {
   std::uint64_t seed = 1;
   int batch = 1;
   int microbatches = 1;
+  int replicas = 1;  ///< data-parallel replicas: a step hands out replicas × microbatches
   std::int64_t steps = 0;
   std::int64_t eval_every = 0;
   int eval_batches = 8;
@@ -117,7 +118,7 @@ caf::error read_checkpoint(loader_actor* self, const loader_settings& cfg) {
   };
   auto position = number("position");
   auto sent = number("sent");
-  auto want = static_cast<std::uint64_t>(cfg.resume_step * cfg.microbatches);
+  auto want = static_cast<std::uint64_t>(cfg.resume_step * cfg.microbatches * cfg.replicas);
   if (!position || !sent || *sent != want)
     return make_error(errc::invalid_argument,
                       fmt::format("{}: expected 'position' and 'sent' = {} (step {} × {} microbatches) in the "
@@ -157,7 +158,7 @@ void pump(loader_actor* self, const loader_settings& cfg) {
     s.get().bytes = b.tokens.nbytes() + b.targets.nbytes();
     deliver(self, forward_atom::value, batch_msg{e->step, e->microbatch, b.tokens, b.targets, std::move(e->route)});
     ++st.sent;
-    bool step_end = e->microbatch + 1 == cfg.microbatches;
+    bool step_end = (e->sequence + 1) % (cfg.microbatches * cfg.replicas) == 0;
     if (step_end && eval_due(cfg, e->step))
       send_eval(self, cfg, e->step);
     if (step_end && checkpoint_due(e->step + 1, cfg.checkpoint_every, cfg.steps))
@@ -189,6 +190,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
       for (const auto& s : cfg.routing_params.stages)
         rc.stage_actors.push_back(s.actor);
       rc.microbatches = cfg.microbatches, rc.steps = cfg.steps, rc.first_step = cfg.resume_step;
+      rc.replicas = cfg.replicas;
       rc.tokens_per_microbatch = static_cast<std::int64_t>(cfg.batch) * cfg.context;
       self->state.router.emplace(std::move(rc), std::move(*policy));
       return caf::ok_atom::value;
@@ -223,11 +225,12 @@ sched::routing_params routing_params_of(const graph_spec& g) {
   sched::routing_params rp;
   rp.layers = g.model.layers;
   rp.paths = g.pipeline.paths;
+  rp.replicas = std::max(g.data_parallel.replicas, 1);
   for (std::size_t i = 0; i < g.actors.size(); ++i) {
     const auto& a = g.actors[i];
     if (!a.role.holds_layers)
       continue;
-    sched::route_stage s{static_cast<int>(i), a.name, {}};
+    sched::route_stage s{static_cast<int>(i), a.name, {}, a.replica};
     for (const auto& r : a.layers)
       s.chunks.emplace_back(r.begin, r.end);
     rp.stages.push_back(std::move(s));
@@ -250,7 +253,7 @@ std::string check_routes(const graph_spec& g, const actor_spec& loader) {
         return true;
     return false;
   };
-  int m = std::max(g.pipeline.microbatches, 1);
+  int m = std::max(g.pipeline.microbatches, 1) * std::max(g.data_parallel.replicas, 1);
   for (int k = 0; k < 4 * m; ++k) {
     auto r = (*policy)->route(k / m, k % m, k);
     std::vector<std::pair<int, int>> edges{{self, r.front().actor}, {self, r.back().actor}};
@@ -272,13 +275,16 @@ actor_type_info data_loader_info() {
   info.role.checkpoint_identity = [](const graph_spec& g, const actor_spec&) {
     std::error_code ec;
     auto bytes = std::filesystem::file_size(g.data.corpus_path, ec);
-    return std::map<std::string, std::string>{
+    std::map<std::string, std::string> id{
         {"corpus_bytes", ec ? "?" : std::to_string(bytes)},
         {"data.seed", std::to_string(g.data.seed)},
         {"data.batch", std::to_string(g.data.batch)},
         {"data.val_fraction", fmt::format("{}", g.data.val_fraction)},
         {"model.context", std::to_string(g.model.context)},
         {"pipeline.microbatches", std::to_string(g.pipeline.microbatches)}};
+    if (g.data_parallel.replicas > 1) // a step hands out replicas × microbatches
+      id["data_parallel.replicas"] = std::to_string(g.data_parallel.replicas);
+    return id;
   };
   info.check = [](const actor_spec& a, const graph_spec& g, diagnostics& out) {
     bool written = !g.pipeline.routing_pos.file.empty() || !g.pipeline.routing_pos.origin.empty();
@@ -298,6 +304,7 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.seed = g.data.seed;
   cfg.batch = g.data.batch;
   cfg.microbatches = g.pipeline.microbatches;
+  cfg.replicas = std::max(g.data_parallel.replicas, 1);
   cfg.steps = g.train.steps;
   cfg.eval_every = g.train.eval_every;
   cfg.eval_batches = g.train.eval_batches;

@@ -265,7 +265,7 @@ void parse_channels(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
 } // namespace
 
 const std::vector<std::string>& section_names() {
-  static const std::vector<std::string> names{"model",   "data",   "train",    "pipeline",
+  static const std::vector<std::string> names{"model",   "data",   "train",    "pipeline", "data_parallel",
                                               "trace",   "checkpoint", "cluster", "plugins", "actors", "channels"};
   return names;
 }
@@ -284,6 +284,8 @@ void parse_sections(parsed_graph& pg, graph_reader& r) {
     parse_train(n, pg.graph.train, r);
   if (auto n = root["pipeline"])
     parse_pipeline(pg, n, r);
+  if (auto n = root["data_parallel"])
+    parse_data_parallel(pg, n, r);
   if (auto n = root["trace"]; n && r.check_map(n, "trace", trace_keys))
     r.get_string(n, "trace", "file", pg.graph.trace.file);
   if (auto n = root["cluster"])
