@@ -77,7 +77,7 @@ void deliver(loader_actor* self, Atom atom, batch_msg m) {
 void send_eval(loader_actor* self, const loader_settings& cfg, step_t after_step) {
   for (int k = 0; k < cfg.eval_batches; ++k) {
     token_batch b; // fresh handles: the stages hold them while we go on
-    self->state.corpus->validation(k, cfg.batch, b);
+    self->state.corpus->validation(k, cfg.batch * cfg.replicas, b); // the global batch, on replica 0's route
     deliver(self, eval_atom::value, batch_msg{after_step, k, b.tokens, b.targets, self->state.router->eval_route()});
   }
 }

@@ -366,7 +366,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
       if (it->first.IsScalar() && it->second.IsScalar())
         c.policy_params.options[it->first.Scalar()] = it->second.Scalar();
   c.checkpoint_every = g.checkpoint.dir_path.empty() ? 0 : g.checkpoint.every;
-  c.max_batch = g.data.batch;
+  c.max_batch = g.data.batch * (spec.replica == 0 ? std::max(g.data_parallel.replicas, 1) : 1); // replica 0 evaluates the global batch
   return c;
 }
 
