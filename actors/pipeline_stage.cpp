@@ -310,6 +310,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     c.ranks += a.role.holds_layers && a.replica == spec.replica; // positions of its own replica
   c.replica = spec.replica;
   c.bucket_bytes = g.data_parallel.bucket;
+  c.overlap = g.data_parallel.overlap;
   for (std::size_t i = 0; i < g.actors.size(); ++i) // the all-reduce peer that serves this stage
     if (auto st = g.actors[i].params.find("stage"); g.actors[i].type == "allreduce_peer" &&
                                                    st != g.actors[i].params.end() && st->second.IsScalar() &&

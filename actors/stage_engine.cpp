@@ -145,7 +145,7 @@ bool stage_engine::begin_weight_pass(const sched::stage_task& t) {
   auto hops = plan_hops_.find(t.step);
   int per_chunk = hops == plan_hops_.end() ? -1 : hops->second / cfg_.chunks;
   bool last = ++weight_passes_[static_cast<std::size_t>(t.chunk)] == per_chunk;
-  buckets_->begin_pass(t.step, t.chunk, last);
+  buckets_->begin_pass(t.step, t.chunk, last && cfg_.overlap);
   return true;
 }
 

@@ -62,6 +62,7 @@ struct stage_config {
   int replica = 0;                   ///< which replica; replica 0 speaks for all in the norm and the loss report
   int sync_peer = -1;                ///< this stage's all-reduce peer (actor index); -1: one replica, no sync
   std::int64_t bucket_bytes = 4 << 20;  ///< gradient bytes per bucket
+  bool overlap = true;               ///< buckets go during the last backward pass (else once the step's work is done)
 };
 
 /// Where the engine's results go (actor indices of the graph); the actor sends them as messages.

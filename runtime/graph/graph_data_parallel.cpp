@@ -12,7 +12,7 @@ namespace troupe::detail {
 
 namespace {
 
-const std::vector<std::string> data_parallel_keys{"replicas", "bucket", "zero"};
+const std::vector<std::string> data_parallel_keys{"replicas", "bucket", "zero", "overlap"};
 constexpr int max_replicas = 4096;
 constexpr std::int64_t max_bucket = std::int64_t{1} << 34;
 
@@ -64,6 +64,13 @@ void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r)
       r.error(rep, "data_parallel.replicas",
               fmt::format("replicas take the 'chain' routing of their own pipeline (pipeline.routing is '{}')",
                           p.routing));
+  }
+  if (auto o = child(n, "overlap")) {
+    auto text = r.as_string(o, "data_parallel.overlap");
+    if (text && (*text == "true" || *text == "false"))
+      d.overlap = *text == "true";
+    else if (text)
+      r.error(o, "data_parallel.overlap", fmt::format("expected true or false, got '{}'", *text));
   }
   if (auto z = child(n, "zero")) {
     auto v = r.as_int(z, "data_parallel.zero", 0, 2);

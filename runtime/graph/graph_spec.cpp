@@ -103,8 +103,9 @@ std::string to_yaml(const graph_spec& g) {
   }
   out += "}\n";
   if (g.data_parallel.present)
-    out += fmt::format("data_parallel: {{replicas: {}, bucket: {}, zero: {}}}\n", g.data_parallel.replicas,
-                       g.data_parallel.bucket, g.data_parallel.zero);
+    out += fmt::format("data_parallel: {{replicas: {}, bucket: {}, zero: {}, overlap: {}}}\n",
+                       g.data_parallel.replicas, g.data_parallel.bucket, g.data_parallel.zero,
+                       g.data_parallel.overlap);
   if (!g.trace.file.empty())
     out += fmt::format("trace: {{file: {}}}\n", scalar(g.trace.file));
   out += cluster_yaml(g.cluster);

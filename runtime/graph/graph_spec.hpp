@@ -77,6 +77,9 @@ struct data_parallel_spec {
   int replicas = 1;               ///< R: a step's global batch is R × data.batch × pipeline.microbatches
   std::int64_t bucket = 4 << 20;  ///< gradient bytes per bucket (`4MB`, `512KB` or a number of bytes)
   int zero = 0;                   ///< ZeRO stage: 0 (plain all-reduce) for now
+  /// Reduce each bucket as soon as backward has written it (true), or all of them
+  /// once the step's backward is done (false: the baseline overlap is measured against).
+  bool overlap = true;
 };
 
 /// `trace: {file}`: where the Chrome-trace JSON goes; empty = no trace.
