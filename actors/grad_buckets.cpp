@@ -1,6 +1,7 @@
 // Gradient buckets of a data-parallel stage (actors/grad_buckets.hpp).
 #include "actors/grad_buckets.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -57,7 +58,8 @@ void grad_buckets::grads_done(int chunk, std::size_t first, std::size_t end) {
   if (chunk != armed_chunk_)
     return;
   const auto& owner = bucket_of_[static_cast<std::size_t>(chunk)];
-  for (auto i = first; i < end && i < owner.size(); ++i) {
+  // From the last parameter down, as the buckets run: they complete in their order.
+  for (auto i = std::min(end, owner.size()); i-- > first;) {
     auto& b = buckets_[static_cast<std::size_t>(owner[i])];
     if (--b.pending == 0 && !b.sent)
       send(owner[i]);
