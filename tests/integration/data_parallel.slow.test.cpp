@@ -1,5 +1,5 @@
 // Data parallelism through real actors: R replicas of batch b follow the loss
-// curve of one replica of batch R·b, in one process and across two; a ring peer
+// curve of one replica of batch R·b, in one process and across 2 and 4; a ring peer
 // sends 2(R-1)/R of its stage's gradient bytes a step; buckets are reduced
 // while the backward still runs (seen in the trace's timestamps).
 #include <sys/wait.h>
@@ -177,14 +177,19 @@ TEST_CASE("buckets are reduced while the backward still runs: the peer starts be
   CHECK(after == 0);
 }
 
-TEST_CASE("2 replicas across 2 processes follow the one-process loss curve of one replica of batch 2b") {
+TEST_CASE("replicas across 2 and 4 processes follow the one-process loss curve of one replica of batch R*b") {
   auto dir = fs::temp_directory_path() / ("troupe_ddp_mp_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  for (int stages : {1, 2}) {
+  struct config {
+    int replicas, stages, nodes;
+  };
+  for (auto [replicas, stages, nodes] : {config{2, 1, 2}, config{2, 2, 2}, config{4, 1, 4}}) {
+    CAPTURE(replicas);
     CAPTURE(stages);
-    std::ofstream{dir / "ref.yaml"} << graph_text(1, stages, 2 * batch);
-    std::ofstream{dir / "ddp.yaml"} << graph_text(2, stages, batch, "cluster: {nodes: 2}\n");
+    CAPTURE(nodes);
+    std::ofstream{dir / "ref.yaml"} << graph_text(1, stages, replicas * batch);
+    std::ofstream{dir / "ddp.yaml"} << graph_text(replicas, stages, batch, fmt::format("cluster: {{nodes: {}}}\n", nodes));
     REQUIRE(sh(troupe_exe() + " run " + (dir / "ref.yaml").string() + " --no-trace --summary-json " +
                (dir / "ref.json").string() + " > /dev/null") == 0);
     REQUIRE(sh(troupe_exe() + " launch " + (dir / "ddp.yaml").string() + " --no-trace --summary-json " +
