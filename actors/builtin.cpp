@@ -9,6 +9,8 @@ void register_builtin_actors() {
                         "byte-level batches from the corpus, sent on the first stage's credit");
     register_actor_type("pipeline_stage", {spawn_pipeline_stage, pipeline_stage_info()},
                         "a contiguous range of GPT layers with its optimizer shard and schedule policy");
+    register_actor_type("allreduce_peer", {spawn_allreduce_peer, allreduce_peer_info()},
+                        "sums one stage's gradient buckets over its replicas in a ring, during the backward");
     register_section_expander(
         "pipeline", {expand_pipeline, true},
         "a data_loader, pipeline_stage actors and their chain (also the default graph)");

@@ -1,6 +1,7 @@
 // The actor types every troupe build provides, registered by one explicit call.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -12,10 +13,12 @@ namespace troupe {
 
 caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx);
 caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx);
+caf::expected<caf::actor> spawn_allreduce_peer(spawn_context& ctx);
 
 /// What the loader knows of each type: its keys and its role (actor_role).
 actor_type_info data_loader_info();
 actor_type_info pipeline_stage_info();
+actor_type_info allreduce_peer_info();
 
 /// The checks of pipeline_stage entries before anything runs
 /// (actors/pipeline_stage_check.cpp): a `table` schedule runs to completion on
@@ -28,6 +31,12 @@ std::optional<std::string> check_stage_checkpoint(const graph_spec& g, const act
 /// The `pipeline:` shorthand: a data_loader, `stages` pipeline_stage actors with
 /// even contiguous layers (every p-th chunk with `virtual:`), and their chain of channels.
 void expand_pipeline(section_expansion& e);
+
+/// With `data_parallel: {replicas: R}`, the `pipeline:` shorthand's all-reduce
+/// rings: an allreduce_peer `NAME_ar` beside every stage `NAME` (`stage(r, s)`
+/// names them), channels both ways between the two, and one from each peer to
+/// the peer of the next replica at the same position.
+void expand_allreduce_ring(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage);
 
 /// Registers data_loader, pipeline_stage and the `pipeline:` expander (idempotent).
 void register_builtin_actors();

@@ -50,6 +50,7 @@ caf::behavior channel(channel_actor* self, std::string dest_name, std::uint16_t 
     [=](clip_atom, step_t step, double total) { ship(remote::encode_clip(dest, step, total)); },
     [=](credit_atom, const credit_msg& m) { ship(remote::encode(dest, m)); },
     [=](plan_atom, const step_plan_msg& m) { ship(remote::encode(dest, m)); },
+    [=](ring_atom, const ring_msg& m) { ship(remote::encode(dest, m)); },
   };
 }
 

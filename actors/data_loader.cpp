@@ -28,6 +28,7 @@ struct loader_settings {
   std::uint64_t seed = 1;
   int batch = 1;
   int microbatches = 1;
+  int replicas = 1;  ///< data-parallel replicas: a step hands out replicas × microbatches
   std::int64_t steps = 0;
   std::int64_t eval_every = 0;
   int eval_batches = 8;
@@ -77,7 +78,7 @@ void deliver(loader_actor* self, Atom atom, batch_msg m) {
 void send_eval(loader_actor* self, const loader_settings& cfg, step_t after_step) {
   for (int k = 0; k < cfg.eval_batches; ++k) {
     token_batch b; // fresh handles: the stages hold them while we go on
-    self->state.corpus->validation(k, cfg.batch, b);
+    self->state.corpus->validation(k, cfg.batch * cfg.replicas, b); // the global batch, on replica 0's route
     deliver(self, eval_atom::value, batch_msg{after_step, k, b.tokens, b.targets, self->state.router->eval_route()});
   }
 }
@@ -109,7 +110,8 @@ struct loader_resume {
   std::uint64_t sent = 0;
 };
 
-/// Reads them from a part written after `step` steps of `microbatches` each;
+/// Reads them from a part written after `step` steps of `microbatches` each
+/// (all replicas' microbatches: the loader deals replicas × pipeline.microbatches a step);
 /// what is wrong when they are missing or do not fit.
 caf::expected<loader_resume> resume_state(const std::map<std::string, std::string>& metadata, step_t step,
                                           int microbatches) {
@@ -136,7 +138,7 @@ caf::error read_checkpoint(loader_actor* self, const loader_settings& cfg) {
   auto f = read_checkpoint_part(cfg.resume_folder, cfg.name, cfg.resume_step);
   if (!f)
     return f.error();
-  auto state = resume_state(f->metadata, cfg.resume_step, cfg.microbatches);
+  auto state = resume_state(f->metadata, cfg.resume_step, cfg.microbatches * cfg.replicas);
   if (!state)
     return make_error(errc::invalid_argument,
                       fmt::format("{}: {}", (cfg.resume_folder / checkpoint_part_name(cfg.name)).string(),
@@ -175,7 +177,7 @@ void pump(loader_actor* self, const loader_settings& cfg) {
     s.get().bytes = b.tokens.nbytes() + b.targets.nbytes();
     deliver(self, forward_atom::value, batch_msg{e->step, e->microbatch, b.tokens, b.targets, std::move(e->route)});
     ++st.sent;
-    bool step_end = e->microbatch + 1 == cfg.microbatches;
+    bool step_end = (e->sequence + 1) % (cfg.microbatches * cfg.replicas) == 0;
     if (step_end && eval_due(cfg, e->step))
       send_eval(self, cfg, e->step);
     if (step_end && checkpoint_due(e->step + 1, cfg.checkpoint_every, cfg.steps))
@@ -207,6 +209,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
       for (const auto& s : cfg.routing_params.stages)
         rc.stage_actors.push_back(s.actor);
       rc.microbatches = cfg.microbatches, rc.steps = cfg.steps, rc.first_step = cfg.resume_step;
+      rc.replicas = cfg.replicas;
       rc.tokens_per_microbatch = static_cast<std::int64_t>(cfg.batch) * cfg.context;
       self->state.router.emplace(std::move(rc), std::move(*policy));
       return caf::ok_atom::value;
@@ -241,11 +244,12 @@ sched::routing_params routing_params_of(const graph_spec& g) {
   sched::routing_params rp;
   rp.layers = g.model.layers;
   rp.paths = g.pipeline.paths;
+  rp.replicas = std::max(g.data_parallel.replicas, 1);
   for (std::size_t i = 0; i < g.actors.size(); ++i) {
     const auto& a = g.actors[i];
     if (!a.role.holds_layers)
       continue;
-    sched::route_stage s{static_cast<int>(i), a.name, {}};
+    sched::route_stage s{static_cast<int>(i), a.name, {}, a.replica};
     for (const auto& r : a.layers)
       s.chunks.emplace_back(r.begin, r.end);
     rp.stages.push_back(std::move(s));
@@ -268,7 +272,7 @@ std::string check_routes(const graph_spec& g, const actor_spec& loader) {
         return true;
     return false;
   };
-  int m = std::max(g.pipeline.microbatches, 1);
+  int m = std::max(g.pipeline.microbatches, 1) * std::max(g.data_parallel.replicas, 1);
   for (int k = 0; k < 4 * m; ++k) {
     auto r = (*policy)->route(k / m, k % m, k);
     std::vector<std::pair<int, int>> edges{{self, r.front().actor}, {self, r.back().actor}};
@@ -290,19 +294,22 @@ actor_type_info data_loader_info() {
   info.role.checkpoint_identity = [](const graph_spec& g, const actor_spec&) {
     std::error_code ec;
     auto bytes = std::filesystem::file_size(g.data.corpus_path, ec);
-    return std::map<std::string, std::string>{
+    std::map<std::string, std::string> id{
         {"corpus_bytes", ec ? "?" : std::to_string(bytes)},
         {"data.seed", std::to_string(g.data.seed)},
         {"data.batch", std::to_string(g.data.batch)},
         {"data.val_fraction", fmt::format("{}", g.data.val_fraction)},
         {"model.context", std::to_string(g.model.context)},
         {"pipeline.microbatches", std::to_string(g.pipeline.microbatches)}};
+    if (g.data_parallel.replicas > 1) // a step hands out replicas × microbatches
+      id["data_parallel.replicas"] = std::to_string(g.data_parallel.replicas);
+    return id;
   };
   info.role.check_checkpoint_part = [](const graph_spec& g, const actor_spec&,
                                        const safetensors_header& part) -> std::optional<std::string> {
     // The part's "step" is checked against the checkpoint's before this is asked.
     auto step = part.metadata.count("step") ? std::atoll(part.metadata.at("step").c_str()) : 0;
-    if (auto state = resume_state(part.metadata, step, g.pipeline.microbatches); !state)
+    if (auto state = resume_state(part.metadata, step, g.pipeline.microbatches * std::max(1, g.data_parallel.replicas)); !state)
       return error_message(state.error());
     return std::nullopt;
   };
@@ -330,6 +337,7 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.seed = g.data.seed;
   cfg.batch = g.data.batch;
   cfg.microbatches = g.pipeline.microbatches;
+  cfg.replicas = std::max(g.data_parallel.replicas, 1);
   cfg.steps = g.train.steps;
   cfg.eval_every = g.train.eval_every;
   cfg.eval_batches = g.train.eval_batches;

@@ -28,6 +28,8 @@ std::size_t payload_bytes(const caf::message& m) {
       n += m.get_as<activation_msg>(i).activation.nbytes();
     else if (m.match_element<gradient_msg>(i))
       n += m.get_as<gradient_msg>(i).gradient.nbytes();
+    else if (m.match_element<ring_msg>(i))
+      n += m.get_as<ring_msg>(i).chunk.nbytes();
     else if (m.match_element<batch_msg>(i))
       n += m.get_as<batch_msg>(i).tokens.nbytes() + m.get_as<batch_msg>(i).targets.nbytes();
   }

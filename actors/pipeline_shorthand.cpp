@@ -44,16 +44,21 @@ void expand_pipeline(section_expansion& e) {
     return;
   }
   auto ranges = split_layers(std::max(g.model.layers, chunks), chunks);
-  for (int s = 0; s < p.stages; ++s) {
-    actor_spec st;
-    st.name = fmt::format("s{}", s);
-    st.type = "pipeline_stage";
-    st.expanded = true;
-    st.pos = e.where;
-    for (int c = s; c < chunks; c += p.stages)
-      st.layers.push_back(ranges[static_cast<std::size_t>(c)]);
-    g.actors.push_back(std::move(st));
-  }
+  // The grid: R replicas of the S positions, `r1s0` (plain `s0` with one replica).
+  int replicas = std::max(g.data_parallel.replicas, 1);
+  auto stage = [&](int r, int s) { return replicas == 1 ? fmt::format("s{}", s) : fmt::format("r{}s{}", r, s); };
+  for (int r = 0; r < replicas; ++r)
+    for (int s = 0; s < p.stages; ++s) {
+      actor_spec st;
+      st.name = stage(r, s);
+      st.type = "pipeline_stage";
+      st.replica = r;
+      st.expanded = true;
+      st.pos = e.where;
+      for (int c = s; c < chunks; c += p.stages)
+        st.layers.push_back(ranges[static_cast<std::size_t>(c)]);
+      g.actors.push_back(std::move(st));
+    }
   auto edge = [&](std::string from, std::string to) {
     channel_spec c;
     c.from = std::move(from);
@@ -62,14 +67,18 @@ void expand_pipeline(section_expansion& e) {
     c.pos = e.where;
     g.channels.push_back(std::move(c));
   };
-  auto last = fmt::format("s{}", p.stages - 1);
-  edge("loader", "s0");
-  if (p.stages > 1)
-    edge("loader", last); // the targets go to the stage that computes the loss
-  for (int s = 0; s + 1 < p.stages; ++s)
-    edge(fmt::format("s{}", s), fmt::format("s{}", s + 1));
-  if (p.virtual_stages > 1 && p.stages > 1)
-    edge(last, "s0"); // interleaved chunks wrap around
+  for (int r = 0; r < replicas; ++r) {
+    auto last = stage(r, p.stages - 1);
+    edge("loader", stage(r, 0));
+    if (p.stages > 1)
+      edge("loader", last); // the targets go to the stage that computes the loss
+    for (int s = 0; s + 1 < p.stages; ++s)
+      edge(stage(r, s), stage(r, s + 1));
+    if (p.virtual_stages > 1 && p.stages > 1)
+      edge(last, stage(r, 0)); // interleaved chunks wrap around
+  }
+  if (replicas > 1)
+    expand_allreduce_ring(e, replicas, stage);
   for (const auto& path : p.paths) // routes that skip or reorder stages need their own channels
     for (std::size_t i = 0; i + 1 < path.size(); ++i) {
       auto from = path[i].substr(0, path[i].find('.')), to = path[i + 1].substr(0, path[i + 1].find('.'));

@@ -94,7 +94,7 @@ void maybe_done(stage_actor* self) {
   auto& e = *st.engine;
   if (st.done_sent || !e.training_done())
     return;
-  bool loss_stage = e.owns_loss();
+  bool loss_stage = e.owns_loss() && e.config().replica == 0; // replica 0 evaluates and reports
   if (loss_stage && (e.val_losses().empty() || e.val_losses().back().first + 1 < e.config().steps))
     return; // the final validation pass is still on its way
   st.done_sent = true;
@@ -208,6 +208,7 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
     self->send(to(reducer), norm_atom::value, step, sq, static_cast<std::int32_t>(self->state.engine->config().actor));
   };
   out.clip = [self, to](int actor, step_t step, double total) { self->send(to(actor), clip_atom::value, step, total); };
+  out.bucket = [self, to](int peer, const bucket_msg& m) { self->send(to(peer), bucket_atom::value, m); };
   if (!ck.dir.empty())
     out.checkpoint = [self, ck](step_t steps) { write_checkpoint(self, ck, steps); };
   try {
@@ -272,6 +273,10 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
       trace_recorder::global().message_received(id);
       handle(self, [&](stage_engine& e) { return e.on_clip(step, total), true; });
     },
+    [=](reduced_atom, step_t step, std::int32_t bucket) {
+      trace_recorder::global().message_received(id);
+      handle(self, [&](stage_engine& e) { return e.on_reduced(step, bucket), true; });
+    },
     [=](continue_atom) {
       self->state.kick_pending = false;
       handle(self, [self](stage_engine& e) {
@@ -302,7 +307,15 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   c.rank = spec.rank;
   c.ranks = 0;
   for (const auto& a : g.actors)
-    c.ranks += a.role.holds_layers;
+    c.ranks += a.role.holds_layers && a.replica == spec.replica; // positions of its own replica
+  c.replica = spec.replica;
+  c.bucket_bytes = g.data_parallel.bucket;
+  c.overlap = g.data_parallel.overlap;
+  for (std::size_t i = 0; i < g.actors.size(); ++i) // the all-reduce peer that serves this stage
+    if (auto st = g.actors[i].params.find("stage"); g.actors[i].type == "allreduce_peer" &&
+                                                   st != g.actors[i].params.end() && st->second.IsScalar() &&
+                                                   st->second.Scalar() == spec.name)
+      c.sync_peer = static_cast<int>(i);
   auto index_of = [&](const std::string& name) {
     for (std::size_t i = 0; i < g.actors.size(); ++i)
       if (g.actors[i].name == name)
@@ -323,7 +336,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   for (const auto& r : spec.layers)
     first |= r.begin == 0;
   for (const auto& ch : g.channels)
-    if (ch.to == spec.name) {
+    if (ch.to == spec.name && index_of(ch.from) != c.sync_peer) { // the peer's answers take no buffers
       int from = index_of(ch.from);
       bool targets_only = from == c.router && c.loss && !first;
       c.input_credits[from] = ch.credits > 0 ? ch.credits : targets_only ? sched::default_target_credits(c.ranks) : 0;
@@ -354,7 +367,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
       if (it->first.IsScalar() && it->second.IsScalar())
         c.policy_params.options[it->first.Scalar()] = it->second.Scalar();
   c.checkpoint_every = g.checkpoint.dir_path.empty() ? 0 : g.checkpoint.every;
-  c.max_batch = g.data.batch;
+  c.max_batch = g.data.batch * (spec.replica == 0 ? std::max(g.data_parallel.replicas, 1) : 1); // replica 0 evaluates the global batch
   return c;
 }
 

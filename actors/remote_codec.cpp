@@ -122,6 +122,12 @@ net::frame encode(std::uint16_t dest, const step_plan_msg& m) {
   return head(data_kind::plan, dest, m.step, m.hops, m.tokens, m.participants, m.reducer);
 }
 
+net::frame encode(std::uint16_t dest, const ring_msg& m) {
+  auto f = head(data_kind::ring, dest, m.step, m.bucket, m.phase);
+  put_tensor(f, m.chunk);
+  return f;
+}
+
 void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& local) {
   byte_reader r{f.meta};
   auto dest_index = r.get<std::uint16_t>();
@@ -187,6 +193,16 @@ void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& loc
       m.count = r.get<std::int32_t>(), m.from = r.get<std::int32_t>();
       finish();
       caf::anon_send(dest, credit_atom::value, m);
+      return;
+    }
+    case data_kind::ring: {
+      ring_msg m;
+      m.step = r.get<step_t>(), m.bucket = r.get<std::int32_t>(), m.phase = r.get<std::int32_t>();
+      m.chunk = get_tensor(r, f, blob);
+      finish();
+      if (!m.chunk.defined() || m.chunk.type() != dtype::f32 || m.phase < 0)
+        throw malformed_input(fmt::format("ring chunk of phase {} without f32 values", m.phase));
+      caf::anon_send(dest, ring_atom::value, std::move(m));
       return;
     }
     case data_kind::plan: {

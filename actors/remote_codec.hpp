@@ -24,6 +24,7 @@ enum class data_kind : std::uint16_t {
   credit,           ///< (credit_atom, credit_msg)
   clip,             ///< (clip_atom, step_t, double)
   plan,             ///< (plan_atom, step_plan_msg)
+  ring,             ///< (ring_atom, ring_msg): an all-reduce peer's chunk to the next peer
 };
 
 /// `dest` is the receiving actor's index in graph_spec::actors.
@@ -34,6 +35,7 @@ net::frame encode_norm(std::uint16_t dest, step_t step, double sq_norm, std::int
 net::frame encode_clip(std::uint16_t dest, step_t step, double total_sq);
 net::frame encode(std::uint16_t dest, const credit_msg& m);
 net::frame encode(std::uint16_t dest, const step_plan_msg& m);
+net::frame encode(std::uint16_t dest, const ring_msg& m);
 
 /// Decodes `f` and sends its message to `local(dest)`, anonymously. Throws
 /// malformed_input (runtime/transport/bytes.hpp) on anything it cannot decode, and when

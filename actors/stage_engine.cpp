@@ -94,6 +94,16 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
   h.norm = [this](int reducer, std::int64_t step, double sq) { out_.norm(reducer, step, sq); };
   h.clip = [this](int to, std::int64_t step, double total) { out_.clip(to, step, total); };
   h.gradients_complete = [this](std::int64_t step) { return gradients_complete(step); };
+  if (cfg_.sync_peer >= 0) {
+    std::function<double()> loss;
+    if (cfg_.loss)
+      loss = [this] { return loss_sum_; };
+    buckets_ = std::make_unique<grad_buckets>(models_, cfg_.bucket_bytes, std::move(loss), [this](bucket_msg m) {
+      if (out_.bucket)
+        out_.bucket(cfg_.sync_peer, m);
+    });
+    h.sync = [this](std::int64_t step) { return buckets_->flush(step); };
+  }
   h.update = [this](std::int64_t step, double total_sq) { update(step, total_sq); };
   h.updated = [this](std::int64_t steps_done) {
     if (checkpoint_due(steps_done, cfg_.checkpoint_every, cfg_.steps) && out_.checkpoint)
@@ -112,7 +122,32 @@ void stage_engine::start() {
 }
 
 void stage_engine::on_plan(const step_plan_msg& m) {
+  if (buckets_)
+    plan_hops_[m.step] = m.hops;
   core_->on_plan(m);
+}
+
+void stage_engine::on_reduced(step_t step, int bucket) {
+  if (!buckets_ || !buckets_->on_reduced(step, bucket))
+    return;
+  if (cfg_.loss)
+    loss_sum_ = buckets_->loss_sum(); // the whole step's, over every replica
+  plan_hops_.erase(step);
+  core_->on_synced(step);
+}
+
+/// Before a weight-gradient pass: whether it is the step's last over its chunk
+/// (each route of a replica visits each chunk once, so a chunk sees hops / chunks).
+bool stage_engine::begin_weight_pass(const sched::stage_task& t) {
+  if (t.what.kind != sched::op_kind::backward && t.what.kind != sched::op_kind::weight_grad)
+    return false;
+  if (passes_step_ != t.step)
+    passes_step_ = t.step, weight_passes_.assign(static_cast<std::size_t>(cfg_.chunks), 0);
+  auto hops = plan_hops_.find(t.step);
+  int per_chunk = hops == plan_hops_.end() ? -1 : hops->second / cfg_.chunks;
+  bool last = ++weight_passes_[static_cast<std::size_t>(t.chunk)] == per_chunk;
+  buckets_->begin_pass(t.step, t.chunk, last && cfg_.overlap);
+  return true;
 }
 
 void stage_engine::on_batch(const batch_msg& m, bool eval) {
@@ -215,7 +250,7 @@ std::optional<double> stage_engine::wake_in() const {
 bool stage_engine::run_one() {
   auto t = core_->begin();
   if (!t) {
-    if (idle_since_ns_ < 0 && !training_done() && !core_->awaiting_total())
+    if (idle_since_ns_ < 0 && !training_done() && !core_->awaiting_total() && !core_->awaiting_sync())
       idle_since_ns_ = trace_now();
     return false;
   }
@@ -226,7 +261,10 @@ bool stage_engine::run_one() {
     trace_recorder::global().record(idle);
     idle_since_ns_ = -1;
   }
+  bool weight_pass = buckets_ && begin_weight_pass(*t);
   compute(*t);
+  if (weight_pass)
+    buckets_->end_pass();
   core_->finish(*t);
   return true;
 }
@@ -278,7 +316,7 @@ double stage_engine::gradients_complete(step_t step) {
   if (out_.before_update)
     out_.before_update(step, chunks_);
   double own_sq = 0;
-  if (cfg_.grad_clip > 0)
+  if (cfg_.grad_clip > 0 && cfg_.replica == 0) // replicas hold the same summed gradients: replica 0 counts them
     for (auto& m : models_)
       own_sq += m->grad_sq_norm();
   return own_sq;
@@ -306,7 +344,7 @@ void stage_engine::update(step_t step, double total_sq) {
     m.zero_grads();
   }
   compute_ns_ += trace_now() - t0;
-  if (cfg_.loss) {
+  if (cfg_.loss && cfg_.replica == 0) {
     reports_.push_back(rep);
     trace_recorder::global().count("loss", rep.loss, static_cast<std::int32_t>(step));
   }

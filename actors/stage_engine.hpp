@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/grad_buckets.hpp"
 #include "actors/stage_model.hpp"
 #include "ops/gpt.hpp"
 #include "ops/lr_schedule.hpp"
@@ -56,6 +57,12 @@ struct stage_config {
   /// What the policy reads as now, in seconds; empty: the steady clock. A
   /// simulated clock makes the engine's decisions those of the harness.
   std::function<double()> clock;
+  // Data parallelism: replicas of this stage's layers sum their gradients through
+  // a ring of all-reduce peers before the optimizer step.
+  int replica = 0;                   ///< which replica; replica 0 speaks for all in the norm and the loss report
+  int sync_peer = -1;                ///< this stage's all-reduce peer (actor index); -1: one replica, no sync
+  std::int64_t bucket_bytes = 4 << 20;  ///< gradient bytes per bucket
+  bool overlap = true;               ///< buckets go during the last backward pass (else once the step's work is done)
 };
 
 /// Where the engine's results go (actor indices of the graph); the actor sends them as messages.
@@ -66,6 +73,7 @@ struct stage_outbox {
   std::function<void(int actor, const credit_msg&)> credit;        ///< credits granted to a sender
   std::function<void(int reducer, step_t step, double sq_norm)> norm;   ///< this stage's Σ g² to the step's reducer
   std::function<void(int actor, step_t step, double total_sq)> clip;    ///< reducer -> participant: the global Σ g²
+  std::function<void(int peer, const bucket_msg&)> bucket;              ///< a complete gradient bucket to the all-reduce peer
   /// Called when the step's gradients are complete, before clipping and the
   /// optimizer (the place for a data-parallel all-reduce), with the CPU chunks
   /// (empty on a device stage: models() has every stage's); may be empty.
@@ -122,6 +130,10 @@ public:
   void on_norm(step_t step, double sq_norm, int from);
   /// Participant: the global Σ g² for `step`, from the reducer.
   void on_clip(step_t step, double total_sq);
+  /// The all-reduce peer summed bucket `bucket` of `step` over the replicas.
+  void on_reduced(step_t step, int bucket);
+  /// The gradient buckets (null without data parallelism).
+  const grad_buckets* buckets() const noexcept { return buckets_.get(); }
 
   /// Runs the policy's next action, if any; true when one ran (call again soon).
   bool run_one();
@@ -179,6 +191,12 @@ private:
   std::vector<step_report> reports_;
   std::int64_t compute_ns_ = 0;
   std::int64_t idle_since_ns_ = -1;  ///< when the policy last had nothing to run; -1 when busy
+  // Data parallelism (cfg_.sync_peer >= 0).
+  std::unique_ptr<grad_buckets> buckets_;
+  std::map<step_t, int> plan_hops_;   ///< step -> hops its plan gives this stage
+  std::vector<int> weight_passes_;    ///< this step's weight-gradient passes per chunk
+  step_t passes_step_ = -1;
+  bool begin_weight_pass(const sched::stage_task& t);
 };
 
 /// What a stage's checkpoint part must hold, known from its header alone:

@@ -62,6 +62,10 @@ public:
   void zero_grads() override { r_.zero_grads(); }
   double grad_sq_norm() override { return r_.grad_sq_norm(); }
   void scale_grads(float factor) override { r_.scale_grads(factor); }
+  bool on_grads_done(std::function<void(std::size_t, std::size_t)> f) override {
+    r_.on_grads_done(std::move(f));
+    return true;
+  }
   const std::vector<ops::named_tensor>& params() const override { return r_.params(); }
   const std::vector<ops::named_tensor>& grads() const override { return r_.grads(); }
 

@@ -73,6 +73,12 @@ public:
   /// Σ g² over this chunk's gradients (combined across chunks and ranks for clipping).
   virtual double grad_sq_norm() = 0;
   virtual void scale_grads(float factor) = 0;
+  /// Asks to be told, during each backward that computes weight gradients, when
+  /// the gradients of parameters [first, end) (params() order) have had that
+  /// call's contribution (ops::gpt_range::on_grads_done); host gradients only.
+  /// False when this model cannot tell (a device model): its gradients are
+  /// complete only when the step's backward work is.
+  virtual bool on_grads_done(std::function<void(std::size_t first, std::size_t end)>) { return false; }
 
   /// Parameters and their gradients, in param_layout() order with the same
   /// names: live f32 tensors on the model's device (a CUDA chunk's are its f32

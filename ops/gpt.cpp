@@ -160,7 +160,7 @@ tensor_handle gpt_range::impl::backward(int mb, const tensor_handle& grad_out, b
       c.head.d_lnf = linear_backward_input(c.head.dlogits, params[h + 2].value, cfg.precision);
       dx = layer_norm_backward_input(c.head.d_lnf, c.head.x, c.head.s, params[h].value);
       if (weights)
-        head_backward_weight(c);
+        head_backward_weight(c), done(h, h + 3);
     } else {
       dx = grad_out;
     }
@@ -170,7 +170,7 @@ tensor_handle gpt_range::impl::backward(int mb, const tensor_handle& grad_out, b
     for (int li = local_layers() - 1; li >= 0; --li) {
       dx = block_backward_input(li, dx, c.layers[std::size_t(li)]);
       if (weights)
-        block_backward_weight(li, c.layers[std::size_t(li)]);
+        block_backward_weight(li, c.layers[std::size_t(li)]), done(block_base(li), block_base(li + 1));
     }
     c.input_done = true;
     if (first()) {
@@ -179,7 +179,7 @@ tensor_handle gpt_range::impl::backward(int mb, const tensor_handle& grad_out, b
     }
     if (weights) {
       if (first())
-        embedding_backward_weight(c.d_emb, c.tokens, grads[0].value, grads[1].value);
+        embedding_backward_weight(c.d_emb, c.tokens, grads[0].value, grads[1].value), done(0, 2);
       release(c);
     }
     return dx;
@@ -203,11 +203,11 @@ void gpt_range::backward_weight(int mb) {
   require(c.input_done, op, fmt::format("backward_input of microbatch {} has not run", mb));
   try {
     if (m.last())
-      m.head_backward_weight(c);
+      m.head_backward_weight(c), m.done(m.head_base(), m.head_base() + 3);
     for (int li = m.local_layers() - 1; li >= 0; --li)
-      m.block_backward_weight(li, c.layers[std::size_t(li)]);
+      m.block_backward_weight(li, c.layers[std::size_t(li)]), m.done(m.block_base(li), m.block_base(li + 1));
     if (m.first())
-      embedding_backward_weight(c.d_emb, c.tokens, m.grads[0].value, m.grads[1].value);
+      embedding_backward_weight(c.d_emb, c.tokens, m.grads[0].value, m.grads[1].value), m.done(0, 2);
   } catch (...) {
     m.release(c);
     throw;
@@ -247,6 +247,10 @@ int gpt_range::in_flight() const noexcept {
   for (const auto& s : impl_->slots)
     n += s.used;
   return n;
+}
+
+void gpt_range::on_grads_done(std::function<void(std::size_t, std::size_t)> f) {
+  impl_->grads_done = std::move(f);
 }
 
 void gpt_range::zero_grads() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -100,6 +101,13 @@ public:
   double grad_sq_norm() const;
   /// Multiplies every gradient by `factor`.
   void scale_grads(float factor);
+
+  /// Called during every backward that computes weight gradients (backward,
+  /// backward_weight), each time the gradients of parameters [first, end) have
+  /// had this call's contribution: the head, each block from the top down, the
+  /// embeddings. Where data-parallel buckets start their all-reduce while the
+  /// rest of the backward runs. Empty: nothing is called.
+  void on_grads_done(std::function<void(std::size_t first, std::size_t end)> f);
 
   /// Bytes of activation cache one microbatch of [batch, seq] keeps until its backward.
   std::size_t cache_bytes(int batch, int seq) const;

@@ -47,6 +47,13 @@ struct gpt_range::impl {
   int begin = 0, end = 0;
   std::vector<named_tensor> params, grads;
   std::vector<mb_cache> slots;
+  std::function<void(std::size_t, std::size_t)> grads_done;  ///< gpt_range::on_grads_done
+
+  /// Tells grads_done that parameters [first, end) have this call's gradient.
+  void done(std::size_t first, std::size_t end) const {
+    if (grads_done)
+      grads_done(first, end);
+  }
 
   bool first() const { return begin == 0; }
   bool last() const { return end == cfg.layers; }

@@ -19,9 +19,9 @@ int router_core::credits(int actor) const {
 
 void router_core::plan_step() {
   routes_.clear();
-  auto first = step_ * cfg_.microbatches;
-  for (int mb = 0; mb < cfg_.microbatches; ++mb)
-    routes_.push_back(policy_->route(step_, mb, first + mb));
+  auto first = step_ * per_step();
+  for (int k = 0; k < per_step(); ++k)
+    routes_.push_back(policy_->route(step_, k, first + k));
 }
 
 std::optional<emission> router_core::next() {
@@ -31,7 +31,7 @@ std::optional<emission> router_core::next() {
   int head = r.front().actor, tail = r.back().actor;
   if (credits(head) < 1 || (tail != head && credits(tail) < 1))
     return std::nullopt;
-  emission e{step_, microbatch_, step_ * cfg_.microbatches + microbatch_, r, {}};
+  emission e{step_, microbatch_ / std::max(cfg_.replicas, 1), step_ * per_step() + microbatch_, r, {}};
   --credits_[head];
   if (tail != head)
     --credits_[tail];
@@ -43,11 +43,11 @@ std::optional<emission> router_core::next() {
       for (const auto& h : route)
         ++hops[h.actor];
     for (auto [actor, n] : hops)
-      e.plans.push_back({actor, step_plan_msg{step_, n, cfg_.tokens_per_microbatch * cfg_.microbatches,
+      e.plans.push_back({actor, step_plan_msg{step_, n, cfg_.tokens_per_microbatch * per_step(),
                                          static_cast<std::int32_t>(hops.size()), routes_.front().front().actor}});
   }
   ++emitted_;
-  if (++microbatch_ == cfg_.microbatches) {
+  if (++microbatch_ == per_step()) {
     microbatch_ = 0;
     if (++step_ < cfg_.steps)
       plan_step();

@@ -16,16 +16,20 @@ namespace troupe::sched {
 /// What a router needs to know about the run.
 struct router_config {
   std::vector<int> stage_actors;     ///< every stage actor (graph indices): each gets a plan per step
-  int microbatches = 1;              ///< per step
+  int microbatches = 1;              ///< per step and replica
   std::int64_t steps = 1;            ///< the run ends after this step
   std::int64_t first_step = 0;       ///< where a resumed run starts
   std::int64_t tokens_per_microbatch = 1;
+  int replicas = 1;                  ///< data-parallel replicas: a step emits replicas × microbatches
 };
 
 /// One microbatch to make and send: tokens to route.front(), targets to route.back().
+/// With replicas, a step's microbatches go round the replicas (k-th of the step:
+/// replica k mod R, its microbatch k div R), so R replicas of batch b take the
+/// sequences one replica of batch R·b would, in the same order.
 struct emission {
   std::int64_t step = 0;
-  int microbatch = 0;                ///< within the step
+  int microbatch = 0;                ///< within the step and its replica
   std::int64_t sequence = 0;         ///< within the run
   route_t route;
   /// The step's plan for every stage actor, set on a step's first microbatch
@@ -55,6 +59,8 @@ public:
 
 private:
   void plan_step();
+  /// Microbatches a step emits, over all replicas.
+  int per_step() const { return cfg_.microbatches * (cfg_.replicas > 1 ? cfg_.replicas : 1); }
 
   router_config cfg_;
   routing_ptr policy_;

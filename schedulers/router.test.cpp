@@ -97,3 +97,38 @@ TEST_CASE("each step's first microbatch carries every stage's plan, counting the
   CHECK(hops[0] == std::map<int, int>{{1, 3}, {2, 2}, {3, 1}, {4, 3}});  // paths 0, 1, 0
   CHECK(hops[1] == std::map<int, int>{{1, 3}, {2, 1}, {3, 2}, {4, 3}});  // paths 1, 0, 1
 }
+
+TEST_CASE("with replicas a step goes round them: replica k mod R, microbatch k div R, global tokens in the plans") {
+  routing_params rp;
+  rp.layers = 2;
+  rp.replicas = 2;
+  // r0s0 = 1, r0s1 = 2, r1s0 = 3, r1s1 = 4
+  for (int r = 0; r < 2; ++r)
+    for (int s = 0; s < 2; ++s)
+      rp.stages.push_back({1 + 2 * r + s, fmt::format("r{}s{}", r, s), {{s, s + 1}}, r});
+  auto policy = make_routing("chain", rp);
+  REQUIRE(policy);
+  router_config rc{{1, 2, 3, 4}, 3, 2, 0, 10, 2}; // 3 microbatches a replica, 2 steps, 10 tokens each, 2 replicas
+  router_core router(rc, std::move(*policy));
+  for (int a : {1, 2, 3, 4})
+    router.grant(a, 100);
+  for (int k = 0; k < 6; ++k) {
+    auto e = router.next();
+    REQUIRE(e);
+    CHECK(e->microbatch == k / 2);
+    CHECK(e->sequence == k);
+    CHECK(e->route.front().actor == (k % 2 == 0 ? 1 : 3));
+    CHECK(e->route.back().actor == (k % 2 == 0 ? 2 : 4));
+    CHECK(e->plans.size() == (k == 0 ? 4u : 0u));
+    for (const auto& [actor, plan] : e->plans) {
+      CHECK(plan.hops == 3);
+      CHECK(plan.tokens == 60);
+      CHECK(plan.participants == 4);
+      CHECK(plan.reducer == 1);
+    }
+  }
+  auto next_step = router.next();
+  REQUIRE(next_step);
+  CHECK(next_step->step == 1);
+  CHECK(next_step->microbatch == 0);
+}

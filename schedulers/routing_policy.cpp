@@ -34,15 +34,17 @@ const std::pair<int, int>* layers_of(const routing_params& p, const hop& h) {
   return nullptr;
 }
 
-/// Every microbatch follows the layers in order.
+/// Every microbatch follows the layers in order, through its replica's own stages.
 class chain_routing : public routing_policy {
 public:
-  explicit chain_routing(route_t r) : route_(std::move(r)) {}
+  explicit chain_routing(std::vector<route_t> per_replica) : routes_(std::move(per_replica)) {}
   std::string_view name() const override { return "chain"; }
-  route_t route(std::int64_t, int, std::int64_t) override { return route_; }
+  route_t route(std::int64_t, int microbatch, std::int64_t) override {
+    return routes_[static_cast<std::size_t>(microbatch) % routes_.size()];
+  }
 
 private:
-  route_t route_;
+  std::vector<route_t> routes_;
 };
 
 /// Microbatch k of the run follows path k mod n: paths may skip and reorder stages.
@@ -59,10 +61,14 @@ private:
 };
 
 expected<routing_ptr> make_chain(const routing_params& p) {
-  auto r = layer_order_route(p);
-  if (!r)
-    return r.error();
-  return routing_ptr{new chain_routing(std::move(*r))};
+  std::vector<route_t> routes;
+  for (int rep = 0; rep < std::max(p.replicas, 1); ++rep) {
+    auto r = layer_order_route(p, rep);
+    if (!r)
+      return r.error();
+    routes.push_back(std::move(*r));
+  }
+  return routing_ptr{new chain_routing(std::move(routes))};
 }
 
 expected<hop> parse_hop(const routing_params& p, const std::string& text) {
@@ -123,10 +129,11 @@ named_registry<routing_factory>& the_registry() {
 
 } // namespace
 
-expected<route_t> layer_order_route(const routing_params& p) {
+expected<route_t> layer_order_route(const routing_params& p, int replica) {
   std::vector<std::pair<std::pair<int, int>, hop>> all;
   for (const auto& s : p.stages)
-    for (std::size_t c = 0; c < s.chunks.size(); ++c)
+    if (s.replica == replica)
+      for (std::size_t c = 0; c < s.chunks.size(); ++c)
       all.push_back({s.chunks[c], hop{s.actor, static_cast<std::int32_t>(c)}});
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   route_t r;

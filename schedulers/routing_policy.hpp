@@ -20,6 +20,7 @@ struct route_stage {
   int actor = 0;                              ///< index in the graph's actor list
   std::string name;
   std::vector<std::pair<int, int>> chunks;    ///< layers [begin, end) of each model chunk
+  int replica = 0;                            ///< its data-parallel replica (each holds the whole model)
 };
 
 /// Everything a routing-policy factory may use.
@@ -29,6 +30,9 @@ struct routing_params {
   /// For `paths`: each path as actor names (`s2`, or `s2.1` for chunk 1 of s2).
   std::vector<std::vector<std::string>> paths;
   std::map<std::string, std::string> options;  ///< free-form settings for plugin policies
+  /// Data-parallel replicas: a step's microbatch k (0 .. replicas × microbatches - 1,
+  /// the `microbatch` route() is given) belongs to replica k mod replicas.
+  int replicas = 1;
 };
 
 /// Decides a microbatch's route. One object serves one router.
@@ -46,8 +50,8 @@ using routing_factory = std::function<expected<routing_ptr>(const routing_params
 
 /// The route every microbatch takes through the layers in order: each stage's
 /// chunks sorted by first layer (a plain chain; interleaved chunks wrap around).
-/// Fails when the chunks leave a gap or overlap.
-expected<route_t> layer_order_route(const routing_params& params);
+/// Fails when the chunks leave a gap or overlap. With replicas, `replica`'s own chain.
+expected<route_t> layer_order_route(const routing_params& params, int replica = 0);
 
 /// Checks that `r` can train: it starts with the embedding (a chunk beginning
 /// at layer 0), ends with the head (a chunk ending at `layers`) and visits no

@@ -136,7 +136,7 @@ void stage_core::on_gradient(const msg_meta& m) {
 }
 
 std::optional<double> stage_core::wake_in() const {
-  if (awaiting_total_ || training_done())
+  if (awaiting_total_ || awaiting_sync_ || training_done())
     return std::nullopt;
   auto t = policy_->wake_at(queue_);
   if (!t)
@@ -145,7 +145,7 @@ std::optional<double> stage_core::wake_in() const {
 }
 
 std::optional<stage_task> stage_core::begin() {
-  if (awaiting_total_ || training_done() || queue_.running())
+  if (awaiting_total_ || awaiting_sync_ || training_done() || queue_.running())
     return std::nullopt;
   queue_.set_now(now());
   auto a = policy_->next(queue_);
@@ -190,8 +190,23 @@ void stage_core::finish(const stage_task& t) {
 }
 
 void stage_core::maybe_finish_step() {
-  if (awaiting_total_ || training_done() || !queue_.step_complete())
+  if (awaiting_total_ || awaiting_sync_ || training_done() || !queue_.step_complete())
     return;
+  if (hooks_.sync && !hooks_.sync(step_)) {
+    awaiting_sync_ = true;
+    return;
+  }
+  reduce_norm();
+}
+
+void stage_core::on_synced(std::int64_t step) {
+  if (!awaiting_sync_ || step != step_)
+    return;
+  awaiting_sync_ = false;
+  reduce_norm();
+}
+
+void stage_core::reduce_norm() {
   double own_sq = hooks_.gradients_complete ? hooks_.gradients_complete(step_) : 0.0;
   const auto& plan = plans_.at(step_);
   if (!cfg_.reduce_norm || plan.participants <= 1) {

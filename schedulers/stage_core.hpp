@@ -75,7 +75,12 @@ struct stage_core_hooks {
   std::function<void(int to, int count)> credit;                          ///< credits granted to a sender
   std::function<void(int reducer, std::int64_t step, double sq)> norm;    ///< this stage's Σ g² to the reducer
   std::function<void(int to, std::int64_t step, double total_sq)> clip;   ///< reducer -> participant: the total
-  /// The step's gradients are complete: returns this stage's Σ g² (0 without clipping).
+  /// The step's gradients are complete here: start what must finish before they
+  /// are final (a data-parallel all-reduce of what is not yet under way). True
+  /// when that is already done; otherwise the stage waits for on_synced(step).
+  /// Unset: nothing to wait for.
+  std::function<bool(std::int64_t step)> sync;
+  /// The step's gradients are final: returns this stage's Σ g² (0 without clipping).
   std::function<double(std::int64_t step)> gradients_complete;
   /// Apply the step's update, given the global Σ g².
   std::function<void(std::int64_t step, double total_sq)> update;
@@ -97,6 +102,8 @@ public:
   bool training_done() const noexcept { return step_ >= cfg_.steps; }
   /// The step's gradients are complete and the stage waits for the reducer's total.
   bool awaiting_total() const noexcept { return awaiting_total_; }
+  /// The step's gradients are complete and the stage waits for their sync (hooks::sync).
+  bool awaiting_sync() const noexcept { return awaiting_sync_; }
   /// Tokens of the current step, from its plan (0 before the plan).
   std::int64_t step_tokens() const noexcept { return step_tokens_; }
   std::size_t held_count() const noexcept { return held_.size(); }
@@ -122,6 +129,8 @@ public:
   void on_credit(int from, int count) { queue_.grant(from, count); }
   void on_norm(std::int64_t step, double sq_norm, int from);
   void on_clip(std::int64_t step, double total_sq);
+  /// The sync that hooks::sync started for `step` has finished.
+  void on_synced(std::int64_t step);
 
   /// Starts the policy's next action, if any and nothing runs; returns inputs' credits.
   std::optional<stage_task> begin();
@@ -142,6 +151,7 @@ private:
   void return_credit(int to, int count = 1);
   void apply_plan();
   void maybe_finish_step();
+  void reduce_norm();
   void maybe_reduce(std::int64_t step);
   void finish_step(double total_sq);
   void release_held();
@@ -164,6 +174,7 @@ private:
   std::map<std::int64_t, reduction> norms_;  ///< reducer: step -> norms heard
   std::map<std::int64_t, double> totals_;    ///< participant: step -> global Σ g²
   bool awaiting_total_ = false;
+  bool awaiting_sync_ = false;
 };
 
 } // namespace troupe::sched

@@ -38,7 +38,8 @@ parameter_count count_parameters(const graph_spec& g) {
     for (const auto& r : a.layers)
       n += ops::gpt_parameter_count(cfg, r.begin, r.end);
     p.per_actor.emplace_back(a.name, n);
-    p.total += n;
+    if (a.replica == 0) // the model's size: replicas hold copies
+      p.total += n;
   }
   return p;
 }

@@ -49,6 +49,11 @@
 //  - `(forward_atom, activation_msg)`  stage i -> stage i+1
 //  - `(backward_atom, gradient_msg)`   stage i+1 -> stage i
 //  - `(credit_atom, credit_msg)`       receiver -> sender: may send `count` more
+//  - `(bucket_atom, bucket_msg)`       stage -> its all-reduce peer: a bucket of
+//                                       the step's gradients is complete
+//  - `(ring_atom, ring_msg)`           all-reduce peer -> the next one in its ring
+//  - `(reduced_atom, step_t, int32)`   all-reduce peer -> its stage: that bucket
+//                                       now holds the sum over the replicas
 // An actor that writes checkpoints also sends the runner `(checkpoint_atom,
 // checkpoint_msg)` for each part it wrote. Module-private messages (the
 // pipeline's eval, norm and wake-ups) are declared in their module
@@ -71,6 +76,9 @@ using start_atom = caf::atom_constant<caf::atom("start")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using failed_atom = caf::atom_constant<caf::atom("failed")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpoint")>;
+using bucket_atom = caf::atom_constant<caf::atom("bucket")>;
+using ring_atom = caf::atom_constant<caf::atom("ring")>;
+using reduced_atom = caf::atom_constant<caf::atom("reduced")>;
 
 /// Which microbatch of which step a message belongs to.
 using step_t = std::int64_t;
@@ -107,6 +115,25 @@ struct gradient_msg {
   tensor_handle gradient;
   route_t route;
   device_fence_ptr ready = nullptr;  ///< as activation_msg::ready
+};
+
+/// A bucket of a stage's gradients, complete for `step`, to its all-reduce peer
+/// (always in the same process): the live gradient tensors themselves, which the
+/// stage leaves alone until the peer answers `reduced` having written the sum
+/// over the replicas into them.
+struct bucket_msg {
+  step_t step = 0;
+  std::int32_t bucket = 0;
+  std::vector<tensor_handle> tensors;  ///< f32, in bucket order
+};
+
+/// One message of a ring all-reduce (schedulers/ring_allreduce.hpp): the chunk
+/// of bucket `bucket` of `step` that the sender sends in `phase`.
+struct ring_msg {
+  step_t step = 0;
+  std::int32_t bucket = 0;
+  std::int32_t phase = 0;
+  tensor_handle chunk;  ///< f32 [chunk elements], a copy the sender no longer touches
 };
 
 /// Flow control: the receiver `from` (actor index) lets the sender have `count`
@@ -175,6 +202,15 @@ typename Inspector::result_type inspect(Inspector& f, activation_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {
   return f(caf::meta::type_name("gradient_msg"), x.step, x.microbatch, x.hop, x.gradient, x.route);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, bucket_msg& x) {
+  // Its tensors stay out: a bucket never leaves its process (nor could a list of handles be serialised).
+  return f(caf::meta::type_name("bucket_msg"), x.step, x.bucket);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ring_msg& x) {
+  return f(caf::meta::type_name("ring_msg"), x.step, x.bucket, x.phase, x.chunk);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, credit_msg& x) {

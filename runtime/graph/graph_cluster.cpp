@@ -35,12 +35,19 @@ int graph_spec::node_of(const actor_spec& a) const {
   for (const auto& x : actors)
     if (x.role.holds_layers) {
       ++stages;
-      if (x.rank == 0)
+      if (x.rank == 0 && first < 0)
         first = static_cast<int>(&x - actors.data());
     }
   int nodes = std::max(cluster.nodes, 1);
+  // Replicas' positions go one replica after another (r0s0 r0s1 r1s0 r1s1 on two
+  // nodes: a replica per node); `stages` counts every replica's.
+  int per_replica = stages / std::max(data_parallel.replicas, 1);
   if (a.role.placement == actor_placement::by_position && a.rank >= 0 && stages > 0)
-    return a.rank * nodes / std::max(stages, nodes);
+    return (a.replica * per_replica + a.rank) * nodes / std::max(stages, nodes);
+  if (a.role.placement == actor_placement::with_stage)
+    if (auto s = a.params.find("stage"); s != a.params.end() && s->second.IsScalar())
+      if (const auto* holder = find_actor(s->second.Scalar()); holder && holder != &a)
+        return node_of(*holder);
   if (a.role.placement == actor_placement::with_first_stage && first >= 0 &&
       &a != &actors[static_cast<std::size_t>(first)])
     return node_of(actors[static_cast<std::size_t>(first)]);

@@ -53,6 +53,7 @@ void expand(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
         merged.layers = same->layers;
       if (!pa.device_node)
         merged.device = same->device;
+      merged.replica = same->replica;
       *same = std::move(merged);
       continue;
     }

@@ -293,3 +293,77 @@ TEST_CASE("the graph keeps where each key was written, for checks outside the lo
   CHECK(to_string(g.where("model.precision")) == "g.yaml:1:11");  // not written: its section
   CHECK(to_string(g.where("checkpoint.dir")) == "g.yaml");         // no such section: the file
 }
+
+namespace {
+/// A 2-stage graph of 4 layers with `data_parallel` (and any other sections) as given.
+std::string two_stage_with(std::string_view rest) {
+  return std::string{R"(model: {layers: 4, d_model: 64, heads: 2, context: 16}
+data: {batch: 3}
+train: {steps: 10}
+pipeline: {stages: 2, microbatches: 4}
+)"} + std::string{rest};
+}
+} // namespace
+
+TEST_CASE("data_parallel replicas expand to the grid r0s0 .. r1s1 with a ring of all-reduce peers per position") {
+  auto r = load(two_stage_with("data_parallel: {replicas: 2, bucket: 512KB}\n"));
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  const auto& g = *r.graph;
+  CHECK(g.data_parallel.replicas == 2);
+  CHECK(g.data_parallel.bucket == 512000);
+  CHECK(g.tokens_per_step() == 2 * 3 * 4 * 16);  // the global batch
+  std::vector<std::string> stages;
+  for (const auto& a : g.actors)
+    if (a.type == "pipeline_stage")
+      stages.push_back(a.name);
+  CHECK(stages == std::vector<std::string>{"r0s0", "r0s1", "r1s0", "r1s1"});
+  for (const auto& [name, rank, replica] :
+       std::vector<std::tuple<std::string, int, int>>{{"r0s0", 0, 0}, {"r0s1", 1, 0}, {"r1s0", 0, 1}, {"r1s1", 1, 1}}) {
+    const auto* a = g.find_actor(name);
+    REQUIRE(a);
+    CHECK(a->rank == rank);
+    CHECK(a->replica == replica);
+    CHECK(a->layers == g.find_actor(name.substr(2) == "s0" ? "r0s0" : "r0s1")->layers);
+    const auto* peer = g.find_actor(name + "_ar");
+    REQUIRE(peer);
+    CHECK(peer->type == "allreduce_peer");
+  }
+  auto has = [&](const std::string& from, const std::string& to) {
+    for (const auto& c : g.channels)
+      if (c.from == from && c.to == to)
+        return true;
+    return false;
+  };
+  for (const auto* edge : {"loader>r0s0", "loader>r0s1", "loader>r1s0", "loader>r1s1", "r0s0>r0s1", "r1s0>r1s1",
+                           "r0s0>r0s0_ar", "r0s0_ar>r0s0", "r0s0_ar>r1s0_ar", "r1s0_ar>r0s0_ar", "r0s1_ar>r1s1_ar"}) {
+    std::string e{edge};
+    CHECK_MESSAGE(has(e.substr(0, e.find('>')), e.substr(e.find('>') + 1)), e);
+  }
+  CHECK_FALSE(has("r0s0", "r1s1"));  // replicas share no activations
+}
+
+TEST_CASE("one replica keeps the plain stage names and no all-reduce peers") {
+  auto r = load(two_stage_with("data_parallel: {replicas: 1}\n"));
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  CHECK(r.graph->find_actor("s0"));
+  CHECK(r.graph->find_actor("s1"));
+  CHECK(r.graph->actors.size() == 3);
+}
+
+TEST_CASE("replicas are placed a replica per node, each peer beside its stage, the loader beside r0s0") {
+  auto r = load(two_stage_with("data_parallel: {replicas: 2}\ncluster: {nodes: 2}\n"));
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  const auto& g = *r.graph;
+  for (const auto& [name, node] : std::vector<std::pair<std::string, int>>{
+         {"loader", 0}, {"r0s0", 0}, {"r0s1", 0}, {"r1s0", 1}, {"r1s1", 1}, {"r0s1_ar", 0}, {"r1s0_ar", 1}})
+    CHECK_MESSAGE(g.node_of(*g.find_actor(name)) == node, name);
+}
+
+TEST_CASE("bad data_parallel values are reported at their keys, all at once") {
+  auto r = load(two_stage_with("data_parallel: {replicas: -1, bucket: lots, zero: 1}\n"));
+  REQUIRE_FALSE(r.ok());
+  auto e = errors(r);
+  CHECK(e.find("g.yaml:5:27: data_parallel.replicas") != std::string::npos);
+  CHECK(e.find("data_parallel.bucket: expected a size") != std::string::npos);
+  CHECK(e.find("data_parallel.zero: ZeRO stage 1 is not built yet") != std::string::npos);
+}

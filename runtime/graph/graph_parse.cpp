@@ -280,7 +280,7 @@ void record_key_positions(const YAML::Node& n, const std::string& path, graph_sp
 } // namespace
 
 const std::vector<std::string>& section_names() {
-  static const std::vector<std::string> names{"model",   "data",   "train",    "pipeline",
+  static const std::vector<std::string> names{"model",   "data",   "train",    "pipeline", "data_parallel",
                                               "trace",   "checkpoint", "cluster", "plugins", "actors", "channels"};
   return names;
 }
@@ -299,6 +299,8 @@ void parse_sections(parsed_graph& pg, graph_reader& r) {
     parse_train(n, pg.graph.train, r);
   if (auto n = root["pipeline"])
     parse_pipeline(pg, n, r);
+  if (auto n = root["data_parallel"])
+    parse_data_parallel(pg, n, r);
   if (auto n = root["trace"]; n && r.check_map(n, "trace", trace_keys))
     r.get_string(n, "trace", "file", pg.graph.trace.file);
   if (auto n = root["cluster"])

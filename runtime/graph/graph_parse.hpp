@@ -77,6 +77,9 @@ void expand(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
 /// devices, channel ends, placement, corpus and table files.
 void validate(parsed_graph& pg, const graph_vocabulary& vocab, const load_options& opts, graph_reader& r);
 
+/// Reads the `data_parallel:` section (runtime/graph/graph_data_parallel.cpp).
+void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
+
 /// Reads the `checkpoint:` section (runtime/graph/graph_checkpoint.cpp).
 void parse_checkpoint(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
 /// The `checkpoint:` line of `troupe check`'s output; empty without the section.

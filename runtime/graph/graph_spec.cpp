@@ -77,7 +77,7 @@ source_pos graph_spec::where(std::string_view path) const {
 }
 
 std::int64_t graph_spec::tokens_per_step() const noexcept {
-  return static_cast<std::int64_t>(data.batch) * pipeline.microbatches * model.context;
+  return static_cast<std::int64_t>(data_parallel.replicas) * data.batch * pipeline.microbatches * model.context;
 }
 
 std::string to_yaml(const graph_spec& g) {
@@ -113,6 +113,10 @@ std::string to_yaml(const graph_spec& g) {
     out += fmt::format(", routing: {}", scalar(p.routing));
   }
   out += "}\n";
+  if (g.data_parallel.present)
+    out += fmt::format("data_parallel: {{replicas: {}, bucket: {}, zero: {}, overlap: {}}}\n",
+                       g.data_parallel.replicas, g.data_parallel.bucket, g.data_parallel.zero,
+                       g.data_parallel.overlap);
   if (!g.trace.file.empty())
     out += fmt::format("trace: {{file: {}}}\n", scalar(g.trace.file));
   out += cluster_yaml(g.cluster);

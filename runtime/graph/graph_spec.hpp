@@ -71,6 +71,19 @@ struct pipeline_spec {
   source_pos routing_pos;                       ///< where `routing` is written (the section if not)
 };
 
+/// `data_parallel: {replicas, bucket, zero}`: R replicas of the pipeline, each
+/// position's replicas reducing their gradients through a ring of all-reduce
+/// peers. Without the section a run is one replica.
+struct data_parallel_spec {
+  bool present = false;           ///< the file has a `data_parallel:` section
+  int replicas = 1;               ///< R: a step's global batch is R × data.batch × pipeline.microbatches
+  std::int64_t bucket = 4 << 20;  ///< gradient bytes per bucket (`4MB`, `512KB` or a number of bytes)
+  int zero = 0;                   ///< ZeRO stage: 0 (plain all-reduce) for now
+  /// Reduce each bucket as soon as backward has written it (true), or all of them
+  /// once the step's backward is done (false: the baseline overlap is measured against).
+  bool overlap = true;
+};
+
 /// `trace: {file}`: where the Chrome-trace JSON goes; empty = no trace.
 struct trace_spec {
   std::string file;
@@ -123,6 +136,7 @@ enum class actor_placement : std::uint8_t {
   first_node,        ///< node 0
   by_position,       ///< pipeline positions spread evenly over the nodes, in rank order
   with_first_stage,  ///< on the node of the pipeline's first position (a feeder beside what it feeds)
+  with_stage,        ///< on the node of the layer holder its `stage:` key names (a helper beside its stage)
 };
 
 /// What an actor type's entries are to the graph loader, placement and
@@ -156,6 +170,7 @@ struct actor_spec {
   std::vector<layer_range> layers;  ///< `layers: [a, b]` or `[[a, b], [c, d]]` (types that hold layers)
   std::string device;            ///< layer holders: cpu, cuda or cuda:N (pipeline.device unless set)
   int rank = -1;                 ///< layer holders: position in the pipeline (by first layer); else -1
+  int replica = 0;               ///< layer holders: which data-parallel replica (`r1s0` is replica 1)
   actor_role role;               ///< its type's role, as registered (set by the loader)
   std::map<std::string, YAML::Node> params;  ///< every other key, as written
   bool expanded = false;         ///< made by the shorthand, not written explicitly
@@ -187,6 +202,7 @@ struct graph_spec {
   data_spec data;
   train_spec train;
   pipeline_spec pipeline;
+  data_parallel_spec data_parallel;
   trace_spec trace;
   cluster_spec cluster;
   checkpoint_spec checkpoint;
@@ -207,7 +223,7 @@ struct graph_spec {
   /// The node (0 .. cluster.nodes - 1) that runs `a`: its `node:` if given,
   /// else by its role's placement (actor_placement).
   int node_of(const actor_spec& a) const;
-  /// Tokens one optimizer step consumes: batch × microbatches × context.
+  /// Tokens one optimizer step consumes: replicas × batch × microbatches × context.
   std::int64_t tokens_per_step() const noexcept;
 };
 

@@ -51,6 +51,38 @@ void assign_roles(parsed_graph& pg, const graph_vocabulary& vocab) {
       a.role = t->second.role;
 }
 
+/// Reports gaps, overlaps and ranges past model.layers among one replica's layer ranges.
+template <class Held>
+void check_coverage(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r, std::vector<Held> all,
+                    int layers) {
+  std::stable_sort(all.begin(), all.end(), [](const Held& a, const Held& b) { return a.range.begin < b.range.begin; });
+  int covered = 0;
+  const Held* prev = nullptr;
+  for (const auto& h : all) {
+    auto [n, path] = layers_site(pg, *h.actor);
+    if (h.range.end > layers)
+      r.error(n, path,
+              fmt::format("layers {} of '{}' exceed model.layers {} (blocks are numbered 0 to {})",
+                          range_text(h.range), h.actor->name, layers, layers - 1));
+    if (prev && h.range.begin < prev->range.end)
+      r.error(n, path,
+              fmt::format("layers {} of '{}' overlap layers {} of '{}'", range_text(h.range), h.actor->name,
+                          range_text(prev->range), prev->actor->name));
+    else if (h.range.begin > covered && h.range.begin < layers)
+      r.error(n, path,
+              fmt::format("layers [{}, {}) are held by no {} (the gap ends where '{}' starts)",
+                          covered, h.range.begin, holder_types(vocab), h.actor->name));
+    covered = std::max(covered, h.range.end);
+    prev = &h;
+  }
+  if (covered < layers) {
+    auto [n, path] = layers_site(pg, *prev->actor);
+    r.error(n, path,
+            fmt::format("layers [{}, {}) are held by no {} (model.layers is {}; '{}' ends at {})",
+                        covered, layers, holder_types(vocab), layers, prev->actor->name, covered));
+  }
+}
+
 void check_stage_layers(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
   auto& g = pg.graph;
   struct held {
@@ -76,49 +108,40 @@ void check_stage_layers(parsed_graph& pg, const graph_vocabulary& vocab, graph_r
     for (auto l : a.layers)
       all.push_back({l, &a});
   }
-  if (g.pipeline.present && static_cast<int>(stages.size()) != g.pipeline.stages && !stages.empty()) {
+  int replicas = std::max(g.data_parallel.replicas, 1);
+  if (g.pipeline.present && static_cast<int>(stages.size()) != g.pipeline.stages * replicas && !stages.empty()) {
     r.error(child(pg.pipeline_node, "stages") ? child(pg.pipeline_node, "stages") : pg.pipeline_node, "pipeline.stages",
-            fmt::format("pipeline.stages is {} but the graph has {} {} actors", g.pipeline.stages,
-                        stages.size(), holder_types(vocab)));
+            replicas == 1 ? fmt::format("pipeline.stages is {} but the graph has {} {} actors", g.pipeline.stages,
+                                        stages.size(), holder_types(vocab))
+                          : fmt::format("pipeline.stages is {} with {} replicas, so {} {} actors, but the graph has {}",
+                                        g.pipeline.stages, replicas, g.pipeline.stages * replicas,
+                                        holder_types(vocab), stages.size()));
   }
   if (!g.pipeline.present)
-    g.pipeline.stages = std::max<int>(1, static_cast<int>(stages.size()));
+    g.pipeline.stages = std::max<int>(1, static_cast<int>(stages.size()) / replicas);
   int layers = g.model.layers;
   if (layers <= 0 || all.empty() || pg.duplicate_actors)
     return;  // model.layers, or which stage holds what, is already in doubt
-  std::stable_sort(all.begin(), all.end(), [](const held& a, const held& b) { return a.range.begin < b.range.begin; });
-  int covered = 0;
-  const held* prev = nullptr;
-  for (const auto& h : all) {
-    auto [n, path] = layers_site(pg, *h.actor);
-    if (h.range.end > layers)
-      r.error(n, path,
-              fmt::format("layers {} of '{}' exceed model.layers {} (blocks are numbered 0 to {})",
-                          range_text(h.range), h.actor->name, layers, layers - 1));
-    if (prev && h.range.begin < prev->range.end)
-      r.error(n, path,
-              fmt::format("layers {} of '{}' overlap layers {} of '{}'", range_text(h.range), h.actor->name,
-                          range_text(prev->range), prev->actor->name));
-    else if (h.range.begin > covered && h.range.begin < layers)
-      r.error(n, path,
-              fmt::format("layers [{}, {}) are held by no {} (the gap ends where '{}' starts)",
-                          covered, h.range.begin, holder_types(vocab), h.actor->name));
-    covered = std::max(covered, h.range.end);
-    prev = &h;
+  // Each replica holds the whole model once: the checks run per replica.
+  for (int rep = 0; rep < replicas; ++rep) {
+    std::vector<held> mine;
+    for (const auto& h : all)
+      if (h.actor->replica == rep)
+        mine.push_back(h);
+    if (!mine.empty())
+      check_coverage(pg, vocab, r, std::move(mine), layers);
+    // Ranks follow the first layer each stage holds, within its replica.
+    std::vector<actor_spec*> own;
+    for (auto* a : stages)
+      if (a->replica == rep)
+        own.push_back(a);
+    std::stable_sort(own.begin(), own.end(), [](const actor_spec* a, const actor_spec* b) {
+      auto first = [](const actor_spec* s) { return s->layers.empty() ? 1 << 30 : s->layers.front().begin; };
+      return first(a) < first(b);
+    });
+    for (std::size_t i = 0; i < own.size(); ++i)
+      own[i]->rank = static_cast<int>(i);
   }
-  if (covered < layers) {
-    auto [n, path] = layers_site(pg, *prev->actor);
-    r.error(n, path,
-            fmt::format("layers [{}, {}) are held by no {} (model.layers is {}; '{}' ends at {})",
-                        covered, layers, holder_types(vocab), layers, prev->actor->name, covered));
-  }
-  // Ranks follow the first layer each stage holds.
-  std::stable_sort(stages.begin(), stages.end(), [](const actor_spec* a, const actor_spec* b) {
-    auto first = [](const actor_spec* s) { return s->layers.empty() ? 1 << 30 : s->layers.front().begin; };
-    return first(a) < first(b);
-  });
-  for (std::size_t i = 0; i < stages.size(); ++i)
-    stages[i]->rank = static_cast<int>(i);
 }
 
 /// Layer holders without a `device:` run on pipeline.device; other actors take none.

@@ -29,6 +29,7 @@ std::string_view to_string(span_kind k) noexcept {
     case span_kind::optimizer: return "optimizer";
     case span_kind::idle: return "idle";
     case span_kind::eval: return "eval";
+    case span_kind::sync: return "sync";
     case span_kind::other: return "other";
   }
   return "other";

@@ -17,7 +17,9 @@ namespace troupe {
 
 /// What an actor was doing during a span.
 enum class span_kind : std::uint8_t {
-  forward, backward_input, backward_weight, backward, send, receive, optimizer, idle, eval, other
+  forward, backward_input, backward_weight, backward, send, receive, optimizer, idle, eval,
+  sync,  ///< a gradient bucket's all-reduce, from its arrival at the peer to its sum going back
+  other
 };
 
 /// `forward`, `backward_input`, …

@@ -37,25 +37,13 @@ fs::path make_graph(const std::string& name, int steps, const std::string& clust
   return small_pipeline_graph("mp_" + name, steps, cluster);
 }
 
-/// Runs a shell command; its exit code.
-int sh(const std::string& cmd) {
-  int status = std::system(cmd.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-std::vector<double> losses(const fs::path& summary) {
-  auto j = nlohmann::json::parse(slurp(summary));
-  REQUIRE(j.contains("losses"));
-  return j.at("losses").get<std::vector<double>>();
-}
-
 } // namespace
 
 TEST_CASE("a pipeline split across 2 and 4 processes gives the one-process loss curve") {
   auto dir = make_graph("same", 8, "");
   REQUIRE(sh(troupe_exe() + " run " + (dir / "graph.yaml").string() + " --no-trace --summary-json " +
              (dir / "one.json").string() + " > /dev/null") == 0);
-  auto reference = losses(dir / "one.json");
+  auto reference = summary_losses(dir / "one.json");
   REQUIRE(reference.size() == 8);
   for (int nodes : {2, 4}) {
     CAPTURE(nodes);
@@ -67,7 +55,7 @@ TEST_CASE("a pipeline split across 2 and 4 processes gives the one-process loss 
       auto t = nlohmann::json::parse(slurp(dir / ("trace.node" + std::to_string(i) + ".json")));
       CHECK(t.at("traceEvents").size() > 10);
     }
-    auto got = losses(summary);
+    auto got = summary_losses(summary);
     REQUIRE(got.size() == reference.size());
     for (std::size_t i = 0; i < got.size(); ++i)
       CHECK(got[i] == doctest::Approx(reference[i]).epsilon(1e-5));
@@ -90,12 +78,12 @@ TEST_CASE("routes that skip and reorder stages train the same in one process and
   std::ofstream{dir / "graph.yaml"} << text;
   REQUIRE(sh(troupe_exe() + " run " + (dir / "graph.yaml").string() + " --no-trace --summary-json " +
              (dir / "one.json").string() + " > " + (dir / "run.txt").string() + " 2>&1") == 0);
-  auto one = losses(dir / "one.json");
+  auto one = summary_losses(dir / "one.json");
   REQUIRE(one.size() == 8);
   CHECK(one.back() < one.front() - 0.3);  // it learns
   REQUIRE(sh(troupe_exe() + " launch " + (dir / "graph.yaml").string() + " --set cluster.nodes=2 --no-trace " +
              "--summary-json " + (dir / "two.json").string() + " > " + (dir / "launch.txt").string() + " 2>&1") == 0);
-  auto two = losses(dir / "two.json");
+  auto two = summary_losses(dir / "two.json");
   REQUIRE(two.size() == one.size());
   for (std::size_t i = 0; i < one.size(); ++i)
     CHECK(two[i] == doctest::Approx(one[i]).epsilon(1e-5));
@@ -107,20 +95,20 @@ TEST_CASE("a launched run writes checkpoints that a launched or one-process resu
   auto graph = (dir / "graph.yaml").string();
   REQUIRE(sh(troupe_exe() + " launch " + graph + " --summary-json " + (dir / "full.json").string() + " > " +
              (dir / "full.txt").string() + " 2>&1") == 0);
-  auto full = losses(dir / "full.json");
+  auto full = summary_losses(dir / "full.json");
   REQUIRE(full.size() == 12);
   CHECK(slurp(dir / "full.txt").find("checkpoint step 8 -> ") != std::string::npos);
   REQUIRE(fs::exists(dir / "ckpt" / "step-000004" / "checkpoint.json"));
   REQUIRE(sh(troupe_exe() + " launch " + graph + " --resume " + (dir / "ckpt" / "step-000004").string() +
              " --summary-json " + (dir / "resumed.json").string() + " > /dev/null 2>&1") == 0);
-  auto resumed = losses(dir / "resumed.json");
+  auto resumed = summary_losses(dir / "resumed.json");
   REQUIRE(resumed.size() == 8);
   for (std::size_t i = 0; i < resumed.size(); ++i)
     CHECK(resumed[i] == full[i + 4]);
   // The same checkpoint, read by one process.
   REQUIRE(sh(troupe_exe() + " run " + graph + " --no-trace --resume " + (dir / "ckpt" / "step-000008").string() +
              " --summary-json " + (dir / "one.json").string() + " > /dev/null 2>&1") == 0);
-  auto one = losses(dir / "one.json");
+  auto one = summary_losses(dir / "one.json");
   REQUIRE(one.size() == 4);
   for (std::size_t i = 0; i < one.size(); ++i)
     CHECK(one[i] == full[i + 8]);

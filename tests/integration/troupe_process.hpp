@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 namespace troupe::testing {
 
@@ -127,6 +128,19 @@ struct small_tmpfs {
   small_tmpfs(const small_tmpfs&) = delete;
   small_tmpfs& operator=(const small_tmpfs&) = delete;
 };
+
+/// Runs a shell command line; its exit code (128 + the signal when one ended it).
+inline int sh(const std::string& cmd) {
+  int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/// The per-step train losses of a `--summary-json` file.
+inline std::vector<double> summary_losses(const fs::path& summary) {
+  auto j = nlohmann::json::parse(slurp(summary));
+  REQUIRE(j.contains("losses"));
+  return j.at("losses").get<std::vector<double>>();
+}
 
 /// A fresh folder `troupe_NAME_PID` under the temporary directory holding
 /// graph.yaml: a small 4-stage 1F1B pipeline training `steps` steps, then `extra`.

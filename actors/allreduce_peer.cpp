@@ -1,0 +1,249 @@
+// The allreduce_peer actor: serves one stage of one replica in the ring of its
+// pipeline position, summing each gradient bucket over the replicas (ring
+// reduce-scatter then all-gather, schedulers/ring_allreduce.hpp) as soon as the
+// stage hands it over, while the stage's backward goes on.
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/builtin.hpp"
+#include "runtime/actor/errors.hpp"
+#include "runtime/actor/messages.hpp"
+#include "runtime/trace/trace.hpp"
+#include "schedulers/ring_allreduce.hpp"
+
+namespace troupe {
+
+namespace {
+
+struct peer_settings {
+  std::string name;
+  int stage = 0;     ///< the stage it serves (actor index)
+  int next = 0;      ///< the next peer of the ring (actor index)
+  int members = 1;   ///< replicas in the ring
+  int rank = 0;      ///< its replica: its place in the ring
+};
+
+/// One bucket under way: its flat copy, and ring messages that came early.
+struct flight {
+  bucket_msg bucket;                    ///< empty tensors until the stage has sent it
+  tensor_handle flat;                   ///< the bucket's values, padded, reduced in place
+  sched::ring_plan plan;
+  int phase = 0;                        ///< the next phase to receive
+  std::map<int, tensor_handle> early;   ///< phase -> chunk that came before its turn
+  std::int64_t started_ns = 0;
+};
+
+struct allreduce_peer_state {
+  std::vector<caf::actor> actors;        ///< every actor of the graph, by index
+  std::vector<std::uint16_t> actor_ids;
+  caf::actor runner;
+  std::map<std::pair<step_t, int>, flight> flights;  ///< (step, bucket) -> its reduction
+  std::uint64_t bytes_sent = 0;
+  std::uint16_t trace_id = 0;
+  static inline const char* name = "allreduce_peer";
+};
+
+using peer_actor = caf::stateful_actor<allreduce_peer_state>;
+
+void send_chunk(peer_actor* self, const peer_settings& cfg, step_t step, int bucket, flight& f, int phase) {
+  auto& st = self->state;
+  auto n = f.plan.chunk_elements();
+  auto c = f.plan.send_chunk(phase);
+  auto copy = tensor_handle::empty({n}); // the receiver may keep it while this peer writes its own buffer
+  std::memcpy(copy.raw(), f.flat.data<float>() + c * n, static_cast<std::size_t>(n) * sizeof(float));
+  span s;
+  s.actor = st.trace_id, s.kind = span_kind::send, s.step = static_cast<std::int32_t>(step), s.microbatch = bucket;
+  s.bytes = copy.nbytes();
+  s.begin_ns = s.end_ns = trace_now();
+  trace_recorder::global().record(s);
+  st.bytes_sent += copy.nbytes();
+  trace_recorder::global().message_sent(st.actor_ids.at(static_cast<std::size_t>(cfg.next)));
+  self->send(st.actors.at(static_cast<std::size_t>(cfg.next)), ring_atom::value,
+             ring_msg{step, bucket, phase, std::move(copy)});
+}
+
+/// Writes the reduced values back into the stage's gradients and tells it.
+void finish(peer_actor* self, const peer_settings& cfg, std::map<std::pair<step_t, int>, flight>::iterator it) {
+  auto& f = it->second;
+  const float* src = f.flat.data<float>();
+  for (auto& t : f.bucket.tensors) {
+    std::memcpy(t.raw(), src, t.nbytes());
+    src += t.numel();
+  }
+  span s;
+  s.actor = self->state.trace_id, s.kind = span_kind::sync;
+  s.step = static_cast<std::int32_t>(f.bucket.step), s.microbatch = f.bucket.bucket;
+  s.bytes = static_cast<std::uint64_t>(f.plan.elements) * sizeof(float);
+  s.begin_ns = f.started_ns, s.end_ns = trace_now();
+  trace_recorder::global().record(s);
+  self->send(self->state.actors.at(static_cast<std::size_t>(cfg.stage)), reduced_atom::value, f.bucket.step,
+             f.bucket.bucket);
+  self->state.flights.erase(it);
+}
+
+/// Applies every ring message whose turn has come.
+void advance(peer_actor* self, const peer_settings& cfg, std::map<std::pair<step_t, int>, flight>::iterator it) {
+  auto& f = it->second;
+  if (!f.flat.defined())
+    return; // the stage has not handed this bucket over yet
+  auto n = f.plan.chunk_elements();
+  for (auto e = f.early.find(f.phase); e != f.early.end(); e = f.early.find(f.phase)) {
+    if (e->second.numel() != n)
+      throw std::runtime_error(fmt::format("{}: ring chunk of {} values for bucket {} of step {}, expected {}",
+                                           cfg.name, e->second.numel(), it->first.second, it->first.first, n));
+    float* dst = f.flat.data<float>() + f.plan.recv_chunk(f.phase) * n;
+    const float* in = e->second.data<float>();
+    if (f.plan.adds(f.phase))
+      for (std::int64_t i = 0; i < n; ++i)
+        dst[i] += in[i];
+    else
+      std::memcpy(dst, in, static_cast<std::size_t>(n) * sizeof(float));
+    f.early.erase(e);
+    if (++f.phase == f.plan.phases()) {
+      finish(self, cfg, it);
+      return;
+    }
+    send_chunk(self, cfg, it->first.first, it->first.second, f, f.phase);
+  }
+}
+
+caf::behavior allreduce_peer(peer_actor* self, peer_settings cfg, caf::actor runner) {
+  self->state.runner = std::move(runner);
+  self->state.trace_id = trace_recorder::global().register_actor(cfg.name, "allreduce_peer");
+  auto guarded = [self, cfg](auto&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      self->send(self->state.runner, failed_atom::value, failure_msg{cfg.name, e.what()});
+      self->quit();
+    }
+  };
+  return {
+    [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
+      for (const auto& p : m.directory) {
+        self->state.actors.push_back(p.handle);
+        self->state.actor_ids.push_back(trace_recorder::global().actor_id(p.name).value_or(0xffff));
+      }
+      return caf::ok_atom::value;
+    },
+    [=](start_atom) {
+      run_summary s; // nothing to wait for: it serves its stage until the run ends
+      s.actor = cfg.name;
+      self->send(self->state.runner, done_atom::value, std::move(s));
+    },
+    [=](bucket_atom, bucket_msg& m) {
+      guarded([&] {
+        auto key = std::make_pair(m.step, static_cast<int>(m.bucket));
+        auto it = self->state.flights.try_emplace(key).first;
+        auto& f = it->second;
+        f.started_ns = trace_now();
+        std::int64_t n = 0;
+        for (const auto& t : m.tensors)
+          n += t.numel();
+        f.plan = {cfg.members, cfg.rank, n};
+        f.flat = tensor_handle::empty({f.plan.padded()});
+        float* dst = f.flat.data<float>();
+        for (const auto& t : m.tensors) {
+          std::memcpy(dst, t.raw(), t.nbytes());
+          dst += t.numel();
+        }
+        std::fill(dst, f.flat.data<float>() + f.plan.padded(), 0.0f);
+        f.bucket = std::move(m);
+        send_chunk(self, cfg, key.first, key.second, f, 0);
+        advance(self, cfg, it);
+      });
+    },
+    [=](ring_atom, ring_msg& m) {
+      trace_recorder::global().message_received(self->state.trace_id);
+      guarded([&] {
+        auto it = self->state.flights.try_emplace({m.step, static_cast<int>(m.bucket)}).first;
+        it->second.early[m.phase] = std::move(m.chunk);
+        advance(self, cfg, it);
+      });
+    },
+  };
+}
+
+int index_of(const graph_spec& g, const std::string& name) {
+  for (std::size_t i = 0; i < g.actors.size(); ++i)
+    if (g.actors[i].name == name)
+      return static_cast<int>(i);
+  return -1;
+}
+
+/// The stage a peer serves (its `stage:` key), or nullptr.
+const actor_spec* served_stage(const graph_spec& g, const actor_spec& peer) {
+  auto s = peer.params.find("stage");
+  if (s == peer.params.end() || !s->second.IsScalar())
+    return nullptr;
+  const auto* a = g.find_actor(s->second.Scalar());
+  return a && a->role.holds_layers ? a : nullptr;
+}
+
+/// The next peer of `peer`'s ring: where its one channel to another allreduce_peer goes.
+const actor_spec* next_peer(const graph_spec& g, const actor_spec& peer) {
+  for (const auto& c : g.channels)
+    if (c.from == peer.name)
+      if (const auto* to = g.find_actor(c.to); to && to->type == "allreduce_peer")
+        return to;
+  return nullptr;
+}
+
+} // namespace
+
+void expand_allreduce_ring(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage) {
+  auto& g = e.graph;
+  auto peer = [&](int r, int s) { return stage(r, s) + "_ar"; };
+  auto edge = [&](std::string from, std::string to) {
+    channel_spec c;
+    c.from = std::move(from), c.to = std::move(to);
+    c.expanded = true, c.pos = e.where;
+    g.channels.push_back(std::move(c));
+  };
+  for (int r = 0; r < replicas; ++r)
+    for (int s = 0; s < g.pipeline.stages; ++s) {
+      actor_spec a;
+      a.name = peer(r, s);
+      a.type = "allreduce_peer";
+      a.params["stage"] = YAML::Node(stage(r, s));
+      a.expanded = true;
+      a.pos = e.where;
+      g.actors.push_back(std::move(a));
+      edge(stage(r, s), peer(r, s));  // buckets
+      edge(peer(r, s), stage(r, s));  // their sums
+      edge(peer(r, s), peer((r + 1) % replicas, s));  // the ring
+    }
+}
+
+actor_type_info allreduce_peer_info() {
+  actor_type_info info;
+  info.keys = {"stage"};
+  info.role.placement = actor_placement::with_stage;
+  info.check = [](const actor_spec& a, const graph_spec& g, diagnostics& out) {
+    if (!served_stage(g, a))
+      out.push_back({a.pos, a.name + ".stage",
+                     fmt::format("allreduce_peer '{}' needs 'stage: NAME', a pipeline stage it serves", a.name)});
+    else if (!next_peer(g, a))
+      out.push_back({a.pos, "channels",
+                     fmt::format("allreduce_peer '{}' needs a channel to the next allreduce_peer of its ring", a.name)});
+  };
+  return info;
+}
+
+caf::expected<caf::actor> spawn_allreduce_peer(spawn_context& ctx) {
+  const auto& g = ctx.graph;
+  const auto* stage = served_stage(g, ctx.spec);
+  const auto* next = next_peer(g, ctx.spec);
+  if (!stage || !next)
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: needs a `stage:` it serves and a channel to the next peer", ctx.spec.name));
+  peer_settings cfg{ctx.spec.name, index_of(g, stage->name), index_of(g, next->name),
+                    std::max(g.data_parallel.replicas, 1), stage->replica};
+  return caf::actor{ctx.system.spawn(allreduce_peer, std::move(cfg), ctx.runner)};
+}
+
+} // namespace troupe

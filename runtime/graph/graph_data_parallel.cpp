@@ -1,0 +1,85 @@
+// The graph file's `data_parallel:` section: how many replicas of the pipeline
+// a run trains, the gradient bucket size their all-reduce uses, and the ZeRO stage.
+#include <cctype>
+#include <charconv>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "runtime/graph/graph_parse.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+const std::vector<std::string> data_parallel_keys{"replicas", "bucket", "zero", "overlap"};
+constexpr int max_replicas = 4096;
+constexpr std::int64_t max_bucket = std::int64_t{1} << 34;
+
+/// `4MB`, `512KB`, `1MiB`, `65536` or `65536B` as bytes (decimal units are
+/// 1000s, binary ones 1024s, as the bandwidth units are); nullopt otherwise.
+std::optional<std::int64_t> parse_bytes(std::string_view s) {
+  double v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || v < 0)
+    return std::nullopt;
+  std::string unit{end, s.data() + s.size()};
+  while (!unit.empty() && unit.front() == ' ')
+    unit.erase(unit.begin());
+  static const std::vector<std::pair<std::string, double>> units{
+    {"", 1},         {"B", 1},           {"KB", 1e3},         {"MB", 1e6},        {"GB", 1e9},
+    {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  for (const auto& [name, scale] : units)
+    if (unit == name)
+      return static_cast<std::int64_t>(v * scale + 0.5);
+  return std::nullopt;
+}
+
+} // namespace
+
+void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
+  auto& d = pg.graph.data_parallel;
+  d.present = true;
+  if (!r.check_map(n, "data_parallel", data_parallel_keys))
+    return;
+  r.get_int(n, "data_parallel", "replicas", d.replicas, 1, max_replicas);
+  if (auto b = child(n, "bucket")) {
+    auto text = r.as_string(b, "data_parallel.bucket");
+    auto bytes = text ? parse_bytes(*text) : std::nullopt;
+    if (text && (!bytes || *bytes < 4 || *bytes > max_bucket))
+      r.error(b, "data_parallel.bucket",
+              fmt::format("expected a size from 4 bytes to 16GiB (`4MB`, `512KB`, `1MiB` or a number of bytes), "
+                          "got '{}'",
+                          *text));
+    else if (bytes)
+      d.bucket = *bytes;
+  }
+  if (auto rep = child(n, "replicas"); rep && d.replicas > 1) {
+    const auto& p = pg.graph.pipeline;
+    if (p.schedule == "table")
+      r.error(rep, "data_parallel.replicas",
+              "replicas run the rule schedules (gpipe, 1f1b, interleaved_1f1b, zb_h1); 'table' replays one "
+              "pipeline's order");
+    if (p.routing != "chain")
+      r.error(rep, "data_parallel.replicas",
+              fmt::format("replicas take the 'chain' routing of their own pipeline (pipeline.routing is '{}')",
+                          p.routing));
+  }
+  if (auto o = child(n, "overlap")) {
+    auto text = r.as_string(o, "data_parallel.overlap");
+    if (text && (*text == "true" || *text == "false"))
+      d.overlap = *text == "true";
+    else if (text)
+      r.error(o, "data_parallel.overlap", fmt::format("expected true or false, got '{}'", *text));
+  }
+  if (auto z = child(n, "zero")) {
+    auto v = r.as_int(z, "data_parallel.zero", 0, 2);
+    if (v && *v != 0)
+      r.error(z, "data_parallel.zero",
+              fmt::format("ZeRO stage {} is not built yet (known: 0, the plain all-reduce of every gradient)", *v));
+    else if (v)
+      d.zero = static_cast<int>(*v);
+  }
+}
+
+} // namespace troupe::detail
