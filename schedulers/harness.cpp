@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
-#include <queue>
 
 #include <fmt/format.h>
 
+#include "schedulers/event_queue.hpp"
 #include "schedulers/router.hpp"
 #include "schedulers/routing_policy.hpp"
 #include "schedulers/stage_core.hpp"
@@ -55,32 +55,6 @@ double theoretical_bubble(int p, int m, int v) {
   return static_cast<double>(p - 1) / (static_cast<double>(v) * m + p - 1);
 }
 
-namespace {
-
-/// Timed deliveries in time order; ties keep the order they were posted in.
-class event_queue {
-public:
-  void post(double t, std::function<void()> f) { q_.push({t, seq_++, std::move(f)}); }
-  bool empty() const { return q_.empty(); }
-  double next_time() const { return q_.top().time; }
-  void run_next() {
-    auto f = std::move(const_cast<event&>(q_.top()).run);
-    q_.pop();
-    f();
-  }
-
-private:
-  struct event {
-    double time;
-    std::uint64_t seq;
-    std::function<void()> run;
-    bool operator>(const event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
-  };
-  std::priority_queue<event, std::vector<event>, std::greater<>> q_;
-  std::uint64_t seq_ = 0;
-};
-
-} // namespace
 
 // The driver: a router (routing policy `chain`) and one stage_core per rank,
 // exactly as the actors hold them, with messages delayed by `latency` and the

@@ -11,33 +11,23 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/troupe_command.hpp"
+
 namespace {
 
-struct run_result {
-  int code = -1;
-  std::string out;
-};
+using run_result = troupe::testing::command_result;
+
+run_result troupe(const std::string& args) {
+  return troupe::testing::run_troupe(args);
+}
+
+bool has(const run_result& r, const std::string& part) {
+  return r.has(part);
+}
 
 std::string build_dir() {
   const char* dir = std::getenv("TROUPE_BUILD_DIR");
   return dir ? dir : "build";
-}
-
-run_result troupe(const std::string& args) {
-  std::string cmd = build_dir() + "/deploy/troupe " + args + " 2>&1";
-  run_result r;
-  std::FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buf;
-  while (auto n = std::fread(buf.data(), 1, buf.size(), pipe))
-    r.out.append(buf.data(), n);
-  int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-bool has(const run_result& r, const std::string& part) {
-  return r.out.find(part) != std::string::npos;
 }
 
 } // namespace
