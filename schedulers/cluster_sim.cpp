@@ -52,9 +52,11 @@ private:
     bool remote = node_of(from) != node_of(to);
     return link(from, to).time(remote ? bytes / c_.costs.tensor_parallel : bytes);
   }
-  void deliver(int from, int to, double bytes, std::function<void()> f) {
+  /// Runs `f` (the receiver's handler) after the message's delay; the receiver then looks for work.
+  template <class F>
+  void deliver(int from, int to, double bytes, F f) {
     ++messages_;
-    events_.post(now_ + delay(from, to, bytes), [this, to, f = std::move(f)] {
+    events_.post(now_ + delay(from, to, bytes), [this, to, f = std::move(f)]() mutable {
       f();
       touch(to);
     });

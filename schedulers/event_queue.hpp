@@ -4,38 +4,45 @@
 
 #include <cstdint>
 #include <functional>
-#include <queue>
+#include <map>
 #include <utility>
 #include <vector>
 
 namespace troupe::sched {
 
 /// Timed deliveries in time order; ties keep the order they were posted in.
+/// Events are kept in buckets by exact time: replicas that run in step post
+/// thousands of events for one instant, so a bucket's append replaces a heap
+/// operation per event (at 10,000 simulated devices, a binary heap of
+/// std::function spent its time in cache misses).
 class event_queue {
 public:
-  void post(double t, std::function<void()> f) { q_.push({t, seq_++, std::move(f)}); }
-  bool empty() const { return q_.empty(); }
-  double next_time() const { return q_.top().time; }
-  /// Runs the earliest event (after removing it, so it may post more).
+  void post(double t, std::function<void()> f) {
+    buckets_[t].push_back(std::move(f));
+    ++size_;
+  }
+  bool empty() const { return size_ == 0; }
+  double next_time() const { return buckets_.begin()->first; }
+  /// Runs the earliest event (after removing it, so it may post more, at the same time too).
   void run_next() {
-    auto f = std::move(const_cast<event&>(q_.top()).run);
-    q_.pop();
+    auto first = buckets_.begin();
+    auto f = std::move(first->second[next_]);
+    if (++next_ == first->second.size()) {
+      buckets_.erase(first);
+      next_ = 0;
+    }
+    --size_;
     ++ran_;
     f();
   }
   /// Events run so far.
   std::uint64_t ran() const { return ran_; }
-  std::size_t size() const { return q_.size(); }
+  std::size_t size() const { return size_; }
 
 private:
-  struct event {
-    double time;
-    std::uint64_t seq;
-    std::function<void()> run;
-    bool operator>(const event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
-  };
-  std::priority_queue<event, std::vector<event>, std::greater<>> q_;
-  std::uint64_t seq_ = 0;
+  std::map<double, std::vector<std::function<void()>>> buckets_;
+  std::size_t next_ = 0;  ///< the next event's index in the earliest bucket
+  std::size_t size_ = 0;
   std::uint64_t ran_ = 0;
 };
 

@@ -126,7 +126,14 @@ void print_text(const std::string& file, const cluster_config& c, const cluster_
              r.allreduce_bytes / gb);
   fmt::print("{:<12} {:>6} {:>8} {:>8} {:>10} {:>12} {:>14}\n", "position", "layers", "busy", "bubble",
              "in flight", "memory GB", "all-reduce s");
-  for (const auto& p : r.positions) {
+  const std::size_t n = r.positions.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (n > 16 && i >= 8 && i + 8 < n) {  // a long pipeline: its ends, where it differs
+      if (i == 8)
+        fmt::print("{:<12} ({} more positions)\n", "...", n - 16);
+      continue;
+    }
+    const auto& p = r.positions[i];
     double share = p.busy / (r.makespan * c.replicas);
     fmt::print("{:<12} {:>6} {:>8.4f} {:>8.4f} {:>10} {:>12.2f} {:>14.6g}\n", p.name, p.layers, share, 1 - share,
                p.peak_in_flight, p.memory_bytes / gb, p.allreduce_s);
