@@ -20,6 +20,14 @@ const std::vector<std::string> peak_keys{"f32", "tf32", "bf16"};
 const std::vector<std::string> efficiency_keys{"matmul", "attention", "elementwise"};
 constexpr int max_parallel = 1 << 20;
 
+/// choices(), but a preset the word begins (`a100` for `a100_80gb`) is the suggestion.
+std::string device_choices(const std::string& word, const std::vector<std::string>& known) {
+  for (const auto& k : known)
+    if (!word.empty() && k.starts_with(word))
+      return fmt::format("(did you mean '{}'? known: {})", k, join(known));
+  return choices(word, known);
+}
+
 /// Reads `map[key]` as true or false when present.
 void get_bool(const YAML::Node& map, const std::string& path, const char* key, bool& out, graph_reader& r) {
   auto n = child(map, key);
@@ -120,12 +128,13 @@ void check_sim(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r)
     if (!d.base.empty() && std::find(vocab.sim_devices.begin(), vocab.sim_devices.end(), d.base) ==
                              vocab.sim_devices.end())
       r.error(pg.sim_base_nodes[i], join_path(join_path("devices", d.name), "base"),
-              fmt::format("unknown device preset '{}' {}", d.base, choices(d.base, vocab.sim_devices)));
+              fmt::format("unknown device preset '{}' {}", d.base, device_choices(d.base, vocab.sim_devices)));
     known.push_back(d.name);
   }
   if (std::find(known.begin(), known.end(), s.device) == known.end())
     r.error(pg.sim_device_node, "sim.device",
-            fmt::format("unknown device '{}' {}; describe others under `devices:`", s.device, choices(s.device, known)));
+            fmt::format("unknown device '{}' {}; describe others under `devices:`", s.device,
+                        device_choices(s.device, known)));
 }
 
 } // namespace troupe::detail
