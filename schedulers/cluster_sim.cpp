@@ -161,13 +161,7 @@ expected<void> cluster::build() {
       cc.name = fmt::format("r{}s{}", r, s);
       cc.actor = me, cc.rank = s, cc.ranks = p_, cc.chunks = v, cc.router = router, cc.steps = c_.steps;
       cc.reduce_norm = c_.reduce_norm;
-      // Credits as a graph without `credits:` gets them (harness.cpp does the same).
-      bool first = chain.front().actor == me, loss = chain.back().actor == me;
-      if (first || loss)
-        cc.input_credits[router] = loss && !first ? default_target_credits(p_) : 0;
-      for (std::size_t h = 1; h < chain.size(); ++h)
-        if (chain[h].actor == me && chain[h - 1].actor != me)
-          cc.input_credits[chain[h - 1].actor] = 0;
+      cc.input_credits = chain_input_credits(chain, me, router, p_);  // as a graph without `credits:`
       stage_core_hooks hk;
       hk.clock = [this] { return now_; };
       hk.forward = [this, me](int to, const msg_meta& msg) {

@@ -124,15 +124,8 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
     cc.name = fmt::format("rank {}", r);
     cc.actor = me, cc.rank = r, cc.ranks = p, cc.chunks = v, cc.router = router_actor, cc.steps = 1;
     cc.reduce_norm = true;
-    // Credits as a graph without `credits:` gets them: every sender of inputs
-    // the policy's default; the router's targets alone (to a loss stage that is
-    // not also the first) the target default.
-    bool first = chain.front().actor == me, loss = chain.back().actor == me;
-    if (first || loss)
-      cc.input_credits[router_actor] = loss && !first ? default_target_credits(p) : 0;
-    for (std::size_t h = 1; h < chain.size(); ++h)
-      if (chain[h].actor == me && chain[h - 1].actor != me)
-        cc.input_credits[chain[h - 1].actor] = 0;
+    // Credits as a graph without `credits:` gets them.
+    cc.input_credits = chain_input_credits(chain, me, router_actor, p);
     stage_core_hooks hk;
     hk.clock = [&now] { return now; };
     hk.forward = [&, me](int to, const msg_meta& msg) {
