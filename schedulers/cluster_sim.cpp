@@ -81,7 +81,8 @@ private:
   std::vector<std::unique_ptr<stage_core>> stages_;  ///< by actor (null for routers)
   std::vector<std::unique_ptr<router_core>> routers_;  ///< by replica
   std::vector<char> dirty_flag_;
-  std::vector<int> dirty_;
+  std::vector<int> dirty_;             ///< actors that heard something this instant
+  std::vector<int> work_;              ///< the previous batch of dirty_, being served
   std::vector<double> busy_;           ///< by actor
   std::vector<int> peak_in_flight_;    ///< by actor
   std::vector<std::vector<chunk_costs>> costs_, head_costs_;  ///< by position, chunk
@@ -288,15 +289,15 @@ expected<cluster_result> cluster::run() {
           events_.run_next();
       }
       // Routers first (their credits came in), then every stage that heard something.
-      auto work = std::move(dirty_);
+      work_.swap(dirty_);  // both keep their capacity: no allocation per instant
       dirty_.clear();
-      std::sort(work.begin(), work.end());
-      for (int a : work) {
+      std::sort(work_.begin(), work_.end());
+      for (int a : work_) {
         dirty_flag_[static_cast<std::size_t>(a)] = 0;
         if (position_of(a) < 0)
           pump(replica_of(a));
       }
-      for (int a : work)
+      for (int a : work_)
         if (position_of(a) >= 0)
           if (auto ok = start_work(a); !ok)
             return ok.error();
