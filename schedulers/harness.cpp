@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
-#include <queue>
 
 #include <fmt/format.h>
 
+#include "schedulers/event_queue.hpp"
 #include "schedulers/router.hpp"
 #include "schedulers/routing_policy.hpp"
 #include "schedulers/stage_core.hpp"
@@ -55,32 +55,6 @@ double theoretical_bubble(int p, int m, int v) {
   return static_cast<double>(p - 1) / (static_cast<double>(v) * m + p - 1);
 }
 
-namespace {
-
-/// Timed deliveries in time order; ties keep the order they were posted in.
-class event_queue {
-public:
-  void post(double t, std::function<void()> f) { q_.push({t, seq_++, std::move(f)}); }
-  bool empty() const { return q_.empty(); }
-  double next_time() const { return q_.top().time; }
-  void run_next() {
-    auto f = std::move(const_cast<event&>(q_.top()).run);
-    q_.pop();
-    f();
-  }
-
-private:
-  struct event {
-    double time;
-    std::uint64_t seq;
-    std::function<void()> run;
-    bool operator>(const event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
-  };
-  std::priority_queue<event, std::vector<event>, std::greater<>> q_;
-  std::uint64_t seq_ = 0;
-};
-
-} // namespace
 
 // The driver: a router (routing policy `chain`) and one stage_core per rank,
 // exactly as the actors hold them, with messages delayed by `latency` and the
@@ -150,15 +124,8 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
     cc.name = fmt::format("rank {}", r);
     cc.actor = me, cc.rank = r, cc.ranks = p, cc.chunks = v, cc.router = router_actor, cc.steps = 1;
     cc.reduce_norm = true;
-    // Credits as a graph without `credits:` gets them: every sender of inputs
-    // the policy's default; the router's targets alone (to a loss stage that is
-    // not also the first) the target default.
-    bool first = chain.front().actor == me, loss = chain.back().actor == me;
-    if (first || loss)
-      cc.input_credits[router_actor] = loss && !first ? default_target_credits(p) : 0;
-    for (std::size_t h = 1; h < chain.size(); ++h)
-      if (chain[h].actor == me && chain[h - 1].actor != me)
-        cc.input_credits[chain[h - 1].actor] = 0;
+    // Credits as a graph without `credits:` gets them.
+    cc.input_credits = chain_input_credits(chain, me, router_actor, p);
     stage_core_hooks hk;
     hk.clock = [&now] { return now; };
     hk.forward = [&, me](int to, const msg_meta& msg) {

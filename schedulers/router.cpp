@@ -55,4 +55,15 @@ std::optional<emission> router_core::next() {
   return e;
 }
 
+std::map<int, int> chain_input_credits(const route_t& chain, int me, int router, int stage_actors) {
+  std::map<int, int> credits;
+  bool first = chain.front().actor == me, loss = chain.back().actor == me;
+  if (first || loss)
+    credits[router] = loss && !first ? default_target_credits(stage_actors) : 0;
+  for (std::size_t h = 1; h < chain.size(); ++h)
+    if (chain[h].actor == me && chain[h - 1].actor != me)
+      credits[chain[h - 1].actor] = 0;
+  return credits;
+}
+
 } // namespace troupe::sched

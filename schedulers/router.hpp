@@ -86,4 +86,10 @@ inline int default_credits(int limit) { return limit > 0 ? (limit < 2 ? 2 : limi
 /// the loss, so 4 per stage actor.
 inline int default_target_credits(int stage_actors) { return 4 * stage_actors; }
 
+/// The credits stage actor `me` grants on a `chain` route when the graph sets
+/// no `credits:`: each sender of its inputs 0 (the policy's default), the
+/// router too when `me` takes tokens, or the target default when it takes
+/// only the targets (a loss stage that is not also the first). For the drivers.
+std::map<int, int> chain_input_credits(const route_t& chain, int me, int router, int stage_actors);
+
 } // namespace troupe::sched

@@ -13,39 +13,26 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/troupe_command.hpp"
+
 namespace {
 
-struct run_result {
-  int code = -1;
-  std::string out;
-};
+using run_result = troupe::testing::command_result;
+using troupe::testing::run_troupe;
+
+bool has(const run_result& r, const std::string& part) {
+  return r.has(part);
+}
 
 std::string build_dir() {
   const char* dir = std::getenv("TROUPE_BUILD_DIR");
   return dir ? dir : "build";
 }
 
-run_result troupe(const std::string& args) {
-  std::string cmd = build_dir() + "/deploy/troupe " + args + " 2>&1";
-  run_result r;
-  std::FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buf;
-  while (auto n = std::fread(buf.data(), 1, buf.size(), pipe))
-    r.out.append(buf.data(), n);
-  int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-bool has(const run_result& r, const std::string& part) {
-  return r.out.find(part) != std::string::npos;
-}
-
 } // namespace
 
 TEST_CASE("troupe schedule prints the 1F1B orders and the bubble fraction") {
-  auto r = troupe("schedule --policy 1f1b --stages 4 --microbatches 8");
+  auto r = run_troupe("schedule --policy 1f1b --stages 4 --microbatches 8");
   CHECK(r.code == 0);
   CHECK(has(r, "rank 0: 0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0F6 0B3 0F7 0B4 0B5 0B6 0B7\n"));
   CHECK(has(r, "rank 3: 3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5 3F6 3B6 3F7 3B7\n"));
@@ -54,34 +41,34 @@ TEST_CASE("troupe schedule prints the 1F1B orders and the bubble fraction") {
 }
 
 TEST_CASE("troupe schedule takes stragglers, replays tables and compares with the replay") {
-  auto slow = troupe("schedule --policy zb_h1 --stages 4 --microbatches 8 --slow 2:1.5 --jitter 0.3 --seed 3 "
+  auto slow = run_troupe("schedule --policy zb_h1 --stages 4 --microbatches 8 --slow 2:1.5 --jitter 0.3 --seed 3 "
                      "--latency 0.1 --slow-microbatch 5:4 --costs 1,2,1");
   CHECK(slow.code == 0);
   CHECK(has(slow, "rank 2: 2F0"));
-  auto table = troupe("schedule --policy table --table examples/schedules/interleaved_4x8x2.csv --stages 4 "
+  auto table = run_troupe("schedule --policy table --table examples/schedules/interleaved_4x8x2.csv --stages 4 "
                       "--microbatches 8 --virtual 2");
   CHECK(table.code == 0);
   CHECK(has(table, "bubble fraction: 0.1579"));
-  auto cmp = troupe("schedule --policy zb_h1 --stages 4 --microbatches 8 --compare 10");
+  auto cmp = run_troupe("schedule --policy zb_h1 --stages 4 --microbatches 8 --compare 10");
   CHECK(cmp.code == 0);
   CHECK(has(cmp, "one microbatch 4x slower"));
   CHECK(has(cmp, "microbatch costs 1-3x"));
 }
 
 TEST_CASE("troupe schedule refuses bad input with exit code 2 and a reason") {
-  auto unknown = troupe("schedule --policy 1f1c --stages 4 --microbatches 8");
+  auto unknown = run_troupe("schedule --policy 1f1c --stages 4 --microbatches 8");
   CHECK(unknown.code == 2);
   CHECK(has(unknown, "unknown policy '1f1c' (known: 1f1b, gpipe, interleaved_1f1b, table, zb_h1"));
-  CHECK(troupe("schedule --policy 1f1b --stages 4").code == 2);
-  CHECK(troupe("schedule --policy 1f1b --stages 4 --microbatches 8 --slow 9:2").code == 2);
-  CHECK(troupe("schedule --policy 1f1b --stages 4 --microbatches 8 --costs 1,2").code == 2);
-  auto help = troupe("schedule --help");
+  CHECK(run_troupe("schedule --policy 1f1b --stages 4").code == 2);
+  CHECK(run_troupe("schedule --policy 1f1b --stages 4 --microbatches 8 --slow 9:2").code == 2);
+  CHECK(run_troupe("schedule --policy 1f1b --stages 4 --microbatches 8 --costs 1,2").code == 2);
+  auto help = run_troupe("schedule --help");
   CHECK(help.code == 0);
   CHECK(has(help, "--slow-microbatch"));
 }
 
 TEST_CASE("troupe schedule --json prints the orders, makespan, bubble and bounds as one JSON object") {
-  auto r = troupe("schedule --policy zb_h1 --stages 4 --microbatches 8 --json");
+  auto r = run_troupe("schedule --policy zb_h1 --stages 4 --microbatches 8 --json");
   REQUIRE(r.code == 0);
   auto j = nlohmann::json::parse(r.out);
   CHECK(j["policy"] == "zb_h1");
@@ -97,7 +84,7 @@ TEST_CASE("troupe schedule --json prints the orders, makespan, bubble and bounds
 }
 
 TEST_CASE("troupe schedule --json --compare lists one record per scenario with median makespans") {
-  auto r = troupe("schedule --policy 1f1b --stages 4 --microbatches 8 --compare 5 --json");
+  auto r = run_troupe("schedule --policy 1f1b --stages 4 --microbatches 8 --compare 5 --json");
   REQUIRE(r.code == 0);
   auto j = nlohmann::json::parse(r.out);
   CHECK(j["seeds"] == 5);
@@ -116,21 +103,21 @@ TEST_CASE("troupe schedule --json --compare lists one record per scenario with m
 
 TEST_CASE("troupe schedule --plugin loads the example plugin so its policy can be simulated and compared") {
   auto plugin = build_dir() + "/examples/libtroupe_greedy_policy.so";
-  auto without = troupe("schedule --policy greedy_backward_first --stages 4 --microbatches 8");
+  auto without = run_troupe("schedule --policy greedy_backward_first --stages 4 --microbatches 8");
   CHECK(without.code == 2);
   CHECK(has(without, "1f1b")); // unknown names fail with the list of valid ones
-  auto r = troupe("schedule --plugin " + plugin + " --policy greedy_backward_first --stages 4 --microbatches 8 "
+  auto r = run_troupe("schedule --plugin " + plugin + " --policy greedy_backward_first --stages 4 --microbatches 8 "
                   "--slow 2:1.5");
   INFO(r.out);
   CHECK(r.code == 0);
   CHECK(has(r, "schedule: greedy_backward_first, 4 stages"));
   CHECK(has(r, "rank 3: 3F0 3B0"));
-  auto cmp = troupe("schedule --policy greedy_backward_first --plugin " + plugin +
+  auto cmp = run_troupe("schedule --policy greedy_backward_first --plugin " + plugin +
                     " --stages 4 --microbatches 8 --compare 3 --json");
   INFO(cmp.out);
   CHECK(cmp.code == 0);
   CHECK(has(cmp, "\"policy\": \"greedy_backward_first\""));
-  auto missing = troupe("schedule --plugin /nonexistent/libnothing.so --policy 1f1b --stages 4 --microbatches 8");
+  auto missing = run_troupe("schedule --plugin /nonexistent/libnothing.so --policy 1f1b --stages 4 --microbatches 8");
   CHECK(missing.code == 2);
   CHECK(has(missing, "troupe schedule: --plugin: "));
 }
@@ -145,7 +132,7 @@ TEST_CASE("the example plugin builds out of the tree with the README's command a
              " && ${CXX:-c++} -std=c++20 -O2 -fPIC -shared -I\"$TROUPE_SRC\" "
              "\"$TROUPE_SRC/examples/plugin/greedy_policy.cpp\" -o libgreedy_policy.so";
   REQUIRE(std::system(cmd.c_str()) == 0);
-  auto r = troupe("schedule --plugin " + (out / "libgreedy_policy.so").string() +
+  auto r = run_troupe("schedule --plugin " + (out / "libgreedy_policy.so").string() +
                   " --policy greedy_backward_first --stages 2 --microbatches 4");
   INFO(r.out);
   CHECK(r.code == 0);

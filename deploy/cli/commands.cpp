@@ -31,6 +31,7 @@ constexpr auto table = std::to_array<command>({
   {"node", "one node of a launched run (started by launchers)", run_node},
   {"version", "print the version", print_version},
   {"schedule", "simulate a pipeline schedule: per-rank orders, bubble fraction, stragglers", schedule_command},
+  {"sim", "simulate a graph at any size under a cost model: iteration time, TFLOP/s, MFU, memory", sim_command},
   {"trace", "summarize a trace: busy, idle and bubble per actor, action order per stage", trace_command},
   {"dash", "serve the dashboard on a finished trace", dash_command},
 });

@@ -33,6 +33,9 @@ std::span<const command> commands();
 /// `troupe schedule` (deploy/cli/cmd_schedule.cpp).
 int schedule_command(std::span<char*> args);
 
+/// `troupe sim` (deploy/cli/cmd_sim.cpp).
+int sim_command(std::span<char*> args);
+
 /// `troupe trace summarize` (deploy/cli/cmd_trace.cpp).
 int trace_command(std::span<char*> args);
 

@@ -15,6 +15,7 @@
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/actor/registry.hpp"
+#include "schedulers/cost_model.hpp"
 #include "schedulers/stage_policy.hpp"
 
 namespace troupe {
@@ -42,6 +43,7 @@ graph_vocabulary troupe_vocabulary() {
         return o.expected;
     return std::nullopt;
   };
+  v.sim_devices = sched::device_preset_names();
   return v;
 }
 

@@ -59,6 +59,9 @@ struct graph_vocabulary {
   std::function<std::optional<std::string>(const std::string& schedule, const std::string& key,
                                            const std::string& value)>
     check_schedule_option;
+  /// The device presets `sim.device` and a `devices:` entry's `base` may name
+  /// (schedulers/cost_model.hpp); empty: any name is accepted.
+  std::vector<std::string> sim_devices;
 
   /// Only what runtime/ itself knows: the built-in schedule names, no actor types.
   static graph_vocabulary builtin();

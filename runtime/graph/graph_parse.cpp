@@ -280,8 +280,9 @@ void record_key_positions(const YAML::Node& n, const std::string& path, graph_sp
 } // namespace
 
 const std::vector<std::string>& section_names() {
-  static const std::vector<std::string> names{"model",   "data",   "train",    "pipeline", "data_parallel",
-                                              "trace",   "checkpoint", "cluster", "plugins", "actors", "channels"};
+  static const std::vector<std::string> names{"model",      "data",    "train",   "pipeline", "data_parallel", "trace",
+                                              "checkpoint", "cluster", "plugins", "actors",   "channels",      "sim",
+                                              "devices"};
   return names;
 }
 
@@ -307,6 +308,8 @@ void parse_sections(parsed_graph& pg, graph_reader& r) {
     parse_cluster(pg, n, r);
   if (auto n = root["checkpoint"])
     parse_checkpoint(pg, n, r);
+  if (root["sim"] || root["devices"])
+    parse_sim(pg, child(root, "sim"), child(root, "devices"), r);
   if (auto n = root["plugins"])
     parse_plugins(pg, n, r);
   if (auto n = root["actors"])

@@ -40,7 +40,8 @@ struct parsed_graph {
   YAML::Node schedule_node{YAML::NodeType::Undefined}, table_node{YAML::NodeType::Undefined},
     policy_node{YAML::NodeType::Undefined},
     corpus_node{YAML::NodeType::Undefined}, pipeline_node{YAML::NodeType::Undefined},
-    cluster_node{YAML::NodeType::Undefined};
+    cluster_node{YAML::NodeType::Undefined}, sim_device_node{YAML::NodeType::Undefined};
+  std::vector<YAML::Node> sim_base_nodes;  ///< each `devices:` entry's `base` (or the entry)
   std::vector<YAML::Node> plugin_nodes;
   std::filesystem::path base_dir;       ///< the graph file's folder
   bool duplicate_actors = false;        ///< reported; layer coverage is then not checked
@@ -84,6 +85,11 @@ void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r)
 void parse_checkpoint(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
 /// The `checkpoint:` line of `troupe check`'s output; empty without the section.
 std::string checkpoint_yaml(const checkpoint_spec& c);
+
+/// Reads the `sim:` and `devices:` sections (runtime/graph/graph_sim.cpp).
+void parse_sim(parsed_graph& pg, const YAML::Node& sim, const YAML::Node& devices, graph_reader& r);
+/// Checks `sim.device` and each device's `base` against the vocabulary's presets and `devices:`.
+void check_sim(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
 
 /// The top-level section names a graph file may use.
 const std::vector<std::string>& section_names();

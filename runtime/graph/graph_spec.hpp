@@ -120,6 +120,42 @@ struct checkpoint_spec {
   std::int64_t resume_step = 0;
 };
 
+/// One link level of `sim.links`: a negative value takes the device's default.
+struct sim_link_spec {
+  double latency = -1;    ///< seconds per message
+  double bandwidth = -1;  ///< bytes/s per device and direction; 0 = unlimited
+};
+
+/// A `devices:` entry: a device for `troupe sim`, written out or based on a
+/// preset. Negative values are unset (taken from `base`, or required without one).
+struct sim_device_spec {
+  std::string name;
+  std::string base;             ///< a preset name, or empty
+  double peak_f32 = -1;         ///< `peak_tflops: {f32, tf32, bf16}`, stored in FLOP/s
+  double peak_tf32 = -1;
+  double peak_bf16 = -1;
+  double memory_bandwidth = -1; ///< `memory_gbps`, stored in bytes/s
+  double memory_bytes = -1;     ///< `memory_gb`, stored in bytes
+  double matmul = -1, attention = -1, elementwise = -1;  ///< `efficiency: {...}` in (0, 1]
+  source_pos pos;
+};
+
+/// `sim:` and `devices:`: how `troupe sim` sizes and prices the graph. The
+/// graph's stage actors form one replica of `data_parallel`; each stage runs
+/// on `tensor_parallel` devices of one node. Other commands ignore the section.
+struct sim_spec {
+  bool present = false;
+  std::string device = "a100_80gb";  ///< a preset (a100_80gb, h100_sxm, h200) or a `devices:` name
+  int tensor_parallel = 1;
+  int data_parallel = 1;
+  int devices_per_node = 8;
+  bool recompute = false;      ///< full activation recomputation (Megatron's `--recompute-granularity full`)
+  bool count_head = true;      ///< the last stage also runs the output head; false gives equal stages
+  double gradient_bytes = 4;   ///< per parameter in the data-parallel all-reduce
+  sim_link_spec within_node, between_nodes;  ///< `links: {within_node, between_nodes}`
+  std::vector<sim_device_spec> devices;      ///< the `devices:` section
+};
+
 /// A half-open range of transformer blocks `[begin, end)` held by a stage.
 struct layer_range {
   int begin = 0;
@@ -206,6 +242,7 @@ struct graph_spec {
   trace_spec trace;
   cluster_spec cluster;
   checkpoint_spec checkpoint;
+  sim_spec sim;
   std::vector<plugin_spec> plugins;
   std::vector<actor_spec> actors;    ///< expanded and explicit, explicit overriding by name
   std::vector<channel_spec> channels;

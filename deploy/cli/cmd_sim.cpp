@@ -1,0 +1,236 @@
+// `troupe sim FILE`: loads a graph file, repeats its pipeline over the
+// `sim:` section's data-parallel replicas and runs the real stage and router
+// cores under a simulated clock with a cost model (schedulers/cluster_sim.hpp).
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "actors/builtin.hpp"
+#include "deploy/cli/commands.hpp"
+#include "deploy/cli/run_graph.hpp"
+#include "schedulers/cluster_sim.hpp"
+
+namespace troupe::cli {
+
+namespace {
+
+using namespace troupe::sched;
+
+constexpr double gb = 1e9;
+
+/// The process's peak resident memory, in bytes.
+double peak_rss() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0;
+}
+
+/// The device `sim.device` names: a preset, or a `devices:` entry over its base.
+expected<device_spec> resolve_device(const sim_spec& s) {
+  auto entry = std::find_if(s.devices.begin(), s.devices.end(), [&](const auto& d) { return d.name == s.device; });
+  if (entry == s.devices.end())
+    return device_preset(s.device);
+  device_spec d;
+  if (!entry->base.empty()) {
+    auto base = device_preset(entry->base);
+    if (!base)
+      return base.error();
+    d = *base;
+  } else {
+    d.efficiency = device_presets().front().efficiency;  // the fitted set
+  }
+  d.name = entry->name;
+  auto set = [](double& out, double v) {
+    if (v >= 0)
+      out = v;
+  };
+  set(d.peak_f32, entry->peak_f32), set(d.peak_tf32, entry->peak_tf32), set(d.peak_bf16, entry->peak_bf16);
+  set(d.memory_bandwidth, entry->memory_bandwidth), set(d.memory_bytes, entry->memory_bytes);
+  set(d.efficiency.matmul, entry->matmul), set(d.efficiency.attention, entry->attention);
+  set(d.efficiency.elementwise, entry->elementwise);
+  return d;
+}
+
+/// The cluster the graph describes: its stage actors as one replica.
+expected<cluster_config> make_config(const graph_spec& g, std::int64_t steps) {
+  cluster_config c;
+  const auto& s = g.sim;
+  c.model = {g.model.layers, g.model.d_model, g.model.heads, g.model.context, g.model.vocab, g.data.batch};
+  auto device = resolve_device(s);
+  if (!device)
+    return device.error();
+  auto entry = std::find_if(s.devices.begin(), s.devices.end(), [&](const auto& d) { return d.name == s.device; });
+  c.costs.device = *device;
+  c.costs.network = default_network(entry == s.devices.end() ? s.device : entry->base);
+  c.costs.network.devices_per_node = s.devices_per_node;
+  auto level = [](link_spec& out, const sim_link_spec& in) {
+    if (in.latency >= 0)
+      out.latency = in.latency;
+    if (in.bandwidth >= 0)
+      out.bandwidth = in.bandwidth;
+  };
+  level(c.costs.network.within_node, s.within_node);
+  level(c.costs.network.between_nodes, s.between_nodes);
+  c.costs.dtype = g.model.precision == dtype::bf16 ? "bf16" : "f32";
+  c.costs.tensor_parallel = s.tensor_parallel;
+  c.costs.recompute = s.recompute;
+  c.costs.count_head = s.count_head;
+  c.replicas = s.data_parallel;
+  c.microbatches = g.pipeline.microbatches;
+  c.steps = steps;
+  c.policy = g.pipeline.schedule;
+  c.policy_options = g.pipeline.policy;
+  c.routing = g.pipeline.routing;
+  c.paths = g.pipeline.paths;
+  c.gradient_bytes = s.gradient_bytes;
+  c.activation_bytes = g.model.precision == dtype::bf16 ? 2 : 4;
+  c.reduce_norm = g.train.grad_clip > 0;
+  std::vector<const actor_spec*> stages;
+  for (const auto& a : g.actors)
+    if (a.role.holds_layers)
+      stages.push_back(&a);
+  std::sort(stages.begin(), stages.end(), [](auto* a, auto* b) { return a->rank < b->rank; });
+  for (const auto* a : stages) {
+    route_stage st{0, a->name, {}};
+    for (auto l : a->layers)
+      st.chunks.emplace_back(l.begin, l.end);
+    c.stages.push_back(std::move(st));
+  }
+  if (c.stages.empty())
+    return make_sched_error("the graph has no stage actors (actors that hold layers) to simulate");
+  return c;
+}
+
+void print_text(const std::string& file, const cluster_config& c, const cluster_result& r) {
+  const auto t = c.costs.tensor_parallel;
+  fmt::print("troupe sim: {}: GPT of {:.2f}B parameters, {} stages x {} replicas x {} tensor-parallel = {} devices "
+             "({}), schedule {}, {} microbatches of {} x {} tokens per replica\n",
+             file, r.parameters / 1e9, c.stages.size(), c.replicas, t, r.devices, c.costs.device.name, c.policy,
+             c.microbatches, c.model.microbatch, c.model.sequence);
+  fmt::print("iteration: {:.6g} s, {:.6g} tokens/s\n", r.iteration_s, r.tokens_per_s());
+  fmt::print("per device: {:.1f} TFLOP/s ({}), MFU {:.3f} of {:.1f} TFLOP/s peak\n", r.tflops_per_device(),
+             c.costs.recompute ? "Megatron's count, recomputed forward included" : "model FLOPs", r.mfu(),
+             r.peak_flops / 1e12);
+  fmt::print("stage actors ({}): busy {:.4f}, bubble {:.4f} (idle: pipeline bubble and waiting for the "
+             "all-reduce)\n", r.stage_actors, 1 - r.bubble_fraction, r.bubble_fraction);
+  fmt::print("routers ({}): emit only; data-parallel rings ({} of {} replicas): {:.6g} s per step on the critical "
+             "path\n", c.replicas, c.stages.size(), c.replicas, r.sync_wait_s);
+  fmt::print("bytes per step: {:.4g} GB between stages, {:.4g} GB in all-reduces\n", r.p2p_bytes / gb,
+             r.allreduce_bytes / gb);
+  fmt::print("{:<12} {:>6} {:>8} {:>8} {:>10} {:>12} {:>14}\n", "position", "layers", "busy", "bubble",
+             "in flight", "memory GB", "all-reduce s");
+  const std::size_t n = r.positions.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (n > 16 && i >= 8 && i + 8 < n) {  // a long pipeline: its ends, where it differs
+      if (i == 8)
+        fmt::print("{:<12} ({} more positions)\n", "...", n - 16);
+      continue;
+    }
+    const auto& p = r.positions[i];
+    double share = p.busy / (r.makespan * c.replicas);
+    fmt::print("{:<12} {:>6} {:>8.4f} {:>8.4f} {:>10} {:>12.2f} {:>14.6g}\n", p.name, p.layers, share, 1 - share,
+               p.peak_in_flight, p.memory_bytes / gb, p.allreduce_s);
+  }
+  fmt::print("simulation: {} events in {:.3f} s ({:.3g} events/s), peak memory {:.1f} MB\n", r.events, r.wall_s,
+             r.events / std::max(r.wall_s, 1e-9), peak_rss() / 1e6);
+}
+
+nlohmann::json to_json(const cluster_config& c, const cluster_result& r) {
+  nlohmann::json positions = nlohmann::json::array();
+  double memory = 0;
+  for (const auto& p : r.positions) {
+    memory = std::max(memory, p.memory_bytes);
+    positions.push_back({{"name", p.name}, {"layers", p.layers}, {"busy", p.busy / (r.makespan * c.replicas)},
+                         {"peak_in_flight", p.peak_in_flight}, {"memory_gb", p.memory_bytes / gb},
+                         {"allreduce_s", p.allreduce_s}});
+  }
+  return {{"device", c.costs.device.name},
+          {"devices", r.devices},
+          {"stages", c.stages.size()},
+          {"replicas", c.replicas},
+          {"tensor_parallel", c.costs.tensor_parallel},
+          {"schedule", c.policy},
+          {"params_b", r.parameters / 1e9},
+          {"iteration_s", r.iteration_s},
+          {"tokens_per_s", r.tokens_per_s()},
+          {"tflops_per_device", r.tflops_per_device()},
+          {"mfu", r.mfu()},
+          {"bubble", r.bubble_fraction},
+          {"sync_wait_s", r.sync_wait_s},
+          {"memory_per_device_gb", memory / gb},
+          {"positions", positions},
+          {"events", r.events},
+          {"messages", r.messages},
+          {"events_per_s", r.events / std::max(r.wall_s, 1e-9)},
+          {"wall_s", r.wall_s},
+          {"max_rss_mb", peak_rss() / 1e6}};
+}
+
+} // namespace
+
+/// The `sim` subcommand's entry point, listed in deploy/commands.cpp.
+int sim_command(std::span<char*> args) {
+  CLI::App app{"Simulates a graph file at any size: its stage actors repeated over sim.data_parallel replicas, each "
+               "stage on sim.tensor_parallel devices of one node, the real stage and router cores and policies "
+               "under a simulated clock, with a cost model for compute, links and all-reduces (no CAF, no "
+               "compute). Exit codes: 0 success, 1 the simulation failed, 2 bad input.",
+               "troupe sim"};
+  std::string file;
+  std::vector<std::string> overrides;
+  std::int64_t steps = 2;
+  bool json = false;
+  app.add_option("file", file, "the graph file (YAML)")->required();
+  app.add_option("--set", overrides, "override a key, e.g. --set sim.data_parallel=64 (repeatable)");
+  app.add_option("--steps", steps, "training steps to simulate (the iteration time is their mean)")
+    ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000}));
+  app.add_flag("--json", json, "print one JSON object: iteration_s, tflops_per_device, mfu, devices, params_b, "
+                               "events, events_per_s, wall_s, ...");
+  std::vector<std::string> argv{"troupe sim"};
+  for (char* a : args)
+    argv.emplace_back(a);
+  std::vector<const char*> raw;
+  for (auto& a : argv)
+    raw.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(raw.size()), raw.data());
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? ok : bad_input;
+  }
+
+  register_builtin_actors();
+  load_options opts;
+  opts.overrides = overrides;
+  opts.vocabulary = troupe_vocabulary;
+  opts.check_corpus = false;  // nothing is read
+  auto loaded = load_graph(file, opts);
+  if (!loaded.ok()) {
+    for (const auto& d : loaded.errors)
+      fmt::print(stderr, "{}\n", to_string(d));
+    return bad_input;
+  }
+  auto config = make_config(*loaded.graph, steps);
+  if (!config) {
+    fmt::print(stderr, "troupe sim: {}\n", config.error().message);
+    return bad_input;
+  }
+  auto result = simulate_cluster(*config);
+  if (!result) {
+    fmt::print(stderr, "troupe sim: {}\n", result.error().message);
+    return runtime_failure;
+  }
+  if (json)
+    fmt::print("{}\n", to_json(*config, *result).dump(2));
+  else
+    print_text(file, *config, *result);
+  return ok;
+}
+
+} // namespace troupe::cli

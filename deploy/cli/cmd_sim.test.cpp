@@ -1,0 +1,79 @@
+// `troupe sim` end to end on graph files: equal stages give the schedules'
+// bubble formulas, Megatron's rows run, bad keys are refused with positions.
+#include <string>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/troupe_command.hpp"
+
+using troupe::testing::run_troupe;
+
+namespace {
+
+nlohmann::json sim_json(const std::string& args) {
+  auto r = run_troupe("sim " + args + " --json");
+  REQUIRE_MESSAGE(r.code == 0, r.out);
+  return nlohmann::json::parse(r.out);
+}
+
+const std::string equal = "examples/sim/equal_stages.yaml --steps 1";
+
+} // namespace
+
+TEST_CASE("troupe sim on equal stages gives 1F1B's bubble (p-1)/(m+p-1)") {
+  for (auto [p, m] : {std::pair{4, 8}, {8, 16}, {2, 6}}) {
+    auto j = sim_json(fmt::format("{} --set pipeline.stages={} --set pipeline.microbatches={} --set model.layers={}",
+                                  equal, p, m, 2 * p));
+    CHECK(j["bubble"].get<double>() == doctest::Approx(double(p - 1) / (m + p - 1)).epsilon(1e-12));
+    CHECK(j["devices"] == p);
+  }
+}
+
+TEST_CASE("troupe sim on equal stages gives the interleaved bubble ((p-1)/v)/(m+(p-1)/v)") {
+  for (auto [p, m, v] : {std::tuple{4, 8, 2}, {4, 16, 4}, {8, 16, 2}}) {
+    auto j = sim_json(fmt::format("{} --set pipeline.schedule=interleaved_1f1b --set pipeline.stages={} --set "
+                                  "pipeline.microbatches={} --set pipeline.virtual={} --set model.layers={}",
+                                  equal, p, m, v, p * v));
+    double q = double(p - 1) / v;
+    CHECK(j["bubble"].get<double>() == doctest::Approx(q / (m + q)).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("troupe sim on equal stages gives ZB-H1's bubble (p-1)/(3m+p-1)") {
+  for (auto [p, m] : {std::pair{4, 8}, {2, 4}, {8, 16}}) {
+    auto j = sim_json(fmt::format("{} --set pipeline.schedule=zb_h1 --set pipeline.stages={} --set "
+                                  "pipeline.microbatches={} --set model.layers={}", equal, p, m, 2 * p));
+    CHECK(j["bubble"].get<double>() == doctest::Approx(double(p - 1) / (3 * m + p - 1)).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("troupe sim prints iteration time, TFLOP/s, MFU and memory for a Megatron row") {
+  auto j = sim_json("examples/sim/megatron_2021_39b.yaml");
+  for (const char* key : {"iteration_s", "tflops_per_device", "mfu", "devices", "params_b", "events", "events_per_s",
+                          "wall_s", "memory_per_device_gb"})
+    CHECK_MESSAGE(j.contains(key), key);
+  CHECK(j["devices"] == 512);
+  CHECK(j["params_b"].get<double>() == doctest::Approx(39.1).epsilon(0.01));
+  // Published: 138 TFLOP/s per GPU (Narayanan et al. 2021, Table 1); the issue asks for 15%.
+  CHECK(j["tflops_per_device"].get<double>() == doctest::Approx(138).epsilon(0.15));
+  CHECK(j["mfu"].get<double>() > 0.2);
+  CHECK(j["mfu"].get<double>() < 0.6);
+  CHECK(j["memory_per_device_gb"].get<double>() < 80);
+  auto text = run_troupe("sim examples/sim/megatron_2021_39b.yaml");
+  CHECK(text.code == 0);
+  CHECK(text.has("TFLOP/s"));
+  CHECK(text.has("MFU"));
+}
+
+TEST_CASE("troupe sim refuses bad sim keys with their positions, and bad flags") {
+  auto r = run_troupe("sim examples/sim/equal_stages.yaml --set sim.device=a100 --set sim.tensor_parallel=16");
+  CHECK(r.code == 2);
+  CHECK(r.has("sim.device"));
+  CHECK(r.has("unknown device 'a100' (did you mean 'a100_80gb'?"));
+  CHECK(r.has("sim.tensor_parallel"));
+  CHECK(run_troupe("sim examples/sim/equal_stages.yaml --steps 0").code == 2);
+  CHECK(run_troupe("sim").code == 2);
+  CHECK(run_troupe("sim --help").code == 0);
+}

@@ -1,0 +1,382 @@
+// The cluster driver: every replica's router and stage cores as the actors hold
+// them, messages delayed by their link, compute by the cost model, and each
+// position's data-parallel ring all-reduce at the step boundary.
+#include "schedulers/cluster_sim.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "schedulers/event_queue.hpp"
+#include "schedulers/router.hpp"
+#include "schedulers/stage_core.hpp"
+
+namespace troupe::sched {
+
+double cluster_result::tflops_per_device() const {
+  return iteration_s > 0 && devices > 0 ? flops_per_step / iteration_s / static_cast<double>(devices) / 1e12 : 0.0;
+}
+
+namespace {
+
+/// The simulation's state; actor a of replica r is r * (p + 1) + a, where
+/// a = 0 is the replica's router and a = 1 + s its stage s.
+class cluster {
+public:
+  explicit cluster(const cluster_config& c) : c_(c), p_(static_cast<int>(c.stages.size())), d_(c.replicas) {}
+
+  expected<cluster_result> run();
+
+private:
+  int actor(int replica, int position) const { return replica * (p_ + 1) + 1 + position; }
+  int replica_of(int a) const { return a / (p_ + 1); }
+  int position_of(int a) const { return a % (p_ + 1) - 1; }  // -1 for a router
+  /// The node of an actor's first device, devices numbered as Megatron ranks
+  /// them: tensor-parallel fastest, then data-parallel, then pipeline.
+  std::int64_t node_of(int a) const {
+    int s = std::max(position_of(a), 0);
+    std::int64_t device = (static_cast<std::int64_t>(s) * d_ + replica_of(a)) * c_.costs.tensor_parallel;
+    return device / std::max(c_.costs.network.devices_per_node, 1);
+  }
+  const link_spec& link(int from, int to) const {
+    return node_of(from) == node_of(to) ? c_.costs.network.within_node : c_.costs.network.between_nodes;
+  }
+  /// A message of `bytes` from `from` to `to`: its delay on their link. Between
+  /// nodes the t tensor-parallel devices each send a 1/t slice over their own
+  /// NIC (Narayanan et al. 2021, §4.1, scatter/gather).
+  double delay(int from, int to, double bytes) const {
+    if (from == to)
+      return 0;
+    bool remote = node_of(from) != node_of(to);
+    return link(from, to).time(remote ? bytes / c_.costs.tensor_parallel : bytes);
+  }
+  /// Runs `f` (the receiver's handler) after the message's delay; the receiver then looks for work.
+  template <class F>
+  void deliver(int from, int to, double bytes, F f) {
+    ++messages_;
+    events_.post(now_ + delay(from, to, bytes), [this, to, f = std::move(f)]() mutable {
+      f();
+      touch(to);
+    });
+  }
+  void touch(int a) {
+    if (!dirty_flag_[static_cast<std::size_t>(a)]) {
+      dirty_flag_[static_cast<std::size_t>(a)] = 1;
+      dirty_.push_back(a);
+    }
+  }
+  stage_core& stage(int a) { return *stages_[static_cast<std::size_t>(a)]; }
+  expected<void> build();
+  void pump(int replica);
+  void step_ready(int a);
+  void gradients_complete(int a);
+  expected<void> start_work(int a);
+
+  const cluster_config& c_;
+  int p_, d_;
+  double now_ = 0;
+  event_queue events_;
+  std::vector<std::unique_ptr<stage_core>> stages_;  ///< by actor (null for routers)
+  std::vector<std::unique_ptr<router_core>> routers_;  ///< by replica
+  std::vector<char> dirty_flag_;
+  std::vector<int> dirty_;             ///< actors that heard something this instant
+  std::vector<int> work_;              ///< the previous batch of dirty_, being served
+  std::vector<double> busy_;           ///< by actor
+  std::vector<int> peak_in_flight_;    ///< by actor
+  std::vector<std::vector<chunk_costs>> costs_, head_costs_;  ///< by position, chunk
+  std::vector<double> allreduce_;      ///< by position: one ring all-reduce
+  std::vector<double> params_;         ///< by position: the stage's parameters (embeddings on the ends)
+  std::vector<int> joined_;            ///< by position: replicas whose gradients are complete this step
+  int positions_synced_ = 0;           ///< positions whose all-reduce finished this step
+  std::int64_t synced_steps_ = 0;      ///< steps whose every all-reduce finished
+  double last_complete_ = 0;           ///< when the step's last gradients completed
+  double sync_wait_ = 0;
+  std::uint64_t messages_ = 0;
+  double p2p_bytes_ = 0;
+  double message_bytes_ = 0;
+};
+
+expected<void> cluster::build() {
+  const auto& m = c_.model;
+  message_bytes_ = c_.activation_bytes * m.microbatch * m.sequence * m.hidden;
+  const int v = static_cast<int>(c_.stages.front().chunks.size());
+  const int n = d_ * (p_ + 1);
+  stages_.resize(static_cast<std::size_t>(n));
+  dirty_flag_.assign(static_cast<std::size_t>(n), 0);
+  busy_.assign(static_cast<std::size_t>(n), 0);
+  peak_in_flight_.assign(static_cast<std::size_t>(n), 0);
+  joined_.assign(static_cast<std::size_t>(p_), 0);
+  for (int s = 0; s < p_; ++s) {
+    std::vector<chunk_costs> plain, head;
+    int layers = 0;
+    for (auto [b, e] : c_.stages[static_cast<std::size_t>(s)].chunks) {
+      plain.push_back(costs_of(m, c_.costs, e - b, false));
+      head.push_back(costs_of(m, c_.costs, e - b, true));
+      layers += e - b;
+    }
+    costs_.push_back(std::move(plain));
+    head_costs_.push_back(std::move(head));
+    bool embedding = std::any_of(c_.stages[static_cast<std::size_t>(s)].chunks.begin(),
+                                 c_.stages[static_cast<std::size_t>(s)].chunks.end(),
+                                 [&](auto ch) { return ch.first == 0 || ch.second == m.layers; });
+    params_.push_back(stage_parameters(m, layers, embedding));
+    double grad = params_.back() * c_.gradient_bytes / c_.costs.tensor_parallel;
+    // The ring of one tensor-parallel slice over the d replicas: the slowest
+    // link is between nodes as soon as the replicas span more than one node.
+    bool spans = node_of(actor(0, s)) != node_of(actor(d_ - 1, s));
+    allreduce_.push_back(ring_allreduce_time(
+      d_, grad, spans ? c_.costs.network.between_nodes : c_.costs.network.within_node));
+  }
+
+  for (int r = 0; r < d_; ++r) {
+    routing_params rp;
+    rp.layers = m.layers;
+    rp.paths = c_.paths;
+    for (int s = 0; s < p_; ++s) {
+      auto st = c_.stages[static_cast<std::size_t>(s)];
+      st.actor = actor(r, s);
+      rp.stages.push_back(std::move(st));
+    }
+    auto routing = make_routing(c_.routing, rp);
+    if (!routing)
+      return routing.error();
+    router_config rc;
+    for (int s = 0; s < p_; ++s)
+      rc.stage_actors.push_back(actor(r, s));
+    rc.microbatches = c_.microbatches;
+    rc.steps = c_.steps;
+    rc.tokens_per_microbatch = static_cast<std::int64_t>(m.microbatch) * m.sequence;
+    routers_.push_back(std::make_unique<router_core>(rc, std::move(*routing)));
+    const route_t chain = routers_.back()->eval_route();
+    const int router = r * (p_ + 1);
+    for (int s = 0; s < p_; ++s) {
+      const int me = actor(r, s);
+      policy_params pp;
+      pp.rank = s, pp.ranks = p_, pp.chunks = v, pp.options = c_.policy_options;
+      auto policy = make_policy(c_.policy, pp);
+      if (!policy)
+        return policy.error();
+      stage_core_config cc;
+      cc.name = fmt::format("r{}s{}", r, s);
+      cc.actor = me, cc.rank = s, cc.ranks = p_, cc.chunks = v, cc.router = router, cc.steps = c_.steps;
+      cc.reduce_norm = c_.reduce_norm;
+      cc.input_credits = chain_input_credits(chain, me, router, p_);  // as a graph without `credits:`
+      stage_core_hooks hk;
+      hk.clock = [this] { return now_; };
+      hk.forward = [this, me](int to, const msg_meta& msg) {
+        if (to == me)
+          return;
+        p2p_bytes_ += message_bytes_;
+        deliver(me, to, message_bytes_, [this, to, msg] { stage(to).on_activation(msg); });
+      };
+      hk.backward = [this, me](int to, const msg_meta& msg) {
+        if (to == me)
+          return;
+        p2p_bytes_ += message_bytes_;
+        deliver(me, to, message_bytes_, [this, to, msg] { stage(to).on_gradient(msg); });
+      };
+      hk.credit = [this, me, router, r](int to, int count) {
+        deliver(me, to, 0, [this, to, me, count, router, r] {
+          if (to == router)
+            routers_[static_cast<std::size_t>(r)]->grant(me, count);
+          else
+            stage(to).on_credit(me, count);
+        });
+      };
+      hk.norm = [this, me](int reducer, std::int64_t step, double sq) {
+        deliver(me, reducer, 0, [this, reducer, step, sq, me] { stage(reducer).on_norm(step, sq, me); });
+      };
+      hk.clip = [this, me](int to, std::int64_t step, double total) {
+        deliver(me, to, 0, [this, to, step, total] { stage(to).on_clip(step, total); });
+      };
+      hk.gradients_complete = [this, me](std::int64_t) {
+        gradients_complete(me);
+        return 0.0;
+      };
+      stages_[static_cast<std::size_t>(me)] =
+        std::make_unique<stage_core>(std::move(cc), std::move(*policy), std::move(hk));
+    }
+  }
+  return {};
+}
+
+// A stage's gradients for the step are complete: it joins its position's ring.
+// When the last replica joins, the ring runs; when every position's ring is
+// done, the routers may start the next step (the optimizer step needs them all).
+void cluster::gradients_complete(int a) {
+  int s = position_of(a);
+  last_complete_ = std::max(last_complete_, now_);
+  if (++joined_[static_cast<std::size_t>(s)] < d_)
+    return;
+  joined_[static_cast<std::size_t>(s)] = 0;
+  events_.post(now_ + allreduce_[static_cast<std::size_t>(s)], [this] {
+    if (++positions_synced_ < p_)
+      return;
+    positions_synced_ = 0;
+    sync_wait_ += now_ - last_complete_;
+    ++synced_steps_;
+    for (int r = 0; r < d_; ++r)
+      touch(r * (p_ + 1));
+  });
+}
+
+// The replica's router emits what its credits allow, for steps whose predecessor is synced.
+void cluster::pump(int r) {
+  auto& router = *routers_[static_cast<std::size_t>(r)];
+  const int self = r * (p_ + 1);
+  while (!router.done() && router.emitted() / c_.microbatches <= synced_steps_) {
+    auto e = router.next();
+    if (!e)
+      break;
+    for (const auto& [to, plan] : e->plans)
+      deliver(self, to, 0, [this, to, plan] { stage(to).on_plan(plan); });
+    msg_meta msg{e->step, e->microbatch, 0, e->route};
+    int head = e->route.front().actor, tail = e->route.back().actor;
+    deliver(self, head, 0, [this, head, msg, both = head == tail] { stage(head).on_batch(msg, true, both); });
+    if (tail != head)
+      deliver(self, tail, 0, [this, tail, msg] { stage(tail).on_batch(msg, false, true); });
+  }
+}
+
+expected<void> cluster::start_work(int a) {
+  auto& s = stage(a);
+  auto task = s.begin();
+  if (!task) {
+    if (auto w = s.wake_in(); w && *w > 0)
+      events_.post(now_ + *w, [this, a] { touch(a); });
+    return {};
+  }
+  const auto& q = s.queue();
+  int limit = s.policy().in_flight_limit();
+  if (limit > 0 && q.in_flight() > limit)
+    return make_sched_error(fmt::format("t={}: policy {} on {} holds {} activations, over its bound {}", now_,
+                                        s.policy().name(), s.config().name, q.in_flight(), limit));
+  auto& peak = peak_in_flight_[static_cast<std::size_t>(a)];
+  peak = std::max(peak, q.in_flight());
+  int pos = position_of(a);
+  const auto& cc = (task->loss ? head_costs_ : costs_)[static_cast<std::size_t>(pos)][static_cast<std::size_t>(task->chunk)];
+  double cost = 0;
+  switch (task->what.kind) {
+    case op_kind::forward: cost = cc.forward; break;
+    case op_kind::backward: cost = cc.backward; break;
+    case op_kind::input_grad: cost = cc.backward - cc.weight; break;
+    case op_kind::weight_grad: cost = cc.weight; break;
+  }
+  busy_[static_cast<std::size_t>(a)] += cost;
+  events_.post(now_ + cost, [this, a, t = *task] {
+    stage(a).finish(t);
+    touch(a);
+  });
+  return {};
+}
+
+expected<cluster_result> cluster::run() {
+  auto wall = std::chrono::steady_clock::now();
+  if (auto b = build(); !b)
+    return b.error();
+  try {
+    for (auto& s : stages_)
+      if (s)
+        s->start();
+    for (int r = 0; r < d_; ++r)
+      touch(r * (p_ + 1));
+    while (!events_.empty() || !dirty_.empty()) {
+      if (dirty_.empty()) {
+        now_ = events_.next_time();
+        while (!events_.empty() && events_.next_time() == now_)
+          events_.run_next();
+      }
+      // Routers first (their credits came in), then every stage that heard something.
+      work_.swap(dirty_);  // both keep their capacity: no allocation per instant
+      dirty_.clear();
+      std::sort(work_.begin(), work_.end());
+      for (int a : work_) {
+        dirty_flag_[static_cast<std::size_t>(a)] = 0;
+        if (position_of(a) < 0)
+          pump(replica_of(a));
+      }
+      for (int a : work_)
+        if (position_of(a) >= 0)
+          if (auto ok = start_work(a); !ok)
+            return ok.error();
+    }
+  } catch (const std::exception& e) {
+    return make_sched_error(fmt::format("simulation at t={}: {}", now_, e.what()));
+  }
+  for (int a = 0; a < static_cast<int>(stages_.size()); ++a)
+    if (stages_[static_cast<std::size_t>(a)] && !stage(a).training_done())
+      return make_sched_error(fmt::format("the pipeline stalled with work left: {} at step {} ({} steps synced)",
+                                          stage(a).config().name, stage(a).step(), synced_steps_));
+
+  cluster_result out;
+  const auto& m = c_.model;
+  out.makespan = now_;
+  out.iteration_s = now_ / static_cast<double>(c_.steps);
+  out.stage_actors = p_ * d_;
+  out.devices = static_cast<std::int64_t>(out.stage_actors) * c_.costs.tensor_parallel;
+  std::int64_t batch = static_cast<std::int64_t>(m.microbatch) * c_.microbatches * d_;
+  out.tokens_per_step = batch * m.sequence;
+  out.flops_per_step = iteration_flops(m, batch, c_.costs.recompute);
+  out.model_flops_per_step = iteration_flops(m, batch, false);
+  out.parameters = parameter_count(m);
+  out.peak_flops = c_.costs.device.peak(c_.costs.dtype);
+  out.events = events_.ran();
+  out.messages = messages_;
+  out.p2p_bytes = p2p_bytes_ / static_cast<double>(c_.steps);
+  out.sync_wait_s = sync_wait_ / static_cast<double>(c_.steps);
+  const double t = c_.costs.tensor_parallel;
+  for (int s = 0; s < p_; ++s) {
+    position_result pr;
+    pr.name = c_.stages[static_cast<std::size_t>(s)].name;
+    for (auto [b, e] : c_.stages[static_cast<std::size_t>(s)].chunks)
+      pr.layers += e - b;
+    pr.parameters = params_[static_cast<std::size_t>(s)];
+    for (int r = 0; r < d_; ++r) {
+      pr.busy += busy_[static_cast<std::size_t>(actor(r, s))];
+      pr.peak_in_flight = std::max(pr.peak_in_flight, peak_in_flight_[static_cast<std::size_t>(actor(r, s))]);
+    }
+    out.busy += pr.busy;
+    // Mixed-precision Adam keeps 2 + 2 + 12 bytes a parameter (ZeRO, Rajbhandari
+    // et al. 2020); activations: the peak in-flight microbatches' layers, or with
+    // recomputation only each layer's input plus one layer's working set.
+    double per_chunk_layers = static_cast<double>(pr.layers) / static_cast<double>(costs_[0].size());
+    double acts = c_.costs.recompute
+                    ? pr.peak_in_flight * per_chunk_layers * 2.0 * m.microbatch * m.sequence * m.hidden / t +
+                        layer_activation_bytes(m, c_.costs.tensor_parallel)
+                    : pr.peak_in_flight * per_chunk_layers * layer_activation_bytes(m, c_.costs.tensor_parallel);
+    pr.memory_bytes = 16.0 * pr.parameters / t + acts;
+    pr.allreduce_s = allreduce_[static_cast<std::size_t>(s)];
+    if (d_ > 1)
+      out.allreduce_bytes += 2.0 * (d_ - 1) / d_ * pr.parameters * c_.gradient_bytes * d_;
+    out.positions.push_back(std::move(pr));
+  }
+  out.bubble_fraction = out.makespan > 0 ? 1.0 - out.busy / (out.stage_actors * out.makespan) : 0.0;
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count();
+  return out;
+}
+
+} // namespace
+
+double cluster_result::mfu() const {
+  double denominator = iteration_s * static_cast<double>(devices) * peak_flops;
+  return denominator > 0 ? model_flops_per_step / denominator : 0.0;
+}
+
+expected<cluster_result> simulate_cluster(const cluster_config& c) {
+  if (c.stages.empty() || c.replicas < 1 || c.microbatches < 1 || c.steps < 1)
+    return make_sched_error(fmt::format("simulate: stages ({}), replicas ({}), microbatches ({}) and steps ({}) must "
+                                        "be at least 1", c.stages.size(), c.replicas, c.microbatches, c.steps));
+  if (c.costs.tensor_parallel < 1 || c.costs.device.peak(c.costs.dtype) <= 0 || c.costs.device.memory_bandwidth <= 0)
+    return make_sched_error("simulate: tensor_parallel must be at least 1 and the device's peak and memory "
+                            "bandwidth positive");
+  const auto v = c.stages.front().chunks.size();
+  for (const auto& s : c.stages)
+    if (s.chunks.size() != v)
+      return make_sched_error(fmt::format("simulate: every stage needs the same number of chunks ({} has {}, {} has "
+                                          "{})", c.stages.front().name, v, s.name, s.chunks.size()));
+  return cluster{c}.run();
+}
+
+} // namespace troupe::sched

@@ -1,0 +1,80 @@
+// The same graph at any size under a simulated clock: a pipeline's stage
+// actors repeated over data-parallel replicas, each replica with its router,
+// their real stage_core / router_core / policies, and a cost model for compute,
+// links and collectives instead of CAF and kernels.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "schedulers/cost_model.hpp"
+#include "schedulers/expected.hpp"
+#include "schedulers/routing_policy.hpp"
+
+namespace troupe::sched {
+
+/// One simulated cluster: `stages` is one replica's stage actors (their names
+/// and model chunks; actor numbers are assigned here), repeated `replicas` times.
+struct cluster_config {
+  transformer_shape model;        ///< model.microbatch is b, sequences per microbatch
+  cost_settings costs;            ///< device, links, tensor parallelism, recomputation
+  int replicas = 1;               ///< d: data-parallel replicas of the whole pipeline
+  int microbatches = 1;           ///< m: per replica per step
+  std::int64_t steps = 1;
+  std::string policy = "1f1b";    ///< the stage policy (a registered name)
+  std::map<std::string, std::string> policy_options;
+  std::string routing = "chain";  ///< the routing policy
+  std::vector<std::vector<std::string>> paths;  ///< for `paths`
+  std::vector<route_stage> stages;  ///< one replica, in pipeline order (their `actor` is ignored)
+  double gradient_bytes = 4;      ///< per parameter in the data-parallel all-reduce (f32 main gradients)
+  double activation_bytes = 2;    ///< per value sent between stages (bf16)
+  bool reduce_norm = true;        ///< global-norm clipping: each replica's stages reduce Σg² every step
+};
+
+/// What one pipeline position (the same stage in every replica) did.
+struct position_result {
+  std::string name;
+  int layers = 0;
+  double busy = 0;            ///< compute seconds, summed over the replicas
+  int peak_in_flight = 0;     ///< most activations held at once, over the replicas
+  double parameters = 0;      ///< of the stage (all t devices together)
+  double memory_bytes = 0;    ///< per device: model states + peak activations
+  double allreduce_s = 0;     ///< one data-parallel ring all-reduce of its gradients
+};
+
+/// What the simulation measured.
+struct cluster_result {
+  double makespan = 0;        ///< simulated seconds of all steps
+  double iteration_s = 0;     ///< makespan / steps
+  double busy = 0;            ///< compute seconds over all stage actors
+  /// Idle share of the stage actors' time, 1 - busy / (stage actors x makespan):
+  /// the pipeline bubble plus waiting for the data-parallel all-reduce.
+  double bubble_fraction = 0;
+  double sync_wait_s = 0;     ///< per step: gradients complete everywhere -> all-reduces done (critical path)
+  int stage_actors = 0;
+  std::int64_t devices = 0;   ///< stage actors x t
+  std::int64_t tokens_per_step = 0;
+  double flops_per_step = 0;        ///< Megatron's count (with the recomputed forward when recomputing)
+  double model_flops_per_step = 0;  ///< without recomputation (for MFU)
+  double parameters = 0;
+  double peak_flops = 0;            ///< per device, in the settings' dtype
+  std::uint64_t events = 0;
+  std::uint64_t messages = 0;
+  double p2p_bytes = 0;             ///< activations and gradients between stages
+  double allreduce_bytes = 0;       ///< bytes each device sends in the step's all-reduces, summed
+  double wall_s = 0;                ///< real seconds the simulation took
+  std::vector<position_result> positions;
+  /// FLOP/s per device as Megatron counts them (flops_per_step), in TFLOP/s.
+  double tflops_per_device() const;
+  /// Model FLOPs utilisation: model_flops_per_step / (iteration_s x devices x peak).
+  double mfu() const;
+  double tokens_per_s() const { return iteration_s > 0 ? tokens_per_step / iteration_s : 0.0; }
+};
+
+/// Runs `steps` steps. Fails on a bad configuration, on a policy that breaks
+/// its bounds, or when the pipeline stalls (naming a stuck stage).
+expected<cluster_result> simulate_cluster(const cluster_config& config);
+
+} // namespace troupe::sched
