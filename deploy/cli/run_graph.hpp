@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "deploy/cli/flags.hpp"
 #include "deploy/cli/model_size.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/graph/graph_loader.hpp"
@@ -99,21 +100,9 @@ nlohmann::json summary_json(const run_result& r, const parameter_count& paramete
 
 namespace troupe::cli {
 
-/// Parses `FILE [--set KEY.PATH=VALUE]... [OPT VALUE]...` for `troupe CMD`: each
-/// option in `extra` stores its value in the string it points at. False (after
-/// a message on stderr) on bad arguments; `help` set on -h/--help.
-bool parse_graph_args(std::span<char*> args, const char* cmd, std::string& file, std::vector<std::string>& sets,
-                      const std::vector<std::pair<std::string, std::string*>>& extra, bool& help);
-
-/// The command-line options `troupe run` and `troupe launch` share.
-struct run_args {
-  std::string file, steps, timeout, resume;
-  std::vector<std::string> sets;  ///< `--set` values, plus `train.steps=N` for --steps
-};
-
-/// Checks --steps and --timeout, loads the graph with the `--set` values and
-/// opens the --resume checkpoint into its checkpoint section (printing where it
-/// resumes), and prints the model's parameter count. nullopt after the errors went to stderr: exit with bad_input.
+/// Loads the graph with the `--set` and `--steps` values and opens the --resume
+/// checkpoint into its checkpoint section (printing where it resumes); sets
+/// `timeout` from --timeout. nullopt after the errors went to stderr: exit with bad_input.
 std::optional<graph_spec> load_run_graph(const char* cmd, run_args& a, std::chrono::milliseconds& timeout);
 
 /// Prints how the run of `file` (the graph `g`) went (one summary line, or the
@@ -121,12 +110,5 @@ std::optional<graph_spec> load_run_graph(const char* cmd, run_args& a, std::chro
 /// returns the exit code of `troupe CMD` (deploy/cli/run_report.cpp).
 int report_run(const char* cmd, const graph_spec& g, const std::string& file, const caf::expected<run_result>& result,
                const std::string& summary_path);
-
-/// `troupe check` (deploy/cli/cmd_check.cpp) and `troupe run` (deploy/cli/cmd_run.cpp).
-int run_check(std::span<char*> args);
-int run_run(std::span<char*> args);
-/// `troupe launch` (deploy/cli/cmd_launch.cpp) and `troupe node` (deploy/cli/cmd_node.cpp).
-int run_launch(std::span<char*> args);
-int run_node(std::span<char*> args);
 
 } // namespace troupe::cli

@@ -9,23 +9,13 @@
 #include "deploy/cli/interrupt.hpp"
 #include "deploy/cli/run_graph.hpp"
 #include "runtime/actor/errors.hpp"
-#include "runtime/graph/limits.hpp"
 
 namespace troupe::cli {
 
 std::optional<graph_spec> load_run_graph(const char* cmd, run_args& a, std::chrono::milliseconds& timeout) {
-  std::int64_t n = 0;
-  if (!a.steps.empty()) {
-    if (!parse_count(cmd, a.steps, "--steps", 1, limits::max_steps, n))
-      return std::nullopt;
-    a.sets.push_back(fmt::format("train.steps={}", n));
-  }
-  if (!a.timeout.empty()) {
-    if (!parse_count(cmd, a.timeout, "--timeout", 1, limits::max_timeout_s, n))
-      return std::nullopt;
-    timeout = std::chrono::seconds(n);
-  }
-  auto res = load_graph_for_cli(a.file, a.sets);
+  if (a.timeout_s > 0)
+    timeout = std::chrono::seconds(a.timeout_s);
+  auto res = load_graph_for_cli(a.graph.file, a.graph.overrides());
   if (!res.ok()) {
     fmt::print(stderr, "{}", to_string(res.errors));
     return std::nullopt;
