@@ -3,6 +3,7 @@ find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(doctest REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)  # Debian's libcli11-dev: the troupe command line
 
 # CAF 0.17 ships no CMake config: build imported targets from its headers and libraries.
 find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)

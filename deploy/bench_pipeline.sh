@@ -18,7 +18,7 @@ trap 'rm -rf "$out"' EXIT
 for ((r = 0; r < runs; ++r)); do
   for p in 1 2; do
     "$troupe" run examples/tiny-gpt.yaml --steps "$steps" --set pipeline.stages=$p --set train.eval_batches=1 \
-      --set train.eval_every=0 --set trace.file=runs/bench-pipeline.json --summary-json "$out/p$p-$r.json" > "$out/p$p-$r.log"
+      --set train.eval_every=0 --trace runs/bench-pipeline.json --summary-json "$out/p$p-$r.json" > "$out/p$p-$r.log"
   done
 done
 

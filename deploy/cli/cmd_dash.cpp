@@ -1,11 +1,14 @@
-// `troupe dash TRACE.json [--address ADDR]`: serves the dashboard page on a
+// `troupe dash TRACE.json [--dashboard ADDR]`: serves the dashboard page on a
 // finished trace until interrupted.
 #include <csignal>
-#include <string_view>
+#include <memory>
+#include <string>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "deploy/cli/commands.hpp"
+#include "deploy/cli/flags.hpp"
 #include "runtime/trace/dashboard_server.hpp"
 #include "runtime/actor/errors.hpp"
 
@@ -13,44 +16,21 @@ namespace troupe::cli {
 
 namespace {
 
-constexpr const char* dash_help = R"(usage: troupe dash TRACE.json [--address ADDR]
+constexpr const char* dash_description = R"(Serves the dashboard (the page `troupe run --dashboard` serves live) on a
+finished trace written by `troupe run --trace`, until Ctrl-C.)";
 
-Serves the dashboard (the page `troupe run --dashboard` serves live) on a
-finished trace written by `troupe run --trace`, until Ctrl-C.
+constexpr const char* dash_footer =
+  "Exit codes: 0 stopped by a signal, 1 cannot read the trace or listen, 2 bad arguments.\n";
 
-options:
-  --address ADDR   where to listen (default 127.0.0.1:8080; :0 picks a free port);
-                   other interfaces only when named (0.0.0.0 for all)
-  -h, --help       show this help
+/// What `troupe dash`'s command line asked for.
+struct dash_cli {
+  std::string file;
+  bool dashboard = true;  // what --dashboard sets: dash always serves
+  std::string address = "127.0.0.1:8080";
+};
 
-Exit codes: 0 stopped by a signal, 1 cannot read the trace or listen, 2 bad arguments.
-)";
-
-} // namespace
-
-int dash_command(std::span<char*> args) {
-  std::string file, address = "127.0.0.1:8080";
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view a = args[i];
-    if (a == "-h" || a == "--help") {
-      fmt::print("{}", dash_help);
-      return ok;
-    }
-    if (a == "--address" && i + 1 < args.size())
-      address = args[++i];
-    else if (a.starts_with("--address="))
-      address = std::string{a.substr(10)};
-    else if (!a.starts_with("-") && file.empty())
-      file = a;
-    else {
-      fmt::print(stderr, "troupe dash: unexpected argument '{}'\n{}", a, dash_help);
-      return bad_input;
-    }
-  }
-  if (file.empty()) {
-    fmt::print(stderr, "troupe dash: missing the trace file\n{}", dash_help);
-    return bad_input;
-  }
+int dash(const dash_cli& a) {
+  const auto& file = a.file;
   auto t = read_chrome_trace(file);
   if (!t) {
     fmt::print(stderr, "troupe dash: {}\n", error_message(t.error()));
@@ -63,7 +43,7 @@ int dash_command(std::span<char*> args) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   dashboard_options opts;
-  opts.address = address;
+  opts.address = a.address;
   opts.static_dir = default_dashboard_dir();
   opts.title = file;
   auto spans = t->spans.size();
@@ -78,6 +58,16 @@ int dash_command(std::span<char*> args) {
   sigwait(&set, &sig);
   (*srv)->stop();
   return ok;
+}
+
+} // namespace
+
+command_action define_dash(CLI::App& app) {
+  auto a = std::make_shared<dash_cli>();
+  describe(app, dash_description, dash_footer);
+  app.add_option("TRACE", a->file, "a trace file (Chrome Trace Event JSON)")->required();
+  add_dashboard(app, a->dashboard, a->address, "--address");  // its older name here
+  return [a] { return dash(*a); };
 }
 
 } // namespace troupe::cli

@@ -2,14 +2,16 @@
 // section describes, as the coordinator; ends like `troupe run`.
 #include <unistd.h>
 
-#include <charconv>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "deploy/cluster/cluster_token.hpp"
 #include "deploy/cli/commands.hpp"
+#include "deploy/cli/flags.hpp"
 #include "deploy/cluster/coordinator.hpp"
 #include "deploy/cli/interrupt.hpp"
 #include "deploy/cli/run_graph.hpp"
@@ -21,39 +23,19 @@ namespace troupe::cli {
 
 namespace {
 
-constexpr const char* launch_help = R"(usage: troupe launch FILE [--set KEY.PATH=VALUE]... [--steps N] [--summary-json OUT.json]
-                     [--timeout SECONDS] [--resume DIR | --restart] [--trace OUT.json | --no-trace] [--trace-buffer N]
-                     [--dashboard [ADDR]]
-
-Validates the graph file FILE, then runs it across the node processes its
+constexpr const char* launch_description = R"(Validates the graph file FILE, then runs it across the node processes its
 `cluster:` section asks for: `cluster: {launcher: local, nodes: 2}` starts two
 processes on this machine (`ssh` with `hosts:`, or `slurm` inside an
 allocation). This process is the coordinator: it listens on cluster.address
 (127.0.0.1 by default) and only accepts nodes that present the shared token
 (cluster.token_file, else $TROUPE_TOKEN, else a fresh one made for this launch).
 Stages are spread evenly over the nodes unless an actor names its `node:`.
+The flags mean what they mean for `troupe run`; --set values reach the nodes,
+each node writes its trace to the trace file with `.nodeI` before the
+extension, and --dashboard serves one live dashboard of every node's actors
+from this process (nodes stream their spans to it, lanes say their node).)";
 
-options:
-  --set KEY.PATH=VALUE   override one value before validation (repeatable; nodes get it too)
-  --steps N              train for N steps (the same as --set train.steps=N)
-  --summary-json FILE    write the run's summary there, as `troupe run` does
-  --timeout SECONDS      fail if the run takes longer (default: no limit)
-  --trace FILE           each node writes its Chrome trace to FILE with `.nodeI`
-                         before the extension (default: the graph's trace.file)
-  --no-trace             write no trace
-  --trace-buffer N       spans kept per thread on each node
-  --dashboard [ADDR]     serve one live dashboard of every node's actors from this
-                         process, at ADDR (default 127.0.0.1:8080; :0 picks a free
-                         port; the URL is printed); nodes stream their spans to it,
-                         lanes say their node; works with --trace
-  --resume DIR           continue from a checkpoint: DIR is a checkpoint.dir
-                         (its 'latest' names the step) or one step-NNNNNN folder
-  --restart              start over in a checkpoint.dir that holds an earlier
-                         run's checkpoints, removing them (without it, or
-                         --resume, such a run is refused)
-  -h, --help             show this help
-
-Output files (--summary-json, each node's trace) and the checkpoint folder are
+constexpr const char* launch_footer = R"(Output files (--summary-json, each node's trace) and the checkpoint folder are
 checked before any node starts; the checkpoint folder is locked for the run.
 
 Ctrl-C (SIGINT) or SIGTERM stops every node cleanly (traces written, the last
@@ -70,41 +52,21 @@ std::string self_exe() {
   return ec ? std::string{"troupe"} : p.string();
 }
 
-} // namespace
-
-int run_launch(std::span<char*> args) {
-  run_args ra;
-  std::string summary;
-  bool help = false;
-  std::vector<char*> rest(args.begin(), args.end());
-  trace_cli_options trace;
-  if (!take_trace_options(rest, trace, "launch"))
-    return bad_input;
-  bool restart = take_flag(rest, "--restart");
-  args = rest;
-  if (!parse_graph_args(args, "launch", ra.file, ra.sets,
-                        {{"--steps", &ra.steps}, {"--summary-json", &summary}, {"--timeout", &ra.timeout},
-                         {"--resume", &ra.resume}},
-                        help))
-    return bad_input;
-  if (help) {
-    fmt::print("{}", launch_help);
-    return ok;
-  }
-  if (restart && !ra.resume.empty()) {
-    fmt::print(stderr, "troupe launch: --restart starts over and --resume continues: give one of them\n");
-    return bad_input;
-  }
+int launch(run_args& ra) {
+  const auto& trace = ra.trace;
   cluster::coordinator_options o;
   auto loaded = load_run_graph("launch", ra, o.timeout);
   if (!loaded.graph)
     return loaded.exit_code;
   const auto& g = *loaded.graph;
-  auto trace_file = !trace.file.empty() ? trace.file : trace.no_trace ? std::string{} : g.trace.file;
-  std::vector<std::string> outputs{summary};
-  for (int i = 0; !trace_file.empty() && i < g.cluster.nodes; ++i)
-    outputs.push_back(node_trace_file(trace_file, i));  // the nodes write these (a shared file system)
-  auto ckpt_lock = prepare_run("launch", g, outputs, restart);
+  // Absolute, so every node writes where this folder's path points, whatever its own folder.
+  auto traces = trace_file(g, trace);
+  if (!traces.empty())
+    traces = std::filesystem::absolute(traces).string();
+  std::vector<std::string> outputs{ra.summary};
+  for (int i = 0; !traces.empty() && i < g.cluster.nodes; ++i)
+    outputs.push_back(node_trace_file(traces, i));  // the nodes write these (a shared file system)
+  auto ckpt_lock = prepare_run("launch", g, outputs, ra.restart);
   if (!ckpt_lock)
     return bad_input;
   if (!g.cluster.token_path.empty()) {
@@ -125,12 +87,13 @@ int run_launch(std::span<char*> args) {
     return bad_input;
   }
   o.transport = *kind;
-  o.graph_file = ra.file;
-  o.overrides = ra.sets;
+  o.graph_file = ra.graph.file;
+  o.overrides = ra.graph.overrides();
   o.resume = ra.resume.empty() ? std::string{} : std::filesystem::absolute(ra.resume).string();
   o.troupe_exe = self_exe();
-  o.trace_file = trace_file;
+  o.trace_file = traces;
   o.trace_buffer = trace.buffer;
+  o.threads = ra.threads;
   auto tracing = run_tracing::start_coordinator(g, trace);
   if (!tracing) {
     fmt::print(stderr, "troupe launch: {}\n", error_message(tracing.error()));
@@ -143,8 +106,17 @@ int run_launch(std::span<char*> args) {
   auto trace_err = (*tracing)->finish();
   if (!trace_err.empty())
     fmt::print(stderr, "troupe launch: {}\n", trace_err);
-  auto rc = report_run("launch", g, ra.file, result, summary);
+  auto rc = report_run("launch", g, ra.graph.file, result, ra.summary);
   return rc == ok && !trace_err.empty() ? runtime_failure : rc;
+}
+
+} // namespace
+
+command_action define_launch(CLI::App& app) {
+  auto a = std::make_shared<run_args>();
+  describe(app, launch_description, std::string{launch_footer} + "\n" + paths_help);
+  add_run_args(app, *a, " on each node");
+  return [a] { return launch(*a); };
 }
 
 } // namespace troupe::cli

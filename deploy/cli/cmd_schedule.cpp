@@ -6,15 +6,20 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
+#include <memory>
 #include <ranges>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "deploy/cli/commands.hpp"
+#include "deploy/cli/flags.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/graph/limits.hpp"
 #include "runtime/actor/plugin.hpp"
@@ -27,43 +32,25 @@ namespace {
 
 using namespace troupe::sched;
 
-constexpr std::string_view usage =
-  "usage: troupe schedule --policy P --stages S --microbatches M [options]\n"
-  "\n"
-  "Simulates one training step of a pipeline under a deterministic clock, with\n"
-  "the same policy objects the pipeline-stage actors use, and prints each rank's\n"
-  "action order (`0F0 0F1 0B0 ...`), the makespan and the bubble fraction\n"
-  "(idle time / (stages x makespan)).\n"
-  "\n"
-  "options:\n"
-  "  --policy P            gpipe, 1f1b, interleaved_1f1b, zb_h1, table (or a plugin's)\n"
-  "  --plugin LIB.so       load a plugin first, so its policies can be named (repeatable)\n"
-  "  --stages S            pipeline ranks p, 1 to 4096 (as in a graph file)\n"
-  "  --microbatches M      microbatches per step m, 1 to 65536 (as in a graph file)\n"
-  "  --virtual V           model chunks per rank (interleaved_1f1b), 1 to 64, default 1;\n"
-  "                        S x S x V x M is at most 2^25\n"
-  "  --costs F,B,W         a rank's forward, backward (= I + W) and weight-gradient cost\n"
-  "                        for one microbatch, default 1,2,1 (a chunk costs 1/V of it)\n"
-  "  --latency L           time a message takes between ranks, default 0\n"
-  "  --slow R:F            rank R runs F times slower (repeatable)\n"
-  "  --slow-microbatch MB:F  microbatch MB runs F times slower everywhere (repeatable)\n"
-  "  --jitter J            every operation's cost times a uniform factor in [1-J, 1+J]\n"
-  "  --seed S              the jitter's seed, default 0\n"
-  "  --table FILE          the action lists `table` replays, one line per rank\n"
-  "  --option KEY=VALUE    a policy option (repeatable), e.g. max_in_flight=3\n"
-  "  --timeline            also print each action's simulated start and end\n"
-  "  --save-table FILE     write the run's per-rank orders as a table `table` can replay\n"
-  "  --compare [SEEDS]     compare the policy with `table` replaying its own canonical\n"
-  "                        order under jitter 30%, one rank 1.5x slower, one microbatch\n"
-  "                        4x slower and microbatch costs drawn from 1-3x: median\n"
-  "                        makespans over SEEDS seeds (default 100, at most 100000,\n"
-  "                        and SEEDS x S x S x V x M at most 2^22)\n"
-  "  --json                print one JSON object instead of text: {\"orders\": {\"0\": [\"0F0\",\n"
-  "                        ...]}, \"makespan\", \"bubble\", \"peak_in_flight\", ...}, or with\n"
-  "                        --compare {\"shape\", \"seeds\", \"records\": [{\"scenario\",\n"
-  "                        \"policy\", \"emergent\", \"replayed\", ...}]}\n"
-  "\n"
-  "exit codes: 0 success, 1 the schedule failed to run, 2 bad input\n";
+constexpr const char* schedule_description = R"(Simulates one training step of a pipeline under a deterministic clock, with
+the same policy objects the pipeline-stage actors use, and prints each rank's
+action order (`0F0 0F1 0B0 ...`), the makespan and the bubble fraction
+(idle time / (stages x makespan)).)";
+
+constexpr const char* schedule_footer = R"(--stages x --stages x --virtual x --microbatches is at most 2^25; with
+--compare, SEEDS times that is at most 2^22.
+Exit codes: 0 success, 1 the schedule failed to run, 2 bad input.
+)";
+
+/// What `troupe schedule`'s command line asked for.
+struct schedule_cli {
+  sim_config c;
+  std::string policy;
+  policy_params params;
+  std::vector<std::string> plugins, slow, slow_mb, options;
+  std::string costs = "1,2,1", save_table, compare;
+  bool timeline = false, json = false, comparing = false;
+};
 
 int bad(const std::string& message) {
   fmt::print(stderr, "troupe schedule: {}\n(see `troupe schedule --help`)\n", message);
@@ -87,6 +74,15 @@ bool parse_slowdown(std::string_view text, std::vector<double>& factors, int cou
   factors.resize(static_cast<std::size_t>(count), 1.0);
   factors[static_cast<std::size_t>(index)] = factor;
   return true;
+}
+
+/// `F,B,W`: three finite numbers, F and B positive, W not negative.
+bool parse_costs(std::string_view value, sim_config& c) {
+  auto a = value.find(','), b = value.find(',', a == value.npos ? a : a + 1);
+  return a != value.npos && b != value.npos && parse_number(value.substr(0, a), c.forward_cost) &&
+         parse_number(value.substr(a + 1, b - a - 1), c.backward_cost) &&
+         parse_number(value.substr(b + 1), c.weight_cost) && c.forward_cost > 0 && c.backward_cost > 0 &&
+         c.weight_cost >= 0 && std::isfinite(c.forward_cost + c.backward_cost + c.weight_cost);
 }
 
 void print_run(const sim_config& c, std::string_view policy, const sim_result& r, bool timeline) {
@@ -174,99 +170,24 @@ int compare(const sim_config& c, std::string_view policy, const policy_params& p
   return ok;
 }
 
-int run_schedule(std::span<char*> args) {
-  sim_config c;
-  c.ranks = 0;
-  c.microbatches = 0;
-  std::string policy;
-  policy_params params;
-  std::vector<std::string> slow, slow_mb;
-  std::string save_table;
-  bool timeline = false, json = false;
-  int seeds = 0;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view flag = args[i];
-    if (flag == "--help" || flag == "-h") {
-      fmt::print("{}", usage);
-      return ok;
-    }
-    if (flag == "--timeline" || flag == "--json") {
-      (flag == "--json" ? json : timeline) = true;
-      continue;
-    }
-    if (flag == "--compare") {
-      seeds = 100;
-      if (i + 1 < args.size() && std::string_view{args[i + 1]}.substr(0, 2) != "--") {
-        if (!parse_number(std::string_view{args[++i]}, seeds) || seeds < 1 || seeds > limits::max_compare_seeds)
-          return bad(fmt::format("--compare: '{}' is not a number of seeds from 1 to {}", args[i],
-                                 limits::max_compare_seeds));
-      }
-      continue;
-    }
-    if (i + 1 >= args.size())
-      return bad(fmt::format("{} needs a value", flag));
-    std::string_view value = args[++i];
-    std::string range; // the allowed values, when a count is out of them
-    // A count outside [low, high] is named with its range, as the graph loader does.
-    auto count = [&](int& out, int low, int high) {
-      if (parse_number(value, out) && out >= low && out <= high)
-        return true;
-      range = fmt::format("an integer from {} to {}", low, high);
-      return false;
-    };
-    auto number = [&](double& out) {
-      return parse_number(value, out) && std::isfinite(out) && out >= 0;
-    };
-    bool good = true;
-    if (flag == "--policy") {
-      policy = value;
-    } else if (flag == "--plugin") {
-      if (auto err = load_plugin(std::string{value}))
-        return bad(fmt::format("--plugin: {}", error_message(err)));
-    } else if (flag == "--stages") {
-      good = count(c.ranks, 1, limits::max_stages);
-    } else if (flag == "--microbatches") {
-      good = count(c.microbatches, 1, limits::max_microbatches);
-    } else if (flag == "--virtual") {
-      good = count(c.chunks, 1, limits::max_virtual);
-    } else if (flag == "--latency") {
-      good = number(c.latency);
-    } else if (flag == "--jitter") {
-      good = number(c.jitter) && c.jitter < 1;
-    } else if (flag == "--seed") {
-      good = parse_number(value, c.seed);
-    } else if (flag == "--table") {
-      params.table_file = value;
-    } else if (flag == "--save-table") {
-      save_table = value;
-    } else if (flag == "--slow") {
-      slow.emplace_back(value);
-    } else if (flag == "--slow-microbatch") {
-      slow_mb.emplace_back(value);
-    } else if (flag == "--option") {
-      auto eq = value.find('=');
-      good = eq != std::string_view::npos && eq > 0;
-      if (good)
-        params.options[std::string{value.substr(0, eq)}] = std::string{value.substr(eq + 1)};
-    } else if (flag == "--costs") {
-      auto a = value.find(','), b = value.find(',', a == value.npos ? a : a + 1);
-      good = a != value.npos && b != value.npos && parse_number(value.substr(0, a), c.forward_cost) &&
-             parse_number(value.substr(a + 1, b - a - 1), c.backward_cost) &&
-             parse_number(value.substr(b + 1), c.weight_cost) && c.forward_cost > 0 && c.backward_cost > 0 &&
-             c.weight_cost >= 0 && std::isfinite(c.forward_cost + c.backward_cost + c.weight_cost);
-    } else {
-      return bad(fmt::format("unknown option '{}'", flag));
-    }
-    if (!good)
-      return bad(fmt::format("{}: bad value '{}' (expected {})", flag, value,
-                             !range.empty()       ? range
-                             : flag == "--costs"   ? "three finite numbers F,B,W, F and B positive"
-                             : flag == "--option" ? "KEY=VALUE"
-                             : flag == "--jitter" ? "a number in [0, 1)"
-                                                  : "a finite non-negative number"));
+int run_schedule(schedule_cli& a) {
+  auto& c = a.c;
+  auto& params = a.params;
+  const auto& policy = a.policy;
+  const auto& save_table = a.save_table;
+  bool timeline = a.timeline, json = a.json;
+  int seeds = !a.comparing ? 0 : a.compare.empty() ? 100 : std::stoi(a.compare);
+  for (const auto& lib : a.plugins)
+    if (auto err = load_plugin(lib))
+      return bad(fmt::format("--plugin: {}", error_message(err)));
+  if (!parse_costs(a.costs, c))
+    return bad(fmt::format("--costs: expected three finite numbers F,B,W, F and B positive, got '{}'", a.costs));
+  for (const auto& o : a.options) {
+    auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return bad(fmt::format("--option: expected KEY=VALUE, got '{}'", o));
+    params.options[o.substr(0, eq)] = o.substr(eq + 1);
   }
-  if (policy.empty() || c.ranks == 0 || c.microbatches == 0)
-    return bad("--policy, --stages and --microbatches are required");
   // Each flag is bounded like a graph file's; their product is what the harness holds.
   auto size = std::int64_t{c.ranks} * c.ranks * c.chunks * c.microbatches;
   if (size > limits::max_schedule_size)
@@ -277,10 +198,10 @@ int run_schedule(std::span<char*> args) {
     return bad(fmt::format("--compare {}: {} seeds x a size of {} (stages^2 x virtual x microbatches) is over the "
                            "limit of {}; use at most {} seeds for this shape", seeds, seeds, size,
                            limits::max_compare_work, std::max<std::int64_t>(1, limits::max_compare_work / size)));
-  for (const auto& s : slow)
+  for (const auto& s : a.slow)
     if (!parse_slowdown(s, c.rank_slowdown, c.ranks))
       return bad(fmt::format("--slow: '{}' is not RANK:FACTOR with RANK in 0..{} and FACTOR > 0", s, c.ranks - 1));
-  for (const auto& s : slow_mb)
+  for (const auto& s : a.slow_mb)
     if (!parse_slowdown(s, c.microbatch_slowdown, c.microbatches))
       return bad(fmt::format("--slow-microbatch: '{}' is not MICROBATCH:FACTOR with MICROBATCH in 0..{} and "
                              "FACTOR > 0", s, c.microbatches - 1));
@@ -320,9 +241,71 @@ int run_schedule(std::span<char*> args) {
 
 } // namespace
 
-/// The `schedule` subcommand's entry point, listed in deploy/commands.cpp.
-int schedule_command(std::span<char*> args) {
-  return run_schedule(args);
+command_action define_schedule(CLI::App& app) {
+  auto a = std::make_shared<schedule_cli>();
+  a->c.ranks = 0;
+  a->c.microbatches = 0;
+  describe(app, schedule_description, schedule_footer);
+  app.add_option("--policy", a->policy, "gpipe, 1f1b, interleaved_1f1b, zb_h1, table (or a plugin's)")
+    ->option_text("P")
+    ->required();
+  app.add_option("--plugin", a->plugins, "load a plugin first, so its policies can be named (repeatable)")
+    ->option_text("LIB.so")
+    ->allow_extra_args(false)
+    ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_count(app, "--stages", a->c.ranks, 1, limits::max_stages, "pipeline ranks p (as in a graph file)")
+    ->option_text("S")
+    ->required();
+  add_count(app, "--microbatches", a->c.microbatches, 1, limits::max_microbatches,
+            "microbatches per step m (as in a graph file)")
+    ->option_text("M")
+    ->required();
+  add_count(app, "--virtual", a->c.chunks, 1, limits::max_virtual, "model chunks per rank (interleaved_1f1b), default 1")
+    ->option_text("V");
+  app.add_option("--costs", a->costs,
+                 "a rank's forward, backward (= I + W) and weight-gradient cost\n"
+                 "for one microbatch, default 1,2,1 (a chunk costs 1/V of it)")
+    ->option_text("F,B,W");
+  add_number(app, "--latency", a->c.latency, 0, HUGE_VAL, false, "time a message takes between ranks, default 0")
+    ->option_text("L");
+  auto repeatable = [&](const char* name, std::vector<std::string>& out, const char* text, const char* help) {
+    app.add_option(name, out, help)
+      ->option_text(text)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  };
+  repeatable("--slow", a->slow, "R:F", "rank R runs F times slower (repeatable)");
+  repeatable("--slow-microbatch", a->slow_mb, "MB:F", "microbatch MB runs F times slower everywhere (repeatable)");
+  add_number(app, "--jitter", a->c.jitter, 0, 1, true, "every operation's cost times a uniform factor in [1-J, 1+J]")
+    ->option_text("J");
+  add_count(app, "--seed", a->c.seed, 0, std::numeric_limits<std::int64_t>::max(), "the jitter's seed, default 0")
+    ->option_text("S");
+  app.add_option("--table", a->params.table_file, "the action lists `table` replays, one line per rank")
+    ->option_text("FILE");
+  repeatable("--option", a->options, "KEY=VALUE", "a policy option (repeatable), e.g. max_in_flight=3");
+  app.add_flag("--timeline", a->timeline, "also print each action's simulated start and end");
+  app.add_option("--save-table", a->save_table, "write the run's per-rank orders as a table `table` can replay")
+    ->option_text("FILE");
+  auto* compare = app.add_option_function<std::string>(
+                       "--compare",
+                       [a](const std::string& seeds) {
+                         a->comparing = true;
+                         a->compare = seeds;
+                       },
+                       fmt::format("compare the policy with `table` replaying its own canonical\n"
+                                   "order under jitter 30%, one rank 1.5x slower, one microbatch\n"
+                                   "4x slower and microbatch costs drawn from 1-3x: median\n"
+                                   "makespans over SEEDS seeds (default 100); 1 to {}",
+                                   limits::max_compare_seeds))
+                    ->option_text("SEEDS")
+                    ->expected(0, 1);
+  check_count(*compare, 1, limits::max_compare_seeds);
+  app.add_flag("--json", a->json,
+               "print one JSON object instead of text: {\"orders\": {\"0\": [\"0F0\",\n"
+               "...]}, \"makespan\", \"bubble\", \"peak_in_flight\", ...}, or with\n"
+               "--compare {\"shape\", \"seeds\", \"records\": [{\"scenario\",\n"
+               "\"policy\", \"emergent\", \"replayed\", ...}]}");
+  return [a] { return run_schedule(*a); };
 }
 
 } // namespace troupe::cli

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <memory>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 
 #include "actors/builtin.hpp"
 #include "deploy/cli/commands.hpp"
+#include "deploy/cli/flags.hpp"
 #include "deploy/cli/run_graph.hpp"
 #include "schedulers/cluster_sim.hpp"
 
@@ -173,38 +175,8 @@ nlohmann::json to_json(const cluster_config& c, const cluster_result& r) {
           {"max_rss_mb", peak_rss() / 1e6}};
 }
 
-} // namespace
-
-/// The `sim` subcommand's entry point, listed in deploy/commands.cpp.
-int sim_command(std::span<char*> args) {
-  CLI::App app{"Simulates a graph file at any size: its stage actors repeated over sim.data_parallel replicas, each "
-               "stage on sim.tensor_parallel devices of one node, the real stage and router cores and policies "
-               "under a simulated clock, with a cost model for compute, links and all-reduces (no CAF, no "
-               "compute). Exit codes: 0 success, 1 the simulation failed, 2 bad input.",
-               "troupe sim"};
-  std::string file;
-  std::vector<std::string> overrides;
-  std::int64_t steps = 2;
-  bool json = false;
-  app.add_option("file", file, "the graph file (YAML)")->required();
-  app.add_option("--set", overrides, "override a key, e.g. --set sim.data_parallel=64 (repeatable)");
-  app.add_option("--steps", steps, "training steps to simulate (the iteration time is their mean)")
-    ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000}));
-  app.add_flag("--json", json, "print one JSON object: iteration_s, tflops_per_device, mfu, devices, params_b, "
-                               "events, events_per_s, wall_s, ...");
-  std::vector<std::string> argv{"troupe sim"};
-  for (char* a : args)
-    argv.emplace_back(a);
-  std::vector<const char*> raw;
-  for (auto& a : argv)
-    raw.push_back(a.c_str());
-  try {
-    app.parse(static_cast<int>(raw.size()), raw.data());
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? ok : bad_input;
-  }
-
+/// Loads `file` with `overrides` and simulates `steps` steps: the exit code.
+int simulate_file(const std::string& file, const std::vector<std::string>& overrides, std::int64_t steps, bool json) {
   register_builtin_actors();
   load_options opts;
   opts.overrides = overrides;
@@ -231,6 +203,33 @@ int sim_command(std::span<char*> args) {
   else
     print_text(file, *config, *result);
   return ok;
+}
+
+} // namespace
+
+/// The `sim` subcommand, listed in deploy/cli/commands.cpp.
+command_action define_sim(CLI::App& app) {
+  struct sim_args {
+    std::string file;
+    std::vector<std::string> overrides;
+    std::int64_t steps = 2;
+    bool json = false;
+  };
+  auto a = std::make_shared<sim_args>();
+  describe(app,
+           "Simulates a graph file at any size: its stage actors repeated over sim.data_parallel replicas, each "
+           "stage on sim.tensor_parallel devices of one node, the real stage and router cores and policies under "
+           "a simulated clock, with a cost model for compute, links and all-reduces (no CAF, no compute).",
+           std::string{"Exit codes: 0 success, 1 the simulation failed, 2 bad input.\n"} + paths_help);
+  app.add_option("FILE", a->file, "the graph file (YAML)")->required();
+  app.add_option("--set", a->overrides, "override a key, e.g. --set sim.data_parallel=64 (repeatable)")
+    ->option_text("KEY.PATH=VALUE")
+    ->allow_extra_args(false);
+  add_count(app, "--steps", a->steps, 1, 1'000'000, "training steps to simulate (the iteration time is their mean), default 2")
+    ->option_text("K");
+  app.add_flag("--json", a->json, "print one JSON object: iteration_s, tflops_per_device, mfu, devices, params_b, "
+                                  "events, events_per_s, wall_s, ...");
+  return [a] { return simulate_file(a->file, a->overrides, a->steps, a->json); };
 }
 
 } // namespace troupe::cli

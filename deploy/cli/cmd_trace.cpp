@@ -1,10 +1,13 @@
 // `troupe trace summarize OUT.json`: per actor busy and idle time and bubble
 // fraction, and each stage's action order per step, from an exported trace.
-#include <string_view>
+#include <memory>
+#include <string>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "deploy/cli/commands.hpp"
+#include "deploy/cli/flags.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/trace/trace_summary.hpp"
 
@@ -12,53 +15,24 @@ namespace troupe::cli {
 
 namespace {
 
-constexpr const char* trace_help = R"(usage: troupe trace summarize TRACE.json [--no-order]
-
-Reads a trace written by `troupe run --trace` (Chrome Trace Event JSON) and
+constexpr const char* summarize_description = R"(Reads a trace written by `troupe run --trace` (Chrome Trace Event JSON) and
 prints, per actor, busy and idle time and the bubble fraction over the span
 from the first to the last compute span; the pipeline's bubble fraction; the
 channels seen; and per stage and step the action order as text
-(`0F0 0F1 0B0 ...`), to compare with `troupe schedule`.
+(`0F0 0F1 0B0 ...`), to compare with `troupe schedule`.)";
 
-options:
-  --no-order    leave out the per-step action orders
-  -h, --help    show this help
+constexpr const char* trace_footer =
+  "Exit codes: 0 success, 1 the file cannot be read, 2 bad arguments or not a trace.\n";
 
-Exit codes: 0 success, 1 the file cannot be read, 2 bad arguments or not a trace.
-)";
-
-} // namespace
-
-int trace_command(std::span<char*> args) {
-  if (args.empty() || std::string_view{args[0]} == "-h" || std::string_view{args[0]} == "--help") {
-    fmt::print(args.empty() ? stderr : stdout, "{}", trace_help);
-    return args.empty() ? bad_input : ok;
-  }
-  if (std::string_view{args[0]} != "summarize") {
-    fmt::print(stderr, "troupe trace: unknown subcommand '{}' (known: summarize)\n", args[0]);
-    return bad_input;
-  }
+/// What `troupe trace summarize`'s command line asked for.
+struct summarize_cli {
   std::string file;
-  bool orders = true;
-  for (std::size_t i = 1; i < args.size(); ++i) {
-    std::string_view a = args[i];
-    if (a == "-h" || a == "--help") {
-      fmt::print("{}", trace_help);
-      return ok;
-    }
-    if (a == "--no-order")
-      orders = false;
-    else if (!a.starts_with("-") && file.empty())
-      file = a;
-    else {
-      fmt::print(stderr, "troupe trace summarize: unexpected argument '{}'\n", a);
-      return bad_input;
-    }
-  }
-  if (file.empty()) {
-    fmt::print(stderr, "troupe trace summarize: missing the trace file\n");
-    return bad_input;
-  }
+  bool no_order = false;
+};
+
+int summarize_trace(const summarize_cli& a) {
+  const auto& file = a.file;
+  bool orders = !a.no_order;
   auto t = read_chrome_trace(file);
   if (!t) {
     fmt::print(stderr, "troupe trace summarize: {}\n", error_message(t.error()));
@@ -66,6 +40,23 @@ int trace_command(std::span<char*> args) {
   }
   fmt::print("{}", to_text(summarize(*t, -1, -1, orders)));
   return ok;
+}
+
+} // namespace
+
+command_action define_trace(CLI::App& app) {
+  auto a = std::make_shared<summarize_cli>();
+  describe(app, "Reads traces written by `troupe run --trace`.", trace_footer);
+  auto* sub = &add_command(app, "summarize", "busy, idle and bubble per actor, action order per stage");
+  describe(*sub, summarize_description, trace_footer);
+  sub->add_option("TRACE", a->file, "a trace file (Chrome Trace Event JSON)")->required();
+  sub->add_flag("--no-order", a->no_order, "leave out the per-step action orders");
+  return [&app, sub, a] {
+    if (sub->parsed())
+      return summarize_trace(*a);
+    fmt::print(stderr, "{}", app.help("troupe"));
+    return static_cast<int>(bad_input);
+  };
 }
 
 } // namespace troupe::cli

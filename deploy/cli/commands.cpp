@@ -1,16 +1,19 @@
-// The subcommand table and top-level help of the troupe command.
+// The subcommand table, the top-level help and `troupe --version`, and the
+// one CLI11 parse of every troupe command line.
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/model_size.hpp"
 #include "deploy/cli/run_graph.hpp"
 
 #include <array>
-#include <charconv>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <string>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "deploy/cli/flags.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/graph/output_path.hpp"
 
@@ -18,43 +21,57 @@ namespace troupe::cli {
 
 namespace {
 
-int print_version(std::span<char*>) {
-  fmt::print("troupe 0.1.0\n");
-  return ok;
+constexpr const char* version = "troupe 0.1.0";
+
+command_action define_version(CLI::App&) {
+  return [] {
+    fmt::print("{}\n", version);
+    return static_cast<int>(ok);
+  };
+}
+
+/// `troupe help [COMMAND [SUBCOMMAND]]`: the text `troupe COMMAND --help` prints.
+command_action define_help(CLI::App& app) {
+  auto names = std::make_shared<std::vector<std::string>>();
+  app.add_option("COMMAND", *names, "the command to explain (all commands when left out)");
+  return [&app, names] {
+    const CLI::App* at = app.get_parent();
+    std::string path = "troupe";
+    for (const auto& n : *names) {
+      const CLI::App* sub = nullptr;
+      std::string known;
+      for (const auto* c : at->get_subcommands([](const CLI::App*) { return true; })) {
+        known += (known.empty() ? "" : ", ") + c->get_name();
+        if (c->get_name() == n)
+          sub = c;
+      }
+      if (!sub) {
+        fmt::print(stderr, "troupe help: unknown command '{}' (known: {})\n", n, known);
+        return static_cast<int>(bad_input);
+      }
+      at = sub;
+      path += " " + n;
+    }
+    fmt::print("{}", at->get_formatter()->make_help(at, path, CLI::AppFormatMode::Normal));
+    return static_cast<int>(ok);
+  };
 }
 
 // Subcommands, one line each. Keep this table the only list.
 constexpr auto table = std::to_array<command>({
-  {"check", "validate a graph file and print it expanded", run_check},
-  {"run", "run a graph file's actors in this process", run_run},
-  {"launch", "run a graph file across the processes of its cluster: section", run_launch},
-  {"node", "one node of a launched run (started by launchers)", run_node},
-  {"version", "print the version", print_version},
-  {"schedule", "simulate a pipeline schedule: per-rank orders, bubble fraction, stragglers", schedule_command},
-  {"sim", "simulate a graph at any size under a cost model: iteration time, TFLOP/s, MFU, memory", sim_command},
-  {"trace", "summarize a trace: busy, idle and bubble per actor, action order per stage", trace_command},
-  {"dash", "serve the dashboard on a finished trace", dash_command},
+  {"check", "validate a graph file and print it expanded", define_check},
+  {"run", "run a graph file's actors in this process", define_run},
+  {"launch", "run a graph file across the processes of its cluster: section", define_launch},
+  {"node", "one node of a launched run (started by launchers)", define_node},
+  {"schedule", "simulate a pipeline schedule: per-rank orders, bubble fraction, stragglers", define_schedule},
+  {"sim", "simulate a graph at any size under a cost model: iteration time, TFLOP/s, MFU, memory", define_sim},
+  {"trace", "summarize a trace: busy, idle and bubble per actor, action order per stage", define_trace},
+  {"dash", "serve the dashboard on a finished trace", define_dash},
+  {"version", "print the version (also troupe --version)", define_version},
+  {"help", "explain a command (also troupe COMMAND --help)", define_help},
 });
 
-void print_help(std::FILE* out) {
-  fmt::print(out, "usage: troupe COMMAND [ARGS...]\n\n"
-                  "troupe runs YAML-described actor graphs for training models.\n\ncommands:\n");
-  for (const auto& c : table)
-    fmt::print(out, "  {:<10} {}\n", c.name, c.summary);
-  fmt::print(out, "\n`troupe COMMAND --help` explains a command's options.\n"
-                  "Exit codes: 0 success, 1 runtime failure, 2 bad input.\n");
-}
-
 } // namespace
-
-bool parse_count(const char* cmd, std::string_view text, const char* opt, std::int64_t low, std::int64_t high,
-                 std::int64_t& out) {
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  if (ec == std::errc{} && end == text.data() + text.size() && out >= low && out <= high)
-    return true;
-  fmt::print(stderr, "troupe {}: {} must be an integer from {} to {}, got '{}'\n", cmd, opt, low, high, text);
-  return false;
-}
 
 std::span<const command> commands() {
   return table;
@@ -88,28 +105,36 @@ std::optional<checkpoint_dir_lock> prepare_run(std::string_view cmd, const graph
   return std::move(*lock);
 }
 
-bool take_flag(std::vector<char*>& args, std::string_view flag) {
-  auto n = std::erase_if(args, [&](const char* a) { return flag == a; });
-  return n > 0;
-}
-
 int dispatch(int argc, char** argv) {
-  if (argc < 2) {
-    print_help(stderr);
+  CLI::App app{"troupe runs YAML-described actor graphs for training models.", "troupe"};
+  use_house_help(app);
+  app.footer("`troupe COMMAND --help` or `troupe help COMMAND` explains a command's options.\n"
+             "Exit codes: 0 success, 1 runtime failure, 2 bad input.\n");
+  bool show_version = false;
+  app.add_flag("--version", show_version, "print the version");
+  app.require_subcommand(0, 1);
+  std::vector<std::pair<const CLI::App*, command_action>> actions;
+  for (const auto& c : table) {
+    auto& sub = add_command(app, std::string{c.name}, std::string{c.summary});
+    actions.emplace_back(&sub, c.define(sub));
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    fmt::print("{}", app.help());
+    return ok;
+  } catch (const CLI::ParseError& e) {
+    print_usage_error(app, e);
     return bad_input;
   }
-  std::string_view name = argv[1];
-  if (name == "--help" || name == "-h" || name == "help") {
-    print_help(stdout);
+  if (show_version) {
+    fmt::print("{}\n", version);
     return ok;
   }
-  for (const auto& c : table)
-    if (c.name == name)
-      return c.run(std::span<char*>(argv + 2, static_cast<std::size_t>(argc - 2)));
-  std::string known;
-  for (const auto& c : table)
-    known += (known.empty() ? "" : ", ") + std::string{c.name};
-  fmt::print(stderr, "troupe: unknown command '{}' (known: {})\n", name, known);
+  for (const auto& [sub, action] : actions)
+    if (sub->parsed())
+      return action();
+  fmt::print(stderr, "{}", app.help());
   return bad_input;
 }
 

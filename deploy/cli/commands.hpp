@@ -1,10 +1,10 @@
-// The troupe subcommands: each lives in its own deploy/cmd_*.cpp and is listed
-// once in the table in deploy/commands.cpp.
+// The troupe subcommands: each lives in its own deploy/cli/cmd_*.cpp and is
+// listed once in the table in deploy/cli/commands.cpp.
 #pragma once
 
-#include <cstdint>
-#include <optional>
+#include <functional>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <string>
@@ -13,34 +13,40 @@
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/graph/graph_spec.hpp"
 
+namespace CLI {
+class App;
+} // namespace CLI
+
 namespace troupe::cli {
 
 /// Exit codes shared by every subcommand.
 enum exit_code : int { ok = 0, runtime_failure = 1, bad_input = 2 };
 
-/// A subcommand receives its arguments after the subcommand name.
-using command_fn = int (*)(std::span<char*> args);
+/// What a subcommand does once its command line parsed: returns the exit code.
+using command_action = std::function<int()>;
 
+/// A subcommand: `define` adds its arguments, flags, description and footer
+/// to `app` (its CLI11 subcommand, help in the house layout: deploy/cli/flags.hpp)
+/// and returns its action, which reads what the parse stored.
 struct command {
   std::string_view name;
   std::string_view summary;
-  command_fn run;
+  command_action (*define)(CLI::App& app);
 };
 
 /// Every subcommand, in the order `troupe --help` lists them.
 std::span<const command> commands();
 
-/// `troupe schedule` (deploy/cli/cmd_schedule.cpp).
-int schedule_command(std::span<char*> args);
-
-/// `troupe sim` (deploy/cli/cmd_sim.cpp).
-int sim_command(std::span<char*> args);
-
-/// `troupe trace summarize` (deploy/cli/cmd_trace.cpp).
-int trace_command(std::span<char*> args);
-
-/// `troupe dash` (deploy/cli/cmd_dash.cpp).
-int dash_command(std::span<char*> args);
+/// `troupe check`, `run`, `launch`, `node`, `schedule`, `sim`, `trace` and `dash`
+/// (deploy/cli/cmd_*.cpp).
+command_action define_check(CLI::App& app);
+command_action define_run(CLI::App& app);
+command_action define_launch(CLI::App& app);
+command_action define_node(CLI::App& app);
+command_action define_schedule(CLI::App& app);
+command_action define_sim(CLI::App& app);
+command_action define_trace(CLI::App& app);
+command_action define_dash(CLI::App& app);
 
 /// Whether every non-empty path in `paths` can be written as an output file
 /// (runtime/graph/output_path.hpp), asked before a command starts its work. False
@@ -56,15 +62,9 @@ bool outputs_writable(std::string_view cmd, std::initializer_list<std::string_vi
 std::optional<checkpoint_dir_lock> prepare_run(std::string_view cmd, const graph_spec& g,
                                                const std::vector<std::string>& outputs, bool restart);
 
-/// Removes every `flag` from `args`; whether there was one.
-bool take_flag(std::vector<char*>& args, std::string_view flag);
-
-/// `text` as an integer in [low, high] (runtime/graph/limits.hpp has the bounds), or
-/// false after "troupe CMD: OPT must be an integer from LOW to HIGH, got 'TEXT'".
-bool parse_count(const char* cmd, std::string_view text, const char* opt, std::int64_t low, std::int64_t high,
-                 std::int64_t& out);
-
-/// Runs `troupe ARGS...`: finds the subcommand or prints help.
+/// Runs `troupe ARGS...`: parses the whole command line with CLI11 and runs
+/// the subcommand's action; help (`--help`, `help CMD`) and `--version` exit 0,
+/// a command line it refuses exits with bad_input.
 int dispatch(int argc, char** argv);
 
 } // namespace troupe::cli

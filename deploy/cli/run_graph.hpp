@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "deploy/cli/flags.hpp"
 #include "deploy/cli/model_size.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/graph/graph_loader.hpp"
@@ -99,18 +100,6 @@ nlohmann::json summary_json(const run_result& r, const parameter_count& paramete
 
 namespace troupe::cli {
 
-/// Parses `FILE [--set KEY.PATH=VALUE]... [OPT VALUE]...` for `troupe CMD`: each
-/// option in `extra` stores its value in the string it points at. False (after
-/// a message on stderr) on bad arguments; `help` set on -h/--help.
-bool parse_graph_args(std::span<char*> args, const char* cmd, std::string& file, std::vector<std::string>& sets,
-                      const std::vector<std::pair<std::string, std::string*>>& extra, bool& help);
-
-/// The command-line options `troupe run` and `troupe launch` share.
-struct run_args {
-  std::string file, steps, timeout, resume;
-  std::vector<std::string> sets;  ///< `--set` values, plus `train.steps=N` for --steps
-};
-
 /// What load_run_graph gives a command: the graph to run, or the exit code to end with at once.
 struct run_graph_load {
   std::optional<graph_spec> graph;
@@ -119,11 +108,11 @@ struct run_graph_load {
   int exit_code = 0;
 };
 
-/// Checks --steps and --timeout, loads the graph with the `--set` values and
-/// opens the --resume checkpoint into its checkpoint section, every part
-/// checked against the graph (printing where it resumes). A resumed run keeps
-/// saving as the run it came from (checkpoint.dir, .every and .keep, each
-/// unless a `--set` says otherwise): those are added to `a.sets`.
+/// Loads the graph with the `--set` and `--steps` values (sets `timeout` from
+/// --timeout) and opens the --resume checkpoint into its checkpoint section,
+/// every part checked against the graph (printing where it resumes). A resumed
+/// run keeps saving as the run it came from (checkpoint.dir, .every and .keep,
+/// each unless a `--set` says otherwise): those are added to `a.graph.sets`.
 run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::milliseconds& timeout);
 
 /// Prints how the run of `file` (the graph `g`) went (one summary line, or the
@@ -131,12 +120,5 @@ run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::millise
 /// returns the exit code of `troupe CMD` (deploy/cli/run_report.cpp).
 int report_run(const char* cmd, const graph_spec& g, const std::string& file, const caf::expected<run_result>& result,
                const std::string& summary_path);
-
-/// `troupe check` (deploy/cli/cmd_check.cpp) and `troupe run` (deploy/cli/cmd_run.cpp).
-int run_check(std::span<char*> args);
-int run_run(std::span<char*> args);
-/// `troupe launch` (deploy/cli/cmd_launch.cpp) and `troupe node` (deploy/cli/cmd_node.cpp).
-int run_launch(std::span<char*> args);
-int run_node(std::span<char*> args);
 
 } // namespace troupe::cli

@@ -11,7 +11,6 @@
 #include "deploy/cli/interrupt.hpp"
 #include "deploy/cli/run_graph.hpp"
 #include "runtime/actor/errors.hpp"
-#include "runtime/graph/limits.hpp"
 
 namespace troupe::cli {
 
@@ -57,17 +56,8 @@ std::vector<std::string> continued_checkpoint_sets(const resume_point& from, con
 
 run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::milliseconds& timeout) {
   run_graph_load out{std::nullopt, bad_input};
-  std::int64_t n = 0;
-  if (!a.steps.empty()) {
-    if (!parse_count(cmd, a.steps, "--steps", 1, limits::max_steps, n))
-      return out;
-    a.sets.push_back(fmt::format("train.steps={}", n));
-  }
-  if (!a.timeout.empty()) {
-    if (!parse_count(cmd, a.timeout, "--timeout", 1, limits::max_timeout_s, n))
-      return out;
-    timeout = std::chrono::seconds(n);
-  }
+  if (a.timeout_s > 0)
+    timeout = std::chrono::seconds(a.timeout_s);
   auto cannot_resume = [&](const caf::error& e) {
     fmt::print(stderr, "troupe {}: cannot resume: {}\n", cmd, error_message(e));
     return out;
@@ -76,10 +66,10 @@ run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::millise
     auto found = find_checkpoint(a.resume);
     if (!found)
       return cannot_resume(found.error());
-    auto sets = continued_checkpoint_sets(*found, a.sets);
-    a.sets.insert(a.sets.begin(), sets.begin(), sets.end());
+    auto sets = continued_checkpoint_sets(*found, a.graph.sets);
+    a.graph.sets.insert(a.graph.sets.begin(), sets.begin(), sets.end());
   }
-  auto res = load_graph_for_cli(a.file, a.sets);
+  auto res = load_graph_for_cli(a.graph.file, a.graph.overrides());
   if (!res.ok()) {
     fmt::print(stderr, "{}", to_string(res.errors));
     return out;

@@ -1,92 +1,20 @@
 // `troupe run`'s tracing: options, the recorder, the dashboard and the file.
 #include "deploy/cli/run_tracing.hpp"
 
-#include <charconv>
-#include <cstring>
 #include <filesystem>
 #include <string>
 
 #include <fmt/format.h>
 
-#include "deploy/cli/commands.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/graph/output_path.hpp"
-#include "runtime/graph/limits.hpp"
 #include "runtime/trace/trace.hpp"
 #include "runtime/trace/trace_export.hpp"
 
 namespace troupe::cli {
 
-const char* const trace_options_help =
-  R"(  --trace FILE.json      record spans and write Chrome Trace Event JSON there at the
-                         end (also after a failure); opens in Perfetto and
-                         chrome://tracing (default: the graph's trace.file)
-  --trace-buffer N       spans kept per thread in the recorder's ring (default 65536);
-                         older spans are dropped, so the file stays bounded
-  --no-trace             ignore the graph's trace.file
-  --dashboard [ADDR]     serve the live dashboard at ADDR (default 127.0.0.1:8080;
-                         :0 picks a free port; the URL is printed)
-)";
-
-namespace {
-
-/// An address after --dashboard, rather than the graph file or another option.
-bool looks_like_address(std::string_view s) {
-  if (s.empty() || s.starts_with("-") || s.ends_with(".yaml") || s.ends_with(".yml"))
-    return false;
-  return s.find(':') != std::string_view::npos || s.find_first_not_of("0123456789") == std::string_view::npos;
-}
-
-} // namespace
-
-bool take_trace_options(std::vector<char*>& args, trace_cli_options& out, std::string_view command) {
-  std::vector<char*> rest;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view a = args[i];
-    auto value = [&](const char* opt) -> const char* {
-      if (i + 1 >= args.size()) {
-        fmt::print(stderr, "troupe {}: {} expects a value\n", command, opt);
-        return nullptr;
-      }
-      return args[++i];
-    };
-    if (a == "--trace") {
-      auto v = value("--trace");
-      if (!v)
-        return false;
-      out.file = v;
-    } else if (a.starts_with("--trace=")) {
-      out.file = std::string{a.substr(8)};
-    } else if (a == "--trace-buffer" || a.starts_with("--trace-buffer=")) {
-      const char* v = a == "--trace-buffer" ? value("--trace-buffer") : args[i] + 15;
-      if (!v)
-        return false;
-      std::int64_t n = 0;
-      std::string cmd{command};
-      if (!parse_count(cmd.c_str(), v, "--trace-buffer", 2, limits::max_trace_buffer, n))
-        return false;
-      out.buffer = static_cast<std::size_t>(n);
-    } else if (a == "--no-trace") {
-      out.no_trace = true;
-    } else if (a == "--dashboard") {
-      out.dashboard = true;
-      if (i + 1 < args.size() && looks_like_address(args[i + 1]))
-        out.dashboard_address = args[++i];
-    } else if (a.starts_with("--dashboard=")) {
-      out.dashboard = true;
-      out.dashboard_address = std::string{a.substr(12)};
-    } else {
-      rest.push_back(args[i]);
-    }
-  }
-  if (out.dashboard) {
-    if (auto addr = parse_listen_address(out.dashboard_address); !addr) {
-      fmt::print(stderr, "troupe {}: --dashboard: {}\n", command, error_message(addr.error()));
-      return false;
-    }
-  }
-  args = std::move(rest);
-  return true;
+std::string trace_file(const graph_spec& g, const trace_cli_options& o) {
+  return !o.file.empty() ? o.file : o.no_trace ? std::string{} : g.trace.file_path.string();
 }
 
 std::string node_trace_file(const std::string& file, int node) {
@@ -96,7 +24,7 @@ std::string node_trace_file(const std::string& file, int node) {
 
 caf::expected<std::unique_ptr<run_tracing>> run_tracing::start(const graph_spec& g, trace_cli_options o) {
   auto t = std::make_unique<run_tracing>();
-  t->file_ = !o.file.empty() ? o.file : o.no_trace ? std::string{} : g.trace.file;
+  t->file_ = trace_file(g, o);
   t->tokens_per_step_ = g.tokens_per_step();
   if (t->file_.empty() && !o.dashboard)
     return t;

@@ -1,11 +1,10 @@
-// Tracing for `troupe run`: the --trace, --trace-buffer, --no-trace and
-// --dashboard options, recording on, the live dashboard, the file at the end.
+// Tracing for `troupe run`: what the --trace, --trace-buffer, --no-trace and
+// --dashboard options asked for, recording on, the live dashboard, the file at the end.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <caf/expected.hpp>
@@ -24,12 +23,10 @@ struct trace_cli_options {
   std::string dashboard_address = "127.0.0.1:8080";
 };
 
-/// Help lines for these options, for `troupe run --help`.
-extern const char* const trace_options_help;
-
-/// Takes the trace options out of `args` (the rest stays, in order). False
-/// after a message on stderr (naming `troupe COMMAND`) when a value is missing or malformed.
-bool take_trace_options(std::vector<char*>& args, trace_cli_options& out, std::string_view command = "run");
+/// Where the trace goes: --trace FILE as given (relative to the current
+/// folder), nothing with --no-trace, else the graph's trace.file (relative to
+/// the graph file's folder); empty for no file. The flags are in deploy/cli/flags.hpp.
+std::string trace_file(const graph_spec& g, const trace_cli_options& o);
 
 /// Node `node`'s trace file in a launched run: `runs/x.json` becomes `runs/x.node1.json`.
 std::string node_trace_file(const std::string& file, int node);

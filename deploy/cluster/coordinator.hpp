@@ -26,6 +26,7 @@ struct coordinator_options {
   std::string troupe_exe;                ///< the program nodes run (this one, normally)
   std::string trace_file;                ///< each node writes its trace here, `.nodeI` before the extension
   std::size_t trace_buffer = 1 << 16;    ///< spans kept per thread on each node
+  std::int64_t threads = 0;              ///< actor-system worker threads on each node; 0 = the node's default
   /// When set (a server from dashboard_server::start_ingest), nodes stream their
   /// spans here, their actors remapped so no two nodes share a lane and their
   /// times moved onto this process's clock (see clock_estimate).

@@ -334,7 +334,10 @@ int node_agent::run() {
 } // namespace
 
 int run_node(const node_options& o) {
-  troupe_config cfg{runtime_options_from_env()};
+  auto opts = runtime_options_from_env();
+  if (o.threads > 0)
+    opts.threads = static_cast<std::size_t>(o.threads);
+  troupe_config cfg{opts};
   caf::actor_system sys{cfg};
   int code = 0;
   {

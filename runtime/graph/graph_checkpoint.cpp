@@ -22,8 +22,7 @@ void parse_checkpoint(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   r.get_int(n, "checkpoint", "keep", c.keep, 1, 1'000'000);
   if (!r.get_string(n, "checkpoint", "dir", c.dir) || c.dir.empty())
     return;
-  std::filesystem::path p{c.dir};
-  c.dir_path = p.is_absolute() ? p : pg.base_dir / p;
+  c.dir_path = pg.resolve(c.dir);
   std::error_code ec;
   if (std::filesystem::exists(c.dir_path, ec) && !std::filesystem::is_directory(c.dir_path, ec))
     r.error(n["dir"], "checkpoint.dir",

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "runtime/graph/graph_parse.hpp"
+#include "runtime/graph/limits.hpp"
 #include "runtime/transport/transport.hpp"
 
 namespace troupe {
@@ -15,7 +16,6 @@ namespace {
 const std::vector<std::string> cluster_keys{"launcher", "nodes", "hosts", "address", "port", "transport", "token_file"};
 const std::vector<std::string> launchers{"local", "ssh", "slurm"};
 const std::vector<std::string> transports{"auto", "tcp", "ucx"};
-constexpr int max_nodes = 4096;
 
 /// `node: 3` (or "3") as an index; nullopt when it is not a whole number.
 std::optional<int> node_index(const std::string& s) {
@@ -80,12 +80,11 @@ void parse_cluster(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   };
   one_of("launcher", c.launcher, launchers);
   one_of("transport", c.transport, transports);
-  r.get_int(n, "cluster", "nodes", c.nodes, 1, max_nodes);
+  r.get_int(n, "cluster", "nodes", c.nodes, 1, limits::max_nodes);
   r.get_string(n, "cluster", "address", c.address);
   r.get_int(n, "cluster", "port", c.port, 0, 65535);
   if (r.get_string(n, "cluster", "token_file", c.token_file) && !c.token_file.empty())
-    c.token_path = std::filesystem::path{c.token_file}.is_absolute() ? std::filesystem::path{c.token_file}
-                                                                      : pg.base_dir / c.token_file;
+    c.token_path = pg.resolve(c.token_file);
   if (auto h = n["hosts"]) {
     if (!h.IsSequence())
       r.error(h, "cluster.hosts", fmt::format("expected a list of host names, got {}", describe(h)));

@@ -203,6 +203,20 @@ TEST_CASE("a corpus path is resolved against the graph file's folder") {
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("trace.file and checkpoint.dir are resolved against the graph file's folder, as the corpus is") {
+  auto o = no_corpus();
+  o.overrides = {"checkpoint.dir=ckpt"};
+  auto r = load_graph_text(std::string{tiny} + "checkpoint: {dir: x, every: 2}\n", "runs/g.yaml", o);
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  CHECK(r.graph->trace.file == "runs/tiny-gpt.json");  // as written
+  CHECK(r.graph->trace.file_path == std::filesystem::path{"runs/runs/tiny-gpt.json"});
+  CHECK(r.graph->checkpoint.dir_path == std::filesystem::path{"runs/ckpt"});
+  o.overrides = {"trace.file=/tmp/t.json"};
+  r = load_graph_text(tiny, "runs/g.yaml", o);
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  CHECK(r.graph->trace.file_path == std::filesystem::path{"/tmp/t.json"});
+}
+
 TEST_CASE("empty, comment-only and binary files are rejected without a crash") {
   CHECK(errors(load("")) == "g.yaml: the file is empty (a graph needs model, data and train sections; see "
                             "examples/tiny-gpt.yaml)\n");

@@ -159,7 +159,7 @@ void parse_plugins(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     auto path = index_path("plugins", i);
     if (auto s = r.as_string(n[i], path)) {
       plugin_spec p{*s, {}, r.pos(n[i], path)};
-      p.resolved = std::filesystem::path{*s}.is_absolute() ? std::filesystem::path{*s} : pg.base_dir / *s;
+      p.resolved = pg.resolve(*s);
       pg.graph.plugins.push_back(std::move(p));
       pg.plugin_nodes.push_back(n[i]);
     }
@@ -303,7 +303,8 @@ void parse_sections(parsed_graph& pg, graph_reader& r) {
   if (auto n = root["data_parallel"])
     parse_data_parallel(pg, n, r);
   if (auto n = root["trace"]; n && r.check_map(n, "trace", trace_keys))
-    r.get_string(n, "trace", "file", pg.graph.trace.file);
+    if (r.get_string(n, "trace", "file", pg.graph.trace.file) && !pg.graph.trace.file.empty())
+      pg.graph.trace.file_path = pg.resolve(pg.graph.trace.file);
   if (auto n = root["cluster"])
     parse_cluster(pg, n, r);
   if (auto n = root["checkpoint"])

@@ -45,6 +45,13 @@ struct parsed_graph {
   std::vector<YAML::Node> plugin_nodes;
   std::filesystem::path base_dir;       ///< the graph file's folder
   bool duplicate_actors = false;        ///< reported; layer coverage is then not checked
+
+  /// A path written in the graph file (or a --set value): relative ones are
+  /// relative to the graph file's folder, for every key that names a file.
+  std::filesystem::path resolve(const std::string& written) const {
+    std::filesystem::path p{written};
+    return p.is_absolute() ? p : base_dir / p;
+  }
 };
 
 /// Applies `key.path=value` overrides to `root`, registering their origins with `r`.

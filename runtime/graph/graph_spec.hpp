@@ -86,7 +86,8 @@ struct data_parallel_spec {
 
 /// `trace: {file}`: where the Chrome-trace JSON goes; empty = no trace.
 struct trace_spec {
-  std::string file;
+  std::string file;                 ///< as written
+  std::filesystem::path file_path;  ///< `file` resolved against the graph file's folder, like every path in it
 };
 
 /// `cluster: {launcher, nodes, hosts, address, port, transport, token_file}`:

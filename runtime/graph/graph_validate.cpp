@@ -188,8 +188,7 @@ void check_corpus(parsed_graph& pg, graph_reader& r) {
       return;
     }
   } else {
-    d.corpus_path = std::filesystem::path{d.corpus}.is_absolute() ? std::filesystem::path{d.corpus}
-                                                                   : pg.base_dir / d.corpus;
+    d.corpus_path = pg.resolve(d.corpus);
     if (!std::filesystem::is_regular_file(d.corpus_path, ec)) {
       r.error(at, "data.corpus",
               fmt::format("corpus file '{}' does not exist (a path is relative to the graph file's folder; "
@@ -228,8 +227,7 @@ void check_schedule_files(parsed_graph& pg, graph_reader& r) {
     r.error(pg.table_node, "pipeline.table",
             fmt::format("a table file is only used with 'schedule: table' (the schedule is '{}')", p.schedule));
   if (!p.table.empty()) {
-    p.table_path = std::filesystem::path{p.table}.is_absolute() ? std::filesystem::path{p.table}
-                                                                 : pg.base_dir / p.table;
+    p.table_path = pg.resolve(p.table);
     std::error_code ec;
     if (!std::filesystem::is_regular_file(p.table_path, ec))
       r.error(pg.table_node, "pipeline.table",

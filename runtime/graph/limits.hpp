@@ -17,6 +17,8 @@ inline constexpr int max_batch = 1 << 16;
 inline constexpr int max_stages = 4096;
 inline constexpr int max_microbatches = 1 << 16;
 inline constexpr int max_virtual = 64;
+/// Processes of one launch (`cluster.nodes`).
+inline constexpr int max_nodes = 4096;
 inline constexpr std::int64_t max_steps = 1'000'000'000'000;
 
 /// Actor-system worker threads: far past any core count; 100000 made the

@@ -148,60 +148,58 @@ void dashboard_feed::update_stats(std::int64_t window_ns) {
   for (const auto& c : stats_.channels)
     chans.push_back({{"from", c.from}, {"to", c.to}, {"messages", c.messages}, {"bytes", c.bytes},
                      {"in_flight", c.in_flight}});
-  stats_json_ = j.dump();
+  stats_frame_ = std::move(j);
 }
 
 std::string dashboard_feed::next_frame(feed_cursor& c, std::size_t max_spans, bool& more) {
-  std::string out = "{";
-  auto field = [&](std::string_view key, const std::string& value) {
-    out += fmt::format("{}\"{}\":{}", out.size() > 1 ? "," : "", key, value);
-  };
+  auto out = nlohmann::json::object();
   if (!c.hello) {
     nlohmann::json kinds = nlohmann::json::array();
     for (int k = 0; k <= static_cast<int>(span_kind::other); ++k)
       kinds.push_back(std::string{to_string(static_cast<span_kind>(k))});
-    field("hello", nlohmann::json{{"title", title_}, {"live", live_}, {"kinds", kinds}}.dump());
+    out["hello"] = {{"title", title_}, {"live", live_}, {"kinds", kinds}};
     c.hello = true;
   }
   if (c.actors != data_.actors.size()) {
-    nlohmann::json a = nlohmann::json::array();
+    auto& a = out["actors"] = nlohmann::json::array();
     for (const auto& x : data_.actors)
       a.push_back({{"id", x.id}, {"name", x.name}, {"type", x.type}, {"node", x.node}, {"role", x.role}});
-    field("actors", a.dump());
     c.actors = data_.actors.size();
   }
   c.span = std::max(c.span, base_);
   auto end = base_ + data_.spans.size();
   auto upto = std::min<std::uint64_t>(end, c.span + max_spans);
   if (upto > c.span) {
-    std::string s = "[";
+    auto& s = out["spans"] = nlohmann::json::array();  // six numbers a span, one flat array
+    s.get_ref<nlohmann::json::array_t&>().reserve(6 * (upto - c.span));
     for (auto i = c.span; i < upto; ++i) {
       const auto& x = data_.spans[i - base_];
-      s += fmt::format("{}{},{},{:.3f},{:.3f},{},{}", i == c.span ? "" : ",", x.actor, static_cast<int>(x.kind),
-                       us(x.begin_ns), us(x.end_ns - x.begin_ns), x.step, x.microbatch);
+      s.push_back(x.actor);
+      s.push_back(static_cast<int>(x.kind));
+      s.push_back(us(x.begin_ns));
+      s.push_back(us(x.end_ns - x.begin_ns));
+      s.push_back(x.step);
+      s.push_back(x.microbatch);
     }
-    field("spans", s + "]");
     c.span = upto;
   }
   more = upto < end;
   if (c.counter < data_.counters.size()) {
-    nlohmann::json a = nlohmann::json::array();
+    auto& a = out["counters"] = nlohmann::json::array();
     for (; c.counter < data_.counters.size(); ++c.counter) {
       const auto& x = data_.counters[c.counter];
       a.push_back({x.name, us(x.t_ns), number(x.value), x.step});
     }
-    field("counters", a.dump());
   }
-  bool fresh = out.size() > 1;
-  if (fresh || !more) {
-    if (!stats_json_.empty())
-      field("stats", stats_json_);
+  if (!out.empty() || !more) {
+    if (!stats_frame_.is_null())
+      out["stats"] = stats_frame_;
     if (finished_ && !c.finished_sent) {
-      field("finished", "true");
+      out["finished"] = true;
       c.finished_sent = true;
     }
   }
-  return out + "}";
+  return out.dump();
 }
 
 } // namespace troupe

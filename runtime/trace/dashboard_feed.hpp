@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/trace/trace_summary.hpp"
 
 namespace troupe {
@@ -68,7 +70,7 @@ private:
   std::uint64_t ingest_dropped_ = 0;           ///< spans of unknown actors, or past the id space
   throughput_meter meter_;
   trace_summary stats_;
-  std::string stats_json_;
+  nlohmann::json stats_frame_;  ///< the latest stats, sent with every frame (null before the first)
   std::int64_t now_ns_ = 0;
 };
 

@@ -192,7 +192,7 @@ function syntheticTrace(file, actors, spans) {
 async function synthetic() {
   const file = path.join(outDir, 'synthetic-64x100k.json');
   const total = syntheticTrace(file, 64, 100000);
-  const dash = startTroupe(['dash', file, '--address', '127.0.0.1:0']);
+  const dash = startTroupe(['dash', file, '--dashboard', '127.0.0.1:0']);
   const url = await dash.url;
   const { context, profile } = await launch();
   const page = context.pages()[0] ?? await context.newPage();

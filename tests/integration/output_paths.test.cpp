@@ -6,16 +6,6 @@
 
 using namespace troupe::testing;
 
-namespace {
-
-/// `troupe ARGS...` in `dir` to the end (at most 120 s): its exit code.
-int run_to_end(const fs::path& dir, std::vector<std::string> args) {
-  troupe_process p{dir, std::move(args)};
-  return p.wait(120s);
-}
-
-} // namespace
-
 TEST_CASE("an unwritable --trace, --summary-json or --save-table is exit 2 before anything runs") {
   auto dir = small_pipeline_graph("output_paths", 4);
   auto graph = (dir / "graph.yaml").string();

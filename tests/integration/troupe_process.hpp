@@ -54,6 +54,7 @@ struct troupe_process {
   troupe_process(const fs::path& dir, std::vector<std::string> args, bool own_group = false, bool as_nobody = false)
       : out(dir / "out.txt"), err(dir / "err.txt") {
     args.insert(args.begin(), troupe_exe());
+    std::ofstream{out}, std::ofstream{err};  // emptied here: wait_for never reads an earlier process's output
     std::fflush(stdout), std::fflush(stderr);  // or the child's freopen writes our buffered output again
     pid = ::fork();
     REQUIRE(pid >= 0);
@@ -111,6 +112,12 @@ struct troupe_process {
     }
   }
 };
+
+/// `troupe ARGS...` to the end (at most `limit`), its output in DIR/out.txt and DIR/err.txt: its exit code.
+inline int run_to_end(const fs::path& dir, std::vector<std::string> args, std::chrono::seconds limit = 120s) {
+  troupe_process p{dir, std::move(args)};
+  return p.wait(limit);
+}
 
 /// A tmpfs of `size` (such as "64k") mounted on `dir` for the guard's scope: a
 /// disk that fills up. `mounted` is false where that cannot be done (not root).

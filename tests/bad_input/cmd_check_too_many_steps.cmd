@@ -1,0 +1,4 @@
+check
+../../examples/two-stage.yaml
+--steps
+10000000000000

@@ -1,0 +1,4 @@
+dash
+out.json
+--dashboard
+foo

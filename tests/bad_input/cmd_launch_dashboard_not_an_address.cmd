@@ -1,0 +1,4 @@
+launch
+../../examples/two-nodes.yaml
+--dashboard
+foo

@@ -1,0 +1,4 @@
+launch
+../../examples/two-nodes.yaml
+--threads
+100000

@@ -1,0 +1,5 @@
+launch
+../../examples/two-nodes.yaml
+--no-trace
+--trace
+out.json

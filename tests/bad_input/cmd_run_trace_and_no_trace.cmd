@@ -1,0 +1,5 @@
+run
+../../examples/two-stage.yaml
+--trace
+out.json
+--no-trace

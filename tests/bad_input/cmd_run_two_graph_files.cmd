@@ -1,0 +1,3 @@
+run
+../../examples/two-stage.yaml
+../../examples/gpipe.yaml

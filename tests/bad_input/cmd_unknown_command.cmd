@@ -1,0 +1,2 @@
+rnu
+examples/two-stage.yaml
