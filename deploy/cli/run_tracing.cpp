@@ -13,16 +13,19 @@
 #include "runtime/graph/output_path.hpp"
 #include "runtime/graph/limits.hpp"
 #include "runtime/trace/trace.hpp"
-#include "runtime/trace/trace_export.hpp"
+#include "runtime/trace/trace_writer.hpp"
 
 namespace troupe::cli {
 
 const char* const trace_options_help =
-  R"(  --trace FILE.json      record spans and write Chrome Trace Event JSON there at the
-                         end (also after a failure); opens in Perfetto and
-                         chrome://tracing (default: the graph's trace.file)
-  --trace-buffer N       spans kept per thread in the recorder's ring (default 65536);
-                         older spans are dropped, so the file stays bounded
+  R"(  --trace FILE.json      record spans into Chrome Trace Event JSON there, written as
+                         the run goes so it holds the whole run, and what ran
+                         so far if the run fails or is killed; opens in
+                         Perfetto and chrome://tracing (default: the graph's
+                         trace.file)
+  --trace-buffer N       spans a thread's ring holds until they are written
+                         (every 0.25 s; default 65536); spans a ring overwrites
+                         before then are counted as dropped
   --no-trace             ignore the graph's trace.file
   --dashboard [ADDR]     serve the live dashboard at ADDR (default 127.0.0.1:8080;
                          :0 picks a free port; the URL is printed)
@@ -104,6 +107,12 @@ caf::expected<std::unique_ptr<run_tracing>> run_tracing::start(const graph_spec&
     if (auto err = check_output_path(t->file_))
       return err;
   trace_recorder::global().enable(o.buffer);
+  if (!t->file_.empty()) {
+    auto w = trace_writer::open(t->file_, t->tokens_per_step_);
+    if (!w)
+      return w.error();
+    t->writer_ = std::move(*w);
+  }
   if (auto err = t->start_dashboard(g, o, true))
     return err;
   return t;
@@ -140,15 +149,17 @@ std::string run_tracing::finish() {
     dashboard_->stop();
     dashboard_.reset();
   }
-  if (file_.empty())
+  if (!writer_)
     return {};
-  auto snap = snapshot_trace();
-  add_throughput_counters(snap, tokens_per_step_);
-  if (auto err = write_chrome_trace(file_, snap); !err.empty())
+  auto err = writer_->finish();
+  if (!err.empty())
     return err;
-  fmt::print("trace: {} spans written to {}{}\n", snap.spans.size(), file_,
-             snap.dropped ? fmt::format(" ({} older spans dropped: raise --trace-buffer to keep them)", snap.dropped)
-                          : std::string{});
+  auto dropped = writer_->dropped();
+  fmt::print("trace: {} spans written to {}{}\n", writer_->spans_written(), file_,
+             dropped ? fmt::format(" ({} spans dropped: a ring filled before they were written; raise --trace-buffer)",
+                                   dropped)
+                     : std::string{});
+  writer_.reset();
   return {};
 }
 
