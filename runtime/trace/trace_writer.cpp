@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <ctime>
 
 #include <fmt/format.h>
 
@@ -33,6 +34,13 @@ bool write_at(int fd, std::string_view data, std::uint64_t offset) {
     offset += static_cast<std::uint64_t>(n);
   }
   return true;
+}
+
+/// CPU time of the calling thread: what writing costs, whatever else the machine runs.
+std::int64_t thread_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
 } // namespace
@@ -78,6 +86,12 @@ void trace_writer::flush() {
   std::lock_guard guard{mtx_};
   if (fd_ < 0 || !error_.empty())
     return;
+  auto t0 = thread_cpu_ns();
+  flush_locked();
+  cpu_ns_ += thread_cpu_ns() - t0;
+}
+
+void trace_writer::flush_locked() {
   auto& r = trace_recorder::global();
   std::vector<span> spans;
   std::vector<counter_sample> counters;
@@ -183,6 +197,11 @@ std::string trace_writer::finish() {
 std::uint64_t trace_writer::spans_written() const {
   std::lock_guard guard{mtx_};
   return spans_;
+}
+
+std::int64_t trace_writer::cpu_ns() const {
+  std::lock_guard guard{mtx_};
+  return cpu_ns_;
 }
 
 std::uint64_t trace_writer::dropped() const {

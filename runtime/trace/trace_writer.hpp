@@ -52,10 +52,13 @@ public:
   std::uint64_t spans_written() const;
   /// Spans the rings overwrote before this writer took them.
   std::uint64_t dropped() const;
+  /// CPU time spent writing (collecting, formatting, the writes), over all flushes.
+  std::int64_t cpu_ns() const;
   const std::filesystem::path& path() const noexcept { return path_; }
 
 private:
   trace_writer(std::filesystem::path path, int fd, std::int64_t tokens_per_step);
+  void flush_locked();
   /// Writes `events` at the end of the event list, then the closing lines.
   void append(std::string events);
   /// Puts the file back at path_ from the open descriptor when it was removed or replaced.
@@ -67,6 +70,7 @@ private:
   std::uint64_t body_end_ = 0; ///< where the closing lines begin
   std::uint64_t file_end_ = 0;
   std::uint64_t spans_ = 0;
+  std::int64_t cpu_ns_ = 0;
   std::size_t actors_written_ = 0;
   std::vector<int> nodes_written_;
   chrome_json_events events_;
