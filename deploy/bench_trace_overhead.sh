@@ -81,7 +81,9 @@ c_on=$(printf '%s\n' "${cpu_on[@]}" | median)
 w_on=$(printf '%s\n' "${writer[@]}" | median)
 record_ns=0
 if [[ -x $build/runtime/bench_trace_record ]]; then
-  record_ns=$("$build/runtime/bench_trace_record" | sed -n 's/.*(\([0-9.]*\) ns to record).*/\1/p')
+  # The recorder's cost per span (on minus off; the clock reads are paid either way), at least 0.
+  record_ns=$("$build/runtime/bench_trace_record" | sed -n 's/.*(\(-\{0,1\}[0-9.]*\) ns to record).*/\1/p')
+  record_ns=$(awk -v r="${record_ns:-0}" 'BEGIN {print (r > 0) ? r : 0}')
 fi
 awk -v off="$m_off" -v on="$m_on" -v coff="$c_off" -v con="$c_on" -v n="$spans" -v mb="$mb" -v d="$dropped" \
     -v w="$w_on" -v rec="${record_ns:-0}" -v s="$steps" 'BEGIN {
