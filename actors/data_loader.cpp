@@ -190,9 +190,9 @@ void pump(loader_actor* self, const loader_settings& cfg) {
   }
 }
 
-caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor runner) {
+caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor runner, std::uint16_t trace_id) {
   self->state.runner = std::move(runner);
-  self->state.trace_id = trace_recorder::global().register_actor(cfg.name, "data_loader");
+  self->state.trace_id = trace_id;
   return {
     [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
       for (const auto& p : m.directory) {
@@ -350,7 +350,9 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.routing_params = routing_params_of(g);
   if (auto what = check_routes(g, ctx.spec); !what.empty()) // checked at load too; here for graphs built in code
     return make_error(errc::invalid_argument, fmt::format("{}: {}", cfg.name, what));
-  return caf::actor{ctx.system.spawn(data_loader, std::move(cfg), ctx.runner)};
+  // Named in the trace before it runs, as every actor of the graph is (see pipeline_stage.cpp).
+  auto trace_id = trace_recorder::global().register_actor(cfg.name, "data_loader");
+  return caf::actor{ctx.system.spawn(data_loader, std::move(cfg), ctx.runner, trace_id)};
 }
 
 } // namespace troupe

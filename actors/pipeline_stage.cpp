@@ -180,11 +180,10 @@ caf::error restore_checkpoint(stage_actor* self, const stage_checkpointing& ck) 
 }
 
 caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor runner, std::int64_t tokens,
-                             stage_checkpointing ck) {
+                             stage_checkpointing ck, std::uint16_t id) {
   auto& st = self->state;
   st.runner = std::move(runner);
   st.tokens_per_step = tokens;
-  auto id = trace_recorder::global().register_actor(cfg.name, "pipeline_stage", 0, std::string{stage_role});
   stage_outbox out;
   // Every message goes to an actor named by index; a broken route is a failure, not a crash.
   auto to = [self](int actor) -> const caf::actor& {
@@ -410,8 +409,11 @@ caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx) {
   auto tokens = ctx.graph.tokens_per_step();
   stage_checkpointing ck{ctx.graph.checkpoint.dir_path, checkpoint_identity(ctx.graph, ctx.spec),
                          ctx.graph.checkpoint.resume_folder, ctx.graph.checkpoint.resume_step};
-  auto self = ctx.system.spawn(pipeline_stage, std::move(cfg), ctx.runner, tokens,
-                               std::move(ck));
+  // Named in the trace here, not when the actor first runs (later, on a worker
+  // thread): every actor of the graph is named before any is connected, so each
+  // finds the others' trace ids to count their mailboxes.
+  auto id = trace_recorder::global().register_actor(cfg.name, "pipeline_stage", 0, std::string{stage_role});
+  auto self = ctx.system.spawn(pipeline_stage, std::move(cfg), ctx.runner, tokens, std::move(ck), id);
   return caf::actor{self};
 }
 

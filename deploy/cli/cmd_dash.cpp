@@ -47,6 +47,9 @@ int dash(const dash_cli& a) {
   opts.static_dir = default_dashboard_dir();
   opts.title = file;
   auto spans = t->spans.size();
+  if (t->cut_short)
+    fmt::print(stderr, "troupe dash: {} ends mid-event (its run was killed): showing it up to its last whole event\n",
+               file);
   auto srv = dashboard_server::start_snapshot(std::move(*t), std::move(opts));
   if (!srv) {
     fmt::print(stderr, "troupe dash: {}\n", error_message(srv.error()));

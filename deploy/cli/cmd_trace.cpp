@@ -1,5 +1,5 @@
-// `troupe trace summarize OUT.json`: per actor busy and idle time and bubble
-// fraction, and each stage's action order per step, from an exported trace.
+// `troupe trace summarize OUT.json`: per actor busy and idle time, each
+// stage's bubble, and each stage's distinct action orders, from a trace file.
 #include <memory>
 #include <string>
 
@@ -16,10 +16,12 @@ namespace troupe::cli {
 namespace {
 
 constexpr const char* summarize_description = R"(Reads a trace written by `troupe run --trace` (Chrome Trace Event JSON) and
-prints, per actor, busy and idle time and the bubble fraction over the span
-from the first to the last compute span; the pipeline's bubble fraction; the
-channels seen; and per stage and step the action order as text
-(`0F0 0F1 0B0 ...`), to compare with `troupe schedule`.)";
+prints, per actor, busy and idle time over the span from the first to the
+last compute span, a pipeline stage's bubble (its idle share) and the deepest
+mailbox; the pipeline's bubble fraction; the channels seen; and each stage's
+action order as text (`0F0 0F1 0B0 ...`), each distinct order once with the
+steps that ran it, to compare with `troupe schedule`. A file cut short by a
+killed run is read up to its last whole event.)";
 
 constexpr const char* trace_footer =
   "Exit codes: 0 success, 1 the file cannot be read, 2 bad arguments or not a trace.\n";

@@ -1,6 +1,7 @@
 // Browser tests of the dashboard (tests/browser/dashboard.mjs: Playwright with
 // Debian's headless chromium): a live 4-stage training run, the same across two
-// launched node processes, and a 64-actor, 100,000-span trace. Screenshots go to the build folder.
+// launched node processes, a 64-actor, 100,000-span trace, and the validation
+// loss of a finished run. Screenshots go to the build folder.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -36,4 +37,8 @@ TEST_CASE("one dashboard shows the lanes of both nodes of a 2-process launch, la
 
 TEST_CASE("the dashboard loads a 64-actor trace of 100,000 spans and redraws it quickly") {
   CHECK(run_browser("synthetic") == 0);
+}
+
+TEST_CASE("the dashboard says which step its validation loss is from and draws validation as markers, not a line") {
+  CHECK(run_browser("validation") == 0);
 }

@@ -9,7 +9,7 @@
 #include "runtime/actor/errors.hpp"
 #include "runtime/graph/output_path.hpp"
 #include "runtime/trace/trace.hpp"
-#include "runtime/trace/trace_export.hpp"
+#include "runtime/trace/trace_writer.hpp"
 
 namespace troupe::cli {
 
@@ -32,6 +32,12 @@ caf::expected<std::unique_ptr<run_tracing>> run_tracing::start(const graph_spec&
     if (auto err = check_output_path(t->file_))
       return err;
   trace_recorder::global().enable(o.buffer);
+  if (!t->file_.empty()) {
+    auto w = trace_writer::open(t->file_, t->tokens_per_step_);
+    if (!w)
+      return w.error();
+    t->writer_ = std::move(*w);
+  }
   if (auto err = t->start_dashboard(g, o, true))
     return err;
   return t;
@@ -68,15 +74,18 @@ std::string run_tracing::finish() {
     dashboard_->stop();
     dashboard_.reset();
   }
-  if (file_.empty())
+  if (!writer_)
     return {};
-  auto snap = snapshot_trace();
-  add_throughput_counters(snap, tokens_per_step_);
-  if (auto err = write_chrome_trace(file_, snap); !err.empty())
+  auto err = writer_->finish();
+  if (!err.empty())
     return err;
-  fmt::print("trace: {} spans written to {}{}\n", snap.spans.size(), file_,
-             snap.dropped ? fmt::format(" ({} older spans dropped: raise --trace-buffer to keep them)", snap.dropped)
-                          : std::string{});
+  auto dropped = writer_->dropped();
+  fmt::print("trace: {} spans written to {} ({:.3f} s of CPU to write){}\n", writer_->spans_written(), file_,
+             static_cast<double>(writer_->cpu_ns()) * 1e-9,
+             dropped ? fmt::format(" ({} spans dropped: a ring filled before they were written; raise --trace-buffer)",
+                                   dropped)
+                     : std::string{});
+  writer_.reset();
   return {};
 }
 

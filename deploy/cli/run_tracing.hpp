@@ -1,5 +1,5 @@
-// Tracing for `troupe run`: what the --trace, --trace-buffer, --no-trace and
-// --dashboard options asked for, recording on, the live dashboard, the file at the end.
+// Tracing for `troupe run`: the --trace, --trace-buffer, --no-trace and
+// --dashboard options, recording on, the live dashboard, the file written as the run goes.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +11,7 @@
 
 #include "runtime/trace/dashboard_server.hpp"
 #include "runtime/graph/graph_spec.hpp"
+#include "runtime/trace/trace_writer.hpp"
 
 namespace troupe::cli {
 
@@ -18,7 +19,7 @@ namespace troupe::cli {
 struct trace_cli_options {
   std::string file;                   ///< --trace FILE (else the graph's trace.file)
   bool no_trace = false;              ///< --no-trace: ignore the graph's trace.file
-  std::size_t buffer = 1 << 16;       ///< --trace-buffer N: spans kept per thread
+  std::size_t buffer = 1 << 16;       ///< --trace-buffer N: a thread's ring, in spans
   bool dashboard = false;             ///< --dashboard [ADDR]
   std::string dashboard_address = "127.0.0.1:8080";
 };
@@ -34,17 +35,17 @@ std::string node_trace_file(const std::string& file, int node);
 /// Recording for one run: start() before the actors spawn, finish() after.
 class run_tracing {
 public:
-  /// Turns the recorder on when a file or the dashboard is wanted and starts the
-  /// dashboard. A trace file that cannot be written is an error here, before
-  /// the run (check_output_path), not after it.
+  /// Turns the recorder on when a file or the dashboard is wanted, starts
+  /// writing the file (trace_writer) and starts the dashboard. A trace file
+  /// that cannot be written is an error here, before the run, not after it.
   static caf::expected<std::unique_ptr<run_tracing>> start(const graph_spec& g, trace_cli_options o);
   /// For `troupe launch`'s coordinator, which records nothing itself (each node
   /// writes its own file): starts the dashboard when asked, fed by the nodes
   /// through dashboard()->ingest.
   static caf::expected<std::unique_ptr<run_tracing>> start_coordinator(const graph_spec& g, trace_cli_options o);
-  /// Writes the trace file (also after a failed run: what was recorded so far)
-  /// and stops the dashboard. Empty on success, else what went wrong: the
-  /// trace is lost, and the command fails.
+  /// Writes the rest of the trace file (also after a failed run: what was
+  /// recorded so far) and stops the dashboard. Empty on success, else what
+  /// went wrong: the trace is lost or incomplete, and the command fails.
   std::string finish();
   /// Where the trace goes (empty: no file).
   const std::string& file() const noexcept { return file_; }
@@ -58,6 +59,7 @@ private:
 
   std::string file_;
   std::int64_t tokens_per_step_ = 0;
+  std::unique_ptr<trace_writer> writer_;
   std::unique_ptr<dashboard_server> dashboard_;
 };
 

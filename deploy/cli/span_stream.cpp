@@ -75,7 +75,7 @@ void span_streamer::send_batches(bool last) {
       s.begin_ns += epoch, s.end_ns += epoch;
     for (auto& c : b.counters)
       c.t_ns += epoch;
-    b.dropped = r.dropped() + lost_;
+    b.dropped = cursor_.missed + lost_;
     auto f = encode(m);
     actors_sent_ = actors.size();
     if (f.meta.size() > net::max_meta_bytes) {  // only with absurdly long names: never risk the connection

@@ -39,7 +39,7 @@ void dashboard_feed::poll_recorder() {
   std::vector<counter_sample> fresh;
   now_ns_ = trace_now();
   r.collect(cursor_, spans, &fresh);
-  data_.dropped = r.dropped();
+  data_.dropped = cursor_.missed;
   append(spans, fresh);
 }
 
@@ -125,7 +125,7 @@ void dashboard_feed::update_stats(std::int64_t window_ns) {
     if (c.name == "loss")
       stats_.loss = c.value, stats_.last_step = std::max(stats_.last_step, c.step);
     else if (c.name == "val_loss")
-      stats_.val_loss = c.value;
+      stats_.val_loss = c.value, stats_.val_step = c.step;
     else if (c.name == "tokens_per_s")
       stats_.tokens_per_s = c.value;
   }
@@ -133,10 +133,11 @@ void dashboard_feed::update_stats(std::int64_t window_ns) {
   j["now"] = us(now_ns_);
   j["window_s"] = live_ && !finished_ ? static_cast<double>(window_ns) * 1e-9
                                        : static_cast<double>(stats_.end_ns - stats_.begin_ns) * 1e-9;
-  j["bubble"] = number(stats_.bubble_fraction);
+  j["bubble"] = optional_number(stats_.bubble_fraction);
   j["step"] = stats_.last_step;
   j["loss"] = optional_number(stats_.loss);
   j["val_loss"] = optional_number(stats_.val_loss);
+  j["val_step"] = stats_.val_step;
   j["tokens_per_s"] = optional_number(stats_.tokens_per_s);
   j["dropped"] = data_.dropped;
   j["spans_total"] = base_ + data_.spans.size();

@@ -124,6 +124,7 @@ void trace_recorder::collect(cursor& c, std::vector<span>& out, std::vector<coun
     auto size = r.slots.size();
     auto head = r.head.load(std::memory_order_acquire);
     auto from = std::max(c.positions[i], head > size ? head - size : 0);
+    c.missed += from - c.positions[i];
     auto first = out.size();
     for (auto p = from; p < head; ++p)
       out.push_back(r.slots[p & r.mask]);
@@ -132,21 +133,12 @@ void trace_recorder::collect(cursor& c, std::vector<span>& out, std::vector<coun
     auto safe_from = after > size ? after - size : 0;
     if (safe_from > from) {
       auto torn = std::min<std::uint64_t>(safe_from - from, out.size() - first);
+      c.missed += torn;
       out.erase(out.begin() + static_cast<std::ptrdiff_t>(first),
                 out.begin() + static_cast<std::ptrdiff_t>(first + torn));
     }
     c.positions[i] = head;
   }
-}
-
-std::uint64_t trace_recorder::dropped() const {
-  std::lock_guard guard{mtx_};
-  std::uint64_t n = 0;
-  for (const auto& r : rings_) {
-    auto head = r->head.load(std::memory_order_acquire);
-    n += head > r->slots.size() ? head - r->slots.size() : 0;
-  }
-  return n;
 }
 
 void trace_recorder::reset() {

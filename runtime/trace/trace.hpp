@@ -1,5 +1,6 @@
 // Span and counter recording for every actor: per-thread ring buffers written
-// without locks, read by the exporter and the dashboard while the run goes on.
+// without locks, drained while the run goes on by the trace file's writer
+// (trace_writer), the dashboard and a node's stream to its coordinator.
 #pragma once
 
 #include <array>
@@ -68,7 +69,8 @@ std::int64_t trace_now() noexcept;
 std::int64_t trace_epoch_ns() noexcept;
 
 /// The process-wide recorder. Writers append to their thread's ring buffer; a
-/// full buffer overwrites its oldest spans, so memory stays bounded.
+/// full buffer overwrites its oldest spans, so memory stays bounded. Readers
+/// take spans out with a cursor of their own, often enough that no ring laps them.
 class trace_recorder {
 public:
   static trace_recorder& global();
@@ -105,15 +107,14 @@ public:
   void count(std::string name, double value, std::int32_t step = -1);
 
   /// Copies every span recorded since `cursor` (per-thread positions) into `out`,
-  /// advancing the cursor; spans overwritten in the meantime are skipped.
+  /// advancing the cursor; spans overwritten before this reader took them are
+  /// skipped and counted in `missed`.
   struct cursor {
     std::vector<std::uint64_t> positions;
     std::size_t counters = 0;
+    std::uint64_t missed = 0;  ///< spans a ring overwrote before this reader took them
   };
   void collect(cursor& c, std::vector<span>& out, std::vector<counter_sample>* counters = nullptr) const;
-
-  /// Spans dropped because a ring buffer wrapped.
-  std::uint64_t dropped() const;
 
   /// Forgets every span, counter and actor (tests and repeated runs in one process).
   void reset();

@@ -60,6 +60,26 @@ TEST_CASE("a full ring buffer keeps the newest spans and counts the dropped ones
   r.disable();
 }
 
+TEST_CASE("a reader that keeps up misses nothing however often a ring wraps; one that falls behind counts its loss") {
+  auto& r = trace_recorder::global();
+  r.reset();
+  r.enable(64);
+  auto a = r.register_actor("s0", "pipeline_stage");
+  trace_recorder::cursor keeps_up, falls_behind;
+  std::vector<span> got, late;
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < 50; ++i)
+      r.record(make_span(a, (round * 50 + i) * 1000, span_kind::forward, i));
+    r.collect(keeps_up, got);
+  }
+  r.collect(falls_behind, late);
+  CHECK(got.size() == 1000);
+  CHECK(keeps_up.missed == 0);
+  CHECK(late.size() == 64);
+  CHECK(falls_behind.missed == 936);
+  r.disable();
+}
+
 TEST_CASE("the exported JSON names every actor, closes every span and keeps time monotonic per thread") {
   auto& r = trace_recorder::global();
   r.reset();

@@ -2,7 +2,6 @@
 // Perfetto and chrome://tracing: a process per node, a thread per actor.
 #pragma once
 
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -16,18 +15,43 @@ struct trace_snapshot {
   std::vector<span> spans;
   std::vector<counter_sample> counters;
   std::uint64_t dropped = 0;
+  bool cut_short = false;  ///< read from a file whose writer stopped mid-event (a crash): its last event is lost
 };
 
-/// Collects everything the global recorder holds now.
+/// Chrome Trace Event JSON a piece at a time, so a file can grow while a run
+/// goes (trace_writer): chrome_json_head(), then events one to a line, then
+/// chrome_json_tail(). Events may come in any order, but a span's flow event
+/// right after it, and an actor named before the first batch of its spans.
+class chrome_json_events {
+public:
+  /// `process_name` for node `node`.
+  void add_node(int node);
+  /// `thread_name` (with type and role) and `thread_sort_index` for `a`.
+  void add_actor(const actor_info& a);
+  /// An `X` event for `s` on node `node`'s process, and its flow event if it has one.
+  void add_span(const span& s, int node);
+  /// A `C` event (JSON has no NaN: a diverged loss is written as null).
+  void add_counter(const counter_sample& c);
+  /// The events so far, each line but the file's first preceded by ",\n"; empties the buffer.
+  std::string take();
+
+private:
+  void separate();
+  void emit(std::string_view event);
+  std::string out_;
+  bool first_ = true;
+};
+
+/// `{"displayTimeUnit":"ms","traceEvents":[` and a line break.
+std::string chrome_json_head();
+/// Closes the event list and records `dropped` in `otherData`.
+std::string chrome_json_tail(std::uint64_t dropped);
+
+/// Collects everything the global recorder holds now (`dropped`: spans its rings overwrote).
 trace_snapshot snapshot_trace();
 
 /// The snapshot as Chrome Trace Event JSON (object form, `traceEvents` sorted
 /// by thread and time, with flow arrows from each send to its receive).
 std::string to_chrome_json(const trace_snapshot& t);
-
-/// Writes `to_chrome_json(t)` to `path` atomically (temporary file, then rename).
-/// Returns an empty string on success, else what went wrong and where; a failed
-/// write leaves no temporary file.
-std::string write_chrome_trace(const std::filesystem::path& path, const trace_snapshot& t);
 
 } // namespace troupe

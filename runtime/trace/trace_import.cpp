@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -40,32 +41,60 @@ T arg(const nlohmann::json& ev, const char* key, T fallback) {
   return v != a->end() && v->is_number() ? v->get<T>() : fallback;
 }
 
-/// Steps of counters: the step of the latest optimizer or eval span begun by then.
+/// Steps of counters: the step of the latest optimizer or eval span begun by
+/// then; -1 before any (the validation before training evaluates "step -1").
 void infer_counter_steps(trace_snapshot& t) {
   std::vector<std::pair<std::int64_t, std::int32_t>> marks;
   for (const auto& s : t.spans)
-    if ((s.kind == span_kind::optimizer || s.kind == span_kind::eval) && s.step >= 0)
+    if ((s.kind == span_kind::optimizer || s.kind == span_kind::eval) && s.step >= -1)
       marks.push_back({s.begin_ns, s.step});
   std::sort(marks.begin(), marks.end());
   std::int32_t best = -1;
   for (auto& m : marks)
     m.second = best = std::max(best, m.second);
   for (auto& c : t.counters) {
-    if (c.step >= 0)
-      continue;
     auto it = std::upper_bound(marks.begin(), marks.end(), std::pair{c.t_ns, INT32_MAX});
-    c.step = it == marks.begin() ? 0 : std::prev(it)->second;
+    c.step = it == marks.begin() ? -1 : std::prev(it)->second;
   }
+}
+
+/// A trace whose writer stopped mid-flush (trace_writer in a process that
+/// crashed or was killed) ends inside an event or its closing lines. Events are
+/// one to a line: cutting at one of the last few line breaks and closing the
+/// list gives back every whole event before it.
+std::optional<nlohmann::json> parse_cut_short(const std::string& text) {
+  if (!text.starts_with(chrome_json_head()))
+    return std::nullopt;
+  auto tail = chrome_json_tail(0);
+  auto cut = text.size();
+  for (int tries = 0; tries < 8 && cut > 0; ++tries) {
+    cut = text.rfind('\n', cut - 1);
+    if (cut == std::string::npos || cut < chrome_json_head().size() - 1)
+      return std::nullopt;
+    auto end = text.find_last_not_of(" \n,", cut);
+    if (end == std::string::npos || (text[end] != '}' && text[end] != '['))
+      continue;
+    try {
+      return nlohmann::json::parse(text.substr(0, end + 1) + tail);
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  return std::nullopt;
 }
 
 } // namespace
 
 caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const std::string& origin) {
   nlohmann::json doc;
+  bool cut_short = false;
   try {
     doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    return make_error(errc::invalid_argument, fmt::format("{}: not JSON: {}", origin, e.what()));
+    auto repaired = parse_cut_short(text);
+    if (!repaired)
+      return make_error(errc::invalid_argument, fmt::format("{}: not JSON: {}", origin, e.what()));
+    doc = std::move(*repaired);
+    cut_short = true;
   }
   const nlohmann::json* events = &doc;
   if (doc.is_object()) {
@@ -77,6 +106,7 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
   if (!events->is_array())
     return make_error(errc::invalid_argument, fmt::format("{}: \"traceEvents\" is not an array", origin));
   trace_snapshot t;
+  t.cut_short = cut_short;
   std::map<std::uint16_t, actor_info> actors;
   std::set<std::uint16_t> has_role;  // actors whose thread_name says their role
   std::map<std::pair<int, int>, std::size_t> last_x;  // (pid, tid) -> index of its latest X span

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -68,6 +69,7 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns, std::int6
   trace_summary out;
   out.span_count = t.spans.size();
   out.dropped = t.dropped;
+  out.cut_short = t.cut_short;
   std::int64_t first = INT64_MAX, last = INT64_MIN;
   for (const auto& s : t.spans)
     if (is_busy(s))
@@ -135,6 +137,8 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns, std::int6
     if (s.end_ns < out.begin_ns || s.begin_ns >= out.end_ns)
       continue;
     ++a.spans;
+    if (s.begin_ns >= out.begin_ns)
+      a.mailbox_max = std::max(a.mailbox_max, s.mailbox);
     if (is_busy(s))
       busy[s.actor].push_back({std::max(s.begin_ns, out.begin_ns), std::min(s.end_ns, out.end_ns)});
   }
@@ -148,10 +152,8 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns, std::int6
     if (a.actor.role == stage_role)
       stage_busy += a.busy_fraction, ++stages;
   }
-  if (stages == 0)
-    for (const auto& a : out.actors)
-      stage_busy += a.busy_fraction, ++stages;
-  out.bubble_fraction = stages ? std::clamp(1.0 - stage_busy / stages, 0.0, 1.0) : 0.0;
+  if (stages > 0)
+    out.bubble_fraction = std::clamp(1.0 - stage_busy / stages, 0.0, 1.0);
 
   if (orders) {
     std::map<std::uint16_t, int> rank;
@@ -180,11 +182,41 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns, std::int6
     if (c.name == "loss")
       out.loss = c.value, out.last_step = std::max(out.last_step, c.step);
     else if (c.name == "val_loss")
-      out.val_loss = c.value;
+      out.val_loss = c.value, out.val_step = c.step;
     else if (c.name == "tokens_per_s")
       out.tokens_per_s = c.value;
   }
   return out;
+}
+
+std::vector<distinct_order> distinct_orders(const std::vector<stage_order>& orders) {
+  std::vector<distinct_order> out;
+  std::map<std::pair<std::uint16_t, std::string_view>, std::size_t> seen;  // (actor, actions) -> index in out
+  for (const auto& o : orders) {
+    auto [it, fresh] = seen.emplace(std::pair{o.actor, std::string_view{o.actions}}, out.size());
+    if (fresh)
+      out.push_back({o.actor, o.rank, {}, o.actions});
+    out[it->second].steps.push_back(o.step);
+  }
+  for (auto& d : out)
+    std::sort(d.steps.begin(), d.steps.end());
+  std::stable_sort(out.begin(), out.end(), [](const distinct_order& a, const distinct_order& b) {
+    return a.rank != b.rank ? a.rank < b.rank : a.steps.front() < b.steps.front();
+  });
+  return out;
+}
+
+std::string step_ranges(const std::vector<std::int32_t>& steps) {
+  std::string out;
+  for (std::size_t i = 0; i < steps.size();) {
+    auto j = i;
+    while (j + 1 < steps.size() && steps[j + 1] <= steps[j] + 1)
+      ++j;
+    out += out.empty() ? "" : ", ";
+    out += steps[j] > steps[i] ? fmt::format("{}-{}", steps[i] + 1, steps[j] + 1) : fmt::format("{}", steps[i] + 1);
+    i = j + 1;
+  }
+  return (steps.size() == 1 ? "step " : "steps ") + out;
 }
 
 std::string to_text(const trace_summary& s) {
@@ -193,34 +225,40 @@ std::string to_text(const trace_summary& s) {
   };
   std::string out = fmt::format("trace: {} spans, {} actors, window {} s", s.span_count, s.actors.size(),
                                 seconds(s.end_ns - s.begin_ns));
-  out += s.dropped ? fmt::format(" ({} older spans dropped by the ring buffer)\n", s.dropped) : "\n";
+  out += s.dropped ? fmt::format(" ({} spans dropped: a ring filled before they were written)", s.dropped) : "";
+  out += s.cut_short ? "\nthe file ends mid-event (the run was killed): read up to its last whole event\n" : "\n";
   out += fmt::format("\n{:<16} {:<16} {:>9} {:>9} {:>7} {:>9} {:>7} {:>8}\n", "actor", "type", "busy s",
                      "idle s", "busy %", "bubble %", "spans", "mailbox");
-  for (const auto& a : s.actors)
-    out += fmt::format("{:<16} {:<16} {:>9} {:>9} {:>7.1f} {:>9.1f} {:>7} {:>8}\n", a.actor.name, a.actor.type,
+  for (const auto& a : s.actors) {
+    bool stage = a.actor.role == stage_role;
+    out += fmt::format("{:<16} {:<16} {:>9} {:>9} {:>7.1f} {:>9} {:>7} {:>8}\n", a.actor.name, a.actor.type,
                        seconds(a.busy_ns), seconds(a.idle_ns), 100 * a.busy_fraction,
-                       100 * (1 - a.busy_fraction), a.spans, a.mailbox);
-  out += fmt::format("\npipeline bubble fraction: {:.1f}%\n", 100 * s.bubble_fraction);
-  out += fmt::format("last step {}: loss {}, val loss {}, tokens/s {}\n", s.last_step + 1, opt(s.loss, "{:.4f}"),
-                     opt(s.val_loss, "{:.4f}"), opt(s.tokens_per_s, "{:.0f}"));
+                       stage ? fmt::format("{:.1f}", 100 * (1 - a.busy_fraction)) : std::string{"-"}, a.spans,
+                       a.mailbox_max);
+  }
+  out += "busy: compute (forward, backward, optimizer, eval) and timed sends, first compute span to last\n"
+         "bubble %: a pipeline stage's idle share of that window (other actors wait by design: no bubble)\n"
+         "mailbox: the most data messages waiting for the actor at once, counted as it took one (it included)\n";
+  out += fmt::format("\npipeline bubble fraction: {}\n",
+                     s.bubble_fraction ? fmt::format("{:.1f}%", 100 * *s.bubble_fraction)
+                                       : std::string{"- (no actor has the stage role)"});
+  out += fmt::format("last step {}: loss {}, val loss {}{}, tokens/s {}\n", s.last_step + 1, opt(s.loss, "{:.4f}"),
+                     opt(s.val_loss, "{:.4f}"), s.val_loss ? fmt::format(" (after step {})", s.val_step + 1) : "",
+                     opt(s.tokens_per_s, "{:.0f}"));
+  auto name = [&](std::uint16_t id) {
+    return id < s.actors.size() ? s.actors[id].actor.name : fmt::format("actor{}", id);
+  };
   if (!s.channels.empty()) {
     out += "\nchannels (messages, MB, in flight):\n";
-    for (const auto& c : s.channels) {
-      auto name = [&](std::uint16_t id) {
-        return id < s.actors.size() ? s.actors[id].actor.name : fmt::format("actor{}", id);
-      };
+    for (const auto& c : s.channels)
       out += fmt::format("  {} -> {}: {}, {:.1f}, {}\n", name(c.from), name(c.to), c.messages,
                          static_cast<double>(c.bytes) / 1e6, c.in_flight);
-    }
   }
   if (!s.orders.empty()) {
-    out += "\naction order per stage and step (compare with `troupe schedule`):\n";
-    std::int32_t step = INT32_MIN;
-    for (const auto& o : s.orders) {
-      if (o.step != step)
-        out += fmt::format("step {}\n", o.step), step = o.step;
-      out += fmt::format("  {:<12} {}\n", o.actor < s.actors.size() ? s.actors[o.actor].actor.name : "?", o.actions);
-    }
+    out += "\naction order per stage, each distinct order once with the steps that ran it\n"
+           "(compare with `troupe schedule`):\n";
+    for (const auto& d : distinct_orders(s.orders))
+      out += fmt::format("  {:<12} {}: {}\n", name(d.actor), step_ranges(d.steps), d.actions);
   }
   return out;
 }
@@ -236,19 +274,6 @@ std::optional<counter_sample> throughput_meter::on_sample(const counter_sample& 
   }
   last_ns = c.t_ns, last_step = c.step;
   return out;
-}
-
-void add_throughput_counters(trace_snapshot& t, std::int64_t tokens_per_step) {
-  for (const auto& c : t.counters)
-    if (c.name == "tokens_per_s")
-      return;
-  auto samples = t.counters;
-  std::stable_sort(samples.begin(), samples.end(),
-                   [](const counter_sample& a, const counter_sample& b) { return a.t_ns < b.t_ns; });
-  throughput_meter m{tokens_per_step};
-  for (const auto& c : samples)
-    if (auto r = m.on_sample(c))
-      t.counters.push_back(*r);
 }
 
 } // namespace troupe

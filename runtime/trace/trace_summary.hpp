@@ -22,6 +22,7 @@ struct actor_summary {
   double busy_fraction = 0;      ///< busy / window
   std::size_t spans = 0;         ///< spans that touch the window
   std::uint32_t mailbox = 0;     ///< latest recorded depth, or messages sent to it and not yet received
+  std::uint32_t mailbox_max = 0; ///< deepest recorded in the window: data messages waiting as one was taken, it included
 };
 
 /// A channel seen in the trace: flows sent by `from` and received by `to`.
@@ -41,6 +42,21 @@ struct stage_order {
   std::string actions;
 };
 
+/// One distinct action order of a stage and every step that ran it.
+struct distinct_order {
+  std::uint16_t actor = 0;
+  int rank = 0;
+  std::vector<std::int32_t> steps;  ///< ascending, 0-based
+  std::string actions;
+};
+
+/// Each stage's orders with the same actions folded into one, stages by rank
+/// and a stage's orders by their first step.
+std::vector<distinct_order> distinct_orders(const std::vector<stage_order>& orders);
+
+/// 0-based steps as the 1-based ranges the command line prints: `steps 1-49, 51-250`, `step 50`.
+std::string step_ranges(const std::vector<std::int32_t>& steps);
+
 /// Everything `troupe trace summarize` prints and the dashboard shows.
 struct trace_summary {
   std::int64_t begin_ns = 0;    ///< the window: first to last compute span, or as asked
@@ -48,11 +64,15 @@ struct trace_summary {
   std::vector<actor_summary> actors;
   std::vector<channel_summary> channels;
   std::vector<stage_order> orders;
-  double bubble_fraction = 0;   ///< 1 - Σ stage busy / (stages × window), over the actors with stage_role
+  /// 1 - Σ stage busy / (stages × window), over the actors with stage_role;
+  /// none without such actors (another actor's idle time is no bubble).
+  std::optional<double> bubble_fraction;
   std::int32_t last_step = -1;  ///< highest step with a loss
   std::optional<double> loss, val_loss, tokens_per_s;
+  std::int32_t val_step = -1;   ///< the step val_loss was measured after
   std::size_t span_count = 0;
   std::uint64_t dropped = 0;
+  bool cut_short = false;       ///< the trace file ended mid-event (the run was killed)
 };
 
 /// Summarises `t` over `[from_ns, to_ns)`; a negative bound means "from the
@@ -78,10 +98,7 @@ struct throughput_meter {
   std::optional<counter_sample> on_sample(const counter_sample& c);
 };
 
-/// Appends `tokens_per_s` samples for every `loss` sample of `t` (when none are there yet).
-void add_throughput_counters(trace_snapshot& t, std::int64_t tokens_per_step);
-
-/// Reads a Chrome Trace Event file written by write_chrome_trace back into a
+/// Reads a Chrome Trace Event file written by trace_writer back into a
 /// snapshot (thread names become actors, `X` events spans, `s`/`f` flows, `C`
 /// counters with their step taken from the optimizer and eval spans before them).
 /// An actor whose thread name carries no role (older traces) has stage_role

@@ -48,7 +48,7 @@ TEST_CASE("busy time is the union of compute spans and the bubble is the stages'
   CHECK(s.actors[0].busy_ns == 60);
   CHECK(s.actors[0].idle_ns == 40);
   CHECK(s.actors[1].busy_ns == 40);
-  CHECK(s.bubble_fraction == doctest::Approx(0.5));
+  CHECK(*s.bubble_fraction == doctest::Approx(0.5));
   CHECK(s.last_step == 0);
   CHECK(*s.loss == 2.5);
 }
@@ -57,11 +57,11 @@ TEST_CASE("stages are the actors whose trace role is stage, whatever their type 
   auto t = two_stages();
   t.actors[0].type = t.actors[1].type = "my_plugin_stage";
   auto s = summarize(t);
-  CHECK(s.bubble_fraction == doctest::Approx(0.5));
+  CHECK(*s.bubble_fraction == doctest::Approx(0.5));
   CHECK(s.orders.size() == 2);
   t.actors[1].role.clear();  // no longer a stage: the bubble is s0's idle share alone
   s = summarize(t);
-  CHECK(s.bubble_fraction == doctest::Approx(0.4));
+  CHECK(*s.bubble_fraction == doctest::Approx(0.4));
   REQUIRE(s.orders.size() == 1);
   CHECK(s.orders[0].actions == "0F0 0F1 0B0 0B1");
 }
@@ -72,8 +72,98 @@ TEST_CASE("each stage's action order per step reads like the schedule text") {
   CHECK(s.orders[0].actions == "0F0 0F1 0B0 0B1");
   CHECK(s.orders[1].actions == "1F0 1B0 1F1 1B1");
   auto text = to_text(s);
-  CHECK(text.find("s0           0F0 0F1 0B0 0B1") != std::string::npos);
+  CHECK(text.find("s0           step 1: 0F0 0F1 0B0 0B1") != std::string::npos);
   CHECK(text.find("pipeline bubble fraction: 50.0%") != std::string::npos);
+}
+
+TEST_CASE("each distinct action order of a stage prints once, with the steps that ran it") {
+  // Six steps of the two-stage run; in step 4 (index 3) s1 runs its microbatches the other way round.
+  auto one = two_stages();
+  trace_snapshot t;
+  t.actors = one.actors;
+  for (int step = 0; step < 6; ++step)
+    for (auto s : one.spans) {
+      s.step = step, s.begin_ns += step * 1000, s.end_ns += step * 1000;
+      if (step == 3 && s.actor == 1 && action_letter(s.kind))
+        s.microbatch = 1 - s.microbatch;
+      t.spans.push_back(s);
+    }
+  auto s = summarize(t);
+  CHECK(s.orders.size() == 12);  // per stage and step, as before
+  auto d = distinct_orders(s.orders);
+  REQUIRE(d.size() == 3);
+  CHECK(d[0].actions == "0F0 0F1 0B0 0B1");
+  CHECK(d[0].steps == std::vector<std::int32_t>{0, 1, 2, 3, 4, 5});
+  CHECK(d[1].actions == "1F0 1B0 1F1 1B1");
+  CHECK(d[1].steps == std::vector<std::int32_t>{0, 1, 2, 4, 5});
+  CHECK(d[2].actions == "1F1 1B1 1F0 1B0");
+  CHECK(d[2].steps == std::vector<std::int32_t>{3});
+  auto text = to_text(s);
+  CHECK(text.find("  s0           steps 1-6: 0F0 0F1 0B0 0B1\n") != std::string::npos);
+  CHECK(text.find("  s1           steps 1-3, 5-6: 1F0 1B0 1F1 1B1\n") != std::string::npos);
+  CHECK(text.find("  s1           step 4: 1F1 1B1 1F0 1B0\n") != std::string::npos);
+  std::size_t lines = 0;
+  for (auto at = text.find("0F0 0F1 0B0 0B1"); at != std::string::npos; at = text.find("0F0 0F1 0B0 0B1", at + 1))
+    ++lines;
+  CHECK(lines == 1);
+}
+
+TEST_CASE("steps print as 1-based ranges") {
+  CHECK(step_ranges({0, 1, 2, 4, 5}) == "steps 1-3, 5-6");
+  CHECK(step_ranges({49}) == "step 50");
+  CHECK(step_ranges({0, 2, 4}) == "steps 1, 3, 5");
+  CHECK(step_ranges({0, 1}) == "steps 1-2");
+}
+
+TEST_CASE("only pipeline stages have a bubble: the loader's idle time is not one, and the mailbox column is explained") {
+  auto t = two_stages();
+  t.spans[0].mailbox = 3, t.spans[1].mailbox = 1;  // s0 took a message while two more waited
+  auto s = summarize(t);
+  CHECK(s.actors[0].mailbox_max == 3);
+  auto text = to_text(s);
+  auto row = [&](const std::string& name) {
+    auto at = text.find("\n" + name + " ");
+    REQUIRE(at != std::string::npos);
+    return text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+  };
+  // actor, type, busy s, idle s, busy %, bubble %, spans, mailbox
+  CHECK(row("loader").find(" - ") != std::string::npos);
+  CHECK(row("s0").find(" 40.0 ") != std::string::npos);
+  CHECK(row("s0").ends_with(" 3"));
+  CHECK(text.find("mailbox: the most data messages waiting for the actor at once") != std::string::npos);
+  CHECK(text.find("bubble %: a pipeline stage's idle share") != std::string::npos);
+  // With no stage at all there is no pipeline, so no bubble: not the loader's idle share.
+  for (auto& a : t.actors)
+    a.role.clear();
+  s = summarize(t);
+  CHECK_FALSE(s.bubble_fraction);
+  CHECK(to_text(s).find("pipeline bubble fraction: -") != std::string::npos);
+}
+
+TEST_CASE("a trace file's validation losses read back with their steps, the one before training as step -1") {
+  auto t = two_stages();
+  for (auto& s : t.spans)
+    s.begin_ns += 1000, s.end_ns += 1000;
+  t.spans.push_back(make(1, span_kind::eval, 0, 5, -1, 0));   // the validation before training
+  t.spans.push_back(make(1, span_kind::eval, 1101, 1105, 0, 0));  // after step 1
+  t.counters = {{6, "val_loss", 5.5, -1}, {1095, "loss", 2.5, 0}, {1106, "val_loss", 2.7, 0}};
+  auto back = parse_chrome_trace(to_chrome_json(t), "val.json");
+  REQUIRE(back);
+  REQUIRE(back->counters.size() == 3);
+  CHECK(back->counters[0].step == -1);
+  CHECK(back->counters[1].step == 0);
+  CHECK(back->counters[2].step == 0);
+  auto s = summarize(*back);
+  CHECK(s.val_step == 0);
+  CHECK(*s.val_loss == 2.7);
+}
+
+TEST_CASE("the summary says which step the latest validation loss is from") {
+  auto t = two_stages();
+  t.counters.push_back({97, "val_loss", 2.7, 0});
+  auto s = summarize(t);
+  CHECK(s.val_step == 0);
+  CHECK(to_text(s).find("val loss 2.7000 (after step 1)") != std::string::npos);
 }
 
 TEST_CASE("flows make channels, and a send on a known route with no receive is in flight") {
@@ -111,7 +201,6 @@ TEST_CASE("tokens per second come from the time between consecutive losses") {
 
 TEST_CASE("an exported trace reads back with its actors, spans, flows and counters") {
   auto t = two_stages();
-  add_throughput_counters(t, 64);
   auto back = parse_chrome_trace(to_chrome_json(t), "mem.json");
   REQUIRE(back);
   REQUIRE(back->actors.size() == 3);
@@ -123,7 +212,7 @@ TEST_CASE("an exported trace reads back with its actors, spans, flows and counte
   CHECK(back->counters.size() == 1);
   CHECK(back->counters[0].step == 0);  // from the optimizer span begun before it
   auto a = summarize(t), b = summarize(*back);
-  CHECK(b.bubble_fraction == doctest::Approx(a.bubble_fraction));
+  CHECK(*b.bubble_fraction == doctest::Approx(*a.bubble_fraction));
   CHECK(b.orders[0].actions == a.orders[0].actions);
   REQUIRE(b.channels.size() == 1);
   CHECK(b.channels[0].messages == 1);
@@ -140,7 +229,7 @@ TEST_CASE("a trace written before actors carried a role still finds its stages b
   CHECK(back->actors[0].role == "stage");
   CHECK(back->actors[1].role == "stage");
   CHECK(back->actors[2].role.empty());
-  CHECK(summarize(*back).bubble_fraction == doctest::Approx(0.5));
+  CHECK(*summarize(*back).bubble_fraction == doctest::Approx(0.5));
 }
 
 TEST_CASE("a file that is not a trace is an error that says where") {

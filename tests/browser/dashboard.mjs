@@ -6,8 +6,12 @@
 //   launch:    the same for `troupe launch --dashboard` on two node processes:
 //              one page shows the lanes of both nodes, each labelled with its node;
 //   synthetic: opens `troupe dash` on a 64-actor, 100,000-span trace and checks
-//              that it loads and redraws quickly.
-// usage: node tests/browser/dashboard.mjs live|launch|synthetic --troupe PATH --out DIR [--steps N]
+//              that it loads and redraws quickly;
+//   validation: opens `troupe dash` on the trace of a real run that validates
+//              every 10 steps and checks that the header says which step its
+//              validation loss is from, and that the chart draws each value as
+//              a marker with no line between them (by the canvas's pixels).
+// usage: node tests/browser/dashboard.mjs live|launch|synthetic|validation --troupe PATH --out DIR [--steps N]
 //
 // The live and launch runs must outlast the page's first look at them, on any machine: the
 // browser starts before troupe does, and the run is long enough (200 steps,
@@ -61,6 +65,16 @@ function startTroupe(args) {
   return { proc, url, exited, output: () => out };
 }
 
+/// Runs troupe with `args` to its end; resolves with its exit code and output.
+function runToEnd(args) {
+  const proc = spawn(troupe, args, { cwd: root, env: { ...process.env, OPENBLAS_CORETYPE: 'SkylakeX' } });
+  children.push(proc);
+  let out = '';
+  proc.stdout.on('data', (d) => { out += d; });
+  proc.stderr.on('data', (d) => { out += d; });
+  return new Promise((resolve) => proc.on('exit', (code) => resolve({ code, out })));
+}
+
 async function launch() {
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'troupe-chromium-'));
   const context = await chromium.launchPersistentContext(profile, {
@@ -101,7 +115,7 @@ async function waitForLanes(page, ok, ms) {
 /// first, then troupe with `args`. Once `lanesReady(lanes)` holds (or 90 s
 /// pass) `checkLanes` judges the lanes; `metrics` lists [pattern, what] that
 /// /metrics must show while the run still goes.
-async function watchRun(args, lanesReady, checkLanes, metrics, shotName) {
+async function watchRun(args, lanesReady, checkLanes, metrics, shotName, atEnd = async () => {}) {
   const { context, profile } = await launch();
   const page = context.pages()[0] ?? await context.newPage();
   const errors = [];
@@ -128,6 +142,7 @@ async function watchRun(args, lanesReady, checkLanes, metrics, shotName) {
   check(code === 0, `troupe ${args[0]} exited with 0 (got ${code})`);
   const fin = await waitFor(page, () => window.troupeDashboard.finished(), null, 5000);
   check(fin === true, 'the page shows the run finished');
+  await atEnd(page);
   check(errors.length === 0, `no page errors (${errors.join('; ')})`);
   await context.close();
   fs.rmSync(profile, { recursive: true, force: true });
@@ -135,9 +150,39 @@ async function watchRun(args, lanesReady, checkLanes, metrics, shotName) {
 
 const hasSpans = (l) => l.spans > 0 && l.drawn > 0;
 
+/// For each point, how many pixels of the validation colour the loss chart's
+/// canvas has within `r` pixels of it.
+function valColoured(page, points, r) {
+  return page.evaluate(({ points, r }) => {
+    const ctx = document.querySelector('#loss-chart canvas').getContext('2d');
+    const hex = window.troupeDashboard.valColor;
+    const want = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+    return points.map(({ x, y }) => {
+      const d = ctx.getImageData(Math.round(x) - r, Math.round(y) - r, 2 * r + 1, 2 * r + 1).data;
+      let n = 0;
+      for (let i = 0; i < d.length; i += 4)
+        if (d[i + 3] > 200 && want.every((c, k) => Math.abs(d[i + k] - c) < 30)) n++;
+      return n;
+    });
+  }, { points, r });
+}
+
+/// The header's validation loss names the step it was measured after, the one
+/// the page's statistics give.
+async function checkValHeader(page, lastStep) {
+  const { head, st } = await page.evaluate(() => ({ head: window.troupeDashboard.headline(),
+    st: window.troupeDashboard.stats() }));
+  check(st.val_loss !== null && st.val_step + 1 === lastStep,
+    `the latest validation is after step ${lastStep} (stats: val_step ${st.val_step})`);
+  const want = `${Number(st.val_loss).toFixed(4)} @ step ${lastStep}`;
+  check(head['val loss'] === want, `the header shows "val loss ${want}" (got "${head['val loss']}")`);
+}
+
 async function live() {
   // The tiny example has a data loader and four pipeline stages.
-  await watchRun(['run', 'examples/tiny-gpt.yaml', '--steps', String(steps), '--no-trace', '--dashboard', '127.0.0.1:0'],
+  const evalEvery = Math.max(1, Math.floor(steps / 4));
+  await watchRun(['run', 'examples/tiny-gpt.yaml', '--steps', String(steps), '--set', `train.eval_every=${evalEvery}`,
+    '--no-trace', '--dashboard', '127.0.0.1:0'],
     (l) => l.length === 5 && l.every(hasSpans),
     (lanes) => {
       check(lanes.length === 5, `five actor lanes (${JSON.stringify(lanes.map((l) => l.name))})`);
@@ -145,7 +190,20 @@ async function live() {
     },
     [[/troupe_actor_busy_fraction\{actor="s0"/, 'per-actor busy fractions'],
       [/troupe_actor_mailbox_depth\{actor="s3"/, 'per-actor mailbox depths']],
-    'dashboard-live.png');
+    'dashboard-live.png',
+    async (page) => {
+      // One marker for each validation, and the header says the latest one's step.
+      const want = [0];  // validation before training, then every eval_every steps and after the last
+      for (let s = evalEvery; s <= steps; s += evalEvery) want.push(s);
+      if (want.at(-1) !== steps) want.push(steps);
+      const markers = await waitFor(page, (n) => {
+        const m = window.troupeDashboard.valMarkers();
+        return m.length === n ? m : 0;
+      }, want.length, 5000);
+      check(JSON.stringify((markers || []).map((m) => m.step)) === JSON.stringify(want),
+        `a validation marker at each of steps ${want.join(', ')} (${JSON.stringify((markers || []).map((m) => m.step))})`);
+      await checkValHeader(page, steps);
+    });
 }
 
 async function launchRun() {
@@ -230,11 +288,48 @@ async function synthetic() {
   check((await dash.exited) === 0, 'troupe dash stops cleanly on SIGINT');
 }
 
+async function validation() {
+  const evalEvery = 10, total = 40, trace = path.join(outDir, 'validation-trace.json');
+  const run = await runToEnd(['run', 'examples/tiny-gpt.yaml', '--steps', String(total), '--set',
+    `train.eval_every=${evalEvery}`, '--trace', trace]);
+  check(run.code === 0, `the run that validates every ${evalEvery} steps exited with 0 (${run.code})\n${run.code ? run.out : ''}`);
+  const dash = startTroupe(['dash', trace, '--address', '127.0.0.1:0']);
+  const url = await dash.url;
+  const { context, profile } = await launch();
+  const page = context.pages()[0] ?? await context.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await page.goto(url);
+  const want = [0, 10, 20, 30, 40];  // before training, then every 10 steps
+  let markers = await waitFor(page, (n) => {
+    const m = window.troupeDashboard?.valMarkers() ?? [];
+    return window.troupeDashboard.finished() && m.length === n ? m : 0;
+  }, want.length, 30000);
+  await sleep(800);  // the chart draws at most every 0.4 s
+  markers = await page.evaluate(() => window.troupeDashboard.valMarkers());
+  check(JSON.stringify(markers.map((m) => m.step)) === JSON.stringify(want),
+    `one validation marker at each of steps ${want.join(', ')} (${JSON.stringify(markers.map((m) => m.step))})`);
+  await checkValHeader(page, total);
+  // A marker is drawn at every value, and nothing of its colour halfway between two.
+  const at = await valColoured(page, markers, 2);
+  check(at.every((n) => n > 0), `every validation value is drawn as a marker (${at.join(', ')} pixels of its colour)`);
+  const halfway = markers.slice(1).map((m, i) => ({ x: (m.x + markers[i].x) / 2, y: (m.y + markers[i].y) / 2 }));
+  const between = await valColoured(page, halfway, 3);
+  check(between.every((n) => n === 0), `no validation line between markers (${between.join(', ')} pixels halfway)`);
+  await page.screenshot({ path: path.join(outDir, 'dashboard-validation.png'), fullPage: true });
+  check(errors.length === 0, `no page errors (${errors.join('; ')})`);
+  await context.close();
+  fs.rmSync(profile, { recursive: true, force: true });
+  dash.proc.kill('SIGINT');
+  await dash.exited;
+}
+
 try {
   if (mode === 'live') await live();
   else if (mode === 'launch') await launchRun();
   else if (mode === 'synthetic') await synthetic();
-  else { console.error('usage: dashboard.mjs live|launch|synthetic --troupe PATH --out DIR [--steps N]'); process.exit(2); }
+  else if (mode === 'validation') await validation();
+  else { console.error('usage: dashboard.mjs live|launch|synthetic|validation --troupe PATH --out DIR [--steps N]'); process.exit(2); }
 } catch (e) {
   failed++;
   console.error(`FAIL: ${e.stack ?? e}`);

@@ -2,7 +2,7 @@
 // counters, statistics) and keeps the timeline, actor graph and charts current.
 import { Lane, Timeline, KIND_COLORS } from './timeline.js';
 import { ActorGraph } from './graph.js';
-import { Charts } from './charts.js';
+import { Charts, VAL_COLOR } from './charts.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -96,7 +96,12 @@ function onFrame(f) {
     const st = f.stats;
     $('m-step').textContent = st.step >= 0 ? st.step + 1 : '-';
     $('m-loss').textContent = fmt(st.loss, 4);
-    $('m-val').textContent = fmt(st.val_loss, 4);
+    // Validation runs before training and every eval_every steps: say which
+    // step its value is from (step 0: before the first).
+    const hasVal = st.val_loss !== null && st.val_loss !== undefined;
+    $('m-val').textContent = hasVal ? `${fmt(st.val_loss, 4)} @ step ${st.val_step + 1}` : '-';
+    $('m-val').title = !hasVal ? 'no validation yet'
+      : st.val_step < 0 ? 'validation loss before training' : `validation loss after step ${st.val_step + 1}`;
     $('m-tps').textContent = st.tokens_per_s ? Math.round(st.tokens_per_s).toLocaleString() : '-';
     $('m-bubble').textContent = st.bubble === null ? '-' : `${(100 * st.bubble).toFixed(1)}%`;
     $('m-spans').textContent = `${model.spans.toLocaleString()}${st.dropped ? ` (${st.dropped} dropped)` : ''}`;
@@ -138,6 +143,11 @@ window.troupeDashboard = {
   lanes: () => model.laneList().map((l) => ({ id: l.actor.id, name: l.actor.name, node: l.actor.node, label: l.actor.label,
     spans: l.size, drawn: l.drawn })),
   lossPoints: () => charts.lossPoints,
+  /// Each validation value's step, value and marker position in the loss chart's canvas.
+  valMarkers: () => charts.valMarkers(),
+  valColor: VAL_COLOR,
+  headline: () => Object.fromEntries([...document.querySelectorAll('#headline div')].map((d) =>
+    [d.querySelector('dt').textContent, d.querySelector('dd').textContent])),
   stats: () => model.stats,
   finished: () => model.finished,
   fitAll: () => timeline.fitAll(),

@@ -1,4 +1,6 @@
 // Loss (training and validation) and tokens/s over steps, drawn with uPlot.
+// Validation is measured every eval_every steps: its values are markers, not a
+// line (a line would invent the values between two measurements).
 import uPlot from 'uplot';
 
 function options(title, series, width) {
@@ -14,19 +16,30 @@ function options(title, series, width) {
   };
 }
 
+export const VAL_COLOR = '#f28e2b';
+
 export class Charts {
   constructor(lossEl, tpsEl) {
     this.lossEl = lossEl; this.tpsEl = tpsEl;
     const w = Math.max(300, lossEl.clientWidth);
     this.loss = new uPlot(options('loss', [
       { label: 'train loss', stroke: '#4e79a7', width: 2, spanGaps: true },
-      { label: 'val loss', stroke: '#f28e2b', width: 2, spanGaps: true, points: { show: true, size: 6 } },
+      { label: 'val loss', stroke: VAL_COLOR, width: 2, paths: () => null,
+        points: { show: true, size: 9, stroke: VAL_COLOR, fill: VAL_COLOR } },
     ], w), [[], [], []], lossEl);
     this.tps = new uPlot(options('tokens/s', [
       { label: 'tokens/s', stroke: '#59a14f', width: 2, spanGaps: true },
     ], w), [[], []], tpsEl);
     this.lossPoints = 0;
     window.addEventListener('resize', () => this.resize());
+  }
+
+  /// Where each validation marker of the chart as drawn is, in its canvas pixels.
+  valMarkers() {
+    const [steps, , val] = this.loss.data;
+    return steps.map((step, i) => [step, val[i]]).filter(([, v]) => v !== null && v !== undefined).map(([step, value]) => ({
+      step, value, x: this.loss.valToPos(step, 'x', true), y: this.loss.valToPos(value, 'y', true),
+    }));
   }
 
   resize() {
