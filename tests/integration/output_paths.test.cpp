@@ -41,18 +41,20 @@ TEST_CASE("an unwritable --trace, --summary-json or --save-table is exit 2 befor
 }
 
 TEST_CASE("a trace that cannot be written at the end fails the run with exit 1 and leaves no temporary file") {
-  // No checkpoints: on a slow CI disk 500 checkpoint writes (fsync each) outlasted the wait below.
-  auto dir = small_pipeline_graph("trace_at_end", 1000);
+  // Long enough that the folder is replaced well before the end in a release
+  // build (about 1 s), short enough for the sanitizer build (about 30 s of CPU;
+  // 1000 steps with a checkpoint every 2 outlasted the wait there).
+  auto dir = small_pipeline_graph("trace_at_end", 300);
   auto traces = dir / "traces";
   troupe_process run{dir, {"run", (dir / "graph.yaml").string(), "--trace", (traces / "t.json").string()}};
-  run.wait_for(R"(step +1/1000)");
+  run.wait_for(R"(step +1/300)");
   // The folder checked at the start turns into a file while the run goes on.
   fs::remove_all(traces);
   std::ofstream{traces} << "in the way\n";
-  int rc = run.wait(120s);
+  int rc = run.wait(300s);
   auto err = slurp(run.err);
   INFO("stderr: ", err);
-  CHECK(slurp(run.out).find("1000 steps in") != std::string::npos); // the run itself finished
+  CHECK(slurp(run.out).find("300 steps in") != std::string::npos); // the run itself finished
   CHECK(rc == 1);
   CHECK(err.find("cannot write trace") != std::string::npos);
   for (const auto& e : fs::directory_iterator(dir))
