@@ -76,9 +76,9 @@ void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r)
     auto v = r.as_int(z, "data_parallel.zero", 0, 2);
     if (v && *v > 0 && d.replicas < 2)
       r.error(z, "data_parallel.zero",
-              fmt::format("ZeRO stage {} shards the optimizer over replicas: it needs data_parallel.replicas of 2 "
-                          "or more (replicas is {})",
-                          *v, d.replicas));
+              fmt::format("ZeRO stage {} shards the optimizer state over the replicas: it needs "
+                          "data_parallel.replicas of 2 or more",
+                          *v));
     else if (v)
       d.zero = static_cast<int>(*v);
   }
