@@ -195,9 +195,10 @@ const actor_spec* next_peer(const graph_spec& g, const actor_spec& peer) {
 
 } // namespace
 
-void expand_allreduce_ring(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage) {
+void expand_ring(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage,
+                 const std::string& type, const std::string& suffix) {
   auto& g = e.graph;
-  auto peer = [&](int r, int s) { return stage(r, s) + "_ar"; };
+  auto peer = [&](int r, int s) { return stage(r, s) + suffix; };
   auto edge = [&](std::string from, std::string to) {
     channel_spec c;
     c.from = std::move(from), c.to = std::move(to);
@@ -208,7 +209,7 @@ void expand_allreduce_ring(section_expansion& e, int replicas, const std::functi
     for (int s = 0; s < g.pipeline.stages; ++s) {
       actor_spec a;
       a.name = peer(r, s);
-      a.type = "allreduce_peer";
+      a.type = type;
       a.params["stage"] = YAML::Node(stage(r, s));
       a.expanded = true;
       a.pos = e.where;
@@ -217,6 +218,10 @@ void expand_allreduce_ring(section_expansion& e, int replicas, const std::functi
       edge(peer(r, s), stage(r, s));  // their sums
       edge(peer(r, s), peer((r + 1) % replicas, s));  // the ring
     }
+}
+
+void expand_allreduce_ring(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage) {
+  expand_ring(e, replicas, stage, "allreduce_peer", "_ar");
 }
 
 actor_type_info allreduce_peer_info() {

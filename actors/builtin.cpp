@@ -11,6 +11,9 @@ void register_builtin_actors() {
                         "a contiguous range of GPT layers with its optimizer shard and schedule policy");
     register_actor_type("allreduce_peer", {spawn_allreduce_peer, allreduce_peer_info()},
                         "sums one stage's gradient buckets over its replicas in a ring, during the backward");
+    register_actor_type("optimizer_shard", {spawn_optimizer_shard, optimizer_shard_info()},
+                        "ZeRO: reduce-scatters a stage's gradients, updates its slice's AdamW state, all-gathers "
+                        "the parameters");
     register_section_expander(
         "pipeline", {expand_pipeline, true},
         "a data_loader, pipeline_stage actors and their chain (also the default graph)");

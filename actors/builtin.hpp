@@ -14,11 +14,13 @@ namespace troupe {
 caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx);
 caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx);
 caf::expected<caf::actor> spawn_allreduce_peer(spawn_context& ctx);
+caf::expected<caf::actor> spawn_optimizer_shard(spawn_context& ctx);
 
 /// What the loader knows of each type: its keys and its role (actor_role).
 actor_type_info data_loader_info();
 actor_type_info pipeline_stage_info();
 actor_type_info allreduce_peer_info();
+actor_type_info optimizer_shard_info();
 
 /// The checks of pipeline_stage entries before anything runs
 /// (actors/pipeline_stage_check.cpp): a `table` schedule runs to completion on
@@ -37,6 +39,12 @@ void expand_pipeline(section_expansion& e);
 /// names them), channels both ways between the two, and one from each peer to
 /// the peer of the next replica at the same position.
 void expand_allreduce_ring(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage);
+/// With `data_parallel.zero: 1 | 2`, the same rings made of optimizer_shard
+/// actors `NAME_os` (actors/optimizer_shard.cpp) instead of all-reduce peers.
+void expand_zero_shards(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage);
+/// A ring of `type` actors `NAME` + `suffix` beside every stage, as expand_allreduce_ring describes.
+void expand_ring(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage,
+                 const std::string& type, const std::string& suffix);
 
 /// Registers data_loader, pipeline_stage and the `pipeline:` expander (idempotent).
 void register_builtin_actors();

@@ -9,7 +9,7 @@
 namespace troupe {
 
 grad_buckets::grad_buckets(const std::vector<std::unique_ptr<stage_model>>& models, std::int64_t bucket_bytes,
-                           std::function<double()> loss_sum, send_fn send)
+                           std::function<double()> loss_sum, send_fn send, bool zero)
   : models_(models), loss_sum_(std::move(loss_sum)), send_(std::move(send)) {
   std::vector<std::vector<std::int64_t>> bytes;
   for (const auto& m : models_) {
@@ -31,9 +31,14 @@ grad_buckets::grad_buckets(const std::vector<std::unique_ptr<stage_model>>& mode
           fmt::format("data_parallel: gradient '{}' is not an f32 host tensor; replicas train on the CPU for now",
                       models_[static_cast<std::size_t>(p.chunk)]->grads()[static_cast<std::size_t>(p.index)].name));
       buckets_[b].tensors.push_back(g);
+      if (zero)
+        buckets_[b].params.push_back(
+          models_[static_cast<std::size_t>(p.chunk)]->params()[static_cast<std::size_t>(p.index)].value);
     }
   if (loss_sum_ && !buckets_.empty()) {
     loss_ = tensor_handle::empty({1});
+    if (zero)
+      buckets_.emplace_back(); // a bucket of its own, sent when the step's backward is done
     buckets_.back().tensors.push_back(loss_);
   }
   for (std::size_t c = 0; c < models_.size(); ++c)
@@ -45,7 +50,8 @@ void grad_buckets::begin_pass(std::int64_t step, int chunk, bool last) {
   if (step != step_) { // a new step: every bucket waits for its chunk's last pass again
     step_ = step, back_ = 0;
     for (std::size_t b = 0; b < buckets_.size(); ++b)
-      buckets_[b] = {std::move(buckets_[b].tensors), static_cast<int>(layout_[b].size()), false, false};
+      buckets_[b] = {std::move(buckets_[b].tensors), std::move(buckets_[b].params),
+                     b < layout_.size() ? static_cast<int>(layout_[b].size()) : 0, false, false};
   }
   armed_chunk_ = last ? chunk : -1;
 }
@@ -71,7 +77,7 @@ void grad_buckets::send(int b) {
   bk.sent = true;
   if (loss_.defined() && static_cast<std::size_t>(b) + 1 == buckets_.size())
     loss_.data<float>()[0] = static_cast<float>(loss_sum_());
-  send_(bucket_msg{step_, b, bk.tensors});
+  send_(bucket_msg{step_, b, bk.tensors, bk.params});
 }
 
 bool grad_buckets::flush(std::int64_t step) {

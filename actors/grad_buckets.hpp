@@ -28,8 +28,11 @@ public:
 
   /// Over `models` (kept by reference), `bucket_bytes` a bucket; `loss_sum`
   /// reads the stage's Σ loss × tokens when it computes the loss (else empty).
+  /// With `zero` (the ring is of ZeRO's optimizer shards) the loss goes alone
+  /// in one more bucket, so a shard's slice holds parameters only, and each
+  /// bucket carries its parameters too.
   grad_buckets(const std::vector<std::unique_ptr<stage_model>>& models, std::int64_t bucket_bytes,
-               std::function<double()> loss_sum, send_fn send);
+               std::function<double()> loss_sum, send_fn send, bool zero = false);
 
   std::size_t size() const noexcept { return buckets_.size(); }
   /// Parameters of each bucket (sched::param_ref: chunk, index).
@@ -50,6 +53,7 @@ public:
 private:
   struct bucket {
     std::vector<tensor_handle> tensors;
+    std::vector<tensor_handle> params;  ///< ZeRO: the parameters of `tensors`
     int pending = 0;   ///< parameters of this step's last pass still to be written
     bool sent = false;
     bool back = false;

@@ -41,6 +41,7 @@ struct pipeline_stage_state {
   std::size_t vals_printed = 0;
   std::int64_t tokens_per_step = 0;
   step_t first_step = 0;  ///< the step this run started at (after a resume)
+  std::int64_t bytes_sent = 0;  ///< activation and gradient bytes sent to other stages
   static inline const char* name = "pipeline_stage";
 };
 
@@ -101,6 +102,9 @@ void maybe_done(stage_actor* self) {
   run_summary s;
   s.actor = e.config().name;
   s.steps = e.step() - st.first_step;
+  auto held = e.held();
+  s.params_bytes = held.params, s.grads_bytes = held.grads, s.optimizer_bytes = held.optimizer;
+  s.bytes_sent = st.bytes_sent;
   if (loss_stage) {
     s.tokens = st.tokens_per_step * s.steps;
     if (!e.reports().empty())
@@ -194,10 +198,12 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
     return all[static_cast<std::size_t>(actor)];
   };
   out.forward = [self, id, to](int actor, const activation_msg& m) {
+    self->state.bytes_sent += static_cast<std::int64_t>(m.activation.nbytes());
     record_send(id, m.step, m.hop, m.microbatch, 0, m.activation.nbytes(), false);
     self->send(to(actor), forward_atom::value, m);
   };
   out.backward = [self, id, to](int actor, const gradient_msg& m) {
+    self->state.bytes_sent += static_cast<std::int64_t>(m.gradient.nbytes());
     record_send(id, m.step, m.hop, m.microbatch, 1, m.gradient.nbytes(), false);
     self->send(to(actor), backward_atom::value, m);
   };
@@ -208,6 +214,9 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
   };
   out.clip = [self, to](int actor, step_t step, double total) { self->send(to(actor), clip_atom::value, step, total); };
   out.bucket = [self, to](int peer, const bucket_msg& m) { self->send(to(peer), bucket_atom::value, m); };
+  out.shard_step = [self, to](int shard, step_t step, float lr, float clip) {
+    self->send(to(shard), shard_step_atom::value, step, lr, clip);
+  };
   if (!ck.dir.empty())
     out.checkpoint = [self, ck](step_t steps) { write_checkpoint(self, ck, steps); };
   try {
@@ -276,6 +285,14 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
       trace_recorder::global().message_received(id);
       handle(self, [&](stage_engine& e) { return e.on_reduced(step, bucket), true; });
     },
+    [=](reduced_atom, step_t step, std::int32_t bucket, double sq) {
+      trace_recorder::global().message_received(id);
+      handle(self, [&](stage_engine& e) { return e.on_reduced(step, bucket, sq), true; });
+    },
+    [=](updated_atom, step_t step) {
+      trace_recorder::global().message_received(id);
+      handle(self, [&](stage_engine& e) { return e.on_shard_updated(step), true; });
+    },
     [=](continue_atom) {
       self->state.kick_pending = false;
       handle(self, [self](stage_engine& e) {
@@ -310,8 +327,10 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   c.replica = spec.replica;
   c.bucket_bytes = g.data_parallel.bucket;
   c.overlap = g.data_parallel.overlap;
-  for (std::size_t i = 0; i < g.actors.size(); ++i) // the all-reduce peer that serves this stage
-    if (auto st = g.actors[i].params.find("stage"); g.actors[i].type == "allreduce_peer" &&
+  c.zero = g.data_parallel.zero;
+  for (std::size_t i = 0; i < g.actors.size(); ++i) // the all-reduce peer (or ZeRO's optimizer shard) that serves it
+    if (auto st = g.actors[i].params.find("stage"); (g.actors[i].type == "allreduce_peer" ||
+                                                    g.actors[i].type == "optimizer_shard") &&
                                                    st != g.actors[i].params.end() && st->second.IsScalar() &&
                                                    st->second.Scalar() == spec.name)
       c.sync_peer = static_cast<int>(i);

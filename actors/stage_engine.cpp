@@ -58,9 +58,10 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
     for (auto [b, e] : cfg_.layers)
       models_.push_back(make_stage_model({cfg_.model, b, e, cfg_.device, cfg_.max_batch}));
   }
-  for (auto& m : models_)
-    optimizers_.push_back(
-        std::make_unique<ops::adamw>(m->params(), ops::adamw_options{.weight_decay = cfg_.weight_decay}, m->stream()));
+  if (cfg_.zero == 0) // with ZeRO the optimizer shards hold the state
+    for (auto& m : models_)
+      optimizers_.push_back(std::make_unique<ops::adamw>(
+        m->params(), ops::adamw_options{.weight_decay = cfg_.weight_decay}, m->stream()));
   auto p = cfg_.policy_params;
   p.rank = cfg_.rank, p.ranks = cfg_.ranks, p.chunks = cfg_.chunks;
   auto made = sched::make_policy(cfg_.policy, p);
@@ -98,16 +99,23 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
     std::function<double()> loss;
     if (cfg_.loss)
       loss = [this] { return loss_sum_; };
-    buckets_ = std::make_unique<grad_buckets>(models_, cfg_.bucket_bytes, std::move(loss), [this](bucket_msg m) {
-      if (out_.bucket)
-        out_.bucket(cfg_.sync_peer, m);
-    });
+    buckets_ = std::make_unique<grad_buckets>(
+      models_, cfg_.bucket_bytes, std::move(loss),
+      [this](bucket_msg m) {
+        if (out_.bucket)
+          out_.bucket(cfg_.sync_peer, m);
+      },
+      cfg_.zero > 0);
     h.sync = [this](std::int64_t step) { return buckets_->flush(step); };
   }
   h.update = [this](std::int64_t step, double total_sq) { update(step, total_sq); };
   h.updated = [this](std::int64_t steps_done) {
-    if (checkpoint_due(steps_done, cfg_.checkpoint_every, cfg_.steps) && out_.checkpoint)
-      out_.checkpoint(steps_done);
+    if (checkpoint_due(steps_done, cfg_.checkpoint_every, cfg_.steps) && out_.checkpoint) {
+      if (awaiting_params_)
+        pending_checkpoint_ = steps_done; // once the shard's parameters are back
+      else
+        out_.checkpoint(steps_done);
+    }
   };
   core_ = std::make_unique<sched::stage_core>(std::move(cc), std::move(*made), std::move(h));
   cfg_.input_credits = core_->config().input_credits; // with the defaults filled in
@@ -122,9 +130,67 @@ void stage_engine::start() {
 }
 
 void stage_engine::on_plan(const step_plan_msg& m) {
+  if (hold_for_params([this, m] { on_plan(m); }))
+    return;
   if (buckets_)
     plan_hops_[m.step] = m.hops;
   core_->on_plan(m);
+}
+
+bool stage_engine::hold_for_params(std::function<void()> replay) {
+  if (!awaiting_params_)
+    return false;
+  params_held_.push_back(std::move(replay));
+  return true;
+}
+
+void stage_engine::on_reduced(step_t step, int bucket, double sq) {
+  if (cfg_.zero == 0)
+    throw std::runtime_error(fmt::format("{}: a slice's norm came back for bucket {} without ZeRO", cfg_.name, bucket));
+  slice_sq_ += sq;
+  if (!buckets_->on_reduced(step, bucket))
+    return;
+  plan_hops_.erase(step);
+  core_->on_synced(step);
+}
+
+void stage_engine::on_shard_updated(step_t step) {
+  if (!awaiting_params_ || step != pending_report_.step)
+    throw std::runtime_error(
+      fmt::format("{}: the optimizer shard returned the parameters of step {}, which it was not asked for", cfg_.name,
+                  step));
+  for (auto& m : models_) {
+    m->params_updated();
+    m->zero_grads();
+  }
+  loss_sum_ = buckets_->loss_sum(); // the whole step's, over every replica, gathered with the parameters
+  pending_report_.loss = pending_tokens_ > 0 ? loss_sum_ / static_cast<double>(pending_tokens_) : 0.0;
+  if (cfg_.loss && cfg_.replica == 0) {
+    reports_.push_back(pending_report_);
+    trace_recorder::global().count("loss", pending_report_.loss, static_cast<std::int32_t>(step));
+  }
+  loss_sum_ = 0;
+  awaiting_params_ = false;
+  if (pending_checkpoint_ >= 0 && out_.checkpoint)
+    out_.checkpoint(std::exchange(pending_checkpoint_, -1));
+  auto held = std::exchange(params_held_, {});
+  for (auto& replay : held)
+    replay();
+}
+
+held_bytes stage_engine::held() const {
+  held_bytes h;
+  for (std::size_t k = 0; k < models_.size(); ++k) {
+    std::int64_t params = 0;
+    for (const auto& p : models_[k]->params())
+      params += static_cast<std::int64_t>(p.value.nbytes());
+    h.params += params;
+    for (const auto& g : models_[k]->grads())
+      h.grads += static_cast<std::int64_t>(g.value.nbytes());
+    if (k < optimizers_.size()) // one buffer per parameter and kind, made with the optimizer
+      h.optimizer += static_cast<std::int64_t>(optimizers_[k]->state_kinds().size()) * params;
+  }
+  return h;
 }
 
 void stage_engine::on_reduced(step_t step, int bucket) {
@@ -151,6 +217,8 @@ bool stage_engine::begin_weight_pass(const sched::stage_task& t) {
 }
 
 void stage_engine::on_batch(const batch_msg& m, bool eval) {
+  if (hold_for_params([this, m, eval] { on_batch(m, eval); }))
+    return;
   // Training work of a later step waits for this step's update; evaluation after
   // step s waits until step s's update is applied here.
   if (!core_->admit(m.step, eval, [this, m, eval] { on_batch(m, eval); }))
@@ -182,6 +250,8 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
 }
 
 void stage_engine::on_activation(const activation_msg& m, bool eval) {
+  if (hold_for_params([this, m, eval] { on_activation(m, eval); }))
+    return;
   if (!core_->admit(m.step, eval, [this, m, eval] { on_activation(m, eval); }))
     return;
   int c = core_->chunk_of_hop(m.route, m.hop);
@@ -197,6 +267,8 @@ void stage_engine::on_activation(const activation_msg& m, bool eval) {
 }
 
 void stage_engine::on_gradient(const gradient_msg& m) {
+  if (hold_for_params([this, m] { on_gradient(m); }))
+    return;
   if (!core_->admit(m.step, false, [this, m] { on_gradient(m); }))
     return;
   slot(core_->chunk_of_hop(m.route, m.hop), m.microbatch).grad = {m.gradient, m.ready};
@@ -248,6 +320,8 @@ std::optional<double> stage_engine::wake_in() const {
 }
 
 bool stage_engine::run_one() {
+  if (awaiting_params_)
+    return false;
   auto t = core_->begin();
   if (!t) {
     if (idle_since_ns_ < 0 && !training_done() && !core_->awaiting_total() && !core_->awaiting_sync())
@@ -315,6 +389,8 @@ void stage_engine::compute(const sched::stage_task& t) {
 double stage_engine::gradients_complete(step_t step) {
   if (out_.before_update)
     out_.before_update(step, chunks_);
+  if (cfg_.zero > 0) // every replica's shard holds a different slice: each counts its own
+    return cfg_.grad_clip > 0 ? std::exchange(slice_sq_, 0.0) : (slice_sq_ = 0.0);
   double own_sq = 0;
   if (cfg_.grad_clip > 0 && cfg_.replica == 0) // replicas hold the same summed gradients: replica 0 counts them
     for (auto& m : models_)
@@ -327,15 +403,30 @@ void stage_engine::update(step_t step, double total_sq) {
   auto t0 = trace_now();
   auto tokens = core_->step_tokens();
   step_report rep{step, tokens > 0 ? loss_sum_ / static_cast<double>(tokens) : 0.0, 0, cfg_.lr.at(step)};
+  float clip = 1.0f;
   if (cfg_.grad_clip > 0) {
     rep.grad_norm = std::sqrt(total_sq);
     if (!std::isfinite(rep.grad_norm))
       throw std::runtime_error(fmt::format("{}: the gradient norm is {} at step {} (lr {:.3g}); lower train.lr "
                                            "or raise train.warmup",
                                            cfg_.name, rep.grad_norm, step, rep.lr));
-    if (auto f = ops::clip_factor(rep.grad_norm, cfg_.grad_clip); f < 1.0f)
-      for (auto& m : models_)
-        m->scale_grads(f);
+    if (auto f = ops::clip_factor(rep.grad_norm, cfg_.grad_clip); f < 1.0f) {
+      clip = f;
+      if (cfg_.zero == 0)
+        for (auto& m : models_)
+          m->scale_grads(f);
+    }
+  }
+  if (cfg_.zero > 0) { // the shard updates its slice and gathers the rest; nothing runs here meanwhile
+    pending_report_ = rep, pending_tokens_ = tokens;
+    awaiting_params_ = true;
+    if (out_.shard_step)
+      out_.shard_step(cfg_.sync_peer, step, rep.lr, clip);
+    compute_ns_ += trace_now() - t0;
+    for (auto& chunk_work : work_)
+      for (auto& w : chunk_work)
+        w = {};
+    return;
   }
   for (std::size_t k = 0; k < models_.size(); ++k) {
     auto& m = *models_[k];
@@ -358,8 +449,8 @@ std::vector<named_handle> stage_engine::checkpoint_tensors() {
   std::vector<named_handle> out;
   for (std::size_t k = 0; k < models_.size(); ++k) {
     auto params = models_[k]->host_params();
-    auto st = optimizers_[k]->state(); // per parameter, each of its kinds
-    auto kinds = optimizers_[k]->state_kinds().size();
+    auto st = k < optimizers_.size() ? optimizers_[k]->state() : ops::optimizer_state{}; // per parameter, each kind
+    auto kinds = k < optimizers_.size() ? optimizers_[k]->state_kinds().size() : 0;
     for (std::size_t i = 0; i < params.size(); ++i) {
       out.push_back({params[i].name, params[i].value});
       for (std::size_t j = i * kinds; j < (i + 1) * kinds && j < st.tensors.size(); ++j)
@@ -371,8 +462,8 @@ std::vector<named_handle> stage_engine::checkpoint_tensors() {
 
 std::map<std::string, std::string> stage_engine::checkpoint_metadata() {
   std::string steps;
-  for (auto& o : optimizers_)
-    steps += fmt::format("{}{}", steps.empty() ? "" : ",", o->steps());
+  for (std::size_t k = 0; k < models_.size(); ++k) // with ZeRO the shards hold the state: 0 here
+    steps += fmt::format("{}{}", steps.empty() ? "" : ",", k < optimizers_.size() ? optimizers_[k]->steps() : 0);
   return {{"optimizer.steps", steps}};
 }
 
@@ -428,18 +519,23 @@ caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, c
   std::vector<long> opt_steps;
   if (auto why = check_stage_part(header_of(f), layouts, ops::adamw::kinds(), &opt_steps))
     return make_error(errc::invalid_argument, fmt::format("{}: {}", file, *why));
+  for (std::size_t k = 0; k < models_.size(); ++k)
+    if (k >= optimizers_.size() && opt_steps[k] > 0)
+      return make_error(errc::invalid_argument,
+                        fmt::format("{}: holds this stage's optimizer state, which ZeRO's optimizer shards hold", file));
   for (std::size_t k = 0; k < models_.size(); ++k) {
     std::vector<tensor_handle> ps;
     ops::optimizer_state st{opt_steps[k], {}};
     for (const auto& p : layouts[k]) {
       ps.push_back(f.find(p.name));
-      if (opt_steps[k] > 0)
+      if (opt_steps[k] > 0 && k < optimizers_.size())
         for (const auto& kind : optimizers_[k]->state_kinds())
           st.tensors.push_back({kind + "." + p.name, f.find("optimizer." + kind + "." + p.name)});
     }
     try {
       models_[k]->load_params(ps);
-      optimizers_[k]->load_state(st);
+      if (k < optimizers_.size())
+        optimizers_[k]->load_state(st);
     } catch (const std::exception& e) { // a device that failed to take it
       return make_error(errc::invalid_argument, fmt::format("{}: {}", file, e.what()));
     }

@@ -14,6 +14,7 @@
 
 #include "actors/grad_buckets.hpp"
 #include "actors/stage_model.hpp"
+#include "actors/zero_shard_state.hpp"
 #include "ops/gpt.hpp"
 #include "ops/lr_schedule.hpp"
 #include "ops/optimizer.hpp"
@@ -63,6 +64,11 @@ struct stage_config {
   int sync_peer = -1;                ///< this stage's all-reduce peer (actor index); -1: one replica, no sync
   std::int64_t bucket_bytes = 4 << 20;  ///< gradient bytes per bucket
   bool overlap = true;               ///< buckets go during the last backward pass (else once the step's work is done)
+  /// ZeRO stage (0: the peer all-reduces, the stage updates). 1 or 2: sync_peer is
+  /// an optimizer shard that owns the optimizer state of a slice; the stage
+  /// keeps none, asks its shard to update after the norm and waits for the
+  /// parameters to come back before any other work.
+  int zero = 0;
 };
 
 /// Where the engine's results go (actor indices of the graph); the actor sends them as messages.
@@ -74,6 +80,7 @@ struct stage_outbox {
   std::function<void(int reducer, step_t step, double sq_norm)> norm;   ///< this stage's Σ g² to the step's reducer
   std::function<void(int actor, step_t step, double total_sq)> clip;    ///< reducer -> participant: the global Σ g²
   std::function<void(int peer, const bucket_msg&)> bucket;              ///< a complete gradient bucket to the all-reduce peer
+  std::function<void(int shard, step_t step, float lr, float clip)> shard_step;  ///< ZeRO: update your slice
   /// Called when the step's gradients are complete, before clipping and the
   /// optimizer (the place for a data-parallel all-reduce), with the CPU chunks
   /// (empty on a device stage: models() has every stage's); may be empty.
@@ -101,7 +108,7 @@ public:
   /// Holds the head, so every route ends here and it computes the loss.
   bool owns_loss() const noexcept { return cfg_.loss; }
   step_t step() const noexcept { return core_->step(); }
-  bool training_done() const noexcept { return core_->training_done(); }
+  bool training_done() const noexcept { return core_->training_done() && !awaiting_params_; }
   /// Evaluation passes whose loss this stage has computed (loss stage only).
   const std::vector<std::pair<step_t, double>>& val_losses() const noexcept { return val_losses_; }
   const std::vector<step_report>& reports() const noexcept { return reports_; }
@@ -132,6 +139,12 @@ public:
   void on_clip(step_t step, double total_sq);
   /// The all-reduce peer summed bucket `bucket` of `step` over the replicas.
   void on_reduced(step_t step, int bucket);
+  /// ZeRO: the shard reduce-scattered bucket `bucket`; `sq` is its slice's Σ g².
+  void on_reduced(step_t step, int bucket, double sq);
+  /// ZeRO: the shard has all-gathered the updated parameters of `step` into this stage.
+  void on_shard_updated(step_t step);
+  /// Bytes of parameters, gradients and optimizer state this stage holds.
+  held_bytes held() const;
   /// The gradient buckets (null without data parallelism).
   const grad_buckets* buckets() const noexcept { return buckets_.get(); }
 
@@ -197,6 +210,14 @@ private:
   std::vector<int> weight_passes_;    ///< this step's weight-gradient passes per chunk
   step_t passes_step_ = -1;
   bool begin_weight_pass(const sched::stage_task& t);
+  // ZeRO (cfg_.zero > 0): from the update until the shard's parameters are back.
+  bool hold_for_params(std::function<void()> replay);
+  bool awaiting_params_ = false;
+  std::vector<std::function<void()>> params_held_;  ///< messages that came meanwhile, in order
+  double slice_sq_ = 0;                             ///< Σ g² of the shard's slices this step
+  step_report pending_report_;
+  std::int64_t pending_tokens_ = 0;
+  std::int64_t pending_checkpoint_ = -1;
 };
 
 /// What a stage's checkpoint part must hold, known from its header alone:

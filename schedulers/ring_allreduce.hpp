@@ -46,6 +46,9 @@ struct ring_plan {
   int recv_chunk(int phase) const;
   /// Whether the chunk received in `phase` is added in (reduce-scatter) or copied (all-gather).
   bool adds(int phase) const { return phase < members - 1; }
+  /// The chunk this member holds summed once the reduce-scatter (phases 0 ..
+  /// members - 2) is done: the one its all-gather sends first, rank + 1.
+  int owned_chunk() const { return (rank + 1) % members; }
 };
 
 } // namespace troupe::sched

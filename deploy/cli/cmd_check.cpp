@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "actors/zero_shard_state.hpp"
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
 #include "deploy/cli/model_size.hpp"
@@ -22,10 +23,28 @@ sections (pipeline: ...) turned into explicit actors and channels, defaults
 filled in. Plugins named in the file are loaded so their actor types count.)";
 
 constexpr const char* check_footer = R"(The first line, a YAML comment, counts the model's parameters, in total and per
-stage (from the config: nothing is built).
+stage (from the config: nothing is built). With data_parallel: the bytes each stage
+and optimizer shard will hold for parameters, gradients and optimizer state.
 Every problem is reported at once as FILE:LINE:COL: KEY.PATH: MESSAGE.
 Exit codes: 0 valid, 2 invalid (errors on stderr).
 )";
+
+/// `# memory (bytes): ACTOR params P grads G optimizer O` per stage and
+/// optimizer shard, from the graph alone (actors/zero_shard_state.hpp).
+std::string predicted_memory(const graph_spec& g) {
+  std::string out = "# memory held (bytes, f32 training), from the graph:\n";
+  auto line = [&](const std::string& who, const held_bytes& h) {
+    out += fmt::format("#   {} params {} grads {} optimizer {}\n", who, h.params, h.grads, h.optimizer);
+  };
+  for (const auto& a : g.actors)
+    if (a.role.holds_layers) {
+      auto p = predict_held(g, a);
+      line(a.name, p.stage);
+      if (g.data_parallel.zero > 0 && g.data_parallel.replicas > 1)
+        line(a.name + "_os", p.shard);
+    }
+  return out;
+}
 
 int check(const graph_args& a) {
   auto res = load_graph_for_cli(a.file, a.overrides());
@@ -36,6 +55,8 @@ int check(const graph_args& a) {
   // A YAML comment, so the output still reads back as the graph.
   if (auto p = count_parameters(*res.graph); p.total > 0)
     fmt::print("# {}\n", to_string(p));
+  if (res.graph->data_parallel.present)
+    fmt::print("{}", predicted_memory(*res.graph));
   fmt::print("{}", to_yaml(*res.graph));
   return ok;
 }

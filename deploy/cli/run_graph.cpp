@@ -187,9 +187,17 @@ nlohmann::json summary_json(const run_result& r, const parameter_count& paramete
   auto losses = nlohmann::json::array();
   for (double l : r.losses)
     losses.push_back(num(l));
+  // What each actor reported holding and sending (ZeRO's accounting: stages and optimizer shards).
+  auto memory = nlohmann::json::object(), sent = nlohmann::json::object();
+  for (const auto& s : r.summaries) {
+    if (s.params_bytes >= 0)
+      memory[s.actor] = {{"params", s.params_bytes}, {"grads", s.grads_bytes}, {"optimizer", s.optimizer_bytes}};
+    sent[s.actor] = s.bytes_sent;
+  }
   return {{"steps", r.steps},           {"tokens_per_s", num(r.tokens_per_s())}, {"ms_per_step", num(r.ms_per_step())},
           {"train_loss", num(r.train_loss)}, {"val_loss", num(r.val_loss)},    {"first_step", r.first_step},
-          {"losses", losses},           {"parameters", to_json(parameters)}};
+          {"losses", losses},           {"parameters", to_json(parameters)},     {"memory", memory},
+          {"bytes_sent", sent}};
 }
 
 } // namespace troupe

@@ -68,7 +68,8 @@ net::frame encode(const plan_msg& m) {
 }
 
 net::frame encode(const run_summary& m) {
-  return make(control_kind::done, m.actor, m.steps, m.tokens, m.train_loss, m.val_loss, m.losses);
+  return make(control_kind::done, m.actor, m.steps, m.tokens, m.train_loss, m.val_loss, m.losses, m.params_bytes,
+              m.grads_bytes, m.optimizer_bytes, m.bytes_sent);
 }
 
 net::frame encode(const failure_msg& m) {
@@ -152,6 +153,10 @@ run_summary decode_summary(const net::frame& f) {
   m.losses.resize(r.get_count(sizeof(double)));
   for (auto& l : m.losses)
     l = r.get<double>();
+  m.params_bytes = r.get<std::int64_t>();
+  m.grads_bytes = r.get<std::int64_t>();
+  m.optimizer_bytes = r.get<std::int64_t>();
+  m.bytes_sent = r.get<std::int64_t>();
   r.expect_end();
   return m;
 }

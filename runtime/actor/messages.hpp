@@ -54,6 +54,12 @@
 //  - `(ring_atom, ring_msg)`           all-reduce peer -> the next one in its ring
 //  - `(reduced_atom, step_t, int32)`   all-reduce peer -> its stage: that bucket
 //                                       now holds the sum over the replicas
+//  - with `data_parallel.zero` the stage's ring member is an optimizer shard
+//    (actors/optimizer_shard.cpp): `(reduced_atom, step_t, int32, double)`
+//    says the bucket is reduce-scattered, with the Σ g² of the shard's slice of
+//    it; `(shard_step_atom, step_t, float lr, float clip)` stage -> shard:
+//    update your slice; `(updated_atom, step_t)` shard -> stage: every bucket's
+//    parameters are all-gathered back into the stage
 // An actor that writes checkpoints also sends the runner `(checkpoint_atom,
 // checkpoint_msg)` for each part it wrote. Module-private messages (the
 // pipeline's eval, norm and wake-ups) are declared in their module
@@ -79,6 +85,8 @@ using checkpoint_atom = caf::atom_constant<caf::atom("checkpoint")>;
 using bucket_atom = caf::atom_constant<caf::atom("bucket")>;
 using ring_atom = caf::atom_constant<caf::atom("ring")>;
 using reduced_atom = caf::atom_constant<caf::atom("reduced")>;
+using shard_step_atom = caf::atom_constant<caf::atom("shardstep")>;
+using updated_atom = caf::atom_constant<caf::atom("updated")>;
 
 /// Which microbatch of which step a message belongs to.
 using step_t = std::int64_t;
@@ -125,6 +133,9 @@ struct bucket_msg {
   step_t step = 0;
   std::int32_t bucket = 0;
   std::vector<tensor_handle> tensors;  ///< f32, in bucket order
+  /// With ZeRO: the bucket's parameters, in the same order (the optimizer shard
+  /// updates its slice of them and all-gathers the rest into them).
+  std::vector<tensor_handle> params;
 };
 
 /// One message of a ring all-reduce (schedulers/ring_allreduce.hpp): the chunk
@@ -173,6 +184,12 @@ struct run_summary {
   double train_loss = std::numeric_limits<double>::quiet_NaN();  ///< mean over the last step
   double val_loss = std::numeric_limits<double>::quiet_NaN();    ///< last validation pass
   std::vector<double> losses;     ///< train loss per step, when recorded
+  /// Bytes of model state it holds (f32 parameters, gradients, optimizer
+  /// state); -1 for an actor that holds none (the loader, an all-reduce peer).
+  std::int64_t params_bytes = -1;
+  std::int64_t grads_bytes = -1;
+  std::int64_t optimizer_bytes = -1;
+  std::int64_t bytes_sent = 0;    ///< tensor bytes it sent to other actors over the run
 };
 
 /// An actor wrote its part of the checkpoint after optimizer step `step`
@@ -235,7 +252,7 @@ typename Inspector::result_type inspect(Inspector& f, connect_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_summary& x) {
   return f(caf::meta::type_name("run_summary"), x.actor, x.steps, x.tokens, x.train_loss, x.val_loss,
-           x.losses);
+           x.losses, x.params_bytes, x.grads_bytes, x.optimizer_bytes, x.bytes_sent);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, checkpoint_msg& x) {

@@ -74,9 +74,11 @@ void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r)
   }
   if (auto z = child(n, "zero")) {
     auto v = r.as_int(z, "data_parallel.zero", 0, 2);
-    if (v && *v != 0)
+    if (v && *v > 0 && d.replicas < 2)
       r.error(z, "data_parallel.zero",
-              fmt::format("ZeRO stage {} is not built yet (known: 0, the plain all-reduce of every gradient)", *v));
+              fmt::format("ZeRO stage {} shards the optimizer state over the replicas: it needs "
+                          "data_parallel.replicas of 2 or more",
+                          *v));
     else if (v)
       d.zero = static_cast<int>(*v);
   }

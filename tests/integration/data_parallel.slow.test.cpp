@@ -1,5 +1,6 @@
 // Data parallelism through real actors: R replicas of batch b follow the loss
-// curve of one replica of batch R·b, in one process and across 2 and 4; a ring peer
+// curve of one replica of batch R·b, in one process and across 2 and 4 (plain
+// all-reduce, and ZeRO stages 1 and 2 across 2 processes); a ring peer
 // sends 2(R-1)/R of its stage's gradient bytes a step; buckets are reduced
 // while the backward still runs (seen in the trace's timestamps).
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 #include "ops/gpt.hpp"
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/trace/trace.hpp"
+#include "tests/integration/data_parallel_graph.hpp"
 #include "tests/integration/troupe_process.hpp"
 
 using namespace troupe;
@@ -26,49 +28,17 @@ using namespace troupe::testing;
 
 namespace {
 
-constexpr int steps = 20;
-constexpr int microbatches = 2;
-constexpr int batch = 2;  ///< per replica
+constexpr int steps = dp_steps;
+constexpr int batch = dp_batch;
+constexpr int microbatches = dp_microbatches;
 
-std::string graph_text(int replicas, int stages, int batch_size, const std::string& extra = "", int d_model = 64) {
-  return fmt::format(R"(model:    {{layers: 4, d_model: {}, heads: 2, context: 32, vocab: 256}}
-data:     {{corpus: kjv, batch: {}, seed: 5}}
-train:    {{steps: {}, lr: 2.0e-3, weight_decay: 0.1, warmup: 5, eval_batches: 2}}
-pipeline: {{stages: {}, microbatches: {}, schedule: 1f1b}}
-{}{})",
-                     d_model, batch_size, steps, stages, microbatches,
-                     replicas > 1 ? fmt::format("data_parallel: {{replicas: {}, bucket: 64KB}}\n", replicas) : "",
-                     extra);
+std::string graph_text(int replicas, int stages, int batch_size, const std::string& extra = "", int d_model = 64,
+                       int zero = 0) {
+  return dp_graph(replicas, stages, batch_size, extra, d_model, zero);
 }
 
-/// Runs `text` in this process; `threads` workers (0: one per core).
 run_result run(const std::string& text, std::size_t threads = 0) {
-  load_options opts;
-  opts.vocabulary = troupe_vocabulary;
-  auto loaded = load_graph_text(text, "ddp.yaml", opts);
-  INFO(to_string(loaded.errors));
-  REQUIRE(loaded.ok());
-  auto o = runtime_options_from_env();
-  if (threads)
-    o.threads = threads;
-  troupe_config cfg{o};
-  caf::actor_system sys{cfg};
-  auto r = run_graph(sys, *loaded.graph);
-  INFO(text, r ? std::string{} : sys.render(r.error()));
-  REQUIRE(r);
-  return *r;
-}
-
-void check_same_curve(const std::vector<double>& got, const std::vector<double>& ref) {
-  REQUIRE(got.size() == ref.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    CAPTURE(i);
-    CHECK(std::fabs(got[i] - ref[i]) <= 1e-5 * std::fabs(ref[i]));
-    worst = std::max(worst, std::fabs(got[i] - ref[i]) / std::fabs(ref[i]));
-  }
-  MESSAGE("largest relative difference over ", ref.size(), " steps: ", worst, " (loss ", ref.front(), " -> ",
-          ref.back(), ")");
+  return run_in_process(text, threads);
 }
 
 } // namespace
@@ -90,6 +60,23 @@ TEST_CASE("R replicas of batch b follow the loss curve of one replica of batch R
       // Replicas of different sizes are not the same run: one replica of batch b differs.
       auto small = run(graph_text(1, stages, batch)).losses;
       CHECK(std::fabs(small.back() - ref.back()) > 1e-4 * std::fabs(ref.back()));
+    }
+}
+
+TEST_CASE("ZeRO 1 and 2: R replicas of batch b follow one replica of batch R*b to 1e-5, R 2 and 4, 1 and 2 stages") {
+  for (int stages : {1, 2})
+    for (int replicas : {2, 4}) {
+      auto ref = run(graph_text(1, stages, replicas * batch)).losses;
+      REQUIRE(ref.size() == steps);
+      for (int zero : {1, 2}) {
+        CAPTURE(stages);
+        CAPTURE(replicas);
+        CAPTURE(zero);
+        auto got = run(graph_text(replicas, stages, batch, "", 64, zero));
+        check_same_curve(got.losses, ref);
+        REQUIRE(got.val_loss);
+        CHECK(*got.val_loss == doctest::Approx(*run(graph_text(1, stages, replicas * batch)).val_loss).epsilon(1e-5));
+      }
     }
 }
 
@@ -182,14 +169,18 @@ TEST_CASE("replicas across 2 and 4 processes follow the one-process loss curve o
   fs::remove_all(dir);
   fs::create_directories(dir);
   struct config {
-    int replicas, stages, nodes;
+    int replicas, stages, nodes, zero;
   };
-  for (auto [replicas, stages, nodes] : {config{2, 1, 2}, config{2, 2, 2}, config{4, 1, 4}}) {
+  for (auto [replicas, stages, nodes, zero] :
+       {config{2, 1, 2, 0}, config{2, 2, 2, 0}, config{4, 1, 4, 0}, config{2, 1, 2, 1}, config{2, 2, 2, 1},
+        config{2, 1, 2, 2}, config{2, 2, 2, 2}, config{4, 1, 4, 2}}) {
     CAPTURE(replicas);
     CAPTURE(stages);
     CAPTURE(nodes);
+    CAPTURE(zero);
     std::ofstream{dir / "ref.yaml"} << graph_text(1, stages, replicas * batch);
-    std::ofstream{dir / "ddp.yaml"} << graph_text(replicas, stages, batch, fmt::format("cluster: {{nodes: {}}}\n", nodes));
+    std::ofstream{dir / "ddp.yaml"} << graph_text(replicas, stages, batch, fmt::format("cluster: {{nodes: {}}}\n", nodes),
+                                                  64, zero);
     REQUIRE(sh(troupe_exe() + " run " + (dir / "ref.yaml").string() + " --no-trace --summary-json " +
                (dir / "ref.json").string() + " > /dev/null") == 0);
     REQUIRE(sh(troupe_exe() + " launch " + (dir / "ddp.yaml").string() + " --no-trace --summary-json " +

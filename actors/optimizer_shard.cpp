@@ -1,0 +1,309 @@
+// The optimizer_shard actor (ZeRO stages 1 and 2, Rajbhandari et al. 2020): one
+// per replica and pipeline position, the ring member of its stage. It
+// reduce-scatters each gradient bucket over the replicas, owns the AdamW state
+// of its slice of the position's parameters (schedulers/zero_shard.hpp),
+// updates that slice once the global norm is known, and all-gathers the
+// updated parameters back into its stage.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/builtin.hpp"
+#include "actors/zero_shard_state.hpp"
+#include "ops/grad_clip.hpp"
+#include "runtime/actor/errors.hpp"
+#include "runtime/actor/messages.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/trace/trace.hpp"
+
+namespace troupe {
+
+namespace {
+
+struct shard_settings {
+  std::string name;
+  int stage = 0;    ///< the stage it serves (actor index)
+  int next = 0;     ///< the next shard of the ring (actor index)
+  int members = 1;  ///< replicas in the ring
+  int rank = 0;     ///< its replica: its place in the ring
+  std::int64_t steps = 0;       ///< train.steps: it reports done after the last one's gather
+  zero_checkpointing ck;
+};
+
+/// One bucket of one step: its flat buffer while a ring phase needs it, and
+/// ring messages that came before their turn.
+struct flight {
+  bucket_msg bucket;                   ///< the stage's gradients and parameters (empty until it sends)
+  tensor_handle flat;                  ///< padded values being reduced or gathered; empty in between
+  tensor_handle kept;                  ///< the loss bucket: its reduced chunk, kept for the gather
+  sched::ring_plan plan;
+  int phase = 0;                       ///< the next phase to receive
+  bool gathering = false;              ///< the slice is updated: the all-gather may go on
+  std::map<int, tensor_handle> early;  ///< phase -> chunk that came before its turn
+};
+
+struct optimizer_shard_state {
+  std::vector<caf::actor> actors;
+  std::vector<std::uint16_t> actor_ids;
+  caf::actor runner;
+  std::unique_ptr<zero_shard> shard;
+  std::map<std::pair<step_t, int>, flight> flights;
+  int gathered = 0;  ///< buckets of the current update back in the stage
+  std::int64_t bytes_sent = 0;
+  bool done_sent = false;
+  std::uint16_t trace_id = 0;
+  static inline const char* name = "optimizer_shard";
+};
+
+using shard_actor = caf::stateful_actor<optimizer_shard_state>;
+using flight_it = std::map<std::pair<step_t, int>, flight>::iterator;
+
+void report_done(shard_actor* self, const shard_settings& cfg) {
+  auto& st = self->state;
+  if (st.done_sent)
+    return;
+  st.done_sent = true;
+  run_summary s;
+  s.actor = cfg.name;
+  auto held = st.shard->held();
+  s.params_bytes = held.params, s.grads_bytes = held.grads, s.optimizer_bytes = held.optimizer;
+  s.bytes_sent = st.bytes_sent;
+  self->send(st.runner, done_atom::value, std::move(s));
+}
+
+void send_chunk(shard_actor* self, const shard_settings& cfg, flight_it it, int phase) {
+  auto& st = self->state;
+  auto& f = it->second;
+  auto n = f.plan.chunk_elements();
+  auto copy = tensor_handle::empty({n});
+  std::memcpy(copy.raw(), f.flat.data<float>() + f.plan.send_chunk(phase) * n,
+              static_cast<std::size_t>(n) * sizeof(float));
+  span s;
+  s.actor = st.trace_id, s.kind = span_kind::send, s.step = static_cast<std::int32_t>(it->first.first);
+  s.microbatch = it->first.second, s.bytes = copy.nbytes();
+  s.begin_ns = s.end_ns = trace_now();
+  trace_recorder::global().record(s);
+  st.bytes_sent += static_cast<std::int64_t>(copy.nbytes());
+  trace_recorder::global().message_sent(st.actor_ids.at(static_cast<std::size_t>(cfg.next)));
+  self->send(st.actors.at(static_cast<std::size_t>(cfg.next)), ring_atom::value,
+             ring_msg{it->first.first, it->first.second, phase, std::move(copy)});
+}
+
+/// The reduce-scatter of a bucket is done: the shard keeps its slice, tells the stage.
+void scattered(shard_actor* self, flight_it it) {
+  auto& f = it->second;
+  auto b = it->first.second;
+  auto& shard = *self->state.shard;
+  double sq = 0;
+  if (b == shard.loss_bucket()) {
+    auto n = f.plan.chunk_elements(); // the step's loss sum, reduced in one member's chunk
+    f.kept = tensor_handle::empty({n});
+    std::memcpy(f.kept.raw(), f.flat.data<float>() + f.plan.owned_chunk() * n, f.kept.nbytes());
+  } else {
+    sq = shard.keep_gradients(b, f.flat.data<float>(), f.bucket.tensors);
+  }
+  f.flat = {};
+  self->send(self->state.actors.at(static_cast<std::size_t>(self->state.shard->stage())), reduced_atom::value,
+             it->first.first, static_cast<std::int32_t>(b), sq);
+}
+
+/// The all-gather of a bucket is done: the parameters (and the loss) go into the stage.
+void gathered(shard_actor* self, const shard_settings& cfg, flight_it it) {
+  auto& st = self->state;
+  auto& f = it->second;
+  const float* src = f.flat.data<float>();
+  auto& into = it->first.second == st.shard->loss_bucket() ? f.bucket.tensors : f.bucket.params;
+  for (auto& t : into) {
+    std::memcpy(t.raw(), src, t.nbytes());
+    src += t.numel();
+  }
+  auto step = it->first.first;
+  st.flights.erase(it);
+  if (++st.gathered < st.shard->buckets())
+    return;
+  st.gathered = 0;
+  self->send(st.actors.at(static_cast<std::size_t>(cfg.stage)), updated_atom::value, step);
+  if (cfg.ck.due(step + 1))
+    if (auto file = cfg.ck.write(*st.shard, step + 1, cfg.name))
+      self->send(st.runner, checkpoint_atom::value, checkpoint_msg{cfg.name, step + 1, *file});
+  if (step + 1 >= cfg.steps)
+    report_done(self, cfg);
+}
+
+/// Applies every ring message whose turn has come.
+void advance(shard_actor* self, const shard_settings& cfg, flight_it it) {
+  auto& f = it->second;
+  auto reduce_phases = f.plan.members - 1;
+  while (f.flat.defined() && (f.phase < reduce_phases || f.gathering)) {
+    if (f.phase == f.plan.phases()) {
+      gathered(self, cfg, it);
+      return;
+    }
+    auto e = f.early.find(f.phase);
+    if (e == f.early.end())
+      return;
+    auto n = f.plan.chunk_elements();
+    if (e->second.numel() != n)
+      throw std::runtime_error(fmt::format("{}: ring chunk of {} values for bucket {} of step {}, expected {}",
+                                           cfg.name, e->second.numel(), it->first.second, it->first.first, n));
+    float* dst = f.flat.data<float>() + f.plan.recv_chunk(f.phase) * n;
+    const float* in = e->second.data<float>();
+    if (f.plan.adds(f.phase))
+      for (std::int64_t i = 0; i < n; ++i)
+        dst[i] += in[i];
+    else
+      std::memcpy(dst, in, static_cast<std::size_t>(n) * sizeof(float));
+    f.early.erase(e);
+    if (++f.phase < f.plan.phases() && f.phase != reduce_phases)
+      send_chunk(self, cfg, it, f.phase);
+  }
+  if (f.flat.defined() && !f.gathering && f.phase == reduce_phases)
+    scattered(self, it);
+}
+
+/// The stage's update: AdamW on the slice, then every bucket's all-gather.
+void update(shard_actor* self, const shard_settings& cfg, step_t step, float lr, float clip) {
+  auto& st = self->state;
+  auto& shard = *st.shard;
+  shard.update(lr, clip);
+  for (int b = 0; b < shard.buckets(); ++b) {
+    auto it = st.flights.find({step, b});
+    if (it == st.flights.end() || it->second.flat.defined() || it->second.phase != it->second.plan.members - 1)
+      throw std::runtime_error(fmt::format("{}: asked to update step {} before bucket {} was reduce-scattered",
+                                           cfg.name, step, b));
+    auto& f = it->second;
+    f.flat = tensor_handle::zeros({f.plan.padded()});
+    if (b == shard.loss_bucket())
+      std::memcpy(f.flat.data<float>() + f.plan.owned_chunk() * f.plan.chunk_elements(), f.kept.raw(),
+                  f.kept.nbytes());
+    else
+      shard.write_parameters(b, f.flat.data<float>());
+    f.gathering = true;
+    if (f.plan.phases() > 0)
+      send_chunk(self, cfg, it, f.plan.members - 1);
+    advance(self, cfg, it);
+  }
+}
+
+caf::behavior optimizer_shard(shard_actor* self, shard_settings cfg, std::unique_ptr<zero_shard> shard,
+                              caf::actor runner) {
+  self->state.runner = std::move(runner);
+  self->state.shard = std::move(shard);
+  self->state.trace_id = trace_recorder::global().register_actor(cfg.name, "optimizer_shard");
+  auto guarded = [self, cfg](auto&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      self->send(self->state.runner, failed_atom::value, failure_msg{cfg.name, e.what()});
+      self->quit();
+    }
+  };
+  return {
+    [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
+      for (const auto& p : m.directory) {
+        self->state.actors.push_back(p.handle);
+        self->state.actor_ids.push_back(trace_recorder::global().actor_id(p.name).value_or(0xffff));
+      }
+      if (auto err = cfg.ck.restore(*self->state.shard, cfg.name))
+        return err;
+      return caf::ok_atom::value;
+    },
+    [=](start_atom) {
+      if (cfg.ck.resume_step >= cfg.steps)
+        report_done(self, cfg);
+    },
+    [=](bucket_atom, bucket_msg& m) {
+      guarded([&] {
+        auto key = std::make_pair(m.step, static_cast<int>(m.bucket));
+        auto it = self->state.flights.try_emplace(key).first;
+        auto& f = it->second;
+        std::int64_t n = 0;
+        for (const auto& t : m.tensors)
+          n += t.numel();
+        f.plan = {cfg.members, cfg.rank, n};
+        f.flat = tensor_handle::empty({f.plan.padded()});
+        float* dst = f.flat.data<float>();
+        for (const auto& t : m.tensors) {
+          std::memcpy(dst, t.raw(), t.nbytes());
+          dst += t.numel();
+        }
+        std::fill(dst, f.flat.data<float>() + f.plan.padded(), 0.0f);
+        f.bucket = std::move(m);
+        if (key.second != self->state.shard->loss_bucket())
+          self->state.shard->bind_parameters(key.second, f.bucket.params);
+        if (f.plan.members > 1)
+          send_chunk(self, cfg, it, 0);
+        advance(self, cfg, it);
+      });
+    },
+    [=](ring_atom, ring_msg& m) {
+      trace_recorder::global().message_received(self->state.trace_id);
+      guarded([&] {
+        auto it = self->state.flights.try_emplace({m.step, static_cast<int>(m.bucket)}).first;
+        it->second.early[m.phase] = std::move(m.chunk);
+        advance(self, cfg, it);
+      });
+    },
+    [=](shard_step_atom, step_t step, float lr, float clip) {
+      guarded([&] {
+        scoped_span s(self->state.trace_id, span_kind::optimizer, static_cast<std::int32_t>(step));
+        update(self, cfg, step, lr, clip);
+      });
+    },
+  };
+}
+
+} // namespace
+
+void expand_zero_shards(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage) {
+  expand_ring(e, replicas, stage, "optimizer_shard", "_os");
+}
+
+actor_type_info optimizer_shard_info() {
+  actor_type_info info;
+  info.keys = {"stage"};
+  info.role.placement = actor_placement::with_stage;
+  info.check = [](const actor_spec& a, const graph_spec& g, diagnostics& out) {
+    if (auto ring = zero_ring_of(g, a); !ring)
+      out.push_back({a.pos, a.name + ".stage", error_message(ring.error())});
+    else if (g.data_parallel.zero == 0)
+      out.push_back({a.pos, a.name, fmt::format("optimizer_shard '{}' needs data_parallel.zero: 1 or 2", a.name)});
+  };
+  info.role.checkpoint_identity = [](const graph_spec& g, const actor_spec& a) {
+    auto ring = zero_ring_of(g, a);
+    std::map<std::string, std::string> id{{"zero", std::to_string(g.data_parallel.zero)},
+                                          {"replicas", std::to_string(g.data_parallel.replicas)},
+                                          {"bucket", std::to_string(g.data_parallel.bucket)}};
+    if (ring)
+      id["stage"] = ring->stage->name;
+    return id;
+  };
+  info.role.check_checkpoint_part = [](const graph_spec& g, const actor_spec& a,
+                                       const safetensors_header& part) -> std::optional<std::string> {
+    auto ring = zero_ring_of(g, a);
+    if (!ring)
+      return error_message(ring.error());
+    return zero_shard{g, *ring->stage, ring->rank, ring->stage_index}.check_part(part);
+  };
+  return info;
+}
+
+caf::expected<caf::actor> spawn_optimizer_shard(spawn_context& ctx) {
+  const auto& g = ctx.graph;
+  auto ring = zero_ring_of(g, ctx.spec);
+  if (!ring)
+    return ring.error();
+  auto shard = std::make_unique<zero_shard>(g, *ring->stage, ring->rank, ring->stage_index);
+  shard_settings cfg{ctx.spec.name, ring->stage_index, ring->next_index, std::max(g.data_parallel.replicas, 1),
+                     ring->rank, g.train.steps,
+                     zero_checkpointing{g.checkpoint.dir_path, g.checkpoint.every, g.train.steps,
+                                        g.checkpoint.resume_folder, g.checkpoint.resume_step,
+                                        checkpoint_identity(g, ctx.spec)}};
+  return caf::actor{ctx.system.spawn(optimizer_shard, std::move(cfg), std::move(shard), ctx.runner)};
+}
+
+} // namespace troupe
