@@ -64,6 +64,7 @@ constexpr auto table = std::to_array<command>({
   {"launch", "run a graph file across the processes of its cluster: section", define_launch},
   {"node", "one node of a launched run (started by launchers)", define_node},
   {"schedule", "simulate a pipeline schedule: per-rank orders, bubble fraction, stragglers", define_schedule},
+  {"sync", "run a local-update sync policy on a toy model: each replica's weights per step", define_sync},
   {"sim", "simulate a graph at any size under a cost model: iteration time, TFLOP/s, MFU, memory", define_sim},
   {"trace", "summarize a trace: busy, idle and bubble per actor, action order per stage", define_trace},
   {"dash", "serve the dashboard on a finished trace", define_dash},

@@ -44,6 +44,7 @@ command_action define_run(CLI::App& app);
 command_action define_launch(CLI::App& app);
 command_action define_node(CLI::App& app);
 command_action define_schedule(CLI::App& app);
+command_action define_sync(CLI::App& app);
 command_action define_sim(CLI::App& app);
 command_action define_trace(CLI::App& app);
 command_action define_dash(CLI::App& app);

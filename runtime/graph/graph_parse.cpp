@@ -282,7 +282,7 @@ void record_key_positions(const YAML::Node& n, const std::string& path, graph_sp
 const std::vector<std::string>& section_names() {
   static const std::vector<std::string> names{"model",      "data",    "train",   "pipeline", "data_parallel", "trace",
                                               "checkpoint", "cluster", "plugins", "actors",   "channels",      "sim",
-                                              "devices"};
+                                              "devices", "local_update"};
   return names;
 }
 
@@ -302,6 +302,8 @@ void parse_sections(parsed_graph& pg, graph_reader& r) {
     parse_pipeline(pg, n, r);
   if (auto n = root["data_parallel"])
     parse_data_parallel(pg, n, r);
+  if (auto n = root["local_update"])
+    parse_local_update(pg, n, r);
   if (auto n = root["trace"]; n && r.check_map(n, "trace", trace_keys))
     if (r.get_string(n, "trace", "file", pg.graph.trace.file) && !pg.graph.trace.file.empty())
       pg.graph.trace.file_path = pg.resolve(pg.graph.trace.file);

@@ -88,6 +88,11 @@ void validate(parsed_graph& pg, const graph_vocabulary& vocab, const load_option
 /// Reads the `data_parallel:` section (runtime/graph/graph_data_parallel.cpp).
 void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
 
+/// Reads the `local_update:` section (runtime/graph/graph_local_update.cpp).
+void parse_local_update(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
+/// The `local_update:` line of `troupe check`'s output; empty without the section.
+std::string local_update_yaml(const local_update_spec& l);
+
 /// Reads the `checkpoint:` section (runtime/graph/graph_checkpoint.cpp).
 void parse_checkpoint(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
 /// The `checkpoint:` line of `troupe check`'s output; empty without the section.

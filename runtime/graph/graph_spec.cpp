@@ -117,6 +117,7 @@ std::string to_yaml(const graph_spec& g) {
     out += fmt::format("data_parallel: {{replicas: {}, bucket: {}, zero: {}, overlap: {}}}\n",
                        g.data_parallel.replicas, g.data_parallel.bucket, g.data_parallel.zero,
                        g.data_parallel.overlap);
+  out += detail::local_update_yaml(g.local_update);
   if (!g.trace.file.empty())
     out += fmt::format("trace: {{file: {}}}\n", scalar(g.trace.file));
   out += cluster_yaml(g.cluster);

@@ -13,6 +13,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "runtime/graph/local_update_spec.hpp"
 #include "runtime/tensor/dtype.hpp"
 #include "runtime/actor/errors.hpp"
 
@@ -240,6 +241,7 @@ struct graph_spec {
   train_spec train;
   pipeline_spec pipeline;
   data_parallel_spec data_parallel;
+  local_update_spec local_update;
   trace_spec trace;
   cluster_spec cluster;
   checkpoint_spec checkpoint;

@@ -1,0 +1,173 @@
+// `troupe sync`: runs a local-update sync policy deterministically on a toy
+// model (replicas of fragments of weights, a fixed gradient) and prints each
+// replica's weights before every inner step, as `troupe schedule` does for
+// stage policies (#13). Its default toy is torchft's mocked DiLoCo regression setup.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "deploy/cli/commands.hpp"
+#include "deploy/cli/flags.hpp"
+#include "schedulers/sync_sim.hpp"
+
+namespace troupe::cli {
+
+namespace {
+
+constexpr const char* sync_description = R"(Runs a local-update sync policy under a deterministic driver on a toy model:
+every replica holds fragments of weights starting at 1, each inner step is
+plain SGD (w -= inner-lr x grad), and the policy exchanges pseudo-gradients
+between the replicas as the `local_update:` section of a graph would. Prints
+each replica's weights before every inner step and the saved global after each
+exchange.)";
+
+constexpr const char* sync_footer = R"(torchft's regression setup (2 replicas, 2 fragments, sync_every 6, grad 2,
+outer lr 2, no momentum):
+  troupe sync --algorithm streaming_diloco --replicas 2 --fragments 2 \
+    --sync-every 6 --delay 1 --alpha 0.5 --inner-lr 1 --grad 2 --outer-lr 2 \
+    --outer-momentum 0 --steps 16
+Exit codes: 0 success, 1 the policy failed to run, 2 bad input.
+)";
+
+/// What `troupe sync`'s command line asked for.
+struct sync_cli {
+  sched::sync_sim_config c;
+  double inner_lr = 1, grad = 2;
+  bool json = false, no_nesterov = false;
+  CLI::Option* fragments = nullptr;  ///< given or not: diloco exchanges the whole model as one fragment
+};
+
+/// The flag each key of local_update_problems is written as.
+std::string flag_of(const std::string& key) {
+  if (key == "outer.lr")
+    return "--outer-lr";
+  if (key == "outer.momentum")
+    return "--outer-momentum";
+  if (key == "sync_every")
+    return "--sync-every";
+  return "--" + key;
+}
+
+int bad(const std::string& message) {
+  fmt::print(stderr, "troupe sync: {}\n(see `troupe sync --help`)\n", message);
+  return bad_input;
+}
+
+void print_text(const sched::sync_sim_config& c, const sched::sync_sim_result& r) {
+  const auto& s = c.spec;
+  int p = s.algorithm == "streaming_diloco" ? s.fragments : 1;
+  fmt::print("sync: {}, {} replica{}, {} fragment{} of {} weight{}, sync_every {} (a fragment every {} steps)",
+             s.algorithm, c.replicas, c.replicas == 1 ? "" : "s", p, p == 1 ? "" : "s", c.values,
+             c.values == 1 ? "" : "s", s.sync_every, s.sync_every / p);
+  if (s.algorithm == "streaming_diloco")
+    fmt::print(", delay {}, alpha {}", s.delay, s.alpha);
+  fmt::print("\nouter: sgd lr {} momentum {}{}; inner: w -= {} x {}; quantize {}\n", s.outer.lr, s.outer.momentum,
+             s.outer.nesterov && s.outer.momentum > 0 ? " nesterov" : "", c.inner_lr, c.grad, s.quantize);
+  for (std::size_t rep = 0; rep < r.history.size(); ++rep) {
+    fmt::print("replica {}: weights before each inner step (one per fragment)\n", rep);
+    for (std::size_t step = 0; step < r.history[rep].size(); ++step)
+      fmt::print("  step {}: {}\n", step, fmt::join(r.history[rep][step], " "));
+    std::vector<std::string> globals;
+    for (const auto& [step, g] : r.global[rep])
+      globals.push_back(fmt::format("{}: {}", step, fmt::join(g, " ")));
+    fmt::print("replica {}: saved global by step: {}\n", rep, fmt::join(globals, "; "));
+  }
+  fmt::print("exchanges: {}; bytes sent per replica: {}\n", r.exchanges, fmt::join(r.bytes_sent, " "));
+}
+
+nlohmann::json result_json(const sched::sync_sim_result& r) {
+  nlohmann::json global = nlohmann::json::array();
+  for (const auto& per : r.global) {
+    nlohmann::json g = nlohmann::json::object();
+    for (const auto& [step, w] : per)
+      g[std::to_string(step)] = w;
+    global.push_back(std::move(g));
+  }
+  return {{"history", r.history}, {"global", std::move(global)}, {"exchanges", r.exchanges},
+          {"bytes_sent", r.bytes_sent}};
+}
+
+int run_sync(sync_cli& a) {
+  auto& c = a.c;
+  c.spec.present = true;
+  c.spec.outer.nesterov = !a.no_nesterov;
+  c.inner_lr = static_cast<float>(a.inner_lr);
+  c.grad = static_cast<float>(a.grad);
+  if (c.spec.algorithm != "diloco" && c.spec.algorithm != "streaming_diloco")
+    return bad(fmt::format("--algorithm: '{}' has no toy run yet (troupe sync runs diloco and streaming_diloco)",
+                           c.spec.algorithm));
+  if (c.spec.algorithm != "streaming_diloco") {
+    if ((a.fragments->count() > 0 && c.spec.fragments != 1) || c.spec.delay != 0 || c.spec.alpha != 0)
+      return bad("--fragments, --delay and --alpha are settings of streaming_diloco");
+    c.spec.fragments = 1;
+  }
+  auto problems = local_update_problems(c.spec, c.replicas);
+  if (!problems.empty()) {
+    std::string all;
+    for (const auto& p : problems)
+      all += fmt::format("{}{}: {}", all.empty() ? "" : "\ntroupe sync: ", flag_of(p.key), p.message);
+    return bad(all);
+  }
+  try {
+    auto r = sched::run_sync_sim(c);
+    if (a.json)
+      fmt::print("{}\n", result_json(r).dump(2));
+    else
+      print_text(c, r);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "troupe sync: {}\n", e.what());
+    return runtime_failure;
+  }
+  return ok;
+}
+
+} // namespace
+
+command_action define_sync(CLI::App& app) {
+  auto a = std::make_shared<sync_cli>();
+  auto& s = a->c.spec;
+  s.algorithm = "streaming_diloco";
+  s.sync_every = 6, s.fragments = 2;
+  s.outer = {.lr = 2, .momentum = 0, .nesterov = true};
+  describe(app, sync_description, sync_footer);
+  app.add_option("--algorithm", s.algorithm, "diloco or streaming_diloco, default streaming_diloco")
+    ->option_text("A")
+    ->check(CLI::IsMember(local_update_algorithms()));
+  add_count(app, "--replicas", a->c.replicas, 1, 4096, "replicas, default 2")->option_text("R");
+  a->fragments =
+    add_count(app, "--fragments", s.fragments, 1, 1 << 20, "streaming_diloco: fragments P, default 2")->option_text("P");
+  add_count(app, "--sync-every", s.sync_every, 1, 1'000'000'000, "H inner steps per round of fragments, default 6")
+    ->option_text("H");
+  add_count(app, "--delay", s.delay, 0, 1'000'000'000, "streaming_diloco: tau, steps an exchange overlaps, default 0")
+    ->option_text("T");
+  add_number(app, "--alpha", s.alpha, -1e6, 1e6, false,
+             "streaming_diloco: mix of the local weights into the new global, default 0")
+    ->option_text("A");
+  add_number(app, "--inner-lr", a->inner_lr, -1e6, 1e6, false, "the inner SGD's rate, default 1")
+    ->option_text("LR");
+  add_number(app, "--grad", a->grad, -1e6, 1e6, false, "the fixed gradient of every weight, default 2")
+    ->option_text("G");
+  add_number(app, "--outer-lr", s.outer.lr, -1e6, 1e6, false, "the outer SGD's rate, default 2")
+    ->option_text("LR");
+  add_number(app, "--outer-momentum", s.outer.momentum, -1e6, 1e6, false,
+             "the outer SGD's momentum, default 0")
+    ->option_text("M");
+  app.add_flag("--no-nesterov", a->no_nesterov, "heavy-ball momentum instead of Nesterov's");
+  app.add_option("--quantize", s.quantize, "none, bf16, int8 or fp8: how pseudo-gradients travel, default none")
+    ->option_text("Q")
+    ->check(CLI::IsMember({"none", "bf16", "int8", "fp8"}));
+  add_count(app, "--values", a->c.values, 1, 1 << 20, "weights per fragment, default 1")->option_text("N");
+  add_count(app, "--steps", a->c.steps, 0, 1'000'000, "inner steps, default 16")->option_text("N");
+  app.add_flag("--json", a->json,
+               "print {\"history\": [[[w per fragment] per inner step] per replica],\n"
+               "\"global\": [{STEP: [w per fragment]} per replica], \"exchanges\",\n\"bytes_sent\"}");
+  return [a] { return run_sync(*a); };
+}
+
+} // namespace troupe::cli

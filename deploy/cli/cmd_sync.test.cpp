@@ -1,0 +1,77 @@
+// `troupe sync` end to end: the command line reproduces torchft's six
+// DiLoCo regression fixtures to 1e-5 (tests/fixtures/torchft_diloco), and the
+// streaming rules are refused with exit code 2 and the flag at fault.
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/troupe_command.hpp"
+
+using troupe::testing::run_troupe;
+
+TEST_CASE("troupe sync --json equals torchft's regression fixtures for every (delay, alpha)") {
+  const std::pair<int, const char*> cases[6] = {{0, "0"}, {0, "0.5"}, {0, "1"}, {1, "0"}, {1, "0.5"}, {1, "1"}};
+  for (int n = 0; n < 6; ++n) {
+    CAPTURE(n);
+    auto r = run_troupe(fmt::format("sync --algorithm streaming_diloco --replicas 2 --fragments 2 --sync-every 6 "
+                                    "--delay {} --alpha {} --inner-lr 1 --grad 2 --outer-lr 2 --outer-momentum 0 "
+                                    "--steps 16 --json",
+                                    cases[n].first, cases[n].second));
+    REQUIRE(r.code == 0);
+    auto got = nlohmann::json::parse(r.out);
+    std::ifstream in(fmt::format("tests/fixtures/torchft_diloco/test_diloco_mocked_updates_{}.json", n));
+    REQUIRE(in.good());
+    auto want = nlohmann::json::parse(in);
+    REQUIRE(got["history"].size() == want.size());
+    for (std::size_t rep = 0; rep < want.size(); ++rep) {
+      const auto& rec = want[rep][0];
+      REQUIRE(got["history"][rep].size() == rec["history"].size());
+      for (const auto& [step, layers] : rec["history"].items())
+        for (int f = 0; f < 2; ++f) {
+          double w = layers[fmt::format("layers.{}.weight", f)][0][0];
+          double g = got["history"][rep][std::stoul(step)][f];
+          CHECK_MESSAGE(std::fabs(g - w) <= 1e-5, "replica ", rep, " step ", step, " fragment ", f);
+        }
+      for (const auto& [step, layers] : rec["global_parameter_history"].items())
+        for (int f = 0; f < 2; ++f) {
+          double w = layers[fmt::format("layers.{}.weight", f)][0][0];
+          double g = got["global"][rep].at(step)[f];
+          CHECK(std::fabs(g - w) <= 1e-5);
+        }
+    }
+  }
+}
+
+TEST_CASE("troupe sync refuses the streaming rules with exit code 2, naming the flag") {
+  auto delay = run_troupe("sync --sync-every 6 --fragments 2 --delay 3");
+  CHECK(delay.code == 2);
+  CHECK(delay.has("troupe sync: --delay: delay (3) must be from 0 to below sync_every / fragments (3)"));
+  auto divide = run_troupe("sync --sync-every 7 --fragments 2");
+  CHECK(divide.code == 2);
+  CHECK(divide.has("--sync-every: sync_every (7) must divide by fragments (2)"));
+  auto one_at_a_time = run_troupe("sync --sync-every 2 --fragments 3");
+  CHECK(one_at_a_time.code == 2);
+  CHECK(one_at_a_time.has("--fragments: 3 fragments need sync_every of at least 3"));
+  for (const char* alpha : {"-0.5", "1.5"}) {
+    auto a = run_troupe(fmt::format("sync --alpha {}", alpha));
+    CHECK(a.code == 2);
+    CHECK(a.has("--alpha: must be from 0 to 1"));
+  }
+  auto lr = run_troupe("sync --outer-lr 0");
+  CHECK(lr.code == 2);
+  CHECK(lr.has("--outer-lr: must be above 0"));
+  auto algo = run_troupe("sync --algorithm dilocco");
+  CHECK(algo.code == 2);
+}
+
+TEST_CASE("troupe sync prints plain DiLoCo as text, each replica's weights and the bytes sent") {
+  auto r = run_troupe("sync --algorithm diloco --sync-every 4 --quantize int8 --values 8 --steps 9");
+  REQUIRE(r.code == 0);
+  CHECK(r.has("sync: diloco, 2 replicas, 1 fragment of 8 weights, sync_every 4"));
+  CHECK(r.has("  step 4: -15\n"));  // 1 − 2·2·4: the outer step of lr 2 doubles the pseudo-gradient of 8
+  CHECK(r.has("exchanges: 2; bytes sent per replica: 24 24"));  // 2 × (8 int8 values + a row scale)
+}

@@ -1,0 +1,112 @@
+// The `local_update:` section: the papers' defaults, what each algorithm keeps,
+// and the rules between values that the graph file and `troupe sync` share.
+#include <string>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include "actors/builtin.hpp"
+#include "runtime/graph/graph_loader.hpp"
+
+namespace {
+
+using namespace troupe;
+
+[[maybe_unused]] const bool builtin_types = (register_builtin_actors(), true);
+
+load_result load_with(std::string_view local_update, int replicas = 4) {
+  load_options o;
+  o.check_corpus = false;
+  auto text = fmt::format(R"(model: {{layers: 2, d_model: 32, heads: 2, context: 16}}
+data: {{batch: 2}}
+train: {{steps: 10}}
+data_parallel: {{replicas: {}}}
+local_update: {}
+)",
+                          replicas, local_update);
+  return load_graph_text(text, "g.yaml", o);
+}
+
+bool has_problem(const local_update_spec& l, int replicas, std::string_view key) {
+  for (const auto& p : local_update_problems(l, replicas))
+    if (p.key == key)
+      return true;
+  return false;
+}
+
+} // namespace
+
+TEST_CASE("local_update takes each paper's defaults when a key is absent") {
+  auto d = load_with("{algorithm: diloco}");
+  REQUIRE_MESSAGE(d.ok(), to_string(d.errors));
+  const auto& l = d.graph->local_update;
+  CHECK(l.present);
+  CHECK(l.sync_every == 500);
+  CHECK(l.outer.lr == 0.7);
+  CHECK(l.outer.momentum == 0.9);
+  CHECK(l.outer.nesterov);
+  CHECK(l.quantize == "none");
+  auto n = load_with("{algorithm: noloco}");
+  REQUIRE_MESSAGE(n.ok(), to_string(n.errors));
+  CHECK(n.graph->local_update.sync_every == 50);
+  CHECK(n.graph->local_update.group == 2);
+  auto s = load_with("{algorithm: desloc, periods: {params: 10}}");
+  REQUIRE_MESSAGE(s.ok(), to_string(s.errors));
+  CHECK(s.graph->local_update.period_momentum == 30);  // DES-LOC: K_u = 3·K_x
+  CHECK(s.graph->local_update.period_variance == 60);  // K_v = 6·K_x
+}
+
+TEST_CASE("the issue's streaming example loads as written") {
+  auto r = load_with("{algorithm: streaming_diloco, sync_every: 50, outer: {lr: 0.7, momentum: 0.9, nesterov: true}, "
+                     "fragments: 2, delay: 5, alpha: 0.5, quantize: int8}");
+  REQUIRE_MESSAGE(r.ok(), to_string(r.errors));
+  const auto& l = r.graph->local_update;
+  CHECK(l.fragments == 2);
+  CHECK(l.delay == 5);
+  CHECK(l.alpha == 0.5);
+  CHECK(l.quantize == "int8");
+}
+
+TEST_CASE("streaming rules: H divides by P, tau is below H/P, alpha is in [0, 1]") {
+  local_update_spec l;
+  l.algorithm = "streaming_diloco", l.sync_every = 6, l.fragments = 2;
+  for (int delay = 0; delay < 3; ++delay) {
+    l.delay = delay;
+    CHECK(local_update_problems(l, 2).empty());
+  }
+  l.delay = 3;
+  CHECK(has_problem(l, 2, "delay"));
+  l.delay = 0, l.sync_every = 7;
+  CHECK(has_problem(l, 2, "sync_every"));
+  l.sync_every = 1;
+  CHECK(has_problem(l, 2, "fragments"));  // one fragment at a time: P ≤ H
+  l.sync_every = 6;
+  for (double a : {0.0, 0.5, 1.0}) {
+    l.alpha = a;
+    CHECK(local_update_problems(l, 2).empty());
+  }
+  for (double a : {-0.1, 1.01}) {
+    l.alpha = a;
+    CHECK(has_problem(l, 2, "alpha"));
+  }
+}
+
+TEST_CASE("noloco's groups partition the replicas; the outer step needs lr > 0 and momentum below 1") {
+  local_update_spec l;
+  l.algorithm = "noloco", l.group = 2;
+  CHECK(local_update_problems(l, 4).empty());
+  CHECK(has_problem(l, 3, "group"));
+  l.group = 8;
+  CHECK(has_problem(l, 4, "group"));
+  l.group = 2, l.outer.lr = 0;
+  CHECK(has_problem(l, 4, "outer.lr"));
+  l.outer.lr = 1, l.outer.momentum = 1;
+  CHECK(has_problem(l, 4, "outer.momentum"));
+}
+
+TEST_CASE("a key of another algorithm is reported at its position") {
+  auto r = load_with("{algorithm: diloco, density: 0.1}");
+  CHECK_FALSE(r.ok());
+  CHECK(to_string(r.errors).find("g.yaml:5:44: local_update.density: 'density' is a setting of sparseloco") !=
+        std::string::npos);
+}
