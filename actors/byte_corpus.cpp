@@ -19,6 +19,15 @@ void ensure(tensor_handle& h, int batch, int context) {
     h = tensor_handle::empty(want, dtype::i32);
 }
 
+void ensure(token_batch& b, int batch, int context, bool documents) {
+  ensure(b.tokens, batch, context);
+  ensure(b.targets, batch, context);
+  if (documents)
+    ensure(b.documents, batch, context);
+  else
+    b.documents = {};
+}
+
 } // namespace
 
 byte_corpus::byte_corpus(const std::filesystem::path& path, int context, double val_fraction,
@@ -51,7 +60,20 @@ void byte_corpus::shuffle_epoch(std::uint64_t epoch) {
   epoch_ = epoch;
 }
 
-void byte_corpus::copy_window(std::size_t start, std::int32_t* tokens, std::int32_t* targets) const {
+void byte_corpus::set_documents(document_source source) {
+  documents_ = source;
+  switch (source) {
+    case document_source::none: starts_.clear(); break;
+    case document_source::chapters: starts_ = chapter_starts(bytes_); break;
+    case document_source::long_tail: starts_ = starts_of(document_lengths_long_tail(bytes_.size(), context_, seed_)); break;
+  }
+}
+
+void byte_corpus::copy_window(std::size_t start, token_batch& out, int row) const {
+  auto* tokens = out.tokens.data<std::int32_t>() + row * context_;
+  auto* targets = out.targets.data<std::int32_t>() + row * context_;
+  if (documents_ != document_source::none)
+    window_documents(starts_, start, context_, out.documents.data<std::int32_t>() + row * context_);
   const auto* p = bytes_.data() + start;
   for (int t = 0; t < context_; ++t) {
     tokens[t] = p[t];
@@ -60,26 +82,22 @@ void byte_corpus::copy_window(std::size_t start, std::int32_t* tokens, std::int3
 }
 
 void byte_corpus::next_train(int batch, token_batch& out) {
-  ensure(out.tokens, batch, context_);
-  ensure(out.targets, batch, context_);
+  ensure(out, batch, context_, documents_ != document_source::none);
   for (int b = 0; b < batch; ++b, ++position_) {
     auto epoch = position_ / train_windows_;
     if (epoch != epoch_)
       shuffle_epoch(epoch);
     auto w = perm_[position_ % train_windows_];
-    copy_window(static_cast<std::size_t>(w) * static_cast<std::size_t>(context_),
-                out.tokens.data<std::int32_t>() + b * context_, out.targets.data<std::int32_t>() + b * context_);
+    copy_window(static_cast<std::size_t>(w) * static_cast<std::size_t>(context_), out, b);
   }
 }
 
 void byte_corpus::validation(int k, int batch, token_batch& out) const {
-  ensure(out.tokens, batch, context_);
-  ensure(out.targets, batch, context_);
+  ensure(out, batch, context_, documents_ != document_source::none);
   for (int b = 0; b < batch; ++b) {
     auto w = (static_cast<std::size_t>(k) * static_cast<std::size_t>(batch) + static_cast<std::size_t>(b)) %
              val_windows_;
-    copy_window(train_bytes_ + w * static_cast<std::size_t>(context_),
-                out.tokens.data<std::int32_t>() + b * context_, out.targets.data<std::int32_t>() + b * context_);
+    copy_window(train_bytes_ + w * static_cast<std::size_t>(context_), out, b);
   }
 }
 

@@ -6,14 +6,18 @@
 #include <filesystem>
 #include <vector>
 
+#include "actors/documents.hpp"
 #include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe {
 
-/// Tokens and next-token targets for one microbatch, both i32 [batch, context].
+/// Tokens and next-token targets for one microbatch, both i32 [batch, context],
+/// and with documents their mask: i32 [batch, context], each token's position of
+/// its document's first token (actors/documents.hpp); undefined without documents.
 struct token_batch {
   tensor_handle tokens;
   tensor_handle targets;
+  tensor_handle documents;
 };
 
 /// The corpus as bytes (vocabulary 256). Sequence `i` of an epoch is window
@@ -24,6 +28,13 @@ public:
   /// Throws std::runtime_error naming the file when it is missing, unreadable
   /// or too short for even one training and one validation window.
   byte_corpus(const std::filesystem::path& path, int context, double val_fraction, std::uint64_t seed);
+
+  /// Cuts the corpus into documents from `source` (long_tail draws from the
+  /// corpus's seed); batches then carry their masks. The default is none.
+  void set_documents(document_source source);
+  document_source documents() const noexcept { return documents_; }
+  /// Where each document starts (offsets into the corpus, ascending).
+  const std::vector<std::size_t>& document_starts() const noexcept { return starts_; }
 
   /// Fills the next `batch` training sequences into `out` (allocated on first use).
   void next_train(int batch, token_batch& out);
@@ -41,7 +52,7 @@ public:
 
 private:
   void shuffle_epoch(std::uint64_t epoch);
-  void copy_window(std::size_t start, std::int32_t* tokens, std::int32_t* targets) const;
+  void copy_window(std::size_t start, token_batch& out, int row) const;
 
   std::vector<std::uint8_t> bytes_;
   int context_;
@@ -52,6 +63,8 @@ private:
   std::uint64_t position_ = 0;
   std::uint64_t epoch_ = ~std::uint64_t{0};
   std::vector<std::uint32_t> perm_;
+  document_source documents_ = document_source::none;
+  std::vector<std::size_t> starts_;
 };
 
 } // namespace troupe

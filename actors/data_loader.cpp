@@ -23,6 +23,7 @@ namespace {
 struct loader_settings {
   std::string name;
   std::filesystem::path corpus;
+  document_source documents = document_source::none;  ///< data.documents: batches carry masks when set
   int context = 0;
   double val_fraction = 0.1;
   std::uint64_t seed = 1;
@@ -69,7 +70,7 @@ template <class Atom>
 void deliver(loader_actor* self, Atom atom, batch_msg m) {
   int head = m.route.front().actor, tail = m.route.back().actor;
   if (head != tail) {
-    batch_msg targets{m.step, m.microbatch, {}, std::move(m.targets), m.route};
+    batch_msg targets{m.step, m.microbatch, {}, std::move(m.targets), m.route, m.documents};
     send_to(self, tail, atom, std::move(targets));
   }
   send_to(self, head, atom, std::move(m));
@@ -79,7 +80,8 @@ void send_eval(loader_actor* self, const loader_settings& cfg, step_t after_step
   for (int k = 0; k < cfg.eval_batches; ++k) {
     token_batch b; // fresh handles: the stages hold them while we go on
     self->state.corpus->validation(k, cfg.batch * cfg.replicas, b); // the global batch, on replica 0's route
-    deliver(self, eval_atom::value, batch_msg{after_step, k, b.tokens, b.targets, self->state.router->eval_route()});
+    deliver(self, eval_atom::value,
+            batch_msg{after_step, k, b.tokens, b.targets, self->state.router->eval_route(), b.documents});
   }
 }
 
@@ -175,7 +177,8 @@ void pump(loader_actor* self, const loader_settings& cfg) {
     token_batch b;
     st.corpus->next_train(cfg.batch, b);
     s.get().bytes = b.tokens.nbytes() + b.targets.nbytes();
-    deliver(self, forward_atom::value, batch_msg{e->step, e->microbatch, b.tokens, b.targets, std::move(e->route)});
+    deliver(self, forward_atom::value,
+            batch_msg{e->step, e->microbatch, b.tokens, b.targets, std::move(e->route), b.documents});
     ++st.sent;
     bool step_end = (e->sequence + 1) % (cfg.microbatches * cfg.replicas) == 0;
     if (step_end && eval_due(cfg, e->step))
@@ -218,6 +221,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
       auto& st = self->state;
       try {
         st.corpus.emplace(cfg.corpus, cfg.context, cfg.val_fraction, cfg.seed);
+        st.corpus->set_documents(cfg.documents);
       } catch (const std::exception& e) {
         fail(self, cfg, e.what());
         return;
@@ -301,6 +305,8 @@ actor_type_info data_loader_info() {
         {"data.val_fraction", fmt::format("{}", g.data.val_fraction)},
         {"model.context", std::to_string(g.model.context)},
         {"pipeline.microbatches", std::to_string(g.pipeline.microbatches)}};
+    if (g.data.documents != "none") // other masks, another run
+      id["data.documents"] = g.data.documents;
     if (g.data_parallel.replicas > 1) // a step hands out replicas × microbatches
       id["data_parallel.replicas"] = std::to_string(g.data_parallel.replicas);
     return id;
@@ -332,6 +338,7 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   loader_settings cfg;
   cfg.name = ctx.spec.name;
   cfg.corpus = g.data.corpus_path;
+  cfg.documents = parse_document_source(g.data.documents).value_or(document_source::none); // checked at load
   cfg.context = g.model.context;
   cfg.val_fraction = g.data.val_fraction;
   cfg.seed = g.data.seed;

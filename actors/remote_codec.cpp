@@ -89,6 +89,7 @@ net::frame encode(std::uint16_t dest, const batch_msg& m, bool eval) {
   put_tensor(f, m.tokens);
   put_tensor(f, m.targets);
   put_route(f, m.route);
+  put_tensor(f, m.documents);
   return f;
 }
 
@@ -96,6 +97,7 @@ net::frame encode(std::uint16_t dest, const activation_msg& m, bool eval) {
   auto f = head(eval ? data_kind::eval_activation : data_kind::activation, dest, m.step, m.microbatch, m.hop);
   put_tensor(f, m.activation, m.ready.get());
   put_route(f, m.route);
+  put_tensor(f, m.documents);
   return f;
 }
 
@@ -146,6 +148,7 @@ void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& loc
       batch_msg m;
       m.step = r.get<step_t>(), m.microbatch = r.get<std::int32_t>();
       m.tokens = get_tensor(r, f, blob), m.targets = get_tensor(r, f, blob), m.route = get_route(r);
+      m.documents = get_tensor(r, f, blob);
       finish();
       if (f.kind == static_cast<std::uint16_t>(data_kind::batch))
         caf::anon_send(dest, forward_atom::value, std::move(m));
@@ -158,6 +161,7 @@ void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& loc
       activation_msg m;
       m.step = r.get<step_t>(), m.microbatch = r.get<std::int32_t>(), m.hop = r.get<std::int32_t>();
       m.activation = get_tensor(r, f, blob), m.route = get_route(r);
+      m.documents = get_tensor(r, f, blob);
       finish();
       if (f.kind == static_cast<std::uint16_t>(data_kind::activation))
         caf::anon_send(dest, forward_atom::value, std::move(m));

@@ -83,7 +83,7 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
   };
   h.forward = [this, hand_off](int to, const sched::msg_meta& m) {
     hand_off(to, m, &tensors::input, [&](const stage_tensor& t) {
-      out_.forward(to, activation_msg{m.step, m.microbatch, m.hop, t.value, m.route, t.ready});
+      out_.forward(to, activation_msg{m.step, m.microbatch, m.hop, t.value, m.route, t.ready, t.documents});
     });
   };
   h.backward = [this, hand_off](int to, const sched::msg_meta& m) {
@@ -234,7 +234,7 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
     if (has_targets)
       eval_targets_[m.microbatch] = m.targets;
     if (has_tokens)
-      run_eval(m.route, 0, m.microbatch, {m.tokens, nullptr}, m.step);
+      run_eval(m.route, 0, m.microbatch, {m.tokens, nullptr, m.documents}, m.step);
     else if (auto i = eval_inputs_.find(m.microbatch); has_targets && i != eval_inputs_.end()) {
       auto [route, act] = std::move(i->second);
       eval_inputs_.erase(i);
@@ -245,7 +245,7 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
   if (has_targets)
     slot(m.route.back().chunk, m.microbatch).targets = m.targets;
   if (has_tokens)
-    slot(core_->chunk_of_hop(m.route, 0), m.microbatch).input = {m.tokens, nullptr};
+    slot(core_->chunk_of_hop(m.route, 0), m.microbatch).input = {m.tokens, nullptr, m.documents};
   core_->on_batch({m.step, m.microbatch, 0, m.route}, has_tokens, has_targets);
 }
 
@@ -257,12 +257,12 @@ void stage_engine::on_activation(const activation_msg& m, bool eval) {
   int c = core_->chunk_of_hop(m.route, m.hop);
   if (eval) {
     if (m.hop + 1 == static_cast<int>(m.route.size()) && !eval_targets_.contains(m.microbatch))
-      eval_inputs_[m.microbatch] = {m.route, {m.activation, m.ready}};
+      eval_inputs_[m.microbatch] = {m.route, {m.activation, m.ready, m.documents}};
     else
-      run_eval(m.route, m.hop, m.microbatch, {m.activation, m.ready}, m.step);
+      run_eval(m.route, m.hop, m.microbatch, {m.activation, m.ready, m.documents}, m.step);
     return;
   }
-  slot(c, m.microbatch).input = {m.activation, m.ready};
+  slot(c, m.microbatch).input = {m.activation, m.ready, m.documents};
   core_->on_activation({m.step, m.microbatch, m.hop, m.route});
 }
 
@@ -307,7 +307,7 @@ void stage_engine::run_eval(const route_t& route, int hop, int k, const stage_te
     }
     return;
   }
-  activation_msg next{step, k, hop + 1, y.value, route, y.ready};
+  activation_msg next{step, k, hop + 1, y.value, route, y.ready, y.documents};
   int to = route[static_cast<std::size_t>(hop + 1)].actor;
   if (to == cfg_.actor)
     on_activation(next, true);

@@ -45,7 +45,7 @@ public:
   bool is_last() const noexcept override { return r_.is_last(); }
 
   stage_tensor forward(int mb, const stage_tensor& input, const tensor_handle& targets) override {
-    return {r_.forward(mb, host_f32(input), targets), nullptr};
+    return {r_.forward(mb, host_f32(input), targets, input.documents), nullptr, input.documents};
   }
   stage_tensor backward(int mb, const stage_tensor& grad_out) override {
     return {r_.backward(mb, host_f32(grad_out)), nullptr};
@@ -55,7 +55,7 @@ public:
   }
   void backward_weight(int mb) override { r_.backward_weight(mb); }
   stage_tensor evaluate(const stage_tensor& input, const tensor_handle& targets) override {
-    return {r_.evaluate(host_f32(input), targets), nullptr};
+    return {r_.evaluate(host_f32(input), targets, input.documents), nullptr, input.documents};
   }
   int in_flight() const override { return r_.in_flight(); }
 

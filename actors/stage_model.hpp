@@ -22,6 +22,9 @@ namespace troupe {
 struct stage_tensor {
   tensor_handle value;
   device_fence_ptr ready;
+  /// An input's document-causal mask, i32 [B, T] on the host (ops/core_attention.hpp);
+  /// a forward's output carries its input's on, to the next stage. Undefined: causal.
+  tensor_handle documents;
   bool defined() const noexcept { return value.defined(); }
 };
 

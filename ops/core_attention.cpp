@@ -14,18 +14,35 @@ kernels::cpu::attention_shape shape_of(const tensor_handle& qkv, int heads, cons
   require(heads > 0 && c3 % (3L * heads) == 0, op, "qkv's last dimension must be 3 · heads · head_dim");
   return {qkv.dim(0), qkv.dim(1), heads, c3 / (3L * heads)};
 }
+
+/// The mask's rows, or null for plain causal attention; checks shape and form.
+const std::int32_t* documents_of(const tensor_handle& documents, kernels::cpu::attention_shape s, const char* op) {
+  if (!documents.defined())
+    return nullptr;
+  require(documents.type() == dtype::i32 && documents.rank() == 2 && documents.dim(0) == s.batch &&
+              documents.dim(1) == s.seq,
+          op, "documents must be i32 [B, T] like the tokens");
+  require(documents.device().kind == device::kind_t::cpu, op, "documents must be a host tensor");
+  const auto* d = documents.data<std::int32_t>();
+  require(kernels::cpu::documents_well_formed(d, s.batch, s.seq), op,
+          "documents must give each token its document's first position (0 first, then repeated or its own)");
+  return d;
+}
 } // namespace
 
-tensor_handle core_attention_forward(const tensor_handle& qkv, int heads, core_attention_saved& saved) {
+tensor_handle core_attention_forward(const tensor_handle& qkv, int heads, core_attention_saved& saved,
+                                     const tensor_handle& documents) {
   constexpr auto op = "core_attention_forward";
   auto s = shape_of(qkv, heads, op);
+  const auto* docs = documents_of(documents, s, op);
+  saved.documents = documents;
   auto out = tensor_handle::empty({s.batch, s.seq, s.heads * s.head_dim}, dtype::f32, qkv.device());
   saved.lse = tensor_handle::empty({s.batch, s.heads, s.seq}, dtype::f32, qkv.device());
   switch (qkv.device().kind) {
     case device::kind_t::cpu: {
       auto scratch = tensor_handle::empty({kernels::cpu::attention_forward_scratch(s)});
       kernels::cpu::attention_forward(qkv.data<float>(), out.data<float>(), saved.lse.data<float>(),
-                                      scratch.data<float>(), s);
+                                      scratch.data<float>(), s, docs);
       return out;
     }
     case device::kind_t::cuda: break; // kernels/cuda launchers go here
@@ -41,12 +58,13 @@ tensor_handle core_attention_backward(const tensor_handle& dout, const tensor_ha
   require(dout.numel() == s.batch * s.seq * s.heads * s.head_dim, op, "dout must be [B, T, C]");
   require(saved.lse.defined() && saved.lse.numel() == s.batch * s.heads * s.seq, op,
           "saved softmax statistics do not match qkv");
+  const auto* docs = documents_of(saved.documents, s, op);
   auto dqkv = tensor_handle::empty(qkv.shape(), dtype::f32, qkv.device());
   switch (qkv.device().kind) {
     case device::kind_t::cpu: {
       auto scratch = tensor_handle::empty({kernels::cpu::attention_backward_scratch(s)});
       kernels::cpu::attention_backward(dout.data<float>(), qkv.data<float>(), saved.lse.data<float>(),
-                                       dqkv.data<float>(), scratch.data<float>(), s);
+                                       dqkv.data<float>(), scratch.data<float>(), s, docs);
       return dqkv;
     }
     case device::kind_t::cuda: break;

@@ -95,7 +95,8 @@ tensor_handle scalar(float v) {
 }
 } // namespace
 
-tensor_handle gpt_range::forward(int mb, const tensor_handle& input, const tensor_handle& targets) {
+tensor_handle gpt_range::forward(int mb, const tensor_handle& input, const tensor_handle& targets,
+                                const tensor_handle& documents) {
   constexpr auto op = "gpt_range::forward";
   auto& m = *impl_;
   if (!m.first())
@@ -114,7 +115,7 @@ tensor_handle gpt_range::forward(int mb, const tensor_handle& input, const tenso
       x = input;
     }
     for (int li = 0; li < m.local_layers(); ++li)
-      x = m.block_forward(li, x, &c.layers[std::size_t(li)]);
+      x = m.block_forward(li, x, &c.layers[std::size_t(li)], documents);
     if (!m.last())
       return x;
     auto h = m.head_base();
@@ -219,7 +220,8 @@ tensor_handle gpt_range::backward(int mb, const tensor_handle& grad_out) {
   return impl_->backward(mb, grad_out, true, "gpt_range::backward");
 }
 
-tensor_handle gpt_range::evaluate(const tensor_handle& input, const tensor_handle& targets) const {
+tensor_handle gpt_range::evaluate(const tensor_handle& input, const tensor_handle& targets,
+                                 const tensor_handle& documents) const {
   constexpr auto op = "gpt_range::evaluate";
   const auto& m = *impl_;
   tensor_handle x;
@@ -230,7 +232,7 @@ tensor_handle gpt_range::evaluate(const tensor_handle& input, const tensor_handl
     x = input;
   }
   for (int li = 0; li < m.local_layers(); ++li)
-    x = m.block_forward(li, x, nullptr);
+    x = m.block_forward(li, x, nullptr, documents);
   if (!m.last())
     return x;
   auto h = m.head_base();

@@ -66,8 +66,11 @@ public:
   bool is_last() const noexcept { return end() == config().layers; }
 
   /// Training forward of microbatch `mb`, caching what backward needs. The last
-  /// range needs `targets` (i32 [B, T]) and returns the loss [1].
-  tensor_handle forward(int mb, const tensor_handle& input, const tensor_handle& targets = {});
+  /// range needs `targets` (i32 [B, T]) and returns the loss [1]. `documents`
+  /// (i32 [B, T], ops/core_attention.hpp) makes every layer's attention
+  /// document-causal; undefined: causal over the whole sequence.
+  tensor_handle forward(int mb, const tensor_handle& input, const tensor_handle& targets = {},
+                        const tensor_handle& documents = {});
 
   /// Fused backward of `mb`: accumulates weight gradients and returns the gradient
   /// wrt the input activation (undefined for the first range). For the last range
@@ -85,7 +88,8 @@ public:
 
   /// Forward without caching (evaluation). The last range returns the loss [1] when
   /// `targets` is given, else the logits [B, T, vocab].
-  tensor_handle evaluate(const tensor_handle& input, const tensor_handle& targets = {}) const;
+  tensor_handle evaluate(const tensor_handle& input, const tensor_handle& targets = {},
+                         const tensor_handle& documents = {}) const;
 
   /// Microbatches whose forward ran and whose backward has not finished.
   int in_flight() const noexcept;

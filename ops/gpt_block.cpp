@@ -9,14 +9,15 @@
 
 namespace troupe::ops {
 
-tensor_handle gpt_range::impl::block_forward(int li, const tensor_handle& x, layer_cache* c) const {
+tensor_handle gpt_range::impl::block_forward(int li, const tensor_handle& x, layer_cache* c,
+                                             const tensor_handle& documents) const {
   layer_cache local;
   layer_cache& k = c ? *c : local;
   k.x = x;
   k.ln1 = layer_norm_forward(x, p(li, ln1_w), p(li, ln1_b), k.ln1s);
   const auto pr = cfg.precision;
   k.qkv = qkv_projection_forward(k.ln1, p(li, attn_w), p(li, attn_b), pr);
-  k.att = core_attention_forward(k.qkv, cfg.heads, k.attn);
+  k.att = core_attention_forward(k.qkv, cfg.heads, k.attn, documents);
   k.x_mid = output_projection_forward(k.att, p(li, proj_w), p(li, proj_b), x, pr); // + residual
 
   k.ln2 = layer_norm_forward(k.x_mid, p(li, ln2_w), p(li, ln2_b), k.ln2s);
@@ -38,7 +39,7 @@ tensor_handle gpt_range::impl::block_backward_input(int li, const tensor_handle&
   auto dx = layer_norm_backward_input(c.d_ln1, c.x, c.ln1s, p(li, ln1_w), c.d_mid); // + residual branch
   // Only backward_weight's inputs stay alive.
   c.qkv = {};
-  c.attn.lse = {};
+  c.attn = {};
   c.fc = {};
   return dx;
 }

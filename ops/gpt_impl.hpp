@@ -66,8 +66,8 @@ struct gpt_range::impl {
   /// Creates and initialises this range's parameters and zeroed gradients.
   void init_params();
 
-  /// One block forward; stores intermediates in `c` when non-null.
-  tensor_handle block_forward(int li, const tensor_handle& x, layer_cache* c) const;
+  /// One block forward; stores intermediates in `c` when non-null. `documents`: the attention mask.
+  tensor_handle block_forward(int li, const tensor_handle& x, layer_cache* c, const tensor_handle& documents) const;
   tensor_handle block_backward_input(int li, const tensor_handle& dy, layer_cache& c) const;
   void block_backward_weight(int li, layer_cache& c);
   void head_backward_weight(mb_cache& c);

@@ -56,27 +56,30 @@ inline vec gelu(const vec& x) {
   return y;
 }
 
-/// Causal attention on packed qkv [B, T, 3C] → [B, T, C].
-inline vec attention(const vec& qkv, long batch, long seq, long heads, long hd) {
+/// Causal attention on packed qkv [B, T, 3C] → [B, T, C]; with `doc_start` ([B, T],
+/// kernels/cpu/attention.hpp) query i sees keys doc_start[i] ≤ j ≤ i only.
+inline vec attention(const vec& qkv, long batch, long seq, long heads, long hd,
+                     const std::int32_t* doc_start = nullptr) {
   const long c = heads * hd, ld = 3 * c;
   vec out(std::size_t(batch * seq * c));
   vec row(static_cast<std::size_t>(seq));
   for (long b = 0; b < batch; ++b)
     for (long h = 0; h < heads; ++h)
       for (long i = 0; i < seq; ++i) {
+        const long lo = doc_start ? doc_start[b * seq + i] : 0;
         double mx = -1e300, sum = 0;
-        for (long j = 0; j <= i; ++j) {
+        for (long j = lo; j <= i; ++j) {
           double acc = 0;
           for (long d = 0; d < hd; ++d)
             acc += qkv[std::size_t((b * seq + i) * ld + h * hd + d)] * qkv[std::size_t((b * seq + j) * ld + c + h * hd + d)];
           row[std::size_t(j)] = acc / std::sqrt(double(hd));
           mx = std::max(mx, row[std::size_t(j)]);
         }
-        for (long j = 0; j <= i; ++j)
+        for (long j = lo; j <= i; ++j)
           sum += row[std::size_t(j)] = std::exp(row[std::size_t(j)] - mx);
         for (long d = 0; d < hd; ++d) {
           double acc = 0;
-          for (long j = 0; j <= i; ++j)
+          for (long j = lo; j <= i; ++j)
             acc += row[std::size_t(j)] / sum * qkv[std::size_t((b * seq + j) * ld + 2 * c + h * hd + d)];
           out[std::size_t((b * seq + i) * c + h * hd + d)] = acc;
         }

@@ -73,6 +73,7 @@ public:
   bool is_last() const noexcept override { return model_.end() == model_.config().layers; }
 
   stage_tensor forward(int mb, const stage_tensor& input, const tensor_handle& targets) override {
+    no_documents(input, "forward");
     enter();
     std::vector<tensor_handle> keep{targets};
     auto x = readable(input, keep);
@@ -84,7 +85,7 @@ public:
       return publish(out);
     float loss = 0;
     check(model_.loss(loss));
-    return {host_scalar(loss), nullptr};
+    return {host_scalar(loss), nullptr, {}};
   }
 
   stage_tensor backward(int mb, const stage_tensor& grad_out) override {
@@ -99,6 +100,7 @@ public:
   }
 
   stage_tensor evaluate(const stage_tensor& input, const tensor_handle& targets) override {
+    no_documents(input, "evaluate");
     enter();
     std::vector<tensor_handle> keep{targets};
     auto x = readable(input, keep);
@@ -112,7 +114,7 @@ public:
     check(cuda(cudaMemcpyAsync(&loss, out.raw(), sizeof loss, cudaMemcpyDeviceToHost, model_.stream()),
                "cudaMemcpyAsync"));
     check(model_.synchronize());
-    return {host_scalar(loss), nullptr};
+    return {host_scalar(loss), nullptr, {}};
   }
 
   int in_flight() const override { return model_.in_flight(); }
@@ -177,6 +179,14 @@ public:
   }
 
 private:
+  /// Document masks (data.documents) are not passed to gpt_cuda yet: refuse them
+  /// rather than train with plain causal attention.
+  static void no_documents(const stage_tensor& input, const char* call) {
+    if (input.documents.defined())
+      throw std::invalid_argument(fmt::format("cuda stage {}: document masks (data.documents) run on CPU stages only "
+                                              "for now",
+                                              call));
+  }
   /// A retired input: storage kept until the work that reads it has passed `done`.
   struct retired {
     std::vector<tensor_handle> tensors;
@@ -250,7 +260,7 @@ private:
                "cudaMemcpyAsync"));
     std::shared_ptr<const cuda_fence> ready;
     check(record_fence(model_.stream(), ready));
-    return {owned, ready};
+    return {owned, ready, {}};
   }
 
   stage_tensor run_backward(int mb, const stage_tensor& grad_out, bool input_only) {

@@ -74,59 +74,106 @@ inline void softmax_grad_row(float* pr, float* dr, float lse, float scale, long 
 long attention_forward_scratch(attention_shape s) { return s.head_dim * s.seq + s.seq * s.seq; }
 long attention_backward_scratch(attention_shape s) { return 2 * s.seq * s.seq + 2 * s.head_dim * s.seq; }
 
-// Each product is one small_gemm call per head whose triangle skips the masked half;
-// the probabilities and score gradients are zero above the diagonal, as the k-mode
-// triangles require.
-void attention_forward(const float* qkv, float* out, float* lse, float* scratch, attention_shape s) {
+namespace {
+/// Calls f(begin, end) for each document [begin, end) of row `b` (the whole row without masks).
+template <class F>
+void for_each_document(const std::int32_t* doc_start, long b, long T, F&& f) {
+  if (!doc_start) {
+    f(0L, T);
+    return;
+  }
+  const std::int32_t* d = doc_start + b * T;
+  for (long i = 0; i < T;) {
+    long e = i + 1;
+    while (e < T && d[e] != e)
+      ++e;
+    f(i, e);
+    i = e;
+  }
+}
+
+/// One head's causal attention over n tokens whose q, k, v rows are `ld` apart.
+/// Each product is one small_gemm call whose triangle skips the masked half; the
+/// probabilities are zero above the diagonal, as the k-mode triangles require.
+void forward_causal(const float* q, const float* k, const float* v, long ld, float* o, long ldo, float* l, long n,
+                    long hd, float scale, float* scratch) {
+  float* kt = scratch;         // [hd, n]
+  float* p = scratch + hd * n; // [n, n]: scores, then probabilities
+  transpose(k, n, hd, ld, kt, n);
+  small_gemm(n, n, hd, scale, q, ld, 1, kt, n, p, n, false, triangle::columns_to_row);
+  for (long i = 0; i < n; ++i)
+    l[i] = causal_softmax_row(p + i * n, i + 1, zeros_end(i + 1, n));
+  small_gemm(n, hd, n, 1.0f, p, n, 1, v, ld, o, ldo, false, triangle::k_to_row);
+}
+
+/// The backward of forward_causal: dq, dk, dv (rows `ld` apart) from dout.
+void backward_causal(const float* q, const float* k, const float* v, long ld, const float* dout, long ldo,
+                     const float* l, float* dq, float* dk, float* dv, long n, long hd, float scale, float* scratch) {
+  float* p = scratch;              // [n, n]: probabilities, rebuilt from the scores and lse
+  float* ds = scratch + n * n;     // [n, n]
+  float* kt = scratch + 2 * n * n; // [hd, n]
+  float* vt = kt + hd * n;         // [hd, n]
+  transpose(k, n, hd, ld, kt, n);
+  transpose(v, n, hd, ld, vt, n);
+  // P exactly as the forward computed its scores, then dP = dO Vᵀ.
+  small_gemm(n, n, hd, scale, q, ld, 1, kt, n, p, n, false, triangle::columns_to_row);
+  small_gemm(n, n, hd, 1.0f, dout, ldo, 1, vt, n, ds, n, false, triangle::columns_to_row);
+  for (long i = 0; i < n; ++i)
+    softmax_grad_row(p + i * n, ds + i * n, l[i], scale, i + 1, zeros_end(i + 1, n));
+  // dQ = dS K; dK = dSᵀ Q and dV = Pᵀ dO, where key row j collects query rows i ≥ j.
+  small_gemm(n, hd, n, 1.0f, ds, n, 1, k, ld, dq, ld, false, triangle::k_to_row);
+  small_gemm(n, hd, n, 1.0f, ds, 1, n, q, ld, dk, ld, false, triangle::k_from_row);
+  small_gemm(n, hd, n, 1.0f, p, 1, n, dout, ldo, dv, ld, false, triangle::k_from_row);
+}
+} // namespace
+
+bool documents_well_formed(const std::int32_t* doc_start, long batch, long seq) {
+  for (long b = 0; b < batch; ++b) {
+    const std::int32_t* d = doc_start + b * seq;
+    for (long i = 0; i < seq; ++i)
+      if (i == 0 ? d[0] != 0 : d[i] != d[i - 1] && d[i] != i)
+        return false;
+  }
+  return true;
+}
+
+void attention_forward(const float* qkv, float* out, float* lse, float* scratch, attention_shape s,
+                       const std::int32_t* doc_start) {
   const long c = s.heads * s.head_dim, ld = 3 * c, T = s.seq, hd = s.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float* kt = scratch;          // [hd, T]
-  float* p = scratch + hd * T; // [T, T]: scores, then probabilities
   for (long b = 0; b < s.batch; ++b)
-    for (long h = 0; h < s.heads; ++h) {
-      const float* q = qkv + b * T * ld + h * hd;
-      const float* k = q + c;
-      const float* v = q + 2 * c;
-      float* l = lse + (b * s.heads + h) * T;
-      transpose(k, T, hd, ld, kt, T);
-      small_gemm(T, T, hd, scale, q, ld, 1, kt, T, p, T, false, triangle::columns_to_row);
-      for (long i = 0; i < T; ++i)
-        l[i] = causal_softmax_row(p + i * T, i + 1, zeros_end(i + 1, T));
-      small_gemm(T, hd, T, 1.0f, p, T, 1, v, ld, out + b * T * c + h * hd, c, false, triangle::k_to_row);
-    }
+    for_each_document(doc_start, b, T, [&](long i0, long i1) {
+      for (long h = 0; h < s.heads; ++h) {
+        const float* q = qkv + (b * T + i0) * ld + h * hd;
+        forward_causal(q, q + c, q + 2 * c, ld, out + (b * T + i0) * c + h * hd, c,
+                       lse + (b * s.heads + h) * T + i0, i1 - i0, hd, scale, scratch);
+      }
+    });
 }
 
 void attention_backward(const float* dout, const float* qkv, const float* lse, float* dqkv, float* scratch,
-                        attention_shape s) {
+                        attention_shape s, const std::int32_t* doc_start) {
   const long c = s.heads * s.head_dim, ld = 3 * c, T = s.seq, hd = s.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float* p = scratch;              // [T, T]: probabilities, rebuilt from the scores and lse
-  float* ds = scratch + T * T;     // [T, T]
-  float* kt = scratch + 2 * T * T; // [hd, T]
-  float* vt = kt + hd * T;         // [hd, T]
   for (long b = 0; b < s.batch; ++b)
-    for (long h = 0; h < s.heads; ++h) {
-      const float* q = qkv + b * T * ld + h * hd;
-      const float* k = q + c;
-      const float* v = q + 2 * c;
-      const float* l = lse + (b * s.heads + h) * T;
-      const float* dout_bh = dout + b * T * c + h * hd;
-      float* dq = dqkv + b * T * ld + h * hd;
-      transpose(k, T, hd, ld, kt, T);
-      transpose(v, T, hd, ld, vt, T);
-      // P exactly as the forward computed its scores, then dP = dO Vᵀ.
-      small_gemm(T, T, hd, scale, q, ld, 1, kt, T, p, T, false, triangle::columns_to_row);
-      small_gemm(T, T, hd, 1.0f, dout_bh, c, 1, vt, T, ds, T, false, triangle::columns_to_row);
-      for (long i = 0; i < T; ++i)
-        softmax_grad_row(p + i * T, ds + i * T, l[i], scale, i + 1, zeros_end(i + 1, T));
-      // dQ = dS K; dK = dSᵀ Q and dV = Pᵀ dO, where key row j collects query rows i ≥ j.
-      small_gemm(T, hd, T, 1.0f, ds, T, 1, k, ld, dq, ld, false, triangle::k_to_row);
-      small_gemm(T, hd, T, 1.0f, ds, 1, T, q, ld, dq + c, ld, false, triangle::k_from_row);
-      small_gemm(T, hd, T, 1.0f, p, 1, T, dout_bh, c, dq + 2 * c, ld, false, triangle::k_from_row);
-    }
+    for_each_document(doc_start, b, T, [&](long i0, long i1) {
+      for (long h = 0; h < s.heads; ++h) {
+        const long row = (b * T + i0) * ld + h * hd;
+        const float* q = qkv + row;
+        float* dq = dqkv + row;
+        backward_causal(q, q + c, q + 2 * c, ld, dout + (b * T + i0) * c + h * hd, c,
+                        lse + (b * s.heads + h) * T + i0, dq, dq + c, dq + 2 * c, i1 - i0, hd, scale, scratch);
+      }
+    });
 }
 
-void attention_forward_reference(const float* qkv, float* out, float* lse, attention_shape s) {
+namespace {
+/// The first key query i of row b may attend (the reference's mask, per score).
+long first_key(const std::int32_t* doc_start, long b, long T, long i) { return doc_start ? doc_start[b * T + i] : 0; }
+} // namespace
+
+void attention_forward_reference(const float* qkv, float* out, float* lse, attention_shape s,
+                                 const std::int32_t* doc_start) {
   const long c = s.heads * s.head_dim, ld = 3 * c, T = s.seq, hd = s.head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   std::vector<double> row(static_cast<std::size_t>(T));
@@ -134,20 +181,21 @@ void attention_forward_reference(const float* qkv, float* out, float* lse, atten
     for (long h = 0; h < s.heads; ++h) {
       const float* q = qkv + b * T * ld + h * hd;
       for (long i = 0; i < T; ++i) {
+        const long lo = first_key(doc_start, b, T, i);
         double mx = -INFINITY, sum = 0;
-        for (long j = 0; j <= i; ++j) {
+        for (long j = lo; j <= i; ++j) {
           double acc = 0;
           for (long d = 0; d < hd; ++d)
             acc += double(q[i * ld + d]) * double(q[j * ld + c + d]);
           row[std::size_t(j)] = acc * scale;
           mx = std::max(mx, row[std::size_t(j)]);
         }
-        for (long j = 0; j <= i; ++j)
+        for (long j = lo; j <= i; ++j)
           sum += row[std::size_t(j)] = std::exp(row[std::size_t(j)] - mx);
         lse[(b * s.heads + h) * T + i] = float(mx + std::log(sum));
         for (long d = 0; d < hd; ++d) {
           double acc = 0;
-          for (long j = 0; j <= i; ++j)
+          for (long j = lo; j <= i; ++j)
             acc += row[std::size_t(j)] / sum * double(q[j * ld + 2 * c + d]);
           out[b * T * c + i * c + h * hd + d] = float(acc);
         }
@@ -155,7 +203,8 @@ void attention_forward_reference(const float* qkv, float* out, float* lse, atten
     }
 }
 
-void attention_backward_reference(const float* dout, const float* qkv, float* dqkv, attention_shape s) {
+void attention_backward_reference(const float* dout, const float* qkv, float* dqkv, attention_shape s,
+                                  const std::int32_t* doc_start) {
   const long c = s.heads * s.head_dim, ld = 3 * c, T = s.seq, hd = s.head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const auto n = static_cast<std::size_t>(T * T);
@@ -168,18 +217,21 @@ void attention_backward_reference(const float* dout, const float* qkv, float* dq
       const float* v = q + 2 * c;
       const float* dO = dout + b * T * c + h * hd;
       float* dq = dqkv + b * T * ld + h * hd;
+      std::fill(p.begin(), p.end(), 0.0);
+      std::fill(ds.begin(), ds.end(), 0.0);
       for (long i = 0; i < T; ++i) {
+        const long lo = first_key(doc_start, b, T, i);
         double mx = -INFINITY, sum = 0, dot = 0;
-        for (long j = 0; j <= i; ++j) {
+        for (long j = lo; j <= i; ++j) {
           double acc = 0;
           for (long d = 0; d < hd; ++d)
             acc += double(q[i * ld + d]) * double(k[j * ld + d]);
           at(p, i, j) = acc * scale;
           mx = std::max(mx, at(p, i, j));
         }
-        for (long j = 0; j <= i; ++j)
+        for (long j = lo; j <= i; ++j)
           sum += at(p, i, j) = std::exp(at(p, i, j) - mx);
-        for (long j = 0; j <= i; ++j) {
+        for (long j = lo; j <= i; ++j) {
           at(p, i, j) /= sum;
           double acc = 0;
           for (long d = 0; d < hd; ++d)
@@ -187,7 +239,7 @@ void attention_backward_reference(const float* dout, const float* qkv, float* dq
           at(ds, i, j) = acc;
           dot += at(p, i, j) * acc;
         }
-        for (long j = 0; j <= i; ++j)
+        for (long j = lo; j <= i; ++j)
           at(ds, i, j) = at(p, i, j) * (at(ds, i, j) - dot) * scale;
       }
       for (long r = 0; r < T; ++r)

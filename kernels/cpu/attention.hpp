@@ -1,5 +1,8 @@
-// Causal core attention, softmax(Q Kᵀ / √d) V per head, on a packed QKV tensor.
+// Causal core attention, softmax(Q Kᵀ / √d) V per head, on a packed QKV tensor,
+// optionally document-causal: no token attends across a document boundary.
 #pragma once
+
+#include <cstdint>
 
 namespace troupe::kernels::cpu {
 
@@ -18,17 +21,30 @@ long attention_forward_scratch(attention_shape s);
 /// gradients, transposed key and value blocks).
 long attention_backward_scratch(attention_shape s);
 
+/// Document masks: `doc_start` is null (one causal sequence per row) or [batch, seq],
+/// each token's position of its document's first token within the row, so token i
+/// attends keys doc_start[i] ≤ j ≤ i. A row's documents are then independent causal
+/// sequences: the kernels run each as its own causal attention (documents that share
+/// no keys cost no products), which is also what a core-attention shard is (DistCA,
+/// arXiv:2510.18121). Well formed: doc_start[0] = 0 and each next value repeats the
+/// previous one or equals its own position (documents_well_formed checks it).
+bool documents_well_formed(const std::int32_t* doc_start, long batch, long seq);
+
 /// Forward: writes out and lse (kept for backward).
-void attention_forward(const float* qkv, float* out, float* lse, float* scratch, attention_shape s);
+void attention_forward(const float* qkv, float* out, float* lse, float* scratch, attention_shape s,
+                       const std::int32_t* doc_start = nullptr);
 
-/// Backward: overwrites dqkv from dout, qkv and the forward's lse.
+/// Backward: overwrites dqkv from dout, qkv and the forward's lse (the same doc_start).
 void attention_backward(const float* dout, const float* qkv, const float* lse, float* dqkv, float* scratch,
-                        attention_shape s);
+                        attention_shape s, const std::int32_t* doc_start = nullptr);
 
-/// Triple-loop forward in double precision, the reference the kernel is checked against.
-void attention_forward_reference(const float* qkv, float* out, float* lse, attention_shape s);
+/// Triple-loop forward in double precision, the reference the kernel is checked
+/// against: the mask applied per score (j < doc_start[i] or j > i is skipped).
+void attention_forward_reference(const float* qkv, float* out, float* lse, attention_shape s,
+                                 const std::int32_t* doc_start = nullptr);
 
 /// Triple-loop backward in double precision: dqkv from dout and qkv.
-void attention_backward_reference(const float* dout, const float* qkv, float* dqkv, attention_shape s);
+void attention_backward_reference(const float* dout, const float* qkv, float* dqkv, attention_shape s,
+                                  const std::int32_t* doc_start = nullptr);
 
 } // namespace troupe::kernels::cpu

@@ -100,6 +100,9 @@ struct batch_msg {
   tensor_handle tokens;
   tensor_handle targets;
   route_t route;
+  /// Document-causal mask, i32 [batch, context] (ops/core_attention.hpp); undefined: causal.
+  /// With the tokens and with the targets, since the loss hop's forward needs it too.
+  tensor_handle documents;
 };
 
 
@@ -113,6 +116,8 @@ struct activation_msg {
   /// Set when `activation` is on a device and still being written by the
   /// sender's queued work: readers order themselves after it. Never serialised.
   device_fence_ptr ready = nullptr;
+  /// The microbatch's document mask (batch_msg::documents), carried to every stage's attention.
+  tensor_handle documents;
 };
 
 /// The loss gradient with respect to a stage's output, flowing backward.
@@ -210,11 +215,12 @@ struct failure_msg {
 // CAF inspection: field lists for to_string and (handle-free) serialisation.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, batch_msg& x) {
-  return f(caf::meta::type_name("batch_msg"), x.step, x.microbatch, x.tokens, x.targets, x.route);
+  return f(caf::meta::type_name("batch_msg"), x.step, x.microbatch, x.tokens, x.targets, x.route, x.documents);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, activation_msg& x) {
-  return f(caf::meta::type_name("activation_msg"), x.step, x.microbatch, x.hop, x.activation, x.route);
+  return f(caf::meta::type_name("activation_msg"), x.step, x.microbatch, x.hop, x.activation, x.route,
+           x.documents);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {

@@ -2,6 +2,8 @@
 // pipeline, trace, plugins and the explicit actors and channels.
 #include "runtime/graph/graph_parse.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "runtime/tensor/device.hpp"
@@ -14,7 +16,7 @@ namespace {
 using namespace troupe::limits;
 
 const std::vector<std::string> model_keys{"layers", "d_model", "heads", "context", "vocab", "precision"};
-const std::vector<std::string> data_keys{"corpus", "batch", "seed", "val_fraction"};
+const std::vector<std::string> data_keys{"corpus", "batch", "seed", "val_fraction", "documents"};
 const std::vector<std::string> train_keys{"steps",      "lr",           "weight_decay", "warmup",
                                           "eval_every", "eval_batches", "grad_clip"};
 const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual",
@@ -63,6 +65,12 @@ void parse_data(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   if (r.get_int(n, "data", "seed", seed, 0, std::numeric_limits<std::int64_t>::max()))
     d.seed = static_cast<std::uint64_t>(seed);
   r.get_double(n, "data", "val_fraction", d.val_fraction, 0.0, 0.5);
+  // The names actors/documents.hpp reads (document_source_names()).
+  const std::vector<std::string> sources{"none", "chapters", "long_tail"};
+  if (auto docs = child(n, "documents"); docs && r.get_string(n, "data", "documents", d.documents) &&
+                                         std::find(sources.begin(), sources.end(), d.documents) == sources.end())
+    r.error(docs, "data.documents",
+            fmt::format("unknown document source '{}' {}", d.documents, choices(d.documents, sources)));
 }
 
 void parse_train(const YAML::Node& n, train_spec& t, graph_reader& r) {

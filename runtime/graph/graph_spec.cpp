@@ -86,8 +86,9 @@ std::string to_yaml(const graph_spec& g) {
   out += fmt::format("model: {{layers: {}, d_model: {}, heads: {}, context: {}, vocab: {}, precision: {}}}\n",
                      m.layers, m.d_model, m.heads, m.context, m.vocab, to_string(m.precision));
   const auto& d = g.data;
-  out += fmt::format("data: {{corpus: {}, batch: {}, seed: {}, val_fraction: {}}}", scalar(d.corpus), d.batch,
+  out += fmt::format("data: {{corpus: {}, batch: {}, seed: {}, val_fraction: {}", scalar(d.corpus), d.batch,
                      d.seed, d.val_fraction);
+  out += d.documents == "none" ? "}" : fmt::format(", documents: {}}}", d.documents);
   out += d.corpus_path.empty() ? "\n" : fmt::format("  # {}\n", d.corpus_path.string());
   const auto& t = g.train;
   out += fmt::format("train: {{steps: {}, lr: {}, weight_decay: {}, warmup: {}, eval_every: {}, "

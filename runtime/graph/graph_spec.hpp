@@ -29,13 +29,17 @@ struct model_spec {
   dtype precision = dtype::f32;  ///< f32 or bf16
 };
 
-/// `data: {corpus, batch, seed, val_fraction}`.
+/// `data: {corpus, batch, seed, val_fraction, documents}`.
 struct data_spec {
   std::string corpus = "kjv";   ///< `kjv` or a path (relative to the graph file's folder)
   std::filesystem::path corpus_path;  ///< the resolved, existing file
   int batch = 0;                ///< sequences per microbatch (required)
   std::uint64_t seed = 1;
   double val_fraction = 0.1;    ///< tail of the corpus held out for validation, in [0, 0.5]
+  /// How the corpus is cut into documents, whose tokens attend only within their
+  /// document (actors/documents.hpp): `none` (one causal window), `chapters`
+  /// (the corpus's header lines: the KJV's chapters) or `long_tail` (synthetic lengths).
+  std::string documents = "none";
 };
 
 /// `train: {steps, lr, weight_decay, warmup, eval_every, eval_batches, grad_clip}`.
