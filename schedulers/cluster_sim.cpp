@@ -165,6 +165,9 @@ expected<void> cluster::build() {
       const int me = actor(r, s);
       policy_params pp;
       pp.rank = s, pp.ranks = p_, pp.chunks = v, pp.options = c_.policy_options;
+      if (auto own = c_.stage_policy_options.find(s); own != c_.stage_policy_options.end())
+        for (const auto& [k, val] : own->second)  // a position's own options win, as a stage's `policy:` does
+          pp.options[k] = val;
       auto policy = make_policy(c_.policy, pp);
       if (!policy)
         return policy.error();

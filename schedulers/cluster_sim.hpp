@@ -25,6 +25,8 @@ struct cluster_config {
   std::int64_t steps = 1;
   std::string policy = "1f1b";    ///< the stage policy (a registered name)
   std::map<std::string, std::string> policy_options;
+  /// Options of one position's stages (by position), over policy_options.
+  std::map<int, std::map<std::string, std::string>> stage_policy_options;
   std::string routing = "chain";  ///< the routing policy
   std::vector<std::vector<std::string>> paths;  ///< for `paths`
   std::vector<route_stage> stages;  ///< one replica, in pipeline order (their `actor` is ignored)

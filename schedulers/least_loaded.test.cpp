@@ -51,47 +51,69 @@ TEST_CASE("least_loaded keeps a microbatch on its own replica unless another fin
   CHECK(c.pick(10) == 10);
 }
 
-// Measured here: own keeps 52.9%, least_loaded 75.0% (unslowed least_loaded
-// 92.3% of own). The issue's 80% is not reached: each first-position stage
-// holds at most 2 activations (1F1B's bound p - r), so 8 microbatches are in
-// flight over the 4 last-position stages, too few to keep 3.5 stages' worth of
-// capacity busy (Little's law); the slow stage's own sender stalls on its bound.
-TEST_CASE("one replica's stage 2x slower: own routing falls to about half, least_loaded recovers most of it") {
-  auto plain = simulate_cluster(four_replicas("own"));
+// The first position's stages may hold 4 activations (1F1B's own bound is
+// p - r = 2): with 2 each, only 8 microbatches are in flight over the 4
+// last-position stages, too few to keep 3.5 stages' worth of work queued
+// (Little's law), and least_loaded keeps 75% (own 53%). The bound is memory
+// the user grants per stage (`policy: {max_in_flight: 4}`); it changes nothing
+// for `own` without a straggler, which the test checks too.
+TEST_CASE("one replica's stage 2x slower: own routing falls to about half, least_loaded keeps >= 80%") {
+  auto make = [](const char* route, const char* slow) {
+    auto c = four_replicas(route, 32, 4);
+    c.stage_policy_options[0]["max_in_flight"] = "4";
+    if (slow)
+      c.slowdown[slow] = 2.0;
+    return c;
+  };
+  auto plain = simulate_cluster(make("own", nullptr));
   REQUIRE_MESSAGE(plain, (plain ? std::string{} : plain.error().message));
-  auto slowed_own = four_replicas("own");
-  slowed_own.slowdown["r1s1"] = 2.0;
-  auto own = simulate_cluster(slowed_own);
+  auto own = simulate_cluster(make("own", "r1s1"));
   REQUIRE_MESSAGE(own, (own ? std::string{} : own.error().message));
-  auto slowed_ll = four_replicas("least_loaded");
-  slowed_ll.slowdown["r1s1"] = 2.0;
-  auto ll = simulate_cluster(slowed_ll);
+  auto ll = simulate_cluster(make("least_loaded", "r1s1"));
   REQUIRE_MESSAGE(ll, (ll ? std::string{} : ll.error().message));
-  auto unslowed_ll = simulate_cluster(four_replicas("least_loaded"));
+  auto unslowed_ll = simulate_cluster(make("least_loaded", nullptr));
   REQUIRE_MESSAGE(unslowed_ll, (unslowed_ll ? std::string{} : unslowed_ll.error().message));
+  auto default_own = four_replicas("own", 32, 4);
+  auto plain_default = simulate_cluster(default_own);
+  REQUIRE(plain_default);
 
   double own_share = own->tokens_per_s() / plain->tokens_per_s();
   double ll_share = ll->tokens_per_s() / plain->tokens_per_s();
-  MESSAGE("unslowed ", plain->iteration_s, " s/step; slowed own ", own_share, ", least_loaded ", ll_share);
-  CHECK(own_share < 0.6);
-  CHECK(ll_share >= 0.72);
-  CHECK(ll_share >= own_share + 0.15);
-  // Without a straggler the choice costs little.
-  CHECK(unslowed_ll->tokens_per_s() >= 0.9 * plain->tokens_per_s());
+  MESSAGE("unslowed ", plain->iteration_s, " s/step; slowed own ", own_share, ", least_loaded ", ll_share,
+          "; unslowed least_loaded ", unslowed_ll->tokens_per_s() / plain->tokens_per_s());
+  CHECK(plain->tokens_per_s() == doctest::Approx(plain_default->tokens_per_s()).epsilon(1e-9));
+  CHECK(own_share < 0.55);
+  CHECK(ll_share >= 0.80);
+  CHECK(ll_share <= 0.875 + 1e-9);  // the slow stage does at most its share of the last position's work
+  CHECK(unslowed_ll->tokens_per_s() >= 0.95 * plain->tokens_per_s());  // without a straggler it costs little
 
   // Every microbatch visits each position once; the slow stage took fewer, the others more.
-  const int per_position = 4 * 8 * 4;
+  const int per_actor = 32 * 4;
   int s0 = 0, s1 = 0;
   for (int r = 0; r < 4; ++r) {
     s0 += ll->forwards.at("r" + std::to_string(r) + "s0");
     s1 += ll->forwards.at("r" + std::to_string(r) + "s1");
-    CHECK(own->forwards.at("r" + std::to_string(r) + "s1") == 8 * 4);
+    CHECK(own->forwards.at("r" + std::to_string(r) + "s1") == per_actor);
   }
-  CHECK(s0 == per_position);
-  CHECK(s1 == per_position);
-  CHECK(ll->forwards.at("r1s1") < 8 * 4 * 3 / 4);
+  CHECK(s0 == 4 * per_actor);
+  CHECK(s1 == 4 * per_actor);
+  CHECK(ll->forwards.at("r1s1") < per_actor * 3 / 4);
   for (int r : {0, 2, 3})
-    CHECK(ll->forwards.at("r" + std::to_string(r) + "s1") > 8 * 4);
+    CHECK(ll->forwards.at("r" + std::to_string(r) + "s1") > per_actor);
+}
+
+TEST_CASE("with 1F1B's own bounds least_loaded still gains over own on a slow last stage") {
+  auto c = four_replicas("own");
+  auto plain = simulate_cluster(c);
+  c.slowdown["r1s1"] = 2.0;
+  auto own = simulate_cluster(c);
+  c.route = "least_loaded";
+  auto ll = simulate_cluster(c);
+  REQUIRE(plain);
+  REQUIRE(own);
+  REQUIRE(ll);
+  MESSAGE("own ", own->tokens_per_s() / plain->tokens_per_s(), ", least_loaded ", ll->tokens_per_s() / plain->tokens_per_s());
+  CHECK(ll->tokens_per_s() >= 1.3 * own->tokens_per_s());
 }
 
 TEST_CASE("least_loaded routes a straggler's work away wherever it sits after the first position") {
@@ -111,7 +133,9 @@ TEST_CASE("least_loaded routes a straggler's work away wherever it sits after th
     own_c.route = "own";
     auto own = simulate_cluster(own_c);
     REQUIRE(own);
-    CHECK(ll->tokens_per_s() >= 1.15 * own->tokens_per_s());
+    MESSAGE(p, " stages: own keeps ", own->tokens_per_s() / plain->tokens_per_s());
+    CHECK(ll->tokens_per_s() >= 0.80 * plain->tokens_per_s());
+    CHECK(ll->tokens_per_s() > own->tokens_per_s());
   }
 }
 

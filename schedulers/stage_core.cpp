@@ -215,13 +215,7 @@ std::optional<stage_task> stage_core::begin() {
                                          r.error().message));
   int c = queue_.chunk_of(a->stage);
   auto& w = slot(c, a->microbatch);
-  // Routing around stragglers: every sender of the previous position hears this
-  // stage's load whenever it starts work (a credit of 0), not only the one whose
-  // input it takes, so none routes on a load it never heard of.
-  if (cfg_.hop_reporters > 0 && hooks_.credit)
-    for (const auto& [from, n] : cfg_.input_credits)
-      if (from != cfg_.router && from != cfg_.actor)
-        hooks_.credit(from, 0);
+
   stage_task t{*a, c, w.hop, w.hop + 1 == static_cast<int>(w.route.size()), step_};
   if (a->kind == op_kind::forward) {
     // The input's buffer is free once the forward starts: give its sender the credit back.
@@ -249,6 +243,13 @@ void stage_core::finish(const stage_task& t) {
   queue_.set_now(now());
   if (auto r = queue_.finish(t.what); !r)
     throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
+  // Routing around stragglers: every sender of the previous position hears this
+  // stage's load whenever it finishes work (a credit of 0), not only the one
+  // whose input it takes, so none routes on a load it never heard of.
+  if (cfg_.hop_reporters > 0 && hooks_.credit)
+    for (const auto& [from, n] : cfg_.input_credits)
+      if (from != cfg_.router && from != cfg_.actor)
+        hooks_.credit(from, 0);
   const auto& route = slot(t.chunk, t.what.microbatch).route;
   if (t.what.kind == op_kind::forward && !t.loss) {
     msg_meta m{step_, t.what.microbatch, t.hop + 1, route};
