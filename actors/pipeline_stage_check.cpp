@@ -63,6 +63,19 @@ std::optional<std::string> table_problem(const graph_spec& g, int ranks, int chu
 } // namespace
 
 void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics& out) {
+  if (auto s = a.params.find("slowdown"); s != a.params.end()) {
+    double v = 0;
+    bool number = s->second.IsScalar() && YAML::convert<double>::decode(s->second, v);
+    if (!number || !(v >= 1.0 && v <= 1000.0)) {
+      source_pos at = a.pos;
+      if (!s->second.Mark().is_null())
+        at.line = s->second.Mark().line + 1, at.col = s->second.Mark().column + 1;
+      out.push_back({at, fmt::format("{}.slowdown", a.name),
+                     fmt::format("expected a factor from 1 to 1000 (an emulated slow device: each action takes "
+                                 "this many times its compute), got '{}'",
+                                 s->second.IsScalar() ? s->second.Scalar() : std::string{"a collection"})});
+    }
+  }
   // The schedule is the pipeline's, not one stage's: its first stage checks it, once for all.
   if (a.rank != 0 || g.pipeline.schedule != "table" || g.pipeline.table_path.empty())
     return;
