@@ -30,6 +30,9 @@ struct loader_settings {
   int batch = 1;
   int microbatches = 1;
   int replicas = 1;  ///< data-parallel replicas: a step hands out replicas × microbatches
+  /// data_parallel.route least_loaded: stages pick the next hop as they go, so
+  /// the targets go with the tokens and stages after the first learn their hops from their senders.
+  bool least_loaded = false;
   std::int64_t steps = 0;
   std::int64_t eval_every = 0;
   int eval_batches = 8;
@@ -67,9 +70,9 @@ void send_to(loader_actor* self, int actor, Atom atom, Msg m) {
 /// Sends one microbatch along its route: the tokens to its first hop, the
 /// targets to its last (one message when that is the same actor).
 template <class Atom>
-void deliver(loader_actor* self, Atom atom, batch_msg m) {
+void deliver(loader_actor* self, Atom atom, batch_msg m, bool targets_with_tokens = false) {
   int head = m.route.front().actor, tail = m.route.back().actor;
-  if (head != tail) {
+  if (head != tail && !targets_with_tokens) {
     batch_msg targets{m.step, m.microbatch, {}, std::move(m.targets), m.route, m.documents};
     send_to(self, tail, atom, std::move(targets));
   }
@@ -178,7 +181,8 @@ void pump(loader_actor* self, const loader_settings& cfg) {
     st.corpus->next_train(cfg.batch, b);
     s.get().bytes = b.tokens.nbytes() + b.targets.nbytes();
     deliver(self, forward_atom::value,
-            batch_msg{e->step, e->microbatch, b.tokens, b.targets, std::move(e->route), b.documents});
+            batch_msg{e->step, e->microbatch, b.tokens, b.targets, std::move(e->route), b.documents},
+            cfg.least_loaded);
     ++st.sent;
     bool step_end = (e->sequence + 1) % (cfg.microbatches * cfg.replicas) == 0;
     if (step_end && eval_due(cfg, e->step))
@@ -213,6 +217,12 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
         rc.stage_actors.push_back(s.actor);
       rc.microbatches = cfg.microbatches, rc.steps = cfg.steps, rc.first_step = cfg.resume_step;
       rc.replicas = cfg.replicas;
+      if (cfg.least_loaded) {
+        rc.targets_with_tokens = true;
+        for (const auto& s : cfg.routing_params.stages)
+          if (s.chunks.front().first != 0)
+            rc.hops_from_messages.push_back(s.actor);
+      }
       rc.tokens_per_microbatch = static_cast<std::int64_t>(cfg.batch) * cfg.context;
       self->state.router.emplace(std::move(rc), std::move(*policy));
       return caf::ok_atom::value;
@@ -345,6 +355,7 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.batch = g.data.batch;
   cfg.microbatches = g.pipeline.microbatches;
   cfg.replicas = std::max(g.data_parallel.replicas, 1);
+  cfg.least_loaded = cfg.replicas > 1 && g.data_parallel.route == "least_loaded";
   cfg.steps = g.train.steps;
   cfg.eval_every = g.train.eval_every;
   cfg.eval_batches = g.train.eval_batches;

@@ -16,6 +16,11 @@ using clip_atom = caf::atom_constant<caf::atom("gradtotal")>;
 /// `(continue_atom)`: sent to itself by a stage that has more ready work.
 using continue_atom = caf::atom_constant<caf::atom("continue")>;
 
+/// `(hops_atom, step_t step, int32 from, int32 count)`: with routes chosen on
+/// the way (least_loaded), stage `from` sent the receiver `count` microbatches
+/// of `step`; a stage knows its step's work once every sender has said.
+using hops_atom = caf::atom_constant<caf::atom("hops")>;
+
 /// `(wake_atom)`: a stage's delayed reminder to ask its policy again.
 using wake_atom = caf::atom_constant<caf::atom("wake")>;
 

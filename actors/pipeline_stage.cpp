@@ -217,6 +217,10 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
   out.shard_step = [self, to](int shard, step_t step, float lr, float clip) {
     self->send(to(shard), shard_step_atom::value, step, lr, clip);
   };
+  out.hops = [self, to](int actor, step_t step, int count) {
+    self->send(to(actor), hops_atom::value, step, static_cast<std::int32_t>(self->state.engine->config().actor),
+               static_cast<std::int32_t>(count));
+  };
   if (!ck.dir.empty())
     out.checkpoint = [self, ck](step_t steps) { write_checkpoint(self, ck, steps); };
   try {
@@ -280,6 +284,10 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
     [=](clip_atom, step_t step, double total) {
       trace_recorder::global().message_received(id);
       handle(self, [&](stage_engine& e) { return e.on_clip(step, total), true; });
+    },
+    [=](hops_atom, step_t step, std::int32_t from, std::int32_t count) {
+      trace_recorder::global().message_received(id);
+      handle(self, [&](stage_engine& e) { return e.on_hops(step, from, count), true; });
     },
     [=](reduced_atom, step_t step, std::int32_t bucket) {
       trace_recorder::global().message_received(id);
@@ -359,6 +367,23 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
       bool targets_only = from == c.router && c.loss && !first;
       c.input_credits[from] = ch.credits > 0 ? ch.credits : targets_only ? sched::default_target_credits(c.ranks) : 0;
     }
+  if (g.data_parallel.route == "least_loaded" && g.data_parallel.replicas > 1) {
+    // Routing around stragglers: any replica of the previous position may send
+    // here, and this stage sends to any replica of the next one.
+    for (std::size_t i = 0; i < g.actors.size(); ++i) {
+      const auto& a = g.actors[i];
+      if (!a.role.holds_layers)
+        continue;
+      if (a.rank == spec.rank - 1)
+        c.input_credits.emplace(static_cast<int>(i), 0);
+      if (a.rank == spec.rank + 1)
+        c.next_replicas.push_back(static_cast<int>(i));
+    }
+    c.hop_reporters = first ? 0 : g.data_parallel.replicas;
+    c.targets_travel = true;
+  }
+  if (auto s = spec.params.find("slowdown"); s != spec.params.end() && s->second.IsScalar())
+    c.slowdown = s->second.as<double>();
   c.steps = g.train.steps;
   c.eval_every = g.train.eval_every;
   c.eval_batches = g.train.eval_batches;
@@ -391,7 +416,9 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
 
 actor_type_info pipeline_stage_info() {
   actor_type_info info;
-  info.keys = {"policy"};  // schedule options of this stage (runtime/graph/graph_policy.cpp checks them)
+  // policy: schedule options of this stage (runtime/graph/graph_policy.cpp checks them);
+  // slowdown: an emulated slow device, each action taking that many times its compute.
+  info.keys = {"policy", "slowdown"};
   info.role.holds_layers = true;
   info.role.placement = actor_placement::by_position;
   info.check = check_pipeline_stage;

@@ -63,6 +63,26 @@ std::optional<std::string> table_problem(const graph_spec& g, int ranks, int chu
 } // namespace
 
 void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics& out) {
+  if (auto s = a.params.find("slowdown"); s != a.params.end()) {
+    double v = 0;
+    bool number = s->second.IsScalar() && YAML::convert<double>::decode(s->second, v);
+    if (!number || !(v >= 1.0 && v <= 1000.0)) {
+      source_pos at = a.pos;
+      if (!s->second.Mark().is_null())
+        at.line = s->second.Mark().line + 1, at.col = s->second.Mark().column + 1;
+      out.push_back({at, fmt::format("{}.slowdown", a.name),
+                     fmt::format("expected a factor from 1 to 1000 (an emulated slow device: each action takes "
+                                 "this many times its compute), got '{}'",
+                                 s->second.IsScalar() ? s->second.Scalar() : std::string{"a collection"})});
+    }
+  }
+  // Routed on the way, a stage may send to any replica of the next position;
+  // the graph's channels (what crosses processes) join only a replica's own chain.
+  if (a.rank == 0 && a.replica == 0 && g.data_parallel.route == "least_loaded" && g.cluster.present &&
+      g.cluster.nodes > 1)
+    out.push_back({g.where("data_parallel.route"), "data_parallel.route",
+                   "least_loaded runs in one process for now (cluster.nodes is " + std::to_string(g.cluster.nodes) +
+                     "): its stages send to every replica of the next position"});
   // The schedule is the pipeline's, not one stage's: its first stage checks it, once for all.
   if (a.rank != 0 || g.pipeline.schedule != "table" || g.pipeline.table_path.empty())
     return;

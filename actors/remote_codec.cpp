@@ -98,6 +98,7 @@ net::frame encode(std::uint16_t dest, const activation_msg& m, bool eval) {
   put_tensor(f, m.activation, m.ready.get());
   put_route(f, m.route);
   put_tensor(f, m.documents);
+  put_tensor(f, m.targets);
   return f;
 }
 
@@ -117,7 +118,11 @@ net::frame encode_clip(std::uint16_t dest, step_t step, double total_sq) {
 }
 
 net::frame encode(std::uint16_t dest, const credit_msg& m) {
-  return head(data_kind::credit, dest, m.count, m.from);
+  return head(data_kind::credit, dest, m.count, m.from, m.backlog_s, m.cost_s);
+}
+
+net::frame encode_hops(std::uint16_t dest, step_t step, std::int32_t from, std::int32_t count) {
+  return head(data_kind::hops, dest, step, from, count);
 }
 
 net::frame encode(std::uint16_t dest, const step_plan_msg& m) {
@@ -162,6 +167,7 @@ void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& loc
       m.step = r.get<step_t>(), m.microbatch = r.get<std::int32_t>(), m.hop = r.get<std::int32_t>();
       m.activation = get_tensor(r, f, blob), m.route = get_route(r);
       m.documents = get_tensor(r, f, blob);
+      m.targets = get_tensor(r, f, blob);
       finish();
       if (f.kind == static_cast<std::uint16_t>(data_kind::activation))
         caf::anon_send(dest, forward_atom::value, std::move(m));
@@ -195,6 +201,7 @@ void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& loc
     case data_kind::credit: {
       credit_msg m;
       m.count = r.get<std::int32_t>(), m.from = r.get<std::int32_t>();
+      m.backlog_s = r.get<double>(), m.cost_s = r.get<double>();
       finish();
       caf::anon_send(dest, credit_atom::value, m);
       return;
@@ -207,6 +214,16 @@ void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& loc
       if (!m.chunk.defined() || m.chunk.type() != dtype::f32 || m.phase < 0)
         throw malformed_input(fmt::format("ring chunk of phase {} without f32 values", m.phase));
       caf::anon_send(dest, ring_atom::value, std::move(m));
+      return;
+    }
+    case data_kind::hops: {
+      auto step = r.get<step_t>();
+      auto from = r.get<std::int32_t>();
+      auto count = r.get<std::int32_t>();
+      finish();
+      if (count < 0)
+        throw malformed_input(fmt::format("hops count {}", count));
+      caf::anon_send(dest, hops_atom::value, step, from, count);
       return;
     }
     case data_kind::plan: {

@@ -25,6 +25,7 @@ enum class data_kind : std::uint16_t {
   clip,             ///< (clip_atom, step_t, double)
   plan,             ///< (plan_atom, step_plan_msg)
   ring,             ///< (ring_atom, ring_msg): an all-reduce peer's chunk to the next peer
+  hops,             ///< (hops_atom, step_t, int32 from, int32 count): least_loaded's per-step counts
 };
 
 /// `dest` is the receiving actor's index in graph_spec::actors.
@@ -36,6 +37,7 @@ net::frame encode_clip(std::uint16_t dest, step_t step, double total_sq);
 net::frame encode(std::uint16_t dest, const credit_msg& m);
 net::frame encode(std::uint16_t dest, const step_plan_msg& m);
 net::frame encode(std::uint16_t dest, const ring_msg& m);
+net::frame encode_hops(std::uint16_t dest, step_t step, std::int32_t from, std::int32_t count);
 
 /// Decodes `f` and sends its message to `local(dest)`, anonymously. Throws
 /// malformed_input (runtime/transport/bytes.hpp) on anything it cannot decode, and when

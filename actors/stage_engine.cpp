@@ -5,7 +5,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -71,6 +73,7 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
 
   sched::stage_core_config cc{cfg_.name, cfg_.actor, cfg_.rank, cfg_.ranks, cfg_.chunks, cfg_.router,
                               cfg_.steps, cfg_.grad_clip > 0, cfg_.input_credits};
+  cc.next_replicas = cfg_.next_replicas, cc.hop_reporters = cfg_.hop_reporters, cc.targets_travel = cfg_.targets_travel;
   sched::stage_core_hooks h;
   h.clock = cfg_.clock ? cfg_.clock : std::function<double()>{steady_seconds};
   // A local hand-off keeps the output here, as the input (or gradient) of the chunk of the next (previous) hop.
@@ -82,8 +85,11 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
       send(out);
   };
   h.forward = [this, hand_off](int to, const sched::msg_meta& m) {
+    tensor_handle targets; // routed on the way, the loss stage gets its targets with the activation
+    if (cfg_.targets_travel)
+      targets = std::exchange(slot(m.route[static_cast<std::size_t>(m.hop - 1)].chunk, m.microbatch).targets, {});
     hand_off(to, m, &tensors::input, [&](const stage_tensor& t) {
-      out_.forward(to, activation_msg{m.step, m.microbatch, m.hop, t.value, m.route, t.ready, t.documents});
+      out_.forward(to, activation_msg{m.step, m.microbatch, m.hop, t.value, m.route, t.ready, t.documents, targets});
     });
   };
   h.backward = [this, hand_off](int to, const sched::msg_meta& m) {
@@ -91,7 +97,14 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
       out_.backward(to, gradient_msg{m.step, m.microbatch, m.hop, t.value, m.route, t.ready});
     });
   };
-  h.credit = [this](int to, int count) { out_.credit(to, credit_msg{count, cfg_.actor}); };
+  h.credit = [this](int to, int count) {
+    auto load = core_->load(); // least_loaded senders route by it; others ignore it
+    out_.credit(to, credit_msg{count, cfg_.actor, load.backlog_s, load.cost_s});
+  };
+  h.hops = [this](int to, std::int64_t step, int count) {
+    if (out_.hops)
+      out_.hops(to, step, count);
+  };
   h.norm = [this](int reducer, std::int64_t step, double sq) { out_.norm(reducer, step, sq); };
   h.clip = [this](int to, std::int64_t step, double total) { out_.clip(to, step, total); };
   h.gradients_complete = [this](std::int64_t step) { return gradients_complete(step); };
@@ -210,7 +223,10 @@ bool stage_engine::begin_weight_pass(const sched::stage_task& t) {
   if (passes_step_ != t.step)
     passes_step_ = t.step, weight_passes_.assign(static_cast<std::size_t>(cfg_.chunks), 0);
   auto hops = plan_hops_.find(t.step);
-  int per_chunk = hops == plan_hops_.end() ? -1 : hops->second / cfg_.chunks;
+  int planned = hops == plan_hops_.end() ? -1 : hops->second;
+  if (planned < 0) // routed on the way: the senders' reports, once all are in
+    planned = core_->queue().planned();
+  int per_chunk = planned < 0 ? -1 : planned / cfg_.chunks;
   bool last = ++weight_passes_[static_cast<std::size_t>(t.chunk)] == per_chunk;
   buckets_->begin_pass(t.step, t.chunk, last && cfg_.overlap);
   return true;
@@ -228,7 +244,8 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
                                          m.microbatch));
   int last = static_cast<int>(m.route.size()) - 1;
   bool has_tokens = m.tokens.defined(), has_targets = m.targets.defined();
-  if (has_targets)
+  bool travelling = cfg_.targets_travel && !eval && has_tokens && last > 0;
+  if (has_targets && !travelling)
     core_->chunk_of_hop(m.route, last); // checks that the loss hop is here
   if (eval) {
     if (has_targets)
@@ -242,11 +259,11 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
     }
     return;
   }
-  if (has_targets)
-    slot(m.route.back().chunk, m.microbatch).targets = m.targets;
+  if (has_targets) // travelling targets wait with the tokens' chunk until its output leaves
+    slot(travelling ? core_->chunk_of_hop(m.route, 0) : m.route.back().chunk, m.microbatch).targets = m.targets;
   if (has_tokens)
     slot(core_->chunk_of_hop(m.route, 0), m.microbatch).input = {m.tokens, nullptr, m.documents};
-  core_->on_batch({m.step, m.microbatch, 0, m.route}, has_tokens, has_targets);
+  core_->on_batch({m.step, m.microbatch, 0, m.route}, has_tokens, has_targets && !travelling);
 }
 
 void stage_engine::on_activation(const activation_msg& m, bool eval) {
@@ -263,6 +280,8 @@ void stage_engine::on_activation(const activation_msg& m, bool eval) {
     return;
   }
   slot(c, m.microbatch).input = {m.activation, m.ready, m.documents};
+  if (m.targets.defined())
+    slot(c, m.microbatch).targets = m.targets;
   core_->on_activation({m.step, m.microbatch, m.hop, m.route});
 }
 
@@ -276,7 +295,11 @@ void stage_engine::on_gradient(const gradient_msg& m) {
 }
 
 void stage_engine::on_credit(const credit_msg& m) {
-  core_->on_credit(m.from, m.count);
+  core_->on_credit(m.from, m.count, {m.backlog_s, m.cost_s});
+}
+
+void stage_engine::on_hops(step_t step, int from, int count) {
+  core_->on_hops(step, from, count);
 }
 
 void stage_engine::on_norm(step_t step, double sq_norm, int from) {
@@ -380,6 +403,9 @@ void stage_engine::compute(const sched::stage_task& t) {
     }
     out = a.kind == sched::op_kind::backward ? model.backward(a.microbatch, g) : model.backward_input(a.microbatch, g);
   }
+  if (cfg_.slowdown > 1.0) // an emulated slow device: the rest of the action's time, asleep
+    std::this_thread::sleep_for(std::chrono::nanoseconds(
+      static_cast<std::int64_t>(static_cast<double>(trace_now() - t0) * (cfg_.slowdown - 1.0))));
   compute_ns_ += trace_now() - t0;
   if (out.defined())
     s.get().bytes = out.value.nbytes();

@@ -69,6 +69,16 @@ struct stage_config {
   /// keeps none, asks its shard to update after the norm and waits for the
   /// parameters to come back before any other work.
   int zero = 0;
+  /// Routing around stragglers (`data_parallel.route: least_loaded`): the next
+  /// position's replicas that may take this stage's outputs, how many stages
+  /// report the hops each step brings here (0: the plan says), and targets
+  /// travelling with the activations (sched::stage_core_config).
+  std::vector<int> next_replicas;
+  int hop_reporters = 0;
+  bool targets_travel = false;
+  /// An emulated slow device (the actor's `slowdown:`): each action takes this
+  /// many times its compute, the rest spent asleep. 1: as fast as it runs.
+  double slowdown = 1.0;
 };
 
 /// Where the engine's results go (actor indices of the graph); the actor sends them as messages.
@@ -81,6 +91,7 @@ struct stage_outbox {
   std::function<void(int actor, step_t step, double total_sq)> clip;    ///< reducer -> participant: the global Σ g²
   std::function<void(int peer, const bucket_msg&)> bucket;              ///< a complete gradient bucket to the all-reduce peer
   std::function<void(int shard, step_t step, float lr, float clip)> shard_step;  ///< ZeRO: update your slice
+  std::function<void(int actor, step_t step, int count)> hops;          ///< microbatches of `step` sent to `actor` (least_loaded)
   /// Called when the step's gradients are complete, before clipping and the
   /// optimizer (the place for a data-parallel all-reduce), with the CPU chunks
   /// (empty on a device stage: models() has every stage's); may be empty.
@@ -133,6 +144,8 @@ public:
   void on_activation(const activation_msg& m, bool eval);
   void on_gradient(const gradient_msg& m);
   void on_credit(const credit_msg& m);
+  /// A sender of the previous position sent this stage `count` microbatches in `step` (least_loaded).
+  void on_hops(step_t step, int from, int count);
   /// Reducer: another participant's Σ g² for `step`.
   void on_norm(step_t step, double sq_norm, int from);
   /// Participant: the global Σ g² for `step`, from the reducer.

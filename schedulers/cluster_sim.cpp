@@ -84,6 +84,9 @@ private:
   std::vector<int> dirty_;             ///< actors that heard something this instant
   std::vector<int> work_;              ///< the previous batch of dirty_, being served
   std::vector<double> busy_;           ///< by actor
+  std::vector<double> slowdown_;       ///< by actor: its compute's factor
+  std::vector<int> forwards_;          ///< by actor
+  bool least_loaded_ = c_.route == "least_loaded";
   std::vector<int> peak_in_flight_;    ///< by actor
   std::vector<std::vector<chunk_costs>> costs_, head_costs_;  ///< by position, chunk
   std::vector<double> allreduce_;      ///< by position: one ring all-reduce
@@ -106,6 +109,8 @@ expected<void> cluster::build() {
   stages_.resize(static_cast<std::size_t>(n));
   dirty_flag_.assign(static_cast<std::size_t>(n), 0);
   busy_.assign(static_cast<std::size_t>(n), 0);
+  slowdown_.assign(static_cast<std::size_t>(n), 1.0);
+  forwards_.assign(static_cast<std::size_t>(n), 0);
   peak_in_flight_.assign(static_cast<std::size_t>(n), 0);
   joined_.assign(static_cast<std::size_t>(p_), 0);
   for (int s = 0; s < p_; ++s) {
@@ -148,6 +153,11 @@ expected<void> cluster::build() {
     rc.microbatches = c_.microbatches;
     rc.steps = c_.steps;
     rc.tokens_per_microbatch = static_cast<std::int64_t>(m.microbatch) * m.sequence;
+    if (least_loaded_) {
+      for (int s = 1; s < p_; ++s)
+        rc.hops_from_messages.push_back(actor(r, s));
+      rc.targets_with_tokens = true;
+    }
     routers_.push_back(std::make_unique<router_core>(rc, std::move(*routing)));
     const route_t chain = routers_.back()->eval_route();
     const int router = r * (p_ + 1);
@@ -155,6 +165,9 @@ expected<void> cluster::build() {
       const int me = actor(r, s);
       policy_params pp;
       pp.rank = s, pp.ranks = p_, pp.chunks = v, pp.options = c_.policy_options;
+      if (auto own = c_.stage_policy_options.find(s); own != c_.stage_policy_options.end())
+        for (const auto& [k, val] : own->second)  // a position's own options win, as a stage's `policy:` does
+          pp.options[k] = val;
       auto policy = make_policy(c_.policy, pp);
       if (!policy)
         return policy.error();
@@ -163,6 +176,19 @@ expected<void> cluster::build() {
       cc.actor = me, cc.rank = s, cc.ranks = p_, cc.chunks = v, cc.router = router, cc.steps = c_.steps;
       cc.reduce_norm = c_.reduce_norm;
       cc.input_credits = chain_input_credits(chain, me, router, p_);  // as a graph without `credits:`
+      if (least_loaded_) {
+        // Any replica of the previous position may send here, and this one to any of the next.
+        for (int q = 0; q < d_; ++q) {
+          if (s > 0)
+            cc.input_credits[actor(q, s - 1)] = 0;
+          if (s + 1 < p_)
+            cc.next_replicas.push_back(actor(q, s + 1));
+        }
+        cc.hop_reporters = s > 0 ? d_ : 0;
+        cc.targets_travel = true;
+      }
+      if (auto f = c_.slowdown.find(cc.name); f != c_.slowdown.end())
+        slowdown_[static_cast<std::size_t>(me)] = f->second;
       stage_core_hooks hk;
       hk.clock = [this] { return now_; };
       hk.forward = [this, me](int to, const msg_meta& msg) {
@@ -178,12 +204,15 @@ expected<void> cluster::build() {
         deliver(me, to, message_bytes_, [this, to, msg] { stage(to).on_gradient(msg); });
       };
       hk.credit = [this, me, router, r](int to, int count) {
-        deliver(me, to, 0, [this, to, me, count, router, r] {
+        deliver(me, to, 0, [this, to, me, count, router, r, load = stage(me).load()] {
           if (to == router)
             routers_[static_cast<std::size_t>(r)]->grant(me, count);
           else
-            stage(to).on_credit(me, count);
+            stage(to).on_credit(me, count, load);
         });
+      };
+      hk.hops = [this, me](int to, std::int64_t step, int count) {
+        deliver(me, to, 0, [this, to, me, step, count] { stage(to).on_hops(step, me, count); });
       };
       hk.norm = [this, me](int reducer, std::int64_t step, double sq) {
         deliver(me, reducer, 0, [this, reducer, step, sq, me] { stage(reducer).on_norm(step, sq, me); });
@@ -232,10 +261,13 @@ void cluster::pump(int r) {
       break;
     for (const auto& [to, plan] : e->plans)
       deliver(self, to, 0, [this, to, plan] { stage(to).on_plan(plan); });
-    msg_meta msg{e->step, e->microbatch, 0, e->route};
+    // Routed across replicas, a microbatch needs a number unique in its step:
+    // the step's k-th, k = microbatch × replicas + replica, as one router of all replicas numbers them.
+    int mb = least_loaded_ ? e->microbatch * d_ + r : e->microbatch;
+    msg_meta msg{e->step, mb, 0, e->route};
     int head = e->route.front().actor, tail = e->route.back().actor;
     deliver(self, head, 0, [this, head, msg, both = head == tail] { stage(head).on_batch(msg, true, both); });
-    if (tail != head)
+    if (tail != head && !least_loaded_)
       deliver(self, tail, 0, [this, tail, msg] { stage(tail).on_batch(msg, false, true); });
   }
 }
@@ -264,6 +296,8 @@ expected<void> cluster::start_work(int a) {
     case op_kind::input_grad: cost = cc.backward - cc.weight; break;
     case op_kind::weight_grad: cost = cc.weight; break;
   }
+  cost *= slowdown_[static_cast<std::size_t>(a)];
+  forwards_[static_cast<std::size_t>(a)] += task->what.kind == op_kind::forward;
   busy_[static_cast<std::size_t>(a)] += cost;
   events_.post(now_ + cost, [this, a, t = *task] {
     stage(a).finish(t);
@@ -352,6 +386,9 @@ expected<cluster_result> cluster::run() {
       out.allreduce_bytes += 2.0 * (d_ - 1) / d_ * pr.parameters * c_.gradient_bytes * d_;
     out.positions.push_back(std::move(pr));
   }
+  for (int a = 0; a < static_cast<int>(stages_.size()); ++a)
+    if (stages_[static_cast<std::size_t>(a)])
+      out.forwards[stage(a).config().name] = forwards_[static_cast<std::size_t>(a)];
   out.bubble_fraction = out.makespan > 0 ? 1.0 - out.busy / (out.stage_actors * out.makespan) : 0.0;
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count();
   return out;
@@ -371,7 +408,11 @@ expected<cluster_result> simulate_cluster(const cluster_config& c) {
   if (c.costs.tensor_parallel < 1 || c.costs.device.peak(c.costs.dtype) <= 0 || c.costs.device.memory_bandwidth <= 0)
     return make_sched_error("simulate: tensor_parallel must be at least 1 and the device's peak and memory "
                             "bandwidth positive");
+  if (c.route != "own" && c.route != "least_loaded")
+    return make_sched_error(fmt::format("simulate: unknown route '{}' (known: own, least_loaded)", c.route));
   const auto v = c.stages.front().chunks.size();
+  if (c.route == "least_loaded" && v != 1)
+    return make_sched_error("simulate: least_loaded routes stages of one chunk each (no interleaving)");
   for (const auto& s : c.stages)
     if (s.chunks.size() != v)
       return make_sched_error(fmt::format("simulate: every stage needs the same number of chunks ({} has {}, {} has "

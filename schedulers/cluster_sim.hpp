@@ -25,12 +25,20 @@ struct cluster_config {
   std::int64_t steps = 1;
   std::string policy = "1f1b";    ///< the stage policy (a registered name)
   std::map<std::string, std::string> policy_options;
+  /// Options of one position's stages (by position), over policy_options.
+  std::map<int, std::map<std::string, std::string>> stage_policy_options;
   std::string routing = "chain";  ///< the routing policy
   std::vector<std::vector<std::string>> paths;  ///< for `paths`
   std::vector<route_stage> stages;  ///< one replica, in pipeline order (their `actor` is ignored)
   double gradient_bytes = 4;      ///< per parameter in the data-parallel all-reduce (f32 main gradients)
   double activation_bytes = 2;    ///< per value sent between stages (bf16)
   bool reduce_norm = true;        ///< global-norm clipping: each replica's stages reduce Σg² every step
+  /// `own`: a microbatch stays on its replica's chain; `least_loaded`: each
+  /// stage sends an output to the replica of the next position likely to finish
+  /// it first (data_parallel.route; schedulers/least_loaded.hpp).
+  std::string route = "own";
+  /// Compute of a stage actor (`r1s1`) this many times slower: an emulated slow device.
+  std::map<std::string, double> slowdown;
 };
 
 /// What one pipeline position (the same stage in every replica) did.
@@ -66,6 +74,8 @@ struct cluster_result {
   double allreduce_bytes = 0;       ///< bytes each device sends in the step's all-reduces, summed
   double wall_s = 0;                ///< real seconds the simulation took
   std::vector<position_result> positions;
+  /// Forwards each stage actor ran over the run, by name (`r0s1`): where routing sent the work.
+  std::map<std::string, int> forwards;
   /// FLOP/s per device as Megatron counts them (flops_per_step), in TFLOP/s.
   double tflops_per_device() const;
   /// Model FLOPs utilisation: model_flops_per_step / (iteration_s x devices x peak).

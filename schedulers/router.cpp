@@ -28,10 +28,12 @@ std::optional<emission> router_core::next() {
   if (done())
     return std::nullopt;
   const auto& r = routes_[static_cast<std::size_t>(microbatch_)];
-  int head = r.front().actor, tail = r.back().actor;
+  int head = r.front().actor, tail = cfg_.targets_with_tokens ? head : r.back().actor;
   if (credits(head) < 1 || (tail != head && credits(tail) < 1))
     return std::nullopt;
-  emission e{step_, microbatch_ / std::max(cfg_.replicas, 1), step_ * per_step() + microbatch_, r, {}};
+  // Routed across replicas (targets_with_tokens), microbatches are numbered in the whole step.
+  int mb = cfg_.targets_with_tokens ? microbatch_ : microbatch_ / std::max(cfg_.replicas, 1);
+  emission e{step_, mb, step_ * per_step() + microbatch_, r, {}};
   --credits_[head];
   if (tail != head)
     --credits_[tail];
@@ -42,6 +44,8 @@ std::optional<emission> router_core::next() {
     for (const auto& route : routes_)
       for (const auto& h : route)
         ++hops[h.actor];
+    for (int a : cfg_.hops_from_messages)
+      hops[a] = -1;
     for (auto [actor, n] : hops)
       e.plans.push_back({actor, step_plan_msg{step_, n, cfg_.tokens_per_microbatch * per_step(),
                                          static_cast<std::int32_t>(hops.size()), routes_.front().front().actor}});

@@ -21,6 +21,11 @@ struct router_config {
   std::int64_t first_step = 0;       ///< where a resumed run starts
   std::int64_t tokens_per_microbatch = 1;
   int replicas = 1;                  ///< data-parallel replicas: a step emits replicas × microbatches
+  /// Routing around stragglers: stages that learn a step's hops from their
+  /// senders (their plan says -1), and targets that go with the tokens to the
+  /// first hop (the loss stage is chosen on the way) instead of to the route's last.
+  std::vector<int> hops_from_messages;
+  bool targets_with_tokens = false;
 };
 
 /// One microbatch to make and send: tokens to route.front(), targets to route.back().

@@ -3,6 +3,7 @@
 #include "schedulers/stage_core.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <utility>
 
@@ -11,6 +12,14 @@
 #include "schedulers/router.hpp"
 
 namespace troupe::sched {
+
+namespace {
+
+/// The queue's credit key for "any replica of the next position": a forward is
+/// ready when one of them has credit (their credits pooled); begin() picks which.
+constexpr int next_replicas_key = std::numeric_limits<int>::max();
+
+} // namespace
 
 stage_core::stage_core(stage_core_config cfg, policy_ptr policy, stage_core_hooks hooks)
   : cfg_(std::move(cfg)), policy_(std::move(policy)), hooks_(std::move(hooks)),
@@ -21,6 +30,48 @@ stage_core::stage_core(stage_core_config cfg, policy_ptr policy, stage_core_hook
   for (auto& [from, n] : cfg_.input_credits)
     if (n <= 0)
       n = default_credits(policy_->in_flight_limit());
+  chooser_ = least_loaded_chooser(cfg_.next_replicas);
+}
+
+void stage_core::on_credit(int from, int count, const load_report& load) {
+  if (chooser_.holds(from)) {
+    chooser_.grant(from, count, load);
+    queue_.grant(next_replicas_key, count);
+  } else {
+    queue_.grant(from, count);
+  }
+}
+
+void stage_core::on_hops(std::int64_t step, int, int count) {
+  if (step < step_)
+    throw std::runtime_error(fmt::format("{}: hops reported for step {}, already done (at {})", cfg_.name, step, step_));
+  auto& h = reported_hops_[step];
+  ++h.heard, h.sum += count;
+  if (step == step_)
+    apply_reported_hops();
+}
+
+void stage_core::apply_reported_hops() {
+  auto plan = plans_.find(step_);
+  auto h = reported_hops_.find(step_);
+  if (plan == plans_.end() || plan->second.hops >= 0 || h == reported_hops_.end() ||
+      h->second.heard < cfg_.hop_reporters)
+    return;
+  queue_.expect(h->second.sum);
+  reported_hops_.erase(h);
+  maybe_report_hops();
+  maybe_finish_step();
+}
+
+// Once every output of the step has gone, each next replica learns how many it
+// got (0 included): that is how a stage downstream knows its step's work.
+void stage_core::maybe_report_hops() {
+  if (cfg_.next_replicas.empty() || reported_ || queue_.planned() < 0 || forwarded_ < queue_.planned())
+    return;
+  reported_ = true;
+  if (hooks_.hops)
+    for (int to : cfg_.next_replicas)
+      hooks_.hops(to, step_, sent_[to]);
 }
 
 int stage_core::credits_granted() const noexcept {
@@ -85,8 +136,12 @@ void stage_core::apply_plan() {
   auto i = plans_.find(step_);
   if (i == plans_.end())
     return;
-  queue_.expect(i->second.hops);
+  if (i->second.hops >= 0)
+    queue_.expect(i->second.hops);
   step_tokens_ = i->second.tokens;
+  if (i->second.hops < 0)
+    apply_reported_hops();
+  maybe_report_hops();
   maybe_reduce(step_); // norms that reached the reducer before its plan
   maybe_finish_step(); // a step with no work here
 }
@@ -97,6 +152,8 @@ void stage_core::push_input(int c, int mb) {
   if (w.hop + 1 == hops && !w.targets)
     return; // the loss needs its targets too; on_batch pushes when they come
   int next = w.hop + 1 < hops ? w.route[static_cast<std::size_t>(w.hop + 1)].actor : -1;
+  if (next >= 0 && chooser_.holds(next))
+    next = next_replicas_key;
   hop_info info{w.hop, hops - w.hop, next == cfg_.actor ? -1 : next};
   if (auto r = queue_.push_forward(queue_.stage_of(c), mb, info); !r)
     throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
@@ -126,6 +183,8 @@ void stage_core::on_activation(const msg_meta& m) {
   int c = chunk_of_hop(m.route, m.hop);
   auto& w = slot(c, m.microbatch);
   w.route = m.route, w.hop = m.hop;
+  if (cfg_.targets_travel && m.hop + 1 == static_cast<int>(m.route.size()))
+    w.targets = true;
   push_input(c, m.microbatch);
 }
 
@@ -156,12 +215,26 @@ std::optional<stage_task> stage_core::begin() {
                                          r.error().message));
   int c = queue_.chunk_of(a->stage);
   auto& w = slot(c, a->microbatch);
+
   stage_task t{*a, c, w.hop, w.hop + 1 == static_cast<int>(w.route.size()), step_};
   if (a->kind == op_kind::forward) {
     // The input's buffer is free once the forward starts: give its sender the credit back.
     return_credit(w.hop == 0 ? cfg_.router : w.route[static_cast<std::size_t>(w.hop - 1)].actor);
-    if (t.loss && w.hop != 0)
+    if (t.loss && w.hop != 0 && !cfg_.targets_travel)
       return_credit(cfg_.router); // the targets' buffer too (with tokens, one message held both)
+    // Routing around stragglers: the output goes to the next replica likely to
+    // finish it first; the route records the choice, so its gradient comes back here.
+    if (!t.loss) {
+      auto& next = w.route[static_cast<std::size_t>(w.hop + 1)];
+      if (chooser_.holds(next.actor)) {
+        int to = chooser_.pick(next.actor);
+        if (to < 0)
+          throw std::runtime_error(fmt::format("{}: a forward started with no credit at any next replica", cfg_.name));
+        chooser_.take(to);
+        next.actor = to;
+        ++sent_[to];
+      }
+    }
   }
   return t;
 }
@@ -170,6 +243,13 @@ void stage_core::finish(const stage_task& t) {
   queue_.set_now(now());
   if (auto r = queue_.finish(t.what); !r)
     throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
+  // Routing around stragglers: every sender of the previous position hears this
+  // stage's load whenever it finishes work (a credit of 0), not only the one
+  // whose input it takes, so none routes on a load it never heard of.
+  if (cfg_.hop_reporters > 0 && hooks_.credit)
+    for (const auto& [from, n] : cfg_.input_credits)
+      if (from != cfg_.router && from != cfg_.actor)
+        hooks_.credit(from, 0);
   const auto& route = slot(t.chunk, t.what.microbatch).route;
   if (t.what.kind == op_kind::forward && !t.loss) {
     msg_meta m{step_, t.what.microbatch, t.hop + 1, route};
@@ -178,6 +258,8 @@ void stage_core::finish(const stage_task& t) {
       hooks_.forward(to, m);
     if (to == cfg_.actor)
       on_activation(m);
+    ++forwarded_;
+    maybe_report_hops();
   } else if (is_backward_input(t.what.kind) && t.hop > 0) {
     msg_meta m{step_, t.what.microbatch, t.hop - 1, route};
     int to = route[static_cast<std::size_t>(t.hop - 1)].actor;
@@ -260,6 +342,7 @@ void stage_core::finish_step(double total_sq) {
   awaiting_total_ = false;
   step_tokens_ = 0;
   queue_.reset();
+  sent_.clear(), forwarded_ = 0, reported_ = false;
   for (auto& chunk_work : work_)
     for (auto& w : chunk_work)
       w.hop = -1, w.targets = false;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/actor/route.hpp"
+#include "schedulers/least_loaded.hpp"
 #include "schedulers/stage_policy.hpp"
 
 namespace troupe::sched {
@@ -51,6 +52,16 @@ struct stage_core_config {
   bool reduce_norm = false;  ///< end each step with the global-norm reduction over the plan's participants
   /// Credits granted to each sender of inputs; 0 means default_credits of the policy's bound.
   std::map<int, int> input_credits;
+  /// Routing around stragglers (`data_parallel.route: least_loaded`): the
+  /// replicas of the next position, any of which may take this stage's outputs
+  /// (empty: outputs follow the route as the router made it). Targets then
+  /// travel with the activations, since the loss stage is chosen on the way.
+  std::vector<int> next_replicas;
+  /// With routes chosen on the way, a plan's hops are -1 and the stage learns
+  /// them from messages: each of these many senders (the previous position's
+  /// replicas) reports how many microbatches of the step it sent here.
+  int hop_reporters = 0;
+  bool targets_travel = false;  ///< the loss hop's targets come with its activation
 };
 
 /// One started action and what the compute side needs to run it.
@@ -75,6 +86,8 @@ struct stage_core_hooks {
   std::function<void(int to, int count)> credit;                          ///< credits granted to a sender
   std::function<void(int reducer, std::int64_t step, double sq)> norm;    ///< this stage's Σ g² to the reducer
   std::function<void(int to, std::int64_t step, double total_sq)> clip;   ///< reducer -> participant: the total
+  /// With next_replicas: this stage sent `to` `count` microbatches in `step` (sent to every next replica, 0 too).
+  std::function<void(int to, std::int64_t step, int count)> hops;
   /// The step's gradients are complete here: start what must finish before they
   /// are final (a data-parallel all-reduce of what is not yet under way). True
   /// when that is already done; otherwise the stage waits for on_synced(step).
@@ -126,7 +139,12 @@ public:
   void on_batch(const msg_meta& m, bool tokens, bool targets);
   void on_activation(const msg_meta& m);
   void on_gradient(const msg_meta& m);
-  void on_credit(int from, int count) { queue_.grant(from, count); }
+  /// A receiver granted credits; with next_replicas, its load report picks where outputs go.
+  void on_credit(int from, int count, const load_report& load = {});
+  /// A sender of the previous position sent this stage `count` microbatches in `step`.
+  void on_hops(std::int64_t step, int from, int count);
+  /// What this stage tells its senders with a credit.
+  load_report load() const { return measure_load(queue_); }
   void on_norm(std::int64_t step, double sq_norm, int from);
   void on_clip(std::int64_t step, double total_sq);
   /// The sync that hooks::sync started for `step` has finished.
@@ -150,6 +168,8 @@ private:
   void push_input(int chunk, int mb);
   void return_credit(int to, int count = 1);
   void apply_plan();
+  void apply_reported_hops();
+  void maybe_report_hops();
   void maybe_finish_step();
   void reduce_norm();
   void maybe_reduce(std::int64_t step);
@@ -175,6 +195,16 @@ private:
   std::map<std::int64_t, double> totals_;    ///< participant: step -> global Σ g²
   bool awaiting_total_ = false;
   bool awaiting_sync_ = false;
+  // Routing around stragglers: where this step's outputs went, and the hops senders reported.
+  least_loaded_chooser chooser_;
+  std::map<int, int> sent_;          ///< next replica -> microbatches sent this step
+  int forwarded_ = 0;                ///< outputs sent this step
+  bool reported_ = false;            ///< this step's counts went out
+  struct hop_count {
+    int heard = 0;
+    int sum = 0;
+  };
+  std::map<std::int64_t, hop_count> reported_hops_;  ///< step -> counts heard from senders
 };
 
 } // namespace troupe::sched

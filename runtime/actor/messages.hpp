@@ -118,6 +118,9 @@ struct activation_msg {
   device_fence_ptr ready = nullptr;
   /// The microbatch's document mask (batch_msg::documents), carried to every stage's attention.
   tensor_handle documents;
+  /// The microbatch's targets, when routes are chosen on the way (least_loaded):
+  /// the loss stage is not known when the batch is made, so they go along.
+  tensor_handle targets;
 };
 
 /// The loss gradient with respect to a stage's output, flowing backward.
@@ -158,6 +161,10 @@ struct ring_msg {
 struct credit_msg {
   std::int32_t count = 1;
   std::int32_t from = 0;
+  /// The receiver's load when it granted them (sched::load_report, seconds;
+  /// 0 = not measured): least_loaded senders route by it. A count of 0 is a load report alone.
+  double backlog_s = 0;
+  double cost_s = 0;
 };
 
 /// How a channel touches the actor receiving connect_msg.
@@ -220,7 +227,7 @@ typename Inspector::result_type inspect(Inspector& f, batch_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, activation_msg& x) {
   return f(caf::meta::type_name("activation_msg"), x.step, x.microbatch, x.hop, x.activation, x.route,
-           x.documents);
+           x.documents, x.targets);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {
@@ -237,7 +244,7 @@ typename Inspector::result_type inspect(Inspector& f, ring_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, credit_msg& x) {
-  return f(caf::meta::type_name("credit_msg"), x.count, x.from);
+  return f(caf::meta::type_name("credit_msg"), x.count, x.from, x.backlog_s, x.cost_s);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_plan_msg& x) {

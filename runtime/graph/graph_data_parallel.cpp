@@ -12,7 +12,7 @@ namespace troupe::detail {
 
 namespace {
 
-const std::vector<std::string> data_parallel_keys{"replicas", "bucket", "zero", "overlap"};
+const std::vector<std::string> data_parallel_keys{"replicas", "bucket", "zero", "overlap", "route"};
 constexpr int max_replicas = 4096;
 constexpr std::int64_t max_bucket = std::int64_t{1} << 34;
 
@@ -71,6 +71,15 @@ void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r)
       d.overlap = *text == "true";
     else if (text)
       r.error(o, "data_parallel.overlap", fmt::format("expected true or false, got '{}'", *text));
+  }
+  if (auto rt = child(n, "route")) {  // routing around stragglers: schedulers/least_loaded.hpp
+    auto text = r.as_string(rt, "data_parallel.route");
+    if (text && *text != "own" && *text != "least_loaded")
+      r.error(rt, "data_parallel.route", fmt::format("unknown route '{}' (known: own, least_loaded)", *text));
+    else if (text && *text == "least_loaded" && pg.graph.pipeline.virtual_stages > 1)
+      r.error(rt, "data_parallel.route", "least_loaded routes stages of one model chunk each, not interleaved ones");
+    else if (text)
+      d.route = *text;
   }
   if (auto z = child(n, "zero")) {
     auto v = r.as_int(z, "data_parallel.zero", 0, 2);

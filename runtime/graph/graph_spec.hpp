@@ -87,6 +87,9 @@ struct data_parallel_spec {
   /// Reduce each bucket as soon as backward has written it (true), or all of them
   /// once the step's backward is done (false: the baseline overlap is measured against).
   bool overlap = true;
+  /// `own`: a microbatch stays on its replica's chain; `least_loaded`: each stage
+  /// sends an activation to the replica of the next position likely to finish it first.
+  std::string route = "own";
 };
 
 /// `trace: {file}`: where the Chrome-trace JSON goes; empty = no trace.

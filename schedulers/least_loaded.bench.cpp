@@ -1,0 +1,70 @@
+// Report: routing around a straggler under the simulated clock. 4 replicas of a
+// pipeline, one replica's stage 2x slower; throughput of `own` and
+// `least_loaded` routing as a share of the unslowed run, per policy and shape.
+//
+//   bench_least_loaded [STEPS]
+#include <cstdlib>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "schedulers/cluster_sim.hpp"
+
+using namespace troupe::sched;
+
+namespace {
+
+cluster_config shape(int stages, int microbatches, int steps, const char* policy, const char* route, int bound0) {
+  cluster_config c;
+  c.model = {2 * stages, 256, 4, 128, 256, 1};
+  c.costs.device = *device_preset("a100_80gb");
+  c.costs.network = {8, {}, {}};
+  c.costs.count_head = false;
+  c.replicas = 4;
+  c.microbatches = microbatches;
+  c.steps = steps;
+  c.policy = policy;
+  c.route = route;
+  if (bound0 > 0)
+    c.stage_policy_options[0]["max_in_flight"] = std::to_string(bound0);
+  for (int s = 0; s < stages; ++s)
+    c.stages.push_back({0, "s" + std::to_string(s), {{2 * s, 2 * s + 2}}});
+  return c;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  int steps = argc > 1 ? std::atoi(argv[1]) : 4;
+  fmt::print("4 replicas, one stage actor 2x slower (the ideal keeps 3.5/4 = 87.5%), {} steps, free links\n\n", steps);
+  fmt::print("bound0: the first position's max_in_flight (-: the policy's own)\n\n");
+  fmt::print("{:<6} {:>2} {:>3} {:>6} {:<6} {:>12} {:>12} {:>12} {:>12}\n", "policy", "p", "m", "bound0", "slow", "own",
+             "own slowed", "least_loaded", "ll slowed");
+  for (const char* policy : {"gpipe", "1f1b"})
+    for (int p : {2, 4})
+      for (int m : {8, 32})
+        for (int bound0 : {0, 4})
+        for (int slow_at : {0, p / 2, p - 1}) {
+          if (slow_at == p / 2 && p / 2 == p - 1)
+            continue;
+          std::string slow = fmt::format("r1s{}", slow_at);
+          double tps[4];
+          int i = 0;
+          for (const char* route : {"own", "least_loaded"})
+            for (bool slowed : {false, true}) {
+              auto c = shape(p, m, steps, policy, route, bound0);
+              if (slowed)
+                c.slowdown[slow] = 2.0;
+              auto r = simulate_cluster(c);
+              if (!r) {
+                fmt::print(stderr, "{}\n", r.error().message);
+                return 1;
+              }
+              tps[i++] = r->tokens_per_s();
+            }
+          fmt::print("{:<6} {:>2} {:>3} {:>6} {:<6} {:>11.1f}% {:>11.1f}% {:>11.1f}% {:>11.1f}%\n", policy, p, m,
+                     bound0 ? std::to_string(bound0) : "-", slow, 100.0,
+                     100 * tps[1] / tps[0], 100 * tps[2] / tps[0], 100 * tps[3] / tps[0]);
+        }
+  return 0;
+}
