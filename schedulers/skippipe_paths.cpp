@@ -173,6 +173,7 @@ iteration_result simulate_iteration(const path_problem& pr, const std::vector<pa
   }
   iteration_result r;
   r.passes.assign(static_cast<std::size_t>(pr.nodes()), 0);
+  r.runs.resize(paths.size());
   std::vector<double> free_at(static_cast<std::size_t>(pr.nodes()), 0), ready(paths.size());
   std::vector<std::size_t> next(paths.size(), 0);
   for (std::size_t a = 0; a < paths.size(); ++a)
@@ -198,6 +199,7 @@ iteration_result simulate_iteration(const path_problem& pr, const std::vector<pa
     double end = pick_start + ps.duration;
     free_at[ps.node] = end;
     ++r.passes[ps.node];
+    r.runs[pick].push_back({ps.node, pick_start, end});
     r.time = std::max(r.time, end);
     if (++next[pick] < passes[pick].size())
       ready[pick] = end + pr.delay[ps.node][passes[pick][next[pick]].node];

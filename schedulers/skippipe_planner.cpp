@@ -2,6 +2,7 @@
 // (Sharon et al. 2015) over node memory, stage capacity and time collisions
 // (Blagoev et al. 2025, §4; gensyn-ai/skippipe schedulers/a_star_modified.py, CBS.py).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <queue>
 #include <set>
@@ -242,6 +243,63 @@ public:
     return out;
   }
 
+  /// Prioritized planning: agents one after another, the slowest alone first, each
+  /// by A* over the nodes and stages that still have room. A plan within memory and
+  /// capacity, or nullopt when an agent finds none.
+  std::optional<ct_node> prioritized(const ct_node& root) const {
+    std::vector<std::size_t> order(agents_.size());
+    for (std::size_t a = 0; a < order.size(); ++a)
+      order[a] = a;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](auto x, auto y) { return root.plans[x].finish > root.plans[y].finish; });
+    ct_node n = root;
+    std::vector<int> per_node(static_cast<std::size_t>(pr_.nodes()), 0), per_stage(stages_, 0);
+    for (auto a : order) {
+      agent_constraints c;
+      for (int v = 0; v < pr_.nodes(); ++v)
+        if (stage_[v] > 0 && per_node[v] >= rules_.memory)
+          c.nodes.insert(v);
+      for (int s = 1; s < stages_; ++s)
+        if (per_stage[s] >= rules_.max_per_stage)
+          c.stages.insert(s);
+      auto plan = a_star(pr_, stage_, rules_, agents_[a], c);
+      if (!plan)
+        return std::nullopt;
+      for (std::size_t i = 1; i < plan->nodes.size(); ++i)
+        ++per_node[plan->nodes[i]], ++per_stage[stage_[plan->nodes[i]]];
+      n.cons[a] = std::move(c);
+      n.plans[a] = std::move(*plan);
+    }
+    score(n);
+    return n;
+  }
+
+  /// Replans agent `a` of `paths` around the passes the others ran in `sim`, keeping
+  /// memory and capacity; nullopt when it finds no path.
+  std::optional<std::vector<int>> around(const std::vector<planned_path>& paths, const iteration_result& sim,
+                                         std::size_t a) const {
+    agent_constraints c;
+    std::vector<int> per_node(static_cast<std::size_t>(pr_.nodes()), 0), per_stage(stages_, 0);
+    for (std::size_t b = 0; b < paths.size(); ++b) {
+      if (b == a)
+        continue;
+      for (std::size_t i = 1; i < paths[b].nodes.size(); ++i)
+        ++per_node[paths[b].nodes[i]], ++per_stage[stage_[paths[b].nodes[i]]];
+      for (const auto& run : sim.runs[b])
+        c.windows.insert({run.node, run.begin, run.end});
+    }
+    for (int v = 0; v < pr_.nodes(); ++v)
+      if (stage_[v] > 0 && per_node[v] >= rules_.memory)
+        c.nodes.insert(v);
+    for (int s = 1; s < stages_; ++s)
+      if (per_stage[s] >= rules_.max_per_stage)
+        c.stages.insert(s);
+    auto plan = a_star(pr_, stage_, rules_, agents_[a], c);
+    if (!plan)
+      return std::nullopt;
+    return plan->nodes;
+  }
+
   std::vector<planned_path> paths(const ct_node& n) const {
     std::vector<planned_path> out;
     for (std::size_t a = 0; a < n.plans.size(); ++a)
@@ -282,27 +340,38 @@ expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, co
     return make_sched_error("a microbatch has no path that keeps the skip rules (path_length, swaps, jumps)");
   path_plan result;
   std::set<std::string> seen;
-  // Phase 1: memory and capacity, which a plan must keep. Best-first by the
-  // microbatches still over them, then the latest and the summed finishes: each step
-  // moves the microbatch that loses least by going elsewhere.
-  auto worse = [](const ct_node& a, const ct_node& b) {
-    return std::tuple{a.excess, a.cost, a.total} > std::tuple{b.excess, b.cost, b.total};
-  };
-  std::priority_queue<ct_node, std::vector<ct_node>, decltype(worse)> open{worse};
-  open.push(std::move(*root));
+  // Phase 1: memory and capacity, which a plan must keep. Best-first by the latest
+  // finish (within 2% of the root's counted as equal), then the microbatches still
+  // over memory and capacity, then the summed finishes. Where memory and capacity
+  // are tight that can stall: then, after half the budget, prioritized planning
+  // gives the plan, or failing that the excess comes first (each step moves the
+  // microbatch that loses least by going elsewhere).
   std::optional<ct_node> feasible;
-  while (!open.empty() && result.expansions < budget) {
-    ct_node n = open.top();
-    open.pop();
-    ++result.expansions;
-    auto c = pl.first_conflict(n, false);
-    if (c.kind == 0) {
-      feasible = std::move(n);
+  for (double band : {0.02 * root->cost, 0.0}) {
+    if (band == 0.0 && (feasible = pl.prioritized(*root)))
       break;
+    auto bucket = [band](double c) { return band > 0 ? std::floor(c / band) : 0.0; };
+    auto worse = [&](const ct_node& a, const ct_node& b) {
+      return std::tuple{bucket(a.cost), a.excess, a.cost, a.total} >
+             std::tuple{bucket(b.cost), b.excess, b.cost, b.total};
+    };
+    std::priority_queue<ct_node, std::vector<ct_node>, decltype(worse)> open{worse};
+    open.push(*root);
+    seen.clear();
+    for (int spent = 0; !open.empty() && spent < budget / 2 && !feasible; ++spent) {
+      ct_node n = open.top();
+      open.pop();
+      ++result.expansions;
+      auto c = pl.first_conflict(n, false);
+      if (c.kind == 0)
+        feasible = std::move(n);
+      else
+        for (auto& child : pl.children(n, c))
+          if (seen.insert(key_of(child)).second)
+            open.push(std::move(child));
     }
-    for (auto& child : pl.children(n, c))
-      if (seen.insert(key_of(child)).second)
-        open.push(std::move(child));
+    if (feasible)
+      break;
   }
   if (!feasible)
     return make_sched_error(fmt::format("no plan keeps node memory {} and stage capacity {} ({} conflict-tree nodes "
@@ -330,11 +399,27 @@ expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, co
         result.paths = std::move(paths);
       }
     }
-    if (c.kind == 0)
-      break;
-    for (auto& child : pl.children(n, c))
+    for (auto& child : pl.children(n, c))  // none when c.kind == 0: the search goes on with the others
       if (seen.insert(key_of(child)).second)
         queue.push(std::move(child));
+  }
+  // Phase 3: each microbatch replanned around the others' simulated passes, kept when
+  // the iteration gets shorter, for as long as a round improves it.
+  for (bool improved = true; improved && result.expansions < phase2_budget + budget;) {
+    improved = false;
+    for (std::size_t a = 0; a < agents.size(); ++a, ++result.expansions) {
+      auto sim = simulate_iteration(pr, agents, result.paths);
+      auto nodes = pl.around(result.paths, sim, a);
+      if (!nodes || *nodes == result.paths[a].nodes)
+        continue;
+      auto paths = result.paths;
+      paths[a].nodes = std::move(*nodes);
+      if (double t = simulate_iteration(pr, agents, paths).time; t < result.planned_s - 1e-9) {
+        result.planned_s = t;
+        result.paths = std::move(paths);
+        improved = true;
+      }
+    }
   }
   return result;
 }

@@ -92,8 +92,14 @@ std::optional<std::string> check_capacity(const placement& p, const path_rules& 
 /// reaching the next node after the link's delay. Ends when every microbatch's
 /// backward on its start node is done.
 struct iteration_result {
+  /// One pass as it ran.
+  struct pass_time {
+    int node;
+    double begin, end;
+  };
   double time = 0;
-  std::vector<int> passes;  ///< per node: passes run
+  std::vector<int> passes;                     ///< per node: passes run
+  std::vector<std::vector<pass_time>> runs;    ///< per path: its passes, in order
 };
 iteration_result simulate_iteration(const path_problem& pr, const std::vector<path_agent>& agents,
                                     const std::vector<planned_path>& paths);
@@ -108,7 +114,10 @@ struct path_plan {
 /// SkipPipe's planner: A* per agent, conflict-based search over node memory and
 /// stage capacity (always resolved), then, when `collision_aware`, over time
 /// collisions on a node where one of the two passes is a forward (the paper's TC2),
-/// keeping the plan the iteration simulation finds fastest within `budget` expansions.
+/// keeping the plan the iteration simulation finds fastest within `budget` expansions;
+/// then, collision-aware, each microbatch in turn is replanned around the passes the
+/// others run in the simulated iteration (their busy times on each node as windows),
+/// within memory and capacity, while that shortens the iteration.
 expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, const path_rules& rules,
                                   const std::vector<path_agent>& agents, bool collision_aware, int budget = 4000);
 

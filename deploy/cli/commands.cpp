@@ -65,6 +65,7 @@ constexpr auto table = std::to_array<command>({
   {"node", "one node of a launched run (started by launchers)", define_node},
   {"schedule", "simulate a pipeline schedule: per-rank orders, bubble fraction, stragglers", define_schedule},
   {"sim", "simulate a graph at any size under a cost model: iteration time, TFLOP/s, MFU, memory", define_sim},
+  {"plan", "plan SkipPipe paths over a graph's network: placement, paths, iteration time", define_plan},
   {"trace", "summarize a trace: busy, idle and bubble per actor, action order per stage", define_trace},
   {"dash", "serve the dashboard on a finished trace", define_dash},
   {"version", "print the version (also troupe --version)", define_version},
