@@ -235,7 +235,6 @@ void parse_network(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     } else {
       r.error(preset, "network.preset",
               fmt::format("unknown network preset '{}' {}", net.preset, choices(net.preset, network_preset_names())));
-      return;
     }
   }
   if (csv && r.get_string(n, "network", "csv", net.csv)) {
