@@ -37,7 +37,7 @@ struct command {
 /// Every subcommand, in the order `troupe --help` lists them.
 std::span<const command> commands();
 
-/// `troupe check`, `run`, `launch`, `node`, `schedule`, `sim`, `trace` and `dash`
+/// `troupe check`, `run`, `launch`, `node`, `schedule`, `sim`, `plan`, `trace` and `dash`
 /// (deploy/cli/cmd_*.cpp).
 command_action define_check(CLI::App& app);
 command_action define_run(CLI::App& app);
@@ -46,6 +46,7 @@ command_action define_node(CLI::App& app);
 command_action define_schedule(CLI::App& app);
 command_action define_sync(CLI::App& app);
 command_action define_sim(CLI::App& app);
+command_action define_plan(CLI::App& app);
 command_action define_trace(CLI::App& app);
 command_action define_dash(CLI::App& app);
 

@@ -290,7 +290,7 @@ void record_key_positions(const YAML::Node& n, const std::string& path, graph_sp
 const std::vector<std::string>& section_names() {
   static const std::vector<std::string> names{"model",      "data",    "train",   "pipeline", "data_parallel", "trace",
                                               "checkpoint", "cluster", "plugins", "actors",   "channels",      "sim",
-                                              "devices", "local_update"};
+                                              "devices",    "local_update", "network", "skip"};
   return names;
 }
 
@@ -321,6 +321,10 @@ void parse_sections(parsed_graph& pg, graph_reader& r) {
     parse_checkpoint(pg, n, r);
   if (root["sim"] || root["devices"])
     parse_sim(pg, child(root, "sim"), child(root, "devices"), r);
+  if (auto n = root["network"])
+    parse_network(pg, n, r);
+  if (auto n = root["skip"])
+    parse_skip(pg, n, r);
   if (auto n = root["plugins"])
     parse_plugins(pg, n, r);
   if (auto n = root["actors"])

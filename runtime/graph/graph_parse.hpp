@@ -100,6 +100,10 @@ std::string checkpoint_yaml(const checkpoint_spec& c);
 
 /// Reads the `sim:` and `devices:` sections (runtime/graph/graph_sim.cpp).
 void parse_sim(parsed_graph& pg, const YAML::Node& sim, const YAML::Node& devices, graph_reader& r);
+/// The `network:` section: locations, links, nodes (runtime/graph/graph_network.cpp).
+void parse_network(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
+/// The `skip:` section, checked against `pipeline:` and `network:` (parsed first).
+void parse_skip(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
 /// Checks `sim.device` and each device's `base` against the vocabulary's presets and `devices:`.
 void check_sim(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
 

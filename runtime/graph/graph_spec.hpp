@@ -165,6 +165,47 @@ struct sim_spec {
   std::vector<sim_device_spec> devices;      ///< the `devices:` section
 };
 
+/// A link between two locations: a message of n bytes takes latency + n / bandwidth.
+struct network_link {
+  double latency = -1;    ///< seconds, one way; negative = not described
+  double bandwidth = 0;   ///< bytes/s; 0 = unlimited
+};
+
+/// `network:`: where each network node is and the links between locations,
+/// inline (`locations:` + `links:`), from a CSV file (`csv:`) or a preset
+/// (`preset:`, runtime/graph/network_presets.hpp). It prices SkipPipe's plans
+/// (`troupe plan paths`) and, as `link(a, b)`, an emulated channel between nodes.
+struct network_section {
+  bool present = false;
+  std::string preset;                 ///< a preset's name, or empty
+  std::string csv;                    ///< as written
+  std::filesystem::path csv_path;     ///< `csv` resolved against the graph file's folder
+  std::vector<std::string> locations;
+  std::vector<std::vector<network_link>> links;  ///< [i][j] between locations i != j, symmetric
+  network_link within{1e-3, 2.0 * (1 << 30)};    ///< `within_location`: SkipPipe's same-cluster (1 ms, 2 GiB/s)
+  double overhead = 0;                ///< seconds added to every hop between nodes (SkipPipe's 0.35 s of copies)
+  std::vector<int> node_locations;    ///< network node -> location index
+  source_pos pos;
+  int nodes() const { return static_cast<int>(node_locations.size()); }
+  /// The link from node `a` to node `b` (within a location when they share one).
+  network_link link(int a, int b) const;
+};
+
+/// `skip:`: SkipPipe's partial and reordered paths (schedulers/skippipe_planner.hpp).
+struct skip_spec {
+  bool present = false;
+  int path_length = 0;     ///< L: stages each microbatch visits, stage 0 first (required)
+  int memory = 3;          ///< microbatches a node past stage 0 holds in one iteration
+  int max_per_stage = 0;   ///< microbatches a stage past 0 serves; 0 = memory × nodes of the smallest position
+  int swaps = 2;           ///< visits below the furthest stage reached (SkipPipe: 2)
+  int swap_distance = 1;   ///< how far below (SkipPipe: 1)
+  int max_jump = 4;        ///< how far past the furthest reached one hop goes (SkipPipe: 4)
+  std::string planner = "skippipe";  ///< skippipe, full or random
+  std::vector<std::vector<int>> placement;  ///< network nodes per stage position; empty = searched
+  std::uint64_t seed = 1;
+  source_pos pos;
+};
+
 /// A half-open range of transformer blocks `[begin, end)` held by a stage.
 struct layer_range {
   int begin = 0;
@@ -253,6 +294,8 @@ struct graph_spec {
   cluster_spec cluster;
   checkpoint_spec checkpoint;
   sim_spec sim;
+  network_section network;
+  skip_spec skip;
   std::vector<plugin_spec> plugins;
   std::vector<actor_spec> actors;    ///< expanded and explicit, explicit overriding by name
   std::vector<channel_spec> channels;

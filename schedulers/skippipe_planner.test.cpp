@@ -1,0 +1,190 @@
+// SkipPipe's planner: every plan keeps the path rules, node memory and stage
+// capacity; one agent alone costs the closed form, and A* finds the cheapest path.
+#include "schedulers/skippipe_planner.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <random>
+
+using namespace troupe::sched;
+
+namespace {
+
+/// `nodes` nodes on `locations` random locations, SkipPipe-like delays (0.1 to 3 s
+/// between locations, 10 ms within one) and forwards of 0.5 to 1 s.
+path_problem random_problem(int nodes, int stages, int locations, std::uint64_t seed) {
+  std::mt19937_64 rng{seed};
+  std::uniform_real_distribution<double> far{0.1, 3.0}, work{0.5, 1.0};
+  std::vector<std::vector<double>> between(locations, std::vector<double>(locations, 0.01));
+  for (int a = 0; a < locations; ++a)
+    for (int b = a + 1; b < locations; ++b)
+      between[a][b] = between[b][a] = far(rng);
+  path_problem pr;
+  pr.stages = stages;
+  pr.delay.assign(nodes, std::vector<double>(nodes, 0));
+  for (int a = 0; a < nodes; ++a) {
+    pr.forward.push_back(work(rng));
+    for (int b = 0; b < nodes; ++b)
+      pr.delay[a][b] = a == b ? 0 : between[a % locations][b % locations];
+  }
+  return pr;
+}
+
+/// Every path an agent may take: brute force over node sequences.
+void each_path(const path_problem& pr, const placement& p, const path_rules& rules, int start,
+               const std::function<void(const std::vector<int>&)>& f) {
+  std::vector<int> nodes{start};
+  std::function<void()> grow = [&] {
+    if (static_cast<int>(nodes.size()) == rules.path_length) {
+      if (!check_path(p, rules, nodes, start, pr.nodes()))
+        f(nodes);
+      return;
+    }
+    for (int v = 0; v < pr.nodes(); ++v) {
+      nodes.push_back(v);
+      grow();
+      nodes.pop_back();
+    }
+  };
+  grow();
+}
+
+void check_plan(const path_problem& pr, const placement& p, const path_rules& rules,
+                const std::vector<path_agent>& agents, const std::vector<planned_path>& paths) {
+  REQUIRE(paths.size() == agents.size());
+  for (const auto& path : paths) {
+    auto why = check_path(p, rules, path.nodes, agents[path.agent].start, pr.nodes());
+    CHECK_MESSAGE(!why, *why);
+  }
+  auto why = check_capacity(p, rules, paths, pr.nodes());
+  CHECK_MESSAGE(!why, *why);
+}
+
+} // namespace
+
+TEST_CASE("the path rules refuse repeats, wrong lengths, long jumps and swaps past their limits") {
+  placement p{{0}, {1}, {2}, {3}, {4}, {5}, {6}};
+  path_rules r;
+  r.path_length = 4;
+  CHECK(!check_path(p, r, {0, 1, 2, 3}, 0, 7));
+  CHECK(!check_path(p, r, {0, 2, 1, 3}, 0, 7));               // one swap of distance 1
+  CHECK(check_path(p, r, {0, 1, 1, 3}, 0, 7)->find("twice") != std::string::npos);
+  CHECK(check_path(p, r, {0, 1, 2}, 0, 7)->find("visits 3 stages") != std::string::npos);
+  CHECK(check_path(p, r, {1, 0, 2, 3}, 1, 7)->find("not stage 0") != std::string::npos);
+  CHECK(!check_path(p, r, {0, 4, 5, 6}, 0, 7));  // a hop 4 past the furthest reached
+  CHECK(check_path(p, r, {0, 5, 6, 4}, 0, 7)->find("jumps") != std::string::npos);
+  CHECK(check_path(p, r, {0, 3, 1, 2}, 0, 7)->find("swaps") != std::string::npos);  // distance 2
+  r.path_length = 6;
+  CHECK(!check_path(p, r, {0, 2, 1, 4, 3, 5}, 0, 7));
+  r.swaps = 1;
+  CHECK(check_path(p, r, {0, 2, 1, 4, 3, 5}, 0, 7)->find("swaps") != std::string::npos);
+}
+
+TEST_CASE("one agent alone costs exactly the closed form, on the cheapest path the rules allow") {
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    auto pr = random_problem(11, 6, 5, seed);
+    auto p = search_placement(pr, 0.1, seed, 2);
+    path_rules rules;
+    rules.path_length = 4;
+    std::vector<path_agent> one{{0, p[0][1], 0.25}};
+    auto plan = plan_skippipe(pr, p, rules, one, true);
+    REQUIRE(plan);
+    REQUIRE(plan->paths.size() == 1);
+    const auto& nodes = plan->paths[0].nodes;
+    double closed = alone_time(pr, one[0], nodes);
+    CHECK(plan->planned_s == doctest::Approx(closed).epsilon(1e-12));
+    // SkipPipe's factors written out: dt + 2.75·w0 + 2.5·Σ wi + 2·Σ e over the cycle.
+    double by_hand = 0.25 + 2.75 * pr.forward[nodes[0]];
+    for (std::size_t i = 1; i < nodes.size(); ++i)
+      by_hand += 2.5 * pr.forward[nodes[i]];
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+      by_hand += 2 * pr.delay[nodes[i]][nodes[(i + 1) % nodes.size()]];
+    CHECK(closed == doctest::Approx(by_hand).epsilon(1e-12));
+    double best = 1e300;
+    each_path(pr, p, rules, one[0].start, [&](const std::vector<int>& v) { best = std::min(best, alone_time(pr, one[0], v)); });
+    CHECK(plan->planned_s == doctest::Approx(best).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("every plan keeps the path rules, node memory and stage capacity") {
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    auto pr = random_problem(20, 6, 12, seed);
+    auto p = search_placement(pr, 0.1, seed, 4);
+    path_rules rules;
+    rules.path_length = 4;
+    rules.memory = 3;
+    rules.max_per_stage = 9;
+    auto agents = make_agents(pr, p, 3);  // 15 agents, 45 visits: every stage full
+    for (bool aware : {false, true}) {
+      CAPTURE(seed);
+      CAPTURE(aware);
+      auto plan = plan_skippipe(pr, p, rules, agents, aware, 600);
+      REQUIRE_MESSAGE(plan, plan.error().message);
+      check_plan(pr, p, rules, agents, plan->paths);
+      CHECK(plan->planned_s == simulate_iteration(pr, agents, plan->paths).time);
+    }
+    auto random = plan_random(pr, p, rules, agents, seed);
+    REQUIRE(random);
+    check_plan(pr, p, rules, agents, *random);
+  }
+}
+
+TEST_CASE("the collision-aware plan is never slower than the plan that ignores collisions") {
+  for (std::uint64_t seed = 11; seed <= 14; ++seed) {
+    auto pr = random_problem(14, 4, 6, seed);
+    auto p = search_placement(pr, 0.1, seed, 4);
+    path_rules rules;
+    rules.path_length = 3;
+    rules.memory = 3;
+    rules.max_per_stage = 9;
+    auto agents = make_agents(pr, p, 2);
+    auto blind = plan_skippipe(pr, p, rules, agents, false, 400);
+    auto aware = plan_skippipe(pr, p, rules, agents, true, 400);
+    REQUIRE(blind);
+    REQUIRE(aware);
+    CHECK(aware->planned_s <= blind->planned_s);
+  }
+}
+
+TEST_CASE("the iteration simulation runs one pass at a time per node") {
+  // Two agents on the same two nodes, released together: the second waits for the first.
+  path_problem pr;
+  pr.stages = 2;
+  pr.forward = {1, 2};
+  pr.delay = {{0, 0.5}, {0.5, 0}};
+  std::vector<path_agent> agents{{0, 0, 0}, {1, 0, 0}};
+  std::vector<planned_path> paths{{0, {0, 1}}, {1, {0, 1}}};
+  auto alone = simulate_iteration(pr, {agents[0]}, {paths[0]});
+  CHECK(alone.time == doctest::Approx(alone_time(pr, agents[0], paths[0].nodes)));
+  auto both = simulate_iteration(pr, agents, paths);
+  CHECK(both.time > alone.time);
+  CHECK(both.passes == std::vector<int>{6, 4});  // F, loss, B on node 0; F, B on node 1; twice
+  // Node 0: F0 [0,1], F1 [1,2]; node 1: F0 [1.5,3.5], F1 [3.5,5.5]; loss0 at 4 on node 0 ...
+  CHECK(both.time >= 2 * (1 + 2) + 0.5);
+}
+
+TEST_CASE("the placement search scores no worse than its ordered start or any of 200 random placements") {
+  auto pr = random_problem(20, 6, 12, 7);
+  auto found = search_placement(pr, 0.2, 7);
+  double score = placement_score(pr, found, 0.2);
+  auto sizes = stage_sizes(20, 6);
+  CHECK(sizes == std::vector<int>{5, 3, 3, 3, 3, 3});
+  std::mt19937_64 rng{99};
+  std::vector<int> order(20);
+  for (int trial = 0; trial <= 200; ++trial) {
+    std::iota(order.begin(), order.end(), 0);
+    if (trial > 0)
+      std::shuffle(order.begin(), order.end(), rng);
+    placement p(6);
+    std::size_t next = 0;
+    for (std::size_t s = 0; s < 6; ++s)
+      for (int k = 0; k < sizes[s]; ++k)
+        p[s].push_back(order[next++]);
+    CHECK(score <= placement_score(pr, p, 0.2) + 1e-12);
+  }
+  auto stage = stage_of(found, 20);
+  CHECK(std::count(stage.begin(), stage.end(), -1) == 0);
+}
