@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
+#include "actors/ring_member.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/actor/messages.hpp"
 #include "runtime/trace/trace.hpp"
@@ -19,61 +20,35 @@ namespace troupe {
 
 namespace {
 
-struct peer_settings {
-  std::string name;
-  int stage = 0;     ///< the stage it serves (actor index)
-  int next = 0;      ///< the next peer of the ring (actor index)
-  int members = 1;   ///< replicas in the ring
-  int rank = 0;      ///< its replica: its place in the ring
-};
-
-/// One bucket under way: its flat copy, and ring messages that came early.
-struct flight {
-  bucket_msg bucket;                    ///< empty tensors until the stage has sent it
-  tensor_handle flat;                   ///< the bucket's values, padded, reduced in place
-  sched::ring_plan plan;
-  int phase = 0;                        ///< the next phase to receive
-  std::map<int, tensor_handle> early;   ///< phase -> chunk that came before its turn
-  std::int64_t started_ns = 0;
-};
+using peer_settings = ring_settings;
 
 struct allreduce_peer_state {
   std::vector<caf::actor> actors;        ///< every actor of the graph, by index
   std::vector<std::uint16_t> actor_ids;
   caf::actor runner;
-  std::map<std::pair<step_t, int>, flight> flights;  ///< (step, bucket) -> its reduction
+  std::map<std::pair<step_t, int>, ring_flight> flights;  ///< (step, bucket) -> its reduction
   std::uint64_t bytes_sent = 0;
   std::uint16_t trace_id = 0;
   static inline const char* name = "allreduce_peer";
 };
 
 using peer_actor = caf::stateful_actor<allreduce_peer_state>;
+using flight_it = std::map<std::pair<step_t, int>, ring_flight>::iterator;
 
-void send_chunk(peer_actor* self, const peer_settings& cfg, step_t step, int bucket, flight& f, int phase) {
+void send_chunk(peer_actor* self, const peer_settings& cfg, flight_it it, int phase) {
   auto& st = self->state;
-  auto n = f.plan.chunk_elements();
-  auto c = f.plan.send_chunk(phase);
-  auto copy = tensor_handle::empty({n}); // the receiver may keep it while this peer writes its own buffer
-  std::memcpy(copy.raw(), f.flat.data<float>() + c * n, static_cast<std::size_t>(n) * sizeof(float));
-  span s;
-  s.actor = st.trace_id, s.kind = span_kind::send, s.step = static_cast<std::int32_t>(step), s.microbatch = bucket;
-  s.bytes = copy.nbytes();
-  s.begin_ns = s.end_ns = trace_now();
-  trace_recorder::global().record(s);
+  auto copy = it->second.chunk(phase);
+  record_ring_send(st.trace_id, it->first.first, it->first.second, copy.nbytes());
   st.bytes_sent += copy.nbytes();
   trace_recorder::global().message_sent(st.actor_ids.at(static_cast<std::size_t>(cfg.next)));
   self->send(st.actors.at(static_cast<std::size_t>(cfg.next)), ring_atom::value,
-             ring_msg{step, bucket, phase, std::move(copy)});
+             ring_msg{it->first.first, it->first.second, phase, std::move(copy)});
 }
 
 /// Writes the reduced values back into the stage's gradients and tells it.
-void finish(peer_actor* self, const peer_settings& cfg, std::map<std::pair<step_t, int>, flight>::iterator it) {
+void finish(peer_actor* self, const peer_settings& cfg, flight_it it) {
   auto& f = it->second;
-  const float* src = f.flat.data<float>();
-  for (auto& t : f.bucket.tensors) {
-    std::memcpy(t.raw(), src, t.nbytes());
-    src += t.numel();
-  }
+  f.write_back(f.bucket.tensors);
   span s;
   s.actor = self->state.trace_id, s.kind = span_kind::sync;
   s.step = static_cast<std::int32_t>(f.bucket.step), s.microbatch = f.bucket.bucket;
@@ -86,48 +61,25 @@ void finish(peer_actor* self, const peer_settings& cfg, std::map<std::pair<step_
 }
 
 /// Applies every ring message whose turn has come.
-void advance(peer_actor* self, const peer_settings& cfg, std::map<std::pair<step_t, int>, flight>::iterator it) {
+void advance(peer_actor* self, const peer_settings& cfg, flight_it it) {
   auto& f = it->second;
   if (!f.flat.defined())
     return; // the stage has not handed this bucket over yet
-  auto n = f.plan.chunk_elements();
-  for (auto e = f.early.find(f.phase); e != f.early.end(); e = f.early.find(f.phase)) {
-    if (e->second.numel() != n)
-      throw std::runtime_error(fmt::format("{}: ring chunk of {} values for bucket {} of step {}, expected {}",
-                                           cfg.name, e->second.numel(), it->first.second, it->first.first, n));
-    float* dst = f.flat.data<float>() + f.plan.recv_chunk(f.phase) * n;
-    const float* in = e->second.data<float>();
-    if (f.plan.adds(f.phase))
-      for (std::int64_t i = 0; i < n; ++i)
-        dst[i] += in[i];
-    else
-      std::memcpy(dst, in, static_cast<std::size_t>(n) * sizeof(float));
-    f.early.erase(e);
-    if (++f.phase == f.plan.phases()) {
+  while (f.apply_next(cfg.name, it->first.first, it->first.second)) {
+    if (f.phase == f.plan.phases()) {
       finish(self, cfg, it);
       return;
     }
-    send_chunk(self, cfg, it->first.first, it->first.second, f, f.phase);
+    send_chunk(self, cfg, it, f.phase);
   }
 }
 
 caf::behavior allreduce_peer(peer_actor* self, peer_settings cfg, caf::actor runner) {
   self->state.runner = std::move(runner);
   self->state.trace_id = trace_recorder::global().register_actor(cfg.name, "allreduce_peer");
-  auto guarded = [self, cfg](auto&& f) {
-    try {
-      f();
-    } catch (const std::exception& e) {
-      self->send(self->state.runner, failed_atom::value, failure_msg{cfg.name, e.what()});
-      self->quit();
-    }
-  };
   return {
     [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
-      for (const auto& p : m.directory) {
-        self->state.actors.push_back(p.handle);
-        self->state.actor_ids.push_back(trace_recorder::global().actor_id(p.name).value_or(0xffff));
-      }
+      store_directory(m, self->state.actors, self->state.actor_ids);
       return caf::ok_atom::value;
     },
     [=](start_atom) {
@@ -136,30 +88,16 @@ caf::behavior allreduce_peer(peer_actor* self, peer_settings cfg, caf::actor run
       self->send(self->state.runner, done_atom::value, std::move(s));
     },
     [=](bucket_atom, bucket_msg& m) {
-      guarded([&] {
-        auto key = std::make_pair(m.step, static_cast<int>(m.bucket));
-        auto it = self->state.flights.try_emplace(key).first;
-        auto& f = it->second;
-        f.started_ns = trace_now();
-        std::int64_t n = 0;
-        for (const auto& t : m.tensors)
-          n += t.numel();
-        f.plan = {cfg.members, cfg.rank, n};
-        f.flat = tensor_handle::empty({f.plan.padded()});
-        float* dst = f.flat.data<float>();
-        for (const auto& t : m.tensors) {
-          std::memcpy(dst, t.raw(), t.nbytes());
-          dst += t.numel();
-        }
-        std::fill(dst, f.flat.data<float>() + f.plan.padded(), 0.0f);
-        f.bucket = std::move(m);
-        send_chunk(self, cfg, key.first, key.second, f, 0);
+      guarded(self, cfg.name, [&] {
+        auto it = self->state.flights.try_emplace({m.step, static_cast<int>(m.bucket)}).first;
+        it->second.take(std::move(m), cfg.members, cfg.rank);
+        send_chunk(self, cfg, it, 0);
         advance(self, cfg, it);
       });
     },
     [=](ring_atom, ring_msg& m) {
       trace_recorder::global().message_received(self->state.trace_id);
-      guarded([&] {
+      guarded(self, cfg.name, [&] {
         auto it = self->state.flights.try_emplace({m.step, static_cast<int>(m.bucket)}).first;
         it->second.early[m.phase] = std::move(m.chunk);
         advance(self, cfg, it);

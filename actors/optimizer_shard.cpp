@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
+#include "actors/ring_member.hpp"
 #include "actors/zero_shard_state.hpp"
 #include "ops/grad_clip.hpp"
 #include "runtime/actor/errors.hpp"
@@ -24,26 +25,15 @@ namespace troupe {
 
 namespace {
 
-struct shard_settings {
-  std::string name;
-  int stage = 0;    ///< the stage it serves (actor index)
-  int next = 0;     ///< the next shard of the ring (actor index)
-  int members = 1;  ///< replicas in the ring
-  int rank = 0;     ///< its replica: its place in the ring
+struct shard_settings : ring_settings {
   std::int64_t steps = 0;       ///< train.steps: it reports done after the last one's gather
   zero_checkpointing ck;
 };
 
-/// One bucket of one step: its flat buffer while a ring phase needs it, and
-/// ring messages that came before their turn.
-struct flight {
-  bucket_msg bucket;                   ///< the stage's gradients and parameters (empty until it sends)
-  tensor_handle flat;                  ///< padded values being reduced or gathered; empty in between
-  tensor_handle kept;                  ///< the loss bucket: its reduced chunk, kept for the gather
-  sched::ring_plan plan;
-  int phase = 0;                       ///< the next phase to receive
-  bool gathering = false;              ///< the slice is updated: the all-gather may go on
-  std::map<int, tensor_handle> early;  ///< phase -> chunk that came before its turn
+/// One bucket of one step: its flat buffer only while a ring phase needs it.
+struct flight : ring_flight {
+  tensor_handle kept;       ///< the loss bucket: its reduced chunk, kept for the gather
+  bool gathering = false;   ///< the slice is updated: the all-gather may go on
 };
 
 struct optimizer_shard_state {
@@ -77,16 +67,8 @@ void report_done(shard_actor* self, const shard_settings& cfg) {
 
 void send_chunk(shard_actor* self, const shard_settings& cfg, flight_it it, int phase) {
   auto& st = self->state;
-  auto& f = it->second;
-  auto n = f.plan.chunk_elements();
-  auto copy = tensor_handle::empty({n});
-  std::memcpy(copy.raw(), f.flat.data<float>() + f.plan.send_chunk(phase) * n,
-              static_cast<std::size_t>(n) * sizeof(float));
-  span s;
-  s.actor = st.trace_id, s.kind = span_kind::send, s.step = static_cast<std::int32_t>(it->first.first);
-  s.microbatch = it->first.second, s.bytes = copy.nbytes();
-  s.begin_ns = s.end_ns = trace_now();
-  trace_recorder::global().record(s);
+  auto copy = it->second.chunk(phase);
+  record_ring_send(st.trace_id, it->first.first, it->first.second, copy.nbytes());
   st.bytes_sent += static_cast<std::int64_t>(copy.nbytes());
   trace_recorder::global().message_sent(st.actor_ids.at(static_cast<std::size_t>(cfg.next)));
   self->send(st.actors.at(static_cast<std::size_t>(cfg.next)), ring_atom::value,
@@ -115,12 +97,7 @@ void scattered(shard_actor* self, flight_it it) {
 void gathered(shard_actor* self, const shard_settings& cfg, flight_it it) {
   auto& st = self->state;
   auto& f = it->second;
-  const float* src = f.flat.data<float>();
-  auto& into = it->first.second == st.shard->loss_bucket() ? f.bucket.tensors : f.bucket.params;
-  for (auto& t : into) {
-    std::memcpy(t.raw(), src, t.nbytes());
-    src += t.numel();
-  }
+  f.write_back(it->first.second == st.shard->loss_bucket() ? f.bucket.tensors : f.bucket.params);
   auto step = it->first.first;
   st.flights.erase(it);
   if (++st.gathered < st.shard->buckets())
@@ -143,22 +120,9 @@ void advance(shard_actor* self, const shard_settings& cfg, flight_it it) {
       gathered(self, cfg, it);
       return;
     }
-    auto e = f.early.find(f.phase);
-    if (e == f.early.end())
+    if (!f.apply_next(cfg.name, it->first.first, it->first.second))
       return;
-    auto n = f.plan.chunk_elements();
-    if (e->second.numel() != n)
-      throw std::runtime_error(fmt::format("{}: ring chunk of {} values for bucket {} of step {}, expected {}",
-                                           cfg.name, e->second.numel(), it->first.second, it->first.first, n));
-    float* dst = f.flat.data<float>() + f.plan.recv_chunk(f.phase) * n;
-    const float* in = e->second.data<float>();
-    if (f.plan.adds(f.phase))
-      for (std::int64_t i = 0; i < n; ++i)
-        dst[i] += in[i];
-    else
-      std::memcpy(dst, in, static_cast<std::size_t>(n) * sizeof(float));
-    f.early.erase(e);
-    if (++f.phase < f.plan.phases() && f.phase != reduce_phases)
+    if (f.phase < f.plan.phases() && f.phase != reduce_phases)
       send_chunk(self, cfg, it, f.phase);
   }
   if (f.flat.defined() && !f.gathering && f.phase == reduce_phases)
@@ -194,45 +158,24 @@ caf::behavior optimizer_shard(shard_actor* self, shard_settings cfg, std::unique
   self->state.runner = std::move(runner);
   self->state.shard = std::move(shard);
   self->state.trace_id = trace_recorder::global().register_actor(cfg.name, "optimizer_shard");
-  auto guarded = [self, cfg](auto&& f) {
-    try {
-      f();
-    } catch (const std::exception& e) {
-      self->send(self->state.runner, failed_atom::value, failure_msg{cfg.name, e.what()});
-      self->quit();
-    }
-  };
   return {
     [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
-      for (const auto& p : m.directory) {
-        self->state.actors.push_back(p.handle);
-        self->state.actor_ids.push_back(trace_recorder::global().actor_id(p.name).value_or(0xffff));
-      }
+      store_directory(m, self->state.actors, self->state.actor_ids);
       if (auto err = cfg.ck.restore(*self->state.shard, cfg.name))
         return err;
       return caf::ok_atom::value;
     },
     [=](start_atom) {
+      record_held(cfg.name, self->state.shard->held());
       if (cfg.ck.resume_step >= cfg.steps)
         report_done(self, cfg);
     },
     [=](bucket_atom, bucket_msg& m) {
-      guarded([&] {
+      guarded(self, cfg.name, [&] {
         auto key = std::make_pair(m.step, static_cast<int>(m.bucket));
         auto it = self->state.flights.try_emplace(key).first;
         auto& f = it->second;
-        std::int64_t n = 0;
-        for (const auto& t : m.tensors)
-          n += t.numel();
-        f.plan = {cfg.members, cfg.rank, n};
-        f.flat = tensor_handle::empty({f.plan.padded()});
-        float* dst = f.flat.data<float>();
-        for (const auto& t : m.tensors) {
-          std::memcpy(dst, t.raw(), t.nbytes());
-          dst += t.numel();
-        }
-        std::fill(dst, f.flat.data<float>() + f.plan.padded(), 0.0f);
-        f.bucket = std::move(m);
+        f.take(std::move(m), cfg.members, cfg.rank);
         if (key.second != self->state.shard->loss_bucket())
           self->state.shard->bind_parameters(key.second, f.bucket.params);
         if (f.plan.members > 1)
@@ -242,14 +185,14 @@ caf::behavior optimizer_shard(shard_actor* self, shard_settings cfg, std::unique
     },
     [=](ring_atom, ring_msg& m) {
       trace_recorder::global().message_received(self->state.trace_id);
-      guarded([&] {
+      guarded(self, cfg.name, [&] {
         auto it = self->state.flights.try_emplace({m.step, static_cast<int>(m.bucket)}).first;
         it->second.early[m.phase] = std::move(m.chunk);
         advance(self, cfg, it);
       });
     },
     [=](shard_step_atom, step_t step, float lr, float clip) {
-      guarded([&] {
+      guarded(self, cfg.name, [&] {
         scoped_span s(self->state.trace_id, span_kind::optimizer, static_cast<std::int32_t>(step));
         update(self, cfg, step, lr, clip);
       });
@@ -298,8 +241,9 @@ caf::expected<caf::actor> spawn_optimizer_shard(spawn_context& ctx) {
   if (!ring)
     return ring.error();
   auto shard = std::make_unique<zero_shard>(g, *ring->stage, ring->rank, ring->stage_index);
-  shard_settings cfg{ctx.spec.name, ring->stage_index, ring->next_index, std::max(g.data_parallel.replicas, 1),
-                     ring->rank, g.train.steps,
+  shard_settings cfg{{ctx.spec.name, ring->stage_index, ring->next_index, std::max(g.data_parallel.replicas, 1),
+                      ring->rank},
+                     g.train.steps,
                      zero_checkpointing{g.checkpoint.dir_path, g.checkpoint.every, g.train.steps,
                                         g.checkpoint.resume_folder, g.checkpoint.resume_step,
                                         checkpoint_identity(g, ctx.spec)}};

@@ -242,6 +242,8 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
     },
     [=](start_atom) {
       self->state.started_ns = trace_now();
+      if (self->state.engine)
+        record_held(self->state.engine->config().name, self->state.engine->held());
       handle(self, [](stage_engine& e) { return e.start(), true; });
     },
     [=](plan_atom, const step_plan_msg& m) {

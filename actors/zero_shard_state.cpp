@@ -10,6 +10,7 @@
 #include "ops/grad_clip.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/trace/trace.hpp"
 
 namespace troupe {
 
@@ -33,6 +34,13 @@ bool holds_loss(const graph_spec& g, const actor_spec& stage) {
 }
 
 } // namespace
+
+void record_held(const std::string& actor, const held_bytes& h) {
+  auto& tr = trace_recorder::global();
+  tr.count("held:" + actor + ":params", static_cast<double>(h.params));
+  tr.count("held:" + actor + ":grads", static_cast<double>(h.grads));
+  tr.count("held:" + actor + ":optimizer", static_cast<double>(h.optimizer));
+}
 
 std::vector<std::vector<sched::shard_param>> zero_params(const graph_spec& g, const actor_spec& stage) {
   ops::gpt_config cfg;

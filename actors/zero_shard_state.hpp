@@ -26,6 +26,10 @@ struct held_bytes {
   std::int64_t params = 0, grads = 0, optimizer = 0;
 };
 
+/// Records what `actor` holds as trace counters `held:ACTOR:params|grads|optimizer`
+/// (the dashboard's /metrics reads them back, runtime/trace/trace_summary.hpp).
+void record_held(const std::string& actor, const held_bytes& h);
+
 /// The stage's parameters as ZeRO partitions them (one list per model chunk).
 std::vector<std::vector<sched::shard_param>> zero_params(const graph_spec& g, const actor_spec& stage);
 

@@ -55,7 +55,7 @@
 //  - `(reduced_atom, step_t, int32)`   all-reduce peer -> its stage: that bucket
 //                                       now holds the sum over the replicas
 //  - with `data_parallel.zero` the stage's ring member is an optimizer shard
-//    (actors/optimizer_shard.cpp): `(reduced_atom, step_t, int32, double)`
+//    (ZeRO, in actors/): `(reduced_atom, step_t, int32, double)`
 //    says the bucket is reduce-scattered, with the Σ g² of the shard's slice of
 //    it; `(shard_step_atom, step_t, float lr, float clip)` stage -> shard:
 //    update your slice; `(updated_atom, step_t)` shard -> stage: every bucket's

@@ -379,5 +379,20 @@ TEST_CASE("bad data_parallel values are reported at their keys, all at once") {
   auto e = errors(r);
   CHECK(e.find("g.yaml:5:27: data_parallel.replicas") != std::string::npos);
   CHECK(e.find("data_parallel.bucket: expected a size") != std::string::npos);
-  CHECK(e.find("data_parallel.zero: ZeRO stage 1 is not built yet") != std::string::npos);
+  CHECK(e.find("data_parallel.zero: ZeRO stage 1 shards the optimizer state over the replicas: it needs "
+               "data_parallel.replicas of 2 or more") != std::string::npos);
+  auto three = errors(load(two_stage_with("data_parallel: {replicas: 2, zero: 3}\n")));
+  CHECK(three.find("g.yaml:5:36: data_parallel.zero: must be at most 2, got 3") != std::string::npos);
+}
+
+TEST_CASE("data_parallel.zero puts an optimizer_shard ring beside the stages instead of all-reduce peers") {
+  auto r = load(two_stage_with("data_parallel: {replicas: 2, zero: 2}\n"));
+  REQUIRE(r.ok());
+  const auto& g = *r.graph;
+  for (const auto* name : {"r0s0_os", "r0s1_os", "r1s0_os", "r1s1_os"}) {
+    const auto* a = g.find_actor(name);
+    REQUIRE_MESSAGE(a, name);
+    CHECK(a->type == "optimizer_shard");
+  }
+  CHECK_FALSE(g.find_actor("r0s0_ar"));
 }

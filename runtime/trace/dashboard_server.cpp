@@ -405,6 +405,19 @@ std::string prometheus_metrics(const trace_summary& s) {
   for (const auto& a : s.actors)
     out += fmt::format("troupe_actor_mailbox_depth{{actor=\"{}\",type=\"{}\",node=\"{}\"}} {}\n",
                        label(a.actor.name), label(a.actor.type), a.actor.node, a.mailbox);
+  out += "# HELP troupe_actor_bytes_sent Tensor bytes an actor sent over the summarised window.\n"
+         "# TYPE troupe_actor_bytes_sent gauge\n";
+  for (const auto& a : s.actors)
+    out += fmt::format("troupe_actor_bytes_sent{{actor=\"{}\",type=\"{}\",node=\"{}\"}} {}\n", label(a.actor.name),
+                       label(a.actor.type), a.actor.node, a.bytes_sent);
+  out += "# HELP troupe_actor_memory_bytes Bytes of parameters, gradients and optimizer state an actor holds.\n"
+         "# TYPE troupe_actor_memory_bytes gauge\n";
+  for (const auto& a : s.actors)
+    if (a.params_bytes >= 0)
+      for (auto [kind, v] : {std::pair{"params", a.params_bytes}, std::pair{"grads", a.grads_bytes},
+                             std::pair{"optimizer", a.optimizer_bytes}})
+        out += fmt::format("troupe_actor_memory_bytes{{actor=\"{}\",type=\"{}\",node=\"{}\",kind=\"{}\"}} {}\n",
+                           label(a.actor.name), label(a.actor.type), a.actor.node, kind, v);
   out += fmt::format("# HELP troupe_trace_spans Spans the dashboard holds.\n# TYPE troupe_trace_spans gauge\n"
                      "troupe_trace_spans {}\n",
                      s.span_count);

@@ -141,6 +141,8 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns, std::int6
       a.mailbox_max = std::max(a.mailbox_max, s.mailbox);
     if (is_busy(s))
       busy[s.actor].push_back({std::max(s.begin_ns, out.begin_ns), std::min(s.end_ns, out.end_ns)});
+    if (s.kind == span_kind::send)
+      a.bytes_sent += s.bytes;
   }
   double stage_busy = 0;
   int stages = 0;
@@ -185,6 +187,14 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns, std::int6
       out.val_loss = c.value, out.val_step = c.step;
     else if (c.name == "tokens_per_s")
       out.tokens_per_s = c.value;
+    else if (c.name.starts_with("held:")) // held:ACTOR:KIND, what an actor holds (record_held)
+      for (auto& a : out.actors)
+        if (auto rest = std::string_view{c.name}.substr(5);
+            rest.starts_with(a.actor.name) && rest.size() > a.actor.name.size() && rest[a.actor.name.size()] == ':') {
+          auto kind = rest.substr(a.actor.name.size() + 1);
+          auto v = static_cast<std::int64_t>(c.value);
+          (kind == "params" ? a.params_bytes : kind == "grads" ? a.grads_bytes : a.optimizer_bytes) = v;
+        }
   }
   return out;
 }

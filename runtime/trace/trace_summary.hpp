@@ -23,6 +23,10 @@ struct actor_summary {
   std::size_t spans = 0;         ///< spans that touch the window
   std::uint32_t mailbox = 0;     ///< latest recorded depth, or messages sent to it and not yet received
   std::uint32_t mailbox_max = 0; ///< deepest recorded in the window: data messages waiting as one was taken, it included
+  std::uint64_t bytes_sent = 0;  ///< bytes of its send spans inside the window
+  /// Bytes of model state it holds, from its `held:ACTOR:KIND` counters
+  /// (record_held); -1 for an actor that recorded none.
+  std::int64_t params_bytes = -1, grads_bytes = -1, optimizer_bytes = -1;
 };
 
 /// A channel seen in the trace: flows sent by `from` and received by `to`.

@@ -3,7 +3,7 @@
 // here; 4 in data_parallel.slow.test.cpp) under global-norm clipping; each
 // shard holds 1/R of its position's AdamW state (and in stage 2 of its
 // gradient) as the run reports and `troupe check` predicts; a shard sends
-// 2(R-1)/R of its stage's gradient bytes a step; a resumed ZeRO-2 run
+// 2(R-1)/R of its stage's gradient bytes a step (and /metrics shows both); a resumed ZeRO-2 run
 // continues the uninterrupted curve.
 #include <cmath>
 #include <fstream>
@@ -16,6 +16,10 @@
 #include "actors/zero_shard_state.hpp"
 #include "deploy/cli/model_size.hpp"
 #include "ops/gpt.hpp"
+#include "runtime/trace/dashboard_server.hpp"
+#include "runtime/trace/trace.hpp"
+#include "runtime/trace/trace_export.hpp"
+#include "runtime/trace/trace_summary.hpp"
 #include "tests/integration/data_parallel_graph.hpp"
 
 using namespace troupe;
@@ -92,7 +96,13 @@ data_parallel: {{replicas: {}, zero: {}}}
       opts.vocabulary = troupe_vocabulary;
       auto g = load_graph_text(text, "tiny.yaml", opts);
       REQUIRE(g.ok());
+      auto& tr = trace_recorder::global(); // traced, for what /metrics shows
+      tr.reset();
+      tr.enable(1 << 18);
       auto r = run_in_process(text);
+      tr.disable();
+      auto metrics = prometheus_metrics(summarize(snapshot_trace()));
+      tr.reset();
       // `troupe check` prints the same prediction, from the graph alone.
       auto file = fs::temp_directory_path() / ("troupe_zero_check_" + std::to_string(::getpid()) + ".yaml");
       std::ofstream{file} << text;
@@ -126,6 +136,13 @@ data_parallel: {{replicas: {}, zero: {}}}
           continue;
         }
         const auto& shard = summary_of(r, a.name + "_os");
+        for (const auto& [kind, v] : {std::pair{"params", shard.params_bytes}, std::pair{"grads", shard.grads_bytes},
+                                      std::pair{"optimizer", shard.optimizer_bytes}})
+          CHECK(metrics.find(fmt::format("troupe_actor_memory_bytes{{actor=\"{}_os\",type=\"optimizer_shard\",node=\"0\","
+                                         "kind=\"{}\"}} {}\n",
+                                         a.name, kind, v)) != std::string::npos);
+        CHECK(metrics.find(fmt::format("troupe_actor_bytes_sent{{actor=\"{}_os\",type=\"optimizer_shard\",node=\"0\"}} {}\n",
+                                       a.name, shard.bytes_sent)) != std::string::npos);
         CHECK(shard.params_bytes == predicted.shard.params);
         CHECK(shard.grads_bytes == predicted.shard.grads);
         CHECK(shard.optimizer_bytes == predicted.shard.optimizer);

@@ -1,0 +1,80 @@
+// The ring members' shared bucket handling (actors/ring_member.hpp).
+#include "actors/ring_member.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "runtime/trace/trace.hpp"
+
+namespace troupe {
+
+void ring_flight::take(bucket_msg m, int members, int rank) {
+  started_ns = trace_now();
+  std::int64_t n = 0;
+  for (const auto& t : m.tensors)
+    n += t.numel();
+  plan = {members, rank, n};
+  flat = tensor_handle::empty({plan.padded()});
+  float* dst = flat.data<float>();
+  for (const auto& t : m.tensors) {
+    std::memcpy(dst, t.raw(), t.nbytes());
+    dst += t.numel();
+  }
+  std::fill(dst, flat.data<float>() + plan.padded(), 0.0f);
+  bucket = std::move(m);
+}
+
+void ring_flight::write_back(const std::vector<tensor_handle>& into) const {
+  const float* src = flat.data<float>();
+  for (const auto& t : into) {
+    std::memcpy(t.raw(), src, t.nbytes());
+    src += t.numel();
+  }
+}
+
+tensor_handle ring_flight::chunk(int phase) const {
+  auto n = plan.chunk_elements();
+  auto copy = tensor_handle::empty({n});
+  std::memcpy(copy.raw(), flat.data<float>() + plan.send_chunk(phase) * n, static_cast<std::size_t>(n) * sizeof(float));
+  return copy;
+}
+
+bool ring_flight::apply_next(const std::string& who, step_t step, int b) {
+  auto e = early.find(phase);
+  if (e == early.end())
+    return false;
+  auto n = plan.chunk_elements();
+  if (e->second.numel() != n)
+    throw std::runtime_error(
+      fmt::format("{}: ring chunk of {} values for bucket {} of step {}, expected {}", who, e->second.numel(), b, step, n));
+  float* dst = flat.data<float>() + plan.recv_chunk(phase) * n;
+  const float* in = e->second.data<float>();
+  if (plan.adds(phase))
+    for (std::int64_t i = 0; i < n; ++i)
+      dst[i] += in[i];
+  else
+    std::memcpy(dst, in, static_cast<std::size_t>(n) * sizeof(float));
+  early.erase(e);
+  ++phase;
+  return true;
+}
+
+void store_directory(const connect_msg& m, std::vector<caf::actor>& actors, std::vector<std::uint16_t>& ids) {
+  for (const auto& p : m.directory) {
+    actors.push_back(p.handle);
+    ids.push_back(trace_recorder::global().actor_id(p.name).value_or(0xffff));
+  }
+}
+
+void record_ring_send(std::uint16_t actor, step_t step, int bucket, std::uint64_t bytes) {
+  span s;
+  s.actor = actor, s.kind = span_kind::send, s.step = static_cast<std::int32_t>(step), s.microbatch = bucket;
+  s.bytes = bytes;
+  s.begin_ns = s.end_ns = trace_now();
+  trace_recorder::global().record(s);
+}
+
+} // namespace troupe
