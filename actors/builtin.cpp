@@ -11,6 +11,8 @@ void register_builtin_actors() {
                         "a contiguous range of GPT layers with its optimizer shard and schedule policy");
     register_actor_type("allreduce_peer", {spawn_allreduce_peer, allreduce_peer_info()},
                         "sums one stage's gradient buckets over its replicas in a ring, during the backward");
+    register_actor_type("outer_sync", {spawn_outer_sync, outer_sync_info()},
+                        "exchanges one stage's fragments with its replicas every H steps (DiLoCo, Streaming DiLoCo)");
     register_section_expander(
         "pipeline", {expand_pipeline, true},
         "a data_loader, pipeline_stage actors and their chain (also the default graph)");

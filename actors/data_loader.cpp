@@ -29,6 +29,7 @@ struct loader_settings {
   int batch = 1;
   int microbatches = 1;
   int replicas = 1;  ///< data-parallel replicas: a step hands out replicas × microbatches
+  bool independent_replicas = false;  ///< local-update training: each replica's step is its own (#13)
   std::int64_t steps = 0;
   std::int64_t eval_every = 0;
   int eval_batches = 8;
@@ -210,6 +211,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
         rc.stage_actors.push_back(s.actor);
       rc.microbatches = cfg.microbatches, rc.steps = cfg.steps, rc.first_step = cfg.resume_step;
       rc.replicas = cfg.replicas;
+      rc.independent_replicas = cfg.independent_replicas;
       rc.tokens_per_microbatch = static_cast<std::int64_t>(cfg.batch) * cfg.context;
       self->state.router.emplace(std::move(rc), std::move(*policy));
       return caf::ok_atom::value;
@@ -338,6 +340,7 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.batch = g.data.batch;
   cfg.microbatches = g.pipeline.microbatches;
   cfg.replicas = std::max(g.data_parallel.replicas, 1);
+  cfg.independent_replicas = g.local_update.present;
   cfg.steps = g.train.steps;
   cfg.eval_every = g.train.eval_every;
   cfg.eval_batches = g.train.eval_batches;

@@ -77,7 +77,9 @@ void expand_pipeline(section_expansion& e) {
     if (p.virtual_stages > 1 && p.stages > 1)
       edge(last, stage(r, 0)); // interleaved chunks wrap around
   }
-  if (replicas > 1)
+  if (g.local_update.present)
+    expand_outer_sync(e, replicas, stage);  // local-update training replaces the every-step all-reduce
+  else if (replicas > 1)
     expand_allreduce_ring(e, replicas, stage);
   for (const auto& path : p.paths) // routes that skip or reorder stages need their own channels
     for (std::size_t i = 0; i + 1 < path.size(); ++i) {

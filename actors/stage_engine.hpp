@@ -18,10 +18,13 @@
 #include "ops/lr_schedule.hpp"
 #include "ops/optimizer.hpp"
 #include "runtime/actor/messages.hpp"
+#include "runtime/actor/outer_messages.hpp"
+#include "runtime/graph/local_update_spec.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 #include "schedulers/router.hpp"
 #include "schedulers/stage_core.hpp"
 #include "schedulers/stage_policy.hpp"
+#include "schedulers/streaming_diloco.hpp"
 
 namespace troupe {
 
@@ -63,6 +66,10 @@ struct stage_config {
   int sync_peer = -1;                ///< this stage's all-reduce peer (actor index); -1: one replica, no sync
   std::int64_t bucket_bytes = 4 << 20;  ///< gradient bytes per bucket
   bool overlap = true;               ///< buckets go during the last backward pass (else once the step's work is done)
+  // Local-update training (#13): no every-step sync; this stage's outer_sync
+  // actor exchanges its fragments on the schedule of `local_update`.
+  int outer_sync = -1;               ///< the outer_sync actor (actor index); -1: none
+  local_update_spec local_update;
 };
 
 /// Where the engine's results go (actor indices of the graph); the actor sends them as messages.
@@ -74,6 +81,7 @@ struct stage_outbox {
   std::function<void(int reducer, step_t step, double sq_norm)> norm;   ///< this stage's Σ g² to the step's reducer
   std::function<void(int actor, step_t step, double total_sq)> clip;    ///< reducer -> participant: the global Σ g²
   std::function<void(int peer, const bucket_msg&)> bucket;              ///< a complete gradient bucket to the all-reduce peer
+  std::function<void(int sync, const outer_local_msg&)> outer;          ///< fragment values to the outer_sync actor
   /// Called when the step's gradients are complete, before clipping and the
   /// optimizer (the place for a data-parallel all-reduce), with the CPU chunks
   /// (empty on a device stage: models() has every stage's); may be empty.
@@ -132,6 +140,8 @@ public:
   void on_clip(step_t step, double total_sq);
   /// The all-reduce peer summed bucket `bucket` of `step` over the replicas.
   void on_reduced(step_t step, int bucket);
+  /// Local update: a fragment's values after its exchange; loads them and goes on.
+  void on_outer_result(const outer_result_msg& m);
   /// The gradient buckets (null without data parallelism).
   const grad_buckets* buckets() const noexcept { return buckets_.get(); }
 
@@ -197,6 +207,13 @@ private:
   std::vector<int> weight_passes_;    ///< this step's weight-gradient passes per chunk
   step_t passes_step_ = -1;
   bool begin_weight_pass(const sched::stage_task& t);
+  // Local-update training (cfg_.outer_sync >= 0; actors/stage_outer.cpp).
+  void outer_setup();
+  bool outer_exchange(step_t steps_done);
+  std::vector<std::vector<float>> fragment_values(int f) const;
+  std::optional<sched::fragment_schedule> outer_schedule_;
+  std::vector<std::vector<tensor_handle>> fragments_;  ///< per fragment: its parameters, in order
+  int outer_waiting_ = 0;                               ///< performs sent, results not yet back
 };
 
 /// What a stage's checkpoint part must hold, known from its header alone:

@@ -21,6 +21,9 @@ struct router_config {
   std::int64_t first_step = 0;       ///< where a resumed run starts
   std::int64_t tokens_per_microbatch = 1;
   int replicas = 1;                  ///< data-parallel replicas: a step emits replicas × microbatches
+  /// Local-update training (#13): each replica's stages get a plan of their own
+  /// replica's hops and tokens, and reduce their gradient norm among themselves.
+  bool independent_replicas = false;
 };
 
 /// One microbatch to make and send: tokens to route.front(), targets to route.back().
@@ -59,6 +62,8 @@ public:
 
 private:
   void plan_step();
+  /// The plans of every replica of an independent-replicas step (router_config::independent_replicas).
+  void plan_replicas(emission& e) const;
   /// Microbatches a step emits, over all replicas.
   int per_step() const { return cfg_.microbatches * (cfg_.replicas > 1 ? cfg_.replicas : 1); }
 
