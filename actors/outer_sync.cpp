@@ -4,6 +4,7 @@
 // sends the quantized pseudo-gradient to the outer_sync of every other replica
 // at its position; when all have arrived and the stage performs, it applies the
 // f32 mean and hands the stage its new values. No global loop, no ring every step.
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -237,6 +238,22 @@ actor_type_info outer_sync_info() {
                      fmt::format("outer_sync '{}' needs 'stage: NAME', a pipeline stage it serves", a.name)});
     if (!g.local_update.present)
       out.push_back({a.pos, a.name, fmt::format("outer_sync '{}' needs a local_update: section", a.name)});
+    const auto& algo = g.local_update.algorithm;
+    auto first = std::find_if(g.actors.begin(), g.actors.end(), [](const actor_spec& x) { return x.type == "outer_sync"; });
+    if (!g.local_update.present || &a != &*first)
+      return;  // what follows is said once
+    if (algo != "diloco" && algo != "streaming_diloco")
+      out.push_back({g.where("local_update.algorithm"), "local_update.algorithm",
+                     fmt::format("algorithm '{}' does not train yet (training runs diloco and streaming_diloco)",
+                                 algo)});
+    if (g.cluster.present && g.cluster.nodes > 1)
+      out.push_back({g.where("cluster.nodes"), "cluster.nodes",
+                     fmt::format("local_update trains in one process so far (its exchange has no wire codec yet), "
+                                 "not across {} nodes",
+                                 g.cluster.nodes)});
+    if (g.pipeline.device != "cpu")
+      out.push_back({g.where("pipeline.device"), "pipeline.device",
+                     fmt::format("local_update trains CPU stages so far, not '{}'", g.pipeline.device)});
   };
   return info;
 }
