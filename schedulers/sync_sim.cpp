@@ -14,6 +14,14 @@ namespace troupe::sched {
 
 namespace {
 
+sync_sim_result empty_result(std::size_t replicas) {
+  sync_sim_result out;
+  out.history.resize(replicas);
+  out.global.resize(replicas);
+  out.bytes_sent.assign(replicas, 0);
+  return out;
+}
+
 /// NoLoCo on the toy model: fast and slow weights per replica, and every H steps
 /// an outer step within each group of the step's partition (schedulers/noloco.hpp).
 sync_sim_result run_noloco(const sync_sim_config& c) {
@@ -21,10 +29,7 @@ sync_sim_result run_noloco(const sync_sim_config& c) {
   auto r_count = static_cast<std::size_t>(c.replicas);
   std::vector<std::vector<float>> fast(r_count, std::vector<float>(n, c.start)), slow = fast,
     momentum(r_count, std::vector<float>(n, 0.0f));
-  sync_sim_result out;
-  out.history.resize(r_count);
-  out.global.resize(r_count);
-  out.bytes_sent.assign(r_count, 0);
+  auto out = empty_result(r_count);
   auto record_slow = [&](int step) {
     for (std::size_t r = 0; r < r_count; ++r)
       out.global[r][step] = {slow[r].front()};
@@ -83,10 +88,7 @@ sync_sim_result run_sync_sim(const sync_sim_config& c) {
   std::vector<streaming_diloco> policy;
   for (std::size_t r = 0; r < r_count; ++r)
     policy.emplace_back(c.spec, weights[r]);
-  sync_sim_result out;
-  out.history.resize(r_count);
-  out.global.resize(r_count);
-  out.bytes_sent.assign(r_count, 0);
+  auto out = empty_result(r_count);
   auto record_global = [&](int step) {
     for (std::size_t r = 0; r < r_count; ++r)
       for (int f = 0; f < p; ++f)

@@ -2,12 +2,12 @@
 // actor, quantized pseudo-gradients between the sync actors of one position,
 // and the new values back. Registered in runtime/actor/actor_system.cpp.
 //
-//  - `(outer_atom, outer_local_msg)`       stage -> its outer_sync actor: the start
+//  - `(outer_atom, outer_local_msg)`       stage -> its sync actor actor: the start
 //                                          values (once), a fragment to prepare
 //                                          or to perform the exchange with
-//  - `(outer_part_atom, outer_part_msg)`   outer_sync -> the outer_sync of every
+//  - `(outer_part_atom, outer_part_msg)`   sync actor -> the sync actor of every
 //                                          other replica at its position
-//  - `(outer_done_atom, outer_result_msg)` outer_sync -> its stage: the fragment's
+//  - `(outer_done_atom, outer_result_msg)` sync actor -> its stage: the fragment's
 //                                          new local values; the stage goes on
 #pragma once
 
