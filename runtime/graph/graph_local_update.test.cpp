@@ -110,3 +110,19 @@ TEST_CASE("a key of another algorithm is reported at its position") {
   CHECK(to_string(r.errors).find("g.yaml:5:44: local_update.density: 'density' is a setting of sparseloco") !=
         std::string::npos);
 }
+
+TEST_CASE("local_update refuses what it cannot train yet: several processes, at the cluster's key") {
+  load_options o;
+  o.check_corpus = false;
+  auto r = load_graph_text(R"(model: {layers: 2, d_model: 32, heads: 2, context: 16}
+data: {batch: 2}
+train: {steps: 10}
+data_parallel: {replicas: 2}
+local_update: {algorithm: diloco, sync_every: 4}
+cluster: {nodes: 2}
+)",
+                           "g.yaml", o);
+  CHECK_FALSE(r.ok());
+  CHECK(to_string(r.errors).find("g.yaml:6:18: cluster.nodes: local_update trains in one process so far") !=
+        std::string::npos);
+}
