@@ -251,6 +251,10 @@ actor_type_info outer_sync_info() {
                      fmt::format("local_update trains in one process so far (its exchange has no wire codec yet), "
                                  "not across {} nodes",
                                  g.cluster.nodes)});
+    if (g.checkpoint.present)
+      out.push_back({g.where("checkpoint"), "checkpoint",
+                     "local_update keeps its saved global and outer momentum outside the checkpoints so far: a "
+                     "resumed run would lose them"});
     if (g.pipeline.device != "cpu")
       out.push_back({g.where("pipeline.device"), "pipeline.device",
                      fmt::format("local_update trains CPU stages so far, not '{}'", g.pipeline.device)});
