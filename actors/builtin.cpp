@@ -14,6 +14,8 @@ void register_builtin_actors() {
     register_actor_type("optimizer_shard", {spawn_optimizer_shard, optimizer_shard_info()},
                         "ZeRO: reduce-scatters a stage's gradients, updates its slice's AdamW state, all-gathers "
                         "the parameters");
+    register_actor_type("outer_sync", {spawn_outer_sync, outer_sync_info()},
+                        "exchanges one stage's fragments with its replicas every H steps (DiLoCo, Streaming DiLoCo)");
     register_section_expander(
         "pipeline", {expand_pipeline, true},
         "a data_loader, pipeline_stage actors and their chain (also the default graph)");

@@ -15,12 +15,14 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx);
 caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx);
 caf::expected<caf::actor> spawn_allreduce_peer(spawn_context& ctx);
 caf::expected<caf::actor> spawn_optimizer_shard(spawn_context& ctx);
+caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx);
 
 /// What the loader knows of each type: its keys and its role (actor_role).
 actor_type_info data_loader_info();
 actor_type_info pipeline_stage_info();
 actor_type_info allreduce_peer_info();
 actor_type_info optimizer_shard_info();
+actor_type_info outer_sync_info();
 
 /// The checks of pipeline_stage entries before anything runs
 /// (actors/pipeline_stage_check.cpp): a `table` schedule runs to completion on
@@ -45,6 +47,14 @@ void expand_zero_shards(section_expansion& e, int replicas, const std::function<
 /// A ring of `type` actors `NAME` + `suffix` beside every stage, as expand_allreduce_ring describes.
 void expand_ring(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage,
                  const std::string& type, const std::string& suffix);
+
+/// With `local_update:`, the `pipeline:` shorthand's sync actors instead of the
+/// all-reduce rings (#13): an outer_sync `NAME_sync` beside every stage `NAME`,
+/// channels both ways between the two, and from each to the outer_sync of every
+/// other replica at the same position (actors/outer_sync.cpp).
+void expand_outer_sync(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage);
+/// The outer_sync actor that serves the stage `stage` (its index in g.actors), or -1.
+int outer_sync_of(const graph_spec& g, const std::string& stage);
 
 /// Registers data_loader, pipeline_stage and the `pipeline:` expander (idempotent).
 void register_builtin_actors();

@@ -33,6 +33,7 @@ struct loader_settings {
   /// data_parallel.route least_loaded: stages pick the next hop as they go, so
   /// the targets go with the tokens and stages after the first learn their hops from their senders.
   bool least_loaded = false;
+  bool independent_replicas = false;  ///< local-update training: each replica's step is its own (#13)
   std::int64_t steps = 0;
   std::int64_t eval_every = 0;
   int eval_batches = 8;
@@ -223,6 +224,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
           if (s.chunks.front().first != 0)
             rc.hops_from_messages.push_back(s.actor);
       }
+      rc.independent_replicas = cfg.independent_replicas;
       rc.tokens_per_microbatch = static_cast<std::int64_t>(cfg.batch) * cfg.context;
       self->state.router.emplace(std::move(rc), std::move(*policy));
       return caf::ok_atom::value;
@@ -356,6 +358,7 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.microbatches = g.pipeline.microbatches;
   cfg.replicas = std::max(g.data_parallel.replicas, 1);
   cfg.least_loaded = cfg.replicas > 1 && g.data_parallel.route == "least_loaded";
+  cfg.independent_replicas = g.local_update.present;
   cfg.steps = g.train.steps;
   cfg.eval_every = g.train.eval_every;
   cfg.eval_batches = g.train.eval_batches;

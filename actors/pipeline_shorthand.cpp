@@ -77,7 +77,9 @@ void expand_pipeline(section_expansion& e) {
     if (p.virtual_stages > 1 && p.stages > 1)
       edge(last, stage(r, 0)); // interleaved chunks wrap around
   }
-  if (replicas > 1 && e.graph.data_parallel.zero > 0)
+  if (g.local_update.present)
+    expand_outer_sync(e, replicas, stage);  // local-update training replaces the every-step all-reduce
+  else if (replicas > 1 && e.graph.data_parallel.zero > 0)
     expand_zero_shards(e, replicas, stage);
   else if (replicas > 1)
     expand_allreduce_ring(e, replicas, stage);

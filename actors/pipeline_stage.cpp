@@ -221,6 +221,7 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
     self->send(to(actor), hops_atom::value, step, static_cast<std::int32_t>(self->state.engine->config().actor),
                static_cast<std::int32_t>(count));
   };
+  out.outer = [self, to](int sync, const outer_local_msg& m) { self->send(to(sync), outer_atom::value, m); };
   if (!ck.dir.empty())
     out.checkpoint = [self, ck](step_t steps) { write_checkpoint(self, ck, steps); };
   try {
@@ -303,6 +304,10 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
       trace_recorder::global().message_received(id);
       handle(self, [&](stage_engine& e) { return e.on_shard_updated(step), true; });
     },
+    [=](outer_done_atom, const outer_result_msg& m) {
+      trace_recorder::global().message_received(id);
+      handle(self, [&](stage_engine& e) { return e.on_outer_result(m), true; });
+    },
     [=](continue_atom) {
       self->state.kick_pending = false;
       handle(self, [self](stage_engine& e) {
@@ -351,6 +356,8 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     return -1;
   };
   c.actor = index_of(spec.name);
+  c.outer_sync = outer_sync_of(g, spec.name);  // local-update training (#13)
+  c.local_update = g.local_update;
   for (std::size_t i = 0; i < g.actors.size(); ++i)
     if (g.actors[i].type == "data_loader")
       c.router = static_cast<int>(i);
@@ -364,7 +371,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   for (const auto& r : spec.layers)
     first |= r.begin == 0;
   for (const auto& ch : g.channels)
-    if (ch.to == spec.name && index_of(ch.from) != c.sync_peer) { // the peer's answers take no buffers
+    if (ch.to == spec.name && index_of(ch.from) != c.sync_peer && index_of(ch.from) != c.outer_sync) { // the peers' answers take no buffers
       int from = index_of(ch.from);
       bool targets_only = from == c.router && c.loss && !first;
       c.input_credits[from] = ch.credits > 0 ? ch.credits : targets_only ? sched::default_target_credits(c.ranks) : 0;

@@ -122,6 +122,8 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
     h.sync = [this](std::int64_t step) { return buckets_->flush(step); };
   }
   h.update = [this](std::int64_t step, double total_sq) { update(step, total_sq); };
+  if (cfg_.outer_sync >= 0)
+    h.exchange = [this](std::int64_t steps_done) { return outer_exchange(steps_done); };
   h.updated = [this](std::int64_t steps_done) {
     if (checkpoint_due(steps_done, cfg_.checkpoint_every, cfg_.steps) && out_.checkpoint) {
       if (awaiting_params_)
@@ -139,6 +141,8 @@ stage_engine::tensors& stage_engine::slot(int chunk, int mb) {
 }
 
 void stage_engine::start() {
+  if (cfg_.outer_sync >= 0)
+    outer_setup();
   core_->start();
 }
 
@@ -418,7 +422,8 @@ double stage_engine::gradients_complete(step_t step) {
   if (cfg_.zero > 0) // every replica's shard holds a different slice: each counts its own
     return cfg_.grad_clip > 0 ? std::exchange(slice_sq_, 0.0) : (slice_sq_ = 0.0);
   double own_sq = 0;
-  if (cfg_.grad_clip > 0 && cfg_.replica == 0) // replicas hold the same summed gradients: replica 0 counts them
+  // Replicas hold the same summed gradients: replica 0 counts them; local-update replicas each their own.
+  if (cfg_.grad_clip > 0 && (cfg_.replica == 0 || cfg_.outer_sync >= 0))
     for (auto& m : models_)
       own_sq += m->grad_sq_norm();
   return own_sq;

@@ -19,10 +19,13 @@
 #include "ops/lr_schedule.hpp"
 #include "ops/optimizer.hpp"
 #include "runtime/actor/messages.hpp"
+#include "runtime/actor/outer_messages.hpp"
+#include "runtime/graph/local_update_spec.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 #include "schedulers/router.hpp"
 #include "schedulers/stage_core.hpp"
 #include "schedulers/stage_policy.hpp"
+#include "schedulers/streaming_diloco.hpp"
 
 namespace troupe {
 
@@ -79,6 +82,10 @@ struct stage_config {
   /// An emulated slow device (the actor's `slowdown:`): each action takes this
   /// many times its compute, the rest spent asleep. 1: as fast as it runs.
   double slowdown = 1.0;
+  // Local-update training (#13): no every-step sync; this stage's outer_sync
+  // actor exchanges its fragments on the schedule of `local_update`.
+  int outer_sync = -1;               ///< the outer_sync actor (actor index); -1: none
+  local_update_spec local_update;
 };
 
 /// Where the engine's results go (actor indices of the graph); the actor sends them as messages.
@@ -92,6 +99,7 @@ struct stage_outbox {
   std::function<void(int peer, const bucket_msg&)> bucket;              ///< a complete gradient bucket to the all-reduce peer
   std::function<void(int shard, step_t step, float lr, float clip)> shard_step;  ///< ZeRO: update your slice
   std::function<void(int actor, step_t step, int count)> hops;          ///< microbatches of `step` sent to `actor` (least_loaded)
+  std::function<void(int sync, const outer_local_msg&)> outer;          ///< fragment values to the outer_sync actor
   /// Called when the step's gradients are complete, before clipping and the
   /// optimizer (the place for a data-parallel all-reduce), with the CPU chunks
   /// (empty on a device stage: models() has every stage's); may be empty.
@@ -158,6 +166,8 @@ public:
   void on_shard_updated(step_t step);
   /// Bytes of parameters, gradients and optimizer state this stage holds.
   held_bytes held() const;
+  /// Local update: a fragment's values after its exchange; loads them and goes on.
+  void on_outer_result(const outer_result_msg& m);
   /// The gradient buckets (null without data parallelism).
   const grad_buckets* buckets() const noexcept { return buckets_.get(); }
 
@@ -231,6 +241,13 @@ private:
   step_report pending_report_;
   std::int64_t pending_tokens_ = 0;
   std::int64_t pending_checkpoint_ = -1;
+  // Local-update training (cfg_.outer_sync >= 0; actors/stage_outer.cpp).
+  void outer_setup();
+  bool outer_exchange(step_t steps_done);
+  std::vector<std::vector<float>> fragment_values(int f) const;
+  std::optional<sched::fragment_schedule> outer_schedule_;
+  std::vector<std::vector<tensor_handle>> fragments_;  ///< per fragment: its parameters, in order
+  int outer_waiting_ = 0;                               ///< performs sent, results not yet back
 };
 
 /// What a stage's checkpoint part must hold, known from its header alone:

@@ -37,7 +37,9 @@ std::optional<emission> router_core::next() {
   --credits_[head];
   if (tail != head)
     --credits_[tail];
-  if (microbatch_ == 0) {
+  if (microbatch_ == 0 && cfg_.independent_replicas)
+    plan_replicas(e);
+  else if (microbatch_ == 0) {
     std::map<int, int> hops;
     for (int a : cfg_.stage_actors)
       hops[a] = 0;
@@ -57,6 +59,22 @@ std::optional<emission> router_core::next() {
       plan_step();
   }
   return e;
+}
+
+void router_core::plan_replicas(emission& e) const {
+  int replicas = std::max(cfg_.replicas, 1);
+  for (int rep = 0; rep < replicas; ++rep) {
+    std::map<int, int> hops;
+    int head = -1;
+    for (std::size_t k = static_cast<std::size_t>(rep); k < routes_.size(); k += static_cast<std::size_t>(replicas)) {
+      head = head < 0 ? routes_[k].front().actor : head;
+      for (const auto& h : routes_[k])
+        ++hops[h.actor];
+    }
+    for (auto [actor, n] : hops)
+      e.plans.push_back({actor, step_plan_msg{step_, n, cfg_.tokens_per_microbatch * cfg_.microbatches,
+                                              static_cast<std::int32_t>(hops.size()), head}});
+  }
 }
 
 std::map<int, int> chain_input_credits(const route_t& chain, int me, int router, int stage_actors) {

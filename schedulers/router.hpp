@@ -26,6 +26,9 @@ struct router_config {
   /// first hop (the loss stage is chosen on the way) instead of to the route's last.
   std::vector<int> hops_from_messages;
   bool targets_with_tokens = false;
+  /// Local-update training (#13): each replica's stages get a plan of their own
+  /// replica's hops and tokens, and reduce their gradient norm among themselves.
+  bool independent_replicas = false;
 };
 
 /// One microbatch to make and send: tokens to route.front(), targets to route.back().
@@ -64,6 +67,8 @@ public:
 
 private:
   void plan_step();
+  /// The plans of every replica of an independent-replicas step (router_config::independent_replicas).
+  void plan_replicas(emission& e) const;
   /// Microbatches a step emits, over all replicas.
   int per_step() const { return cfg_.microbatches * (cfg_.replicas > 1 ? cfg_.replicas : 1); }
 

@@ -346,6 +346,21 @@ void stage_core::finish_step(double total_sq) {
   for (auto& chunk_work : work_)
     for (auto& w : chunk_work)
       w.hop = -1, w.targets = false;
+  if (hooks_.exchange && !hooks_.exchange(step_ + 1)) {
+    awaiting_exchange_ = true;  // the next step's messages stay held until the parameters are rewritten
+    return;
+  }
+  advance_step();
+}
+
+void stage_core::on_exchanged() {
+  if (!awaiting_exchange_)
+    return;
+  awaiting_exchange_ = false;
+  advance_step();
+}
+
+void stage_core::advance_step() {
   ++step_;
   if (hooks_.updated)
     hooks_.updated(step_);

@@ -99,6 +99,10 @@ struct stage_core_hooks {
   std::function<void(std::int64_t step, double total_sq)> update;
   /// Called after the update that completes `steps_done` steps.
   std::function<void(std::int64_t steps_done)> updated;
+  /// Called right after that update, before the next step's work is admitted:
+  /// a local-update exchange (DiLoCo) that rewrites the parameters. True when
+  /// nothing must be waited for; otherwise the next step waits for on_exchanged().
+  std::function<bool(std::int64_t steps_done)> exchange;
 };
 
 /// A stage's scheduling state machine. Feed it messages' metadata; begin()
@@ -149,6 +153,10 @@ public:
   void on_clip(std::int64_t step, double total_sq);
   /// The sync that hooks::sync started for `step` has finished.
   void on_synced(std::int64_t step);
+  /// The exchange that hooks::exchange started has rewritten the parameters.
+  void on_exchanged();
+  /// The update is done and the stage waits for its exchange (hooks::exchange).
+  bool awaiting_exchange() const noexcept { return awaiting_exchange_; }
 
   /// Starts the policy's next action, if any and nothing runs; returns inputs' credits.
   std::optional<stage_task> begin();
@@ -174,6 +182,7 @@ private:
   void reduce_norm();
   void maybe_reduce(std::int64_t step);
   void finish_step(double total_sq);
+  void advance_step();
   void release_held();
 
   stage_core_config cfg_;
@@ -205,6 +214,7 @@ private:
     int sum = 0;
   };
   std::map<std::int64_t, hop_count> reported_hops_;  ///< step -> counts heard from senders
+  bool awaiting_exchange_ = false;
 };
 
 } // namespace troupe::sched

@@ -17,6 +17,26 @@ struct fragment_event {
   int fragment = 0;
 };
 
+/// When each fragment is exchanged (torchft's `DiLoCo._step_post_hook`): after
+/// every inner step the local count rises; at H/P − τ the fragment
+/// `exchanges % P` prepares, at H/P it performs and the count restarts. A
+/// stage keeps one to know when to wait; its sync actor keeps the values.
+class fragment_schedule {
+public:
+  fragment_schedule(int fragments, int cadence, int delay) : fragments_(fragments), cadence_(cadence), delay_(delay) {}
+  /// The events due after the inner step just taken, prepare before perform.
+  std::vector<fragment_event> after_inner_step();
+  long exchanges() const noexcept { return exchanges_; }
+
+private:
+  int fragments_, cadence_, delay_;
+  int local_step_ = 0;
+  long exchanges_ = 0;
+};
+
+/// The fragments, their delay and cadence of `spec` (diloco: 1 fragment, no delay).
+fragment_schedule make_fragment_schedule(const local_update_spec& spec);
+
 /// The schedule and outer step of torchft's `DiLoCo` (torchft/local_sgd.py;
 /// Douillard et al. 2023 for P = 1, Streaming DiLoCo, Douillard et al. 2025,
 /// arXiv 2501.18512, for P > 1). After every inner step the local step count
@@ -34,7 +54,7 @@ public:
   streaming_diloco(const local_update_spec& spec, std::vector<std::vector<float>> start);
 
   /// The events due after the inner step just taken, prepare before perform.
-  std::vector<fragment_event> after_inner_step();
+  std::vector<fragment_event> after_inner_step() { return schedule_.after_inner_step(); }
   /// The pseudo-gradient of fragment `f` from its `local` values: saved global − local.
   std::vector<float> prepare(int f, std::span<const float> local) const;
   /// Applies the replicas' mean pseudo-gradient to fragment `f`: the outer
@@ -46,13 +66,10 @@ public:
   int fragments() const noexcept { return static_cast<int>(global_.size()); }
   /// Exchanges performed so far (torchft's manager step).
   long exchanges() const noexcept { return exchanges_; }
-  /// Inner steps between two exchanges of the schedule: H / P.
-  int cadence() const noexcept { return cadence_; }
 
 private:
   local_update_spec spec_;
-  int cadence_ = 1;
-  int local_step_ = 0;
+  fragment_schedule schedule_;
   long exchanges_ = 0;
   std::vector<std::vector<float>> global_;
   std::vector<outer_sgd> outer_;

@@ -17,13 +17,21 @@ namespace troupe::sched {
 /// gradient `grad` (torchft/diloco_regression_test.py: MockLinear's gradient 2,
 /// MockOptimizer's `p -= lr·g`).
 struct sync_sim_config {
+  /// Replica r's fixed gradient.
+  float grad_for(int r) const {
+    auto it = grad_of.find(r);
+    return it != grad_of.end() ? it->second : grad + static_cast<float>(r) * grad_spread;
+  }
   local_update_spec spec;     ///< algorithm, H, P, τ, α, outer optimizer, quantize
   int replicas = 2;
   int values = 1;             ///< weights per fragment (1: torchft's 1×1 layers)
   float start = 1.0f;
   float inner_lr = 1.0f;
   float grad = 2.0f;
+  float grad_spread = 0.0f;   ///< replica r's gradient is grad + r·grad_spread (so replicas drift apart)
+  std::map<int, float> grad_of;  ///< replicas whose gradient is given here instead
   int steps = 16;             ///< inner steps
+  std::uint64_t seed = 1;     ///< noloco: the groups' seed
 };
 
 struct sync_sim_result {
@@ -34,9 +42,11 @@ struct sync_sim_result {
   /// Bytes each replica put on the wire for its pseudo-gradients (quantized form).
   std::vector<std::int64_t> bytes_sent;
   long exchanges = 0;
+  /// noloco: inner step -> the groups of the exchange after it.
+  std::map<int, std::vector<std::vector<int>>> groups;
 };
 
-/// Runs `c` (diloco or streaming_diloco). Throws std::invalid_argument on a
+/// Runs `c` (diloco, streaming_diloco or noloco). Throws std::invalid_argument on a
 /// configuration the policy refuses.
 sync_sim_result run_sync_sim(const sync_sim_config& c);
 

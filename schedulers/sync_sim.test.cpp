@@ -121,3 +121,43 @@ TEST_CASE("troupe sync's engine refuses what the policy cannot run") {
   c.spec.algorithm = "sparseloco";
   CHECK_THROWS_AS(run_sync_sim(c), std::invalid_argument);
 }
+
+namespace {
+
+sync_sim_config noloco(int replicas, int steps) {
+  sync_sim_config c;
+  c.spec.algorithm = "noloco";
+  c.spec.sync_every = 3, c.spec.group = 2;
+  c.spec.outer = {.lr = 0.7, .momentum = 0.5, .nesterov = false};  // the NoLoCo paper's values
+  c.replicas = replicas, c.values = 4, c.steps = steps;
+  c.grad = 1, c.grad_spread = 0.5f;  // replicas drift apart
+  return c;
+}
+
+} // namespace
+
+TEST_CASE("NoLoCo uses no collective: a replica sends only to its group, the same bytes at any replica count") {
+  auto small = run_sync_sim(noloco(4, 12)), big = run_sync_sim(noloco(16, 12));
+  CHECK(small.exchanges == 4);
+  CHECK(small.groups.size() == 4);
+  for (auto b : small.bytes_sent)
+    CHECK(b == 4 * 2 * 4 * 4);  // 4 exchanges x (fast + slow) x 4 values x 4 bytes, to 1 partner
+  for (auto b : big.bytes_sent)
+    CHECK(b == small.bytes_sent.front());
+}
+
+TEST_CASE("a NoLoCo replica's values after an exchange depend on its group alone") {
+  auto c = noloco(8, 4);
+  auto base = run_sync_sim(c);
+  const auto& g = base.groups.at(3);
+  int me = g[0][0], partner = g[0][1], outsider = g[1][0];
+  c.grad_of[outsider] = 100;  // another group's member takes wild steps
+  auto changed_outside = run_sync_sim(c);
+  CHECK(changed_outside.groups.at(3) == g);  // the groups come from the step and the seed alone
+  CHECK(changed_outside.history[static_cast<std::size_t>(me)] == base.history[static_cast<std::size_t>(me)]);
+  c.grad_of.clear();
+  c.grad_of[partner] = 100;  // my own partner's steps do reach me
+  auto changed_inside = run_sync_sim(c);
+  CHECK(changed_inside.history[static_cast<std::size_t>(me)].back() !=
+        base.history[static_cast<std::size_t>(me)].back());
+}

@@ -4,6 +4,7 @@
 // stage policies (#13). Its default toy is torchft's mocked DiLoCo regression setup.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -38,9 +39,10 @@ Exit codes: 0 success, 1 the policy failed to run, 2 bad input.
 /// What `troupe sync`'s command line asked for.
 struct sync_cli {
   sched::sync_sim_config c;
-  double inner_lr = 1, grad = 2;
+  double inner_lr = 1, grad = 2, spread = 0;
   bool json = false, no_nesterov = false;
   CLI::Option* fragments = nullptr;  ///< given or not: diloco exchanges the whole model as one fragment
+  CLI::Option* group = nullptr;
 };
 
 /// The flag each key of local_update_problems is written as.
@@ -67,6 +69,8 @@ void print_text(const sched::sync_sim_config& c, const sched::sync_sim_result& r
              c.values == 1 ? "" : "s", s.sync_every, s.sync_every / p);
   if (s.algorithm == "streaming_diloco")
     fmt::print(", delay {}, alpha {}", s.delay, s.alpha);
+  if (s.algorithm == "noloco")
+    fmt::print(", groups of {}", s.group);
   fmt::print("\nouter: sgd lr {} momentum {}{}; inner: w -= {} x {}; quantize {}\n", s.outer.lr, s.outer.momentum,
              s.outer.nesterov && s.outer.momentum > 0 ? " nesterov" : "", c.inner_lr, c.grad, s.quantize);
   for (std::size_t rep = 0; rep < r.history.size(); ++rep) {
@@ -77,6 +81,12 @@ void print_text(const sched::sync_sim_config& c, const sched::sync_sim_result& r
     for (const auto& [step, g] : r.global[rep])
       globals.push_back(fmt::format("{}: {}", step, fmt::join(g, " ")));
     fmt::print("replica {}: saved global by step: {}\n", rep, fmt::join(globals, "; "));
+  }
+  for (const auto& [step, groups] : r.groups) {
+    std::vector<std::string> gs;
+    for (const auto& g : groups)
+      gs.push_back(fmt::format("[{}]", fmt::join(g, " ")));
+    fmt::print("groups after step {}: {}\n", step, fmt::join(gs, " "));
   }
   fmt::print("exchanges: {}; bytes sent per replica: {}\n", r.exchanges, fmt::join(r.bytes_sent, " "));
 }
@@ -89,8 +99,15 @@ nlohmann::json result_json(const sched::sync_sim_result& r) {
       g[std::to_string(step)] = w;
     global.push_back(std::move(g));
   }
-  return {{"history", r.history}, {"global", std::move(global)}, {"exchanges", r.exchanges},
-          {"bytes_sent", r.bytes_sent}};
+  nlohmann::json out{{"history", r.history}, {"global", std::move(global)}, {"exchanges", r.exchanges},
+                     {"bytes_sent", r.bytes_sent}};
+  if (!r.groups.empty()) {
+    nlohmann::json groups = nlohmann::json::object();
+    for (const auto& [step, g] : r.groups)
+      groups[std::to_string(step)] = g;
+    out["groups"] = std::move(groups);
+  }
+  return out;
 }
 
 int run_sync(sync_cli& a) {
@@ -99,9 +116,13 @@ int run_sync(sync_cli& a) {
   c.spec.outer.nesterov = !a.no_nesterov;
   c.inner_lr = static_cast<float>(a.inner_lr);
   c.grad = static_cast<float>(a.grad);
-  if (c.spec.algorithm != "diloco" && c.spec.algorithm != "streaming_diloco")
-    return bad(fmt::format("--algorithm: '{}' has no toy run yet (troupe sync runs diloco and streaming_diloco)",
+  c.grad_spread = static_cast<float>(a.spread);
+  if (c.spec.algorithm != "diloco" && c.spec.algorithm != "streaming_diloco" && c.spec.algorithm != "noloco")
+    return bad(fmt::format("--algorithm: '{}' has no toy run yet (troupe sync runs diloco, streaming_diloco and "
+                           "noloco)",
                            c.spec.algorithm));
+  if (c.spec.algorithm != "noloco" && a.group->count() > 0)
+    return bad("--group is a setting of noloco");
   if (c.spec.algorithm != "streaming_diloco") {
     if ((a.fragments->count() > 0 && c.spec.fragments != 1) || c.spec.delay != 0 || c.spec.alpha != 0)
       return bad("--fragments, --delay and --alpha are settings of streaming_diloco");
@@ -136,7 +157,7 @@ command_action define_sync(CLI::App& app) {
   s.sync_every = 6, s.fragments = 2;
   s.outer = {.lr = 2, .momentum = 0, .nesterov = true};
   describe(app, sync_description, sync_footer);
-  app.add_option("--algorithm", s.algorithm, "diloco or streaming_diloco, default streaming_diloco")
+  app.add_option("--algorithm", s.algorithm, "diloco, streaming_diloco or noloco, default streaming_diloco")
     ->option_text("A")
     ->check(CLI::IsMember(local_update_algorithms()));
   add_count(app, "--replicas", a->c.replicas, 1, 4096, "replicas, default 2")->option_text("R");
@@ -159,6 +180,13 @@ command_action define_sync(CLI::App& app) {
              "the outer SGD's momentum, default 0")
     ->option_text("M");
   app.add_flag("--no-nesterov", a->no_nesterov, "heavy-ball momentum instead of Nesterov's");
+  a->group = add_count(app, "--group", s.group, 1, 1 << 20, "noloco: replicas averaged together, default 2")
+               ->option_text("G");
+  add_number(app, "--grad-spread", a->spread, -1e6, 1e6, false,
+             "replica r's gradient is grad + r x spread, default 0")
+    ->option_text("S");
+  add_count(app, "--seed", a->c.seed, 0, std::numeric_limits<std::int64_t>::max(), "noloco: the groups' seed, default 1")
+    ->option_text("S");
   app.add_option("--quantize", s.quantize, "none, bf16, int8 or fp8: how pseudo-gradients travel, default none")
     ->option_text("Q")
     ->check(CLI::IsMember({"none", "bf16", "int8", "fp8"}));

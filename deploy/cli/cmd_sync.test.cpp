@@ -1,7 +1,9 @@
 // `troupe sync` end to end: the issue's command line reproduces torchft's six
 // DiLoCo regression fixtures to 1e-5 (tests/fixtures/torchft_diloco), and the
 // streaming rules are refused with exit code 2 and the flag at fault.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 #include <fstream>
 #include <string>
 
@@ -74,4 +76,29 @@ TEST_CASE("troupe sync prints plain DiLoCo as text, each replica's weights and t
   CHECK(r.has("sync: diloco, 2 replicas, 1 fragment of 8 weights, sync_every 4"));
   CHECK(r.has("  step 4: -15\n"));  // 1 − 2·2·4: the outer step of lr 2 doubles the pseudo-gradient of 8
   CHECK(r.has("exchanges: 2; bytes sent per replica: 24 24"));  // 2 × (8 int8 values + a row scale)
+}
+
+TEST_CASE("troupe sync runs NoLoCo and prints the groups of each exchange") {
+  auto r = run_troupe("sync --algorithm noloco --replicas 4 --group 2 --sync-every 3 --grad-spread 0.5 --steps 9 "
+                      "--outer-lr 0.7 --outer-momentum 0.5 --json");
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["groups"].size() == 3);
+  for (const auto& [step, groups] : j["groups"].items()) {
+    CAPTURE(step);
+    std::vector<int> all;
+    for (const auto& g : groups) {
+      CHECK(g.size() == 2);
+      for (int x : g)
+        all.push_back(x);
+    }
+    std::sort(all.begin(), all.end());
+    CHECK(all == std::vector<int>{0, 1, 2, 3});
+  }
+  auto text = run_troupe("sync --algorithm noloco --replicas 4 --sync-every 3 --steps 4");
+  CHECK(text.code == 0);
+  CHECK(text.has("groups after step 3: ["));
+  auto bad = run_troupe("sync --algorithm noloco --replicas 3 --group 2");
+  CHECK(bad.code == 2);
+  CHECK(bad.has("--group: groups of 2 must partition the 3 replicas"));
 }

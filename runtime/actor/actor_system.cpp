@@ -9,6 +9,7 @@
 
 #include "runtime/actor/errors.hpp"
 #include "runtime/actor/messages.hpp"
+#include "runtime/actor/outer_messages.hpp"
 
 namespace troupe {
 
@@ -47,6 +48,9 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<run_summary>("troupe.run_summary");
   cfg.add_message_type<failure_msg>("troupe.failure_msg");
   cfg.add_message_type<checkpoint_msg>("troupe.checkpoint_msg");
+  cfg.add_message_type<outer_local_msg>("troupe.outer_local_msg");
+  cfg.add_message_type<outer_part_msg>("troupe.outer_part_msg");
+  cfg.add_message_type<outer_result_msg>("troupe.outer_result_msg");
 }
 
 troupe_config::troupe_config(const runtime_options& opts) : opts_(opts) {

@@ -46,14 +46,14 @@ TEST_CASE("local_update takes each paper's defaults when a key is absent") {
   CHECK(l.outer.momentum == 0.9);
   CHECK(l.outer.nesterov);
   CHECK(l.quantize == "none");
+  CHECK(local_update_default_sync_every("noloco") == 50);  // NoLoCo paper
+  CHECK(local_update_default_sync_every("streaming_diloco") == 100);
+  // noloco, desloc and sparseloco parse but do not train yet: said once, at the algorithm.
   auto n = load_with("{algorithm: noloco}");
-  REQUIRE_MESSAGE(n.ok(), to_string(n.errors));
-  CHECK(n.graph->local_update.sync_every == 50);
-  CHECK(n.graph->local_update.group == 2);
-  auto s = load_with("{algorithm: desloc, periods: {params: 10}}");
-  REQUIRE_MESSAGE(s.ok(), to_string(s.errors));
-  CHECK(s.graph->local_update.period_momentum == 30);  // DES-LOC: K_u = 3·K_x
-  CHECK(s.graph->local_update.period_variance == 60);  // K_v = 6·K_x
+  CHECK_FALSE(n.ok());
+  CHECK(to_string(n.errors) ==
+        "g.yaml:5:27: local_update.algorithm: algorithm 'noloco' does not train yet (training runs diloco and "
+        "streaming_diloco)\n");
 }
 
 TEST_CASE("the issue's streaming example loads as written") {
@@ -108,5 +108,21 @@ TEST_CASE("a key of another algorithm is reported at its position") {
   auto r = load_with("{algorithm: diloco, density: 0.1}");
   CHECK_FALSE(r.ok());
   CHECK(to_string(r.errors).find("g.yaml:5:44: local_update.density: 'density' is a setting of sparseloco") !=
+        std::string::npos);
+}
+
+TEST_CASE("local_update refuses what it cannot train yet: several processes, at the cluster's key") {
+  load_options o;
+  o.check_corpus = false;
+  auto r = load_graph_text(R"(model: {layers: 2, d_model: 32, heads: 2, context: 16}
+data: {batch: 2}
+train: {steps: 10}
+data_parallel: {replicas: 2}
+local_update: {algorithm: diloco, sync_every: 4}
+cluster: {nodes: 2}
+)",
+                           "g.yaml", o);
+  CHECK_FALSE(r.ok());
+  CHECK(to_string(r.errors).find("g.yaml:6:18: cluster.nodes: local_update trains in one process so far") !=
         std::string::npos);
 }

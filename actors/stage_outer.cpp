@@ -1,0 +1,82 @@
+// A pipeline stage's side of local-update training (#13): after each inner
+// update it follows the fragment schedule (schedulers/streaming_diloco.hpp),
+// hands the due fragment's values to its outer_sync actor and, when the
+// exchange is applied, loads the values that come back before its next step.
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "actors/stage_engine.hpp"
+
+namespace troupe {
+
+void stage_engine::outer_setup() {
+  outer_schedule_ = sched::make_fragment_schedule(cfg_.local_update);
+  int p = cfg_.local_update.algorithm == "streaming_diloco" ? cfg_.local_update.fragments : 1;
+  std::vector<tensor_handle> params;
+  std::int64_t total = 0;
+  for (auto& m : models_)
+    for (const auto& t : m->params()) {
+      if (!t.value.device().is_cpu())
+        throw std::runtime_error(fmt::format("{}: local_update runs on CPU stages only so far ({} is on {})",
+                                             cfg_.name, t.name, to_string(t.value.device())));
+      params.push_back(t.value);
+      total += t.value.numel();
+    }
+  // Fragments are contiguous runs of the stage's tensors of about equal size
+  // (torchft's fragments are model pieces; here each stage cuts its own).
+  fragments_.assign(static_cast<std::size_t>(p), {});
+  std::int64_t before = 0;
+  for (const auto& t : params) {
+    auto f = std::min<std::int64_t>(p - 1, before * p / std::max<std::int64_t>(total, 1));
+    fragments_[static_cast<std::size_t>(f)].push_back(t);
+    before += t.numel();
+  }
+  outer_local_msg start{0, -1, outer_local_msg::start, {}};
+  for (int f = 0; f < p; ++f)
+    start.values.push_back(fragment_values(f).front());
+  out_.outer(cfg_.outer_sync, start);
+}
+
+std::vector<std::vector<float>> stage_engine::fragment_values(int f) const {
+  std::vector<float> flat;
+  for (const auto& t : fragments_.at(static_cast<std::size_t>(f)))
+    flat.insert(flat.end(), t.data<float>(), t.data<float>() + t.numel());
+  return {std::move(flat)};
+}
+
+bool stage_engine::outer_exchange(step_t steps_done) {
+  bool wait = false;
+  for (auto e : outer_schedule_->after_inner_step()) {
+    bool perform = e.what == sched::fragment_event::kind::perform;
+    out_.outer(cfg_.outer_sync, outer_local_msg{steps_done, e.fragment,
+                                                perform ? outer_local_msg::perform : outer_local_msg::prepare,
+                                                fragment_values(e.fragment)});
+    if (perform)
+      ++outer_waiting_, wait = true;
+  }
+  return !wait;
+}
+
+void stage_engine::on_outer_result(const outer_result_msg& m) {
+  if (m.fragment < 0 || m.fragment >= static_cast<int>(fragments_.size()) || outer_waiting_ == 0)
+    throw std::runtime_error(fmt::format("{}: an exchange result for fragment {} of step {} it did not ask for",
+                                         cfg_.name, m.fragment, m.step));
+  const float* src = m.values.data();
+  std::size_t left = m.values.size();
+  for (auto& t : fragments_[static_cast<std::size_t>(m.fragment)]) {
+    auto n = static_cast<std::size_t>(t.numel());
+    if (n > left)
+      throw std::runtime_error(fmt::format("{}: fragment {} came back with {} values, too few", cfg_.name,
+                                           m.fragment, m.values.size()));
+    std::memcpy(t.data<float>(), src, n * sizeof(float));
+    src += n, left -= n;
+  }
+  for (auto& model : models_)
+    model->params_updated();
+  if (--outer_waiting_ == 0)
+    core_->on_exchanged();
+}
+
+} // namespace troupe

@@ -1,0 +1,67 @@
+// The messages of local-update training (#13): a stage's values to its sync
+// actor, quantized pseudo-gradients between the sync actors of one position,
+// and the new values back. Registered in runtime/actor/actor_system.cpp.
+//
+//  - `(outer_atom, outer_local_msg)`       stage -> its sync actor actor: the start
+//                                          values (once), a fragment to prepare
+//                                          or to perform the exchange with
+//  - `(outer_part_atom, outer_part_msg)`   sync actor -> the sync actor of every
+//                                          other replica at its position
+//  - `(outer_done_atom, outer_result_msg)` sync actor -> its stage: the fragment's
+//                                          new local values; the stage goes on
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "runtime/actor/route.hpp"
+
+namespace troupe {
+
+using outer_atom = caf::atom_constant<caf::atom("outer")>;
+using outer_part_atom = caf::atom_constant<caf::atom("outerpart")>;
+using outer_done_atom = caf::atom_constant<caf::atom("outerdone")>;
+
+/// What a stage hands its sync actor after an inner step.
+struct outer_local_msg {
+  enum kind_t : std::int32_t { start = 0, prepare = 1, perform = 2 };
+  step_t step = 0;            ///< inner steps done
+  std::int32_t fragment = 0;  ///< -1 with `start`: every fragment
+  std::int32_t kind = start;
+  std::vector<std::vector<float>> values;  ///< one list per fragment it is about
+};
+
+/// One replica's pseudo-gradient of one fragment, as it travels (schedulers/quantize.hpp).
+struct outer_part_msg {
+  step_t step = 0;  ///< the inner step it was prepared after
+  std::int32_t fragment = 0, replica = 0, format = 0;
+  std::int64_t values = 0, cols = 0;
+  std::vector<std::uint8_t> data;
+  std::vector<float> scales;
+};
+
+/// A fragment's values after the exchange, for its stage to load.
+struct outer_result_msg {
+  step_t step = 0;
+  std::int32_t fragment = 0;
+  std::vector<float> values;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, outer_local_msg& x) {
+  return f(caf::meta::type_name("outer_local_msg"), x.step, x.fragment, x.kind, x.values);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, outer_part_msg& x) {
+  return f(caf::meta::type_name("outer_part_msg"), x.step, x.fragment, x.replica, x.format, x.values, x.cols, x.data,
+           x.scales);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, outer_result_msg& x) {
+  return f(caf::meta::type_name("outer_result_msg"), x.step, x.fragment, x.values);
+}
+
+} // namespace troupe

@@ -1,0 +1,94 @@
+// NoLoCo's groups, routes and outer step (#13).
+#include "schedulers/noloco.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace troupe::sched {
+
+namespace {
+
+/// splitmix64: a generator whose output is the same on every platform (std::
+/// distributions are not), so replicas on different machines agree.
+struct splitmix {
+  std::uint64_t s;
+  std::uint64_t next() {
+    std::uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  /// Uniform in [0, n) by rejection (no modulo bias).
+  std::uint64_t below(std::uint64_t n) {
+    std::uint64_t limit = ~std::uint64_t{0} - (~std::uint64_t{0} % n);
+    for (;;)
+      if (auto v = next(); v < limit)
+        return v % n;
+  }
+};
+
+/// A Fisher–Yates permutation of 0 .. n-1 from `key`.
+std::vector<int> permutation(int n, std::uint64_t key) {
+  std::vector<int> p(static_cast<std::size_t>(n));
+  std::iota(p.begin(), p.end(), 0);
+  splitmix g{key};
+  for (int i = n - 1; i > 0; --i)
+    std::swap(p[static_cast<std::size_t>(i)], p[static_cast<std::size_t>(g.below(static_cast<std::uint64_t>(i) + 1))]);
+  return p;
+}
+
+std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
+  return splitmix{a ^ (b * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL)}.next();
+}
+
+} // namespace
+
+std::vector<std::vector<int>> noloco_groups(int replicas, int group, std::int64_t step, std::uint64_t seed) {
+  if (replicas < 1 || group < 1 || replicas % group != 0)
+    throw std::invalid_argument(fmt::format("noloco_groups: groups of {} do not partition {} replicas", group,
+                                            replicas));
+  int n_groups = replicas / group;
+  auto p = permutation(replicas, mix(seed, static_cast<std::uint64_t>(step)));
+  std::vector<std::vector<int>> out(static_cast<std::size_t>(n_groups));
+  for (int i = 0; i < replicas; ++i)
+    out[static_cast<std::size_t>(i % n_groups)].push_back(p[static_cast<std::size_t>(i)]);
+  for (auto& g : out)
+    std::sort(g.begin(), g.end());
+  return out;
+}
+
+std::vector<int> noloco_route(int replicas, int boundary, std::int64_t sequence, std::uint64_t seed) {
+  if (replicas < 1 || boundary < 0)
+    throw std::invalid_argument(fmt::format("noloco_route: {} replicas, boundary {}", replicas, boundary));
+  return permutation(replicas, mix(mix(seed, static_cast<std::uint64_t>(sequence)) + 1,
+                                   static_cast<std::uint64_t>(boundary)));
+}
+
+void noloco_outer_step(const std::vector<std::span<const float>>& fast,
+                       const std::vector<std::span<const float>>& slow, std::span<float> momentum,
+                       std::span<float> slow_i, std::span<float> fast_i, double lr, double mu) {
+  if (fast.empty() || fast.size() != slow.size())
+    throw std::invalid_argument("noloco_outer_step: a group needs fast and slow values of each member");
+  auto n = momentum.size();
+  for (std::size_t k = 0; k < fast.size(); ++k)
+    if (fast[k].size() != n || slow[k].size() != n)
+      throw std::invalid_argument("noloco_outer_step: members' values differ in size");
+  if (slow_i.size() != n || fast_i.size() != n)
+    throw std::invalid_argument("noloco_outer_step: this replica's values differ in size");
+  auto members = static_cast<double>(fast.size());
+  for (std::size_t j = 0; j < n; ++j) {
+    double delta = 0, slow_mean = 0;  // mean_g(θ − φ), mean_g(φ)
+    for (std::size_t k = 0; k < fast.size(); ++k)
+      delta += static_cast<double>(fast[k][j]) - slow[k][j], slow_mean += slow[k][j];
+    delta /= members, slow_mean /= members;
+    double m = mu * momentum[j] + lr * delta + lr * (slow_mean - slow_i[j]);
+    momentum[j] = static_cast<float>(m);
+    slow_i[j] = static_cast<float>(slow_i[j] + m);
+    fast_i[j] = slow_i[j];
+  }
+}
+
+} // namespace troupe::sched
