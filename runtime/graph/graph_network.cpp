@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -292,6 +293,30 @@ void parse_skip(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     r.error(n, "skip", fmt::format("{} network nodes cannot hold {} stage positions (network.nodes)", net.nodes(), stages));
   if (auto p = child(n, "placement"))
     read_placement(pg, p, r);
+}
+
+void parse_channel_network(const parsed_graph& pg, const YAML::Node& channel, const YAML::Node& nodes,
+                           const std::string& path, channel_spec& out, graph_reader& r) {
+  const auto& net = pg.graph.network;
+  auto where = join_path(path, "network");
+  if (!net.present) {
+    r.error(nodes, where, "names network nodes, but the graph has no `network:` section");
+    return;
+  }
+  if (!nodes.IsSequence() || nodes.size() != 2) {
+    r.error(nodes, where, fmt::format("expected two network nodes [from, to], got {}", describe(nodes)));
+    return;
+  }
+  std::optional<std::int64_t> ends[2];
+  for (std::size_t k = 0; k < 2; ++k)
+    ends[k] = r.as_int(nodes[k], index_path(where, k), 0, std::max(net.nodes() - 1, 0));
+  if (!ends[0] || !ends[1] || net.nodes() == 0)
+    return;
+  auto link = net.link(static_cast<int>(*ends[0]), static_cast<int>(*ends[1]));
+  if (!child(channel, "latency"))
+    out.latency = (*ends[0] == *ends[1] ? 0.0 : link.latency + net.overhead);
+  if (!child(channel, "bandwidth"))
+    out.bandwidth = *ends[0] == *ends[1] ? 0.0 : link.bandwidth;
 }
 
 } // namespace troupe::detail
