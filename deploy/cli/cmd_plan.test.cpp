@@ -6,8 +6,8 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <unistd.h>
 #include <string>
+#include <unistd.h>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -64,13 +64,15 @@ void check_paths(const nlohmann::json& j, int stages, int length, int memory) {
 
 } // namespace
 
-TEST_CASE("on 20 geo-distributed nodes the plan beats the full pipeline, random skipping and collision blindness") {
+TEST_CASE(
+    "on 20 geo-distributed nodes the plan beats the full pipeline, random skipping and collision blindness") {
   auto j = plan_json(geo20);
   const auto& t = j["time"];
   double planned = t["planned"], full = t["full"], fixed = t["full_fixed_chains"], random = t["random"],
          blind = t["no_collision_awareness"];
-  MESSAGE(fmt::format("planned {:.2f} s, full {:.2f} s (fixed chains {:.2f} s), random {:.2f} s, blind {:.2f} s",
-                      planned, full, fixed, random, blind));
+  MESSAGE(
+      fmt::format("planned {:.2f} s, full {:.2f} s (fixed chains {:.2f} s), random {:.2f} s, blind {:.2f} s",
+                  planned, full, fixed, random, blind));
   CHECK(planned < full);
   CHECK(planned < fixed);
   CHECK(planned < random);
@@ -82,8 +84,9 @@ TEST_CASE("on 20 geo-distributed nodes the plan beats the full pipeline, random 
 }
 
 TEST_CASE("a placement the graph gives is the one planned on, and planner: full visits every stage") {
-  auto j = plan_json(geo20 + " --set 'skip.placement=[[0,1,2,3,4],[5,6,7],[8,9,10],[11,12,13],[14,15,16],[17,18,19]]'"
-                             " --set skip.planner=full");
+  auto j = plan_json(geo20 +
+                     " --set 'skip.placement=[[0,1,2,3,4],[5,6,7],[8,9,10],[11,12,13],[14,15,16],[17,18,19]]'"
+                     " --set skip.planner=full");
   CHECK(j["placement"][1] == nlohmann::json{5, 6, 7});
   for (const auto& p : j["paths"])
     CHECK(p["stages"] == nlohmann::json{0, 1, 2, 3, 4, 5});
@@ -94,24 +97,26 @@ TEST_CASE("a network written inline, in a CSV file or as the preset gives the sa
   namespace fs = std::filesystem;
   auto dir = fs::temp_directory_path() / fmt::format("troupe-plan-{}", ::getpid());
   fs::create_directories(dir);
-  const std::string head = "model: {layers: 6, d_model: 64, heads: 2, context: 32}\ndata: {corpus: kjv, batch: 4}\n"
-                           "train: {steps: 1}\npipeline: {stages: 3, microbatches: 2}\n"
-                           "skip: {path_length: 2, memory: 3}\nsim: {device: a100_80gb}\n";
+  const std::string head =
+      "model: {layers: 6, d_model: 64, heads: 2, context: 32}\ndata: {corpus: kjv, batch: 4}\n"
+      "train: {steps: 1}\npipeline: {stages: 3, microbatches: 2}\n"
+      "skip: {path_length: 2, memory: 3}\nsim: {device: a100_80gb}\n";
   std::ofstream{dir / "links.csv"} << "from,to,latency,bandwidth\nIowa,Japan,72.5ms,15GB/s\n"
                                       "Iowa,LA,23.4ms,66GB/s\nJapan,LA,50ms,29.8GB/s\n";
-  std::ofstream{dir / "csv.yaml"} << head << "network: {csv: links.csv, nodes: [Iowa, Japan, LA, Iowa, LA]}\n";
-  std::ofstream{dir / "inline.yaml"}
-    << head << "network:\n  locations: [Iowa, Japan, LA]\n  links:\n"
-    << "    - {between: [Japan, Iowa], latency: 72.5ms, bandwidth: 15GB/s}\n"
-    << "    - {between: [Iowa, LA], latency: 23.4ms, bandwidth: 66GB/s}\n"
-    << "    - {between: [LA, Japan], latency: 50ms, bandwidth: 29.8GB/s}\n"
-    << "  nodes: [Iowa, Japan, LA, Iowa, LA]\n";
+  std::ofstream{dir / "csv.yaml"} << head
+                                  << "network: {csv: links.csv, nodes: [Iowa, Japan, LA, Iowa, LA]}\n";
+  std::ofstream{dir / "inline.yaml"} << head << "network:\n  locations: [Iowa, Japan, LA]\n  links:\n"
+                                     << "    - {between: [Japan, Iowa], latency: 72.5ms, bandwidth: 15GB/s}\n"
+                                     << "    - {between: [Iowa, LA], latency: 23.4ms, bandwidth: 66GB/s}\n"
+                                     << "    - {between: [LA, Japan], latency: 50ms, bandwidth: 29.8GB/s}\n"
+                                     << "  nodes: [Iowa, Japan, LA, Iowa, LA]\n";
   auto csv = plan_json((dir / "csv.yaml").string());
   auto inline_ = plan_json((dir / "inline.yaml").string());
   CHECK(csv == inline_);
   CHECK(csv["locations"] == nlohmann::json{"Iowa", "Japan", "LA", "Iowa", "LA"});
   // The preset's measured links between the same regions differ: the plan's times with them.
-  std::ofstream{dir / "preset.yaml"} << head << "network: {preset: geo12, nodes: [Iowa, Japan, LA, Iowa, LA]}\n";
+  std::ofstream{dir / "preset.yaml"} << head
+                                     << "network: {preset: geo12, nodes: [Iowa, Japan, LA, Iowa, LA]}\n";
   auto preset = plan_json((dir / "preset.yaml").string());
   CHECK(preset["time"]["planned"] != csv["time"]["planned"]);
   fs::remove_all(dir);

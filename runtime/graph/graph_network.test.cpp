@@ -54,8 +54,8 @@ channels:
   REQUIRE_MESSAGE(r.ok(), to_string(r.errors));
   const auto& g = *r.graph;
   CHECK(g.network.nodes() == 14);
-  CHECK(g.network.node_locations[12] == 0);  // Australia again
-  CHECK(g.network.node_locations[13] == 1);  // Belgium
+  CHECK(g.network.node_locations[12] == 0); // Australia again
+  CHECK(g.network.node_locations[13] == 1); // Belgium
   auto find = [&](std::string_view from) {
     for (const auto& c : g.channels)
       if (c.from == from && !c.expanded)
@@ -64,16 +64,17 @@ channels:
     return channel_spec{};
   };
   auto there = find("s0");
-  CHECK(there.latency == doctest::Approx(0.129 + 0.35));  // Australia-Belgium + overhead
+  CHECK(there.latency == doctest::Approx(0.129 + 0.35)); // Australia-Belgium + overhead
   CHECK(there.bandwidth == doctest::Approx(0.00982666015625 * 1024 * 1024 * 1024));
   auto back = find("s1");
-  CHECK(back.latency == doctest::Approx(0.002));           // written: kept
-  CHECK(back.bandwidth == doctest::Approx(2.0 * 1024 * 1024 * 1024));  // same region: SkipPipe's 2 GiB/s
+  CHECK(back.latency == doctest::Approx(0.002));                      // written: kept
+  CHECK(back.bandwidth == doctest::Approx(2.0 * 1024 * 1024 * 1024)); // same region: SkipPipe's 2 GiB/s
 }
 
 TEST_CASE("a channel naming network nodes needs a network: section and nodes within it") {
   auto none = load(std::string{head} + "channels:\n  - {from: s0, to: s1, network: [0, 1]}\n");
   CHECK(to_string(none.errors).find("no `network:` section") != std::string::npos);
-  auto far = load(std::string{head} + "network: {preset: geo12, nodes: 3}\nchannels:\n  - {from: s0, to: s1, network: [0, 3]}\n");
+  auto far = load(std::string{head} +
+                  "network: {preset: geo12, nodes: 3}\nchannels:\n  - {from: s0, to: s1, network: [0, 3]}\n");
   CHECK(to_string(far.errors).find("channels[0].network[1]: must be at most 2, got 3") != std::string::npos);
 }
