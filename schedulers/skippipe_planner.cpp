@@ -261,12 +261,7 @@ public:
     std::vector<int> per_node(static_cast<std::size_t>(pr_.nodes()), 0), per_stage(stages_, 0);
     for (auto a : order) {
       agent_constraints c;
-      for (int v = 0; v < pr_.nodes(); ++v)
-        if (stage_[v] > 0 && per_node[v] >= rules_.memory)
-          c.nodes.insert(v);
-      for (int s = 1; s < stages_; ++s)
-        if (per_stage[s] >= rules_.max_per_stage)
-          c.stages.insert(s);
+      forbid_full(per_node, per_stage, c);
       auto plan = a_star(pr_, stage_, rules_, agents_[a], c);
       if (!plan)
         return std::nullopt;
@@ -293,16 +288,21 @@ public:
       for (const auto& run : sim.runs[b])
         c.windows.insert({run.node, run.begin, run.end});
     }
+    forbid_full(per_node, per_stage, c);
+    auto plan = a_star(pr_, stage_, rules_, agents_[a], c);
+    if (!plan)
+      return std::nullopt;
+    return plan->nodes;
+  }
+
+  /// Forbids the nodes at memory and the stages at capacity, given what others hold.
+  void forbid_full(const std::vector<int>& per_node, const std::vector<int>& per_stage, agent_constraints& c) const {
     for (int v = 0; v < pr_.nodes(); ++v)
       if (stage_[v] > 0 && per_node[v] >= rules_.memory)
         c.nodes.insert(v);
     for (int s = 1; s < stages_; ++s)
       if (per_stage[s] >= rules_.max_per_stage)
         c.stages.insert(s);
-    auto plan = a_star(pr_, stage_, rules_, agents_[a], c);
-    if (!plan)
-      return std::nullopt;
-    return plan->nodes;
   }
 
   std::vector<planned_path> paths(const ct_node& n) const {
