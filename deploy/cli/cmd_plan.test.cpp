@@ -13,19 +13,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/troupe_command.hpp"
+#include "deploy/cli/cmd_plan_testing.hpp"
 
+using troupe::testing::plan_json;
 using troupe::testing::run_troupe;
-
-namespace {
-
-nlohmann::json plan_json(const std::string& args) {
-  auto r = run_troupe("plan paths " + args + " --json");
-  REQUIRE_MESSAGE(r.code == 0, r.out);
-  return nlohmann::json::parse(r.out);
-}
-
-} // namespace
 
 TEST_CASE("a network written inline, in a CSV file or as the preset gives the same plan") {
   namespace fs = std::filesystem;
