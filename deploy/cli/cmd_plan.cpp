@@ -266,7 +266,7 @@ command_action define_plan(CLI::App& app) {
   return [&app, sub, a] {
     if (sub->parsed())
       return plan_paths(a->file, a->overrides, a->json);
-    fmt::print(stderr, "{}", app.help("troupe plan"));
+    fmt::print(stderr, "{}", app.help("troupe"));
     return static_cast<int>(bad_input);
   };
 }
