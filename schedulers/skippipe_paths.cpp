@@ -54,7 +54,7 @@ placement search_placement(const path_problem& pr, double dp_factor, std::uint64
   std::vector<int> order(static_cast<std::size_t>(pr.nodes()));
   for (int r = 0; r < std::max(restarts, 1); ++r) {
     std::iota(order.begin(), order.end(), 0);
-    if (r > 0)  // the first start is the nodes in order
+    if (r > 0) // the first start is the nodes in order
       std::shuffle(order.begin(), order.end(), rng);
     placement p(sizes.size());
     std::size_t next = 0;
@@ -62,7 +62,7 @@ placement search_placement(const path_problem& pr, double dp_factor, std::uint64
       for (int k = 0; k < sizes[s]; ++k)
         p[s].push_back(order[next++]);
     double score = placement_score(pr, p, dp_factor);
-    for (bool improved = true; improved;) {  // swap two nodes of different positions while it helps
+    for (bool improved = true; improved;) { // swap two nodes of different positions while it helps
       improved = false;
       for (std::size_t a = 0; a < p.size(); ++a)
         for (std::size_t b = a + 1; b < p.size(); ++b)
@@ -106,8 +106,8 @@ double alone_time(const path_problem& pr, const path_agent& a, const std::vector
   return t;
 }
 
-std::optional<std::string> check_path(const placement& p, const path_rules& rules, const std::vector<int>& nodes,
-                                      int start, int nodes_total) {
+std::optional<std::string> check_path(const placement& p, const path_rules& rules,
+                                      const std::vector<int>& nodes, int start, int nodes_total) {
   auto stage = stage_of(p, nodes_total);
   if (nodes.empty() || nodes.front() != start)
     return fmt::format("does not start on its start node {}", start);
@@ -130,8 +130,8 @@ std::optional<std::string> check_path(const placement& p, const path_rules& rule
                            rules.max_jump);
       frontier = s;
     } else if (frontier - s > rules.swap_distance || ++swaps > rules.swaps) {
-      return fmt::format("swaps back to stage {} from {} beyond the limits (distance {}, {} swaps)", s, frontier,
-                         rules.swap_distance, rules.swaps);
+      return fmt::format("swaps back to stage {} from {} beyond the limits (distance {}, {} swaps)", s,
+                         frontier, rules.swap_distance, rules.swaps);
     }
   }
   return std::nullopt;
@@ -219,12 +219,13 @@ std::vector<planned_path> plan_full(const placement& p, const std::vector<path_a
   return out;
 }
 
-expected<std::vector<planned_path>> plan_random(const path_problem& pr, const placement& p, const path_rules& rules,
+expected<std::vector<planned_path>> plan_random(const path_problem& pr, const placement& p,
+                                                const path_rules& rules,
                                                 const std::vector<path_agent>& agents, std::uint64_t seed) {
   std::mt19937_64 rng{seed};
   std::vector<int> later(p.size() - 1);
   std::iota(later.begin(), later.end(), 1);
-  for (int round = 0; round < 1000; ++round) {  // a draw that leaves a microbatch no room starts over
+  for (int round = 0; round < 1000; ++round) { // a draw that leaves a microbatch no room starts over
     std::vector<int> held(static_cast<std::size_t>(pr.nodes()), 0), served(p.size(), 0);
     std::vector<planned_path> out;
     for (const auto& a : agents) {

@@ -81,12 +81,12 @@ agent_plan time_path(const path_problem& pr, const path_agent& a, const std::vec
 
 /// The time-aware A*: partial paths ordered by the end of their last forward plus
 /// the backward they are sure to need; a complete path by its exact finish.
-std::optional<agent_plan> a_star(const path_problem& pr, const std::vector<int>& stage, const path_rules& rules,
-                                 const path_agent& a, const agent_constraints& c) {
+std::optional<agent_plan> a_star(const path_problem& pr, const std::vector<int>& stage,
+                                 const path_rules& rules, const path_agent& a, const agent_constraints& c) {
   struct item {
     double priority;
-    double t;      // the last forward's end
-    double owed;   // backward passes and return delays of the prefix
+    double t;    // the last forward's end
+    double owed; // backward passes and return delays of the prefix
     int frontier, swaps;
     std::vector<int> nodes;
     bool complete;
@@ -138,23 +138,25 @@ std::optional<agent_plan> a_star(const path_problem& pr, const std::vector<int>&
 struct ct_node {
   std::vector<agent_constraints> cons;
   std::vector<agent_plan> plans;
-  double cost = 0;   ///< the latest planned finish
-  double total = 0;  ///< the sum of planned finishes
-  int excess = 0;    ///< microbatches over memory and capacity
+  double cost = 0;  ///< the latest planned finish
+  double total = 0; ///< the sum of planned finishes
+  int excess = 0;   ///< microbatches over memory and capacity
 };
 
 /// The first conflict of a node: kind 1 node memory, 2 stage capacity, 3 time collision.
 struct conflict {
   int kind = 0;
-  int where = 0;                  ///< the node (1, 3) or stage (2)
-  std::vector<int> agents;        ///< those who could give way (1, 2), or the two colliding (3)
-  std::vector<window> give_way;   ///< kind 3: what each of the two would avoid
+  int where = 0;                ///< the node (1, 3) or stage (2)
+  std::vector<int> agents;      ///< those who could give way (1, 2), or the two colliding (3)
+  std::vector<window> give_way; ///< kind 3: what each of the two would avoid
 };
 
 class planner {
 public:
-  planner(const path_problem& pr, const placement& p, const path_rules& rules, const std::vector<path_agent>& agents)
-      : pr_(pr), rules_(rules), agents_(agents), stage_(stage_of(p, pr.nodes())), stages_(static_cast<int>(p.size())) {}
+  planner(const path_problem& pr, const placement& p, const path_rules& rules,
+          const std::vector<path_agent>& agents)
+      : pr_(pr), rules_(rules), agents_(agents), stage_(stage_of(p, pr.nodes())),
+        stages_(static_cast<int>(p.size())) {}
 
   std::optional<ct_node> root() {
     ct_node n;
@@ -190,7 +192,7 @@ public:
   conflict first_conflict(const ct_node& n, bool collisions) const {
     conflict c;
     auto visitors = [&](auto pred) {
-      std::vector<std::pair<double, int>> who;  // slowest first: they gain most from another way
+      std::vector<std::pair<double, int>> who; // slowest first: they gain most from another way
       for (std::size_t a = 0; a < n.plans.size(); ++a)
         for (std::size_t i = 1; i < n.plans[a].nodes.size(); ++i)
           if (pred(n.plans[a].nodes[i]))
@@ -206,7 +208,8 @@ public:
           static_cast<int>(who.size()) > rules_.max_per_stage)
         return {2, s, who, {}};
     for (int v = 0; v < pr_.nodes(); ++v)
-      if (auto who = visitors([&](int u) { return u == v; }); stage_[v] > 0 && static_cast<int>(who.size()) > rules_.memory)
+      if (auto who = visitors([&](int u) { return u == v; });
+          stage_[v] > 0 && static_cast<int>(who.size()) > rules_.memory)
         return {1, v, who, {}};
     if (!collisions)
       return c;
@@ -215,7 +218,9 @@ public:
         for (const auto& x : n.plans[a].visits)
           for (const auto& y : n.plans[b].visits)
             if (x.node == y.node && (x.forward || y.forward) && x.begin < y.end && y.begin < x.end)
-              return {3, x.node, {static_cast<int>(a), static_cast<int>(b)},
+              return {3,
+                      x.node,
+                      {static_cast<int>(a), static_cast<int>(b)},
                       {{x.node, y.begin, y.end}, {y.node, x.begin, x.end}}};
     return c;
   }
@@ -256,12 +261,7 @@ public:
     std::vector<int> per_node(static_cast<std::size_t>(pr_.nodes()), 0), per_stage(stages_, 0);
     for (auto a : order) {
       agent_constraints c;
-      for (int v = 0; v < pr_.nodes(); ++v)
-        if (stage_[v] > 0 && per_node[v] >= rules_.memory)
-          c.nodes.insert(v);
-      for (int s = 1; s < stages_; ++s)
-        if (per_stage[s] >= rules_.max_per_stage)
-          c.stages.insert(s);
+      forbid_full(per_node, per_stage, c);
       auto plan = a_star(pr_, stage_, rules_, agents_[a], c);
       if (!plan)
         return std::nullopt;
@@ -288,16 +288,21 @@ public:
       for (const auto& run : sim.runs[b])
         c.windows.insert({run.node, run.begin, run.end});
     }
+    forbid_full(per_node, per_stage, c);
+    auto plan = a_star(pr_, stage_, rules_, agents_[a], c);
+    if (!plan)
+      return std::nullopt;
+    return plan->nodes;
+  }
+
+  /// Forbids the nodes at memory and the stages at capacity, given what others hold.
+  void forbid_full(const std::vector<int>& per_node, const std::vector<int>& per_stage, agent_constraints& c) const {
     for (int v = 0; v < pr_.nodes(); ++v)
       if (stage_[v] > 0 && per_node[v] >= rules_.memory)
         c.nodes.insert(v);
     for (int s = 1; s < stages_; ++s)
       if (per_stage[s] >= rules_.max_per_stage)
         c.stages.insert(s);
-    auto plan = a_star(pr_, stage_, rules_, agents_[a], c);
-    if (!plan)
-      return std::nullopt;
-    return plan->nodes;
   }
 
   std::vector<planned_path> paths(const ct_node& n) const {
@@ -374,9 +379,10 @@ expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, co
       break;
   }
   if (!feasible)
-    return make_sched_error(fmt::format("no plan keeps node memory {} and stage capacity {} ({} conflict-tree nodes "
-                                        "searched): raise skip.memory or skip.max_per_stage",
-                                        rules.memory, rules.max_per_stage, result.expansions));
+    return make_sched_error(
+        fmt::format("no plan keeps node memory {} and stage capacity {} ({} conflict-tree nodes "
+                    "searched): raise skip.memory or skip.max_per_stage",
+                    rules.memory, rules.max_per_stage, result.expansions));
   result.paths = pl.paths(*feasible);
   result.planned_s = simulate_iteration(pr, agents, result.paths).time;
   if (!collision_aware)
@@ -399,7 +405,7 @@ expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, co
         result.paths = std::move(paths);
       }
     }
-    for (auto& child : pl.children(n, c))  // none when c.kind == 0: the search goes on with the others
+    for (auto& child : pl.children(n, c)) // none when c.kind == 0: the search goes on with the others
       if (seen.insert(key_of(child)).second)
         queue.push(std::move(child));
   }

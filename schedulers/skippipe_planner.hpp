@@ -18,22 +18,22 @@ namespace troupe::sched {
 /// (latency + bytes / bandwidth + per-hop overhead, REFERENCES.md, SkipPipe).
 struct path_problem {
   int stages = 0;
-  std::vector<double> forward;             ///< per node, seconds
-  std::vector<std::vector<double>> delay;  ///< [from][to], seconds
-  double backward_factor = 1.5;            ///< backward = factor × forward (SkipPipe's cost)
-  double loss_factor = 0.25;               ///< the loss on the start node = factor × its forward
+  std::vector<double> forward;            ///< per node, seconds
+  std::vector<std::vector<double>> delay; ///< [from][to], seconds
+  double backward_factor = 1.5;           ///< backward = factor × forward (SkipPipe's cost)
+  double loss_factor = 0.25;              ///< the loss on the start node = factor × its forward
   int nodes() const { return static_cast<int>(forward.size()); }
 };
 
 /// The `skip:` rules a path obeys (SkipPipe's a_star_modified.py: swaps of distance
 /// at most 1, at most 2 of them, no hop more than 4 stages past the furthest reached).
 struct path_rules {
-  int path_length = 0;    ///< L: stages each microbatch visits, stage 0 included
-  int memory = 3;         ///< microbatches a node past stage 0 holds in one iteration
-  int max_per_stage = 9;  ///< microbatches a stage past 0 serves in one iteration
-  int swaps = 2;          ///< visits to a stage below the furthest reached so far
-  int swap_distance = 1;  ///< how far below the furthest reached such a visit may be
-  int max_jump = 4;       ///< how far past the furthest reached one hop may go
+  int path_length = 0;   ///< L: stages each microbatch visits, stage 0 included
+  int memory = 3;        ///< microbatches a node past stage 0 holds in one iteration
+  int max_per_stage = 9; ///< microbatches a stage past 0 serves in one iteration
+  int swaps = 2;         ///< visits to a stage below the furthest reached so far
+  int swap_distance = 1; ///< how far below the furthest reached such a visit may be
+  int max_jump = 4;      ///< how far past the furthest reached one hop may go
 };
 
 /// Nodes per stage position; stage 0's nodes hold the data and the loss.
@@ -80,8 +80,8 @@ double alone_time(const path_problem& pr, const path_agent& a, const std::vector
 
 /// Why `nodes` breaks the rules for an agent starting on `start` (starts on it,
 /// L stages, none twice, swaps and jumps within limits), or nullopt.
-std::optional<std::string> check_path(const placement& p, const path_rules& rules, const std::vector<int>& nodes,
-                                      int start, int nodes_total);
+std::optional<std::string> check_path(const placement& p, const path_rules& rules,
+                                      const std::vector<int>& nodes, int start, int nodes_total);
 
 /// Why `paths` together exceed a node's memory or a stage's capacity, or nullopt.
 std::optional<std::string> check_capacity(const placement& p, const path_rules& rules,
@@ -98,8 +98,8 @@ struct iteration_result {
     double begin, end;
   };
   double time = 0;
-  std::vector<int> passes;                     ///< per node: passes run
-  std::vector<std::vector<pass_time>> runs;    ///< per path: its passes, in order
+  std::vector<int> passes;                  ///< per node: passes run
+  std::vector<std::vector<pass_time>> runs; ///< per path: its passes, in order
 };
 iteration_result simulate_iteration(const path_problem& pr, const std::vector<path_agent>& agents,
                                     const std::vector<planned_path>& paths);
@@ -107,8 +107,8 @@ iteration_result simulate_iteration(const path_problem& pr, const std::vector<pa
 /// A plan and what the search did.
 struct path_plan {
   std::vector<planned_path> paths;
-  double planned_s = 0;       ///< simulate_iteration's time
-  int expansions = 0;         ///< conflict-tree nodes expanded
+  double planned_s = 0; ///< simulate_iteration's time
+  int expansions = 0;   ///< conflict-tree nodes expanded
 };
 
 /// SkipPipe's planner: A* per agent, conflict-based search over node memory and
@@ -119,7 +119,8 @@ struct path_plan {
 /// others run in the simulated iteration (their busy times on each node as windows),
 /// within memory and capacity, while that shortens the iteration.
 expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, const path_rules& rules,
-                                  const std::vector<path_agent>& agents, bool collision_aware, int budget = 4000);
+                                  const std::vector<path_agent>& agents, bool collision_aware,
+                                  int budget = 4000);
 
 /// The full pipeline: every microbatch visits every stage in order, on the chain of
 /// its start node's index (DT-FM: chain i takes node i mod size of each position).
@@ -127,7 +128,8 @@ std::vector<planned_path> plan_full(const placement& p, const std::vector<path_a
 
 /// Random skipping (DT-FM with skips): each agent in turn takes L-1 random stages
 /// in increasing order and a random node of each, among those with room left.
-expected<std::vector<planned_path>> plan_random(const path_problem& pr, const placement& p, const path_rules& rules,
+expected<std::vector<planned_path>> plan_random(const path_problem& pr, const placement& p,
+                                                const path_rules& rules,
                                                 const std::vector<path_agent>& agents, std::uint64_t seed);
 
 } // namespace troupe::sched

@@ -70,13 +70,13 @@ TEST_CASE("the path rules refuse repeats, wrong lengths, long jumps and swaps pa
   path_rules r;
   r.path_length = 4;
   CHECK(!check_path(p, r, {0, 1, 2, 3}, 0, 7));
-  CHECK(!check_path(p, r, {0, 2, 1, 3}, 0, 7));               // one swap of distance 1
+  CHECK(!check_path(p, r, {0, 2, 1, 3}, 0, 7)); // one swap of distance 1
   CHECK(check_path(p, r, {0, 1, 1, 3}, 0, 7)->find("twice") != std::string::npos);
   CHECK(check_path(p, r, {0, 1, 2}, 0, 7)->find("visits 3 stages") != std::string::npos);
   CHECK(check_path(p, r, {1, 0, 2, 3}, 1, 7)->find("not stage 0") != std::string::npos);
-  CHECK(!check_path(p, r, {0, 4, 5, 6}, 0, 7));  // a hop 4 past the furthest reached
+  CHECK(!check_path(p, r, {0, 4, 5, 6}, 0, 7)); // a hop 4 past the furthest reached
   CHECK(check_path(p, r, {0, 5, 6, 4}, 0, 7)->find("jumps") != std::string::npos);
-  CHECK(check_path(p, r, {0, 3, 1, 2}, 0, 7)->find("swaps") != std::string::npos);  // distance 2
+  CHECK(check_path(p, r, {0, 3, 1, 2}, 0, 7)->find("swaps") != std::string::npos); // distance 2
   r.path_length = 6;
   CHECK(!check_path(p, r, {0, 2, 1, 4, 3, 5}, 0, 7));
   r.swaps = 1;
@@ -104,7 +104,8 @@ TEST_CASE("one agent alone costs exactly the closed form, on the cheapest path t
       by_hand += 2 * pr.delay[nodes[i]][nodes[(i + 1) % nodes.size()]];
     CHECK(closed == doctest::Approx(by_hand).epsilon(1e-12));
     double best = 1e300;
-    each_path(pr, p, rules, one[0].start, [&](const std::vector<int>& v) { best = std::min(best, alone_time(pr, one[0], v)); });
+    each_path(pr, p, rules, one[0].start,
+              [&](const std::vector<int>& v) { best = std::min(best, alone_time(pr, one[0], v)); });
     CHECK(plan->planned_s == doctest::Approx(best).epsilon(1e-12));
   }
 }
@@ -117,7 +118,7 @@ TEST_CASE("every plan keeps the path rules, node memory and stage capacity") {
     rules.path_length = 4;
     rules.memory = 3;
     rules.max_per_stage = 9;
-    auto agents = make_agents(pr, p, 3);  // 15 agents, 45 visits: every stage full
+    auto agents = make_agents(pr, p, 3); // 15 agents, 45 visits: every stage full
     for (bool aware : {false, true}) {
       CAPTURE(seed);
       CAPTURE(aware);
@@ -161,7 +162,7 @@ TEST_CASE("the iteration simulation runs one pass at a time per node") {
   CHECK(alone.time == doctest::Approx(alone_time(pr, agents[0], paths[0].nodes)));
   auto both = simulate_iteration(pr, agents, paths);
   CHECK(both.time > alone.time);
-  CHECK(both.passes == std::vector<int>{6, 4});  // F, loss, B on node 0; F, B on node 1; twice
+  CHECK(both.passes == std::vector<int>{6, 4}); // F, loss, B on node 0; F, B on node 1; twice
   // Node 0: F0 [0,1], F1 [1,2]; node 1: F0 [1.5,3.5], F1 [3.5,5.5]; loss0 at 4 on node 0 ...
   CHECK(both.time >= 2 * (1 + 2) + 0.5);
 }

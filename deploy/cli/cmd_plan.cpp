@@ -29,14 +29,16 @@ constexpr int random_draws = 8;
 
 /// The device a node computes on: `sim.device`, a preset or a `devices:` entry written out.
 expected<device_spec> plan_device(const sim_spec& s) {
-  auto entry = std::find_if(s.devices.begin(), s.devices.end(), [&](const auto& d) { return d.name == s.device; });
+  auto entry =
+      std::find_if(s.devices.begin(), s.devices.end(), [&](const auto& d) { return d.name == s.device; });
   if (entry == s.devices.end() || !entry->base.empty())
     return device_preset(entry == s.devices.end() ? s.device : entry->base);
   device_spec d;
   d.name = entry->name;
   d.peak_f32 = entry->peak_f32, d.peak_tf32 = entry->peak_tf32, d.peak_bf16 = entry->peak_bf16;
   d.memory_bandwidth = entry->memory_bandwidth, d.memory_bytes = entry->memory_bytes;
-  for (auto [out, in] : {std::pair{&d.efficiency.matmul, entry->matmul}, {&d.efficiency.attention, entry->attention},
+  for (auto [out, in] : {std::pair{&d.efficiency.matmul, entry->matmul},
+                         {&d.efficiency.attention, entry->attention},
                          {&d.efficiency.elementwise, entry->elementwise}})
     *out = in > 0 ? in : 1.0;
   return d;
@@ -53,10 +55,12 @@ expected<path_problem> make_problem(const graph_spec& g) {
   cost_settings cs;
   cs.device = *device;
   cs.dtype = g.model.precision == dtype::bf16 ? "bf16" : "f32";
-  transformer_shape m{g.model.layers, g.model.d_model, g.model.heads, g.model.context, g.model.vocab, g.data.batch};
+  transformer_shape m{g.model.layers,  g.model.d_model, g.model.heads,
+                      g.model.context, g.model.vocab,   g.data.batch};
   const int layers = std::max(g.model.layers / g.pipeline.stages, 1);
   const double forward = costs_of(m, cs, layers, false).forward;
-  const double bytes = double(g.model.d_model) * g.model.context * g.data.batch * (g.model.precision == dtype::bf16 ? 2 : 4);
+  const double bytes =
+      double(g.model.d_model) * g.model.context * g.data.batch * (g.model.precision == dtype::bf16 ? 2 : 4);
   path_problem pr;
   pr.stages = g.pipeline.stages;
   const int n = g.network.nodes();
@@ -93,7 +97,8 @@ expected<plan_report> plan_graph(const graph_spec& g) {
   } else {
     // DT-FM's weight of the data-parallel cost against the pipeline's: a position's
     // gradient bytes over the activation bytes its microbatches send (SkipPipe's FACTOR).
-    transformer_shape m{g.model.layers, g.model.d_model, g.model.heads, g.model.context, g.model.vocab, g.data.batch};
+    transformer_shape m{g.model.layers,  g.model.d_model, g.model.heads,
+                        g.model.context, g.model.vocab,   g.data.batch};
     double grads = 4 * stage_parameters(m, std::max(g.model.layers / g.pipeline.stages, 1), false);
     double acts = 4.0 * g.model.d_model * g.model.context * g.data.batch * g.pipeline.microbatches;
     rep.where = search_placement(*pr, grads / acts, skip.seed);
@@ -107,7 +112,8 @@ expected<plan_report> plan_graph(const graph_spec& g) {
   std::size_t smallest = rep.where.size() > 1 ? rep.where[1].size() : 1;
   for (std::size_t s = 1; s < rep.where.size(); ++s)
     smallest = std::min(smallest, rep.where[s].size());
-  rules.max_per_stage = skip.max_per_stage > 0 ? skip.max_per_stage : skip.memory * static_cast<int>(smallest);
+  rules.max_per_stage =
+      skip.max_per_stage > 0 ? skip.max_per_stage : skip.memory * static_cast<int>(smallest);
   rep.agents = make_agents(*pr, rep.where, g.pipeline.microbatches);
   auto aware = plan_skippipe(*pr, rep.where, rules, rep.agents, true);
   if (!aware)
@@ -160,15 +166,17 @@ std::vector<int> stages_of(const plan_report& rep, const planned_path& p, int no
 void print_text(const std::string& file, const graph_spec& g, const plan_report& rep) {
   const auto& net = g.network;
   const int n = net.nodes();
-  fmt::print("troupe plan paths: {}: {} network nodes on {} stage positions, {} microbatches, paths of {} stages "
-             "(skip ratio {:.2f}), planner {}\n",
-             file, n, g.pipeline.stages, rep.agents.size(), g.skip.path_length,
-             1.0 - double(g.skip.path_length) / g.pipeline.stages, g.skip.planner);
+  fmt::print(
+      "troupe plan paths: {}: {} network nodes on {} stage positions, {} microbatches, paths of {} stages "
+      "(skip ratio {:.2f}), planner {}\n",
+      file, n, g.pipeline.stages, rep.agents.size(), g.skip.path_length,
+      1.0 - double(g.skip.path_length) / g.pipeline.stages, g.skip.planner);
   fmt::print("placement:\n");
   for (std::size_t s = 0; s < rep.where.size(); ++s) {
     std::vector<std::string> names;
     for (int v : rep.where[s])
-      names.push_back(fmt::format("{} ({})", v, net.locations[static_cast<std::size_t>(net.node_locations[v])]));
+      names.push_back(
+          fmt::format("{} ({})", v, net.locations[static_cast<std::size_t>(net.node_locations[v])]));
     fmt::print("  stage {}: {}\n", s, fmt::join(names, ", "));
   }
   fmt::print("paths (nodes | stages; each returns to its first node for the loss):\n");
@@ -176,24 +184,30 @@ void print_text(const std::string& file, const graph_spec& g, const plan_report&
     fmt::print("  microbatch {:>3}: {:<24} | {}\n", p.agent, fmt::format("{}", fmt::join(p.nodes, " ")),
                fmt::join(stages_of(rep, p, n), " "));
   auto vs = [&](double t) { return fmt::format("{:.4g} s ({:+.1f}%)", t, 100.0 * (rep.planned / t - 1)); };
-  fmt::print("iteration time under the cost model: planned {:.4g} s\n  against the full pipeline {} (its chains "
-             "planned alike; on fixed chains {})\n  random skipping {} (mean of {} draws)\n  the plan without "
-             "collision awareness {}\n",
-             rep.planned, vs(rep.full), vs(rep.fixed_chains), vs(rep.random), random_draws, vs(rep.blind));
+  fmt::print(
+      "iteration time under the cost model: planned {:.4g} s\n  against the full pipeline {} (its chains "
+      "planned alike; on fixed chains {})\n  random skipping {} (mean of {} draws)\n  the plan without "
+      "collision awareness {}\n",
+      rep.planned, vs(rep.full), vs(rep.fixed_chains), vs(rep.random), random_draws, vs(rep.blind));
 }
 
 nlohmann::json to_json(const graph_spec& g, const plan_report& rep) {
   nlohmann::json paths = nlohmann::json::array();
   for (const auto& p : rep.paths)
-    paths.push_back({{"agent", p.agent}, {"nodes", p.nodes}, {"stages", stages_of(rep, p, g.network.nodes())}});
+    paths.push_back(
+        {{"agent", p.agent}, {"nodes", p.nodes}, {"stages", stages_of(rep, p, g.network.nodes())}});
   std::vector<std::string> locations;
   for (int l : g.network.node_locations)
     locations.push_back(g.network.locations[static_cast<std::size_t>(l)]);
   return {{"placement", rep.where},
           {"locations", locations},
           {"paths", paths},
-          {"time", {{"planned", rep.planned}, {"full", rep.full}, {"full_fixed_chains", rep.fixed_chains}, {"random", rep.random},
-                    {"no_collision_awareness", rep.blind}}},
+          {"time",
+           {{"planned", rep.planned},
+            {"full", rep.full},
+            {"full_fixed_chains", rep.fixed_chains},
+            {"random", rep.random},
+            {"no_collision_awareness", rep.blind}}},
           {"expansions", rep.expansions}};
 }
 
@@ -202,7 +216,7 @@ int plan_paths(const std::string& file, const std::vector<std::string>& override
   load_options opts;
   opts.overrides = overrides;
   opts.vocabulary = troupe_vocabulary;
-  opts.check_corpus = false;  // nothing is read
+  opts.check_corpus = false; // nothing is read
   auto loaded = load_graph(file, opts);
   if (!loaded.ok()) {
     for (const auto& d : loaded.errors)
@@ -234,22 +248,25 @@ command_action define_plan(CLI::App& app) {
   const std::string footer = std::string{"Exit codes: 0 success, 2 bad input or no plan.\n"} + paths_help;
   describe(app, "Plans what a graph file's sections describe.", footer);
   auto* sub = &add_command(app, "paths", "SkipPipe: placement, each microbatch's path, iteration time");
-  describe(*sub,
-           "Places the `network:` section's nodes on stage positions (skip.placement, or a search over DT-FM's "
-           "score), plans each microbatch's path under `skip:` (SkipPipe: A* per microbatch, conflict-based search "
-           "over node memory, stage capacity and time collisions) and prints the iteration time under the cost "
-           "model against the full pipeline, random skipping and the plan without collision awareness.",
-           footer);
+  describe(
+      *sub,
+      "Places the `network:` section's nodes on stage positions (skip.placement, or a search over DT-FM's "
+      "score), plans each microbatch's path under `skip:` (SkipPipe: A* per microbatch, conflict-based "
+      "search "
+      "over node memory, stage capacity and time collisions) and prints the iteration time under the cost "
+      "model against the full pipeline, random skipping and the plan without collision awareness.",
+      footer);
   sub->add_option("FILE", a->file, "the graph file (YAML)")->required();
   sub->add_option("--set", a->overrides, "override a key, e.g. --set skip.path_length=3 (repeatable)")
-    ->option_text("KEY.PATH=VALUE")
-    ->allow_extra_args(false);
-  sub->add_flag("--json", a->json, "print one JSON object: placement, paths (nodes, stages), time (planned, full, "
-                                   "random, no_collision_awareness)");
+      ->option_text("KEY.PATH=VALUE")
+      ->allow_extra_args(false);
+  sub->add_flag("--json", a->json,
+                "print one JSON object: placement, paths (nodes, stages), time (planned, full, "
+                "random, no_collision_awareness)");
   return [&app, sub, a] {
     if (sub->parsed())
       return plan_paths(a->file, a->overrides, a->json);
-    fmt::print(stderr, "{}", app.help("troupe plan"));
+    fmt::print(stderr, "{}", app.help("troupe"));
     return static_cast<int>(bad_input);
   };
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -15,11 +16,11 @@ namespace troupe::detail {
 
 namespace {
 
-const std::vector<std::string> network_keys{"preset", "csv", "locations", "links", "within_location", "overhead",
-                                            "nodes"};
+const std::vector<std::string> network_keys{"preset",          "csv",      "locations", "links",
+                                            "within_location", "overhead", "nodes"};
 const std::vector<std::string> link_keys{"between", "latency", "bandwidth"};
-const std::vector<std::string> skip_keys{"path_length", "memory",   "max_per_stage", "swaps", "swap_distance",
-                                         "max_jump",    "planner",  "placement",     "seed"};
+const std::vector<std::string> skip_keys{"path_length", "memory",  "max_per_stage", "swaps", "swap_distance",
+                                         "max_jump",    "planner", "placement",     "seed"};
 const std::vector<std::string> planners{"skippipe", "full", "random"};
 constexpr int max_network_nodes = 1 << 16;
 
@@ -75,7 +76,7 @@ void read_csv(network_section& net, const YAML::Node& at, graph_reader& r) {
     if (line.empty() || line.front() == '#' || (number == 1 && line.starts_with("from")))
       continue;
     std::vector<std::string> cells;
-    std::vector<int> cols;  // 1-based column of each cell's first character
+    std::vector<int> cols; // 1-based column of each cell's first character
     for (std::size_t begin = 0;;) {
       auto end = std::min(line.find(',', begin), line.size());
       auto cell = line.substr(begin, end - begin);
@@ -102,16 +103,20 @@ void read_csv(network_section& net, const YAML::Node& at, graph_reader& r) {
     if (!bandwidth)
       r.error_at(where(3), "network.csv", error_message(bandwidth.error()));
     if (cells[0] == cells[1])
-      r.error_at(where(1), "network.csv", fmt::format("a link from '{}' to itself: use within_location", cells[0]));
+      r.error_at(where(1), "network.csv",
+                 fmt::format("a link from '{}' to itself: use within_location", cells[0]));
     if (!latency || !bandwidth || cells[0] == cells[1])
       continue;
-    set_link(net, location_index(net, cells[0], true), location_index(net, cells[1], true), {*latency, *bandwidth});
+    set_link(net, location_index(net, cells[0], true), location_index(net, cells[1], true),
+             {*latency, *bandwidth});
   }
 }
 
-void read_inline(network_section& net, const YAML::Node& locations, const YAML::Node& links, graph_reader& r) {
+void read_inline(network_section& net, const YAML::Node& locations, const YAML::Node& links,
+                 graph_reader& r) {
   if (locations && !locations.IsSequence())
-    r.error(locations, "network.locations", fmt::format("expected a list of location names, got {}", describe(locations)));
+    r.error(locations, "network.locations",
+            fmt::format("expected a list of location names, got {}", describe(locations)));
   else if (locations)
     for (std::size_t i = 0; i < locations.size(); ++i)
       if (auto s = r.as_string(locations[i], index_path("network.locations", i)))
@@ -119,9 +124,11 @@ void read_inline(network_section& net, const YAML::Node& locations, const YAML::
   if (!links)
     return;
   if (!links.IsSequence()) {
-    r.error(links, "network.links",
-            fmt::format("expected a list of links such as {{between: [a, b], latency: 20ms, bandwidth: 1Gbit/s}}, got {}",
-                        describe(links)));
+    r.error(
+        links, "network.links",
+        fmt::format(
+            "expected a list of links such as {{between: [a, b], latency: 20ms, bandwidth: 1Gbit/s}}, got {}",
+            describe(links)));
     return;
   }
   for (std::size_t i = 0; i < links.size(); ++i) {
@@ -131,7 +138,8 @@ void read_inline(network_section& net, const YAML::Node& locations, const YAML::
       continue;
     auto between = links[i]["between"];
     if (!between.IsSequence() || between.size() != 2) {
-      r.error(between, join_path(path, "between"), fmt::format("expected two location names, got {}", describe(between)));
+      r.error(between, join_path(path, "between"),
+              fmt::format("expected two location names, got {}", describe(between)));
       continue;
     }
     int ends[2];
@@ -158,12 +166,13 @@ void read_inline(network_section& net, const YAML::Node& locations, const YAML::
 void read_nodes(network_section& net, const YAML::Node& n, graph_reader& r) {
   if (n.IsScalar()) {
     if (auto count = r.as_int(n, "network.nodes", 1, max_network_nodes); count && !net.locations.empty())
-      for (int i = 0; i < *count; ++i)  // round robin over the locations, as SkipPipe's create_schedule.py
+      for (int i = 0; i < *count; ++i) // round robin over the locations, as SkipPipe's create_schedule.py
         net.node_locations.push_back(i % static_cast<int>(net.locations.size()));
     return;
   }
   if (!n.IsSequence() || n.size() == 0) {
-    r.error(n, "network.nodes", fmt::format("expected a number of nodes or a list of their locations, got {}", describe(n)));
+    r.error(n, "network.nodes",
+            fmt::format("expected a number of nodes or a list of their locations, got {}", describe(n)));
     return;
   }
   for (std::size_t i = 0; i < n.size(); ++i) {
@@ -186,16 +195,18 @@ void read_placement(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   const int stages = pg.graph.pipeline.stages, nodes = pg.graph.network.nodes();
   if (!n.IsSequence() || static_cast<int>(n.size()) != stages) {
     r.error(n, "skip.placement",
-            fmt::format("expected `search` or a list of {} lists of network nodes (one per stage position), got {}",
-                        stages, describe(n)));
+            fmt::format(
+                "expected `search` or a list of {} lists of network nodes (one per stage position), got {}",
+                stages, describe(n)));
     return;
   }
   std::vector<int> seen(static_cast<std::size_t>(std::max(nodes, 0)), -1);
   for (std::size_t s = 0; s < n.size(); ++s) {
     auto path = index_path("skip.placement", s);
     if (!n[s].IsSequence() || n[s].size() == 0) {
-      r.error(n[s], path, fmt::format("expected a list of network nodes (numbers from 0 to {}), got {}", nodes - 1,
-                                      describe(n[s])));
+      r.error(n[s], path,
+              fmt::format("expected a list of network nodes (numbers from 0 to {}), got {}", nodes - 1,
+                          describe(n[s])));
       continue;
     }
     std::vector<int> at;
@@ -221,10 +232,13 @@ void parse_network(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   net.pos = r.pos(n, "network");
   if (!r.check_map(n, "network", network_keys))
     return;
-  auto preset = child(n, "preset"), csv = child(n, "csv"), locations = child(n, "locations"), links = child(n, "links");
+  auto preset = child(n, "preset"), csv = child(n, "csv"), locations = child(n, "locations"),
+       links = child(n, "links");
   if (int sources = !!preset + !!csv + !!(locations || links); sources != 1) {
-    r.error(n, "network", sources == 0 ? "describe the links with one of `preset:`, `csv:` or `locations:` and `links:`"
-                                       : "give the links once: `preset:`, `csv:` or `locations:` and `links:`, not several");
+    r.error(n, "network",
+            sources == 0
+                ? "describe the links with one of `preset:`, `csv:` or `locations:` and `links:`"
+                : "give the links once: `preset:`, `csv:` or `locations:` and `links:`, not several");
     return;
   }
   if (preset && r.get_string(n, "network", "preset", net.preset)) {
@@ -234,7 +248,8 @@ void parse_network(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
       net.within = p->within;
     } else {
       r.error(preset, "network.preset",
-              fmt::format("unknown network preset '{}' {}", net.preset, choices(net.preset, network_preset_names())));
+              fmt::format("unknown network preset '{}' {}", net.preset,
+                          choices(net.preset, network_preset_names())));
     }
   }
   if (csv && r.get_string(n, "network", "csv", net.csv)) {
@@ -243,16 +258,18 @@ void parse_network(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   }
   if (locations || links)
     read_inline(net, locations, links, r);
-  if (auto w = child(n, "within_location"); w && r.check_map(w, "network.within_location", {"latency", "bandwidth"}))
+  if (auto w = child(n, "within_location");
+      w && r.check_map(w, "network.within_location", {"latency", "bandwidth"}))
     read_link(w, "network.within_location", net.within, r);
   if (auto o = child(n, "overhead"))
     read_quantity(o, "network.overhead", net.overhead, net::parse_duration, r);
   for (std::size_t a = 0; a < net.locations.size(); ++a)
     for (std::size_t b = a + 1; b < net.locations.size(); ++b)
       if (net.links[a][b].latency < 0) {
-        r.error(n, "network.links", fmt::format("no link between '{}' and '{}': every two locations need one",
-                                                net.locations[a], net.locations[b]));
-        a = b = net.locations.size();  // one is enough to say
+        r.error(n, "network.links",
+                fmt::format("no link between '{}' and '{}': every two locations need one", net.locations[a],
+                            net.locations[b]));
+        a = b = net.locations.size(); // one is enough to say
       }
   if (r.require(n, "network", "nodes"))
     read_nodes(net, n["nodes"], r);
@@ -266,15 +283,19 @@ void parse_skip(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     return;
   const int stages = pg.graph.pipeline.stages;
   if (!pg.graph.network.present)
-    r.error(n, "skip", "SkipPipe plans paths over a network: add a `network:` section (preset, csv or links, and nodes)");
+    r.error(
+        n, "skip",
+        "SkipPipe plans paths over a network: add a `network:` section (preset, csv or links, and nodes)");
   r.require(n, "skip", "path_length");
   if (auto l = child(n, "path_length")) {
     if (auto v = r.as_int(l, "skip.path_length", 1, 1 << 20)) {
       skip.path_length = static_cast<int>(*v);
       if (skip.path_length < 2 || skip.path_length > stages)
         r.error(l, "skip.path_length",
-                fmt::format("a path visits stage 0 and at least one more, at most pipeline.stages: expected 2 to {}, "
-                            "got {}", stages, skip.path_length));
+                fmt::format(
+                    "a path visits stage 0 and at least one more, at most pipeline.stages: expected 2 to {}, "
+                    "got {}",
+                    stages, skip.path_length));
     }
   }
   r.get_int(n, "skip", "memory", skip.memory, 1, 1 << 20);
@@ -284,14 +305,41 @@ void parse_skip(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   r.get_int(n, "skip", "max_jump", skip.max_jump, 1, 1 << 20);
   if (r.get_string(n, "skip", "planner", skip.planner) &&
       std::find(planners.begin(), planners.end(), skip.planner) == planners.end())
-    r.error(n["planner"], "skip.planner", fmt::format("unknown planner '{}' {}", skip.planner, choices(skip.planner, planners)));
+    r.error(n["planner"], "skip.planner",
+            fmt::format("unknown planner '{}' {}", skip.planner, choices(skip.planner, planners)));
   std::int64_t seed = static_cast<std::int64_t>(skip.seed);
   if (r.get_int(n, "skip", "seed", seed, 0, std::numeric_limits<std::int64_t>::max()))
     skip.seed = static_cast<std::uint64_t>(seed);
   if (const auto& net = pg.graph.network; net.present && net.nodes() > 0 && net.nodes() < stages)
-    r.error(n, "skip", fmt::format("{} network nodes cannot hold {} stage positions (network.nodes)", net.nodes(), stages));
+    r.error(
+        n, "skip",
+        fmt::format("{} network nodes cannot hold {} stage positions (network.nodes)", net.nodes(), stages));
   if (auto p = child(n, "placement"))
     read_placement(pg, p, r);
+}
+
+void parse_channel_network(const parsed_graph& pg, const YAML::Node& channel, const YAML::Node& nodes,
+                           const std::string& path, channel_spec& out, graph_reader& r) {
+  const auto& net = pg.graph.network;
+  auto where = join_path(path, "network");
+  if (!net.present) {
+    r.error(nodes, where, "names network nodes, but the graph has no `network:` section");
+    return;
+  }
+  if (!nodes.IsSequence() || nodes.size() != 2) {
+    r.error(nodes, where, fmt::format("expected two network nodes [from, to], got {}", describe(nodes)));
+    return;
+  }
+  std::optional<std::int64_t> ends[2];
+  for (std::size_t k = 0; k < 2; ++k)
+    ends[k] = r.as_int(nodes[k], index_path(where, k), 0, std::max(net.nodes() - 1, 0));
+  if (!ends[0] || !ends[1] || net.nodes() == 0)
+    return;
+  auto link = net.link(static_cast<int>(*ends[0]), static_cast<int>(*ends[1]));
+  if (!child(channel, "latency"))
+    out.latency = (*ends[0] == *ends[1] ? 0.0 : link.latency + net.overhead);
+  if (!child(channel, "bandwidth"))
+    out.bandwidth = *ends[0] == *ends[1] ? 0.0 : link.bandwidth;
 }
 
 } // namespace troupe::detail

@@ -22,7 +22,7 @@ const std::vector<std::string> train_keys{"steps",      "lr",           "weight_
 const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual",
                                              "table",  "policy",       "device",   "routing"};
 const std::vector<std::string> trace_keys{"file"};
-const std::vector<std::string> channel_keys{"from", "to", "credits", "bandwidth", "latency"};
+const std::vector<std::string> channel_keys{"from", "to", "credits", "bandwidth", "latency", "network"};
 
 void parse_model(const YAML::Node& n, model_spec& m, graph_reader& r) {
   if (!r.check_map(n, "model", model_keys))
@@ -263,6 +263,8 @@ void parse_channels(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     ok = r.get_string(c, pc.path, "to", pc.spec.to) && ok;
     r.get_int(c, pc.path, "credits", pc.spec.credits, 0, 1 << 20);
     parse_link(c, pc.path, pc.spec, r);
+    if (auto nodes = child(c, "network"))
+      parse_channel_network(pg, c, nodes, pc.path, pc.spec, r);
     pc.from_node.reset(child(c, "from"));
     pc.to_node.reset(child(c, "to"));
     if (ok)

@@ -104,6 +104,10 @@ void parse_sim(parsed_graph& pg, const YAML::Node& sim, const YAML::Node& device
 void parse_network(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
 /// The `skip:` section, checked against `pipeline:` and `network:` (parsed first).
 void parse_skip(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
+/// A channel's `network: [a, b]`: its emulated link is the network's link from node a
+/// to node b (latency plus the per-hop overhead), unless `bandwidth:`/`latency:` say otherwise.
+void parse_channel_network(const parsed_graph& pg, const YAML::Node& channel, const YAML::Node& nodes,
+                           const std::string& path, channel_spec& out, graph_reader& r);
 /// Checks `sim.device` and each device's `base` against the vocabulary's presets and `devices:`.
 void check_sim(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
 

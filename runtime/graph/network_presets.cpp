@@ -99,12 +99,13 @@ network_preset geo12() {
   p.name = "geo12";
   p.source = "SkipPipe (arXiv 2502.19913), measured between Google Cloud regions; gensyn-ai/skippipe "
              "schedulers/communication_costs.py";
-  p.locations = {"Australia", "Belgium", "Canada", "Germany", "Iowa", "Japan",
+  p.locations = {"Australia", "Belgium", "Canada", "Germany",   "Iowa",   "Japan",
                  "LA",        "NL",      "Oregon", "Singapore", "Taiwan", "London"};
   const auto n = p.locations.size();
   p.links.assign(n, std::vector<network_link>(n));
   auto index = [&](const char* name) {
-    return static_cast<std::size_t>(std::find(p.locations.begin(), p.locations.end(), name) - p.locations.begin());
+    return static_cast<std::size_t>(std::find(p.locations.begin(), p.locations.end(), name) -
+                                    p.locations.begin());
   };
   for (const auto& m : geo12_links) {
     network_link l{m.delay_ms * 1e-3, m.gib_per_s * gib};

@@ -15,8 +15,8 @@ struct network_preset {
   std::string name;
   std::string source;
   std::vector<std::string> locations;
-  std::vector<std::vector<network_link>> links;  ///< [i][j], symmetric
-  network_link within;                           ///< two nodes at one location
+  std::vector<std::vector<network_link>> links; ///< [i][j], symmetric
+  network_link within;                          ///< two nodes at one location
 };
 
 /// Every preset, `geo12` first.
