@@ -142,10 +142,10 @@ private:
 
   /// The fast path of a small frame: posted from the caller's thread when the
   /// progress thread is not using the worker and nothing waits before it, so a
-  /// round trip does not pay for waking the progress thread on each side.
-  /// Measured with bench_transport: 64-byte round trips went from 96.6 us
-  /// (the eventfd wake-up of the progress thread, then its post) to the ones
-  /// of a direct post. Returns false (the caller queues it) when it cannot.
+  /// message does not pay for the eventfd wake-up of the sender's progress
+  /// thread (one thread hop of the three a queued send takes to reach the peer).
+  /// Eager sizes over shared memory (sysv here) complete inside the post.
+  /// Returns false (the caller queues it) when it cannot.
   bool send_now(std::unique_ptr<tx_frame>& t) {
     constexpr std::size_t small = 8192;  // eager sizes over shared memory: completes at once
     std::size_t bytes = t->f.meta.size();
