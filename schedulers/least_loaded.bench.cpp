@@ -15,20 +15,11 @@ using namespace troupe::sched;
 namespace {
 
 cluster_config shape(int stages, int microbatches, int steps, const char* policy, const char* route, int bound0) {
-  cluster_config c;
-  c.model = {2 * stages, 256, 4, 128, 256, 1};
-  c.costs.device = *device_preset("a100_80gb");
-  c.costs.network = {8, {}, {}};
-  c.costs.count_head = false;
-  c.replicas = 4;
-  c.microbatches = microbatches;
-  c.steps = steps;
+  auto c = equal_stage_cluster(stages, 4, microbatches, steps);
   c.policy = policy;
   c.route = route;
   if (bound0 > 0)
     c.stage_policy_options[0]["max_in_flight"] = std::to_string(bound0);
-  for (int s = 0; s < stages; ++s)
-    c.stages.push_back({0, "s" + std::to_string(s), {{2 * s, 2 * s + 2}}});
   return c;
 }
 
