@@ -3,13 +3,10 @@
 // cma) between processes on one machine and TCP across machines.
 #include "runtime/transport/transport_ucx.hpp"
 
-#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <list>
-#include <mutex>
-#include <thread>
 
 #include <fmt/format.h>
 #include <poll.h>
@@ -111,8 +108,6 @@ public:
     auto t = std::make_unique<tx_frame>();
     t->f = std::move(f);
     t->at = clock::now();
-    if (send_now(t))
-      return;
     {
       std::lock_guard lock{mtx_};
       if (closing_ || abort_)
@@ -138,51 +133,6 @@ private:
   static void on_ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* self = static_cast<ucx_connection*>(arg);
     self->fail(fmt::format("the UCX endpoint to {} failed: {}", self->peer_, ucs_status_string(status)));
-  }
-
-  /// The fast path of a small frame: posted from the caller's thread when the
-  /// progress thread is not using the worker and nothing waits before it, so a
-  /// message does not pay for the eventfd wake-up of the sender's progress
-  /// thread (one thread hop of the three a queued send takes to reach the peer).
-  /// Eager sizes over shared memory (sysv here) complete inside the post.
-  /// Returns false (the caller queues it) when it cannot.
-  bool send_now(std::unique_ptr<tx_frame>& t) {
-    constexpr std::size_t small = 8192;  // eager sizes over shared memory: completes at once
-    std::size_t bytes = t->f.meta.size();
-    for (const auto& b : t->f.blobs)
-      bytes += b.defined() ? b.nbytes() : 0;
-    if (bytes > small || pacer_.active() || std::this_thread::get_id() == progress_id_)
-      return false;  // the progress thread (a handler answering) queues: it posts them in its next round
-    std::unique_lock worker{worker_mtx_, std::try_to_lock};
-    if (!worker.owns_lock() || !worker_live_ || !to_post_.empty() || !failure_.empty())
-      return false;
-    {
-      std::lock_guard lock{mtx_};
-      if (closing_ || abort_ || !incoming_.empty())
-        return false;
-    }
-    prepare(*t);
-    for (; t->posted < t->parts.size(); ++t->posted) {
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-      p.cb.send = on_sent;
-      p.user_data = t.get();
-      auto [buf, len] = t->parts[t->posted];
-      auto* r = ucp_tag_send_nbx(ucx_.ep, buf, len, ucx_tag(tx_seq_, t->tags[t->posted]), &p);
-      if (UCS_PTR_IS_ERR(r)) {
-        fail(fmt::format("sending to {} failed: {}", peer_, TROUPE_UCX_FAILURE(UCS_PTR_STATUS(r), "ucp_tag_send_nbx")));
-        break;
-      }
-      t->pending += r != nullptr;
-    }
-    ++tx_seq_;
-    bool pending = t->pending > 0 || !failure_.empty();
-    if (t->pending > 0)
-      in_flight_.push_back(std::move(t));  // the progress thread completes it
-    worker.unlock();
-    if (pending)
-      wake();
-    return true;
   }
 
   void wake() {
@@ -217,16 +167,13 @@ private:
   }
 
   void run() {
-    progress_id_ = std::this_thread::get_id();
     if (accept_ && !setup_server()) {
       teardown();
       finish();
       return;
     }
     in_loop_ = true;
-    std::unique_lock worker{worker_mtx_};
     rx_.start(ucx_.worker);
-    worker_live_ = true;
     auto next_socket_check = clock::now();
     for (;;) {
       bool busy = false;
@@ -245,20 +192,17 @@ private:
       // starved the peer on a 2-core machine (ping-pong 115 us instead of 50 us).
       if (busy || ucp_worker_arm(ucx_.worker) == UCS_ERR_BUSY)
         continue;
-      sleep_until_event(worker);
+      sleep_until_event();
     }
     auto why = why_closed();
-    worker_live_ = false;
     teardown();
-    worker.unlock();
     notify_closed(why);
     finish();
   }
 
   /// Blocks until the worker, the wake-up descriptor or the socket has news, or
   /// the next paced release or the close deadline comes.
-  /// Senders may post small frames themselves meanwhile (send_now): `worker` is released while it sleeps.
-  void sleep_until_event(std::unique_lock<std::mutex>& worker) {
+  void sleep_until_event() {
     auto until = next_release_;
     {
       std::lock_guard lock{mtx_};
@@ -273,9 +217,7 @@ private:
       timeout = &ts;
     }
     pollfd fds[3] = {{ucx_.efd, POLLIN, 0}, {wake_.get(), POLLIN, 0}, {sock_.get(), POLLIN, 0}};
-    worker.unlock();
     ::ppoll(fds, sock_open_ ? 3 : 2, timeout, nullptr);
-    worker.lock();
     if (fds[1].revents & POLLIN) {
       std::uint64_t n;
       [[maybe_unused]] auto r = ::read(wake_.get(), &n, sizeof n);
@@ -463,11 +405,7 @@ private:
   std::atomic<bool> abort_{false};
   std::atomic<bool> in_loop_{false}; // past the handshake
 
-  // The worker and the progress thread's state below: the progress thread holds
-  // worker_mtx_ except while it sleeps, when send_now may take it.
-  std::mutex worker_mtx_;
-  bool worker_live_ = false;  ///< set and cleared by the progress thread, under worker_mtx_
-  std::atomic<std::thread::id> progress_id_{};
+  // The progress thread's own state.
   std::deque<std::unique_ptr<tx_frame>> to_post_;
   std::list<std::unique_ptr<tx_frame>> in_flight_;
   std::uint64_t tx_seq_ = 0;
