@@ -17,7 +17,7 @@ TEST_CASE("a device activation or gradient crosses processes as a host copy take
     act.data<std::uint16_t>()[i] = static_cast<std::uint16_t>(7 * i);
   auto fence = std::make_shared<testing::counting_fence>();
 
-  auto f = remote::encode(3, activation_msg{5, 1, 2, act, {}, fence}, false);
+  auto f = remote::encode(3, activation_msg{5, 1, 2, act, {}, fence, {}}, false);
   CHECK(fence->waits == 1);
   CHECK(fake_gpu.copies == 1);
   REQUIRE(f.blobs.size() == 1);
@@ -32,7 +32,7 @@ TEST_CASE("a device activation or gradient crosses processes as a host copy take
 
   // A CPU tensor goes as it is: its own bytes, no copy, no wait.
   auto host = tensor_handle::zeros({2, 3, 4});
-  auto h = remote::encode(3, activation_msg{5, 1, 2, host, {}, nullptr}, true);
+  auto h = remote::encode(3, activation_msg{5, 1, 2, host, {}, nullptr, {}}, true);
   REQUIRE(h.blobs.size() == 1);
   CHECK(h.blobs[0].same_bytes(host));
   CHECK(fake_gpu.copies == 2);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -399,6 +400,21 @@ expected<cluster_result> cluster::run() {
 double cluster_result::mfu() const {
   double denominator = iteration_s * static_cast<double>(devices) * peak_flops;
   return denominator > 0 ? model_flops_per_step / denominator : 0.0;
+}
+
+cluster_config equal_stage_cluster(int stages, int replicas, int microbatches, int steps) {
+  cluster_config c;
+  c.model = {2 * stages, 256, 4, 128, 256, 1};
+  if (auto d = device_preset("a100_80gb"))
+    c.costs.device = *d;
+  c.costs.network = {8, {}, {}};
+  c.costs.count_head = false;
+  c.replicas = replicas;
+  c.microbatches = microbatches;
+  c.steps = steps;
+  for (int s = 0; s < stages; ++s)
+    c.stages.push_back({0, "s" + std::to_string(s), {{2 * s, 2 * s + 2}}});
+  return c;
 }
 
 expected<cluster_result> simulate_cluster(const cluster_config& c) {

@@ -83,6 +83,10 @@ struct cluster_result {
   double tokens_per_s() const { return iteration_s > 0 ? tokens_per_step / iteration_s : 0.0; }
 };
 
+/// `replicas` replicas of `stages` equal stages (2 layers of a small GPT each,
+/// A100 costs, free links, the head not counted): the straggler experiments' shape.
+cluster_config equal_stage_cluster(int stages, int replicas, int microbatches, int steps);
+
 /// Runs `steps` steps. Fails on a bad configuration, on a policy that breaks
 /// its bounds, or when the pipeline stalls (naming a stuck stage).
 expected<cluster_result> simulate_cluster(const cluster_config& config);

@@ -16,16 +16,8 @@ namespace {
 
 /// 4 replicas of a 2-stage pipeline (2 layers a stage), free links, 1F1B.
 cluster_config four_replicas(const char* route, int microbatches = 8, int steps = 4) {
-  cluster_config c;
-  c.model = {4, 256, 4, 128, 256, 1};
-  c.costs.device = *device_preset("a100_80gb");
-  c.costs.network = {8, {}, {}};
-  c.costs.count_head = false;
-  c.replicas = 4;
-  c.microbatches = microbatches;
-  c.steps = steps;
+  auto c = equal_stage_cluster(2, 4, microbatches, steps);
   c.route = route;
-  c.stages = {{0, "s0", {{0, 2}}}, {0, "s1", {{2, 4}}}};
   return c;
 }
 
@@ -118,11 +110,8 @@ TEST_CASE("with 1F1B's own bounds least_loaded still gains over own on a slow la
 
 TEST_CASE("least_loaded routes a straggler's work away wherever it sits after the first position") {
   for (int p : {3, 4}) {
-    auto c = four_replicas("least_loaded");
-    c.model.layers = 2 * p;
-    c.stages.clear();
-    for (int s = 0; s < p; ++s)
-      c.stages.push_back({0, "s" + std::to_string(s), {{2 * s, 2 * s + 2}}});
+    auto c = equal_stage_cluster(p, 4, 8, 4);
+    c.route = "least_loaded";
     auto plain = simulate_cluster(c);
     REQUIRE_MESSAGE(plain, (plain ? std::string{} : plain.error().message));
     c.slowdown["r2s" + std::to_string(p - 2)] = 2.0;

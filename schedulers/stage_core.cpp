@@ -215,7 +215,6 @@ std::optional<stage_task> stage_core::begin() {
                                          r.error().message));
   int c = queue_.chunk_of(a->stage);
   auto& w = slot(c, a->microbatch);
-
   stage_task t{*a, c, w.hop, w.hop + 1 == static_cast<int>(w.route.size()), step_};
   if (a->kind == op_kind::forward) {
     // The input's buffer is free once the forward starts: give its sender the credit back.

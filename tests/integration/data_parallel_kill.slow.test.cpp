@@ -33,17 +33,10 @@ TEST_CASE("killing the node of a DDP replica ends the launch within 5 seconds wi
   auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
   launch.wait_for(R"(step\s+\d+/100000)");  // training, with the all-reduce between the nodes, is under way
   std::this_thread::sleep_for(300ms);        // mid-run: some steps in, a ring likely in flight
-  auto node1 = processes_with("--coordinator " + coordinator + " --node 1");
-  REQUIRE(node1.size() == 1);
-  auto killed = std::chrono::steady_clock::now();
-  REQUIRE(::kill(node1[0], SIGKILL) == 0);
-  int code = launch.wait(10s);
-  auto took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-  MESSAGE("the launch ended " << took << " s after the kill with exit code " << code);
+  auto [code, took, err] = kill_node(launch, coordinator, 1);
+  MESSAGE("the launch ended " << took << " s after the kill with exit code " << code << ": " << err);
   CHECK(code == 1);
   CHECK(took < 5.0);
-  auto err = slurp(launch.err);
-  INFO(err);
   CHECK(err.find("lost node 1") != std::string::npos);
   for (const char* actor : {"r1s0", "r1s1", "r1s0_ar", "r1s1_ar"})
     CHECK(err.find(actor) != std::string::npos);

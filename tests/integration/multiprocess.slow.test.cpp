@@ -120,16 +120,10 @@ TEST_CASE("killing a node's process stops the launch within 5 seconds, naming th
   troupe_process launch{dir, {"launch", (dir / "graph.yaml").string()}};
   auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
   launch.wait_for(R"(step\s+\d+/100000)");  // training is under way
-  auto node1 = processes_with("--coordinator " + coordinator + " --node 1");
-  REQUIRE(node1.size() == 1);
-  auto killed = std::chrono::steady_clock::now();
-  REQUIRE(::kill(node1[0], SIGKILL) == 0);
-  int code = launch.wait(10s);
-  auto took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  auto [code, took, err] = kill_node(launch, coordinator, 1);
   MESSAGE("the launch ended " << took << " s after the kill with exit code " << code);
   CHECK(code == 1);
   CHECK(took < 5.0);
-  auto err = slurp(launch.err);
   CHECK(err.find("lost node 1") != std::string::npos);
   CHECK(err.find("s2, s3") != std::string::npos);
   std::this_thread::sleep_for(200ms);

@@ -178,4 +178,26 @@ inline std::vector<pid_t> processes_with(const std::string& needle) {
   return found;
 }
 
+/// How a launch ended after one of its node processes was killed.
+struct lost_node_outcome {
+  int code = -1;         ///< the launch's exit code (-1: still running after 10 s)
+  double seconds = 0;    ///< from the kill to the launch's end
+  std::string err;       ///< its stderr
+};
+
+/// SIGKILLs node `node` of the running `launch` (whose coordinator listens on
+/// `coordinator`) and waits up to 10 s for the launch to end.
+inline lost_node_outcome kill_node(troupe_process& launch, const std::string& coordinator, int node) {
+  auto pids = processes_with("--coordinator " + coordinator + " --node " + std::to_string(node));
+  if (pids.size() != 1)
+    return {-1, 0, "no single process for node " + std::to_string(node)};
+  auto killed = std::chrono::steady_clock::now();
+  ::kill(pids[0], SIGKILL);
+  lost_node_outcome out;
+  out.code = launch.wait(10s);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  out.err = slurp(launch.err);
+  return out;
+}
+
 } // namespace troupe::testing
