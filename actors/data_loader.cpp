@@ -74,7 +74,7 @@ template <class Atom>
 void deliver(loader_actor* self, Atom atom, batch_msg m, bool targets_with_tokens = false) {
   int head = m.route.front().actor, tail = m.route.back().actor;
   if (head != tail && !targets_with_tokens) {
-    batch_msg targets{m.step, m.microbatch, {}, std::move(m.targets), m.route, m.documents};
+    batch_msg targets{m.step, m.microbatch, {}, std::move(m.targets), m.route};
     send_to(self, tail, atom, std::move(targets));
   }
   send_to(self, head, atom, std::move(m));

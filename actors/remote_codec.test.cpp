@@ -37,3 +37,18 @@ TEST_CASE("a device activation or gradient crosses processes as a host copy take
   CHECK(h.blobs[0].same_bytes(host));
   CHECK(fake_gpu.copies == 2);
 }
+
+TEST_CASE("a document mask crosses processes with its batch and with each activation") {
+  auto docs = tensor_handle::empty({2, 4}, dtype::i32);
+  for (int i = 0; i < 8; ++i)
+    docs.data<std::int32_t>()[i] = i % 4 < 2 ? 0 : 2;
+  auto tokens = tensor_handle::zeros({2, 4}, dtype::i32);
+  auto b = remote::encode(1, batch_msg{0, 0, tokens, {}, route_t{{1, 0}}, docs}, false);
+  REQUIRE(b.blobs.size() == 2);
+  CHECK(b.blobs[1].same_bytes(docs));
+  auto a = remote::encode(1, activation_msg{0, 0, 1, tensor_handle::zeros({2, 4, 3}), {}, nullptr, docs}, false);
+  REQUIRE(a.blobs.size() == 2);
+  CHECK(a.blobs[1].same_bytes(docs));
+  // Without documents nothing more is sent.
+  CHECK(remote::encode(1, batch_msg{0, 0, tokens, {}, route_t{{1, 0}}}, false).blobs.size() == 1);
+}

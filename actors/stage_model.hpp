@@ -24,7 +24,7 @@ struct stage_tensor {
   device_fence_ptr ready;
   /// An input's document-causal mask, i32 [B, T] on the host (ops/core_attention.hpp);
   /// a forward's output carries its input's on, to the next stage. Undefined: causal.
-  tensor_handle documents;
+  tensor_handle documents{};
   bool defined() const noexcept { return value.defined(); }
 };
 

@@ -67,8 +67,18 @@ struct gpt_range::impl {
   void init_params();
 
   /// One block forward; stores intermediates in `c` when non-null. `documents`: the attention mask.
+  /// It runs in three parts, so core attention (which has no parameters) could
+  /// run elsewhere, on a shard (DistCA's attention servers, ops/core_attention_shard.hpp):
   tensor_handle block_forward(int li, const tensor_handle& x, layer_cache* c, const tensor_handle& documents) const;
+  /// pre-attention: layer norm and the q, k, v projection of x → qkv [B, T, 3C];
+  tensor_handle block_pre_attention(int li, const tensor_handle& x, layer_cache& k) const;
+  /// post-attention: output projection and residual, layer norm, MLP and residual.
+  tensor_handle block_post_attention(int li, const tensor_handle& att, layer_cache& k) const;
+  /// The backward in the same parts: post-attention from dy to d_att, core
+  /// attention, then pre-attention from d_qkv to dx.
   tensor_handle block_backward_input(int li, const tensor_handle& dy, layer_cache& c) const;
+  tensor_handle block_backward_post_attention(int li, const tensor_handle& dy, layer_cache& c) const;
+  tensor_handle block_backward_pre_attention(int li, layer_cache& c) const;
   void block_backward_weight(int li, layer_cache& c);
   void head_backward_weight(mb_cache& c);
   /// backward_input, and with `weights` each part's weight-gradient half right after

@@ -21,13 +21,19 @@ constexpr int warps = 4;
 constexpr int bc = 32; // keys (or queries) per streamed tile: one per lane
 constexpr float log2e = 1.4426950408889634f;
 
+/// The first key query `qi` of (batch·heads) row `bh` may attend: its document's
+/// start, or 0 without document masks (attention_shape::doc_start).
+__device__ __forceinline__ int first_key(const int* docs, int heads, int bh, int n, int qi) {
+  return docs && qi < n ? docs[(long long)(bh / heads) * n + qi] : 0;
+}
+
 /// Rows each warp owns: fewer for wide heads so shared memory stays under 48 KB.
 template <int D>
 constexpr int rows_per_warp = D <= 64 ? 4 : 2;
 
 template <typename T, int D>
 __global__ void __launch_bounds__(warps * 32) attn_forward(T* o, float* lse, const T* q, const T* k, const T* v,
-                                                          int n, float scale) {
+                                                          int n, float scale, const int* docs, int heads) {
   constexpr int R = rows_per_warp<D>, BR = warps * R, E = D / 32;
   __shared__ float qs[BR][D];
   __shared__ float ks[bc][D + 1];
@@ -41,8 +47,10 @@ __global__ void __launch_bounds__(warps * 32) attn_forward(T* o, float* lse, con
     qs[r][i % D] = qi < n ? to_f32(q[base + (long long)qi * D + i % D]) * s2 : 0.0f;
   }
   float m[R], l[R], acc[R][E];
+  int lo[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
+    lo[r] = first_key(docs, heads, blockIdx.y, n, q0 + warp * R + r);
     m[r] = -INFINITY;
     l[r] = 0.0f;
 #pragma unroll
@@ -74,7 +82,7 @@ __global__ void __launch_bounds__(warps * 32) attn_forward(T* o, float* lse, con
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       int qi = q0 + warp * R + r;
-      float sv = kj <= qi && kj < n ? s[r] : -INFINITY;
+      float sv = kj <= qi && kj >= lo[r] && kj < n ? s[r] : -INFINITY;
       float mn = fmaxf(m[r], warp_max(sv));
       float p = sv == -INFINITY ? 0.0f : exp2f(sv - mn);
       float corr = m[r] == -INFINITY ? 0.0f : exp2f(m[r] - mn);
@@ -134,7 +142,7 @@ __global__ void attn_delta(float* delta, const T* dout, const T* o, long long ro
 template <typename T, int D>
 __global__ void __launch_bounds__(warps * 32) attn_backward_dq(T* dq, const T* dout, const T* q, const T* k,
                                                               const T* v, const float* lse, const float* delta,
-                                                              int n, float scale) {
+                                                              int n, float scale, const int* docs, int heads) {
   constexpr int R = rows_per_warp<D>, BR = warps * R, E = D / 32;
   __shared__ float qs[BR][D];
   __shared__ float dos[BR][D];
@@ -151,8 +159,10 @@ __global__ void __launch_bounds__(warps * 32) attn_backward_dq(T* dq, const T* d
     dos[r][i % D] = qi < n ? to_f32(dout[at]) : 0.0f;
   }
   float lse2[R], dl[R], acc[R][E];
+  int lo[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
+    lo[r] = first_key(docs, heads, blockIdx.y, n, q0 + warp * R + r);
     int qi = min(q0 + warp * R + r, n - 1);
     lse2[r] = lse[(long long)blockIdx.y * n + qi] * log2e;
     dl[r] = delta[(long long)blockIdx.y * n + qi];
@@ -187,7 +197,7 @@ __global__ void __launch_bounds__(warps * 32) attn_backward_dq(T* dq, const T* d
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       int qi = q0 + warp * R + r;
-      float p = kj <= qi && kj < n && qi < n ? exp2f(s[r] - lse2[r]) : 0.0f;
+      float p = kj <= qi && kj >= lo[r] && kj < n && qi < n ? exp2f(s[r] - lse2[r]) : 0.0f;
       ds_s[warp][r][lane] = p * (dp[r] - dl[r]);
     }
     __syncwarp();
@@ -221,13 +231,14 @@ __global__ void __launch_bounds__(warps * 32) attn_backward_dq(T* dq, const T* d
 template <typename T, int D>
 __global__ void __launch_bounds__(warps * 32) attn_backward_dkv(T* dk, T* dv, const T* dout, const T* q, const T* k,
                                                                const T* v, const float* lse, const float* delta,
-                                                               int n, float scale) {
+                                                               int n, float scale, const int* docs, int heads) {
   constexpr int R = rows_per_warp<D>, BR = warps * R, E = D / 32;
   __shared__ float ks[BR][D];
   __shared__ float vs[BR][D];
   __shared__ float qt[bc][D + 1];
   __shared__ float dot[bc][D + 1];
   __shared__ float lse2_t[bc], dl_t[bc];
+  __shared__ int lo_t[bc];
   __shared__ float p_s[warps][R][bc];
   __shared__ float ds_s[warps][R][bc];
   const long long base = (long long)blockIdx.y * n * D;
@@ -258,6 +269,7 @@ __global__ void __launch_bounds__(warps * 32) attn_backward_dkv(T* dk, T* dv, co
       int qi = i0 + threadIdx.x;
       lse2_t[threadIdx.x] = qi < n ? lse[row0 + qi] * log2e : 0.0f;
       dl_t[threadIdx.x] = qi < n ? delta[row0 + qi] : 0.0f;
+      lo_t[threadIdx.x] = first_key(docs, heads, blockIdx.y, n, qi);
     }
     __syncthreads();
     float s[R], dp[R];
@@ -277,7 +289,7 @@ __global__ void __launch_bounds__(warps * 32) attn_backward_dkv(T* dk, T* dv, co
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       int kj = k0 + warp * R + r;
-      float p = kj <= qi && qi < n && kj < n ? exp2f(s[r] - lse2_t[lane]) : 0.0f;
+      float p = kj <= qi && kj >= lo_t[lane] && qi < n && kj < n ? exp2f(s[r] - lse2_t[lane]) : 0.0f;
       p_s[warp][r][lane] = p;
       ds_s[warp][r][lane] = p * (dp[r] - dl_t[lane]);
     }
@@ -332,7 +344,7 @@ template <typename T, int D>
 status forward_d(T* o, float* lse, const T* q, const T* k, const T* v, const attention_shape& s, cudaStream_t st) {
   constexpr int BR = warps * rows_per_warp<D>;
   dim3 grid((s.seq_len + BR - 1) / BR, s.batch * s.heads);
-  attn_forward<T, D><<<grid, warps * 32, 0, st>>>(o, lse, q, k, v, s.seq_len, scale_of(s));
+  attn_forward<T, D><<<grid, warps * 32, 0, st>>>(o, lse, q, k, v, s.seq_len, scale_of(s), s.doc_start, s.heads);
   TROUPE_CUDA_CHECK_LAUNCH();
   return {};
 }
@@ -349,14 +361,16 @@ status backward_d(T* dq, T* dk, T* dv, float* workspace, const T* dout, const T*
   float sc = scale_of(s);
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     const void* ptrs[] = {dq, dk, dv, dout, q, k, v, workspace};
-    if (attention_mma_supported(D, ptrs, 8))
+    if (!s.doc_start && attention_mma_supported(D, ptrs, 8))
       return attention_mma_backward(dq, dk, dv, dq_acc, delta, dout, q, k, v, lse, s.batch * s.heads, s.seq_len, D,
                                     sc, st);
   }
   dim3 grid((s.seq_len + BR - 1) / BR, s.batch * s.heads);
-  attn_backward_dq<T, D><<<grid, warps * 32, 0, st>>>(dq, dout, q, k, v, lse, delta, s.seq_len, sc);
+  attn_backward_dq<T, D><<<grid, warps * 32, 0, st>>>(dq, dout, q, k, v, lse, delta, s.seq_len, sc, s.doc_start,
+                                                       s.heads);
   TROUPE_CUDA_CHECK_LAUNCH();
-  attn_backward_dkv<T, D><<<grid, warps * 32, 0, st>>>(dk, dv, dout, q, k, v, lse, delta, s.seq_len, sc);
+  attn_backward_dkv<T, D><<<grid, warps * 32, 0, st>>>(dk, dv, dout, q, k, v, lse, delta, s.seq_len, sc,
+                                                        s.doc_start, s.heads);
   TROUPE_CUDA_CHECK_LAUNCH();
   return {};
 }
@@ -368,7 +382,7 @@ status forward(T* o, float* lse, const T* q, const T* k, const T* v, const atten
     return {};
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     const void* ptrs[] = {o, q, k, v};
-    if (attention_mma_supported(s.head_dim, ptrs, 4))
+    if (!s.doc_start && attention_mma_supported(s.head_dim, ptrs, 4))
       return attention_mma_forward(o, lse, q, k, v, s.batch * s.heads, s.seq_len, s.head_dim, scale_of(s), st);
   }
   switch (s.head_dim) {

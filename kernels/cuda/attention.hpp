@@ -16,6 +16,11 @@ namespace troupe::gpu {
 struct attention_shape {
   int batch = 0, heads = 0, seq_len = 0, head_dim = 0;
   float scale = 0.0f; ///< score scale; 0 means 1/sqrt(head_dim)
+  /// Document masks, or null for causal: a device array [batch, seq_len] giving
+  /// each token the position of its document's first token (shared by the heads),
+  /// so query i attends keys doc_start[i] <= j <= i, as the CPU kernel
+  /// (kernels/cpu/attention.hpp). Masked calls run on the CUDA-core kernels.
+  const int* doc_start = nullptr;
 };
 
 /// o = causal softmax(q k^T * scale) v; lse[batch*heads*seq_len] (f32) receives

@@ -100,9 +100,9 @@ struct batch_msg {
   tensor_handle tokens;
   tensor_handle targets;
   route_t route;
-  /// Document-causal mask, i32 [batch, context] (ops/core_attention.hpp); undefined: causal.
-  /// With the tokens and with the targets, since the loss hop's forward needs it too.
-  tensor_handle documents;
+  /// Document-causal mask, i32 [batch, context] (ops/core_attention.hpp), sent with the
+  /// tokens (each stage passes it on with its activations); undefined: causal.
+  tensor_handle documents{};
 };
 
 
@@ -117,7 +117,7 @@ struct activation_msg {
   /// sender's queued work: readers order themselves after it. Never serialised.
   device_fence_ptr ready = nullptr;
   /// The microbatch's document mask (batch_msg::documents), carried to every stage's attention.
-  tensor_handle documents;
+  tensor_handle documents{};
   /// The microbatch's targets, when routes are chosen on the way (least_loaded):
   /// the loss stage is not known when the batch is made, so they go along.
   tensor_handle targets;
