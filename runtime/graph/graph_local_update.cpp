@@ -164,6 +164,17 @@ void parse_local_update(parsed_graph& pg, const YAML::Node& n, graph_reader& r) 
     }
     r.error(at, join_path(path, p.key), p.message);
   }
+  // Each replica keeps its own AdamW state and its own chain of stages.
+  const auto& dp = pg.graph.data_parallel;
+  if (dp.zero > 0)
+    r.error(n, path,
+            fmt::format("local-update training keeps every replica's own optimizer state; it cannot shard it "
+                        "(data_parallel.zero: {}): use zero: 0",
+                        dp.zero));
+  if (dp.route == "least_loaded")
+    r.error(n, path,
+            "local-update training keeps each replica on its own stages; data_parallel.route: least_loaded would "
+            "mix them: use route: own");
 }
 
 std::string local_update_yaml(const local_update_spec& l) {
