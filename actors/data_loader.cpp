@@ -335,6 +335,16 @@ actor_type_info data_loader_info() {
     bool written = !g.pipeline.routing_pos.file.empty() || !g.pipeline.routing_pos.origin.empty();
     if (auto what = check_routes(g, a); !what.empty())
       out.push_back({written ? g.pipeline.routing_pos : a.pos, written ? "pipeline.routing" : "channels", what});
+    // Document masks reach CPU stages only (actors/cuda/stage_model_cuda.cpp refuses them).
+    if (g.data.documents != "none")
+      for (const auto& s : g.actors)
+        if (s.role.holds_layers && s.device.starts_with("cuda")) {
+          out.push_back({g.where("data.documents"), "data.documents",
+                         fmt::format("'{}' needs CPU stages, but '{}' runs on {} (CUDA stages do not take "
+                                     "document masks yet)",
+                                     g.data.documents, s.name, s.device)});
+          break;
+        }
     // Its tokens are the corpus's bytes: an embedding of fewer rows cannot take them.
     if (g.model.vocab < 256)
       out.push_back({g.where("model.vocab"), "model.vocab",
