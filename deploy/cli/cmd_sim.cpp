@@ -75,6 +75,7 @@ expected<cluster_config> make_config(const graph_spec& g, std::int64_t steps) {
   c.costs.device = *device;
   c.costs.network = default_network(entry == s.devices.end() ? s.device : entry->base);
   c.costs.network.devices_per_node = s.devices_per_node;
+  c.costs.network.nodes_per_site = s.nodes_per_site;
   auto level = [](link_spec& out, const sim_link_spec& in) {
     if (in.latency >= 0)
       out.latency = in.latency;
@@ -83,6 +84,7 @@ expected<cluster_config> make_config(const graph_spec& g, std::int64_t steps) {
   };
   level(c.costs.network.within_node, s.within_node);
   level(c.costs.network.between_nodes, s.between_nodes);
+  level(c.costs.network.wide_area, s.wide_area);
   c.costs.dtype = g.model.precision == dtype::bf16 ? "bf16" : "f32";
   c.costs.tensor_parallel = s.tensor_parallel;
   c.costs.recompute = s.recompute;

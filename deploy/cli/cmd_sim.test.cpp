@@ -132,3 +132,17 @@ TEST_CASE("troupe sim --trace writes a trace whose spans are the simulation's: s
   }
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("troupe sim prices the ring on the widest level its replicas cross: nodes_per_site splits sites") {
+  // Free links but a wide-area latency: 16 replicas on two nodes of 8. One
+  // site: the ring costs nothing; a node per site: 2(n-1) wide-area latencies.
+  const std::string base = equal + " --set data_parallel.replicas=16 --set sim.links.wide_area.latency=0.01 "
+                                   "--set sim.links.wide_area.bandwidth=0";
+  auto one_site = sim_json(base);
+  auto two_sites = sim_json(base + " --set sim.nodes_per_site=1");
+  for (int s = 0; s < 4; ++s) {
+    CHECK(one_site["positions"][s]["allreduce_s"].get<double>() == 0);
+    CHECK(two_sites["positions"][s]["allreduce_s"].get<double>() == doctest::Approx(2 * 15 * 0.01).epsilon(1e-12));
+  }
+  CHECK(two_sites["sync_wait_s"].get<double>() == doctest::Approx(0.3).epsilon(1e-9));
+}

@@ -11,9 +11,10 @@ namespace troupe::detail {
 
 namespace {
 
-const std::vector<std::string> sim_keys{"device",    "tensor_parallel", "data_parallel", "devices_per_node",
-                                        "recompute", "count_head",      "gradient_bytes", "links"};
-const std::vector<std::string> link_levels{"within_node", "between_nodes"};
+const std::vector<std::string> sim_keys{"device",         "tensor_parallel", "data_parallel",  "devices_per_node",
+                                        "nodes_per_site", "recompute",       "count_head",     "gradient_bytes",
+                                        "links"};
+const std::vector<std::string> link_levels{"within_node", "between_nodes", "wide_area"};
 const std::vector<std::string> link_keys{"latency", "bandwidth"};
 const std::vector<std::string> device_keys{"base", "peak_tflops", "memory_gbps", "memory_gb", "efficiency"};
 const std::vector<std::string> peak_keys{"f32", "tf32", "bf16"};
@@ -107,6 +108,7 @@ void parse_sim(parsed_graph& pg, const YAML::Node& n, const YAML::Node& devices,
             "the simulated replicas are the graph's own `data_parallel: {replicas: N}` now; move the number there "
             "(`--set data_parallel.replicas=N` on the command line)");
   r.get_int(n, "sim", "devices_per_node", s.devices_per_node, 1, 1024);
+  r.get_int(n, "sim", "nodes_per_site", s.nodes_per_site, 0, 1 << 20);
   get_bool(n, "sim", "recompute", s.recompute, r);
   get_bool(n, "sim", "count_head", s.count_head, r);
   r.get_double(n, "sim", "gradient_bytes", s.gradient_bytes, 0.0, 64.0);
@@ -119,6 +121,8 @@ void parse_sim(parsed_graph& pg, const YAML::Node& n, const YAML::Node& devices,
       parse_link_level(l, "sim.links.within_node", s.within_node, r);
     if (auto l = child(links, "between_nodes"))
       parse_link_level(l, "sim.links.between_nodes", s.between_nodes, r);
+    if (auto l = child(links, "wide_area"))
+      parse_link_level(l, "sim.links.wide_area", s.wide_area, r);
 
   }
 }
