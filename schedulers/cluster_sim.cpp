@@ -4,9 +4,13 @@
 #include "schedulers/cluster_sim.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -34,16 +38,14 @@ private:
   int actor(int replica, int position) const { return replica * (p_ + 1) + 1 + position; }
   int replica_of(int a) const { return a / (p_ + 1); }
   int position_of(int a) const { return a % (p_ + 1) - 1; }  // -1 for a router
-  /// The node of an actor's first device, devices numbered as Megatron ranks
-  /// them: tensor-parallel fastest, then data-parallel, then pipeline.
-  std::int64_t node_of(int a) const {
+  /// An actor's first device, devices numbered as Megatron ranks them:
+  /// tensor-parallel fastest, then data-parallel, then pipeline.
+  std::int64_t device_of(int a) const {
     int s = std::max(position_of(a), 0);
-    std::int64_t device = (static_cast<std::int64_t>(s) * d_ + replica_of(a)) * c_.costs.tensor_parallel;
-    return device / std::max(c_.costs.network.devices_per_node, 1);
+    return (static_cast<std::int64_t>(s) * d_ + replica_of(a)) * c_.costs.tensor_parallel;
   }
-  const link_spec& link(int from, int to) const {
-    return node_of(from) == node_of(to) ? c_.costs.network.within_node : c_.costs.network.between_nodes;
-  }
+  std::int64_t node_of(int a) const { return c_.costs.network.node_of(device_of(a)); }
+  const link_spec& link(int from, int to) const { return c_.costs.network.between(device_of(from), device_of(to)); }
   /// A message of `bytes` from `from` to `to`: its delay on their link. Between
   /// nodes the t tensor-parallel devices each send a 1/t slice over their own
   /// NIC (Narayanan et al. 2021, §4.1, scatter/gather).
@@ -63,12 +65,47 @@ private:
     });
   }
   void touch(int a) {
-    if (!dirty_flag_[static_cast<std::size_t>(a)]) {
-      dirty_flag_[static_cast<std::size_t>(a)] = 1;
-      dirty_.push_back(a);
-    }
+    auto& word = dirty_[static_cast<std::size_t>(a) >> 6];
+    std::uint64_t bit = std::uint64_t{1} << (a & 63);
+    dirty_count_ += (word & bit) == 0;
+    word |= bit;
+  }
+  /// Moves the dirty actors into work_, in actor order (memory order of their
+  /// state), without a sort: a bitmap scan costs actors / 64 words an instant.
+  void take_dirty() {
+    work_.clear();
+    for (std::size_t w = 0; w < dirty_.size(); ++w)
+      for (std::uint64_t x = std::exchange(dirty_[w], 0); x; x &= x - 1)
+        work_.push_back(static_cast<int>(w * 64 + static_cast<std::size_t>(std::countr_zero(x))));
+    dirty_count_ = 0;
   }
   stage_core& stage(int a) { return *stages_[static_cast<std::size_t>(a)]; }
+  bool traced(int replica) const {
+    return c_.on_span && static_cast<std::size_t>(replica) < c_.traced.size() && c_.traced[static_cast<std::size_t>(replica)];
+  }
+  /// The number of `route` among the routes seen so far (a replica's chain is
+  /// one); `sender`'s last route is tried first (a stage sends along few).
+  int intern(int sender, const route_t& route) {
+    int& last = last_route_[static_cast<std::size_t>(sender)];
+    if (last >= 0 && routes_[static_cast<std::size_t>(last)].route == route)
+      return last;
+    std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the hops
+    for (const auto& x : route)
+      h = (h ^ static_cast<std::uint32_t>(x.actor) ^ (static_cast<std::uint64_t>(x.chunk) << 32)) * 1099511628211ull;
+    auto& ids = route_ids_[h];
+    for (int id : ids)
+      if (routes_[static_cast<std::size_t>(id)].route == route)
+        return last = id;
+    routes_.push_back(msg_meta{0, 0, 0, route});
+    ids.push_back(static_cast<int>(routes_.size()) - 1);
+    return last = ids.back();
+  }
+  /// A message's metadata on interned route `id` (valid until the next meta()).
+  const msg_meta& meta(int id, std::int64_t step, int mb, int hop) {
+    auto& m = routes_[static_cast<std::size_t>(id)];
+    m.step = step, m.microbatch = mb, m.hop = hop;
+    return m;
+  }
   expected<void> build();
   void pump(int replica);
   void step_ready(int a);
@@ -81,9 +118,9 @@ private:
   event_queue events_;
   std::vector<std::unique_ptr<stage_core>> stages_;  ///< by actor (null for routers)
   std::vector<std::unique_ptr<router_core>> routers_;  ///< by replica
-  std::vector<char> dirty_flag_;
-  std::vector<int> dirty_;             ///< actors that heard something this instant
-  std::vector<int> work_;              ///< the previous batch of dirty_, being served
+  std::vector<std::uint64_t> dirty_;  ///< bitmap: actors that heard something this instant
+  std::size_t dirty_count_ = 0;
+  std::vector<int> work_;              ///< the previous instant's dirty actors, being served
   std::vector<double> busy_;           ///< by actor
   std::vector<double> slowdown_;       ///< by actor: its compute's factor
   std::vector<int> forwards_;          ///< by actor
@@ -98,6 +135,9 @@ private:
   double last_complete_ = 0;           ///< when the step's last gradients completed
   double sync_wait_ = 0;
   std::uint64_t messages_ = 0;
+  std::deque<msg_meta> routes_;  ///< interned routes (a deque: meta() references stay valid as it grows)
+  std::unordered_map<std::uint64_t, std::vector<int>> route_ids_;  ///< by hash
+  std::vector<int> last_route_;  ///< by actor: the route it sent along last
   double p2p_bytes_ = 0;
   double message_bytes_ = 0;
 };
@@ -108,7 +148,8 @@ expected<void> cluster::build() {
   const int v = static_cast<int>(c_.stages.front().chunks.size());
   const int n = d_ * (p_ + 1);
   stages_.resize(static_cast<std::size_t>(n));
-  dirty_flag_.assign(static_cast<std::size_t>(n), 0);
+  dirty_.assign((static_cast<std::size_t>(n) + 63) / 64, 0);
+  last_route_.assign(static_cast<std::size_t>(n), -1);
   busy_.assign(static_cast<std::size_t>(n), 0);
   slowdown_.assign(static_cast<std::size_t>(n), 1.0);
   forwards_.assign(static_cast<std::size_t>(n), 0);
@@ -129,11 +170,10 @@ expected<void> cluster::build() {
                                  [&](auto ch) { return ch.first == 0 || ch.second == m.layers; });
     params_.push_back(stage_parameters(m, layers, embedding));
     double grad = params_.back() * c_.gradient_bytes / c_.costs.tensor_parallel;
-    // The ring of one tensor-parallel slice over the d replicas: the slowest
-    // link is between nodes as soon as the replicas span more than one node.
-    bool spans = node_of(actor(0, s)) != node_of(actor(d_ - 1, s));
-    allreduce_.push_back(ring_allreduce_time(
-      d_, grad, spans ? c_.costs.network.between_nodes : c_.costs.network.within_node));
+    // The ring of one tensor-parallel slice over the d replicas, whose devices
+    // are consecutive: its slowest link is the level of the widest boundary
+    // between the first replica and the last (a node's, then a site's).
+    allreduce_.push_back(ring_allreduce_time(d_, grad, link(actor(0, s), actor(d_ - 1, s))));
   }
 
   for (int r = 0; r < d_; ++r) {
@@ -192,22 +232,26 @@ expected<void> cluster::build() {
         slowdown_[static_cast<std::size_t>(me)] = f->second;
       stage_core_hooks hk;
       hk.clock = [this] { return now_; };
+      // Hooks capture at most 16 bytes (std::function keeps that in place) and
+      // messages carry an interned route, not a copy: no allocation per message.
       hk.forward = [this, me](int to, const msg_meta& msg) {
         if (to == me)
           return;
         p2p_bytes_ += message_bytes_;
-        deliver(me, to, message_bytes_, [this, to, msg] { stage(to).on_activation(msg); });
+        deliver(me, to, message_bytes_, [this, to, step = msg.step, mb = msg.microbatch, hop = msg.hop,
+                                         id = intern(me, msg.route)] { stage(to).on_activation(meta(id, step, mb, hop)); });
       };
       hk.backward = [this, me](int to, const msg_meta& msg) {
         if (to == me)
           return;
         p2p_bytes_ += message_bytes_;
-        deliver(me, to, message_bytes_, [this, to, msg] { stage(to).on_gradient(msg); });
+        deliver(me, to, message_bytes_, [this, to, step = msg.step, mb = msg.microbatch, hop = msg.hop,
+                                         id = intern(me, msg.route)] { stage(to).on_gradient(meta(id, step, mb, hop)); });
       };
-      hk.credit = [this, me, router, r](int to, int count) {
-        deliver(me, to, 0, [this, to, me, count, router, r, load = stage(me).load()] {
-          if (to == router)
-            routers_[static_cast<std::size_t>(r)]->grant(me, count);
+      hk.credit = [this, me](int to, int count) {
+        deliver(me, to, 0, [this, to, me, count, load = stage(me).load()] {
+          if (position_of(to) < 0)
+            routers_[static_cast<std::size_t>(replica_of(to))]->grant(me, count);
           else
             stage(to).on_credit(me, count, load);
         });
@@ -241,6 +285,9 @@ void cluster::gradients_complete(int a) {
   if (++joined_[static_cast<std::size_t>(s)] < d_)
     return;
   joined_[static_cast<std::size_t>(s)] = 0;
+  for (int r = 0; r < d_ && d_ > 1; ++r)
+    if (traced(r))
+      c_.on_span({r, s, 'S', stage(a).step(), -1, now_, now_ + allreduce_[static_cast<std::size_t>(s)]});
   events_.post(now_ + allreduce_[static_cast<std::size_t>(s)], [this] {
     if (++positions_synced_ < p_)
       return;
@@ -264,12 +311,15 @@ void cluster::pump(int r) {
       deliver(self, to, 0, [this, to, plan] { stage(to).on_plan(plan); });
     // Routed across replicas, a microbatch needs a number unique in its step:
     // the step's k-th, k = microbatch × replicas + replica, as one router of all replicas numbers them.
+    int id = intern(self, e->route);
+    std::int64_t step = e->step;
     int mb = least_loaded_ ? e->microbatch * d_ + r : e->microbatch;
-    msg_meta msg{e->step, mb, 0, e->route};
     int head = e->route.front().actor, tail = e->route.back().actor;
-    deliver(self, head, 0, [this, head, msg, both = head == tail] { stage(head).on_batch(msg, true, both); });
+    deliver(self, head, 0, [this, head, id, step, mb, both = head == tail] {
+      stage(head).on_batch(meta(id, step, mb, 0), true, both);
+    });
     if (tail != head && !least_loaded_)
-      deliver(self, tail, 0, [this, tail, msg] { stage(tail).on_batch(msg, false, true); });
+      deliver(self, tail, 0, [this, tail, id, step, mb] { stage(tail).on_batch(meta(id, step, mb, 0), false, true); });
   }
 }
 
@@ -300,6 +350,9 @@ expected<void> cluster::start_work(int a) {
   cost *= slowdown_[static_cast<std::size_t>(a)];
   forwards_[static_cast<std::size_t>(a)] += task->what.kind == op_kind::forward;
   busy_[static_cast<std::size_t>(a)] += cost;
+  if (traced(replica_of(a)))
+    c_.on_span({replica_of(a), pos, static_cast<char>(task->what.kind), task->step, task->what.microbatch, now_,
+                now_ + cost});
   events_.post(now_ + cost, [this, a, t = *task] {
     stage(a).finish(t);
     touch(a);
@@ -317,21 +370,17 @@ expected<cluster_result> cluster::run() {
         s->start();
     for (int r = 0; r < d_; ++r)
       touch(r * (p_ + 1));
-    while (!events_.empty() || !dirty_.empty()) {
-      if (dirty_.empty()) {
+    while (!events_.empty() || dirty_count_ > 0) {
+      if (dirty_count_ == 0) {
         now_ = events_.next_time();
         while (!events_.empty() && events_.next_time() == now_)
           events_.run_next();
       }
       // Routers first (their credits came in), then every stage that heard something.
-      work_.swap(dirty_);  // both keep their capacity: no allocation per instant
-      dirty_.clear();
-      std::sort(work_.begin(), work_.end());
-      for (int a : work_) {
-        dirty_flag_[static_cast<std::size_t>(a)] = 0;
+      take_dirty();
+      for (int a : work_)
         if (position_of(a) < 0)
           pump(replica_of(a));
-      }
       for (int a : work_)
         if (position_of(a) >= 0)
           if (auto ok = start_work(a); !ok)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -14,6 +15,17 @@
 #include "schedulers/routing_policy.hpp"
 
 namespace troupe::sched {
+
+/// One interval of a simulated actor's time, for a trace: a compute action
+/// (`kind` F, B, I or W) or its position's data-parallel all-reduce (`S`).
+struct sim_span {
+  int replica = 0;
+  int position = 0;
+  char kind = 'F';
+  std::int64_t step = 0;
+  int microbatch = -1;  ///< -1 for an all-reduce
+  double begin = 0, end = 0;  ///< simulated seconds
+};
 
 /// One simulated cluster: `stages` is one replica's stage actors (their names
 /// and model chunks; actor numbers are assigned here), repeated `replicas` times.
@@ -39,6 +51,9 @@ struct cluster_config {
   std::string route = "own";
   /// Compute of a stage actor (`r1s1`) this many times slower: an emulated slow device.
   std::map<std::string, double> slowdown;
+  /// Called with each span of the replicas `traced` marks (by replica; empty: none), in simulated time order.
+  std::function<void(const sim_span&)> on_span;
+  std::vector<char> traced;
 };
 
 /// What one pipeline position (the same stage in every replica) did.

@@ -77,6 +77,9 @@ network_spec default_network(std::string_view device) {
     n.within_node = {5e-6, 450 * giga};
     n.between_nodes = {10e-6, 50 * giga};
   }
+  // Between sites (used only with nodes_per_site): an assumed 10 Gb/s per
+  // device and 30 ms one way, a cross-continent path; not a measured figure.
+  n.wide_area = {30e-3, 1.25 * giga};
   return n;
 }
 

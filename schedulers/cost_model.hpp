@@ -3,6 +3,7 @@
 // the FLOPs of a GPT layer from its shape, and what collectives send.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -47,11 +48,23 @@ struct link_spec {
   double time(double bytes) const { return latency + (bandwidth > 0 ? bytes / bandwidth : 0.0); }
 };
 
-/// Links per level: devices of one node (NVLink) and between nodes (InfiniBand, one NIC per device).
+/// Links per level: devices of one node (NVLink), between nodes of one site
+/// (InfiniBand, one NIC per device), and between sites (wide area). Devices are
+/// numbered node by node and nodes site by site.
 struct network_spec {
   int devices_per_node = 8;
   link_spec within_node;
   link_spec between_nodes;
+  link_spec wide_area;
+  int nodes_per_site = 0;  ///< 0: one site holds every node
+  std::int64_t node_of(std::int64_t device) const { return device / std::max(devices_per_node, 1); }
+  std::int64_t site_of(std::int64_t device) const {
+    return nodes_per_site > 0 ? node_of(device) / nodes_per_site : 0;
+  }
+  /// The link between two devices: the level of the first boundary they cross.
+  const link_spec& between(std::int64_t a, std::int64_t b) const {
+    return site_of(a) != site_of(b) ? wide_area : node_of(a) != node_of(b) ? between_nodes : within_node;
+  }
 };
 
 /// The default network of a preset's node: a DGX/HGX box of 8 devices.

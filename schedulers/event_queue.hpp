@@ -82,12 +82,31 @@ private:
 /// Timed deliveries in time order; ties keep the order they were posted in.
 /// Events are kept in buckets by exact time: replicas that run in step post
 /// thousands of events for one instant, so a bucket's append replaces a heap
-/// operation per event (at 10,000 simulated devices, a binary heap of
-/// std::function spent its time in cache misses).
+/// operation per event. A bucket is a FIFO list threaded through a slab of
+/// nodes that never move (blocks of a fixed size, reused through a free
+/// list): at 10,000 simulated devices, buckets as vectors spent a fifth of the
+/// time regrowing (malloc, and a move of every event each time).
 class event_queue {
 public:
+  event_queue() = default;
+  event_queue(const event_queue&) = delete;
+  event_queue& operator=(const event_queue&) = delete;
+
   void post(double t, event_fn f) {
-    buckets_[t].push_back(std::move(f));
+    std::uint32_t i = allocate();
+    node& n = at(i);
+    n.f = std::move(f);
+    n.next = none;
+    if (!(cached_valid_ && cached_->first == t)) {
+      auto [it, fresh] = buckets_.try_emplace(t, bucket{i, i});
+      cached_ = it, cached_valid_ = true;
+      if (fresh) {
+        ++size_;
+        return;
+      }
+    }
+    at(cached_->second.tail).next = i;
+    cached_->second.tail = i;
     ++size_;
   }
   bool empty() const { return size_ == 0; }
@@ -95,11 +114,23 @@ public:
   /// Runs the earliest event (after removing it, so it may post more, at the same time too).
   void run_next() {
     auto first = buckets_.begin();
-    event_fn f = std::move(first->second[next_]);
-    if (++next_ == first->second.size()) {
+    std::uint32_t i = first->second.head;
+    node& n = at(i);
+    event_fn f = std::move(n.f);
+    if (n.next == none) {
+      if (cached_valid_ && cached_ == first)
+        cached_valid_ = false;
       buckets_.erase(first);
-      next_ = 0;
+    } else {
+      first->second.head = n.next;
+      // The next event was posted long ago (a compute's end, a message): its
+      // node is cold. Fetch it while this event runs (at 10,000 simulated
+      // devices this load was a tenth of the time).
+      const char* next = reinterpret_cast<const char*>(&at(n.next));
+      __builtin_prefetch(next);
+      __builtin_prefetch(next + 64);
     }
+    free_.push_back(i);
     --size_;
     ++ran_;
     f();
@@ -109,8 +140,33 @@ public:
   std::size_t size() const { return size_; }
 
 private:
-  std::map<double, std::vector<event_fn>> buckets_;
-  std::size_t next_ = 0;  ///< the next event's index in the earliest bucket
+  static constexpr std::uint32_t none = 0xffffffffu;
+  static constexpr std::uint32_t block_bits = 12;  ///< 4,096 nodes a block
+  struct node {
+    event_fn f;
+    std::uint32_t next = none;
+  };
+  struct bucket {
+    std::uint32_t head, tail;
+  };
+  node& at(std::uint32_t i) { return blocks_[i >> block_bits][i & ((1u << block_bits) - 1)]; }
+  std::uint32_t allocate() {
+    if (!free_.empty()) {
+      std::uint32_t i = free_.back();
+      free_.pop_back();
+      return i;
+    }
+    if ((used_ >> block_bits) == blocks_.size())
+      blocks_.push_back(std::make_unique<node[]>(std::size_t{1} << block_bits));
+    return used_++;
+  }
+
+  std::map<double, bucket> buckets_;
+  std::map<double, bucket>::iterator cached_;  ///< the bucket posted to last (times repeat in runs)
+  bool cached_valid_ = false;
+  std::vector<std::unique_ptr<node[]>> blocks_;
+  std::vector<std::uint32_t> free_;  ///< nodes run and ready for reuse (most recent first: warm in cache)
+  std::uint32_t used_ = 0;
   std::size_t size_ = 0;
   std::uint64_t ran_ = 0;
 };

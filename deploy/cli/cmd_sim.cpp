@@ -4,6 +4,8 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
 #include <memory>
 #include <cstdio>
 #include <string>
@@ -17,6 +19,7 @@
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
 #include "deploy/cli/run_graph.hpp"
+#include "runtime/trace/trace_export.hpp"
 #include "schedulers/cluster_sim.hpp"
 
 namespace troupe::cli {
@@ -72,6 +75,7 @@ expected<cluster_config> make_config(const graph_spec& g, std::int64_t steps) {
   c.costs.device = *device;
   c.costs.network = default_network(entry == s.devices.end() ? s.device : entry->base);
   c.costs.network.devices_per_node = s.devices_per_node;
+  c.costs.network.nodes_per_site = s.nodes_per_site;
   auto level = [](link_spec& out, const sim_link_spec& in) {
     if (in.latency >= 0)
       out.latency = in.latency;
@@ -80,11 +84,12 @@ expected<cluster_config> make_config(const graph_spec& g, std::int64_t steps) {
   };
   level(c.costs.network.within_node, s.within_node);
   level(c.costs.network.between_nodes, s.between_nodes);
+  level(c.costs.network.wide_area, s.wide_area);
   c.costs.dtype = g.model.precision == dtype::bf16 ? "bf16" : "f32";
   c.costs.tensor_parallel = s.tensor_parallel;
   c.costs.recompute = s.recompute;
   c.costs.count_head = s.count_head;
-  c.replicas = s.data_parallel;
+  c.replicas = g.data_parallel.present ? std::max(g.data_parallel.replicas, 1) : 1;
   c.microbatches = g.pipeline.microbatches;
   c.steps = steps;
   c.policy = g.pipeline.schedule;
@@ -96,7 +101,7 @@ expected<cluster_config> make_config(const graph_spec& g, std::int64_t steps) {
   c.reduce_norm = g.train.grad_clip > 0;
   std::vector<const actor_spec*> stages;
   for (const auto& a : g.actors)
-    if (a.role.holds_layers)
+    if (a.role.holds_layers && a.replica == 0)  // one replica; the simulator repeats it
       stages.push_back(&a);
   std::sort(stages.begin(), stages.end(), [](auto* a, auto* b) { return a->rank < b->rank; });
   for (const auto* a : stages) {
@@ -109,6 +114,89 @@ expected<cluster_config> make_config(const graph_spec& g, std::int64_t steps) {
     return make_sched_error("the graph has no stage actors (actors that hold layers) to simulate");
   return c;
 }
+
+/// Which replicas a trace holds: every one while their stage actors number at
+/// most `max_actors`, else k = max(1, max_actors / p) of them evenly spaced
+/// (replica i·d/k for i < k, so replica 0 and the far end of the ring are both
+/// seen): each sampled replica whole, every position of it, every step.
+std::vector<char> sample_replicas(int d, int p, int max_actors) {
+  std::vector<char> traced(static_cast<std::size_t>(d), 0);
+  int k = static_cast<std::int64_t>(d) * p <= max_actors ? d : std::max(1, max_actors / p);
+  for (int i = 0; i < k; ++i)
+    traced[static_cast<std::size_t>(static_cast<std::int64_t>(i) * d / k)] = 1;
+  return traced;
+}
+
+/// The simulation's trace: Chrome Trace Event JSON (runtime/trace/trace_export.hpp,
+/// as `troupe run --trace` writes it), a process per simulated node and a
+/// thread per traced stage actor (`r3s1`), simulated seconds as trace time.
+class sim_trace {
+public:
+  sim_trace(const cluster_config& c, const std::filesystem::path& path) : out_(path), c_(c) {
+    const int p = static_cast<int>(c.stages.size());
+    int id = 0;
+    for (int r = 0; r < c.replicas; ++r) {
+      if (!c.traced[static_cast<std::size_t>(r)])
+        continue;
+      ++replicas_;
+      for (int s = 0; s < p; ++s) {
+        // Devices as the simulator numbers them: tensor-parallel, then data-parallel, then pipeline.
+        std::int64_t device = (static_cast<std::int64_t>(s) * c.replicas + r) * c.costs.tensor_parallel;
+        int node = static_cast<int>(c.costs.network.node_of(device));
+        ids_.push_back(static_cast<std::uint16_t>(id));
+        nodes_.push_back(node);
+        events_.add_node(node);
+        events_.add_actor({static_cast<std::uint16_t>(id++), fmt::format("r{}s{}", r, s), "pipeline_stage", node,
+                           std::string{stage_role}});
+      }
+    }
+    out_ << chrome_json_head() << events_.take();
+  }
+  /// Records `s` (of a traced replica).
+  void add(const sched::sim_span& s) {
+    std::size_t row = rows_before(s.replica) + static_cast<std::size_t>(s.position);
+    span out;
+    out.begin_ns = std::llround(s.begin * 1e9);
+    out.end_ns = std::llround(s.end * 1e9);
+    out.step = static_cast<std::int32_t>(s.step);
+    out.microbatch = s.microbatch;
+    out.actor = ids_[row];
+    out.kind = s.kind == 'F' ? span_kind::forward : s.kind == 'B' ? span_kind::backward
+             : s.kind == 'I' ? span_kind::backward_input : s.kind == 'W' ? span_kind::backward_weight : span_kind::sync;
+    events_.add_span(out, nodes_[row]);
+    if (++spans_ % 4096 == 0)
+      out_ << events_.take();
+  }
+  /// Closes the file; false when it could not be written.
+  bool finish() {
+    out_ << events_.take() << chrome_json_tail(0);
+    out_.close();
+    return static_cast<bool>(out_);
+  }
+  std::uint64_t spans() const { return spans_; }
+  int replicas() const { return replicas_; }
+
+private:
+  std::size_t rows_before(int replica) {
+    // Traced replicas come in order: a cursor over them finds a replica's first row.
+    if (row_of_.empty()) {
+      row_of_.assign(c_.traced.size(), 0);
+      std::size_t n = 0;
+      for (std::size_t r = 0; r < c_.traced.size(); ++r)
+        if (c_.traced[r])
+          row_of_[r] = n, n += c_.stages.size();
+    }
+    return row_of_[static_cast<std::size_t>(replica)];
+  }
+  std::ofstream out_;
+  const cluster_config& c_;
+  chrome_json_events events_;
+  std::vector<std::uint16_t> ids_;
+  std::vector<int> nodes_;
+  std::vector<std::size_t> row_of_;
+  std::uint64_t spans_ = 0;
+  int replicas_ = 0;
+};
 
 void print_text(const std::string& file, const cluster_config& c, const cluster_result& r) {
   const auto t = c.costs.tensor_parallel;
@@ -175,8 +263,20 @@ nlohmann::json to_json(const cluster_config& c, const cluster_result& r) {
           {"max_rss_mb", peak_rss() / 1e6}};
 }
 
-/// Loads `file` with `overrides` and simulates `steps` steps: the exit code.
-int simulate_file(const std::string& file, const std::vector<std::string>& overrides, std::int64_t steps, bool json) {
+struct sim_args {
+  std::string file;
+  std::vector<std::string> overrides;
+  std::int64_t steps = 2;
+  bool json = false;
+  std::string trace;
+  int trace_actors = 512;
+};
+
+/// Loads the file with its overrides and simulates: the exit code.
+int simulate_file(const sim_args& a) {
+  const auto& [file, overrides, steps, json, trace_path, trace_actors] = a;
+  if (!outputs_writable("sim", {trace_path}))
+    return bad_input;
   register_builtin_actors();
   load_options opts;
   opts.overrides = overrides;
@@ -193,15 +293,32 @@ int simulate_file(const std::string& file, const std::vector<std::string>& overr
     fmt::print(stderr, "troupe sim: {}\n", config.error().message);
     return bad_input;
   }
+  std::unique_ptr<sim_trace> trace;
+  if (!trace_path.empty()) {
+    config->traced = sample_replicas(config->replicas, static_cast<int>(config->stages.size()), trace_actors);
+    trace = std::make_unique<sim_trace>(*config, trace_path);
+    config->on_span = [t = trace.get()](const sim_span& s) { t->add(s); };
+  }
   auto result = simulate_cluster(*config);
+  if (trace && !trace->finish()) {
+    fmt::print(stderr, "troupe sim: {}: the trace could not be written\n", trace_path);
+    return runtime_failure;
+  }
   if (!result) {
     fmt::print(stderr, "troupe sim: {}\n", result.error().message);
     return runtime_failure;
   }
-  if (json)
-    fmt::print("{}\n", to_json(*config, *result).dump(2));
-  else
+  if (json) {
+    auto j = to_json(*config, *result);
+    if (trace)
+      j["trace"] = {{"file", trace_path}, {"spans", trace->spans()}, {"replicas", trace->replicas()}};
+    fmt::print("{}\n", j.dump(2));
+  } else {
     print_text(file, *config, *result);
+    if (trace)
+      fmt::print("trace: {}: {} spans of {} of the {} replicas{}\n", trace_path, trace->spans(), trace->replicas(),
+                 config->replicas, trace->replicas() < config->replicas ? " (sampled evenly; --trace-actors)" : "");
+  }
   return ok;
 }
 
@@ -209,27 +326,27 @@ int simulate_file(const std::string& file, const std::vector<std::string>& overr
 
 /// The `sim` subcommand, listed in deploy/cli/commands.cpp.
 command_action define_sim(CLI::App& app) {
-  struct sim_args {
-    std::string file;
-    std::vector<std::string> overrides;
-    std::int64_t steps = 2;
-    bool json = false;
-  };
   auto a = std::make_shared<sim_args>();
   describe(app,
-           "Simulates a graph file at any size: its stage actors repeated over sim.data_parallel replicas, each "
+           "Simulates a graph file at any size: its pipeline repeated over data_parallel.replicas replicas, each "
            "stage on sim.tensor_parallel devices of one node, the real stage and router cores and policies under "
            "a simulated clock, with a cost model for compute, links and all-reduces (no CAF, no compute).",
            std::string{"Exit codes: 0 success, 1 the simulation failed, 2 bad input.\n"} + paths_help);
   app.add_option("FILE", a->file, "the graph file (YAML)")->required();
-  app.add_option("--set", a->overrides, "override a key, e.g. --set sim.data_parallel=64 (repeatable)")
+  app.add_option("--set", a->overrides, "override a key, e.g. --set data_parallel.replicas=64 (repeatable)")
     ->option_text("KEY.PATH=VALUE")
     ->allow_extra_args(false);
   add_count(app, "--steps", a->steps, 1, 1'000'000, "training steps to simulate (the iteration time is their mean), default 2")
     ->option_text("K");
   app.add_flag("--json", a->json, "print one JSON object: iteration_s, tflops_per_device, mfu, devices, params_b, "
                                   "events, events_per_s, wall_s, ...");
-  return [a] { return simulate_file(a->file, a->overrides, a->steps, a->json); };
+  app.add_option("--trace", a->trace, "write a Chrome/Perfetto trace of the simulated run (the dashboard opens it)")
+    ->option_text("OUT.json");
+  add_count(app, "--trace-actors", a->trace_actors, 1, 65535,
+            "at most this many stage actors in the trace: whole replicas, evenly spaced, when there are more "
+            "(default 512)")
+    ->option_text("N");
+  return [a] { return simulate_file(*a); };
 }
 
 } // namespace troupe::cli

@@ -1,11 +1,15 @@
 // `troupe sim` end to end on graph files: equal stages give the schedules'
 // bubble formulas, Megatron's rows run, bad keys are refused with positions.
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <unistd.h>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/trace/trace_summary.hpp"
 #include "tests/troupe_command.hpp"
 
 using troupe::testing::run_troupe;
@@ -76,4 +80,69 @@ TEST_CASE("troupe sim refuses bad sim keys with their positions, and bad flags")
   CHECK(run_troupe("sim examples/sim/equal_stages.yaml --steps 0").code == 2);
   CHECK(run_troupe("sim").code == 2);
   CHECK(run_troupe("sim --help").code == 0);
+}
+
+TEST_CASE("troupe sim repeats the pipeline over the graph's own data_parallel.replicas") {
+  auto one = sim_json(equal);
+  auto four = sim_json(equal + " --set data_parallel.replicas=4");
+  CHECK(four["replicas"] == 4);
+  CHECK(four["devices"] == 16);
+  CHECK(four["tokens_per_s"].get<double>() == doctest::Approx(4 * one["tokens_per_s"].get<double>()));
+  // The old key says where the number went, with its position.
+  auto old = run_troupe("sim examples/sim/equal_stages.yaml --set sim.data_parallel=4");
+  CHECK(old.code == 2);
+  CHECK(old.has("sim.data_parallel"));
+  CHECK(old.has("data_parallel: {replicas: N}"));
+}
+
+TEST_CASE("troupe sim --trace writes a trace whose spans are the simulation's: same bubble, every action") {
+  auto dir = std::filesystem::temp_directory_path() / ("troupe_sim_trace_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto path = (dir / "sim.json").string();
+  auto j = sim_json(equal + " --trace " + path);
+  auto t = troupe::read_chrome_trace(path);
+  REQUIRE_MESSAGE(t, "the trace does not parse");
+  CHECK(t->actors.size() == 4);
+  CHECK(t->spans.size() == 2 * 8 * 4);  // F and B of 8 microbatches on 4 stages
+  CHECK(j["trace"]["spans"] == 2 * 8 * 4);
+  auto s = troupe::summarize(*t);
+  REQUIRE(s.bubble_fraction);
+  CHECK(*s.bubble_fraction == doctest::Approx(j["bubble"].get<double>()).epsilon(1e-6));
+  CHECK(*s.bubble_fraction == doctest::Approx(3.0 / 11).epsilon(1e-6));
+
+  // Large: whole replicas, evenly spaced, up to --trace-actors stage actors.
+  auto big = sim_json(equal + " --set data_parallel.replicas=10 --trace-actors 8 --trace " + path);
+  auto b = troupe::read_chrome_trace(path);
+  REQUIRE(b);
+  CHECK(big["trace"]["replicas"] == 2);
+  std::vector<std::string> names;
+  for (const auto& a : b->actors)
+    names.push_back(a.name);
+  CHECK(names == std::vector<std::string>{"r0s0", "r0s1", "r0s2", "r0s3", "r5s0", "r5s1", "r5s2", "r5s3"});
+  std::size_t syncs = 0;
+  for (const auto& sp : b->spans)
+    syncs += sp.kind == troupe::span_kind::sync;
+  CHECK(syncs == 8);  // each traced actor's all-reduce, one step
+  CHECK(b->spans.size() == 2 * (2 * 8 * 4) + syncs);
+  {
+    std::ofstream{dir / "a_file"} << "x";  // a trace path under a file cannot be written
+    auto bad = run_troupe("sim examples/sim/equal_stages.yaml --trace " + (dir / "a_file" / "t.json").string());
+    CHECK(bad.code == 2);
+    CHECK(bad.has("a_file"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("troupe sim prices the ring on the widest level its replicas cross: nodes_per_site splits sites") {
+  // Free links but a wide-area latency: 16 replicas on two nodes of 8. One
+  // site: the ring costs nothing; a node per site: 2(n-1) wide-area latencies.
+  const std::string base = equal + " --set data_parallel.replicas=16 --set sim.links.wide_area.latency=0.01 "
+                                   "--set sim.links.wide_area.bandwidth=0";
+  auto one_site = sim_json(base);
+  auto two_sites = sim_json(base + " --set sim.nodes_per_site=1");
+  for (int s = 0; s < 4; ++s) {
+    CHECK(one_site["positions"][s]["allreduce_s"].get<double>() == 0);
+    CHECK(two_sites["positions"][s]["allreduce_s"].get<double>() == doctest::Approx(2 * 15 * 0.01).epsilon(1e-12));
+  }
+  CHECK(two_sites["sync_wait_s"].get<double>() == doctest::Approx(0.3).epsilon(1e-9));
 }

@@ -11,14 +11,14 @@ namespace troupe::detail {
 
 namespace {
 
-const std::vector<std::string> sim_keys{"device",    "tensor_parallel", "data_parallel", "devices_per_node",
-                                        "recompute", "count_head",      "gradient_bytes", "links"};
-const std::vector<std::string> link_levels{"within_node", "between_nodes"};
+const std::vector<std::string> sim_keys{"device",         "tensor_parallel", "data_parallel",  "devices_per_node",
+                                        "nodes_per_site", "recompute",       "count_head",     "gradient_bytes",
+                                        "links"};
+const std::vector<std::string> link_levels{"within_node", "between_nodes", "wide_area"};
 const std::vector<std::string> link_keys{"latency", "bandwidth"};
 const std::vector<std::string> device_keys{"base", "peak_tflops", "memory_gbps", "memory_gb", "efficiency"};
 const std::vector<std::string> peak_keys{"f32", "tf32", "bf16"};
 const std::vector<std::string> efficiency_keys{"matmul", "attention", "elementwise"};
-constexpr int max_parallel = 1 << 20;
 
 /// choices(), but a preset the word begins (`a100` for `a100_80gb`) is the suggestion.
 std::string device_choices(const std::string& word, const std::vector<std::string>& known) {
@@ -101,8 +101,14 @@ void parse_sim(parsed_graph& pg, const YAML::Node& n, const YAML::Node& devices,
   r.get_string(n, "sim", "device", s.device);
   pg.sim_device_node.reset(child(n, "device"));
   r.get_int(n, "sim", "tensor_parallel", s.tensor_parallel, 1, 1024);
-  r.get_int(n, "sim", "data_parallel", s.data_parallel, 1, max_parallel);
+  // The replicas were `sim.data_parallel` before the graph had its own section:
+  // one number in one place now, which `troupe run` and `troupe sim` both read.
+  if (auto dp = child(n, "data_parallel"))
+    r.error(dp, "sim.data_parallel",
+            "the simulated replicas are the graph's own `data_parallel: {replicas: N}` now; move the number there "
+            "(`--set data_parallel.replicas=N` on the command line)");
   r.get_int(n, "sim", "devices_per_node", s.devices_per_node, 1, 1024);
+  r.get_int(n, "sim", "nodes_per_site", s.nodes_per_site, 0, 1 << 20);
   get_bool(n, "sim", "recompute", s.recompute, r);
   get_bool(n, "sim", "count_head", s.count_head, r);
   r.get_double(n, "sim", "gradient_bytes", s.gradient_bytes, 0.0, 64.0);
@@ -115,6 +121,9 @@ void parse_sim(parsed_graph& pg, const YAML::Node& n, const YAML::Node& devices,
       parse_link_level(l, "sim.links.within_node", s.within_node, r);
     if (auto l = child(links, "between_nodes"))
       parse_link_level(l, "sim.links.between_nodes", s.between_nodes, r);
+    if (auto l = child(links, "wide_area"))
+      parse_link_level(l, "sim.links.wide_area", s.wide_area, r);
+
   }
 }
 

@@ -162,6 +162,8 @@ struct sim_spec {
   bool count_head = true;      ///< the last stage also runs the output head; false gives equal stages
   double gradient_bytes = 4;   ///< per parameter in the data-parallel all-reduce
   sim_link_spec within_node, between_nodes;  ///< `links: {within_node, between_nodes}`
+  sim_link_spec wide_area;     ///< `links: {wide_area}`: between sites
+  int nodes_per_site = 0;      ///< nodes of one site (datacenter); 0: one site holds every node
   std::vector<sim_device_spec> devices;      ///< the `devices:` section
 };
 
