@@ -462,7 +462,7 @@ cluster_config equal_stage_cluster(int stages, int replicas, int microbatches, i
   c.microbatches = microbatches;
   c.steps = steps;
   for (int s = 0; s < stages; ++s)
-    c.stages.push_back({0, "s" + std::to_string(s), {{2 * s, 2 * s + 2}}});
+    c.stages.push_back({0, fmt::format("s{}", s), {{2 * s, 2 * s + 2}}});
   return c;
 }
 

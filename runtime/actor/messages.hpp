@@ -98,7 +98,7 @@ struct batch_msg {
   step_t step = 0;
   std::int32_t microbatch = 0;  ///< sequence number within the step (0, 1, ... across all routes)
   tensor_handle tokens;
-  tensor_handle targets;
+  tensor_handle targets{};
   route_t route;
   /// Document-causal mask, i32 [batch, context] (ops/core_attention.hpp), sent with the
   /// tokens (each stage passes it on with its activations); undefined: causal.
@@ -120,7 +120,7 @@ struct activation_msg {
   tensor_handle documents{};
   /// The microbatch's targets, when routes are chosen on the way (least_loaded):
   /// the loss stage is not known when the batch is made, so they go along.
-  tensor_handle targets;
+  tensor_handle targets{};
 };
 
 /// The loss gradient with respect to a stage's output, flowing backward.
