@@ -3,6 +3,7 @@
 #include "schedulers/cluster_sim.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 using namespace troupe::sched;
 
@@ -20,7 +21,7 @@ cluster_config equal_stages(int p, int m, int v = 1, const char* policy = "1f1b"
   c.policy = policy;
   const int chunk = per / v;
   for (int s = 0; s < p; ++s) {
-    route_stage st{0, "s" + std::to_string(s), {}};
+    route_stage st{0, fmt::format("s{}", s), {}};
     for (int k = 0; k < v; ++k) {
       int first = (k * p + s) * chunk;
       st.chunks.emplace_back(first, first + chunk);

@@ -53,9 +53,9 @@ struct link_spec {
 /// numbered node by node and nodes site by site.
 struct network_spec {
   int devices_per_node = 8;
-  link_spec within_node;
-  link_spec between_nodes;
-  link_spec wide_area;
+  link_spec within_node{};
+  link_spec between_nodes{};
+  link_spec wide_area{};
   int nodes_per_site = 0;  ///< 0: one site holds every node
   std::int64_t node_of(std::int64_t device) const { return device / std::max(devices_per_node, 1); }
   std::int64_t site_of(std::int64_t device) const {

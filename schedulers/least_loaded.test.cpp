@@ -7,6 +7,7 @@
 #include <string>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include "schedulers/cluster_sim.hpp"
 
@@ -52,7 +53,7 @@ TEST_CASE("least_loaded keeps a microbatch on its own replica unless another fin
 TEST_CASE("one replica's stage 2x slower: own routing falls to about half, least_loaded keeps >= 80%") {
   auto make = [](const char* route, const char* slow) {
     auto c = four_replicas(route, 32, 4);
-    c.stage_policy_options[0]["max_in_flight"] = "4";
+    c.stage_policy_options[0]["max_in_flight"] = std::string{"4"};
     if (slow)
       c.slowdown[slow] = 2.0;
     return c;
@@ -83,15 +84,15 @@ TEST_CASE("one replica's stage 2x slower: own routing falls to about half, least
   const int per_actor = 32 * 4;
   int s0 = 0, s1 = 0;
   for (int r = 0; r < 4; ++r) {
-    s0 += ll->forwards.at("r" + std::to_string(r) + "s0");
-    s1 += ll->forwards.at("r" + std::to_string(r) + "s1");
-    CHECK(own->forwards.at("r" + std::to_string(r) + "s1") == per_actor);
+    s0 += ll->forwards.at(fmt::format("r{}s0", r));
+    s1 += ll->forwards.at(fmt::format("r{}s1", r));
+    CHECK(own->forwards.at(fmt::format("r{}s1", r)) == per_actor);
   }
   CHECK(s0 == 4 * per_actor);
   CHECK(s1 == 4 * per_actor);
   CHECK(ll->forwards.at("r1s1") < per_actor * 3 / 4);
   for (int r : {0, 2, 3})
-    CHECK(ll->forwards.at("r" + std::to_string(r) + "s1") > per_actor);
+    CHECK(ll->forwards.at(fmt::format("r{}s1", r)) > per_actor);
 }
 
 TEST_CASE("with 1F1B's own bounds least_loaded still gains over own on a slow last stage") {
@@ -114,7 +115,7 @@ TEST_CASE("least_loaded routes a straggler's work away wherever it sits after th
     c.route = "least_loaded";
     auto plain = simulate_cluster(c);
     REQUIRE_MESSAGE(plain, (plain ? std::string{} : plain.error().message));
-    c.slowdown["r2s" + std::to_string(p - 2)] = 2.0;
+    c.slowdown[fmt::format("r2s{}", p - 2)] = 2.0;
     auto ll = simulate_cluster(c);
     REQUIRE_MESSAGE(ll, (ll ? std::string{} : ll.error().message));
     MESSAGE(p, " stages: least_loaded keeps ", ll->tokens_per_s() / plain->tokens_per_s());
