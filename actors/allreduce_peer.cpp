@@ -106,22 +106,6 @@ caf::behavior allreduce_peer(peer_actor* self, peer_settings cfg, caf::actor run
   };
 }
 
-int index_of(const graph_spec& g, const std::string& name) {
-  for (std::size_t i = 0; i < g.actors.size(); ++i)
-    if (g.actors[i].name == name)
-      return static_cast<int>(i);
-  return -1;
-}
-
-/// The stage a peer serves (its `stage:` key), or nullptr.
-const actor_spec* served_stage(const graph_spec& g, const actor_spec& peer) {
-  auto s = peer.params.find("stage");
-  if (s == peer.params.end() || !s->second.IsScalar())
-    return nullptr;
-  const auto* a = g.find_actor(s->second.Scalar());
-  return a && a->role.holds_layers ? a : nullptr;
-}
-
 /// The next peer of `peer`'s ring: where its one channel to another allreduce_peer goes.
 const actor_spec* next_peer(const graph_spec& g, const actor_spec& peer) {
   for (const auto& c : g.channels)
@@ -167,7 +151,7 @@ actor_type_info allreduce_peer_info() {
   info.keys = {"stage"};
   info.role.placement = actor_placement::with_stage;
   info.check = [](const actor_spec& a, const graph_spec& g, diagnostics& out) {
-    if (!served_stage(g, a))
+    if (!g.served_stage(a))
       out.push_back({a.pos, a.name + ".stage",
                      fmt::format("allreduce_peer '{}' needs 'stage: NAME', a pipeline stage it serves", a.name)});
     else if (!next_peer(g, a))
@@ -179,12 +163,12 @@ actor_type_info allreduce_peer_info() {
 
 caf::expected<caf::actor> spawn_allreduce_peer(spawn_context& ctx) {
   const auto& g = ctx.graph;
-  const auto* stage = served_stage(g, ctx.spec);
+  const auto* stage = g.served_stage(ctx.spec);
   const auto* next = next_peer(g, ctx.spec);
   if (!stage || !next)
     return make_error(errc::invalid_argument,
                       fmt::format("{}: needs a `stage:` it serves and a channel to the next peer", ctx.spec.name));
-  peer_settings cfg{ctx.spec.name, index_of(g, stage->name), index_of(g, next->name),
+  peer_settings cfg{ctx.spec.name, g.index_of(stage->name), g.index_of(next->name),
                     std::max(g.data_parallel.replicas, 1), stage->replica};
   return caf::actor{ctx.system.spawn(allreduce_peer, std::move(cfg), ctx.runner)};
 }

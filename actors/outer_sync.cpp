@@ -176,22 +176,6 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
   };
 }
 
-int index_of(const graph_spec& g, const std::string& name) {
-  for (std::size_t i = 0; i < g.actors.size(); ++i)
-    if (g.actors[i].name == name)
-      return static_cast<int>(i);
-  return -1;
-}
-
-/// The stage an outer_sync serves (its `stage:` key), or nullptr.
-const actor_spec* served(const graph_spec& g, const actor_spec& a) {
-  auto s = a.params.find("stage");
-  if (s == a.params.end() || !s->second.IsScalar())
-    return nullptr;
-  const auto* st = g.find_actor(s->second.Scalar());
-  return st && st->role.holds_layers ? st : nullptr;
-}
-
 } // namespace
 
 int outer_sync_of(const graph_spec& g, const std::string& stage) {
@@ -233,7 +217,7 @@ actor_type_info outer_sync_info() {
   info.keys = {"stage"};
   info.role.placement = actor_placement::with_stage;
   info.check = [](const actor_spec& a, const graph_spec& g, diagnostics& out) {
-    if (!served(g, a))
+    if (!g.served_stage(a))
       out.push_back({a.pos, a.name + ".stage",
                      fmt::format("outer_sync '{}' needs 'stage: NAME', a pipeline stage it serves", a.name)});
     if (!g.local_update.present)
@@ -264,10 +248,10 @@ actor_type_info outer_sync_info() {
 
 caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx) {
   const auto& g = ctx.graph;
-  const auto* stage = served(g, ctx.spec);
+  const auto* stage = g.served_stage(ctx.spec);
   if (!stage)
     return make_error(errc::invalid_argument, fmt::format("{}: needs a `stage:` it serves", ctx.spec.name));
-  sync_settings cfg{ctx.spec.name, index_of(g, stage->name), stage->replica, std::max(g.data_parallel.replicas, 1),
+  sync_settings cfg{ctx.spec.name, g.index_of(stage->name), stage->replica, std::max(g.data_parallel.replicas, 1),
                     {}, g.local_update};
   // The outer_sync of each replica at the stage's position: the stage of that
   // replica with the same layers.

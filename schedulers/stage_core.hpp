@@ -56,7 +56,7 @@ struct stage_core_config {
   /// replicas of the next position, any of which may take this stage's outputs
   /// (empty: outputs follow the route as the router made it). Targets then
   /// travel with the activations, since the loss stage is chosen on the way.
-  std::vector<int> next_replicas;
+  std::vector<int> next_replicas{};
   /// With routes chosen on the way, a plan's hops are -1 and the stage learns
   /// them from messages: each of these many senders (the previous position's
   /// replicas) reports how many microbatches of the step it sent here.

@@ -65,6 +65,21 @@ const actor_spec* graph_spec::find_actor(std::string_view name) const noexcept {
   return nullptr;
 }
 
+int graph_spec::index_of(std::string_view name) const noexcept {
+  for (std::size_t i = 0; i < actors.size(); ++i)
+    if (actors[i].name == name)
+      return static_cast<int>(i);
+  return -1;
+}
+
+const actor_spec* graph_spec::served_stage(const actor_spec& helper) const {
+  auto s = helper.params.find("stage");
+  if (s == helper.params.end() || !s->second.IsScalar())
+    return nullptr;
+  const auto* a = find_actor(s->second.Scalar());
+  return a && a->role.holds_layers ? a : nullptr;
+}
+
 source_pos graph_spec::where(std::string_view path) const {
   for (;;) {
     if (auto it = key_positions.find(path); it != key_positions.end())

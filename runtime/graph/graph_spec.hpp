@@ -312,6 +312,11 @@ struct graph_spec {
 
   /// The actor called `name`, or nullptr.
   const actor_spec* find_actor(std::string_view name) const noexcept;
+  /// The position of the actor called `name` in `actors` (its actor index), or -1.
+  int index_of(std::string_view name) const noexcept;
+  /// The layer-holding actor a helper actor serves (its `stage:` key: an
+  /// all-reduce peer, an optimizer shard, an outer sync), or nullptr.
+  const actor_spec* served_stage(const actor_spec& helper) const;
   /// The node (0 .. cluster.nodes - 1) that runs `a`: its `node:` if given,
   /// else by its role's placement (actor_placement).
   int node_of(const actor_spec& a) const;
