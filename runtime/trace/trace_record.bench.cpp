@@ -28,7 +28,7 @@ double ns_per_span(int n, std::uint16_t actor) {
 
 int main() {
   auto& r = trace_recorder::global();
-  auto a = r.register_actor("bench", "pipeline_stage");
+  auto a = r.register_actor("bench", std::string{stage_role});
   constexpr int n = 2'000'000;
   r.disable();
   ns_per_span(n / 10, a);  // warm up
