@@ -24,7 +24,7 @@ struct router_config {
   /// Routing around stragglers: stages that learn a step's hops from their
   /// senders (their plan says -1), and targets that go with the tokens to the
   /// first hop (the loss stage is chosen on the way) instead of to the route's last.
-  std::vector<int> hops_from_messages;
+  std::vector<int> hops_from_messages{};
   bool targets_with_tokens = false;
   /// Local-update training (#13): each replica's stages get a plan of their own
   /// replica's hops and tokens, and reduce their gradient norm among themselves.
