@@ -118,7 +118,7 @@ const actor_spec* next_peer(const graph_spec& g, const actor_spec& peer) {
 } // namespace
 
 void expand_ring(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage,
-                 const std::string& type, const std::string& suffix) {
+                 const std::string& type, const std::string& suffix, helper_links links) {
   auto& g = e.graph;
   auto peer = [&](int r, int s) { return stage(r, s) + suffix; };
   auto edge = [&](std::string from, std::string to) {
@@ -138,7 +138,12 @@ void expand_ring(section_expansion& e, int replicas, const std::function<std::st
       g.actors.push_back(std::move(a));
       edge(stage(r, s), peer(r, s));  // buckets
       edge(peer(r, s), stage(r, s));  // their sums
-      edge(peer(r, s), peer((r + 1) % replicas, s));  // the ring
+      if (links == helper_links::ring)
+        edge(peer(r, s), peer((r + 1) % replicas, s));  // the ring
+      else
+        for (int o = 0; o < replicas; ++o)
+          if (o != r)
+            edge(peer(r, s), peer(o, s));  // to every other replica's
     }
 }
 

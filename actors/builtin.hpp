@@ -44,9 +44,13 @@ void expand_allreduce_ring(section_expansion& e, int replicas, const std::functi
 /// With `data_parallel.zero: 1 | 2`, the same rings made of optimizer_shard
 /// actors `NAME_os` (actors/optimizer_shard.cpp) instead of all-reduce peers.
 void expand_zero_shards(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage);
-/// A ring of `type` actors `NAME` + `suffix` beside every stage, as expand_allreduce_ring describes.
+/// How the helpers beside one position's stages talk: each to the next
+/// replica's (a ring), or each to every other replica's.
+enum class helper_links { ring, all_pairs };
+/// A `type` actor `NAME` + `suffix` beside every stage `NAME`, channels both
+/// ways between the two, and between the helpers of one position as `links` says.
 void expand_ring(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage,
-                 const std::string& type, const std::string& suffix);
+                 const std::string& type, const std::string& suffix, helper_links links = helper_links::ring);
 
 /// With `local_update:`, the `pipeline:` shorthand's sync actors instead of the
 /// all-reduce rings (#13): an outer_sync `NAME_sync` beside every stage `NAME`,

@@ -187,29 +187,8 @@ int outer_sync_of(const graph_spec& g, const std::string& stage) {
 }
 
 void expand_outer_sync(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage) {
-  auto& g = e.graph;
-  auto sync = [&](int r, int s) { return stage(r, s) + "_sync"; };
-  auto edge = [&](std::string from, std::string to) {
-    channel_spec c;
-    c.from = std::move(from), c.to = std::move(to);
-    c.expanded = true, c.pos = e.where;
-    g.channels.push_back(std::move(c));
-  };
-  for (int r = 0; r < replicas; ++r)
-    for (int s = 0; s < g.pipeline.stages; ++s) {
-      actor_spec a;
-      a.name = sync(r, s);
-      a.type = "outer_sync";
-      a.params["stage"] = YAML::Node(stage(r, s));
-      a.expanded = true;
-      a.pos = e.where;
-      g.actors.push_back(std::move(a));
-      edge(stage(r, s), sync(r, s));  // fragment values
-      edge(sync(r, s), stage(r, s));  // the values after the exchange
-      for (int o = 0; o < replicas; ++o)
-        if (o != r)
-          edge(sync(r, s), sync(o, s));  // pseudo-gradients to every other replica
-    }
+  // Fragment values in, the values after the exchange out, pseudo-gradients to every other replica.
+  expand_ring(e, replicas, stage, "outer_sync", "_sync", helper_links::all_pairs);
 }
 
 actor_type_info outer_sync_info() {

@@ -212,12 +212,7 @@ nlohmann::json to_json(const graph_spec& g, const plan_report& rep) {
 }
 
 int plan_paths(const std::string& file, const std::vector<std::string>& overrides, bool json) {
-  register_builtin_actors();
-  load_options opts;
-  opts.overrides = overrides;
-  opts.vocabulary = troupe_vocabulary;
-  opts.check_corpus = false; // nothing is read
-  auto loaded = load_graph(file, opts);
+  auto loaded = load_graph_for_cli(file, overrides, /*check_corpus=*/false); // nothing is read
   if (!loaded.ok()) {
     for (const auto& d : loaded.errors)
       fmt::print(stderr, "{}\n", to_string(d));

@@ -277,12 +277,7 @@ int simulate_file(const sim_args& a) {
   const auto& [file, overrides, steps, json, trace_path, trace_actors] = a;
   if (!outputs_writable("sim", {trace_path}))
     return bad_input;
-  register_builtin_actors();
-  load_options opts;
-  opts.overrides = overrides;
-  opts.vocabulary = troupe_vocabulary;
-  opts.check_corpus = false;  // nothing is read
-  auto loaded = load_graph(file, opts);
+  auto loaded = load_graph_for_cli(file, overrides, /*check_corpus=*/false); // nothing is read
   if (!loaded.ok()) {
     for (const auto& d : loaded.errors)
       fmt::print(stderr, "{}\n", to_string(d));

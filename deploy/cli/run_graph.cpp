@@ -47,10 +47,12 @@ graph_vocabulary troupe_vocabulary() {
   return v;
 }
 
-load_result load_graph_for_cli(const std::filesystem::path& file, std::vector<std::string> overrides) {
+load_result load_graph_for_cli(const std::filesystem::path& file, std::vector<std::string> overrides,
+                               bool check_corpus) {
   register_builtin_actors();
   load_options opts;
   opts.overrides = std::move(overrides);
+  opts.check_corpus = check_corpus;
   opts.vocabulary = troupe_vocabulary;  // read after the graph's plugins registered theirs
   return load_graph(file, opts);
 }

@@ -31,7 +31,9 @@ graph_vocabulary troupe_vocabulary();
 
 /// Loads `file` with `overrides` the way `troupe check` and `troupe run` do
 /// (built-in actors registered, plugins loaded, vocabulary from the registries).
-load_result load_graph_for_cli(const std::filesystem::path& file, std::vector<std::string> overrides);
+/// `check_corpus` false: for commands that read no data (`sim`, `plan`).
+load_result load_graph_for_cli(const std::filesystem::path& file, std::vector<std::string> overrides,
+                               bool check_corpus = true);
 
 /// How long `run_graph` waits.
 struct run_options {
