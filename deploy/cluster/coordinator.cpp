@@ -310,12 +310,14 @@ caf::expected<run_result> coordinator::run() {
   req.hosts = g_.cluster.hosts;
   req.token = o_.token;
   req.workdir = std::filesystem::current_path();
+  req.pin = g_.cluster.pin;
   req.extra_args = {"--transport", std::string{net::to_string(o_.transport)}};
   if (o_.threads > 0)
     req.extra_args.insert(req.extra_args.end(), {"--threads", std::to_string(o_.threads)});
   req.term_grace = std::chrono::seconds(2);  // nodes told to stop exit at once; only a hung one waits this long
-  fmt::print("troupe launch: coordinator on {}, starting {} node(s) with the {} launcher ({} channels)\n",
-             req.coordinator, req.nodes, g_.cluster.launcher, net::to_string(o_.transport));
+  fmt::print("troupe launch: coordinator on {}, starting {} node(s) with the {} launcher ({} channels{})\n",
+             req.coordinator, req.nodes, g_.cluster.launcher, net::to_string(o_.transport),
+             req.pin ? ", each node pinned to one CPU" : "");
   std::fflush(stdout);
   auto launched = launch_nodes(g_.cluster.launcher, req);
   if (!launched) {

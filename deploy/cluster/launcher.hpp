@@ -34,6 +34,8 @@ struct launch_request {
   std::string token;                    ///< reaches nodes through the environment or ssh's stdin, never argv
   std::filesystem::path workdir;        ///< nodes run here (a shared file system across machines); empty: ours
   std::vector<std::string> extra_args;  ///< appended to `troupe node ...`
+  /// Local launcher: node i may run only on the i-th CPU we may use (mod their count).
+  bool pin = false;
   /// How long terminate() waits after SIGTERM before it sends SIGKILL.
   std::chrono::milliseconds term_grace{5000};
   /// Where node output goes; empty: to our stdout/stderr, each line prefixed `[node I] `.

@@ -3,6 +3,7 @@
 #include "deploy/cluster/launcher.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -261,4 +262,43 @@ TEST_CASE("the ssh launcher runs the quoted node command through $TROUPE_SSH wit
   CHECK(seen == std::multiset<std::string>{"alpha", "alpha", "beta"});
   ::unsetenv("TROUPE_SSH");
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("with pin, the local launcher puts node i on the i-th CPU we may use, and only there") {
+  cpu_set_t ours;
+  CPU_ZERO(&ours);
+  REQUIRE(::sched_getaffinity(0, sizeof ours, &ours) == 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &ours))
+      cpus.push_back(c);
+  test_coordinator c;
+  auto r = probe_request(c, 3);
+  r.pin = true;
+  auto nodes = launch_nodes("local", r);
+  REQUIRE(nodes);
+  auto hellos = c.accept(3);
+  for (int i = 0; i < 3; ++i) {
+    cpu_set_t theirs;
+    CPU_ZERO(&theirs);
+    REQUIRE(::sched_getaffinity(hellos[i].pid, sizeof theirs, &theirs) == 0);
+    CHECK(CPU_COUNT(&theirs) == 1);
+    CHECK(CPU_ISSET(cpus[static_cast<std::size_t>(hellos[i].index) % cpus.size()], &theirs));
+  }
+  for (const auto& h : hellos)
+    test_coordinator::send_exit(h, 0);
+}
+
+TEST_CASE("without pin, a local node may run wherever we may") {
+  test_coordinator c;
+  auto nodes = launch_nodes("local", probe_request(c, 1));
+  REQUIRE(nodes);
+  auto hellos = c.accept(1);
+  cpu_set_t ours, theirs;
+  CPU_ZERO(&ours);
+  CPU_ZERO(&theirs);
+  REQUIRE(::sched_getaffinity(0, sizeof ours, &ours) == 0);
+  REQUIRE(::sched_getaffinity(hellos[0].pid, sizeof theirs, &theirs) == 0);
+  CHECK(CPU_EQUAL(&ours, &theirs));
+  test_coordinator::send_exit(hellos[0], 0);
 }

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,13 +66,13 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
 
 /// What the child reports through its close-on-exec pipe when it fails before exec.
 struct exec_failure {
-  int step;  ///< 0: chdir, 1: exec
+  int step;  ///< 0: chdir, 1: exec, 2: CPU affinity
   int err;
 };
 
 /// The child's side between fork and exec: only async-signal-safe calls.
 [[noreturn]] void exec_child(pid_t parent, int death_signal, int in, int out, int err, int report,
-                             const char* dir, const char* exe, char** argv, char** envp) {
+                             const char* dir, const char* exe, char** argv, char** envp, int cpu) {
   ::prctl(PR_SET_PDEATHSIG, death_signal);
   if (::getppid() != parent)  // the parent died before the death signal was armed
     ::_exit(127);
@@ -86,8 +87,14 @@ struct exec_failure {
   ::dup2(out, 1);
   ::dup2(err, 2);
   exec_failure f{0, 0};
+  cpu_set_t only;
+  CPU_ZERO(&only);
+  if (cpu >= 0)
+    CPU_SET(static_cast<std::size_t>(cpu), &only);
   if (dir && ::chdir(dir) != 0) {
     f.err = errno;
+  } else if (cpu >= 0 && ::sched_setaffinity(0, sizeof only, &only) != 0) {
+    f = {2, errno};
   } else {
     ::execve(exe, argv, envp);
     f = {1, errno};
@@ -174,7 +181,7 @@ caf::error process_set::start(const child_spec& spec) {
   pid_t pid = ::fork();
   if (pid == 0)
     exec_child(parent, spec.death_signal, in[0], out[1], err[1], report[1], dir.empty() ? nullptr : dir.c_str(),
-               exe->c_str(), argv.data(), envp.data());
+               exe->c_str(), argv.data(), envp.data(), spec.cpu);
   int fork_errno = errno;
   for (int* fd : {&in[0], &out[1], &err[1], &report[1]}) {
     ::close(*fd);
@@ -192,8 +199,10 @@ caf::error process_set::start(const child_spec& spec) {
       return make_error(errc::spawn_failed, fmt::format("{} launcher: fork: {}", launcher_, std::strerror(fork_errno)));
     ::waitpid(pid, nullptr, 0);
     return make_error(errc::spawn_failed,
-                      f.step == 0 ? fmt::format("{} launcher: cannot enter '{}': {}", launcher_, dir, std::strerror(f.err))
-                                  : fmt::format("{} launcher: cannot run '{}': {}", launcher_, *exe, std::strerror(f.err)));
+                      f.step == 0   ? fmt::format("{} launcher: cannot enter '{}': {}", launcher_, dir, std::strerror(f.err))
+                      : f.step == 2 ? fmt::format("{} launcher: cannot pin node {} to CPU {}: {}", launcher_, spec.node,
+                                                  spec.cpu, std::strerror(f.err))
+                                    : fmt::format("{} launcher: cannot run '{}': {}", launcher_, *exe, std::strerror(f.err)));
   }
   ::close(report[0]);
   {

@@ -26,6 +26,7 @@ struct child_spec {
   int death_signal = SIGKILL;             ///< what it gets when the thread that started it exits
   int node = 0;                           ///< the node its output belongs to
   bool srun_labels = false;               ///< output lines `I: text` (srun --label) belong to node I
+  int cpu = -1;                           ///< >= 0: the only CPU it may run on (set before exec)
 };
 
 /// `TROUPE_EXE node --coordinator C [--node I] FLAGS... EXTRA...`, the node command every launcher runs.

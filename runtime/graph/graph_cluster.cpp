@@ -13,7 +13,7 @@ namespace troupe {
 
 namespace {
 
-const std::vector<std::string> cluster_keys{"launcher", "nodes", "hosts", "address", "port", "transport", "token_file"};
+const std::vector<std::string> cluster_keys{"launcher", "nodes", "hosts", "address", "port", "transport", "token_file", "pin"};
 const std::vector<std::string> launchers{"local", "ssh", "slurm"};
 const std::vector<std::string> transports{"auto", "tcp", "ucx"};
 
@@ -63,6 +63,8 @@ std::string cluster_yaml(const cluster_spec& c) {
   out += fmt::format(", address: {}, port: {}, transport: {}", c.address, c.port, c.transport);
   if (!c.token_file.empty())
     out += fmt::format(", token_file: {}", c.token_file);
+  if (c.pin)
+    out += ", pin: true";
   return out + "}\n";
 }
 
@@ -93,6 +95,11 @@ void parse_cluster(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
         if (auto s = r.as_string(h[i], index_path("cluster.hosts", i)))
           c.hosts.push_back(*s);
   }
+  r.get_bool(n, "cluster", "pin", c.pin);
+  if (c.pin && c.launcher != "local")
+    r.error(n["pin"], "cluster.pin",
+            fmt::format("pinning nodes to CPUs is for the local launcher (this one is '{}'; {} places its own processes)",
+                        c.launcher, c.launcher == "slurm" ? "srun --cpu-bind" : "each host"));
   if (c.launcher == "ssh" && c.hosts.empty())
     r.error(n, "cluster", "the ssh launcher needs `hosts:`, a list of host names to start the nodes on");
 }

@@ -65,13 +65,7 @@ void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r)
               fmt::format("replicas take the 'chain' routing of their own pipeline (pipeline.routing is '{}')",
                           p.routing));
   }
-  if (auto o = child(n, "overlap")) {
-    auto text = r.as_string(o, "data_parallel.overlap");
-    if (text && (*text == "true" || *text == "false"))
-      d.overlap = *text == "true";
-    else if (text)
-      r.error(o, "data_parallel.overlap", fmt::format("expected true or false, got '{}'", *text));
-  }
+  r.get_bool(n, "data_parallel", "overlap", d.overlap);
   if (auto rt = child(n, "route")) {  // routing around stragglers: schedulers/least_loaded.hpp
     auto text = r.as_string(rt, "data_parallel.route");
     if (text && *text != "own" && *text != "least_loaded")

@@ -82,18 +82,6 @@ const std::map<std::string, std::vector<std::string>>& key_owners() {
   return owners;
 }
 
-/// Reads `true`/`false` at `map[key]` when present.
-void get_bool(const YAML::Node& map, const std::string& path, std::string_view key, bool& out, graph_reader& r) {
-  auto n = child(map, key);
-  if (!n)
-    return;
-  auto kpath = join_path(path, key);
-  if (n.IsScalar() && (n.Scalar() == "true" || n.Scalar() == "false"))
-    out = n.Scalar() == "true";
-  else
-    r.error(n, kpath, fmt::format("expected true or false, got {}", describe(n)));
-}
-
 /// Reads a name from `known` at `map[key]` when present.
 void get_choice(const YAML::Node& map, const std::string& path, std::string_view key,
                 const std::vector<std::string>& known, std::string& out, graph_reader& r) {
@@ -114,7 +102,7 @@ void parse_outer(const YAML::Node& n, outer_optimizer_spec& o, graph_reader& r) 
   const std::string path = "local_update.outer";
   r.get_double(n, path, "lr", o.lr, -1e9, 1e9);  // local_update_problems says what is allowed
   r.get_double(n, path, "momentum", o.momentum, -1e9, 1e9);
-  get_bool(n, path, "nesterov", o.nesterov, r);
+  r.get_bool(n, path, "nesterov", o.nesterov);
 }
 
 } // namespace

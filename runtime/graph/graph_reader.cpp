@@ -188,4 +188,19 @@ bool graph_reader::get_string(const YAML::Node& map, const std::string& path, st
   return v.has_value();
 }
 
+bool graph_reader::get_bool(const YAML::Node& map, const std::string& path, std::string_view key, bool& out) {
+  YAML::Node n = map[std::string{key}];
+  if (!n)
+    return true;
+  auto where = join_path(path, key);
+  auto v = as_string(n, where);
+  if (v && (*v == "true" || *v == "false")) {
+    out = *v == "true";
+    return true;
+  }
+  if (v)
+    error(n, where, fmt::format("expected true or false, got '{}'", *v));
+  return false;
+}
+
 } // namespace troupe::detail

@@ -48,6 +48,8 @@ public:
                   double lo, double hi);
   /// Reads a string (any scalar) from `map[key]` when present.
   bool get_string(const YAML::Node& map, const std::string& path, std::string_view key, std::string& out);
+  /// Reads `true` or `false` from `map[key]` when present.
+  bool get_bool(const YAML::Node& map, const std::string& path, std::string_view key, bool& out);
 
   /// Reads a scalar as an integer in [lo, hi].
   std::optional<std::int64_t> as_int(const YAML::Node& n, const std::string& path, std::int64_t lo,

@@ -28,18 +28,6 @@ std::string device_choices(const std::string& word, const std::vector<std::strin
   return choices(word, known);
 }
 
-/// Reads `map[key]` as true or false when present.
-void get_bool(const YAML::Node& map, const std::string& path, const char* key, bool& out, graph_reader& r) {
-  auto n = child(map, key);
-  if (!n)
-    return;
-  auto s = r.as_string(n, join_path(path, key));
-  if (s && (*s == "true" || *s == "false"))
-    out = *s == "true";
-  else if (s)
-    r.error(n, join_path(path, key), fmt::format("expected true or false, got '{}'", *s));
-}
-
 void parse_link_level(const YAML::Node& n, const std::string& path, sim_link_spec& out, graph_reader& r) {
   if (!r.check_map(n, path, link_keys))
     return;
@@ -109,8 +97,8 @@ void parse_sim(parsed_graph& pg, const YAML::Node& n, const YAML::Node& devices,
             "(`--set data_parallel.replicas=N` on the command line)");
   r.get_int(n, "sim", "devices_per_node", s.devices_per_node, 1, 1024);
   r.get_int(n, "sim", "nodes_per_site", s.nodes_per_site, 0, 1 << 20);
-  get_bool(n, "sim", "recompute", s.recompute, r);
-  get_bool(n, "sim", "count_head", s.count_head, r);
+  r.get_bool(n, "sim", "recompute", s.recompute);
+  r.get_bool(n, "sim", "count_head", s.count_head);
   r.get_double(n, "sim", "gradient_bytes", s.gradient_bytes, 0.0, 64.0);
   if (s.tensor_parallel > s.devices_per_node && child(n, "tensor_parallel"))
     r.error(n["tensor_parallel"], "sim.tensor_parallel",

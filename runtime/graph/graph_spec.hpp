@@ -111,6 +111,9 @@ struct cluster_spec {
   std::string transport = "auto";     ///< tensor bytes between nodes: ucx, tcp or auto
   std::string token_file;             ///< the shared token; empty = $TROUPE_TOKEN, else one made per launch
   std::filesystem::path token_path;   ///< `token_file` resolved against the graph file's folder
+  /// Local launcher: node i runs only on the i-th CPU this process may use (mod
+  /// their count), so each emulated device is one core.
+  bool pin = false;
 };
 
 /// `checkpoint: {dir, every, keep}`: where and how often a run saves its state
