@@ -75,6 +75,11 @@ void grad_buckets::grads_done(int chunk, std::size_t first, std::size_t end) {
 void grad_buckets::send(int b) {
   auto& bk = buckets_[static_cast<std::size_t>(b)];
   bk.sent = true;
+  if (static_cast<std::size_t>(b) < layout_.size()) // the live buffers: ZeRO-2 gives them back between steps
+    for (std::size_t i = 0; i < layout_[static_cast<std::size_t>(b)].size(); ++i) {
+      const auto& p = layout_[static_cast<std::size_t>(b)][i];
+      bk.tensors[i] = models_[static_cast<std::size_t>(p.chunk)]->grads()[static_cast<std::size_t>(p.index)].value;
+    }
   if (loss_.defined() && static_cast<std::size_t>(b) + 1 == buckets_.size())
     loss_.data<float>()[0] = static_cast<float>(loss_sum_());
   send_(bucket_msg{step_, b, bk.tensors, bk.params});
@@ -96,6 +101,12 @@ bool grad_buckets::on_reduced(std::int64_t step, int b) {
                                          b, step, step_));
   buckets_[static_cast<std::size_t>(b)].back = true;
   return ++back_ == static_cast<int>(buckets_.size());
+}
+
+void grad_buckets::drop_grads() {
+  for (std::size_t b = 0; b < layout_.size(); ++b)
+    for (std::size_t i = 0; i < layout_[b].size(); ++i)
+      buckets_[b].tensors[i] = {};
 }
 
 double grad_buckets::loss_sum() const {

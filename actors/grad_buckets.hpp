@@ -49,6 +49,9 @@ public:
   bool on_reduced(std::int64_t step, int b);
   /// The step's Σ loss × tokens over all replicas (once every bucket is back).
   double loss_sum() const;
+  /// Lets go of the gradient buffers (each bucket takes the model's live ones
+  /// when it is sent), so that a model that releases them frees them (ZeRO-2).
+  void drop_grads();
 
 private:
   struct bucket {

@@ -178,8 +178,13 @@ void stage_engine::on_shard_updated(step_t step) {
                   step));
   for (auto& m : models_) {
     m->params_updated();
-    m->zero_grads();
+    if (cfg_.zero == 2) // the shards hold the reduced slices until the next step's backward
+      m->release_grads();
+    else
+      m->zero_grads();
   }
+  if (cfg_.zero == 2)
+    buckets_->drop_grads();
   loss_sum_ = buckets_->loss_sum(); // the whole step's, over every replica, gathered with the parameters
   pending_report_.loss = pending_tokens_ > 0 ? loss_sum_ / static_cast<double>(pending_tokens_) : 0.0;
   if (cfg_.loss && cfg_.replica == 0) {
@@ -203,7 +208,8 @@ held_bytes stage_engine::held() const {
       params += static_cast<std::int64_t>(p.value.nbytes());
     h.params += params;
     for (const auto& g : models_[k]->grads())
-      h.grads += static_cast<std::int64_t>(g.value.nbytes());
+      if (g.value.defined()) // ZeRO-2 gives them back between steps
+        h.grads += static_cast<std::int64_t>(g.value.nbytes());
     if (k < optimizers_.size()) // one buffer per parameter and kind, made with the optimizer
       h.optimizer += static_cast<std::int64_t>(optimizers_[k]->state_kinds().size()) * params;
   }

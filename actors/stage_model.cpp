@@ -60,6 +60,7 @@ public:
   int in_flight() const override { return r_.in_flight(); }
 
   void zero_grads() override { r_.zero_grads(); }
+  void release_grads() override { r_.release_grads(); }
   double grad_sq_norm() override { return r_.grad_sq_norm(); }
   void scale_grads(float factor) override { r_.scale_grads(factor); }
   bool on_grads_done(std::function<void(std::size_t, std::size_t)> f) override {

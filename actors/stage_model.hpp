@@ -73,6 +73,10 @@ public:
   virtual int in_flight() const = 0;
 
   virtual void zero_grads() = 0;
+  /// Gives the gradient buffers back until the next backward, which starts from
+  /// zeroed ones (ZeRO-2 between steps); grads() then holds undefined tensors.
+  /// A model that cannot (a device model) keeps them.
+  virtual void release_grads() {}
   /// Σ g² over this chunk's gradients (combined across chunks and ranks for clipping).
   virtual double grad_sq_norm() = 0;
   virtual void scale_grads(float factor) = 0;

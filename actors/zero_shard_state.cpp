@@ -61,7 +61,7 @@ zero_prediction predict_held(const graph_spec& g, const actor_spec& stage) {
   auto kinds = static_cast<std::int64_t>(ops::adamw::kinds().size());
   zero_prediction p;
   p.stage.params = f32 * psi;
-  p.stage.grads = f32 * psi;
+  p.stage.grads = g.data_parallel.zero == 2 ? 0 : f32 * psi; // ZeRO-2: only during a step's backward
   p.stage.optimizer = g.data_parallel.zero == 0 ? kinds * f32 * psi : 0;
   if (g.data_parallel.zero > 0) {
     auto members = std::max(g.data_parallel.replicas, 1);

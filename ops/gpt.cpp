@@ -137,6 +137,8 @@ tensor_handle gpt_range::backward_input(int mb, const tensor_handle& grad_out) {
 }
 
 tensor_handle gpt_range::impl::backward(int mb, const tensor_handle& grad_out, bool weights, const char* op) {
+  if (weights)
+    ensure_grads();
   auto& c = find(mb, op);
   require(!c.input_done, op, fmt::format("backward_input of microbatch {} already ran", mb));
   if (last()) {
@@ -200,6 +202,7 @@ void gpt_range::impl::head_backward_weight(mb_cache& c) {
 void gpt_range::backward_weight(int mb) {
   constexpr auto op = "gpt_range::backward_weight";
   auto& m = *impl_;
+  m.ensure_grads();
   auto& c = m.find(mb, op);
   require(c.input_done, op, fmt::format("backward_input of microbatch {} has not run", mb));
   try {
@@ -256,11 +259,28 @@ void gpt_range::on_grads_done(std::function<void(std::size_t, std::size_t)> f) {
 }
 
 void gpt_range::zero_grads() {
+  if (!impl_->released_grads.empty()) // released: the next backward starts from zeroed buffers
+    return;
   for (auto& g : impl_->grads)
     std::memset(g.value.raw(), 0, g.value.nbytes());
 }
 
-double gpt_range::grad_sq_norm() const { return ops::grad_sq_norm(impl_->grads); }
-void gpt_range::scale_grads(float factor) { ops::scale_grads(impl_->grads, factor); }
+void gpt_range::release_grads() {
+  auto& m = *impl_;
+  if (!m.released_grads.empty())
+    return;
+  for (auto& g : m.grads) {
+    m.released_grads.push_back(g.value.shape());
+    g.value = tensor_handle{};
+  }
+}
+
+double gpt_range::grad_sq_norm() const {
+  return impl_->released_grads.empty() ? ops::grad_sq_norm(impl_->grads) : 0.0;
+}
+void gpt_range::scale_grads(float factor) {
+  if (impl_->released_grads.empty())
+    ops::scale_grads(impl_->grads, factor);
+}
 
 } // namespace troupe::ops

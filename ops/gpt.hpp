@@ -96,6 +96,10 @@ public:
 
   /// Sets every gradient to zero.
   void zero_grads();
+  /// Gives the gradient buffers' storage back (grads() then holds undefined
+  /// tensors) until the next backward, which starts from zeroed ones: ZeRO-2,
+  /// whose optimizer shards keep the reduced slices between steps.
+  void release_grads();
   /// Parameters and gradients, in the same order with the same names. The handles
   /// share the range's storage: writing into a parameter (an optimizer's step,
   /// loading a checkpoint, averaging replicas) changes the model.

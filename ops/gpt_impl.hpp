@@ -48,6 +48,17 @@ struct gpt_range::impl {
   std::vector<named_tensor> params, grads;
   std::vector<mb_cache> slots;
   std::function<void(std::size_t, std::size_t)> grads_done;  ///< gpt_range::on_grads_done
+  /// gpt_range::release_grads: the gradients' shapes while their storage is given back.
+  std::vector<shape_t> released_grads;
+
+  /// Zeroed gradient buffers again after release_grads, before a backward writes them.
+  void ensure_grads() {
+    if (released_grads.empty())
+      return;
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      grads[i].value = tensor_handle::zeros(released_grads[i]);
+    released_grads.clear();
+  }
 
   /// Tells grads_done that parameters [first, end) have this call's gradient.
   void done(std::size_t first, std::size_t end) const {

@@ -130,7 +130,9 @@ data_parallel: {{replicas: {}, zero: {}}}
         CHECK(stage.grads_bytes == predicted.stage.grads);
         CHECK(stage.optimizer_bytes == predicted.stage.optimizer);
         CHECK(stage.params_bytes == 4 * psi);
-        CHECK(stage.grads_bytes == 4 * psi); // the backward's accumulation buffer, in every stage (see README)
+        // The backward's accumulation buffer; ZeRO-2 gives it back once the step's
+        // parameters are gathered, so between steps (when a run reports) it holds none.
+        CHECK(stage.grads_bytes == (zero == 2 ? 0 : 4 * psi));
         if (zero == 0) {
           CHECK(stage.optimizer_bytes == 8 * psi);
           continue;
@@ -149,8 +151,9 @@ data_parallel: {{replicas: {}, zero: {}}}
         CHECK(stage.optimizer_bytes == 0);
         CHECK(shard.optimizer_bytes == 8 * psi / replicas); // stage 1: 4Ψ + 4Ψ + 8Ψ/R
         CHECK(shard.grads_bytes == (zero == 2 ? 4 * psi / replicas : 0)); // stage 2: the gradient slice 4Ψ/R
+        // ZeRO's formulas: stage 1 4Ψ + 4Ψ + 8Ψ/R, stage 2 4Ψ + 12Ψ/R.
         CHECK(stage.params_bytes + stage.grads_bytes + shard.optimizer_bytes + shard.grads_bytes ==
-              8 * psi + (zero == 2 ? 12 : 8) * psi / replicas);
+              (zero == 2 ? 4 * psi + 12 * psi / replicas : 8 * psi + 8 * psi / replicas));
       }
     }
 }
