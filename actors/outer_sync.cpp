@@ -209,11 +209,6 @@ actor_type_info outer_sync_info() {
       out.push_back({g.where("local_update.algorithm"), "local_update.algorithm",
                      fmt::format("algorithm '{}' does not train yet (training runs diloco and streaming_diloco)",
                                  algo)});
-    if (g.cluster.present && g.cluster.nodes > 1)
-      out.push_back({g.where("cluster.nodes"), "cluster.nodes",
-                     fmt::format("local_update trains in one process so far (its exchange has no wire codec yet), "
-                                 "not across {} nodes",
-                                 g.cluster.nodes)});
     if (g.checkpoint.present)
       out.push_back({g.where("checkpoint"), "checkpoint",
                      "local_update keeps its saved global and outer momentum outside the checkpoints so far: a "

@@ -9,6 +9,7 @@
 #include <caf/actor.hpp>
 
 #include "runtime/actor/messages.hpp"
+#include "runtime/actor/outer_messages.hpp"
 #include "runtime/transport/transport.hpp"
 
 namespace troupe::remote {
@@ -26,6 +27,7 @@ enum class data_kind : std::uint16_t {
   plan,             ///< (plan_atom, step_plan_msg)
   ring,             ///< (ring_atom, ring_msg): an all-reduce peer's chunk to the next peer
   hops,             ///< (hops_atom, step_t, int32 from, int32 count): least_loaded's per-step counts
+  outer_part,       ///< (outer_part_atom, outer_part_msg): a replica's pseudo-gradient to another replica's sync actor
 };
 
 /// `dest` is the receiving actor's index in graph_spec::actors.
@@ -38,6 +40,7 @@ net::frame encode(std::uint16_t dest, const credit_msg& m);
 net::frame encode(std::uint16_t dest, const step_plan_msg& m);
 net::frame encode(std::uint16_t dest, const ring_msg& m);
 net::frame encode_hops(std::uint16_t dest, step_t step, std::int32_t from, std::int32_t count);
+net::frame encode(std::uint16_t dest, const outer_part_msg& m);
 
 /// Decodes `f` and sends its message to `local(dest)`, anonymously. Throws
 /// malformed_input (runtime/transport/bytes.hpp) on anything it cannot decode, and when

@@ -6,7 +6,11 @@
 
 #include <doctest/doctest.h>
 
+#include <caf/all.hpp>
+
+#include "runtime/actor/actor_system.hpp"
 #include "runtime/tensor/testing_fake_device.hpp"
+#include "runtime/transport/bytes.hpp"
 
 using namespace troupe;
 
@@ -51,4 +55,34 @@ TEST_CASE("a document mask crosses processes with its batch and with each activa
   CHECK(a.blobs[1].same_bytes(docs));
   // Without documents nothing more is sent.
   CHECK(remote::encode(1, batch_msg{0, 0, tokens, {}, route_t{{1, 0}}}, false).blobs.size() == 1);
+}
+
+TEST_CASE("a replica's pseudo-gradient crosses processes intact, and a forged one is refused") {
+  outer_part_msg m;
+  m.step = 11, m.fragment = 1, m.replica = 3, m.format = 2, m.values = 5, m.cols = 5;
+  m.data = {1, 2, 250, 4, 5};
+  m.scales = {0.5f, -2.25f};
+  auto f = remote::encode(7, m);
+  troupe_config cfg{runtime_options{}};
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  remote::deliver(std::move(f), [&](std::uint16_t dest) { return dest == 7 ? caf::actor{self} : caf::actor{}; });
+  bool got = false;
+  self->receive([&](outer_part_atom, const outer_part_msg& x) {
+    got = true;
+    CHECK(x.step == 11);
+    CHECK(x.fragment == 1);
+    CHECK(x.replica == 3);
+    CHECK(x.format == 2);
+    CHECK(x.values == 5);
+    CHECK(x.cols == 5);
+    CHECK(x.data == m.data);
+    CHECK(x.scales == m.scales);
+  });
+  CHECK(got);
+  // Scales that are not f32 values: malformed, never delivered.
+  auto bad = remote::encode(7, m);
+  bad.blobs[1] = tensor_handle::zeros({2}, dtype::u8); // sized right, so the dtype is what fails
+  bad.meta[bad.meta.size() - 1 - 8 - 1] = static_cast<std::byte>(dtype::u8); // the scales' dtype byte
+  CHECK_THROWS_AS(remote::deliver(std::move(bad), [&](std::uint16_t) { return caf::actor{self}; }), malformed_input);
 }

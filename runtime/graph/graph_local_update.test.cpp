@@ -111,18 +111,20 @@ TEST_CASE("a key of another algorithm is reported at its position") {
         std::string::npos);
 }
 
-TEST_CASE("local_update refuses what it cannot train yet: several processes, at the cluster's key") {
+TEST_CASE("local_update trains across processes, and refuses checkpoints at the section's key") {
   load_options o;
   o.check_corpus = false;
-  auto r = load_graph_text(R"(model: {layers: 2, d_model: 32, heads: 2, context: 16}
+  const std::string text = R"(model: {layers: 2, d_model: 32, heads: 2, context: 16}
 data: {batch: 2}
 train: {steps: 10}
 data_parallel: {replicas: 2}
 local_update: {algorithm: diloco, sync_every: 4}
 cluster: {nodes: 2}
-)",
-                           "g.yaml", o);
-  CHECK_FALSE(r.ok());
-  CHECK(to_string(r.errors).find("g.yaml:6:18: cluster.nodes: local_update trains in one process so far") !=
+)";
+  auto across = load_graph_text(text, "g.yaml", o);
+  CHECK(across.ok());
+  auto saved = load_graph_text(text + "checkpoint: {dir: ck, every: 2}\n", "g.yaml", o);
+  CHECK_FALSE(saved.ok());
+  CHECK(to_string(saved.errors).find("g.yaml:7:13: checkpoint: local_update keeps its saved global") !=
         std::string::npos);
 }
