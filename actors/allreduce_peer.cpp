@@ -106,15 +106,6 @@ caf::behavior allreduce_peer(peer_actor* self, peer_settings cfg, caf::actor run
   };
 }
 
-/// The next peer of `peer`'s ring: where its one channel to another allreduce_peer goes.
-const actor_spec* next_peer(const graph_spec& g, const actor_spec& peer) {
-  for (const auto& c : g.channels)
-    if (c.from == peer.name)
-      if (const auto* to = g.find_actor(c.to); to && to->type == "allreduce_peer")
-        return to;
-  return nullptr;
-}
-
 } // namespace
 
 void expand_ring(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage,
@@ -159,7 +150,7 @@ actor_type_info allreduce_peer_info() {
     if (!g.served_stage(a))
       out.push_back({a.pos, a.name + ".stage",
                      fmt::format("allreduce_peer '{}' needs 'stage: NAME', a pipeline stage it serves", a.name)});
-    else if (!next_peer(g, a))
+    else if (!g.channel_target(a, "allreduce_peer"))
       out.push_back({a.pos, "channels",
                      fmt::format("allreduce_peer '{}' needs a channel to the next allreduce_peer of its ring", a.name)});
   };
@@ -169,7 +160,7 @@ actor_type_info allreduce_peer_info() {
 caf::expected<caf::actor> spawn_allreduce_peer(spawn_context& ctx) {
   const auto& g = ctx.graph;
   const auto* stage = g.served_stage(ctx.spec);
-  const auto* next = next_peer(g, ctx.spec);
+  const auto* next = g.channel_target(ctx.spec, "allreduce_peer");
   if (!stage || !next)
     return make_error(errc::invalid_argument,
                       fmt::format("{}: needs a `stage:` it serves and a channel to the next peer", ctx.spec.name));

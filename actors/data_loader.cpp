@@ -4,8 +4,10 @@
 #include <charconv>
 #include <cstdlib>
 #include <optional>
+#include <set>
 
 #include <caf/all.hpp>
+
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
@@ -282,11 +284,11 @@ std::string check_routes(const graph_spec& g, const actor_spec& loader) {
   if (!policy)
     return policy.error().message;
   auto self = static_cast<int>(&loader - g.actors.data());
+  std::set<std::pair<std::string_view, std::string_view>> channels; // one lookup per hop, not a scan
+  for (const auto& c : g.channels)
+    channels.emplace(c.from, c.to);
   auto has_channel = [&](int from, int to) {
-    for (const auto& c : g.channels)
-      if (c.from == g.actors[static_cast<std::size_t>(from)].name && c.to == g.actors[static_cast<std::size_t>(to)].name)
-        return true;
-    return false;
+    return channels.contains({g.actors[static_cast<std::size_t>(from)].name, g.actors[static_cast<std::size_t>(to)].name});
   };
   int m = std::max(g.pipeline.microbatches, 1) * std::max(g.data_parallel.replicas, 1);
   for (int k = 0; k < 4 * m; ++k) {

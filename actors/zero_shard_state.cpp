@@ -231,11 +231,8 @@ caf::expected<zero_ring> zero_ring_of(const graph_spec& g, const actor_spec& sha
   if (auto s = shard.params.find("stage"); s != shard.params.end() && s->second.IsScalar())
     if (const auto* a = g.find_actor(s->second.Scalar()); a && a->role.holds_layers)
       ring.stage = a, ring.stage_index = g.index_of(a->name), ring.rank = a->replica;
-  ring.next_index = -1;
-  for (const auto& c : g.channels)
-    if (c.from == shard.name)
-      if (const auto* to = g.find_actor(c.to); to && to->type == shard.type)
-        ring.next_index = g.index_of(to->name);
+  const auto* next = g.channel_target(shard, shard.type);
+  ring.next_index = next ? g.index_of(next->name) : -1;
   if (!ring.stage || ring.next_index < 0)
     return make_error(errc::invalid_argument,
                       fmt::format("{}: an optimizer_shard needs a `stage:` it serves and a channel to the next "

@@ -124,6 +124,8 @@ void parse_link(const YAML::Node& c, const std::string& path, channel_spec& out,
 
 void check_cluster(parsed_graph& pg, graph_reader& r) {
   auto& g = pg.graph;
+  if (!g.cluster.present) // one process: nothing to place (and node_of is O(actors) a call)
+    return;
   int nodes = g.cluster.nodes;
   std::vector<int> used(static_cast<std::size_t>(nodes), 0);
   for (const auto& pa : pg.actors) {

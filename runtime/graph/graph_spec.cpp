@@ -4,6 +4,10 @@
 
 #include "runtime/graph/graph_parse.hpp"
 
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -58,18 +62,75 @@ const std::vector<std::string>& builtin_schedule_names() {
   return names;
 }
 
+struct graph_spec::directory {
+  std::unordered_map<std::string, int> index;  ///< name -> position in actors
+  std::size_t size = 0;                         ///< actors indexed: actors[0, size)
+  std::string last;                             ///< actors[size - 1].name when indexed (a check that they are still those)
+  std::unordered_multimap<std::string, int> from;  ///< a channel's `from` -> its position in channels
+  std::size_t channels = 0;                     ///< channels indexed: channels[0, channels)
+  std::string last_channel;                     ///< from + ' ' + to of the last one indexed
+};
+
+namespace {
+std::mutex directory_mutex;  // lookups may come from several threads (a node's actors as they spawn)
+}
+
+const graph_spec::directory& graph_spec::indexed() const {
+  auto& d = directory_;
+  bool still = d && d->size <= actors.size() && (d->size == 0 || actors[d->size - 1].name == d->last);
+  if (!still)
+    d = std::make_shared<directory>();
+  for (auto i = d->size; i < actors.size(); ++i)
+    d->index.emplace(actors[i].name, static_cast<int>(i));
+  d->size = actors.size();
+  d->last = actors.empty() ? std::string{} : actors.back().name;
+  auto key = [](const channel_spec& c) { return c.from + ' ' + c.to; };
+  if (d->channels > channels.size() || (d->channels > 0 && key(channels[d->channels - 1]) != d->last_channel))
+    d->from.clear(), d->channels = 0;
+  for (auto i = d->channels; i < channels.size(); ++i)
+    d->from.emplace(channels[i].from, static_cast<int>(i));
+  d->channels = channels.size();
+  d->last_channel = channels.empty() ? std::string{} : key(channels.back());
+  return *d;
+}
+
+std::vector<int> graph_spec::channels_from(std::string_view name) const {
+  std::vector<int> out;
+  {
+    std::lock_guard guard{directory_mutex};
+    auto [first, end] = indexed().from.equal_range(std::string{name});
+    for (auto it = first; it != end; ++it)
+      if (channels[static_cast<std::size_t>(it->second)].from == name)
+        out.push_back(it->second);
+  }
+  std::sort(out.begin(), out.end()); // in the file's order, as a scan would find them
+  return out;
+}
+
 const actor_spec* graph_spec::find_actor(std::string_view name) const noexcept {
-  for (const auto& a : actors)
-    if (a.name == name)
-      return &a;
-  return nullptr;
+  auto i = index_of(name);
+  return i < 0 ? nullptr : &actors[static_cast<std::size_t>(i)];
 }
 
 int graph_spec::index_of(std::string_view name) const noexcept {
-  for (std::size_t i = 0; i < actors.size(); ++i)
+  {
+    std::lock_guard guard{directory_mutex};
+    const auto& d = indexed();
+    if (auto it = d.index.find(std::string{name});
+        it != d.index.end() && actors[static_cast<std::size_t>(it->second)].name == name)
+      return it->second;
+  }
+  for (std::size_t i = 0; i < actors.size(); ++i) // renamed in place since it was indexed: a scan is always right
     if (actors[i].name == name)
       return static_cast<int>(i);
   return -1;
+}
+
+const actor_spec* graph_spec::channel_target(const actor_spec& from, std::string_view type) const {
+  for (int c : channels_from(from.name))
+    if (const auto* to = find_actor(channels[static_cast<std::size_t>(c)].to); to && to->type == type)
+      return to;
+  return nullptr;
 }
 
 const actor_spec* graph_spec::served_stage(const actor_spec& helper) const {

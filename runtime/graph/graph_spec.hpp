@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -320,11 +321,27 @@ struct graph_spec {
   /// The layer-holding actor a helper actor serves (its `stage:` key: an
   /// all-reduce peer, an optimizer shard, an outer sync), or nullptr.
   const actor_spec* served_stage(const actor_spec& helper) const;
+  /// The positions in `channels` of the channels from the actor called `name`.
+  std::vector<int> channels_from(std::string_view name) const;
+  /// The first actor of type `type` that a channel from `from` reaches (a
+  /// ring's next member: all-reduce peers, optimizer shards), or nullptr.
+  const actor_spec* channel_target(const actor_spec& from, std::string_view type) const;
   /// The node (0 .. cluster.nodes - 1) that runs `a`: its `node:` if given,
   /// else by its role's placement (actor_placement).
   int node_of(const actor_spec& a) const;
   /// Tokens one optimizer step consumes: replicas × batch × microbatches × context.
   std::int64_t tokens_per_step() const noexcept;
+
+  /// What the lookups above keep between calls (graph_spec.cpp): actor names to
+  /// indices and channels by their `from`, extended as the lists grow, rebuilt
+  /// when they change otherwise (each hit is checked against the list), so
+  /// lookups stay O(1) in graphs of 10,000s of actors.
+  struct directory;
+  mutable std::shared_ptr<directory> directory_;
+
+private:
+  /// Brings directory_ up to date with `actors`; call with directory_mutex held.
+  const directory& indexed() const;
 };
 
 /// The schedule names every build knows: gpipe, 1f1b, interleaved_1f1b, zb_h1, table.
