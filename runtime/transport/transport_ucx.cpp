@@ -33,7 +33,7 @@ constexpr int setup_timeout_ms = 10'000;
 /// shared-memory signal and a context switch, each several microseconds). Bounded, and
 /// yielding while it polls, so an idle node burns no core and a busy peer on the
 /// same core still runs. TROUPE_UCX_SPIN_US overrides it (0: sleep at once; at
-/// most 1000; anything else keeps the default).
+/// most 1000; anything else is reported and keeps the default).
 std::chrono::microseconds idle_spin() {
   static const auto us = [] {
     constexpr long fallback = 50;
@@ -42,7 +42,11 @@ std::chrono::microseconds idle_spin() {
       return fallback;
     char* end = nullptr;
     long n = std::strtol(v, &end, 10);
-    return (*end == 0 && n >= 0 && n <= 1000) ? n : fallback;
+    if (*end == 0 && n >= 0 && n <= 1000)
+      return n;
+    fmt::print(stderr, "troupe: TROUPE_UCX_SPIN_US={} is not a whole number of microseconds from 0 to 1000; using {}\n",
+               v, fallback);
+    return fallback;
   }();
   return std::chrono::microseconds(us);
 }
