@@ -56,6 +56,20 @@ std::unique_ptr<connection> dial(transport_kind kind, const server& s, inbox& in
   return std::move(*c);
 }
 
+/// A client connected to a server that sends every frame straight back.
+struct echo_link {
+  inbox server_in;
+  inbox client_in;
+  std::unique_ptr<server> s;
+  std::unique_ptr<connection> c; // destroyed first: its handlers use the inboxes
+
+  explicit echo_link(transport_kind kind) {
+    server_in.echo = true;
+    s = start(kind, server_in);
+    c = dial(kind, *s, client_in);
+  }
+};
+
 /// A u8 blob of `n` bytes whose byte i is (i * 7 + seed) mod 251.
 tensor_handle pattern(std::size_t n, int seed) {
   auto t = tensor_handle::empty({static_cast<std::int64_t>(n)}, dtype::u8);
@@ -151,13 +165,10 @@ TEST_CASE("frames with blobs of 0 bytes, 1 byte and 1 MiB + 3 arrive whole and i
 TEST_CASE("a server answers on the connection it received from, and close() flushes what was queued") {
   for (auto kind : kinds()) {
     CAPTURE(to_string(kind));
-    inbox server_in;
-    server_in.echo = true;
-    inbox client_in;
-    auto s = start(kind, server_in);
-    auto c = dial(kind, *s, client_in);
+    echo_link e(kind);
+    auto& client_in = e.client_in;
     for (std::uint16_t k = 1; k <= 50; ++k)
-      c->send(make_frame(k, {k * 1000u}));
+      e.c->send(make_frame(k, {k * 1000u}));
     REQUIRE(client_in.wait([&] { return client_in.frames.size() == 50; }));
     for (std::uint16_t k = 1; k <= 50; ++k)
       CHECK(is_frame(client_in.frames[k - 1u], k, {k * 1000u}));
@@ -276,11 +287,8 @@ TEST_CASE("frames sent from another thread at gaps around the idle spin all arri
   std::uniform_int_distribution<int> gap_us(0, 200);
   for (auto kind : kinds()) {
     CAPTURE(to_string(kind));
-    inbox server_in;
-    server_in.echo = true;
-    inbox client_in;
-    auto s = start(kind, server_in);
-    auto c = dial(kind, *s, client_in);
+    echo_link e(kind);
+    auto& c = e.c;
     constexpr std::uint16_t n = 300;
     auto sizes = [](std::uint16_t k) { return k % 50 == 0 ? sizes_a : std::vector<std::size_t>{64}; };
     std::thread sender([&] {
@@ -290,27 +298,23 @@ TEST_CASE("frames sent from another thread at gaps around the idle spin all arri
       }
     });
     sender.join();
-    REQUIRE(client_in.wait([&] { return client_in.frames.size() == n; }, 300s));
+    REQUIRE(e.client_in.wait([&] { return e.client_in.frames.size() == n; }, 300s));
     for (std::uint16_t k = 1; k <= n; ++k)
-      CHECK(is_frame(client_in.frames[k - 1u], k, sizes(k)));
+      CHECK(is_frame(e.client_in.frames[k - 1u], k, sizes(k)));
     c->close();
     c.reset();
-    REQUIRE(server_in.wait([&] { return server_in.closes.size() == 1; }, 300s));
-    CHECK(server_in.closes[0].find("closed the connection") != std::string::npos);
+    REQUIRE(e.server_in.wait([&] { return e.server_in.closes.size() == 1; }, 300s));
+    CHECK(e.server_in.closes[0].find("closed the connection") != std::string::npos);
   }
 }
 
 TEST_CASE("an idle connection burns no core: its progress threads' spin is bounded") {
   for (auto kind : kinds()) {
     CAPTURE(to_string(kind));
-    inbox server_in;
-    server_in.echo = true;
-    inbox client_in;
-    auto s = start(kind, server_in);
-    auto c = dial(kind, *s, client_in);
+    echo_link e(kind);
     for (std::uint16_t k = 1; k <= 20; ++k)
-      c->send(make_frame(k, {64}));
-    REQUIRE(client_in.wait([&] { return client_in.frames.size() == 20; }, 300s));
+      e.c->send(make_frame(k, {64}));
+    REQUIRE(e.client_in.wait([&] { return e.client_in.frames.size() == 20; }, 300s));
     auto cpu_s = [] {
       rusage u{};
       ::getrusage(RUSAGE_SELF, &u);
