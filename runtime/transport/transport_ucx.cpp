@@ -6,10 +6,12 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <cstdlib>
 #include <list>
 
 #include <fmt/format.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -25,6 +27,29 @@ namespace {
 using clock = std::chrono::steady_clock;
 constexpr auto grace = std::chrono::seconds(2);
 constexpr int setup_timeout_ms = 10'000;
+
+/// How long an idle progress thread keeps polling before it arms the worker and
+/// sleeps: a reply that comes within it is seen without a wake-up (an eventfd or
+/// shared-memory signal and a context switch, each several microseconds). Bounded, and
+/// yielding while it polls, so an idle node burns no core and a busy peer on the
+/// same core still runs. TROUPE_UCX_SPIN_US overrides it (0: sleep at once; at
+/// most 1000; anything else is reported and keeps the default).
+std::chrono::microseconds idle_spin() {
+  static const auto us = [] {
+    constexpr long fallback = 50;
+    const char* v = std::getenv("TROUPE_UCX_SPIN_US");
+    if (!v || !*v)
+      return fallback;
+    char* end = nullptr;
+    long n = std::strtol(v, &end, 10);
+    if (*end == 0 && n >= 0 && n <= 1000)
+      return n;
+    fmt::print(stderr, "troupe: TROUPE_UCX_SPIN_US={} is not a whole number of microseconds from 0 to 1000; using {}\n",
+               v, fallback);
+    return fallback;
+  }();
+  return std::chrono::microseconds(us);
+}
 
 /// A frame on its way out, alive until every part has completed.
 struct tx_frame {
@@ -114,7 +139,8 @@ public:
         return; // on_close has told (or will tell) the owner
       incoming_.push_back(std::move(t));
     }
-    wake();
+    if (sleeping_) // an awake progress thread finds the frame without the syscall
+      wake();
   }
 
   void close() override {
@@ -175,6 +201,8 @@ private:
     in_loop_ = true;
     rx_.start(ucx_.worker);
     auto next_socket_check = clock::now();
+    auto idle_since = clock::time_point::max();
+    const auto spin = idle_spin();
     for (;;) {
       bool busy = false;
       while (ucp_worker_progress(ucx_.worker) != 0)
@@ -188,11 +216,33 @@ private:
       }
       if (done())
         break;
-      // Sleep as soon as there is nothing to do: spinning on, even for 30 us,
-      // starved the peer on a 2-core machine (ping-pong 115 us instead of 50 us).
-      if (busy || ucp_worker_arm(ucx_.worker) == UCS_ERR_BUSY)
+      if (busy) {
+        idle_since = clock::time_point::max();
         continue;
-      sleep_until_event();
+      }
+      // Idle: poll on for a bounded time, yielding the core each turn (an
+      // unyielding spin of 30 us starved the peer on a 2-core machine: ping-pong
+      // 115 us instead of 50 us), then arm the worker and sleep.
+      now = clock::now();
+      idle_since = std::min(idle_since, now);
+      if (now - idle_since < spin) {
+        ::sched_yield();
+        continue;
+      }
+      if (ucp_worker_arm(ucx_.worker) == UCS_ERR_BUSY)
+        continue;
+      // Senders write the wake-up descriptor only while this is set (see send);
+      // a frame queued before it was set is seen here instead.
+      sleeping_ = true;
+      bool queued = false;
+      {
+        std::lock_guard lock{mtx_};
+        queued = !incoming_.empty();
+      }
+      if (!queued)
+        sleep_until_event();
+      sleeping_ = false;
+      idle_since = clock::time_point::max();
     }
     auto why = why_closed();
     teardown();
@@ -404,6 +454,7 @@ private:
   clock::time_point close_deadline_{};
   std::atomic<bool> abort_{false};
   std::atomic<bool> in_loop_{false}; // past the handshake
+  std::atomic<bool> sleeping_{true}; // the progress thread may be asleep: senders wake it
 
   // The progress thread's own state.
   std::deque<std::unique_ptr<tx_frame>> to_post_;
