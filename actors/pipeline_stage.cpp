@@ -103,6 +103,7 @@ void maybe_done(stage_actor* self) {
   s.actor = e.config().name;
   s.steps = e.step() - st.first_step;
   auto held = e.held();
+  record_held(s.actor, held); // the trace's latest, as the summary says (ZeRO-2 gave its gradients back since the start)
   s.params_bytes = held.params, s.grads_bytes = held.grads, s.optimizer_bytes = held.optimizer;
   s.bytes_sent = st.bytes_sent;
   if (loss_stage) {

@@ -191,6 +191,7 @@ void stage_engine::on_shard_updated(step_t step) {
     reports_.push_back(pending_report_);
     trace_recorder::global().count("loss", pending_report_.loss, static_cast<std::int32_t>(step));
   }
+  report_replica_loss(step);
   loss_sum_ = 0;
   awaiting_params_ = false;
   if (pending_checkpoint_ >= 0 && out_.checkpoint)
@@ -198,6 +199,13 @@ void stage_engine::on_shard_updated(step_t step) {
   auto held = std::exchange(params_held_, {});
   for (auto& replay : held)
     replay();
+}
+
+void stage_engine::report_replica_loss(step_t step) {
+  if (cfg_.loss && (buckets_ || cfg_.outer_sync >= 0) && own_tokens_ > 0)
+    trace_recorder::global().count(fmt::format("loss:r{}", cfg_.replica),
+                                   own_loss_sum_ / static_cast<double>(own_tokens_), static_cast<std::int32_t>(step));
+  own_loss_sum_ = 0, own_tokens_ = 0;
 }
 
 held_bytes stage_engine::held() const {
@@ -393,6 +401,8 @@ void stage_engine::compute(const sched::stage_task& t) {
                                              "train.lr or raise train.warmup",
                                              cfg_.name, v, t.step, a.microbatch, cfg_.lr.at(t.step)));
       loss_sum_ += v * static_cast<double>(w.targets.numel());
+      own_loss_sum_ += v * static_cast<double>(w.targets.numel());
+      own_tokens_ += w.targets.numel();
     } else {
       out = model.forward(a.microbatch, input, {});
     }
@@ -476,6 +486,7 @@ void stage_engine::update(step_t step, double total_sq) {
     reports_.push_back(rep);
     trace_recorder::global().count("loss", rep.loss, static_cast<std::int32_t>(step));
   }
+  report_replica_loss(step);
   loss_sum_ = 0;
   for (auto& chunk_work : work_)
     for (auto& w : chunk_work)

@@ -221,6 +221,12 @@ private:
   std::map<int, tensor_handle> eval_targets_;             ///< eval batch -> targets
   std::map<int, std::pair<route_t, stage_tensor>> eval_inputs_;  ///< eval batch -> activation (arrived first)
   double loss_sum_ = 0;                                   ///< Σ loss × tokens over the step's microbatches
+  /// This replica's own share of them (before any sum over replicas): its loss curve.
+  double own_loss_sum_ = 0;
+  std::int64_t own_tokens_ = 0;
+  /// With replicas, the loss of this replica's own microbatches as the trace
+  /// counter `loss:rN` (the dashboard's and /metrics' per-replica loss).
+  void report_replica_loss(step_t step);
   double eval_sum_ = 0;
   int eval_seen_ = 0;
   std::vector<std::pair<step_t, double>> val_losses_;

@@ -42,3 +42,7 @@ TEST_CASE("the dashboard loads a 64-actor trace of 100,000 spans and redraws it 
 TEST_CASE("the dashboard says which step its validation loss is from and draws validation as markers, not a line") {
   CHECK(run_browser("validation") == 0);
 }
+
+TEST_CASE("the dashboard draws each replica's loss and what every stage and optimizer shard holds") {
+  CHECK(run_browser("replicas") == 0);
+}

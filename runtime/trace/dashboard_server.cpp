@@ -395,6 +395,12 @@ std::string prometheus_metrics(const trace_summary& s) {
   gauge("troupe_val_loss", "Latest validation loss.", s.val_loss);
   gauge("troupe_tokens_per_second", "Training throughput over the latest step.", s.tokens_per_s);
   gauge("troupe_bubble_fraction", "Idle share of the pipeline stages over the recent window.", s.bubble_fraction);
+  if (!s.replica_loss.empty()) {
+    out += "# HELP troupe_replica_loss Latest training loss of each replica's own microbatches.\n"
+           "# TYPE troupe_replica_loss gauge\n";
+    for (auto [replica, v] : s.replica_loss)
+      out += fmt::format("troupe_replica_loss{{replica=\"{}\"}} {}\n", replica, v);
+  }
   out += "# HELP troupe_actor_busy_fraction Share of the recent window an actor spent working.\n"
          "# TYPE troupe_actor_busy_fraction gauge\n";
   for (const auto& a : s.actors)

@@ -2,6 +2,7 @@
 #include "runtime/trace/trace_summary.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <string_view>
 #include <unordered_map>
@@ -187,6 +188,8 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns, std::int6
       out.val_loss = c.value, out.val_step = c.step;
     else if (c.name == "tokens_per_s")
       out.tokens_per_s = c.value;
+    else if (c.name.starts_with("loss:r")) // loss:rN, replica N's own microbatches (stage_engine)
+      out.replica_loss[std::atoi(c.name.c_str() + 6)] = c.value;
     else if (c.name.starts_with("held:")) // held:ACTOR:KIND, what an actor holds (record_held)
       for (auto& a : out.actors)
         if (auto rest = std::string_view{c.name}.substr(5);

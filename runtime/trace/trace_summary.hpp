@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,6 +74,8 @@ struct trace_summary {
   std::optional<double> bubble_fraction;
   std::int32_t last_step = -1;  ///< highest step with a loss
   std::optional<double> loss, val_loss, tokens_per_s;
+  /// With replicas: each one's latest loss over its own microbatches (`loss:rN` counters), by replica.
+  std::map<int, double> replica_loss;
   std::int32_t val_step = -1;   ///< the step val_loss was measured after
   std::size_t span_count = 0;
   std::uint64_t dropped = 0;

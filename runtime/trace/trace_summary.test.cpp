@@ -262,3 +262,17 @@ TEST_CASE("listen addresses default to the loopback interface and port 8080") {
   CHECK_FALSE(parse_listen_address("host:99999"));
   CHECK_FALSE(parse_listen_address("host:abc"));
 }
+
+TEST_CASE("each replica's own loss is its latest loss:rN counter, a troupe_replica_loss gauge in the metrics") {
+  auto t = two_stages();
+  t.counters.push_back({100, "loss:r0", 2.75, 0});
+  t.counters.push_back({100, "loss:r1", 2.25, 0});
+  t.counters.push_back({200, "loss:r1", 2.125, 1});
+  auto s = summarize(t);
+  CHECK(s.replica_loss == std::map<int, double>{{0, 2.75}, {1, 2.125}});
+  auto text = prometheus_metrics(s);
+  CHECK(text.find("# TYPE troupe_replica_loss gauge\ntroupe_replica_loss{replica=\"0\"} 2.75\n"
+                  "troupe_replica_loss{replica=\"1\"} 2.125\n") != std::string::npos);
+  // Without replicas there is no such gauge.
+  CHECK(prometheus_metrics(summarize(two_stages())).find("troupe_replica_loss") == std::string::npos);
+}

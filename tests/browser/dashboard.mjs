@@ -10,8 +10,11 @@
 //   validation: opens `troupe dash` on the trace of a real run that validates
 //              every 10 steps and checks that the header says which step its
 //              validation loss is from, and that the chart draws each value as
-//              a marker with no line between them (by the canvas's pixels).
-// usage: node tests/browser/dashboard.mjs live|launch|synthetic|validation --troupe PATH --out DIR [--steps N]
+//              a marker with no line between them (by the canvas's pixels);
+//   replicas:  opens `troupe dash` on the trace of a 2-replica ZeRO-2 run and checks
+//              that the loss chart has a line per replica with a point per step,
+//              and that the memory table shows what each stage and shard holds.
+// usage: node tests/browser/dashboard.mjs live|launch|synthetic|validation|replicas --troupe PATH --out DIR [--steps N]
 //
 // The live and launch runs must outlast the page's first look at them, on any machine: the
 // browser starts before troupe does, and the run is long enough (200 steps,
@@ -324,11 +327,47 @@ async function validation() {
   await dash.exited;
 }
 
+async function replicas() {
+  const total = 12, trace = path.join(outDir, 'replicas-trace.json');
+  const run = await runToEnd(['run', 'examples/ddp.yaml', '--steps', String(total), '--set', 'data_parallel.zero=2',
+    '--set', 'train.eval_every=0', '--trace', trace]);
+  check(run.code === 0, `the 2-replica ZeRO-2 run exited with 0 (${run.code})\n${run.code ? run.out : ''}`);
+  const dash = startTroupe(['dash', trace, '--address', '127.0.0.1:0']);
+  const url = await dash.url;
+  const { context, profile } = await launch();
+  const page = context.pages()[0] ?? await context.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await page.goto(url);
+  await waitFor(page, () => window.troupeDashboard?.finished() ?? false, null, 30000);
+  await sleep(800);  // the chart draws at most every 0.4 s
+  const points = await page.evaluate(() => window.troupeDashboard.replicaLossPoints());
+  check(JSON.stringify(points) === JSON.stringify({ 0: total, 1: total }),
+    `a loss line per replica with a point per step (${JSON.stringify(points)})`);
+  const memory = await page.evaluate(() => window.troupeDashboard.memory());
+  const n = (text) => Number(String(text).replaceAll(',', '').replaceAll('\u202f', '').replaceAll('.', ''));
+  for (const actor of ['r0s0', 'r1s1', 'r0s0_os', 'r1s1_os']) {
+    const row = memory[actor];
+    check(row !== undefined && row.length === 4 && n(row[3]) === n(row[0]) + n(row[1]) + n(row[2]) && n(row[3]) > 0,
+      `the memory table shows ${actor}: params, grads, optimizer and their total (${JSON.stringify(row)})`);
+  }
+  // ZeRO-2: the stage keeps no optimizer state and gives its gradients back between steps; its shard holds both.
+  check(memory.r0s0 && n(memory.r0s0[1]) === 0 && n(memory.r0s0[2]) === 0 && n(memory.r0s0_os[2]) > 0,
+    `a ZeRO-2 stage holds parameters only, its shard the optimizer state (${JSON.stringify([memory.r0s0, memory.r0s0_os])})`);
+  await page.screenshot({ path: path.join(outDir, 'dashboard-replicas.png'), fullPage: true });
+  check(errors.length === 0, `no page errors (${errors.join('; ')})`);
+  await context.close();
+  fs.rmSync(profile, { recursive: true, force: true });
+  dash.proc.kill('SIGINT');
+  await dash.exited;
+}
+
 try {
   if (mode === 'live') await live();
   else if (mode === 'launch') await launchRun();
   else if (mode === 'synthetic') await synthetic();
   else if (mode === 'validation') await validation();
+  else if (mode === 'replicas') await replicas();
   else { console.error('usage: dashboard.mjs live|launch|synthetic|validation --troupe PATH --out DIR [--steps N]'); process.exit(2); }
 } catch (e) {
   failed++;

@@ -7,7 +7,7 @@ import { Charts, VAL_COLOR } from './charts.js';
 const $ = (id) => document.getElementById(id);
 
 const model = {
-  actors: [], kinds: [], lanes: new Map(), series: new Map(), stats: null,
+  actors: [], kinds: [], lanes: new Map(), series: new Map(), memory: new Map(), stats: null,
   live: true, finished: false, spans: 0, minT: Infinity, maxT: -Infinity, serverNow: 0, serverNowAt: 0,
   laneList() { return this.actors.map((a) => this.lanes.get(a.id)).filter(Boolean); },
   extent() { return [this.minT === Infinity ? 0 : this.minT, this.maxT === -Infinity ? 1 : this.maxT]; },
@@ -19,7 +19,7 @@ const model = {
   },
   onFollowChange(on) { $('follow').checked = on; },
   reset() {
-    this.actors = []; this.lanes = new Map(); this.series = new Map(); this.stats = null;
+    this.actors = []; this.lanes = new Map(); this.series = new Map(); this.memory = new Map(); this.stats = null;
     this.finished = false; this.spans = 0; this.minT = Infinity; this.maxT = -Infinity;
   },
 };
@@ -27,7 +27,7 @@ const model = {
 const timeline = new Timeline($('timeline'), $('tooltip'), model);
 const graph = new ActorGraph($('graph'));
 const charts = new Charts($('loss-chart'), $('tps-chart'));
-let chartsDirty = false, graphDirty = false;
+let chartsDirty = false, graphDirty = false, memoryDirty = false;
 
 function setStatus(text, cls) {
   const s = $('status');
@@ -85,6 +85,13 @@ function onFrame(f) {
   }
   if (f.counters) {
     for (const [name, , value, step] of f.counters) {
+      const held = /^held:(.+):(params|grads|optimizer)$/.exec(name); // what an actor holds (record_held)
+      if (held) {
+        if (!model.memory.has(held[1])) model.memory.set(held[1], {});
+        model.memory.get(held[1])[held[2]] = value;
+        memoryDirty = true;
+        continue;
+      }
       if (!model.series.has(name)) model.series.set(name, new Map());
       if (value !== null) model.series.get(name).set(step + 1, value);
     }
@@ -128,11 +135,29 @@ $('follow').addEventListener('change', (e) => timeline.setFollow(e.target.checke
 $('window').addEventListener('change', (e) => { timeline.setWindow(Number(e.target.value)); timeline.setFollow(true); $('follow').checked = true; });
 $('fit').addEventListener('click', () => timeline.fitAll());
 
+/// The memory table: one row per actor that reported what it holds, in bytes.
+function drawMemory() {
+  const rows = [...model.memory.entries()].sort(([a], [b]) => a.localeCompare(b, undefined, { numeric: true }));
+  const num = (v) => (v === undefined || v === null ? '-' : Math.round(v).toLocaleString());
+  $('memory').querySelector('tbody').replaceChildren(...rows.map(([actor, m]) => {
+    const tr = document.createElement('tr');
+    const total = (m.params ?? 0) + (m.grads ?? 0) + (m.optimizer ?? 0);
+    for (const text of [actor, num(m.params), num(m.grads), num(m.optimizer), num(total)]) {
+      const td = document.createElement('td');
+      td.textContent = text;
+      tr.append(td);
+    }
+    return tr;
+  }));
+  $('memory-section').hidden = rows.length === 0;
+}
+
 let lastCharts = 0;
 function frame(t) {
   if (timeline.dirty || (timeline.follow && model.live && !model.finished)) timeline.draw();
   if (graphDirty) { graph.update(model.actors, model.stats); graphDirty = false; }
   if (chartsDirty && t - lastCharts > 400) { charts.update(model.series); chartsDirty = false; lastCharts = t; }
+  if (memoryDirty) { drawMemory(); memoryDirty = false; }
   requestAnimationFrame(frame);
 }
 requestAnimationFrame(frame);
@@ -143,6 +168,13 @@ window.troupeDashboard = {
   lanes: () => model.laneList().map((l) => ({ id: l.actor.id, name: l.actor.name, node: l.actor.node, label: l.actor.label,
     spans: l.size, drawn: l.drawn })),
   lossPoints: () => charts.lossPoints,
+  /// Points of each replica's own loss line, by replica number.
+  replicaLossPoints: () => charts.replicaLossPoints(),
+  /// The memory table as drawn: actor -> [params, grads, optimizer, total] as shown.
+  memory: () => Object.fromEntries([...$('memory').querySelectorAll('tbody tr')].map((tr) => {
+    const cells = [...tr.children].map((td) => td.textContent);
+    return [cells[0], cells.slice(1)];
+  })),
   /// Each validation value's step, value and marker position in the loss chart's canvas.
   valMarkers: () => charts.valMarkers(),
   valColor: VAL_COLOR,
