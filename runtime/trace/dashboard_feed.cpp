@@ -144,7 +144,7 @@ void dashboard_feed::update_stats(std::int64_t window_ns) {
   auto& actors = j["actors"] = nlohmann::json::array();
   for (const auto& a : stats_.actors)
     actors.push_back({{"id", a.actor.id}, {"busy", number(a.busy_fraction)}, {"mailbox", a.mailbox},
-                      {"spans", a.spans}});
+                      {"spans", a.spans}, {"bytes_sent", a.bytes_sent}});
   auto& chans = j["channels"] = nlohmann::json::array();
   for (const auto& c : stats_.channels)
     chans.push_back({{"from", c.from}, {"to", c.to}, {"messages", c.messages}, {"bytes", c.bytes},

@@ -348,9 +348,12 @@ async function replicas() {
   const n = (text) => Number(String(text).replaceAll(',', '').replaceAll('\u202f', '').replaceAll('.', ''));
   for (const actor of ['r0s0', 'r1s1', 'r0s0_os', 'r1s1_os']) {
     const row = memory[actor];
-    check(row !== undefined && row.length === 4 && n(row[3]) === n(row[0]) + n(row[1]) + n(row[2]) && n(row[3]) > 0,
+    check(row !== undefined && row.length === 5 && n(row[3]) === n(row[0]) + n(row[1]) + n(row[2]) && n(row[3]) > 0,
       `the memory table shows ${actor}: params, grads, optimizer and their total (${JSON.stringify(row)})`);
   }
+  // The shards' ring traffic: every shard sent tensor bytes over the run.
+  check(['r0s0_os', 'r1s1_os'].every((a) => memory[a] && n(memory[a][4]) > 0),
+    `the table shows the bytes each shard sent (${JSON.stringify(['r0s0_os', 'r1s1_os'].map((a) => memory[a]?.[4]))})`);
   // ZeRO-2: the stage keeps no optimizer state and gives its gradients back between steps; its shard holds both.
   check(memory.r0s0 && n(memory.r0s0[1]) === 0 && n(memory.r0s0[2]) === 0 && n(memory.r0s0_os[2]) > 0,
     `a ZeRO-2 stage holds parameters only, its shard the optimizer state (${JSON.stringify([memory.r0s0, memory.r0s0_os])})`);

@@ -142,7 +142,9 @@ function drawMemory() {
   $('memory').querySelector('tbody').replaceChildren(...rows.map(([actor, m]) => {
     const tr = document.createElement('tr');
     const total = (m.params ?? 0) + (m.grads ?? 0) + (m.optimizer ?? 0);
-    for (const text of [actor, num(m.params), num(m.grads), num(m.optimizer), num(total)]) {
+    const id = model.actors.find((a) => a.name === actor)?.id;
+    const sent = model.stats?.actors?.find((a) => a.id === id)?.bytes_sent;
+    for (const text of [actor, num(m.params), num(m.grads), num(m.optimizer), num(total), num(sent)]) {
       const td = document.createElement('td');
       td.textContent = text;
       tr.append(td);
@@ -155,9 +157,9 @@ function drawMemory() {
 let lastCharts = 0;
 function frame(t) {
   if (timeline.dirty || (timeline.follow && model.live && !model.finished)) timeline.draw();
+  if (memoryDirty || (graphDirty && model.memory.size)) { drawMemory(); memoryDirty = false; } // sent: from the stats
   if (graphDirty) { graph.update(model.actors, model.stats); graphDirty = false; }
   if (chartsDirty && t - lastCharts > 400) { charts.update(model.series); chartsDirty = false; lastCharts = t; }
-  if (memoryDirty) { drawMemory(); memoryDirty = false; }
   requestAnimationFrame(frame);
 }
 requestAnimationFrame(frame);
@@ -170,7 +172,7 @@ window.troupeDashboard = {
   lossPoints: () => charts.lossPoints,
   /// Points of each replica's own loss line, by replica number.
   replicaLossPoints: () => charts.replicaLossPoints(),
-  /// The memory table as drawn: actor -> [params, grads, optimizer, total] as shown.
+  /// The memory table as drawn: actor -> [params, grads, optimizer, total, sent] as shown.
   memory: () => Object.fromEntries([...$('memory').querySelectorAll('tbody tr')].map((tr) => {
     const cells = [...tr.children].map((td) => td.textContent);
     return [cells[0], cells.slice(1)];
