@@ -291,11 +291,8 @@ async function synthetic() {
   check((await dash.exited) === 0, 'troupe dash stops cleanly on SIGINT');
 }
 
-async function validation() {
-  const evalEvery = 10, total = 40, trace = path.join(outDir, 'validation-trace.json');
-  const run = await runToEnd(['run', 'examples/tiny-gpt.yaml', '--steps', String(total), '--set',
-    `train.eval_every=${evalEvery}`, '--trace', trace]);
-  check(run.code === 0, `the run that validates every ${evalEvery} steps exited with 0 (${run.code})\n${run.code ? run.out : ''}`);
+/// `troupe dash TRACE` and a browser page on it, collecting the page's errors.
+async function openTrace(trace) {
   const dash = startTroupe(['dash', trace, '--address', '127.0.0.1:0']);
   const url = await dash.url;
   const { context, profile } = await launch();
@@ -303,6 +300,15 @@ async function validation() {
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
   await page.goto(url);
+  return { dash, context, profile, page, errors };
+}
+
+async function validation() {
+  const evalEvery = 10, total = 40, trace = path.join(outDir, 'validation-trace.json');
+  const run = await runToEnd(['run', 'examples/tiny-gpt.yaml', '--steps', String(total), '--set',
+    `train.eval_every=${evalEvery}`, '--trace', trace]);
+  check(run.code === 0, `the run that validates every ${evalEvery} steps exited with 0 (${run.code})\n${run.code ? run.out : ''}`);
+  const { dash, context, profile, page, errors } = await openTrace(trace);
   const want = [0, 10, 20, 30, 40];  // before training, then every 10 steps
   let markers = await waitFor(page, (n) => {
     const m = window.troupeDashboard?.valMarkers() ?? [];
@@ -332,13 +338,7 @@ async function replicas() {
   const run = await runToEnd(['run', 'examples/ddp.yaml', '--steps', String(total), '--set', 'data_parallel.zero=2',
     '--set', 'train.eval_every=0', '--trace', trace]);
   check(run.code === 0, `the 2-replica ZeRO-2 run exited with 0 (${run.code})\n${run.code ? run.out : ''}`);
-  const dash = startTroupe(['dash', trace, '--address', '127.0.0.1:0']);
-  const url = await dash.url;
-  const { context, profile } = await launch();
-  const page = context.pages()[0] ?? await context.newPage();
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(String(e)));
-  await page.goto(url);
+  const { dash, context, profile, page, errors } = await openTrace(trace);
   await waitFor(page, () => window.troupeDashboard?.finished() ?? false, null, 30000);
   await sleep(800);  // the chart draws at most every 0.4 s
   const points = await page.evaluate(() => window.troupeDashboard.replicaLossPoints());
