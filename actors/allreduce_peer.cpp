@@ -97,11 +97,7 @@ caf::behavior allreduce_peer(peer_actor* self, peer_settings cfg, caf::actor run
     },
     [=](ring_atom, ring_msg& m) {
       trace_recorder::global().message_received(self->state.trace_id);
-      guarded(self, cfg.name, [&] {
-        auto it = self->state.flights.try_emplace({m.step, static_cast<int>(m.bucket)}).first;
-        it->second.early[m.phase] = std::move(m.chunk);
-        advance(self, cfg, it);
-      });
+      guarded(self, cfg.name, [&] { advance(self, cfg, keep_chunk(self->state.flights, m)); });
     },
   };
 }
@@ -142,15 +138,27 @@ void expand_allreduce_ring(section_expansion& e, int replicas, const std::functi
   expand_ring(e, replicas, stage, "allreduce_peer", "_ar");
 }
 
-actor_type_info allreduce_peer_info() {
+actor_type_info stage_helper_info() {
   actor_type_info info;
   info.keys = {"stage"};
   info.role.placement = actor_placement::with_stage;
+  return info;
+}
+
+bool check_serves_stage(const actor_spec& a, const graph_spec& g, diagnostics& out) {
+  if (g.served_stage(a))
+    return true;
+  out.push_back({a.pos, a.name + ".stage",
+                 fmt::format("{} '{}' needs 'stage: NAME', a pipeline stage it serves", a.type, a.name)});
+  return false;
+}
+
+actor_type_info allreduce_peer_info() {
+  auto info = stage_helper_info();
   info.check = [](const actor_spec& a, const graph_spec& g, diagnostics& out) {
-    if (!g.served_stage(a))
-      out.push_back({a.pos, a.name + ".stage",
-                     fmt::format("allreduce_peer '{}' needs 'stage: NAME', a pipeline stage it serves", a.name)});
-    else if (!g.channel_target(a, "allreduce_peer"))
+    if (!check_serves_stage(a, g, out))
+      return;
+    if (!g.channel_target(a, "allreduce_peer"))
       out.push_back({a.pos, "channels",
                      fmt::format("allreduce_peer '{}' needs a channel to the next allreduce_peer of its ring", a.name)});
   };

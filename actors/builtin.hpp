@@ -51,6 +51,10 @@ enum class helper_links { ring, all_pairs };
 /// ways between the two, and between the helpers of one position as `links` says.
 void expand_ring(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage,
                  const std::string& type, const std::string& suffix, helper_links links = helper_links::ring);
+/// What every helper beside a stage shares: the `stage:` key, placed with it.
+actor_type_info stage_helper_info();
+/// Whether helper `a` names a stage it serves (`stage: NAME`); reports it otherwise.
+bool check_serves_stage(const actor_spec& a, const graph_spec& g, diagnostics& out);
 
 /// With `local_update:`, the `pipeline:` shorthand's sync actors instead of the
 /// all-reduce rings (#13): an outer_sync `NAME_sync` beside every stage `NAME`,

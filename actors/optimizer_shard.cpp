@@ -185,11 +185,7 @@ caf::behavior optimizer_shard(shard_actor* self, shard_settings cfg, std::unique
     },
     [=](ring_atom, ring_msg& m) {
       trace_recorder::global().message_received(self->state.trace_id);
-      guarded(self, cfg.name, [&] {
-        auto it = self->state.flights.try_emplace({m.step, static_cast<int>(m.bucket)}).first;
-        it->second.early[m.phase] = std::move(m.chunk);
-        advance(self, cfg, it);
-      });
+      guarded(self, cfg.name, [&] { advance(self, cfg, keep_chunk(self->state.flights, m)); });
     },
     [=](shard_step_atom, step_t step, float lr, float clip) {
       guarded(self, cfg.name, [&] {
@@ -207,9 +203,7 @@ void expand_zero_shards(section_expansion& e, int replicas, const std::function<
 }
 
 actor_type_info optimizer_shard_info() {
-  actor_type_info info;
-  info.keys = {"stage"};
-  info.role.placement = actor_placement::with_stage;
+  auto info = stage_helper_info();
   info.check = [](const actor_spec& a, const graph_spec& g, diagnostics& out) {
     if (auto ring = zero_ring_of(g, a); !ring)
       out.push_back({a.pos, a.name + ".stage", error_message(ring.error())});

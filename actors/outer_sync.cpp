@@ -192,13 +192,9 @@ void expand_outer_sync(section_expansion& e, int replicas, const std::function<s
 }
 
 actor_type_info outer_sync_info() {
-  actor_type_info info;
-  info.keys = {"stage"};
-  info.role.placement = actor_placement::with_stage;
+  auto info = stage_helper_info();
   info.check = [](const actor_spec& a, const graph_spec& g, diagnostics& out) {
-    if (!g.served_stage(a))
-      out.push_back({a.pos, a.name + ".stage",
-                     fmt::format("outer_sync '{}' needs 'stage: NAME', a pipeline stage it serves", a.name)});
+    check_serves_stage(a, g, out);
     if (!g.local_update.present)
       out.push_back({a.pos, a.name, fmt::format("outer_sync '{}' needs a local_update: section", a.name)});
     const auto& algo = g.local_update.algorithm;

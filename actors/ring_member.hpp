@@ -58,6 +58,15 @@ void guarded(Actor* self, const std::string& name, F&& f) {
   }
 }
 
+/// A chunk from the previous member, kept under its phase until the bucket's
+/// flight gets there: the flight of (step, bucket) in `flights` (made if new).
+template <class Flights>
+auto keep_chunk(Flights& flights, ring_msg& m) {
+  auto it = flights.try_emplace({m.step, static_cast<int>(m.bucket)}).first;
+  it->second.early[m.phase] = std::move(m.chunk);
+  return it;
+}
+
 /// The graph's actors by index and their trace ids, from a connect message's directory.
 void store_directory(const connect_msg& m, std::vector<caf::actor>& actors, std::vector<std::uint16_t>& ids);
 
