@@ -1,6 +1,8 @@
 // The list of built-in actor types: one registration line per type.
 #include "actors/builtin.hpp"
 
+#include "schedulers/sync_policy.hpp"
+
 namespace troupe {
 
 void register_builtin_actors() {
@@ -15,7 +17,10 @@ void register_builtin_actors() {
                         "ZeRO: reduce-scatters a stage's gradients, updates its slice's AdamW state, all-gathers "
                         "the parameters");
     register_actor_type("outer_sync", {spawn_outer_sync, outer_sync_info()},
-                        "exchanges one stage's fragments with its replicas every H steps (DiLoCo, Streaming DiLoCo)");
+                        "runs one stage's local-update sync policy: DiLoCo, Streaming DiLoCo, NoLoCo, DES-LOC, "
+                        "SparseLoCo or a plugin's");
+    // local_update.algorithm accepts every registered sync method, plugins' included.
+    set_local_update_algorithms([] { return sched::sync_method_names(); });
     register_section_expander(
         "pipeline", {expand_pipeline, true},
         "a data_loader, pipeline_stage actors and their chain (also the default graph)");

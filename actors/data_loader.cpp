@@ -16,11 +16,27 @@
 #include "actors/pipeline_messages.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/trace/trace.hpp"
+#include "schedulers/noloco.hpp"
 #include "schedulers/router.hpp"
 
 namespace troupe {
 
 namespace {
+
+/// NoLoCo with `route: random` sends microbatches across replicas (#13).
+bool noloco_routes(const graph_spec& g) {
+  return g.local_update.present && g.local_update.algorithm == "noloco" && g.local_update.route == "random" &&
+         g.data_parallel.replicas > 1;
+}
+
+/// The routing policy the loader runs: the pipeline's, or NoLoCo's random routes
+/// (local_update.route, not a pipeline.routing choice).
+constexpr const char* noloco_routing = "local_update.route random";
+std::string routing_of(const graph_spec& g) { return noloco_routes(g) ? noloco_routing : g.pipeline.routing; }
+sched::expected<sched::routing_ptr> make_loader_routing(const std::string& name, const sched::routing_params& p) {
+  return name == noloco_routing ? sched::make_noloco_routing(p) : sched::make_routing(name, p);
+}
+
 
 struct loader_settings {
   std::string name;
@@ -36,6 +52,7 @@ struct loader_settings {
   /// the targets go with the tokens and stages after the first learn their hops from their senders.
   bool least_loaded = false;
   bool independent_replicas = false;  ///< local-update training: each replica's step is its own (#13)
+  bool stage_local_norm = false;      ///< NoLoCo's random routes: replicas share stages, reduce nothing (#13)
   std::int64_t steps = 0;
   std::int64_t eval_every = 0;
   int eval_batches = 8;
@@ -212,7 +229,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
       if (!cfg.resume_folder.empty())
         if (auto err = read_checkpoint(self, cfg))
           return err;
-      auto policy = sched::make_routing(cfg.routing, cfg.routing_params);
+      auto policy = make_loader_routing(cfg.routing, cfg.routing_params);
       if (!policy)
         return make_error(errc::invalid_argument, fmt::format("{}: {}", cfg.name, policy.error().message));
       sched::router_config rc;
@@ -227,6 +244,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
             rc.hops_from_messages.push_back(s.actor);
       }
       rc.independent_replicas = cfg.independent_replicas;
+      rc.stage_local_norm = cfg.stage_local_norm;
       rc.tokens_per_microbatch = static_cast<std::int64_t>(cfg.batch) * cfg.context;
       self->state.router.emplace(std::move(rc), std::move(*policy));
       return caf::ok_atom::value;
@@ -260,6 +278,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
 /// The stages a router routes over: every actor that holds layers.
 sched::routing_params routing_params_of(const graph_spec& g) {
   sched::routing_params rp;
+  rp.options["seed"] = std::to_string(g.data.seed);
   rp.layers = g.model.layers;
   rp.paths = g.pipeline.paths;
   rp.replicas = std::max(g.data_parallel.replicas, 1);
@@ -280,7 +299,7 @@ sched::routing_params routing_params_of(const graph_spec& g) {
 /// and last stage, and between consecutive stages), over the first steps'
 /// routes. What is wrong, or empty.
 std::string check_routes(const graph_spec& g, const actor_spec& loader) {
-  auto policy = sched::make_routing(g.pipeline.routing, routing_params_of(g));
+  auto policy = make_loader_routing(routing_of(g), routing_params_of(g));
   if (!policy)
     return policy.error().message;
   auto self = static_cast<int>(&loader - g.actors.data());
@@ -370,7 +389,8 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.microbatches = g.pipeline.microbatches;
   cfg.replicas = std::max(g.data_parallel.replicas, 1);
   cfg.least_loaded = cfg.replicas > 1 && g.data_parallel.route == "least_loaded";
-  cfg.independent_replicas = g.local_update.present;
+  cfg.stage_local_norm = noloco_routes(g);
+  cfg.independent_replicas = g.local_update.present && !cfg.stage_local_norm;
   cfg.steps = g.train.steps;
   cfg.eval_every = g.train.eval_every;
   cfg.eval_batches = g.train.eval_batches;
@@ -379,7 +399,7 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.identity = checkpoint_identity(g, ctx.spec);
   cfg.resume_folder = g.checkpoint.resume_folder;
   cfg.resume_step = g.checkpoint.resume_step;
-  cfg.routing = g.pipeline.routing;
+  cfg.routing = routing_of(g);
   cfg.routing_params = routing_params_of(g);
   if (auto what = check_routes(g, ctx.spec); !what.empty()) // checked at load too; here for graphs built in code
     return make_error(errc::invalid_argument, fmt::format("{}: {}", cfg.name, what));

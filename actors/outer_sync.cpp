@@ -1,9 +1,9 @@
 // The outer_sync actor (#13): serves one stage of one replica in local-update
-// training. It keeps the stage's saved global values and outer optimizer
-// (schedulers/streaming_diloco.hpp); when the stage prepares a fragment it
-// sends the quantized pseudo-gradient to the outer_sync of every other replica
-// at its position; when all have arrived and the stage performs, it applies the
-// f32 mean and hands the stage its new values. No global loop, no ring every step.
+// training. It runs its method's sync policy (schedulers/sync_policy.hpp):
+// when the stage prepares a fragment it sends what the policy says to the
+// outer_sync actors of the replicas the policy names; it passes their messages
+// to the policy; when the exchange is complete and the stage performs, it hands
+// the stage its new values. No global loop, no ring every step.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -16,15 +16,11 @@
 #include "runtime/actor/messages.hpp"
 #include "runtime/actor/outer_messages.hpp"
 #include "runtime/trace/trace.hpp"
-#include "schedulers/quantize.hpp"
-#include "schedulers/streaming_diloco.hpp"
+#include "schedulers/sync_policy.hpp"
 
 namespace troupe {
 
 namespace {
-
-/// Values travel in rows of this many, each with its own scale when quantized.
-constexpr std::int64_t row_values = 1024;
 
 struct sync_settings {
   std::string name;
@@ -32,27 +28,36 @@ struct sync_settings {
   int replica = 0, replicas = 1;
   std::vector<int> peers;      ///< the outer_sync of every replica at this position, by replica (-1: itself)
   local_update_spec spec;
-};
-
-/// One fragment's exchange under way: the parts by replica, and the stage's values to mix.
-struct exchange {
-  step_t prepared = -1;
-  std::vector<std::optional<sched::quantized_rows>> parts;
-  std::optional<std::pair<step_t, std::vector<float>>> perform;
+  std::uint64_t seed = 0;      ///< data.seed (NoLoCo's groups)
+  long exchanges = 0;          ///< performs due in the whole run: it reports done after the last
 };
 
 struct outer_sync_state {
   std::vector<caf::actor> actors;
   caf::actor runner;
-  std::unique_ptr<sched::streaming_diloco> policy;
-  std::map<int, exchange> current;                            ///< fragment -> its exchange under way
-  std::map<std::pair<step_t, int>, std::vector<outer_part_msg>> early;  ///< parts before their prepare
-  std::uint64_t bytes_sent = 0;
+  std::unique_ptr<sched::sync_policy> policy;
+  std::map<int, step_t> prepared;                                       ///< fragment -> the step of its exchange under way
+  std::map<int, std::pair<step_t, std::vector<float>>> perform;          ///< fragment -> the stage's values to update
+  std::map<std::pair<step_t, int>, std::vector<outer_part_msg>> early;  ///< messages before their prepare
+  std::int64_t bytes_sent = 0;
+  long performed = 0;
+  bool done_sent = false;
   std::uint16_t trace_id = 0;
   static inline const char* name = "outer_sync";
 };
 
 using sync_actor = caf::stateful_actor<outer_sync_state>;
+
+void report_done(sync_actor* self, const sync_settings& cfg) {
+  auto& st = self->state;
+  if (st.done_sent)
+    return;
+  st.done_sent = true;
+  run_summary s;
+  s.actor = cfg.name;
+  s.bytes_sent = st.bytes_sent;
+  self->send(st.runner, done_atom::value, std::move(s));
+}
 
 sched::quantized_rows from_wire(outer_part_msg m) {
   sched::quantized_rows q;
@@ -61,84 +66,89 @@ sched::quantized_rows from_wire(outer_part_msg m) {
   return q;
 }
 
-/// Applies fragment `f`'s exchange once every part and the stage's perform are in.
+void send_all(sync_actor* self, const sync_settings& cfg, step_t step, int f, std::vector<sched::sync_send> sends) {
+  auto& st = self->state;
+  for (auto& m : sends) {
+    if (m.to < 0 || m.to >= cfg.replicas || m.to == cfg.replica)
+      throw std::runtime_error(fmt::format("{}: its policy sends to replica {} of {}", cfg.name, m.to, cfg.replicas));
+    auto bytes = m.payload.wire_bytes();
+    span s;
+    s.actor = st.trace_id, s.kind = span_kind::send, s.step = static_cast<std::int32_t>(step);
+    s.microbatch = f, s.bytes = bytes;
+    s.begin_ns = s.end_ns = trace_now();
+    trace_recorder::global().record(s);
+    st.bytes_sent += static_cast<std::int64_t>(bytes);
+    auto& q = m.payload;
+    self->send(st.actors.at(static_cast<std::size_t>(cfg.peers[static_cast<std::size_t>(m.to)])),
+               outer_part_atom::value,
+               outer_part_msg{step, f, cfg.replica, m.round, static_cast<std::int32_t>(q.format), q.values, q.cols,
+                              std::move(q.data), std::move(q.scales)});
+  }
+}
+
+/// Applies fragment `f`'s exchange once the policy has all it needs and the stage performs.
 void maybe_apply(sync_actor* self, const sync_settings& cfg, int f) {
   auto& st = self->state;
-  auto it = st.current.find(f);
-  if (it == st.current.end() || !it->second.perform)
+  auto it = st.perform.find(f);
+  if (it == st.perform.end() || !st.policy->ready(f))
     return;
-  for (const auto& p : it->second.parts)
-    if (!p)
-      return;
-  std::vector<sched::quantized_rows> parts;
-  for (auto& p : it->second.parts)
-    parts.push_back(std::move(*p));
-  auto mean = sched::reduce_mean(parts);  // by replica order: every replica gets the same mean
-  auto [step, local] = std::move(*it->second.perform);
-  st.current.erase(it);
+  auto [step, local] = std::move(it->second);
+  st.perform.erase(it);
+  st.prepared.erase(f);
   span s;
   s.actor = st.trace_id, s.kind = span_kind::sync, s.step = static_cast<std::int32_t>(step), s.microbatch = f;
   s.begin_ns = trace_now();
-  st.policy->perform(f, mean, local);
+  st.policy->perform(f, local);
   s.end_ns = trace_now();
   s.bytes = local.size() * sizeof(float);
   trace_recorder::global().record(s);
   self->send(st.actors.at(static_cast<std::size_t>(cfg.stage)), outer_done_atom::value,
              outer_result_msg{step, f, std::move(local)});
+  if (++st.performed >= cfg.exchanges)
+    report_done(self, cfg);
 }
 
 void on_part(sync_actor* self, const sync_settings& cfg, outer_part_msg m) {
   auto& st = self->state;
-  auto it = st.current.find(m.fragment);
-  if (it == st.current.end() || it->second.prepared != m.step) {
+  auto it = st.prepared.find(m.fragment);
+  if (it == st.prepared.end() || it->second != m.step) {
     st.early[{m.step, m.fragment}].push_back(std::move(m));  // this replica has not prepared it yet
     return;
   }
-  if (m.replica < 0 || m.replica >= cfg.replicas)
-    throw std::runtime_error(fmt::format("{}: a part from replica {} of {}", cfg.name, m.replica, cfg.replicas));
-  int f = m.fragment, r = m.replica;
-  it->second.parts[static_cast<std::size_t>(r)] = from_wire(std::move(m));
+  if (m.replica < 0 || m.replica >= cfg.replicas || m.replica == cfg.replica)
+    throw std::runtime_error(fmt::format("{}: a message from replica {} of {}", cfg.name, m.replica, cfg.replicas));
+  int f = m.fragment, from = m.replica, round = m.round;
+  auto step = m.step;
+  send_all(self, cfg, step, f, st.policy->receive(f, from, round, from_wire(std::move(m))));
   maybe_apply(self, cfg, f);
 }
 
 void on_local(sync_actor* self, const sync_settings& cfg, outer_local_msg& m) {
   auto& st = self->state;
   if (m.kind == outer_local_msg::start) {
-    st.policy = std::make_unique<sched::streaming_diloco>(cfg.spec, std::move(m.values));
+    const auto* method = sched::find_sync_method(cfg.spec.algorithm);
+    if (!method)
+      throw std::runtime_error(fmt::format("{}: no local-update method '{}'", cfg.name, cfg.spec.algorithm));
+    st.policy = method->make(sched::sync_setup{cfg.spec, cfg.replica, cfg.replicas, cfg.seed, std::move(m.values)});
     return;
   }
   if (!st.policy || m.values.size() != 1)
     throw std::runtime_error(fmt::format("{}: fragment values before the start values", cfg.name));
   auto& local = m.values.front();
   if (m.kind == outer_local_msg::perform) {
-    auto it = st.current.find(m.fragment);
-    if (it == st.current.end())
+    if (!st.prepared.contains(m.fragment))
       throw std::runtime_error(fmt::format("{}: fragment {} performed at step {} before it was prepared", cfg.name,
                                            m.fragment, m.step));
-    it->second.perform.emplace(m.step, std::move(local));
+    st.perform.insert_or_assign(m.fragment, std::make_pair(m.step, std::move(local)));
     maybe_apply(self, cfg, m.fragment);
     return;
   }
-  auto format = sched::parse_wire_format(cfg.spec.quantize).value_or(sched::wire_format::f32);
-  auto q = sched::quantize_rows(st.policy->prepare(m.fragment, local), row_values, format);
-  auto& ex = st.current[m.fragment];
-  ex.prepared = m.step;
-  ex.parts.assign(static_cast<std::size_t>(cfg.replicas), std::nullopt);
-  for (int r = 0; r < cfg.replicas; ++r) {
-    if (r == cfg.replica)
-      continue;
-    outer_part_msg part{m.step, m.fragment, cfg.replica, static_cast<std::int32_t>(q.format), q.values, q.cols,
-                        q.data, q.scales};
-    span s;
-    s.actor = st.trace_id, s.kind = span_kind::send, s.step = static_cast<std::int32_t>(m.step);
-    s.microbatch = m.fragment, s.bytes = q.wire_bytes();
-    s.begin_ns = s.end_ns = trace_now();
-    trace_recorder::global().record(s);
-    st.bytes_sent += q.wire_bytes();
-    self->send(st.actors.at(static_cast<std::size_t>(cfg.peers[static_cast<std::size_t>(r)])),
-               outer_part_atom::value, std::move(part));
-  }
-  ex.parts[static_cast<std::size_t>(cfg.replica)] = std::move(q);
+  if (st.prepared.contains(m.fragment))
+    throw std::runtime_error(fmt::format("{}: fragment {} prepared at step {} while its exchange of step {} is under "
+                                         "way",
+                                         cfg.name, m.fragment, m.step, st.prepared.at(m.fragment)));
+  st.prepared[m.fragment] = m.step;
+  send_all(self, cfg, m.step, m.fragment, st.policy->prepare(m.fragment, m.step, local));
   auto early = st.early.extract({m.step, m.fragment});
   if (!early.empty())
     for (auto& p : early.mapped())
@@ -164,9 +174,8 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
       return caf::ok_atom::value;
     },
     [=](start_atom) {
-      run_summary s;  // it serves its stage until the run ends
-      s.actor = cfg.name;
-      self->send(self->state.runner, done_atom::value, std::move(s));
+      if (cfg.exchanges == 0)  // nothing to exchange in this run
+        report_done(self, cfg);
     },
     [=](outer_atom, outer_local_msg& m) { guarded([&] { on_local(self, cfg, m); }); },
     [=](outer_part_atom, outer_part_msg& m) {
@@ -197,14 +206,9 @@ actor_type_info outer_sync_info() {
     check_serves_stage(a, g, out);
     if (!g.local_update.present)
       out.push_back({a.pos, a.name, fmt::format("outer_sync '{}' needs a local_update: section", a.name)});
-    const auto& algo = g.local_update.algorithm;
     auto first = std::find_if(g.actors.begin(), g.actors.end(), [](const actor_spec& x) { return x.type == "outer_sync"; });
     if (!g.local_update.present || &a != &*first)
       return;  // what follows is said once
-    if (algo != "diloco" && algo != "streaming_diloco")
-      out.push_back({g.where("local_update.algorithm"), "local_update.algorithm",
-                     fmt::format("algorithm '{}' does not train yet (training runs diloco and streaming_diloco)",
-                                 algo)});
     if (g.checkpoint.present)
       out.push_back({g.where("checkpoint"), "checkpoint",
                      "local_update keeps its saved global and outer momentum outside the checkpoints so far: a "
@@ -222,7 +226,19 @@ caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx) {
   if (!stage)
     return make_error(errc::invalid_argument, fmt::format("{}: needs a `stage:` it serves", ctx.spec.name));
   sync_settings cfg{ctx.spec.name, g.index_of(stage->name), stage->replica, std::max(g.data_parallel.replicas, 1),
-                    {}, g.local_update};
+                    {}, g.local_update, g.data.seed, 0};
+  const auto* method = sched::find_sync_method(g.local_update.algorithm);
+  if (!method)
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: no local-update method '{}'", ctx.spec.name, g.local_update.algorithm));
+  try {  // the performs of the whole run, from the schedule every stage follows
+    auto schedule = method->schedule(g.local_update);
+    for (long step = 0; step < g.train.steps; ++step)
+      for (auto e : schedule->after_inner_step())
+        cfg.exchanges += e.what == sched::fragment_event::kind::perform;
+  } catch (const std::exception& e) {
+    return make_error(errc::invalid_argument, fmt::format("{}: {}", ctx.spec.name, e.what()));
+  }
   // The outer_sync of each replica at the stage's position: the stage of that
   // replica with the same layers.
   for (int r = 0; r < cfg.replicas; ++r) {

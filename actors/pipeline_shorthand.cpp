@@ -77,6 +77,13 @@ void expand_pipeline(section_expansion& e) {
     if (p.virtual_stages > 1 && p.stages > 1)
       edge(last, stage(r, 0)); // interleaved chunks wrap around
   }
+  const auto& lu = g.local_update;
+  if (lu.present && lu.algorithm == "noloco" && lu.route == "random" && replicas > 1 && p.virtual_stages == 1)
+    for (int s = 0; s + 1 < p.stages; ++s)  // NoLoCo's random routes: any replica to any replica at each boundary
+      for (int r = 0; r < replicas; ++r)
+        for (int to = 0; to < replicas; ++to)
+          if (to != r)
+            edge(stage(r, s), stage(to, s + 1));
   if (g.local_update.present)
     expand_outer_sync(e, replicas, stage);  // local-update training replaces the every-step all-reduce
   else if (replicas > 1 && e.graph.data_parallel.zero > 0)

@@ -25,7 +25,7 @@
 #include "schedulers/router.hpp"
 #include "schedulers/stage_core.hpp"
 #include "schedulers/stage_policy.hpp"
-#include "schedulers/streaming_diloco.hpp"
+#include "schedulers/sync_policy.hpp"
 
 namespace troupe {
 
@@ -251,8 +251,9 @@ private:
   void outer_setup();
   bool outer_exchange(step_t steps_done);
   std::vector<std::vector<float>> fragment_values(int f) const;
-  std::optional<sched::fragment_schedule> outer_schedule_;
-  std::vector<std::vector<tensor_handle>> fragments_;  ///< per fragment: its parameters, in order
+  std::vector<tensor_handle> fragment_tensors(int f) const;
+  std::unique_ptr<sched::sync_schedule> outer_schedule_;
+  std::vector<sched::fragment_plan> fragments_;         ///< what each fragment holds (the method's plan)
   int outer_waiting_ = 0;                               ///< performs sent, results not yet back
 };
 

@@ -67,6 +67,60 @@ std::vector<int> noloco_route(int replicas, int boundary, std::int64_t sequence,
                                    static_cast<std::uint64_t>(boundary)));
 }
 
+namespace {
+
+class noloco_routing : public routing_policy {
+public:
+  noloco_routing(std::vector<route_t> chains, std::uint64_t seed) : chains_(std::move(chains)), seed_(seed) {}
+  std::string_view name() const override { return "noloco"; }
+  route_t route(std::int64_t, int microbatch, std::int64_t sequence) override {
+    auto replicas = static_cast<int>(chains_.size());
+    int at = microbatch % replicas;  // the replica whose data it is: it starts there
+    std::int64_t key = sequence / replicas;
+    route_t r;
+    for (std::size_t b = 0; b < chains_.front().size(); ++b) {
+      if (b > 0)
+        at = noloco_route(replicas, static_cast<int>(b - 1), key, seed_)[static_cast<std::size_t>(at)];
+      r.push_back(chains_[static_cast<std::size_t>(at)][b]);
+    }
+    return r;
+  }
+
+private:
+  std::vector<route_t> chains_;
+  std::uint64_t seed_;
+};
+
+} // namespace
+
+expected<routing_ptr> make_noloco_routing(const routing_params& p) {
+  std::vector<route_t> chains;
+  for (int rep = 0; rep < std::max(p.replicas, 1); ++rep) {
+    auto r = layer_order_route(p, rep);
+    if (!r)
+      return r.error();
+    if (!chains.empty() && r->size() != chains.front().size())
+      return make_sched_error(fmt::format("noloco routing: replica {} has {} hops, replica 0 {}", rep, r->size(),
+                                          chains.front().size()));
+    for (const auto& h : *r)
+      for (const auto& s : p.stages)
+        if (s.actor == h.actor && s.chunks.size() != 1)
+          return make_sched_error(fmt::format("noloco routing: stage '{}' holds {} model chunks; random routes "
+                                              "take stages of one chunk each",
+                                              s.name, s.chunks.size()));
+    chains.push_back(std::move(*r));
+  }
+  std::uint64_t seed = 1;
+  if (auto it = p.options.find("seed"); it != p.options.end()) {
+    try {
+      seed = std::stoull(it->second);
+    } catch (const std::exception&) {
+      return make_sched_error(fmt::format("noloco routing: seed '{}' is not a number", it->second));
+    }
+  }
+  return routing_ptr{new noloco_routing(std::move(chains), seed)};
+}
+
 void noloco_outer_step(const std::vector<std::span<const float>>& fast,
                        const std::vector<std::span<const float>>& slow, std::span<float> momentum,
                        std::span<float> slow_i, std::span<float> fast_i, double lr, double mu) {

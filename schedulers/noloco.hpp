@@ -8,6 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "schedulers/routing_policy.hpp"
+
 namespace troupe::sched {
 
 /// The groups of the exchange after inner step `step`: a permutation of the
@@ -22,6 +24,16 @@ std::vector<std::vector<int>> noloco_groups(int replicas, int group, std::int64_
 /// (the reference's `dipaco_pipeline.py` permutes per sample and boundary). The
 /// gradient returns the same way.
 std::vector<int> noloco_route(int replicas, int boundary, std::int64_t sequence, std::uint64_t seed);
+
+/// NoLoCo's `route: random` as a routing policy (registered as `noloco`): the
+/// step's j-th microbatch of replica r starts on r's first stage; at each
+/// boundary b it moves from replica ρ to replica noloco_route(R, b, key, seed)[ρ],
+/// key = the run's j-th round of microbatches (`sequence` / R), so the j-th
+/// microbatches of all replicas take one bijection per boundary and every stage
+/// gets as many microbatches as its own chain would give it. The gradient
+/// returns along the same route. `options["seed"]` seeds it (data.seed).
+/// Stages of one model chunk each, the same layers at each position in every replica.
+expected<routing_ptr> make_noloco_routing(const routing_params& p);
 
 /// NoLoCo's outer step for one replica i of a group, per value (the reference
 /// code's `SparseOptimizerC`, as REFERENCES.md gives it): with θ the fast

@@ -4,10 +4,13 @@
 // the group's values (no collective).
 #include "schedulers/noloco.hpp"
 
+#include <map>
 #include <set>
+#include <string>
 #include <stdexcept>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 using namespace troupe::sched;
 
@@ -76,4 +79,37 @@ TEST_CASE("NoLoCo's outer step moves the slow weights by the group's deltas and 
   CHECK(m[0] == 2.0f);
   CHECK(slow_i[0] == 3.0f);
   CHECK(fast_i[0] == 3.0f);
+}
+
+TEST_CASE("NoLoCo's routing policy: each round of microbatches crosses every boundary by a bijection") {
+  // 3 replicas of 3 stages, actors numbered replica * 3 + position.
+  routing_params p;
+  p.layers = 6, p.replicas = 3;
+  for (int r = 0; r < 3; ++r)
+    for (int s = 0; s < 3; ++s)
+      p.stages.push_back({r * 3 + s, fmt::format("r{}s{}", r, s), {{2 * s, 2 * s + 2}}, r});
+  p.options.emplace("seed", std::string("5"));
+  auto policy = make_noloco_routing(p);
+  REQUIRE(policy.has_value());
+  const int microbatches = 4, per_step = 3 * microbatches;
+  int crossed = 0;
+  for (std::int64_t step = 0; step < 3; ++step) {
+    std::map<int, int> hops;  // actor -> microbatches it sees this step
+    for (int k = 0; k < per_step; ++k) {
+      auto seq = step * per_step + k;
+      auto r = (*policy)->route(step, k, seq);
+      REQUIRE(r.size() == 3);
+      CHECK(r.front().actor == (k % 3) * 3);  // it starts on its own replica's first stage
+      for (int b = 0; b < 3; ++b) {
+        CHECK(r[static_cast<std::size_t>(b)].actor % 3 == b);  // position b, some replica
+        ++hops[r[static_cast<std::size_t>(b)].actor];
+      }
+      crossed += r.back().actor / 3 != k % 3;
+      CHECK((*policy)->route(step, k, seq) == r);  // the same on every call: the gradient returns this way
+    }
+    for (auto [actor, n] : hops)
+      CHECK(n == microbatches);  // a bijection per round: every stage gets its own share
+    CHECK(hops.size() == 9);
+  }
+  CHECK(crossed > 0);  // the routes do leave their replica
 }

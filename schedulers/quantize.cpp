@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "schedulers/sparseloco.hpp"
+
 namespace troupe::sched {
 
 namespace {
@@ -36,6 +38,7 @@ std::size_t bytes_per_value(wire_format f) {
   case wire_format::bf16: return 2;
   case wire_format::int8:
   case wire_format::fp8: return 1;
+  case wire_format::sparse2: break;  // not per value: schedulers/sparseloco.cpp
   }
   return 4;
 }
@@ -55,6 +58,7 @@ float decode(const quantized_rows& q, std::int64_t i, float scale) {
   }
   case wire_format::int8: return static_cast<float>(static_cast<std::int8_t>(*p)) / scale;
   case wire_format::fp8: return from_fp8_e4m3(*p) / scale;
+  case wire_format::sparse2: break;
   }
   return 0;
 }
@@ -113,6 +117,8 @@ float from_bf16(std::uint16_t b) {
 quantized_rows quantize_rows(std::span<const float> x, std::int64_t cols, wire_format f) {
   if (cols < 1)
     throw std::invalid_argument(fmt::format("quantize_rows: rows of {} values", cols));
+  if (f == wire_format::sparse2)
+    throw std::invalid_argument("quantize_rows: sparse2 parts are made by sparse_topk_2bit");
   quantized_rows q;
   q.format = f, q.values = static_cast<std::int64_t>(x.size()), q.cols = cols;
   q.data.resize(x.size() * bytes_per_value(f));
@@ -143,15 +149,35 @@ quantized_rows quantize_rows(std::span<const float> x, std::int64_t cols, wire_f
           std::clamp(std::nearbyint(v * scale), -int8_max, int8_max)));
         break;
       case wire_format::fp8: *out++ = to_fp8_e4m3(v * scale); break;
+      case wire_format::sparse2: break;
       }
     }
   }
   return q;
 }
 
+std::string check_rows(const quantized_rows& q) {
+  if (q.values < 0 || q.cols < 1)
+    return fmt::format("{} values in rows of {}", q.values, q.cols);
+  if (static_cast<int>(q.format) < 0 || static_cast<int>(q.format) > static_cast<int>(wire_format::sparse2))
+    return fmt::format("unknown format {}", static_cast<int>(q.format));
+  if (q.format == wire_format::sparse2)
+    return check_sparse(q);
+  auto rows = static_cast<std::size_t>((q.values + q.cols - 1) / q.cols);
+  auto want_scales = q.format == wire_format::int8 || q.format == wire_format::fp8 ? rows : 0;
+  if (q.data.size() != static_cast<std::size_t>(q.values) * bytes_per_value(q.format) || q.scales.size() != want_scales)
+    return fmt::format("{} bytes and {} scales for {} values in rows of {} (format {})", q.data.size(),
+                       q.scales.size(), q.values, q.cols, static_cast<int>(q.format));
+  return {};
+}
+
 void accumulate(const quantized_rows& q, std::span<float> acc) {
   if (static_cast<std::int64_t>(acc.size()) != q.values)
     throw std::invalid_argument(fmt::format("accumulate: {} values into {}", q.values, acc.size()));
+  if (auto what = check_rows(q); !what.empty())
+    throw std::invalid_argument("accumulate: a malformed part: " + what);
+  if (q.format == wire_format::sparse2)
+    return accumulate_sparse(q, acc);
   for (std::int64_t i = 0; i < q.values; ++i) {
     auto row = static_cast<std::size_t>(i / q.cols);
     acc[static_cast<std::size_t>(i)] += decode(q, i, q.scales.empty() ? 1.0f : q.scales[row]);

@@ -6,12 +6,15 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace troupe::sched {
 
-enum class wire_format { f32, bf16, int8, fp8 };
+/// sparse2: SparseLoCo's top-k entries of each chunk with 2-bit values
+/// (schedulers/sparseloco.hpp); `quantize_rows` does not make it.
+enum class wire_format { f32, bf16, int8, fp8, sparse2 };
 
 /// `none`, `bf16`, `int8` or `fp8` (local_update.quantize); nullopt otherwise.
 std::optional<wire_format> parse_wire_format(std::string_view name);
@@ -33,7 +36,13 @@ struct quantized_rows {
 /// std::invalid_argument on a value that is not finite (NaN never travels).
 quantized_rows quantize_rows(std::span<const float> x, std::int64_t cols, wire_format f);
 
-/// `acc += decode(q)`, element by element in f32.
+/// Whether `q` is well formed: its data and scales have the sizes its format,
+/// `values` and `cols` call for. Parts from the network are checked with it
+/// before they are decoded. An empty string when sound, else what is wrong.
+std::string check_rows(const quantized_rows& q);
+
+/// `acc += decode(q)`, element by element in f32. Throws std::invalid_argument
+/// when `q` is malformed (check_rows) or its size is not `acc`'s.
 void accumulate(const quantized_rows& q, std::span<float> acc);
 
 /// The mean of the decoded `parts`: summed in f32, divided by their count.

@@ -49,8 +49,11 @@ std::optional<emission> router_core::next() {
     for (int a : cfg_.hops_from_messages)
       hops[a] = -1;
     for (auto [actor, n] : hops)
-      e.plans.push_back({actor, step_plan_msg{step_, n, cfg_.tokens_per_microbatch * per_step(),
-                                         static_cast<std::int32_t>(hops.size()), routes_.front().front().actor}});
+      e.plans.push_back(
+        {actor, cfg_.stage_local_norm
+                  ? step_plan_msg{step_, n, cfg_.tokens_per_microbatch * cfg_.microbatches, 1, actor}
+                  : step_plan_msg{step_, n, cfg_.tokens_per_microbatch * per_step(),
+                                  static_cast<std::int32_t>(hops.size()), routes_.front().front().actor}});
   }
   ++emitted_;
   if (++microbatch_ == per_step()) {

@@ -29,6 +29,10 @@ struct router_config {
   /// Local-update training (#13): each replica's stages get a plan of their own
   /// replica's hops and tokens, and reduce their gradient norm among themselves.
   bool independent_replicas = false;
+  /// NoLoCo's random routes (#13): replicas share stages microbatch by
+  /// microbatch, yet nothing is reduced among them: every stage clips by its own
+  /// gradient norm and counts the tokens of one replica's batch.
+  bool stage_local_norm = false;
 };
 
 /// One microbatch to make and send: tokens to route.front(), targets to route.back().

@@ -5,8 +5,8 @@
 //  - `(outer_atom, outer_local_msg)`       stage -> its sync actor actor: the start
 //                                          values (once), a fragment to prepare
 //                                          or to perform the exchange with
-//  - `(outer_part_atom, outer_part_msg)`   sync actor -> the sync actor of every
-//                                          other replica at its position
+//  - `(outer_part_atom, outer_part_msg)`   sync actor -> the sync actors of other
+//                                          replicas at its position, as its policy says
 //  - `(outer_done_atom, outer_result_msg)` sync actor -> its stage: the fragment's
 //                                          new local values; the stage goes on
 #pragma once
@@ -34,10 +34,12 @@ struct outer_local_msg {
   std::vector<std::vector<float>> values;  ///< one list per fragment it is about
 };
 
-/// One replica's pseudo-gradient of one fragment, as it travels (schedulers/quantize.hpp).
+/// One message of a fragment's exchange between the sync actors of one
+/// position, as it travels (schedulers/sync_policy.hpp, schedulers/quantize.hpp):
+/// from `replica`, in the policy's round `round`.
 struct outer_part_msg {
   step_t step = 0;  ///< the inner step it was prepared after
-  std::int32_t fragment = 0, replica = 0, format = 0;
+  std::int32_t fragment = 0, replica = 0, round = 0, format = 0;
   std::int64_t values = 0, cols = 0;
   std::vector<std::uint8_t> data;
   std::vector<float> scales;
@@ -56,8 +58,8 @@ typename Inspector::result_type inspect(Inspector& f, outer_local_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, outer_part_msg& x) {
-  return f(caf::meta::type_name("outer_part_msg"), x.step, x.fragment, x.replica, x.format, x.values, x.cols, x.data,
-           x.scales);
+  return f(caf::meta::type_name("outer_part_msg"), x.step, x.fragment, x.replica, x.round, x.format, x.values, x.cols,
+           x.data, x.scales);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, outer_result_msg& x) {

@@ -11,9 +11,28 @@
 
 namespace troupe {
 
-const std::vector<std::string>& local_update_algorithms() {
+namespace {
+
+const std::vector<std::string>& builtin_algorithms() {
   static const std::vector<std::string> names{"diloco", "streaming_diloco", "noloco", "desloc", "sparseloco"};
   return names;
+}
+
+std::function<std::vector<std::string>()>& algorithms_source() {
+  static std::function<std::vector<std::string>()> source;
+  return source;
+}
+
+} // namespace
+
+std::vector<std::string> local_update_algorithms() {
+  if (const auto& source = algorithms_source())
+    return source();
+  return builtin_algorithms();
+}
+
+void set_local_update_algorithms(std::function<std::vector<std::string>()> source) {
+  algorithms_source() = std::move(source);
 }
 
 int local_update_default_sync_every(const std::string& algorithm) {
@@ -78,6 +97,7 @@ const std::map<std::string, std::vector<std::string>>& key_owners() {
     {"fragments", {"streaming_diloco"}}, {"delay", {"streaming_diloco"}}, {"alpha", {"streaming_diloco"}},
     {"group", {"noloco"}},               {"route", {"noloco"}},           {"periods", {"desloc"}},
     {"density", {"sparseloco"}},         {"sync_every", {"diloco", "streaming_diloco", "noloco", "sparseloco"}},
+    {"outer", {"diloco", "streaming_diloco", "noloco", "sparseloco"}},
     {"quantize", {"diloco", "streaming_diloco", "noloco", "desloc"}}};
   return owners;
 }
@@ -113,12 +133,17 @@ void parse_local_update(parsed_graph& pg, const YAML::Node& n, graph_reader& r) 
   if (!r.check_map(n, "local_update", local_update_keys))
     return;
   const std::string path = "local_update";
-  get_choice(n, path, "algorithm", local_update_algorithms(), l.algorithm, r);
+  get_choice(n, path, "algorithm", local_update_algorithms(), l.algorithm, r);  // plugins' methods too
+  const auto& builtin = builtin_algorithms();
+  bool plugin = std::find(builtin.begin(), builtin.end(), l.algorithm) == builtin.end();
   for (const auto& [key, owners] : key_owners())
-    if (auto k = child(n, key); k && std::find(owners.begin(), owners.end(), l.algorithm) == owners.end())
+    if (auto k = child(n, key); k && std::find(owners.begin(), owners.end(), l.algorithm) == owners.end() &&
+                                !(plugin && (key == "sync_every" || key == "quantize")))
       r.error(k, join_path(path, key),
               fmt::format("'{}' is a setting of {}, not of algorithm '{}'", key, join(owners), l.algorithm));
   l.sync_every = local_update_default_sync_every(l.algorithm);
+  if (l.algorithm == "sparseloco")
+    l.outer = sparseloco_outer_defaults();
   bool good = r.get_int(n, path, "sync_every", l.sync_every, 1, max_period);
   if (auto o = child(n, "outer"))
     parse_outer(o, l.outer, r);
@@ -159,6 +184,11 @@ void parse_local_update(parsed_graph& pg, const YAML::Node& n, graph_reader& r) 
             fmt::format("local-update training keeps every replica's own optimizer state; it cannot shard it "
                         "(data_parallel.zero: {}): use zero: 0",
                         dp.zero));
+  if (l.algorithm == "noloco" && l.route == "random" && pg.graph.pipeline.virtual_stages > 1)
+    r.error(n, path,
+            fmt::format("NoLoCo's random routes take stages of one model chunk each (pipeline.virtual_stages is "
+                        "{}): use route: chain",
+                        pg.graph.pipeline.virtual_stages));
   if (dp.route == "least_loaded")
     r.error(n, path,
             "local-update training keeps each replica on its own stages; data_parallel.route: least_loaded would "

@@ -48,12 +48,18 @@ TEST_CASE("local_update takes each paper's defaults when a key is absent") {
   CHECK(l.quantize == "none");
   CHECK(local_update_default_sync_every("noloco") == 50);  // NoLoCo paper
   CHECK(local_update_default_sync_every("streaming_diloco") == 100);
-  // noloco, desloc and sparseloco parse but do not train yet: said once, at the algorithm.
-  auto n = load_with("{algorithm: noloco}");
-  CHECK_FALSE(n.ok());
-  CHECK(to_string(n.errors) ==
-        "g.yaml:5:27: local_update.algorithm: algorithm 'noloco' does not train yet (training runs diloco and "
-        "streaming_diloco)\n");
+  // Every built-in method loads; SparseLoCo's outer settings are α = 1 and β = 0.95.
+  for (auto algo : {"diloco", "streaming_diloco", "noloco", "desloc", "sparseloco"}) {
+    auto n = load_with(fmt::format("{{algorithm: {}}}", algo));
+    CHECK_MESSAGE(n.ok(), algo, ": ", to_string(n.errors));
+  }
+  auto s = load_with("{algorithm: sparseloco}");
+  REQUIRE(s.ok());
+  CHECK(s.graph->local_update.outer.lr == 1.0);
+  CHECK(s.graph->local_update.outer.momentum == 0.95);
+  // DES-LOC averages on its periods: it has no outer optimizer to set.
+  auto d2 = load_with("{algorithm: desloc, outer: {lr: 0.5}}");
+  CHECK(to_string(d2.errors).find("local_update.outer: 'outer' is a setting of") != std::string::npos);
 }
 
 TEST_CASE("the issue's streaming example loads as written") {

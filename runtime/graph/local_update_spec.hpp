@@ -2,6 +2,7 @@
 // method replaces the every-step all-reduce, and its settings (#13).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,11 @@ struct outer_optimizer_spec {
   double momentum = 0.9;
   bool nesterov = true;
 };
+
+/// SparseLoCo's outer settings when `outer:` is not written: α = 1 (`lr`), and
+/// the error-feedback decay β = 0.95 (`momentum`, which it replaces; Sarfi et
+/// al. 2025, arXiv 2508.15706). Nesterov has no meaning there.
+inline outer_optimizer_spec sparseloco_outer_defaults() { return {1.0, 0.95, false}; }
 
 /// `local_update: {algorithm, sync_every, outer, fragments, delay, alpha,
 /// quantize, group, route, periods, density}`. Each replica takes `sync_every`
@@ -62,8 +68,11 @@ struct local_update_problem {
 /// sparseloco: density in (0, 1]. Empty when `l` is sound.
 std::vector<local_update_problem> local_update_problems(const local_update_spec& l, int replicas);
 
-/// The algorithms `local_update.algorithm` accepts.
-const std::vector<std::string>& local_update_algorithms();
+/// The algorithms `local_update.algorithm` accepts: the built-in five, or what
+/// the installed source lists (actors/builtin.cpp installs the sync-method
+/// registry's names, so a plugin's method is accepted once it is loaded).
+std::vector<std::string> local_update_algorithms();
+void set_local_update_algorithms(std::function<std::vector<std::string>()> source);
 
 /// H when `sync_every` is not written: the papers' values (DiLoCo 500, Streaming
 /// DiLoCo 100, NoLoCo 50, DES-LOC its parameter period); SparseLoCo 50, the

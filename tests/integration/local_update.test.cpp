@@ -110,22 +110,26 @@ TEST_CASE("4 replicas of DiLoCo and Streaming DiLoCo train, their losses reprodu
   }
 }
 
-TEST_CASE("a sync actor sends each other replica its pseudo-gradient once every H/P steps, and nothing else") {
+TEST_CASE("a sync actor reduce-scatters and all-gathers its pseudo-gradient once every H/P steps, and nothing else") {
   constexpr int replicas = 4, h = 4;
   ops::gpt_config cfg{2, 32, 2, 16, 256};
   auto values = ops::gpt_parameter_count(cfg, 0, 1);  // r0s0 holds the embeddings and block 0
+  // Replica 0 owns the first rows·1/R rows of 1024 values: it sends the rest of its
+  // pseudo-gradient to their owners, then its averaged rows to the R − 1 others.
+  auto rows = (values + 1023) / 1024, own_rows = rows / replicas;
+  auto own = std::min<std::int64_t>(values, own_rows * 1024);
   auto diloco = sent_by_step(graph_text(replicas, fmt::format("{{algorithm: diloco, sync_every: {}}}", h)), "r0s0_sync");
   REQUIRE(diloco.size() == steps / h);
   for (const auto& [step, bytes] : diloco) {
     CAPTURE(step);
     CHECK((step % h) == 0);  // after steps 4, 8, 12
-    CHECK(bytes == static_cast<std::uint64_t>((replicas - 1) * values * 4));
+    CHECK(bytes == static_cast<std::uint64_t>(((values - own) + (replicas - 1) * own) * 4));
   }
   auto int8 = sent_by_step(graph_text(replicas, fmt::format("{{algorithm: diloco, sync_every: {}, quantize: int8}}", h)),
                            "r0s0_sync");
-  auto rows = (values + 1023) / 1024;
-  for (const auto& [step, bytes] : int8)
-    CHECK(bytes == static_cast<std::uint64_t>((replicas - 1) * (values + 4 * rows)));
+  for (const auto& [step, bytes] : int8)  // a byte per value and an f32 scale per row
+    CHECK(bytes == static_cast<std::uint64_t>((values - own) + 4 * (rows - own_rows) +
+                                              (replicas - 1) * (own + 4 * own_rows)));
   // DDP's ring sends 2(R-1)/R of the gradient bytes every step.
   double ddp = 2.0 * (replicas - 1) / replicas * static_cast<double>(values) * 4 * steps;
   std::uint64_t total = 0, total8 = 0;
