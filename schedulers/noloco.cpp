@@ -73,6 +73,8 @@ class noloco_routing : public routing_policy {
 public:
   noloco_routing(std::vector<route_t> chains, std::uint64_t seed) : chains_(std::move(chains)), seed_(seed) {}
   std::string_view name() const override { return "noloco"; }
+  /// Replica 0's own chain: the stage that reports validation losses is its last.
+  route_t eval_route() override { return chains_.front(); }
   route_t route(std::int64_t, int microbatch, std::int64_t sequence) override {
     auto replicas = static_cast<int>(chains_.size());
     int at = microbatch % replicas;  // the replica whose data it is: it starts there

@@ -7,7 +7,7 @@ namespace troupe::sched {
 
 router_core::router_core(router_config cfg, routing_ptr policy)
   : cfg_(std::move(cfg)), policy_(std::move(policy)), step_(cfg_.first_step) {
-  eval_route_ = policy_->route(0, 0, 0);
+  eval_route_ = policy_->eval_route();
   if (!done())
     plan_step();
 }
@@ -31,8 +31,9 @@ std::optional<emission> router_core::next() {
   int head = r.front().actor, tail = cfg_.targets_with_tokens ? head : r.back().actor;
   if (credits(head) < 1 || (tail != head && credits(tail) < 1))
     return std::nullopt;
-  // Routed across replicas (targets_with_tokens), microbatches are numbered in the whole step.
-  int mb = cfg_.targets_with_tokens ? microbatch_ : microbatch_ / std::max(cfg_.replicas, 1);
+  // Routed across replicas (least_loaded, NoLoCo), microbatches are numbered in the
+  // whole step: a stage may take the same index of two replicas.
+  int mb = cfg_.targets_with_tokens || cfg_.stage_local_norm ? microbatch_ : microbatch_ / std::max(cfg_.replicas, 1);
   emission e{step_, mb, step_ * per_step() + microbatch_, r, {}};
   --credits_[head];
   if (tail != head)

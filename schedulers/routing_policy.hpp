@@ -43,6 +43,9 @@ public:
   /// The route of the `sequence`-th microbatch of the run (0, 1, ...), which is
   /// microbatch `microbatch` of step `step`.
   virtual route_t route(std::int64_t step, int microbatch, std::int64_t sequence) = 0;
+  /// The route validation batches take: the run's first microbatch's unless the
+  /// policy says otherwise (one whose first route may leave replica 0).
+  virtual route_t eval_route() { return route(0, 0, 0); }
 };
 
 using routing_ptr = std::unique_ptr<routing_policy>;
