@@ -133,12 +133,17 @@ void parse_local_update(parsed_graph& pg, const YAML::Node& n, graph_reader& r) 
   if (!r.check_map(n, "local_update", local_update_keys))
     return;
   const std::string path = "local_update";
-  get_choice(n, path, "algorithm", local_update_algorithms(), l.algorithm, r);  // plugins' methods too
+  // Any name here: check_names says whether it is known, once plugins are loaded.
+  if (auto a = child(n, "algorithm"))
+    if (auto text = r.as_string(a, "local_update.algorithm")) {
+      l.algorithm = *text;
+      pg.algorithm_node.reset(a);
+    }
   const auto& builtin = builtin_algorithms();
   bool plugin = std::find(builtin.begin(), builtin.end(), l.algorithm) == builtin.end();
   for (const auto& [key, owners] : key_owners())
     if (auto k = child(n, key); k && std::find(owners.begin(), owners.end(), l.algorithm) == owners.end() &&
-                                !(plugin && (key == "sync_every" || key == "quantize")))
+                                !(plugin && (key == "sync_every" || key == "quantize" || key == "outer")))
       r.error(k, join_path(path, key),
               fmt::format("'{}' is a setting of {}, not of algorithm '{}'", key, join(owners), l.algorithm));
   l.sync_every = local_update_default_sync_every(l.algorithm);

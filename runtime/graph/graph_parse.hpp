@@ -40,7 +40,8 @@ struct parsed_graph {
   YAML::Node schedule_node{YAML::NodeType::Undefined}, table_node{YAML::NodeType::Undefined},
     policy_node{YAML::NodeType::Undefined},
     corpus_node{YAML::NodeType::Undefined}, pipeline_node{YAML::NodeType::Undefined},
-    cluster_node{YAML::NodeType::Undefined}, sim_device_node{YAML::NodeType::Undefined};
+    cluster_node{YAML::NodeType::Undefined}, sim_device_node{YAML::NodeType::Undefined},
+    algorithm_node{YAML::NodeType::Undefined};  ///< local_update.algorithm: known once plugins are loaded
   std::vector<YAML::Node> sim_base_nodes;  ///< each `devices:` entry's `base` (or the entry)
   std::vector<YAML::Node> plugin_nodes;
   std::filesystem::path base_dir;       ///< the graph file's folder
