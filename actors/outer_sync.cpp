@@ -104,7 +104,12 @@ void maybe_apply(sync_actor* self, const sync_settings& cfg, int f) {
   trace_recorder::global().record(s);
   self->send(st.actors.at(static_cast<std::size_t>(cfg.stage)), outer_done_atom::value,
              outer_result_msg{step, f, std::move(local)});
-  if (++st.performed >= cfg.exchanges)
+  ++st.performed;
+  // The outer steps and exchange bytes so far: the dashboard's table, /metrics.
+  auto& tr = trace_recorder::global();
+  tr.count("outer:" + cfg.name + ":steps", static_cast<double>(st.performed), static_cast<std::int32_t>(step) - 1);
+  tr.count("outer:" + cfg.name + ":bytes", static_cast<double>(st.bytes_sent), static_cast<std::int32_t>(step) - 1);
+  if (st.performed >= cfg.exchanges)
     report_done(self, cfg);
 }
 

@@ -12,16 +12,19 @@
 #   desloc     parameters every 16 steps, moments every 48 and 96
 #   sparseloco H = 50, 2% of each chunk in 2 bits
 # It prints, per method: the exchange bytes replica 0 sent (all its sync or
-# all-reduce actors), DDP's bytes over them, the peak rate one link carried (from
-# the trace: the most bytes one sender put on one link in any 1-second window),
+# all-reduce actors), DDP's bytes over them, the peak rate replica 0 offered its
+# links (from the trace: the most exchange bytes its actors sent in any 1-second
+# window; the emulated links then pace them at 10 Mbit/s each),
 # wall time, the wall time to DDP's validation loss at half its run, and the
 # final validation loss against DDP's; and writes a plot (validation loss
 # against wall time, SVG) and the numbers (CSV) to --out.
-#   deploy/bench_local_update.sh [--steps N] [--eval-every K] [--out DIR] [--only m1,m2] [--build DIR]
+#   deploy/bench_local_update.sh [--steps N] [--eval-every K] [--out DIR] [--only m1,m2] [--build DIR] [--report]
+# --only runs some methods; --report runs nothing and reports every method whose
+# results are in --out (so DDP's long run and the others can be taken apart).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-steps=100 eval_every=10 out=runs/bench_local_update build=build only=""
+steps=100 eval_every=10 out=runs/bench_local_update build=build only="" report=0
 while (($#)); do
   case $1 in
     --steps) steps=$2; shift 2 ;;
@@ -29,7 +32,8 @@ while (($#)); do
     --out) out=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    *) echo "usage: $0 [--steps N] [--eval-every K] [--out DIR] [--only m1,m2] [--build DIR]" >&2; exit 2 ;;
+    --report) report=1; shift ;;
+    *) echo "usage: $0 [--steps N] [--eval-every K] [--out DIR] [--only m1,m2] [--build DIR] [--report]" >&2; exit 2 ;;
   esac
 done
 troupe="$here/$build/deploy/troupe"
@@ -89,8 +93,10 @@ YAML
   fi
 }
 
-methods=(ddp diloco streaming noloco desloc sparseloco)
+all=(ddp diloco streaming noloco desloc sparseloco)
+methods=("${all[@]}")
 [[ -n $only ]] && IFS=, read -r -a methods <<<"$only"
+((report)) && methods=()
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 echo "machine: ${cpu:-unknown CPU}, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $steps steps, $replicas replicas x $stages stages, links $link"
 for m in "${methods[@]}"; do
@@ -104,7 +110,9 @@ for m in "${methods[@]}"; do
   echo "$m: done in $(tail -1 "$out/$m.log" | cut -d' ' -f1) s"
 done
 
-python3 - "$out" "${methods[@]}" <<'PY'
+present=()
+for m in "${all[@]}"; do [[ -f $out/$m.json ]] && present+=("$m"); done
+python3 - "$out" "${present[@]}" <<'PY'
 import json, re, sys
 out, methods = sys.argv[1], sys.argv[2:]
 rows = {}
@@ -117,7 +125,7 @@ for m in methods:
         v = re.search(r"validation after step (\d+): loss ([0-9.]+)", rest)
         if v and rest.startswith("r0s"):
             curve.append((float(t), int(v.group(1)), float(v.group(2))))
-    # Peak rate of one link: the most bytes one sync or all-reduce actor sent in a 1 s window.
+    # Peak offered rate: the most bytes replica 0's sync or all-reduce actors sent in a 1 s window.
     t = json.load(open(f"{out}/{m}.trace.json"))
     ev = t["traceEvents"] if isinstance(t, dict) else t
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"}
@@ -126,15 +134,13 @@ for m in methods:
         n = names.get((e.get("pid"), e.get("tid")), "")
         if re.fullmatch(r"r\d+s\d+_(sync|ar)", n) and e.get("name", "").startswith("send") and e.get("args", {}).get("bytes"):
             sends.setdefault(n, []).append((e["ts"] / 1e6, int(e["args"]["bytes"])))
-    peak = 0.0
-    for xs in sends.values():
-        xs.sort()
-        j, acc = 0, 0
-        for i, (ts, b) in enumerate(xs):
-            acc += b
-            while xs[j][0] < ts - 1.0:
-                acc -= xs[j][1]; j += 1
-            peak = max(peak, acc)
+    mine = sorted(x for n, xs in sends.items() if n.startswith("r0s") for x in xs)
+    peak, j, acc = 0.0, 0, 0
+    for ts, b in mine:
+        acc += b
+        while mine[j][0] < ts - 1.0:
+            acc -= mine[j][1]; j += 1
+        peak = max(peak, acc)
     sent = sum(b for n, xs in sends.items() if n.startswith("r0s") for _, b in xs)
     rows[m] = dict(sent=sent, wall=wall, curve=curve, val=s.get("val_loss"), peak=peak * 8 / 1e6)
 ddp = rows.get("ddp")
@@ -147,7 +153,7 @@ def to_target(r):
     return hit[0] if hit else None
 print()
 print(f"target: DDP's validation loss at half its run, {target:.4f}" if target else "target: (no DDP run)")
-print("| method | bytes sent, replica 0 | DDP / method | peak link Mbit/s (1 s window) | wall s | s to target | / DDP's | final val loss | vs DDP |")
+print("| method | bytes sent, replica 0 | DDP / method | peak offered Mbit/s, replica 0 (1 s) | wall s | s to target | / DDP's | final val loss | vs DDP |")
 print("|---|---|---|---|---|---|---|---|---|")
 with open(f"{out}/summary.csv", "w") as csv:
     csv.write("method,bytes_sent,ratio,peak_mbit_s,wall_s,to_target_s,final_val_loss\n")

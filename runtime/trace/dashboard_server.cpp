@@ -401,6 +401,16 @@ std::string prometheus_metrics(const trace_summary& s) {
     for (auto [replica, v] : s.replica_loss)
       out += fmt::format("troupe_replica_loss{{replica=\"{}\"}} {}\n", replica, v);
   }
+  if (!s.outer.empty()) {
+    out += "# HELP troupe_outer_steps Outer steps (exchanges applied) of each local-update sync actor.\n"
+           "# TYPE troupe_outer_steps gauge\n";
+    for (const auto& [actor, o] : s.outer)
+      out += fmt::format("troupe_outer_steps{{actor=\"{}\"}} {}\n", label(actor), o.steps);
+    out += "# HELP troupe_outer_bytes_sent Bytes each local-update sync actor has sent in its exchanges.\n"
+           "# TYPE troupe_outer_bytes_sent counter\n";
+    for (const auto& [actor, o] : s.outer)
+      out += fmt::format("troupe_outer_bytes_sent{{actor=\"{}\"}} {}\n", label(actor), o.bytes);
+  }
   out += "# HELP troupe_actor_busy_fraction Share of the recent window an actor spent working.\n"
          "# TYPE troupe_actor_busy_fraction gauge\n";
   for (const auto& a : s.actors)

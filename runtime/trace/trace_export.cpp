@@ -107,9 +107,10 @@ void chrome_json_events::add_span(const span& s, int pid) {
 
 void chrome_json_events::add_counter(const counter_sample& c) {
   auto ts = micros(c.t_ns);
-  emit(fmt::format(R"({{"ph":"C","name":{},"pid":0,"tid":0,"ts":{}.{:03},"args":{{"value":{}}}}})",
+  // The step travels too: replicas of local-update training are at different steps at one time.
+  emit(fmt::format(R"({{"ph":"C","name":{},"pid":0,"tid":0,"ts":{}.{:03},"args":{{"value":{},"step":{}}}}})",
                    json_string(c.name), ts.first, ts.second,
-                   std::isfinite(c.value) ? fmt::format("{}", c.value) : "null"));
+                   std::isfinite(c.value) ? fmt::format("{}", c.value) : "null", c.step));
 }
 
 std::string chrome_json_head() {

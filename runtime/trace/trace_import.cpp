@@ -1,6 +1,7 @@
 // Reading a Chrome Trace Event file written by trace_export back into spans,
 // for `troupe trace summarize` and `troupe dash`.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -41,8 +42,9 @@ T arg(const nlohmann::json& ev, const char* key, T fallback) {
   return v != a->end() && v->is_number() ? v->get<T>() : fallback;
 }
 
-/// Steps of counters: the step of the latest optimizer or eval span begun by
-/// then; -1 before any (the validation before training evaluates "step -1").
+/// Steps of counters written without one: the step of the latest optimizer or
+/// eval span begun by then; -1 before any (the validation before training
+/// evaluates "step -1").
 void infer_counter_steps(trace_snapshot& t) {
   std::vector<std::pair<std::int64_t, std::int32_t>> marks;
   for (const auto& s : t.spans)
@@ -53,6 +55,8 @@ void infer_counter_steps(trace_snapshot& t) {
   for (auto& m : marks)
     m.second = best = std::max(best, m.second);
   for (auto& c : t.counters) {
+    if (c.step != INT32_MIN)
+      continue;  // written with its step
     auto it = std::upper_bound(marks.begin(), marks.end(), std::pair{c.t_ns, INT32_MAX});
     c.step = it == marks.begin() ? -1 : std::prev(it)->second;
   }
@@ -148,8 +152,9 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
                                          : ev.at("id").get<std::uint64_t>();
         s.flow_end = ph == "f";
       } else if (ph == "C") {
+        // Traces older than the `step` argument get their steps inferred below.
         t.counters.push_back({ns_of(ev.at("ts")), ev.at("name").get<std::string>(),
-                              arg<double>(ev, "value", 0.0), -1});
+                              arg<double>(ev, "value", 0.0), arg<std::int32_t>(ev, "step", INT32_MIN)});
       }
     }
     if (doc.is_object() && doc.contains("otherData"))

@@ -190,7 +190,14 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns, std::int6
       out.tokens_per_s = c.value;
     else if (c.name.starts_with("loss:r")) // loss:rN, replica N's own microbatches (stage_engine)
       out.replica_loss[std::atoi(c.name.c_str() + 6)] = c.value;
-    else if (c.name.starts_with("held:")) // held:ACTOR:KIND, what an actor holds (record_held)
+    else if (c.name.starts_with("outer:")) { // outer:ACTOR:steps|bytes, a sync actor's progress (outer_sync.cpp)
+      auto rest = std::string_view{c.name}.substr(6);
+      auto colon = rest.rfind(':');
+      if (colon != std::string_view::npos) {
+        auto& o = out.outer[std::string{rest.substr(0, colon)}];
+        (rest.substr(colon + 1) == "steps" ? o.steps : o.bytes) = c.value;
+      }
+    } else if (c.name.starts_with("held:")) // held:ACTOR:KIND, what an actor holds (record_held)
       for (auto& a : out.actors)
         if (auto rest = std::string_view{c.name}.substr(5);
             rest.starts_with(a.actor.name) && rest.size() > a.actor.name.size() && rest[a.actor.name.size()] == ':') {

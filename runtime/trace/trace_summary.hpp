@@ -76,6 +76,12 @@ struct trace_summary {
   std::optional<double> loss, val_loss, tokens_per_s;
   /// With replicas: each one's latest loss over its own microbatches (`loss:rN` counters), by replica.
   std::map<int, double> replica_loss;
+  /// Local-update training: each sync actor's outer steps and the bytes it has
+  /// sent in its exchanges, the latest `outer:ACTOR:steps|bytes` counters.
+  struct outer_progress {
+    double steps = 0, bytes = 0;
+  };
+  std::map<std::string, outer_progress> outer;
   std::int32_t val_step = -1;   ///< the step val_loss was measured after
   std::size_t span_count = 0;
   std::uint64_t dropped = 0;

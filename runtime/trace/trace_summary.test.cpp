@@ -276,3 +276,21 @@ TEST_CASE("each replica's own loss is its latest loss:rN counter, a troupe_repli
   // Without replicas there is no such gauge.
   CHECK(prometheus_metrics(summarize(two_stages())).find("troupe_replica_loss") == std::string::npos);
 }
+
+TEST_CASE("each sync actor's outer steps and exchange bytes are its latest outer: counters, gauges in the metrics") {
+  auto t = two_stages();
+  t.counters.push_back({100, "outer:r0s0_sync:steps", 1, 49});
+  t.counters.push_back({100, "outer:r0s0_sync:bytes", 4096, 49});
+  t.counters.push_back({200, "outer:r0s0_sync:steps", 2, 99});
+  t.counters.push_back({200, "outer:r0s0_sync:bytes", 8192, 99});
+  t.counters.push_back({200, "outer:r1s0_sync:steps", 2, 99});
+  auto s = summarize(t);
+  REQUIRE(s.outer.size() == 2);
+  CHECK(s.outer["r0s0_sync"].steps == 2);
+  CHECK(s.outer["r0s0_sync"].bytes == 8192);
+  auto text = prometheus_metrics(s);
+  CHECK(text.find("troupe_outer_steps{actor=\"r0s0_sync\"} 2\ntroupe_outer_steps{actor=\"r1s0_sync\"} 2\n") !=
+        std::string::npos);
+  CHECK(text.find("troupe_outer_bytes_sent{actor=\"r0s0_sync\"} 8192\n") != std::string::npos);
+  CHECK(prometheus_metrics(summarize(two_stages())).find("troupe_outer") == std::string::npos);
+}

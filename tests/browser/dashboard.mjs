@@ -13,7 +13,9 @@
 //              a marker with no line between them (by the canvas's pixels);
 //   replicas:  opens `troupe dash` on the trace of a 2-replica ZeRO-2 run and checks
 //              that the loss chart has a line per replica with a point per step,
-//              and that the memory table shows what each stage and shard holds.
+//              and that the memory table shows what each stage and shard holds;
+//              then on a 4-replica Streaming DiLoCo run, each replica's loss line
+//              and every sync actor's outer steps and exchange bytes.
 // usage: node tests/browser/dashboard.mjs live|launch|synthetic|validation|replicas --troupe PATH --out DIR [--steps N]
 //
 // The live and launch runs must outlast the page's first look at them, on any machine: the
@@ -358,6 +360,35 @@ async function replicas() {
   check(memory.r0s0 && n(memory.r0s0[1]) === 0 && n(memory.r0s0[2]) === 0 && n(memory.r0s0_os[2]) > 0,
     `a ZeRO-2 stage holds parameters only, its shard the optimizer state (${JSON.stringify([memory.r0s0, memory.r0s0_os])})`);
   await page.screenshot({ path: path.join(outDir, 'dashboard-replicas.png'), fullPage: true });
+  check(errors.length === 0, `no page errors (${errors.join('; ')})`);
+  await context.close();
+  fs.rmSync(profile, { recursive: true, force: true });
+  dash.proc.kill('SIGINT');
+  await dash.exited;
+  await localUpdate();
+}
+
+/// Local-update training: each replica's loss line and every sync actor's outer
+/// steps and exchange bytes, from a 4-replica Streaming DiLoCo run (12 steps,
+/// a fragment every 2 steps: 6 outer steps per sync actor).
+async function localUpdate() {
+  const total = 12, trace = path.join(outDir, 'local-update-trace.json');
+  const run = await runToEnd(['run', 'examples/streaming_diloco.yaml', '--steps', String(total),
+    '--set', 'local_update.sync_every=4', '--set', 'local_update.delay=1', '--set', 'pipeline.microbatches=2',
+    '--set', 'train.eval_every=0', '--set', 'train.warmup=2', '--trace', trace]);
+  check(run.code === 0, `the 4-replica Streaming DiLoCo run exited with 0 (${run.code})\n${run.code ? run.out : ''}`);
+  const { dash, context, profile, page, errors } = await openTrace(trace);
+  await waitFor(page, () => window.troupeDashboard?.finished() ?? false, null, 30000);
+  await sleep(800);
+  const points = await page.evaluate(() => window.troupeDashboard.replicaLossPoints());
+  check(JSON.stringify(points) === JSON.stringify({ 0: total, 1: total, 2: total, 3: total }),
+    `a loss line per replica of the local-update run (${JSON.stringify(points)})`);
+  const outer = await page.evaluate(() => window.troupeDashboard.outer());
+  const n = (text) => Number(String(text).replaceAll(',', '').replaceAll('\u202f', '').replaceAll('.', ''));
+  const syncs = [0, 1, 2, 3].flatMap((r) => [0, 1].map((s) => `r${r}s${s}_sync`));
+  check(Object.keys(outer).length === syncs.length && syncs.every((a) => outer[a] && n(outer[a][0]) === 6 && n(outer[a][1]) > 0),
+    `the outer table shows each sync actor's 6 outer steps and the bytes it sent (${JSON.stringify(outer)})`);
+  await page.screenshot({ path: path.join(outDir, 'dashboard-local-update.png'), fullPage: true });
   check(errors.length === 0, `no page errors (${errors.join('; ')})`);
   await context.close();
   fs.rmSync(profile, { recursive: true, force: true });

@@ -7,7 +7,7 @@ import { Charts, VAL_COLOR } from './charts.js';
 const $ = (id) => document.getElementById(id);
 
 const model = {
-  actors: [], kinds: [], lanes: new Map(), series: new Map(), memory: new Map(), stats: null,
+  actors: [], kinds: [], lanes: new Map(), series: new Map(), memory: new Map(), outer: new Map(), stats: null,
   live: true, finished: false, spans: 0, minT: Infinity, maxT: -Infinity, serverNow: 0, serverNowAt: 0,
   laneList() { return this.actors.map((a) => this.lanes.get(a.id)).filter(Boolean); },
   extent() { return [this.minT === Infinity ? 0 : this.minT, this.maxT === -Infinity ? 1 : this.maxT]; },
@@ -19,7 +19,7 @@ const model = {
   },
   onFollowChange(on) { $('follow').checked = on; },
   reset() {
-    this.actors = []; this.lanes = new Map(); this.series = new Map(); this.memory = new Map(); this.stats = null;
+    this.actors = []; this.lanes = new Map(); this.series = new Map(); this.memory = new Map(); this.outer = new Map(); this.stats = null;
     this.finished = false; this.spans = 0; this.minT = Infinity; this.maxT = -Infinity;
   },
 };
@@ -27,7 +27,7 @@ const model = {
 const timeline = new Timeline($('timeline'), $('tooltip'), model);
 const graph = new ActorGraph($('graph'));
 const charts = new Charts($('loss-chart'), $('tps-chart'));
-let chartsDirty = false, graphDirty = false, memoryDirty = false;
+let chartsDirty = false, graphDirty = false, memoryDirty = false, outerDirty = false;
 
 function setStatus(text, cls) {
   const s = $('status');
@@ -92,6 +92,13 @@ function onFrame(f) {
         memoryDirty = true;
         continue;
       }
+      const outer = /^outer:(.+):(steps|bytes)$/.exec(name); // a sync actor's progress (outer_sync.cpp)
+      if (outer) {
+        if (!model.outer.has(outer[1])) model.outer.set(outer[1], {});
+        model.outer.get(outer[1])[outer[2]] = value;
+        outerDirty = true;
+        continue;
+      }
       if (!model.series.has(name)) model.series.set(name, new Map());
       if (value !== null) model.series.get(name).set(step + 1, value);
     }
@@ -154,10 +161,27 @@ function drawMemory() {
   $('memory-section').hidden = rows.length === 0;
 }
 
+/// The outer-exchange table: one row per sync actor, its outer steps and bytes sent.
+function drawOuter() {
+  const rows = [...model.outer.entries()].sort(([a], [b]) => a.localeCompare(b, undefined, { numeric: true }));
+  const num = (v) => (v === undefined || v === null ? '-' : Math.round(v).toLocaleString());
+  $('outer').querySelector('tbody').replaceChildren(...rows.map(([actor, o]) => {
+    const tr = document.createElement('tr');
+    for (const text of [actor, num(o.steps), num(o.bytes)]) {
+      const td = document.createElement('td');
+      td.textContent = text;
+      tr.append(td);
+    }
+    return tr;
+  }));
+  $('outer-section').hidden = rows.length === 0;
+}
+
 let lastCharts = 0;
 function frame(t) {
   if (timeline.dirty || (timeline.follow && model.live && !model.finished)) timeline.draw();
   if (memoryDirty || (graphDirty && model.memory.size)) { drawMemory(); memoryDirty = false; } // sent: from the stats
+  if (outerDirty) { drawOuter(); outerDirty = false; }
   if (graphDirty) { graph.update(model.actors, model.stats); graphDirty = false; }
   if (chartsDirty && t - lastCharts > 400) { charts.update(model.series); chartsDirty = false; lastCharts = t; }
   requestAnimationFrame(frame);
@@ -174,6 +198,11 @@ window.troupeDashboard = {
   replicaLossPoints: () => charts.replicaLossPoints(),
   /// The memory table as drawn: actor -> [params, grads, optimizer, total, sent] as shown.
   memory: () => Object.fromEntries([...$('memory').querySelectorAll('tbody tr')].map((tr) => {
+    const cells = [...tr.children].map((td) => td.textContent);
+    return [cells[0], cells.slice(1)];
+  })),
+  /// The outer-exchange table as drawn: sync actor -> [outer steps, bytes sent] as shown.
+  outer: () => Object.fromEntries([...$('outer').querySelectorAll('tbody tr')].map((tr) => {
     const cells = [...tr.children].map((td) => td.textContent);
     return [cells[0], cells.slice(1)];
   })),
