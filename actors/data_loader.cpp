@@ -13,6 +13,7 @@
 #include "actors/builtin.hpp"
 #include "actors/byte_corpus.hpp"
 #include "runtime/actor/messages.hpp"
+#include "runtime/actor/outer_messages.hpp"
 #include "actors/pipeline_messages.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/trace/trace.hpp"
@@ -192,8 +193,11 @@ void pump(loader_actor* self, const loader_settings& cfg) {
   auto& st = self->state;
   while (!st.done) {
     auto e = st.router->next();
-    if (!e)
+    if (!e) {
+      if (st.router->done())  // the last microbatches were a lost replica's
+        report_done(self, cfg);
       return;
+    }
     for (const auto& [actor, plan] : e->plans)
       send_to(self, actor, plan_atom::value, plan);
     scoped_span s(st.trace_id, span_kind::send, static_cast<std::int32_t>(e->step), e->microbatch);
@@ -204,7 +208,7 @@ void pump(loader_actor* self, const loader_settings& cfg) {
             batch_msg{e->step, e->microbatch, b.tokens, b.targets, std::move(e->route), b.documents},
             cfg.least_loaded);
     ++st.sent;
-    bool step_end = (e->sequence + 1) % (cfg.microbatches * cfg.replicas) == 0;
+    bool step_end = e->step_end;
     if (step_end && eval_due(cfg, e->step))
       send_eval(self, cfg, e->step);
     if (step_end && checkpoint_due(e->step + 1, cfg.checkpoint_every, cfg.steps))
@@ -248,6 +252,19 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
       rc.tokens_per_microbatch = static_cast<std::int64_t>(cfg.batch) * cfg.context;
       self->state.router.emplace(std::move(rc), std::move(*policy));
       return caf::ok_atom::value;
+    },
+    [=](replica_lost_atom, std::int32_t replica) {  // elastic local-update training: go on without it
+      auto& st = self->state;
+      if (!st.router || st.done)
+        return;
+      try {
+        st.router->drop_replica(replica);
+      } catch (const std::exception& e) {
+        fail(self, cfg, e.what());
+        return;
+      }
+      if (st.corpus)
+        pump(self, cfg);  // a microbatch may have waited on the lost replica's credits
     },
     [=](start_atom) {
       auto& st = self->state;

@@ -37,6 +37,8 @@ struct outer_sync_state {
   caf::actor runner;
   std::unique_ptr<sched::sync_policy> policy;
   std::map<int, step_t> prepared;                                       ///< fragment -> the step of its exchange under way
+  std::map<int, step_t> exchange;  ///< fragment -> the step of its policy's exchange (under way, or the last applied)
+  std::vector<int> lost;           ///< replicas that left the run (elastic)
   std::map<int, std::pair<step_t, std::vector<float>>> perform;          ///< fragment -> the stage's values to update
   std::map<std::pair<step_t, int>, std::vector<outer_part_msg>> early;  ///< messages before their prepare
   std::int64_t bytes_sent = 0;
@@ -71,6 +73,8 @@ void send_all(sync_actor* self, const sync_settings& cfg, step_t step, int f, st
   for (auto& m : sends) {
     if (m.to < 0 || m.to >= cfg.replicas || m.to == cfg.replica)
       throw std::runtime_error(fmt::format("{}: its policy sends to replica {} of {}", cfg.name, m.to, cfg.replicas));
+    if (std::find(st.lost.begin(), st.lost.end(), m.to) != st.lost.end())
+      continue;  // left the run
     auto bytes = m.payload.wire_bytes();
     span s;
     s.actor = st.trace_id, s.kind = span_kind::send, s.step = static_cast<std::int32_t>(step);
@@ -81,8 +85,8 @@ void send_all(sync_actor* self, const sync_settings& cfg, step_t step, int f, st
     auto& q = m.payload;
     self->send(st.actors.at(static_cast<std::size_t>(cfg.peers[static_cast<std::size_t>(m.to)])),
                outer_part_atom::value,
-               outer_part_msg{step, f, cfg.replica, m.round, static_cast<std::int32_t>(q.format), q.values, q.cols,
-                              std::move(q.data), std::move(q.scales)});
+               outer_part_msg{step, f, cfg.replica, m.round, m.piece, static_cast<std::int32_t>(q.format), q.values,
+                              q.cols, std::move(q.data), std::move(q.scales)});
   }
 }
 
@@ -115,17 +119,37 @@ void maybe_apply(sync_actor* self, const sync_settings& cfg, int f) {
 
 void on_part(sync_actor* self, const sync_settings& cfg, outer_part_msg m) {
   auto& st = self->state;
-  auto it = st.prepared.find(m.fragment);
-  if (it == st.prepared.end() || it->second != m.step) {
+  auto it = st.exchange.find(m.fragment);
+  if (it == st.exchange.end() || it->second < m.step) {
     st.early[{m.step, m.fragment}].push_back(std::move(m));  // this replica has not prepared it yet
     return;
   }
+  if (it->second > m.step)
+    return;  // an exchange this replica applied and replaced since: a lost member's, or a repeat after a loss
   if (m.replica < 0 || m.replica >= cfg.replicas || m.replica == cfg.replica)
     throw std::runtime_error(fmt::format("{}: a message from replica {} of {}", cfg.name, m.replica, cfg.replicas));
-  int f = m.fragment, from = m.replica, round = m.round;
+  int f = m.fragment, from = m.replica, round = m.round, piece = m.piece;
   auto step = m.step;
-  send_all(self, cfg, step, f, st.policy->receive(f, from, round, from_wire(std::move(m))));
+  send_all(self, cfg, step, f, st.policy->receive(f, from, round, piece, from_wire(std::move(m))));
   maybe_apply(self, cfg, f);
+}
+
+/// A replica left the run (its node was lost): the policy stops waiting for it.
+void on_lost(sync_actor* self, const sync_settings& cfg, int replica) {
+  auto& st = self->state;
+  if (replica == cfg.replica || std::find(st.lost.begin(), st.lost.end(), replica) != st.lost.end())
+    return;
+  st.lost.push_back(replica);
+  if (!st.policy)
+    return;  // before the start values: nothing under way
+  auto sends = st.policy->lose(replica);
+  std::map<int, std::vector<sched::sync_send>> by_fragment;
+  for (auto& s : sends)
+    by_fragment[s.fragment].push_back(std::move(s));
+  for (auto& [f, list] : by_fragment)
+    send_all(self, cfg, st.exchange.at(f), f, std::move(list));
+  for (const auto& [f, step] : st.exchange)
+    maybe_apply(self, cfg, f);
 }
 
 void on_local(sync_actor* self, const sync_settings& cfg, outer_local_msg& m) {
@@ -135,6 +159,8 @@ void on_local(sync_actor* self, const sync_settings& cfg, outer_local_msg& m) {
     if (!method)
       throw std::runtime_error(fmt::format("{}: no local-update method '{}'", cfg.name, cfg.spec.algorithm));
     st.policy = method->make(sched::sync_setup{cfg.spec, cfg.replica, cfg.replicas, cfg.seed, std::move(m.values)});
+    for (int r : st.lost)
+      st.policy->lose(r);  // heard of before the start: nothing was under way
     return;
   }
   if (!st.policy || m.values.size() != 1)
@@ -153,6 +179,7 @@ void on_local(sync_actor* self, const sync_settings& cfg, outer_local_msg& m) {
                                          "way",
                                          cfg.name, m.fragment, m.step, st.prepared.at(m.fragment)));
   st.prepared[m.fragment] = m.step;
+  st.exchange[m.fragment] = m.step;
   send_all(self, cfg, m.step, m.fragment, st.policy->prepare(m.fragment, m.step, local));
   auto early = st.early.extract({m.step, m.fragment});
   if (!early.empty())
@@ -187,6 +214,7 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
       trace_recorder::global().message_received(self->state.trace_id);
       guarded([&] { on_part(self, cfg, std::move(m)); });
     },
+    [=](replica_lost_atom, std::int32_t replica) { guarded([&] { on_lost(self, cfg, replica); }); },
   };
 }
 

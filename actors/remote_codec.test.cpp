@@ -59,7 +59,7 @@ TEST_CASE("a document mask crosses processes with its batch and with each activa
 
 TEST_CASE("a replica's pseudo-gradient crosses processes intact, and a forged one is refused") {
   outer_part_msg m;
-  m.step = 11, m.fragment = 1, m.replica = 3, m.round = 1, m.format = 2, m.values = 5, m.cols = 5;
+  m.step = 11, m.fragment = 1, m.replica = 3, m.round = 1, m.piece = 2, m.format = 2, m.values = 5, m.cols = 5;
   m.data = {1, 2, 250, 4, 5};
   m.scales = {0.5f, -2.25f};
   auto f = remote::encode(7, m);
@@ -74,6 +74,7 @@ TEST_CASE("a replica's pseudo-gradient crosses processes intact, and a forged on
     CHECK(x.fragment == 1);
     CHECK(x.replica == 3);
     CHECK(x.round == 1);
+    CHECK(x.piece == 2);
     CHECK(x.format == 2);
     CHECK(x.values == 5);
     CHECK(x.cols == 5);

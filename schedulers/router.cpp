@@ -2,6 +2,7 @@
 #include "schedulers/router.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace troupe::sched {
 
@@ -17,7 +18,37 @@ int router_core::credits(int actor) const {
   return i == credits_.end() ? 0 : i->second;
 }
 
+void router_core::drop_replica(int r) {
+  int replicas = std::max(cfg_.replicas, 1);
+  if (!cfg_.independent_replicas || r < 0 || r >= replicas)
+    throw std::invalid_argument("router: only independent replicas (local-update training) can leave the run");
+  lost_.resize(static_cast<std::size_t>(replicas), false);
+  lost_[static_cast<std::size_t>(r)] = true;
+  for (int s = 0; s < replicas; ++s)
+    if (!lost_[static_cast<std::size_t>(s)]) {
+      if (r == 0 || eval_route_.empty())
+        eval_route_ = policy_->route(0, s, s);  // the chain of the first replica still here
+      return;
+    }
+  throw std::invalid_argument("router: every replica has left the run");
+}
+
+void router_core::advance() {
+  if (++microbatch_ == per_step()) {
+    microbatch_ = 0;
+    if (++step_ < cfg_.steps)
+      plan_step();
+  }
+}
+
+void router_core::skip_lost() {
+  auto replicas = std::max(cfg_.replicas, 1);
+  while (!done() && !lost_.empty() && lost_[static_cast<std::size_t>(microbatch_ % replicas)])
+    advance();
+}
+
 void router_core::plan_step() {
+  planned_ = false;
   routes_.clear();
   auto first = step_ * per_step();
   for (int k = 0; k < per_step(); ++k)
@@ -25,6 +56,7 @@ void router_core::plan_step() {
 }
 
 std::optional<emission> router_core::next() {
+  skip_lost();
   if (done())
     return std::nullopt;
   const auto& r = routes_[static_cast<std::size_t>(microbatch_)];
@@ -38,9 +70,11 @@ std::optional<emission> router_core::next() {
   --credits_[head];
   if (tail != head)
     --credits_[tail];
-  if (microbatch_ == 0 && cfg_.independent_replicas)
+  bool first = !planned_;  // the step's first microbatch made: its plans go with it
+  planned_ = true;
+  if (first && cfg_.independent_replicas)
     plan_replicas(e);
-  else if (microbatch_ == 0) {
+  else if (first) {
     std::map<int, int> hops;
     for (int a : cfg_.stage_actors)
       hops[a] = 0;
@@ -57,17 +91,17 @@ std::optional<emission> router_core::next() {
                                   static_cast<std::int32_t>(hops.size()), routes_.front().front().actor}});
   }
   ++emitted_;
-  if (++microbatch_ == per_step()) {
-    microbatch_ = 0;
-    if (++step_ < cfg_.steps)
-      plan_step();
-  }
+  advance();
+  skip_lost();
+  e.step_end = done() || step_ != e.step;
   return e;
 }
 
 void router_core::plan_replicas(emission& e) const {
   int replicas = std::max(cfg_.replicas, 1);
   for (int rep = 0; rep < replicas; ++rep) {
+    if (!lost_.empty() && lost_[static_cast<std::size_t>(rep)])
+      continue;  // left the run
     std::map<int, int> hops;
     int head = -1;
     for (std::size_t k = static_cast<std::size_t>(rep); k < routes_.size(); k += static_cast<std::size_t>(replicas)) {

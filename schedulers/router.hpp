@@ -47,6 +47,8 @@ struct emission {
   /// The step's plan for every stage actor, set on a step's first microbatch
   /// (send them before it): stage actor index -> plan.
   std::vector<std::pair<int, step_plan_msg>> plans;
+  /// The step's last microbatch (of the replicas still in the run).
+  bool step_end = false;
 };
 
 /// Emits microbatches in order while the receivers' credits allow: a
@@ -68,6 +70,10 @@ public:
   std::int64_t emitted() const { return emitted_; }
   /// The route microbatches of evaluation follow (the policy's route of the run's first microbatch).
   const route_t& eval_route() const { return eval_route_; }
+  /// Elastic local-update training (independent replicas): replica `r` left the
+  /// run; its microbatches are no longer made, its stages get no more plans, and
+  /// evaluation moves to the first replica still here when it was r's.
+  void drop_replica(int r);
 
 private:
   void plan_step();
@@ -84,6 +90,11 @@ private:
   std::int64_t emitted_ = 0;
   std::vector<route_t> routes_;   ///< this step's, by microbatch
   route_t eval_route_;
+  std::vector<bool> lost_;        ///< by replica: left the run
+  bool planned_ = false;          ///< this step's plans went out (with its first microbatch made)
+  /// Moves past the microbatches of replicas that left.
+  void skip_lost();
+  void advance();
 };
 
 } // namespace troupe::sched

@@ -61,23 +61,26 @@ public:
       diloco_.emplace(s.spec, s.start);
   }
   std::vector<sync_send> prepare(int f, std::int64_t, std::span<const float> local) override {
-    auto [it, fresh] = ex_.try_emplace(f, all_replicas(setup_.replicas), setup_.replica, format_, sync_row_values);
-    if (!fresh)
+    if (auto it = ex_.find(f); it != ex_.end() && !it->second.taken())
       throw std::invalid_argument(fmt::format("{}: fragment {} prepared twice", setup_.spec.algorithm, f));
+    auto& ex = ex_.insert_or_assign(f, mean_exchange(all_replicas(setup_.replicas), setup_.replica, format_,
+                                                     sync_row_values))
+                 .first->second;
+    for (int r : lost_)
+      ex.lose(r);  // before it starts: nothing to send again
     if (diloco_)
-      return it->second.start(diloco_->prepare(f, local));  // the pseudo-gradient global − local
-    return it->second.start(local);
+      return ex.start(diloco_->prepare(f, local));  // the pseudo-gradient global − local
+    return ex.start(local);
   }
-  std::vector<sync_send> receive(int f, int from, int round, quantized_rows part) override {
-    return under_way(ex_, f, "averaging").receive(from, round, std::move(part));
+  std::vector<sync_send> receive(int f, int from, int round, int piece, quantized_rows part) override {
+    return under_way(ex_, f, "averaging").receive(from, round, piece, std::move(part));
   }
   bool ready(int f) const override {
     auto it = ex_.find(f);
-    return it != ex_.end() && it->second.done();
+    return it != ex_.end() && it->second.done() && !it->second.taken();
   }
   void perform(int f, std::span<float> local) override {
-    auto mean = under_way(ex_, f, "averaging").take();
-    ex_.erase(f);
+    auto mean = under_way(ex_, f, "averaging").take();  // kept: members that learn of a loss later still ask it
     if (mean.size() != local.size())
       throw std::invalid_argument(fmt::format("{}: {} averaged values for {} local ones", setup_.spec.algorithm,
                                               mean.size(), local.size()));
@@ -88,12 +91,23 @@ public:
     ++exchanges_;
   }
   long exchanges() const override { return exchanges_; }
+  std::vector<sync_send> lose(int r) override {
+    lost_.push_back(r);
+    std::vector<sync_send> out;
+    for (auto& [f, ex] : ex_)  // the exchange under way, and the last one applied
+      for (auto& s : ex.lose(r)) {
+        s.fragment = f;
+        out.push_back(std::move(s));
+      }
+    return out;
+  }
 
 private:
   sync_setup setup_;
   wire_format format_;
   std::optional<streaming_diloco> diloco_;
   std::map<int, mean_exchange> ex_;
+  std::vector<int> lost_;
   long exchanges_ = 0;
 };
 
@@ -119,6 +133,14 @@ struct gathered {
   bool complete() const {
     return std::all_of(parts.begin(), parts.end(), [](const auto& p) { return p.has_value(); });
   }
+  /// A member left: its part is no longer waited for (nor used, if it came).
+  void drop(int r) {
+    auto it = std::find(members.begin(), members.end(), r);
+    if (it == members.end())
+      return;
+    parts.erase(parts.begin() + (it - members.begin()));
+    members.erase(it);
+  }
 };
 
 /// NoLoCo (Kolehmainen et al. 2025, arXiv 2506.10911; jkolehm/noloco): no
@@ -133,25 +155,37 @@ public:
     if (f != 0 || local.size() != slow_.size() || current_)
       throw std::invalid_argument(fmt::format("noloco: fragment {} of {} values prepared", f, local.size()));
     gathered g;
+    // The groups of all replicas, lost ones included: every member derives the
+    // same ones whether or not it has heard of a loss yet; then the lost leave.
     for (auto& group : noloco_groups(setup_.replicas, setup_.spec.group, step, setup_.seed))
       if (std::find(group.begin(), group.end(), setup_.replica) != group.end())
         g.members = group;
     g.parts.resize(g.members.size());
+    for (int r : lost_)
+      g.drop(r);
     std::vector<float> both(local.begin(), local.end());
     both.insert(both.end(), slow_.begin(), slow_.end());
     auto q = quantize_rows(both, sync_row_values, format_);
     std::vector<sync_send> out;
     for (int m : g.members)
       if (m != setup_.replica)
-        out.push_back({m, 0, q});
+        out.push_back({m, 0, 0, q});
     g.parts[g.index_of(setup_.replica, "noloco")] = std::move(q);
     current_ = std::move(g);
     return out;
   }
-  std::vector<sync_send> receive(int f, int from, int, quantized_rows part) override {
+  std::vector<sync_send> receive(int f, int from, int, int, quantized_rows part) override {
+    if (std::find(lost_.begin(), lost_.end(), from) != lost_.end())
+      return {};  // a lost member's last part, late: left out
     if (f != 0 || !current_)
       throw std::invalid_argument(fmt::format("noloco: a part of fragment {} with no exchange under way", f));
     current_->put(from, std::move(part), static_cast<std::int64_t>(2 * slow_.size()), "noloco");
+    return {};
+  }
+  std::vector<sync_send> lose(int r) override {
+    lost_.push_back(r);
+    if (current_)
+      current_->drop(r);
     return {};
   }
   bool ready(int) const override { return current_ && current_->complete(); }
@@ -178,6 +212,7 @@ private:
   wire_format format_;
   std::vector<float> slow_, momentum_;
   std::optional<gathered> current_;
+  std::vector<int> lost_;
   long exchanges_ = 0;
 };
 
@@ -193,19 +228,29 @@ public:
       throw std::invalid_argument(fmt::format("sparseloco: fragment {} prepared while one is under way", f));
     gathered g{all_replicas(setup_.replicas), {}};
     g.parts.resize(g.members.size());
+    for (int r : lost_)
+      g.drop(r);
     auto q = math_.prepare(local);
     std::vector<sync_send> out;
     for (int m : g.members)
       if (m != setup_.replica)
-        out.push_back({m, 0, q});
-    g.parts[static_cast<std::size_t>(setup_.replica)] = std::move(q);
+        out.push_back({m, 0, 0, q});
+    g.parts[g.index_of(setup_.replica, "sparseloco")] = std::move(q);
     current_ = std::move(g);
     return out;
   }
-  std::vector<sync_send> receive(int f, int from, int, quantized_rows part) override {
+  std::vector<sync_send> receive(int f, int from, int, int, quantized_rows part) override {
+    if (std::find(lost_.begin(), lost_.end(), from) != lost_.end())
+      return {};  // a lost member's last part, late: left out
     if (f != 0 || !current_)
       throw std::invalid_argument(fmt::format("sparseloco: a part of fragment {} with no exchange under way", f));
     current_->put(from, std::move(part), static_cast<std::int64_t>(math_.global().size()), "sparseloco");
+    return {};
+  }
+  std::vector<sync_send> lose(int r) override {
+    lost_.push_back(r);
+    if (current_)
+      current_->drop(r);
     return {};
   }
   bool ready(int) const override { return current_ && current_->complete(); }
@@ -225,6 +270,7 @@ private:
   sync_setup setup_;
   sparseloco math_;
   std::optional<gathered> current_;
+  std::vector<int> lost_;
   long exchanges_ = 0;
 };
 

@@ -90,14 +90,22 @@ std::unique_ptr<sync_schedule> periodic_schedule(std::vector<int> every) {
   return std::make_unique<periodic>(std::move(every));
 }
 
+std::vector<sync_send> sync_policy::lose(int r) {
+  throw std::runtime_error(fmt::format("this local-update method cannot go on without replica {}: it has no rule for "
+                                       "a lost replica",
+                                       r));
+}
+
 mean_exchange::mean_exchange(std::vector<int> members, int self, wire_format format, std::int64_t row)
     : members_(std::move(members)), format_(format), row_(row) {
   if (members_.empty() || !std::is_sorted(members_.begin(), members_.end()) || row < 1)
     throw std::invalid_argument("mean_exchange: members must be listed in ascending order, rows at least 1 value");
   self_ = index_of(self);
-  own_parts_.resize(members_.size());
-  have_.assign(members_.size(), false);
-  chunks_left_ = members_.size();
+  auto n = members_.size();
+  alive_.assign(n, true);
+  parts_.assign(n, std::vector<std::optional<quantized_rows>>(n));
+  reduced_.assign(n, false);
+  have_.assign(n, false);
 }
 
 std::size_t mean_exchange::index_of(int replica) const {
@@ -107,11 +115,24 @@ std::size_t mean_exchange::index_of(int replica) const {
   return static_cast<std::size_t>(it - members_.begin());
 }
 
+std::size_t mean_exchange::owner(std::size_t c) const {
+  if (alive_[c])
+    return c;
+  for (std::size_t m = 0; m < alive_.size(); ++m)  // a lost member's chunks: the lowest member still here
+    if (alive_[m])
+      return m;
+  return self_;
+}
+
 std::pair<std::int64_t, std::int64_t> mean_exchange::chunk(std::size_t j) const {
   // Whole rows, as even as they divide: member j owns rows [rows·j/n, rows·(j+1)/n).
   auto rows = (values_ + row_ - 1) / row_;
   auto n = static_cast<std::int64_t>(members_.size()), i = static_cast<std::int64_t>(j);
   return {std::min(values_, rows * i / n * row_), std::min(values_, rows * (i + 1) / n * row_)};
+}
+
+bool mean_exchange::done() const noexcept {
+  return values_ >= 0 && std::all_of(have_.begin(), have_.end(), [](bool h) { return h; });
 }
 
 std::vector<sync_send> mean_exchange::start(std::span<const float> values) {
@@ -122,65 +143,105 @@ std::vector<sync_send> mean_exchange::start(std::span<const float> values) {
   std::vector<sync_send> out;
   for (std::size_t j = 0; j < members_.size(); ++j) {
     auto [b, e] = chunk(j);
-    auto q = quantize_rows(values.subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b)), row_, format_);
-    if (j == self_)
-      own_parts_[self_] = std::move(q);
+    own_.push_back(
+      quantize_rows(values.subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b)), row_, format_));
+    if (auto o = owner(j); o == self_)
+      parts_[j][self_] = own_.back();
     else
-      out.push_back({members_[j], 0, std::move(q)});
+      out.push_back({members_[o], 0, static_cast<int>(j), own_.back()});
   }
-  auto more = reduce_own();
+  auto more = reduce_ready();
   out.insert(out.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
   return out;
 }
 
-std::vector<sync_send> mean_exchange::receive(int from, int round, quantized_rows part) {
+std::vector<sync_send> mean_exchange::receive(int from, int round, int piece, quantized_rows part) {
   if (values_ < 0)
     throw std::logic_error("mean_exchange: a message before start");
   auto i = index_of(from);
-  auto j = round == 0 ? self_ : i;  // round 0: a part of this member's chunk; round 1: owner i's mean
-  auto [b, e] = chunk(j);
-  if (round < 0 || round > 1 || i == self_ || part.values != e - b)
-    throw std::invalid_argument(fmt::format("mean_exchange: round {} from replica {} with {} values (chunk of {})",
-                                            round, from, part.values, e - b));
+  if (round < 0 || round > 1 || piece < 0 || static_cast<std::size_t>(piece) >= members_.size() || i == self_)
+    throw std::invalid_argument(fmt::format("mean_exchange: round {}, piece {} from replica {}", round, piece, from));
+  auto c = static_cast<std::size_t>(piece);
+  auto [b, e] = chunk(c);
+  if (part.values != e - b)
+    throw std::invalid_argument(fmt::format("mean_exchange: {} values of piece {} from replica {} (a chunk of {})",
+                                            part.values, piece, from, e - b));
   if (auto what = check_rows(part); !what.empty())
     throw std::invalid_argument(fmt::format("mean_exchange: a malformed part from replica {}: {}", from, what));
   if (round == 0) {
-    if (own_parts_[i] || have_[self_])
-      throw std::invalid_argument(fmt::format("mean_exchange: replica {} sent its part twice", from));
-    own_parts_[i] = std::move(part);
-    return reduce_own();
+    // A part for this chunk's owner: this member, or this member once it learns
+    // that the chunk's owner is gone. A repeat after a loss is the same part.
+    if (!parts_[c][i])
+      parts_[c][i] = std::move(part);
+    return reduce_ready();
   }
-  if (have_[i])
-    throw std::invalid_argument(fmt::format("mean_exchange: replica {} sent its mean twice", from));
-  accumulate(part, std::span<float>(mean_).subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b)));
-  have_[i] = true, --chunks_left_;
+  if (!have_[c]) {  // the first mean of a chunk counts (after a loss the new owner's may follow)
+    accumulate(part, std::span<float>(mean_).subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b)));
+    have_[c] = true;
+  }
   return {};
 }
 
-std::vector<sync_send> mean_exchange::reduce_own() {
-  for (const auto& p : own_parts_)
-    if (!p)
-      return {};
-  std::vector<quantized_rows> parts;
-  for (auto& p : own_parts_)
-    parts.push_back(std::move(*p));
-  own_parts_.assign(members_.size(), std::nullopt);
-  auto m = reduce_mean(parts);  // in member order: the same sums on every replica
-  auto q = quantize_rows(m, row_, format_);
-  auto [b, e] = chunk(self_);
-  accumulate(q, std::span<float>(mean_).subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b)));
-  have_[self_] = true, --chunks_left_;
+std::vector<sync_send> mean_exchange::reduce_ready() {
   std::vector<sync_send> out;
-  for (std::size_t j = 0; j < members_.size(); ++j)
-    if (j != self_)
-      out.push_back({members_[j], 1, q});
+  for (std::size_t c = 0; c < members_.size(); ++c) {
+    if (reduced_[c] || owner(c) != self_)
+      continue;
+    std::vector<quantized_rows> parts;  // in member order: the same sums on every replica
+    bool all = true;
+    for (std::size_t m = 0; m < members_.size() && all; ++m)
+      if (alive_[m]) {
+        all = parts_[c][m].has_value();
+        if (all)
+          parts.push_back(*parts_[c][m]);
+      }
+    if (!all)
+      continue;
+    auto q = quantize_rows(reduce_mean(parts), row_, format_);
+    auto [b, e] = chunk(c);
+    if (!have_[c]) {
+      accumulate(q, std::span<float>(mean_).subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b)));
+      have_[c] = true;
+    }
+    reduced_[c] = true;
+    for (std::size_t m = 0; m < members_.size(); ++m)
+      if (m != self_ && alive_[m])
+        out.push_back({members_[m], 1, static_cast<int>(c), q});
+  }
+  return out;
+}
+
+std::vector<sync_send> mean_exchange::lose(int replica) {
+  auto r = index_of(replica);
+  if (!alive_[r])
+    return {};
+  if (r == self_)
+    throw std::invalid_argument(fmt::format("mean_exchange: replica {} told of its own loss", replica));
+  std::vector<std::size_t> before(members_.size());
+  for (std::size_t c = 0; c < members_.size(); ++c)
+    before[c] = owner(c);
+  alive_[r] = false;
+  std::vector<sync_send> out;
+  if (values_ >= 0)
+    for (std::size_t c = 0; c < members_.size(); ++c)
+      if (auto o = owner(c); o != before[c]) {
+        if (o == self_)
+          parts_[c][self_] = own_[c];
+        else  // again: it may have gone to the lost member, and the new owner needs every part
+          out.push_back({members_[o], 0, static_cast<int>(c), own_[c]});
+      }
+  if (values_ >= 0) {
+    auto more = reduce_ready();
+    out.insert(out.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  }
   return out;
 }
 
 std::vector<float> mean_exchange::take() {
-  if (!done())
-    throw std::logic_error("mean_exchange: the mean taken before every chunk arrived");
-  return std::move(mean_);
+  if (!done() || taken_)
+    throw std::logic_error("mean_exchange: the mean taken before every chunk arrived, or twice");
+  taken_ = true;
+  return mean_;
 }
 
 } // namespace troupe::sched

@@ -46,11 +46,14 @@ public:
   virtual std::vector<fragment_event> after_inner_step() = 0;
 };
 
-/// One message of an exchange: to replica `to`, in round `round`, values as they travel.
+/// One message of an exchange: to replica `to`, in round `round`, about piece
+/// `piece` (a chunk of the fragment, where the policy cuts it), values as they travel.
 struct sync_send {
   int to = 0;
   int round = 0;
+  int piece = 0;
   quantized_rows payload;
+  int fragment = -1;  ///< whose exchange: -1, the fragment of the call (set by lose, which answers for all)
 };
 
 /// What a policy is made from.
@@ -70,14 +73,21 @@ public:
   virtual ~sync_policy() = default;
   /// The stage's values of fragment `f` after inner step `step`: what to send.
   virtual std::vector<sync_send> prepare(int f, std::int64_t step, std::span<const float> local) = 0;
-  /// A message of fragment `f`'s exchange from replica `from`: what to send on.
-  virtual std::vector<sync_send> receive(int f, int from, int round, quantized_rows part) = 0;
+  /// A message of fragment `f`'s exchange (the one under way, or the last one
+  /// applied: members that learn of a loss late still need it) from replica
+  /// `from`: what to send on.
+  virtual std::vector<sync_send> receive(int f, int from, int round, int piece, quantized_rows part) = 0;
   /// Whether fragment `f`'s exchange has everything it needs to be applied.
   virtual bool ready(int f) const = 0;
   /// Applies fragment `f`'s exchange: `local` becomes the values the stage goes on with.
   virtual void perform(int f, std::span<float> local) = 0;
   /// Outer steps applied so far.
   virtual long exchanges() const = 0;
+  /// Replica `r` left the run (elastic local-update training): exchanges under
+  /// way stop waiting for it and later ones leave it out. What to send (parts
+  /// that now go to another member). By default a method cannot go on without
+  /// every replica, and says so.
+  virtual std::vector<sync_send> lose(int r);
 };
 
 /// A local-update method: how a stage cuts its state, when fragments are
@@ -104,34 +114,46 @@ std::unique_ptr<sync_schedule> periodic_schedule(std::vector<int> every);
 
 /// The mean of one fragment over `members` (replica ids, ascending) by a direct
 /// reduce-scatter and all-gather: the values are cut into one chunk per member
-/// at row boundaries; each member sends chunk j to member j (round 0); member j
-/// averages its chunk in f32 in member order, encodes it and sends it to every
-/// other member (round 1), keeping the decoded form itself, so all members end
-/// with the same values. Each member sends 2(n−1)/n of the fragment, as a ring
-/// all-reduce does, in two rounds.
+/// at row boundaries; each member sends its part of chunk j to chunk j's owner,
+/// member j (round 0, piece j); the owner averages the chunk in f32 in member
+/// order, encodes it and sends it to every other member (round 1), keeping the
+/// decoded form itself, so all members end with the same values. Each member
+/// sends 2(n−1)/n of the fragment, as a ring all-reduce does, in two rounds.
+///
+/// A member that leaves (lose) passes its chunks to the lowest member still
+/// here; every member sends that owner its part of them again, and owners stop
+/// waiting for the lost member's parts. The exchange stays answerable after
+/// take(), for members that learn of a loss later than this one.
 class mean_exchange {
 public:
   mean_exchange(std::vector<int> members, int self, wire_format format, std::int64_t row);
-  /// This member's values: round 0's chunks to their owners.
+  /// This member's values: round 0's parts to their owners.
   std::vector<sync_send> start(std::span<const float> values);
-  std::vector<sync_send> receive(int from, int round, quantized_rows part);
-  bool done() const noexcept { return chunks_left_ == 0; }
-  /// The mean, once done().
+  std::vector<sync_send> receive(int from, int round, int piece, quantized_rows part);
+  /// Member `replica` is gone: what to send again, and means now complete.
+  std::vector<sync_send> lose(int replica);
+  bool done() const noexcept;
+  bool taken() const noexcept { return taken_; }
+  /// The mean, once done() (once; the exchange still answers afterwards).
   std::vector<float> take();
 
 private:
   std::size_t index_of(int replica) const;
+  std::size_t owner(std::size_t chunk) const;
   std::pair<std::int64_t, std::int64_t> chunk(std::size_t j) const;
-  std::vector<sync_send> reduce_own();
+  /// Averages each chunk this member owns whose living members' parts are all in.
+  std::vector<sync_send> reduce_ready();
 
   std::vector<int> members_;
   std::size_t self_;
   wire_format format_;
   std::int64_t row_, values_ = -1;
-  std::vector<std::optional<quantized_rows>> own_parts_;  ///< round 0: each member's part of this member's chunk
-  std::vector<bool> have_;                                ///< chunks of the mean filled in
+  std::vector<bool> alive_;
+  std::vector<quantized_rows> own_;                             ///< this member's part of each chunk
+  std::vector<std::vector<std::optional<quantized_rows>>> parts_;  ///< [chunk][member]: parts for their owner
+  std::vector<bool> reduced_, have_;                             ///< chunks averaged here; chunks of the mean filled in
   std::vector<float> mean_;
-  std::size_t chunks_left_ = 0;
+  bool taken_ = false;
 };
 
 } // namespace troupe::sched

@@ -53,7 +53,8 @@ std::vector<message> exchange(std::vector<std::unique_ptr<sync_policy>>& policie
     auto m = std::move(queue[i]);
     queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(i));
     all.push_back(m);
-    for (auto& s : policies[static_cast<std::size_t>(m.to)]->receive(f, m.from, m.send.round, std::move(m.send.payload)))
+    for (auto& s : policies[static_cast<std::size_t>(m.to)]->receive(f, m.from, m.send.round, m.send.piece,
+                                                                     std::move(m.send.payload)))
       queue.push_back({m.to, s.to, std::move(s)});
   }
   for (std::size_t r = 0; r < policies.size(); ++r) {
@@ -111,7 +112,8 @@ TEST_CASE("the mean exchange gives every member the f32 mean, each sending 2(n-1
     while (!queue.empty()) {
       auto m = std::move(queue.back());  // the last sent first: the rounds interleave
       queue.pop_back();
-      for (auto& s : ex[static_cast<std::size_t>(m.to)].receive(m.from, m.send.round, std::move(m.send.payload))) {
+      for (auto& s : ex[static_cast<std::size_t>(m.to)].receive(m.from, m.send.round, m.send.piece,
+                                                              std::move(m.send.payload))) {
         sent[static_cast<std::size_t>(m.to)] += s.payload.wire_bytes();
         queue.push_front({m.to, s.to, std::move(s)});
       }
@@ -130,26 +132,100 @@ TEST_CASE("the mean exchange gives every member the f32 mean, each sending 2(n-1
   }
 }
 
-TEST_CASE("the mean exchange refuses a forged or repeated message") {
+TEST_CASE("the mean exchange refuses a forged message and takes a repeated part once") {
   mean_exchange a({0, 1}, 0, wire_format::f32, 4);
   auto out = a.start(std::vector<float>(8, 1.0f));
   REQUIRE(out.size() == 1);
+  CHECK(out.front().piece == 1);  // its part of member 1's chunk, to member 1
   auto part = quantize_rows(std::vector<float>(4, 2.0f), 4, wire_format::f32);
-  CHECK_THROWS_AS(a.receive(2, 0, part), std::invalid_argument);      // not a member
-  CHECK_THROWS_AS(a.receive(1, 5, part), std::invalid_argument);      // no such round
+  CHECK_THROWS_AS(a.receive(2, 0, 0, part), std::invalid_argument);      // not a member
+  CHECK_THROWS_AS(a.receive(1, 5, 0, part), std::invalid_argument);      // no such round
+  CHECK_THROWS_AS(a.receive(1, 0, 7, part), std::invalid_argument);      // no such piece
   auto wrong = quantize_rows(std::vector<float>(3, 2.0f), 4, wire_format::f32);
-  CHECK_THROWS_AS(a.receive(1, 0, wrong), std::invalid_argument);     // not the chunk's size
+  CHECK_THROWS_AS(a.receive(1, 0, 0, wrong), std::invalid_argument);     // not the chunk's size
   auto forged = part;
   forged.data.pop_back();
-  CHECK_THROWS_AS(a.receive(1, 0, forged), std::invalid_argument);    // data short of its values
-  auto more = a.receive(1, 0, part);                                  // this member's chunk is reduced
-  CHECK(more.size() == 1);
+  CHECK_THROWS_AS(a.receive(1, 0, 0, forged), std::invalid_argument);    // data short of its values
+  auto more = a.receive(1, 0, 0, part);                                  // this member's chunk is reduced
+  REQUIRE(more.size() == 1);
   CHECK(more.front().round == 1);
-  CHECK_THROWS_AS(a.receive(1, 0, part), std::invalid_argument);      // sent twice
+  CHECK(more.front().piece == 0);
+  CHECK(a.receive(1, 0, 0, part).empty());                               // the same part again: nothing new
   CHECK_FALSE(a.done());
-  a.receive(1, 1, part);
+  a.receive(1, 1, 1, part);
   CHECK(a.done());
   CHECK(a.take() == std::vector<float>{1.5f, 1.5f, 1.5f, 1.5f, 2, 2, 2, 2});
+  CHECK_THROWS_AS(a.take(), std::logic_error);
+}
+
+TEST_CASE("the mean exchange goes on without a member lost at any point, every survivor ending with a mean") {
+  // 4 members; member 3 is lost after a given number of messages were delivered
+  // (its own messages still in flight are dropped, as a dead node's are). Each
+  // survivor learns of the loss at a different time; all must finish.
+  const std::size_t n = 4 * 1024;
+  std::vector<std::vector<float>> x;
+  for (unsigned r = 0; r < 4; ++r)
+    x.push_back(random_values(n, 50 + r));
+  for (int cut = 0; cut <= 24; cut += 3) {
+    CAPTURE(cut);
+    std::vector<mean_exchange> ex;
+    for (int r = 0; r < 4; ++r)
+      ex.emplace_back(std::vector<int>{0, 1, 2, 3}, r, wire_format::f32, sync_row_values);
+    std::deque<message> queue;
+    for (int r = 0; r < 4; ++r)
+      for (auto& s : ex[static_cast<std::size_t>(r)].start(x[static_cast<std::size_t>(r)]))
+        queue.push_back({r, s.to, std::move(s)});
+    int delivered = 0;
+    std::set<int> told;  // survivors that know of the loss
+    auto deliver = [&](message m) {
+      if (m.to == 3 && delivered >= cut)
+        return;  // to the dead member: dropped
+      for (auto& s : ex[static_cast<std::size_t>(m.to)].receive(m.from, m.send.round, m.send.piece,
+                                                                  std::move(m.send.payload)))
+        queue.push_back({m.to, s.to, std::move(s)});
+    };
+    while (!queue.empty()) {
+      auto m = std::move(queue.front());
+      queue.pop_front();
+      if (m.from == 3 && delivered >= cut)
+        continue;  // the dead member's messages not yet out are lost
+      deliver(std::move(m));
+      ++delivered;
+      if (delivered >= cut)
+        for (int r : {2, 0, 1})  // told one at a time, in between deliveries
+          if (!told.count(r)) {
+            told.insert(r);
+            for (auto& s : ex[static_cast<std::size_t>(r)].lose(3))
+              queue.push_back({r, s.to, std::move(s)});
+            break;
+          }
+      if (queue.empty())
+        for (int r : {2, 0, 1})
+          if (!told.count(r)) {
+            told.insert(r);
+            for (auto& s : ex[static_cast<std::size_t>(r)].lose(3))
+              queue.push_back({r, s.to, std::move(s)});
+          }
+    }
+    std::vector<std::vector<float>> means;
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      REQUIRE(ex[static_cast<std::size_t>(r)].done());
+      means.push_back(ex[static_cast<std::size_t>(r)].take());
+      // Each chunk is the mean over the members whose parts its owner had: all 4
+      // or the 3 survivors.
+      for (std::size_t i = 0; i < n; i += 511) {
+        float all4 = (x[0][i] + x[1][i] + x[2][i] + x[3][i]) / 4, three = (x[0][i] + x[1][i] + x[2][i]) / 3;
+        CHECK((means.back()[i] == doctest::Approx(all4) || means.back()[i] == doctest::Approx(three)));
+      }
+    }
+    // The survivors' own chunks (the first three) agree everywhere; only the lost
+    // member's chunk may differ, by whether its mean reached a survivor before the loss.
+    for (std::size_t i = 0; i < 3 * 1024; ++i) {
+      CHECK(means[1][i] == means[0][i]);
+      CHECK(means[2][i] == means[0][i]);
+    }
+  }
 }
 
 TEST_CASE("DiLoCo's policy applies the outer step to the mean pseudo-gradient, the same on every replica") {

@@ -109,6 +109,10 @@ net::frame encode(control_kind k) {
   return make(k);
 }
 
+net::frame encode_replica_lost(std::int32_t replica) {
+  return make(control_kind::replica_lost, replica);
+}
+
 hello_msg decode_hello(const net::frame& f) {
   auto r = reader_for(f, control_kind::hello);
   hello_msg m;
@@ -230,6 +234,15 @@ clock_msg decode_clock(const net::frame& f) {
   m.node_ns = r.get<std::int64_t>();
   r.expect_end();
   return m;
+}
+
+std::int32_t decode_replica_lost(const net::frame& f) {
+  auto r = reader_for(f, control_kind::replica_lost);
+  auto replica = r.get<std::int32_t>();
+  r.expect_end();
+  if (replica < 0)
+    throw malformed_input(fmt::format("replica_lost names replica {}", replica));
+  return replica;
 }
 
 std::uint64_t decode_spans_ack(const net::frame& f) {

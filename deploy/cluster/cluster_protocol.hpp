@@ -39,6 +39,7 @@ enum class control_kind : std::uint16_t {
   spans,
   spans_ack,
   clock,
+  replica_lost,  ///< coordinator -> nodes: a data-parallel replica left the run (elastic local-update training)
 };
 
 struct hello_msg {
@@ -134,6 +135,8 @@ net::frame encode(const clock_msg& m);
 net::frame encode_spans_ack(std::uint64_t seq);
 /// A frame with no fields: ready, start, stop, heartbeat.
 net::frame encode(control_kind k);
+/// `replica_lost`: replica `replica` left the run.
+net::frame encode_replica_lost(std::int32_t replica);
 
 /// Decoders; each throws malformed_input (runtime/transport/bytes.hpp) on bad input.
 hello_msg decode_hello(const net::frame& f);
@@ -146,6 +149,7 @@ checkpoint_msg decode_checkpoint(const net::frame& f);
 spans_msg decode_spans(const net::frame& f);
 clock_msg decode_clock(const net::frame& f);
 std::uint64_t decode_spans_ack(const net::frame& f);
+std::int32_t decode_replica_lost(const net::frame& f);
 
 /// The steady clock's current reading, in ns since its origin (what spans_msg and clock_msg carry).
 std::int64_t steady_now_ns() noexcept;

@@ -109,6 +109,10 @@ private:
       n.conn->send(encode(clock_msg{steady_now_ns(), 0}));
   }
   void check_liveness();
+  /// Node i is gone (`why`): local-update training goes on without the
+  /// replicas it ran, when it ran nothing else and one is left; otherwise the run fails.
+  void lose_node(int i, const std::string& why);
+  std::set<int> lost_nodes_, lost_replicas_;
   /// Records the run's first failure and says so at once (the run then stops).
   void fail(std::string why) {
     if (!failure_.empty())
@@ -220,6 +224,11 @@ void coordinator::on_frame(event& e) {
       }
       case control_kind::failed: {
         auto f = decode_failure(e.f);
+        bool lost_link = false;  // a node's channel to a node already lost: that loss, handled
+        for (int l : lost_nodes_)
+          lost_link |= f.what.find(fmt::format("data connection to node {}:", l)) != std::string::npos;
+        if (f.actor.rfind("node ", 0) == 0 && lost_link)
+          break;
         auto why = fmt::format("{} on node {} failed: {}", f.actor.rfind("node ", 0) == 0 ? f.actor : "actor '" + f.actor + "'", i, f.what);
         // A node that lost its channel to another node usually reports it
         // before that node's own loss arrives: wait briefly, so the run's
@@ -242,17 +251,72 @@ void coordinator::on_frame(event& e) {
   }
 }
 
+void coordinator::lose_node(int i, const std::string& why) {
+  auto& n = nodes_[static_cast<std::size_t>(i)];
+  if (lost_nodes_.count(i))
+    return;
+  const auto& lu = g_.local_update;
+  int replicas = std::max(g_.data_parallel.replicas, 1);
+  // Its replicas, if it ran only replica stages and their sync actors. NoLoCo's
+  // random routes send every replica's microbatches through the others: not those.
+  std::set<int> reps;
+  bool elastic = lu.present && replicas > 1 && !(lu.algorithm == "noloco" && lu.route == "random");
+  auto replica_of = [&](const actor_spec& a) {  // a sync actor's is its stage's
+    const auto* stage = a.role.holds_layers ? &a : g_.served_stage(a);
+    return stage ? stage->replica : -1;
+  };
+  for (const auto& name : n.actors) {
+    const auto* a = g_.find_actor(name);
+    elastic = elastic && a && (a->role.holds_layers || a->type == "outer_sync") && replica_of(*a) >= 0;
+    if (a)
+      reps.insert(replica_of(*a));
+  }
+  std::set<int> gone = lost_replicas_;
+  gone.insert(reps.begin(), reps.end());
+  if (!elastic || reps.empty() || static_cast<int>(gone.size()) >= replicas) {
+    fail(fmt::format("lost {}: {}", describe(i), why));
+    return;
+  }
+  // Every actor of those replicas leaves (some may run on other nodes, stranded).
+  std::vector<std::string> leaving;
+  for (const auto& a : g_.actors)
+    if ((a.role.holds_layers || a.type == "outer_sync") && reps.count(replica_of(a))) {
+      done_.insert(a.name);
+      leaving.push_back(a.name);
+    }
+  std::vector<int> left;
+  for (int r = 0; r < replicas; ++r)
+    if (!gone.count(r))
+      left.push_back(r);
+  fmt::print(stderr,
+             "troupe launch: lost {}: {}; replica {} leaves the run ({}); local-update training goes on with "
+             "replica{} {}\n",
+             describe(i), why, fmt::join(reps, ", "), fmt::join(leaving, ", "), left.size() == 1 ? "" : "s",
+             fmt::join(left, ", "));
+  std::fflush(stderr);
+  lost_nodes_.insert(i);
+  n.gone = true;
+  for (int r : reps)
+    if (lost_replicas_.insert(r).second)
+      for (auto& other : nodes_)
+        if (other.conn && !other.gone)
+          other.conn->send(encode_replica_lost(r));
+  // A node that lost its channel to this one said so first: that is this loss.
+  if (deferred_ && deferred_->first.find(fmt::format("data connection to node {}:", i)) != std::string::npos)
+    deferred_.reset();
+}
+
 void coordinator::check_liveness() {
   auto now = clock_type::now();
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     auto& n = nodes_[i];
     if (n.conn && !n.gone && !n.silent && now - n.last_heard > std::chrono::duration<double>(heartbeat_timeout_s)) {
       n.silent = true;
-      fail(fmt::format("lost {}: no heartbeat for {:.0f} s", describe(static_cast<int>(i)), heartbeat_timeout_s));
+      lose_node(static_cast<int>(i), fmt::format("no heartbeat for {:.0f} s", heartbeat_timeout_s));
     }
     if (launched_ && !n.gone)
       if (auto st = launched_->exit_status(static_cast<int>(i)); st && phase_ != phase::over)
-        fail(fmt::format("lost {}: its process exited with status {}", describe(static_cast<int>(i)), *st));
+        lose_node(static_cast<int>(i), fmt::format("its process exited with status {}", *st));
   }
 }
 
@@ -343,9 +407,9 @@ caf::expected<run_result> coordinator::run() {
     if (e) {
       if (e->closed) {
         if (int i = node_of(e->conn); i >= 0) {
-          nodes_[static_cast<std::size_t>(i)].gone = true;
           if (phase_ != phase::over)
-            fail(fmt::format("lost {}: {}", describe(i), e->why));
+            lose_node(i, e->why);
+          nodes_[static_cast<std::size_t>(i)].gone = true;
         }
       } else {
         on_frame(*e);
@@ -376,9 +440,14 @@ caf::expected<run_result> coordinator::run() {
       fail(fmt::format("node(s) {} did not {} within {} s", fmt::join(missing, ", "),
                        phase_ == phase::joining ? "join" : "get ready", o_.join_timeout.count() / 1000));
     }
-    if (phase_ == phase::running && o_.timeout.count() > 0 && clock_type::now() - started_ > o_.timeout)
-      fail(fmt::format("the run did not finish within {} s ({} of {} actors reported done)",
-                       o_.timeout.count() / 1000.0, done_.size(), g_.actors.size()));
+    if (phase_ == phase::running && o_.timeout.count() > 0 && clock_type::now() - started_ > o_.timeout) {
+      std::vector<std::string> waiting;
+      for (const auto& a : g_.actors)
+        if (!done_.count(a.name))
+          waiting.push_back(a.name);
+      fail(fmt::format("the run did not finish within {} s ({} of {} actors reported done; not: {})",
+                       o_.timeout.count() / 1000.0, done_.size(), g_.actors.size(), fmt::join(waiting, ", ")));
+    }
   }
   shut_down();
   if (signal != 0 && failure_.empty())

@@ -19,6 +19,7 @@
 #include "actors/channel.hpp"
 #include "actors/remote_codec.hpp"
 #include "deploy/cluster/cluster_protocol.hpp"
+#include "runtime/actor/outer_messages.hpp"
 #include "deploy/cli/run_graph.hpp"
 #include "deploy/cli/run_tracing.hpp"
 #include "deploy/cluster/spawn_and_connect.hpp"
@@ -285,6 +286,14 @@ int node_agent::run() {
             case control_kind::stop:
               exit_code = 0;
               break;
+            case control_kind::replica_lost: {  // elastic local-update training: tell who exchanges and routes
+              auto replica = decode_replica_lost(*f);
+              for (std::size_t i = 0; i < graph_.actors.size() && i < actors_.by_index.size(); ++i)
+                if (const auto& a = graph_.actors[i];
+                    actors_.by_index[i] && (a.type == "outer_sync" || a.type == "data_loader"))
+                  caf::anon_send(actors_.by_index[i], replica_lost_atom::value, replica);
+              break;
+            }
             default:
               throw malformed_input(fmt::format("unexpected control frame {}", f->kind));
           }

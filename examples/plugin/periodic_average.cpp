@@ -29,16 +29,15 @@ public:
                  .first->second;
     return ex.start(local);
   }
-  std::vector<sync_send> receive(int f, int from, int round, quantized_rows part) override {
-    return exchanges_.at(f).receive(from, round, std::move(part));
+  std::vector<sync_send> receive(int f, int from, int round, int piece, quantized_rows part) override {
+    return exchanges_.at(f).receive(from, round, piece, std::move(part));
   }
   bool ready(int f) const override {
     auto it = exchanges_.find(f);
-    return it != exchanges_.end() && it->second.done();
+    return it != exchanges_.end() && it->second.done() && !it->second.taken();
   }
   void perform(int f, std::span<float> local) override {
-    auto mean = exchanges_.at(f).take();
-    exchanges_.erase(f);
+    auto mean = exchanges_.at(f).take();  // kept until the next prepare: late members may still ask it
     if (mean.size() != local.size())
       throw std::invalid_argument("periodic_average: the mean and the stage's values differ in size");
     std::copy(mean.begin(), mean.end(), local.begin());

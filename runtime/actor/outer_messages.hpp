@@ -24,6 +24,10 @@ namespace troupe {
 using outer_atom = caf::atom_constant<caf::atom("outer")>;
 using outer_part_atom = caf::atom_constant<caf::atom("outerpart")>;
 using outer_done_atom = caf::atom_constant<caf::atom("outerdone")>;
+/// `(replica_lost_atom, int32 replica)`: a replica left the run (its node was
+/// lost); local-update training goes on without it (the launcher tells the sync
+/// actors and the loader of every other node).
+using replica_lost_atom = caf::atom_constant<caf::atom("replost")>;
 
 /// What a stage hands its sync actor after an inner step.
 struct outer_local_msg {
@@ -36,10 +40,10 @@ struct outer_local_msg {
 
 /// One message of a fragment's exchange between the sync actors of one
 /// position, as it travels (schedulers/sync_policy.hpp, schedulers/quantize.hpp):
-/// from `replica`, in the policy's round `round`.
+/// from `replica`, in the policy's round `round`, about its piece `piece`.
 struct outer_part_msg {
   step_t step = 0;  ///< the inner step it was prepared after
-  std::int32_t fragment = 0, replica = 0, round = 0, format = 0;
+  std::int32_t fragment = 0, replica = 0, round = 0, piece = 0, format = 0;
   std::int64_t values = 0, cols = 0;
   std::vector<std::uint8_t> data;
   std::vector<float> scales;
@@ -58,7 +62,7 @@ typename Inspector::result_type inspect(Inspector& f, outer_local_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, outer_part_msg& x) {
-  return f(caf::meta::type_name("outer_part_msg"), x.step, x.fragment, x.replica, x.round, x.format, x.values, x.cols,
+  return f(caf::meta::type_name("outer_part_msg"), x.step, x.fragment, x.replica, x.round, x.piece, x.format, x.values, x.cols,
            x.data, x.scales);
 }
 template <class Inspector>

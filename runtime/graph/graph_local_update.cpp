@@ -149,6 +149,8 @@ void parse_local_update(parsed_graph& pg, const YAML::Node& n, graph_reader& r) 
   l.sync_every = local_update_default_sync_every(l.algorithm);
   if (l.algorithm == "sparseloco")
     l.outer = sparseloco_outer_defaults();
+  else if (l.algorithm == "noloco")
+    l.outer = noloco_outer_defaults();
   bool good = r.get_int(n, path, "sync_every", l.sync_every, 1, max_period);
   if (auto o = child(n, "outer"))
     parse_outer(o, l.outer, r);

@@ -57,6 +57,9 @@ TEST_CASE("local_update takes each paper's defaults when a key is absent") {
   REQUIRE(s.ok());
   CHECK(s.graph->local_update.outer.lr == 1.0);
   CHECK(s.graph->local_update.outer.momentum == 0.95);
+  auto n = load_with("{algorithm: noloco}");  // NoLoCo's paper: lr 0.7, momentum 0.5
+  REQUIRE(n.ok());
+  CHECK(n.graph->local_update.outer.momentum == 0.5);
   // DES-LOC averages on its periods: it has no outer optimizer to set.
   auto d2 = load_with("{algorithm: desloc, outer: {lr: 0.5}}");
   CHECK(to_string(d2.errors).find("local_update.outer: 'outer' is a setting of") != std::string::npos);

@@ -22,6 +22,11 @@ struct outer_optimizer_spec {
 /// al. 2025, arXiv 2508.15706). Nesterov has no meaning there.
 inline outer_optimizer_spec sparseloco_outer_defaults() { return {1.0, 0.95, false}; }
 
+/// NoLoCo's outer settings when `outer:` is not written: lr 0.7, momentum 0.5
+/// (Kolehmainen et al. 2025, arXiv 2506.10911, and jkolehm/noloco's
+/// outer_lr/outer_momentum); its step is its own, not torch's Nesterov SGD.
+inline outer_optimizer_spec noloco_outer_defaults() { return {0.7, 0.5, false}; }
+
 /// `local_update: {algorithm, sync_every, outer, fragments, delay, alpha,
 /// quantize, group, route, periods, density}`. Each replica takes `sync_every`
 /// inner steps with its own AdamW before it exchanges anything.

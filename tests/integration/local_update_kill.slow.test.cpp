@@ -1,0 +1,69 @@
+// Local-update training is elastic (#13): killing the node process that holds
+// replica 1 mid-run, the launch names the lost replica, its sync actors re-form
+// their exchanges without it, the loader stops making its microbatches, and
+// the run finishes every step with exit 0, for DiLoCo and for NoLoCo. (DDP
+// still stops: integration.data_parallel_kill.)
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include "tests/integration/troupe_process.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using namespace troupe::testing;
+
+namespace {
+
+void lose_a_replica(const std::string& local_update, int replicas) {
+  auto dir = fs::temp_directory_path() / ("troupe_lu_kill_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  constexpr int steps = 3000;
+  // Replicas of a 2-stage pipeline, one replica per node process (the loader runs with replica 0).
+  std::ofstream{dir / "graph.yaml"} << "model: {layers: 2, d_model: 32, heads: 2, context: 16, vocab: 256}\n"
+                                    << "data: {corpus: kjv, batch: 2, seed: 7}\n"
+                                    << "train: {steps: " << steps << ", lr: 3.0e-3, warmup: 2, eval_batches: 2}\n"
+                                    << "pipeline: {stages: 2, microbatches: 2, schedule: 1f1b}\n"
+                                    << "data_parallel: {replicas: " << replicas << "}\n"
+                                    << "local_update: " << local_update << "\n"
+                                    << "cluster: {launcher: local, nodes: " << replicas << "}\n";
+  troupe_process launch{dir, {"launch", (dir / "graph.yaml").string(), "--no-trace"}};
+  auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
+  launch.wait_for(R"(step\s+\d+/3000)");  // training is under way, exchanges between the nodes included
+  std::this_thread::sleep_for(300ms);
+  auto [code, took, err] = kill_node(launch, coordinator, 1);
+  auto out = slurp(launch.out);
+  INFO(out, err);
+  MESSAGE(local_update, ": the launch ended ", took, " s after the kill with exit code ", code);
+  CHECK(code == 0);
+  CHECK(err.find("lost node 1") != std::string::npos);
+  CHECK(err.find("replica 1 leaves the run (r1s0, r1s1, r1s0_sync, r1s1_sync)") != std::string::npos);
+  CHECK(err.find("goes on with replica") != std::string::npos);
+  CHECK(out.find(fmt::format("{} steps in", steps)) != std::string::npos);  // every step, by the replicas left
+  std::this_thread::sleep_for(200ms);
+  CHECK(processes_with("--coordinator " + coordinator).empty());
+  fs::remove_all(dir);
+}
+
+} // namespace
+
+TEST_CASE("a DiLoCo run that loses a replica's node finishes with the others, exit 0, naming it") {
+  lose_a_replica("{algorithm: diloco, sync_every: 4}", 2);
+}
+
+TEST_CASE("a NoLoCo run that loses a replica's node finishes with the others, exit 0, naming it") {
+  lose_a_replica("{algorithm: noloco, sync_every: 4, group: 2, route: chain}", 2);
+}
+
+TEST_CASE("a DiLoCo run of 3 replicas that loses one re-forms its exchange among the two left") {
+  lose_a_replica("{algorithm: diloco, sync_every: 4, quantize: int8}", 3);
+}
