@@ -131,7 +131,7 @@ private:
   std::unique_ptr<launched_nodes> launched_;
   phase phase_ = phase::joining;
   std::string failure_;
-  std::optional<std::pair<std::string, clock_type::time_point>> deferred_;  ///< a node's report, held back
+  std::vector<std::pair<std::string, clock_type::time_point>> deferred_;  ///< nodes' reports, held back
   run_result result_;
   run_checkpoints checkpoints_;  ///< written by the nodes' actors, completed here (a shared file system)
   std::set<std::string> done_;
@@ -233,8 +233,8 @@ void coordinator::on_frame(event& e) {
         // A node that lost its channel to another node usually reports it
         // before that node's own loss arrives: wait briefly, so the run's
         // error names the node that died rather than a neighbour.
-        if (f.actor.rfind("node ", 0) == 0 && !deferred_)
-          deferred_ = std::pair{std::move(why), clock_type::now() + std::chrono::milliseconds(1500)};
+        if (f.actor.rfind("node ", 0) == 0)  // every node that lost its channel to it says so
+          deferred_.emplace_back(std::move(why), clock_type::now() + std::chrono::milliseconds(1500));
         else
           fail(std::move(why));
         break;
@@ -302,8 +302,9 @@ void coordinator::lose_node(int i, const std::string& why) {
         if (other.conn && !other.gone)
           other.conn->send(encode_replica_lost(r));
   // A node that lost its channel to this one said so first: that is this loss.
-  if (deferred_ && deferred_->first.find(fmt::format("data connection to node {}:", i)) != std::string::npos)
-    deferred_.reset();
+  std::erase_if(deferred_, [&](const auto& d) {
+    return d.first.find(fmt::format("data connection to node {}:", i)) != std::string::npos;
+  });
 }
 
 void coordinator::check_liveness() {
@@ -416,8 +417,8 @@ caf::expected<run_result> coordinator::run() {
       }
     }
     check_liveness();
-    if (deferred_ && clock_type::now() > deferred_->second)
-      fail(deferred_->first);
+    if (!deferred_.empty() && clock_type::now() > deferred_.front().second)
+      fail(deferred_.front().first);
     auto all = [&](auto pred) { return std::all_of(nodes_.begin(), nodes_.end(), pred); };
     if (phase_ == phase::joining && all([](const node_state& n) { return n.conn != nullptr; })) {
       for (const auto& n : nodes_)

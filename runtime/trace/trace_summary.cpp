@@ -190,7 +190,7 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns, std::int6
       out.tokens_per_s = c.value;
     else if (c.name.starts_with("loss:r")) // loss:rN, replica N's own microbatches (stage_engine)
       out.replica_loss[std::atoi(c.name.c_str() + 6)] = c.value;
-    else if (c.name.starts_with("outer:")) { // outer:ACTOR:steps|bytes, a sync actor's progress (outer_sync.cpp)
+    else if (c.name.starts_with("outer:")) { // outer:ACTOR:steps|bytes, a local-update sync actor's progress
       auto rest = std::string_view{c.name}.substr(6);
       auto colon = rest.rfind(':');
       if (colon != std::string_view::npos) {
