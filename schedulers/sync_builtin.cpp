@@ -111,167 +111,149 @@ private:
   long exchanges_ = 0;
 };
 
-/// Parts gathered from a set of members, one each, each member's decoded at the end.
-struct gathered {
-  std::vector<int> members;
-  std::vector<std::optional<quantized_rows>> parts;
-  std::size_t index_of(int r, const char* who) const {
-    auto it = std::find(members.begin(), members.end(), r);
-    if (it == members.end())
-      throw std::invalid_argument(fmt::format("{}: a part from replica {}, not of this exchange", who, r));
-    return static_cast<std::size_t>(it - members.begin());
+/// A method whose exchange is one round: each member sends its one part to
+/// the other members it names, and applies what all of them sent (NoLoCo's
+/// groups, SparseLoCo's sparse all-gather). A lost member is no longer waited
+/// for, and its late part is left out.
+class gathering_policy : public sync_policy {
+public:
+  std::vector<sync_send> receive(int f, int from, int, int, quantized_rows part) override {
+    if (std::find(lost_.begin(), lost_.end(), from) != lost_.end())
+      return {};  // a lost member's last part, late: left out
+    if (f != 0 || members_.empty())
+      throw std::invalid_argument(fmt::format("{}: a part of fragment {} with no exchange under way", name_, f));
+    auto i = index_of(from);
+    if (parts_[i])
+      throw std::invalid_argument(fmt::format("{}: replica {} sent its part twice", name_, from));
+    if (auto what = check_rows(part); !what.empty() || part.values != values_)
+      throw std::invalid_argument(fmt::format("{}: a malformed part from replica {}: {} values of {} {}", name_, from,
+                                              part.values, values_, what));
+    parts_[i] = std::move(part);
+    return {};
   }
-  void put(int r, quantized_rows q, std::int64_t values, const char* who) {
-    auto i = index_of(r, who);
-    if (parts[i])
-      throw std::invalid_argument(fmt::format("{}: replica {} sent its part twice", who, r));
-    if (auto what = check_rows(q); !what.empty() || q.values != values)
-      throw std::invalid_argument(fmt::format("{}: a malformed part from replica {}: {} values of {} {}", who, r,
-                                              q.values, values, what));
-    parts[i] = std::move(q);
+  std::vector<sync_send> lose(int r) override {
+    lost_.push_back(r);
+    drop(r);
+    return {};
   }
-  bool complete() const {
-    return std::all_of(parts.begin(), parts.end(), [](const auto& p) { return p.has_value(); });
+  bool ready(int) const override {
+    return !members_.empty() && std::all_of(parts_.begin(), parts_.end(), [](const auto& p) { return p.has_value(); });
   }
-  /// A member left: its part is no longer waited for (nor used, if it came).
+  void perform(int, std::span<float> local) override {
+    if (!ready(0))
+      throw std::logic_error(fmt::format("{}: performed before every member's part arrived", name_));
+    std::vector<quantized_rows> parts;  // in member order
+    for (auto& p : parts_)
+      parts.push_back(std::move(*p));
+    apply(parts, local);
+    members_.clear(), parts_.clear();
+    ++exchanges_;
+  }
+  long exchanges() const override { return exchanges_; }
+
+protected:
+  gathering_policy(const sync_setup& s, const char* name) : setup_(s), name_(name) {}
+  /// Starts an exchange among `members` (this replica among them, lost ones
+  /// left out here) with this replica's `part` of `values` values: what to send.
+  std::vector<sync_send> gather(std::vector<int> members, quantized_rows part) {
+    if (!members_.empty())
+      throw std::invalid_argument(fmt::format("{}: an exchange prepared while one is under way", name_));
+    members_ = std::move(members);
+    parts_.assign(members_.size(), std::nullopt);
+    for (int r : lost_)
+      drop(r);
+    values_ = part.values;
+    std::vector<sync_send> out;
+    for (int m : members_)
+      if (m != setup_.replica)
+        out.push_back({m, 0, 0, part});
+    parts_[index_of(setup_.replica)] = std::move(part);
+    return out;
+  }
+  /// Applies the parts of every member still here (member order) to `local`.
+  virtual void apply(std::vector<quantized_rows>& parts, std::span<float> local) = 0;
+
+  sync_setup setup_;
+
+private:
+  std::size_t index_of(int r) const {
+    auto it = std::find(members_.begin(), members_.end(), r);
+    if (it == members_.end())
+      throw std::invalid_argument(fmt::format("{}: a part from replica {}, not of this exchange", name_, r));
+    return static_cast<std::size_t>(it - members_.begin());
+  }
   void drop(int r) {
-    auto it = std::find(members.begin(), members.end(), r);
-    if (it == members.end())
-      return;
-    parts.erase(parts.begin() + (it - members.begin()));
-    members.erase(it);
+    if (auto it = std::find(members_.begin(), members_.end(), r); it != members_.end()) {
+      parts_.erase(parts_.begin() + (it - members_.begin()));
+      members_.erase(it);
+    }
   }
+
+  const char* name_;
+  std::vector<int> members_, lost_;
+  std::vector<std::optional<quantized_rows>> parts_;
+  std::int64_t values_ = 0;
+  long exchanges_ = 0;
 };
 
 /// NoLoCo (Kolehmainen et al. 2025, arXiv 2506.10911; jkolehm/noloco): no
 /// collective. Every H steps the replicas split into groups from a permutation
 /// seeded by the step; each member sends its fast (local) and slow weights to
 /// the other members of its group only, and takes noloco_outer_step.
-class noloco_policy : public sync_policy {
+class noloco_policy : public gathering_policy {
 public:
   explicit noloco_policy(const sync_setup& s)
-      : setup_(s), format_(format_of(s.spec)), slow_(s.start.at(0)), momentum_(slow_.size(), 0.0f) {}
+      : gathering_policy(s, "noloco"), format_(format_of(s.spec)), slow_(s.start.at(0)), momentum_(slow_.size(), 0.0f) {}
   std::vector<sync_send> prepare(int f, std::int64_t step, std::span<const float> local) override {
-    if (f != 0 || local.size() != slow_.size() || current_)
+    if (f != 0 || local.size() != slow_.size())
       throw std::invalid_argument(fmt::format("noloco: fragment {} of {} values prepared", f, local.size()));
-    gathered g;
     // The groups of all replicas, lost ones included: every member derives the
     // same ones whether or not it has heard of a loss yet; then the lost leave.
+    std::vector<int> mine;
     for (auto& group : noloco_groups(setup_.replicas, setup_.spec.group, step, setup_.seed))
       if (std::find(group.begin(), group.end(), setup_.replica) != group.end())
-        g.members = group;
-    g.parts.resize(g.members.size());
-    for (int r : lost_)
-      g.drop(r);
+        mine = group;
     std::vector<float> both(local.begin(), local.end());
     both.insert(both.end(), slow_.begin(), slow_.end());
-    auto q = quantize_rows(both, sync_row_values, format_);
-    std::vector<sync_send> out;
-    for (int m : g.members)
-      if (m != setup_.replica)
-        out.push_back({m, 0, 0, q});
-    g.parts[g.index_of(setup_.replica, "noloco")] = std::move(q);
-    current_ = std::move(g);
-    return out;
+    return gather(std::move(mine), quantize_rows(both, sync_row_values, format_));
   }
-  std::vector<sync_send> receive(int f, int from, int, int, quantized_rows part) override {
-    if (std::find(lost_.begin(), lost_.end(), from) != lost_.end())
-      return {};  // a lost member's last part, late: left out
-    if (f != 0 || !current_)
-      throw std::invalid_argument(fmt::format("noloco: a part of fragment {} with no exchange under way", f));
-    current_->put(from, std::move(part), static_cast<std::int64_t>(2 * slow_.size()), "noloco");
-    return {};
-  }
-  std::vector<sync_send> lose(int r) override {
-    lost_.push_back(r);
-    if (current_)
-      current_->drop(r);
-    return {};
-  }
-  bool ready(int) const override { return current_ && current_->complete(); }
-  void perform(int, std::span<float> local) override {
-    if (!ready(0))
-      throw std::logic_error("noloco: performed before every member's part arrived");
+
+private:
+  void apply(std::vector<quantized_rows>& parts, std::span<float> local) override {
     auto n = slow_.size();
     std::vector<std::vector<float>> decoded;
-    for (auto& p : current_->parts) {
+    for (const auto& p : parts) {
       decoded.emplace_back(2 * n, 0.0f);
-      accumulate(*p, decoded.back());
+      accumulate(p, decoded.back());
     }
     std::vector<std::span<const float>> fast, slow;
     for (const auto& d : decoded)
       fast.emplace_back(d.data(), n), slow.emplace_back(d.data() + n, n);
     noloco_outer_step(fast, slow, momentum_, slow_, local, setup_.spec.outer.lr, setup_.spec.outer.momentum);
-    current_.reset();
-    ++exchanges_;
   }
-  long exchanges() const override { return exchanges_; }
 
-private:
-  sync_setup setup_;
   wire_format format_;
   std::vector<float> slow_, momentum_;
-  std::optional<gathered> current_;
-  std::vector<int> lost_;
-  long exchanges_ = 0;
 };
 
 /// SparseLoCo (Sarfi et al. 2025, arXiv 2508.15706): each replica's sparse
 /// 2-bit part goes to every other replica (a sparse all-gather), and each
 /// applies the mean of all of them.
-class sparseloco_policy : public sync_policy {
+class sparseloco_policy : public gathering_policy {
 public:
   explicit sparseloco_policy(const sync_setup& s)
-      : setup_(s), math_(s.start.at(0), s.spec.density, s.spec.outer.momentum, s.spec.outer.lr) {}
+      : gathering_policy(s, "sparseloco"),
+        math_(s.start.at(0), s.spec.density, s.spec.outer.momentum, s.spec.outer.lr) {}
   std::vector<sync_send> prepare(int f, std::int64_t, std::span<const float> local) override {
-    if (f != 0 || current_)
-      throw std::invalid_argument(fmt::format("sparseloco: fragment {} prepared while one is under way", f));
-    gathered g{all_replicas(setup_.replicas), {}};
-    g.parts.resize(g.members.size());
-    for (int r : lost_)
-      g.drop(r);
-    auto q = math_.prepare(local);
-    std::vector<sync_send> out;
-    for (int m : g.members)
-      if (m != setup_.replica)
-        out.push_back({m, 0, 0, q});
-    g.parts[g.index_of(setup_.replica, "sparseloco")] = std::move(q);
-    current_ = std::move(g);
-    return out;
+    if (f != 0)
+      throw std::invalid_argument(fmt::format("sparseloco: fragment {} prepared (it has one)", f));
+    return gather(all_replicas(setup_.replicas), math_.prepare(local));
   }
-  std::vector<sync_send> receive(int f, int from, int, int, quantized_rows part) override {
-    if (std::find(lost_.begin(), lost_.end(), from) != lost_.end())
-      return {};  // a lost member's last part, late: left out
-    if (f != 0 || !current_)
-      throw std::invalid_argument(fmt::format("sparseloco: a part of fragment {} with no exchange under way", f));
-    current_->put(from, std::move(part), static_cast<std::int64_t>(math_.global().size()), "sparseloco");
-    return {};
-  }
-  std::vector<sync_send> lose(int r) override {
-    lost_.push_back(r);
-    if (current_)
-      current_->drop(r);
-    return {};
-  }
-  bool ready(int) const override { return current_ && current_->complete(); }
-  void perform(int, std::span<float> local) override {
-    if (!ready(0))
-      throw std::logic_error("sparseloco: performed before every replica's part arrived");
-    std::vector<quantized_rows> parts;
-    for (auto& p : current_->parts)
-      parts.push_back(std::move(*p));
-    math_.perform(parts, local);
-    current_.reset();
-    ++exchanges_;
-  }
-  long exchanges() const override { return exchanges_; }
 
 private:
-  sync_setup setup_;
+  void apply(std::vector<quantized_rows>& parts, std::span<float> local) override { math_.perform(parts, local); }
+
   sparseloco math_;
-  std::optional<gathered> current_;
-  std::vector<int> lost_;
-  long exchanges_ = 0;
 };
 
 } // namespace

@@ -41,9 +41,13 @@ void lose_a_replica(const std::string& local_update, int replicas) {
   launch.wait_for(R"(step\s+\d+/3000)");  // training is under way, exchanges between the nodes included
   std::this_thread::sleep_for(300ms);
   auto [code, took, err] = kill_node(launch, coordinator, 1);
+  if (code == -1) {  // still training after 10 s (a loaded machine): it goes on, as it should
+    code = launch.wait(120s);
+    err = slurp(launch.err);
+  }
   auto out = slurp(launch.out);
   INFO(out, err);
-  MESSAGE(local_update, ": the launch ended ", took, " s after the kill with exit code ", code);
+  MESSAGE(local_update, ": exit code ", code, " (", took, " s after the kill at least)");
   CHECK(code == 0);
   CHECK(err.find("lost node 1") != std::string::npos);
   CHECK(err.find("replica 1 leaves the run (r1s0, r1s1, r1s0_sync, r1s1_sync)") != std::string::npos);
