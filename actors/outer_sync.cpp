@@ -36,7 +36,7 @@ struct outer_sync_state {
   std::vector<caf::actor> actors;
   caf::actor runner;
   std::unique_ptr<sched::sync_policy> policy;
-  std::map<int, step_t> prepared;                                       ///< fragment -> the step of its exchange under way
+  std::map<int, step_t> prepared;  ///< fragment -> the step of its exchange under way
   std::map<int, step_t> exchange;  ///< fragment -> the step of its policy's exchange (under way, or the last applied)
   std::vector<int> lost;           ///< replicas that left the run (elastic)
   std::map<int, std::pair<step_t, std::vector<float>>> perform;          ///< fragment -> the stage's values to update

@@ -138,7 +138,8 @@ net::frame encode(std::uint16_t dest, const ring_msg& m) {
 }
 
 net::frame encode(std::uint16_t dest, const outer_part_msg& m) {
-  auto f = head(data_kind::outer_part, dest, m.step, m.fragment, m.replica, m.round, m.piece, m.format, m.values, m.cols);
+  auto f = head(data_kind::outer_part, dest, m.step, m.fragment, m.replica, m.round, m.piece, m.format, m.values,
+                m.cols);
   auto data = tensor_handle::empty({static_cast<std::int64_t>(m.data.size())}, dtype::u8);
   std::memcpy(data.raw(), m.data.data(), m.data.size());
   auto scales = tensor_handle::empty({static_cast<std::int64_t>(m.scales.size())});
@@ -250,13 +251,14 @@ void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& loc
     case data_kind::outer_part: {
       outer_part_msg m;
       m.step = r.get<step_t>(), m.fragment = r.get<std::int32_t>(), m.replica = r.get<std::int32_t>();
-      m.round = r.get<std::int32_t>(), m.piece = r.get<std::int32_t>(), m.format = r.get<std::int32_t>(), m.values = r.get<std::int64_t>(), m.cols = r.get<std::int64_t>();
+      m.round = r.get<std::int32_t>(), m.piece = r.get<std::int32_t>(), m.format = r.get<std::int32_t>();
+      m.values = r.get<std::int64_t>(), m.cols = r.get<std::int64_t>();
       auto data = get_tensor(r, f, blob);
       auto scales = get_tensor(r, f, blob);
       finish();
       if (!data.defined() || data.type() != dtype::u8 || data.rank() != 1 || !scales.defined() ||
-          scales.type() != dtype::f32 || scales.rank() != 1 || m.fragment < 0 || m.replica < 0 || m.round < 0 || m.piece < 0 || m.values < 0 ||
-          m.cols < 0)
+          scales.type() != dtype::f32 || scales.rank() != 1 || m.fragment < 0 || m.replica < 0 || m.round < 0 ||
+          m.piece < 0 || m.values < 0 || m.cols < 0)
         throw malformed_input(fmt::format("outer part of fragment {} from replica {} malformed", m.fragment, m.replica));
       m.data.assign(data.data<std::uint8_t>(), data.data<std::uint8_t>() + data.numel());
       m.scales.assign(scales.data<float>(), scales.data<float>() + scales.numel());

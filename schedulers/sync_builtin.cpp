@@ -203,7 +203,8 @@ private:
 class noloco_policy : public gathering_policy {
 public:
   explicit noloco_policy(const sync_setup& s)
-      : gathering_policy(s, "noloco"), format_(format_of(s.spec)), slow_(s.start.at(0)), momentum_(slow_.size(), 0.0f) {}
+      : gathering_policy(s, "noloco"), format_(format_of(s.spec)), slow_(s.start.at(0)),
+        momentum_(slow_.size(), 0.0f) {}
   std::vector<sync_send> prepare(int f, std::int64_t step, std::span<const float> local) override {
     if (f != 0 || local.size() != slow_.size())
       throw std::invalid_argument(fmt::format("noloco: fragment {} of {} values prepared", f, local.size()));

@@ -62,8 +62,8 @@ typename Inspector::result_type inspect(Inspector& f, outer_local_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, outer_part_msg& x) {
-  return f(caf::meta::type_name("outer_part_msg"), x.step, x.fragment, x.replica, x.round, x.piece, x.format, x.values, x.cols,
-           x.data, x.scales);
+  return f(caf::meta::type_name("outer_part_msg"), x.step, x.fragment, x.replica, x.round, x.piece, x.format,
+           x.values, x.cols, x.data, x.scales);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, outer_result_msg& x) {
