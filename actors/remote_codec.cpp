@@ -141,9 +141,11 @@ net::frame encode(std::uint16_t dest, const outer_part_msg& m) {
   auto f = head(data_kind::outer_part, dest, m.step, m.fragment, m.replica, m.round, m.piece, m.format, m.values,
                 m.cols);
   auto data = tensor_handle::empty({static_cast<std::int64_t>(m.data.size())}, dtype::u8);
-  std::memcpy(data.raw(), m.data.data(), m.data.size());
+  if (!m.data.empty())  // an empty chunk, or an f32 part's scales: nothing to copy (and no pointer to copy from)
+    std::memcpy(data.raw(), m.data.data(), m.data.size());
   auto scales = tensor_handle::empty({static_cast<std::int64_t>(m.scales.size())});
-  std::memcpy(scales.raw(), m.scales.data(), m.scales.size() * sizeof(float));
+  if (!m.scales.empty())
+    std::memcpy(scales.raw(), m.scales.data(), m.scales.size() * sizeof(float));
   put_tensor(f, data);
   put_tensor(f, scales);
   return f;

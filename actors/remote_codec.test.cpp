@@ -88,3 +88,21 @@ TEST_CASE("a replica's pseudo-gradient crosses processes intact, and a forged on
   bad.meta[bad.meta.size() - 1 - 8 - 1] = static_cast<std::byte>(dtype::u8); // the scales' dtype byte
   CHECK_THROWS_AS(remote::deliver(std::move(bad), [&](std::uint16_t) { return caf::actor{self}; }), malformed_input);
 }
+
+TEST_CASE("an f32 part (no scales) and an empty chunk cross processes too") {
+  troupe_config cfg{runtime_options{}};
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  for (std::size_t n : {std::size_t{0}, std::size_t{8}}) {
+    outer_part_msg m;
+    m.step = 4, m.fragment = 0, m.replica = 1, m.round = 0, m.piece = 3, m.format = 0;
+    m.values = static_cast<std::int64_t>(n / 4), m.cols = 1024;
+    m.data.assign(n, 7);
+    remote::deliver(remote::encode(2, m), [&](std::uint16_t dest) { return dest == 2 ? caf::actor{self} : caf::actor{}; });
+    self->receive([&](outer_part_atom, const outer_part_msg& x) {
+      CHECK(x.data == m.data);
+      CHECK(x.scales.empty());
+      CHECK(x.piece == 3);
+    });
+  }
+}
