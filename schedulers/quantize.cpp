@@ -156,26 +156,26 @@ quantized_rows quantize_rows(std::span<const float> x, std::int64_t cols, wire_f
   return q;
 }
 
-std::string check_rows(const quantized_rows& q) {
+expected<void> check_rows(const quantized_rows& q) {
   if (q.values < 0 || q.cols < 1)
-    return fmt::format("{} values in rows of {}", q.values, q.cols);
+    return make_sched_error(fmt::format("{} values in rows of {}", q.values, q.cols));
   if (static_cast<int>(q.format) < 0 || static_cast<int>(q.format) > static_cast<int>(wire_format::sparse2))
-    return fmt::format("unknown format {}", static_cast<int>(q.format));
+    return make_sched_error(fmt::format("unknown format {}", static_cast<int>(q.format)));
   if (q.format == wire_format::sparse2)
     return check_sparse(q);
   auto rows = static_cast<std::size_t>((q.values + q.cols - 1) / q.cols);
   auto want_scales = q.format == wire_format::int8 || q.format == wire_format::fp8 ? rows : 0;
   if (q.data.size() != static_cast<std::size_t>(q.values) * bytes_per_value(q.format) || q.scales.size() != want_scales)
-    return fmt::format("{} bytes and {} scales for {} values in rows of {} (format {})", q.data.size(),
-                       q.scales.size(), q.values, q.cols, static_cast<int>(q.format));
+    return make_sched_error(fmt::format("{} bytes and {} scales for {} values in rows of {} (format {})",
+                                        q.data.size(), q.scales.size(), q.values, q.cols, static_cast<int>(q.format)));
   return {};
 }
 
 void accumulate(const quantized_rows& q, std::span<float> acc) {
   if (static_cast<std::int64_t>(acc.size()) != q.values)
     throw std::invalid_argument(fmt::format("accumulate: {} values into {}", q.values, acc.size()));
-  if (auto what = check_rows(q); !what.empty())
-    throw std::invalid_argument("accumulate: a malformed part: " + what);
+  if (auto ok = check_rows(q); !ok)
+    throw std::invalid_argument("accumulate: a malformed part: " + ok.error().message);
   if (q.format == wire_format::sparse2)
     return accumulate_sparse(q, acc);
   for (std::int64_t i = 0; i < q.values; ++i) {

@@ -6,9 +6,10 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <string>
 #include <string_view>
 #include <vector>
+
+#include "schedulers/expected.hpp"
 
 namespace troupe::sched {
 
@@ -37,9 +38,9 @@ struct quantized_rows {
 quantized_rows quantize_rows(std::span<const float> x, std::int64_t cols, wire_format f);
 
 /// Whether `q` is well formed: its data and scales have the sizes its format,
-/// `values` and `cols` call for. Parts from the network are checked with it
-/// before they are decoded. An empty string when sound, else what is wrong.
-std::string check_rows(const quantized_rows& q);
+/// `values` and `cols` call for (else what is wrong). Parts from the network
+/// are checked with it before they are decoded.
+expected<void> check_rows(const quantized_rows& q);
 
 /// `acc += decode(q)`, element by element in f32. Throws std::invalid_argument
 /// when `q` is malformed (check_rows) or its size is not `acc`'s.

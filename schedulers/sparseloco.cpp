@@ -88,20 +88,20 @@ quantized_rows sparse_topk_2bit(std::span<const float> x, double density, std::i
   return q;
 }
 
-std::string check_sparse(const quantized_rows& q) {
+expected<void> check_sparse(const quantized_rows& q) {
   if (q.cols > 65536)
-    return fmt::format("sparse chunks of {} values (at most 65536)", q.cols);
+    return make_sched_error(fmt::format("sparse chunks of {} values (at most 65536)", q.cols));
   if (q.data.size() < header_bytes)
-    return "a sparse part without its header";
+    return make_sched_error("a sparse part without its header");
   auto k_full = read_k(q);
   if (k_full < 1 || k_full > q.cols)
-    return fmt::format("{} entries kept of chunks of {}", k_full, q.cols);
+    return make_sched_error(fmt::format("{} entries kept of chunks of {}", k_full, q.cols));
   std::size_t bytes = header_bytes, chunks = 0;
   for (std::int64_t c0 = 0; c0 < q.values; c0 += q.cols, ++chunks)
     bytes += chunk_bytes(chunk_keep(k_full, std::min(q.cols, q.values - c0)));
   if (q.data.size() != bytes || q.scales.size() != 2 * chunks)
-    return fmt::format("{} bytes and {} scales for {} values in chunks of {} keeping {}", q.data.size(),
-                       q.scales.size(), q.values, q.cols, k_full);
+    return make_sched_error(fmt::format("{} bytes and {} scales for {} values in chunks of {} keeping {}",
+                                        q.data.size(), q.scales.size(), q.values, q.cols, k_full));
   const std::uint8_t* p = q.data.data() + header_bytes;
   for (std::int64_t c0 = 0; c0 < q.values; c0 += q.cols) {
     auto len = std::min(q.cols, q.values - c0);
@@ -110,7 +110,7 @@ std::string check_sparse(const quantized_rows& q) {
       std::uint16_t i;
       std::memcpy(&i, p + 2 * j, 2);
       if (i >= len)
-        return fmt::format("index {} in a chunk of {}", i, len);
+        return make_sched_error(fmt::format("index {} in a chunk of {}", i, len));
     }
     p += chunk_bytes(k);
   }

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <span>
-#include <string>
 #include <vector>
 
 #include "schedulers/quantize.hpp"
@@ -28,8 +27,8 @@ std::int64_t sparse_keep(double density, std::int64_t len);
 /// indices as u16 and their codes four to a byte; scales: (low, high) per chunk.
 quantized_rows sparse_topk_2bit(std::span<const float> x, double density, std::int64_t chunk = sparse_chunk);
 
-/// Why a sparse2 part is malformed, or empty (quantize.hpp's check_rows).
-std::string check_sparse(const quantized_rows& q);
+/// Whether a sparse2 part is well formed, else why not (quantize.hpp's check_rows).
+expected<void> check_sparse(const quantized_rows& q);
 /// `acc += decode(q)` for a well-formed sparse2 part.
 void accumulate_sparse(const quantized_rows& q, std::span<float> acc);
 

@@ -125,9 +125,9 @@ public:
     auto i = index_of(from);
     if (parts_[i])
       throw std::invalid_argument(fmt::format("{}: replica {} sent its part twice", name_, from));
-    if (auto what = check_rows(part); !what.empty() || part.values != values_)
+    if (auto ok = check_rows(part); !ok || part.values != values_)
       throw std::invalid_argument(fmt::format("{}: a malformed part from replica {}: {} values of {} {}", name_, from,
-                                              part.values, values_, what));
+                                              part.values, values_, ok ? "" : ok.error().message));
     parts_[i] = std::move(part);
     return {};
   }

@@ -166,8 +166,9 @@ std::vector<sync_send> mean_exchange::receive(int from, int round, int piece, qu
   if (part.values != e - b)
     throw std::invalid_argument(fmt::format("mean_exchange: {} values of piece {} from replica {} (a chunk of {})",
                                             part.values, piece, from, e - b));
-  if (auto what = check_rows(part); !what.empty())
-    throw std::invalid_argument(fmt::format("mean_exchange: a malformed part from replica {}: {}", from, what));
+  if (auto ok = check_rows(part); !ok)
+    throw std::invalid_argument(
+      fmt::format("mean_exchange: a malformed part from replica {}: {}", from, ok.error().message));
   if (round == 0) {
     // A part for this chunk's owner: this member, or this member once it learns
     // that the chunk's owner is gone. A repeat after a loss is the same part.

@@ -298,7 +298,7 @@ TEST_CASE("NoLoCo's policy talks to its group only and takes the group's outer s
 TEST_CASE("SparseLoCo's part keeps the top entries of each chunk in 2 bits, and error feedback keeps the rest") {
   auto x = random_values(2 * sparse_chunk + 100, 3);
   auto q = sparse_topk_2bit(x, 0.02);
-  CHECK(check_rows(q).empty());
+  CHECK(check_rows(q));
   std::vector<float> back(x.size(), 0.0f);
   accumulate(q, back);
   auto k = sparse_keep(0.02, sparse_chunk);
