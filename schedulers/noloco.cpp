@@ -96,21 +96,21 @@ private:
 } // namespace
 
 expected<routing_ptr> make_noloco_routing(const routing_params& p) {
-  std::vector<route_t> chains;
-  for (int rep = 0; rep < std::max(p.replicas, 1); ++rep) {
-    auto r = layer_order_route(p, rep);
-    if (!r)
-      return r.error();
-    if (!chains.empty() && r->size() != chains.front().size())
-      return make_sched_error(fmt::format("noloco routing: replica {} has {} hops, replica 0 {}", rep, r->size(),
+  auto made = replica_chains(p);
+  if (!made)
+    return made.error();
+  auto& chains = *made;
+  for (std::size_t rep = 0; rep < chains.size(); ++rep) {
+    const auto& r = chains[rep];
+    if (r.size() != chains.front().size())
+      return make_sched_error(fmt::format("noloco routing: replica {} has {} hops, replica 0 {}", rep, r.size(),
                                           chains.front().size()));
-    for (const auto& h : *r)
+    for (const auto& h : r)
       for (const auto& s : p.stages)
         if (s.actor == h.actor && s.chunks.size() != 1)
           return make_sched_error(fmt::format("noloco routing: stage '{}' holds {} model chunks; random routes "
                                               "take stages of one chunk each",
                                               s.name, s.chunks.size()));
-    chains.push_back(std::move(*r));
   }
   std::uint64_t seed = 1;
   if (auto it = p.options.find("seed"); it != p.options.end()) {

@@ -61,14 +61,10 @@ private:
 };
 
 expected<routing_ptr> make_chain(const routing_params& p) {
-  std::vector<route_t> routes;
-  for (int rep = 0; rep < std::max(p.replicas, 1); ++rep) {
-    auto r = layer_order_route(p, rep);
-    if (!r)
-      return r.error();
-    routes.push_back(std::move(*r));
-  }
-  return routing_ptr{new chain_routing(std::move(routes))};
+  auto routes = replica_chains(p);
+  if (!routes)
+    return routes.error();
+  return routing_ptr{new chain_routing(std::move(*routes))};
 }
 
 expected<hop> parse_hop(const routing_params& p, const std::string& text) {
@@ -128,6 +124,17 @@ named_registry<routing_factory>& the_registry() {
 }
 
 } // namespace
+
+expected<std::vector<route_t>> replica_chains(const routing_params& params) {
+  std::vector<route_t> routes;
+  for (int rep = 0; rep < std::max(params.replicas, 1); ++rep) {
+    auto r = layer_order_route(params, rep);
+    if (!r)
+      return r.error();
+    routes.push_back(std::move(*r));
+  }
+  return routes;
+}
 
 expected<route_t> layer_order_route(const routing_params& p, int replica) {
   std::vector<std::pair<std::pair<int, int>, hop>> all;

@@ -56,6 +56,9 @@ using routing_factory = std::function<expected<routing_ptr>(const routing_params
 /// Fails when the chunks leave a gap or overlap. With replicas, `replica`'s own chain.
 expected<route_t> layer_order_route(const routing_params& params, int replica = 0);
 
+/// Every replica's layer_order_route, by replica (one when there are no replicas).
+expected<std::vector<route_t>> replica_chains(const routing_params& params);
+
 /// Checks that `r` can train: it starts with the embedding (a chunk beginning
 /// at layer 0), ends with the head (a chunk ending at `layers`) and visits no
 /// chunk twice. The message names the route by actor names.
