@@ -23,6 +23,7 @@ struct stage_checkpointing {
   std::map<std::string, std::string> identity;     ///< checkpoint_identity of this stage
   std::filesystem::path resume_folder;             ///< empty = a fresh start
   step_t resume_step = 0;
+  std::filesystem::path init_part;                 ///< a warm start's weights (train.init); empty = none
 };
 
 struct pipeline_stage_state {
@@ -237,9 +238,16 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
         self->state.actors.push_back(p.handle);
         self->state.actor_ids.push_back(trace_recorder::global().actor_id(p.name).value_or(0xffff));
       }
-      if (!ck.resume_folder.empty() && self->state.engine)
+      if (!ck.resume_folder.empty() && self->state.engine) {
         if (auto err = restore_checkpoint(self, ck))
           return err;
+      } else if (!ck.init_part.empty() && self->state.engine) {
+        auto f = read_safetensors(ck.init_part);
+        if (!f)
+          return f.error();
+        if (auto err = self->state.engine->load_weights(*f, ck.init_part.string()))
+          return err;
+      }
       return caf::ok_atom::value;
     },
     [=](start_atom) {
@@ -464,7 +472,13 @@ caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx) {
   cfg.device = *dev;
   auto tokens = ctx.graph.tokens_per_step();
   stage_checkpointing ck{ctx.graph.checkpoint.dir_path, checkpoint_identity(ctx.graph, ctx.spec),
-                         ctx.graph.checkpoint.resume_folder, ctx.graph.checkpoint.resume_step};
+                         ctx.graph.checkpoint.resume_folder, ctx.graph.checkpoint.resume_step, {}};
+  if (ck.resume_folder.empty() && !ctx.graph.train.init.empty()) { // a resumed run has its own weights
+    auto part = find_init_part(ctx.graph, ctx.spec);
+    if (!part)
+      return part.error();
+    ck.init_part = *part;
+  }
   // Named in the trace here, not when the actor first runs (later, on a worker
   // thread): every actor of the graph is named before any is connected, so each
   // finds the others' trace ids to count their mailboxes.

@@ -559,6 +559,25 @@ std::optional<std::string> check_stage_part(const safetensors_header& part,
   return std::nullopt;
 }
 
+caf::error stage_engine::load_weights(const safetensors_file& f, const std::string& file) {
+  std::vector<std::vector<param_info>> layouts;
+  for (const auto& m : models_)
+    layouts.push_back(m->param_layout());
+  if (auto why = check_stage_part(header_of(f), layouts, ops::adamw::kinds(), nullptr))
+    return make_error(errc::invalid_argument, fmt::format("{}: {}", file, *why));
+  for (std::size_t k = 0; k < models_.size(); ++k) {
+    std::vector<tensor_handle> ps;
+    for (const auto& p : layouts[k])
+      ps.push_back(f.find(p.name));
+    try {
+      models_[k]->load_params(ps);
+    } catch (const std::exception& e) {
+      return make_error(errc::invalid_argument, fmt::format("{}: {}", file, e.what()));
+    }
+  }
+  return {};
+}
+
 caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, const std::string& file) {
   // Check everything first, so a mismatch changes nothing.
   std::vector<std::vector<param_info>> layouts;

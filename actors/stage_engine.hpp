@@ -188,6 +188,10 @@ public:
   /// shape that differs, returns errc::invalid_argument naming `file`, the
   /// tensor and both shapes, and changes nothing.
   caf::error restore(const safetensors_file& f, step_t steps_done, const std::string& file);
+  /// A warm start (`train.init`): takes the parameters of checkpoint part `f`
+  /// (`file` names it in errors) and nothing else: the optimizer state stays
+  /// fresh and the run starts at step 0. Checked first; a mismatch changes nothing.
+  caf::error load_weights(const safetensors_file& f, const std::string& file);
 
   /// Nanoseconds spent in model compute (forward, backward, optimizer) so far.
   std::int64_t compute_ns() const noexcept { return compute_ns_; }

@@ -96,6 +96,16 @@ run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::millise
                    ? fmt::format("saving checkpoints to {} every {} steps", c.dir_path.string(), c.every)
                    : std::string{"saving no checkpoints (checkpoint.every is 0)"});
   }
+  if (g.checkpoint.resume_folder.empty() && !g.train.init.empty()) {
+    // Every stage finds the part it starts from before any actor exists.
+    auto init = check_init(g);
+    if (!init) {
+      fmt::print(stderr, "troupe {}: {}\n", cmd, error_message(init.error()));
+      return out;
+    }
+    fmt::print("starting from the weights of {} (after its step {}; fresh optimizer state, step 0)\n",
+               init->from.folder.string(), init->from.step);
+  }
   out.graph = std::move(res.graph);
   return out;
 }

@@ -393,4 +393,74 @@ caf::expected<resume_point> open_resume(const fs::path& dir, const graph_spec& g
   return rp;
 }
 
+namespace {
+
+caf::error init_error(const graph_spec& g, const std::string& what) {
+  return make_error(errc::invalid_argument,
+                    fmt::format("{}: train.init: {}", to_string(g.train.init_pos), what));
+}
+
+/// The step folder train.init names, with its manifest.
+caf::expected<std::pair<resume_point, manifest>> open_init(const graph_spec& g) {
+  auto rp = find_checkpoint(g.train.init_path);
+  if (!rp)
+    return init_error(g, error_message(rp.error()));
+  auto m = read_manifest(rp->folder);
+  if (!m)
+    return init_error(g, error_message(m.error()));
+  return std::pair{*rp, *m};
+}
+
+} // namespace
+
+caf::expected<std::filesystem::path> find_init_part(const graph_spec& g, const actor_spec& a) {
+  auto opened = open_init(g);
+  if (!opened)
+    return opened.error();
+  const auto& [rp, m] = *opened;
+  auto want = checkpoint_identity(g, a);
+  std::vector<std::string> order{a.name}, seen;
+  for (const auto& [actor, file] : m.parts)
+    if (actor != a.name)
+      order.push_back(actor);
+  for (const auto& actor : order) {
+    auto it = m.parts.find(actor);
+    if (it == m.parts.end())
+      continue;
+    auto path = rp.folder / it->second;
+    auto header = read_safetensors_header(path);
+    if (!header)
+      return init_error(g, error_message(header.error()));
+    const auto& md = header->metadata;
+    auto get = [&](const std::string& k) { return md.count(k) ? md.at(k) : std::string{}; };
+    if (!md.count("layers"))
+      continue; // not a stage's part (the loader's, an optimizer shard's)
+    if (std::all_of(want.begin(), want.end(), [&](const auto& kv) { return get(kv.first) == kv.second; }))
+      return path;
+    seen.push_back(fmt::format("{} layers {} (d_model {}, {} layers in all)", actor, get("layers"),
+                               get("model.d_model"), get("model.layers")));
+  }
+  return init_error(
+      g, fmt::format("{} holds no stage with layers {} of this model (d_model {}, {} layers in all); "
+                     "its stages: {}. A warm start needs the same model cut into the same stages",
+                     rp.folder.string(), want["layers"], want["model.d_model"], want["model.layers"],
+                     seen.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(seen, "; "))));
+}
+
+caf::expected<init_plan> check_init(const graph_spec& g) {
+  auto opened = open_init(g);
+  if (!opened)
+    return opened.error();
+  init_plan plan{opened->first, {}};
+  for (const auto& a : g.actors) {
+    if (!a.role.holds_layers)
+      continue;
+    auto part = find_init_part(g, a);
+    if (!part)
+      return part.error();
+    plan.parts[a.name] = *part;
+  }
+  return plan;
+}
+
 } // namespace troupe

@@ -18,7 +18,7 @@ using namespace troupe::limits;
 const std::vector<std::string> model_keys{"layers", "d_model", "heads", "context", "vocab", "precision"};
 const std::vector<std::string> data_keys{"corpus", "batch", "seed", "val_fraction", "documents"};
 const std::vector<std::string> train_keys{"steps",      "lr",           "weight_decay", "warmup",
-                                          "eval_every", "eval_batches", "grad_clip"};
+                                          "eval_every", "eval_batches", "grad_clip",  "init"};
 const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual",
                                              "table",  "policy",       "device",   "routing"};
 const std::vector<std::string> trace_keys{"file"};
@@ -86,6 +86,8 @@ void parse_train(const YAML::Node& n, train_spec& t, graph_reader& r) {
   r.get_int(n, "train", "eval_every", t.eval_every, 0, max_steps);
   r.get_int(n, "train", "eval_batches", t.eval_batches, 1, 1 << 20);
   r.get_double(n, "train", "grad_clip", t.grad_clip, 0.0, 1e6);
+  if (auto init = child(n, "init"); init && r.get_string(n, "train", "init", t.init))
+    t.init_pos = r.pos(init, "train.init");  // as_string refuses an empty name
 }
 
 /// Reads `map.device` into `out` when present; reports a string that names no device.

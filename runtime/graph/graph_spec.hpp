@@ -43,7 +43,7 @@ struct data_spec {
   std::string documents = "none";
 };
 
-/// `train: {steps, lr, weight_decay, warmup, eval_every, eval_batches, grad_clip}`.
+/// `train: {steps, lr, weight_decay, warmup, eval_every, eval_batches, grad_clip, init}`.
 struct train_spec {
   std::int64_t steps = 0;       ///< optimizer steps (required)
   double lr = 3.0e-4;
@@ -52,6 +52,12 @@ struct train_spec {
   std::int64_t eval_every = 0;  ///< steps between validation passes; 0 = only at the end
   int eval_batches = 8;         ///< microbatches per validation pass
   double grad_clip = 1.0;       ///< global gradient-norm clip; 0 = off
+  /// A warm start: a checkpoint (its folder with `latest`, or one step folder)
+  /// whose stage weights the run starts from, with fresh optimizer state at step
+  /// 0 (DiLoCo's protocol: pretrain, then train locally). Empty = random weights.
+  std::string init;
+  std::filesystem::path init_path;  ///< `init` resolved against the graph file's folder
+  source_pos init_pos;              ///< where `init` is written
 };
 
 /// `pipeline: {stages, microbatches, schedule, virtual, table, policy, device}`. With no

@@ -280,6 +280,19 @@ void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& 
   }
 }
 
+/// `train.init`: resolved against the graph file's folder (the checkpoint itself
+/// is read and matched to the stages before a run starts: check_init).
+void check_init_key(parsed_graph& pg, graph_reader& r) {
+  auto& g = pg.graph;
+  if (g.train.init.empty())
+    return;
+  g.train.init_path = pg.resolve(g.train.init);
+  if (g.data_parallel.zero > 0)
+    r.error(child(child(pg.root, "train"), "init"), "train.init",
+            "a warm start with ZeRO (data_parallel.zero) is not supported yet: its optimizer shards hold the "
+            "parameters they update; start without ZeRO, or leave train.init out");
+}
+
 void validate(parsed_graph& pg, const graph_vocabulary& vocab, const load_options& opts, graph_reader& r) {
   assign_roles(pg, vocab);
   check_stage_layers(pg, vocab, r);
@@ -287,6 +300,7 @@ void validate(parsed_graph& pg, const graph_vocabulary& vocab, const load_option
   check_channels(pg, r);
   check_schedule_files(pg, r);
   check_cluster(pg, r);
+  check_init_key(pg, r);
   if (opts.check_corpus)
     check_corpus(pg, r);
 }
