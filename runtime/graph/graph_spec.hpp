@@ -331,6 +331,11 @@ struct graph_spec {
   int node_of(const actor_spec& a) const;
   /// Tokens one optimizer step consumes: replicas × batch × microbatches × context.
   std::int64_t tokens_per_step() const noexcept;
+  /// SkipPipe's planned paths drive a run (#14): a `skip:` section whose network
+  /// has one node per stage actor (pipeline.stages × replicas), node placement[s][i]
+  /// being replica i of position s. Other `skip:` graphs can be planned
+  /// (`troupe plan paths`) but not run.
+  bool skip_runs() const noexcept;
 
   /// What the lookups above keep between calls (graph_spec.cpp): actor names to
   /// indices and channels by their `from`, extended as the lists grow, rebuilt
