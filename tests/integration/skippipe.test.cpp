@@ -16,6 +16,7 @@
 #include "deploy/cli/run_graph.hpp"
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/trace/trace.hpp"
+#include "tests/integration/run_trace.hpp"
 
 using namespace troupe;
 
@@ -61,22 +62,18 @@ struct traced {
 traced run(const graph_spec& g) {
   auto o = runtime_options_from_env();
   troupe_config cfg{o};
-  auto& tr = trace_recorder::global();
-  tr.reset();
-  tr.enable(1 << 18);
-  caf::actor_system sys{cfg};
-  auto r = run_graph(sys, g);
-  tr.disable();
-  INFO((r ? std::string{} : sys.render(r.error())));
-  REQUIRE(r);
-  trace_recorder::cursor cur;
-  std::vector<span> spans;
-  tr.collect(cur, spans);
+  traced out;
+  auto t = testing::record_trace([&] {
+    caf::actor_system sys{cfg};
+    auto r = run_graph(sys, g);
+    INFO((r ? std::string{} : sys.render(r.error())));
+    REQUIRE(r);
+    out.result = *r;
+  });
   std::map<std::uint16_t, std::string> name;
-  for (const auto& a : tr.actors())
-    name[a.id] = a.name;
-  traced out{*r, {}, {}};
-  for (const auto& s : spans) {
+  for (const auto& [n, id] : t.ids)
+    name[id] = n;
+  for (const auto& s : t.spans) {
     if (s.step < 0 || name[s.actor].find('s') == std::string::npos || name[s.actor].ends_with("_ar"))
       continue;
     if (s.kind == span_kind::forward)
