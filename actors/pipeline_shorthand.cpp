@@ -54,9 +54,8 @@ void emulate_network_links(graph_spec& g, const sched::placement& where) {
 /// paths' hops and replica 0's chain (validation of the full model), emulating
 /// the network's links. A plan that cannot be made adds no channels: the data
 /// loader's check reports why, at `skip:`.
-std::optional<sched::placement> expand_skip_paths(section_expansion& e, int replicas,
+std::optional<sched::placement> expand_skip_paths(graph_spec& g, int replicas,
                                                   const std::function<void(std::string, std::string)>& edge) {
-  auto& g = e.graph;
   for (auto& a : g.actors)
     if (a.expanded && a.type == "pipeline_stage" && !a.layers.empty() && a.layers.front().begin == 0)
       a.layers.push_back({g.model.layers, g.model.layers});
@@ -124,7 +123,7 @@ void expand_pipeline(section_expansion& e) {
   const bool skip = g.skip_runs();
   std::optional<sched::placement> skip_nodes;
   if (skip)
-    skip_nodes = expand_skip_paths(e, replicas, edge);
+    skip_nodes = expand_skip_paths(g, replicas, edge);
   for (int r = 0; r < replicas && !skip; ++r) {
     auto last = stage(r, p.stages - 1);
     edge("loader", stage(r, 0));
