@@ -315,7 +315,7 @@ sched::routing_params routing_params_of(const graph_spec& g) {
   if (g.skip_runs()) {  // SkipPipe: the plan's paths (a plan that cannot be made leaves none: make_skippipe_routing says so)
     if (auto plan = plan_skippipe_graph(g, /*baselines=*/false))
       rp.paths = skippipe_route_names(g, *plan);
-    rp.options["path_length"] = std::to_string(g.skip.planner == "full" ? g.pipeline.stages : g.skip.path_length);
+    rp.options["path_length"] = std::to_string(skippipe_path_stages(g));
   }
   rp.replicas = std::max(g.data_parallel.replicas, 1);
   for (std::size_t i = 0; i < g.actors.size(); ++i) {

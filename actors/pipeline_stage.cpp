@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
+#include "actors/skippipe_plan.hpp"
 #include "runtime/actor/messages.hpp"
 #include "actors/pipeline_messages.hpp"
 #include "actors/stage_engine.hpp"
@@ -408,7 +409,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   c.steps = g.train.steps;
   c.eval_every = g.train.eval_every;
   c.eval_batches = g.train.eval_batches;
-  if (g.skip_runs() && g.skip.planner != "full" && g.skip.path_length < g.pipeline.stages)
+  if (g.skip_runs() && skippipe_path_stages(g) < g.pipeline.stages)
     c.eval_routes = 2, c.short_eval_stages = g.skip.path_length;  // the full model, then a path of L stages
   c.grad_clip = g.train.grad_clip;
   c.weight_decay = static_cast<float>(g.train.weight_decay);

@@ -126,6 +126,10 @@ expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines)
     if (skip.planner == "skippipe")
       rep.paths = aware->paths, rep.planned = aware->planned_s;
   }
+  if (skip.planner == "chains") {
+    rep.paths = plan_full(rep.where, rep.agents);
+    rep.planned = simulate_iteration(*pr, rep.agents, rep.paths).time;
+  }
   if (!baselines)
     return rep;
   auto blind = plan_skippipe(*pr, rep.where, rules, rep.agents, false);
@@ -141,6 +145,10 @@ expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines)
     rep.random += simulate_iteration(*pr, rep.agents, *random).time / random_draws;
   }
   return rep;
+}
+
+int skippipe_path_stages(const graph_spec& g) {
+  return g.skip.planner == "full" || g.skip.planner == "chains" ? g.pipeline.stages : g.skip.path_length;
 }
 
 std::vector<int> path_stages(const skippipe_plan& plan, const planned_path& p, int nodes) {

@@ -32,8 +32,16 @@ struct skippipe_plan {
 sched::expected<sched::path_problem> skippipe_problem(const graph_spec& g);
 
 /// Places the nodes (skip.placement, or the search over DT-FM's score) and plans
-/// the paths skip.planner names; with `baselines` also the other plans' times.
+/// the paths skip.planner names: `skippipe`; `full`, every stage in order on
+/// chains planned alike; `chains`, every stage in order on DT-FM's fixed chains
+/// (agent i of stage-0 node j on chain j: with one node per stage actor, each
+/// replica's own chain, as a plain pipeline routes); `random`. With `baselines`
+/// also the other plans' times.
 sched::expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines);
+
+/// The stages each path of skip.planner visits: pipeline.stages for the full
+/// pipeline (`full`, `chains`), else skip.path_length.
+int skippipe_path_stages(const graph_spec& g);
 
 /// The stage position of each node of `plan.paths[i]`.
 std::vector<int> path_stages(const skippipe_plan& plan, const sched::planned_path& p, int nodes);
