@@ -1,6 +1,7 @@
 // The data_loader actor: byte-level microbatches from the corpus, sent when the
 // first stage grants credit, with validation batches at each evaluation point,
 // and its corpus position in every checkpoint.
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <optional>
@@ -359,6 +360,27 @@ std::string check_routes(const graph_spec& g, const actor_spec& loader) {
   return {};
 }
 
+/// A `skip:` graph that runs (graph_spec::skip_runs): its placement puts
+/// data_parallel.replicas nodes on each position (replica i on the i-th), and its
+/// plan can be made; false (with the reason in `out`) otherwise.
+bool check_skip_run(const graph_spec& g, diagnostics& out) {
+  const auto& where = g.skip.placement;  // empty: searched, data_parallel.replicas nodes per position
+  for (std::size_t s = 0; s < where.size(); ++s)
+    if (static_cast<int>(where[s].size()) != std::max(g.data_parallel.replicas, 1)) {
+      out.push_back({g.where("skip.placement"), "skip.placement",
+                     fmt::format("a run places replica i of each position on its i-th node, so each position "
+                                 "needs data_parallel.replicas = {} nodes; stage {} has {}",
+                                 std::max(g.data_parallel.replicas, 1), s, where[s].size())});
+      return false;
+    }
+  // SkipPipe's routes are its plan's: a plan that cannot be made is the `skip:` section's fault.
+  if (auto plan = plan_skippipe_graph(g, /*baselines=*/false); !plan) {
+    out.push_back({g.skip.pos, "skip", fmt::format("no plan for a run: {}", plan.error().message)});
+    return false;
+  }
+  return true;
+}
+
 } // namespace
 
 actor_type_info data_loader_info() {
@@ -390,11 +412,8 @@ actor_type_info data_loader_info() {
   };
   info.check = [](const actor_spec& a, const graph_spec& g, diagnostics& out) {
     bool written = !g.pipeline.routing_pos.file.empty() || !g.pipeline.routing_pos.origin.empty();
-    if (g.skip_runs())  // SkipPipe's routes are its plan's: a plan that cannot be made is the `skip:` section's fault
-      if (auto plan = plan_skippipe_graph(g, /*baselines=*/false); !plan) {
-        out.push_back({g.skip.pos, "skip", fmt::format("no plan for a run: {}", plan.error().message)});
-        return;
-      }
+    if (g.skip_runs() && !check_skip_run(g, out))
+      return;
     if (auto what = check_routes(g, a); !what.empty())
       out.push_back({written ? g.pipeline.routing_pos : a.pos, written ? "pipeline.routing" : "channels", what});
     // Document masks reach CPU stages only (actors/cuda/stage_model_cuda.cpp refuses them).

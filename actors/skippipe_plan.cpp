@@ -91,7 +91,8 @@ expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines)
   std::size_t smallest = rep.where.size() > 1 ? rep.where[1].size() : 1;
   for (std::size_t s = 1; s < rep.where.size(); ++s)
     smallest = std::min(smallest, rep.where[s].size());
-  rules.max_per_stage = skip.max_per_stage > 0 ? skip.max_per_stage : skip.memory * static_cast<int>(smallest);
+  rules.max_per_stage =
+      skip.max_per_stage > 0 ? skip.max_per_stage : skip.memory * static_cast<int>(smallest);
   rep.agents = make_agents(*pr, rep.where, g.pipeline.microbatches);
   // The full pipeline at its best: every stage in order, chains chosen by the same
   // search with no skipping, no swaps and no memory or capacity bound (every stage
@@ -160,7 +161,8 @@ std::vector<int> path_stages(const skippipe_plan& plan, const planned_path& p, i
 }
 
 std::string grid_stage_name(const graph_spec& g, int replica, int position) {
-  return g.data_parallel.replicas > 1 ? fmt::format("r{}s{}", replica, position) : fmt::format("s{}", position);
+  return g.data_parallel.replicas > 1 ? fmt::format("r{}s{}", replica, position)
+                                      : fmt::format("s{}", position);
 }
 
 std::vector<std::vector<std::string>> skippipe_route_names(const graph_spec& g, const skippipe_plan& plan) {
@@ -173,14 +175,15 @@ std::vector<std::vector<std::string>> skippipe_route_names(const graph_spec& g, 
   std::vector<std::vector<std::string>> routes;
   for (int k = 0; k < replicas * m; ++k) {
     int agent = (k % replicas) * m + k / replicas;
-    auto p = std::find_if(plan.paths.begin(), plan.paths.end(), [&](const auto& q) { return q.agent == agent; });
+    auto p =
+        std::find_if(plan.paths.begin(), plan.paths.end(), [&](const auto& q) { return q.agent == agent; });
     std::vector<std::string> names;
     if (p != plan.paths.end()) {
       for (int node : p->nodes) {
         auto [s, i] = grid[static_cast<std::size_t>(node)];
         names.push_back(grid_stage_name(g, i, s));
       }
-      names.push_back(names.front() + ".1");  // back to the start, for the head and the loss
+      names.push_back(names.front() + ".1"); // back to the start, for the head and the loss
       names.front() += ".0";
     }
     routes.push_back(std::move(names));

@@ -14,15 +14,15 @@ namespace troupe {
 
 /// A graph's plan and, when asked for, what it is measured against.
 struct skippipe_plan {
-  sched::placement where;                    ///< network nodes per stage position
-  std::vector<sched::path_agent> agents;     ///< pipeline.microbatches per stage-0 node, node by node
-  std::vector<sched::planned_path> paths;    ///< skip.planner's paths, one per agent
-  double planned = 0;                        ///< their iteration time under the cost model, seconds
+  sched::placement where;                 ///< network nodes per stage position
+  std::vector<sched::path_agent> agents;  ///< pipeline.microbatches per stage-0 node, node by node
+  std::vector<sched::planned_path> paths; ///< skip.planner's paths, one per agent
+  double planned = 0;                     ///< their iteration time under the cost model, seconds
   // With baselines: the full pipeline (chains planned alike, and DT-FM's fixed
   // chains), random skipping (mean of draws) and the plan without collision awareness.
   double full = 0, fixed_chains = 0, random = 0, blind = 0;
   int random_draws = 0;
-  int expansions = 0;                        ///< conflict-tree nodes the collision-aware search expanded
+  int expansions = 0; ///< conflict-tree nodes the collision-aware search expanded
 };
 
 /// What SkipPipe plans on, from the graph: a node's forward from the cost model

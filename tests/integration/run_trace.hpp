@@ -15,13 +15,12 @@ namespace troupe::testing {
 /// What one traced run recorded.
 struct run_trace {
   std::vector<span> spans;
-  std::map<std::string, std::uint16_t> ids;  ///< trace id of each actor, by name
+  std::map<std::string, std::uint16_t> ids; ///< trace id of each actor, by name
 };
 
 /// Calls `run` (which runs a graph here) with the recorder reset and enabled
 /// around it, and returns what it recorded.
-template <class Run>
-run_trace record_trace(Run&& run) {
+template <class Run> run_trace record_trace(Run&& run) {
   auto& tr = trace_recorder::global();
   tr.reset();
   tr.enable(1 << 18);

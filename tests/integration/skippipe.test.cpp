@@ -102,15 +102,15 @@ TEST_CASE("each microbatch runs forward and backward on exactly the stages of it
   for (const auto& r : routes) {
     CAPTURE(fmt::format("{}", fmt::join(r, " ")));
     REQUIRE(r.size() == path_length + 1);
-    CHECK(r.front() == r.back().substr(0, r.back().size() - 2) + ".0");  // starts and ends on one stage 0
-    CHECK(r.back().ends_with(".1"));                                     // ... at its head
+    CHECK(r.front() == r.back().substr(0, r.back().size() - 2) + ".0"); // starts and ends on one stage 0
+    CHECK(r.back().ends_with(".1"));                                    // ... at its head
     std::set<char> positions;
     for (std::size_t h = 0; h + 1 < r.size(); ++h) {
       auto name = r[h].substr(0, r[h].find('.'));
-      positions.insert(name.back());  // `r1s2`: position 2
+      positions.insert(name.back()); // `r1s2`: position 2
       visited_somewhere.insert(name);
     }
-    CHECK(positions.size() == path_length);  // L positions, none twice
+    CHECK(positions.size() == path_length); // L positions, none twice
     CHECK(positions.contains('0'));
   }
 
@@ -125,9 +125,9 @@ TEST_CASE("each microbatch runs forward and backward on exactly the stages of it
       for (const auto& hop : routes[static_cast<std::size_t>(k)])
         want.insert(hop.substr(0, hop.find('.')));
       CHECK(t.forwards[{step, k}] == want);
-      CHECK(t.backwards[{step, k}] == want);  // gradients come back only the way the path went
+      CHECK(t.backwards[{step, k}] == want); // gradients come back only the way the path went
     }
-  CHECK(t.forwards.size() == steps * replicas * microbatches);  // no microbatch outside the plan
+  CHECK(t.forwards.size() == steps * replicas * microbatches); // no microbatch outside the plan
   // A path of L < S stages skips: some stage actor is on no path and computes nothing in training.
   int idle_stages = 0;
   for (int r = 0; r < replicas; ++r)
@@ -147,8 +147,9 @@ TEST_CASE("each microbatch runs forward and backward on exactly the stages of it
   REQUIRE(t.result.val_loss_short);
   CHECK(std::isfinite(*t.result.val_loss_short));
   CHECK(*t.result.val_loss_short != *t.result.val_loss);
-  CHECK(*t.result.val_loss < std::log(256.0));  // it trained
-  MESSAGE("val loss ", *t.result.val_loss, ", on a path of ", path_length, " stages ", *t.result.val_loss_short);
+  CHECK(*t.result.val_loss < std::log(256.0)); // it trained
+  MESSAGE("val loss ", *t.result.val_loss, ", on a path of ", path_length, " stages ",
+          *t.result.val_loss_short);
 }
 
 TEST_CASE("the full planner runs every stage in order on each path, and validates once") {
@@ -186,5 +187,6 @@ TEST_CASE("SkipPipe graphs that cannot run say why, where") {
   auto why = sys.render(r.error());
   CAPTURE(why);
   CHECK(why.find("skippipe.yaml:") != std::string::npos);
-  CHECK(why.find("SkipPipe runs need pipeline.stages × data_parallel.replicas = 8 nodes, not 9") != std::string::npos);
+  CHECK(why.find("SkipPipe runs need pipeline.stages × data_parallel.replicas = 8 nodes, not 9") !=
+        std::string::npos);
 }
