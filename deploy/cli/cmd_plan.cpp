@@ -43,6 +43,12 @@ void print_text(const std::string& file, const graph_spec& g, const skippipe_pla
   for (const auto& p : rep.paths)
     fmt::print("  microbatch {:>3}: {:<24} | {}\n", p.agent, fmt::format("{}", fmt::join(p.nodes, " ")),
                fmt::join(path_stages(rep, p, n), " "));
+  if (g.skip_runs()) { // one stage actor per node: what `troupe run` routes
+    fmt::print("routes of `troupe run` (microbatch k of a step, stage actors):\n");
+    auto routes = skippipe_route_names(g, rep);
+    for (std::size_t k = 0; k < routes.size(); ++k)
+      fmt::print("  {:>3}: {}\n", k, fmt::join(routes[k], " -> "));
+  }
   auto vs = [&](double t) { return fmt::format("{:.4g} s ({:+.1f}%)", t, 100.0 * (rep.planned / t - 1)); };
   fmt::print(
       "iteration time under the cost model: planned {:.4g} s\n  against the full pipeline {} (its chains "
@@ -59,9 +65,9 @@ nlohmann::json to_json(const graph_spec& g, const skippipe_plan& rep) {
   std::vector<std::string> locations;
   for (int l : g.network.node_locations)
     locations.push_back(g.network.locations[static_cast<std::size_t>(l)]);
-  return {{"placement", rep.where},
-          {"locations", locations},
-          {"paths", paths},
+  nlohmann::json out{{"placement", rep.where},
+                     {"locations", locations},
+                     {"paths", paths},
           {"time",
            {{"planned", rep.planned},
             {"full", rep.full},
@@ -69,6 +75,9 @@ nlohmann::json to_json(const graph_spec& g, const skippipe_plan& rep) {
             {"random", rep.random},
             {"no_collision_awareness", rep.blind}}},
           {"expansions", rep.expansions}};
+  if (g.skip_runs())  // microbatch k of a step's route in a run, as stage actors
+    out["routes"] = skippipe_route_names(g, rep);
+  return out;
 }
 
 int plan_paths(const std::string& file, const std::vector<std::string>& overrides, bool json) {
