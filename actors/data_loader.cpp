@@ -1,6 +1,7 @@
 // The data_loader actor: byte-level microbatches from the corpus, sent when the
 // first stage grants credit, with validation batches at each evaluation point,
 // and its corpus position in every checkpoint.
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <optional>
@@ -12,6 +13,7 @@
 
 #include "actors/builtin.hpp"
 #include "actors/byte_corpus.hpp"
+#include "actors/skippipe_plan.hpp"
 #include "runtime/actor/messages.hpp"
 #include "runtime/actor/outer_messages.hpp"
 #include "actors/pipeline_messages.hpp"
@@ -19,6 +21,7 @@
 #include "runtime/trace/trace.hpp"
 #include "schedulers/noloco.hpp"
 #include "schedulers/router.hpp"
+#include "schedulers/skippipe_routing.hpp"
 
 namespace troupe {
 
@@ -30,11 +33,16 @@ bool noloco_routes(const graph_spec& g) {
          g.data_parallel.replicas > 1;
 }
 
-/// The routing policy the loader runs: the pipeline's, or NoLoCo's random routes
-/// (local_update.route, not a pipeline.routing choice).
+/// The routing policy the loader runs: the pipeline's, NoLoCo's random routes
+/// (local_update.route, not a pipeline.routing choice) or SkipPipe's planned paths (`skip:`).
 constexpr const char* noloco_routing = "local_update.route random";
-std::string routing_of(const graph_spec& g) { return noloco_routes(g) ? noloco_routing : g.pipeline.routing; }
+constexpr const char* skippipe_routing = "skip";
+std::string routing_of(const graph_spec& g) {
+  return g.skip_runs() ? skippipe_routing : noloco_routes(g) ? noloco_routing : g.pipeline.routing;
+}
 sched::expected<sched::routing_ptr> make_loader_routing(const std::string& name, const sched::routing_params& p) {
+  if (name == skippipe_routing)
+    return sched::make_skippipe_routing(p);
   return name == noloco_routing ? sched::make_noloco_routing(p) : sched::make_routing(name, p);
 }
 
@@ -100,13 +108,19 @@ void deliver(loader_actor* self, Atom atom, batch_msg m, bool targets_with_token
   send_to(self, head, atom, std::move(m));
 }
 
+/// The validation batches after `after_step`, the same ones along each evaluation
+/// route: batch k of route v is microbatch v·eval_batches + k, so the loss stage
+/// reports each route's pass on its own (SkipPipe's model with fewer layers, #14).
 void send_eval(loader_actor* self, const loader_settings& cfg, step_t after_step) {
-  for (int k = 0; k < cfg.eval_batches; ++k) {
-    token_batch b; // fresh handles: the stages hold them while we go on
-    self->state.corpus->validation(k, cfg.batch * cfg.replicas, b); // the global batch, on replica 0's route
-    deliver(self, eval_atom::value,
-            batch_msg{after_step, k, b.tokens, b.targets, self->state.router->eval_route(), b.documents});
-  }
+  const auto& routes = self->state.router->eval_routes();
+  for (std::size_t v = 0; v < routes.size(); ++v)
+    for (int k = 0; k < cfg.eval_batches; ++k) {
+      token_batch b; // fresh handles: the stages hold them while we go on
+      self->state.corpus->validation(k, cfg.batch * cfg.replicas, b); // the global batch, on replica 0's route
+      deliver(self, eval_atom::value,
+              batch_msg{after_step, static_cast<int>(v) * cfg.eval_batches + k, b.tokens, b.targets, routes[v],
+                        b.documents});
+    }
 }
 
 bool eval_due(const loader_settings& cfg, step_t step) {
@@ -249,6 +263,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
       }
       rc.independent_replicas = cfg.independent_replicas;
       rc.stage_local_norm = cfg.stage_local_norm;
+      rc.across_replicas = cfg.routing == skippipe_routing;
       rc.tokens_per_microbatch = static_cast<std::int64_t>(cfg.batch) * cfg.context;
       self->state.router.emplace(std::move(rc), std::move(*policy));
       return caf::ok_atom::value;
@@ -298,6 +313,11 @@ sched::routing_params routing_params_of(const graph_spec& g) {
   rp.options["seed"] = std::to_string(g.data.seed);
   rp.layers = g.model.layers;
   rp.paths = g.pipeline.paths;
+  if (g.skip_runs()) {  // SkipPipe: the plan's paths (a plan that cannot be made leaves none: make_skippipe_routing says so)
+    if (auto plan = plan_skippipe_graph(g, /*baselines=*/false))
+      rp.paths = skippipe_route_names(g, *plan);
+    rp.options["path_length"] = std::to_string(skippipe_path_stages(g));
+  }
   rp.replicas = std::max(g.data_parallel.replicas, 1);
   for (std::size_t i = 0; i < g.actors.size(); ++i) {
     const auto& a = g.actors[i];
@@ -340,6 +360,27 @@ std::string check_routes(const graph_spec& g, const actor_spec& loader) {
   return {};
 }
 
+/// A `skip:` graph that runs (graph_spec::skip_runs): its placement puts
+/// data_parallel.replicas nodes on each position (replica i on the i-th), and its
+/// plan can be made; false (with the reason in `out`) otherwise.
+bool check_skip_run(const graph_spec& g, diagnostics& out) {
+  const auto& where = g.skip.placement;  // empty: searched, data_parallel.replicas nodes per position
+  for (std::size_t s = 0; s < where.size(); ++s)
+    if (static_cast<int>(where[s].size()) != std::max(g.data_parallel.replicas, 1)) {
+      out.push_back({g.where("skip.placement"), "skip.placement",
+                     fmt::format("a run places replica i of each position on its i-th node, so each position "
+                                 "needs data_parallel.replicas = {} nodes; stage {} has {}",
+                                 std::max(g.data_parallel.replicas, 1), s, where[s].size())});
+      return false;
+    }
+  // SkipPipe's routes are its plan's: a plan that cannot be made is the `skip:` section's fault.
+  if (auto plan = plan_skippipe_graph(g, /*baselines=*/false); !plan) {
+    out.push_back({g.skip.pos, "skip", fmt::format("no plan for a run: {}", plan.error().message)});
+    return false;
+  }
+  return true;
+}
+
 } // namespace
 
 actor_type_info data_loader_info() {
@@ -371,6 +412,8 @@ actor_type_info data_loader_info() {
   };
   info.check = [](const actor_spec& a, const graph_spec& g, diagnostics& out) {
     bool written = !g.pipeline.routing_pos.file.empty() || !g.pipeline.routing_pos.origin.empty();
+    if (g.skip_runs() && !check_skip_run(g, out))
+      return;
     if (auto what = check_routes(g, a); !what.empty())
       out.push_back({written ? g.pipeline.routing_pos : a.pos, written ? "pipeline.routing" : "channels", what});
     // Document masks reach CPU stages only (actors/cuda/stage_model_cuda.cpp refuses them).
@@ -416,6 +459,14 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.identity = checkpoint_identity(g, ctx.spec);
   cfg.resume_folder = g.checkpoint.resume_folder;
   cfg.resume_step = g.checkpoint.resume_step;
+  if (g.skip.present && !g.skip_runs()) {  // plannable (troupe plan paths), yet not runnable
+    diagnostic d{g.where("network.nodes"), "network.nodes",
+                 fmt::format("a run places one stage actor on each network node, so SkipPipe runs need "
+                             "pipeline.stages × data_parallel.replicas = {} nodes, not {} (`troupe plan paths` "
+                             "plans any number)",
+                             g.pipeline.stages * std::max(g.data_parallel.replicas, 1), g.network.nodes())};
+    return make_error(errc::invalid_argument, to_string(d));
+  }
   cfg.routing = routing_of(g);
   cfg.routing_params = routing_params_of(g);
   if (auto what = check_routes(g, ctx.spec); !what.empty()) // checked at load too; here for graphs built in code

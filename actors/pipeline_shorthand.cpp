@@ -1,10 +1,15 @@
 // The `pipeline:` shorthand's expander: a data_loader, pipeline_stage actors
 // and their chain of channels (registered in actors/builtin.cpp).
 #include <algorithm>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
+#include "actors/skippipe_plan.hpp"
 
 namespace troupe {
 
@@ -20,6 +25,54 @@ std::vector<layer_range> split_layers(int layers, int chunks) {
     begin += size;
   }
   return out;
+}
+
+/// SkipPipe's run (#14): every stage actor is a network node, so each channel
+/// between two of them (or between their all-reduce peers) emulates the link
+/// between their nodes, as a channel's `network: [from, to]` would; a channel that
+/// sets its own `bandwidth:` or `latency:` keeps it.
+void emulate_network_links(graph_spec& g, const sched::placement& where) {
+  std::map<std::string, int> node;
+  for (std::size_t s = 0; s < where.size(); ++s)
+    for (std::size_t i = 0; i < where[s].size(); ++i)
+      node[grid_stage_name(g, static_cast<int>(i), static_cast<int>(s))] = where[s][i];
+  for (const auto& a : g.actors)  // an all-reduce peer sits on its stage's node
+    if (auto st = a.params.find("stage"); st != a.params.end() && st->second.IsScalar() && node.contains(st->second.Scalar()))
+      node[a.name] = node[st->second.Scalar()];
+  for (auto& c : g.channels) {
+    auto from = node.find(c.from), to = node.find(c.to);
+    if (from == node.end() || to == node.end() || from->second == to->second || c.bandwidth > 0 || c.latency > 0)
+      continue;
+    auto l = g.network.link(from->second, to->second);
+    c.latency = l.latency + g.network.overhead;
+    c.bandwidth = l.bandwidth;
+  }
+}
+
+/// SkipPipe's run (#14): stage 0 holds the head as a second chunk, [layers,
+/// layers), so every path ends where it began; the channels are the planned
+/// paths' hops and replica 0's chain (validation of the full model), emulating
+/// the network's links. A plan that cannot be made adds no channels: the data
+/// loader's check reports why, at `skip:`.
+std::optional<sched::placement> expand_skip_paths(graph_spec& g, int replicas,
+                                                  const std::function<void(std::string, std::string)>& edge) {
+  for (auto& a : g.actors)
+    if (a.expanded && a.type == "pipeline_stage" && !a.layers.empty() && a.layers.front().begin == 0)
+      a.layers.push_back({g.model.layers, g.model.layers});
+  std::set<std::pair<std::string, std::string>> edges;
+  for (int r = 0; r < replicas; ++r)
+    edges.insert({"loader", grid_stage_name(g, r, 0)});
+  for (int s = 0; s < g.pipeline.stages; ++s)
+    edges.insert({grid_stage_name(g, 0, s), grid_stage_name(g, 0, (s + 1) % g.pipeline.stages)});
+  auto plan = plan_skippipe_graph(g, /*baselines=*/false);
+  if (plan)
+    for (const auto& route : skippipe_route_names(g, *plan))
+      for (std::size_t h = 0; h + 1 < route.size(); ++h)
+        edges.insert({route[h].substr(0, route[h].find('.')), route[h + 1].substr(0, route[h + 1].find('.'))});
+  for (const auto& [from, to] : edges)
+    if (from != to)
+      edge(from, to);
+  return plan ? std::optional{plan->where} : std::nullopt;
 }
 
 } // namespace
@@ -46,7 +99,7 @@ void expand_pipeline(section_expansion& e) {
   auto ranges = split_layers(std::max(g.model.layers, chunks), chunks);
   // The grid: R replicas of the S positions, `r1s0` (plain `s0` with one replica).
   int replicas = std::max(g.data_parallel.replicas, 1);
-  auto stage = [&](int r, int s) { return replicas == 1 ? fmt::format("s{}", s) : fmt::format("r{}s{}", r, s); };
+  auto stage = [&](int r, int s) { return grid_stage_name(g, r, s); };
   for (int r = 0; r < replicas; ++r)
     for (int s = 0; s < p.stages; ++s) {
       actor_spec st;
@@ -67,7 +120,11 @@ void expand_pipeline(section_expansion& e) {
     c.pos = e.where;
     g.channels.push_back(std::move(c));
   };
-  for (int r = 0; r < replicas; ++r) {
+  const bool skip = g.skip_runs();
+  std::optional<sched::placement> skip_nodes;
+  if (skip)
+    skip_nodes = expand_skip_paths(g, replicas, edge);
+  for (int r = 0; r < replicas && !skip; ++r) {
     auto last = stage(r, p.stages - 1);
     edge("loader", stage(r, 0));
     if (p.stages > 1)
@@ -90,6 +147,8 @@ void expand_pipeline(section_expansion& e) {
     expand_zero_shards(e, replicas, stage);
   else if (replicas > 1)
     expand_allreduce_ring(e, replicas, stage);
+  if (skip_nodes) // the paths' channels and the rings'
+    emulate_network_links(g, *skip_nodes);
   for (const auto& path : p.paths) // routes that skip or reorder stages need their own channels
     for (std::size_t i = 0; i + 1 < path.size(); ++i) {
       auto from = path[i].substr(0, path[i].find('.')), to = path[i + 1].substr(0, path[i + 1].find('.'));

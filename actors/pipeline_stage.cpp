@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
+#include "actors/skippipe_plan.hpp"
 #include "runtime/actor/messages.hpp"
 #include "actors/pipeline_messages.hpp"
 #include "actors/stage_engine.hpp"
@@ -60,11 +61,18 @@ void print_progress(stage_actor* self) {
   auto& e = *st.engine;
   const auto& reps = e.reports();
   const auto& vals = e.val_losses();
+  const auto& shorter = e.short_val_losses();
   auto now = trace_now();
   while (st.vals_printed < vals.size()) {
-    auto [step, loss] = vals[st.vals_printed++];
-    fmt::print("{}: validation after step {}: loss {:.4f} ({:.3f} bits/byte)\n", e.config().name, step + 1,
-               loss, loss / std::log(2.0));
+    auto [step, loss] = vals[st.vals_printed];
+    fmt::print("{}: validation after step {}: loss {:.4f} ({:.3f} bits/byte)", e.config().name, step + 1, loss,
+               loss / std::log(2.0));
+    if (st.vals_printed < shorter.size()) // SkipPipe: the model with fewer layers beside the full one
+      fmt::print("; on a path of {} stages: loss {:.4f} (perplexity {:.3f} against {:.3f})",
+                 e.config().short_eval_stages, shorter[st.vals_printed].second, std::exp(shorter[st.vals_printed].second),
+                 std::exp(loss));
+    fmt::print("\n");
+    ++st.vals_printed;
   }
   if (reps.size() == st.reports_printed)
     return;
@@ -112,6 +120,8 @@ void maybe_done(stage_actor* self) {
     if (!e.reports().empty())
       s.train_loss = e.reports().back().loss;
     s.val_loss = e.val_losses().back().second;
+    if (!e.short_val_losses().empty())
+      s.val_loss_short = e.short_val_losses().back().second;
     for (const auto& r : e.reports())
       s.losses.push_back(r.loss);
   }
@@ -371,8 +381,10 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     if (g.actors[i].type == "data_loader")
       c.router = static_cast<int>(i);
   c.chunks = static_cast<int>(spec.layers.size());
+  c.model.layers = g.model.layers;
+  c.model.head_apart = g.skip_runs();  // SkipPipe: stage 0 holds the head as [layers, layers) (#14)
   for (const auto& r : spec.layers)
-    c.loss |= r.end == g.model.layers;
+    c.loss |= ops::holds_head(c.model, r.begin, r.end);
   // Credits for every actor that sends here: the channel's, else the policy's
   // default (0); targets from the router get more, being small and needed a
   // pipeline's depth ahead.
@@ -405,6 +417,8 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   c.steps = g.train.steps;
   c.eval_every = g.train.eval_every;
   c.eval_batches = g.train.eval_batches;
+  if (g.skip_runs() && skippipe_path_stages(g) < g.pipeline.stages)
+    c.eval_routes = 2, c.short_eval_stages = g.skip.path_length;  // the full model, then a path of L stages
   c.grad_clip = g.train.grad_clip;
   c.weight_decay = static_cast<float>(g.train.weight_decay);
   c.model.layers = g.model.layers;

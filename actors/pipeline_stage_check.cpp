@@ -83,6 +83,18 @@ void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics&
     out.push_back({g.where("data_parallel.route"), "data_parallel.route",
                    "least_loaded runs in one process for now (cluster.nodes is " + std::to_string(g.cluster.nodes) +
                      "): its stages send to every replica of the next position"});
+  // SkipPipe's stage 0 runs two chunks, the embedding's and the head's, in the
+  // order its paths bring them: a rule over any chunks in any order (#14).
+  if (g.skip_runs() && a.rank == 0 && a.replica == 0 && g.pipeline.schedule != "gpipe")
+    out.push_back({g.where("pipeline.schedule"), "pipeline.schedule",
+                   fmt::format("SkipPipe runs the schedule gpipe (stage 0 holds the embedding and the head, and "
+                               "paths reorder stages), not '{}'",
+                               g.pipeline.schedule)});
+  // SkipPipe's stage 0 holds the head as a chunk of no blocks, which the CUDA model does not take (#14).
+  if (g.skip_runs() && a.device.starts_with("cuda"))
+    out.push_back({g.skip.pos, "skip",
+                   fmt::format("SkipPipe runs CPU stages for now: '{}' runs on {} (set pipeline.device: cpu)", a.name,
+                               a.device)});
   // The schedule is the pipeline's, not one stage's: its first stage checks it, once for all.
   if (a.rank != 0 || g.pipeline.schedule != "table" || g.pipeline.table_path.empty())
     return;
@@ -96,7 +108,7 @@ std::optional<std::string> check_stage_checkpoint(const graph_spec& g, const act
                                                   const safetensors_header& part) {
   ops::gpt_config cfg;
   cfg.layers = g.model.layers, cfg.d_model = g.model.d_model, cfg.heads = g.model.heads;
-  cfg.context = g.model.context, cfg.vocab = g.model.vocab;
+  cfg.context = g.model.context, cfg.vocab = g.model.vocab, cfg.head_apart = g.skip_runs();
   // What the stage's models hold (f32 weights on every device), chunk by chunk.
   std::vector<std::vector<param_info>> layouts;
   for (auto r : a.layers) {

@@ -2,6 +2,7 @@
 // action at a time, the step boundary when every microbatch has its gradient.
 #include "actors/stage_engine.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -340,11 +341,20 @@ void stage_engine::run_eval(const route_t& route, int hop, int k, const stage_te
   }
   if (last) {
     eval_targets_.erase(k);
-    eval_sum_ += static_cast<double>(y.value.data<float>()[0]);
-    if (++eval_seen_ == cfg_.eval_batches) {
-      val_losses_.emplace_back(step, eval_sum_ / cfg_.eval_batches);
+    auto routes = static_cast<std::size_t>(std::max(cfg_.eval_routes, 1));
+    eval_sum_.resize(routes, 0.0), eval_seen_.resize(routes, 0);
+    auto v = std::min(static_cast<std::size_t>(k / cfg_.eval_batches), routes - 1);
+    eval_sum_[v] += static_cast<double>(y.value.data<float>()[0]);
+    ++eval_seen_[v];
+    if (std::all_of(eval_seen_.begin(), eval_seen_.end(), [&](int n) { return n == cfg_.eval_batches; })) {
+      if (routes > 1) {  // recorded first: a pass is complete once val_losses_ has it
+        short_val_losses_.emplace_back(step, eval_sum_[1] / cfg_.eval_batches);
+        trace_recorder::global().count("val_loss_short", short_val_losses_.back().second,
+                                       static_cast<std::int32_t>(step));
+      }
+      val_losses_.emplace_back(step, eval_sum_[0] / cfg_.eval_batches);
       trace_recorder::global().count("val_loss", val_losses_.back().second, static_cast<std::int32_t>(step));
-      eval_sum_ = 0, eval_seen_ = 0;
+      std::fill(eval_sum_.begin(), eval_sum_.end(), 0.0), std::fill(eval_seen_.begin(), eval_seen_.end(), 0);
     }
     return;
   }

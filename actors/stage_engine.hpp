@@ -43,6 +43,11 @@ struct stage_config {
   std::int64_t steps = 1;
   std::int64_t eval_every = 0;       ///< 0: evaluate only after the last step
   int eval_batches = 8;
+  /// Routes each validation pass takes (routing_policy::eval_routes): batch k of
+  /// route v is microbatch v·eval_batches + k. SkipPipe's 2: the full model, then
+  /// a path of L stages (#14).
+  int eval_routes = 1;
+  int short_eval_stages = 0;         ///< the stages the second route visits (for the report)
   double grad_clip = 1.0;            ///< global-norm clip; 0 = off
   float weight_decay = 0.1f;         ///< AdamW's decoupled weight decay (matrices and embeddings)
   ops::gpt_config model;
@@ -128,8 +133,12 @@ public:
   bool owns_loss() const noexcept { return cfg_.loss; }
   step_t step() const noexcept { return core_->step(); }
   bool training_done() const noexcept { return core_->training_done() && !awaiting_params_; }
-  /// Evaluation passes whose loss this stage has computed (loss stage only).
+  /// Evaluation passes whose loss this stage has computed (loss stage only), on
+  /// the first evaluation route (the full model); a pass counts once every
+  /// route's is in.
   const std::vector<std::pair<step_t, double>>& val_losses() const noexcept { return val_losses_; }
+  /// The same passes on the second route, when there is one (SkipPipe: a path of L stages).
+  const std::vector<std::pair<step_t, double>>& short_val_losses() const noexcept { return short_val_losses_; }
   const std::vector<step_report>& reports() const noexcept { return reports_; }
   /// The model chunks this rank owns (chunk c = virtual stage rank + c·ranks).
   const std::vector<std::unique_ptr<stage_model>>& models() const noexcept { return models_; }
@@ -231,9 +240,9 @@ private:
   /// With replicas, the loss of this replica's own microbatches as the trace
   /// counter `loss:rN` (the dashboard's and /metrics' per-replica loss).
   void report_replica_loss(step_t step);
-  double eval_sum_ = 0;
-  int eval_seen_ = 0;
-  std::vector<std::pair<step_t, double>> val_losses_;
+  std::vector<double> eval_sum_;   ///< by evaluation route: Σ loss of this pass's batches
+  std::vector<int> eval_seen_;     ///< by evaluation route: batches whose loss is in
+  std::vector<std::pair<step_t, double>> val_losses_, short_val_losses_;
   std::vector<step_report> reports_;
   std::int64_t compute_ns_ = 0;
   std::int64_t idle_since_ns_ = -1;  ///< when the policy last had nothing to run; -1 when busy

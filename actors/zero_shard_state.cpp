@@ -27,8 +27,10 @@ std::int64_t elements_of(const std::vector<std::vector<sched::shard_param>>& chu
 }
 
 bool holds_loss(const graph_spec& g, const actor_spec& stage) {
+  ops::gpt_config cfg;
+  cfg.layers = g.model.layers, cfg.head_apart = g.skip_runs();
   for (const auto& r : stage.layers)
-    if (r.end == g.model.layers)
+    if (ops::holds_head(cfg, r.begin, r.end))
       return true;
   return false;
 }
@@ -45,7 +47,7 @@ void record_held(const std::string& actor, const held_bytes& h) {
 std::vector<std::vector<sched::shard_param>> zero_params(const graph_spec& g, const actor_spec& stage) {
   ops::gpt_config cfg;
   cfg.layers = g.model.layers, cfg.d_model = g.model.d_model, cfg.heads = g.model.heads;
-  cfg.context = g.model.context, cfg.vocab = g.model.vocab;
+  cfg.context = g.model.context, cfg.vocab = g.model.vocab, cfg.head_apart = g.skip_runs();
   std::vector<std::vector<sched::shard_param>> out;
   for (const auto& r : stage.layers) {
     auto& chunk = out.emplace_back();

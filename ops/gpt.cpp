@@ -24,7 +24,8 @@ gpt_range::gpt_range(const gpt_config& cfg, int begin, int end) : impl_(new impl
   require(cfg.layers > 0 && cfg.d_model > 0 && cfg.heads > 0 && cfg.context > 0 && cfg.vocab > 0, op,
           "layers, d_model, heads, context and vocab must be positive");
   require(cfg.d_model % cfg.heads == 0, op, fmt::format("d_model {} is not divisible by heads {}", cfg.d_model, cfg.heads));
-  require(0 <= begin && begin < end && end <= cfg.layers, op,
+  bool head_only = cfg.head_apart && begin == cfg.layers && end == cfg.layers;
+  require(head_only || (0 <= begin && begin < end && end <= cfg.layers), op,
           fmt::format("layer range [{}, {}) is not inside [0, {})", begin, end, cfg.layers));
   impl_->cfg = cfg;
   impl_->begin = begin;

@@ -25,10 +25,23 @@ struct gpt_config {
   ops::precision precision = precision::f32; ///< bf16: bf16 products, f32 weights and state
   std::uint64_t seed = 1337;        ///< initialisation seed; each parameter derives its own
   std::int32_t ignore_index = -1;   ///< target value that the loss skips
+  /// SkipPipe (#14): the final norm, head and loss are a range of their own,
+  /// [layers, layers), which stage 0 holds beside the embedding so that every
+  /// path ends where it began (Blagoev et al. 2025, arXiv 2502.19913; in
+  /// gensyn-ai/skippipe communications/llm_subp.py the first stage runs `embed`
+  /// and `forward_end` + the loss). The range ending at `layers` then holds blocks only.
+  bool head_apart = false;
 };
 
+/// Whether layers [begin, end) of `cfg` hold the final norm, head and loss:
+/// the range ending at `layers`, or with head_apart only the empty range there.
+inline bool holds_head(const gpt_config& cfg, int begin, int end) {
+  return end == cfg.layers && (!cfg.head_apart || begin == end);
+}
+
 /// Layers [begin, end) of a GPT, plus the embeddings when begin == 0 and the final
-/// norm, head and loss when end == layers.
+/// norm, head and loss when end == layers (holds_head: with head_apart, the empty
+/// range [layers, layers) holds them alone).
 ///
 /// Parameters are initialised as in GPT-2 (normal 0.02, biases 0, norms 1/0, the two
 /// residual projections per block scaled by 1/√(2·layers)) from a seed derived from
@@ -63,7 +76,7 @@ public:
   int begin() const noexcept;
   int end() const noexcept;
   bool is_first() const noexcept { return begin() == 0; }
-  bool is_last() const noexcept { return end() == config().layers; }
+  bool is_last() const noexcept { return holds_head(config(), begin(), end()); }
 
   /// Training forward of microbatch `mb`, caching what backward needs. The last
   /// range needs `targets` (i32 [B, T]) and returns the loss [1]. `documents`

@@ -150,6 +150,31 @@ TEST_CASE("splitting the model into 1, 2 and 4 ranges gives the same loss and gr
   }
 }
 
+TEST_CASE("with the head apart, blocks ranges and the head range [layers, layers) are the whole model") {
+  gpt_config whole{.layers = 4, .d_model = 20, .heads = 4, .context = 11, .vocab = 31};
+  gpt_config apart = whole;
+  apart.head_apart = true;  // SkipPipe: stage 0 holds the head beside the embedding
+  auto x = make_batch(3, 11, whole.vocab, 3);
+  std::vector<gpt_range> one;
+  one.emplace_back(whole, 0, 4);
+  std::vector<gpt_range> split;
+  for (auto [b, e] : std::vector<std::pair<int, int>>{{0, 2}, {2, 4}, {4, 4}})
+    split.emplace_back(apart, b, e);
+  CHECK_FALSE(split[1].is_last());  // the blocks ending at `layers` hold no head
+  CHECK(split[2].is_last());
+  CHECK(split[2].params().size() == 3);  // ln_f weight and bias, lm_head
+  CHECK(gpt_parameter_count(apart, 2, 4) + gpt_parameter_count(apart, 4, 4) == gpt_parameter_count(whole, 2, 4));
+  float loss = chain(split, 0, x), base = chain(one, 0, x);
+  CHECK(loss == doctest::Approx(base).epsilon(1e-6));
+  auto g = grads_by_name(split), want = grads_by_name(one);
+  REQUIRE(g.size() == want.size());
+  for (auto& [name, v] : g) {
+    INFO(name);
+    CHECK(compare(v, want.at(name)).max_rel <= 1e-6);
+  }
+  CHECK_THROWS_AS(gpt_range(whole, 4, 4), std::invalid_argument);  // only with the head apart
+}
+
 TEST_CASE("backward_input then backward_weight equals the fused backward with microbatches in flight") {
   gpt_config cfg{.layers = 3, .d_model = 16, .heads = 2, .context = 8, .vocab = 17};
   auto x0 = make_batch(2, 8, cfg.vocab, 1), x1 = make_batch(2, 8, cfg.vocab, 2);

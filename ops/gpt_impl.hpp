@@ -67,7 +67,7 @@ struct gpt_range::impl {
   }
 
   bool first() const { return begin == 0; }
-  bool last() const { return end == cfg.layers; }
+  bool last() const { return holds_head(cfg, begin, end); }
   int local_layers() const { return end - begin; }
   std::size_t block_base(int li) const { return (first() ? 2 : 0) + std::size_t(li) * block_slots; }
   std::size_t head_base() const { return block_base(local_layers()); }

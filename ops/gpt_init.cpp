@@ -71,7 +71,7 @@ std::vector<gpt_param_spec> gpt_param_specs(const gpt_config& cfg, int begin, in
     add(n("mlp.c_proj.weight"), {c, 4 * c}, std_resid, 0);
     add(n("mlp.c_proj.bias"), {c}, 0, 0.0f);
   }
-  if (end == cfg.layers) {
+  if (holds_head(cfg, begin, end)) {
     add("ln_f.weight", {c}, 0, 1.0f);
     add("ln_f.bias", {c}, 0, 0.0f);
     add("lm_head.weight", {cfg.vocab, c}, std0, 0);

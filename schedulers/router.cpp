@@ -8,7 +8,7 @@ namespace troupe::sched {
 
 router_core::router_core(router_config cfg, routing_ptr policy)
   : cfg_(std::move(cfg)), policy_(std::move(policy)), step_(cfg_.first_step) {
-  eval_route_ = policy_->eval_route();
+  eval_routes_ = policy_->eval_routes();
   if (!done())
     plan_step();
 }
@@ -26,8 +26,8 @@ void router_core::drop_replica(int r) {
   lost_[static_cast<std::size_t>(r)] = true;
   for (int s = 0; s < replicas; ++s)
     if (!lost_[static_cast<std::size_t>(s)]) {
-      if (r == 0 || eval_route_.empty())
-        eval_route_ = policy_->route(0, s, s);  // the chain of the first replica still here
+      if (r == 0)
+        eval_routes_ = {policy_->route(0, s, s)};  // the chain of the first replica still here
       return;
     }
   throw std::invalid_argument("router: every replica has left the run");
@@ -65,7 +65,8 @@ std::optional<emission> router_core::next() {
     return std::nullopt;
   // Routed across replicas (least_loaded, NoLoCo), microbatches are numbered in the
   // whole step: a stage may take the same index of two replicas.
-  int mb = cfg_.targets_with_tokens || cfg_.stage_local_norm ? microbatch_ : microbatch_ / std::max(cfg_.replicas, 1);
+  bool whole_step = cfg_.targets_with_tokens || cfg_.stage_local_norm || cfg_.across_replicas;
+  int mb = whole_step ? microbatch_ : microbatch_ / std::max(cfg_.replicas, 1);
   emission e{step_, mb, step_ * per_step() + microbatch_, r, {}};
   --credits_[head];
   if (tail != head)

@@ -33,6 +33,9 @@ struct router_config {
   /// microbatch, yet nothing is reduced among them: every stage clips by its own
   /// gradient norm and counts the tokens of one replica's batch.
   bool stage_local_norm = false;
+  /// SkipPipe's paths (#14) go through any replica's stages: microbatches are
+  /// numbered in the whole step, so two replicas' never share an index at a stage.
+  bool across_replicas = false;
 };
 
 /// One microbatch to make and send: tokens to route.front(), targets to route.back().
@@ -69,7 +72,10 @@ public:
   /// Microbatches emitted so far in this run (not counting a resumed run's earlier ones).
   std::int64_t emitted() const { return emitted_; }
   /// The route microbatches of evaluation follow (the policy's route of the run's first microbatch).
-  const route_t& eval_route() const { return eval_route_; }
+  const route_t& eval_route() const { return eval_routes_.front(); }
+  /// Every route of evaluation, eval_route() first, each pass reported on its own
+  /// (routing_policy::eval_routes).
+  const std::vector<route_t>& eval_routes() const { return eval_routes_; }
   /// Elastic local-update training (independent replicas): replica `r` left the
   /// run; its microbatches are no longer made, its stages get no more plans, and
   /// evaluation moves to the first replica still here when it was r's.
@@ -89,7 +95,7 @@ private:
   int microbatch_ = 0;
   std::int64_t emitted_ = 0;
   std::vector<route_t> routes_;   ///< this step's, by microbatch
-  route_t eval_route_;
+  std::vector<route_t> eval_routes_;
   std::vector<bool> lost_;        ///< by replica: left the run
   bool planned_ = false;          ///< this step's plans went out (with its first microbatch made)
   /// Moves past the microbatches of replicas that left.

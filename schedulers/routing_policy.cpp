@@ -97,16 +97,12 @@ expected<routing_ptr> make_paths(const routing_params& p) {
     return make_sched_error("paths: no paths given (routing: {policy: paths, paths: [[s0, s2, s3], ...]})");
   std::vector<route_t> routes;
   for (const auto& names : p.paths) {
-    route_t r;
-    for (const auto& n : names) {
-      auto h = parse_hop(p, n);
-      if (!h)
-        return h.error();
-      r.push_back(*h);
-    }
-    if (auto ok = check_route(r, p); !ok)
+    auto r = parse_route(p, names);
+    if (!r)
+      return r.error();
+    if (auto ok = check_route(*r, p); !ok)
       return ok.error();
-    routes.push_back(std::move(r));
+    routes.push_back(std::move(*r));
   }
   return routing_ptr{new paths_routing(std::move(routes))};
 }
@@ -175,6 +171,21 @@ expected<void> check_route(const route_t& r, const routing_params& p) {
     return make_sched_error(fmt::format("route {}: must end at the stage holding layer {} (the head and loss), not {}",
                                         route_names(p, r), p.layers - 1, hop_name(p, r.back())));
   return {};
+}
+
+expected<route_t> parse_route(const routing_params& params, const std::vector<std::string>& names) {
+  route_t r;
+  for (const auto& n : names) {
+    auto h = parse_hop(params, n);
+    if (!h)
+      return h.error();
+    r.push_back(*h);
+  }
+  return r;
+}
+
+std::string route_text(const routing_params& params, const route_t& r) {
+  return route_names(params, r);
 }
 
 expected<routing_ptr> make_routing(std::string_view name, const routing_params& params) {

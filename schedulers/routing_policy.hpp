@@ -46,6 +46,10 @@ public:
   /// The route validation batches take: the run's first microbatch's unless the
   /// policy says otherwise (one whose first route may leave replica 0).
   virtual route_t eval_route() { return route(0, 0, 0); }
+  /// Every route validation batches take, each pass reported on its own: the
+  /// first is eval_route() (the model a run reports); SkipPipe adds a path of L
+  /// stages (validation with fewer layers, #14).
+  virtual std::vector<route_t> eval_routes() { return {eval_route()}; }
 };
 
 using routing_ptr = std::unique_ptr<routing_policy>;
@@ -63,6 +67,12 @@ expected<std::vector<route_t>> replica_chains(const routing_params& params);
 /// at layer 0), ends with the head (a chunk ending at `layers`) and visits no
 /// chunk twice. The message names the route by actor names.
 expected<void> check_route(const route_t& r, const routing_params& params);
+
+/// The route of hops named as `paths` names them (`s2`, or `s2.1` for chunk 1 of s2).
+expected<route_t> parse_route(const routing_params& params, const std::vector<std::string>& names);
+
+/// `r` by actor names, as `[s0 -> s2 -> s0.1]`, for messages.
+std::string route_text(const routing_params& params, const route_t& r);
 
 /// Makes the routing policy registered as `name`; unknown names fail listing the known ones.
 expected<routing_ptr> make_routing(std::string_view name, const routing_params& params);

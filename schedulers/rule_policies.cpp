@@ -216,7 +216,9 @@ std::vector<policy_option> rule_options(bool split) {
 }
 
 expected<policy_ptr> make_gpipe(const policy_params& p) {
-  if (auto ok = check_shape("gpipe", p, false); !ok)
+  // Any number of chunks: all forwards first needs no order among them (SkipPipe's
+  // stage 0 holds the head as a second chunk, #14).
+  if (auto ok = check_shape("gpipe", p, true); !ok)
     return ok.error();
   auto bound = int_setting("gpipe", p, "max_in_flight", 1, 0);
   if (!bound)

@@ -12,11 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/builtin.hpp"
+#include "actors/skippipe_plan.hpp"
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
 #include "deploy/cli/run_graph.hpp"
-#include "schedulers/cost_model.hpp"
-#include "schedulers/skippipe_planner.hpp"
 
 namespace troupe::cli {
 
@@ -24,146 +23,7 @@ namespace {
 
 using namespace troupe::sched;
 
-/// Random skipping's time is the mean over this many seeds.
-constexpr int random_draws = 8;
-
-/// The device a node computes on: `sim.device`, a preset or a `devices:` entry written out.
-expected<device_spec> plan_device(const sim_spec& s) {
-  auto entry =
-      std::find_if(s.devices.begin(), s.devices.end(), [&](const auto& d) { return d.name == s.device; });
-  if (entry == s.devices.end() || !entry->base.empty())
-    return device_preset(entry == s.devices.end() ? s.device : entry->base);
-  device_spec d;
-  d.name = entry->name;
-  d.peak_f32 = entry->peak_f32, d.peak_tf32 = entry->peak_tf32, d.peak_bf16 = entry->peak_bf16;
-  d.memory_bandwidth = entry->memory_bandwidth, d.memory_bytes = entry->memory_bytes;
-  for (auto [out, in] : {std::pair{&d.efficiency.matmul, entry->matmul},
-                         {&d.efficiency.attention, entry->attention},
-                         {&d.efficiency.elementwise, entry->elementwise}})
-    *out = in > 0 ? in : 1.0;
-  return d;
-}
-
-/// What SkipPipe plans on, from the graph: a node's forward from the cost model
-/// (model.layers / pipeline.stages layers of the model on sim.device), and each hop's
-/// delay as REFERENCES.md's SkipPipe delay model: latency + activation bytes /
-/// bandwidth + the network's per-hop overhead, activations d_model·context·batch values.
-expected<path_problem> make_problem(const graph_spec& g) {
-  auto device = plan_device(g.sim);
-  if (!device)
-    return device.error();
-  cost_settings cs;
-  cs.device = *device;
-  cs.dtype = g.model.precision == dtype::bf16 ? "bf16" : "f32";
-  transformer_shape m{g.model.layers,  g.model.d_model, g.model.heads,
-                      g.model.context, g.model.vocab,   g.data.batch};
-  const int layers = std::max(g.model.layers / g.pipeline.stages, 1);
-  const double forward = costs_of(m, cs, layers, false).forward;
-  const double bytes =
-      double(g.model.d_model) * g.model.context * g.data.batch * (g.model.precision == dtype::bf16 ? 2 : 4);
-  path_problem pr;
-  pr.stages = g.pipeline.stages;
-  const int n = g.network.nodes();
-  pr.forward.assign(static_cast<std::size_t>(n), forward);
-  pr.delay.assign(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(n), 0.0));
-  for (int a = 0; a < n; ++a)
-    for (int b = 0; b < n; ++b)
-      if (a != b) {
-        auto l = g.network.link(a, b);
-        pr.delay[a][b] = l.latency + (l.bandwidth > 0 ? bytes / l.bandwidth : 0.0) + g.network.overhead;
-      }
-  return pr;
-}
-
-/// Everything `plan paths` prints.
-struct plan_report {
-  placement where;
-  std::vector<path_agent> agents;
-  std::vector<planned_path> paths;
-  double planned = 0, full = 0, fixed_chains = 0, random = 0, blind = 0;
-  int expansions = 0;
-};
-
-expected<plan_report> plan_graph(const graph_spec& g) {
-  if (!g.skip.present)
-    return make_sched_error("the graph has no `skip:` section to plan (and `network:` to plan it over)");
-  auto pr = make_problem(g);
-  if (!pr)
-    return pr.error();
-  plan_report rep;
-  const auto& skip = g.skip;
-  if (!skip.placement.empty()) {
-    rep.where = skip.placement;
-  } else {
-    // DT-FM's weight of the data-parallel cost against the pipeline's: a position's
-    // gradient bytes over the activation bytes its microbatches send (SkipPipe's FACTOR).
-    transformer_shape m{g.model.layers,  g.model.d_model, g.model.heads,
-                        g.model.context, g.model.vocab,   g.data.batch};
-    double grads = 4 * stage_parameters(m, std::max(g.model.layers / g.pipeline.stages, 1), false);
-    double acts = 4.0 * g.model.d_model * g.model.context * g.data.batch * g.pipeline.microbatches;
-    rep.where = search_placement(*pr, grads / acts, skip.seed);
-  }
-  path_rules rules;
-  rules.path_length = skip.path_length;
-  rules.memory = skip.memory;
-  rules.swaps = skip.swaps;
-  rules.swap_distance = skip.swap_distance;
-  rules.max_jump = skip.max_jump;
-  std::size_t smallest = rep.where.size() > 1 ? rep.where[1].size() : 1;
-  for (std::size_t s = 1; s < rep.where.size(); ++s)
-    smallest = std::min(smallest, rep.where[s].size());
-  rules.max_per_stage =
-      skip.max_per_stage > 0 ? skip.max_per_stage : skip.memory * static_cast<int>(smallest);
-  rep.agents = make_agents(*pr, rep.where, g.pipeline.microbatches);
-  auto aware = plan_skippipe(*pr, rep.where, rules, rep.agents, true);
-  if (!aware)
-    return aware.error();
-  auto blind = plan_skippipe(*pr, rep.where, rules, rep.agents, false);
-  if (!blind)
-    return blind.error();
-  // The full pipeline at its best: every stage in order, chains chosen by the same
-  // search with no skipping, no swaps and no memory or capacity bound (every stage
-  // serves every microbatch); and DT-FM's fixed chains (chain i: node i mod size).
-  path_rules all = rules;
-  all.path_length = g.pipeline.stages;
-  all.swaps = 0;
-  all.max_jump = 1;
-  all.memory = all.max_per_stage = static_cast<int>(rep.agents.size());
-  auto full = plan_skippipe(*pr, rep.where, all, rep.agents, true);
-  if (!full)
-    return full.error();
-  rep.planned = aware->planned_s;
-  rep.blind = blind->planned_s;
-  rep.expansions = aware->expansions;
-  rep.full = full->planned_s;
-  rep.fixed_chains = simulate_iteration(*pr, rep.agents, plan_full(rep.where, rep.agents)).time;
-  std::vector<planned_path> first_random;
-  for (int k = 0; k < random_draws; ++k) {
-    auto random = plan_random(*pr, rep.where, rules, rep.agents, skip.seed + static_cast<std::uint64_t>(k));
-    if (!random)
-      return random.error();
-    rep.random += simulate_iteration(*pr, rep.agents, *random).time / random_draws;
-    if (k == 0)
-      first_random = *random;
-  }
-  if (skip.planner == "full")
-    rep.paths = full->paths, rep.planned = rep.full;
-  else if (skip.planner == "random")
-    rep.paths = first_random, rep.planned = simulate_iteration(*pr, rep.agents, first_random).time;
-  else
-    rep.paths = aware->paths;
-  return rep;
-}
-
-std::vector<int> stages_of(const plan_report& rep, const planned_path& p, int nodes) {
-  auto stage = stage_of(rep.where, nodes);
-  std::vector<int> out;
-  for (int n : p.nodes)
-    out.push_back(stage[n]);
-  return out;
-}
-
-void print_text(const std::string& file, const graph_spec& g, const plan_report& rep) {
+void print_text(const std::string& file, const graph_spec& g, const skippipe_plan& rep) {
   const auto& net = g.network;
   const int n = net.nodes();
   fmt::print(
@@ -182,26 +42,32 @@ void print_text(const std::string& file, const graph_spec& g, const plan_report&
   fmt::print("paths (nodes | stages; each returns to its first node for the loss):\n");
   for (const auto& p : rep.paths)
     fmt::print("  microbatch {:>3}: {:<24} | {}\n", p.agent, fmt::format("{}", fmt::join(p.nodes, " ")),
-               fmt::join(stages_of(rep, p, n), " "));
+               fmt::join(path_stages(rep, p, n), " "));
+  if (g.skip_runs()) { // one stage actor per node: what `troupe run` routes
+    fmt::print("routes of `troupe run` (microbatch k of a step, stage actors):\n");
+    auto routes = skippipe_route_names(g, rep);
+    for (std::size_t k = 0; k < routes.size(); ++k)
+      fmt::print("  {:>3}: {}\n", k, fmt::join(routes[k], " -> "));
+  }
   auto vs = [&](double t) { return fmt::format("{:.4g} s ({:+.1f}%)", t, 100.0 * (rep.planned / t - 1)); };
   fmt::print(
       "iteration time under the cost model: planned {:.4g} s\n  against the full pipeline {} (its chains "
       "planned alike; on fixed chains {})\n  random skipping {} (mean of {} draws)\n  the plan without "
       "collision awareness {}\n",
-      rep.planned, vs(rep.full), vs(rep.fixed_chains), vs(rep.random), random_draws, vs(rep.blind));
+      rep.planned, vs(rep.full), vs(rep.fixed_chains), vs(rep.random), rep.random_draws, vs(rep.blind));
 }
 
-nlohmann::json to_json(const graph_spec& g, const plan_report& rep) {
+nlohmann::json to_json(const graph_spec& g, const skippipe_plan& rep) {
   nlohmann::json paths = nlohmann::json::array();
   for (const auto& p : rep.paths)
     paths.push_back(
-        {{"agent", p.agent}, {"nodes", p.nodes}, {"stages", stages_of(rep, p, g.network.nodes())}});
+        {{"agent", p.agent}, {"nodes", p.nodes}, {"stages", path_stages(rep, p, g.network.nodes())}});
   std::vector<std::string> locations;
   for (int l : g.network.node_locations)
     locations.push_back(g.network.locations[static_cast<std::size_t>(l)]);
-  return {{"placement", rep.where},
-          {"locations", locations},
-          {"paths", paths},
+  nlohmann::json out{{"placement", rep.where},
+                     {"locations", locations},
+                     {"paths", paths},
           {"time",
            {{"planned", rep.planned},
             {"full", rep.full},
@@ -209,6 +75,9 @@ nlohmann::json to_json(const graph_spec& g, const plan_report& rep) {
             {"random", rep.random},
             {"no_collision_awareness", rep.blind}}},
           {"expansions", rep.expansions}};
+  if (g.skip_runs())  // microbatch k of a step's route in a run, as stage actors
+    out["routes"] = skippipe_route_names(g, rep);
+  return out;
 }
 
 int plan_paths(const std::string& file, const std::vector<std::string>& overrides, bool json) {
@@ -218,7 +87,7 @@ int plan_paths(const std::string& file, const std::vector<std::string>& override
       fmt::print(stderr, "{}\n", to_string(d));
     return bad_input;
   }
-  auto rep = plan_graph(*loaded.graph);
+  auto rep = plan_skippipe_graph(*loaded.graph, /*baselines=*/true);
   if (!rep) {
     fmt::print(stderr, "troupe plan paths: {}: {}\n", file, rep.error().message);
     return bad_input;

@@ -54,3 +54,16 @@ TEST_CASE("troupe plan paths refuses a graph without skip: and a missing file") 
   CHECK(run_troupe("plan paths no-such.yaml").code == 2);
   CHECK(run_troupe("plan").code == 2);
 }
+
+TEST_CASE("a runnable plan lists each microbatch's route through the stage actors, back to its start's head") {
+  auto j = plan_json("examples/skippipe-run.yaml");
+  REQUIRE(j.contains("routes"));
+  REQUIRE(j["routes"].size() == j["paths"].size());
+  for (const auto& r : j["routes"]) {
+    auto first = r.front().get<std::string>(), last = r.back().get<std::string>();
+    CHECK(first.ends_with("s0.0"));
+    CHECK(last == first.substr(0, first.size() - 1) + "1");  // the head chunk of the same stage 0
+    CHECK(r.size() == j["paths"][0]["nodes"].size() + 1);
+  }
+  CHECK_FALSE(plan_json("examples/skippipe.yaml").contains("routes"));  // 8 nodes, 4 stage actors: plannable, not runnable
+}

@@ -249,7 +249,7 @@ void add_timeout(CLI::App& app, std::int64_t& out) {
 void add_summary_json(CLI::App& app, std::string& out) {
   app.add_option("--summary-json", out,
                  "write {\"steps\", \"tokens_per_s\", \"ms_per_step\", \"train_loss\",\n"
-                 "\"val_loss\", \"first_step\", \"losses\", \"parameters\": {\"total\",\n"
+                 "\"val_loss\", \"val_loss_short\" (SkipPipe), \"first_step\", \"losses\", \"parameters\": {\"total\",\n"
                  "\"per_actor\"}} there at the end (null where a number does\nnot apply)")
       ->option_text("FILE");
 }

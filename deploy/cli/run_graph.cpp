@@ -71,7 +71,7 @@ std::optional<double> run_result::ms_per_step() const {
 
 void aggregate(run_result& res) {
   res.steps = 0, res.tokens = 0;
-  res.train_loss.reset(), res.val_loss.reset();
+  res.train_loss.reset(), res.val_loss.reset(), res.val_loss_short.reset();
   step_t loss_steps = -1;
   for (const auto& s : res.summaries) {
     res.steps = std::max(res.steps, s.steps);
@@ -82,6 +82,8 @@ void aggregate(run_result& res) {
     }
     if (!std::isnan(s.val_loss))
       res.val_loss = s.val_loss;
+    if (!std::isnan(s.val_loss_short))
+      res.val_loss_short = s.val_loss_short;
     if (!s.losses.empty())
       res.losses = s.losses;
   }
@@ -197,7 +199,7 @@ nlohmann::json summary_json(const run_result& r, const parameter_count& paramete
     sent[s.actor] = s.bytes_sent;
   }
   return {{"steps", r.steps},           {"tokens_per_s", num(r.tokens_per_s())}, {"ms_per_step", num(r.ms_per_step())},
-          {"train_loss", num(r.train_loss)}, {"val_loss", num(r.val_loss)},    {"first_step", r.first_step},
+          {"train_loss", num(r.train_loss)}, {"val_loss", num(r.val_loss)}, {"val_loss_short", num(r.val_loss_short)},    {"first_step", r.first_step},
           {"losses", losses},           {"parameters", to_json(parameters)},     {"memory", memory},
           {"bytes_sent", sent}};
 }

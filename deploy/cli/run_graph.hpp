@@ -51,6 +51,7 @@ struct run_result {
   double seconds = 0;                 ///< from start to the last `done`
   std::optional<double> train_loss;
   std::optional<double> val_loss;
+  std::optional<double> val_loss_short;  ///< SkipPipe: validation on a path of skip.path_length stages
   std::int64_t first_step = 0;        ///< the step training started at (checkpoint.resume_step)
   std::vector<double> losses;         ///< train loss per step from first_step on (the loss stage's)
   std::int64_t checkpoints = 0;       ///< checkpoints completed
@@ -94,7 +95,7 @@ private:
 };
 
 /// `{"steps":…, "tokens_per_s":…, "ms_per_step":…, "train_loss":…, "val_loss":…,
-/// "first_step":…, "losses": […], "parameters": {"total":…, "per_actor": {…}}}`,
+/// "val_loss_short":… (SkipPipe), "first_step":…, "losses": […], "parameters": {"total":…, "per_actor": {…}}}`,
 /// null where unknown; `steps` counts this run's.
 nlohmann::json summary_json(const run_result& r, const parameter_count& parameters);
 

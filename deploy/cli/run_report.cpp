@@ -2,6 +2,7 @@
 // the graph loaded and resumed; one summary line, the summary JSON, the exit code.
 #include <cstdio>
 #include <filesystem>
+#include <cmath>
 #include <fstream>
 #include <string_view>
 
@@ -125,6 +126,10 @@ int report_run(const char* cmd, const graph_spec& g, const std::string& file, co
              result->steps, result->seconds, fmt_opt(result->ms_per_step(), "{:.2f}"),
              fmt_opt(result->tokens_per_s(), "{:.0f}"), fmt_opt(result->train_loss, "{:.4f}"),
              fmt_opt(result->val_loss, "{:.4f}"));
+  if (result->val_loss_short && result->val_loss)  // SkipPipe's model with fewer layers, beside the full one
+    fmt::print("{}: validation on a path of {} of {} stages: loss {:.4f}, perplexity {:.3f} (the full model: {:.3f})\n",
+               file, g.skip.path_length, g.pipeline.stages, *result->val_loss_short,
+               std::exp(*result->val_loss_short), std::exp(*result->val_loss));
   std::fflush(stdout);
   if (!summary_path.empty()) {
     std::ofstream out{summary_path};

@@ -195,6 +195,8 @@ struct run_summary {
   std::int64_t tokens = 0;        ///< training tokens it consumed (count them once: the loss stage)
   double train_loss = std::numeric_limits<double>::quiet_NaN();  ///< mean over the last step
   double val_loss = std::numeric_limits<double>::quiet_NaN();    ///< last validation pass
+  /// The same pass on a path of fewer stages (SkipPipe's `skip.path_length`, #14); NaN when none ran.
+  double val_loss_short = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> losses;     ///< train loss per step, when recorded
   /// Bytes of model state it holds (f32 parameters, gradients, optimizer
   /// state); -1 for an actor that holds none (the loader, an all-reduce peer).
@@ -265,7 +267,7 @@ typename Inspector::result_type inspect(Inspector& f, connect_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_summary& x) {
   return f(caf::meta::type_name("run_summary"), x.actor, x.steps, x.tokens, x.train_loss, x.val_loss,
-           x.losses, x.params_bytes, x.grads_bytes, x.optimizer_bytes, x.bytes_sent);
+           x.val_loss_short, x.losses, x.params_bytes, x.grads_bytes, x.optimizer_bytes, x.bytes_sent);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, checkpoint_msg& x) {

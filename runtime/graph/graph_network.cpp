@@ -21,7 +21,7 @@ const std::vector<std::string> network_keys{"preset",          "csv",      "loca
 const std::vector<std::string> link_keys{"between", "latency", "bandwidth"};
 const std::vector<std::string> skip_keys{"path_length", "memory",  "max_per_stage", "swaps", "swap_distance",
                                          "max_jump",    "planner", "placement",     "seed"};
-const std::vector<std::string> planners{"skippipe", "full", "random"};
+const std::vector<std::string> planners{"skippipe", "full", "chains", "random"};
 constexpr int max_network_nodes = 1 << 16;
 
 /// Reads a duration (`5ms`) or a bandwidth (`1Gbit/s`) scalar into `out`.

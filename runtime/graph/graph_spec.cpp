@@ -156,6 +156,11 @@ std::int64_t graph_spec::tokens_per_step() const noexcept {
   return static_cast<std::int64_t>(data_parallel.replicas) * data.batch * pipeline.microbatches * model.context;
 }
 
+bool graph_spec::skip_runs() const noexcept {
+  return skip.present && network.present && pipeline.stages > 0 &&
+         network.nodes() == pipeline.stages * std::max(data_parallel.replicas, 1);
+}
+
 std::string to_yaml(const graph_spec& g) {
   std::string out = fmt::format("# {}, expanded\n", g.file.string());
   const auto& m = g.model;

@@ -212,7 +212,7 @@ struct skip_spec {
   int swaps = 2;           ///< visits below the furthest stage reached (SkipPipe: 2)
   int swap_distance = 1;   ///< how far below (SkipPipe: 1)
   int max_jump = 4;        ///< how far past the furthest reached one hop goes (SkipPipe: 4)
-  std::string planner = "skippipe";  ///< skippipe, full or random
+  std::string planner = "skippipe";  ///< skippipe, full (chains planned), chains (DT-FM's fixed chains) or random
   std::vector<std::vector<int>> placement;  ///< network nodes per stage position; empty = searched
   std::uint64_t seed = 1;
   source_pos pos;
@@ -337,6 +337,11 @@ struct graph_spec {
   int node_of(const actor_spec& a) const;
   /// Tokens one optimizer step consumes: replicas × batch × microbatches × context.
   std::int64_t tokens_per_step() const noexcept;
+  /// SkipPipe's planned paths drive a run (#14): a `skip:` section whose network
+  /// has one node per stage actor (pipeline.stages × replicas), node placement[s][i]
+  /// being replica i of position s. Other `skip:` graphs can be planned
+  /// (`troupe plan paths`) but not run.
+  bool skip_runs() const noexcept;
 
   /// What the lookups above keep between calls (graph_spec.cpp): actor names to
   /// indices and channels by their `from`, extended as the lists grow, rebuilt

@@ -21,6 +21,7 @@
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/trace/trace.hpp"
 #include "tests/integration/data_parallel_graph.hpp"
+#include "tests/integration/run_trace.hpp"
 #include "tests/integration/troupe_process.hpp"
 
 using namespace troupe;
@@ -83,18 +84,8 @@ TEST_CASE("ZeRO 1 and 2: R replicas of batch b follow one replica of batch R*b t
 /// The spans of one in-process run of `text`, and the trace ids of its actors by name.
 std::pair<std::vector<span>, std::map<std::string, std::uint16_t>> traced_run(const std::string& text,
                                                                              std::size_t threads = 0) {
-  auto& tr = trace_recorder::global();
-  tr.reset();
-  tr.enable(1 << 18);
-  run(text, threads);
-  tr.disable();
-  trace_recorder::cursor cur;
-  std::vector<span> spans;
-  tr.collect(cur, spans);
-  std::map<std::string, std::uint16_t> id;
-  for (const auto& a : tr.actors())
-    id[a.name] = a.id;
-  return {std::move(spans), std::move(id)};
+  auto t = testing::record_trace([&] { run(text, threads); });
+  return {std::move(t.spans), std::move(t.ids)};
 }
 
 TEST_CASE("a ring peer sends exactly 2(R-1)/R of its stage's gradient bytes a step") {

@@ -13,6 +13,7 @@
 #include "deploy/cli/run_graph.hpp"
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/trace/trace.hpp"
+#include "tests/integration/run_trace.hpp"
 #include "tests/integration/troupe_process.hpp"
 
 using namespace troupe;
@@ -49,22 +50,18 @@ traced run(const std::string& text) {
   auto o = runtime_options_from_env();
   o.threads = 10;  // a sleeping (slow) stage must not hold up the others' worker
   troupe_config cfg{o};
-  auto& tr = trace_recorder::global();
-  tr.reset();
-  tr.enable(1 << 18);
-  caf::actor_system sys{cfg};
-  auto r = run_graph(sys, *loaded.graph);
-  tr.disable();
-  INFO(text, r ? std::string{} : sys.render(r.error()));
-  REQUIRE(r);
-  trace_recorder::cursor cur;
-  std::vector<span> spans;
-  tr.collect(cur, spans);
+  traced out;
+  auto t = record_trace([&] {
+    caf::actor_system sys{cfg};
+    auto r = run_graph(sys, *loaded.graph);
+    INFO(text, r ? std::string{} : sys.render(r.error()));
+    REQUIRE(r);
+    out.losses = r->losses;
+  });
   std::map<std::uint16_t, std::string> name;
-  for (const auto& a : tr.actors())
-    name[a.id] = a.name;
-  traced out{r->losses, {}};
-  for (const auto& s : spans)
+  for (const auto& [n, id] : t.ids)
+    name[id] = n;
+  for (const auto& s : t.spans)
     if (s.kind == span_kind::forward && s.step >= 0 && name[s.actor].size() == 4)  // r{i}s{j}
       ++out.forwards[name[s.actor]];
   return out;

@@ -17,6 +17,7 @@
 #include "ops/gpt.hpp"
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/trace/trace.hpp"
+#include "tests/integration/run_trace.hpp"
 
 using namespace troupe;
 
@@ -50,18 +51,8 @@ run_result run(const std::string& text) {
 
 /// The spans of a traced run of `text`, and the trace's actor ids by name.
 std::pair<std::vector<span>, std::map<std::string, std::uint16_t>> traced(const std::string& text) {
-  auto& tr = trace_recorder::global();
-  tr.reset();
-  tr.enable(1 << 18);
-  run(text);
-  tr.disable();
-  trace_recorder::cursor cur;
-  std::vector<span> spans;
-  tr.collect(cur, spans);
-  std::map<std::string, std::uint16_t> ids;
-  for (const auto& a : tr.actors())
-    ids[a.name] = a.id;
-  return {std::move(spans), std::move(ids)};
+  auto t = testing::record_trace([&] { run(text); });
+  return {std::move(t.spans), std::move(t.ids)};
 }
 
 /// Bytes each step's sends of actor `name` carried, from a traced run of `text`.

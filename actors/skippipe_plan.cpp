@@ -1,0 +1,194 @@
+// SkipPipe's plan for a graph: the path problem from the cost model and the
+// network, the placement, the paths skip.planner names and the baselines (#14).
+#include "actors/skippipe_plan.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "schedulers/cost_model.hpp"
+
+namespace troupe {
+
+namespace {
+
+using namespace troupe::sched;
+
+/// Random skipping's time is the mean over this many seeds.
+constexpr int random_draws = 8;
+
+/// The device a node computes on: `sim.device`, a preset or a `devices:` entry written out.
+expected<device_spec> plan_device(const sim_spec& s) {
+  auto entry =
+      std::find_if(s.devices.begin(), s.devices.end(), [&](const auto& d) { return d.name == s.device; });
+  if (entry == s.devices.end() || !entry->base.empty())
+    return device_preset(entry == s.devices.end() ? s.device : entry->base);
+  device_spec d;
+  d.name = entry->name;
+  d.peak_f32 = entry->peak_f32, d.peak_tf32 = entry->peak_tf32, d.peak_bf16 = entry->peak_bf16;
+  d.memory_bandwidth = entry->memory_bandwidth, d.memory_bytes = entry->memory_bytes;
+  for (auto [out, in] : {std::pair{&d.efficiency.matmul, entry->matmul},
+                         {&d.efficiency.attention, entry->attention},
+                         {&d.efficiency.elementwise, entry->elementwise}})
+    *out = in > 0 ? in : 1.0;
+  return d;
+}
+
+transformer_shape shape_of(const graph_spec& g) {
+  return {g.model.layers, g.model.d_model, g.model.heads, g.model.context, g.model.vocab, g.data.batch};
+}
+
+} // namespace
+
+expected<path_problem> skippipe_problem(const graph_spec& g) {
+  auto device = plan_device(g.sim);
+  if (!device)
+    return device.error();
+  cost_settings cs;
+  cs.device = *device;
+  cs.dtype = g.model.precision == dtype::bf16 ? "bf16" : "f32";
+  const int layers = std::max(g.model.layers / g.pipeline.stages, 1);
+  const double forward = costs_of(shape_of(g), cs, layers, false).forward;
+  const double bytes =
+      double(g.model.d_model) * g.model.context * g.data.batch * (g.model.precision == dtype::bf16 ? 2 : 4);
+  path_problem pr;
+  pr.stages = g.pipeline.stages;
+  const int n = g.network.nodes();
+  pr.forward.assign(static_cast<std::size_t>(n), forward);
+  pr.delay.assign(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(n), 0.0));
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b)
+      if (a != b) {
+        auto l = g.network.link(a, b);
+        pr.delay[a][b] = l.latency + (l.bandwidth > 0 ? bytes / l.bandwidth : 0.0) + g.network.overhead;
+      }
+  return pr;
+}
+
+expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines) {
+  if (!g.skip.present)
+    return make_sched_error("the graph has no `skip:` section to plan (and `network:` to plan it over)");
+  auto pr = skippipe_problem(g);
+  if (!pr)
+    return pr.error();
+  skippipe_plan rep;
+  const auto& skip = g.skip;
+  if (!skip.placement.empty()) {
+    rep.where = skip.placement;
+  } else {
+    // DT-FM's weight of the data-parallel cost against the pipeline's: a position's
+    // gradient bytes over the activation bytes its microbatches send (SkipPipe's FACTOR).
+    double grads = 4 * stage_parameters(shape_of(g), std::max(g.model.layers / g.pipeline.stages, 1), false);
+    double acts = 4.0 * g.model.d_model * g.model.context * g.data.batch * g.pipeline.microbatches;
+    rep.where = search_placement(*pr, grads / acts, skip.seed);
+  }
+  path_rules rules;
+  rules.path_length = skip.path_length;
+  rules.memory = skip.memory;
+  rules.swaps = skip.swaps;
+  rules.swap_distance = skip.swap_distance;
+  rules.max_jump = skip.max_jump;
+  std::size_t smallest = rep.where.size() > 1 ? rep.where[1].size() : 1;
+  for (std::size_t s = 1; s < rep.where.size(); ++s)
+    smallest = std::min(smallest, rep.where[s].size());
+  rules.max_per_stage =
+      skip.max_per_stage > 0 ? skip.max_per_stage : skip.memory * static_cast<int>(smallest);
+  rep.agents = make_agents(*pr, rep.where, g.pipeline.microbatches);
+  // The full pipeline at its best: every stage in order, chains chosen by the same
+  // search with no skipping, no swaps and no memory or capacity bound (every stage
+  // serves every microbatch); and DT-FM's fixed chains (chain i: node i mod size).
+  path_rules all = rules;
+  all.path_length = g.pipeline.stages;
+  all.swaps = 0;
+  all.max_jump = 1;
+  all.memory = all.max_per_stage = static_cast<int>(rep.agents.size());
+  auto random_plan = [&](int k) {
+    return plan_random(*pr, rep.where, rules, rep.agents, skip.seed + static_cast<std::uint64_t>(k));
+  };
+  if (skip.planner == "full" || baselines) {
+    auto full = plan_skippipe(*pr, rep.where, all, rep.agents, true);
+    if (!full)
+      return full.error();
+    rep.full = full->planned_s;
+    if (skip.planner == "full")
+      rep.paths = full->paths, rep.planned = rep.full;
+  }
+  if (skip.planner == "random") {
+    auto random = random_plan(0);
+    if (!random)
+      return random.error();
+    rep.paths = *random, rep.planned = simulate_iteration(*pr, rep.agents, *random).time;
+  }
+  if (skip.planner == "skippipe" || baselines) {
+    auto aware = plan_skippipe(*pr, rep.where, rules, rep.agents, true);
+    if (!aware)
+      return aware.error();
+    rep.expansions = aware->expansions;
+    if (skip.planner == "skippipe")
+      rep.paths = aware->paths, rep.planned = aware->planned_s;
+  }
+  if (skip.planner == "chains") {
+    rep.paths = plan_full(rep.where, rep.agents);
+    rep.planned = simulate_iteration(*pr, rep.agents, rep.paths).time;
+  }
+  if (!baselines)
+    return rep;
+  auto blind = plan_skippipe(*pr, rep.where, rules, rep.agents, false);
+  if (!blind)
+    return blind.error();
+  rep.blind = blind->planned_s;
+  rep.fixed_chains = simulate_iteration(*pr, rep.agents, plan_full(rep.where, rep.agents)).time;
+  rep.random_draws = random_draws;
+  for (int k = 0; k < random_draws; ++k) {
+    auto random = random_plan(k);
+    if (!random)
+      return random.error();
+    rep.random += simulate_iteration(*pr, rep.agents, *random).time / random_draws;
+  }
+  return rep;
+}
+
+int skippipe_path_stages(const graph_spec& g) {
+  return g.skip.planner == "full" || g.skip.planner == "chains" ? g.pipeline.stages : g.skip.path_length;
+}
+
+std::vector<int> path_stages(const skippipe_plan& plan, const planned_path& p, int nodes) {
+  auto stage = stage_of(plan.where, nodes);
+  std::vector<int> out;
+  for (int n : p.nodes)
+    out.push_back(stage[static_cast<std::size_t>(n)]);
+  return out;
+}
+
+std::string grid_stage_name(const graph_spec& g, int replica, int position) {
+  return g.data_parallel.replicas > 1 ? fmt::format("r{}s{}", replica, position)
+                                      : fmt::format("s{}", position);
+}
+
+std::vector<std::vector<std::string>> skippipe_route_names(const graph_spec& g, const skippipe_plan& plan) {
+  const int replicas = std::max(g.data_parallel.replicas, 1), m = g.pipeline.microbatches;
+  // node -> (position, index among the position's nodes: the replica it is)
+  std::vector<std::pair<int, int>> grid(static_cast<std::size_t>(g.network.nodes()), {-1, -1});
+  for (std::size_t s = 0; s < plan.where.size(); ++s)
+    for (std::size_t i = 0; i < plan.where[s].size(); ++i)
+      grid[static_cast<std::size_t>(plan.where[s][i])] = {static_cast<int>(s), static_cast<int>(i)};
+  std::vector<std::vector<std::string>> routes;
+  for (int k = 0; k < replicas * m; ++k) {
+    int agent = (k % replicas) * m + k / replicas;
+    auto p =
+        std::find_if(plan.paths.begin(), plan.paths.end(), [&](const auto& q) { return q.agent == agent; });
+    std::vector<std::string> names;
+    if (p != plan.paths.end()) {
+      for (int node : p->nodes) {
+        auto [s, i] = grid[static_cast<std::size_t>(node)];
+        names.push_back(grid_stage_name(g, i, s));
+      }
+      names.push_back(names.front() + ".1"); // back to the start, for the head and the loss
+      names.front() += ".0";
+    }
+    routes.push_back(std::move(names));
+  }
+  return routes;
+}
+
+} // namespace troupe
