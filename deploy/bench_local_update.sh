@@ -18,22 +18,29 @@
 # wall time, the wall time to DDP's validation loss at half its run, and the
 # final validation loss against DDP's; and writes a plot (validation loss
 # against wall time, SVG) and the numbers (CSV) to --out.
-#   deploy/bench_local_update.sh [--steps N] [--eval-every K] [--out DIR] [--only m1,m2] [--build DIR] [--report]
+#   deploy/bench_local_update.sh [--steps N] [--eval-every K] [--pretrain P] [--out DIR] [--only m1,m2] [--build DIR] [--report]
 # --only runs some methods; --report runs nothing and reports every method whose
 # results are in --out (so DDP's long run and the others can be taken apart).
+# --pretrain P first trains P steps of DDP (no emulated links: its bytes and time
+# are the same for every method and not counted) and starts every method from
+# its weights (train.init, fresh optimizer state, the data from another seed):
+# the DiLoCo paper's protocol (Douillard et al. 2023, section 3: 24k steps of
+# pretraining before the comparison), since averaging replicas that start from
+# random weights costs more than it gains in short runs.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-steps=100 eval_every=10 out=runs/bench_local_update build=build only="" report=0
+steps=100 eval_every=10 pretrain=0 out=runs/bench_local_update build=build only="" report=0
 while (($#)); do
   case $1 in
     --steps) steps=$2; shift 2 ;;
     --eval-every) eval_every=$2; shift 2 ;;
+    --pretrain) pretrain=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --report) report=1; shift ;;
-    *) echo "usage: $0 [--steps N] [--eval-every K] [--out DIR] [--only m1,m2] [--build DIR] [--report]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--steps N] [--eval-every K] [--pretrain P] [--out DIR] [--only m1,m2] [--build DIR] [--report]" >&2; exit 2 ;;
   esac
 done
 troupe="$here/$build/deploy/troupe"
@@ -56,11 +63,14 @@ links() { # suffix: every ordered pair of replicas at each position
   done
 }
 
+init=""
 graph() { # method
+  local seed=1
+  [[ -n $init ]] && seed=2  # not the pretraining's batches again
   cat <<YAML
 model:    {layers: 4, d_model: 128, heads: 4, context: 64, vocab: 256}
-data:     {corpus: $here/data/kjv.txt, batch: 6, seed: 1}
-train:    {steps: $steps, lr: 1.0e-3, weight_decay: 0.1, warmup: 10, eval_every: $eval_every, eval_batches: 4}
+data:     {corpus: $here/data/kjv.txt, batch: 6, seed: $seed}
+train:    {steps: $steps, lr: 1.0e-3, weight_decay: 0.1, warmup: 10, eval_every: $eval_every, eval_batches: 4${init:+, init: $init}}
 pipeline: {stages: $stages, microbatches: 2, schedule: 1f1b}
 data_parallel: {replicas: $replicas}
 YAML
@@ -79,7 +89,7 @@ YAML
     desloc) echo "local_update: {algorithm: desloc, periods: {params: 16, momentum: 48, variance: 96}}" ;;
     sparseloco) echo "local_update: {algorithm: sparseloco, sync_every: 15, density: 0.01}" ;;
   esac
-  if [[ $1 != ddp ]]; then
+  if [[ $1 != ddp && $1 != pretrain ]]; then
     echo "channels:"
     links _sync
   fi
@@ -99,6 +109,16 @@ methods=("${all[@]}")
 ((report)) && methods=()
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 echo "machine: ${cpu:-unknown CPU}, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $steps steps, $replicas replicas x $stages stages, links $link"
+if ((pretrain > 0)); then
+  init="$out/pretrain/ckpt"
+  if [[ ! -f $init/latest && ${#methods[@]} -gt 0 ]]; then
+    mkdir -p "$out/pretrain"
+    { (steps=$pretrain init="" graph pretrain); echo "checkpoint: {dir: ckpt, every: $pretrain}"; } >"$out/pretrain/pretrain.yaml"
+    echo "pretraining: $pretrain steps of DDP (no emulated links) -> $init"
+    (cd "$out/pretrain" && "$troupe" run pretrain.yaml --no-trace >pretrain.log 2>&1) || { tail -20 "$out/pretrain/pretrain.log" >&2; exit 1; }
+    grep "val loss" "$out/pretrain/pretrain.log" | sed 's/^/  /'
+  fi
+fi
 for m in "${methods[@]}"; do
   graph "$m" >"$out/$m.yaml"
   start=$(date +%s.%N)
