@@ -138,6 +138,8 @@ expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines)
     return blind.error();
   rep.blind = blind->planned_s;
   rep.fixed_chains = simulate_iteration(*pr, rep.agents, plan_full(rep.where, rep.agents)).time;
+  auto dtfm = plan_dtfm(*pr, rep.where, rep.agents.size());
+  rep.dtfm = simulate_iteration(*pr, dtfm.agents, dtfm.paths).time;
   rep.random_draws = random_draws;
   for (int k = 0; k < random_draws; ++k) {
     auto random = random_plan(k);

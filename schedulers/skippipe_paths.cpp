@@ -219,6 +219,61 @@ std::vector<planned_path> plan_full(const placement& p, const std::vector<path_a
   return out;
 }
 
+namespace {
+
+/// The nodes of `from` (|from| ≥ |ends|) that continue chains ending at `ends`
+/// with the least total delay: one distinct node per chain, every assignment tried.
+std::vector<int> match_chains(const path_problem& pr, const std::vector<int>& ends, std::vector<int> from,
+                              bool into_ends) {
+  std::sort(from.begin(), from.end());
+  std::vector<int> best;
+  double best_cost = std::numeric_limits<double>::infinity();
+  do {
+    double cost = 0;
+    for (std::size_t k = 0; k < ends.size(); ++k)
+      cost += into_ends ? pr.delay[from[k]][ends[k]] : pr.delay[ends[k]][from[k]];
+    if (cost < best_cost - 1e-12)
+      best_cost = cost, best.assign(from.begin(), from.begin() + static_cast<std::ptrdiff_t>(ends.size()));
+  } while (std::next_permutation(from.begin(), from.end()));
+  return best;
+}
+
+} // namespace
+
+full_pipeline plan_dtfm(const path_problem& pr, const placement& p, std::size_t microbatches) {
+  std::size_t chains = p.size() > 1 ? p[1].size() : p[0].size();
+  for (std::size_t s = 1; s < p.size(); ++s)
+    chains = std::min(chains, p[s].size());
+  // Chains start from position 1's nodes (the smallest positions fix C), take the
+  // stage-0 nodes nearest them, then extend position by position.
+  std::vector<std::vector<int>> chain(chains);
+  std::vector<int> ends(p.size() > 1 ? p[1].begin() : p[0].begin(),
+                        (p.size() > 1 ? p[1].begin() : p[0].begin()) + static_cast<std::ptrdiff_t>(chains));
+  if (p.size() > 1) {
+    auto starts = match_chains(pr, ends, p[0], true);
+    for (std::size_t k = 0; k < chains; ++k)
+      chain[k] = {starts[k], ends[k]};
+    for (std::size_t s = 2; s < p.size(); ++s) {
+      ends = match_chains(pr, ends, p[s], false);
+      for (std::size_t k = 0; k < chains; ++k)
+        chain[k].push_back(ends[k]);
+    }
+  } else {
+    for (std::size_t k = 0; k < chains; ++k)
+      chain[k] = {ends[k]};
+  }
+  full_pipeline out;
+  std::vector<int> dealt(chains, 0);
+  for (std::size_t m = 0; m < microbatches; ++m) {
+    std::size_t k = m % std::max<std::size_t>(chains, 1);
+    int start = chain[k].front();
+    out.agents.push_back(
+        {static_cast<int>(m), start, dealt[k]++ * pr.forward[static_cast<std::size_t>(start)]});
+    out.paths.push_back({static_cast<int>(m), chain[k]});
+  }
+  return out;
+}
+
 expected<std::vector<planned_path>> plan_random(const path_problem& pr, const placement& p,
                                                 const path_rules& rules,
                                                 const std::vector<path_agent>& agents, std::uint64_t seed) {

@@ -126,6 +126,19 @@ expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, co
 /// its start node's index (DT-FM: chain i takes node i mod size of each position).
 std::vector<planned_path> plan_full(const placement& p, const std::vector<path_agent>& agents);
 
+/// DT-FM's full pipeline (Yuan et al. 2022; gensyn-ai/skippipe create_schedule.py's
+/// "baseline"): C fixed chains, C the smallest position past stage 0, each through
+/// one node of every position; position by position, the chains take the nodes
+/// that add the least delay to them (an exhaustive assignment, positions hold a
+/// few nodes); stage 0's other nodes send nothing (as in SkipPipe's baseline).
+/// The same number of microbatches, dealt round robin over the chains, the j-th
+/// on a chain released after j forwards of its first node.
+struct full_pipeline {
+  std::vector<path_agent> agents;
+  std::vector<planned_path> paths;
+};
+full_pipeline plan_dtfm(const path_problem& pr, const placement& p, std::size_t microbatches);
+
 /// Random skipping (DT-FM with skips): each agent in turn takes L-1 random stages
 /// in increasing order and a random node of each, among those with room left.
 expected<std::vector<planned_path>> plan_random(const path_problem& pr, const placement& p,

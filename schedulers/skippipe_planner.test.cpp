@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -188,4 +189,40 @@ TEST_CASE("the placement search scores no worse than its ordered start or any of
   }
   auto stage = stage_of(found, 20);
   CHECK(std::count(stage.begin(), stage.end(), -1) == 0);
+}
+
+TEST_CASE("DT-FM's full pipeline: C fixed chains through every position, matched by delay, microbatches "
+          "dealt evenly") {
+  // Two locations far apart: nodes 0, 2, 4, 6 in one, 1, 3, 5, 7 in the other; stage 0
+  // holds 4 nodes, stages 1 and 2 two each, so C = 2 chains that each stay home.
+  path_problem pr;
+  pr.stages = 3;
+  pr.forward.assign(8, 1.0);
+  pr.delay.assign(8, std::vector<double>(8, 0));
+  for (int a = 0; a < 8; ++a)
+    for (int b = 0; b < 8; ++b)
+      pr.delay[a][b] = a == b ? 0 : a % 2 == b % 2 ? 0.01 : 5.0;
+  placement p{{0, 1, 2, 3}, {5, 4}, {7, 6}};
+  auto full = plan_dtfm(pr, p, 5);
+  REQUIRE(full.paths.size() == 5);
+  REQUIRE(full.agents.size() == 5);
+  std::map<std::vector<int>, int> chains;
+  for (std::size_t m = 0; m < 5; ++m) {
+    const auto& nodes = full.paths[m].nodes;
+    REQUIRE(nodes.size() == 3);
+    CHECK(full.agents[m].start == nodes[0]);
+    CHECK(stage_of(p, 8)[nodes[0]] == 0);
+    CHECK(stage_of(p, 8)[nodes[1]] == 1);
+    CHECK(stage_of(p, 8)[nodes[2]] == 2);
+    CHECK(nodes[0] % 2 == nodes[1] % 2); // no slow link inside a chain
+    CHECK(nodes[1] % 2 == nodes[2] % 2);
+    ++chains[nodes];
+  }
+  CHECK(chains.size() == 2);
+  for (const auto& [nodes, n] : chains)
+    CHECK((n == 2 || n == 3)); // 5 microbatches over 2 chains
+  // The j-th microbatch of a chain is released after j forwards of its first node.
+  std::map<int, int> seen;
+  for (const auto& a : full.agents)
+    CHECK(a.release == doctest::Approx(seen[a.start]++ * 1.0));
 }
