@@ -10,7 +10,7 @@
 #   streaming  Streaming DiLoCo, P = 2, tau = 5, alpha = 0.5, int8 exchange
 #   noloco     H = 50, groups of 2, random routes
 #   desloc     parameters every 16 steps, moments every 48 and 96
-#   sparseloco H = 15, 1% of each chunk in 2 bits (more often than the others: it sends so little)
+#   sparseloco H = 25, 2% of each chunk in 2 bits (H divides the run, so its last model is the global one)
 # It prints, per method: the exchange bytes replica 0 sent (all its sync or
 # all-reduce actors), DDP's bytes over them, the peak rate replica 0 offered its
 # links (from the trace: the most exchange bytes its actors sent in any 1-second
@@ -87,7 +87,7 @@ YAML
     streaming) echo "local_update: {algorithm: streaming_diloco, sync_every: 50, fragments: 2, delay: 5, alpha: 0.5, quantize: int8}" ;;
     noloco) echo "local_update: {algorithm: noloco, sync_every: 50, group: 2, route: random}" ;;
     desloc) echo "local_update: {algorithm: desloc, periods: {params: 16, momentum: 48, variance: 96}}" ;;
-    sparseloco) echo "local_update: {algorithm: sparseloco, sync_every: 15, density: 0.01}" ;;
+    sparseloco) echo "local_update: {algorithm: sparseloco, sync_every: 25, density: 0.02}" ;;
   esac
   if [[ $1 != ddp && $1 != pretrain ]]; then
     echo "channels:"
