@@ -8,7 +8,8 @@
 # Every timed step (calibration included) holds /work/bench.lock.
 #   deploy/bench_sim_calibrate.sh [RUNS=3] [STEPS=40]
 # Environment: TROUPE (the binary), BENCH_LOCK, BENCH_QUIET (cores of other
-# work a run may share, default 0.3), BENCH_TRIES (default 3).
+# work a run may share, default 0.3), BENCH_TRIES (default 3), BENCH_WAIT
+# (seconds a run waits for the others to fall under BENCH_QUIET, default 300).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -35,24 +36,28 @@ declare -A flags=(
 )
 declare -A label=([main]="main example (tiny-gpt.yaml)" [p1]="1 stage" [p2]="2 stages" [p4]="4 stages")
 
-load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-echo "machine: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores; load average before: $load_before"
-flock "$lock" "$troupe" sim --calibrate --out "$tmp/calibrated.yaml" > "$tmp/calibrate.txt"
-cat "$tmp/calibrate.txt"
-
-for row in "${rows[@]}"; do
-  # shellcheck disable=SC2086  # the flags are words
-  "$troupe" sim examples/tiny-gpt.yaml --device "$tmp/calibrated.yaml" ${flags[$row]} --steps 8 --json \
-    > "$tmp/sim-$row.json"
-done
-
 # One timed run under the lock: its ms/step, and how many cores other programs
 # kept busy meanwhile (all CPU time in /proc/stat over the run, less this run's
-# own): a run that shared the cores with more than $quiet of another's is
-# retried (up to $tries times, the least disturbed kept), since this machine's
-# other work slows the real run and nothing in the simulation.
+# own). A run starts once other programs keep under BENCH_QUIET cores busy
+# (or after BENCH_WAIT seconds), and one that shared the cores with more than
+# that is retried (up to BENCH_TRIES times, the least disturbed kept): this
+# machine's other work slows the real run and nothing in the simulation.
 quiet=${BENCH_QUIET:-0.3}
 tries=${BENCH_TRIES:-3}
+wait_s=${BENCH_WAIT:-300}
+others_now() {  # cores other programs keep busy over one second (this script idles meanwhile)
+  local b0 b1
+  b0=$(awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat)
+  sleep 1
+  b1=$(awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat)
+  echo "$(( (b1 - b0) * 100 / $(getconf CLK_TCK) ))"
+}
+wait_quiet() {  # before taking the lock: while others keep more than `quiet` cores busy, up to wait_s
+  local waited=0
+  while (( $(others_now) > $(awk -v q="$quiet" 'BEGIN { print int(q * 100) }') && waited < wait_s )); do
+    ((waited += 1))
+  done
+}
 timed_run() {  # OUT_JSON ARGS...
   local out=$1 hz busy0 busy1 t0 t1
   shift
@@ -68,6 +73,19 @@ timed_run() {  # OUT_JSON ARGS...
 }
 export -f timed_run
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "machine: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores; load average before: $load_before"
+wait_quiet
+flock "$lock" "$troupe" sim --calibrate --out "$tmp/calibrated.yaml" > "$tmp/calibrate.txt"
+cat "$tmp/calibrate.txt"
+
+for row in "${rows[@]}"; do
+  # shellcheck disable=SC2086  # the flags are words
+  "$troupe" sim examples/tiny-gpt.yaml --device "$tmp/calibrated.yaml" ${flags[$row]} --steps 8 --json \
+    > "$tmp/sim-$row.json"
+done
+
+
 for ((r = 0; r < runs; ++r)); do
   for row in "${rows[@]}"; do
     trace=(--no-trace)
@@ -75,6 +93,7 @@ for ((r = 0; r < runs; ++r)); do
     best=""
     for ((k = 0; k < tries; ++k)); do
       out="$tmp/try-$row-$r-$k.json"
+      wait_quiet
       # shellcheck disable=SC2086  # the flags are words
       flock "$lock" bash -c 'timed_run "$@"' _ "$out" "$troupe" run examples/tiny-gpt.yaml --steps "$steps" \
         ${flags[$row]} "${trace[@]}"
