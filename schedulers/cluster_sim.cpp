@@ -148,7 +148,6 @@ private:
   /// a start or an end re-plans it (the generation drops the stale one).
   struct host {
     struct job {
-      int actor;
       double work, left;  ///< seconds at full speed: in all, still to do
       event_fn done;
     };
@@ -381,7 +380,7 @@ void cluster::compute(int a, double work, event_fn done) {
   const std::size_t node = host_[static_cast<std::size_t>(a)];
   auto& h = hosts_[node];
   advance(h);
-  h.jobs.push_back({a, work, work, std::move(done)});
+  h.jobs.push_back({work, work, std::move(done)});
   replan(node);
 }
 
