@@ -144,7 +144,8 @@ private:
   /// A node's cores, shared by its stage actors' compute when device.cores > 0:
   /// with n jobs running on C cores each advances at min(1, C/n) seconds of its
   /// work per second (processor sharing, as the OS and an actor runtime's worker
-  /// threads share a CPU among actors). Only the earliest finisher has an event;
+  /// threads share a CPU among actors), less the device's shared_slowdown while
+  /// several cores are busy. Only the earliest finisher has an event;
   /// a start or an end re-plans it (the generation drops the stale one).
   struct host {
     struct job {
@@ -156,7 +157,10 @@ private:
     std::uint64_t generation = 0;
   };
   double host_rate(const host& h) const {
-    return std::min(1.0, c_.costs.device.cores / static_cast<double>(std::max<std::size_t>(h.jobs.size(), 1)));
+    const auto& d = c_.costs.device;
+    const double n = static_cast<double>(std::max<std::size_t>(h.jobs.size(), 1)), busy = std::min<double>(n, d.cores);
+    const double slower = d.cores > 1 ? 1 + d.shared_slowdown * (busy - 1) / (d.cores - 1) : 1.0;
+    return std::min(1.0, d.cores / n) / slower;
   }
   /// Runs `work` seconds of compute for actor `a`, then `done`: at once on its
   /// own device, or shared with the other jobs of its node's cores.

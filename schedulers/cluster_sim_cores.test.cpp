@@ -48,6 +48,23 @@ TEST_CASE("d one-stage replicas on C < d cores each run at C/d: a step takes m (
   }
 }
 
+TEST_CASE("Cores that slow each other when all are busy stretch a shared step by that much") {
+  // d >= C replicas keep every core busy the whole step: each job runs at C/d
+  // of its speed, over 1 + shared_slowdown.
+  for (auto [d, cores] : {std::pair{4, 2}, {2, 2}, {6, 3}}) {
+    const int m = 4;
+    auto c = equal_stage_cluster(1, d, m, 2);
+    c.costs.device.cores = cores;
+    c.costs.device.shared_slowdown = 0.1;
+    CHECK(iteration(c) == doctest::Approx(m * microbatch_work(c) * d / cores * 1.1).epsilon(1e-9));
+  }
+  // One replica alone on two cores computes at full speed.
+  auto alone = equal_stage_cluster(1, 1, 4, 2);
+  alone.costs.device.cores = 2;
+  alone.costs.device.shared_slowdown = 0.1;
+  CHECK(iteration(alone) == doctest::Approx(4 * microbatch_work(alone)).epsilon(1e-9));
+}
+
 TEST_CASE("4 stages on 2 cores lie between the unlimited pipeline and all the work over 2 cores") {
   auto c = equal_stage_cluster(4, 1, 8, 2);
   const double unlimited = iteration(c);

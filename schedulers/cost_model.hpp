@@ -48,6 +48,10 @@ struct device_spec {
   /// 0 = each stage actor has its own device (GPUs). With S actors busy on
   /// C < S cores each runs at C/S of its speed (processor sharing).
   int cores = 0;
+  /// How much longer an op takes while every one of `cores` computes at once
+  /// than alone (0.05: 5%), from the caches and memory bandwidth they share;
+  /// linear in the busy cores between one and all.
+  double shared_slowdown = 0;
   /// Peak FLOP/s for `dtype` ("f32", "tf32", "bf16", "f16").
   double peak(std::string_view dtype) const;
 };

@@ -51,6 +51,7 @@ sched::expected<sched::device_spec> resolve_device(const sim_spec& s) {
   set(d.backward_ratio, entry->backward_ratio);
   set(d.embedding_forward, entry->embedding_forward), set(d.embedding_backward, entry->embedding_backward);
   set(d.action_overhead, entry->action_overhead), set(d.optimizer_per_param, entry->optimizer_per_param);
+  set(d.shared_slowdown, entry->shared_slowdown);
   if (entry->cores >= 0)
     d.cores = entry->cores;
   return d;

@@ -6,12 +6,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <ctime>
 #include <fstream>
 #include <random>
 #include <stdexcept>
+#include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -27,24 +31,38 @@ namespace troupe::cli {
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+/// Seconds on `clock`: CLOCK_MONOTONIC (wall: what a stage actor's op takes,
+/// the ops' times) or CLOCK_THREAD_CPUTIME_ID (this thread's CPU time, not
+/// stretched while other programs hold the cores: the shared-core slowdown,
+/// so that only the caches and memory the cores share enter it).
+double now_on(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+double wall_now() {
+  return now_on(CLOCK_MONOTONIC);
+}
+double cpu_now() {
+  return now_on(CLOCK_THREAD_CPUTIME_ID);
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-/// The median wall time of `f` over `runs` calls, after `warm` untimed ones
+/// The median time of `f` on `now` over `runs` calls, after `warm` untimed ones
 /// (the first calls fault in fresh memory: 0.4 GB/s against 30 GB/s reused).
 template <class F>
-double time_median(int warm, int runs, F&& f) {
+double time_median(int warm, int runs, F&& f, double (*now)() = wall_now) {
   for (int i = 0; i < warm; ++i)
     f();
   std::vector<double> t;
   for (int i = 0; i < runs; ++i) {
-    auto t0 = clock_type::now();
+    double t0 = now();
     f();
-    t.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+    t.push_back(now() - t0);
   }
   return median(std::move(t));
 }
@@ -71,14 +89,14 @@ std::pair<double, double> time_range(ops::gpt_range& range, const tensor_handle&
                                      const tensor_handle& grad_out, int runs) {
   std::vector<double> fwd, bwd;
   for (int i = 0; i < runs + 2; ++i) {
-    auto t0 = clock_type::now();
+    double t0 = wall_now();
     range.forward(0, input, targets);
-    auto t1 = clock_type::now();
+    double t1 = wall_now();
     range.backward(0, grad_out);
-    auto t2 = clock_type::now();
+    double t2 = wall_now();
     if (i >= 2) {  // two warm-up rounds
-      fwd.push_back(std::chrono::duration<double>(t1 - t0).count());
-      bwd.push_back(std::chrono::duration<double>(t2 - t1).count());
+      fwd.push_back(t1 - t0);
+      bwd.push_back(t2 - t1);
     }
   }
   return {median(fwd), median(bwd)};
@@ -108,6 +126,38 @@ double copy_rate(int runs) {
   std::vector<char> src(n, 1), dst(n, 0);
   double t = time_median(1, runs, [&] { std::memcpy(dst.data(), src.data(), n); });
   return 2.0 * static_cast<double>(n) / t;
+}
+
+/// A middle layer's forward + backward in this thread's CPU time, alone and
+/// while `cores` - 1 threads run their own copy of it: what sharing the caches
+/// and memory costs.
+std::pair<double, double> time_shared(const ops::gpt_config& three, const tensor_handle& x, const tensor_handle& dy,
+                                      int cores, int runs) {
+  ops::gpt_range layer(three, 1, 2);
+  auto step = [&] {
+    layer.forward(0, x);
+    layer.backward(0, dy);
+  };
+  const double alone = time_median(2, runs, step, cpu_now);
+  std::atomic<bool> stop{false};
+  std::atomic<int> started{0};
+  std::vector<std::thread> others;
+  for (int i = 1; i < cores; ++i)
+    others.emplace_back([&] {
+      ops::gpt_range mine(three, 1, 2);
+      ++started;
+      while (!stop.load(std::memory_order_relaxed)) {
+        mine.forward(0, x);
+        mine.backward(0, dy);
+      }
+    });
+  while (started.load() < cores - 1)
+    std::this_thread::yield();
+  const double shared = time_median(2, runs, step, cpu_now);
+  stop = true;
+  for (auto& th : others)
+    th.join();
+  return {alone, shared};
 }
 
 } // namespace
@@ -146,6 +196,8 @@ calibration_measurements measure_machine(const ops::gpt_config& model, int batch
   for (const auto& p : middle.params())
     params += static_cast<double>(p.value.numel());
   m.adamw_per_param = time_median(2, runs, [&] { opt.step(middle.params(), middle.grads(), 1e-3f); }) / params;
+  progress(fmt::format("shared cores: the layer on all {} cores at once", cores));
+  std::tie(m.layer_alone, m.layer_shared) = time_shared(three, x, dy, cores, runs);
   return m;
 }
 
@@ -191,6 +243,8 @@ sched::device_spec fit_device(const calibration_measurements& m, const std::stri
   d.optimizer_per_param = m.adamw_per_param;
   d.action_overhead = m.action_overhead;
   d.cores = m.cores;
+  if (m.layer_alone > 0 && m.layer_shared > 0)
+    d.shared_slowdown = std::max(0.0, m.layer_shared / m.layer_alone - 1);
   return d;
 }
 
@@ -248,6 +302,7 @@ nlohmann::ordered_json device_object(const sched::device_spec& d, const calibrat
     {"embedding_ns", {{"forward", six(d.embedding_forward * 1e9)}, {"backward", six(d.embedding_backward * 1e9)}}},
     {"optimizer_ns_per_param", six(d.optimizer_per_param * 1e9)},
     {"action_overhead_us", six(d.action_overhead * 1e6)},
+    {"shared_slowdown", six(d.shared_slowdown)},
     {"measured",
      {{"model",
        {{"d_model", m.model.d_model}, {"heads", m.model.heads}, {"context", m.model.context},
@@ -258,6 +313,7 @@ nlohmann::ordered_json device_object(const sched::device_spec& d, const calibrat
       {"first_ms", {{"forward", ms(m.first_forward)}, {"backward", ms(m.first_backward)}}},
       {"last_ms", {{"forward", ms(m.last_forward)}, {"backward", ms(m.last_backward)}}},
       {"adamw_ns_per_param", six(m.adamw_per_param * 1e9)},
+      {"layer_cpu_ms", {{"alone", ms(m.layer_alone)}, {"all_cores", ms(m.layer_shared)}}},
       {"action_overhead_us", six(m.action_overhead * 1e6)}}}};
 }
 
@@ -312,12 +368,12 @@ int calibrate_machine(const calibrate_args& a) {
     batch = g.data.batch;
   }
   const int cores = a.cores > 0 ? a.cores : detected_cores();
-  const auto started = std::chrono::steady_clock::now();
+  const auto started = std::chrono::steady_clock::now();  // wall time, for the report
   int step = 0;
   calibration_measurements m;
   try {
     m = measure_machine(model, batch, cores, [&](const std::string& what) {
-      fmt::print(stderr, "calibrate [{}/6] {}\n", ++step, what);
+      fmt::print(stderr, "calibrate [{}/7] {}\n", ++step, what);
     });
   } catch (const std::exception& e) {
     fmt::print(stderr, "troupe sim --calibrate: {}\n", e.what());
@@ -354,10 +410,11 @@ int calibrate_machine(const calibrate_args& a) {
     fmt::print("  sgemm {:.1f} GFLOP/s, copy {:.1f} GB/s, {} cores shared\n", m.gemm_flops / 1e9,
                m.copy_bytes / 1e9, cores);
     fmt::print("  layer forward {:.3f} ms, backward {:.3f} ms (ratio {:.2f}); head +{:.3f} ms; embedding +{:.3f} "
-               "ms; AdamW {:.2f} ns/parameter\n",
+               "ms; AdamW {:.2f} ns/parameter; all cores at once {:+.1f}%\n",
                m.layer_forward * 1e3, m.layer_backward * 1e3, d.backward_ratio,
-               (m.last_forward - m.layer_forward) * 1e3, (m.first_forward - m.layer_forward) * 1e3,
-               m.adamw_per_param * 1e9);
+               std::max(0.0, m.last_forward - m.layer_forward) * 1e3,
+               std::max(0.0, m.first_forward - m.layer_forward) * 1e3,
+               m.adamw_per_param * 1e9, 100 * d.shared_slowdown);
   }
   return ok;
 }

@@ -13,7 +13,8 @@
 namespace troupe::cli {
 
 /// What calibration measured, per microbatch of `batch` sequences, in seconds
-/// (each the median of several timed calls after warm-up).
+/// (each the median of several calls after warm-up: wall time, but the
+/// shared-core pair in CPU time, which other programs on the cores do not stretch).
 struct calibration_measurements {
   ops::gpt_config model;
   int batch = 1;
@@ -23,6 +24,8 @@ struct calibration_measurements {
   double first_forward = 0, first_backward = 0;  ///< the embedding and one layer
   double last_forward = 0, last_backward = 0;    ///< one layer, the final norm, head and loss
   double adamw_per_param = 0;   ///< one AdamW step, per parameter
+  /// A middle layer's forward + backward in CPU time, alone and while every core runs one.
+  double layer_alone = 0, layer_shared = 0;
   double action_overhead = 0;   ///< a stage actor's cost per action besides its op (a message, the policy)
   int cores = 1;                ///< cores the stage actors share (detected or given)
 };

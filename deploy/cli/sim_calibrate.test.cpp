@@ -30,6 +30,7 @@ calibration_measurements sample() {
   m.first_forward = 3.45e-3, m.first_backward = 7.4e-3;
   m.last_forward = 4.1e-3, m.last_backward = 8.6e-3;
   m.adamw_per_param = 0.29e-9;
+  m.layer_alone = 10e-3, m.layer_shared = 10.4e-3;
   m.cores = 2;
   return m;
 }
@@ -85,6 +86,7 @@ TEST_CASE("The fitted device gives the measured layer, ends and optimizer back t
   CHECK(last.forward == doctest::Approx(m.last_forward));
   CHECK(d.optimizer_per_param == m.adamw_per_param);
   CHECK(d.cores == 2);
+  CHECK(d.shared_slowdown == doctest::Approx(0.04));
 }
 
 TEST_CASE("A device file reads back as the device that was written, in YAML and in JSON") {
@@ -104,7 +106,7 @@ TEST_CASE("A device file reads back as the device that was written, in YAML and 
                         {back->embedding_forward, d.embedding_forward},
                         {back->embedding_backward, d.embedding_backward},
                         {back->optimizer_per_param, d.optimizer_per_param},
-                        {back->action_overhead, d.action_overhead}})
+                        {back->action_overhead, d.action_overhead}, {back->shared_slowdown, d.shared_slowdown}})
       CHECK(a == doctest::Approx(b).epsilon(1e-5));  // six significant digits in the file
     CHECK(back->cores == 2);
     // And what is read is written again the same.

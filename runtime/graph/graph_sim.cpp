@@ -20,7 +20,7 @@ const std::vector<std::string> link_keys{"latency", "bandwidth"};
 const std::vector<std::string> device_keys{"base",         "peak_tflops",        "memory_gbps",
                                            "memory_gb",    "efficiency",         "backward_ratio",
                                            "embedding_ns", "action_overhead_us", "optimizer_ns_per_param",
-                                           "cores"};
+                                           "cores",        "shared_slowdown"};
 const std::vector<std::string> peak_keys{"f32", "tf32", "bf16"};
 const std::vector<std::string> efficiency_keys{"matmul", "attention", "elementwise", "head"};
 const std::vector<std::string> embedding_keys{"forward", "backward"};
@@ -79,6 +79,7 @@ void parse_device(const std::string& name, const std::string& path, const YAML::
       child(n, "optimizer_ns_per_param"))
     d.optimizer_per_param *= 1e-9;
   r.get_int(n, path, "cores", d.cores, 0, 1 << 20);
+  r.get_double(n, path, "shared_slowdown", d.shared_slowdown, 0.0, 10.0);
   if (d.base.empty())
     for (const char* key : {"peak_tflops", "memory_gbps", "memory_gb"})
       r.require(n, path, key);  // nothing to take them from

@@ -158,6 +158,7 @@ struct sim_device_spec {
   double action_overhead = -1;  ///< `action_overhead_us`, stored in seconds
   double optimizer_per_param = -1;  ///< `optimizer_ns_per_param`, stored in seconds
   int cores = -1;               ///< cores a node's stage actors share; 0 = a device each
+  double shared_slowdown = -1;  ///< how much longer an op takes with every core busy
   source_pos pos;
 };
 
