@@ -140,6 +140,38 @@ private:
   std::vector<int> last_route_;  ///< by actor: the route it sent along last
   double p2p_bytes_ = 0;
   double message_bytes_ = 0;
+
+  /// A node's cores, shared by its stage actors' compute when device.cores > 0:
+  /// with n jobs running on C cores each advances at min(1, C/n) seconds of its
+  /// work per second (processor sharing, as the OS and an actor runtime's worker
+  /// threads share a CPU among actors), less the device's shared_slowdown while
+  /// several cores are busy. Only the earliest finisher has an event;
+  /// a start or an end re-plans it (the generation drops the stale one).
+  struct host {
+    struct job {
+      double work, left;  ///< seconds at full speed: in all, still to do
+      event_fn done;
+    };
+    std::vector<job> jobs;
+    double since = 0;  ///< when `left` was last brought up to date
+    std::uint64_t generation = 0;
+  };
+  double host_rate(const host& h) const {
+    const auto& d = c_.costs.device;
+    const double n = static_cast<double>(std::max<std::size_t>(h.jobs.size(), 1)), busy = std::min<double>(n, d.cores);
+    const double slower = d.cores > 1 ? 1 + d.shared_slowdown * (busy - 1) / (d.cores - 1) : 1.0;
+    return std::min(1.0, d.cores / n) / slower;
+  }
+  /// Runs `work` seconds of compute for actor `a`, then `done`: at once on its
+  /// own device, or shared with the other jobs of its node's cores.
+  void compute(int a, double work, event_fn done);
+  void advance(host& h);
+  void replan(std::size_t node);
+  std::unordered_map<std::int64_t, std::size_t> host_of_node_;  ///< by node: index into hosts_
+  std::vector<host> hosts_;
+  std::vector<std::size_t> host_;      ///< by actor: its node's host (with cores)
+  std::vector<double> optimizer_;      ///< by position: one optimizer step
+  std::vector<char> updating_;         ///< by actor: its optimizer step runs
 };
 
 expected<void> cluster::build() {
@@ -155,12 +187,22 @@ expected<void> cluster::build() {
   forwards_.assign(static_cast<std::size_t>(n), 0);
   peak_in_flight_.assign(static_cast<std::size_t>(n), 0);
   joined_.assign(static_cast<std::size_t>(p_), 0);
+  updating_.assign(static_cast<std::size_t>(n), 0);
+  if (c_.costs.device.cores > 0) {
+    host_.assign(static_cast<std::size_t>(n), 0);
+    for (int a = 0; a < n; ++a) {
+      auto [it, fresh] = host_of_node_.try_emplace(node_of(a), hosts_.size());
+      if (fresh)
+        hosts_.emplace_back();
+      host_[static_cast<std::size_t>(a)] = it->second;
+    }
+  }
   for (int s = 0; s < p_; ++s) {
     std::vector<chunk_costs> plain, head;
     int layers = 0;
     for (auto [b, e] : c_.stages[static_cast<std::size_t>(s)].chunks) {
-      plain.push_back(costs_of(m, c_.costs, e - b, false));
-      head.push_back(costs_of(m, c_.costs, e - b, true));
+      plain.push_back(costs_of(m, c_.costs, e - b, false, b == 0));
+      head.push_back(costs_of(m, c_.costs, e - b, true, b == 0));
       layers += e - b;
     }
     costs_.push_back(std::move(plain));
@@ -169,6 +211,7 @@ expected<void> cluster::build() {
                                  c_.stages[static_cast<std::size_t>(s)].chunks.end(),
                                  [&](auto ch) { return ch.first == 0 || ch.second == m.layers; });
     params_.push_back(stage_parameters(m, layers, embedding));
+    optimizer_.push_back(params_.back() / c_.costs.tensor_parallel * c_.costs.device.optimizer_per_param);
     double grad = params_.back() * c_.gradient_bytes / c_.costs.tensor_parallel;
     // The ring of one tensor-parallel slice over the d replicas, whose devices
     // are consecutive: its slowest link is the level of the widest boundary
@@ -269,6 +312,16 @@ expected<void> cluster::build() {
         gradients_complete(me);
         return 0.0;
       };
+      // The optimizer step: the stage takes no other work until it is done.
+      if (optimizer_[static_cast<std::size_t>(s)] > 0)
+        hk.update = [this, me, s](std::int64_t, double) {
+          updating_[static_cast<std::size_t>(me)] = 1;
+          busy_[static_cast<std::size_t>(me)] += optimizer_[static_cast<std::size_t>(s)];
+          compute(me, optimizer_[static_cast<std::size_t>(s)], [this, me] {
+            updating_[static_cast<std::size_t>(me)] = 0;
+            touch(me);
+          });
+        };
       stages_[static_cast<std::size_t>(me)] =
         std::make_unique<stage_core>(std::move(cc), std::move(*policy), std::move(hk));
     }
@@ -323,8 +376,55 @@ void cluster::pump(int r) {
   }
 }
 
+void cluster::compute(int a, double work, event_fn done) {
+  if (hosts_.empty()) {
+    events_.post(now_ + work, std::move(done));
+    return;
+  }
+  const std::size_t node = host_[static_cast<std::size_t>(a)];
+  auto& h = hosts_[node];
+  advance(h);
+  h.jobs.push_back({work, work, std::move(done)});
+  replan(node);
+}
+
+void cluster::advance(host& h) {
+  const double rate = host_rate(h);
+  for (auto& j : h.jobs)
+    j.left -= (now_ - h.since) * rate;
+  h.since = now_;
+}
+
+void cluster::replan(std::size_t node) {
+  auto& h = hosts_[node];
+  if (h.jobs.empty())
+    return;
+  double first = h.jobs.front().left;
+  for (const auto& j : h.jobs)
+    first = std::min(first, j.left);
+  events_.post(now_ + std::max(first, 0.0) / host_rate(h), [this, node, g = ++h.generation] {
+    auto& h = hosts_[node];
+    if (h.generation != g)
+      return;  // a job started or ended since: replanned
+    advance(h);
+    // Every job within rounding of its end finishes now, in the order they started.
+    std::vector<event_fn> done;
+    std::erase_if(h.jobs, [&](host::job& j) {
+      if (j.left > 1e-9 * j.work)
+        return false;
+      done.push_back(std::move(j.done));
+      return true;
+    });
+    replan(node);
+    for (auto& f : done)
+      f();
+  });
+}
+
 expected<void> cluster::start_work(int a) {
   auto& s = stage(a);
+  if (updating_[static_cast<std::size_t>(a)])
+    return {};
   auto task = s.begin();
   if (!task) {
     if (auto w = s.wake_in(); w && *w > 0)
@@ -347,13 +447,14 @@ expected<void> cluster::start_work(int a) {
     case op_kind::input_grad: cost = cc.backward - cc.weight; break;
     case op_kind::weight_grad: cost = cc.weight; break;
   }
-  cost *= slowdown_[static_cast<std::size_t>(a)];
+  cost = cost * slowdown_[static_cast<std::size_t>(a)] + c_.costs.device.action_overhead;
   forwards_[static_cast<std::size_t>(a)] += task->what.kind == op_kind::forward;
   busy_[static_cast<std::size_t>(a)] += cost;
-  if (traced(replica_of(a)))
-    c_.on_span({replica_of(a), pos, static_cast<char>(task->what.kind), task->step, task->what.microbatch, now_,
-                now_ + cost});
-  events_.post(now_ + cost, [this, a, t = *task] {
+  // The span ends when the compute does: at once known on a device of its own, later on shared cores.
+  compute(a, cost, [this, a, t = *task, begin = now_] {
+    if (traced(replica_of(a)))
+      c_.on_span({replica_of(a), position_of(a), static_cast<char>(t.what.kind), t.step, t.what.microbatch, begin,
+                  now_});
     stage(a).finish(t);
     touch(a);
   });

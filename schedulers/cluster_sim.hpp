@@ -51,7 +51,7 @@ struct cluster_config {
   std::string route = "own";
   /// Compute of a stage actor (`r1s1`) this many times slower: an emulated slow device.
   std::map<std::string, double> slowdown;
-  /// Called with each span of the replicas `traced` marks (by replica; empty: none), in simulated time order.
+  /// Called with each span of the replicas `traced` marks (by replica; empty: none) as it ends, in simulated time order.
   std::function<void(const sim_span&)> on_span;
   std::vector<char> traced;
 };

@@ -127,7 +127,7 @@ double tensor_parallel_allreduce(const transformer_shape& m, const cost_settings
   return ring_allreduce_time(s.tensor_parallel, bytes, s.network.within_node);
 }
 
-chunk_costs costs_of(const transformer_shape& m, const cost_settings& s, int layers, bool head) {
+chunk_costs costs_of(const transformer_shape& m, const cost_settings& s, int layers, bool head, bool embedding) {
   const auto& d = s.device;
   double t = s.tensor_parallel, peak = d.peak(s.dtype);
   auto f = layer_forward_flops(m);
@@ -136,15 +136,22 @@ chunk_costs costs_of(const transformer_shape& m, const cost_settings& s, int lay
   double ar = tensor_parallel_allreduce(m, s);
   // Megatron's tensor-parallel layer: two all-reduces forward (after attention
   // and after the MLP) and two backward (their conjugates).
-  double fwd = compute + 2 * ar, bwd = 2 * compute + 2 * ar;
+  double fwd = compute + 2 * ar, bwd = d.backward_ratio * compute + 2 * ar;
   chunk_costs c{layers * fwd, layers * bwd, layers * bwd / 2};
   if (s.recompute)
     c.backward += layers * fwd;
   if (head && s.count_head) {
-    double logits = head_forward_flops(m) / t / (peak * d.efficiency.matmul);
+    double efficiency = d.efficiency.head > 0 ? d.efficiency.head : d.efficiency.matmul;
+    double logits = head_forward_flops(m) / t / (peak * efficiency);
     c.forward += logits;
-    c.backward += 2 * logits;
-    c.weight += logits;
+    c.backward += d.backward_ratio * logits;
+    c.weight += d.backward_ratio * logits / 2;
+  }
+  if (embedding) {
+    double values = static_cast<double>(m.microbatch) * m.sequence * m.hidden / t;
+    c.forward += values * d.embedding_forward;
+    c.backward += values * d.embedding_backward;
+    c.weight += values * d.embedding_backward;  // all of it is the table's gradient
   }
   return c;
 }

@@ -19,6 +19,9 @@ struct op_efficiency {
   double matmul = 1;       ///< GEMMs: the 24·b·s·h² of a layer and the logits
   double attention = 1;    ///< QKᵀ and softmax·V: the 4·b·s²·h of a layer
   double elementwise = 1;  ///< memory-bound ops (layer norm, GELU, softmax, dropout), as a share of memory bandwidth
+  /// The output head (final norm, logits, softmax and loss) on its 2·b·s·h·V
+  /// FLOPs; 0: the matmul efficiency (the presets count only the logits GEMM).
+  double head = 0;
 };
 
 /// One device: peak dense FLOP/s per dtype, memory bandwidth and capacity.
@@ -30,6 +33,25 @@ struct device_spec {
   double memory_bandwidth = 0;  ///< bytes/s
   double memory_bytes = 0;      ///< capacity
   op_efficiency efficiency;
+  /// A layer's backward over its forward: 2 for twice the FLOPs (the presets);
+  /// measured kernels differ (a calibrated CPU's is what it timed).
+  double backward_ratio = 2;
+  /// The embedding lookup's forward and backward, seconds per token per d_model
+  /// value (the first stage's extra work; 0 in the presets, small on GPUs).
+  double embedding_forward = 0, embedding_backward = 0;
+  /// Seconds a stage actor spends per action besides its op: taking the
+  /// message, asking its policy, sending the result (a CPU actor's overhead).
+  double action_overhead = 0;
+  /// Seconds of the optimizer step per parameter, once per step per stage.
+  double optimizer_per_param = 0;
+  /// Cores that one node's stage actors share, as actors on a host's CPU do:
+  /// 0 = each stage actor has its own device (GPUs). With S actors busy on
+  /// C < S cores each runs at C/S of its speed (processor sharing).
+  int cores = 0;
+  /// How much longer an op takes while every one of `cores` computes at once
+  /// than alone (0.05: 5%), from the caches and memory bandwidth they share;
+  /// linear in the busy cores between one and all.
+  double shared_slowdown = 0;
   /// Peak FLOP/s for `dtype` ("f32", "tf32", "bf16", "f16").
   double peak(std::string_view dtype) const;
 };
@@ -135,8 +157,11 @@ struct cost_settings {
 
 /// A layer's forward on t devices: FLOPs / t at peak x efficiency, its
 /// memory-bound ops, and the tensor-parallel all-reduces of b·s·h values (two
-/// forward, two backward: Shoeybi et al. 2019, Fig. 4) on the node's links.
-chunk_costs costs_of(const transformer_shape& m, const cost_settings& s, int layers, bool head);
+/// forward, two backward: Shoeybi et al. 2019, Fig. 4) on the node's links;
+/// its backward the device's backward_ratio of that compute. `head` adds the
+/// output head, `embedding` the embedding lookup (device.embedding_*).
+chunk_costs costs_of(const transformer_shape& m, const cost_settings& s, int layers, bool head,
+                     bool embedding = false);
 
 /// The time of one tensor-parallel all-reduce of a layer's output (0 for t = 1).
 double tensor_parallel_allreduce(const transformer_shape& m, const cost_settings& s);

@@ -80,3 +80,26 @@ TEST_CASE("Presets carry their datasheet peaks and unknown devices list the know
   REQUIRE(!bad);
   CHECK(bad.error().message.find("known: a100_80gb, h100_sxm, h200") != std::string::npos);
 }
+
+TEST_CASE("A calibrated device's backward ratio, head efficiency and embedding enter a chunk's costs") {
+  transformer_shape m{4, 128, 4, 64, 256, 12};
+  device_spec d{"cpu", 1e11, 1e11, 1e11, 2e10, 1e10, {1, 1, 1}};
+  cost_settings s{d, network_spec{}, "f32", 1, false, true};
+  auto plain = costs_of(m, s, 1, false);
+  CHECK(plain.backward == doctest::Approx(2 * plain.forward));  // the presets' 2 x forward
+  s.device.backward_ratio = 2.5;
+  CHECK(costs_of(m, s, 1, false).backward == doctest::Approx(2.5 * plain.forward));
+  // The head at its own efficiency: half the rate is twice the time.
+  s.device.backward_ratio = 2;
+  double logits = costs_of(m, s, 1, true).forward - plain.forward;
+  CHECK(logits == doctest::Approx(head_forward_flops(m) / 1e11));
+  s.device.efficiency.head = 0.5;
+  CHECK(costs_of(m, s, 1, true).forward - plain.forward == doctest::Approx(2 * logits));
+  // The embedding: seconds per token per d_model value, forward and backward (all of it W).
+  s.device.embedding_forward = 1e-9, s.device.embedding_backward = 3e-9;
+  auto first = costs_of(m, s, 1, false, true);
+  double values = 12.0 * 64 * 128;
+  CHECK(first.forward - plain.forward == doctest::Approx(values * 1e-9));
+  CHECK(first.backward - plain.backward == doctest::Approx(values * 3e-9));
+  CHECK(first.weight - plain.weight == doctest::Approx(values * 3e-9));
+}

@@ -19,26 +19,14 @@
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
 #include "deploy/cli/run_graph.hpp"
+#include "deploy/cli/sim_calibrate.hpp"
 #include "runtime/trace/trace_export.hpp"
 #include "schedulers/cluster_sim.hpp"
 
 namespace troupe::cli {
 
-namespace {
-
-using namespace troupe::sched;
-
-constexpr double gb = 1e9;
-
-/// The process's peak resident memory, in bytes.
-double peak_rss() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) * 1024.0;
-}
-
-/// The device `sim.device` names: a preset, or a `devices:` entry over its base.
-expected<device_spec> resolve_device(const sim_spec& s) {
+sched::expected<sched::device_spec> resolve_device(const sim_spec& s) {
+  using namespace troupe::sched;
   auto entry = std::find_if(s.devices.begin(), s.devices.end(), [&](const auto& d) { return d.name == s.device; });
   if (entry == s.devices.end())
     return device_preset(s.device);
@@ -59,8 +47,27 @@ expected<device_spec> resolve_device(const sim_spec& s) {
   set(d.peak_f32, entry->peak_f32), set(d.peak_tf32, entry->peak_tf32), set(d.peak_bf16, entry->peak_bf16);
   set(d.memory_bandwidth, entry->memory_bandwidth), set(d.memory_bytes, entry->memory_bytes);
   set(d.efficiency.matmul, entry->matmul), set(d.efficiency.attention, entry->attention);
-  set(d.efficiency.elementwise, entry->elementwise);
+  set(d.efficiency.elementwise, entry->elementwise), set(d.efficiency.head, entry->head);
+  set(d.backward_ratio, entry->backward_ratio);
+  set(d.embedding_forward, entry->embedding_forward), set(d.embedding_backward, entry->embedding_backward);
+  set(d.action_overhead, entry->action_overhead), set(d.optimizer_per_param, entry->optimizer_per_param);
+  set(d.shared_slowdown, entry->shared_slowdown);
+  if (entry->cores >= 0)
+    d.cores = entry->cores;
   return d;
+}
+
+namespace {
+
+using namespace troupe::sched;
+
+constexpr double gb = 1e9;
+
+/// The process's peak resident memory, in bytes.
+double peak_rss() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0;
 }
 
 /// The cluster the graph describes: its stage actors as one replica.
@@ -270,13 +277,23 @@ struct sim_args {
   bool json = false;
   std::string trace;
   int trace_actors = 512;
+  std::string device;  ///< --device: a preset, a `devices:` name or a device file (relative to here)
+  int cores = -1;      ///< --cores: shared cores per node (0: a device per stage actor); -1: the device's
+  bool calibrate = false;
+  std::string out = "calibrated.yaml";
 };
 
 /// Loads the file with its overrides and simulates: the exit code.
 int simulate_file(const sim_args& a) {
-  const auto& [file, overrides, steps, json, trace_path, trace_actors] = a;
+  const auto& [file, given_overrides, steps, json, trace_path, trace_actors, device, cores, calibrate, out] = a;
   if (!outputs_writable("sim", {trace_path}))
     return bad_input;
+  auto overrides = given_overrides;
+  if (!device.empty()) {
+    // A flag's path is relative to the current folder; the graph resolves sim.device against its own.
+    bool is_file = device.ends_with(".yaml") || device.ends_with(".yml") || device.ends_with(".json");
+    overrides.push_back("sim.device=" + (is_file ? std::filesystem::absolute(device).string() : device));
+  }
   auto loaded = load_graph_for_cli(file, overrides, /*check_corpus=*/false); // nothing is read
   if (!loaded.ok()) {
     for (const auto& d : loaded.errors)
@@ -288,6 +305,8 @@ int simulate_file(const sim_args& a) {
     fmt::print(stderr, "troupe sim: {}\n", config.error().message);
     return bad_input;
   }
+  if (cores >= 0)
+    config->costs.device.cores = cores;
   std::unique_ptr<sim_trace> trace;
   if (!trace_path.empty()) {
     config->traced = sample_replicas(config->replicas, static_cast<int>(config->stages.size()), trace_actors);
@@ -327,7 +346,21 @@ command_action define_sim(CLI::App& app) {
            "stage on sim.tensor_parallel devices of one node, the real stage and router cores and policies under "
            "a simulated clock, with a cost model for compute, links and all-reduces (no CAF, no compute).",
            std::string{"Exit codes: 0 success, 1 the simulation failed, 2 bad input.\n"} + paths_help);
-  app.add_option("FILE", a->file, "the graph file (YAML)")->required();
+  app.add_option("FILE", a->file, "the graph file (YAML); with --calibrate, whose model sizes to time (default: "
+                                  "the main example's)");
+  app.add_flag("--calibrate", a->calibrate,
+               "time this machine's ops at the graph's sizes (a layer's forward and backward, embedding, head, "
+               "AdamW) and write a device file that sim.device or --device names (well under a minute)");
+  app.add_option("--out", a->out, "with --calibrate: the device file to write (YAML; JSON when it ends in .json), "
+                                  "default calibrated.yaml")
+    ->option_text("FILE");
+  app.add_option("--device", a->device, "simulate on this device: a preset, a devices: name or a device file "
+                                        "(relative to the current folder), over sim.device")
+    ->option_text("NAME|FILE");
+  add_count(app, "--cores", a->cores, 0, 1 << 20,
+            "cores one node's stage actors share (processor sharing; 0: a device each); with --calibrate, "
+            "recorded in the file (default: the cores this process may use)")
+    ->option_text("N");
   app.add_option("--set", a->overrides, "override a key, e.g. --set data_parallel.replicas=64 (repeatable)")
     ->option_text("KEY.PATH=VALUE")
     ->allow_extra_args(false);
@@ -341,7 +374,15 @@ command_action define_sim(CLI::App& app) {
             "at most this many stage actors in the trace: whole replicas, evenly spaced, when there are more "
             "(default 512)")
     ->option_text("N");
-  return [a] { return simulate_file(*a); };
+  return [a]() -> int {
+    if (a->calibrate)
+      return calibrate_machine({a->file, a->out, std::max(a->cores, 0), a->json});
+    if (a->file.empty()) {
+      fmt::print(stderr, "troupe sim: FILE is required (a graph file to simulate), unless --calibrate\n");
+      return bad_input;
+    }
+    return simulate_file(*a);
+  };
 }
 
 } // namespace troupe::cli

@@ -2,6 +2,7 @@
 // graph (tensor and data parallelism, nodes) and prices it (a device preset or
 // a described device, links per level). Other commands read and ignore them.
 #include <algorithm>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -16,9 +17,13 @@ const std::vector<std::string> sim_keys{"device",         "tensor_parallel", "da
                                         "links"};
 const std::vector<std::string> link_levels{"within_node", "between_nodes", "wide_area"};
 const std::vector<std::string> link_keys{"latency", "bandwidth"};
-const std::vector<std::string> device_keys{"base", "peak_tflops", "memory_gbps", "memory_gb", "efficiency"};
+const std::vector<std::string> device_keys{"base",         "peak_tflops",        "memory_gbps",
+                                           "memory_gb",    "efficiency",         "backward_ratio",
+                                           "embedding_ns", "action_overhead_us", "optimizer_ns_per_param",
+                                           "cores",        "shared_slowdown"};
 const std::vector<std::string> peak_keys{"f32", "tf32", "bf16"};
-const std::vector<std::string> efficiency_keys{"matmul", "attention", "elementwise"};
+const std::vector<std::string> efficiency_keys{"matmul", "attention", "elementwise", "head"};
+const std::vector<std::string> embedding_keys{"forward", "backward"};
 
 /// choices(), but a preset the word begins (`a100` for `a100_80gb`) is the suggestion.
 std::string device_choices(const std::string& word, const std::vector<std::string>& known) {
@@ -35,11 +40,13 @@ void parse_link_level(const YAML::Node& n, const std::string& path, sim_link_spe
   r.get_double(n, path, "bandwidth", out.bandwidth, 0.0, 1e18);
 }
 
-void parse_device(const std::string& name, const YAML::Node& n, sim_device_spec& d, graph_reader& r) {
-  auto path = join_path("devices", name);
+/// One device description at `path` (`devices.NAME`, or the top of a device
+/// file, whose own keys `keys` lists).
+void parse_device(const std::string& name, const std::string& path, const YAML::Node& n, sim_device_spec& d,
+                  graph_reader& r, const std::vector<std::string>& keys = device_keys) {
   d.name = name;
   d.pos = r.pos(n, path);
-  if (!r.check_map(n, path, device_keys))
+  if (!r.check_map(n, path, keys))
     return;
   r.get_string(n, path, "base", d.base);
   if (auto peak = child(n, "peak_tflops"); peak && r.check_map(peak, join_path(path, "peak_tflops"), peak_keys)) {
@@ -57,10 +64,72 @@ void parse_device(const std::string& name, const YAML::Node& n, sim_device_spec&
     r.get_double(eff, p, "matmul", d.matmul, 1e-6, 1.0);
     r.get_double(eff, p, "attention", d.attention, 1e-6, 1.0);
     r.get_double(eff, p, "elementwise", d.elementwise, 1e-6, 1.0);
+    r.get_double(eff, p, "head", d.head, 1e-6, 1.0);
   }
+  r.get_double(n, path, "backward_ratio", d.backward_ratio, 0.1, 100.0);
+  if (auto emb = child(n, "embedding_ns"); emb && r.check_map(emb, join_path(path, "embedding_ns"), embedding_keys)) {
+    auto p = join_path(path, "embedding_ns");
+    for (auto [key, out] : {std::pair{"forward", &d.embedding_forward}, {"backward", &d.embedding_backward}})
+      if (r.get_double(emb, p, key, *out, 0.0, 1e9) && child(emb, key))
+        *out *= 1e-9;
+  }
+  if (r.get_double(n, path, "action_overhead_us", d.action_overhead, 0.0, 1e9) && child(n, "action_overhead_us"))
+    d.action_overhead *= 1e-6;
+  if (r.get_double(n, path, "optimizer_ns_per_param", d.optimizer_per_param, 0.0, 1e9) &&
+      child(n, "optimizer_ns_per_param"))
+    d.optimizer_per_param *= 1e-9;
+  r.get_int(n, path, "cores", d.cores, 0, 1 << 20);
+  r.get_double(n, path, "shared_slowdown", d.shared_slowdown, 0.0, 10.0);
   if (d.base.empty())
     for (const char* key : {"peak_tflops", "memory_gbps", "memory_gb"})
       r.require(n, path, key);  // nothing to take them from
+}
+
+/// True when `sim.device` names a device file rather than a preset or a `devices:` entry.
+bool is_device_file(const std::string& device) {
+  for (const char* ext : {".yaml", ".yml", ".json"})
+    if (device.ends_with(ext))
+      return true;
+  return false;
+}
+
+/// Reads the device file `sim.device` names (one device description, the keys
+/// of a `devices:` entry, plus `name` and what calibration `measured`): errors
+/// point into that file; a file that cannot be read points at `sim.device`.
+void read_device_file(parsed_graph& pg, const YAML::Node& at, graph_reader& r) {
+  auto& s = pg.graph.sim;
+  const auto path = pg.resolve(s.device);
+  graph_reader fr{path.string(), r.out()};
+  // The entry is there whatever the file holds: its mistakes are the errors, not an "unknown device".
+  s.devices.push_back(sim_device_spec{});
+  s.devices.back().name = s.device;
+  pg.sim_base_nodes.push_back(at);
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path.string());
+  } catch (const YAML::BadFile&) {
+    r.error(at, "sim.device", fmt::format("cannot read the device file '{}'", path.string()));
+    return;
+  } catch (const YAML::ParserException& e) {
+    fr.error_at(source_pos{path.string(), e.mark.line + 1, e.mark.column + 1, {}}, "",
+                "YAML syntax error: " + e.msg);
+    return;
+  }
+  if (!root.IsMap()) {
+    fr.error(root, "", fmt::format("a device file is a mapping (name, peak_tflops, memory_gbps, ...), got {}",
+                                   describe(root)));
+    return;
+  }
+  // The file's own keys besides a device's: its name and calibration's raw measurements.
+  // A file is written out whole: no `base` (a preset's name is not a file).
+  std::vector<std::string> file_keys{"name", "measured"};
+  std::copy_if(device_keys.begin(), device_keys.end(), std::back_inserter(file_keys),
+               [](const auto& k) { return k != "base"; });
+  parse_device(s.device, "", root, s.devices.back(), fr, file_keys);
+  if (auto measured = child(root, "measured"); measured && !measured.IsMap())
+    fr.error(measured, "measured", fmt::format("expected a mapping of measurements, got {}", describe(measured)));
+  if (auto name = child(root, "name"))
+    fr.as_string(name, "name");
 }
 
 } // namespace
@@ -78,7 +147,7 @@ void parse_sim(parsed_graph& pg, const YAML::Node& n, const YAML::Node& devices,
         if (!name)
           continue;
         sim_device_spec d;
-        parse_device(*name, it->second, d, r);
+        parse_device(*name, join_path("devices", *name), it->second, d, r);
         pg.sim_base_nodes.push_back(it->second.IsMap() && it->second["base"] ? it->second["base"] : it->second);
         s.devices.push_back(std::move(d));
       }
@@ -88,6 +157,8 @@ void parse_sim(parsed_graph& pg, const YAML::Node& n, const YAML::Node& devices,
     return;
   r.get_string(n, "sim", "device", s.device);
   pg.sim_device_node.reset(child(n, "device"));
+  if (is_device_file(s.device))
+    read_device_file(pg, pg.sim_device_node, r);
   r.get_int(n, "sim", "tensor_parallel", s.tensor_parallel, 1, 1024);
   // The replicas were `sim.data_parallel` before the graph had its own section:
   // one number in one place now, which `troupe run` and `troupe sim` both read.

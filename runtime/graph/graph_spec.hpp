@@ -146,7 +146,9 @@ struct sim_link_spec {
 };
 
 /// A `devices:` entry: a device for `troupe sim`, written out or based on a
-/// preset. Negative values are unset (taken from `base`, or required without one).
+/// preset, or a device file (`sim.device: calibrated.yaml`, as `troupe sim
+/// --calibrate` writes one). Negative values are unset (taken from `base`, or
+/// required without one; the ends, overheads and cores default to none).
 struct sim_device_spec {
   std::string name;
   std::string base;             ///< a preset name, or empty
@@ -156,6 +158,13 @@ struct sim_device_spec {
   double memory_bandwidth = -1; ///< `memory_gbps`, stored in bytes/s
   double memory_bytes = -1;     ///< `memory_gb`, stored in bytes
   double matmul = -1, attention = -1, elementwise = -1;  ///< `efficiency: {...}` in (0, 1]
+  double head = -1;             ///< `efficiency: {head}`: the output head's, on its logits FLOPs
+  double backward_ratio = -1;   ///< a layer's backward over its forward
+  double embedding_forward = -1, embedding_backward = -1;  ///< `embedding_ns: {forward, backward}` per value, in s
+  double action_overhead = -1;  ///< `action_overhead_us`, stored in seconds
+  double optimizer_per_param = -1;  ///< `optimizer_ns_per_param`, stored in seconds
+  int cores = -1;               ///< cores a node's stage actors share; 0 = a device each
+  double shared_slowdown = -1;  ///< how much longer an op takes with every core busy
   source_pos pos;
 };
 
@@ -164,7 +173,9 @@ struct sim_device_spec {
 /// on `tensor_parallel` devices of one node. Other commands ignore the section.
 struct sim_spec {
   bool present = false;
-  std::string device = "a100_80gb";  ///< a preset (a100_80gb, h100_sxm, h200) or a `devices:` name
+  /// A preset (a100_80gb, h100_sxm, h200), a `devices:` name, or a device file
+  /// (a name ending in .yaml, .yml or .json, relative to the graph file's folder).
+  std::string device = "a100_80gb";
   int tensor_parallel = 1;
   int data_parallel = 1;
   int devices_per_node = 8;
