@@ -1,0 +1,2 @@
+sim
+../../examples/skippipe-geo20.yaml
