@@ -167,6 +167,66 @@ void attention_backward(const float* dout, const float* qkv, const float* lse, f
     });
 }
 
+long attention_shard_scratch(long nq, long nkv, long head_dim) { return 2 * head_dim * nkv + 2 * nq * nkv; }
+
+// Per head: scores P [nq, nkv] = the rectangle of keys [0, f) (every query sees
+// them, f = nkv − nq) beside the triangle of keys [f, nkv), laid out as in
+// forward_causal shifted right by f, so the triangle modes read what they read there.
+void attention_shard_forward(const float* q, const float* k, const float* v, float* out, float* lse, float* scratch,
+                             long nq, long nkv, long heads, long hd) {
+  const long c = heads * hd, n = nq, m = nkv, f = nkv - nq;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float* kt = scratch;        // [hd, m]
+  float* p = scratch + hd * m; // [n, m]
+  for (long h = 0; h < heads; ++h) {
+    const float *qh = q + h * hd, *kh = k + h * hd, *vh = v + h * hd;
+    float* oh = out + h * hd;
+    transpose(kh, m, hd, c, kt, m);
+    if (f > 0)
+      small_gemm(n, f, hd, scale, qh, c, 1, kt, m, p, m, false);
+    small_gemm(n, n, hd, scale, qh, c, 1, kt + f, m, p + f, m, false, triangle::columns_to_row);
+    for (long i = 0; i < n; ++i)
+      lse[h * n + i] = causal_softmax_row(p + i * m, f + i + 1, f + zeros_end(i + 1, n));
+    if (f > 0)
+      small_gemm(n, hd, f, 1.0f, p, m, 1, vh, c, oh, c, false);
+    small_gemm(n, hd, n, 1.0f, p + f, m, 1, vh + f * c, c, oh, c, f > 0, triangle::k_to_row);
+  }
+}
+
+void attention_shard_backward(const float* dout, const float* q, const float* k, const float* v, const float* lse,
+                              float* dq, float* dk, float* dv, float* scratch, long nq, long nkv, long heads,
+                              long hd) {
+  const long c = heads * hd, n = nq, m = nkv, f = nkv - nq;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float* p = scratch;          // [n, m]: probabilities, rebuilt from the scores and lse
+  float* ds = scratch + n * m; // [n, m]
+  float* kt = ds + n * m;      // [hd, m]
+  float* vt = kt + hd * m;     // [hd, m]
+  for (long h = 0; h < heads; ++h) {
+    const long o = h * hd;
+    const float *qh = q + o, *kh = k + o, *vh = v + o, *doh = dout + o;
+    transpose(kh, m, hd, c, kt, m);
+    transpose(vh, m, hd, c, vt, m);
+    if (f > 0) {
+      small_gemm(n, f, hd, scale, qh, c, 1, kt, m, p, m, false);
+      small_gemm(n, f, hd, 1.0f, doh, c, 1, vt, m, ds, m, false);
+    }
+    small_gemm(n, n, hd, scale, qh, c, 1, kt + f, m, p + f, m, false, triangle::columns_to_row);
+    small_gemm(n, n, hd, 1.0f, doh, c, 1, vt + f, m, ds + f, m, false, triangle::columns_to_row);
+    for (long i = 0; i < n; ++i)
+      softmax_grad_row(p + i * m, ds + i * m, lse[h * n + i], scale, f + i + 1, f + zeros_end(i + 1, n));
+    // dQ = dS K; dK = dSᵀ Q and dV = Pᵀ dO: prefix keys collect every query, the triangle's those at or after them.
+    if (f > 0) {
+      small_gemm(n, hd, f, 1.0f, ds, m, 1, kh, c, dq + o, c, false);
+      small_gemm(f, hd, n, 1.0f, ds, 1, m, qh, c, dk + o, c, false);
+      small_gemm(f, hd, n, 1.0f, p, 1, m, doh, c, dv + o, c, false);
+    }
+    small_gemm(n, hd, n, 1.0f, ds + f, m, 1, kh + f * c, c, dq + o, c, f > 0, triangle::k_to_row);
+    small_gemm(n, hd, n, 1.0f, ds + f, 1, m, qh, c, dk + f * c + o, c, false, triangle::k_from_row);
+    small_gemm(n, hd, n, 1.0f, p + f, 1, m, doh, c, dv + f * c + o, c, false, triangle::k_from_row);
+  }
+}
+
 namespace {
 /// The first key query i of row b may attend (the reference's mask, per score).
 long first_key(const std::int32_t* doc_start, long b, long T, long i) { return doc_start ? doc_start[b * T + i] : 0; }

@@ -38,6 +38,20 @@ void attention_forward(const float* qkv, float* out, float* lse, float* scratch,
 void attention_backward(const float* dout, const float* qkv, const float* lse, float* dqkv, float* scratch,
                         attention_shape s, const std::int32_t* doc_start = nullptr);
 
+/// A core-attention shard (DistCA, arXiv:2510.18121): the last `nq` queries of a
+/// document prefix of `nkv` keys, query i at position nkv − nq + i attending keys
+/// 0 … nkv − nq + i. q is [nq, C], k and v are [nkv, C] (C = heads·head_dim, rows
+/// contiguous), out [nq, C], lse [heads, nq]. Keys before the first query form a
+/// full rectangle, the rest a causal triangle: the products cost the shard's
+/// pairs, not the prefix's.
+long attention_shard_scratch(long nq, long nkv, long head_dim);
+void attention_shard_forward(const float* q, const float* k, const float* v, float* out, float* lse, float* scratch,
+                             long nq, long nkv, long heads, long head_dim);
+/// Its backward: overwrites dq [nq, C], dk and dv [nkv, C] from dout [nq, C].
+void attention_shard_backward(const float* dout, const float* q, const float* k, const float* v, const float* lse,
+                              float* dq, float* dk, float* dv, float* scratch, long nq, long nkv, long heads,
+                              long head_dim);
+
 /// Triple-loop forward in double precision, the reference the kernel is checked
 /// against: the mask applied per score (j < doc_start[i] or j > i is skipped).
 void attention_forward_reference(const float* qkv, float* out, float* lse, attention_shape s,
