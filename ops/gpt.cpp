@@ -78,17 +78,19 @@ void gpt_range::impl::release(mb_cache& c) {
   c.head = head_cache{};
   c.tokens = {};
   c.d_emb = {};
+  c.targets = {};
+  c.layer = -1;
   c.used = false;
   c.mb = -1;
 }
 
-namespace {
 void check_activation(const tensor_handle& x, const gpt_config& cfg, const char* op) {
   require_f32(x, op, "input activation", cfg.d_model);
   require(x.rank() == 3 && x.dim(1) <= cfg.context, op,
           fmt::format("input activation must be [B, T ≤ {}, {}], got {}", cfg.context, cfg.d_model, to_string(x.shape())));
 }
 
+namespace {
 tensor_handle scalar(float v) {
   auto t = tensor_handle::empty({1});
   *t.data<float>() = v;
@@ -117,16 +119,7 @@ tensor_handle gpt_range::forward(int mb, const tensor_handle& input, const tenso
     }
     for (int li = 0; li < m.local_layers(); ++li)
       x = m.block_forward(li, x, &c.layers[std::size_t(li)], documents);
-    if (!m.last())
-      return x;
-    auto h = m.head_base();
-    auto& hc = c.head;
-    hc.x = x;
-    hc.lnf = layer_norm_forward(x, m.params[h].value, m.params[h + 1].value, hc.s);
-    auto logits = linear_forward(hc.lnf, m.params[h + 2].value, {}, {}, m.cfg.precision);
-    float loss = 0;
-    hc.dlogits = cross_entropy_backward(logits, targets, 1.0f, m.cfg.ignore_index, &loss);
-    return scalar(loss);
+    return m.last() ? m.head_forward(c, x, targets) : x;
   } catch (...) {
     m.release(c);
     throw;
@@ -142,32 +135,9 @@ tensor_handle gpt_range::impl::backward(int mb, const tensor_handle& grad_out, b
     ensure_grads();
   auto& c = find(mb, op);
   require(!c.input_done, op, fmt::format("backward_input of microbatch {} already ran", mb));
-  if (last()) {
-    if (grad_out.defined()) {
-      require_f32(grad_out, op, "loss gradient");
-      require(grad_out.numel() == 1, op, "the last range's gradient is the loss gradient [1]");
-    }
-  } else {
-    check_activation(grad_out, cfg, op);
-    require(grad_out.dim(0) == c.batch && grad_out.dim(1) == c.seq, op,
-            fmt::format("gradient shape {} does not match the forward's [{}, {}, {}]", to_string(grad_out.shape()),
-                        c.batch, c.seq, cfg.d_model));
-  }
+  check_grad_out(c, grad_out, op);
   try {
-    tensor_handle dx;
-    if (last()) {
-      float s = grad_out.defined() ? *grad_out.data<float>() : 1.0f;
-      if (s != 1.0f)
-        for (long i = 0; i < c.head.dlogits.numel(); ++i)
-          c.head.dlogits.data<float>()[i] *= s;
-      auto h = head_base();
-      c.head.d_lnf = linear_backward_input(c.head.dlogits, params[h + 2].value, cfg.precision);
-      dx = layer_norm_backward_input(c.head.d_lnf, c.head.x, c.head.s, params[h].value);
-      if (weights)
-        head_backward_weight(c), done(h, h + 3);
-    } else {
-      dx = grad_out;
-    }
+    tensor_handle dx = last() ? head_backward(c, grad_out, weights) : grad_out;
     // The fused backward runs each block's weight-gradient half right after its
     // input-gradient half, while the block's activations are still in cache; each
     // gradient sees the same operations in the same order as with the split calls.
@@ -191,6 +161,44 @@ tensor_handle gpt_range::impl::backward(int mb, const tensor_handle& grad_out, b
     release(c);
     throw;
   }
+}
+
+tensor_handle gpt_range::impl::head_forward(mb_cache& c, const tensor_handle& x, const tensor_handle& targets) {
+  auto h = head_base();
+  auto& hc = c.head;
+  hc.x = x;
+  hc.lnf = layer_norm_forward(x, params[h].value, params[h + 1].value, hc.s);
+  auto logits = linear_forward(hc.lnf, params[h + 2].value, {}, {}, cfg.precision);
+  float loss = 0;
+  hc.dlogits = cross_entropy_backward(logits, targets, 1.0f, cfg.ignore_index, &loss);
+  return scalar(loss);
+}
+
+void gpt_range::impl::check_grad_out(const mb_cache& c, const tensor_handle& grad_out, const char* op) const {
+  if (last()) {
+    if (grad_out.defined()) {
+      require_f32(grad_out, op, "loss gradient");
+      require(grad_out.numel() == 1, op, "the last range's gradient is the loss gradient [1]");
+    }
+    return;
+  }
+  check_activation(grad_out, cfg, op);
+  require(grad_out.dim(0) == c.batch && grad_out.dim(1) == c.seq, op,
+          fmt::format("gradient shape {} does not match the forward's [{}, {}, {}]", to_string(grad_out.shape()),
+                      c.batch, c.seq, cfg.d_model));
+}
+
+tensor_handle gpt_range::impl::head_backward(mb_cache& c, const tensor_handle& grad_out, bool weights) {
+  float s = grad_out.defined() ? *grad_out.data<float>() : 1.0f;
+  if (s != 1.0f)
+    for (long i = 0; i < c.head.dlogits.numel(); ++i)
+      c.head.dlogits.data<float>()[i] *= s;
+  auto h = head_base();
+  c.head.d_lnf = linear_backward_input(c.head.dlogits, params[h + 2].value, cfg.precision);
+  auto dx = layer_norm_backward_input(c.head.d_lnf, c.head.x, c.head.s, params[h].value);
+  if (weights)
+    head_backward_weight(c), done(h, h + 3);
+  return dx;
 }
 
 void gpt_range::impl::head_backward_weight(mb_cache& c) {

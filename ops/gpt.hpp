@@ -99,6 +99,27 @@ public:
   /// backward_input + backward_weight accumulates exactly what backward does.
   void backward_weight(int mb);
 
+  /// Attention disaggregation (DistCA, #15): the training forward and the fused
+  /// backward in pieces that stop at each layer's core attention, so it can run
+  /// elsewhere (an attention server) while this range runs other work. The pieces
+  /// compute exactly what forward and backward do. forward_begin runs the
+  /// embedding (first range) and the first local layer's pre-attention and returns
+  /// its qkv [B, T, 3C]; the last range keeps `targets` for the loss. A range
+  /// without layers (SkipPipe's head alone) has no attention and is refused.
+  tensor_handle forward_begin(int mb, const tensor_handle& input, const tensor_handle& targets = {});
+  /// Takes the waiting layer's core-attention output att [B, T, C], runs its
+  /// post-attention and then either the next layer's pre-attention (returns its
+  /// qkv, `done` false) or ends the forward (returns what forward returns, `done` true).
+  tensor_handle forward_resume(int mb, const tensor_handle& att, bool& done);
+  /// The fused backward's first piece: the head (last range) and the top layer's
+  /// post-attention; returns that layer's gradient wrt core attention's output [B, T, C].
+  tensor_handle backward_begin(int mb, const tensor_handle& grad_out = {});
+  /// Takes the waiting layer's d_qkv [B, T, 3C] (core attention's backward), runs
+  /// its pre-attention backward and weight gradients, then either the next lower
+  /// layer's post-attention (returns its d_att, `done` false) or ends the backward
+  /// (returns what backward returns, `done` true; the cache is released).
+  tensor_handle backward_resume(int mb, const tensor_handle& d_qkv, bool& done);
+
   /// Forward without caching (evaluation). The last range returns the loss [1] when
   /// `targets` is given, else the logits [B, T, vocab].
   tensor_handle evaluate(const tensor_handle& input, const tensor_handle& targets = {},

@@ -37,10 +37,15 @@ struct mb_cache {
   bool used = false;
   bool input_done = false;
   long batch = 0, seq = 0; ///< the forward's input shape, which backward's gradient must match
+  int layer = -1;          ///< split forward or backward (gpt_range::forward_begin): the layer waiting for attention
+  tensor_handle targets;   ///< split forward of the last range: the loss's targets, until the head runs
   tensor_handle tokens, d_emb;
   std::vector<layer_cache> layers;
   head_cache head;
 };
+
+/// Checks that x is an f32 activation [B, T ≤ context, d_model] (`op` names the caller).
+void check_activation(const tensor_handle& x, const gpt_config& cfg, const char* op);
 
 struct gpt_range::impl {
   gpt_config cfg;
@@ -91,6 +96,12 @@ struct gpt_range::impl {
   tensor_handle block_backward_post_attention(int li, const tensor_handle& dy, layer_cache& c) const;
   tensor_handle block_backward_pre_attention(int li, layer_cache& c) const;
   void block_backward_weight(int li, layer_cache& c);
+  /// The last range's final norm, head and loss on x: returns the loss [1].
+  tensor_handle head_forward(mb_cache& c, const tensor_handle& x, const tensor_handle& targets);
+  /// The head's backward from the loss gradient (undefined: 1); weight gradients with `weights`.
+  tensor_handle head_backward(mb_cache& c, const tensor_handle& grad_out, bool weights);
+  /// Checks a backward's gradient against the forward of `c`.
+  void check_grad_out(const mb_cache& c, const tensor_handle& grad_out, const char* op) const;
   void head_backward_weight(mb_cache& c);
   /// backward_input, and with `weights` each part's weight-gradient half right after
   /// its input-gradient half (the fused backward, which then releases the cache).
