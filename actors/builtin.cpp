@@ -19,6 +19,9 @@ void register_builtin_actors() {
     register_actor_type("outer_sync", {spawn_outer_sync, outer_sync_info()},
                         "runs one stage's local-update sync policy: DiLoCo, Streaming DiLoCo, NoLoCo, DES-LOC, "
                         "SparseLoCo or a plugin's");
+    register_actor_type("attention_server", {spawn_attention_server, attention_server_info()},
+                        "runs core-attention shards for the stages (DistCA's attention servers, `attention: "
+                        "{servers: N}`)");
     // local_update.algorithm accepts every registered sync method, plugins' included.
     set_local_update_algorithms([] { return sched::sync_method_names(); });
     register_section_expander(

@@ -23,6 +23,9 @@ actor_type_info pipeline_stage_info();
 actor_type_info allreduce_peer_info();
 actor_type_info optimizer_shard_info();
 actor_type_info outer_sync_info();
+/// DistCA's separate attention servers (#15): core-attention shards for any stage.
+caf::expected<caf::actor> spawn_attention_server(spawn_context& ctx);
+actor_type_info attention_server_info();
 
 /// The checks of pipeline_stage entries before anything runs
 /// (actors/pipeline_stage_check.cpp): a `table` schedule runs to completion on

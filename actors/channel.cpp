@@ -52,6 +52,8 @@ caf::behavior channel(channel_actor* self, std::string dest_name, std::uint16_t 
     [=](plan_atom, const step_plan_msg& m) { ship(remote::encode(dest, m)); },
     [=](ring_atom, const ring_msg& m) { ship(remote::encode(dest, m)); },
     [=](outer_part_atom, const outer_part_msg& m) { ship(remote::encode(dest, m)); },
+    [=](attention_atom, const attention_task_msg& m) { ship(remote::encode(dest, m)); },
+    [=](attention_atom, const attention_result_msg& m) { ship(remote::encode(dest, m)); },
     [=](hops_atom, step_t step, std::int32_t from, std::int32_t count) {
       ship(remote::encode_hops(dest, step, from, count));
     },

@@ -7,6 +7,9 @@
 #include <optional>
 #include <set>
 
+#include <cstring>
+#include <deque>
+
 #include <caf/all.hpp>
 
 #include <fmt/format.h>
@@ -72,6 +75,12 @@ struct loader_settings {
   std::map<std::string, std::string> identity;  ///< checkpoint_identity of this loader
   std::filesystem::path resume_folder;   ///< empty: a fresh start
   step_t resume_step = 0;
+  /// Read a round (one microbatch per replica) at a time: for attention servers,
+  /// whose every stage plans the round's shards from its masks, and for a deal
+  /// other than the corpus's order (#15).
+  bool rounds = false;
+  bool attention = false;        ///< batches carry their round's masks (batch_msg::round_documents)
+  bool heaviest_first = false;   ///< data.deal: heaviest_first
 };
 
 struct data_loader_state {
@@ -84,6 +93,8 @@ struct data_loader_state {
   std::uint64_t resume_position = 0; ///< corpus position read from the checkpoint
   bool done = false;
   std::uint16_t trace_id = 0;
+  std::deque<token_batch> round;  ///< the rest of the round being handed out (loader_settings::rounds)
+  tensor_handle round_documents;  ///< its masks, [replicas, batch, context]
   static inline const char* name = "data_loader";
 };
 
@@ -200,6 +211,64 @@ void fail(loader_actor* self, const loader_settings& cfg, std::string what) {
   self->send(self->state.runner, failed_atom::value, failure_msg{cfg.name, std::move(what)});
 }
 
+/// Causal attention pairs of one sequence: Σ L(L+1)/2 over its documents.
+std::int64_t sequence_pairs(const std::int32_t* doc_start, int context) {
+  std::int64_t pairs = 0;
+  for (int i = 0; i < context; ++i)
+    pairs += i - (doc_start ? doc_start[i] : 0) + 1;
+  return pairs;
+}
+
+/// Reads the next round: one microbatch per replica, in replica order. With
+/// heaviest_first its sequences are dealt again by attention pairs, the heaviest
+/// to replica 0; every document mask of the round goes into round_documents.
+void read_round(data_loader_state& st, const loader_settings& cfg) {
+  const int R = cfg.replicas, B = cfg.batch, T = cfg.context;
+  std::vector<token_batch> in(static_cast<std::size_t>(R));
+  for (auto& b : in)
+    st.corpus->next_train(B, b);
+  const bool docs = in[0].documents.defined();
+  if (cfg.heaviest_first) {
+    struct row { std::int64_t pairs; int batch, index; };
+    std::vector<row> rows;
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < B; ++i)
+        rows.push_back({docs ? sequence_pairs(in[std::size_t(r)].documents.data<std::int32_t>() + i * T, T)
+                             : sequence_pairs(nullptr, T), r, i});
+    std::stable_sort(rows.begin(), rows.end(), [](const row& a, const row& b) { return a.pairs > b.pairs; });
+    std::vector<token_batch> out(in.size());
+    auto copy_row = [&](const tensor_handle& from, int i, tensor_handle& to, int j) {
+      std::memcpy(to.data<std::int32_t>() + j * T, from.data<std::int32_t>() + i * T, sizeof(std::int32_t) * std::size_t(T));
+    };
+    for (int r = 0; r < R; ++r) {
+      auto& o = out[std::size_t(r)];
+      o.tokens = tensor_handle::empty({B, T}, dtype::i32);
+      o.targets = tensor_handle::empty({B, T}, dtype::i32);
+      if (docs)
+        o.documents = tensor_handle::empty({B, T}, dtype::i32);
+      for (int j = 0; j < B; ++j) {
+        const auto& w = rows[std::size_t(r * B + j)];
+        const auto& src = in[std::size_t(w.batch)];
+        copy_row(src.tokens, w.index, o.tokens, j);
+        copy_row(src.targets, w.index, o.targets, j);
+        if (docs)
+          copy_row(src.documents, w.index, o.documents, j);
+      }
+    }
+    in = std::move(out);
+  }
+  st.round_documents = {};
+  if (cfg.attention) { // without documents each sequence is one: every token's document starts at 0
+    st.round_documents = tensor_handle::zeros({R, B, T}, dtype::i32);
+    if (docs)
+      for (int r = 0; r < R; ++r)
+        std::memcpy(st.round_documents.data<std::int32_t>() + std::int64_t(r) * B * T,
+                    in[std::size_t(r)].documents.data<std::int32_t>(), sizeof(std::int32_t) * std::size_t(B * T));
+  }
+  for (auto& b : in)
+    st.round.push_back(std::move(b));
+}
+
 /// Makes and sends every microbatch the receivers' credits allow, with each
 /// step's plans before its first microbatch, evaluation after the steps that
 /// call for it, and this loader's checkpoint part when one is due.
@@ -216,10 +285,18 @@ void pump(loader_actor* self, const loader_settings& cfg) {
       send_to(self, actor, plan_atom::value, plan);
     scoped_span s(st.trace_id, span_kind::send, static_cast<std::int32_t>(e->step), e->microbatch);
     token_batch b;
-    st.corpus->next_train(cfg.batch, b);
+    if (cfg.rounds) {
+      if (st.round.empty())
+        read_round(st, cfg);
+      b = std::move(st.round.front());
+      st.round.pop_front();
+    } else {
+      st.corpus->next_train(cfg.batch, b);
+    }
     s.get().bytes = b.tokens.nbytes() + b.targets.nbytes();
     deliver(self, forward_atom::value,
-            batch_msg{e->step, e->microbatch, b.tokens, b.targets, std::move(e->route), b.documents},
+            batch_msg{e->step, e->microbatch, b.tokens, b.targets, std::move(e->route), b.documents,
+                      st.round_documents},
             cfg.least_loaded);
     ++st.sent;
     bool step_end = e->step_end;
@@ -467,6 +544,9 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
                              g.pipeline.stages * std::max(g.data_parallel.replicas, 1), g.network.nodes())};
     return make_error(errc::invalid_argument, to_string(d));
   }
+  cfg.attention = g.attention.present;
+  cfg.heaviest_first = g.data.deal == "heaviest_first";
+  cfg.rounds = (cfg.attention || cfg.heaviest_first) && !g.local_update.present;
   cfg.routing = routing_of(g);
   cfg.routing_params = routing_params_of(g);
   if (auto what = check_routes(g, ctx.spec); !what.empty()) // checked at load too; here for graphs built in code

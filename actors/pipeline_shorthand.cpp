@@ -149,6 +149,14 @@ void expand_pipeline(section_expansion& e) {
     expand_allreduce_ring(e, replicas, stage);
   if (skip_nodes) // the paths' channels and the rings'
     emulate_network_links(g, *skip_nodes);
+  for (int i = 0; i < g.attention.servers; ++i) { // separate attention servers (#15)
+    actor_spec a;
+    a.name = fmt::format("attention{}", i);
+    a.type = "attention_server";
+    a.expanded = true;
+    a.pos = g.attention.pos;
+    g.actors.push_back(std::move(a));
+  }
   for (const auto& path : p.paths) // routes that skip or reorder stages need their own channels
     for (std::size_t i = 0; i + 1 < path.size(); ++i) {
       auto from = path[i].substr(0, path[i].find('.')), to = path[i + 1].substr(0, path[i + 1].find('.'));

@@ -234,6 +234,11 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
                static_cast<std::int32_t>(count));
   };
   out.outer = [self, to](int sync, const outer_local_msg& m) { self->send(to(sync), outer_atom::value, m); };
+  out.attention = [self, to](int server, const attention_task_msg& m) {
+    for (const auto* t : {&m.q, &m.k, &m.v, &m.dout})
+      self->state.bytes_sent += static_cast<std::int64_t>(t->nbytes());
+    self->send(to(server), attention_atom::value, m);
+  };
   if (!ck.dir.empty())
     out.checkpoint = [self, ck](step_t steps) { write_checkpoint(self, ck, steps); };
   try {
@@ -326,6 +331,27 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
     [=](outer_done_atom, const outer_result_msg& m) {
       trace_recorder::global().message_received(id);
       handle(self, [&](stage_engine& e) { return e.on_outer_result(m), true; });
+    },
+    [=](attention_atom, const attention_task_msg& m) { // in place: another stage's shard, served now
+      trace_recorder::global().message_received(id);
+      handle(self, [&](stage_engine& e) {
+        attention_result_msg r;
+        {
+          scoped_span s(id, span_kind::attention, static_cast<std::int32_t>(m.key.step), m.key.microbatch);
+          r = e.serve_attention(m);
+        }
+        for (const auto* t : {&r.out, &r.dq, &r.dk, &r.dv})
+          self->state.bytes_sent += static_cast<std::int64_t>(t->nbytes());
+        auto& all = self->state.actors;
+        if (m.key.from < 0 || static_cast<std::size_t>(m.key.from) >= all.size())
+          throw std::runtime_error(fmt::format("an attention task from actor {}, which the graph does not have", m.key.from));
+        self->send(all[static_cast<std::size_t>(m.key.from)], attention_atom::value, std::move(r));
+        return false;
+      });
+    },
+    [=](attention_atom, const attention_result_msg& m) {
+      trace_recorder::global().message_received(id);
+      handle(self, [&](stage_engine& e) { return e.on_attention_result(m), true; });
     },
     [=](continue_atom) {
       self->state.kick_pending = false;
@@ -441,6 +467,23 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     for (auto it = own->second.begin(); it != own->second.end(); ++it)  // a stage's own options win
       if (it->first.IsScalar() && it->second.IsScalar())
         c.policy_params.options[it->first.Scalar()] = it->second.Scalar();
+  if (g.attention.present) { // core attention on attention servers (#15)
+    auto& at = c.attention;
+    at.replicas = std::max(g.data_parallel.replicas, 1), at.replica = spec.replica;
+    at.nano_batches = g.attention.nano_batches, at.tolerance = g.attention.tolerance;
+    if (g.attention.servers == 0) { // in place: the stages of its position serve each other, by replica
+      at.servers.assign(static_cast<std::size_t>(at.replicas), -1);
+      for (std::size_t i = 0; i < g.actors.size(); ++i)
+        if (const auto& a = g.actors[i]; a.role.holds_layers && a.rank == spec.rank && a.replica >= 0 &&
+                                         a.replica < at.replicas)
+          at.servers[static_cast<std::size_t>(a.replica)] = static_cast<int>(i);
+      at.self_server = spec.replica;
+    } else {
+      for (std::size_t i = 0; i < g.actors.size(); ++i)
+        if (g.actors[i].type == "attention_server")
+          at.servers.push_back(static_cast<int>(i));
+    }
+  }
   c.checkpoint_every = g.checkpoint.dir_path.empty() ? 0 : g.checkpoint.every;
   c.max_batch = g.data.batch * (spec.replica == 0 ? std::max(g.data_parallel.replicas, 1) : 1); // replica 0 evaluates the global batch
   return c;

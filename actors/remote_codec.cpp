@@ -92,6 +92,7 @@ net::frame encode(std::uint16_t dest, const batch_msg& m, bool eval) {
   put_tensor(f, m.targets);
   put_route(f, m.route);
   put_tensor(f, m.documents);
+  put_tensor(f, m.round_documents);
   return f;
 }
 
@@ -100,6 +101,7 @@ net::frame encode(std::uint16_t dest, const activation_msg& m, bool eval) {
   put_tensor(f, m.activation, m.ready.get());
   put_route(f, m.route);
   put_tensor(f, m.documents);
+  put_tensor(f, m.round_documents);
   put_tensor(f, m.targets);
   return f;
 }
@@ -151,6 +153,36 @@ net::frame encode(std::uint16_t dest, const outer_part_msg& m) {
   return f;
 }
 
+namespace {
+net::frame head(data_kind k, std::uint16_t dest, const attention_key& key) {
+  return head(k, dest, key.step, key.from, key.microbatch, key.nano, key.chunk, key.layer, key.shard,
+              static_cast<std::uint8_t>(key.backward));
+}
+
+attention_key get_key(byte_reader& r) {
+  attention_key k;
+  k.step = r.get<step_t>(), k.from = r.get<std::int32_t>(), k.microbatch = r.get<std::int32_t>();
+  k.nano = r.get<std::int32_t>(), k.chunk = r.get<std::int32_t>(), k.layer = r.get<std::int32_t>();
+  k.shard = r.get<std::int32_t>(), k.backward = r.get<std::uint8_t>() != 0;
+  return k;
+}
+} // namespace
+
+net::frame encode(std::uint16_t dest, const attention_task_msg& m) {
+  auto f = head(data_kind::attention_task, dest, m.key);
+  byte_writer{f.meta}.put(m.heads);
+  for (const auto* t : {&m.q, &m.k, &m.v, &m.dout})
+    put_tensor(f, *t);
+  return f;
+}
+
+net::frame encode(std::uint16_t dest, const attention_result_msg& m) {
+  auto f = head(data_kind::attention_result, dest, m.key);
+  for (const auto* t : {&m.out, &m.dq, &m.dk, &m.dv})
+    put_tensor(f, *t);
+  return f;
+}
+
 void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& local) {
   byte_reader r{f.meta};
   auto dest_index = r.get<std::uint16_t>();
@@ -170,6 +202,7 @@ void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& loc
       m.step = r.get<step_t>(), m.microbatch = r.get<std::int32_t>();
       m.tokens = get_tensor(r, f, blob), m.targets = get_tensor(r, f, blob), m.route = get_route(r);
       m.documents = get_tensor(r, f, blob);
+      m.round_documents = get_tensor(r, f, blob);
       finish();
       if (f.kind == static_cast<std::uint16_t>(data_kind::batch))
         caf::anon_send(dest, forward_atom::value, std::move(m));
@@ -183,6 +216,7 @@ void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& loc
       m.step = r.get<step_t>(), m.microbatch = r.get<std::int32_t>(), m.hop = r.get<std::int32_t>();
       m.activation = get_tensor(r, f, blob), m.route = get_route(r);
       m.documents = get_tensor(r, f, blob);
+      m.round_documents = get_tensor(r, f, blob);
       m.targets = get_tensor(r, f, blob);
       finish();
       if (f.kind == static_cast<std::uint16_t>(data_kind::activation))
@@ -248,6 +282,25 @@ void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& loc
       m.participants = r.get<std::int32_t>(), m.reducer = r.get<std::int32_t>();
       finish();
       caf::anon_send(dest, plan_atom::value, m);
+      return;
+    }
+    case data_kind::attention_task: {
+      attention_task_msg m;
+      m.key = get_key(r);
+      m.heads = r.get<std::int32_t>();
+      m.q = get_tensor(r, f, blob), m.k = get_tensor(r, f, blob), m.v = get_tensor(r, f, blob);
+      m.dout = get_tensor(r, f, blob);
+      finish();
+      caf::anon_send(dest, attention_atom::value, std::move(m));
+      return;
+    }
+    case data_kind::attention_result: {
+      attention_result_msg m;
+      m.key = get_key(r);
+      m.out = get_tensor(r, f, blob), m.dq = get_tensor(r, f, blob), m.dk = get_tensor(r, f, blob);
+      m.dv = get_tensor(r, f, blob);
+      finish();
+      caf::anon_send(dest, attention_atom::value, std::move(m));
       return;
     }
     case data_kind::outer_part: {

@@ -28,6 +28,8 @@ enum class data_kind : std::uint16_t {
   ring,             ///< (ring_atom, ring_msg): an all-reduce peer's chunk to the next peer
   hops,             ///< (hops_atom, step_t, int32 from, int32 count): least_loaded's per-step counts
   outer_part,       ///< (outer_part_atom, outer_part_msg): a replica's pseudo-gradient to another replica's sync actor
+  attention_task,   ///< (attention_atom, attention_task_msg): a core-attention shard to an attention server
+  attention_result, ///< (attention_atom, attention_result_msg): the server's answer
 };
 
 /// `dest` is the receiving actor's index in graph_spec::actors.
@@ -41,6 +43,8 @@ net::frame encode(std::uint16_t dest, const step_plan_msg& m);
 net::frame encode(std::uint16_t dest, const ring_msg& m);
 net::frame encode_hops(std::uint16_t dest, step_t step, std::int32_t from, std::int32_t count);
 net::frame encode(std::uint16_t dest, const outer_part_msg& m);
+net::frame encode(std::uint16_t dest, const attention_task_msg& m);
+net::frame encode(std::uint16_t dest, const attention_result_msg& m);
 
 /// Decodes `f` and sends its message to `local(dest)`, anonymously. Throws
 /// malformed_input (runtime/transport/bytes.hpp) on anything it cannot decode, and when

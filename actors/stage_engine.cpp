@@ -40,6 +40,13 @@ Slot take(Slot& slot, const char* what, const std::string& who) {
   return std::exchange(slot, Slot{});
 }
 
+/// d(step loss)/d(a microbatch's mean loss): its share of the step's tokens, as f32 [1].
+tensor_handle loss_grad(std::int64_t microbatch_tokens, std::int64_t step_tokens) {
+  auto g = tensor_handle::empty({1});
+  g.data<float>()[0] = static_cast<float>(static_cast<double>(microbatch_tokens) / static_cast<double>(step_tokens));
+  return g;
+}
+
 } // namespace
 
 namespace {
@@ -89,7 +96,8 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
     if (cfg_.targets_travel)
       targets = std::exchange(slot(m.route[static_cast<std::size_t>(m.hop - 1)].chunk, m.microbatch).targets, {});
     hand_off(to, m, &tensors::input, [&](const stage_tensor& t) {
-      out_.forward(to, activation_msg{m.step, m.microbatch, m.hop, t.value, m.route, t.ready, t.documents, targets});
+      out_.forward(to, activation_msg{m.step, m.microbatch, m.hop, t.value, m.route, t.ready, t.documents,
+                                      t.round_documents, targets});
     });
   };
   h.backward = [this, hand_off](int to, const sched::msg_meta& m) {
@@ -134,6 +142,24 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
   };
   core_ = std::make_unique<sched::stage_core>(std::move(cc), std::move(*made), std::move(h));
   cfg_.input_credits = core_->config().input_credits; // with the defaults filled in
+  if (!cfg_.attention.servers.empty()) {
+    if (chunks_.empty())
+      throw std::invalid_argument(fmt::format("{}: attention servers run on the CPU for now, not {}", cfg_.name,
+                                              to_string(cfg_.device)));
+    stage_attention::hooks ah;
+    ah.send = [this](int server, const attention_task_msg& m) { out_.attention(server, m); };
+    ah.begin_backward_piece = [this](bool last) {
+      if (pieces_weight_pass_) // buckets go once every nano-batch has added its part
+        buckets_->begin_pass(pieces_task_.step, pieces_task_.chunk, pass_armed_ && last);
+    };
+    ah.end_backward_piece = [this] {
+      if (pieces_weight_pass_)
+        buckets_->end_pass();
+    };
+    auto ac = cfg_.attention;
+    ac.actor = cfg_.actor, ac.heads = cfg_.model.heads;
+    attention_ = std::make_unique<stage_attention>(std::move(ac), std::move(ah));
+  }
 }
 
 stage_engine::tensors& stage_engine::slot(int chunk, int mb) {
@@ -246,7 +272,8 @@ bool stage_engine::begin_weight_pass(const sched::stage_task& t) {
     planned = core_->queue().planned();
   int per_chunk = planned < 0 ? -1 : planned / cfg_.chunks;
   bool last = ++weight_passes_[static_cast<std::size_t>(t.chunk)] == per_chunk;
-  buckets_->begin_pass(t.step, t.chunk, last && cfg_.overlap);
+  pass_armed_ = last && cfg_.overlap;
+  buckets_->begin_pass(t.step, t.chunk, pass_armed_);
   return true;
 }
 
@@ -280,7 +307,7 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
   if (has_targets) // travelling targets wait with the tokens' chunk until its output leaves
     slot(travelling ? core_->chunk_of_hop(m.route, 0) : m.route.back().chunk, m.microbatch).targets = m.targets;
   if (has_tokens)
-    slot(core_->chunk_of_hop(m.route, 0), m.microbatch).input = {m.tokens, nullptr, m.documents};
+    slot(core_->chunk_of_hop(m.route, 0), m.microbatch).input = {m.tokens, nullptr, m.documents, m.round_documents};
   core_->on_batch({m.step, m.microbatch, 0, m.route}, has_tokens, has_targets && !travelling);
 }
 
@@ -297,7 +324,7 @@ void stage_engine::on_activation(const activation_msg& m, bool eval) {
       run_eval(m.route, m.hop, m.microbatch, {m.activation, m.ready, m.documents}, m.step);
     return;
   }
-  slot(c, m.microbatch).input = {m.activation, m.ready, m.documents};
+  slot(c, m.microbatch).input = {m.activation, m.ready, m.documents, m.round_documents};
   if (m.targets.defined())
     slot(c, m.microbatch).targets = m.targets;
   core_->on_activation({m.step, m.microbatch, m.hop, m.route});
@@ -370,6 +397,16 @@ std::optional<double> stage_engine::wake_in() const {
 }
 
 bool stage_engine::run_one() {
+  if (attention_ && attention_->busy()) { // an action in pieces: its next ready piece
+    scoped_span s(trace_id, span_of(pieces_task_.what.kind), static_cast<std::int32_t>(pieces_task_.step),
+                  pieces_task_.what.microbatch);
+    auto t0 = trace_now();
+    bool ran = attention_->run_ready();
+    compute_ns_ += trace_now() - t0;
+    if (ran && !attention_->busy())
+      finish_pieces();
+    return ran;
+  }
   if (awaiting_params_)
     return false;
   auto t = core_->begin();
@@ -386,6 +423,15 @@ bool stage_engine::run_one() {
     idle_since_ns_ = -1;
   }
   bool weight_pass = buckets_ && begin_weight_pass(*t);
+  if (attention_) {
+    pieces_task_ = *t, pieces_weight_pass_ = weight_pass;
+    if (weight_pass)
+      buckets_->end_pass(); // the pieces arm the buckets themselves
+    start_pieces(*t);
+    if (!attention_->busy())
+      finish_pieces();
+    return true;
+  }
   compute(*t);
   if (weight_pass)
     buckets_->end_pass();
@@ -404,14 +450,7 @@ void stage_engine::compute(const sched::stage_task& t) {
     auto input = take(w.input, "input", cfg_.name);
     if (t.loss) {
       auto loss = model.forward(a.microbatch, input, w.targets);
-      double v = loss.value.data<float>()[0];
-      if (!std::isfinite(v))
-        throw std::runtime_error(fmt::format("{}: the loss is {} at step {} microbatch {} (lr {:.3g}); lower "
-                                             "train.lr or raise train.warmup",
-                                             cfg_.name, v, t.step, a.microbatch, cfg_.lr.at(t.step)));
-      loss_sum_ += v * static_cast<double>(w.targets.numel());
-      own_loss_sum_ += v * static_cast<double>(w.targets.numel());
-      own_tokens_ += w.targets.numel();
+      record_loss(t, w, loss.value.data<float>()[0]);
     } else {
       out = model.forward(a.microbatch, input, {});
     }
@@ -423,9 +462,7 @@ void stage_engine::compute(const sched::stage_task& t) {
       auto tokens = core_->step_tokens();
       if (tokens <= 0)
         throw std::runtime_error(fmt::format("{}: step {} has no tokens in its plan", cfg_.name, t.step));
-      g.value = tensor_handle::empty({1});
-      g.value.data<float>()[0] =
-        static_cast<float>(static_cast<double>(w.targets.numel()) / static_cast<double>(tokens));
+      g.value = loss_grad(w.targets.numel(), tokens);
       w.targets = {};
     } else {
       g = take(w.grad, "gradient", cfg_.name);
@@ -439,6 +476,66 @@ void stage_engine::compute(const sched::stage_task& t) {
   if (out.defined())
     s.get().bytes = out.value.nbytes();
   output_ = std::move(out); // the core sends it along the route when it finishes the action
+}
+
+void stage_engine::start_pieces(const sched::stage_task& t) {
+  const auto& a = t.what;
+  if (a.kind != sched::op_kind::forward && a.kind != sched::op_kind::backward)
+    throw std::runtime_error(fmt::format("{}: attention servers need a fused backward; the schedule '{}' split "
+                                         "microbatch {}'s",
+                                         cfg_.name, cfg_.policy, a.microbatch));
+  scoped_span s(trace_id, span_of(a.kind), static_cast<std::int32_t>(t.step), a.microbatch);
+  auto t0 = trace_now();
+  auto& w = slot(t.chunk, a.microbatch);
+  auto& range = chunks_[static_cast<std::size_t>(t.chunk)];
+  if (a.kind == sched::op_kind::forward) {
+    attention_->start_forward(t.step, t.chunk, a.microbatch, range, take(w.input, "input", cfg_.name),
+                              t.loss ? w.targets : tensor_handle{});
+  } else if (t.loss) { // as compute() does: the microbatch's share of the step's tokens
+    auto tokens = core_->step_tokens();
+    if (tokens <= 0)
+      throw std::runtime_error(fmt::format("{}: step {} has no tokens in its plan", cfg_.name, t.step));
+    attention_->start_backward(t.step, t.chunk, a.microbatch, range, loss_grad(w.targets.numel(), tokens));
+    w.targets = {};
+  } else {
+    attention_->start_backward(t.step, t.chunk, a.microbatch, range, take(w.grad, "gradient", cfg_.name).value);
+  }
+  compute_ns_ += trace_now() - t0;
+}
+
+void stage_engine::finish_pieces() {
+  const auto& t = pieces_task_;
+  auto out = attention_->take_output();
+  if (t.what.kind == sched::op_kind::forward && t.loss) {
+    record_loss(t, slot(t.chunk, t.what.microbatch), out.value.data<float>()[0]);
+    out = {};
+  }
+  if (out.defined())
+    output_ = std::move(out);
+  core_->finish(t);
+}
+
+void stage_engine::on_attention_result(const attention_result_msg& m) {
+  if (!attention_)
+    throw std::runtime_error(fmt::format("{}: an attention answer, but this stage sends no attention", cfg_.name));
+  attention_->on_result(m);
+}
+
+attention_result_msg stage_engine::serve_attention(const attention_task_msg& m) {
+  if (!attention_ || attention_->config().self_server < 0)
+    throw std::runtime_error(fmt::format("{}: an attention task from actor {}, but this stage serves none", cfg_.name,
+                                         m.key.from));
+  return attention_->server().serve(m);
+}
+
+void stage_engine::record_loss(const sched::stage_task& t, const tensors& w, double v) {
+  if (!std::isfinite(v))
+    throw std::runtime_error(fmt::format("{}: the loss is {} at step {} microbatch {} (lr {:.3g}); lower "
+                                         "train.lr or raise train.warmup",
+                                         cfg_.name, v, t.step, t.what.microbatch, cfg_.lr.at(t.step)));
+  loss_sum_ += v * static_cast<double>(w.targets.numel());
+  own_loss_sum_ += v * static_cast<double>(w.targets.numel());
+  own_tokens_ += w.targets.numel();
 }
 
 double stage_engine::gradients_complete(step_t step) {

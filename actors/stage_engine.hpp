@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/grad_buckets.hpp"
+#include "actors/stage_attention.hpp"
 #include "actors/stage_model.hpp"
 #include "actors/zero_shard_state.hpp"
 #include "ops/gpt.hpp"
@@ -91,6 +92,8 @@ struct stage_config {
   // actor exchanges its fragments on the schedule of `local_update`.
   int outer_sync = -1;               ///< the outer_sync actor (actor index); -1: none
   local_update_spec local_update;
+  /// Core attention on attention servers (#15); no servers: colocated, in one piece.
+  stage_attention_config attention;
 };
 
 /// Where the engine's results go (actor indices of the graph); the actor sends them as messages.
@@ -105,6 +108,7 @@ struct stage_outbox {
   std::function<void(int shard, step_t step, float lr, float clip)> shard_step;  ///< ZeRO: update your slice
   std::function<void(int actor, step_t step, int count)> hops;          ///< microbatches of `step` sent to `actor` (least_loaded)
   std::function<void(int sync, const outer_local_msg&)> outer;          ///< fragment values to the outer_sync actor
+  std::function<void(int server, const attention_task_msg&)> attention; ///< a core-attention shard to a server
   /// Called when the step's gradients are complete, before clipping and the
   /// optimizer (the place for a data-parallel all-reduce), with the CPU chunks
   /// (empty on a device stage: models() has every stage's); may be empty.
@@ -177,6 +181,10 @@ public:
   held_bytes held() const;
   /// Local update: a fragment's values after its exchange; loads them and goes on.
   void on_outer_result(const outer_result_msg& m);
+  /// Attention servers: a server's answer for the microbatch in pieces.
+  void on_attention_result(const attention_result_msg& m);
+  /// In place: runs another stage's core-attention shard; the actor sends the answer to m.key.from.
+  attention_result_msg serve_attention(const attention_task_msg& m);
   /// The gradient buckets (null without data parallelism).
   const grad_buckets* buckets() const noexcept { return buckets_.get(); }
 
@@ -215,6 +223,12 @@ private:
   };
   tensors& slot(int chunk, int mb);
   void compute(const sched::stage_task& t);
+  /// With attention servers: starts `t` in pieces (stage_attention).
+  void start_pieces(const sched::stage_task& t);
+  /// The microbatch in pieces is done: its output goes along the route.
+  void finish_pieces();
+  /// A forward's loss on the loss hop: checked, and added to the step's.
+  void record_loss(const sched::stage_task& t, const tensors& w, double v);
   void run_eval(const route_t& route, int hop, int mb, const stage_tensor& input, step_t step);
   double gradients_complete(step_t step);
   void update(step_t step, double total_sq);
@@ -231,6 +245,10 @@ private:
   /// This step's tensors by [chunk][microbatch]; the vectors are reused across steps.
   std::vector<std::vector<tensors>> work_;
   stage_tensor output_;                                   ///< the running action's output, until the core sends it
+  std::unique_ptr<stage_attention> attention_;            ///< attention servers: actions run in pieces
+  sched::stage_task pieces_task_;                         ///< the action in pieces
+  bool pieces_weight_pass_ = false;                       ///< it is a weight-gradient pass (data parallelism)
+  bool pass_armed_ = false;                               ///< the pass is the step's last over its chunk (buckets go)
   std::map<int, tensor_handle> eval_targets_;             ///< eval batch -> targets
   std::map<int, std::pair<route_t, stage_tensor>> eval_inputs_;  ///< eval batch -> activation (arrived first)
   double loss_sum_ = 0;                                   ///< Σ loss × tokens over the step's microbatches

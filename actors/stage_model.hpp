@@ -25,6 +25,9 @@ struct stage_tensor {
   /// An input's document-causal mask, i32 [B, T] on the host (ops/core_attention.hpp);
   /// a forward's output carries its input's on, to the next stage. Undefined: causal.
   tensor_handle documents{};
+  /// With attention servers: the masks of its round, i32 [replicas, B, T]
+  /// (batch_msg::round_documents), carried on like `documents`.
+  tensor_handle round_documents{};
   bool defined() const noexcept { return value.defined(); }
 };
 

@@ -40,6 +40,8 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<activation_msg>("troupe.activation_msg");
   cfg.add_message_type<gradient_msg>("troupe.gradient_msg");
   cfg.add_message_type<credit_msg>("troupe.credit_msg");
+  cfg.add_message_type<attention_task_msg>("troupe.attention_task_msg");
+  cfg.add_message_type<attention_result_msg>("troupe.attention_result_msg");
   cfg.add_message_type<bucket_msg>("troupe.bucket_msg");
   cfg.add_message_type<ring_msg>("troupe.ring_msg");
   cfg.add_message_type<step_plan_msg>("troupe.step_plan_msg");

@@ -103,6 +103,10 @@ struct batch_msg {
   /// Document-causal mask, i32 [batch, context] (ops/core_attention.hpp), sent with the
   /// tokens (each stage passes it on with its activations); undefined: causal.
   tensor_handle documents{};
+  /// With attention servers (#15): the document masks of this microbatch's round,
+  /// i32 [replicas, batch, context] (replica r's microbatch of the same index in the
+  /// step), from which every stage of the round plans the same core-attention shards.
+  tensor_handle round_documents{};
 };
 
 
@@ -118,6 +122,8 @@ struct activation_msg {
   device_fence_ptr ready = nullptr;
   /// The microbatch's document mask (batch_msg::documents), carried to every stage's attention.
   tensor_handle documents{};
+  /// Its round's masks (batch_msg::round_documents), carried on likewise.
+  tensor_handle round_documents{};
   /// The microbatch's targets, when routes are chosen on the way (least_loaded):
   /// the loss stage is not known when the batch is made, so they go along.
   tensor_handle targets{};
@@ -153,6 +159,36 @@ struct ring_msg {
   std::int32_t bucket = 0;
   std::int32_t phase = 0;
   tensor_handle chunk;  ///< f32 [chunk elements], a copy the sender no longer touches
+};
+
+/// `(attention_atom, attention_task_msg)`: a core-attention shard for an attention
+/// server (DistCA, #15), answered with `(attention_atom, attention_result_msg)`.
+using attention_atom = caf::atom_constant<caf::atom("attention")>;
+
+/// Which shard a core-attention task or result is: of stage `from`'s microbatch
+/// `microbatch`, nano-batch `nano`, local layer `layer` of chunk `chunk`, shard
+/// `shard` of the round's plan; `backward` for the backward pass.
+struct attention_key {
+  step_t step = 0;
+  std::int32_t from = 0, microbatch = 0, nano = 0, chunk = 0, layer = 0, shard = 0;
+  bool backward = false;
+  auto tie() const { return std::tie(step, from, microbatch, nano, chunk, layer, shard); }
+  friend bool operator<(const attention_key& a, const attention_key& b) { return a.tie() < b.tie(); }
+};
+
+/// One core-attention shard (ops/core_attention_shard.hpp): forward, its queries q
+/// [q, C] and its prefix's keys and values k, v [kv, C]; backward, the gradient of
+/// its output dout [q, C] (the server kept the rest from the forward).
+struct attention_task_msg {
+  attention_key key;
+  std::int32_t heads = 1;
+  tensor_handle q{}, k{}, v{}, dout{};
+};
+
+/// A server's answer: forward, out [q, C]; backward, dq [q, C], dk and dv [kv, C].
+struct attention_result_msg {
+  attention_key key;
+  tensor_handle out{}, dq{}, dk{}, dv{};
 };
 
 /// Flow control: the receiver `from` (actor index) lets the sender have `count`
@@ -224,12 +260,26 @@ struct failure_msg {
 // CAF inspection: field lists for to_string and (handle-free) serialisation.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, batch_msg& x) {
-  return f(caf::meta::type_name("batch_msg"), x.step, x.microbatch, x.tokens, x.targets, x.route, x.documents);
+  return f(caf::meta::type_name("batch_msg"), x.step, x.microbatch, x.tokens, x.targets, x.route, x.documents,
+           x.round_documents);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, activation_msg& x) {
   return f(caf::meta::type_name("activation_msg"), x.step, x.microbatch, x.hop, x.activation, x.route,
-           x.documents, x.targets);
+           x.documents, x.round_documents, x.targets);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attention_key& x) {
+  return f(caf::meta::type_name("attention_key"), x.step, x.from, x.microbatch, x.nano, x.chunk, x.layer, x.shard,
+           x.backward);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attention_task_msg& x) {
+  return f(caf::meta::type_name("attention_task_msg"), x.key, x.heads, x.q, x.k, x.v, x.dout);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attention_result_msg& x) {
+  return f(caf::meta::type_name("attention_result_msg"), x.key, x.out, x.dq, x.dk, x.dv);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {

@@ -16,7 +16,7 @@ namespace {
 using namespace troupe::limits;
 
 const std::vector<std::string> model_keys{"layers", "d_model", "heads", "context", "vocab", "precision"};
-const std::vector<std::string> data_keys{"corpus", "batch", "seed", "val_fraction", "documents"};
+const std::vector<std::string> data_keys{"corpus", "batch", "seed", "val_fraction", "documents", "deal"};
 const std::vector<std::string> train_keys{"steps",      "lr",           "weight_decay", "warmup",
                                           "eval_every", "eval_batches", "grad_clip",  "init"};
 const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual",
@@ -71,6 +71,10 @@ void parse_data(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
                                          std::find(sources.begin(), sources.end(), d.documents) == sources.end())
     r.error(docs, "data.documents",
             fmt::format("unknown document source '{}' {}", d.documents, choices(d.documents, sources)));
+  const std::vector<std::string> deals{"in_order", "heaviest_first"};
+  if (auto deal = child(n, "deal"); deal && r.get_string(n, "data", "deal", d.deal) &&
+                                    std::find(deals.begin(), deals.end(), d.deal) == deals.end())
+    r.error(deal, "data.deal", fmt::format("unknown deal '{}' {}", d.deal, choices(d.deal, deals)));
 }
 
 void parse_train(const YAML::Node& n, train_spec& t, graph_reader& r) {
@@ -294,7 +298,7 @@ void record_key_positions(const YAML::Node& n, const std::string& path, graph_sp
 const std::vector<std::string>& section_names() {
   static const std::vector<std::string> names{"model",      "data",    "train",   "pipeline", "data_parallel", "trace",
                                               "checkpoint", "cluster", "plugins", "actors",   "channels",      "sim",
-                                              "devices",    "local_update", "network", "skip"};
+                                              "devices",    "local_update", "network", "skip", "attention"};
   return names;
 }
 
@@ -329,6 +333,8 @@ void parse_sections(parsed_graph& pg, graph_reader& r) {
     parse_network(pg, n, r);
   if (auto n = root["skip"])
     parse_skip(pg, n, r);
+  if (auto n = root["attention"])
+    parse_attention(pg, n, r);
   if (auto n = root["plugins"])
     parse_plugins(pg, n, r);
   if (auto n = root["actors"])

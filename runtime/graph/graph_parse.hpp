@@ -105,6 +105,8 @@ void parse_sim(parsed_graph& pg, const YAML::Node& sim, const YAML::Node& device
 void parse_network(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
 /// The `skip:` section, checked against `pipeline:` and `network:` (parsed first).
 void parse_skip(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
+/// `attention:` (runtime/graph/graph_attention.cpp), after every section it depends on.
+void parse_attention(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
 /// A channel's `network: [a, b]`: its emulated link is the network's link from node a
 /// to node b (latency plus the per-hop overhead), unless `bandwidth:`/`latency:` say otherwise.
 void parse_channel_network(const parsed_graph& pg, const YAML::Node& channel, const YAML::Node& nodes,

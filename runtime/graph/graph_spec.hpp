@@ -41,6 +41,23 @@ struct data_spec {
   /// document (actors/documents.hpp): `none` (one causal window), `chapters`
   /// (the corpus's header lines: the KJV's chapters) or `long_tail` (synthetic lengths).
   std::string documents = "none";
+  /// How a step's sequences are dealt to the replicas: `in_order` (the corpus's
+  /// order), or `heaviest_first`: each round's sequences (one microbatch per
+  /// replica) sorted by causal attention pairs, replica 0 taking the heaviest —
+  /// DistCA's straggler, one replica drawing the long documents (#15).
+  std::string deal = "in_order";
+};
+
+/// `attention: {servers, nano_batches, tolerance}`: core attention disaggregated to
+/// attention servers (DistCA, Zhuang et al. 2025, arXiv:2510.18121; #15).
+struct attention_spec {
+  bool present = false;
+  /// 0: `in_place`, every stage actor also serves the stages of its position (its
+  /// replicas); N > 0: N separate attention_server actors serve every stage.
+  int servers = 0;
+  int nano_batches = 2;    ///< a microbatch's sequences split in this many, ping-ponged
+  double tolerance = 0.1;  ///< the planner balances pairs to within (1 ± tolerance) × average
+  source_pos pos;
 };
 
 /// `train: {steps, lr, weight_decay, warmup, eval_every, eval_batches, grad_clip, init}`.
@@ -319,6 +336,7 @@ struct graph_spec {
   sim_spec sim;
   network_section network;
   skip_spec skip;
+  attention_spec attention;
   std::vector<plugin_spec> plugins;
   std::vector<actor_spec> actors;    ///< expanded and explicit, explicit overriding by name
   std::vector<channel_spec> channels;

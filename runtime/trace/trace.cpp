@@ -31,6 +31,7 @@ std::string_view to_string(span_kind k) noexcept {
     case span_kind::eval: return "eval";
     case span_kind::sync: return "sync";
     case span_kind::other: return "other";
+    case span_kind::attention: return "attention";
   }
   return "other";
 }

@@ -1,0 +1,54 @@
+// The graph file's `attention:` section: core attention on attention servers
+// (DistCA, Zhuang et al. 2025, arXiv:2510.18121; #15), and what it cannot run with.
+#include <fmt/format.h>
+
+#include "runtime/graph/graph_parse.hpp"
+
+namespace troupe::detail {
+
+namespace {
+const std::vector<std::string> attention_keys{"servers", "nano_batches", "tolerance"};
+constexpr int max_servers = 4096;
+} // namespace
+
+void parse_attention(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
+  auto& g = pg.graph;
+  auto& a = g.attention;
+  a.present = true;
+  a.pos = r.pos(n, "attention");
+  if (!r.check_map(n, "attention", attention_keys))
+    return;
+  if (auto s = child(n, "servers")) {
+    if (s.IsScalar() && s.Scalar() == "in_place")
+      a.servers = 0;
+    else if (auto v = r.as_int(s, "attention.servers", 1, max_servers))
+      a.servers = static_cast<int>(*v);
+  }
+  r.get_int(n, "attention", "nano_batches", a.nano_batches, 1, 64);
+  r.get_double(n, "attention", "tolerance", a.tolerance, 0.0, 1.0);
+  if (auto t = child(n, "tolerance"); t && (a.tolerance <= 0.0 || a.tolerance >= 1.0))
+    r.error(t, "attention.tolerance", fmt::format("expected a fraction in (0, 1), got {}", a.tolerance));
+  if (auto nb = child(n, "nano_batches"); nb && g.data.batch > 0 && a.nano_batches > g.data.batch)
+    r.error(nb, "attention.nano_batches",
+            fmt::format("{} nano-batches split a microbatch's sequences, but data.batch is {}", a.nano_batches,
+                        g.data.batch));
+  // What the pieces of a layer cannot run with: a split backward (zero-bubble's I
+  // and W), paths and routes that mix replicas, device stages.
+  auto refuse = [&](const std::string& why) { r.error(n, "attention", why); };
+  if (g.pipeline.schedule.starts_with("zb") || g.pipeline.schedule == "table")
+    refuse(fmt::format("attention servers need a fused backward; pipeline.schedule '{}' splits or replays it "
+                       "(use 1f1b, gpipe or interleaved_1f1b)",
+                       g.pipeline.schedule));
+  if (g.skip.present)
+    refuse("attention servers with SkipPipe paths (skip:) are not supported");
+  if (g.local_update.present)
+    refuse("attention servers with local-update training (local_update:) are not supported");
+  if (g.data_parallel.route != "own")
+    refuse(fmt::format("attention servers plan each round over the replicas' own chains; data_parallel.route '{}' "
+                       "routes microbatches elsewhere",
+                       g.data_parallel.route));
+  if (g.pipeline.device != "cpu")
+    refuse(fmt::format("attention servers run on the CPU for now; pipeline.device is '{}'", g.pipeline.device));
+}
+
+} // namespace troupe::detail
