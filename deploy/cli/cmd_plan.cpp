@@ -1,7 +1,8 @@
 // `troupe plan paths FILE`: SkipPipe's plan for a graph file's `network:` and
 // `skip:` sections (schedulers/skippipe_planner.hpp): the placement of network
 // nodes on stage positions, each microbatch's path, and the iteration time under
-// the cost model against the full pipeline and random skipping.
+// the cost model against the full pipeline and random skipping. `troupe plan
+// attention` lives in deploy/cli/cmd_plan_attention.cpp.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -112,7 +113,10 @@ command_action define_plan(CLI::App& app) {
   };
   auto a = std::make_shared<plan_args>();
   const std::string footer = std::string{"Exit codes: 0 success, 2 bad input or no plan.\n"} + paths_help;
-  describe(app, "Plans what a graph file's sections describe.", footer);
+  describe(app,
+           "Plans what a graph file's sections describe (paths), or core attention across servers for given "
+           "document lengths (attention).",
+           footer);
   auto* sub = &add_command(app, "paths", "SkipPipe: placement, each microbatch's path, iteration time");
   describe(
       *sub,
@@ -129,9 +133,13 @@ command_action define_plan(CLI::App& app) {
   sub->add_flag("--json", a->json,
                 "print one JSON object: placement, paths (nodes, stages), time (planned, full, "
                 "random, no_collision_awareness)");
-  return [&app, sub, a] {
+  auto* attention = &add_command(app, "attention", "DistCA: balance causal attention pairs across servers");
+  auto run_attention = define_plan_attention(*attention);
+  return [&app, sub, a, attention, run_attention] {
     if (sub->parsed())
       return plan_paths(a->file, a->overrides, a->json);
+    if (attention->parsed())
+      return run_attention();
     fmt::print(stderr, "{}", app.help("troupe"));
     return static_cast<int>(bad_input);
   };

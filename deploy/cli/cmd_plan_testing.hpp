@@ -1,4 +1,5 @@
-// For the `troupe plan paths` tests: the command's --json answer, parsed.
+// For the `troupe plan paths` and `troupe plan attention` tests: the command's
+// --json answer, parsed.
 #pragma once
 
 #include <string>
@@ -10,11 +11,21 @@
 
 namespace troupe::testing {
 
-/// `troupe plan paths ARGS --json`, which must succeed, as JSON.
-inline nlohmann::json plan_json(const std::string& args) {
-  auto r = run_troupe("plan paths " + args + " --json");
+/// `troupe ARGS --json`, which must succeed, as JSON.
+inline nlohmann::json troupe_json(const std::string& args) {
+  auto r = run_troupe(args + " --json");
   REQUIRE_MESSAGE(r.code == 0, r.out);
   return nlohmann::json::parse(r.out);
+}
+
+/// `troupe plan paths ARGS --json`, which must succeed, as JSON.
+inline nlohmann::json plan_json(const std::string& args) {
+  return troupe_json("plan paths " + args);
+}
+
+/// `troupe plan attention ARGS --json`, which must succeed, as JSON.
+inline nlohmann::json plan_attention_json(const std::string& args) {
+  return troupe_json("plan attention " + args);
 }
 
 } // namespace troupe::testing

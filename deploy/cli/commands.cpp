@@ -66,7 +66,7 @@ constexpr auto table = std::to_array<command>({
   {"schedule", "simulate a pipeline schedule: per-rank orders, bubble fraction, stragglers", define_schedule},
   {"sync", "run a local-update sync policy on a toy model: each replica's weights per step", define_sync},
   {"sim", "simulate a graph at any size under a cost model: iteration time, TFLOP/s, MFU, memory", define_sim},
-  {"plan", "plan SkipPipe paths over a graph's network: placement, paths, iteration time", define_plan},
+  {"plan", "plan SkipPipe paths over a graph's network, or core attention across servers (DistCA)", define_plan},
   {"trace", "summarize a trace: busy, idle and bubble per actor, action order per stage", define_trace},
   {"dash", "serve the dashboard on a finished trace", define_dash},
   {"version", "print the version (also troupe --version)", define_version},

@@ -47,6 +47,8 @@ command_action define_schedule(CLI::App& app);
 command_action define_sync(CLI::App& app);
 command_action define_sim(CLI::App& app);
 command_action define_plan(CLI::App& app);
+/// `troupe plan attention`, a subcommand `define_plan` adds (deploy/cli/cmd_plan_attention.cpp).
+command_action define_plan_attention(CLI::App& app);
 command_action define_trace(CLI::App& app);
 command_action define_dash(CLI::App& app);
 

@@ -87,6 +87,25 @@ CLI::Validator integer_in(std::int64_t low, std::int64_t high) {
   return CLI::Validator([low, high](std::string& text) { return checked_integer(text, low, high); }, "");
 }
 
+/// A finite number between `low` and `high`, each end open or closed (with an
+/// infinite `high`, `low` closed), rewritten canonical for CLI11's own
+/// conversion; "expected EXPECTED, got 'TEXT'" otherwise.
+CLI::Validator number_in(double low, bool low_open, double high, bool high_open) {
+  auto expected = std::isinf(high) ? fmt::format("a finite number, {:g} or more", low)
+                                   : fmt::format("a number in {}{:g}, {:g}{}", low_open ? "(" : "[", low,
+                                                 high, high_open ? ")" : "]");
+  auto check = [=](std::string& text) -> std::string {
+    double v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc{} || end != text.data() + text.size() || !std::isfinite(v) || v < low || v > high ||
+        (low_open && v == low) || (high_open && v == high))
+      return fmt::format("expected {}, got '{}'", expected, text);
+    text = fmt::format("{}", v); // shortest text that reads back as v
+    return {};
+  };
+  return CLI::Validator(check, "");
+}
+
 /// `--dashboard`'s address: HOST:PORT, :PORT or PORT. A bare word is refused
 /// rather than read as a host, so `--dashboard foo` says what it expected.
 std::string checked_address(const std::string& text) {
@@ -189,19 +208,11 @@ CLI::Option* add_count(CLI::App& app, const std::string& name, std::uint64_t& ou
 
 CLI::Option* add_number(CLI::App& app, const std::string& name, double& out, double low, double high,
                         bool high_open, const std::string& help) {
-  auto expected = std::isinf(high)
-                      ? fmt::format("a finite number, {:g} or more", low)
-                      : fmt::format("a number in [{:g}, {:g}{}", low, high, high_open ? ")" : "]");
-  auto check = [=](std::string& text) -> std::string {
-    double v = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc{} || end != text.data() + text.size() || !std::isfinite(v) || v < low || v > high ||
-        (high_open && v == high))
-      return fmt::format("expected {}, got '{}'", expected, text);
-    text = fmt::format("{}", v); // shortest text that reads back as v
-    return {};
-  };
-  return app.add_option(name, out, help)->transform(CLI::Validator(check, ""));
+  return app.add_option(name, out, help)->transform(number_in(low, false, high, high_open));
+}
+
+CLI::Option* add_fraction(CLI::App& app, const std::string& name, double& out, const std::string& help) {
+  return app.add_option(name, out, help)->transform(number_in(0, true, 1, true));
 }
 
 void check_count(CLI::Option& opt, std::int64_t low, std::int64_t high) {

@@ -47,6 +47,10 @@ CLI::Option* add_count(CLI::App& app, const std::string& name, std::uint64_t& ou
 CLI::Option* add_number(CLI::App& app, const std::string& name, double& out, double low, double high,
                         bool high_open, const std::string& help);
 
+/// A number flag strictly between 0 and 1: anything else is "NAME: expected a
+/// number in (0, 1), got 'TEXT'".
+CLI::Option* add_fraction(CLI::App& app, const std::string& name, double& out, const std::string& help);
+
 /// The check of `add_count` for an option bound to a string (such as one
 /// whose value may be left out): empty values pass.
 void check_count(CLI::Option& opt, std::int64_t low, std::int64_t high);

@@ -1,0 +1,4 @@
+plan
+attention
+--docs
+16384/8192,,8192

@@ -1,0 +1,6 @@
+plan
+attention
+--docs
+16/8
+--tolerance
+0
