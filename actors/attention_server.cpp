@@ -50,6 +50,7 @@ caf::behavior attention_server(server_actor* self, std::string name, caf::actor 
         {
           scoped_span s(id, span_kind::attention, static_cast<std::int32_t>(m.key.step), m.key.microbatch);
           r = st.server.serve(m);
+          s.get().bytes = r.out.defined() ? r.out.nbytes() : 0; // a forward's answer: its queries' outputs (0 for a backward)
         }
         st.busy_ns += trace_now() - t0;
         if (m.key.from < 0 || static_cast<std::size_t>(m.key.from) >= st.actors.size())

@@ -236,7 +236,7 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
   out.outer = [self, to](int sync, const outer_local_msg& m) { self->send(to(sync), outer_atom::value, m); };
   out.attention = [self, to](int server, const attention_task_msg& m) {
     for (const auto* t : {&m.q, &m.k, &m.v, &m.dout})
-      self->state.bytes_sent += static_cast<std::int64_t>(t->nbytes());
+      self->state.bytes_sent += t->defined() ? static_cast<std::int64_t>(t->nbytes()) : 0;
     self->send(to(server), attention_atom::value, m);
   };
   if (!ck.dir.empty())
@@ -339,9 +339,10 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
         {
           scoped_span s(id, span_kind::attention, static_cast<std::int32_t>(m.key.step), m.key.microbatch);
           r = e.serve_attention(m);
+          s.get().bytes = r.out.defined() ? r.out.nbytes() : 0; // a forward's answer: its queries' outputs (0 for a backward)
         }
         for (const auto* t : {&r.out, &r.dq, &r.dk, &r.dv})
-          self->state.bytes_sent += static_cast<std::int64_t>(t->nbytes());
+          self->state.bytes_sent += t->defined() ? static_cast<std::int64_t>(t->nbytes()) : 0;
         auto& all = self->state.actors;
         if (m.key.from < 0 || static_cast<std::size_t>(m.key.from) >= all.size())
           throw std::runtime_error(fmt::format("an attention task from actor {}, which the graph does not have", m.key.from));

@@ -20,8 +20,8 @@ namespace troupe {
 enum class span_kind : std::uint8_t {
   forward, backward_input, backward_weight, backward, send, receive, optimizer, idle, eval,
   sync,  ///< a gradient bucket's all-reduce, from its arrival at the peer to its sum going back
-  other,
   attention,  ///< a core-attention shard run for a stage (an attention server's work, #15)
+  other       ///< the last: readers check kinds against it
 };
 
 /// `forward`, `backward_input`, …

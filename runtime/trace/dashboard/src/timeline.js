@@ -3,7 +3,7 @@
 
 export const KIND_COLORS = {
   forward: '#4e79a7', backward_input: '#f28e2b', backward_weight: '#edc948', backward: '#e15759',
-  send: '#76b7b2', receive: '#59a14f', optimizer: '#b07aa1', idle: '#555b66', eval: '#ff9da7', other: '#9c755f',
+  send: '#76b7b2', receive: '#59a14f', optimizer: '#b07aa1', idle: '#555b66', eval: '#ff9da7', attention: '#8cd17d', other: '#9c755f',
 };
 
 const LANE_H = 18;
