@@ -5,6 +5,7 @@
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "actors/builtin.hpp"
 #include "actors/skippipe_plan.hpp"
@@ -124,6 +125,18 @@ void maybe_done(stage_actor* self) {
       s.val_loss_short = e.short_val_losses().back().second;
     for (const auto& r : e.reports())
       s.losses.push_back(r.loss);
+  }
+  if (const auto* a = e.attention(); a && e.config().replica == 0 && !a->pairs_before().empty()) {
+    // The balance the planner gave this position's rounds (every replica plans the same).
+    auto ratio = [](const std::vector<std::int64_t>& v) {
+      double sum = 0, mx = 0;
+      for (auto x : v)
+        sum += static_cast<double>(x), mx = std::max(mx, static_cast<double>(x));
+      return sum > 0 ? mx * static_cast<double>(v.size()) / sum : 1.0;
+    };
+    fmt::print("{}: attention pairs per server, max/avg {:.3f} at home, {:.3f} as planned ({} before, {} after)\n",
+               s.actor, ratio(a->pairs_before()), ratio(a->pairs_after()), fmt::join(a->pairs_before(), "/"),
+               fmt::join(a->pairs_after(), "/"));
   }
   double wall = static_cast<double>(trace_now() - st.started_ns);
   fmt::print("{}: busy {:.1f}% of the run; runtime overhead {:.2f}% (actor time outside compute)\n", s.actor,

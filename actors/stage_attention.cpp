@@ -111,6 +111,11 @@ void stage_attention::plan(const tensor_handle& round_documents) {
         }
       }
     auto p = sched::plan_attention(docs, {S, cfg_.tolerance});
+    if (!backward_) {
+      pairs_before_.resize(std::size_t(S)), pairs_after_.resize(std::size_t(S));
+      for (int i = 0; i < S; ++i)
+        pairs_before_[std::size_t(i)] += p.before[std::size_t(i)], pairs_after_[std::size_t(i)] += p.after[std::size_t(i)];
+    }
     for (const auto& s : p.shards)
       if (auto [row, start] = mine[std::size_t(s.doc)]; row >= 0)
         n.shards.push_back({row, start, s.q, s.kv, s.server});

@@ -84,6 +84,10 @@ public:
   /// After busy() turned false: the output (an activation with the input's masks,
   /// the loss [1] weighted over the nano-batches, or the input gradient).
   stage_tensor take_output();
+  /// Causal pairs per server over the run's forwards, as the documents' homes
+  /// would have them (before) and as planned (after): the balance the servers gave.
+  const std::vector<std::int64_t>& pairs_before() const noexcept { return pairs_before_; }
+  const std::vector<std::int64_t>& pairs_after() const noexcept { return pairs_after_; }
   /// The state of the shards this stage serves.
   attention_server_state& server() noexcept { return server_; }
 
@@ -127,6 +131,7 @@ private:
   stage_tensor input_;                       ///< forward: its masks go on with the output
   /// The round's masks of each microbatch whose backward is to come: (chunk, mb) -> masks.
   std::map<std::pair<int, int>, tensor_handle> rounds_;
+  std::vector<std::int64_t> pairs_before_, pairs_after_;
 };
 
 } // namespace troupe

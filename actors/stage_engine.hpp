@@ -181,6 +181,8 @@ public:
   held_bytes held() const;
   /// Local update: a fragment's values after its exchange; loads them and goes on.
   void on_outer_result(const outer_result_msg& m);
+  /// Attention servers: the pieces' state (null when attention is colocated).
+  const stage_attention* attention() const noexcept { return attention_.get(); }
   /// Attention servers: a server's answer for the microbatch in pieces.
   void on_attention_result(const attention_result_msg& m);
   /// In place: runs another stage's core-attention shard; the actor sends the answer to m.key.from.

@@ -3,7 +3,6 @@
 // the backward rebuilds the probabilities from the forward's lse.
 #include "ops/core_attention_shard.hpp"
 
-#include <vector>
 
 #include "kernels/cpu/attention.hpp"
 #include "ops/dispatch.hpp"
@@ -37,9 +36,10 @@ tensor_handle shard_attention_forward(const tensor_handle& q, const tensor_handl
   auto s = check(q, k, v, heads, op);
   auto out = tensor_handle::empty({s.nq, s.c});
   saved.lse = tensor_handle::empty({s.heads, s.nq});
-  std::vector<float> scratch(static_cast<std::size_t>(kernels::cpu::attention_shard_scratch(s.nq, s.nkv, s.hd)));
+  // From the storage pool, uninitialised (a value-initialised vector would clear q·kv floats every call).
+  auto scratch = tensor_handle::empty({kernels::cpu::attention_shard_forward_scratch(s.nq, s.nkv, s.hd)});
   kernels::cpu::attention_shard_forward(q.data<float>(), k.data<float>(), v.data<float>(), out.data<float>(),
-                                        saved.lse.data<float>(), scratch.data(), s.nq, s.nkv, s.heads, s.hd);
+                                        saved.lse.data<float>(), scratch.data<float>(), s.nq, s.nkv, s.heads, s.hd);
   return out;
 }
 
@@ -53,10 +53,10 @@ shard_attention_grads shard_attention_backward(const tensor_handle& dout, const 
   require(saved.lse.defined() && saved.lse.numel() == s.heads * s.nq, op, "saved statistics do not match q");
   shard_attention_grads g{tensor_handle::empty({s.nq, s.c}), tensor_handle::empty({s.nkv, s.c}),
                           tensor_handle::empty({s.nkv, s.c})};
-  std::vector<float> scratch(static_cast<std::size_t>(kernels::cpu::attention_shard_scratch(s.nq, s.nkv, s.hd)));
+  auto scratch = tensor_handle::empty({kernels::cpu::attention_shard_backward_scratch(s.nq, s.nkv, s.hd)});
   kernels::cpu::attention_shard_backward(dout.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
                                          saved.lse.data<float>(), g.dq.data<float>(), g.dk.data<float>(),
-                                         g.dv.data<float>(), scratch.data(), s.nq, s.nkv, s.heads, s.hd);
+                                         g.dv.data<float>(), scratch.data<float>(), s.nq, s.nkv, s.heads, s.hd);
   return g;
 }
 

@@ -167,7 +167,8 @@ void attention_backward(const float* dout, const float* qkv, const float* lse, f
     });
 }
 
-long attention_shard_scratch(long nq, long nkv, long head_dim) { return 2 * head_dim * nkv + 2 * nq * nkv; }
+long attention_shard_forward_scratch(long nq, long nkv, long head_dim) { return head_dim * nkv + nq * nkv; }
+long attention_shard_backward_scratch(long nq, long nkv, long head_dim) { return 2 * head_dim * nkv + 2 * nq * nkv; }
 
 // Per head: scores P [nq, nkv] = the rectangle of keys [0, f) (every query sees
 // them, f = nkv − nq) beside the triangle of keys [f, nkv), laid out as in

@@ -44,7 +44,8 @@ void attention_backward(const float* dout, const float* qkv, const float* lse, f
 /// contiguous), out [nq, C], lse [heads, nq]. Keys before the first query form a
 /// full rectangle, the rest a causal triangle: the products cost the shard's
 /// pairs, not the prefix's.
-long attention_shard_scratch(long nq, long nkv, long head_dim);
+long attention_shard_forward_scratch(long nq, long nkv, long head_dim);
+long attention_shard_backward_scratch(long nq, long nkv, long head_dim);
 void attention_shard_forward(const float* q, const float* k, const float* v, float* out, float* lse, float* scratch,
                              long nq, long nkv, long heads, long head_dim);
 /// Its backward: overwrites dq [nq, C], dk and dv [nkv, C] from dout [nq, C].
