@@ -106,3 +106,45 @@ TEST_CASE("an f32 part (no scales) and an empty chunk cross processes too") {
     });
   }
 }
+
+TEST_CASE("a core-attention task and its answer cross processes with every field, and a round's masks with a batch") {
+  troupe_config cfg{runtime_options{}};
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto local = [&](std::uint16_t dest) { return dest == 4 ? caf::actor{self} : caf::actor{}; };
+  auto filled = [](std::initializer_list<std::int64_t> shape, float base) {
+    auto t = tensor_handle::empty(shape);
+    for (long i = 0; i < t.numel(); ++i)
+      t.data<float>()[i] = base + static_cast<float>(i);
+    return t;
+  };
+  attention_key key{9, 3, 5, 1, 0, 2, 7, true};
+  attention_task_msg task{key, 4, {}, {}, {}, filled({3, 8}, 0.5f)};
+  remote::deliver(remote::encode(4, task), local);
+  self->receive([&](attention_atom, const attention_task_msg& x) {
+    CHECK(x.key.step == 9);
+    CHECK(x.key.from == 3);
+    CHECK(x.key.microbatch == 5);
+    CHECK(x.key.nano == 1);
+    CHECK(x.key.layer == 2);
+    CHECK(x.key.shard == 7);
+    CHECK(x.key.backward);
+    CHECK(x.heads == 4);
+    CHECK(!x.q.defined());
+    REQUIRE(x.dout.defined());
+    CHECK(x.dout.same_bytes(task.dout));
+  });
+  attention_result_msg answer{key, {}, filled({3, 8}, 1), filled({6, 8}, 2), filled({6, 8}, 3)};
+  remote::deliver(remote::encode(4, answer), local);
+  self->receive([&](attention_atom, const attention_result_msg& x) {
+    CHECK(x.key.shard == 7);
+    CHECK(!x.out.defined());
+    CHECK(x.dq.same_bytes(answer.dq));
+    CHECK(x.dk.same_bytes(answer.dk));
+    CHECK(x.dv.same_bytes(answer.dv));
+  });
+  auto round = tensor_handle::zeros({2, 1, 4}, dtype::i32);
+  batch_msg b{0, 0, tensor_handle::zeros({1, 4}, dtype::i32), {}, route_t{{4, 0}}, {}, round};
+  remote::deliver(remote::encode(4, b, false), local);
+  self->receive([&](forward_atom, const batch_msg& x) { CHECK(x.round_documents.same_bytes(round)); });
+}

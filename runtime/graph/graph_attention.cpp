@@ -1,5 +1,7 @@
 // The graph file's `attention:` section: core attention on attention servers
 // (DistCA, Zhuang et al. 2025, arXiv:2510.18121; #15), and what it cannot run with.
+#include <charconv>
+
 #include <fmt/format.h>
 
 #include "runtime/graph/graph_parse.hpp"
@@ -19,10 +21,17 @@ void parse_attention(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   if (!r.check_map(n, "attention", attention_keys))
     return;
   if (auto s = child(n, "servers")) {
-    if (s.IsScalar() && s.Scalar() == "in_place")
+    int v = 0;
+    auto text = s.IsScalar() ? s.Scalar() : std::string{};
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text == "in_place")
       a.servers = 0;
-    else if (auto v = r.as_int(s, "attention.servers", 1, max_servers))
-      a.servers = static_cast<int>(*v);
+    else if (ec == std::errc{} && end == text.data() + text.size() && v >= 1 && v <= max_servers)
+      a.servers = v;
+    else
+      r.error(s, "attention.servers",
+              fmt::format("expected in_place or a number of attention servers from 1 to {}, got '{}'", max_servers,
+                          s.IsScalar() ? text : std::string{"a collection"}));
   }
   r.get_int(n, "attention", "nano_batches", a.nano_batches, 1, 64);
   r.get_double(n, "attention", "tolerance", a.tolerance, 0.0, 1.0);
