@@ -481,6 +481,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     for (auto it = own->second.begin(); it != own->second.end(); ++it)  // a stage's own options win
       if (it->first.IsScalar() && it->second.IsScalar())
         c.policy_params.options[it->first.Scalar()] = it->second.Scalar();
+  c.wire_bf16 = g.pipeline.wire == "bf16";
   if (g.attention.present) { // core attention on attention servers (#15)
     auto& at = c.attention;
     at.replicas = std::max(g.data_parallel.replicas, 1), at.replica = spec.replica;

@@ -73,13 +73,14 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
     if (cfg_.targets_travel)
       targets = std::exchange(slot(m.route[static_cast<std::size_t>(m.hop - 1)].chunk, m.microbatch).targets, {});
     hand_off(to, m, &tensors::input, [&](const stage_tensor& t) {
-      out_.forward(to, activation_msg{m.step, m.microbatch, m.hop, t.value, m.route, t.ready, t.documents,
-                                      t.round_documents, targets});
+      out_.forward(to, activation_msg{m.step, m.microbatch, m.hop, cfg_.wire_bf16 ? detail::narrow_bf16(t.value) : t.value,
+                                      m.route, t.ready, t.documents, t.round_documents, targets});
     });
   };
   h.backward = [this, hand_off](int to, const sched::msg_meta& m) {
     hand_off(to, m, &tensors::grad, [&](const stage_tensor& t) {
-      out_.backward(to, gradient_msg{m.step, m.microbatch, m.hop, t.value, m.route, t.ready});
+      out_.backward(to, gradient_msg{m.step, m.microbatch, m.hop, cfg_.wire_bf16 ? detail::narrow_bf16(t.value) : t.value,
+                                     m.route, t.ready});
     });
   };
   h.credit = [this](int to, int count) {

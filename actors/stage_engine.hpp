@@ -85,6 +85,8 @@ struct stage_config {
   std::vector<int> next_replicas;
   int hop_reporters = 0;
   bool targets_travel = false;
+  /// `pipeline.wire: bf16`: training activations and gradients go to other actors as bf16.
+  bool wire_bf16 = false;
   /// An emulated slow device (the actor's `slowdown:`): each action takes this
   /// many times its compute, the rest spent asleep. 1: as fast as it runs.
   double slowdown = 1.0;

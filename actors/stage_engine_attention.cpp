@@ -23,8 +23,9 @@ void stage_engine::start_pieces(const sched::stage_task& t) {
   auto& w = slot(t.chunk, a.microbatch);
   auto& range = chunks_[static_cast<std::size_t>(t.chunk)];
   if (a.kind == sched::op_kind::forward) {
-    attention_->start_forward(t.step, t.chunk, a.microbatch, range, take(w.input, "input", cfg_.name),
-                              t.loss ? w.targets : tensor_handle{});
+    auto input = take(w.input, "input", cfg_.name);
+    input.value = host_f32(input);
+    attention_->start_forward(t.step, t.chunk, a.microbatch, range, input, t.loss ? w.targets : tensor_handle{});
   } else if (t.loss) { // as compute() does: the microbatch's share of the step's tokens
     auto tokens = core_->step_tokens();
     if (tokens <= 0)
@@ -32,7 +33,7 @@ void stage_engine::start_pieces(const sched::stage_task& t) {
     attention_->start_backward(t.step, t.chunk, a.microbatch, range, loss_grad(w.targets.numel(), tokens));
     w.targets = {};
   } else {
-    attention_->start_backward(t.step, t.chunk, a.microbatch, range, take(w.grad, "gradient", cfg_.name).value);
+    attention_->start_backward(t.step, t.chunk, a.microbatch, range, host_f32(take(w.grad, "gradient", cfg_.name)));
   }
   compute_ns_ += trace_now() - t0;
 }

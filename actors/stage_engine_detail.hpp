@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -37,6 +38,25 @@ inline tensor_handle loss_grad(std::int64_t microbatch_tokens, std::int64_t step
   auto g = tensor_handle::empty({1});
   g.data<float>()[0] = static_cast<float>(static_cast<double>(microbatch_tokens) / static_cast<double>(step_tokens));
   return g;
+}
+
+/// A host f32 tensor rounded to bf16 (nearest even) for the wire; anything else as it is.
+inline tensor_handle narrow_bf16(const tensor_handle& t) {
+  if (!t.defined() || t.type() != dtype::f32 || !t.device().is_cpu())
+    return t;
+  auto out = tensor_handle::empty(t.shape(), dtype::bf16);
+  const auto* src = t.data<float>();
+  auto* dst = out.data<std::uint16_t>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, src + i, sizeof bits);
+    if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x7fffffu)) // NaN stays NaN
+      bits |= 0x10000u;
+    else
+      bits += 0x7fffu + ((bits >> 16) & 1u);
+    dst[i] = static_cast<std::uint16_t>(bits >> 16);
+  }
+  return out;
 }
 
 } // namespace troupe::detail

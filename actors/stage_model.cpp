@@ -17,10 +17,6 @@
 
 namespace troupe {
 
-namespace {
-
-/// `t` as gpt_range takes it: on the host, and f32 where it is bf16 (an
-/// activation or gradient from a CUDA stage). Host f32 and i32 pass unchanged.
 tensor_handle host_f32(const stage_tensor& t) {
   auto h = copy_to_host(t.value, t.ready.get());
   if (!h.defined() || h.type() != dtype::bf16)
@@ -34,6 +30,8 @@ tensor_handle host_f32(const stage_tensor& t) {
   }
   return f;
 }
+
+namespace {
 
 class cpu_stage_model final : public stage_model {
 public:

@@ -31,6 +31,11 @@ struct stage_tensor {
   bool defined() const noexcept { return value.defined(); }
 };
 
+/// `t` as gpt_range takes it: on the host, and f32 where it is bf16 (an
+/// activation or gradient from a CUDA stage, or sent as bf16: `pipeline.wire`).
+/// Host f32 and i32 pass unchanged.
+tensor_handle host_f32(const stage_tensor& t);
+
 /// A parameter's name, shape and type, in the model's order.
 struct param_info {
   std::string name;

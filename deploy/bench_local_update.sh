@@ -9,7 +9,10 @@
 #   diloco     H = 50
 #   streaming  Streaming DiLoCo, P = 2, tau = 5, alpha = 0.5, int8 exchange
 #   noloco     H = 50, groups of 2, random routes, outer lr 1.0 (the paper's 0.7 was
-#              +5.7% against DDP's final loss here, 1.0 +3.9%), momentum 0.5
+#              +5.7% against DDP's final loss here, 1.0 +3.9%), momentum 0.5;
+#              activations and gradients cross the replica links as bf16
+#              (pipeline.wire: every other method's stage traffic stays in its
+#              own replica's chain, off the emulated links)
 #   desloc     parameters every 8 steps, moments every 24 and 48 (16/48/96 was +5.6%,
 #              8/24/48 +4.2%; DES-LOC has no byte target, it still sends ~5x less than DDP)
 #   sparseloco H = 25, 2% of each chunk in 2 bits (H divides the run, so its last model is the global one),
@@ -75,7 +78,7 @@ graph() { # method
 model:    {layers: 4, d_model: 128, heads: 4, context: 64, vocab: 256}
 data:     {corpus: $here/data/kjv.txt, batch: 6, seed: $seed}
 train:    {steps: $steps, lr: 1.0e-3, weight_decay: 0.1, warmup: 10, eval_every: $eval_every, eval_batches: 4${init:+, init: $init}}
-pipeline: {stages: $stages, microbatches: 2, schedule: 1f1b}
+pipeline: {stages: $stages, microbatches: 2, schedule: 1f1b$([[ $1 == noloco ]] && echo ", wire: bf16")}
 data_parallel: {replicas: $replicas}
 YAML
   case $1 in

@@ -20,7 +20,7 @@ const std::vector<std::string> data_keys{"corpus", "batch", "seed", "val_fractio
 const std::vector<std::string> train_keys{"steps",      "lr",           "weight_decay", "warmup",
                                           "eval_every", "eval_batches", "grad_clip",  "init"};
 const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual",
-                                             "table",  "policy",       "device",   "routing"};
+                                             "table",  "policy",       "device",   "routing", "wire"};
 const std::vector<std::string> trace_keys{"file"};
 const std::vector<std::string> channel_keys{"from", "to", "credits", "bandwidth", "latency", "network"};
 
@@ -161,6 +161,8 @@ void parse_pipeline(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   if (pg.policy_node)
     parse_policy_options(pg.policy_node, "pipeline.policy", p.policy, r);
   parse_device_key(n, "pipeline", p.device, r);
+  if (auto w = child(n, "wire"); w && r.get_string(n, "pipeline", "wire", p.wire) && p.wire != "f32" && p.wire != "bf16")
+    r.error(w, "pipeline.wire", fmt::format("expected f32 or bf16, got '{}'", p.wire));
   parse_routing(pg, n, r);
 }
 

@@ -93,6 +93,10 @@ struct pipeline_spec {
   /// Where stages run unless an actor entry sets its own `device:`: `cpu`, `cuda:N`,
   /// or `cuda` (each node's CUDA stages take its devices in rank order, round robin).
   std::string device = "cpu";
+  /// What training activations and their gradients cross to another stage actor
+  /// as: `f32`, or `bf16` (half the bytes, rounded to nearest even; the receiver
+  /// widens them back), as a bf16 model's stages would send them.
+  std::string wire = "f32";
   /// YAML key `routing`: the routing policy that gives each microbatch its route
   /// (`chain`, or `{policy: paths, paths: [[s0, s2, s1, s3], [s0, s3]]}`).
   std::string routing = "chain";
