@@ -133,6 +133,10 @@ void parse_local_update(parsed_graph& pg, const YAML::Node& n, graph_reader& r) 
   if (!r.check_map(n, "local_update", local_update_keys))
     return;
   const std::string path = "local_update";
+  if (pg.graph.data.deal != "in_order") // rounds of one microbatch per replica; local-update replicas run their own steps
+    r.error(n, path, fmt::format("data.deal '{}' deals each round's sequences over the replicas; local-update replicas "
+                                 "each draw their own (use data.deal: in_order)",
+                                 pg.graph.data.deal));
   // Any name here: check_names says whether it is known, once plugins are loaded.
   if (auto a = child(n, "algorithm"))
     if (auto text = r.as_string(a, "local_update.algorithm")) {
