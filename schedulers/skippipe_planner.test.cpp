@@ -151,6 +151,28 @@ TEST_CASE("the collision-aware plan is never slower than the plan that ignores c
   }
 }
 
+TEST_CASE("no microbatch of a collision-aware plan can take another path and shorten the iteration") {
+  for (std::uint64_t seed = 21; seed <= 23; ++seed) {
+    CAPTURE(seed);
+    auto pr = random_problem(14, 4, 6, seed);
+    auto p = search_placement(pr, 0.1, seed, 4);
+    path_rules rules;
+    rules.path_length = 3;
+    rules.memory = 3;
+    rules.max_per_stage = 9;
+    auto agents = make_agents(pr, p, 2);
+    auto plan = plan_skippipe(pr, p, rules, agents, true, 400);
+    REQUIRE(plan);
+    for (std::size_t a = 0; a < plan->paths.size(); ++a)
+      each_path(pr, p, rules, agents[plan->paths[a].agent].start, [&](const std::vector<int>& v) {
+        auto paths = plan->paths;
+        paths[a].nodes = v;
+        if (!check_capacity(p, rules, paths, pr.nodes()))
+          CHECK(simulate_iteration(pr, agents, paths).time >= plan->planned_s - 1e-9);
+      });
+  }
+}
+
 TEST_CASE("the iteration simulation runs one pass at a time per node") {
   // Two agents on the same two nodes, released together: the second waits for the first.
   path_problem pr;
