@@ -57,6 +57,23 @@ double start_at(const agent_constraints& c, int node, double t, double duration)
   return t;
 }
 
+/// Whether a path through `nodes` (the furthest stage reached `frontier`, `swaps`
+/// used) may go on to node `v` under the skip rules; if so, `frontier` and `swaps`
+/// become the path's after it.
+bool may_visit(const std::vector<int>& stage, const path_rules& rules, const std::vector<int>& nodes, int v,
+               int& frontier, int& swaps) {
+  const int s = stage[v];
+  if (s <= 0 || std::any_of(nodes.begin(), nodes.end(), [&](int u) { return stage[u] == s; }))
+    return false;
+  if (s > frontier) {
+    if (s - frontier > rules.max_jump)
+      return false;
+    frontier = s;
+    return true;
+  }
+  return frontier - s <= rules.swap_distance && ++swaps <= rules.swaps;
+}
+
 /// The timed passes of one agent on `nodes` (forward, loss on the start, backward in reverse).
 agent_plan time_path(const path_problem& pr, const path_agent& a, const std::vector<int>& nodes,
                      const agent_constraints& c) {
@@ -110,19 +127,9 @@ std::optional<agent_plan> a_star(const path_problem& pr, const std::vector<int>&
     }
     const int last = it.nodes.back();
     for (int v = 0; v < pr.nodes(); ++v) {
-      int s = stage[v];
-      if (s <= 0 || c.nodes.count(v) || c.stages.count(s))
-        continue;
-      if (std::any_of(it.nodes.begin(), it.nodes.end(), [&](int u) { return stage[u] == s; }))
-        continue;
       int frontier = it.frontier, swaps = it.swaps;
-      if (s > frontier) {
-        if (s - frontier > rules.max_jump)
-          continue;
-        frontier = s;
-      } else if (frontier - s > rules.swap_distance || ++swaps > rules.swaps) {
+      if (c.nodes.count(v) || c.stages.count(stage[v]) || !may_visit(stage, rules, it.nodes, v, frontier, swaps))
         continue;
-      }
       double begin = start_at(c, v, it.t + pr.delay[last][v], pr.forward[v]);
       double t = begin + pr.forward[v];
       double owed = it.owed + pr.backward_factor * pr.forward[v] + pr.delay[v][last];
@@ -316,17 +323,9 @@ public:
         return;
       }
       for (int v = 0; v < pr_.nodes(); ++v) {
-        int s = stage_[v];
-        if (s <= 0 || std::any_of(nodes.begin(), nodes.end(), [&](int u) { return stage_[u] == s; }))
-          continue;
         int f = frontier, w = swaps;
-        if (s > f) {
-          if (s - f > rules_.max_jump)
-            continue;
-          f = s;
-        } else if (f - s > rules_.swap_distance || ++w > rules_.swaps) {
+        if (!may_visit(stage_, rules_, nodes, v, f, w))
           continue;
-        }
         nodes.push_back(v);
         self(self, f, w);
         nodes.pop_back();
