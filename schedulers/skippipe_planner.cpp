@@ -128,7 +128,8 @@ std::optional<agent_plan> a_star(const path_problem& pr, const std::vector<int>&
     const int last = it.nodes.back();
     for (int v = 0; v < pr.nodes(); ++v) {
       int frontier = it.frontier, swaps = it.swaps;
-      if (c.nodes.count(v) || c.stages.count(stage[v]) || !may_visit(stage, rules, it.nodes, v, frontier, swaps))
+      if (c.nodes.count(v) || c.stages.count(stage[v]) ||
+          !may_visit(stage, rules, it.nodes, v, frontier, swaps))
         continue;
       double begin = start_at(c, v, it.t + pr.delay[last][v], pr.forward[v]);
       double t = begin + pr.forward[v];
