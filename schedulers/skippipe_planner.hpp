@@ -117,7 +117,9 @@ struct path_plan {
 /// keeping the plan the iteration simulation finds fastest within `budget` expansions;
 /// then, collision-aware, each microbatch in turn is replanned around the passes the
 /// others run in the simulated iteration (their busy times on each node as windows),
-/// within memory and capacity, while that shortens the iteration.
+/// within memory and capacity, while that shortens the iteration; last, a local
+/// search moves each microbatch to the allowed path that shortens the simulated
+/// iteration most (within memory and capacity), in rounds while one helps.
 expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, const path_rules& rules,
                                   const std::vector<path_agent>& agents, bool collision_aware,
                                   int budget = 4000);

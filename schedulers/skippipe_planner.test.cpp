@@ -134,20 +134,46 @@ TEST_CASE("every plan keeps the path rules, node memory and stage capacity") {
   }
 }
 
-TEST_CASE("the collision-aware plan is never slower than the plan that ignores collisions") {
-  for (std::uint64_t seed = 11; seed <= 14; ++seed) {
-    auto pr = random_problem(14, 4, 6, seed);
-    auto p = search_placement(pr, 0.1, seed, 4);
-    path_rules rules;
+/// A small instance: 14 nodes on 6 locations, 4 positions, paths of 3, memory 3, two
+/// microbatches per stage-0 node.
+struct small_instance {
+  path_problem pr;
+  placement p;
+  path_rules rules;
+  std::vector<path_agent> agents;
+  explicit small_instance(std::uint64_t seed)
+      : pr(random_problem(14, 4, 6, seed)), p(search_placement(pr, 0.1, seed, 4)) {
     rules.path_length = 3;
     rules.memory = 3;
     rules.max_per_stage = 9;
-    auto agents = make_agents(pr, p, 2);
+    agents = make_agents(pr, p, 2);
+  }
+};
+
+TEST_CASE("the collision-aware plan is never slower than the plan that ignores collisions") {
+  for (std::uint64_t seed = 11; seed <= 14; ++seed) {
+    auto [pr, p, rules, agents] = small_instance{seed};
     auto blind = plan_skippipe(pr, p, rules, agents, false, 400);
     auto aware = plan_skippipe(pr, p, rules, agents, true, 400);
     REQUIRE(blind);
     REQUIRE(aware);
     CHECK(aware->planned_s <= blind->planned_s);
+  }
+}
+
+TEST_CASE("no microbatch of a collision-aware plan can take another path and shorten the iteration") {
+  for (std::uint64_t seed = 21; seed <= 23; ++seed) {
+    CAPTURE(seed);
+    auto [pr, p, rules, agents] = small_instance{seed};
+    auto plan = plan_skippipe(pr, p, rules, agents, true, 400);
+    REQUIRE(plan);
+    for (std::size_t a = 0; a < plan->paths.size(); ++a)
+      each_path(pr, p, rules, agents[plan->paths[a].agent].start, [&](const std::vector<int>& v) {
+        auto paths = plan->paths;
+        paths[a].nodes = v;
+        if (!check_capacity(p, rules, paths, pr.nodes()))
+          CHECK(simulate_iteration(pr, agents, paths).time >= plan->planned_s - 1e-9);
+      });
   }
 }
 

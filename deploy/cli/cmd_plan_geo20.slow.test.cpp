@@ -68,7 +68,9 @@ TEST_CASE(
   MESSAGE(fmt::format("planned {:.2f} s, DT-FM's full pipeline {:.2f} s, full planned alike {:.2f} s (chain i "
                       "on node i {:.2f} s), random {:.2f} s, blind {:.2f} s",
                       planned, dtfm, full, fixed, random, blind));
-  CHECK(planned < dtfm);  // the issue asks for 50% below; measured -35% (README)
+  // The issue asks for 50% below; measured -38.4%. Under this cost model no L = 4 plan
+  // found gets there (README: even without stage positions the best found is about 30 s).
+  CHECK(planned < dtfm);
   CHECK(planned < full);
   CHECK(planned < fixed);
   CHECK(planned < random);
