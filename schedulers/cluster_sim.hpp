@@ -54,6 +54,22 @@ struct cluster_config {
   /// Called with each span of the replicas `traced` marks (by replica; empty: none) as it ends, in simulated time order.
   std::function<void(const sim_span&)> on_span;
   std::vector<char> traced;
+  /// SkipPipe's nodes (#14), when `present`: stage actor (r, s) is the r-th network
+  /// node of position s (a slot with no node gets no work), one router feeds them
+  /// all and microbatch k of a step follows `paths[k]` across replicas (routing
+  /// `skippipe`: hops named `r1s3`, stage 0's head chunk last, `r0s0.1`). Stage 0
+  /// holds two chunks, the embedding's and the head's; the others one. The
+  /// policy must take chunks in any order (gpipe). A message between stage actors
+  /// takes their nodes' link plus `hop_overhead` when it carries a tensor; the
+  /// router sits with every start node (no delay). No data-parallel all-reduce:
+  /// SkipPipe prices an iteration without one.
+  struct skip_nodes {
+    bool present = false;
+    int path_length = 0;
+    /// Between the stage actors of slots a and b (slot = replica · stages + position).
+    std::vector<std::vector<link_spec>> links;
+    double hop_overhead = 0;  ///< seconds (SkipPipe's copies between host and GPU)
+  } skip;
 };
 
 /// What one pipeline position (the same stage in every replica) did.
