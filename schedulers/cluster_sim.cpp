@@ -506,6 +506,8 @@ expected<void> cluster::start_work(int a) {
     case op_kind::input_grad: cost = cc.backward - cc.weight; break;
     case op_kind::weight_grad: cost = cc.weight; break;
   }
+  if (c_.action_cost)
+    cost = c_.action_cost(replica_of(a), pos, task->step, task->what.microbatch, static_cast<char>(task->what.kind), cost);
   cost = cost * slowdown_[static_cast<std::size_t>(a)] + c_.costs.device.action_overhead;
   forwards_[static_cast<std::size_t>(a)] += task->what.kind == op_kind::forward;
   busy_[static_cast<std::size_t>(a)] += cost;

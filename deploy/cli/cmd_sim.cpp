@@ -20,6 +20,7 @@
 #include "deploy/cli/flags.hpp"
 #include "deploy/cli/run_graph.hpp"
 #include "deploy/cli/sim_calibrate.hpp"
+#include "deploy/cli/sim_attention.hpp"
 #include "deploy/cli/sim_skippipe.hpp"
 #include "runtime/trace/trace_export.hpp"
 #include "schedulers/cluster_sim.hpp"
@@ -315,6 +316,13 @@ int simulate_file(const sim_args& a) {
       return bad_input;
     }
     return simulate_skippipe(file, *loaded.graph, *config, json);
+  }
+  if (simulates_attention(*loaded.graph)) { // core attention priced from each replica's documents
+    if (!trace_path.empty()) {
+      fmt::print(stderr, "troupe sim: {}: --trace is not written with attention from documents yet\n", file);
+      return bad_input;
+    }
+    return simulate_attention(file, *loaded.graph, *config, json);
   }
   std::unique_ptr<sim_trace> trace;
   if (!trace_path.empty()) {
