@@ -1,6 +1,8 @@
 // `troupe sim FILE`: loads a graph file, repeats its pipeline over the
 // `sim:` section's data-parallel replicas and runs the real stage and router
-// cores under a simulated clock with a cost model (schedulers/cluster_sim.hpp).
+// cores under a simulated clock with a cost model (schedulers/cluster_sim.hpp);
+// a `skip:` graph's planned paths (sim_skippipe.cpp) and core attention from
+// documents, colocated or on in-place servers (sim_attention.cpp), likewise.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -361,7 +363,10 @@ command_action define_sim(CLI::App& app) {
   describe(app,
            "Simulates a graph file at any size: its pipeline repeated over data_parallel.replicas replicas, each "
            "stage on sim.tensor_parallel devices of one node, the real stage and router cores and policies under "
-           "a simulated clock, with a cost model for compute, links and all-reduces (no CAF, no compute).",
+           "a simulated clock, with a cost model for compute, links and all-reduces (no CAF, no compute). A "
+           "skip: graph runs SkipPipe's planned paths over its network: links, against the plan's estimate and the "
+           "full pipeline; with attention: or data.documents: long_tail, each replica's documents set its core "
+           "attention, colocated against in-place attention servers.",
            std::string{"Exit codes: 0 success, 1 the simulation failed, 2 bad input.\n"} + paths_help);
   app.add_option("FILE", a->file, "the graph file (YAML); with --calibrate, whose model sizes to time (default: "
                                   "the main example's)");
