@@ -295,7 +295,8 @@ expected<void> cluster::build() {
         p2p_bytes_ += message_bytes_;
         deliver(me, to, message_bytes_, [this, to, step = msg.step, mb = msg.microbatch, hop = msg.hop,
                                          id = intern(me, msg.route)] {
-          admitted(to, step, [this, to, id, step, mb, hop] { stage(to).on_activation(meta(id, step, mb, hop)); });
+          admitted(to, step,
+                   [this, to, id, step, mb, hop] { stage(to).on_activation(meta(id, step, mb, hop)); });
         });
       };
       hk.backward = [this, me](int to, const msg_meta& msg) {
@@ -304,7 +305,8 @@ expected<void> cluster::build() {
         p2p_bytes_ += message_bytes_;
         deliver(me, to, message_bytes_, [this, to, step = msg.step, mb = msg.microbatch, hop = msg.hop,
                                          id = intern(me, msg.route)] {
-          admitted(to, step, [this, to, id, step, mb, hop] { stage(to).on_gradient(meta(id, step, mb, hop)); });
+          admitted(to, step,
+                   [this, to, id, step, mb, hop] { stage(to).on_gradient(meta(id, step, mb, hop)); });
         });
       };
       hk.credit = [this, me](int to, int count) {
@@ -425,11 +427,13 @@ void cluster::pump(int r) {
     int mb = least_loaded_ ? e->microbatch * d_ + r : e->microbatch;
     int head = e->route.front().actor, tail = e->route.back().actor;
     deliver(self, head, 0, [this, head, id, step, mb, both = head == tail] {
-      admitted(head, step, [this, head, id, step, mb, both] { stage(head).on_batch(meta(id, step, mb, 0), true, both); });
+      admitted(head, step,
+               [this, head, id, step, mb, both] { stage(head).on_batch(meta(id, step, mb, 0), true, both); });
     });
     if (tail != head && !least_loaded_)
       deliver(self, tail, 0, [this, tail, id, step, mb] {
-        admitted(tail, step, [this, tail, id, step, mb] { stage(tail).on_batch(meta(id, step, mb, 0), false, true); });
+        admitted(tail, step,
+                 [this, tail, id, step, mb] { stage(tail).on_batch(meta(id, step, mb, 0), false, true); });
       });
   }
 }
@@ -507,7 +511,8 @@ expected<void> cluster::start_work(int a) {
     case op_kind::weight_grad: cost = cc.weight; break;
   }
   if (c_.action_cost)
-    cost = c_.action_cost(replica_of(a), pos, task->step, task->what.microbatch, static_cast<char>(task->what.kind), cost);
+    cost = c_.action_cost(replica_of(a), pos, task->step, task->what.microbatch,
+                          static_cast<char>(task->what.kind), cost);
   cost = cost * slowdown_[static_cast<std::size_t>(a)] + c_.costs.device.action_overhead;
   forwards_[static_cast<std::size_t>(a)] += task->what.kind == op_kind::forward;
   busy_[static_cast<std::size_t>(a)] += cost;
@@ -589,7 +594,8 @@ expected<cluster_result> cluster::run() {
     // et al. 2020); activations: the peak in-flight microbatches' layers, or with
     // recomputation only each layer's input plus one layer's working set.
     // (SkipPipe's stage 0 holds its blocks in its first chunk, the head apart.)
-    double per_chunk_layers = skip_ ? pr.layers : static_cast<double>(pr.layers) / static_cast<double>(costs_[0].size());
+    double per_chunk_layers =
+      skip_ ? pr.layers : static_cast<double>(pr.layers) / static_cast<double>(costs_[0].size());
     double acts = c_.costs.recompute
                     ? pr.peak_in_flight * per_chunk_layers * 2.0 * m.microbatch * m.sequence * m.hidden / t +
                         layer_activation_bytes(m, c_.costs.tensor_parallel)
@@ -638,10 +644,11 @@ expected<cluster_result> simulate_cluster(const cluster_config& c) {
     return make_sched_error("simulate: tensor_parallel must be at least 1 and the device's peak and memory "
                             "bandwidth positive");
   const auto slots = static_cast<std::size_t>(c.replicas) * c.stages.size();
+  auto square = [&](const auto& row) { return row.size() == slots; };
   if (c.skip.present && (c.route != "own" || c.skip.links.size() != slots ||
-                         std::any_of(c.skip.links.begin(), c.skip.links.end(), [&](auto& l) { return l.size() != slots; })))
-    return make_sched_error(fmt::format("simulate: SkipPipe's nodes need route own and {} x {} links (a slot per "
-                                        "stage actor)", slots, slots));
+                         !std::all_of(c.skip.links.begin(), c.skip.links.end(), square)))
+    return make_sched_error(fmt::format("simulate: SkipPipe's nodes need route own and {} x {} links (a slot "
+                                        "per stage actor)", slots, slots));
   if (c.route != "own" && c.route != "least_loaded")
     return make_sched_error(fmt::format("simulate: unknown route '{}' (known: own, least_loaded)", c.route));
   const auto v = c.stages.front().chunks.size();

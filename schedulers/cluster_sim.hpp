@@ -55,8 +55,9 @@ struct cluster_config {
   /// of `step` on the stage actor at (`replica`, `position`), given the cost
   /// model's `nominal`: work that differs by microbatch, such as each replica's
   /// documents under core attention (schedulers/attention_sim.hpp).
-  std::function<double(int replica, int position, std::int64_t step, int microbatch, char kind, double nominal)>
-    action_cost;
+  using action_cost_fn =
+    std::function<double(int replica, int position, std::int64_t step, int microbatch, char kind, double nominal)>;
+  action_cost_fn action_cost;
   /// Called with each span of the replicas `traced` marks (by replica; empty: none) as it ends, in simulated time order.
   std::function<void(const sim_span&)> on_span;
   std::vector<char> traced;
