@@ -16,6 +16,7 @@
 
 #include "schedulers/event_queue.hpp"
 #include "schedulers/router.hpp"
+#include "schedulers/skippipe_routing.hpp"
 #include "schedulers/stage_core.hpp"
 
 namespace troupe::sched {
@@ -45,6 +46,8 @@ private:
     return (static_cast<std::int64_t>(s) * d_ + replica_of(a)) * c_.costs.tensor_parallel;
   }
   std::int64_t node_of(int a) const { return c_.costs.network.node_of(device_of(a)); }
+  /// A stage actor's place on the grid, replica by replica (its network node's, with skip).
+  std::size_t slot(int a) const { return static_cast<std::size_t>(replica_of(a) * p_ + position_of(a)); }
   const link_spec& link(int from, int to) const { return c_.costs.network.between(device_of(from), device_of(to)); }
   /// A message of `bytes` from `from` to `to`: its delay on their link. Between
   /// nodes the t tensor-parallel devices each send a 1/t slice over their own
@@ -52,6 +55,11 @@ private:
   double delay(int from, int to, double bytes) const {
     if (from == to)
       return 0;
+    if (skip_) {
+      if (position_of(from) < 0 || position_of(to) < 0)
+        return 0;  // the data loader sits with every start node
+      return c_.skip.links[slot(from)][slot(to)].time(bytes) + (bytes > 0 ? c_.skip.hop_overhead : 0.0);
+    }
     bool remote = node_of(from) != node_of(to);
     return link(from, to).time(remote ? bytes / c_.costs.tensor_parallel : bytes);
   }
@@ -63,6 +71,19 @@ private:
       f();
       touch(to);
     });
+  }
+  /// Runs `f` on stage `to` now, or, when it carries a later step than the
+  /// stage is in, once the stage gets there (as the actor holds it:
+  /// stage_core::admit): a path's next step may reach a node before that node's
+  /// norm reduction over slow links has ended its step.
+  template <class F>
+  void admitted(int to, std::int64_t step, F f) {
+    auto& st = stage(to);
+    if (step <= st.step() || st.admit(step, false, [this, to, f] {
+          f();
+          touch(to);
+        }))
+      f();
   }
   void touch(int a) {
     auto& word = dirty_[static_cast<std::size_t>(a) >> 6];
@@ -107,6 +128,7 @@ private:
     return m;
   }
   expected<void> build();
+  expected<void> build_routers();
   void pump(int replica);
   void step_ready(int a);
   void gradients_complete(int a);
@@ -125,6 +147,7 @@ private:
   std::vector<double> slowdown_;       ///< by actor: its compute's factor
   std::vector<int> forwards_;          ///< by actor
   bool least_loaded_ = c_.route == "least_loaded";
+  bool skip_ = c_.skip.present;
   std::vector<int> peak_in_flight_;    ///< by actor
   std::vector<std::vector<chunk_costs>> costs_, head_costs_;  ///< by position, chunk
   std::vector<double> allreduce_;      ///< by position: one ring all-reduce
@@ -134,6 +157,7 @@ private:
   std::int64_t synced_steps_ = 0;      ///< steps whose every all-reduce finished
   double last_complete_ = 0;           ///< when the step's last gradients completed
   double sync_wait_ = 0;
+  double last_work_ = 0;  ///< when the last compute or all-reduce ended
   std::uint64_t messages_ = 0;
   std::deque<msg_meta> routes_;  ///< interned routes (a deque: meta() references stay valid as it grows)
   std::unordered_map<std::uint64_t, std::vector<int>> route_ids_;  ///< by hash
@@ -177,7 +201,6 @@ private:
 expected<void> cluster::build() {
   const auto& m = c_.model;
   message_bytes_ = c_.activation_bytes * m.microbatch * m.sequence * m.hidden;
-  const int v = static_cast<int>(c_.stages.front().chunks.size());
   const int n = d_ * (p_ + 1);
   stages_.resize(static_cast<std::size_t>(n));
   dirty_.assign((static_cast<std::size_t>(n) + 63) / 64, 0);
@@ -216,37 +239,17 @@ expected<void> cluster::build() {
     // The ring of one tensor-parallel slice over the d replicas, whose devices
     // are consecutive: its slowest link is the level of the widest boundary
     // between the first replica and the last (a node's, then a site's).
-    allreduce_.push_back(ring_allreduce_time(d_, grad, link(actor(0, s), actor(d_ - 1, s))));
+    allreduce_.push_back(skip_ ? 0.0 : ring_allreduce_time(d_, grad, link(actor(0, s), actor(d_ - 1, s))));
   }
+  if (auto ok = build_routers(); !ok)
+    return ok;
 
   for (int r = 0; r < d_; ++r) {
-    routing_params rp;
-    rp.layers = m.layers;
-    rp.paths = c_.paths;
-    for (int s = 0; s < p_; ++s) {
-      auto st = c_.stages[static_cast<std::size_t>(s)];
-      st.actor = actor(r, s);
-      rp.stages.push_back(std::move(st));
-    }
-    auto routing = make_routing(c_.routing, rp);
-    if (!routing)
-      return routing.error();
-    router_config rc;
-    for (int s = 0; s < p_; ++s)
-      rc.stage_actors.push_back(actor(r, s));
-    rc.microbatches = c_.microbatches;
-    rc.steps = c_.steps;
-    rc.tokens_per_microbatch = static_cast<std::int64_t>(m.microbatch) * m.sequence;
-    if (least_loaded_) {
-      for (int s = 1; s < p_; ++s)
-        rc.hops_from_messages.push_back(actor(r, s));
-      rc.targets_with_tokens = true;
-    }
-    routers_.push_back(std::make_unique<router_core>(rc, std::move(*routing)));
-    const route_t chain = routers_.back()->eval_route();
-    const int router = r * (p_ + 1);
+    const route_t chain = routers_[skip_ ? 0 : static_cast<std::size_t>(r)]->eval_route();
+    const int router = skip_ ? 0 : r * (p_ + 1);
     for (int s = 0; s < p_; ++s) {
       const int me = actor(r, s);
+      const int v = static_cast<int>(c_.stages[static_cast<std::size_t>(s)].chunks.size());
       policy_params pp;
       pp.rank = s, pp.ranks = p_, pp.chunks = v, pp.options = c_.policy_options;
       if (auto own = c_.stage_policy_options.find(s); own != c_.stage_policy_options.end())
@@ -260,6 +263,15 @@ expected<void> cluster::build() {
       cc.actor = me, cc.rank = s, cc.ranks = p_, cc.chunks = v, cc.router = router, cc.steps = c_.steps;
       cc.reduce_norm = c_.reduce_norm;
       cc.input_credits = chain_input_credits(chain, me, router, p_);  // as a graph without `credits:`
+      if (skip_) {
+        // A path may come from any node: every stage actor may send here, the router to stage 0.
+        cc.input_credits.clear();
+        for (int q = 0; q < d_ * (p_ + 1); ++q)
+          if (position_of(q) >= 0 && q != me)
+            cc.input_credits[q] = 0;
+        if (s == 0)
+          cc.input_credits[router] = 0;
+      }
       if (least_loaded_) {
         // Any replica of the previous position may send here, and this one to any of the next.
         for (int q = 0; q < d_; ++q) {
@@ -282,14 +294,20 @@ expected<void> cluster::build() {
           return;
         p2p_bytes_ += message_bytes_;
         deliver(me, to, message_bytes_, [this, to, step = msg.step, mb = msg.microbatch, hop = msg.hop,
-                                         id = intern(me, msg.route)] { stage(to).on_activation(meta(id, step, mb, hop)); });
+                                         id = intern(me, msg.route)] {
+          admitted(to, step,
+                   [this, to, id, step, mb, hop] { stage(to).on_activation(meta(id, step, mb, hop)); });
+        });
       };
       hk.backward = [this, me](int to, const msg_meta& msg) {
         if (to == me)
           return;
         p2p_bytes_ += message_bytes_;
         deliver(me, to, message_bytes_, [this, to, step = msg.step, mb = msg.microbatch, hop = msg.hop,
-                                         id = intern(me, msg.route)] { stage(to).on_gradient(meta(id, step, mb, hop)); });
+                                         id = intern(me, msg.route)] {
+          admitted(to, step,
+                   [this, to, id, step, mb, hop] { stage(to).on_gradient(meta(id, step, mb, hop)); });
+        });
       };
       hk.credit = [this, me](int to, int count) {
         deliver(me, to, 0, [this, to, me, count, load = stage(me).load()] {
@@ -329,6 +347,44 @@ expected<void> cluster::build() {
   return {};
 }
 
+// Each replica's router on its own chain (by the routing policy); with skip one
+// router for every node, its microbatches numbered across replicas.
+expected<void> cluster::build_routers() {
+  const auto& m = c_.model;
+  for (int r = 0; r < (skip_ ? 1 : d_); ++r) {
+    routing_params rp;
+    rp.layers = m.layers;
+    rp.paths = c_.paths;
+    router_config rc;
+    for (int q = skip_ ? 0 : r; q < (skip_ ? d_ : r + 1); ++q)
+      for (int s = 0; s < p_; ++s) {
+        auto st = c_.stages[static_cast<std::size_t>(s)];
+        st.actor = actor(q, s);
+        if (skip_)
+          st.name = fmt::format("r{}s{}", q, s), st.replica = q;
+        rp.stages.push_back(std::move(st));
+        rc.stage_actors.push_back(actor(q, s));
+      }
+    if (skip_)
+      rp.replicas = d_, rp.options["path_length"] = std::to_string(c_.skip.path_length);
+    auto routing = skip_ ? make_skippipe_routing(rp) : make_routing(c_.routing, rp);
+    if (!routing)
+      return routing.error();
+    rc.microbatches = c_.microbatches;
+    rc.steps = c_.steps;
+    rc.tokens_per_microbatch = static_cast<std::int64_t>(m.microbatch) * m.sequence;
+    if (least_loaded_) {
+      for (int s = 1; s < p_; ++s)
+        rc.hops_from_messages.push_back(actor(r, s));
+      rc.targets_with_tokens = true;
+    }
+    if (skip_)
+      rc.replicas = d_, rc.across_replicas = true;
+    routers_.push_back(std::make_unique<router_core>(rc, std::move(*routing)));
+  }
+  return {};
+}
+
 // A stage's gradients for the step are complete: it joins its position's ring.
 // When the last replica joins, the ring runs; when every position's ring is
 // done, the routers may start the next step (the optimizer step needs them all).
@@ -346,8 +402,9 @@ void cluster::gradients_complete(int a) {
       return;
     positions_synced_ = 0;
     sync_wait_ += now_ - last_complete_;
+    last_work_ = now_;
     ++synced_steps_;
-    for (int r = 0; r < d_; ++r)
+    for (int r = 0; r < static_cast<int>(routers_.size()); ++r)
       touch(r * (p_ + 1));
   });
 }
@@ -356,7 +413,8 @@ void cluster::gradients_complete(int a) {
 void cluster::pump(int r) {
   auto& router = *routers_[static_cast<std::size_t>(r)];
   const int self = r * (p_ + 1);
-  while (!router.done() && router.emitted() / c_.microbatches <= synced_steps_) {
+  const int per_step = c_.microbatches * (skip_ ? d_ : 1);
+  while (!router.done() && router.emitted() / per_step <= synced_steps_) {
     auto e = router.next();
     if (!e)
       break;
@@ -369,14 +427,19 @@ void cluster::pump(int r) {
     int mb = least_loaded_ ? e->microbatch * d_ + r : e->microbatch;
     int head = e->route.front().actor, tail = e->route.back().actor;
     deliver(self, head, 0, [this, head, id, step, mb, both = head == tail] {
-      stage(head).on_batch(meta(id, step, mb, 0), true, both);
+      admitted(head, step,
+               [this, head, id, step, mb, both] { stage(head).on_batch(meta(id, step, mb, 0), true, both); });
     });
     if (tail != head && !least_loaded_)
-      deliver(self, tail, 0, [this, tail, id, step, mb] { stage(tail).on_batch(meta(id, step, mb, 0), false, true); });
+      deliver(self, tail, 0, [this, tail, id, step, mb] {
+        admitted(tail, step,
+                 [this, tail, id, step, mb] { stage(tail).on_batch(meta(id, step, mb, 0), false, true); });
+      });
   }
 }
 
 void cluster::compute(int a, double work, event_fn done) {
+  last_work_ = std::max(last_work_, now_ + work);  // exact on devices of their own (the skip case)
   if (hosts_.empty()) {
     events_.post(now_ + work, std::move(done));
     return;
@@ -447,6 +510,9 @@ expected<void> cluster::start_work(int a) {
     case op_kind::input_grad: cost = cc.backward - cc.weight; break;
     case op_kind::weight_grad: cost = cc.weight; break;
   }
+  if (c_.action_cost)
+    cost = c_.action_cost(replica_of(a), pos, task->step, task->what.microbatch,
+                          static_cast<char>(task->what.kind), cost);
   cost = cost * slowdown_[static_cast<std::size_t>(a)] + c_.costs.device.action_overhead;
   forwards_[static_cast<std::size_t>(a)] += task->what.kind == op_kind::forward;
   busy_[static_cast<std::size_t>(a)] += cost;
@@ -469,7 +535,7 @@ expected<cluster_result> cluster::run() {
     for (auto& s : stages_)
       if (s)
         s->start();
-    for (int r = 0; r < d_; ++r)
+    for (int r = 0; r < static_cast<int>(routers_.size()); ++r)
       touch(r * (p_ + 1));
     while (!events_.empty() || dirty_count_ > 0) {
       if (dirty_count_ == 0) {
@@ -497,7 +563,8 @@ expected<cluster_result> cluster::run() {
 
   cluster_result out;
   const auto& m = c_.model;
-  out.makespan = now_;
+  // With skip, credits still crossing slow links after the last step's work are no part of it.
+  out.makespan = skip_ ? last_work_ : now_;
   out.iteration_s = now_ / static_cast<double>(c_.steps);
   out.stage_actors = p_ * d_;
   out.devices = static_cast<std::int64_t>(out.stage_actors) * c_.costs.tensor_parallel;
@@ -526,7 +593,9 @@ expected<cluster_result> cluster::run() {
     // Mixed-precision Adam keeps 2 + 2 + 12 bytes a parameter (ZeRO, Rajbhandari
     // et al. 2020); activations: the peak in-flight microbatches' layers, or with
     // recomputation only each layer's input plus one layer's working set.
-    double per_chunk_layers = static_cast<double>(pr.layers) / static_cast<double>(costs_[0].size());
+    // (SkipPipe's stage 0 holds its blocks in its first chunk, the head apart.)
+    double per_chunk_layers =
+      skip_ ? pr.layers : static_cast<double>(pr.layers) / static_cast<double>(costs_[0].size());
     double acts = c_.costs.recompute
                     ? pr.peak_in_flight * per_chunk_layers * 2.0 * m.microbatch * m.sequence * m.hidden / t +
                         layer_activation_bytes(m, c_.costs.tensor_parallel)
@@ -574,13 +643,19 @@ expected<cluster_result> simulate_cluster(const cluster_config& c) {
   if (c.costs.tensor_parallel < 1 || c.costs.device.peak(c.costs.dtype) <= 0 || c.costs.device.memory_bandwidth <= 0)
     return make_sched_error("simulate: tensor_parallel must be at least 1 and the device's peak and memory "
                             "bandwidth positive");
+  const auto slots = static_cast<std::size_t>(c.replicas) * c.stages.size();
+  auto square = [&](const auto& row) { return row.size() == slots; };
+  if (c.skip.present && (c.route != "own" || c.skip.links.size() != slots ||
+                         !std::all_of(c.skip.links.begin(), c.skip.links.end(), square)))
+    return make_sched_error(fmt::format("simulate: SkipPipe's nodes need route own and {} x {} links (a slot "
+                                        "per stage actor)", slots, slots));
   if (c.route != "own" && c.route != "least_loaded")
     return make_sched_error(fmt::format("simulate: unknown route '{}' (known: own, least_loaded)", c.route));
   const auto v = c.stages.front().chunks.size();
   if (c.route == "least_loaded" && v != 1)
     return make_sched_error("simulate: least_loaded routes stages of one chunk each (no interleaving)");
   for (const auto& s : c.stages)
-    if (s.chunks.size() != v)
+    if (s.chunks.size() != v && !c.skip.present)
       return make_sched_error(fmt::format("simulate: every stage needs the same number of chunks ({} has {}, {} has "
                                           "{})", c.stages.front().name, v, s.name, s.chunks.size()));
   return cluster{c}.run();

@@ -51,9 +51,32 @@ struct cluster_config {
   std::string route = "own";
   /// Compute of a stage actor (`r1s1`) this many times slower: an emulated slow device.
   std::map<std::string, double> slowdown;
+  /// When set, the cost of a compute action (kind F, B, I or W) of `microbatch`
+  /// of `step` on the stage actor at (`replica`, `position`), given the cost
+  /// model's `nominal`: work that differs by microbatch, such as each replica's
+  /// documents under core attention (schedulers/attention_sim.hpp).
+  using action_cost_fn =
+    std::function<double(int replica, int position, std::int64_t step, int microbatch, char kind, double nominal)>;
+  action_cost_fn action_cost;
   /// Called with each span of the replicas `traced` marks (by replica; empty: none) as it ends, in simulated time order.
   std::function<void(const sim_span&)> on_span;
   std::vector<char> traced;
+  /// SkipPipe's nodes (#14), when `present`: stage actor (r, s) is the r-th network
+  /// node of position s (a slot with no node gets no work), one router feeds them
+  /// all and microbatch k of a step follows `paths[k]` across replicas (routing
+  /// `skippipe`: hops named `r1s3`, stage 0's head chunk last, `r0s0.1`). Stage 0
+  /// holds two chunks, the embedding's and the head's; the others one. The
+  /// policy must take chunks in any order (gpipe). A message between stage actors
+  /// takes their nodes' link plus `hop_overhead` when it carries a tensor; the
+  /// router sits with every start node (no delay). No data-parallel all-reduce:
+  /// SkipPipe prices an iteration without one.
+  struct skip_nodes {
+    bool present = false;
+    int path_length = 0;
+    /// Between the stage actors of slots a and b (slot = replica · stages + position).
+    std::vector<std::vector<link_spec>> links;
+    double hop_overhead = 0;  ///< seconds (SkipPipe's copies between host and GPU)
+  } skip;
 };
 
 /// What one pipeline position (the same stage in every replica) did.

@@ -1,6 +1,8 @@
 // `troupe sim FILE`: loads a graph file, repeats its pipeline over the
 // `sim:` section's data-parallel replicas and runs the real stage and router
-// cores under a simulated clock with a cost model (schedulers/cluster_sim.hpp).
+// cores under a simulated clock with a cost model (schedulers/cluster_sim.hpp);
+// a `skip:` graph's planned paths (sim_skippipe.cpp) and core attention from
+// documents, colocated or on in-place servers (sim_attention.cpp), likewise.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -20,6 +22,8 @@
 #include "deploy/cli/flags.hpp"
 #include "deploy/cli/run_graph.hpp"
 #include "deploy/cli/sim_calibrate.hpp"
+#include "deploy/cli/sim_attention.hpp"
+#include "deploy/cli/sim_skippipe.hpp"
 #include "runtime/trace/trace_export.hpp"
 #include "schedulers/cluster_sim.hpp"
 
@@ -300,13 +304,6 @@ int simulate_file(const sim_args& a) {
       fmt::print(stderr, "{}\n", to_string(d));
     return bad_input;
   }
-  if (loaded.graph->skip.present) { // not a plain pipeline: say so rather than simulate one
-    fmt::print(stderr,
-               "troupe sim: {}: the skip: section's partial paths are not simulated yet (troupe sim would run "
-               "every stage in order); `troupe plan paths {}` prices the plan under the cost model\n",
-               file, file);
-    return bad_input;
-  }
   auto config = make_config(*loaded.graph, steps);
   if (!config) {
     fmt::print(stderr, "troupe sim: {}\n", config.error().message);
@@ -314,6 +311,21 @@ int simulate_file(const sim_args& a) {
   }
   if (cores >= 0)
     config->costs.device.cores = cores;
+  if (loaded.graph->skip.present) { // SkipPipe: network nodes following planned paths
+    if (!trace_path.empty()) {
+      fmt::print(stderr, "troupe sim: {}: --trace is not written for a skip: graph yet (its stage actors are "
+                         "network nodes, not a grid of replicas)\n", file);
+      return bad_input;
+    }
+    return simulate_skippipe(file, *loaded.graph, *config, json);
+  }
+  if (simulates_attention(*loaded.graph)) { // core attention priced from each replica's documents
+    if (!trace_path.empty()) {
+      fmt::print(stderr, "troupe sim: {}: --trace is not written with attention from documents yet\n", file);
+      return bad_input;
+    }
+    return simulate_attention(file, *loaded.graph, *config, json);
+  }
   std::unique_ptr<sim_trace> trace;
   if (!trace_path.empty()) {
     config->traced = sample_replicas(config->replicas, static_cast<int>(config->stages.size()), trace_actors);
@@ -351,7 +363,10 @@ command_action define_sim(CLI::App& app) {
   describe(app,
            "Simulates a graph file at any size: its pipeline repeated over data_parallel.replicas replicas, each "
            "stage on sim.tensor_parallel devices of one node, the real stage and router cores and policies under "
-           "a simulated clock, with a cost model for compute, links and all-reduces (no CAF, no compute).",
+           "a simulated clock, with a cost model for compute, links and all-reduces (no CAF, no compute). A "
+           "skip: graph runs SkipPipe's planned paths over its network: links, against the plan's estimate and the "
+           "full pipeline; with attention: or data.documents: long_tail, each replica's documents set its core "
+           "attention, colocated against in-place attention servers.",
            std::string{"Exit codes: 0 success, 1 the simulation failed, 2 bad input.\n"} + paths_help);
   app.add_option("FILE", a->file, "the graph file (YAML); with --calibrate, whose model sizes to time (default: "
                                   "the main example's)");

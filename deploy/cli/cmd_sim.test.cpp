@@ -1,5 +1,6 @@
 // `troupe sim` end to end on graph files: equal stages give the schedules'
 // bubble formulas, Megatron's rows run, bad keys are refused with positions.
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -145,4 +146,34 @@ TEST_CASE("troupe sim prices the ring on the widest level its replicas cross: no
     CHECK(two_sites["positions"][s]["allreduce_s"].get<double>() == doctest::Approx(2 * 15 * 0.01).epsilon(1e-12));
   }
   CHECK(two_sites["sync_wait_s"].get<double>() == doctest::Approx(0.3).epsilon(1e-9));
+}
+
+TEST_CASE("troupe sim runs in-place attention servers at 512 devices in well under a minute, balanced and faster") {
+  auto begin = std::chrono::steady_clock::now();
+  auto j = sim_json("examples/sim/attention_512.yaml");
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  CHECK(wall < 20);  // 0.05 s here
+  CHECK(j["devices"] == 512);
+  auto a = j["attention"];
+  CHECK(a["imbalance_before"].get<double>() > 1.2);  // long-tail documents: some replica draws the long ones
+  CHECK(a["worst_nano_batch_after"].get<double>() <= 1.1 + 1e-9);  // every plan within its tolerance
+  CHECK(a["imbalance_after"].get<double>() <= 1.1);
+  CHECK(a["speedup"].get<double>() > 1.1);
+  CHECK(a["in_place_iteration_s"].get<double>() < a["colocated_iteration_s"].get<double>());
+}
+
+TEST_CASE("troupe sim: in-place servers help when one replica draws the long documents, not on uniform ones") {
+  auto heavy = sim_json("examples/sim/attention_512.yaml --set data.deal=heaviest_first")["attention"];
+  CHECK(heavy["imbalance_before"].get<double>() > 1.5);
+  CHECK(heavy["speedup"].get<double>() > 1.1);
+  auto uniform = sim_json("examples/sim/attention_512.yaml --set data.documents=none")["attention"];
+  CHECK(uniform["imbalance_before"].get<double>() == 1.0);
+  CHECK(uniform["moved_gb_per_layer_per_step"].get<double>() == 0.0);
+  CHECK(uniform["in_place_iteration_s"].get<double>() == uniform["colocated_iteration_s"].get<double>());
+}
+
+TEST_CASE("troupe sim refuses separate attention servers, which it does not model yet") {
+  auto r = run_troupe("sim examples/sim/attention_512.yaml --set attention.servers=8");
+  CHECK(r.code == 2);
+  CHECK(r.has("troupe sim models attention servers in place"));
 }
