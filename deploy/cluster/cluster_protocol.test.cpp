@@ -112,7 +112,7 @@ TEST_CASE("a span of an unknown kind, one that ends before it begins, or a flag 
     return encode(m);
   };
   CHECK_THROWS_WITH_AS(decode_spans(bad([](span& s) { s.kind = static_cast<span_kind>(200); })),
-                       "span kind 200 (known: 0 to 10)", malformed_input);
+                       "span kind 200 (known: 0 to 11)", malformed_input);
   CHECK_THROWS_AS(decode_spans(bad([](span& s) { s.end_ns = s.begin_ns - 1; })), malformed_input);
   CHECK_THROWS_WITH_AS(decode_spans(bad([](span& s) { s.flow_end = 2; })), "a flag of 2 (expected 0 or 1)",
                        malformed_input);

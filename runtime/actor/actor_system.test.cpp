@@ -43,11 +43,12 @@ TEST_CASE("every payload type is registered under its troupe name") {
   troupe_config cfg;
   for (const char* name : {"troupe.activation_msg", "troupe.gradient_msg", "troupe.batch_msg",
                            "troupe.credit_msg", "troupe.peer", "troupe.connect_msg", "troupe.run_summary",
-                           "troupe.failure_msg", "troupe.checkpoint_msg"})
+                           "troupe.failure_msg", "troupe.checkpoint_msg", "troupe.attention_task_msg",
+                           "troupe.attention_result_msg"})
     CHECK_MESSAGE(cfg.value_factories_by_name.count(name) == 1, name);
   // Message types declared for later work are not registered until something sends them.
   for (const char* name : {"troupe.grads_msg", "troupe.params_msg", "troupe.sync_msg",
-                           "troupe.attention_task_msg", "troupe.trace_batch_msg"})
+                           "troupe.trace_batch_msg"})
     CHECK_MESSAGE(cfg.value_factories_by_name.count(name) == 0, name);
 }
 

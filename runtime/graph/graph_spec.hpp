@@ -53,7 +53,7 @@ struct data_spec {
 struct attention_spec {
   bool present = false;
   /// 0: `in_place`, every stage actor also serves the stages of its position (its
-  /// replicas); N > 0: N separate attention_server actors serve every stage.
+  /// replicas); N > 0: N separate server actors serve every stage.
   int servers = 0;
   int nano_batches = 2;    ///< a microbatch's sequences split in this many, ping-ponged
   double tolerance = 0.1;  ///< the planner balances pairs to within (1 ± tolerance) × average
