@@ -53,6 +53,7 @@ expected<path_problem> skippipe_problem(const graph_spec& g) {
       double(g.model.d_model) * g.model.context * g.data.batch * (g.model.precision == dtype::bf16 ? 2 : 4);
   path_problem pr;
   pr.stages = g.pipeline.stages;
+  pr.memory = g.skip.memory; // what a node holds at once, whatever the plan
   const int n = g.network.nodes();
   pr.forward.assign(static_cast<std::size_t>(n), forward);
   pr.delay.assign(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(n), 0.0));
@@ -95,8 +96,9 @@ expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines)
       skip.max_per_stage > 0 ? skip.max_per_stage : skip.memory * static_cast<int>(smallest);
   rep.agents = make_agents(*pr, rep.where, g.pipeline.microbatches);
   // The full pipeline at its best: every stage in order, chains chosen by the same
-  // search with no skipping, no swaps and no memory or capacity bound (every stage
-  // serves every microbatch); and DT-FM's fixed chains (chain i: node i mod size).
+  // search with no skipping, no swaps and no bound on what a stage serves in an
+  // iteration (every stage serves every microbatch; a node still holds at most
+  // skip.memory at once, pr.memory); and DT-FM's fixed chains (chain i: node i mod size).
   path_rules all = rules;
   all.path_length = g.pipeline.stages;
   all.swaps = 0;

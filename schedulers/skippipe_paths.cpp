@@ -2,6 +2,7 @@
 // one agent's closed-form cost, the iteration simulated pass by pass, and the
 // two baselines (the full pipeline and random skipping).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -161,16 +162,18 @@ iteration_result simulate_iteration(const path_problem& pr, const std::vector<pa
     int node;
     double duration;
     bool backward;
+    int hold; ///< +1: takes a slot of the node's memory; -1: gives it back when it ends
   };
   std::vector<std::vector<pass>> passes(paths.size());
   for (std::size_t a = 0; a < paths.size(); ++a) {
     const auto& v = paths[a].nodes;
-    for (int n : v)
-      passes[a].push_back({n, pr.forward[n], false});
-    passes[a].push_back({v.front(), pr.loss_factor * pr.forward[v.front()], true});
+    for (std::size_t i = 0; i < v.size(); ++i)
+      passes[a].push_back({v[i], pr.forward[v[i]], false, i > 0 ? 1 : 0});
+    passes[a].push_back({v.front(), pr.loss_factor * pr.forward[v.front()], true, 0});
     for (std::size_t i = v.size(); i-- > 0;)
-      passes[a].push_back({v[i], pr.backward_factor * pr.forward[v[i]], true});
+      passes[a].push_back({v[i], pr.backward_factor * pr.forward[v[i]], true, i > 0 ? -1 : 0});
   }
+  std::vector<int> held(static_cast<std::size_t>(pr.nodes()), 0);
   iteration_result r;
   r.passes.assign(static_cast<std::size_t>(pr.nodes()), 0);
   r.runs.resize(paths.size());
@@ -178,25 +181,51 @@ iteration_result simulate_iteration(const path_problem& pr, const std::vector<pa
   std::vector<std::size_t> next(paths.size(), 0);
   for (std::size_t a = 0; a < paths.size(); ++a)
     ready[a] = agents[static_cast<std::size_t>(paths[a].agent)].release;
+  // A memory slot comes free when the backward holding it ends: (end, node), earliest first.
+  std::vector<std::pair<double, int>> releases;
   for (;;) {
     // The pass that can start earliest; on a node, the one that arrived first, backward first on a tie.
+    // A forward into a full node can start once a slot there comes free.
     std::size_t pick = paths.size();
     double pick_start = 0;
-    for (std::size_t a = 0; a < paths.size(); ++a) {
-      if (next[a] == passes[a].size())
-        continue;
-      const auto& ps = passes[a][next[a]];
-      double start = std::max(ready[a], free_at[ps.node]);
-      if (pick == paths.size())
-        pick = a, pick_start = start;
-      else if (const auto& q = passes[pick][next[pick]];
-               std::tuple{start, ready[a], !ps.backward} < std::tuple{pick_start, ready[pick], !q.backward})
-        pick = a, pick_start = start;
-    }
+    for (int capped = pr.memory > 0 ? 1 : 0; capped >= 0 && pick == paths.size(); --capped)
+      for (std::size_t a = 0; a < paths.size(); ++a) {
+        if (next[a] == passes[a].size())
+          continue;
+        const auto& ps = passes[a][next[a]];
+        double start = std::max(ready[a], free_at[ps.node]);
+        if (capped && ps.hold > 0 && held[ps.node] >= pr.memory) {
+          // The earliest end of a backward holding a slot on this node, if one is under way.
+          double freed = std::numeric_limits<double>::infinity();
+          for (const auto& [t, n] : releases)
+            if (n == ps.node)
+              freed = std::min(freed, t);
+          if (!std::isfinite(freed))
+            continue;
+          start = std::max(start, freed);
+        }
+        if (pick == paths.size())
+          pick = a, pick_start = start;
+        else if (const auto& q = passes[pick][next[pick]];
+                 std::tuple{start, ready[a], !ps.backward} < std::tuple{pick_start, ready[pick], !q.backward})
+          pick = a, pick_start = start;
+      }
     if (pick == paths.size())
       break;
     const auto& ps = passes[pick][next[pick]];
     double end = pick_start + ps.duration;
+    if (ps.hold > 0) {
+      if (held[ps.node] >= pr.memory && pr.memory > 0) { // it waited for the earliest slot: take it
+        auto it = std::min_element(releases.begin(), releases.end(), [&](const auto& x, const auto& y) {
+          return std::pair{x.second != ps.node, x.first} < std::pair{y.second != ps.node, y.first};
+        });
+        if (it != releases.end() && it->second == ps.node && it->first <= pick_start)
+          releases.erase(it), --held[ps.node];
+      }
+      ++held[ps.node];
+    } else if (ps.hold < 0) {
+      releases.emplace_back(end, ps.node);
+    }
     free_at[ps.node] = end;
     ++r.passes[ps.node];
     r.runs[pick].push_back({ps.node, pick_start, end});

@@ -22,6 +22,11 @@ struct path_problem {
   std::vector<std::vector<double>> delay; ///< [from][to], seconds
   double backward_factor = 1.5;           ///< backward = factor × forward (SkipPipe's cost)
   double loss_factor = 0.25;              ///< the loss on the start node = factor × its forward
+  /// Microbatches a node past stage 0 holds at once, from its forward there to
+  /// its backward there (0: no bound). Every plan is priced under it, a full
+  /// pipeline's too: a forward waits for a free slot (gensyn-ai/skippipe's
+  /// com_sym.py holds each node to its memory, its DT-FM baseline included).
+  int memory = 0;
   int nodes() const { return static_cast<int>(forward.size()); }
 };
 
@@ -89,8 +94,10 @@ std::optional<std::string> check_capacity(const placement& p, const path_rules& 
 
 /// The iteration under the cost model: every node runs one pass at a time, the
 /// earliest arrived first (backward before forward on a tie), each pass's output
-/// reaching the next node after the link's delay. Ends when every microbatch's
-/// backward on its start node is done.
+/// reaching the next node after the link's delay; a forward on a node past stage
+/// 0 that holds pr.memory microbatches waits until one's backward there ends
+/// (should every remaining pass wait so, the earliest runs anyway). Ends when
+/// every microbatch's backward on its start node is done.
 struct iteration_result {
   /// One pass as it ran.
   struct pass_time {

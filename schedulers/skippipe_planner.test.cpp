@@ -252,3 +252,44 @@ TEST_CASE("DT-FM's full pipeline: C fixed chains through every position, matched
   for (const auto& a : full.agents)
     CHECK(a.release == doctest::Approx(seen[a.start]++ * 1.0));
 }
+
+TEST_CASE("a node holds at most path_problem::memory microbatches at once, whatever the plan") {
+  // One chain: start node 0, then node 1. Five microbatches released together.
+  path_problem pr;
+  pr.stages = 2;
+  pr.forward = {1.0, 1.0};
+  pr.delay = {{0, 2.0}, {2.0, 0}};
+  std::vector<path_agent> agents;
+  std::vector<planned_path> paths;
+  for (int k = 0; k < 5; ++k)
+    agents.push_back({k, 0, 0.0}), paths.push_back({k, {0, 1}});
+  // Node 1's slots: from each microbatch's forward there to its backward there.
+  auto most_held = [&](const iteration_result& r) {
+    std::vector<std::pair<double, int>> events;
+    for (const auto& runs : r.runs) {
+      std::vector<iteration_result::pass_time> on1;
+      for (const auto& p : runs)
+        if (p.node == 1)
+          on1.push_back(p);
+      REQUIRE(on1.size() == 2); // its forward and its backward
+      events.emplace_back(on1[0].begin, +1);
+      events.emplace_back(on1[1].end, -1);
+    }
+    std::sort(events.begin(), events.end()); // a slot given back at t is free for a forward at t
+    int held = 0, most = 0;
+    for (auto [t, d] : events)
+      most = std::max(most, held += d);
+    return most;
+  };
+  auto free = simulate_iteration(pr, agents, paths);
+  CHECK(most_held(free) == 5); // unbounded, all five are in flight at node 1 together
+  for (int memory : {1, 2, 4}) {
+    CAPTURE(memory);
+    pr.memory = memory;
+    auto capped = simulate_iteration(pr, agents, paths);
+    CHECK(most_held(capped) == memory);
+    CHECK(capped.time > free.time); // the fifth forward waited for a slot
+  }
+  pr.memory = 5;
+  CHECK(simulate_iteration(pr, agents, paths).time == free.time); // a bound that never binds changes nothing
+}

@@ -68,10 +68,11 @@ TEST_CASE(
   MESSAGE(fmt::format("planned {:.2f} s, DT-FM's full pipeline {:.2f} s, full planned alike {:.2f} s (chain i "
                       "on node i {:.2f} s), random {:.2f} s, blind {:.2f} s",
                       planned, dtfm, full, fixed, random, blind));
-  // The issue asks for 50% below; measured -38.4%. Under this cost model no L = 4 plan
-  // found gets there (README: even without stage positions the best found is about 30 s).
-  CHECK(planned < dtfm);
-  CHECK(planned < full);
+  // At least 50% below the full pipeline, DT-FM's and the one planned alike: both
+  // priced with each node holding at most skip.memory microbatches at once, as the
+  // plan is (path_problem::memory). Measured: 36.1 s against 93.8 and 78.5.
+  CHECK(planned <= 0.5 * dtfm);
+  CHECK(planned <= 0.5 * full);
   CHECK(planned < fixed);
   CHECK(planned < random);
   CHECK(planned < blind);

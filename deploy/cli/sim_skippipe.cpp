@@ -46,6 +46,10 @@ expected<cluster_config> skippipe_cluster(const graph_spec& g, const placement& 
   c.replicas = replicas;
   c.microbatches = m;
   c.policy = "gpipe"; // stage 0 takes its two chunks in whatever order the paths bring them
+  // A node past stage 0 holds at most skip.memory microbatches at once, as the
+  // plan's cost model prices every plan (sched::path_problem::memory).
+  for (int s = 1; s < p; ++s)
+    c.stage_policy_options[s]["max_in_flight"] = std::to_string(std::max(g.skip.memory, 1));
   c.routing = "skippipe";
   c.paths.clear();
   std::vector<std::pair<int, int>> grid(static_cast<std::size_t>(g.network.nodes()), {-1, -1});
