@@ -100,23 +100,10 @@ tensor_handle scalar(float v) {
 
 tensor_handle gpt_range::forward(int mb, const tensor_handle& input, const tensor_handle& targets,
                                 const tensor_handle& documents) {
-  constexpr auto op = "gpt_range::forward";
   auto& m = *impl_;
-  if (!m.first())
-    check_activation(input, m.cfg, op);
-  if (m.last())
-    require(targets.defined() && targets.type() == dtype::i32, op, "the last range needs i32 targets [B, T]");
-  auto& c = m.acquire(mb, op);
-  c.batch = input.dim(0);
-  c.seq = input.dim(1);
+  auto& c = m.begin_forward(mb, input, targets, "gpt_range::forward");
   try {
-    tensor_handle x;
-    if (m.first()) {
-      x = embedding_forward(input, m.params[0].value, m.params[1].value);
-      c.tokens = input;
-    } else {
-      x = input;
-    }
+    auto x = m.embed(c, input);
     for (int li = 0; li < m.local_layers(); ++li)
       x = m.block_forward(li, x, &c.layers[std::size_t(li)], documents);
     return m.last() ? m.head_forward(c, x, targets) : x;
@@ -161,6 +148,25 @@ tensor_handle gpt_range::impl::backward(int mb, const tensor_handle& grad_out, b
     release(c);
     throw;
   }
+}
+
+mb_cache& gpt_range::impl::begin_forward(int mb, const tensor_handle& input, const tensor_handle& targets,
+                                        const char* op) {
+  if (!first())
+    check_activation(input, cfg, op);
+  if (last())
+    require(targets.defined() && targets.type() == dtype::i32, op, "the last range needs i32 targets [B, T]");
+  auto& c = acquire(mb, op);
+  c.batch = input.dim(0);
+  c.seq = input.dim(1);
+  return c;
+}
+
+tensor_handle gpt_range::impl::embed(mb_cache& c, const tensor_handle& input) {
+  if (!first())
+    return input;
+  c.tokens = input;
+  return embedding_forward(input, params[0].value, params[1].value);
 }
 
 tensor_handle gpt_range::impl::head_forward(mb_cache& c, const tensor_handle& x, const tensor_handle& targets) {

@@ -96,6 +96,12 @@ struct gpt_range::impl {
   tensor_handle block_backward_post_attention(int li, const tensor_handle& dy, layer_cache& c) const;
   tensor_handle block_backward_pre_attention(int li, layer_cache& c) const;
   void block_backward_weight(int li, layer_cache& c);
+  /// A training forward's start: its input and targets checked (`op` names the
+  /// caller), a cache slot taken for `mb` with the input's shape.
+  mb_cache& begin_forward(int mb, const tensor_handle& input, const tensor_handle& targets, const char* op);
+  /// The first block's input: the embedding of the tokens (first range, which keeps
+  /// them for backward) or the input activation itself.
+  tensor_handle embed(mb_cache& c, const tensor_handle& input);
   /// The last range's final norm, head and loss on x: returns the loss [1].
   tensor_handle head_forward(mb_cache& c, const tensor_handle& x, const tensor_handle& targets);
   /// The head's backward from the loss gradient (undefined: 1); weight gradients with `weights`.

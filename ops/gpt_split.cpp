@@ -12,19 +12,9 @@ tensor_handle gpt_range::forward_begin(int mb, const tensor_handle& input, const
   constexpr auto op = "gpt_range::forward_begin";
   auto& m = *impl_;
   require(m.local_layers() > 0, op, "a range without layers has no core attention to run apart");
-  if (!m.first())
-    check_activation(input, m.cfg, op);
-  if (m.last())
-    require(targets.defined() && targets.type() == dtype::i32, op, "the last range needs i32 targets [B, T]");
-  auto& c = m.acquire(mb, op);
-  c.batch = input.dim(0);
-  c.seq = input.dim(1);
+  auto& c = m.begin_forward(mb, input, targets, op);
   try {
-    tensor_handle x = input;
-    if (m.first()) {
-      x = embedding_forward(input, m.params[0].value, m.params[1].value);
-      c.tokens = input;
-    }
+    auto x = m.embed(c, input);
     c.targets = targets;
     c.layer = 0;
     return m.block_pre_attention(0, x, c.layers[0]);

@@ -1,13 +1,10 @@
 // Core attention on attention servers (DistCA, #15): training with servers in
 // place or apart, one or two nano-batches, follows the colocated loss curve, and
 // the servers really ran the attention: every query token of every layer, once.
-#include <caf/actor_system.hpp>
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "deploy/cli/run_graph.hpp"
-#include "runtime/actor/actor_system.hpp"
-#include "runtime/graph/graph_loader.hpp"
+#include "tests/integration/run_text.hpp"
 #include "tests/integration/run_trace.hpp"
 
 using namespace troupe;
@@ -31,20 +28,8 @@ pipeline: {{stages: {}, microbatches: {}, schedule: 1f1b}}
 data_parallel: {{replicas: {}}}
 {})",
                           layers, d_model, context, batch, steps, stages, microbatches, replicas, attention);
-  load_options opts;
-  opts.vocabulary = troupe_vocabulary;
-  auto loaded = load_graph_text(text, "attention.yaml", opts);
-  INFO(to_string(loaded.errors));
-  REQUIRE(loaded.ok());
   traced_run out;
-  out.trace = record_trace([&] {
-    troupe_config cfg;
-    caf::actor_system sys{cfg};
-    auto r = run_graph(sys, *loaded.graph);
-    INFO((r ? std::string{} : sys.render(r.error())));
-    REQUIRE(r);
-    out.losses = r->losses;
-  });
+  out.trace = record_trace([&] { out.losses = run_graph_text(text, "attention.yaml").losses; });
   REQUIRE(out.losses.size() == std::size_t(steps));
   return out;
 }

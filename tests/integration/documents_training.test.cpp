@@ -1,15 +1,12 @@
 // Training with documents end to end: the masks travel from the loader through
 // every pipeline stage, so the run's first loss is the whole model's loss on the
 // same batches with document-causal attention, and not the plain causal one.
-#include <caf/actor_system.hpp>
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
 #include "actors/byte_corpus.hpp"
-#include "deploy/cli/run_graph.hpp"
 #include "ops/gpt.hpp"
-#include "runtime/graph/graph_loader.hpp"
-#include "runtime/actor/actor_system.hpp"
+#include "tests/integration/run_text.hpp"
 
 using namespace troupe;
 
@@ -24,18 +21,9 @@ train:    {{steps: 2, lr: 1.0e-3, warmup: 1, eval_batches: 1}}
 pipeline: {{stages: {}, microbatches: {}, schedule: 1f1b}}
 )",
                           context, batch, documents, stages, microbatches);
-  load_options opts;
-  opts.vocabulary = troupe_vocabulary;
-  auto loaded = load_graph_text(text, "documents.yaml", opts);
-  INFO(to_string(loaded.errors));
-  REQUIRE(loaded.ok());
-  troupe_config cfg;
-  caf::actor_system sys{cfg};
-  auto r = run_graph(sys, *loaded.graph);
-  INFO((r ? std::string{} : sys.render(r.error())));
-  REQUIRE(r);
-  REQUIRE(r->losses.size() == 2);
-  return *r;
+  auto r = testing::run_graph_text(text, "documents.yaml");
+  REQUIRE(r.losses.size() == 2);
+  return r;
 }
 
 /// The first step's loss computed directly: the whole model on the loader's first

@@ -1,13 +1,10 @@
 // `pipeline.wire: bf16`: training activations and gradients cross to other
 // stage actors as bf16 — half the bytes — and the receiver widens them, so the
 // run follows the f32 curve closely but not bit for bit (they were rounded).
-#include <caf/actor_system.hpp>
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "deploy/cli/run_graph.hpp"
-#include "runtime/actor/actor_system.hpp"
-#include "runtime/graph/graph_loader.hpp"
+#include "tests/integration/run_text.hpp"
 
 using namespace troupe;
 
@@ -20,18 +17,9 @@ train:    {{steps: 10, lr: 2.0e-3, warmup: 2, eval_batches: 1}}
 pipeline: {{stages: 2, microbatches: 2, schedule: 1f1b, wire: {}}}
 {})",
                           wire, extra);
-  load_options opts;
-  opts.vocabulary = troupe_vocabulary;
-  auto loaded = load_graph_text(text, "wire.yaml", opts);
-  INFO(to_string(loaded.errors));
-  REQUIRE(loaded.ok());
-  troupe_config cfg;
-  caf::actor_system sys{cfg};
-  auto r = run_graph(sys, *loaded.graph);
-  INFO((r ? std::string{} : sys.render(r.error())));
-  REQUIRE(r);
-  REQUIRE(r->losses.size() == 10);
-  return *r;
+  auto r = testing::run_graph_text(text, "wire.yaml");
+  REQUIRE(r.losses.size() == 10);
+  return r;
 }
 
 std::int64_t stage_bytes(const run_result& r) {
