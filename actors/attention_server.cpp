@@ -16,7 +16,6 @@ struct attention_server_actor_state {
   attention_server_state server;
   std::vector<caf::actor> actors;  ///< every actor of the graph, by index (answers go to key.from)
   bool failed = false;
-  std::int64_t busy_ns = 0, started_ns = 0, bytes_sent = 0;
   static inline const char* name = "attention_server";
 };
 
@@ -34,7 +33,6 @@ caf::behavior attention_server(server_actor* self, std::string name, caf::actor 
       return caf::ok_atom::value;
     },
     [=](start_atom) {
-      self->state.started_ns = trace_now();
       run_summary s; // done at once: it computes what it is sent for as long as the run lasts
       s.actor = name;
       self->send(runner, done_atom::value, std::move(s));
@@ -45,14 +43,12 @@ caf::behavior attention_server(server_actor* self, std::string name, caf::actor 
       if (st.failed)
         return;
       try {
-        auto t0 = trace_now();
         attention_result_msg r;
         {
           scoped_span s(id, span_kind::attention, static_cast<std::int32_t>(m.key.step), m.key.microbatch);
           r = st.server.serve(m);
           s.get().bytes = r.out.defined() ? r.out.nbytes() : 0; // a forward's answer: its queries' outputs (0 for a backward)
         }
-        st.busy_ns += trace_now() - t0;
         if (m.key.from < 0 || static_cast<std::size_t>(m.key.from) >= st.actors.size())
           throw std::runtime_error(fmt::format("a task from actor {}, which the graph does not have", m.key.from));
         self->send(st.actors[static_cast<std::size_t>(m.key.from)], attention_atom::value, std::move(r));

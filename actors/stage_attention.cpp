@@ -127,6 +127,18 @@ attention_key stage_attention::key_of(const nano& n, int shard_index) const {
           backward_};
 }
 
+attention_task_msg stage_attention::task_of(const nano& n, int shard_index) const {
+  const auto& s = n.shards[std::size_t(shard_index)];
+  const long c = range_->config().d_model, q0 = s.start + s.kv - s.q;
+  attention_task_msg m{key_of(n, shard_index), cfg_.heads};
+  if (!backward_)
+    m.q = block(n.piece, s.row, q0, s.q, 0, c), m.k = block(n.piece, s.row, s.start, s.kv, c, c),
+    m.v = block(n.piece, s.row, s.start, s.kv, 2 * c, c);
+  else
+    m.dout = block(n.piece, s.row, q0, s.q, 0, c);
+  return m;
+}
+
 void stage_attention::dispatch(nano& n) {
   const long b = n.r1 - n.r0, c = range_->config().d_model;
   n.acc = tensor_handle::zeros({b, seq_, backward_ ? 3 * c : c});
@@ -138,14 +150,7 @@ void stage_attention::dispatch(nano& n) {
       local_.emplace_back(k, i);
       continue;
     }
-    attention_task_msg m{key_of(n, i), cfg_.heads};
-    const long q0 = s.start + s.kv - s.q;
-    if (!backward_)
-      m.q = block(n.piece, s.row, q0, s.q, 0, c), m.k = block(n.piece, s.row, s.start, s.kv, c, c),
-      m.v = block(n.piece, s.row, s.start, s.kv, 2 * c, c);
-    else
-      m.dout = block(n.piece, s.row, q0, s.q, 0, c);
-    hooks_.send(cfg_.servers[std::size_t(s.server)], m);
+    hooks_.send(cfg_.servers[std::size_t(s.server)], task_of(n, i));
   }
 }
 
@@ -246,14 +251,7 @@ bool stage_attention::run_ready() {
   auto [k, i] = local_.front();
   local_.erase(local_.begin());
   auto& n = nanos_[std::size_t(k)];
-  const auto& s = n.shards[std::size_t(i)];
-  const long c = range_->config().d_model, q0 = s.start + s.kv - s.q;
-  attention_task_msg m{key_of(n, i), cfg_.heads};
-  if (!backward_)
-    m.q = block(n.piece, s.row, q0, s.q, 0, c), m.k = block(n.piece, s.row, s.start, s.kv, c, c),
-    m.v = block(n.piece, s.row, s.start, s.kv, 2 * c, c);
-  else
-    m.dout = block(n.piece, s.row, q0, s.q, 0, c);
+  auto m = task_of(n, i);
   absorb(n, m.key, server_.serve(m));
   return true;
 }

@@ -115,6 +115,8 @@ private:
   void absorb(nano& n, const attention_key& key, const attention_result_msg& r);
   void resume(nano& n);
   attention_key key_of(const nano& n, int shard_index) const;
+  /// Shard `shard_index` of `n` as a task: its q, k, v (forward) or dout (backward) rows.
+  attention_task_msg task_of(const nano& n, int shard_index) const;
 
   stage_attention_config cfg_;
   hooks hooks_;
