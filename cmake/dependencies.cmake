@@ -48,3 +48,8 @@ message(STATUS "troupe: CUDA backend ${TROUPE_HAVE_CUDA}")
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx)
 add_library(troupe::ucx ALIAS PkgConfig::UCX)
+
+# Google Highway (Debian's libhwy-dev): the CPU kernels are written once and compiled
+# for every SIMD target; the best one the processor supports is chosen at run time.
+pkg_check_modules(HWY REQUIRED IMPORTED_TARGET libhwy)
+add_library(troupe::hwy ALIAS PkgConfig::HWY)

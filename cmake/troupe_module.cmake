@@ -67,7 +67,7 @@ function(troupe_add_module name dir)
     add_test(NAME ${name}.${base} COMMAND ${exe})
     set_tests_properties(${name}.${base} PROPERTIES
       WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-      ENVIRONMENT "OPENBLAS_CORETYPE=SkylakeX;TROUPE_BUILD_DIR=${PROJECT_BINARY_DIR};UBSAN_OPTIONS=${TROUPE_UBSAN_OPTIONS}")
+      ENVIRONMENT "TROUPE_BUILD_DIR=${PROJECT_BINARY_DIR};UBSAN_OPTIONS=${TROUPE_UBSAN_OPTIONS}")
     if(t MATCHES "\\.slow\\.test\\.")
       set_tests_properties(${name}.${base} PROPERTIES LABELS slow)
     elseif(t MATCHES "\\.gpu\\.test\\.")

@@ -17,7 +17,6 @@ batch=${4:-4}
 context=${5:-2048}
 troupe=${TROUPE:-build/deploy/troupe}
 [[ -x $troupe ]] || { echo "bench_attention: build first ($troupe)" >&2; exit 2; }
-export OPENBLAS_CORETYPE=SkylakeX
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

@@ -19,7 +19,6 @@ while (($#)); do
   esac
 done
 for t in "$old" "$new"; do [[ -x $t ]] || { echo "bench: $t is not an executable" >&2; exit 1; }; done
-export OPENBLAS_CORETYPE=SkylakeX
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ms_per_step() { sed -n 's/.*"ms_per_step": *\([0-9.eE+-]*\).*/\1/p' "$1"; }

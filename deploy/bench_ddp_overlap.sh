@@ -34,7 +34,6 @@ while (($#)); do
 done
 troupe="$here/$build/deploy/troupe"
 [[ -x $troupe ]] || { echo "bench_ddp_overlap: build first ($troupe)" >&2; exit 2; }
-export OPENBLAS_CORETYPE=SkylakeX
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

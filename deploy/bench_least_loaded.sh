@@ -16,7 +16,6 @@ slow=${3:-6}
 mbs=${4:-16}
 troupe=${TROUPE:-build/deploy/troupe}
 [[ -x $troupe ]] || { echo "bench_least_loaded: build first ($troupe)" >&2; exit 2; }
-export OPENBLAS_CORETYPE=SkylakeX
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

@@ -52,7 +52,6 @@ while (($#)); do
 done
 troupe="$here/$build/deploy/troupe"
 [[ -x $troupe ]] || { echo "bench_local_update: build first ($troupe)" >&2; exit 2; }
-export OPENBLAS_CORETYPE=SkylakeX
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 link="bandwidth: 10Mbit/s, latency: 50ms"

@@ -20,7 +20,6 @@ while (($#)); do
   esac
 done
 [[ -x $troupe ]] || { echo "bench: $troupe is not an executable (build it: cmake --build build --target troupe)" >&2; exit 1; }
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)

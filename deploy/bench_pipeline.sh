@@ -11,7 +11,6 @@ runs=${1:-5}
 steps=${2:-40}
 troupe=${TROUPE:-build/deploy/troupe}
 [[ -x $troupe ]] || { echo "bench_pipeline: build first (deploy/dev.sh example builds $troupe)" >&2; exit 2; }
-export OPENBLAS_CORETYPE=SkylakeX
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

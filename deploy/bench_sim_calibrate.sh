@@ -18,7 +18,6 @@ steps=${2:-40}
 troupe=${TROUPE:-build/deploy/troupe}
 lock=${BENCH_LOCK:-/work/bench.lock}
 [[ -x $troupe ]] || { echo "bench_sim_calibrate: build first ($troupe)" >&2; exit 2; }
-export OPENBLAS_CORETYPE=SkylakeX
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

@@ -30,7 +30,6 @@ while (($#)); do
 done
 troupe="$here/$build/deploy/troupe"
 [[ -x $troupe ]] || { echo "bench_skippipe: build first ($troupe)" >&2; exit 2; }
-export OPENBLAS_CORETYPE=SkylakeX
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 graph=examples/skippipe-run.yaml

@@ -25,7 +25,6 @@ while (($#)); do
     *) echo "usage: $0 [--build DIR] [--rounds N] [--steps N] [--dashboard]" >&2; exit 2 ;;
   esac
 done
-export OPENBLAS_CORETYPE=SkylakeX
 troupe="$build/deploy/troupe"
 [[ -x $troupe ]] || { echo "bench: $troupe not built (cmake --build $build --target troupe)" >&2; exit 1; }
 tmp=$(mktemp -d)

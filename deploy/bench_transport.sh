@@ -16,7 +16,6 @@ while (($#)); do
 done
 bench=$build/runtime/bench_transport
 [[ -x $bench ]] || { echo "bench: $bench missing (cmake --build $build --target bench_transport)" >&2; exit 1; }
-export OPENBLAS_CORETYPE=SkylakeX
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }

@@ -22,7 +22,6 @@ run() { # the command, or with --dry-run its words
 }
 
 run deploy/setup.sh $([[ $what == test ]] && echo --test)   # the test path adds SLURM, munge and sshd
-export OPENBLAS_CORETYPE=SkylakeX   # OpenBLAS picks a 2x slower sgemm on this CPU otherwise
 jobs=$(nproc)
 
 build() { # build DIR TARGET [cmake options...]

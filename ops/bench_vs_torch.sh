@@ -13,5 +13,5 @@ fi
 [[ -f $build/build.ninja || -f $build/Makefile ]] ||
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" --target bench_gpt
-export OPENBLAS_CORETYPE=SkylakeX TROUPE_SOURCE_DIR=$root
+export TROUPE_SOURCE_DIR=$root
 exec "$build/ops/bench_gpt" "$@"

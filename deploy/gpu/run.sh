@@ -7,7 +7,7 @@ C=$(pwd)/.gpu-carry
 OUT=${OUT:-/tmp}
 lib_dir() { dirname "$(find /usr/local /opt /usr/lib -name "$1" 2>/dev/null | head -1)"; }
 export LD_LIBRARY_PATH=$C/lib:$(lib_dir 'libcublasLt.so.13*'):$(lib_dir 'libnccl.so.2*'):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export OPENBLAS_CORETYPE=SkylakeX PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 fail=0
 for t in "$C"/bin/test_*; do

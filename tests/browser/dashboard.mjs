@@ -53,7 +53,7 @@ const children = [];
 
 /// Starts troupe and resolves with its dashboard URL once printed.
 function startTroupe(args) {
-  const proc = spawn(troupe, args, { cwd: root, env: { ...process.env, OPENBLAS_CORETYPE: 'SkylakeX' } });
+  const proc = spawn(troupe, args, { cwd: root, env: process.env });
   children.push(proc);
   let out = '';
   const exited = new Promise((resolve) => proc.on('exit', (code) => resolve(code)));
@@ -72,7 +72,7 @@ function startTroupe(args) {
 
 /// Runs troupe with `args` to its end; resolves with its exit code and output.
 function runToEnd(args) {
-  const proc = spawn(troupe, args, { cwd: root, env: { ...process.env, OPENBLAS_CORETYPE: 'SkylakeX' } });
+  const proc = spawn(troupe, args, { cwd: root, env: process.env });
   children.push(proc);
   let out = '';
   proc.stdout.on('data', (d) => { out += d; });
