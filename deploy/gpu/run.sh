@@ -8,7 +8,7 @@ C=$(pwd)/.gpu-carry
 OUT=${OUT:-/tmp}
 if [[ -f $C/pack.tar.xz ]]; then
   tar -C "$C" -xJf "$C/pack.tar.xz" || exit 1
-  mkdir -p data && cp -n "$C/data/kjv.txt" data/
+  mkdir -p data && { [[ -s data/kjv.txt ]] || cp "$C/data/kjv.txt" data/; }
 fi
 lib_dir() { dirname "$(find /usr/local /opt /usr/lib -name "$1" 2>/dev/null | head -1)"; }
 export LD_LIBRARY_PATH=$C/lib:$(lib_dir 'libcublasLt.so.13*'):$(lib_dir 'libnccl.so.2*'):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
