@@ -24,7 +24,7 @@
 
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/run_graph.hpp"
-#include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/gemm_f32.hpp"
 #include "ops/adamw.hpp"
 
 namespace troupe::cli {
@@ -115,7 +115,7 @@ double gemm_rate(int rows, int h, int runs) {
     flops += 2.0 * rows * s.n * s.k;
   double t = time_median(2, runs, [&] {
     for (auto s : shapes)  // y = x Wᵀ, as ops/linear computes it
-      kernels::cpu::sgemm(false, true, rows, s.n, s.k, 1.0f, a.data(), s.k, w.data(), s.k, 0.0f, c.data(), s.n);
+      kernels::cpu::sgemm_fused(false, true, rows, s.n, s.k, 1.0f, a.data(), s.k, w.data(), s.k, 0.0f, c.data(), s.n, {});
   });
   return flops / t;
 }

@@ -2,7 +2,7 @@
 // (the layout _mm512_dpbf16_ps consumes) and a 6×64 register tile accumulates f32.
 // That kernel is compiled for AVX-512 BF16 alone (Highway 1.0 has no such target) and
 // runs where the processor has it and TROUPE_CPU_TARGET allows AVX-512; elsewhere the
-// inputs are rounded to bf16 in copies and multiplied by sgemm.
+// inputs are rounded to bf16 in copies and multiplied by the f32 kernel.
 #include "kernels/cpu/gemm_bf16.hpp"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/gemm_f32.hpp"
 #include "kernels/cpu/target.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -208,7 +209,7 @@ void sgemm_bf16_dp(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
 
 namespace {
 
-/// Rounded copies of the inputs, multiplied by sgemm: the same rounding, another summation order.
+/// Rounded copies of the inputs, multiplied by sgemm_fused: the same rounding, another summation order.
 void sgemm_bf16_rounded(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                         const float* b, int ldb, float beta, float* c, int ldc) {
   // Portable path: round copies of the operands to bf16, then an f32 product.
@@ -223,7 +224,7 @@ void sgemm_bf16_rounded(bool trans_a, bool trans_b, int m, int n, int k, float a
   for (long i = 0; i < b_rows; ++i)
     for (long j = 0; j < b_cols; ++j)
       rb[std::size_t(i * b_cols + j)] = round_bf16(b[i * ldb + j]);
-  sgemm(trans_a, trans_b, m, n, k, alpha, ra.data(), int(a_cols), rb.data(), int(b_cols), beta, c, ldc);
+  sgemm_fused(trans_a, trans_b, m, n, k, alpha, ra.data(), int(a_cols), rb.data(), int(b_cols), beta, c, ldc, {});
 }
 
 
