@@ -12,9 +12,12 @@
 HWY_BEFORE_NAMESPACE();
 namespace troupe::kernels::cpu::HWY_NAMESPACE {
 namespace {
-/// Where a row's zeros end: the k-mode triangles read rows up to the end of their
-/// row group (at most 16 rows), so zeros go that far past the diagonal, not to T.
-inline long zeros_end(long n, long seq) { return std::min(seq, (n + 15) / 16 * 16); }
+/// Where a row's zeros end: small_gemm's k-mode triangles read rows up to the end of
+/// their row group, so zeros go that far past the diagonal (not to T): to the next
+/// multiple of tile_row_align, which every row group's size divides.
+inline long zeros_end(long n, long seq) {
+  return std::min(seq, (n + tile_row_align - 1) / tile_row_align * tile_row_align);
+}
 
 /// Masked softmax of one score row in place: [0, n) valid, [n, z) set to zero.
 /// Returns the row's log Σ exp, what the backward rebuilds the row from.

@@ -149,7 +149,8 @@ TEST_CASE("attention forward matches the double-precision reference") {
       auto qkv = randv(std::size_t(s.batch * s.seq * 3 * s.heads * s.head_dim), rng);
       std::vector<float> out(std::size_t(s.batch * s.seq * s.heads * s.head_dim)), ro(out.size());
       std::vector<float> lse(std::size_t(s.batch * s.heads * s.seq)), rl(lse.size());
-      std::vector<float> scratch(std::size_t(attention_forward_scratch(s)));
+      // Scratch as a pool hands it out: whatever was there (NaN here), never zeros.
+      std::vector<float> scratch(std::size_t(attention_forward_scratch(s)), NAN);
       attention_forward(qkv.data(), out.data(), lse.data(), scratch.data(), s);
       attention_forward_reference(qkv.data(), ro.data(), rl.data(), s);
       CHECK(rel_err(out, widen(ro)) < 1e-5);
@@ -167,7 +168,8 @@ TEST_CASE("attention backward rebuilt from the forward's lse matches the double-
       auto qkv = randv(std::size_t(s.batch * s.seq * 3 * c), rng), dout = randv(std::size_t(s.batch * s.seq * c), rng);
       std::vector<float> out(dout.size()), lse(std::size_t(s.batch * s.heads * s.seq)), dqkv(qkv.size()),
         rd(qkv.size());
-      std::vector<float> fs(std::size_t(attention_forward_scratch(s))), bs(std::size_t(attention_backward_scratch(s)));
+      std::vector<float> fs(std::size_t(attention_forward_scratch(s)), NAN),
+        bs(std::size_t(attention_backward_scratch(s)), NAN); // as a pool hands it out
       attention_forward(qkv.data(), out.data(), lse.data(), fs.data(), s);
       attention_backward(dout.data(), qkv.data(), lse.data(), dqkv.data(), bs.data(), s);
       attention_backward_reference(dout.data(), qkv.data(), rd.data(), s);

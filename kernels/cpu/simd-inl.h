@@ -29,6 +29,12 @@ constexpr bool native_masks = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2;
 /// Vector registers of this target: how many accumulators a register tile may hold.
 constexpr int vector_registers = (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 16 : 32;
 
+/// small_gemm's register tiles have a number of rows that divides this. A causal
+/// product's k-mode triangles read a whole tile's rows, so attention zeroes each score
+/// row up to the next multiple of it past the diagonal (4, 8, 16 rows with 32 vector
+/// registers; 6 and 12 with 16).
+constexpr long tile_row_align = vector_registers >= 32 ? 16 : 12;
+
 /// The first `n` lanes of p (0 ≤ n ≤ Lanes(d)), the rest zero; reads only those lanes.
 template <class D>
 HWY_INLINE hn::Vec<D> load_n(D d, const hn::TFromD<D>* p, long n) {

@@ -115,13 +115,12 @@ inline void k_range(triangle tri, long r, long rows, long k, long& k0, long& k1)
 
 /// Rows per tile for NV vectors: R·NV accumulators plus NV loaded B vectors and a
 /// broadcast within the register file (GCC 12 spills at 12 rows × 2 of 32 registers).
-/// At most 16: attention zeroes each score row only to the end of its row group.
+/// It divides tile_row_align: attention zeroes each score row only that far.
 template <int NV>
 constexpr int rows_for() {
-  if constexpr (vector_registers >= 32)
-    return NV >= 3 ? 4 : NV == 2 ? 8 : 16;
-  else
-    return NV >= 2 ? 6 : 12;
+  constexpr int r = vector_registers >= 32 ? (NV >= 3 ? 4 : NV == 2 ? 8 : 16) : (NV >= 2 ? 6 : 12);
+  static_assert(tile_row_align % r == 0, "a row group must end where attention's zeros do");
+  return r;
 }
 
 /// All rows of one column panel of up to lanes·NV columns, in groups of R then a remainder.

@@ -45,10 +45,19 @@ std::int64_t all_supported = 0; // what the processor runs, before any cap (unde
 std::int64_t processor_targets() {
   std::lock_guard lock(cap_mutex);
   if (all_supported == 0) {
-    hwy::DisableTargets(0); // no cap yet: SupportedTargets() is the processor's own set
+    hwy::SetSupportedTargetsForTest(0); // no cap yet: SupportedTargets() detects the processor's own set
     all_supported = hwy::SupportedTargets() & HWY_TARGETS;
   }
   return all_supported;
+}
+
+/// Dispatch from now on to the best of `targets`, or of the processor's when 0.
+/// Highway 1.0 has two ways to narrow its choice: DisableTargets does not last, as every
+/// SupportedTargets() call (kernel_target() makes one) re-detects and re-chooses from
+/// all the processor has; the fixed set it keeps for tests does last, so that is used.
+void dispatch_to(std::int64_t targets) {
+  hwy::SetSupportedTargetsForTest(targets);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
 }
 
 std::atomic<bool> env_applied{false};
@@ -75,7 +84,7 @@ caf::error set_kernel_target(std::string_view name) {
   std::transform(want.begin(), want.end(), want.begin(), [](unsigned char c) { return char(std::tolower(c)); });
   const std::int64_t all = processor_targets();
   if (want.empty() || want == "best") {
-    hwy::DisableTargets(0);
+    dispatch_to(0);
     return {};
   }
   for (std::int64_t ts = all; ts != 0; ts &= ts - 1) {
@@ -84,7 +93,7 @@ caf::error set_kernel_target(std::string_view name) {
     std::transform(hwy_name.begin(), hwy_name.end(), hwy_name.begin(),
                    [](unsigned char c) { return char(std::tolower(c)); });
     if (want == name_of(t) || want == hwy_name) {
-      hwy::DisableTargets(all & (t - 1)); // every better target; the dispatch tables re-choose
+      dispatch_to(all & ~(t - 1)); // t and every target below it
       return {};
     }
   }
@@ -105,6 +114,7 @@ void ensure_kernel_target() {
   if (env_applied.load(std::memory_order_relaxed))
     return;
   std::call_once(env_once, [] {
+    processor_targets(); // detected before any cap
     if (const char* v = std::getenv("TROUPE_CPU_TARGET"); v && *v) {
       env_error = set_kernel_target(v);
       if (env_error)
