@@ -1,6 +1,6 @@
 # One helper adds a module's library, its unit tests and its benchmarks.
 #
-#   troupe_add_module(NAME DIR DEPS dep... [CUDA_DEPS dep...])
+#   troupe_add_module(NAME DIR DEPS dep... [PRIVATE_DEPS dep...] [CUDA_DEPS dep...])
 #
 # Sources are every *.cpp under DIR except tests, benchmarks and programs; they
 # form the library troupe_NAME. Everything under a `cuda/` folder (*.cpp and
@@ -13,7 +13,7 @@
 # foo.bench.cpp becomes an executable bench_foo (not run by CTest). Tests and
 # benchmarks under `cuda/` link troupe_NAME_cuda.
 function(troupe_add_module name dir)
-  cmake_parse_arguments(arg "" "" "DEPS;CUDA_DEPS" ${ARGN})
+  cmake_parse_arguments(arg "" "" "DEPS;PRIVATE_DEPS;CUDA_DEPS" ${ARGN})
   file(GLOB_RECURSE all CONFIGURE_DEPENDS "${dir}/*.cpp" "${dir}/*.cu")
   list(FILTER all EXCLUDE REGEX "/node_modules/")  # the dashboard front end's npm packages
   set(sources "")
@@ -43,6 +43,8 @@ function(troupe_add_module name dir)
     add_library(troupe_${name} ${sources})
     target_include_directories(troupe_${name} PUBLIC ${PROJECT_SOURCE_DIR})
     target_link_libraries(troupe_${name} PUBLIC ${arg_DEPS})
+    # Libraries only the module's own sources include (their flags stay off dependents).
+    target_link_libraries(troupe_${name} PRIVATE ${arg_PRIVATE_DEPS})
   else()  # a module with headers only (or none yet)
     add_library(troupe_${name} INTERFACE)
     target_include_directories(troupe_${name} INTERFACE ${PROJECT_SOURCE_DIR})

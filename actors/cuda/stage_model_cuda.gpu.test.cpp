@@ -12,6 +12,7 @@
 #include "actors/stage_model.hpp"
 #include "ops/adamw.hpp"
 #include "kernels/cuda/check.hpp"
+#include "kernels/cuda/test_support.hpp"
 
 using namespace troupe;
 
@@ -90,6 +91,14 @@ void check_close(const chain_result& got, const chain_result& ref, const char* w
   MESSAGE(what << ": loss " << got.losses[0] << " (cpu " << ref.losses[0] << "), eval " << got.eval_loss
                << " (cpu " << ref.eval_loss << "), grad_sq " << got.grad_sq << " (cpu " << ref.grad_sq
                << ")");
+}
+
+/// A host f32 tensor's values (the masters and AdamW moments a model hands out).
+std::vector<float> floats_of(const tensor_handle& t) {
+  REQUIRE(t.type() == dtype::f32);
+  REQUIRE(t.device() == device::cpu());
+  const float* p = t.data<float>();
+  return {p, p + t.numel()};
 }
 
 std::vector<std::uint16_t> download_bf16(const tensor_handle& t) {
@@ -177,11 +186,12 @@ TEST_CASE("a GPU stage model's parameters and its AdamW state move through host 
   auto ha = a->host_params(), hb = b->host_params(), hc = c->host_params();
   for (std::size_t i = 0; i < ha.size(); ++i) {
     CAPTURE(ha[i].name);
-    CHECK(std::memcmp(ha[i].value.raw(), hb[i].value.raw(), ha[i].value.nbytes()) == 0);
+    troupe::gpu::testing::check_same_run(ha[i].name, floats_of(ha[i].value), floats_of(hb[i].value));
     CHECK(hc[i].name == ha[i].name);
   }
   auto sa = oa.state(), sb = ob.state();
   for (std::size_t i = 0; i < sa.tensors.size(); ++i)
-    CHECK(std::memcmp(sa.tensors[i].value.raw(), sb.tensors[i].value.raw(), sa.tensors[i].value.nbytes()) == 0);
+    troupe::gpu::testing::check_same_run(sa.tensors[i].name, floats_of(sa.tensors[i].value),
+                                         floats_of(sb.tensors[i].value));
   CHECK(oc.steps() == 2);
 }

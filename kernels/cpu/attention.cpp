@@ -1,18 +1,16 @@
 // Core attention: per (batch, head), each product is one small_gemm call whose causal
 // triangle skips the masked half row group by row group; tiles stay in registers.
 // The backward rebuilds each head's probabilities from the scores and the forward's lse.
-#include "kernels/cpu/attention.hpp"
+// The softmax rows are written once with Highway for every SIMD target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/attention.cpp"
+#include <hwy/foreach_target.h> // IWYU pragma: keep
+#include <hwy/highway.h>
 
-#include <algorithm>
-#include <cmath>
-#include <vector>
+#include "kernels/cpu/simd-inl.h"
 
-#include "kernels/cpu/reduce.hpp"
-#include "kernels/cpu/simd.hpp"
-#include "kernels/cpu/small_gemm.hpp"
-
-namespace troupe::kernels::cpu {
-
+HWY_BEFORE_NAMESPACE();
+namespace troupe::kernels::cpu::HWY_NAMESPACE {
 namespace {
 /// Where a row's zeros end: the k-mode triangles read rows up to the end of their
 /// row group (at most 16 rows), so zeros go that far past the diagonal, not to T.
@@ -21,21 +19,15 @@ inline long zeros_end(long n, long seq) { return std::min(seq, (n + 15) / 16 * 1
 /// Masked softmax of one score row in place: [0, n) valid, [n, z) set to zero.
 /// Returns the row's log Σ exp, what the backward rebuilds the row from.
 inline float causal_softmax_row(float* p, long n, long z) {
-  float mx = row_max(p, n);
-  float sum = row_exp_sum(p, mx, p, n);
-  float inv = 1.0f / sum;
-#if TROUPE_AVX512
-  const __m512 vinv = _mm512_set1_ps(inv);
-  for (long j = 0; j < z; j += 16) {
-    auto m = simd::tail_mask(n - j);
-    _mm512_mask_storeu_ps(p + j, simd::tail_mask(z - j), _mm512_maskz_mul_ps(m, _mm512_maskz_loadu_ps(m, p + j), vinv));
+  const hn::ScalableTag<float> d;
+  const long N = long(hn::Lanes(d));
+  const float mx = row_max(p, n);
+  const float sum = row_exp_sum(p, mx, p, n);
+  const auto vinv = hn::Set(d, 1.0f / sum);
+  for (long j = 0; j < z; j += N) {
+    const long valid = std::clamp(n - j, 0L, N);
+    store_n(hn::Mul(load_n(d, p + j, valid), vinv), d, p + j, std::min(N, z - j));
   }
-#else
-  for (long j = 0; j < n; ++j)
-    p[j] *= inv;
-  for (long j = n; j < z; ++j)
-    p[j] = 0.0f;
-#endif
   return mx + std::log(sum);
 }
 
@@ -43,31 +35,62 @@ inline float causal_softmax_row(float* p, long n, long z) {
 /// (exp(s - lse) on [0, n)), then dS = P ∘ (dP - rowsum(P ∘ dP)) · scale in `dr`;
 /// both zero on [n, z).
 inline void softmax_grad_row(float* pr, float* dr, float lse, float scale, long n, long z) {
-#if TROUPE_AVX512
-  const __m512 vl = _mm512_set1_ps(lse);
-  __m512 acc = _mm512_setzero_ps();
-  for (long j = 0; j < z; j += 16) {
-    auto m = simd::tail_mask(n - j);
-    __m512 e = _mm512_maskz_mov_ps(m, simd::exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, pr + j), vl)));
-    _mm512_mask_storeu_ps(pr + j, simd::tail_mask(z - j), e);
-    acc = _mm512_fmadd_ps(e, _mm512_maskz_loadu_ps(m, dr + j), acc);
+  const hn::ScalableTag<float> d;
+  const long N = long(hn::Lanes(d));
+  const auto vl = hn::Set(d, lse);
+  auto acc = hn::Zero(d);
+  for (long j = 0; j < z; j += N) {
+    const long valid = std::clamp(n - j, 0L, N), w = std::min(N, z - j);
+    const auto m = hn::FirstN(d, std::size_t(valid));
+    const auto e = hn::IfThenElseZero(m, exp(d, hn::Sub(load_n(d, pr + j, valid), vl)));
+    store_n(e, d, pr + j, w);
+    acc = hn::MulAdd(e, load_n(d, dr + j, valid), acc);
   }
-  const __m512 vdot = _mm512_set1_ps(simd::hsum(acc)), vs = _mm512_set1_ps(scale);
-  for (long j = 0; j < z; j += 16) {
-    auto m = simd::tail_mask(n - j);
-    __m512 d = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, pr + j),
-                                           _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dr + j), vdot)),
-                             vs);
-    _mm512_mask_storeu_ps(dr + j, simd::tail_mask(z - j), d);
+  const auto vdot = hn::Set(d, hsum(d, acc)), vs = hn::Set(d, scale);
+  for (long j = 0; j < z; j += N) {
+    const long valid = std::clamp(n - j, 0L, N), w = std::min(N, z - j);
+    const auto dv = hn::Mul(hn::Mul(load_n(d, pr + j, valid), hn::Sub(load_n(d, dr + j, valid), vdot)), vs);
+    store_n(hn::IfThenElseZero(hn::FirstN(d, std::size_t(valid)), dv), d, dr + j, w);
   }
-#else
-  row_exp_sum(pr, lse, pr, n);
-  float dot = row_dot(pr, dr, n);
-  for (long j = 0; j < n; ++j)
-    dr[j] = pr[j] * (dr[j] - dot) * scale;
-  for (long j = n; j < z; ++j)
-    pr[j] = dr[j] = 0.0f;
-#endif
+}
+} // namespace
+
+/// Rows [0, n) of scores `ld` apart, row i seeing keys [0, f + i + 1): softmax in place, lse[i].
+void causal_softmax_rows_t(float* p, long ld, long n, long f, float* lse) {
+  for (long i = 0; i < n; ++i)
+    lse[i] = causal_softmax_row(p + i * ld, f + i + 1, f + zeros_end(i + 1, n));
+}
+
+/// The backward of causal_softmax_rows_t: probabilities back into p, dS into ds.
+void softmax_grad_rows_t(float* p, float* ds, long ld, long n, long f, const float* lse, float scale) {
+  for (long i = 0; i < n; ++i)
+    softmax_grad_row(p + i * ld, ds + i * ld, lse[i], scale, f + i + 1, f + zeros_end(i + 1, n));
+}
+
+} // namespace troupe::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "kernels/cpu/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/small_gemm.hpp"
+#include "kernels/cpu/target.hpp"
+
+namespace troupe::kernels::cpu {
+
+namespace {
+HWY_EXPORT(causal_softmax_rows_t);
+HWY_EXPORT(softmax_grad_rows_t);
+
+void causal_softmax_rows(float* p, long ld, long n, long f, float* lse) {
+  TROUPE_DISPATCH(causal_softmax_rows_t)(p, ld, n, f, lse);
+}
+void softmax_grad_rows(float* p, float* ds, long ld, long n, long f, const float* lse, float scale) {
+  TROUPE_DISPATCH(softmax_grad_rows_t)(p, ds, ld, n, f, lse, scale);
 }
 } // namespace
 
@@ -101,8 +124,7 @@ void forward_causal(const float* q, const float* k, const float* v, long ld, flo
   float* p = scratch + hd * n; // [n, n]: scores, then probabilities
   transpose(k, n, hd, ld, kt, n);
   small_gemm(n, n, hd, scale, q, ld, 1, kt, n, p, n, false, triangle::columns_to_row);
-  for (long i = 0; i < n; ++i)
-    l[i] = causal_softmax_row(p + i * n, i + 1, zeros_end(i + 1, n));
+  causal_softmax_rows(p, n, n, 0, l);
   small_gemm(n, hd, n, 1.0f, p, n, 1, v, ld, o, ldo, false, triangle::k_to_row);
 }
 
@@ -118,8 +140,7 @@ void backward_causal(const float* q, const float* k, const float* v, long ld, co
   // P exactly as the forward computed its scores, then dP = dO Vᵀ.
   small_gemm(n, n, hd, scale, q, ld, 1, kt, n, p, n, false, triangle::columns_to_row);
   small_gemm(n, n, hd, 1.0f, dout, ldo, 1, vt, n, ds, n, false, triangle::columns_to_row);
-  for (long i = 0; i < n; ++i)
-    softmax_grad_row(p + i * n, ds + i * n, l[i], scale, i + 1, zeros_end(i + 1, n));
+  softmax_grad_rows(p, ds, n, n, 0, l, scale);
   // dQ = dS K; dK = dSᵀ Q and dV = Pᵀ dO, where key row j collects query rows i ≥ j.
   small_gemm(n, hd, n, 1.0f, ds, n, 1, k, ld, dq, ld, false, triangle::k_to_row);
   small_gemm(n, hd, n, 1.0f, ds, 1, n, q, ld, dk, ld, false, triangle::k_from_row);
@@ -186,8 +207,7 @@ void attention_shard_forward(const float* q, const float* k, const float* v, flo
     if (f > 0)
       small_gemm(n, f, hd, scale, qh, c, 1, kt, m, p, m, false);
     small_gemm(n, n, hd, scale, qh, c, 1, kt + f, m, p + f, m, false, triangle::columns_to_row);
-    for (long i = 0; i < n; ++i)
-      lse[h * n + i] = causal_softmax_row(p + i * m, f + i + 1, f + zeros_end(i + 1, n));
+    causal_softmax_rows(p, m, n, f, lse + h * n);
     if (f > 0)
       small_gemm(n, hd, f, 1.0f, p, m, 1, vh, c, oh, c, false);
     small_gemm(n, hd, n, 1.0f, p + f, m, 1, vh + f * c, c, oh, c, f > 0, triangle::k_to_row);
@@ -214,8 +234,7 @@ void attention_shard_backward(const float* dout, const float* q, const float* k,
     }
     small_gemm(n, n, hd, scale, qh, c, 1, kt + f, m, p + f, m, false, triangle::columns_to_row);
     small_gemm(n, n, hd, 1.0f, doh, c, 1, vt + f, m, ds + f, m, false, triangle::columns_to_row);
-    for (long i = 0; i < n; ++i)
-      softmax_grad_row(p + i * m, ds + i * m, lse[h * n + i], scale, f + i + 1, f + zeros_end(i + 1, n));
+    softmax_grad_rows(p, ds, m, n, f, lse + h * n, scale);
     // dQ = dS K; dK = dSᵀ Q and dV = Pᵀ dO: prefix keys collect every query, the triangle's those at or after them.
     if (f > 0) {
       small_gemm(n, hd, f, 1.0f, ds, m, 1, kh, c, dq + o, c, false);
@@ -320,3 +339,4 @@ void attention_backward_reference(const float* dout, const float* qkv, float* dq
 }
 
 } // namespace troupe::kernels::cpu
+#endif // HWY_ONCE

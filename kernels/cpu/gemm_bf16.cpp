@@ -1,5 +1,8 @@
 // bf16 matrix products: operands are packed per block of k into pairs of bf16
 // (the layout _mm512_dpbf16_ps consumes) and a 6×64 register tile accumulates f32.
+// That kernel is compiled for AVX-512 BF16 alone (Highway 1.0 has no such target) and
+// runs where the processor has it and TROUPE_CPU_TARGET allows AVX-512; elsewhere the
+// inputs are rounded to bf16 in copies and multiplied by sgemm.
 #include "kernels/cpu/gemm_bf16.hpp"
 
 #include <algorithm>
@@ -9,7 +12,12 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.hpp"
-#include "kernels/cpu/simd.hpp"
+#include "kernels/cpu/target.hpp"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TROUPE_BF16_KERNEL 1
+#endif
 
 namespace troupe::kernels::cpu {
 
@@ -21,9 +29,23 @@ float round_bf16(float x) {
   return x;
 }
 
-#if TROUPE_AVX512 && defined(__AVX512BF16__)
+#if TROUPE_BF16_KERNEL
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")
+// GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_ps() as maybe uninitialised.
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace {
+
+/// Mask selecting the first `n` lanes (none when n <= 0, all when n >= 16).
+inline __mmask16 tail_mask(long n) {
+  if (n <= 0)
+    return 0;
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+}
 
 constexpr int kc_max = 256; // k per packed block (128 pairs)
 constexpr int panel = 64;   // columns per packed B panel (4 vectors)
@@ -39,8 +61,8 @@ inline __m512i interleave_pairs(__m512 r0, __m512 r1) {
 
 /// 32 consecutive floats (masked to `n`) → 16 pairs in order.
 inline __m512i adjacent_pairs(const float* x, long n) {
-  __m512 lo = _mm512_maskz_loadu_ps(simd::tail_mask(n), x);
-  __m512 hi = _mm512_maskz_loadu_ps(simd::tail_mask(n - 16), x + 16);
+  __m512 lo = _mm512_maskz_loadu_ps(tail_mask(n), x);
+  __m512 hi = _mm512_maskz_loadu_ps(tail_mask(n - 16), x + 16);
   return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 }
 
@@ -56,7 +78,7 @@ packed_a pack_a(bool ta, const float* a, long lda, long m, long k0, long kc, std
   if (!ta) {
     for (long i = 0; i < m; ++i)
       for (long q = 0; q < kp; q += 16)
-        _mm512_mask_storeu_epi32(buf + i * kp + q, simd::tail_mask(kp - q),
+        _mm512_mask_storeu_epi32(buf + i * kp + q, tail_mask(kp - q),
                                  adjacent_pairs(a + i * lda + k0 + 2 * q, kc - 2 * q));
     return {buf, kp, 1};
   }
@@ -64,7 +86,7 @@ packed_a pack_a(bool ta, const float* a, long lda, long m, long k0, long kc, std
     const float* r0 = a + (k0 + 2 * p) * lda;
     const bool has1 = 2 * p + 1 < kc;
     for (long i = 0; i < m; i += 16) {
-      auto mk = simd::tail_mask(m - i);
+      auto mk = tail_mask(m - i);
       __m512 x0 = _mm512_maskz_loadu_ps(mk, r0 + i);
       __m512 x1 = has1 ? _mm512_maskz_loadu_ps(mk, r0 + lda + i) : _mm512_setzero_ps();
       _mm512_mask_storeu_epi32(buf + p * m + i, mk, interleave_pairs(x0, x1));
@@ -81,7 +103,7 @@ void pack_b(bool tb, const float* b, long ldb, long j0, long w, long k0, long kc
       const float* r0 = b + (k0 + 2 * p) * ldb + j0;
       const bool has1 = 2 * p + 1 < kc;
       for (long v = 0; v < panel; v += 16) {
-        auto mk = simd::tail_mask(w - v);
+        auto mk = tail_mask(w - v);
         __m512 x0 = _mm512_maskz_loadu_ps(mk, r0 + v);
         __m512 x1 = has1 ? _mm512_maskz_loadu_ps(mk, r0 + ldb + v) : _mm512_setzero_ps();
         _mm512_storeu_si512(buf + p * panel + v, interleave_pairs(x0, x1));
@@ -122,7 +144,7 @@ inline void tile(std::index_sequence<I...>, const packed_a& pa, long i0, long kp
   const __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
   auto store = [&](std::size_t i, __m512 x) {
     float* dst = c + (i0 + long(i / 4)) * ldc + 16 * long(i % 4);
-    auto mk = simd::tail_mask(w - 16 * long(i % 4));
+    auto mk = tail_mask(w - 16 * long(i % 4));
     if (w <= 16 * long(i % 4))
       return;
     x = _mm512_mul_ps(x, al);
@@ -141,10 +163,9 @@ void tile_rows(const packed_a& pa, long i0, long kp, const std::uint32_t* bp, fl
   tile<R>(std::make_index_sequence<std::size_t(R * 4)>{}, pa, i0, kp, bp, c, ldc, w, alpha, beta, first);
 }
 
-} // namespace
-
-void sgemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-                const float* b, int ldb, float beta, float* c, int ldc) {
+/// The AVX-512 BF16 kernel (the caller checked the processor has it).
+void sgemm_bf16_dp(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                   const float* b, int ldb, float beta, float* c, int ldc) {
   if (m == 0 || n == 0)
     return;
   if (k == 0) { // C = beta·C, as sgemm does
@@ -178,10 +199,18 @@ void sgemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
   }
 }
 
-#else
+} // namespace
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#pragma GCC pop_options
+#endif // TROUPE_BF16_KERNEL
 
-void sgemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-                const float* b, int ldb, float beta, float* c, int ldc) {
+namespace {
+
+/// Rounded copies of the inputs, multiplied by sgemm: the same rounding, another summation order.
+void sgemm_bf16_rounded(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                        const float* b, int ldb, float beta, float* c, int ldc) {
   // Portable path: round copies of the operands to bf16, then an f32 product.
   thread_local std::vector<float> ra, rb;
   const long a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
@@ -197,6 +226,30 @@ void sgemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
   sgemm(trans_a, trans_b, m, n, k, alpha, ra.data(), int(a_cols), rb.data(), int(b_cols), beta, c, ldc);
 }
 
+
+/// Whether the dpbf16 kernel may run: the processor has AVX-512 BF16 and the kernel
+/// target (TROUPE_CPU_TARGET) is not capped below AVX-512.
+bool use_dp_kernel() {
+#if TROUPE_BF16_KERNEL
+  static const bool cpu = __builtin_cpu_supports("avx512bf16");
+  if (!cpu)
+    return false;
+  const std::string t = kernel_target();
+  return t == "avx512" || t == "avx512_dl";
+#else
+  return false;
 #endif
+}
+
+} // namespace
+
+void sgemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                const float* b, int ldb, float beta, float* c, int ldc) {
+#if TROUPE_BF16_KERNEL
+  if (use_dp_kernel())
+    return sgemm_bf16_dp(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#endif
+  sgemm_bf16_rounded(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 } // namespace troupe::kernels::cpu

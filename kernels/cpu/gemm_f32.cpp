@@ -1,7 +1,13 @@
-// Packed AVX-512 f32 sgemm (the BLIS loop order: a packed B panel stays in L1 while
-// register tiles of rows stream past it; Van Zee & van de Geijn, "BLIS", TOMS 2015)
-// with bias, residual and bias-gradient passes fused into packing and write-back.
-#include "kernels/cpu/gemm_f32.hpp"
+// Packed f32 sgemm (the BLIS loop order: a packed B panel stays in L1 while register
+// tiles of rows stream past it; Van Zee & van de Geijn, "BLIS", TOMS 2015) with bias,
+// residual and bias-gradient passes fused into packing and write-back. Written once
+// with Highway: a tile is 6 rows × 4 vectors where 32 vector registers exist (AVX-512:
+// 6×64 floats) and 6 rows × 2 vectors where 16 do (AVX2: 6×16, the shape of BLIS's
+// and OpenBLAS's Haswell kernels).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/gemm_f32.cpp"
+#include <hwy/foreach_target.h> // IWYU pragma: keep
+#include <hwy/highway.h>
 
 #include <algorithm>
 #include <cstring>
@@ -10,16 +16,17 @@
 
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/gemm.hpp"
-#include "kernels/cpu/simd.hpp"
+#include "kernels/cpu/gemm_f32.hpp"
+#include "kernels/cpu/simd-inl.h"
 #include "kernels/cpu/small_gemm.hpp"
 
-namespace troupe::kernels::cpu {
-
-namespace {
+#ifndef TROUPE_KERNELS_CPU_GEMM_F32_ONCE
+#define TROUPE_KERNELS_CPU_GEMM_F32_ONCE // the target-independent part, once
+namespace troupe::kernels::cpu::detail {
 
 /// The epilogue's plain version: C was computed as alpha·AB + beta·C_in by sgemm.
-void epilogue_rows(int m, int n, int k, bool trans_a, float alpha, const float* a, int lda, float* c, int ldc,
-                   const gemm_epilogue& e) {
+inline void epilogue_rows(int m, int n, int k, bool trans_a, float alpha, const float* a, int lda, float* c,
+                          int ldc, const gemm_epilogue& e) {
   if (e.bias)
     for (long i = 0; i < m; ++i)
       for (long j = 0; j < n; ++j)
@@ -40,8 +47,8 @@ void epilogue_rows(int m, int n, int k, bool trans_a, float alpha, const float* 
 }
 
 /// sgemm through BLAS, then the epilogue as separate passes.
-void fused_fallback(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
-                    int ldb, float beta, float* c, int ldc, const gemm_epilogue& e) {
+inline void fused_fallback(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+                           const float* b, int ldb, float beta, float* c, int ldc, const gemm_epilogue& e) {
   if (e.c_in && e.c_in != c && beta != 0.0f)
     for (long i = 0; i < m; ++i)
       std::memcpy(c + i * ldc, e.c_in + long(i) * e.ldc_in, std::size_t(n) * sizeof(float));
@@ -49,18 +56,22 @@ void fused_fallback(bool ta, bool tb, int m, int n, int k, float alpha, const fl
   epilogue_rows(m, n, k, ta, alpha, a, lda, c, ldc, e);
 }
 
-} // namespace
+} // namespace troupe::kernels::cpu::detail
+#endif
 
-#if TROUPE_AVX512
-
+HWY_BEFORE_NAMESPACE();
+namespace troupe::kernels::cpu::HWY_NAMESPACE {
 namespace {
 
-// Measured on this machine's GPT shapes against 6×64 with k blocks of 192, 12×32,
-// 14×32 and 8×48 register tiles: 6×64 with 256 was fastest (≈190–205 GFLOP/s).
-constexpr int kc_max = 256; // k per block: a B panel (256 × 64 floats) stays in L1
-constexpr int vecs = 4;     // vectors per register-tile row: panels of 64 columns
-constexpr int panel = 16 * vecs;
-constexpr int rows = 6; // rows per register tile: 24 accumulators
+#if !HWY_HAVE_SCALABLE
+using tag = hn::ScalableTag<float>;
+constexpr long lanes = long(hn::MaxLanes(tag()));
+// Measured on AVX-512 against 6×64 with k blocks of 192, 12×32, 14×32 and 8×48
+// register tiles: 6×64 with 256 was fastest (≈190–205 GFLOP/s).
+constexpr int kc_max = 256;                           // k per block: a B panel stays in L1
+constexpr int vecs = vector_registers >= 32 ? 4 : 2;  // vectors per register-tile row
+constexpr long panel = vecs * lanes;                  // columns per packed B panel
+constexpr int rows = 6;                               // rows per register tile
 
 /// Where the register tile finds A(r, p): data[r·rs + p·ps], A in place.
 struct a_view {
@@ -83,17 +94,18 @@ struct store_args {
   struct lines {
     const char* base = nullptr;
     long ld = 0, per_row = 1, first = 0, count = 0;
-    template <_mm_hint Hint>
     void fetch(long i) const {
       i += first;
-      _mm_prefetch(base + (i / per_row) * ld + (i % per_row) * 64, Hint);
+      __builtin_prefetch(base + (i / per_row) * ld + (i % per_row) * 64, 0, 2); // into L2
     }
   } next_b;
 };
 
 template <int R, std::size_t... I>
-inline void tile(std::index_sequence<I...>, a_view a, long kc, const float* bp, long w, const store_args& s) {
-  __m512 acc[R * vecs] = {((void)I, _mm512_setzero_ps())...};
+HWY_INLINE void tile(std::index_sequence<I...>, a_view a, long kc, const float* bp, long w, const store_args& s) {
+  const tag d;
+  using V = hn::Vec<tag>;
+  V acc[R * vecs] = {((void)I, hn::Zero(d))...};
   const float* ar[R];
   for (int r = 0; r < R; ++r)
     ar[r] = a.data + r * a.rs;
@@ -101,38 +113,41 @@ inline void tile(std::index_sequence<I...>, a_view a, long kc, const float* bp, 
   // a gradient accumulated across steps or a fresh output is rarely in cache.
   for (int r = 0; r < R; ++r)
     for (long j = 0; j < w; j += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(s.c + r * s.ldc + j), _MM_HINT_ET0);
+      __builtin_prefetch(s.c + r * s.ldc + j, 1, 3);
       if (s.first && s.beta != 0.0f && s.c_in != s.c)
-        _mm_prefetch(reinterpret_cast<const char*>(s.c_in + r * s.ldc_in + j), _MM_HINT_T0);
+        __builtin_prefetch(s.c_in + r * s.ldc_in + j, 0, 3);
     }
   for (long extra = kc; extra < s.next_b.count; ++extra)
-    s.next_b.fetch<_MM_HINT_T1>(extra);
+    s.next_b.fetch(extra);
   for (long p = 0; p < kc; ++p) {
     if (p < s.next_b.count)
-      s.next_b.fetch<_MM_HINT_T1>(p);
+      s.next_b.fetch(p);
     const float* bq = bp + p * panel;
-    __m512 bv[vecs];
+    V bv[vecs];
     for (int v = 0; v < vecs; ++v)
-      bv[v] = _mm512_loadu_ps(bq + 16 * v);
-    ((acc[I] = _mm512_fmadd_ps(_mm512_set1_ps(ar[I / vecs][p * a.ps]), bv[I % vecs], acc[I])), ...);
+      bv[v] = hn::LoadU(d, bq + lanes * v);
+    ((acc[I] = hn::MulAdd(hn::Set(d, ar[I / vecs][p * a.ps]), bv[I % vecs], acc[I])), ...);
   }
-  const __m512 al = _mm512_set1_ps(s.alpha), be = _mm512_set1_ps(s.beta);
-  auto store = [&](std::size_t i, __m512 x) {
-    const long r = long(i / vecs), j = 16 * long(i % vecs);
+  const auto al = hn::Set(d, s.alpha), be = hn::Set(d, s.beta);
+  auto store = [&](std::size_t i, V x) {
+    const long r = long(i / vecs), j = lanes * long(i % vecs);
     if (w <= j)
       return;
-    const auto mk = simd::tail_mask(w - j);
+    const long n = std::min(lanes, w - j);
     float* dst = s.c + r * s.ldc + j;
     if (!s.first) {
-      x = _mm512_fmadd_ps(x, al, _mm512_maskz_loadu_ps(mk, dst));
+      x = hn::MulAdd(x, al, load_n(d, dst, n));
     } else {
-      x = _mm512_mul_ps(x, al);
+      x = hn::Mul(x, al);
       if (s.beta != 0.0f)
-        x = _mm512_fmadd_ps(be, _mm512_maskz_loadu_ps(mk, s.c_in + r * s.ldc_in + j), x);
+        x = hn::MulAdd(be, load_n(d, s.c_in + r * s.ldc_in + j, n), x);
       if (s.bias)
-        x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, s.bias + j));
+        x = hn::Add(x, load_n(d, s.bias + j, n));
     }
-    _mm512_mask_storeu_ps(dst, mk, x);
+    if (n == lanes)
+      hn::StoreU(x, d, dst);
+    else
+      store_n(x, d, dst, n);
   };
   (store(I, acc[I]), ...);
 }
@@ -144,64 +159,53 @@ void tile_rows(a_view a, long kc, const float* bp, long w, const store_args& s) 
 
 /// sums[i] += alpha · Σ_p op(A)(i, p) over k0 ≤ p < k0 + kc for transposed A (rows of `a` are k).
 void add_transposed_row_sums(const float* a, long lda, long m, long k0, long kc, float alpha, float* sums) {
-  const __m512 al = _mm512_set1_ps(alpha);
-  for (long i = 0; i < m; i += 16) {
-    const auto mk = simd::tail_mask(m - i);
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  const tag d;
+  const auto al = hn::Set(d, alpha);
+  for (long i = 0; i < m; i += lanes) {
+    const long n = std::min(lanes, m - i);
+    auto s0 = hn::Zero(d), s1 = hn::Zero(d);
     long p = 0;
     for (; p + 1 < kc; p += 2) {
-      s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(mk, a + (k0 + p) * lda + i));
-      s1 = _mm512_add_ps(s1, _mm512_maskz_loadu_ps(mk, a + (k0 + p + 1) * lda + i));
+      s0 = hn::Add(s0, load_n(d, a + (k0 + p) * lda + i, n));
+      s1 = hn::Add(s1, load_n(d, a + (k0 + p + 1) * lda + i, n));
     }
     if (p < kc)
-      s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(mk, a + (k0 + p) * lda + i));
-    __m512 old = _mm512_maskz_loadu_ps(mk, sums + i);
-    _mm512_mask_storeu_ps(sums + i, mk, _mm512_fmadd_ps(al, _mm512_add_ps(s0, s1), old));
+      s0 = hn::Add(s0, load_n(d, a + (k0 + p) * lda + i, n));
+    store_n(hn::MulAdd(al, hn::Add(s0, s1), load_n(d, sums + i, n)), d, sums + i, n);
   }
 }
 
 /// Packs op(B)[k0..k0+kc, j0..j0+w) as [kc][panel], zero beyond w.
 void pack_b(bool tb, const float* b, long ldb, long j0, long w, long k0, long kc, float* buf) {
+  const tag d;
   if (!tb) {
     for (long p = 0; p < kc; ++p) {
       const float* src = b + (k0 + p) * ldb + j0;
-      for (long v = 0; v < panel; v += 16)
-        _mm512_storeu_ps(buf + p * panel + v, _mm512_maskz_loadu_ps(simd::tail_mask(w - v), src + v));
+      for (long v = 0; v < panel; v += lanes)
+        hn::StoreU(load_n(d, src + v, std::clamp(w - v, 0L, lanes)), d, buf + p * panel + v);
     }
     return;
   }
-  // Column j of op(B) is row j0 + j of b: transpose 16 columns × kc at a time.
-  for (long v = 0; v < panel; v += 16) {
-    const long cols = std::min<long>(16, w - v);
+  // Column j of op(B) is row j0 + j of b: transpose a vector of columns × kc at a time.
+  for (long v = 0; v < panel; v += lanes) {
+    const long cols = std::min(lanes, w - v);
     if (cols <= 0) {
       for (long p = 0; p < kc; ++p)
-        _mm512_storeu_ps(buf + p * panel + v, _mm512_setzero_ps());
+        hn::StoreU(hn::Zero(d), d, buf + p * panel + v);
       continue;
     }
-    if (cols == 16 && kc % 16 == 0) {
-      transpose(b + (j0 + v) * ldb + k0, 16, kc, ldb, buf + v, panel);
+    if (cols == lanes && kc % 16 == 0) {
+      transpose(b + (j0 + v) * ldb + k0, lanes, kc, ldb, buf + v, panel);
       continue;
     }
     for (long p = 0; p < kc; ++p)
-      for (long j = 0; j < 16; ++j)
+      for (long j = 0; j < lanes; ++j)
         buf[p * panel + v + j] = j < cols ? b[(j0 + v + j) * ldb + k0 + p] : 0.0f;
   }
 }
 
-} // namespace
-
-bool sgemm_fused_native() { return true; }
-
-void sgemm_fused(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-                 const float* b, int ldb, float beta, float* c, int ldc, const gemm_epilogue& e) {
-  if (m == 0 || n == 0)
-    return;
-  // Transposed A is read in place at its row stride; from 768 rows on (a stride of
-  // 3 KiB or more) its lines collide in L1 and OpenBLAS's packing measured faster.
-  if (k == 0 || (trans_a && m > 512)) {
-    fused_fallback(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, e);
-    return;
-  }
+void packed(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+            int ldb, float beta, float* c, int ldc, const gemm_epilogue& e) {
   thread_local std::vector<float> bbuf; // grows once, then reused
   bbuf.resize(std::max<std::size_t>(bbuf.size(), std::size_t(kc_max) * panel + 16));
   for (long k0 = 0; k0 < k; k0 += kc_max) {
@@ -211,12 +215,8 @@ void sgemm_fused(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
     if (trans_a && e.a_row_sums)
       add_transposed_row_sums(a, lda, m, k0, kc, alpha, e.a_row_sums);
     else if (e.a_row_sums)
-      for (long i = 0; i < m; ++i) {
-        float sum = 0;
-        for (long p = 0; p < kc; ++p)
-          sum += a[i * lda + k0 + p];
-        e.a_row_sums[i] += alpha * sum;
-      }
+      for (long i = 0; i < m; ++i)
+        e.a_row_sums[i] += alpha * row_sum(a + i * lda + k0, kc);
     auto view = [&](long i) {
       if (trans_a)
         return a_view{a + k0 * lda + i, 1, lda};
@@ -225,7 +225,7 @@ void sgemm_fused(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
     for (long j0 = 0; j0 < n; j0 += panel) {
       const long w = std::min<long>(panel, n - j0);
       pack_b(trans_b, b, ldb, j0, w, k0, kc, bbuf.data());
-      // The next panel's source: the next 64 columns, or the next k block's first.
+      // The next panel's source: the next panel of columns, or the next k block's first.
       long j1 = j0 + panel, k1 = k0, kc1 = kc;
       if (j1 >= n) {
         j1 = 0;
@@ -264,16 +264,40 @@ void sgemm_fused(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
     }
   }
 }
+#endif // !HWY_HAVE_SCALABLE
 
-#else
+} // namespace
 
-bool sgemm_fused_native() { return false; }
+void sgemm_fused_t(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                   const float* b, int ldb, float beta, float* c, int ldc, const gemm_epilogue& e) {
+  if (m == 0 || n == 0)
+    return;
+#if !HWY_HAVE_SCALABLE
+  // Transposed A is read in place at its row stride; from 768 rows on (a stride of
+  // 3 KiB or more) its lines collide in L1 and OpenBLAS's packing measured faster.
+  // Highway's scalar baseline has one-lane vectors: BLAS is faster there.
+  if (lanes > 1 && k > 0 && !(trans_a && m > 512)) {
+    packed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, e);
+    return;
+  }
+#endif
+  detail::fused_fallback(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, e);
+}
+
+} // namespace troupe::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "kernels/cpu/target.hpp"
+
+namespace troupe::kernels::cpu {
+
+HWY_EXPORT(sgemm_fused_t);
 
 void sgemm_fused(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                  const float* b, int ldb, float beta, float* c, int ldc, const gemm_epilogue& e) {
-  fused_fallback(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, e);
+  TROUPE_DISPATCH(sgemm_fused_t)(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, e);
 }
 
-#endif
-
 } // namespace troupe::kernels::cpu
+#endif // HWY_ONCE

@@ -1,5 +1,5 @@
-// Our own AVX-512 f32 matrix product for the GPT's shapes, with the memory passes
-// around a product (bias rows, a residual, a bias gradient) fused into it.
+// Our own f32 matrix product for the GPT's shapes, with the memory passes around a
+// product (bias rows, a residual, a bias gradient) fused into it; every SIMD target.
 #pragma once
 
 namespace troupe::kernels::cpu {
@@ -17,11 +17,9 @@ struct gemm_epilogue {
 };
 
 /// C = alpha · op(A) · op(B) + beta · C_in + bias, row-major like sgemm, in one pass
-/// over C. Uses the packed AVX-512 kernel where available, else sgemm plus loops.
+/// over C. A packed register-tiled kernel per SIMD target (Highway); sgemm plus loops
+/// on targets without fixed-size vectors and for transposed A of more than 512 rows.
 void sgemm_fused(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                  const float* b, int ldb, float beta, float* c, int ldc, const gemm_epilogue& e);
-
-/// Whether sgemm_fused runs its own packed kernel on this build (AVX-512) rather than BLAS.
-bool sgemm_fused_native();
 
 } // namespace troupe::kernels::cpu

@@ -1,86 +1,117 @@
-// Layer norm kernels: two passes over each row, kept in cache.
-#include "kernels/cpu/layer_norm.hpp"
+// Layer norm kernels: two passes over each row, kept in cache; written once with
+// Highway for every SIMD target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/layer_norm.cpp"
+#include <hwy/foreach_target.h> // IWYU pragma: keep
+#include <hwy/highway.h>
 
-#include <cmath>
+#include "kernels/cpu/simd-inl.h"
 
-#include "kernels/cpu/reduce.hpp"
-#include "kernels/cpu/simd.hpp"
+HWY_BEFORE_NAMESPACE();
+namespace troupe::kernels::cpu::HWY_NAMESPACE {
 
-namespace troupe::kernels::cpu {
-
-void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                        float* rstd, long rows, long cols, float eps) {
+void layer_norm_forward_t(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                          float* rstd, long rows, long cols, float eps) {
+  const hn::ScalableTag<float> d;
+  const long N = long(hn::Lanes(d));
   for (long r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
-    float mu = row_sum(xr, cols) / static_cast<float>(cols);
-    float var = row_sq_dev(xr, mu, cols) / static_cast<float>(cols);
-    float rs = 1.0f / std::sqrt(var + eps);
+    const float mu = row_sum(xr, cols) / static_cast<float>(cols);
+    const float var = row_sq_dev(xr, mu, cols) / static_cast<float>(cols);
+    const float rs = 1.0f / std::sqrt(var + eps);
     mean[r] = mu;
     rstd[r] = rs;
-    for (long i = 0; i < cols; ++i)
-      yr[i] = (xr[i] - mu) * rs * gamma[i] + beta[i];
+    const auto vmu = hn::Set(d, mu), vrs = hn::Set(d, rs);
+    for (long i = 0; i < cols; i += N) {
+      const long w = std::min(N, cols - i);
+      const auto xn = hn::Mul(hn::Sub(load_n(d, xr + i, w), vmu), vrs);
+      store_n(hn::MulAdd(xn, load_n(d, gamma + i, w), load_n(d, beta + i, w)), d, yr + i, w);
+    }
   }
 }
 
-void layer_norm_backward_input(const float* dy, const float* x, const float* mean, const float* rstd,
-                               const float* gamma, float* dx, long rows, long cols, const float* add) {
-  float inv_n = 1.0f / static_cast<float>(cols);
+void layer_norm_backward_input_t(const float* dy, const float* x, const float* mean, const float* rstd,
+                                 const float* gamma, float* dx, long rows, long cols, const float* add) {
+  const hn::ScalableTag<float> d;
+  const long N = long(hn::Lanes(d));
+  const float inv_n = 1.0f / static_cast<float>(cols);
   for (long r = 0; r < rows; ++r) {
     const float* dyr = dy + r * cols;
     const float* xr = x + r * cols;
     const float* ar = add ? add + r * cols : nullptr;
     float* dxr = dx + r * cols;
     const float mu = mean[r], rs = rstd[r];
-    long i = 0;
-#if TROUPE_AVX512
-    // Pass 1: g = dy * gamma and the row sums of g and g * (x - mean).
-    __m512 sg = _mm512_setzero_ps(), sgx = _mm512_setzero_ps(), vmu = _mm512_set1_ps(mu);
-    for (; i < cols; i += 16) {
-      auto m = simd::tail_mask(cols - i);
-      __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dyr + i), _mm512_maskz_loadu_ps(m, gamma + i));
-      sg = _mm512_add_ps(sg, g);
-      sgx = _mm512_fmadd_ps(g, _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, xr + i), vmu), sgx);
+    // Pass 1: g = dy * gamma and the row sums of g and g * (x - mean). Lanes past the
+    // row's end load as zero, so they add nothing.
+    auto sg = hn::Zero(d), sgx = hn::Zero(d);
+    const auto vmu = hn::Set(d, mu);
+    for (long i = 0; i < cols; i += N) {
+      const long w = std::min(N, cols - i);
+      const auto g = hn::Mul(load_n(d, dyr + i, w), load_n(d, gamma + i, w));
+      sg = hn::Add(sg, g);
+      sgx = hn::MulAdd(g, hn::Sub(load_n(d, xr + i, w), vmu), sgx);
     }
-    const float mg = simd::hsum(sg) * inv_n, mgx = simd::hsum(sgx) * rs * inv_n;
+    const float mg = hsum(d, sg) * inv_n, mgx = hsum(d, sgx) * rs * inv_n;
     // Pass 2: dx = rs * (g - mg - (x - mu) * rs * mgx) (+ add).
-    const __m512 vrs = _mm512_set1_ps(rs), vmg = _mm512_set1_ps(mg), vk = _mm512_set1_ps(rs * mgx);
-    for (i = 0; i < cols; i += 16) {
-      auto m = simd::tail_mask(cols - i);
-      __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dyr + i), _mm512_maskz_loadu_ps(m, gamma + i));
-      __m512 xc = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, xr + i), vmu);
-      __m512 d = _mm512_mul_ps(vrs, _mm512_sub_ps(_mm512_sub_ps(g, vmg), _mm512_mul_ps(xc, vk)));
+    const auto vrs = hn::Set(d, rs), vmg = hn::Set(d, mg), vk = hn::Set(d, rs * mgx);
+    for (long i = 0; i < cols; i += N) {
+      const long w = std::min(N, cols - i);
+      const auto g = hn::Mul(load_n(d, dyr + i, w), load_n(d, gamma + i, w));
+      const auto xc = hn::Sub(load_n(d, xr + i, w), vmu);
+      auto dv = hn::Mul(vrs, hn::Sub(hn::Sub(g, vmg), hn::Mul(xc, vk)));
       if (ar)
-        d = _mm512_add_ps(d, _mm512_maskz_loadu_ps(m, ar + i));
-      _mm512_mask_storeu_ps(dxr + i, m, d);
+        dv = hn::Add(dv, load_n(d, ar + i, w));
+      store_n(dv, d, dxr + i, w);
     }
-#else
-    float sum_g = 0, sum_gx = 0;
-    for (; i < cols; ++i) {
-      float g = dyr[i] * gamma[i];
-      sum_g += g;
-      sum_gx += g * (xr[i] - mu);
-    }
-    const float mg = sum_g * inv_n, mgx = sum_gx * rs * inv_n;
-    for (i = 0; i < cols; ++i) {
-      float d = rs * (dyr[i] * gamma[i] - mg - (xr[i] - mu) * (rs * mgx));
-      dxr[i] = ar ? d + ar[i] : d;
-    }
-#endif
   }
+}
+
+void layer_norm_backward_weight_t(const float* dy, const float* x, const float* mean, const float* rstd,
+                                  float* dgamma, float* dbeta, long rows, long cols) {
+  const hn::ScalableTag<float> d;
+  const long N = long(hn::Lanes(d));
+  for (long r = 0; r < rows; ++r) {
+    const float* dyr = dy + r * cols;
+    const float* xr = x + r * cols;
+    const auto vmu = hn::Set(d, mean[r]), vrs = hn::Set(d, rstd[r]);
+    for (long i = 0; i < cols; i += N) {
+      const long w = std::min(N, cols - i);
+      const auto g = load_n(d, dyr + i, w);
+      const auto xn = hn::Mul(hn::Sub(load_n(d, xr + i, w), vmu), vrs);
+      store_n(hn::MulAdd(g, xn, load_n(d, dgamma + i, w)), d, dgamma + i, w);
+      store_n(hn::Add(g, load_n(d, dbeta + i, w)), d, dbeta + i, w);
+    }
+  }
+}
+
+} // namespace troupe::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "kernels/cpu/layer_norm.hpp"
+#include "kernels/cpu/target.hpp"
+
+namespace troupe::kernels::cpu {
+
+HWY_EXPORT(layer_norm_forward_t);
+HWY_EXPORT(layer_norm_backward_input_t);
+HWY_EXPORT(layer_norm_backward_weight_t);
+
+void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                        float* rstd, long rows, long cols, float eps) {
+  TROUPE_DISPATCH(layer_norm_forward_t)(x, gamma, beta, y, mean, rstd, rows, cols, eps);
+}
+
+void layer_norm_backward_input(const float* dy, const float* x, const float* mean, const float* rstd,
+                               const float* gamma, float* dx, long rows, long cols, const float* add) {
+  TROUPE_DISPATCH(layer_norm_backward_input_t)(dy, x, mean, rstd, gamma, dx, rows, cols, add);
 }
 
 void layer_norm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd,
                                 float* dgamma, float* dbeta, long rows, long cols) {
-  for (long r = 0; r < rows; ++r) {
-    const float* dyr = dy + r * cols;
-    const float* xr = x + r * cols;
-    float mu = mean[r], rs = rstd[r];
-    for (long i = 0; i < cols; ++i) {
-      dgamma[i] += dyr[i] * (xr[i] - mu) * rs;
-      dbeta[i] += dyr[i];
-    }
-  }
+  TROUPE_DISPATCH(layer_norm_backward_weight_t)(dy, x, mean, rstd, dgamma, dbeta, rows, cols);
 }
 
 } // namespace troupe::kernels::cpu
+#endif // HWY_ONCE

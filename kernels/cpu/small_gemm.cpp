@@ -1,42 +1,89 @@
-// Small-matrix products: tiles of R rows × NV vectors of 16 floats held in
-// registers, one broadcast of A and NV loads of B per step of k.
-#include "kernels/cpu/small_gemm.hpp"
+// Small-matrix products: tiles of R rows × NV vectors held in registers, one
+// broadcast of A and NV loads of B per step of k. Written once with Highway; the
+// tile shapes follow the target's register file (32 vectors on AVX-512 and NEON,
+// 16 on AVX2 and SSE4), so each target keeps every accumulator in a register.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/small_gemm.cpp"
+#include <hwy/foreach_target.h> // IWYU pragma: keep
+#include <hwy/highway.h>
 
 #include <utility>
 
 #include <cblas.h>
 
-#include "kernels/cpu/simd.hpp"
+#include "kernels/cpu/simd-inl.h"
+#include "kernels/cpu/small_gemm.hpp"
 
-namespace troupe::kernels::cpu {
-
+HWY_BEFORE_NAMESPACE();
+namespace troupe::kernels::cpu::HWY_NAMESPACE {
 namespace {
 
-#if TROUPE_AVX512
-/// One R×(16·NV) tile. The accumulators are indexed only by pack-expansion constants
-/// (no loops over them), so the compiler keeps all of them in registers.
-template <int R, int NV, std::size_t... I>
-inline void tile_impl(std::index_sequence<I...>, long n_left, long k, float alpha, const float* a, long a_rs,
-                      long a_cs, const float* b, long ldb, float* c, long ldc, bool accumulate) {
-  __mmask16 mask[NV];
-  for (int v = 0; v < NV; ++v)
-    mask[v] = simd::tail_mask(n_left - 16L * v);
-  __m512 acc[R * NV] = {((void)I, _mm512_setzero_ps())...};
-  for (long p = 0; p < k; ++p) {
-    const float* bp = b + p * ldb;
-    const float* ap = a + p * a_cs;
-    __m512 bv[NV];
-    for (int v = 0; v < NV; ++v)
-      bv[v] = _mm512_maskz_loadu_ps(mask[v], bp + 16 * v);
-    ((acc[I] = _mm512_fmadd_ps(_mm512_set1_ps(ap[long(I / NV) * a_rs]), bv[I % NV], acc[I])), ...);
+/// Plain loops: targets whose vectors have no compile-time size (SVE, RVV) cannot hold
+/// them in arrays, so they take this path; so does any target for degenerate shapes.
+void small_gemm_loops(long m, long n, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b,
+                      long ldb, float* c, long ldc, bool accumulate, triangle tri) {
+  for (long r = 0; r < m; ++r) {
+    long j1 = tri == triangle::columns_to_row ? (r + 1 < n ? r + 1 : n) : n;
+    long k0 = tri == triangle::k_from_row ? r : 0, k1 = tri == triangle::k_to_row ? (r + 1 < k ? r + 1 : k) : k;
+    for (long j = 0; j < j1; ++j) {
+      float acc = 0;
+      for (long p = k0; p < k1; ++p)
+        acc += a[r * a_rs + p * a_cs] * b[p * ldb + j];
+      c[r * ldc + j] = alpha * acc + (accumulate ? c[r * ldc + j] : 0.0f);
+    }
   }
-  const __m512 al = _mm512_set1_ps(alpha);
-  auto store = [&](std::size_t i, __m512 x) {
-    float* dst = c + long(i / NV) * ldc + 16 * long(i % NV);
-    x = _mm512_mul_ps(x, al);
-    if (accumulate)
-      x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[i % NV], dst));
-    _mm512_mask_storeu_ps(dst, mask[i % NV], x);
+}
+
+#if !HWY_HAVE_SCALABLE
+using tag = hn::ScalableTag<float>;
+constexpr long lanes = long(hn::MaxLanes(tag()));
+/// Vectors per tile row: the widest panel whose tiles fit the register file.
+constexpr int max_nv = vector_registers >= 32 ? 4 : 2;
+constexpr long panel_cols = max_nv * lanes;
+
+/// One R×(lanes·NV) tile. The accumulators are indexed only by pack-expansion
+/// constants (no loops over them), so the compiler keeps all of them in registers.
+template <int R, int NV, std::size_t... I>
+HWY_INLINE void tile_impl(std::index_sequence<I...>, long n_left, long k, float alpha, const float* a, long a_rs,
+                          long a_cs, const float* b, long ldb, float* c, long ldc, bool accumulate) {
+  const tag d;
+  using V = hn::Vec<tag>;
+  long w[NV];
+  for (int v = 0; v < NV; ++v)
+    w[v] = std::clamp(n_left - lanes * v, 0L, lanes);
+  V acc[R * NV] = {((void)I, hn::Zero(d))...};
+  V bv[NV];
+  if (w[NV - 1] == lanes) { // the whole panel: plain loads
+    for (long p = 0; p < k; ++p) {
+      const float* bp = b + p * ldb;
+      const float* ap = a + p * a_cs;
+      for (int v = 0; v < NV; ++v)
+        bv[v] = hn::LoadU(d, bp + lanes * v);
+      ((acc[I] = hn::MulAdd(hn::Set(d, ap[long(I / NV) * a_rs]), bv[I % NV], acc[I])), ...);
+    }
+  } else {
+    for (long p = 0; p < k; ++p) {
+      const float* bp = b + p * ldb;
+      const float* ap = a + p * a_cs;
+      for (int v = 0; v < NV; ++v)
+        bv[v] = load_n(d, bp + lanes * v, w[v]);
+      ((acc[I] = hn::MulAdd(hn::Set(d, ap[long(I / NV) * a_rs]), bv[I % NV], acc[I])), ...);
+    }
+  }
+  const auto al = hn::Set(d, alpha);
+  auto store = [&](std::size_t i, V x) {
+    const long wi = w[i % NV];
+    float* dst = c + long(i / NV) * ldc + lanes * long(i % NV);
+    x = hn::Mul(x, al);
+    if (wi == lanes) {
+      if (accumulate)
+        x = hn::Add(x, hn::LoadU(d, dst));
+      hn::StoreU(x, d, dst);
+    } else if (wi > 0) {
+      if (accumulate)
+        x = hn::Add(x, load_n(d, dst, wi));
+      store_n(x, d, dst, wi);
+    }
   };
   (store(I, acc[I]), ...);
 }
@@ -66,12 +113,22 @@ inline void k_range(triangle tri, long r, long rows, long k, long& k0, long& k1)
   k1 = tri == triangle::k_to_row ? (r + rows < k ? r + rows : k) : k;
 }
 
-/// All rows of one column panel of up to 16·NV columns, in groups of R then a remainder.
-/// R·NV accumulators plus NV loaded B vectors stay within the 32 vector registers.
+/// Rows per tile for NV vectors: R·NV accumulators plus NV loaded B vectors and a
+/// broadcast within the register file (GCC 12 spills at 12 rows × 2 of 32 registers).
+/// At most 16: attention zeroes each score row only to the end of its row group.
+template <int NV>
+constexpr int rows_for() {
+  if constexpr (vector_registers >= 32)
+    return NV >= 3 ? 4 : NV == 2 ? 8 : 16;
+  else
+    return NV >= 2 ? 6 : 12;
+}
+
+/// All rows of one column panel of up to lanes·NV columns, in groups of R then a remainder.
 template <int NV>
 void panel(long m, long n_left, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb,
            float* c, long ldc, bool accumulate, triangle tri) {
-  constexpr int R = NV >= 3 ? 4 : NV == 2 ? 8 : 16; // 12 rows × 2 spill a register in GCC 12
+  constexpr int R = rows_for<NV>();
   long r = 0, k0 = 0, k1 = k;
   for (; r + R <= m; r += R) {
     k_range(tri, r, R, k, k0, k1);
@@ -83,21 +140,23 @@ void panel(long m, long n_left, long k, float alpha, const float* a, long a_rs, 
                        c + r * ldc, ldc, accumulate);
 }
 
+/// Columns [0, n_left) of one tile of vectors [1, max_nv]: the narrowest that covers them.
+template <int Rows, int NV = 1>
+void row_tile(long left, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb,
+              float* c, long ldc, bool accumulate) {
+  if constexpr (NV < max_nv) {
+    if (left > NV * lanes)
+      return row_tile<Rows, NV + 1>(left, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc, accumulate);
+  }
+  tile<Rows, NV>(left, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc, accumulate);
+}
+
 /// Columns [0, n_left) of `rows` rows (1 to 4), the panels' widths picked per row group.
 template <int Rows>
 void row_group(long n_left, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb,
                float* c, long ldc, bool accumulate) {
-  for (long j = 0; j < n_left; j += 64) {
-    long left = n_left - j;
-    if (left > 48)
-      tile<Rows, 4>(left, k, alpha, a, a_rs, a_cs, b + j, ldb, c + j, ldc, accumulate);
-    else if (left > 32)
-      tile<Rows, 3>(left, k, alpha, a, a_rs, a_cs, b + j, ldb, c + j, ldc, accumulate);
-    else if (left > 16)
-      tile<Rows, 2>(left, k, alpha, a, a_rs, a_cs, b + j, ldb, c + j, ldc, accumulate);
-    else
-      tile<Rows, 1>(left, k, alpha, a, a_rs, a_cs, b + j, ldb, c + j, ldc, accumulate);
-  }
+  for (long j = 0; j < n_left; j += panel_cols)
+    row_tile<Rows>(n_left - j, k, alpha, a, a_rs, a_cs, b + j, ldb, c + j, ldc, accumulate);
 }
 
 /// triangle::columns_to_row: row groups of 4, each only as wide as its last row's diagonal.
@@ -117,14 +176,29 @@ void columns_to_row(long m, long n, long k, float alpha, const float* a, long a_
     row_group<1>(w, k, alpha, ar, a_rs, a_cs, b, ldb, cr, ldc, accumulate);
 }
 
+/// One column panel of lanes·NV columns or fewer, NV picked as the narrowest that covers them.
+template <int NV = 1>
+void panel_for(long m, long left, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb,
+               float* c, long ldc, bool accumulate, triangle tri) {
+  if constexpr (NV < max_nv) {
+    if (left > NV * lanes)
+      return panel_for<NV + 1>(m, left, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc, accumulate, tri);
+  }
+  panel<NV>(m, left, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc, accumulate, tri);
+}
+#endif // !HWY_HAVE_SCALABLE
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // GCC 12 flags its own unpack intrinsics' undefined pass-through operand as uninitialised.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+constexpr long transpose_block = 16;
 /// dst[16×16] = src[16×16]ᵀ in registers: unpacks, then 128-bit lane shuffles (the
 /// usual AVX-512 sequence, e.g. Z boson's answer on Stack Overflow q. 25622745).
-inline void transpose16(const float* src, long ld_src, float* dst, long ld_dst) {
+inline void transpose_tile(const float* src, long ld_src, float* dst, long ld_dst) {
   __m512 r[16], t[16];
   for (int i = 0; i < 16; ++i)
     r[i] = _mm512_loadu_ps(src + i * ld_src);
@@ -151,55 +225,85 @@ inline void transpose16(const float* src, long ld_src, float* dst, long ld_dst) 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+#elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+constexpr long transpose_block = 8;
+/// dst[8×8] = src[8×8]ᵀ in registers: unpacks, shuffles, then 128-bit lane swaps.
+inline void transpose_tile(const float* src, long ld_src, float* dst, long ld_dst) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i)
+    r[i] = _mm256_loadu_ps(src + i * ld_src);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int j = 0; j < 4; ++j) {
+    _mm256_storeu_ps(dst + j * ld_dst, _mm256_permute2f128_ps(r[j], r[j + 4], 0x20));
+    _mm256_storeu_ps(dst + (j + 4) * ld_dst, _mm256_permute2f128_ps(r[j], r[j + 4], 0x31));
+  }
+}
+#else
+constexpr long transpose_block = 0; // OpenBLAS's copy-transpose instead
+inline void transpose_tile(const float*, long, float*, long) {}
 #endif
 
 } // namespace
 
-void small_gemm(long m, long n, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb,
-                float* c, long ldc, bool accumulate, triangle tri) {
-#if TROUPE_AVX512
+void small_gemm_t(long m, long n, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb,
+                  float* c, long ldc, bool accumulate, triangle tri) {
+#if HWY_HAVE_SCALABLE
+  small_gemm_loops(m, n, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc, accumulate, tri);
+#else
+  if constexpr (lanes == 1) { // Highway's scalar baseline: registers of one lane gain nothing over loops
+    small_gemm_loops(m, n, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc, accumulate, tri);
+    return;
+  }
   if (tri == triangle::columns_to_row) {
     columns_to_row(m, n, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc, accumulate);
     return;
   }
-  for (long j = 0; j < n; j += 64) {
-    long left = n - j;
-    const float* bj = b + j;
-    float* cj = c + j;
-    if (left > 48)
-      panel<4>(m, left, k, alpha, a, a_rs, a_cs, bj, ldb, cj, ldc, accumulate, tri);
-    else if (left > 32)
-      panel<3>(m, left, k, alpha, a, a_rs, a_cs, bj, ldb, cj, ldc, accumulate, tri);
-    else if (left > 16)
-      panel<2>(m, left, k, alpha, a, a_rs, a_cs, bj, ldb, cj, ldc, accumulate, tri);
-    else
-      panel<1>(m, left, k, alpha, a, a_rs, a_cs, bj, ldb, cj, ldc, accumulate, tri);
-  }
-#else
-  for (long r = 0; r < m; ++r) {
-    long j1 = tri == triangle::columns_to_row ? (r + 1 < n ? r + 1 : n) : n;
-    long k0 = tri == triangle::k_from_row ? r : 0, k1 = tri == triangle::k_to_row ? (r + 1 < k ? r + 1 : k) : k;
-    for (long j = 0; j < j1; ++j) {
-      float acc = 0;
-      for (long p = k0; p < k1; ++p)
-        acc += a[r * a_rs + p * a_cs] * b[p * ldb + j];
-      c[r * ldc + j] = alpha * acc + (accumulate ? c[r * ldc + j] : 0.0f);
-    }
-  }
+  for (long j = 0; j < n; j += panel_cols)
+    panel_for(m, n - j, k, alpha, a, a_rs, a_cs, b + j, ldb, c + j, ldc, accumulate, tri);
 #endif
 }
 
-void transpose(const float* src, long rows, long cols, long ld_src, float* dst, long ld_dst) {
-#if TROUPE_AVX512
-  if (rows % 16 == 0 && cols % 16 == 0) { // attention's heads: 16×16 blocks in registers
-    for (long r = 0; r < rows; r += 16)
-      for (long c = 0; c < cols; c += 16)
-        transpose16(src + r * ld_src + c, ld_src, dst + c * ld_dst + r, ld_dst);
-    return;
+void transpose_t(const float* src, long rows, long cols, long ld_src, float* dst, long ld_dst) {
+  if constexpr (transpose_block > 0) {
+    if (rows % transpose_block == 0 && cols % transpose_block == 0) { // attention's heads
+      for (long r = 0; r < rows; r += transpose_block)
+        for (long c = 0; c < cols; c += transpose_block)
+          transpose_tile(src + r * ld_src + c, ld_src, dst + c * ld_dst + r, ld_dst);
+      return;
+    }
   }
-#endif
   // OpenBLAS's out-of-place copy-transpose is several times faster than a plain loop.
   cblas_somatcopy(CblasRowMajor, CblasTrans, int(rows), int(cols), 1.0f, src, int(ld_src), dst, int(ld_dst));
 }
 
+} // namespace troupe::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "kernels/cpu/target.hpp"
+
+namespace troupe::kernels::cpu {
+
+HWY_EXPORT(small_gemm_t);
+HWY_EXPORT(transpose_t);
+
+void small_gemm(long m, long n, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb,
+                float* c, long ldc, bool accumulate, triangle tri) {
+  TROUPE_DISPATCH(small_gemm_t)(m, n, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc, accumulate, tri);
+}
+
+void transpose(const float* src, long rows, long cols, long ld_src, float* dst, long ld_dst) {
+  TROUPE_DISPATCH(transpose_t)(src, rows, cols, ld_src, dst, ld_dst);
+}
+
 } // namespace troupe::kernels::cpu
+#endif // HWY_ONCE

@@ -30,7 +30,7 @@ std::string name_of(std::int64_t t) {
     case HWY_SSSE3: return "ssse3";
 #endif
     case HWY_EMU128: return "baseline";
-    case HWY_SCALAR: return "scalar";
+    case HWY_SCALAR: return "baseline"; // x86-64 without -m flags: Highway's scalar code
     default: break;
   }
   std::string s = hwy::TargetName(t);

@@ -13,7 +13,7 @@
 namespace troupe::kernels::cpu {
 
 /// The target the kernels dispatch to now: "avx512_dl", "avx512", "avx2", "sse4",
-/// "ssse3", "neon", "sve", ... or "baseline" (portable C++, no SIMD instructions).
+/// "ssse3", "neon", "sve", ... or "baseline" (Highway's portable scalar code).
 std::string kernel_target();
 
 /// The targets this build has code for and this processor runs, best first.
@@ -40,3 +40,7 @@ std::string blas_core();
 std::string kernel_summary();
 
 } // namespace troupe::kernels::cpu
+
+/// Calls the best compiled version of a Highway kernel `fn` (HWY_EXPORT-ed) for this
+/// processor, under the TROUPE_CPU_TARGET cap.
+#define TROUPE_DISPATCH(fn) (::troupe::kernels::cpu::ensure_kernel_target(), HWY_DYNAMIC_DISPATCH(fn))

@@ -94,8 +94,9 @@ TEST_CASE("evaluate computes the forward's loss and activations without taking a
   REQUIRE(shapes.size() == names.size());
   for (std::size_t i = 0; i < names.size(); ++i) {
     CAPTURE(names[i]);
-    CHECK(get(whole, gpt_cuda::buffer::grad, names[i], shapes[i].numel()) ==
-          get(fresh, gpt_cuda::buffer::grad, names[i], shapes[i].numel()));
+    troupe::gpu::testing::check_same_run("grad " + names[i],
+                                         get(whole, gpt_cuda::buffer::grad, names[i], shapes[i].numel()),
+                                         get(fresh, gpt_cuda::buffer::grad, names[i], shapes[i].numel()));
   }
 }
 
@@ -202,8 +203,9 @@ TEST_CASE("uploading master weights and loading the optimizer's state continues 
   CHECK(va == vb);
   for (std::size_t i = 0; i < names.size(); ++i) {
     CAPTURE(names[i]);
-    CHECK(get(a, gpt_cuda::buffer::master, names[i], shapes[i].numel()) ==
-          get(b, gpt_cuda::buffer::master, names[i], shapes[i].numel()));
+    troupe::gpu::testing::check_same_run("master " + names[i],
+                                         get(a, gpt_cuda::buffer::master, names[i], shapes[i].numel()),
+                                         get(b, gpt_cuda::buffer::master, names[i], shapes[i].numel()));
   }
   std::vector<float> dummy(1);
   CHECK(!a.upload(gpt_cuda::buffer::master, "no.such.weight", dummy.data()).ok());
