@@ -14,8 +14,9 @@ packages=(
 # Extra packages for benchmarks only (large): `deploy/setup.sh --bench`.
 bench_packages=(python3-torch python3-numpy hyperfine)
 # Extra packages for the test suite only: `deploy/setup.sh --test`. The launcher
-# tests start a two-node SLURM cluster and an sshd on this machine (tests/cluster/).
-test_packages=(slurm-wlm munge openssh-server openssh-client)
+# tests start a two-node SLURM cluster and an sshd on this machine (tests/cluster/);
+# qemu-user runs troupe on an emulated CPU without AVX-512 (kernel_targets_qemu).
+test_packages=(slurm-wlm munge openssh-server openssh-client qemu-user)
 
 want=("${packages[@]}")
 [[ " $* " == *" --bench "* ]] && want+=("${bench_packages[@]}")

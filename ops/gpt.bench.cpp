@@ -3,6 +3,8 @@
 // Also trains config A for --loss-steps steps (default 200) on the King James Bible
 // text in f32 and in bf16 and prints both losses.
 // Usage: bench_gpt [--runs N] [--config A|B|all] [--no-torch] [--no-bf16] [--loss-steps N]
+// The troupe side of deploy/bench_cpu_vs_torch.sh, one measurement per call, as
+// `key value...` lines: bench_gpt --round A|B [--runs N] | --sgemm N | --kernels
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,9 +18,11 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/target.hpp"
 #include "ops/adamw.hpp"
 #include "ops/gpt.hpp"
 #include "ops/lr_schedule.hpp"
+#include "runtime/actor/errors.hpp"
 
 using namespace troupe;
 using clock_type = std::chrono::steady_clock;
@@ -63,6 +67,20 @@ double sgemm_peak_gflops() {
     best = std::max(best, median(rates));
   }
   return best;
+}
+
+/// Single-thread sgemm rate for one n×n×n product: the median of 7 calls after one
+/// warm-up (the number deploy/bench_cpu_vs_torch.sh calls this core's physical limit).
+double sgemm_gflops(int n) {
+  std::vector<float> a(std::size_t(n) * n, 0.5f), b(std::size_t(n) * n, 0.25f), c(std::size_t(n) * n);
+  std::vector<double> rates;
+  for (int r = 0; r < 8; ++r) {
+    double c0 = cpu_seconds();
+    kernels::cpu::sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    if (r > 0)
+      rates.push_back(2.0 * n * n * double(n) / (cpu_seconds() - c0) / 1e9);
+  }
+  return median(rates);
 }
 
 struct troupe_result {
@@ -204,12 +222,29 @@ loss_result train_on_text(ops::gpt_config cfg, int batch, int steps, const std::
 } // namespace
 
 int main(int argc, char** argv) {
+  if (auto err = kernels::cpu::kernel_target_from_env()) {
+    std::fprintf(stderr, "bench_gpt: %s\n", error_message(err).c_str());
+    return 2;
+  }
+  kernels::cpu::set_blas_threads(1);
   int runs = 5;
-  std::string which = "all";
+  std::string which = "all", round;
   bool torch = true, bf16 = true;
   int loss_steps = 200;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--runs") && i + 1 < argc)
+    if (!std::strcmp(argv[i], "--kernels")) {
+      std::printf("kernel_target %s\nblas_core %s\nkernel_summary %s\n", kernels::cpu::kernel_target().c_str(),
+                  kernels::cpu::blas_core().c_str(), kernels::cpu::kernel_summary().c_str());
+      return 0;
+    }
+    if (!std::strcmp(argv[i], "--sgemm") && i + 1 < argc) {
+      int n = std::atoi(argv[++i]);
+      std::printf("sgemm_gflops %d %.2f\n", n, sgemm_gflops(n));
+      return 0;
+    }
+    if (!std::strcmp(argv[i], "--round") && i + 1 < argc)
+      round = argv[++i];
+    else if (!std::strcmp(argv[i], "--runs") && i + 1 < argc)
       runs = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--config") && i + 1 < argc)
       which = argv[++i];
@@ -220,7 +255,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--loss-steps") && i + 1 < argc)
       loss_steps = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: bench_gpt [--runs N] [--config A|B|all] [--no-torch] [--no-bf16] [--loss-steps N]\n");
+      std::fprintf(stderr, "usage: bench_gpt [--runs N] [--config A|B|all] [--no-torch] [--no-bf16] [--loss-steps N]\n"
+                           "       bench_gpt --round A|B [--runs N] | --sgemm N | --kernels\n");
       return 2;
     }
   }
@@ -228,6 +264,19 @@ int main(int argc, char** argv) {
     {"A", {.layers = 4, .d_model = 128, .heads = 4, .context = 64, .vocab = 256}, 12, 10},
     {"B", {.layers = 4, .d_model = 256, .heads = 4, .context = 128, .vocab = 256}, 8, 4},
   };
+  if (!round.empty()) {  // one side of one alternating round: the median of `runs` timed runs
+    for (auto& bc : configs)
+      if (round == bc.name) {
+        auto r = run_troupe(bc, runs);
+        std::printf("config %s layers %d d_model %d context %d batch %d steps_per_run %d\n", bc.name, bc.model.layers,
+                    bc.model.d_model, bc.model.context, bc.batch, bc.steps);
+        std::printf("step_flop %.6g\ntroupe_ms_per_step %.3f %.3f\n",
+                    ops::gpt_step_flops(bc.model, bc.batch, bc.model.context), r.ms, r.wall_ms);
+        return 0;
+      }
+    std::fprintf(stderr, "bench_gpt: unknown config '%s' (valid: A, B)\n", round.c_str());
+    return 2;
+  }
   double peak = sgemm_peak_gflops();
   std::printf("single-thread sgemm peak (measured): %.1f GFLOP/s; BLAS threads %d\n\n", peak,
               kernels::cpu::blas_threads());

@@ -12,6 +12,7 @@
 #include "deploy/cli/flags.hpp"
 #include "deploy/cli/model_size.hpp"
 #include "deploy/cli/run_graph.hpp"
+#include "kernels/cpu/target.hpp"
 
 namespace troupe::cli {
 
@@ -23,10 +24,13 @@ sections (pipeline: ...) turned into explicit actors and channels, defaults
 filled in. Plugins named in the file are loaded so their actor types count.)";
 
 constexpr const char* check_footer = R"(The first line, a YAML comment, counts the model's parameters, in total and per
-stage (from the config: nothing is built). With data_parallel: the bytes each stage
-and optimizer shard will hold for parameters, gradients and optimizer state.
+stage (from the config: nothing is built); the next names the CPU kernels' SIMD
+target and OpenBLAS's core on this machine (TROUPE_CPU_TARGET caps the target).
+With data_parallel: the bytes each stage and optimizer shard will hold for
+parameters, gradients and optimizer state.
 Every problem is reported at once as FILE:LINE:COL: KEY.PATH: MESSAGE.
-Exit codes: 0 valid, 2 invalid (errors on stderr).
+Exit codes: 0 valid, 2 invalid (errors on stderr) or a TROUPE_CPU_TARGET this
+CPU does not run.
 )";
 
 /// `# memory (bytes): ACTOR params P grads G optimizer O` per stage and
@@ -47,6 +51,8 @@ std::string predicted_memory(const graph_spec& g) {
 }
 
 int check(const graph_args& a) {
+  if (!kernel_target_ok("check"))
+    return bad_input;
   auto res = load_graph_for_cli(a.file, a.overrides());
   if (!res.ok()) {
     fmt::print(stderr, "{}", to_string(res.errors));
@@ -55,6 +61,7 @@ int check(const graph_args& a) {
   // A YAML comment, so the output still reads back as the graph.
   if (auto p = count_parameters(*res.graph); p.total > 0)
     fmt::print("# {}\n", to_string(p));
+  fmt::print("# {}\n", kernels::cpu::kernel_summary());  // what `troupe run` here would compute with
   if (res.graph->data_parallel.present)
     fmt::print("{}", predicted_memory(*res.graph));
   fmt::print("{}", to_yaml(*res.graph));

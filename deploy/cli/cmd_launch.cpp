@@ -53,6 +53,8 @@ std::string self_exe() {
 }
 
 int launch(run_args& ra) {
+  if (!kernel_target_ok("launch"))  // the nodes it starts here inherit the variable
+    return bad_input;
   const auto& trace = ra.trace;
   cluster::coordinator_options o;
   auto loaded = load_run_graph("launch", ra, o.timeout);

@@ -53,6 +53,8 @@ std::string checked_coordinator(const std::string& text) {
 }
 
 int node(const node_cli& a) {
+  if (!kernel_target_ok("node"))
+    return bad_input;
   cluster::node_options o;
   auto colon = a.coordinator.rfind(':');
   int port = 0;

@@ -15,6 +15,7 @@
 #include "deploy/cli/interrupt.hpp"
 #include "deploy/cli/run_graph.hpp"
 #include "deploy/cli/run_tracing.hpp"
+#include "kernels/cpu/target.hpp"
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 
@@ -23,7 +24,10 @@ namespace troupe::cli {
 namespace {
 
 constexpr const char* run_description = R"(Validates the graph file FILE (like troupe check), then spawns its actors in
-this process, runs them and prints a summary.)";
+this process, runs them and prints a summary. A line before the run names the
+CPU kernels' SIMD target and OpenBLAS's core (the summary JSON records both as
+kernel_target and blas_core); TROUPE_CPU_TARGET caps the target (avx2, sse4,
+baseline, ...), a name this CPU does not run is refused.)";
 
 constexpr const char* run_footer = R"(Ctrl-C (SIGINT) or SIGTERM stops every actor cleanly (the trace is written, the
 last checkpoint named); a second Ctrl-C ends at once.
@@ -33,11 +37,13 @@ before the run starts; the checkpoint folder is locked for the run (a second
 run into it is refused, naming the first).
 
 Exit codes: 0 success, 1 the run failed (or its trace could not be written),
-2 invalid graph or arguments, an output that cannot be written, a checkpoint
+2 invalid graph or arguments (or TROUPE_CPU_TARGET), an output that cannot be written, a checkpoint
 folder in use; 130/143 stopped by SIGINT/SIGTERM.
 )";
 
 int run(run_args& ra) {
+  if (!kernel_target_ok("run"))
+    return bad_input;
   auto opts = runtime_options_from_env();
   if (ra.threads > 0)
     opts.threads = static_cast<std::size_t>(ra.threads);
@@ -49,6 +55,7 @@ int run(run_args& ra) {
   auto ckpt_lock = prepare_run("run", g, {trace_file(g, ra.trace), ra.summary}, ra.restart);
   if (!ckpt_lock)
     return bad_input;
+  fmt::print("{}\n", kernels::cpu::kernel_summary());  // a slow run explains itself
   troupe_config cfg{opts};
   caf::actor_system sys{cfg};
   auto tracing = run_tracing::start(g, ra.trace);

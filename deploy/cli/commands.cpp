@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "deploy/cli/flags.hpp"
+#include "kernels/cpu/target.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/graph/output_path.hpp"
 
@@ -88,6 +89,14 @@ bool outputs_writable(std::string_view cmd, std::initializer_list<std::string_vi
         good = false;
       }
   return good;
+}
+
+bool kernel_target_ok(std::string_view cmd) {
+  if (auto err = kernels::cpu::kernel_target_from_env()) {
+    fmt::print(stderr, "troupe {}: {}\n", cmd, error_message(err));
+    return false;
+  }
+  return true;
 }
 
 std::optional<checkpoint_dir_lock> prepare_run(std::string_view cmd, const graph_spec& g,

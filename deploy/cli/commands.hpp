@@ -58,6 +58,12 @@ command_action define_dash(CLI::App& app);
 /// the command exits with bad_input.
 bool outputs_writable(std::string_view cmd, std::initializer_list<std::string_view> paths);
 
+/// Whether TROUPE_CPU_TARGET, if set, names a kernel target this processor runs
+/// (kernels/cpu/target.hpp), asked first by `check`, `run`, `launch` and `node`. False
+/// after "troupe CMD: TROUPE_CPU_TARGET: ... (valid: ...)" on stderr: the command exits
+/// with bad_input rather than run on a target the user did not ask for.
+bool kernel_target_ok(std::string_view cmd);
+
 /// The checks `run` and `launch` make before anything starts: every output
 /// path can be written, and the checkpoint folder is this run's (locked, and
 /// not another run's unless `restart`). On success prints the parameter count

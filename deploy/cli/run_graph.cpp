@@ -15,6 +15,7 @@
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/actor/registry.hpp"
+#include "kernels/cpu/target.hpp"
 #include "schedulers/cost_model.hpp"
 #include "schedulers/stage_policy.hpp"
 
@@ -105,6 +106,8 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
   auto last_done = started;
   actors.start(self);
   run_result res;
+  res.kernel_target = kernels::cpu::kernel_target();
+  res.blas_core = kernels::cpu::blas_core();
   res.first_step = g.checkpoint.resume_step;
   std::map<std::string, bool> done;
   std::string failure;
@@ -198,10 +201,11 @@ nlohmann::json summary_json(const run_result& r, const parameter_count& paramete
       memory[s.actor] = {{"params", s.params_bytes}, {"grads", s.grads_bytes}, {"optimizer", s.optimizer_bytes}};
     sent[s.actor] = s.bytes_sent;
   }
+  auto text = [](const std::string& v) { return v.empty() ? nlohmann::json(nullptr) : nlohmann::json(v); };
   return {{"steps", r.steps},           {"tokens_per_s", num(r.tokens_per_s())}, {"ms_per_step", num(r.ms_per_step())},
           {"train_loss", num(r.train_loss)}, {"val_loss", num(r.val_loss)}, {"val_loss_short", num(r.val_loss_short)},    {"first_step", r.first_step},
           {"losses", losses},           {"parameters", to_json(parameters)},     {"memory", memory},
-          {"bytes_sent", sent}};
+          {"bytes_sent", sent},         {"kernel_target", text(r.kernel_target)}, {"blas_core", text(r.blas_core)}};
 }
 
 } // namespace troupe

@@ -56,6 +56,8 @@ struct run_result {
   std::vector<double> losses;         ///< train loss per step from first_step on (the loss stage's)
   std::int64_t checkpoints = 0;       ///< checkpoints completed
   std::vector<run_summary> summaries; ///< one per actor, in arrival order
+  std::string kernel_target;          ///< the CPU kernels' SIMD target where run_graph ran them (this process);
+  std::string blas_core;              ///< and OpenBLAS's core; both empty for a launch, whose nodes choose their own
 
   std::optional<double> tokens_per_s() const;
   std::optional<double> ms_per_step() const;

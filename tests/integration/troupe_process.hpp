@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -134,6 +135,21 @@ struct small_tmpfs {
   }
   small_tmpfs(const small_tmpfs&) = delete;
   small_tmpfs& operator=(const small_tmpfs&) = delete;
+};
+
+/// Sets (or with nullptr unsets) the environment variable `name` for the guard's
+/// scope: every troupe process started meanwhile inherits it.
+struct scoped_env {
+  std::string name;
+  std::optional<std::string> before;
+  scoped_env(std::string n, const char* value) : name(std::move(n)) {
+    if (const char* v = std::getenv(name.c_str()))
+      before = v;
+    value ? ::setenv(name.c_str(), value, 1) : ::unsetenv(name.c_str());
+  }
+  ~scoped_env() { before ? ::setenv(name.c_str(), before->c_str(), 1) : ::unsetenv(name.c_str()); }
+  scoped_env(const scoped_env&) = delete;
+  scoped_env& operator=(const scoped_env&) = delete;
 };
 
 /// Runs a shell command line; its exit code (128 + the signal when one ended it).
