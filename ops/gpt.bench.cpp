@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/gemm_f32.hpp"
 #include "kernels/cpu/target.hpp"
 #include "ops/adamw.hpp"
 #include "ops/gpt.hpp"
@@ -69,14 +70,17 @@ double sgemm_peak_gflops() {
   return best;
 }
 
-/// Single-thread sgemm rate for one n×n×n product: the median of 7 calls after one
-/// warm-up (the number deploy/bench_cpu_vs_torch.sh calls this core's physical limit).
-double sgemm_gflops(int n) {
+/// Single-thread rate of one n×n×n product by `gemm`: the median of 7 calls after one
+/// warm-up. deploy/bench_cpu_vs_torch.sh calls the faster of OpenBLAS's and troupe's
+/// own this core's physical limit (OpenBLAS alone is no limit where it falls back to a
+/// generic core for a CPU model it does not know).
+template <class Gemm>
+double sgemm_gflops(int n, Gemm gemm) {
   std::vector<float> a(std::size_t(n) * n, 0.5f), b(std::size_t(n) * n, 0.25f), c(std::size_t(n) * n);
   std::vector<double> rates;
   for (int r = 0; r < 8; ++r) {
     double c0 = cpu_seconds();
-    kernels::cpu::sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    gemm(n, a.data(), b.data(), c.data());
     if (r > 0)
       rates.push_back(2.0 * n * n * double(n) / (cpu_seconds() - c0) / 1e9);
   }
@@ -239,7 +243,13 @@ int main(int argc, char** argv) {
     }
     if (!std::strcmp(argv[i], "--sgemm") && i + 1 < argc) {
       int n = std::atoi(argv[++i]);
-      std::printf("sgemm_gflops %d %.2f\n", n, sgemm_gflops(n));
+      double blas = sgemm_gflops(n, [](int n, const float* a, const float* b, float* c) {
+        kernels::cpu::sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+      });
+      double own = sgemm_gflops(n, [](int n, const float* a, const float* b, float* c) {
+        kernels::cpu::sgemm_fused(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, {});
+      });
+      std::printf("sgemm_gflops %d %.2f %.2f\n", n, blas, own);
       return 0;
     }
     if (!std::strcmp(argv[i], "--round") && i + 1 < argc)
