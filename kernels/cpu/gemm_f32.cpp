@@ -129,7 +129,7 @@ HWY_INLINE void tile(std::index_sequence<I...>, a_view a, long kc, const float* 
     ((acc[I] = hn::MulAdd(hn::Set(d, ar[I / vecs][p * a.ps]), bv[I % vecs], acc[I])), ...);
   }
   const auto al = hn::Set(d, s.alpha), be = hn::Set(d, s.beta);
-  auto store = [&](std::size_t i, V x) {
+  auto store = [&](std::size_t i, V x) TROUPE_INLINE_LAMBDA {
     const long r = long(i / vecs), j = lanes * long(i % vecs);
     if (w <= j)
       return;

@@ -21,6 +21,12 @@ HWY_BEFORE_NAMESPACE();
 namespace troupe::kernels::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+/// Marks a lambda as always inlined: GCC 12 otherwise keeps a register tile's store
+/// lambda out of line, a call per accumulator with the vector passed through memory.
+#ifndef TROUPE_INLINE_LAMBDA
+#define TROUPE_INLINE_LAMBDA __attribute__((always_inline))
+#endif
+
 /// Whether this target has masked loads and stores that leave the masked-off lanes'
 /// memory untouched (AVX2's vmaskmov, AVX-512's masks). Elsewhere Highway 1.0's
 /// MaskedLoad reads the whole vector, which may cross into an unmapped page.

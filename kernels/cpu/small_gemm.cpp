@@ -71,7 +71,7 @@ HWY_INLINE void tile_impl(std::index_sequence<I...>, long n_left, long k, float 
     }
   }
   const auto al = hn::Set(d, alpha);
-  auto store = [&](std::size_t i, V x) {
+  auto store = [&](std::size_t i, V x) TROUPE_INLINE_LAMBDA {
     const long wi = w[i % NV];
     float* dst = c + long(i / NV) * ldc + lanes * long(i % NV);
     x = hn::Mul(x, al);
