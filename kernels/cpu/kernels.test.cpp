@@ -344,6 +344,30 @@ TEST_CASE("sgemm_fused matches the reference with its bias, residual and row-sum
   });
 }
 
+TEST_CASE("a NaN input gives NaN out of gelu, softmax and cross entropy on every target") {
+  for_each_target([&] {
+    std::vector<float> x(37, 0.5f), y(37), dx(37);
+    x[20] = NAN;
+    gelu_forward(x.data(), y.data(), 37);
+    CHECK(std::isnan(y[20]));
+    CHECK(!std::isnan(y[19]));
+    gelu_backward(x.data(), x.data(), dx.data(), 37);
+    CHECK(std::isnan(dx[20]));
+    std::vector<std::int32_t> t{3};
+    std::vector<float> d(37);
+    CHECK(std::isnan(cross_entropy_backward(x.data(), t.data(), d.data(), 1, 37, -1, 1.0f)));
+    CHECK(std::isnan(d[0]));
+    attention_shape s{1, 20, 1, 4};
+    auto qkv = std::vector<float>(std::size_t(s.seq * 3 * s.head_dim), 0.1f);
+    qkv[std::size_t(5 * 3 * s.head_dim + 4)] = NAN; // a key of token 5: every later query sees it
+    std::vector<float> out(std::size_t(s.seq * s.head_dim)), lse(std::size_t(s.seq)),
+      scratch(std::size_t(attention_forward_scratch(s)));
+    attention_forward(qkv.data(), out.data(), lse.data(), scratch.data(), s);
+    CHECK(std::isnan(out[std::size_t(19 * s.head_dim)]));
+    CHECK(!std::isnan(out[0]));
+  });
+}
+
 TEST_CASE("a kernel target is chosen at run time and can be capped by name") {
   const auto all = supported_kernel_targets();
   REQUIRE(!all.empty());

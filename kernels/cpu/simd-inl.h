@@ -65,13 +65,28 @@ HWY_INLINE void store_n(hn::Vec<D> v, D d, hn::TFromD<D>* p, long n) {
   }
 }
 
+template <class D>
+HWY_INLINE hn::Vec<D> exp_clamped(D d, hn::Vec<D> x);
+
 /// exp(x): range reduction by ln 2 and a degree-6 polynomial (rel. error < 2e-7, the
-/// Cephes expf coefficients). NaN stays NaN: a NaN loss must never pass as a number.
+/// Cephes expf coefficients), for x up to 88 (exp(88) = 1.65e38; larger x give that):
+/// troupe's callers take exp of x - max (≤ 0) or of 2x in tanh, which is 1 from x = 9 on.
+/// Clamped to [-87.3, 88], 2^n stays a normal float, so it is built in one step. NaN
+/// stays NaN: x86's min and max return their second operand when one is NaN, and x
+/// goes second; elsewhere (Highway's scalar baseline drops NaN) NaN is put back.
 template <class D>
 HWY_INLINE hn::Vec<D> exp(D d, hn::Vec<D> x) {
+  if constexpr (!(HWY_ARCH_X86 && HWY_TARGET <= HWY_SSSE3))
+    return hn::IfThenElse(hn::IsNaN(x), x, exp_clamped(d, x));
+  else
+    return exp_clamped(d, x);
+}
+
+/// exp without the NaN fix-up (see exp).
+template <class D>
+HWY_INLINE hn::Vec<D> exp_clamped(D d, hn::Vec<D> x) {
   const hn::Rebind<std::int32_t, D> di;
-  const auto nan = hn::IsNaN(x);
-  const auto xc = hn::Max(hn::Set(d, -87.0f), hn::Min(hn::Set(d, 88.3762626647949f), x));
+  const auto xc = hn::Max(hn::Set(d, -87.3f), hn::Min(hn::Set(d, 88.0f), x));
   const auto n = hn::Round(hn::Mul(xc, hn::Set(d, 1.44269504088896341f)));
   auto r = hn::NegMulAdd(n, hn::Set(d, 0.693359375f), xc);
   r = hn::NegMulAdd(n, hn::Set(d, -2.12194440e-4f), r);
@@ -82,14 +97,8 @@ HWY_INLINE hn::Vec<D> exp(D d, hn::Vec<D> x) {
   p = hn::MulAdd(p, r, hn::Set(d, 1.6666665459e-1f));
   p = hn::MulAdd(p, r, hn::Set(d, 5.0000001201e-1f));
   p = hn::MulAdd(p, hn::Mul(r, r), hn::Add(r, hn::Set(d, 1.0f)));
-  // p · 2^n as two factors 2^(n/2) · 2^(n - n/2), each a normal float for n in
-  // [-126, 128]: one factor would overflow at the top of the range.
-  const auto ni = hn::ConvertTo(di, n);
-  const auto n1 = hn::ShiftRight<1>(ni), n2 = hn::Sub(ni, n1);
-  const auto bias = hn::Set(di, 127);
-  const auto f1 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(n1, bias)));
-  const auto f2 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(n2, bias)));
-  return hn::IfThenElse(nan, x, hn::Mul(hn::Mul(p, f1), f2));
+  const auto pow2n = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
+  return hn::Mul(p, pow2n);
 }
 
 /// tanh(x) = 1 - 2 / (exp(2x) + 1); accurate to a few 1e-7 absolute.
