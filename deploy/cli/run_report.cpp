@@ -1,6 +1,8 @@
 // How `troupe run` and `troupe launch` begin and end: their shared options,
 // the graph loaded and resumed; one summary line, the summary JSON, the exit code.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <cmath>
 #include <fstream>
@@ -134,8 +136,10 @@ int report_run(const char* cmd, const graph_spec& g, const std::string& file, co
   if (!summary_path.empty()) {
     std::ofstream out{summary_path};
     out << summary_json(*result, count_parameters(g)).dump() << "\n";
+    out.close(); // the bytes reach the file here (a full disk fails here, not at <<)
     if (!out) {
-      fmt::print(stderr, "troupe {}: cannot write the summary to '{}'\n", cmd, summary_path);
+      fmt::print(stderr, "troupe {}: cannot write the summary to '{}': {}\n", cmd, summary_path,
+                 std::strerror(errno));
       return runtime_failure;
     }
   }

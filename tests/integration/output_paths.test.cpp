@@ -61,3 +61,12 @@ TEST_CASE("a trace that cannot be written at the end fails the run with exit 1 a
     CHECK_MESSAGE(e.path().extension() != ".tmp", "left behind: ", e.path());
   fs::remove_all(dir);
 }
+
+TEST_CASE("a summary that cannot be written at the end (a full device) fails the run with exit 1") {
+  // /dev/full opens for writing, so the check before the run passes; the bytes fail at the flush.
+  auto dir = small_pipeline_graph("summary_full", 2);
+  CHECK(run_to_end(dir, {"run", (dir / "graph.yaml").string(), "--no-trace", "--summary-json", "/dev/full"}) == 1);
+  CHECK(slurp(dir / "err.txt") ==
+        "troupe run: cannot write the summary to '/dev/full': No space left on device\n");
+  fs::remove_all(dir);
+}
