@@ -135,6 +135,13 @@ std::optional<std::string> graph_reader::as_string(const YAML::Node& n, const st
     error(n, path, fmt::format("expected a name, got {}", describe(n)));
     return std::nullopt;
   }
+  // "t\0x.json" would open `t`: a name or path is printable text.
+  for (std::size_t i = 0; i < n.Scalar().size(); ++i)
+    if (auto c = static_cast<unsigned char>(n.Scalar()[i]); c < 0x20 || c == 0x7f) {
+      error(n, path, fmt::format("holds a control character (byte 0x{:02x} at offset {}); names and paths are "
+                                 "printable text", c, i));
+      return std::nullopt;
+    }
   return n.Scalar();
 }
 
