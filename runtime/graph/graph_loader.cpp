@@ -94,7 +94,17 @@ load_result load_graph_text(std::string_view text, const std::filesystem::path& 
   pg.graph.file = file;
   pg.base_dir = file.parent_path();
   try {
-    pg.root.reset(YAML::Load(std::string{text}));
+    auto documents = YAML::LoadAll(std::string{text});
+    if (documents.size() > 1) { // yaml-cpp's Load would keep the first and drop the rest unseen
+      auto m = documents[1].Mark();
+      res.errors.push_back(diagnostic{source_pos{name, m.is_null() ? 0 : m.line + 1, m.is_null() ? 0 : m.column + 1, {}},
+                                      "", fmt::format("the file holds {} YAML documents (a '---' line starts "
+                                                      "another); a graph file is one document",
+                                                      documents.size())});
+      return res;
+    }
+    if (!documents.empty())
+      pg.root.reset(documents.front());
   } catch (const YAML::DeepRecursion& e) {
     res.errors.push_back(diagnostic{source_pos{name, e.mark.line + 1, e.mark.column + 1, {}}, "",
                                     fmt::format("values nested too deep (the limit is {} levels)", e.depth())});
@@ -113,6 +123,9 @@ load_result load_graph_text(std::string_view text, const std::filesystem::path& 
             fmt::format("expected a mapping of sections (model, data, train, ...), got {}", detail::describe(pg.root)));
     return res;
   }
+  detail::check_tags(pg.root, "", r);
+  if (!res.errors.empty())
+    return res;
   try {
     detail::apply_overrides(pg.root, opts.overrides, r);
     detail::parse_sections(pg, r);
