@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -348,6 +349,35 @@ caf::expected<resume_point> find_checkpoint(const fs::path& dir) {
   return rp;
 }
 
+namespace {
+
+/// "tensor 'W' holds NaN at element 17", or nothing when every float of `f` is finite.
+std::optional<std::string> first_non_finite(const safetensors_file& f) {
+  for (const auto& t : f.tensors) {
+    auto n = t.value.numel();
+    auto say = [&](std::int64_t i, bool nan) {
+      return fmt::format("tensor '{}' holds {} at element {} (the file was damaged, or the run that wrote it "
+                         "diverged)", t.name, nan ? "NaN" : "Inf", i);
+    };
+    if (t.value.type() == dtype::f32) {
+      const float* v = t.value.data<float>();
+      for (std::int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(v[i]))
+          return say(i, std::isnan(v[i]));
+    } else if (t.value.type() == dtype::bf16 || t.value.type() == dtype::f16) {
+      // Exponent all ones: Inf (mantissa 0) or NaN.
+      std::uint16_t exp = t.value.type() == dtype::bf16 ? 0x7f80 : 0x7c00;
+      const auto* v = static_cast<const std::uint16_t*>(t.value.raw());
+      for (std::int64_t i = 0; i < n; ++i)
+        if ((v[i] & exp) == exp)
+          return say(i, (v[i] & static_cast<std::uint16_t>(~exp & 0x7fff)) != 0);
+    }
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
 caf::expected<resume_point> open_resume(const fs::path& dir, const graph_spec& g) {
   auto bad = [](std::string what) { return make_error(errc::invalid_argument, std::move(what)); };
   auto rp = find_checkpoint(dir);
@@ -386,6 +416,12 @@ caf::expected<resume_point> open_resume(const fs::path& dir, const graph_spec& g
     if (a.role.check_checkpoint_part)
       if (auto why = a.role.check_checkpoint_part(g, a, *header))
         return bad(fmt::format("{}: {}", path.string(), *why));
+    // The values too: NaN weights would start a run that fails steps later, blaming the learning rate.
+    auto file = read_safetensors(path);
+    if (!file)
+      return bad(error_message(file.error()));
+    if (auto why = first_non_finite(*file))
+      return bad(fmt::format("{}: {}", path.string(), *why));
   }
   if (g.train.steps < rp->step)
     return bad(fmt::format("{}: the checkpoint is after step {} but train.steps is {}", rp->folder.string(), rp->step,

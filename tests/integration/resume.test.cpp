@@ -369,3 +369,25 @@ TEST_CASE("resuming a run that already reached train.steps says there is nothing
   CHECK(out.find(" 0 steps") == std::string::npos);
   CHECK(out.find("overhead") == std::string::npos);
 }
+
+TEST_CASE("a checkpoint tensor holding NaN or Inf is refused before anything runs, naming the file and tensor") {
+  // Such weights used to start the run, which failed steps later asking to lower train.lr.
+  fixture f;
+  f.train({"--steps", "8"}, "short");
+  auto part = f.dir / "ckpt" / "step-000008" / "s0.safetensors";
+  for (float bad : {std::nanf(""), INFINITY}) {
+    auto file = troupe::read_safetensors(part);
+    REQUIRE(file);
+    for (auto& t : file->tensors)
+      if (t.name == "h.0.ln_1.weight")
+        t.value.data<float>()[3] = bad;
+    REQUIRE(!troupe::write_safetensors(part, file->tensors, file->metadata));
+    int rc = f.run({"run", f.graph.string(), "--no-trace", "--resume", (f.dir / "ckpt").string()}, "damaged");
+    auto err = f.text("damaged.err");
+    INFO("stderr: ", err);
+    CHECK(rc == 2);
+    CHECK(err.find("cannot resume: " + part.string() + ": tensor 'h.0.ln_1.weight' holds " +
+                   (std::isnan(bad) ? "NaN" : "Inf") + " at element 3") != std::string::npos);
+    CHECK(f.text("damaged.out").empty());
+  }
+}
