@@ -13,6 +13,7 @@
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/interrupt.hpp"
 #include "deploy/cli/run_graph.hpp"
+#include "ops/lr_schedule.hpp"
 #include "runtime/actor/errors.hpp"
 
 namespace troupe::cli {
@@ -98,6 +99,18 @@ run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::millise
                c.every > 0 && !c.dir_path.empty()
                    ? fmt::format("saving checkpoints to {} every {} steps", c.dir_path.string(), c.every)
                    : std::string{"saving no checkpoints (checkpoint.every is 0)"});
+    if (from->steps > 0 && from->steps != g.train.steps) {
+      // The cosine decays to train.steps: other steps bend the curve from the first resumed step on.
+      auto schedule = [&](std::int64_t total) {
+        return ops::warmup_cosine{static_cast<float>(g.train.lr), static_cast<float>(g.train.lr * 0.1),
+                                  static_cast<long>(g.train.warmup), static_cast<long>(total)};
+      };
+      auto step = static_cast<long>(from->step);
+      fmt::print("note: the learning-rate schedule changes: the checkpoint's run decays it over {} steps, this one "
+                 "over {} (step {}: lr {:.3e}, not {:.3e}); --steps {} keeps the old schedule\n",
+                 from->steps, g.train.steps, step + 1, schedule(g.train.steps).at(step), schedule(from->steps).at(step),
+                 from->steps);
+    }
   }
   if (g.checkpoint.resume_folder.empty() && !g.train.init.empty()) {
     // Every stage finds the part it starts from before any actor exists.

@@ -49,6 +49,7 @@ struct manifest {
   std::map<std::string, std::string> parts;  ///< actor -> file
   std::int64_t every = 0;                     ///< 0: not recorded
   int keep = 0;
+  std::int64_t steps = 0;                     ///< the run's train.steps; 0: not recorded
 };
 
 /// The step folder's manifest, or an error naming it.
@@ -63,7 +64,7 @@ caf::expected<manifest> read_manifest(const fs::path& folder) {
   try {
     auto j = nlohmann::json::parse(in);
     return manifest{j.at("step").get<std::int64_t>(), j.at("parts").get<std::map<std::string, std::string>>(),
-                    j.value("every", std::int64_t{0}), j.value("keep", 0)};
+                    j.value("every", std::int64_t{0}), j.value("keep", 0), j.value("steps", std::int64_t{0})};
   } catch (const std::exception& e) {
     return make_error(errc::invalid_argument, fmt::format("{}: malformed: {}", path.string(), e.what()));
   }
@@ -145,8 +146,10 @@ caf::expected<safetensors_file> read_checkpoint_part(const fs::path& folder, con
   return f;
 }
 
-checkpoint_tracker::checkpoint_tracker(fs::path dir, std::vector<std::string> actors, int keep, std::int64_t every)
-  : dir_(std::move(dir)), actors_(actors.begin(), actors.end()), keep_(std::max(1, keep)), every_(every) {}
+checkpoint_tracker::checkpoint_tracker(fs::path dir, std::vector<std::string> actors, int keep, std::int64_t every,
+                                       std::int64_t steps)
+  : dir_(std::move(dir)), actors_(actors.begin(), actors.end()), keep_(std::max(1, keep)), every_(every),
+    steps_(steps) {}
 
 bool checkpoint_tracker::on_report(const std::string& actor, std::int64_t step, const std::string& file) {
   if (!actors_.count(actor) || step <= last_)
@@ -170,6 +173,8 @@ caf::expected<checkpoint_commit> checkpoint_tracker::commit(std::int64_t step) {
   nlohmann::json manifest{{"step", step}, {"parts", it->second.files}, {"keep", keep_}};
   if (every_ > 0)
     manifest["every"] = every_;
+  if (steps_ > 0) // the learning-rate schedule's length: a resume with other steps changes it
+    manifest["steps"] = steps_;
   for (const auto& [actor, file] : it->second.files) {
     std::error_code ec;
     c.bytes += fs::file_size(c.folder / file, ec);
@@ -346,6 +351,7 @@ caf::expected<resume_point> find_checkpoint(const fs::path& dir) {
   rp.step = m->step;
   rp.every = m->every;
   rp.keep = m->keep;
+  rp.steps = m->steps;
   return rp;
 }
 

@@ -391,3 +391,16 @@ TEST_CASE("a checkpoint tensor holding NaN or Inf is refused before anything run
     CHECK(f.text("damaged.out").empty());
   }
 }
+
+TEST_CASE("resuming with other steps than the checkpoint's run says that the learning-rate schedule changes") {
+  fixture f;
+  f.train({"--steps", "8"}, "short");
+  REQUIRE(f.run({"run", f.graph.string(), "--no-trace", "--steps", "10", "--resume", (f.dir / "ckpt").string(),
+                 "--set", "checkpoint.every=0"},
+                "longer") == 0);
+  auto out = f.text("longer.out");
+  INFO("stdout: ", out);
+  CHECK(out.find("note: the learning-rate schedule changes: the checkpoint's run decays it over 8 steps, this one "
+                 "over 10 (step 9: lr ") != std::string::npos);
+  CHECK(out.find("; --steps 8 keeps the old schedule") != std::string::npos);
+}
