@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -188,6 +189,19 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
 }
 
 caf::expected<trace_snapshot> read_chrome_trace(const std::filesystem::path& path) {
+  // /dev/zero never ends: read only a regular file, and only up to a bound
+  // (a day's trace at the default buffer is far below it).
+  constexpr std::uintmax_t max_trace_bytes = std::uintmax_t{4} << 30;
+  std::error_code ec;
+  auto st = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(st))
+    return make_error(errc::invalid_argument, fmt::format("{}: is a directory, not a trace file", path.string()));
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: is a device or other special file, not a trace file", path.string()));
+  if (auto size = std::filesystem::file_size(path, ec); !ec && size > max_trace_bytes)
+    return make_error(errc::invalid_argument, fmt::format("{}: {} bytes is more than a trace file holds (the limit is {} "
+                                                   "GiB)", path.string(), size, max_trace_bytes >> 30));
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return make_error(errc::io_failed, fmt::format("{}: cannot open the trace file", path.string()));
