@@ -57,9 +57,13 @@ std::string to_string(const diagnostic& d) {
 }
 
 std::string to_string(const diagnostics& ds) {
+  // 400,000 duplicate channels printed 400,001 lines: the first ones say what is wrong.
+  constexpr std::size_t shown = 50;
   std::string out;
-  for (const auto& d : ds)
-    out += to_string(d) + "\n";
+  for (std::size_t i = 0; i < ds.size() && i < shown; ++i)
+    out += to_string(ds[i]) + "\n";
+  if (ds.size() > shown)
+    out += fmt::format("... and {} more errors\n", ds.size() - shown);
   return out;
 }
 

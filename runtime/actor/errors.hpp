@@ -71,7 +71,8 @@ std::string to_string(const diagnostic& d);
 /// All diagnostics of one load, in file order.
 using diagnostics = std::vector<diagnostic>;
 
-/// Every diagnostic on its own line.
+/// Each diagnostic on its own line, the first 50 of them, then
+/// `... and N more errors` when there are more.
 std::string to_string(const diagnostics& ds);
 
 } // namespace troupe
