@@ -66,7 +66,7 @@ caf::expected<manifest> read_manifest(const fs::path& folder) {
     return manifest{j.at("step").get<std::int64_t>(), j.at("parts").get<std::map<std::string, std::string>>(),
                     j.value("every", std::int64_t{0}), j.value("keep", 0), j.value("steps", std::int64_t{0})};
   } catch (const std::exception& e) {
-    return make_error(errc::invalid_argument, fmt::format("{}: malformed: {}", path.string(), e.what()));
+    return make_error(errc::invalid_argument, fmt::format("{}: malformed: {}", path.string(), plain_json_error(e.what())));
   }
 }
 

@@ -97,7 +97,7 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
   } catch (const nlohmann::json::exception& e) {
     auto repaired = parse_cut_short(text);
     if (!repaired)
-      return make_error(errc::invalid_argument, fmt::format("{}: not JSON: {}", origin, e.what()));
+      return make_error(errc::invalid_argument, fmt::format("{}: not JSON: {}", origin, plain_json_error(e.what())));
     doc = std::move(*repaired);
     cut_short = true;
   }
@@ -162,7 +162,7 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
       t.dropped = doc["otherData"].value("dropped_spans", std::uint64_t{0});
   } catch (const std::exception& e) {
     return make_error(errc::invalid_argument,
-                      fmt::format("{}: traceEvents[{}]: malformed event: {}", origin, index - 1, e.what()));
+                      fmt::format("{}: traceEvents[{}]: malformed event: {}", origin, index - 1, plain_json_error(e.what())));
   }
   for (auto& [id, a] : actors) {
     if (has_role.count(id) && !a.type.empty())
