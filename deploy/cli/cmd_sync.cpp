@@ -167,7 +167,7 @@ command_action define_sync(CLI::App& app) {
     ->option_text("H");
   add_count(app, "--delay", s.delay, 0, 1'000'000'000, "streaming_diloco: tau, steps an exchange overlaps, default 0")
     ->option_text("T");
-  add_number(app, "--alpha", s.alpha, -1e6, 1e6, false,
+  add_number(app, "--alpha", s.alpha, 0, 1, false, // the graph file's range: a mix, not any number
              "streaming_diloco: mix of the local weights into the new global, default 0")
     ->option_text("A");
   add_number(app, "--inner-lr", a->inner_lr, -1e6, 1e6, false, "the inner SGD's rate, default 1")

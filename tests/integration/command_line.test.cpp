@@ -7,6 +7,8 @@
 
 #include <optional>
 
+#include "deploy/cli/run_graph.hpp"
+#include "runtime/graph/graph_loader.hpp"
 #include "tests/integration/troupe_process.hpp"
 
 using namespace troupe::testing;
@@ -205,4 +207,26 @@ TEST_CASE(
   CHECK(fs::exists(elsewhere / "typed.json"));
   CHECK_FALSE(fs::exists(dir / "typed.json"));
   fs::remove_all(dir);
+}
+
+TEST_CASE("every example writes its trace and checkpoints into the repository's runs/ folder") {
+  // ddp.yaml wrote to examples/runs/ while the others wrote to runs/.
+  auto runs = fs::absolute("runs").lexically_normal();
+  int traced = 0;
+  for (const auto& e : fs::directory_iterator("examples")) {
+    if (e.path().extension() != ".yaml")
+      continue;
+    troupe::load_options opts;
+    opts.vocabulary = troupe::troupe_vocabulary;
+    auto r = troupe::load_graph(e.path(), opts);
+    INFO(e.path().string(), ": ", troupe::to_string(r.errors));
+    REQUIRE(r.ok());
+    if (const auto& t = r.graph->trace.file_path; !t.empty()) {
+      CHECK(fs::absolute(t).lexically_normal().parent_path() == runs);
+      ++traced;
+    }
+    if (const auto& c = r.graph->checkpoint.dir_path; !c.empty())
+      CHECK(fs::absolute(c).lexically_normal().parent_path() == runs);
+  }
+  CHECK(traced >= 6);
 }
