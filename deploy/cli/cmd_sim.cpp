@@ -209,14 +209,32 @@ private:
   int replicas_ = 0;
 };
 
+/// `v` in three significant digits and the SI prefix that gets them there,
+/// joined by `sep`: a 34k-parameter model is "34.5K", not "0.00B"; 2e10 FLOP/s
+/// is "20 GFLOP/s", not "0.0 TFLOP/s".
+std::string with_prefix(double v, const std::string& sep, const std::string& unit) {
+  constexpr std::pair<double, const char*> prefixes[] = {{1e15, "P"}, {1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "K"}};
+  for (auto [scale, name] : prefixes)
+    if (std::fabs(v) >= scale)
+      return fmt::format("{:.3g}{}{}{}", v / scale, sep, name, unit);
+  return fmt::format("{:.3g}{}{}", v, sep, unit);
+}
+
 void print_text(const std::string& file, const cluster_config& c, const cluster_result& r) {
   const auto t = c.costs.tensor_parallel;
-  fmt::print("troupe sim: {}: GPT of {:.2f}B parameters, {} stages x {} replicas x {} tensor-parallel = {} devices "
+  auto params = with_prefix(r.parameters, "", "");
+  if (params.ends_with('G'))
+    params.back() = 'B'; // billions, as model sizes are said
+  fmt::print("troupe sim: {}: GPT of {} parameters, {} stages x {} replicas x {} tensor-parallel = {} devices "
              "({}), schedule {}, {} microbatches of {} x {} tokens per replica\n",
-             file, r.parameters / 1e9, c.stages.size(), c.replicas, t, r.devices, c.costs.device.name, c.policy,
+             file, params, c.stages.size(), c.replicas, t, r.devices, c.costs.device.name, c.policy,
              c.microbatches, c.model.microbatch, c.model.sequence);
-  fmt::print("iteration: {:.6g} s, {:.6g} tokens/s\n", r.iteration_s, r.tokens_per_s());
-  fmt::print("per device: {:.1f} TFLOP/s ({}), MFU {:.3f} of {:.1f} TFLOP/s peak\n", r.tflops_per_device(),
+  auto time = r.iteration_s >= 1     ? fmt::format("{:.6g} s", r.iteration_s)
+              : r.iteration_s >= 1e-3 ? fmt::format("{:.4g} ms", r.iteration_s * 1e3)
+                                      : fmt::format("{:.4g} us", r.iteration_s * 1e6);
+  fmt::print("iteration: {}, {:.6g} tokens/s\n", time, r.tokens_per_s());
+  fmt::print("per device: {} ({}), MFU {:.3f} of {:.1f} TFLOP/s peak\n",
+             with_prefix(r.tflops_per_device() * 1e12, " ", "FLOP/s"),
              c.costs.recompute ? "Megatron's count, recomputed forward included" : "model FLOPs", r.mfu(),
              r.peak_flops / 1e12);
   fmt::print("stage actors ({}): busy {:.4f}, bubble {:.4f} (idle: pipeline bubble and waiting for the "
