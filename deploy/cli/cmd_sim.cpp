@@ -311,15 +311,26 @@ int simulate_file(const sim_args& a) {
   if (!outputs_writable("sim", {trace_path}))
     return bad_input;
   auto overrides = given_overrides;
+  std::string device_set;  ///< the override --device stands for: its errors name --device
   if (!device.empty()) {
     // A flag's path is relative to the current folder; the graph resolves sim.device against its own.
     bool is_file = device.ends_with(".yaml") || device.ends_with(".yml") || device.ends_with(".json");
-    overrides.push_back("sim.device=" + (is_file ? std::filesystem::absolute(device).string() : device));
+    std::error_code ec;
+    if (!is_file && std::filesystem::is_regular_file(device, ec)) {
+      fmt::print(stderr, "troupe sim: --device {}: a file, but not a device file (a device file is YAML or JSON: "
+                         ".yaml, .yml or .json; `troupe sim --calibrate` writes one)\n", device);
+      return bad_input;
+    }
+    device_set = "sim.device=" + (is_file ? std::filesystem::absolute(device).string() : device);
+    overrides.push_back(device_set);
   }
   auto loaded = load_graph_for_cli(file, overrides, /*check_corpus=*/false); // nothing is read
   if (!loaded.ok()) {
-    for (const auto& d : loaded.errors)
+    for (auto d : loaded.errors) {
+      if (!device_set.empty() && d.pos.origin == "--set " + device_set) // the user wrote --device, not --set
+        d.pos.origin = "--device " + device, d.path.clear();
       fmt::print(stderr, "{}\n", to_string(d));
+    }
     return bad_input;
   }
   auto config = make_config(*loaded.graph, steps);
