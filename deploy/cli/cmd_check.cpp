@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "actors/zero_shard_state.hpp"
 #include "deploy/cli/commands.hpp"
@@ -26,7 +27,7 @@ constexpr const char* check_footer = R"(The first line, a YAML comment, counts t
 stage (from the config: nothing is built). With data_parallel: the bytes each stage
 and optimizer shard will hold for parameters, gradients and optimizer state.
 Every problem is reported at once as FILE:LINE:COL: KEY.PATH: MESSAGE.
-Exit codes: 0 valid, 2 invalid (errors on stderr).
+Exit codes: 0 valid, 2 invalid (errors on stderr; with --json in the object on stdout).
 )";
 
 /// `# memory (bytes): ACTOR params P grads G optimizer O` per stage and
@@ -46,7 +47,42 @@ std::string predicted_memory(const graph_spec& g) {
   return out;
 }
 
-int check(const graph_args& a) {
+/// `troupe check --json`: the verdict as one object on stdout, valid or not:
+/// {"valid", "errors": [{file, line, column, origin, path, message}], and when
+/// valid "parameters", "memory" (with data_parallel) and "graph" (the expanded YAML)}.
+int check_json(const graph_args& a) {
+  auto res = load_graph_for_cli(a.file, a.overrides());
+  nlohmann::json errors = nlohmann::json::array();
+  for (const auto& d : res.errors)
+    errors.push_back({{"file", d.pos.file}, {"line", d.pos.line}, {"column", d.pos.col}, {"origin", d.pos.origin},
+                      {"path", d.path}, {"message", d.message}});
+  nlohmann::json out{{"valid", res.ok()}, {"errors", errors}};
+  if (res.ok()) {
+    const auto& g = *res.graph;
+    out["parameters"] = to_json(count_parameters(g));
+    if (g.data_parallel.present) {
+      nlohmann::json memory = nlohmann::json::object();
+      auto held = [](const held_bytes& h) {
+        return nlohmann::json{{"params", h.params}, {"grads", h.grads}, {"optimizer", h.optimizer}};
+      };
+      for (const auto& actor : g.actors)
+        if (actor.role.holds_layers) {
+          auto p = predict_held(g, actor);
+          memory[actor.name] = held(p.stage);
+          if (g.data_parallel.zero > 0 && g.data_parallel.replicas > 1)
+            memory[actor.name + "_os"] = held(p.shard);
+        }
+      out["memory"] = memory;
+    }
+    out["graph"] = to_yaml(g);
+  }
+  fmt::print("{}\n", out.dump(2));
+  return res.ok() ? ok : bad_input;
+}
+
+int check(const graph_args& a, bool json) {
+  if (json)
+    return check_json(a);
   auto res = load_graph_for_cli(a.file, a.overrides());
   if (!res.ok()) {
     fmt::print(stderr, "{}", to_string(res.errors));
@@ -65,9 +101,12 @@ int check(const graph_args& a) {
 
 command_action define_check(CLI::App& app) {
   auto a = std::make_shared<graph_args>();
+  auto json = std::make_shared<bool>(false);
   describe(app, check_description, std::string{check_footer} + "\n" + paths_help);
   add_graph_args(app, *a);
-  return [a] { return check(*a); };
+  app.add_flag("--json", *json, "print the verdict as one JSON object on stdout: valid, errors (file, line, column,\n"
+                                "path, message), and for a valid graph parameters, memory and the expanded graph");
+  return [a, json] { return check(*a, *json); };
 }
 
 } // namespace troupe::cli

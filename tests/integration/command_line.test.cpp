@@ -230,3 +230,31 @@ TEST_CASE("every example writes its trace and checkpoints into the repository's 
   }
   CHECK(traced >= 6);
 }
+
+TEST_CASE("check and trace summarize print one JSON object with --json, for a valid graph and an invalid one") {
+  auto dir = scratch("json");
+  CHECK(run_to_end(dir, {"check", "examples/zero2.yaml", "--json"}) == 0);
+  auto valid = nlohmann::json::parse(slurp(dir / "out.txt"));
+  CHECK(valid["valid"] == true);
+  CHECK(valid["errors"].empty());
+  CHECK(valid["parameters"]["total"].get<std::int64_t>() > 0);
+  CHECK(valid["memory"]["r0s0_os"]["optimizer"].get<std::int64_t>() > 0);
+  CHECK(has(valid["graph"].get<std::string>(), "- {name: r0s0_os, type: optimizer_shard, stage: r0s0}"));
+  CHECK(run_to_end(dir, {"check", "tests/bad_input/quoted_number.yaml", "--json"}) == 2);
+  auto invalid = nlohmann::json::parse(slurp(dir / "out.txt"));
+  CHECK(invalid["valid"] == false);
+  REQUIRE(invalid["errors"].size() == 2);
+  CHECK(invalid["errors"][0]["line"] == 2);
+  CHECK(invalid["errors"][0]["column"] == 17);
+  CHECK(invalid["errors"][0]["path"] == "model.layers");
+  auto trace = (dir / "t.json").string();
+  REQUIRE(run_to_end(dir, {"run", "examples/two-stage.yaml", "--steps", "2", "--trace", trace}) == 0);
+  CHECK(run_to_end(dir, {"trace", "summarize", trace, "--json"}) == 0);
+  auto summary = nlohmann::json::parse(slurp(dir / "out.txt"));
+  CHECK(summary["bubble_fraction"].get<double>() > 0);
+  CHECK(summary["last_step"] == 1);
+  REQUIRE(summary["actors"].size() == 3);
+  CHECK(summary["actors"][1]["name"] == "s0");
+  CHECK(summary["orders"].size() >= 2);
+  fs::remove_all(dir);
+}
