@@ -13,6 +13,8 @@
 #include "deploy/cli/flags.hpp"
 #include "deploy/cli/model_size.hpp"
 #include "deploy/cli/run_graph.hpp"
+#include "runtime/actor/errors.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
 
 namespace troupe::cli {
 
@@ -56,6 +58,16 @@ int check_json(const graph_args& a) {
   for (const auto& d : res.errors)
     errors.push_back({{"file", d.pos.file}, {"line", d.pos.line}, {"column", d.pos.col}, {"origin", d.pos.origin},
                       {"path", d.path}, {"message", d.message}});
+  if (res.ok() && !res.graph->train.init.empty())
+    if (auto init = check_init(*res.graph); !init) {
+      const auto& at = res.graph->train.init_pos;
+      auto message = error_message(init.error());
+      if (auto prefix = to_string(at) + ": train.init: "; message.starts_with(prefix))
+        message.erase(0, prefix.size()); // the position has fields of its own here
+      errors.push_back({{"file", at.file}, {"line", at.line}, {"column", at.col}, {"origin", at.origin},
+                        {"path", "train.init"}, {"message", message}});
+      res.graph.reset();
+    }
   nlohmann::json out{{"valid", res.ok()}, {"errors", errors}};
   if (res.ok()) {
     const auto& g = *res.graph;
@@ -77,7 +89,7 @@ int check_json(const graph_args& a) {
     out["graph"] = to_yaml(g);
   }
   fmt::print("{}\n", out.dump(2));
-  return res.ok() ? ok : bad_input;
+  return out["valid"] == true ? ok : bad_input;
 }
 
 int check(const graph_args& a, bool json) {
@@ -88,6 +100,12 @@ int check(const graph_args& a, bool json) {
     fmt::print(stderr, "{}", to_string(res.errors));
     return bad_input;
   }
+  // A warm start's checkpoint as run checks it: there, and each stage's part matching (run refused it, check passed).
+  if (!res.graph->train.init.empty())
+    if (auto init = check_init(*res.graph); !init) {
+      fmt::print(stderr, "{}\n", error_message(init.error()));
+      return bad_input;
+    }
   // A YAML comment, so the output still reads back as the graph.
   if (auto p = count_parameters(*res.graph); p.total > 0)
     fmt::print("# {}\n", to_string(p));

@@ -258,3 +258,15 @@ TEST_CASE("check and trace summarize print one JSON object with --json, for a va
   CHECK(summary["orders"].size() >= 2);
   fs::remove_all(dir);
 }
+
+TEST_CASE("check refuses a train.init checkpoint that run would refuse, also in JSON") {
+  auto dir = scratch("init");
+  CHECK(run_to_end(dir, {"check", "tests/bad_input/train_init_missing.yaml", "--json"}) == 2);
+  auto j = nlohmann::json::parse(slurp(dir / "out.txt"));
+  CHECK(j["valid"] == false);
+  REQUIRE(j["errors"].size() == 1);
+  CHECK(j["errors"][0]["path"] == "train.init");
+  CHECK(j["errors"][0]["line"] == 4);
+  CHECK(j["errors"][0]["message"] == "tests/bad_input/no_such_checkpoint: no such checkpoint folder");
+  fs::remove_all(dir);
+}
