@@ -15,6 +15,7 @@
 #include "deploy/cli/run_graph.hpp"
 #include "ops/lr_schedule.hpp"
 #include "runtime/actor/errors.hpp"
+#include "schedulers/sync_policy.hpp"
 
 namespace troupe::cli {
 
@@ -122,6 +123,24 @@ run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::millise
     fmt::print("starting from the weights of {} (after its step {}; fresh optimizer state, step 0)\n",
                init->from.folder.string(), init->from.step);
   }
+  if (g.local_update.present)
+    if (const auto* method = sched::find_sync_method(g.local_update.algorithm)) {
+      // A run shorter than the exchange period trains each replica alone, which is a mistake to mention.
+      std::int64_t exchanges = 0;
+      try {
+        auto schedule = method->schedule(g.local_update);
+        for (std::int64_t step = 0; step < g.train.steps; ++step)
+          for (auto e : schedule->after_inner_step())
+            exchanges += step >= g.checkpoint.resume_step && e.what == sched::fragment_event::kind::perform;
+      } catch (const std::exception&) {
+        exchanges = -1; // the spawn reports it
+      }
+      if (exchanges == 0)
+        fmt::print("note: local_update never exchanges in this run: {} steps{} and {} exchanges every {} steps "
+                   "(local_update.sync_every); the replicas train alone\n",
+                   g.train.steps, g.checkpoint.resume_step > 0 ? fmt::format(" from step {}", g.checkpoint.resume_step) : "",
+                   g.local_update.algorithm, g.local_update.sync_every);
+    }
   out.graph = std::move(res.graph);
   return out;
 }

@@ -270,3 +270,17 @@ TEST_CASE("check refuses a train.init checkpoint that run would refuse, also in 
   CHECK(j["errors"][0]["message"] == "tests/bad_input/no_such_checkpoint: no such checkpoint folder");
   fs::remove_all(dir);
 }
+
+TEST_CASE("a local-update run shorter than its exchange period says that the replicas train alone") {
+  auto dir = scratch("lu_short");
+  std::ofstream{dir / "g.yaml"} << "model: {layers: 2, d_model: 32, heads: 2, context: 16}\n"
+                                << "data: {corpus: kjv, batch: 2}\ntrain: {steps: 3}\n"
+                                << "data_parallel: {replicas: 2}\nlocal_update: {algorithm: diloco, sync_every: 5}\n";
+  auto note = "note: local_update never exchanges in this run: 3 steps and diloco exchanges every 5 steps "
+              "(local_update.sync_every); the replicas train alone\n";
+  CHECK(run_to_end(dir, {"run", (dir / "g.yaml").string(), "--no-trace"}) == 0);
+  CHECK(has(slurp(dir / "out.txt"), note));
+  CHECK(run_to_end(dir, {"run", (dir / "g.yaml").string(), "--no-trace", "--steps", "5"}) == 0);
+  CHECK_FALSE(has(slurp(dir / "out.txt"), "never exchanges"));
+  fs::remove_all(dir);
+}
