@@ -246,9 +246,10 @@ void check_schedule_files(parsed_graph& pg, graph_reader& r) {
       r.error(pg.table_node, "pipeline.table",
               fmt::format("schedule table '{}' does not exist (relative to the graph file's folder)", p.table));
   }
-  if (p.virtual_stages > 1 && p.schedule != "interleaved_1f1b")
+  if (p.virtual_stages > 1 && p.schedule != "interleaved_1f1b" && p.schedule != "table") // a table names chunks
     r.error(child(pg.pipeline_node, "virtual"), "pipeline.virtual",
-            fmt::format("only the interleaved_1f1b schedule runs several chunks per stage (the schedule is '{}')",
+            fmt::format("only the interleaved_1f1b and table schedules run several chunks per stage (the "
+                        "schedule is '{}')",
                         p.schedule));
 }
 
