@@ -11,6 +11,7 @@
 #include "actors/zero_shard_state.hpp"
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
+#include "deploy/cli/memory_estimate.hpp"
 #include "deploy/cli/model_size.hpp"
 #include "deploy/cli/run_graph.hpp"
 #include "runtime/actor/errors.hpp"
@@ -68,7 +69,11 @@ int check_json(const graph_args& a) {
                         {"path", "train.init"}, {"message", message}});
       res.graph.reset();
     }
-  nlohmann::json out{{"valid", res.ok()}, {"errors", errors}};
+  nlohmann::json warnings = nlohmann::json::array();
+  if (res.ok())
+    if (auto why = memory_problem(*res.graph, machine_memory()))
+      warnings.push_back(*why);
+  nlohmann::json out{{"valid", res.ok()}, {"errors", errors}, {"warnings", warnings}};
   if (res.ok()) {
     const auto& g = *res.graph;
     out["parameters"] = to_json(count_parameters(g));
@@ -100,6 +105,9 @@ int check(const graph_args& a, bool json) {
     fmt::print(stderr, "{}", to_string(res.errors));
     return bad_input;
   }
+  // A warning here (a graph may be checked for another machine, or for `troupe sim`); run refuses it.
+  if (auto why = memory_problem(*res.graph, machine_memory()))
+    fmt::print(stderr, "{}: warning: {}; `troupe run` refuses it here\n", a.file, *why);
   // A warm start's checkpoint as run checks it: there, and each stage's part matching (run refused it, check passed).
   if (!res.graph->train.init.empty())
     if (auto init = check_init(*res.graph); !init) {

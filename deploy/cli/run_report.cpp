@@ -12,6 +12,7 @@
 
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/interrupt.hpp"
+#include "deploy/cli/memory_estimate.hpp"
 #include "deploy/cli/run_graph.hpp"
 #include "ops/lr_schedule.hpp"
 #include "runtime/actor/errors.hpp"
@@ -80,6 +81,10 @@ run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::millise
     return out;
   }
   auto& g = *res.graph;
+  if (auto why = memory_problem(g, machine_memory())) { // it would die of std::bad_alloc in some actor
+    fmt::print(stderr, "troupe {}: {}: {}\n", cmd, a.graph.file, *why);
+    return out;
+  }
   if (!a.resume.empty()) {
     // Every part is complete and fits the graph before any actor exists.
     auto from = open_resume(a.resume, g);

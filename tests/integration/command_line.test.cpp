@@ -284,3 +284,20 @@ TEST_CASE("a local-update run shorter than its exchange period says that the rep
   CHECK_FALSE(has(slurp(dir / "out.txt"), "never exchanges"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("a graph past this machine's memory: check warns, run refuses before anything is built") {
+  // d_model 100000 passed check and died at run with std::bad_alloc naming actor 'stage'.
+  auto dir = scratch("memory");
+  std::ofstream{dir / "g.yaml"} << "model: {layers: 4, d_model: 100000, heads: 4, context: 16}\n"
+                                << "data: {corpus: kjv, batch: 2}\ntrain: {steps: 10}\n";
+  auto graph = (dir / "g.yaml").string();
+  CHECK(run_to_end(dir, {"check", graph}) == 0);
+  CHECK(has(slurp(dir / "err.txt"), graph + ": warning: the graph needs an estimated 7681.8 GB of memory, more than "
+                                            "this machine's "));
+  CHECK(run_to_end(dir, {"run", graph, "--no-trace"}) == 2);
+  auto err = slurp(dir / "err.txt");
+  CHECK(err.starts_with("troupe run: " + graph + ": the graph needs an estimated 7681.8 GB of memory"));
+  CHECK(has(err, "the largest actor, s0, 7680.9 GB of parameters, gradients and optimizer state"));
+  CHECK(slurp(dir / "out.txt").empty());
+  fs::remove_all(dir);
+}
