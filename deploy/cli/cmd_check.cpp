@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "actors/skippipe_plan.hpp"
 #include "actors/zero_shard_state.hpp"
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
@@ -105,6 +106,10 @@ int check(const graph_args& a, bool json) {
     fmt::print(stderr, "{}", to_string(res.errors));
     return bad_input;
   }
+  // What run refuses of a graph that plan and sim take: said here, as a warning (the example
+  // skippipe-geo20.yaml is such a graph); run and launch refuse it, exit 2, before anything starts.
+  if (auto d = skippipe_not_runnable(*res.graph))
+    fmt::print(stderr, "{}: warning: {}; `troupe run` refuses it\n", to_string(d->pos), d->message);
   // A warning here (a graph may be checked for another machine, or for `troupe sim`); run refuses it.
   if (auto why = memory_problem(*res.graph, machine_memory()))
     fmt::print(stderr, "{}: warning: {}; `troupe run` refuses it here\n", a.file, *why);

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/skippipe_plan.hpp"
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/interrupt.hpp"
 #include "deploy/cli/memory_estimate.hpp"
@@ -81,6 +82,10 @@ run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::millise
     return out;
   }
   auto& g = *res.graph;
+  if (auto d = skippipe_not_runnable(g)) { // the data loader refused it after the actors were made
+    fmt::print(stderr, "troupe {}: {}\n", cmd, to_string(*d));
+    return out;
+  }
   if (auto why = memory_problem(g, machine_memory())) { // it would die of std::bad_alloc in some actor
     fmt::print(stderr, "troupe {}: {}: {}\n", cmd, a.graph.file, *why);
     return out;

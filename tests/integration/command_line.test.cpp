@@ -301,3 +301,17 @@ TEST_CASE("a graph past this machine's memory: check warns, run refuses before a
   CHECK(slurp(dir / "out.txt").empty());
   fs::remove_all(dir);
 }
+
+TEST_CASE("check warns of a SkipPipe graph that run refuses, and run refuses it with exit 2 before anything starts") {
+  // check exited 0 while run exited 1 with "need 6 nodes, not 20" after making the actors.
+  auto dir = scratch("geo20");
+  auto nodes = "examples/skippipe-geo20.yaml:14:10: ";
+  CHECK(run_to_end(dir, {"check", "examples/skippipe-geo20.yaml"}) == 0); // plan paths and sim take it
+  CHECK(has(slurp(dir / "err.txt"), std::string{nodes} + "warning: a run places one stage actor on each network "
+                                        "node, so SkipPipe runs need pipeline.stages × data_parallel.replicas = 6 "
+                                        "nodes, not 20"));
+  CHECK(run_to_end(dir, {"run", "examples/skippipe-geo20.yaml", "--no-trace"}) == 2);
+  CHECK(slurp(dir / "err.txt").starts_with(std::string{"troupe run: "} + nodes + "network.nodes: a run places one"));
+  CHECK(slurp(dir / "out.txt").empty());
+  fs::remove_all(dir);
+}
