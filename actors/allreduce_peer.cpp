@@ -11,6 +11,7 @@
 
 #include "actors/builtin.hpp"
 #include "actors/ring_member.hpp"
+#include "actors/zero_shard_state.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/actor/messages.hpp"
 #include "runtime/trace/trace.hpp"
@@ -20,7 +21,11 @@ namespace troupe {
 
 namespace {
 
-using peer_settings = ring_settings;
+struct peer_settings : ring_settings {
+  std::int64_t steps = 0;        ///< train.steps: it reports done once the last one's buckets are reduced
+  std::int64_t first_step = 0;   ///< a resumed run's first step
+  int buckets = 0;               ///< buckets its stage sends a step (grad_buckets' layout)
+};
 
 struct allreduce_peer_state {
   std::vector<caf::actor> actors;        ///< every actor of the graph, by index
@@ -28,6 +33,8 @@ struct allreduce_peer_state {
   caf::actor runner;
   std::map<std::pair<step_t, int>, ring_flight> flights;  ///< (step, bucket) -> its reduction
   std::uint64_t bytes_sent = 0;
+  int last_step_reduced = 0;  ///< buckets of the run's last step done
+  bool done_sent = false;
   std::uint16_t trace_id = 0;
   static inline const char* name = "allreduce_peer";
 };
@@ -45,6 +52,19 @@ void send_chunk(peer_actor* self, const peer_settings& cfg, flight_it it, int ph
              ring_msg{it->first.first, it->first.second, phase, std::move(copy)});
 }
 
+/// Its summary, with the tensor bytes it sent: once, when the run's last step is reduced
+/// (it reported at its start before, so DDP's bytes read 0 in --summary-json).
+void report_done(peer_actor* self, const peer_settings& cfg) {
+  auto& st = self->state;
+  if (st.done_sent)
+    return;
+  st.done_sent = true;
+  run_summary s;
+  s.actor = cfg.name;
+  s.bytes_sent = static_cast<std::int64_t>(st.bytes_sent);
+  self->send(st.runner, done_atom::value, std::move(s));
+}
+
 /// Writes the reduced values back into the stage's gradients and tells it.
 void finish(peer_actor* self, const peer_settings& cfg, flight_it it) {
   auto& f = it->second;
@@ -57,7 +77,10 @@ void finish(peer_actor* self, const peer_settings& cfg, flight_it it) {
   trace_recorder::global().record(s);
   self->send(self->state.actors.at(static_cast<std::size_t>(cfg.stage)), reduced_atom::value, f.bucket.step,
              f.bucket.bucket);
+  bool last_step = f.bucket.step + 1 >= cfg.steps;
   self->state.flights.erase(it);
+  if (last_step && ++self->state.last_step_reduced >= cfg.buckets)
+    report_done(self, cfg);
 }
 
 /// Applies every ring message whose turn has come.
@@ -83,9 +106,8 @@ caf::behavior allreduce_peer(peer_actor* self, peer_settings cfg, caf::actor run
       return caf::ok_atom::value;
     },
     [=](start_atom) {
-      run_summary s; // nothing to wait for: it serves its stage until the run ends
-      s.actor = cfg.name;
-      self->send(self->state.runner, done_atom::value, std::move(s));
+      if (cfg.first_step >= cfg.steps || cfg.buckets <= 0) // nothing left to reduce
+        report_done(self, cfg);
     },
     [=](bucket_atom, bucket_msg& m) {
       guarded(self, cfg.name, [&] {
@@ -172,8 +194,13 @@ caf::expected<caf::actor> spawn_allreduce_peer(spawn_context& ctx) {
   if (!stage || !next)
     return make_error(errc::invalid_argument,
                       fmt::format("{}: needs a `stage:` it serves and a channel to the next peer", ctx.spec.name));
-  peer_settings cfg{ctx.spec.name, g.index_of(stage->name), g.index_of(next->name),
-                    std::max(g.data_parallel.replicas, 1), stage->replica};
+  peer_settings cfg{{ctx.spec.name, g.index_of(stage->name), g.index_of(next->name),
+                     std::max(g.data_parallel.replicas, 1), stage->replica},
+                    g.train.steps,
+                    g.checkpoint.resume_step,
+                    static_cast<int>(sched::make_shard_layout(zero_params(g, *stage), g.data_parallel.bucket,
+                                                              std::max(g.data_parallel.replicas, 1), 0)
+                                       .buckets.size())};
   return caf::actor{ctx.system.spawn(allreduce_peer, std::move(cfg), ctx.runner)};
 }
 

@@ -536,14 +536,8 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.identity = checkpoint_identity(g, ctx.spec);
   cfg.resume_folder = g.checkpoint.resume_folder;
   cfg.resume_step = g.checkpoint.resume_step;
-  if (g.skip.present && !g.skip_runs()) {  // plannable (troupe plan paths), yet not runnable
-    diagnostic d{g.where("network.nodes"), "network.nodes",
-                 fmt::format("a run places one stage actor on each network node, so SkipPipe runs need "
-                             "pipeline.stages × data_parallel.replicas = {} nodes, not {} (`troupe plan paths` "
-                             "plans any number)",
-                             g.pipeline.stages * std::max(g.data_parallel.replicas, 1), g.network.nodes())};
-    return make_error(errc::invalid_argument, to_string(d));
-  }
+  if (auto d = skippipe_not_runnable(g))  // plannable (troupe plan paths), yet not runnable
+    return make_error(errc::invalid_argument, to_string(*d));
   cfg.attention = g.attention.present;
   cfg.heaviest_first = g.data.deal == "heaviest_first";
   cfg.rounds = (cfg.attention || cfg.heaviest_first) && !g.local_update.present;

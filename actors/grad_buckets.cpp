@@ -22,6 +22,7 @@ grad_buckets::grad_buckets(const std::vector<std::unique_ptr<stage_model>>& mode
   for (std::size_t c = 0; c < models_.size(); ++c)
     bucket_of_[c].assign(models_[c]->grads().size(), -1);
   buckets_.resize(layout_.size());
+  grad_shapes_.resize(layout_.size());
   for (std::size_t b = 0; b < layout_.size(); ++b)
     for (const auto& p : layout_[b]) {
       bucket_of_[static_cast<std::size_t>(p.chunk)][static_cast<std::size_t>(p.index)] = static_cast<int>(b);
@@ -31,6 +32,7 @@ grad_buckets::grad_buckets(const std::vector<std::unique_ptr<stage_model>>& mode
           fmt::format("data_parallel: gradient '{}' is not an f32 host tensor; replicas train on the CPU for now",
                       models_[static_cast<std::size_t>(p.chunk)]->grads()[static_cast<std::size_t>(p.index)].name));
       buckets_[b].tensors.push_back(g);
+      grad_shapes_[b].push_back(g.shape());
       if (zero)
         buckets_[b].params.push_back(
           models_[static_cast<std::size_t>(p.chunk)]->params()[static_cast<std::size_t>(p.index)].value);
@@ -79,6 +81,11 @@ void grad_buckets::send(int b) {
     for (std::size_t i = 0; i < layout_[static_cast<std::size_t>(b)].size(); ++i) {
       const auto& p = layout_[static_cast<std::size_t>(b)][i];
       bk.tensors[i] = models_[static_cast<std::size_t>(p.chunk)]->grads()[static_cast<std::size_t>(p.index)].value;
+      // A stage that ran no backward this step (least_loaded sent it no
+      // microbatch) still holds none after ZeRO-2 gave them back: its share of
+      // the sum is zeros. An empty handle here crashed the shard's copy.
+      if (!bk.tensors[i].defined())
+        bk.tensors[i] = tensor_handle::zeros(grad_shapes_[static_cast<std::size_t>(b)][i]);
     }
   if (loss_.defined() && static_cast<std::size_t>(b) + 1 == buckets_.size())
     loss_.data<float>()[0] = static_cast<float>(loss_sum_());

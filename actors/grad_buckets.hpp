@@ -70,6 +70,7 @@ private:
   std::vector<std::vector<sched::param_ref>> layout_;
   std::vector<std::vector<int>> bucket_of_;  ///< [chunk][param] -> bucket
   std::vector<bucket> buckets_;
+  std::vector<std::vector<shape_t>> grad_shapes_;  ///< [bucket][i]: zeros when a model holds none (ZeRO-2)
   tensor_handle loss_;                       ///< f32 [1] in the last bucket, on the loss stage
   std::int64_t step_ = -1;
   int armed_chunk_ = -1;                     ///< the chunk whose last pass is running, or -1

@@ -3,6 +3,8 @@
 // the end), in backward's order, and the step waits only for those still out.
 #include "actors/grad_buckets.hpp"
 
+#include <algorithm>
+
 #include <doctest/doctest.h>
 
 using namespace troupe;
@@ -75,4 +77,40 @@ TEST_CASE("buckets no pass sent (a device model, a late plan) go when the step's
   CHECK_FALSE(b.flush(3)); // step 3's work is done here: the one bucket goes now
   CHECK(sent == 1);
   CHECK(b.on_reduced(3, 0));
+}
+
+TEST_CASE("a ZeRO-2 stage that ran no backward in a step sends zero gradients, not the buffers it gave back") {
+  // least_loaded may send a replica's stage no microbatch of a step; after
+  // ZeRO-2 released its gradients it has none, and an empty handle in a bucket
+  // crashed the optimizer shard's copy (SIGSEGV in ring_flight::take).
+  ops::gpt_config cfg{2, 32, 2, 8, 64};
+  ops::gpt_range range(cfg, 0, 2);
+  std::vector<std::unique_ptr<stage_model>> models;
+  models.push_back(make_cpu_stage_model(range));
+  std::vector<bucket_msg> sent;
+  grad_buckets b(models, 16 << 10, {}, [&](bucket_msg m) { sent.push_back(std::move(m)); }, true);
+  CHECK_FALSE(b.flush(0));
+  REQUIRE(sent.size() == b.size());
+  std::vector<std::vector<shape_t>> shapes;
+  for (const auto& m : sent) {
+    auto& s = shapes.emplace_back();
+    for (const auto& t : m.tensors)
+      s.push_back(t.shape());
+  }
+  for (std::size_t i = 0; i < sent.size(); ++i)
+    b.on_reduced(0, static_cast<int>(i));
+  models[0]->release_grads(); // what the stage does once the shards updated step 0
+  b.drop_grads();
+  sent.clear();
+  CHECK_FALSE(b.flush(1)); // step 1 brought this stage no microbatch
+  REQUIRE(sent.size() == shapes.size());
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    REQUIRE(sent[i].tensors.size() == shapes[i].size());
+    for (std::size_t k = 0; k < shapes[i].size(); ++k) {
+      const auto& t = sent[i].tensors[k];
+      REQUIRE(t.defined());
+      CHECK(t.shape() == shapes[i][k]);
+      CHECK(std::all_of(t.data<float>(), t.data<float>() + t.numel(), [](float v) { return v == 0.0f; }));
+    }
+  }
 }

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
+#include "actors/zero_shard_state.hpp"
 #include "runtime/actor/messages.hpp"
 #include "runtime/actor/outer_messages.hpp"
 #include "runtime/trace/trace.hpp"
@@ -249,6 +250,26 @@ actor_type_info outer_sync_info() {
     if (g.pipeline.device != "cpu")
       out.push_back({g.where("pipeline.device"), "pipeline.device",
                      fmt::format("local_update trains CPU stages so far, not '{}'", g.pipeline.device)});
+    // A fragment is a share of a stage's parameters: more fragments than values leaves them empty
+    // (1,000,000 on a 34k-parameter stage was accepted).
+    if (g.local_update.fragments > 1) {
+      const actor_spec* smallest = nullptr;
+      std::int64_t fewest = 0;
+      for (const auto& x : g.actors)
+        if (x.type == "outer_sync")
+          if (const auto* st = g.served_stage(x)) {
+            std::int64_t n = 0;
+            for (const auto& chunk : zero_params(g, *st))
+              for (const auto& p : chunk)
+                n += p.elements;
+            if (!smallest || n < fewest)
+              smallest = st, fewest = n;
+          }
+      if (smallest && g.local_update.fragments > fewest)
+        out.push_back({g.where("local_update.fragments"), "local_update.fragments",
+                       fmt::format("{} fragments for the {} parameters of stage '{}' leave fragments empty: at most {}",
+                                   g.local_update.fragments, fewest, smallest->name, fewest)});
+    }
   };
   return info;
 }

@@ -40,6 +40,16 @@ transformer_shape shape_of(const graph_spec& g) {
 
 } // namespace
 
+std::optional<diagnostic> skippipe_not_runnable(const graph_spec& g) {
+  if (!g.skip.present || g.skip_runs())
+    return std::nullopt;
+  return diagnostic{g.where("network.nodes"), "network.nodes",
+                    fmt::format("a run places one stage actor on each network node, so SkipPipe runs need "
+                                "pipeline.stages × data_parallel.replicas = {} nodes, not {} (`troupe plan paths` "
+                                "plans any number)",
+                                g.pipeline.stages * std::max(g.data_parallel.replicas, 1), g.network.nodes())};
+}
+
 expected<path_problem> skippipe_problem(const graph_spec& g) {
   auto device = plan_device(g.sim);
   if (!device)

@@ -4,6 +4,7 @@
 // channels follow it (each network node is one stage actor: graph_spec::skip_runs).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ struct skippipe_plan {
 /// REFERENCES.md's SkipPipe delay model: latency + activation bytes / bandwidth +
 /// the network's per-hop overhead, activations d_model·context·batch values.
 sched::expected<sched::path_problem> skippipe_problem(const graph_spec& g);
+
+/// Why a SkipPipe graph can be planned (`troupe plan paths`, `troupe sim`) but
+/// not run: a run places one stage actor on each network node, so it needs
+/// stages × replicas nodes. The diagnostic at network.nodes; nothing when it runs.
+std::optional<diagnostic> skippipe_not_runnable(const graph_spec& g);
 
 /// Places the nodes (skip.placement, or the search over DT-FM's score) and plans
 /// the paths skip.planner names: `skippipe`; `full`, every stage in order on

@@ -6,13 +6,18 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include "actors/skippipe_plan.hpp"
 #include "actors/zero_shard_state.hpp"
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
+#include "deploy/cli/memory_estimate.hpp"
 #include "deploy/cli/model_size.hpp"
 #include "deploy/cli/run_graph.hpp"
 #include "kernels/cpu/target.hpp"
+#include "runtime/actor/errors.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
 
 namespace troupe::cli {
 
@@ -29,8 +34,8 @@ target and OpenBLAS's core on this machine (TROUPE_CPU_TARGET caps the target).
 With data_parallel: the bytes each stage and optimizer shard will hold for
 parameters, gradients and optimizer state.
 Every problem is reported at once as FILE:LINE:COL: KEY.PATH: MESSAGE.
-Exit codes: 0 valid, 2 invalid (errors on stderr) or a TROUPE_CPU_TARGET this
-CPU does not run.
+Exit codes: 0 valid, 2 invalid (errors on stderr; with --json in the object on stdout) or a
+TROUPE_CPU_TARGET this CPU does not run.
 )";
 
 /// `# memory (bytes): ACTOR params P grads G optimizer O` per stage and
@@ -50,14 +55,80 @@ std::string predicted_memory(const graph_spec& g) {
   return out;
 }
 
-int check(const graph_args& a) {
+/// `troupe check --json`: the verdict as one object on stdout, valid or not:
+/// {"valid", "errors": [{file, line, column, origin, path, message}], and when
+/// valid "parameters", "memory" (with data_parallel) and "graph" (the expanded YAML)}.
+int check_json(const graph_args& a) {
+  auto res = load_graph_for_cli(a.file, a.overrides());
+  nlohmann::json errors = nlohmann::json::array();
+  for (const auto& d : res.errors)
+    errors.push_back({{"file", d.pos.file}, {"line", d.pos.line}, {"column", d.pos.col}, {"origin", d.pos.origin},
+                      {"path", d.path}, {"message", d.message}});
+  if (res.ok() && !res.graph->train.init.empty())
+    if (auto init = check_init(*res.graph); !init) {
+      const auto& at = res.graph->train.init_pos;
+      auto message = error_message(init.error());
+      if (auto prefix = to_string(at) + ": train.init: "; message.starts_with(prefix))
+        message.erase(0, prefix.size()); // the position has fields of its own here
+      errors.push_back({{"file", at.file}, {"line", at.line}, {"column", at.col}, {"origin", at.origin},
+                        {"path", "train.init"}, {"message", message}});
+      res.graph.reset();
+    }
+  nlohmann::json warnings = nlohmann::json::array();
+  if (res.ok())
+    if (auto why = memory_problem(*res.graph, machine_memory()))
+      warnings.push_back(*why);
+  nlohmann::json out{{"valid", res.ok()},
+                     {"errors", errors},
+                     {"warnings", warnings},
+                     {"kernel_target", kernels::cpu::kernel_target()},
+                     {"blas_core", kernels::cpu::blas_core()}};
+  if (res.ok()) {
+    const auto& g = *res.graph;
+    out["parameters"] = to_json(count_parameters(g));
+    if (g.data_parallel.present) {
+      nlohmann::json memory = nlohmann::json::object();
+      auto held = [](const held_bytes& h) {
+        return nlohmann::json{{"params", h.params}, {"grads", h.grads}, {"optimizer", h.optimizer}};
+      };
+      for (const auto& actor : g.actors)
+        if (actor.role.holds_layers) {
+          auto p = predict_held(g, actor);
+          memory[actor.name] = held(p.stage);
+          if (g.data_parallel.zero > 0 && g.data_parallel.replicas > 1)
+            memory[actor.name + "_os"] = held(p.shard);
+        }
+      out["memory"] = memory;
+    }
+    out["graph"] = to_yaml(g);
+  }
+  fmt::print("{}\n", out.dump(2));
+  return out["valid"] == true ? ok : bad_input;
+}
+
+int check(const graph_args& a, bool json) {
   if (!kernel_target_ok("check"))
     return bad_input;
+  if (json)
+    return check_json(a);
   auto res = load_graph_for_cli(a.file, a.overrides());
   if (!res.ok()) {
     fmt::print(stderr, "{}", to_string(res.errors));
     return bad_input;
   }
+  // What run refuses of a graph that plan and sim take: said here, as a warning (the example
+  // skippipe-geo20.yaml is such a graph); run and launch refuse it, exit 2, before anything starts.
+  if (auto d = skippipe_not_runnable(*res.graph))
+    fmt::print(stderr, "{}: warning: {}; `troupe run` refuses it\n", to_string(d->pos), d->message);
+  // A warning here (a graph may be checked for another machine, or for `troupe sim`); run refuses it.
+  if (auto why = memory_problem(*res.graph, machine_memory()))
+    fmt::print(stderr, "{}: warning: {}; `troupe run` refuses it here\n", a.file, *why);
+  // A warm start's checkpoint as run checks it: there, and each stage's part matching (run refused it, check passed).
+  if (!res.graph->train.init.empty())
+    if (auto init = check_init(*res.graph); !init) {
+      fmt::print(stderr, "{}\n", error_message(init.error()));
+      return bad_input;
+    }
   // A YAML comment, so the output still reads back as the graph.
   if (auto p = count_parameters(*res.graph); p.total > 0)
     fmt::print("# {}\n", to_string(p));
@@ -72,9 +143,12 @@ int check(const graph_args& a) {
 
 command_action define_check(CLI::App& app) {
   auto a = std::make_shared<graph_args>();
+  auto json = std::make_shared<bool>(false);
   describe(app, check_description, std::string{check_footer} + "\n" + paths_help);
   add_graph_args(app, *a);
-  return [a] { return check(*a); };
+  app.add_flag("--json", *json, "print the verdict as one JSON object on stdout: valid, errors (file, line, column,\n"
+                                "path, message), and for a valid graph parameters, memory and the expanded graph");
+  return [a, json] { return check(*a, *json); };
 }
 
 } // namespace troupe::cli

@@ -20,7 +20,7 @@ constexpr const char* dash_description = R"(Serves the dashboard (the page `trou
 finished trace written by `troupe run --trace`, until Ctrl-C.)";
 
 constexpr const char* dash_footer =
-  "Exit codes: 0 stopped by a signal, 1 cannot read the trace or listen, 2 bad arguments.\n";
+  "Exit codes: 0 stopped by a signal, 1 cannot read the trace or listen, 2 bad arguments or not a trace.\n";
 
 /// What `troupe dash`'s command line asked for.
 struct dash_cli {
@@ -34,7 +34,7 @@ int dash(const dash_cli& a) {
   auto t = read_chrome_trace(file);
   if (!t) {
     fmt::print(stderr, "troupe dash: {}\n", error_message(t.error()));
-    return runtime_failure;
+    return is_error(t.error(), errc::io_failed) ? runtime_failure : bad_input; // not a trace: bad input
   }
   // Block the signals before the server thread starts, so only sigwait sees them.
   sigset_t set;

@@ -69,7 +69,8 @@ bool parse_slowdown(std::string_view text, std::vector<double>& factors, int cou
   int index = 0;
   double factor = 0;
   if (colon == std::string_view::npos || !parse_number(text.substr(0, colon), index) ||
-      !parse_number(text.substr(colon + 1), factor) || index < 0 || index >= count || factor <= 0)
+      !parse_number(text.substr(colon + 1), factor) || index < 0 || index >= count || !(factor > 0) ||
+      !std::isfinite(factor))
     return false;
   factors.resize(static_cast<std::size_t>(count), 1.0);
   factors[static_cast<std::size_t>(index)] = factor;
@@ -156,6 +157,11 @@ int compare(const sim_config& c, std::string_view policy, const policy_params& p
       fmt::print(stderr, "troupe schedule: {}\n", r.error().message);
       return runtime_failure;
     }
+    if (!std::isfinite(r->policy_median) || !std::isfinite(r->replay_median)) {
+      fmt::print(stderr, "troupe schedule: the simulated makespan is not finite: the costs and --latency are too "
+                         "large to add up; scale them down\n");
+      return bad_input;
+    }
     if (json)
       records.push_back({{"scenario", r->scenario}, {"policy", r->policy}, {"emergent", r->policy_median},
                          {"replayed", r->replay_median}, {"wins", r->wins}, {"ties", r->ties},
@@ -200,11 +206,12 @@ int run_schedule(schedule_cli& a) {
                            limits::max_compare_work, std::max<std::int64_t>(1, limits::max_compare_work / size)));
   for (const auto& s : a.slow)
     if (!parse_slowdown(s, c.rank_slowdown, c.ranks))
-      return bad(fmt::format("--slow: '{}' is not RANK:FACTOR with RANK in 0..{} and FACTOR > 0", s, c.ranks - 1));
+      return bad(fmt::format("--slow: '{}' is not RANK:FACTOR with RANK in 0..{} and FACTOR a finite number > 0", s,
+                             c.ranks - 1));
   for (const auto& s : a.slow_mb)
     if (!parse_slowdown(s, c.microbatch_slowdown, c.microbatches))
       return bad(fmt::format("--slow-microbatch: '{}' is not MICROBATCH:FACTOR with MICROBATCH in 0..{} and "
-                             "FACTOR > 0", s, c.microbatches - 1));
+                             "FACTOR a finite number > 0", s, c.microbatches - 1));
   // Policy names and parameters are checked before anything runs, so they count as bad input.
   params.ranks = c.ranks;
   params.chunks = c.chunks;
@@ -219,6 +226,10 @@ int run_schedule(schedule_cli& a) {
     fmt::print(stderr, "troupe schedule: {}\n", r.error().message);
     return bad_input;
   }
+  // Each input finite, their sum need not be: 1e308 twice is inf, and inf - inf a NaN bubble.
+  if (!std::isfinite(r->makespan) || !std::isfinite(r->bubble_fraction))
+    return bad(fmt::format("the simulated times overflow (makespan {:g}): the costs, --latency and --slow factors "
+                           "are too large to add up; scale them down", r->makespan));
   if (json)
     fmt::print("{}\n", run_json(c, policy, *r, timeline).dump(2));
   else

@@ -209,14 +209,32 @@ private:
   int replicas_ = 0;
 };
 
+/// `v` in three significant digits and the SI prefix that gets them there,
+/// joined by `sep`: a 34k-parameter model is "34.5K", not "0.00B"; 2e10 FLOP/s
+/// is "20 GFLOP/s", not "0.0 TFLOP/s".
+std::string with_prefix(double v, const std::string& sep, const std::string& unit) {
+  constexpr std::pair<double, const char*> prefixes[] = {{1e15, "P"}, {1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "K"}};
+  for (auto [scale, name] : prefixes)
+    if (std::fabs(v) >= scale)
+      return fmt::format("{:.3g}{}{}{}", v / scale, sep, name, unit);
+  return fmt::format("{:.3g}{}{}", v, sep, unit);
+}
+
 void print_text(const std::string& file, const cluster_config& c, const cluster_result& r) {
   const auto t = c.costs.tensor_parallel;
-  fmt::print("troupe sim: {}: GPT of {:.2f}B parameters, {} stages x {} replicas x {} tensor-parallel = {} devices "
+  auto params = with_prefix(r.parameters, "", "");
+  if (params.ends_with('G'))
+    params.back() = 'B'; // billions, as model sizes are said
+  fmt::print("troupe sim: {}: GPT of {} parameters, {} stages x {} replicas x {} tensor-parallel = {} devices "
              "({}), schedule {}, {} microbatches of {} x {} tokens per replica\n",
-             file, r.parameters / 1e9, c.stages.size(), c.replicas, t, r.devices, c.costs.device.name, c.policy,
+             file, params, c.stages.size(), c.replicas, t, r.devices, c.costs.device.name, c.policy,
              c.microbatches, c.model.microbatch, c.model.sequence);
-  fmt::print("iteration: {:.6g} s, {:.6g} tokens/s\n", r.iteration_s, r.tokens_per_s());
-  fmt::print("per device: {:.1f} TFLOP/s ({}), MFU {:.3f} of {:.1f} TFLOP/s peak\n", r.tflops_per_device(),
+  auto time = r.iteration_s >= 1     ? fmt::format("{:.6g} s", r.iteration_s)
+              : r.iteration_s >= 1e-3 ? fmt::format("{:.4g} ms", r.iteration_s * 1e3)
+                                      : fmt::format("{:.4g} us", r.iteration_s * 1e6);
+  fmt::print("iteration: {}, {:.6g} tokens/s\n", time, r.tokens_per_s());
+  fmt::print("per device: {} ({}), MFU {:.3f} of {:.1f} TFLOP/s peak\n",
+             with_prefix(r.tflops_per_device() * 1e12, " ", "FLOP/s"),
              c.costs.recompute ? "Megatron's count, recomputed forward included" : "model FLOPs", r.mfu(),
              r.peak_flops / 1e12);
   fmt::print("stage actors ({}): busy {:.4f}, bubble {:.4f} (idle: pipeline bubble and waiting for the "
@@ -293,15 +311,26 @@ int simulate_file(const sim_args& a) {
   if (!outputs_writable("sim", {trace_path}))
     return bad_input;
   auto overrides = given_overrides;
+  std::string device_set;  ///< the override --device stands for: its errors name --device
   if (!device.empty()) {
     // A flag's path is relative to the current folder; the graph resolves sim.device against its own.
     bool is_file = device.ends_with(".yaml") || device.ends_with(".yml") || device.ends_with(".json");
-    overrides.push_back("sim.device=" + (is_file ? std::filesystem::absolute(device).string() : device));
+    std::error_code ec;
+    if (!is_file && std::filesystem::is_regular_file(device, ec)) {
+      fmt::print(stderr, "troupe sim: --device {}: a file, but not a device file (a device file is YAML or JSON: "
+                         ".yaml, .yml or .json; `troupe sim --calibrate` writes one)\n", device);
+      return bad_input;
+    }
+    device_set = "sim.device=" + (is_file ? std::filesystem::absolute(device).string() : device);
+    overrides.push_back(device_set);
   }
   auto loaded = load_graph_for_cli(file, overrides, /*check_corpus=*/false); // nothing is read
   if (!loaded.ok()) {
-    for (const auto& d : loaded.errors)
+    for (auto d : loaded.errors) {
+      if (!device_set.empty() && d.pos.origin == "--set " + device_set) // the user wrote --device, not --set
+        d.pos.origin = "--device " + device, d.path.clear();
       fmt::print(stderr, "{}\n", to_string(d));
+    }
     return bad_input;
   }
   auto config = make_config(*loaded.graph, steps);

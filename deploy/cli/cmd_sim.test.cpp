@@ -177,3 +177,13 @@ TEST_CASE("troupe sim refuses separate attention servers, which it does not mode
   CHECK(r.code == 2);
   CHECK(r.has("troupe sim models attention servers in place"));
 }
+
+TEST_CASE("troupe sim states a small model's size and rate in units that fit, not 0.00B and 0.0 TFLOP/s") {
+  auto r = run_troupe("sim " + equal + " --set model.d_model=32 --set model.heads=2 --set model.context=16");
+  REQUIRE_MESSAGE(r.code == 0, r.out);
+  CHECK_FALSE(r.has("0.00B"));
+  CHECK_FALSE(r.has(" 0.0 TFLOP/s"));
+  CHECK(r.has("K parameters,"));  // 8 layers of d_model 32: about a hundred thousand
+  CHECK(r.has("FLOP/s (model FLOPs)"));
+  CHECK(r.has(" us, "));          // an iteration of about a microsecond, not 1.07e-06 s
+}

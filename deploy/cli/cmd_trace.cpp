@@ -1,10 +1,12 @@
 // `troupe trace summarize OUT.json`: per actor busy and idle time, each
 // stage's bubble, and each stage's distinct action orders, from a trace file.
+#include <map>
 #include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
@@ -30,7 +32,35 @@ constexpr const char* trace_footer =
 struct summarize_cli {
   std::string file;
   bool no_order = false;
+  bool json = false;
 };
+
+/// The summary as one JSON object: what the text says, for a script.
+nlohmann::json summary_json(const trace_summary& s) {
+  auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  std::map<std::uint16_t, std::string> names;
+  nlohmann::json actors = nlohmann::json::array();
+  for (const auto& a : s.actors) {
+    names[a.actor.id] = a.actor.name;
+    actors.push_back({{"name", a.actor.name}, {"type", a.actor.type}, {"node", a.actor.node},
+                      {"busy_s", static_cast<double>(a.busy_ns) * 1e-9}, {"idle_s", static_cast<double>(a.idle_ns) * 1e-9},
+                      {"busy_fraction", a.busy_fraction}, {"spans", a.spans}, {"mailbox_max", a.mailbox_max},
+                      {"bytes_sent", a.bytes_sent}});
+  }
+  nlohmann::json orders = nlohmann::json::array();
+  for (const auto& o : distinct_orders(s.orders))
+    orders.push_back({{"actor", names[o.actor]}, {"rank", o.rank}, {"steps", o.steps}, {"actions", o.actions}});
+  return {{"window_s", static_cast<double>(s.end_ns - s.begin_ns) * 1e-9},
+          {"bubble_fraction", opt(s.bubble_fraction)},
+          {"last_step", s.last_step},
+          {"loss", opt(s.loss)},
+          {"val_loss", opt(s.val_loss)},
+          {"tokens_per_s", opt(s.tokens_per_s)},
+          {"spans", s.span_count},
+          {"cut_short", s.cut_short},
+          {"actors", actors},
+          {"orders", orders}};
+}
 
 int summarize_trace(const summarize_cli& a) {
   const auto& file = a.file;
@@ -40,7 +70,11 @@ int summarize_trace(const summarize_cli& a) {
     fmt::print(stderr, "troupe trace summarize: {}\n", error_message(t.error()));
     return is_error(t.error(), errc::io_failed) ? runtime_failure : bad_input;
   }
-  fmt::print("{}", to_text(summarize(*t, -1, -1, orders)));
+  auto summary = summarize(*t, -1, -1, orders);
+  if (a.json)
+    fmt::print("{}\n", summary_json(summary).dump(2));
+  else
+    fmt::print("{}", to_text(summary));
   return ok;
 }
 
@@ -53,6 +87,7 @@ command_action define_trace(CLI::App& app) {
   describe(*sub, summarize_description, trace_footer);
   sub->add_option("TRACE", a->file, "a trace file (Chrome Trace Event JSON)")->required();
   sub->add_flag("--no-order", a->no_order, "leave out the per-step action orders");
+  sub->add_flag("--json", a->json, "print the summary as one JSON object (actors, bubble_fraction, orders, ...)");
   return [&app, sub, a] {
     if (sub->parsed())
       return summarize_trace(*a);

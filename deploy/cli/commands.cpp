@@ -99,8 +99,52 @@ bool kernel_target_ok(std::string_view cmd) {
   return true;
 }
 
+namespace {
+
+/// Whether no two of `outputs` name one file and none lies in the checkpoint
+/// folder (the run's own: locked, and emptied by --restart). A summary written
+/// over the trace was silently the only file left.
+bool outputs_distinct(std::string_view cmd, const graph_spec& g, const std::vector<std::string>& outputs) {
+  namespace fs = std::filesystem;
+  auto normal = [](const fs::path& p) {
+    std::error_code ec;
+    auto n = fs::weakly_canonical(fs::absolute(p), ec);
+    return (ec ? fs::absolute(p) : n).lexically_normal();
+  };
+  std::vector<std::pair<fs::path, std::string>> seen;
+  auto ckpt = g.checkpoint.every > 0 && !g.checkpoint.dir_path.empty() ? normal(g.checkpoint.dir_path) : fs::path{};
+  bool good = true;
+  for (const auto& out : outputs) {
+    if (out.empty())
+      continue;
+    auto p = normal(out);
+    for (const auto& [q, first] : seen)
+      if (p == q) {
+        fmt::print(stderr, "troupe {}: '{}' and '{}' name one file: each output (the trace, --summary-json) needs "
+                           "its own, or one overwrites the other\n",
+                   cmd, first, out);
+        good = false;
+      }
+    if (!ckpt.empty()) {
+      auto rel = p.lexically_relative(ckpt);
+      if (!rel.empty() && *rel.begin() != "..") {
+        fmt::print(stderr, "troupe {}: '{}' is in the checkpoint folder '{}', which the run keeps for its "
+                           "checkpoints; write it elsewhere\n",
+                   cmd, out, g.checkpoint.dir_path.string());
+        good = false;
+      }
+    }
+    seen.emplace_back(p, out);
+  }
+  return good;
+}
+
+} // namespace
+
 std::optional<checkpoint_dir_lock> prepare_run(std::string_view cmd, const graph_spec& g,
                                                const std::vector<std::string>& outputs, bool restart) {
+  if (!outputs_distinct(cmd, g, outputs))
+    return std::nullopt;
   bool good = true;
   for (const auto& out : outputs)
     good &= outputs_writable(cmd, {out});

@@ -160,6 +160,10 @@ std::string explain(const CLI::App& top, const CLI::App& at, const CLI::ParseErr
   }
   if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) && what.find("missing") != std::string::npos)
     return fmt::format("{} needs a value", what.substr(0, what.find(':')));
+  if (auto most = what.find(": At Most 1 required but received ");
+      dynamic_cast<const CLI::ArgumentMismatch*>(&e) && most != std::string::npos)
+    return fmt::format("{} is given {} times: give it once", what.substr(0, most),
+                       what.substr(most + std::string_view{": At Most 1 required but received "}.size()));
   return what;
 }
 
@@ -167,7 +171,8 @@ std::string explain(const CLI::App& top, const CLI::App& at, const CLI::ParseErr
 
 void use_house_help(CLI::App& app) {
   app.formatter(std::make_shared<house_formatter>());
-  app.option_defaults()->group("options")->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  // `--steps 3 --steps 4` is a mistake to point out, not a choice to guess (the last one won silently).
+  app.option_defaults()->group("options")->multi_option_policy(CLI::MultiOptionPolicy::Throw);
   app.set_help_flag("-h,--help", "show this help");
 }
 

@@ -155,7 +155,7 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
 
 run_checkpoints::run_checkpoints(const graph_spec& g) : dir_(g.checkpoint.dir_path) {
   if (g.checkpoint.every > 0 && !dir_.empty())
-    tracker_.emplace(dir_, checkpoint_actors(g), g.checkpoint.keep, g.checkpoint.every);
+    tracker_.emplace(dir_, checkpoint_actors(g), g.checkpoint.keep, g.checkpoint.every, g.train.steps);
 }
 
 std::string run_checkpoints::on_report(const checkpoint_msg& m, run_result& res) {

@@ -1,6 +1,8 @@
 // How `troupe run` and `troupe launch` begin and end: their shared options,
 // the graph loaded and resumed; one summary line, the summary JSON, the exit code.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <cmath>
 #include <fstream>
@@ -8,10 +10,14 @@
 
 #include <fmt/format.h>
 
+#include "actors/skippipe_plan.hpp"
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/interrupt.hpp"
+#include "deploy/cli/memory_estimate.hpp"
 #include "deploy/cli/run_graph.hpp"
+#include "ops/lr_schedule.hpp"
 #include "runtime/actor/errors.hpp"
+#include "schedulers/sync_policy.hpp"
 
 namespace troupe::cli {
 
@@ -76,6 +82,14 @@ run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::millise
     return out;
   }
   auto& g = *res.graph;
+  if (auto d = skippipe_not_runnable(g)) { // the data loader refused it after the actors were made
+    fmt::print(stderr, "troupe {}: {}\n", cmd, to_string(*d));
+    return out;
+  }
+  if (auto why = memory_problem(g, machine_memory())) { // it would die of std::bad_alloc in some actor
+    fmt::print(stderr, "troupe {}: {}: {}\n", cmd, a.graph.file, *why);
+    return out;
+  }
   if (!a.resume.empty()) {
     // Every part is complete and fits the graph before any actor exists.
     auto from = open_resume(a.resume, g);
@@ -96,6 +110,18 @@ run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::millise
                c.every > 0 && !c.dir_path.empty()
                    ? fmt::format("saving checkpoints to {} every {} steps", c.dir_path.string(), c.every)
                    : std::string{"saving no checkpoints (checkpoint.every is 0)"});
+    if (from->steps > 0 && from->steps != g.train.steps) {
+      // The cosine decays to train.steps: other steps bend the curve from the first resumed step on.
+      auto schedule = [&](std::int64_t total) {
+        return ops::warmup_cosine{static_cast<float>(g.train.lr), static_cast<float>(g.train.lr * 0.1),
+                                  static_cast<long>(g.train.warmup), static_cast<long>(total)};
+      };
+      auto step = static_cast<long>(from->step);
+      fmt::print("note: the learning-rate schedule changes: the checkpoint's run decays it over {} steps, this one "
+                 "over {} (step {}: lr {:.3e}, not {:.3e}); --steps {} keeps the old schedule\n",
+                 from->steps, g.train.steps, step + 1, schedule(g.train.steps).at(step), schedule(from->steps).at(step),
+                 from->steps);
+    }
   }
   if (g.checkpoint.resume_folder.empty() && !g.train.init.empty()) {
     // Every stage finds the part it starts from before any actor exists.
@@ -107,6 +133,24 @@ run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::millise
     fmt::print("starting from the weights of {} (after its step {}; fresh optimizer state, step 0)\n",
                init->from.folder.string(), init->from.step);
   }
+  if (g.local_update.present)
+    if (const auto* method = sched::find_sync_method(g.local_update.algorithm)) {
+      // A run shorter than the exchange period trains each replica alone, which is a mistake to mention.
+      std::int64_t exchanges = 0;
+      try {
+        auto schedule = method->schedule(g.local_update);
+        for (std::int64_t step = 0; step < g.train.steps; ++step)
+          for (auto e : schedule->after_inner_step())
+            exchanges += step >= g.checkpoint.resume_step && e.what == sched::fragment_event::kind::perform;
+      } catch (const std::exception&) {
+        exchanges = -1; // the spawn reports it
+      }
+      if (exchanges == 0)
+        fmt::print("note: local_update never exchanges in this run: {} steps{} and {} exchanges every {} steps "
+                   "(local_update.sync_every); the replicas train alone\n",
+                   g.train.steps, g.checkpoint.resume_step > 0 ? fmt::format(" from step {}", g.checkpoint.resume_step) : "",
+                   g.local_update.algorithm, g.local_update.sync_every);
+    }
   out.graph = std::move(res.graph);
   return out;
 }
@@ -134,8 +178,10 @@ int report_run(const char* cmd, const graph_spec& g, const std::string& file, co
   if (!summary_path.empty()) {
     std::ofstream out{summary_path};
     out << summary_json(*result, count_parameters(g)).dump() << "\n";
+    out.close(); // the bytes reach the file here (a full disk fails here, not at <<)
     if (!out) {
-      fmt::print(stderr, "troupe {}: cannot write the summary to '{}'\n", cmd, summary_path);
+      fmt::print(stderr, "troupe {}: cannot write the summary to '{}': {}\n", cmd, summary_path,
+                 std::strerror(errno));
       return runtime_failure;
     }
   }

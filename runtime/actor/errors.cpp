@@ -56,10 +56,33 @@ std::string to_string(const diagnostic& d) {
   return out;
 }
 
+std::string plain_json_error(const std::string& what) {
+  std::string s = what;
+  if (s.starts_with("[json.exception.")) // the library's error id is no help to a user
+    if (auto end = s.find("] "); end != std::string::npos)
+      s.erase(0, end + 2);
+  if (s.starts_with("key '") && s.ends_with("' not found"))
+    return fmt::format("the field \"{}\" is missing", s.substr(5, s.size() - 5 - 11));
+  if (s.starts_with("parse error at ")) { // "parse error at line 1, column 1: syntax error while parsing value - invalid literal; last read: 'x'"
+    auto colon = s.find(": ");
+    auto where = s.substr(15, colon == std::string::npos ? std::string::npos : colon - 15);
+    std::string reason;
+    if (auto dash = s.find(" - "); dash != std::string::npos)
+      reason = s.substr(dash + 3, s.find("; last read") == std::string::npos ? std::string::npos
+                                                                             : s.find("; last read") - dash - 3);
+    return reason.empty() ? "syntax error at " + where : fmt::format("syntax error at {}: {}", where, reason);
+  }
+  return s;
+}
+
 std::string to_string(const diagnostics& ds) {
+  // 400,000 duplicate channels printed 400,001 lines: the first ones say what is wrong.
+  constexpr std::size_t shown = 50;
   std::string out;
-  for (const auto& d : ds)
-    out += to_string(d) + "\n";
+  for (std::size_t i = 0; i < ds.size() && i < shown; ++i)
+    out += to_string(ds[i]) + "\n";
+  if (ds.size() > shown)
+    out += fmt::format("... and {} more errors\n", ds.size() - shown);
   return out;
 }
 

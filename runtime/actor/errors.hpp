@@ -46,6 +46,12 @@ std::string error_message(const caf::error& e);
 /// Renders a troupe error as "code: what" (the renderer registered in the config).
 std::string render_error(std::uint8_t code, caf::atom_value category, const caf::message& ctx);
 
+/// What a JSON library exception's text says, in words for a user: without
+/// the `[json.exception.parse_error.101]` prefix; "key 'dtype' not found"
+/// becomes "the field \"dtype\" is missing"; a parse error keeps its line,
+/// column and reason ("syntax error at line 1, column 1: invalid literal").
+std::string plain_json_error(const std::string& what);
+
 /// A location in a graph file; line and column are 1-based. `origin`, when not
 /// empty, names a command-line override (`--set pipeline.stages=3`) instead.
 struct source_pos {
@@ -71,7 +77,8 @@ std::string to_string(const diagnostic& d);
 /// All diagnostics of one load, in file order.
 using diagnostics = std::vector<diagnostic>;
 
-/// Every diagnostic on its own line.
+/// Each diagnostic on its own line, the first 50 of them, then
+/// `... and N more errors` when there are more.
 std::string to_string(const diagnostics& ds);
 
 } // namespace troupe

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -48,6 +49,7 @@ struct manifest {
   std::map<std::string, std::string> parts;  ///< actor -> file
   std::int64_t every = 0;                     ///< 0: not recorded
   int keep = 0;
+  std::int64_t steps = 0;                     ///< the run's train.steps; 0: not recorded
 };
 
 /// The step folder's manifest, or an error naming it.
@@ -62,9 +64,9 @@ caf::expected<manifest> read_manifest(const fs::path& folder) {
   try {
     auto j = nlohmann::json::parse(in);
     return manifest{j.at("step").get<std::int64_t>(), j.at("parts").get<std::map<std::string, std::string>>(),
-                    j.value("every", std::int64_t{0}), j.value("keep", 0)};
+                    j.value("every", std::int64_t{0}), j.value("keep", 0), j.value("steps", std::int64_t{0})};
   } catch (const std::exception& e) {
-    return make_error(errc::invalid_argument, fmt::format("{}: malformed: {}", path.string(), e.what()));
+    return make_error(errc::invalid_argument, fmt::format("{}: malformed: {}", path.string(), plain_json_error(e.what())));
   }
 }
 
@@ -144,8 +146,10 @@ caf::expected<safetensors_file> read_checkpoint_part(const fs::path& folder, con
   return f;
 }
 
-checkpoint_tracker::checkpoint_tracker(fs::path dir, std::vector<std::string> actors, int keep, std::int64_t every)
-  : dir_(std::move(dir)), actors_(actors.begin(), actors.end()), keep_(std::max(1, keep)), every_(every) {}
+checkpoint_tracker::checkpoint_tracker(fs::path dir, std::vector<std::string> actors, int keep, std::int64_t every,
+                                       std::int64_t steps)
+  : dir_(std::move(dir)), actors_(actors.begin(), actors.end()), keep_(std::max(1, keep)), every_(every),
+    steps_(steps) {}
 
 bool checkpoint_tracker::on_report(const std::string& actor, std::int64_t step, const std::string& file) {
   if (!actors_.count(actor) || step <= last_)
@@ -169,6 +173,8 @@ caf::expected<checkpoint_commit> checkpoint_tracker::commit(std::int64_t step) {
   nlohmann::json manifest{{"step", step}, {"parts", it->second.files}, {"keep", keep_}};
   if (every_ > 0)
     manifest["every"] = every_;
+  if (steps_ > 0) // the learning-rate schedule's length: a resume with other steps changes it
+    manifest["steps"] = steps_;
   for (const auto& [actor, file] : it->second.files) {
     std::error_code ec;
     c.bytes += fs::file_size(c.folder / file, ec);
@@ -345,8 +351,38 @@ caf::expected<resume_point> find_checkpoint(const fs::path& dir) {
   rp.step = m->step;
   rp.every = m->every;
   rp.keep = m->keep;
+  rp.steps = m->steps;
   return rp;
 }
+
+namespace {
+
+/// "tensor 'W' holds NaN at element 17", or nothing when every float of `f` is finite.
+std::optional<std::string> first_non_finite(const safetensors_file& f) {
+  for (const auto& t : f.tensors) {
+    auto n = t.value.numel();
+    auto say = [&](std::int64_t i, bool nan) {
+      return fmt::format("tensor '{}' holds {} at element {} (the file was damaged, or the run that wrote it "
+                         "diverged)", t.name, nan ? "NaN" : "Inf", i);
+    };
+    if (t.value.type() == dtype::f32) {
+      const float* v = t.value.data<float>();
+      for (std::int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(v[i]))
+          return say(i, std::isnan(v[i]));
+    } else if (t.value.type() == dtype::bf16 || t.value.type() == dtype::f16) {
+      // Exponent all ones: Inf (mantissa 0) or NaN.
+      std::uint16_t exp = t.value.type() == dtype::bf16 ? 0x7f80 : 0x7c00;
+      const auto* v = static_cast<const std::uint16_t*>(t.value.raw());
+      for (std::int64_t i = 0; i < n; ++i)
+        if ((v[i] & exp) == exp)
+          return say(i, (v[i] & static_cast<std::uint16_t>(~exp & 0x7fff)) != 0);
+    }
+  }
+  return std::nullopt;
+}
+
+} // namespace
 
 caf::expected<resume_point> open_resume(const fs::path& dir, const graph_spec& g) {
   auto bad = [](std::string what) { return make_error(errc::invalid_argument, std::move(what)); };
@@ -386,6 +422,12 @@ caf::expected<resume_point> open_resume(const fs::path& dir, const graph_spec& g
     if (a.role.check_checkpoint_part)
       if (auto why = a.role.check_checkpoint_part(g, a, *header))
         return bad(fmt::format("{}: {}", path.string(), *why));
+    // The values too: NaN weights would start a run that fails steps later, blaming the learning rate.
+    auto file = read_safetensors(path);
+    if (!file)
+      return bad(error_message(file.error()));
+    if (auto why = first_non_finite(*file))
+      return bad(fmt::format("{}: {}", path.string(), *why));
   }
   if (g.train.steps < rp->step)
     return bad(fmt::format("{}: the checkpoint is after step {} but train.steps is {}", rp->folder.string(), rp->step,

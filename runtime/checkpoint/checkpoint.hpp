@@ -86,8 +86,10 @@ struct checkpoint_commit {
 class checkpoint_tracker {
 public:
   /// `actors` are the ones that must report every step (checkpoint_actors);
-  /// `every` (checkpoint.every) goes into each checkpoint.json with `keep`.
-  checkpoint_tracker(std::filesystem::path dir, std::vector<std::string> actors, int keep, std::int64_t every = 0);
+  /// `every` (checkpoint.every) goes into each checkpoint.json with `keep`,
+  /// and `steps` (train.steps, the learning-rate schedule's length).
+  checkpoint_tracker(std::filesystem::path dir, std::vector<std::string> actors, int keep, std::int64_t every = 0,
+                     std::int64_t steps = 0);
 
   /// Records that `actor` wrote `file` for `step`. True when that completes the
   /// step (every actor has reported it and it is newer than the last commit).
@@ -121,6 +123,7 @@ private:
   std::set<std::string> actors_;
   int keep_;
   std::int64_t every_;
+  std::int64_t steps_;
   std::int64_t last_ = -1;
   std::map<std::int64_t, pending> pending_;
 };
@@ -165,6 +168,7 @@ struct resume_point {
   /// The settings of the run that wrote it (checkpoint.json); 0 when it did not record them.
   std::int64_t every = 0;
   int keep = 0;
+  std::int64_t steps = 0;  ///< its train.steps (the learning-rate schedule's length); 0 when not recorded
 };
 
 /// Finds the checkpoint `dir` names (DIR/latest, or a step folder itself) and

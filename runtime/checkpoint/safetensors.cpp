@@ -185,13 +185,15 @@ caf::expected<safetensors_header> read_header(const open_file& f, const std::fil
   try {
     header = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
-    return io_error(path, fmt::format("malformed header: {}", e.what()));
+    return io_error(path, fmt::format("malformed header: {}", plain_json_error(e.what())));
   }
   safetensors_header out;
   std::uint64_t data_size = file_size - sizeof n - n, data_end = 0;
   data_start = sizeof n + n;
+  std::string entry = "__metadata__"; // the entry being read, for the error
   try {
     for (auto& [name, v] : header.items()) {
+      entry = name;
       if (name == "__metadata__") {
         for (auto& [k, s] : v.items())
           out.metadata[k] = s.get<std::string>();
@@ -212,7 +214,7 @@ caf::expected<safetensors_header> read_header(const open_file& f, const std::fil
       data_end = std::max(data_end, offs[1]);
     }
   } catch (const std::exception& e) {
-    return io_error(path, fmt::format("malformed header: {}", e.what()));
+    return io_error(path, fmt::format("malformed header: entry '{}': {}", entry, plain_json_error(e.what())));
   }
   if (data_end > data_size)
     return io_error(path, fmt::format("truncated: its header describes {} bytes of tensor data, the file holds {} "

@@ -120,3 +120,23 @@ TEST_CASE("a folder that does not exist is an error, not a crash") {
   REQUIRE(err);
   CHECK(error_message(err).find("/nonexistent/dir/x.safetensors") != std::string::npos);
 }
+
+TEST_CASE("a malformed header says what is wrong in words, without the JSON library's error ids") {
+  auto dir = temp_dir("words");
+  auto write = [&](const std::string& name, const std::string& header) {
+    std::uint64_t n = header.size();
+    std::ofstream(dir / name, std::ios::binary) << std::string(reinterpret_cast<const char*>(&n), sizeof n) << header
+                                                << "data";
+    return read_safetensors_header(dir / name);
+  };
+  auto no_dtype = write("no_dtype.safetensors", R"({"w":{"shape":[1],"data_offsets":[0,4]}})");
+  REQUIRE_FALSE(no_dtype);
+  CHECK(error_message(no_dtype.error()).find("no_dtype.safetensors: malformed header: entry 'w': the field \"dtype\" "
+                                             "is missing") != std::string::npos);
+  auto not_json = write("not_json.safetensors", "{\"w\": oops}");
+  REQUIRE_FALSE(not_json);
+  CHECK(error_message(not_json.error()).find("malformed header: syntax error at line 1, column") != std::string::npos);
+  for (const auto& e : {no_dtype.error(), not_json.error()})
+    CHECK(error_message(e).find("json.exception") == std::string::npos);
+  std::filesystem::remove_all(dir);
+}

@@ -1,5 +1,12 @@
 // The graph file's `checkpoint:` section: where a run saves its state, how
 // often, and how many complete checkpoints it keeps.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "runtime/graph/graph_parse.hpp"
@@ -10,6 +17,22 @@ namespace {
 
 const std::vector<std::string> checkpoint_keys{"dir", "every", "keep"};
 
+/// Why the folder `dir` cannot be made, or nothing: its first missing folder
+/// is made and removed again (`/proc/ck` fails here, not at the run's start).
+std::optional<std::string> cannot_create(const std::filesystem::path& dir) {
+  std::error_code ec;
+  auto missing = std::filesystem::absolute(dir, ec).lexically_normal();
+  if (ec || std::filesystem::exists(missing, ec))
+    return std::nullopt;
+  while (missing.has_parent_path() && missing.parent_path() != missing &&
+         !std::filesystem::exists(missing.parent_path(), ec))
+    missing = missing.parent_path();
+  if (::mkdir(missing.c_str(), 0755) != 0)
+    return std::strerror(errno);
+  ::rmdir(missing.c_str());
+  return std::nullopt;
+}
+
 } // namespace
 
 void parse_checkpoint(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
@@ -18,7 +41,10 @@ void parse_checkpoint(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   if (!r.check_map(n, "checkpoint", checkpoint_keys))
     return;
   r.require(n, "checkpoint", "dir");
-  r.get_int(n, "checkpoint", "every", c.every, 0, 1'000'000'000'000);
+  if (n["every"])
+    r.get_int(n, "checkpoint", "every", c.every, 0, 1'000'000'000'000);
+  else // a folder and no period: the README's promise, the run's last step (saved nothing before)
+    c.every = pg.graph.train.steps;
   r.get_int(n, "checkpoint", "keep", c.keep, 1, 1'000'000);
   if (!r.get_string(n, "checkpoint", "dir", c.dir) || c.dir.empty())
     return;
@@ -27,6 +53,8 @@ void parse_checkpoint(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   if (std::filesystem::exists(c.dir_path, ec) && !std::filesystem::is_directory(c.dir_path, ec))
     r.error(n["dir"], "checkpoint.dir",
             fmt::format("'{}' is a file, not a folder (a path is relative to the graph file's folder)", c.dir));
+  else if (auto why = cannot_create(c.dir_path))
+    r.error(n["dir"], "checkpoint.dir", fmt::format("cannot create '{}': {}", c.dir, *why));
 }
 
 std::string checkpoint_yaml(const checkpoint_spec& c) {

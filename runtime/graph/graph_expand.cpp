@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "runtime/graph/graph_parse.hpp"
+#include "runtime/graph/limits.hpp"
 
 namespace troupe::detail {
 
@@ -28,6 +29,15 @@ void expand_section(parsed_graph& pg, const std::string& section, const section_
 
 void expand(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
   auto& g = pg.graph;
+  // Bound the expanded graph before building it, as `troupe schedule` bounds its work.
+  if (auto n = std::int64_t{g.pipeline.stages} * std::max(g.data_parallel.replicas, 1); n > limits::max_stage_actors) {
+    auto at = child(child(pg.root, "data_parallel"), "replicas");
+    r.error(at ? at : child(child(pg.root, "pipeline"), "stages"), at ? "data_parallel.replicas" : "pipeline.stages",
+            fmt::format("pipeline.stages × data_parallel.replicas = {} × {} = {} stage actors, over the limit of {} "
+                        "(checking a graph of 65,536 took 16 s; simulate larger ones with fewer, bigger stages)",
+                        g.pipeline.stages, g.data_parallel.replicas, n, limits::max_stage_actors));
+    return;
+  }
   for (const auto& [section, ex] : vocab.expanders)
     expand_section(pg, section, ex, r);
   std::size_t expanded_count = g.actors.size();

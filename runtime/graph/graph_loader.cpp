@@ -54,14 +54,32 @@ bool diag_before(const diagnostic& a, const diagnostic& b) {
   return a.pos.col < b.pos.col;
 }
 
+/// What to do about a plugin library that is not there: the examples' plugins
+/// (BUILD/examples/libNAME.so) are targets of their own, which building only
+/// `troupe` leaves out. Empty for other paths.
+std::string build_hint(const std::filesystem::path& lib) {
+  auto name = lib.filename().string();
+  if (lib.parent_path().filename() != "examples" || !name.starts_with("lib") || !name.ends_with(".so") ||
+      name.size() <= 6)
+    return {};
+  return fmt::format(" (an example plugin is a target of its own: `cmake --build {} --target {}`, or build all "
+                     "targets)",
+                     lib.parent_path().parent_path().lexically_normal().string(), name.substr(3, name.size() - 6));
+}
+
 void load_plugins(detail::parsed_graph& pg, const load_options& opts, detail::graph_reader& r) {
   for (std::size_t i = 0; i < pg.graph.plugins.size(); ++i) {
     const auto& p = pg.graph.plugins[i];
     auto path = detail::index_path("plugins", i);
+    std::error_code ec;
+    if (!std::filesystem::exists(p.resolved, ec)) {
+      r.error(pg.plugin_nodes[i], path,
+              fmt::format("cannot load plugin '{}': no such file{}", p.path, build_hint(p.resolved)));
+      continue;
+    }
     if (!opts.load_plugins) {
-      std::error_code ec;
       if (!std::filesystem::is_regular_file(p.resolved, ec))
-        r.error(pg.plugin_nodes[i], path, fmt::format("cannot load plugin '{}': no such file", p.path));
+        r.error(pg.plugin_nodes[i], path, fmt::format("cannot load plugin '{}': not a file", p.path));
       continue;
     }
     if (auto err = load_plugin(p.resolved)) {
@@ -94,7 +112,17 @@ load_result load_graph_text(std::string_view text, const std::filesystem::path& 
   pg.graph.file = file;
   pg.base_dir = file.parent_path();
   try {
-    pg.root.reset(YAML::Load(std::string{text}));
+    auto documents = YAML::LoadAll(std::string{text});
+    if (documents.size() > 1) { // yaml-cpp's Load would keep the first and drop the rest unseen
+      auto m = documents[1].Mark();
+      res.errors.push_back(diagnostic{source_pos{name, m.is_null() ? 0 : m.line + 1, m.is_null() ? 0 : m.column + 1, {}},
+                                      "", fmt::format("the file holds {} YAML documents (a '---' line starts "
+                                                      "another); a graph file is one document",
+                                                      documents.size())});
+      return res;
+    }
+    if (!documents.empty())
+      pg.root.reset(documents.front());
   } catch (const YAML::DeepRecursion& e) {
     res.errors.push_back(diagnostic{source_pos{name, e.mark.line + 1, e.mark.column + 1, {}}, "",
                                     fmt::format("values nested too deep (the limit is {} levels)", e.depth())});
@@ -113,6 +141,9 @@ load_result load_graph_text(std::string_view text, const std::filesystem::path& 
             fmt::format("expected a mapping of sections (model, data, train, ...), got {}", detail::describe(pg.root)));
     return res;
   }
+  detail::check_tags(pg.root, "", r);
+  if (!res.errors.empty())
+    return res;
   try {
     detail::apply_overrides(pg.root, opts.overrides, r);
     detail::parse_sections(pg, r);

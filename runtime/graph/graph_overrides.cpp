@@ -107,6 +107,12 @@ void apply_one(YAML::Node root, const std::string& arg, graph_reader& r) {
         break;
       }
       YAML::Node next = cur[*k];
+      if (!next && std::holds_alternative<std::size_t>((*path)[i + 1])) {
+        // A list entry of a list that is not there: say so, and leave no empty
+        // mapping behind for the checks to report as if the user wrote it.
+        fail(fmt::format("cannot set '{}': the graph has no '{}' list", key, join_path(here, *k)));
+        return;
+      }
       if (!next) {
         cur[*k] = YAML::Node(YAML::NodeType::Map);
         next.reset(cur[*k]);

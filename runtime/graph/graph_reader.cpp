@@ -112,11 +112,31 @@ bool graph_reader::require(const YAML::Node& n, const std::string& path, std::st
   return false;
 }
 
+void check_tags(const YAML::Node& n, const std::string& path, graph_reader& r) {
+  if (!n.IsDefined())
+    return;
+  if (const auto& tag = n.Tag(); !tag.empty() && tag != "?" && tag != "!")
+    r.error(n, path, fmt::format("unknown tag '{}': a graph file's values are plain YAML, without tags", tag));
+  if (n.IsSequence())
+    for (std::size_t i = 0; i < n.size(); ++i)
+      check_tags(n[i], index_path(path, i), r);
+  else if (n.IsMap())
+    for (const auto& kv : n) {
+      auto key = kv.first.IsScalar() ? kv.first.Scalar() : std::string{"?"};
+      check_tags(kv.first, path, r);
+      check_tags(kv.second, join_path(path, key), r);
+    }
+}
+
 std::optional<std::int64_t> graph_reader::as_int(const YAML::Node& n, const std::string& path,
                                                  std::int64_t lo, std::int64_t hi) {
   long long v = 0;
   if (!n.IsScalar() || !YAML::convert<long long>::decode(n, v)) {
     error(n, path, fmt::format("expected an integer, got {}", describe(n)));
+    return std::nullopt;
+  }
+  if (n.Tag() == "!") { // "2": the user wrote a string
+    error(n, path, fmt::format("expected an integer, got the quoted string \"{}\" (write it without quotes)", n.Scalar()));
     return std::nullopt;
   }
   if (v < lo) {
@@ -135,6 +155,13 @@ std::optional<std::string> graph_reader::as_string(const YAML::Node& n, const st
     error(n, path, fmt::format("expected a name, got {}", describe(n)));
     return std::nullopt;
   }
+  // "t\0x.json" would open `t`: a name or path is printable text.
+  for (std::size_t i = 0; i < n.Scalar().size(); ++i)
+    if (auto c = static_cast<unsigned char>(n.Scalar()[i]); c < 0x20 || c == 0x7f) {
+      error(n, path, fmt::format("holds a control character (byte 0x{:02x} at offset {}); names and paths are "
+                                 "printable text", c, i));
+      return std::nullopt;
+    }
   return n.Scalar();
 }
 
@@ -167,6 +194,10 @@ bool graph_reader::get_double(const YAML::Node& map, const std::string& path, st
   double v = 0;
   if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !std::isfinite(v)) {
     error(n, kpath, fmt::format("expected a number, got {}", describe(n)));
+    return false;
+  }
+  if (n.Tag() == "!") { // "0.5": the user wrote a string
+    error(n, kpath, fmt::format("expected a number, got the quoted string \"{}\" (write it without quotes)", n.Scalar()));
     return false;
   }
   if (v < lo || v > hi) {

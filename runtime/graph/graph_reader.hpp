@@ -70,6 +70,10 @@ private:
 /// test (yaml-cpp's own missing-key nodes throw when copied into another node).
 YAML::Node child(const YAML::Node& map, std::string_view key);
 
+/// Refuses every explicit YAML tag under `n` (`!custom 2`, `!!str x`): a graph
+/// file's values are plain, and a tag yaml-cpp keeps would be dropped unseen.
+void check_tags(const YAML::Node& n, const std::string& path, graph_reader& r);
+
 /// `a.b` (or `b` when `a` is empty).
 std::string join_path(std::string_view a, std::string_view b);
 /// `a[i]`.

@@ -190,11 +190,16 @@ void check_corpus(parsed_graph& pg, graph_reader& r) {
     }
   } else {
     d.corpus_path = pg.resolve(d.corpus);
-    if (!std::filesystem::is_regular_file(d.corpus_path, ec)) {
+    if (auto st = std::filesystem::status(d.corpus_path, ec); !std::filesystem::is_regular_file(st)) {
+      // Say what is there: a folder, /dev/zero or a FIFO is not "missing".
+      auto what = !std::filesystem::exists(st)        ? std::string{"does not exist"}
+                  : std::filesystem::is_directory(st) ? std::string{"is a directory, not a text file"}
+                  : std::filesystem::is_fifo(st)      ? std::string{"is a FIFO (a pipe), not a text file"}
+                                                      : std::string{"is a device or other special file, not a text file"};
       r.error(at, "data.corpus",
-              fmt::format("corpus file '{}' does not exist (a path is relative to the graph file's folder; "
+              fmt::format("corpus file '{}' {} (a path is relative to the graph file's folder; "
                           "'kjv' names the default corpus)",
-                          d.corpus));
+                          d.corpus, what));
       return;
     }
   }
@@ -212,7 +217,14 @@ void check_corpus(parsed_graph& pg, graph_reader& r) {
   // The split byte_corpus makes: both parts need one window of context + 1 bytes.
   auto need = static_cast<std::uintmax_t>(pg.graph.model.context) + 1;
   auto train = static_cast<std::uintmax_t>(static_cast<double>(size) * (1.0 - d.val_fraction));
-  if (train < need || size - train < need)
+  if (size >= 2 * need + 2 && train >= need && size - train < need) { // the corpus is long enough; the share is not
+    auto vf = child(child(pg.root, "data"), "val_fraction");
+    r.error(vf ? vf : at, vf ? "data.val_fraction" : "data.corpus",
+            fmt::format("a validation share of {:g} leaves {} of the corpus's {} bytes for validation, and it needs "
+                        "context + 1 = {}: use val_fraction {:.2g} or more",
+                        d.val_fraction, size - train, size, need,
+                        std::min(0.5, static_cast<double>(need + 1) / static_cast<double>(size))));
+  } else if (train < need || size - train < need)
     r.error(at, "data.corpus",
             fmt::format("corpus file '{}' holds {} bytes: too short for context {} with a {:.0f}% validation "
                         "split (each part needs context + 1 = {} bytes)",
@@ -234,9 +246,10 @@ void check_schedule_files(parsed_graph& pg, graph_reader& r) {
       r.error(pg.table_node, "pipeline.table",
               fmt::format("schedule table '{}' does not exist (relative to the graph file's folder)", p.table));
   }
-  if (p.virtual_stages > 1 && p.schedule != "interleaved_1f1b")
+  if (p.virtual_stages > 1 && p.schedule != "interleaved_1f1b" && p.schedule != "table") // a table names chunks
     r.error(child(pg.pipeline_node, "virtual"), "pipeline.virtual",
-            fmt::format("only the interleaved_1f1b schedule runs several chunks per stage (the schedule is '{}')",
+            fmt::format("only the interleaved_1f1b and table schedules run several chunks per stage (the "
+                        "schedule is '{}')",
                         p.schedule));
 }
 

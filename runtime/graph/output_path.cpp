@@ -50,6 +50,14 @@ caf::error make_folders(const fs::path& dir, const fs::path& for_path) {
 caf::error check_output_path(const fs::path& path) {
   if (path.empty())
     return cannot(path, "no file name");
+  for (unsigned char c : path.native()) // a newline or escape in a name is a typo, not a file anyone wants
+    if (c < 0x20 || c == 0x7f) {
+      std::string shown; // the name as it can be read back, \xNN for each control byte
+      for (unsigned char d : path.native())
+        shown += d < 0x20 || d == 0x7f ? fmt::format("\\x{:02x}", d) : std::string(1, static_cast<char>(d));
+      return make_error(errc::io_failed, fmt::format("{}: cannot write: the name holds a control character "
+                                                     "(byte 0x{:02x}); a file name is printable text", shown, c));
+    }
   if (auto err = make_folders(path.parent_path(), path))
     return err;
   std::error_code ec;

@@ -117,7 +117,9 @@ std::string chrome_json_head() {
   return "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
 }
 
-std::string chrome_json_tail(std::uint64_t dropped) {
+std::string chrome_json_tail(std::uint64_t dropped, std::int64_t epoch_ns) {
+  if (epoch_ns >= 0)
+    return fmt::format("\n],\"otherData\":{{\"dropped_spans\":{},\"epoch_ns\":{}}}}}\n", dropped, epoch_ns);
   return fmt::format("\n],\"otherData\":{{\"dropped_spans\":{}}}}}\n", dropped);
 }
 
@@ -139,7 +141,7 @@ std::string to_chrome_json(const trace_snapshot& t) {
     ev.add_span(s, node_of(t.actors, s.actor));
   for (const auto& c : t.counters)
     ev.add_counter(c);
-  return chrome_json_head() + ev.take() + chrome_json_tail(t.dropped);
+  return chrome_json_head() + ev.take() + chrome_json_tail(t.dropped, t.epoch_ns);
 }
 
 } // namespace troupe

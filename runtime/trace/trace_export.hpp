@@ -16,6 +16,7 @@ struct trace_snapshot {
   std::vector<counter_sample> counters;
   std::uint64_t dropped = 0;
   bool cut_short = false;  ///< read from a file whose writer stopped mid-event (a crash): its last event is lost
+  std::int64_t epoch_ns = -1;  ///< the steady clock at time 0, when the file records it
 };
 
 /// Chrome Trace Event JSON a piece at a time, so a file can grow while a run
@@ -44,8 +45,10 @@ private:
 
 /// `{"displayTimeUnit":"ms","traceEvents":[` and a line break.
 std::string chrome_json_head();
-/// Closes the event list and records `dropped` in `otherData`.
-std::string chrome_json_tail(std::uint64_t dropped);
+/// Closes the event list and records `dropped` in `otherData`, and with
+/// `epoch_ns` >= 0 the steady clock's reading at the trace's time 0 (so the
+/// node files of one launch line up: read_chrome_trace merges them).
+std::string chrome_json_tail(std::uint64_t dropped, std::int64_t epoch_ns = -1);
 
 /// Collects everything the global recorder holds now (`dropped`: spans its rings overwrote).
 trace_snapshot snapshot_trace();

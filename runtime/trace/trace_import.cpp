@@ -2,7 +2,9 @@
 // for `troupe trace summarize` and `troupe dash`.
 #include <algorithm>
 #include <climits>
+#include <limits>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -96,7 +98,7 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
   } catch (const nlohmann::json::exception& e) {
     auto repaired = parse_cut_short(text);
     if (!repaired)
-      return make_error(errc::invalid_argument, fmt::format("{}: not JSON: {}", origin, e.what()));
+      return make_error(errc::invalid_argument, fmt::format("{}: not JSON: {}", origin, plain_json_error(e.what())));
     doc = std::move(*repaired);
     cut_short = true;
   }
@@ -157,11 +159,13 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
                               arg<double>(ev, "value", 0.0), arg<std::int32_t>(ev, "step", INT32_MIN)});
       }
     }
-    if (doc.is_object() && doc.contains("otherData"))
+    if (doc.is_object() && doc.contains("otherData")) {
       t.dropped = doc["otherData"].value("dropped_spans", std::uint64_t{0});
+      t.epoch_ns = doc["otherData"].value("epoch_ns", std::int64_t{-1});
+    }
   } catch (const std::exception& e) {
     return make_error(errc::invalid_argument,
-                      fmt::format("{}: traceEvents[{}]: malformed event: {}", origin, index - 1, e.what()));
+                      fmt::format("{}: traceEvents[{}]: malformed event: {}", origin, index - 1, plain_json_error(e.what())));
   }
   for (auto& [id, a] : actors) {
     if (has_role.count(id) && !a.type.empty())
@@ -187,7 +191,86 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
   return t;
 }
 
+namespace {
+
+/// `X.node0.json`, `X.node1.json`, ... beside `X.json`, in node order, up to the first gap.
+std::vector<std::filesystem::path> node_files(const std::filesystem::path& path) {
+  std::vector<std::filesystem::path> out;
+  std::error_code ec;
+  for (int node = 0;; ++node) {
+    auto f = path.parent_path() /
+             fmt::format("{}.node{}{}", path.stem().string(), node, path.extension().string());
+    if (!std::filesystem::exists(f, ec))
+      return out;
+    out.push_back(f);
+  }
+}
+
+/// One snapshot of a launch's node traces: each file's actors get ids of their
+/// own (every node numbers its actors from 0), and each file's times move by
+/// its steady-clock epoch against the earliest, when every file records one
+/// (the nodes of one host share that clock; other hosts' clocks are not aligned).
+trace_snapshot merge_nodes(std::vector<trace_snapshot> parts) {
+  bool aligned = std::all_of(parts.begin(), parts.end(), [](const auto& p) { return p.epoch_ns >= 0; });
+  auto first = std::numeric_limits<std::int64_t>::max();
+  for (const auto& p : parts)
+    first = std::min(first, p.epoch_ns);
+  trace_snapshot out;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    auto& p = parts[i];
+    auto shift = aligned ? p.epoch_ns - first : 0;
+    auto base = static_cast<std::uint16_t>(out.actors.size());
+    for (auto a : p.actors) {
+      a.id = static_cast<std::uint16_t>(base + a.id);
+      a.node = static_cast<int>(i);
+      out.actors.push_back(std::move(a));
+    }
+    for (auto sp : p.spans) {
+      sp.actor = static_cast<std::uint16_t>(base + sp.actor);
+      sp.begin_ns += shift, sp.end_ns += shift;
+      out.spans.push_back(sp);
+    }
+    for (auto c : p.counters) {
+      c.t_ns += shift;
+      out.counters.push_back(std::move(c));
+    }
+    out.dropped += p.dropped;
+    out.cut_short |= p.cut_short;
+  }
+  std::stable_sort(out.counters.begin(), out.counters.end(),
+                   [](const counter_sample& a, const counter_sample& b) { return a.t_ns < b.t_ns; });
+  out.epoch_ns = aligned ? first : -1;
+  return out;
+}
+
+} // namespace
+
 caf::expected<trace_snapshot> read_chrome_trace(const std::filesystem::path& path) {
+  // A launched run writes one file per node (X.node0.json, ...): X.json names them all.
+  if (std::error_code ec; !std::filesystem::exists(path, ec))
+    if (auto nodes = node_files(path); !nodes.empty()) {
+      std::vector<trace_snapshot> parts;
+      for (const auto& f : nodes) {
+        auto t = read_chrome_trace(f);
+        if (!t)
+          return t.error();
+        parts.push_back(std::move(*t));
+      }
+      return merge_nodes(std::move(parts));
+    }
+  // /dev/zero never ends: read only a regular file, and only up to a bound
+  // (a day's trace at the default buffer is far below it).
+  constexpr std::uintmax_t max_trace_bytes = std::uintmax_t{4} << 30;
+  std::error_code ec;
+  auto st = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(st))
+    return make_error(errc::invalid_argument, fmt::format("{}: is a directory, not a trace file", path.string()));
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: is a device or other special file, not a trace file", path.string()));
+  if (auto size = std::filesystem::file_size(path, ec); !ec && size > max_trace_bytes)
+    return make_error(errc::invalid_argument, fmt::format("{}: {} bytes is more than a trace file holds (the limit is {} "
+                                                   "GiB)", path.string(), size, max_trace_bytes >> 30));
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return make_error(errc::io_failed, fmt::format("{}: cannot open the trace file", path.string()));

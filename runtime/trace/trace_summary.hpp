@@ -117,6 +117,9 @@ struct throughput_meter {
 /// An actor whose thread name carries no role (older traces) has stage_role
 /// when it ran forward or backward passes.
 /// errc::io_failed when unreadable, errc::invalid_argument when not such a trace.
+/// A launched run's `X.json` that is not there stands for its node files
+/// `X.node0.json`, `X.node1.json`, ...: they are read as one trace, each node's
+/// actors apart, its times moved onto the earliest node's clock.
 caf::expected<trace_snapshot> read_chrome_trace(const std::filesystem::path& path);
 
 /// The same from JSON text; `origin` names it in errors.

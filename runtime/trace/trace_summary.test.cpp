@@ -2,6 +2,11 @@
 // channels, throughput, and reading an exported trace back.
 #include "runtime/trace/trace_summary.hpp"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include <doctest/doctest.h>
 
 #include "runtime/trace/dashboard_server.hpp"
@@ -293,4 +298,33 @@ TEST_CASE("each sync actor's outer steps and exchange bytes are its latest outer
         std::string::npos);
   CHECK(text.find("troupe_outer_bytes_sent{actor=\"r0s0_sync\"} 8192\n") != std::string::npos);
   CHECK(prometheus_metrics(summarize(two_stages())).find("troupe_outer") == std::string::npos);
+}
+
+TEST_CASE("a launched run's node files read as one trace: actors apart, times on one clock, one pipeline bubble") {
+  // `trace summarize X.json` found nothing: a launch writes X.node0.json and X.node1.json.
+  auto dir = std::filesystem::temp_directory_path() / ("troupe_nodes_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto node = [&](int i, const char* name, std::int64_t epoch_ns) {
+    trace_snapshot t;
+    t.actors = {{0, name, "pipeline_stage", 0, "stage"}};
+    t.spans = {make(0, span_kind::forward, 0, 10'000'000, 0, 0)};
+    t.epoch_ns = epoch_ns;
+    std::ofstream(dir / ("t.node" + std::to_string(i) + ".json")) << to_chrome_json(t);
+  };
+  node(0, "s0", 1'000'000'000);
+  node(1, "s1", 1'005'000'000); // started 5 ms later: its time 0 is 5 ms into node 0's
+  auto t = read_chrome_trace(dir / "t.json");
+  REQUIRE(t);
+  REQUIRE(t->actors.size() == 2);
+  CHECK(t->actors[0].name == "s0");
+  CHECK(t->actors[1].name == "s1");
+  CHECK(t->actors[1].id == 1);
+  CHECK(t->actors[1].node == 1);
+  REQUIRE(t->spans.size() == 2);
+  CHECK(t->spans[1].actor == 1);
+  CHECK(t->spans[1].begin_ns == 5'000'000);
+  auto s = summarize(*t);
+  REQUIRE(s.bubble_fraction);
+  CHECK(*s.bubble_fraction == doctest::Approx(1.0 / 3)); // 20 ms busy of 2 stages x 15 ms
+  std::filesystem::remove_all(dir);
 }

@@ -126,7 +126,7 @@ void trace_writer::flush_locked() {
 }
 
 void trace_writer::append(std::string events) {
-  auto tail = chrome_json_tail(cursor_.missed);
+  auto tail = chrome_json_tail(cursor_.missed, trace_epoch_ns());
   auto size = events.size();
   events += tail; // one write: the events and the closing lines after them
   if (!write_at(fd_, events, body_end_)) {

@@ -66,8 +66,8 @@ TEST_CASE("a checkpoint folder that cannot be made is exit 2 before the run, not
   CHECK(p.wait(60s) == 2);
   auto err = slurp(p.err);
   INFO("stderr: ", err);
-  CHECK(err.find("checkpoint.dir: " + (dir / "a_file" / "ckpt").string() + ": cannot write: Not a directory") !=
-        std::string::npos);
+  // Found by the graph's check, as `troupe check` finds it, with the file's position.
+  CHECK(err == (dir / "graph.yaml").string() + ":5:19: checkpoint.dir: cannot create 'a_file/ckpt': Not a directory\n");
   CHECK(slurp(p.out).empty());
   fs::remove_all(dir);
 }
@@ -91,5 +91,18 @@ TEST_CASE("a save that fails on a full disk removes its partial step folder and 
     CHECK_FALSE(fs::exists(mnt / "step-000004"));
     CHECK_FALSE(fs::exists(mnt / "latest"));
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a checkpoint section without every saves the run's last step, as check says") {
+  // It used to exit 0 having saved nothing: no folder, no lock, no message.
+  auto dir = small_pipeline_graph("ckpt_no_every", 6, "checkpoint: {dir: ckpt}\n");
+  auto graph = (dir / "graph.yaml").string();
+  CHECK(run_to_end(dir, {"check", graph}) == 0);
+  CHECK(slurp(dir / "out.txt").find("checkpoint: {dir: ckpt, every: 6, keep: 2}") != std::string::npos);
+  CHECK(run_to_end(dir, {"run", graph, "--no-trace"}) == 0);
+  INFO("stdout: ", slurp(dir / "out.txt"), "stderr: ", slurp(dir / "err.txt"));
+  CHECK(slurp(dir / "ckpt" / "latest") == "step-000006\n");
+  CHECK(fs::exists(dir / "ckpt" / "step-000006" / "checkpoint.json"));
   fs::remove_all(dir);
 }

@@ -7,6 +7,8 @@
 
 #include <optional>
 
+#include "deploy/cli/run_graph.hpp"
+#include "runtime/graph/graph_loader.hpp"
 #include "tests/integration/troupe_process.hpp"
 
 using namespace troupe::testing;
@@ -204,5 +206,112 @@ TEST_CASE(
   CHECK(fs::exists(dir / "set.json"));
   CHECK(fs::exists(elsewhere / "typed.json"));
   CHECK_FALSE(fs::exists(dir / "typed.json"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("every example writes its trace and checkpoints into the repository's runs/ folder") {
+  // ddp.yaml wrote to examples/runs/ while the others wrote to runs/.
+  auto runs = fs::absolute("runs").lexically_normal();
+  int traced = 0;
+  for (const auto& e : fs::directory_iterator("examples")) {
+    if (e.path().extension() != ".yaml")
+      continue;
+    troupe::load_options opts;
+    opts.vocabulary = troupe::troupe_vocabulary;
+    auto r = troupe::load_graph(e.path(), opts);
+    INFO(e.path().string(), ": ", troupe::to_string(r.errors));
+    REQUIRE(r.ok());
+    if (const auto& t = r.graph->trace.file_path; !t.empty()) {
+      CHECK(fs::absolute(t).lexically_normal().parent_path() == runs);
+      ++traced;
+    }
+    if (const auto& c = r.graph->checkpoint.dir_path; !c.empty())
+      CHECK(fs::absolute(c).lexically_normal().parent_path() == runs);
+  }
+  CHECK(traced >= 6);
+}
+
+TEST_CASE("check and trace summarize print one JSON object with --json, for a valid graph and an invalid one") {
+  auto dir = scratch("json");
+  CHECK(run_to_end(dir, {"check", "examples/zero2.yaml", "--json"}) == 0);
+  auto valid = nlohmann::json::parse(slurp(dir / "out.txt"));
+  CHECK(valid["valid"] == true);
+  CHECK(valid["errors"].empty());
+  CHECK(valid["parameters"]["total"].get<std::int64_t>() > 0);
+  CHECK(valid["memory"]["r0s0_os"]["optimizer"].get<std::int64_t>() > 0);
+  CHECK(has(valid["graph"].get<std::string>(), "- {name: r0s0_os, type: optimizer_shard, stage: r0s0}"));
+  CHECK(run_to_end(dir, {"check", "tests/bad_input/quoted_number.yaml", "--json"}) == 2);
+  auto invalid = nlohmann::json::parse(slurp(dir / "out.txt"));
+  CHECK(invalid["valid"] == false);
+  REQUIRE(invalid["errors"].size() == 2);
+  CHECK(invalid["errors"][0]["line"] == 2);
+  CHECK(invalid["errors"][0]["column"] == 17);
+  CHECK(invalid["errors"][0]["path"] == "model.layers");
+  auto trace = (dir / "t.json").string();
+  REQUIRE(run_to_end(dir, {"run", "examples/two-stage.yaml", "--steps", "2", "--trace", trace}) == 0);
+  CHECK(run_to_end(dir, {"trace", "summarize", trace, "--json"}) == 0);
+  auto summary = nlohmann::json::parse(slurp(dir / "out.txt"));
+  CHECK(summary["bubble_fraction"].get<double>() > 0);
+  CHECK(summary["last_step"] == 1);
+  REQUIRE(summary["actors"].size() == 3);
+  CHECK(summary["actors"][1]["name"] == "s0");
+  CHECK(summary["orders"].size() >= 2);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("check refuses a train.init checkpoint that run would refuse, also in JSON") {
+  auto dir = scratch("init");
+  CHECK(run_to_end(dir, {"check", "tests/bad_input/train_init_missing.yaml", "--json"}) == 2);
+  auto j = nlohmann::json::parse(slurp(dir / "out.txt"));
+  CHECK(j["valid"] == false);
+  REQUIRE(j["errors"].size() == 1);
+  CHECK(j["errors"][0]["path"] == "train.init");
+  CHECK(j["errors"][0]["line"] == 4);
+  CHECK(j["errors"][0]["message"] == "tests/bad_input/no_such_checkpoint: no such checkpoint folder");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a local-update run shorter than its exchange period says that the replicas train alone") {
+  auto dir = scratch("lu_short");
+  std::ofstream{dir / "g.yaml"} << "model: {layers: 2, d_model: 32, heads: 2, context: 16}\n"
+                                << "data: {corpus: kjv, batch: 2}\ntrain: {steps: 3}\n"
+                                << "data_parallel: {replicas: 2}\nlocal_update: {algorithm: diloco, sync_every: 5}\n";
+  auto note = "note: local_update never exchanges in this run: 3 steps and diloco exchanges every 5 steps "
+              "(local_update.sync_every); the replicas train alone\n";
+  CHECK(run_to_end(dir, {"run", (dir / "g.yaml").string(), "--no-trace"}) == 0);
+  CHECK(has(slurp(dir / "out.txt"), note));
+  CHECK(run_to_end(dir, {"run", (dir / "g.yaml").string(), "--no-trace", "--steps", "5"}) == 0);
+  CHECK_FALSE(has(slurp(dir / "out.txt"), "never exchanges"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a graph past this machine's memory: check warns, run refuses before anything is built") {
+  // d_model 100000 passed check and died at run with std::bad_alloc naming actor 'stage'.
+  auto dir = scratch("memory");
+  std::ofstream{dir / "g.yaml"} << "model: {layers: 4, d_model: 100000, heads: 4, context: 16}\n"
+                                << "data: {corpus: kjv, batch: 2}\ntrain: {steps: 10}\n";
+  auto graph = (dir / "g.yaml").string();
+  CHECK(run_to_end(dir, {"check", graph}) == 0);
+  CHECK(has(slurp(dir / "err.txt"), graph + ": warning: the graph needs an estimated 7681.8 GB of memory, more than "
+                                            "this machine's "));
+  CHECK(run_to_end(dir, {"run", graph, "--no-trace"}) == 2);
+  auto err = slurp(dir / "err.txt");
+  CHECK(err.starts_with("troupe run: " + graph + ": the graph needs an estimated 7681.8 GB of memory"));
+  CHECK(has(err, "the largest actor, s0, 7680.9 GB of parameters, gradients and optimizer state"));
+  CHECK(slurp(dir / "out.txt").empty());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("check warns of a SkipPipe graph that run refuses, and run refuses it with exit 2 before anything starts") {
+  // check exited 0 while run exited 1 with "need 6 nodes, not 20" after making the actors.
+  auto dir = scratch("geo20");
+  auto nodes = "examples/skippipe-geo20.yaml:14:10: ";
+  CHECK(run_to_end(dir, {"check", "examples/skippipe-geo20.yaml"}) == 0); // plan paths and sim take it
+  CHECK(has(slurp(dir / "err.txt"), std::string{nodes} + "warning: a run places one stage actor on each network "
+                                        "node, so SkipPipe runs need pipeline.stages × data_parallel.replicas = 6 "
+                                        "nodes, not 20"));
+  CHECK(run_to_end(dir, {"run", "examples/skippipe-geo20.yaml", "--no-trace"}) == 2);
+  CHECK(slurp(dir / "err.txt").starts_with(std::string{"troupe run: "} + nodes + "network.nodes: a run places one"));
+  CHECK(slurp(dir / "out.txt").empty());
   fs::remove_all(dir);
 }

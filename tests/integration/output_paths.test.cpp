@@ -61,3 +61,32 @@ TEST_CASE("a trace that cannot be written at the end fails the run with exit 1 a
     CHECK_MESSAGE(e.path().extension() != ".tmp", "left behind: ", e.path());
   fs::remove_all(dir);
 }
+
+TEST_CASE("a summary that cannot be written at the end (a full device) fails the run with exit 1") {
+  // /dev/full opens for writing, so the check before the run passes; the bytes fail at the flush.
+  auto dir = small_pipeline_graph("summary_full", 2);
+  CHECK(run_to_end(dir, {"run", (dir / "graph.yaml").string(), "--no-trace", "--summary-json", "/dev/full"}) == 1);
+  CHECK(slurp(dir / "err.txt") ==
+        "troupe run: cannot write the summary to '/dev/full': No space left on device\n");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("two outputs that name one file, or a file in the checkpoint folder, are exit 2 before anything runs") {
+  auto dir = small_pipeline_graph("same_output", 4, "checkpoint: {dir: ckpt, every: 2}\n");
+  auto graph = (dir / "graph.yaml").string();
+  SUBCASE("--trace and --summary-json, spelled differently") {
+    auto trace = (dir / "t.json").string(), summary = (dir / "." / "t.json").string();
+    CHECK(run_to_end(dir, {"run", graph, "--trace", trace, "--summary-json", summary}) == 2);
+    CHECK(slurp(dir / "err.txt") == "troupe run: '" + trace + "' and '" + summary +
+                                         "' name one file: each output (the trace, --summary-json) needs its own, "
+                                         "or one overwrites the other\n");
+  }
+  SUBCASE("the summary in the checkpoint folder") {
+    CHECK(run_to_end(dir, {"run", graph, "--no-trace", "--summary-json", (dir / "ckpt" / "latest").string()}) == 2);
+    CHECK(slurp(dir / "err.txt") == "troupe run: '" + (dir / "ckpt" / "latest").string() +
+                                         "' is in the checkpoint folder '" + (dir / "ckpt").string() +
+                                         "', which the run keeps for its checkpoints; write it elsewhere\n");
+  }
+  CHECK(slurp(dir / "out.txt").empty());
+  fs::remove_all(dir);
+}

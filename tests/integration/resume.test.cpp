@@ -369,3 +369,38 @@ TEST_CASE("resuming a run that already reached train.steps says there is nothing
   CHECK(out.find(" 0 steps") == std::string::npos);
   CHECK(out.find("overhead") == std::string::npos);
 }
+
+TEST_CASE("a checkpoint tensor holding NaN or Inf is refused before anything runs, naming the file and tensor") {
+  // Such weights used to start the run, which failed steps later asking to lower train.lr.
+  fixture f;
+  f.train({"--steps", "8"}, "short");
+  auto part = f.dir / "ckpt" / "step-000008" / "s0.safetensors";
+  for (float bad : {std::nanf(""), INFINITY}) {
+    auto file = troupe::read_safetensors(part);
+    REQUIRE(file);
+    for (auto& t : file->tensors)
+      if (t.name == "h.0.ln_1.weight")
+        t.value.data<float>()[3] = bad;
+    REQUIRE(!troupe::write_safetensors(part, file->tensors, file->metadata));
+    int rc = f.run({"run", f.graph.string(), "--no-trace", "--resume", (f.dir / "ckpt").string()}, "damaged");
+    auto err = f.text("damaged.err");
+    INFO("stderr: ", err);
+    CHECK(rc == 2);
+    CHECK(err.find("cannot resume: " + part.string() + ": tensor 'h.0.ln_1.weight' holds " +
+                   (std::isnan(bad) ? "NaN" : "Inf") + " at element 3") != std::string::npos);
+    CHECK(f.text("damaged.out").empty());
+  }
+}
+
+TEST_CASE("resuming with other steps than the checkpoint's run says that the learning-rate schedule changes") {
+  fixture f;
+  f.train({"--steps", "8"}, "short");
+  REQUIRE(f.run({"run", f.graph.string(), "--no-trace", "--steps", "10", "--resume", (f.dir / "ckpt").string(),
+                 "--set", "checkpoint.every=0"},
+                "longer") == 0);
+  auto out = f.text("longer.out");
+  INFO("stdout: ", out);
+  CHECK(out.find("note: the learning-rate schedule changes: the checkpoint's run decays it over 8 steps, this one "
+                 "over 10 (step 9: lr ") != std::string::npos);
+  CHECK(out.find("; --steps 8 keeps the old schedule") != std::string::npos);
+}

@@ -1,0 +1,6 @@
+check
+../../examples/two-stage.yaml
+--steps
+3
+--steps
+4

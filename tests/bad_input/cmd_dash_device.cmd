@@ -1,0 +1,2 @@
+dash
+/dev/zero

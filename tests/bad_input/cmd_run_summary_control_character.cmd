@@ -1,0 +1,4 @@
+run
+../../examples/two-stage.yaml
+--summary-json
+out	put.json

@@ -1,0 +1,9 @@
+schedule
+--policy
+1f1b
+--stages
+4
+--microbatches
+8
+--slow
+0:1e308

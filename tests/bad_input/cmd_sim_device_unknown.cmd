@@ -1,0 +1,4 @@
+sim
+../../examples/sim/equal_stages.yaml
+--device
+nope

@@ -1,0 +1,3 @@
+sync
+--alpha
+2

@@ -1,0 +1,5 @@
+sync
+--values
+1048576
+--replicas
+4096

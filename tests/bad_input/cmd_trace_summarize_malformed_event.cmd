@@ -1,0 +1,3 @@
+trace
+summarize
+malformed_trace.json

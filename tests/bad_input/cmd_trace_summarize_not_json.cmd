@@ -1,0 +1,3 @@
+trace
+summarize
+not_a_trace.json
