@@ -56,7 +56,7 @@ PY
   echo "cpu_target_env ${TROUPE_CPU_TARGET:-}"
   # Caps a caller may give both sides on the command line (this script sets none):
   # OpenBLAS's core, PyTorch's ATen and oneDNN instruction sets.
-  echo "baseline_env OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-unset} DNNL_MAX_CPU_ISA=${DNNL_MAX_CPU_ISA:-unset}"
+  echo "baseline_env $( (env | grep -E '^(OPENBLAS_CORE|ATEN_CPU_CAPABILITY|DNNL_MAX_CPU_ISA)' || echo none) | sort | tr '\n' ' ')"
   echo "rounds $rounds"
   echo "runs $runs"
 } > "$tmp/machine.txt"
@@ -147,9 +147,9 @@ if k["blas_core"] in ("Prescott", "Core2", "Nehalem", "Katmai", "Coppermine", "N
     lines += ["", f"OpenBLAS chose the {k['blas_core']} core: a generic kernel it falls back to for a CPU model it "
               f"does not know (this one: {m['cpu_model']}), far below what the vector units can do, so the limit "
               "above is troupe's own sgemm. PyTorch's BLAS is the same OpenBLAS (libblas.so.3) and is slowed by it "
-              "too; `OPENBLAS_CORETYPE=SkylakeX` (or `Haswell`) given on the command line, for both sides, shows "
-              "PyTorch at its best (this script sets none)."]
-if target != best["kernel_target"] and m["baseline_env"].find("ATEN_CPU_CAPABILITY=unset") >= 0:
+              "too; OpenBLAS's core-type variable given on the command line, for both sides, shows PyTorch at its "
+              "best (this script sets none; README's CPU section has the command)."]
+if target != best["kernel_target"] and "ATEN_CPU_CAPABILITY" not in m["baseline_env"]:
     lines += ["", f"This row is pessimistic for troupe: TROUPE_CPU_TARGET caps only troupe's own kernels "
               f"(Highway) at {target}. PyTorch is not capped (its ATen kernels run at {t['torch_capability']} "
               f"and oneDNN picks its own instructions, AVX-512 where the CPU has it), nor is OpenBLAS under both "
