@@ -167,6 +167,14 @@ actor_type_info stage_helper_info() {
   return info;
 }
 
+int helper_of(const graph_spec& g, const std::string& type, const std::string& stage) {
+  for (std::size_t i = 0; i < g.actors.size(); ++i)
+    if (const auto& a = g.actors[i]; a.type == type)
+      if (auto s = a.params.find("stage"); s != a.params.end() && s->second.IsScalar() && s->second.Scalar() == stage)
+        return static_cast<int>(i);
+  return -1;
+}
+
 bool check_serves_stage(const actor_spec& a, const graph_spec& g, diagnostics& out) {
   if (g.served_stage(a))
     return true;

@@ -221,14 +221,6 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
 
 } // namespace
 
-int outer_sync_of(const graph_spec& g, const std::string& stage) {
-  for (std::size_t i = 0; i < g.actors.size(); ++i)
-    if (const auto& a = g.actors[i]; a.type == "outer_sync")
-      if (auto s = a.params.find("stage"); s != a.params.end() && s->second.IsScalar() && s->second.Scalar() == stage)
-        return static_cast<int>(i);
-  return -1;
-}
-
 void expand_outer_sync(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage) {
   // Fragment values in, the values after the exchange out, pseudo-gradients to every other replica.
   expand_ring(e, replicas, stage, "outer_sync", "_sync", helper_links::all_pairs);
@@ -299,7 +291,7 @@ caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx) {
     int peer = -1;
     for (const auto& a : g.actors)
       if (a.role.holds_layers && a.replica == r && a.layers == stage->layers)
-        peer = outer_sync_of(g, a.name);
+        peer = helper_of(g, "outer_sync", a.name);
     if (peer < 0 && r != cfg.replica)
       return make_error(errc::invalid_argument,
                         fmt::format("{}: replica {} has no outer_sync for the layers of {}", ctx.spec.name, r,

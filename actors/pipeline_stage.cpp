@@ -238,15 +238,11 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
     self->send(to(reducer), norm_atom::value, step, sq, static_cast<std::int32_t>(self->state.engine->config().actor));
   };
   out.clip = [self, to](int actor, step_t step, double total) { self->send(to(actor), clip_atom::value, step, total); };
-  out.bucket = [self, to](int peer, const bucket_msg& m) { self->send(to(peer), bucket_atom::value, m); };
-  out.shard_step = [self, to](int shard, step_t step, float lr, float clip) {
-    self->send(to(shard), shard_step_atom::value, step, lr, clip);
-  };
+  out.send = [self, to](int actor, caf::message m) { self->send(to(actor), std::move(m)); };
   out.hops = [self, to](int actor, step_t step, int count) {
     self->send(to(actor), hops_atom::value, step, static_cast<std::int32_t>(self->state.engine->config().actor),
                static_cast<std::int32_t>(count));
   };
-  out.outer = [self, to](int sync, const outer_local_msg& m) { self->send(to(sync), outer_atom::value, m); };
   out.attention = [self, to](int server, const attention_task_msg& m) {
     for (const auto* t : {&m.q, &m.k, &m.v, &m.dout})
       self->state.bytes_sent += t->defined() ? static_cast<std::int64_t>(t->nbytes()) : 0;
@@ -260,6 +256,13 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
   } catch (const std::exception& e) {
     fail(self, e.what());
   }
+  // Anything else is for a step-boundary component, from its peer actor.
+  self->set_default_handler([id](caf::scheduled_actor* ptr, caf::message_view& x) -> caf::result<caf::message> {
+    trace_recorder::global().message_received(id);
+    auto m = x.move_content_to_message();
+    handle(static_cast<stage_actor*>(ptr), [&](stage_engine& e) { return e.on_boundary_message(m), true; });
+    return caf::message{};
+  });
   return {
     [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
       for (const auto& p : m.directory) {
@@ -329,22 +332,6 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
       trace_recorder::global().message_received(id);
       handle(self, [&](stage_engine& e) { return e.on_hops(step, from, count), true; });
     },
-    [=](reduced_atom, step_t step, std::int32_t bucket) {
-      trace_recorder::global().message_received(id);
-      handle(self, [&](stage_engine& e) { return e.on_reduced(step, bucket), true; });
-    },
-    [=](reduced_atom, step_t step, std::int32_t bucket, double sq) {
-      trace_recorder::global().message_received(id);
-      handle(self, [&](stage_engine& e) { return e.on_reduced(step, bucket, sq), true; });
-    },
-    [=](updated_atom, step_t step) {
-      trace_recorder::global().message_received(id);
-      handle(self, [&](stage_engine& e) { return e.on_shard_updated(step), true; });
-    },
-    [=](outer_done_atom, const outer_result_msg& m) {
-      trace_recorder::global().message_received(id);
-      handle(self, [&](stage_engine& e) { return e.on_outer_result(m), true; });
-    },
     [=](attention_atom, const attention_task_msg& m) { // in place: another stage's shard, served now
       trace_recorder::global().message_received(id);
       handle(self, [&](stage_engine& e) {
@@ -399,15 +386,8 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   for (const auto& a : g.actors)
     c.ranks += a.role.holds_layers && a.replica == spec.replica; // positions of its own replica
   c.replica = spec.replica;
-  c.bucket_bytes = g.data_parallel.bucket;
-  c.overlap = g.data_parallel.overlap;
-  c.zero = g.data_parallel.zero;
-  for (std::size_t i = 0; i < g.actors.size(); ++i) // the all-reduce peer (or ZeRO's optimizer shard) that serves it
-    if (auto st = g.actors[i].params.find("stage"); (g.actors[i].type == "allreduce_peer" ||
-                                                    g.actors[i].type == "optimizer_shard") &&
-                                                   st != g.actors[i].params.end() && st->second.IsScalar() &&
-                                                   st->second.Scalar() == spec.name)
-      c.sync_peer = static_cast<int>(i);
+  c.replicas = std::max(g.data_parallel.replicas, 1);
+  c.boundaries = select_step_boundaries(g, spec);
   auto index_of = [&](const std::string& name) {
     for (std::size_t i = 0; i < g.actors.size(); ++i)
       if (g.actors[i].name == name)
@@ -415,8 +395,6 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     return -1;
   };
   c.actor = index_of(spec.name);
-  c.outer_sync = outer_sync_of(g, spec.name);  // local-update training (#13)
-  c.local_update = g.local_update;
   for (std::size_t i = 0; i < g.actors.size(); ++i)
     if (g.actors[i].type == "data_loader")
       c.router = static_cast<int>(i);
@@ -431,8 +409,11 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   bool first = false;
   for (const auto& r : spec.layers)
     first |= r.begin == 0;
+  auto is_peer = [&](int actor) { // the step-boundary peers' answers take no buffers
+    return std::any_of(c.boundaries.begin(), c.boundaries.end(), [&](const auto& b) { return b.peer == actor; });
+  };
   for (const auto& ch : g.channels)
-    if (ch.to == spec.name && index_of(ch.from) != c.sync_peer && index_of(ch.from) != c.outer_sync) { // the peers' answers take no buffers
+    if (ch.to == spec.name && !is_peer(index_of(ch.from))) {
       int from = index_of(ch.from);
       bool targets_only = from == c.router && c.loss && !first;
       c.input_credits[from] = ch.credits > 0 ? ch.credits : targets_only ? sched::default_target_credits(c.ranks) : 0;

@@ -17,21 +17,31 @@ std::vector<named_handle> stage_engine::checkpoint_tensors() {
   std::vector<named_handle> out;
   for (std::size_t k = 0; k < models_.size(); ++k) {
     auto params = models_[k]->host_params();
-    auto st = k < optimizers_.size() ? optimizers_[k]->state() : ops::optimizer_state{}; // per parameter, each kind
-    auto kinds = k < optimizers_.size() ? optimizers_[k]->state_kinds().size() : 0;
+    std::vector<std::vector<named_handle>> extra(params.size()); // each parameter's state, from the components
+    for (const auto& b : boundaries_)
+      b->save(k, extra);
     for (std::size_t i = 0; i < params.size(); ++i) {
       out.push_back({params[i].name, params[i].value});
-      for (std::size_t j = i * kinds; j < (i + 1) * kinds && j < st.tensors.size(); ++j)
-        out.push_back({"optimizer." + st.tensors[j].name, st.tensors[j].value});
+      out.insert(out.end(), extra[i].begin(), extra[i].end());
     }
   }
   return out;
 }
 
+namespace {
+/// The optimizer steps per chunk that the stack reports (the component that applies the update).
+std::vector<long> stack_optimizer_steps(const std::vector<std::unique_ptr<step_boundary>>& stack, std::size_t chunks) {
+  for (const auto& b : stack)
+    if (auto s = b->optimizer_steps())
+      return *s;
+  return std::vector<long>(chunks, 0);
+}
+} // namespace
+
 std::map<std::string, std::string> stage_engine::checkpoint_metadata() {
   std::string steps;
-  for (std::size_t k = 0; k < models_.size(); ++k) // with ZeRO the shards hold the state: 0 here
-    steps += fmt::format("{}{}", steps.empty() ? "" : ",", k < optimizers_.size() ? optimizers_[k]->steps() : 0);
+  for (auto n : stack_optimizer_steps(boundaries_, models_.size()))
+    steps += fmt::format("{}{}", steps.empty() ? "" : ",", n);
   return {{"optimizer.steps", steps}};
 }
 
@@ -103,30 +113,26 @@ caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, c
   std::vector<std::vector<param_info>> layouts;
   for (const auto& m : models_)
     layouts.push_back(m->param_layout());
+  std::vector<std::string> kinds;
+  for (const auto& b : boundaries_)
+    for (auto& k : b->state_kinds())
+      kinds.push_back(std::move(k));
   std::vector<long> opt_steps;
-  if (auto why = check_stage_part(header_of(f), layouts, ops::adamw::kinds(), &opt_steps))
+  if (auto why = check_stage_part(header_of(f), layouts, kinds, &opt_steps))
     return make_error(errc::invalid_argument, fmt::format("{}: {}", file, *why));
-  for (std::size_t k = 0; k < models_.size(); ++k)
-    if (k >= optimizers_.size() && opt_steps[k] > 0)
-      return make_error(errc::invalid_argument,
-                        fmt::format("{}: holds this stage's optimizer state, which ZeRO's optimizer shards hold", file));
   for (std::size_t k = 0; k < models_.size(); ++k) {
     std::vector<tensor_handle> ps;
-    ops::optimizer_state st{opt_steps[k], {}};
-    for (const auto& p : layouts[k]) {
+    for (const auto& p : layouts[k])
       ps.push_back(f.find(p.name));
-      if (opt_steps[k] > 0 && k < optimizers_.size())
-        for (const auto& kind : optimizers_[k]->state_kinds())
-          st.tensors.push_back({kind + "." + p.name, f.find("optimizer." + kind + "." + p.name)});
-    }
     try {
       models_[k]->load_params(ps);
-      if (k < optimizers_.size())
-        optimizers_[k]->load_state(st);
     } catch (const std::exception& e) { // a device that failed to take it
       return make_error(errc::invalid_argument, fmt::format("{}: {}", file, e.what()));
     }
   }
+  for (auto& b : boundaries_)
+    if (auto err = b->restore(f, opt_steps, file))
+      return err;
   core_->resume_at(steps_done);
   return {};
 }

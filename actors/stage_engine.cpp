@@ -44,10 +44,7 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
     for (auto [b, e] : cfg_.layers)
       models_.push_back(make_stage_model({cfg_.model, b, e, cfg_.device, cfg_.max_batch}));
   }
-  if (cfg_.zero == 0) // with ZeRO the optimizer shards hold the state
-    for (auto& m : models_)
-      optimizers_.push_back(std::make_unique<ops::adamw>(
-        m->params(), ops::adamw_options{.weight_decay = cfg_.weight_decay}, m->stream()));
+  boundaries_ = make_step_boundaries(*this, cfg_.boundaries);
   auto p = cfg_.policy_params;
   p.rank = cfg_.rank, p.ranks = cfg_.ranks, p.chunks = cfg_.chunks;
   auto made = sched::make_policy(cfg_.policy, p);
@@ -94,25 +91,22 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
   h.norm = [this](int reducer, std::int64_t step, double sq) { out_.norm(reducer, step, sq); };
   h.clip = [this](int to, std::int64_t step, double total) { out_.clip(to, step, total); };
   h.gradients_complete = [this](std::int64_t step) { return gradients_complete(step); };
-  if (cfg_.sync_peer >= 0) {
-    std::function<double()> loss;
-    if (cfg_.loss)
-      loss = [this] { return loss_sum_; };
-    buckets_ = std::make_unique<grad_buckets>(
-      models_, cfg_.bucket_bytes, std::move(loss),
-      [this](bucket_msg m) {
-        if (out_.bucket)
-          out_.bucket(cfg_.sync_peer, m);
-      },
-      cfg_.zero > 0);
-    h.sync = [this](std::int64_t step) { return buckets_->flush(step); };
-  }
+  h.sync = [this](std::int64_t step) {
+    syncs_out_ = 0;
+    for (auto& b : boundaries_)
+      syncs_out_ += !b->sync(step);
+    return syncs_out_ == 0;
+  };
   h.update = [this](std::int64_t step, double total_sq) { update(step, total_sq); };
-  if (cfg_.outer_sync >= 0)
-    h.exchange = [this](std::int64_t steps_done) { return outer_exchange(steps_done); };
+  h.exchange = [this](std::int64_t steps_done) {
+    exchanges_out_ = 0;
+    for (auto& b : boundaries_)
+      exchanges_out_ += !b->after_update(steps_done);
+    return exchanges_out_ == 0;
+  };
   h.updated = [this](std::int64_t steps_done) {
     if (checkpoint_due(steps_done, cfg_.checkpoint_every, cfg_.steps) && out_.checkpoint) {
-      if (awaiting_params_)
+      if (awaiting_update_ >= 0)
         pending_checkpoint_ = steps_done; // once the shard's parameters are back
       else
         out_.checkpoint(steps_done);
@@ -128,11 +122,12 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
     ah.send = [this](int server, const attention_task_msg& m) { out_.attention(server, m); };
     ah.begin_backward_piece = [this](bool last) {
       if (pieces_weight_pass_) // buckets go once every nano-batch has added its part
-        buckets_->begin_pass(pieces_task_.step, pieces_task_.chunk, pass_armed_ && last);
+        for (auto& b : boundaries_)
+          b->begin_pass(pieces_task_.step, pieces_task_.chunk, pass_last_ && last);
     };
     ah.end_backward_piece = [this] {
       if (pieces_weight_pass_)
-        buckets_->end_pass();
+        end_weight_pass();
     };
     auto ac = cfg_.attention;
     ac.actor = cfg_.actor, ac.heads = cfg_.model.heads;
@@ -144,60 +139,69 @@ stage_engine::tensors& stage_engine::slot(int chunk, int mb) {
   return sched::chunk_slot(work_, chunk, mb, cfg_.name);
 }
 
+stage_engine::~stage_engine() = default;
+
 void stage_engine::start() {
-  if (cfg_.outer_sync >= 0)
-    outer_setup();
+  for (auto& b : boundaries_)
+    b->start();
   core_->start();
+}
+
+void stage_engine::add_step_boundary(std::unique_ptr<step_boundary> b) {
+  boundaries_.insert(boundaries_.begin(), std::move(b));
 }
 
 void stage_engine::on_plan(const step_plan_msg& m) {
   if (hold_for_params([this, m] { on_plan(m); }))
     return;
-  if (buckets_)
-    plan_hops_[m.step] = m.hops;
+  plan_hops_[m.step] = m.hops;
   core_->on_plan(m);
 }
 
 bool stage_engine::hold_for_params(std::function<void()> replay) {
-  if (!awaiting_params_)
+  if (awaiting_update_ < 0)
     return false;
   params_held_.push_back(std::move(replay));
   return true;
 }
 
-void stage_engine::on_reduced(step_t step, int bucket, double sq) {
-  if (cfg_.zero == 0)
-    throw std::runtime_error(fmt::format("{}: a slice's norm came back for bucket {} without ZeRO", cfg_.name, bucket));
-  slice_sq_ += sq;
-  if (!buckets_->on_reduced(step, bucket))
-    return;
-  plan_hops_.erase(step);
-  core_->on_synced(step);
+void stage_engine::on_boundary_message(const caf::message& m) {
+  for (auto& b : boundaries_)
+    if (b->receive(m))
+      return;
+  throw std::runtime_error(fmt::format("{}: no step-boundary component takes the message {}", cfg_.name,
+                                       to_string(m)));
 }
 
-void stage_engine::on_shard_updated(step_t step) {
-  if (!awaiting_params_ || step != pending_report_.step)
+void stage_engine::send(int to, caf::message m) {
+  if (!out_.send)
+    throw std::runtime_error(fmt::format("{}: a step-boundary message with nowhere to go", cfg_.name));
+  out_.send(to, std::move(m));
+}
+
+void stage_engine::synced(step_t step) {
+  if (syncs_out_ > 0 && --syncs_out_ == 0)
+    core_->on_synced(step);
+}
+
+void stage_engine::exchanged() {
+  if (exchanges_out_ > 0 && --exchanges_out_ == 0)
+    core_->on_exchanged();
+}
+
+std::vector<tensor_handle> stage_engine::optimizer_state(std::string_view kind) const {
+  for (const auto& b : boundaries_)
+    if (auto s = b->state_of(kind))
+      return *s;
+  throw std::runtime_error(fmt::format("{}: the optimizer keeps no '{}'", cfg_.name, kind));
+}
+
+void stage_engine::applied(step_t step) {
+  if (step != awaiting_update_)
     throw std::runtime_error(
-      fmt::format("{}: the optimizer shard returned the parameters of step {}, which it was not asked for", cfg_.name,
-                  step));
-  for (auto& m : models_) {
-    m->params_updated();
-    if (cfg_.zero == 2) // the shards hold the reduced slices until the next step's backward
-      m->release_grads();
-    else
-      m->zero_grads();
-  }
-  if (cfg_.zero == 2)
-    buckets_->drop_grads();
-  loss_sum_ = buckets_->loss_sum(); // the whole step's, over every replica, gathered with the parameters
-  pending_report_.loss = pending_tokens_ > 0 ? loss_sum_ / static_cast<double>(pending_tokens_) : 0.0;
-  if (cfg_.loss && cfg_.replica == 0) {
-    reports_.push_back(pending_report_);
-    trace_recorder::global().count("loss", pending_report_.loss, static_cast<std::int32_t>(step));
-  }
-  report_replica_loss(step);
-  loss_sum_ = 0;
-  awaiting_params_ = false;
+      fmt::format("{}: the update of step {} came back, which this stage was not waiting for", cfg_.name, step));
+  awaiting_update_ = -1;
+  finish_update(pending_report_, pending_tokens_);
   if (pending_checkpoint_ >= 0 && out_.checkpoint)
     out_.checkpoint(std::exchange(pending_checkpoint_, -1));
   auto held = std::exchange(params_held_, {});
@@ -206,7 +210,7 @@ void stage_engine::on_shard_updated(step_t step) {
 }
 
 void stage_engine::report_replica_loss(step_t step) {
-  if (cfg_.loss && (buckets_ || cfg_.outer_sync >= 0) && own_tokens_ > 0)
+  if (cfg_.loss && cfg_.replicas > 1 && own_tokens_ > 0)
     trace_recorder::global().count(fmt::format("loss:r{}", cfg_.replica),
                                    own_loss_sum_ / static_cast<double>(own_tokens_), static_cast<std::int32_t>(step));
   own_loss_sum_ = 0, own_tokens_ = 0;
@@ -222,19 +226,10 @@ held_bytes stage_engine::held() const {
     for (const auto& g : models_[k]->grads())
       if (g.value.defined()) // ZeRO-2 gives them back between steps
         h.grads += static_cast<std::int64_t>(g.value.nbytes());
-    if (k < optimizers_.size()) // one buffer per parameter and kind, made with the optimizer
-      h.optimizer += static_cast<std::int64_t>(optimizers_[k]->state_kinds().size()) * params;
   }
+  for (const auto& b : boundaries_)
+    h.optimizer += b->optimizer_bytes();
   return h;
-}
-
-void stage_engine::on_reduced(step_t step, int bucket) {
-  if (!buckets_ || !buckets_->on_reduced(step, bucket))
-    return;
-  if (cfg_.loss)
-    loss_sum_ = buckets_->loss_sum(); // the whole step's, over every replica
-  plan_hops_.erase(step);
-  core_->on_synced(step);
 }
 
 /// Before a weight-gradient pass: whether it is the step's last over its chunk
@@ -250,9 +245,15 @@ bool stage_engine::begin_weight_pass(const sched::stage_task& t) {
     planned = core_->queue().planned();
   int per_chunk = planned < 0 ? -1 : planned / cfg_.chunks;
   bool last = ++weight_passes_[static_cast<std::size_t>(t.chunk)] == per_chunk;
-  pass_armed_ = last && cfg_.overlap;
-  buckets_->begin_pass(t.step, t.chunk, pass_armed_);
+  pass_last_ = last;
+  for (auto& b : boundaries_)
+    b->begin_pass(t.step, t.chunk, last);
   return true;
+}
+
+void stage_engine::end_weight_pass() {
+  for (auto& b : boundaries_)
+    b->end_pass();
 }
 
 void stage_engine::on_batch(const batch_msg& m, bool eval) {
@@ -385,7 +386,7 @@ bool stage_engine::run_one() {
       finish_pieces();
     return ran;
   }
-  if (awaiting_params_)
+  if (awaiting_update_ >= 0)
     return false;
   auto t = core_->begin();
   if (!t) {
@@ -400,11 +401,11 @@ bool stage_engine::run_one() {
     trace_recorder::global().record(idle);
     idle_since_ns_ = -1;
   }
-  bool weight_pass = buckets_ && begin_weight_pass(*t);
+  bool weight_pass = begin_weight_pass(*t);
   if (attention_) {
     pieces_task_ = *t, pieces_weight_pass_ = weight_pass;
     if (weight_pass)
-      buckets_->end_pass(); // the pieces arm the buckets themselves
+      end_weight_pass(); // the pieces arm the buckets themselves
     start_pieces(*t);
     if (!attention_->busy())
       finish_pieces();
@@ -412,7 +413,7 @@ bool stage_engine::run_one() {
   }
   compute(*t);
   if (weight_pass)
-    buckets_->end_pass();
+    end_weight_pass();
   core_->finish(*t);
   return true;
 }
@@ -467,13 +468,15 @@ void stage_engine::record_loss(const sched::stage_task& t, const tensors& w, dou
 }
 
 double stage_engine::gradients_complete(step_t step) {
-  if (out_.before_update)
-    out_.before_update(step, chunks_);
-  if (cfg_.zero > 0) // every replica's shard holds a different slice: each counts its own
-    return cfg_.grad_clip > 0 ? std::exchange(slice_sq_, 0.0) : (slice_sq_ = 0.0);
-  double own_sq = 0;
-  // Replicas hold the same summed gradients: replica 0 counts them; local-update replicas each their own.
-  if (cfg_.grad_clip > 0 && (cfg_.replica == 0 || cfg_.outer_sync >= 0))
+  plan_hops_.erase(step);
+  std::optional<double> share;
+  for (auto& b : boundaries_) // every one is asked: a component may reset its count
+    if (auto s = b->norm_share(step); s && !share)
+      share = s;
+  if (share)
+    return *share;
+  double own_sq = 0; // the stage's own gradients
+  if (cfg_.grad_clip > 0)
     for (auto& m : models_)
       own_sq += m->grad_sq_norm();
   return own_sq;
@@ -483,7 +486,7 @@ void stage_engine::update(step_t step, double total_sq) {
   scoped_span s(trace_id, span_kind::optimizer, static_cast<std::int32_t>(step));
   auto t0 = trace_now();
   auto tokens = core_->step_tokens();
-  step_report rep{step, tokens > 0 ? loss_sum_ / static_cast<double>(tokens) : 0.0, 0, cfg_.lr.at(step)};
+  step_report rep{step, 0, 0, cfg_.lr.at(step)};
   float clip = 1.0f;
   if (cfg_.grad_clip > 0) {
     rep.grad_norm = std::sqrt(total_sq);
@@ -491,40 +494,33 @@ void stage_engine::update(step_t step, double total_sq) {
       throw std::runtime_error(fmt::format("{}: the gradient norm is {} at step {} (lr {:.3g}); lower train.lr "
                                            "or raise train.warmup",
                                            cfg_.name, rep.grad_norm, step, rep.lr));
-    if (auto f = ops::clip_factor(rep.grad_norm, cfg_.grad_clip); f < 1.0f) {
-      clip = f;
-      if (cfg_.zero == 0)
-        for (auto& m : models_)
-          m->scale_grads(f);
-    }
+    clip = std::min(ops::clip_factor(rep.grad_norm, cfg_.grad_clip), 1.0f);
   }
-  if (cfg_.zero > 0) { // the shard updates its slice and gathers the rest; nothing runs here meanwhile
-    pending_report_ = rep, pending_tokens_ = tokens;
-    awaiting_params_ = true;
-    if (out_.shard_step)
-      out_.shard_step(cfg_.sync_peer, step, rep.lr, clip);
-    compute_ns_ += trace_now() - t0;
-    for (auto& chunk_work : work_)
-      for (auto& w : chunk_work)
-        w = {};
-    return;
-  }
-  for (std::size_t k = 0; k < models_.size(); ++k) {
-    auto& m = *models_[k];
-    optimizers_[k]->step(m.params(), m.grads(), rep.lr);
-    m.params_updated();
-    m.zero_grads();
-  }
+  bool done = true;
+  for (auto& b : boundaries_)
+    if (b->applies_update())
+      done = b->apply(step, rep.lr, clip);
   compute_ns_ += trace_now() - t0;
-  if (cfg_.loss && cfg_.replica == 0) {
-    reports_.push_back(rep);
-    trace_recorder::global().count("loss", rep.loss, static_cast<std::int32_t>(step));
-  }
-  report_replica_loss(step);
-  loss_sum_ = 0;
   for (auto& chunk_work : work_)
     for (auto& w : chunk_work)
       w = {};
+  if (!done) { // applied elsewhere (ZeRO's shards): nothing runs here until the parameters are back
+    pending_report_ = rep, pending_tokens_ = tokens;
+    awaiting_update_ = step;
+    return;
+  }
+  finish_update(rep, tokens);
+}
+
+void stage_engine::finish_update(const step_report& r, std::int64_t tokens) {
+  auto rep = r;
+  rep.loss = tokens > 0 ? loss_sum_ / static_cast<double>(tokens) : 0.0;
+  if (cfg_.loss && cfg_.replica == 0) {
+    reports_.push_back(rep);
+    trace_recorder::global().count("loss", rep.loss, static_cast<std::int32_t>(rep.step));
+  }
+  report_replica_loss(rep.step);
+  loss_sum_ = 0;
 }
 
 } // namespace troupe

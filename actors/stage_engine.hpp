@@ -12,21 +12,18 @@
 #include <string>
 #include <vector>
 
-#include "actors/grad_buckets.hpp"
 #include "actors/stage_attention.hpp"
 #include "actors/stage_model.hpp"
-#include "actors/zero_shard_state.hpp"
+#include "actors/step_boundary.hpp"
+#include "actors/zero_shard_state.hpp"  // held_bytes
 #include "ops/gpt.hpp"
 #include "ops/lr_schedule.hpp"
 #include "ops/optimizer.hpp"
 #include "runtime/actor/messages.hpp"
-#include "runtime/actor/outer_messages.hpp"
-#include "runtime/graph/local_update_spec.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 #include "schedulers/router.hpp"
 #include "schedulers/stage_core.hpp"
 #include "schedulers/stage_policy.hpp"
-#include "schedulers/sync_policy.hpp"
 
 namespace troupe {
 
@@ -67,17 +64,11 @@ struct stage_config {
   /// What the policy reads as now, in seconds; empty: the steady clock. A
   /// simulated clock makes the engine's decisions those of the harness.
   std::function<double()> clock;
-  // Data parallelism: replicas of this stage's layers sum their gradients through
-  // a ring of all-reduce peers before the optimizer step.
-  int replica = 0;                   ///< which replica; replica 0 speaks for all in the norm and the loss report
-  int sync_peer = -1;                ///< this stage's all-reduce peer (actor index); -1: one replica, no sync
-  std::int64_t bucket_bytes = 4 << 20;  ///< gradient bytes per bucket
-  bool overlap = true;               ///< buckets go during the last backward pass (else once the step's work is done)
-  /// ZeRO stage (0: the peer all-reduces, the stage updates). 1 or 2: sync_peer is
-  /// an optimizer shard that owns the optimizer state of a slice; the stage
-  /// keeps none, asks its shard to update after the norm and waits for the
-  /// parameters to come back before any other work.
-  int zero = 0;
+  int replica = 0;                   ///< which replica; replica 0 speaks for all in the loss report
+  int replicas = 1;                  ///< replicas of the pipeline (more than one: each reports its own loss too)
+  /// What the stage does with its gradients and parameters at the end of a step
+  /// (actors/step_boundary.hpp), in stack order; empty: the local optimizer alone.
+  std::vector<boundary_choice> boundaries;
   /// Routing around stragglers (`data_parallel.route: least_loaded`): the next
   /// position's replicas that may take this stage's outputs, how many stages
   /// report the hops each step brings here (0: the plan says), and targets
@@ -90,10 +81,6 @@ struct stage_config {
   /// An emulated slow device (the actor's `slowdown:`): each action takes this
   /// many times its compute, the rest spent asleep. 1: as fast as it runs.
   double slowdown = 1.0;
-  // Local-update training (#13): no every-step sync; this stage's outer_sync
-  // actor exchanges its fragments on the schedule of `local_update`.
-  int outer_sync = -1;               ///< the outer_sync actor (actor index); -1: none
-  local_update_spec local_update;
   /// Core attention on attention servers (#15); no servers: colocated, in one piece.
   stage_attention_config attention;
 };
@@ -106,15 +93,10 @@ struct stage_outbox {
   std::function<void(int actor, const credit_msg&)> credit;        ///< credits granted to a sender
   std::function<void(int reducer, step_t step, double sq_norm)> norm;   ///< this stage's Σ g² to the step's reducer
   std::function<void(int actor, step_t step, double total_sq)> clip;    ///< reducer -> participant: the global Σ g²
-  std::function<void(int peer, const bucket_msg&)> bucket;              ///< a complete gradient bucket to the all-reduce peer
-  std::function<void(int shard, step_t step, float lr, float clip)> shard_step;  ///< ZeRO: update your slice
   std::function<void(int actor, step_t step, int count)> hops;          ///< microbatches of `step` sent to `actor` (least_loaded)
-  std::function<void(int sync, const outer_local_msg&)> outer;          ///< fragment values to the outer_sync actor
   std::function<void(int server, const attention_task_msg&)> attention; ///< a core-attention shard to a server
-  /// Called when the step's gradients are complete, before clipping and the
-  /// optimizer (the place for a data-parallel all-reduce), with the CPU chunks
-  /// (empty on a device stage: models() has every stage's); may be empty.
-  std::function<void(step_t step, std::vector<ops::gpt_range>& chunks)> before_update;
+  /// A step-boundary component's message to its peer actor.
+  std::function<void(int actor, caf::message m)> send;
   /// Called right after the optimizer update that completes `steps_done` steps,
   /// when a checkpoint is due; may throw std::runtime_error (a failed write).
   std::function<void(step_t steps_done)> checkpoint;
@@ -130,15 +112,16 @@ struct step_report {
 
 /// A stage's state machine. Feed it messages; it runs one action per `run_one()`.
 /// Throws std::runtime_error (with the stage name) on a broken protocol or a NaN loss.
-class stage_engine {
+class stage_engine final : public stage_host {
 public:
   stage_engine(stage_config cfg, stage_outbox out);
+  ~stage_engine();
 
-  const stage_config& config() const noexcept { return cfg_; }
+  const stage_config& config() const noexcept override { return cfg_; }
   /// Holds the head, so every route ends here and it computes the loss.
   bool owns_loss() const noexcept { return cfg_.loss; }
   step_t step() const noexcept { return core_->step(); }
-  bool training_done() const noexcept { return core_->training_done() && !awaiting_params_; }
+  bool training_done() const noexcept { return core_->training_done() && awaiting_update_ < 0; }
   /// Evaluation passes whose loss this stage has computed (loss stage only), on
   /// the first evaluation route (the full model); a pass counts once every
   /// route's is in.
@@ -147,7 +130,7 @@ public:
   const std::vector<std::pair<step_t, double>>& short_val_losses() const noexcept { return short_val_losses_; }
   const std::vector<step_report>& reports() const noexcept { return reports_; }
   /// The model chunks this rank owns (chunk c = virtual stage rank + c·ranks).
-  const std::vector<std::unique_ptr<stage_model>>& models() const noexcept { return models_; }
+  const std::vector<std::unique_ptr<stage_model>>& models() const noexcept override { return models_; }
   /// The same chunks as gpt_ranges when they run on the CPU; empty on a device.
   const std::vector<ops::gpt_range>& chunks() const noexcept { return chunks_; }
   /// The queue the policy reads (credits, in flight, the step's plan).
@@ -173,24 +156,21 @@ public:
   void on_norm(step_t step, double sq_norm, int from);
   /// Participant: the global Σ g² for `step`, from the reducer.
   void on_clip(step_t step, double total_sq);
-  /// The all-reduce peer summed bucket `bucket` of `step` over the replicas.
-  void on_reduced(step_t step, int bucket);
-  /// ZeRO: the shard reduce-scattered bucket `bucket`; `sq` is its slice's Σ g².
-  void on_reduced(step_t step, int bucket, double sq);
-  /// ZeRO: the shard has all-gathered the updated parameters of `step` into this stage.
-  void on_shard_updated(step_t step);
+  /// A message for one of the step-boundary components (from its peer actor).
+  /// Throws std::runtime_error when none of them takes it.
+  void on_boundary_message(const caf::message& m);
+  /// Adds a component at the top of the stack (before start()): the first to be asked at each point.
+  void add_step_boundary(std::unique_ptr<step_boundary> b);
+  /// The stack's components, top first.
+  const std::vector<std::unique_ptr<step_boundary>>& step_boundaries() const noexcept { return boundaries_; }
   /// Bytes of parameters, gradients and optimizer state this stage holds.
   held_bytes held() const;
-  /// Local update: a fragment's values after its exchange; loads them and goes on.
-  void on_outer_result(const outer_result_msg& m);
   /// Attention servers: the pieces' state (null when attention is colocated).
   const stage_attention* attention() const noexcept { return attention_.get(); }
   /// Attention servers: a server's answer for the microbatch in pieces.
   void on_attention_result(const attention_result_msg& m);
   /// In place: runs another stage's core-attention shard; the actor sends the answer to m.key.from.
   attention_result_msg serve_attention(const attention_task_msg& m);
-  /// The gradient buckets (null without data parallelism).
-  const grad_buckets* buckets() const noexcept { return buckets_.get(); }
 
   /// Runs the policy's next action, if any; true when one ran (call again soon).
   bool run_one();
@@ -236,13 +216,24 @@ private:
   void run_eval(const route_t& route, int hop, int mb, const stage_tensor& input, step_t step);
   double gradients_complete(step_t step);
   void update(step_t step, double total_sq);
+  /// The update of `step` is applied (now, or when its component says so).
+  void finish_update(const step_report& rep, std::int64_t tokens);
   stage_model& chunk(int c) { return *models_[static_cast<std::size_t>(c)]; }
+  // stage_host, for the components
+  void send(int to, caf::message m) override;
+  void synced(step_t step) override;
+  void exchanged() override;
+  void applied(step_t step) override;
+  double loss_sum() const override { return loss_sum_; }
+  void set_loss_sum(double v) override { loss_sum_ = v; }
+  std::vector<tensor_handle> optimizer_state(std::string_view kind) const override;
 
   stage_config cfg_;
   stage_outbox out_;
-  /// One per model chunk, over its parameters; declared before the models, so a
-  /// device model finishes the work queued on its stream before they go.
-  std::vector<std::unique_ptr<ops::optimizer>> optimizers_;
+  /// The step boundary's components (their optimizers among them), top first;
+  /// declared before the models, so a device model finishes the work queued on
+  /// its stream before they go.
+  std::vector<std::unique_ptr<step_boundary>> boundaries_;
   std::vector<ops::gpt_range> chunks_;                   ///< the CPU chunks, which models_ wrap
   std::vector<std::unique_ptr<stage_model>> models_;
   std::unique_ptr<sched::stage_core> core_;
@@ -251,8 +242,8 @@ private:
   stage_tensor output_;                                   ///< the running action's output, until the core sends it
   std::unique_ptr<stage_attention> attention_;            ///< attention servers: actions run in pieces
   sched::stage_task pieces_task_;                         ///< the action in pieces
-  bool pieces_weight_pass_ = false;                       ///< it is a weight-gradient pass (data parallelism)
-  bool pass_armed_ = false;                               ///< the pass is the step's last over its chunk (buckets go)
+  bool pieces_weight_pass_ = false;                       ///< it is a weight-gradient pass
+  bool pass_last_ = false;                                ///< the pass is the step's last over its chunk
   std::map<int, tensor_handle> eval_targets_;             ///< eval batch -> targets
   std::map<int, std::pair<route_t, stage_tensor>> eval_inputs_;  ///< eval batch -> activation (arrived first)
   double loss_sum_ = 0;                                   ///< Σ loss × tokens over the step's microbatches
@@ -268,28 +259,21 @@ private:
   std::vector<step_report> reports_;
   std::int64_t compute_ns_ = 0;
   std::int64_t idle_since_ns_ = -1;  ///< when the policy last had nothing to run; -1 when busy
-  // Data parallelism (cfg_.sync_peer >= 0).
-  std::unique_ptr<grad_buckets> buckets_;
+  // Weight-gradient passes, for components that sync during the backward.
   std::map<step_t, int> plan_hops_;   ///< step -> hops its plan gives this stage
   std::vector<int> weight_passes_;    ///< this step's weight-gradient passes per chunk
   step_t passes_step_ = -1;
   bool begin_weight_pass(const sched::stage_task& t);
-  // ZeRO (cfg_.zero > 0): from the update until the shard's parameters are back.
+  void end_weight_pass();
+  int syncs_out_ = 0;                 ///< components whose sync of this step is still running
+  // An update a component applies elsewhere (ZeRO): nothing runs here until it is back.
   bool hold_for_params(std::function<void()> replay);
-  bool awaiting_params_ = false;
+  step_t awaiting_update_ = -1;                     ///< the step whose update is out, or -1
   std::vector<std::function<void()>> params_held_;  ///< messages that came meanwhile, in order
-  double slice_sq_ = 0;                             ///< Σ g² of the shard's slices this step
   step_report pending_report_;
   std::int64_t pending_tokens_ = 0;
   std::int64_t pending_checkpoint_ = -1;
-  // Local-update training (cfg_.outer_sync >= 0; actors/stage_outer.cpp).
-  void outer_setup();
-  bool outer_exchange(step_t steps_done);
-  std::vector<std::vector<float>> fragment_values(int f) const;
-  std::vector<tensor_handle> fragment_tensors(int f) const;
-  std::unique_ptr<sched::sync_schedule> outer_schedule_;
-  std::vector<sched::fragment_plan> fragments_;         ///< what each fragment holds (the method's plan)
-  int outer_waiting_ = 0;                               ///< performs sent, results not yet back
+  int exchanges_out_ = 0;             ///< components whose exchange after the update is still running
 };
 
 /// What a stage's checkpoint part must hold, known from its header alone:

@@ -6,7 +6,6 @@
 #include "actors/stage_engine.hpp"
 
 #include <algorithm>
-#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <map>
@@ -23,6 +22,22 @@
 using namespace troupe;
 
 namespace {
+
+/// A step-boundary component that only looks: `see` gets each step's gradients
+/// once they are complete, before clipping and the update (a test's view of the
+/// step boundary, stacked on top of the stage's own components).
+class observer final : public step_boundary {
+public:
+  explicit observer(std::function<void(step_t)> see) : see_(std::move(see)) {}
+  std::string_view type() const override { return "observer"; }
+  std::optional<double> norm_share(step_t step) override {
+    see_(step);
+    return std::nullopt;
+  }
+
+private:
+  std::function<void(step_t)> see_;
+};
 
 constexpr int layers = 8, batch = 2, context = 16;
 
@@ -177,14 +192,14 @@ run_record run(const run_spec& s) {
       ++rec.clip_messages;
       mail.push_back([&, to, step, total] { engine(to).on_clip(step, total); });
     };
-    out.before_update = [&, me](step_t step, std::vector<ops::gpt_range>& ch) {
+    engines.push_back(std::make_unique<stage_engine>(std::move(c), std::move(out)));
+    engines.back()->add_step_boundary(std::make_unique<observer>([&, me](step_t step) {
       rec.hops_per_step[me - 1].push_back(engine(me).queue().completed(0)); // what this stage ran this step
       if (rec.grads.size() <= static_cast<std::size_t>(step))
         rec.grads.resize(static_cast<std::size_t>(step) + 1);
-      for (const auto& x : ch)
+      for (const auto& x : engine(me).chunks())
         collect(x.grads(), rec.grads[static_cast<std::size_t>(step)]);
-    };
-    engines.push_back(std::make_unique<stage_engine>(std::move(c), std::move(out)));
+    }));
   }
   for (auto& e : engines)
     e->start();
@@ -376,11 +391,11 @@ TEST_CASE("a NaN loss stops the stage with an error that names the step and what
   c.layers = {{0, layers}};
   stage_outbox out;
   out.credit = [](int, const credit_msg&) {};
-  out.before_update = [](step_t step, std::vector<ops::gpt_range>& chunks) {
-    if (step == 0) // a diverged update: one weight of the head becomes NaN
-      chunks[0].params().back().value.data<float>()[0] = NAN;
-  };
   stage_engine e(c, out);
+  e.add_step_boundary(std::make_unique<observer>([&](step_t step) {
+    if (step == 0) // a diverged update: one weight of the head becomes NaN
+      e.chunks()[0].params().back().value.data<float>()[0] = NAN;
+  }));
   e.start();
   route_t route{{1, 0}};
   for (step_t step : {0, 1})
@@ -418,11 +433,12 @@ TEST_CASE("the stage applies AdamW with the configured weight decay to the step'
     };
     stage_outbox out;
     out.credit = [](int, const credit_msg&) {};
-    out.before_update = [&](step_t, std::vector<ops::gpt_range>& ch) {
+    stage_engine e(c, out);
+    e.add_step_boundary(std::make_unique<observer>([&](step_t) {
+      const auto& ch = e.chunks();
       for (std::size_t i = 0; i < ch[0].params().size(); ++i)
         params.push_back(copy(ch[0].params()[i])), grads.push_back(copy(ch[0].grads()[i]));
-    };
-    stage_engine e(c, out);
+    }));
     e.start();
     e.on_plan(step_plan_msg{0, 1, batch * context, 1, 1});
     auto [tok, tgt] = tokens_of(0);
