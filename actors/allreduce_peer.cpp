@@ -1,6 +1,6 @@
 // The allreduce_peer actor: serves one stage of one replica in the ring of its
 // pipeline position, summing each gradient bucket over the replicas (ring
-// reduce-scatter then all-gather, schedulers/ring_allreduce.hpp) as soon as the
+// reduce-scatter then all-gather, schedulers/sync/ring_allreduce.hpp) as soon as the
 // stage hands it over, while the stage's backward goes on.
 #include <algorithm>
 #include <cstring>
@@ -15,7 +15,7 @@
 #include "runtime/actor/errors.hpp"
 #include "runtime/actor/messages.hpp"
 #include "runtime/trace/trace.hpp"
-#include "schedulers/ring_allreduce.hpp"
+#include "schedulers/sync/ring_allreduce.hpp"
 
 namespace troupe {
 

@@ -28,7 +28,7 @@ caf::expected<caf::actor> spawn_attention_server(spawn_context& ctx);
 actor_type_info attention_server_info();
 
 /// The checks of pipeline_stage entries before anything runs
-/// (actors/pipeline_stage_check.cpp): a `table` schedule runs to completion on
+/// (actors/stage/pipeline_stage_check.cpp): a `table` schedule runs to completion on
 /// the graph's pipeline under the simulated clock (the first stage reports it);
 /// a checkpoint part holds the stage's tensors with their shapes and dtypes.
 void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics& out);

@@ -1,5 +1,5 @@
 // The outer_sync actor (#13): serves one stage of one replica in local-update
-// training. It runs its method's sync policy (schedulers/sync_policy.hpp):
+// training. It runs its method's sync policy (schedulers/sync/sync_policy.hpp):
 // when the stage prepares a fragment it sends what the policy says to the
 // outer_sync actors of the replicas the policy names; it passes their messages
 // to the policy; when the exchange is complete and the stage performs, it hands
@@ -17,7 +17,7 @@
 #include "runtime/actor/messages.hpp"
 #include "runtime/actor/outer_messages.hpp"
 #include "runtime/trace/trace.hpp"
-#include "schedulers/sync_policy.hpp"
+#include "schedulers/sync/sync_policy.hpp"
 
 namespace troupe {
 

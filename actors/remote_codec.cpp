@@ -6,7 +6,7 @@
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
-#include "actors/pipeline_messages.hpp"
+#include "actors/stage/pipeline_messages.hpp"
 #include "runtime/transport/bytes.hpp"
 
 namespace troupe::remote {

@@ -1,6 +1,6 @@
 // `troupe sim FILE`: loads a graph file, repeats its pipeline over the
 // `sim:` section's data-parallel replicas and runs the real stage and router
-// cores under a simulated clock with a cost model (schedulers/cluster_sim.hpp);
+// cores under a simulated clock with a cost model (schedulers/sim/cluster_sim.hpp);
 // a `skip:` graph's planned paths (sim_skippipe.cpp) and core attention from
 // documents, colocated or on in-place servers (sim_attention.cpp), likewise.
 #include <sys/resource.h>
@@ -20,12 +20,12 @@
 #include "actors/builtin.hpp"
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "deploy/cli/sim_calibrate.hpp"
 #include "deploy/cli/sim_attention.hpp"
 #include "deploy/cli/sim_skippipe.hpp"
 #include "runtime/trace/trace_export.hpp"
-#include "schedulers/cluster_sim.hpp"
+#include "schedulers/sim/cluster_sim.hpp"
 
 namespace troupe::cli {
 

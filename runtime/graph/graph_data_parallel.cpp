@@ -66,7 +66,7 @@ void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r)
                           p.routing));
   }
   r.get_bool(n, "data_parallel", "overlap", d.overlap);
-  if (auto rt = child(n, "route")) {  // routing around stragglers: schedulers/least_loaded.hpp
+  if (auto rt = child(n, "route")) {  // routing around stragglers: schedulers/routing/least_loaded.hpp
     auto text = r.as_string(rt, "data_parallel.route");
     if (text && *text != "own" && *text != "least_loaded")
       r.error(rt, "data_parallel.route", fmt::format("unknown route '{}' (known: own, least_loaded)", *text));
