@@ -305,6 +305,26 @@ struct sim_args {
   std::string out = "calibrated.yaml";
 };
 
+/// The sections of `g` the simulated clock does not price yet, each refused at
+/// its key: priced as a plain DDP step they would give a number for another
+/// graph than the one that runs (#25).
+diagnostics unpriced_sections(const graph_spec& g) {
+  diagnostics out;
+  auto refuse = [&](const std::string& key, const std::string& what) {
+    out.push_back({g.where(key), key,
+                   what + " is not priced under the simulated clock yet (it would be priced as a DDP all-reduce "
+                          "every step, which is not what this graph runs); remove it to simulate the rest, or "
+                          "measure it with `troupe run`"});
+  };
+  if (g.local_update.present)
+    refuse("local_update", "local-update training (exchanges every H steps, fragments, overlap, compression)");
+  if (g.data_parallel.route == "least_loaded")
+    refuse("data_parallel.route", "least_loaded routing");
+  if (g.data_parallel.zero > 0)
+    refuse("data_parallel.zero", "ZeRO's reduce-scatter and all-gather");
+  return out;
+}
+
 /// Loads the file with its overrides and simulates: the exit code.
 int simulate_file(const sim_args& a) {
   const auto& [file, given_overrides, steps, json, trace_path, trace_actors, device, cores, calibrate, out] = a;
@@ -331,6 +351,10 @@ int simulate_file(const sim_args& a) {
         d.pos.origin = "--device " + device, d.path.clear();
       fmt::print(stderr, "{}\n", to_string(d));
     }
+    return bad_input;
+  }
+  if (auto refused = unpriced_sections(*loaded.graph); !refused.empty()) {
+    fmt::print(stderr, "{}\n", to_string(refused));
     return bad_input;
   }
   auto config = make_config(*loaded.graph, steps);
