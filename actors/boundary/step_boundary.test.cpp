@@ -65,7 +65,7 @@ TEST_CASE("a component registered outside the engine applies the update in place
                             return std::unique_ptr<step_boundary>(std::make_unique<sgd>(host));
                           }});
   stage_outbox out;
-  out.credit = [](int, const credit_msg&) {};
+  out.send = [](int, caf::message) {};
   stage_engine e(one_stage({{"test_sgd", -1, {}}}), out);
   REQUIRE(e.step_boundaries().size() == 1); // no local optimizer beside it: it applies the update
   CHECK(e.step_boundaries()[0]->type() == "test_sgd");

@@ -222,31 +222,26 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
     trace_recorder::global().message_sent(self->state.actor_ids[static_cast<std::size_t>(actor)]);
     return all[static_cast<std::size_t>(actor)];
   };
-  out.forward = [self, id, to](int actor, const activation_msg& m) {
-    self->state.bytes_sent += static_cast<std::int64_t>(m.activation.nbytes());
-    record_send(id, m.step, m.hop, m.microbatch, 0, m.activation.nbytes(), false);
-    self->send(to(actor), forward_atom::value, m);
-  };
-  out.backward = [self, id, to](int actor, const gradient_msg& m) {
-    self->state.bytes_sent += static_cast<std::int64_t>(m.gradient.nbytes());
-    record_send(id, m.step, m.hop, m.microbatch, 1, m.gradient.nbytes(), false);
-    self->send(to(actor), backward_atom::value, m);
-  };
-  out.eval = [self, to](int actor, const activation_msg& m) { self->send(to(actor), eval_atom::value, m); };
-  out.credit = [self, to](int actor, const credit_msg& m) { self->send(to(actor), credit_atom::value, m); };
-  out.norm = [self, to](int reducer, step_t step, double sq) {
-    self->send(to(reducer), norm_atom::value, step, sq, static_cast<std::int32_t>(self->state.engine->config().actor));
-  };
-  out.clip = [self, to](int actor, step_t step, double total) { self->send(to(actor), clip_atom::value, step, total); };
-  out.send = [self, to](int actor, caf::message m) { self->send(to(actor), std::move(m)); };
-  out.hops = [self, to](int actor, step_t step, int count) {
-    self->send(to(actor), hops_atom::value, step, static_cast<std::int32_t>(self->state.engine->config().actor),
-               static_cast<std::int32_t>(count));
-  };
-  out.attention = [self, to](int server, const attention_task_msg& m) {
-    for (const auto* t : {&m.q, &m.k, &m.v, &m.dout})
-      self->state.bytes_sent += t->defined() ? static_cast<std::int64_t>(t->nbytes()) : 0;
-    self->send(to(server), attention_atom::value, m);
+  out.send = [self, id, to](int actor, caf::message m) {
+    auto& st = self->state;
+    if (m.match_elements<forward_atom, activation_msg>()) { // training traffic: bytes and flows for the trace
+      const auto& a = m.get_as<activation_msg>(1);
+      st.bytes_sent += static_cast<std::int64_t>(a.activation.nbytes());
+      record_send(id, a.step, a.hop, a.microbatch, 0, a.activation.nbytes(), false);
+    } else if (m.match_elements<backward_atom, gradient_msg>()) {
+      const auto& g = m.get_as<gradient_msg>(1);
+      st.bytes_sent += static_cast<std::int64_t>(g.gradient.nbytes());
+      record_send(id, g.step, g.hop, g.microbatch, 1, g.gradient.nbytes(), false);
+    } else if (m.match_elements<attention_atom, attention_task_msg>()) {
+      const auto& t = m.get_as<attention_task_msg>(1);
+      for (const auto* x : {&t.q, &t.k, &t.v, &t.dout})
+        st.bytes_sent += x->defined() ? static_cast<std::int64_t>(x->nbytes()) : 0;
+    } else if (m.match_elements<attention_atom, attention_result_msg>()) { // an in-place server's answer
+      const auto& r = m.get_as<attention_result_msg>(1);
+      for (const auto* x : {&r.out, &r.dq, &r.dk, &r.dv})
+        st.bytes_sent += x->defined() ? static_cast<std::int64_t>(x->nbytes()) : 0;
+    }
+    self->send(to(actor), std::move(m));
   };
   if (!ck.dir.empty())
     out.checkpoint = [self, ck](step_t steps) { write_checkpoint(self, ck, steps); };
@@ -256,11 +251,12 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
   } catch (const std::exception& e) {
     fail(self, e.what());
   }
-  // Anything else is for a step-boundary component, from its peer actor.
+  // Every other message goes to the engine as it is (plans, evaluation, credits,
+  // the norm reduction, attention, and the step-boundary components' traffic).
   self->set_default_handler([id](caf::scheduled_actor* ptr, caf::message_view& x) -> caf::result<caf::message> {
     trace_recorder::global().message_received(id);
     auto m = x.move_content_to_message();
-    handle(static_cast<stage_actor*>(ptr), [&](stage_engine& e) { return e.on_boundary_message(m), true; });
+    handle(static_cast<stage_actor*>(ptr), [&](stage_engine& e) { return e.on_message(m), true; });
     return caf::message{};
   });
   return {
@@ -287,10 +283,6 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
         record_held(self->state.engine->config().name, self->state.engine->held());
       handle(self, [](stage_engine& e) { return e.start(), true; });
     },
-    [=](plan_atom, const step_plan_msg& m) {
-      trace_recorder::global().message_received(id);
-      handle(self, [&](stage_engine& e) { return e.on_plan(m), true; });
-    },
     [=](forward_atom, const batch_msg& m) {
       span r; // the loader records no flows: a plain receive span with the counted depth
       r.actor = id, r.kind = span_kind::receive, r.step = static_cast<std::int32_t>(m.step), r.microbatch = m.microbatch;
@@ -300,59 +292,13 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
       trace_recorder::global().record(r);
       handle(self, [&](stage_engine& e) { return e.on_batch(m, false), true; });
     },
-    [=](eval_atom, const batch_msg& m) {
-      trace_recorder::global().message_received(id);
-      handle(self, [&](stage_engine& e) { return e.on_batch(m, true), true; });
-    },
     [=](forward_atom, const activation_msg& m) {
       record_send(id, m.step, m.hop, m.microbatch, 0, m.activation.nbytes(), true);
       handle(self, [&](stage_engine& e) { return e.on_activation(m, false), true; });
     },
-    [=](eval_atom, const activation_msg& m) {
-      trace_recorder::global().message_received(id);
-      handle(self, [&](stage_engine& e) { return e.on_activation(m, true), true; });
-    },
     [=](backward_atom, const gradient_msg& m) {
       record_send(id, m.step, m.hop, m.microbatch, 1, m.gradient.nbytes(), true);
       handle(self, [&](stage_engine& e) { return e.on_gradient(m), true; });
-    },
-    [=](credit_atom, const credit_msg& m) {
-      trace_recorder::global().message_received(id);
-      handle(self, [&](stage_engine& e) { return e.on_credit(m), true; });
-    },
-    [=](norm_atom, step_t step, double sq, std::int32_t from) {
-      trace_recorder::global().message_received(id);
-      handle(self, [&](stage_engine& e) { return e.on_norm(step, sq, from), true; });
-    },
-    [=](clip_atom, step_t step, double total) {
-      trace_recorder::global().message_received(id);
-      handle(self, [&](stage_engine& e) { return e.on_clip(step, total), true; });
-    },
-    [=](hops_atom, step_t step, std::int32_t from, std::int32_t count) {
-      trace_recorder::global().message_received(id);
-      handle(self, [&](stage_engine& e) { return e.on_hops(step, from, count), true; });
-    },
-    [=](attention_atom, const attention_task_msg& m) { // in place: another stage's shard, served now
-      trace_recorder::global().message_received(id);
-      handle(self, [&](stage_engine& e) {
-        attention_result_msg r;
-        {
-          scoped_span s(id, span_kind::attention, static_cast<std::int32_t>(m.key.step), m.key.microbatch);
-          r = e.serve_attention(m);
-          s.get().bytes = r.out.defined() ? r.out.nbytes() : 0; // a forward's answer: its queries' outputs (0 for a backward)
-        }
-        for (const auto* t : {&r.out, &r.dq, &r.dk, &r.dv})
-          self->state.bytes_sent += t->defined() ? static_cast<std::int64_t>(t->nbytes()) : 0;
-        auto& all = self->state.actors;
-        if (m.key.from < 0 || static_cast<std::size_t>(m.key.from) >= all.size())
-          throw std::runtime_error(fmt::format("an attention task from actor {}, which the graph does not have", m.key.from));
-        self->send(all[static_cast<std::size_t>(m.key.from)], attention_atom::value, std::move(r));
-        return false;
-      });
-    },
-    [=](attention_atom, const attention_result_msg& m) {
-      trace_recorder::global().message_received(id);
-      handle(self, [&](stage_engine& e) { return e.on_attention_result(m), true; });
     },
     [=](continue_atom) {
       self->state.kick_pending = false;

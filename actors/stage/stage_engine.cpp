@@ -17,6 +17,7 @@
 #include "ops/grad_clip.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/actor/errors.hpp"
+#include "actors/stage/pipeline_messages.hpp"
 #include "runtime/trace/trace.hpp"
 
 namespace troupe {
@@ -70,26 +71,33 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
     if (cfg_.targets_travel)
       targets = std::exchange(slot(m.route[static_cast<std::size_t>(m.hop - 1)].chunk, m.microbatch).targets, {});
     hand_off(to, m, &tensors::input, [&](const stage_tensor& t) {
-      out_.forward(to, activation_msg{m.step, m.microbatch, m.hop, cfg_.wire_bf16 ? detail::narrow_bf16(t.value) : t.value,
-                                      m.route, t.ready, t.documents, t.round_documents, targets});
+      send(to, caf::make_message(
+                 forward_atom::value,
+                 activation_msg{m.step, m.microbatch, m.hop, cfg_.wire_bf16 ? detail::narrow_bf16(t.value) : t.value,
+                                m.route, t.ready, t.documents, t.round_documents, targets}));
     });
   };
   h.backward = [this, hand_off](int to, const sched::msg_meta& m) {
     hand_off(to, m, &tensors::grad, [&](const stage_tensor& t) {
-      out_.backward(to, gradient_msg{m.step, m.microbatch, m.hop, cfg_.wire_bf16 ? detail::narrow_bf16(t.value) : t.value,
-                                     m.route, t.ready});
+      send(to, caf::make_message(
+                 backward_atom::value,
+                 gradient_msg{m.step, m.microbatch, m.hop, cfg_.wire_bf16 ? detail::narrow_bf16(t.value) : t.value,
+                              m.route, t.ready}));
     });
   };
   h.credit = [this](int to, int count) {
     auto load = core_->load(); // least_loaded senders route by it; others ignore it
-    out_.credit(to, credit_msg{count, cfg_.actor, load.backlog_s, load.cost_s});
+    send(to, caf::make_message(credit_atom::value, credit_msg{count, cfg_.actor, load.backlog_s, load.cost_s}));
   };
   h.hops = [this](int to, std::int64_t step, int count) {
-    if (out_.hops)
-      out_.hops(to, step, count);
+    send(to, caf::make_message(hops_atom::value, step_t{step}, std::int32_t{cfg_.actor}, std::int32_t{count}));
   };
-  h.norm = [this](int reducer, std::int64_t step, double sq) { out_.norm(reducer, step, sq); };
-  h.clip = [this](int to, std::int64_t step, double total) { out_.clip(to, step, total); };
+  h.norm = [this](int reducer, std::int64_t step, double sq) {
+    send(reducer, caf::make_message(norm_atom::value, step_t{step}, sq, std::int32_t{cfg_.actor}));
+  };
+  h.clip = [this](int to, std::int64_t step, double total) {
+    send(to, caf::make_message(clip_atom::value, step_t{step}, total));
+  };
   h.gradients_complete = [this](std::int64_t step) { return gradients_complete(step); };
   h.sync = [this](std::int64_t step) {
     syncs_out_ = 0;
@@ -119,7 +127,7 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
       throw std::invalid_argument(fmt::format("{}: attention servers run on the CPU for now, not {}", cfg_.name,
                                               to_string(cfg_.device)));
     stage_attention::hooks ah;
-    ah.send = [this](int server, const attention_task_msg& m) { out_.attention(server, m); };
+    ah.send = [this](int server, const attention_task_msg& m) { send(server, caf::make_message(attention_atom::value, m)); };
     ah.begin_backward_piece = [this](bool last) {
       if (pieces_weight_pass_) // buckets go once every nano-batch has added its part
         for (auto& b : boundaries_)
@@ -173,9 +181,42 @@ void stage_engine::on_boundary_message(const caf::message& m) {
                                        to_string(m)));
 }
 
+void stage_engine::on_message(const caf::message& m) {
+  if (m.match_elements<plan_atom, step_plan_msg>())
+    on_plan(m.get_as<step_plan_msg>(1));
+  else if (m.match_elements<forward_atom, batch_msg>() || m.match_elements<eval_atom, batch_msg>())
+    on_batch(m.get_as<batch_msg>(1), m.match_element<eval_atom>(0));
+  else if (m.match_elements<forward_atom, activation_msg>() || m.match_elements<eval_atom, activation_msg>())
+    on_activation(m.get_as<activation_msg>(1), m.match_element<eval_atom>(0));
+  else if (m.match_elements<backward_atom, gradient_msg>())
+    on_gradient(m.get_as<gradient_msg>(1));
+  else if (m.match_elements<credit_atom, credit_msg>())
+    on_credit(m.get_as<credit_msg>(1));
+  else if (m.match_elements<norm_atom, step_t, double, std::int32_t>())
+    on_norm(m.get_as<step_t>(1), m.get_as<double>(2), m.get_as<std::int32_t>(3));
+  else if (m.match_elements<clip_atom, step_t, double>())
+    on_clip(m.get_as<step_t>(1), m.get_as<double>(2));
+  else if (m.match_elements<hops_atom, step_t, std::int32_t, std::int32_t>())
+    on_hops(m.get_as<step_t>(1), m.get_as<std::int32_t>(2), m.get_as<std::int32_t>(3));
+  else if (m.match_elements<attention_atom, attention_result_msg>())
+    on_attention_result(m.get_as<attention_result_msg>(1));
+  else if (m.match_elements<attention_atom, attention_task_msg>()) { // in place: another stage's shard, answered now
+    const auto& task = m.get_as<attention_task_msg>(1);
+    attention_result_msg r;
+    {
+      scoped_span s(trace_id, span_kind::attention, static_cast<std::int32_t>(task.key.step), task.key.microbatch);
+      r = serve_attention(task);
+      s.get().bytes = r.out.defined() ? r.out.nbytes() : 0; // a forward's answer: its queries' outputs (0 for a backward)
+    }
+    send(task.key.from, caf::make_message(attention_atom::value, std::move(r)));
+  }
+  else
+    on_boundary_message(m);
+}
+
 void stage_engine::send(int to, caf::message m) {
   if (!out_.send)
-    throw std::runtime_error(fmt::format("{}: a step-boundary message with nowhere to go", cfg_.name));
+    throw std::runtime_error(fmt::format("{}: a message to actor {} with nowhere to go", cfg_.name, to));
   out_.send(to, std::move(m));
 }
 
@@ -368,7 +409,7 @@ void stage_engine::run_eval(const route_t& route, int hop, int k, const stage_te
   if (to == cfg_.actor)
     on_activation(next, true);
   else
-    out_.eval(to, next);
+    send(to, caf::make_message(eval_atom::value, std::move(next)));
 }
 
 std::optional<double> stage_engine::wake_in() const {

@@ -85,17 +85,18 @@ struct stage_config {
   stage_attention_config attention;
 };
 
-/// Where the engine's results go (actor indices of the graph); the actor sends them as messages.
+/// Where the engine's results go: every message to another actor (named by its
+/// index in the graph) through one `send`, as the message the actor receives:
+///   (forward_atom, activation_msg)   to the next hop
+///   (backward_atom, gradient_msg)    to the previous hop
+///   (eval_atom, activation_msg)      evaluation activations
+///   (credit_atom, credit_msg)        credits granted to a sender
+///   (norm_atom, step, Σ g², from)    this stage's share of the global norm, to the step's reducer
+///   (clip_atom, step, total Σ g²)    reducer -> participant
+///   (hops_atom, step, from, count)   microbatches of a step sent to a stage (least_loaded)
+///   (attention_atom, attention_task_msg)  a core-attention shard to a server
+/// and whatever its step-boundary components send their peers.
 struct stage_outbox {
-  std::function<void(int actor, const activation_msg&)> forward;   ///< to the next hop
-  std::function<void(int actor, const gradient_msg&)> backward;    ///< to the previous hop
-  std::function<void(int actor, const activation_msg&)> eval;      ///< evaluation activations
-  std::function<void(int actor, const credit_msg&)> credit;        ///< credits granted to a sender
-  std::function<void(int reducer, step_t step, double sq_norm)> norm;   ///< this stage's Σ g² to the step's reducer
-  std::function<void(int actor, step_t step, double total_sq)> clip;    ///< reducer -> participant: the global Σ g²
-  std::function<void(int actor, step_t step, int count)> hops;          ///< microbatches of `step` sent to `actor` (least_loaded)
-  std::function<void(int server, const attention_task_msg&)> attention; ///< a core-attention shard to a server
-  /// A step-boundary component's message to its peer actor.
   std::function<void(int actor, caf::message m)> send;
   /// Called right after the optimizer update that completes `steps_done` steps,
   /// when a checkpoint is due; may throw std::runtime_error (a failed write).
@@ -159,6 +160,9 @@ public:
   /// A message for one of the step-boundary components (from its peer actor).
   /// Throws std::runtime_error when none of them takes it.
   void on_boundary_message(const caf::message& m);
+  /// Any message a stage receives from other actors (as stage_outbox lists them,
+  /// plus batches and plans from the router), handed to the call above that takes it.
+  void on_message(const caf::message& m);
   /// Adds a component at the top of the stack (before start()): the first to be asked at each point.
   void add_step_boundary(std::unique_ptr<step_boundary> b);
   /// The stack's components, top first.

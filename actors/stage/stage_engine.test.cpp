@@ -14,6 +14,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include "actors/stage/pipeline_messages.hpp"
 #include "ops/adamw.hpp"
 #include "ops/grad_clip.hpp"
 #include "schedulers/policies/orders.hpp"
@@ -169,28 +170,24 @@ run_record run(const run_spec& s) {
     }
     stage_outbox out;
     int me = r + 1;
-    out.forward = [&, me](int to, const activation_msg& m) {
-      sent(me, to);
-      mail.push_back([&, to, m] { engine(to).on_activation(m, false); });
-    };
-    out.backward = [&](int to, const gradient_msg& m) { mail.push_back([&, to, m] { engine(to).on_gradient(m); }); };
-    out.eval = [](int, const activation_msg&) {};
-    out.credit = [&, me](int to, const credit_msg& m) {
-      left[{to, me}] += m.count;
-      mail.push_back([&, to, m] {
-        if (to == 0)
-          router.grant(m.from, m.count);
-        else
-          engine(to).on_credit(m);
-      });
-    };
-    out.norm = [&, me](int reducer, step_t step, double sq) {
-      ++rec.norm_messages;
-      mail.push_back([&, reducer, step, sq, me] { engine(reducer).on_norm(step, sq, me); });
-    };
-    out.clip = [&](int to, step_t step, double total) {
-      ++rec.clip_messages;
-      mail.push_back([&, to, step, total] { engine(to).on_clip(step, total); });
+    out.send = [&, me](int to, caf::message m) {
+      if (m.match_elements<forward_atom, activation_msg>())
+        sent(me, to);
+      else if (m.match_elements<eval_atom, activation_msg>())
+        return; // evaluation is not followed here
+      else if (m.match_element<norm_atom>(0))
+        ++rec.norm_messages;
+      else if (m.match_element<clip_atom>(0))
+        ++rec.clip_messages;
+      else if (m.match_elements<credit_atom, credit_msg>()) {
+        auto cm = m.get_as<credit_msg>(1);
+        left[{to, me}] += cm.count;
+        if (to == 0) {
+          mail.push_back([&, cm] { router.grant(cm.from, cm.count); });
+          return;
+        }
+      }
+      mail.push_back([&, to, m] { engine(to).on_message(m); });
     };
     engines.push_back(std::make_unique<stage_engine>(std::move(c), std::move(out)));
     engines.back()->add_step_boundary(std::make_unique<observer>([&, me](step_t step) {
@@ -390,7 +387,7 @@ TEST_CASE("a NaN loss stops the stage with an error that names the step and what
   c.policy = "gpipe";
   c.layers = {{0, layers}};
   stage_outbox out;
-  out.credit = [](int, const credit_msg&) {};
+  out.send = [](int, caf::message) {};
   stage_engine e(c, out);
   e.add_step_boundary(std::make_unique<observer>([&](step_t step) {
     if (step == 0) // a diverged update: one weight of the head becomes NaN
@@ -432,7 +429,7 @@ TEST_CASE("the stage applies AdamW with the configured weight decay to the step'
       return ops::named_tensor{t.name, c};
     };
     stage_outbox out;
-    out.credit = [](int, const credit_msg&) {};
+    out.send = [](int, caf::message) {};
     stage_engine e(c, out);
     e.add_step_boundary(std::make_unique<observer>([&](step_t) {
       const auto& ch = e.chunks();

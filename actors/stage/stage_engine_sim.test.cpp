@@ -2,6 +2,7 @@
 // simulated clock with the harness's cost model, start every action exactly
 // when schedulers::simulate() does, because both are the same stage_core.
 #include "actors/stage/stage_engine.hpp"
+#include "actors/stage/pipeline_messages.hpp"
 
 #include <functional>
 #include <memory>
@@ -91,24 +92,20 @@ started run_engines(const sched::sim_config& c, const std::string& policy) {
       const auto& q = engines.at(static_cast<std::size_t>(r))->core().queue();
       return in_action && q.running() ? now + sched::operation_cost(c, r, *q.running()) : now;
     };
-    int me = r + 1;
     stage_outbox out;  // credits leave when a forward starts, outputs when the action ends
-    out.credit = [&, me](int to, const credit_msg& m) {
-      post(now + c.latency, [&, to, m] { to == 0 ? router.grant(m.from, m.count) : engine(to).on_credit(m); });
-    };
     auto send = [&](std::function<void()> f) {
       if (in_action)
         at_end.push_back(std::move(f));
       else
         post(now + c.latency, std::move(f));
     };
-    out.forward = [&, send](int to, const activation_msg& m) { send([&, to, m] { engine(to).on_activation(m, false); }); };
-    out.backward = [&, send](int to, const gradient_msg& m) { send([&, to, m] { engine(to).on_gradient(m); }); };
-    out.norm = [&, me, send](int reducer, step_t step, double sq) {
-      send([&, reducer, step, sq, me] { engine(reducer).on_norm(step, sq, me); });
-    };
-    out.clip = [&, send](int to, step_t step, double total) {
-      send([&, to, step, total] { engine(to).on_clip(step, total); });
+    out.send = [&, send](int to, caf::message m) {
+      if (m.match_elements<credit_atom, credit_msg>()) { // credits leave at once
+        auto cm = m.get_as<credit_msg>(1);
+        post(now + c.latency, [&, to, cm] { to == 0 ? router.grant(cm.from, cm.count) : engine(to).on_credit(cm); });
+        return;
+      }
+      send([&, to, m] { engine(to).on_message(m); });
     };
     engines.push_back(std::make_unique<stage_engine>(std::move(s), std::move(out)));
     ids.push_back(tracer.register_actor(fmt::format("s{}", r), "pipeline_stage"));
