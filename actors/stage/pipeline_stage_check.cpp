@@ -96,10 +96,12 @@ void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics&
                    fmt::format("SkipPipe runs CPU stages for now: '{}' runs on {} (set pipeline.device: cpu)", a.name,
                                a.device)});
   // The schedule is the pipeline's, not one stage's: its first stage checks it, once for all.
-  if (a.rank != 0 || g.pipeline.schedule != "table" || g.pipeline.table_path.empty())
+  // With replicas every replica replays the same per-rank lists over its own chain.
+  if (a.rank != 0 || a.replica != 0 || g.pipeline.schedule != "table" || g.pipeline.table_path.empty())
     return;
-  auto ranks = static_cast<int>(std::count_if(g.actors.begin(), g.actors.end(),
-                                              [](const actor_spec& s) { return s.role.holds_layers; }));
+  auto ranks = static_cast<int>(std::count_if(g.actors.begin(), g.actors.end(), [&](const actor_spec& s) {
+    return s.role.holds_layers && s.replica == a.replica;
+  }));
   if (auto why = table_problem(g, ranks, static_cast<int>(a.layers.size())))
     out.push_back({g.where("pipeline.table"), "pipeline.table", *why});
 }
