@@ -300,10 +300,6 @@ void check_init_key(parsed_graph& pg, graph_reader& r) {
   if (g.train.init.empty())
     return;
   g.train.init_path = pg.resolve(g.train.init);
-  if (g.data_parallel.zero > 0)
-    r.error(child(child(pg.root, "train"), "init"), "train.init",
-            "a warm start with ZeRO (data_parallel.zero) is not supported yet: its optimizer shards hold the "
-            "parameters they update; start without ZeRO, or leave train.init out");
 }
 
 void validate(parsed_graph& pg, const graph_vocabulary& vocab, const load_options& opts, graph_reader& r) {
