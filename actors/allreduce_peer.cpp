@@ -203,11 +203,11 @@ caf::expected<caf::actor> spawn_allreduce_peer(spawn_context& ctx) {
     return make_error(errc::invalid_argument,
                       fmt::format("{}: needs a `stage:` it serves and a channel to the next peer", ctx.spec.name));
   peer_settings cfg{{ctx.spec.name, g.index_of(stage->name), g.index_of(next->name),
-                     std::max(g.data_parallel.replicas, 1), stage->replica},
+                     g.sync_group_size(), stage->replica % g.sync_group_size()},
                     g.train.steps,
                     g.checkpoint.resume_step,
                     static_cast<int>(sched::make_shard_layout(zero_params(g, *stage), g.data_parallel.bucket,
-                                                              std::max(g.data_parallel.replicas, 1), 0)
+                                                              g.sync_group_size(), 0)
                                        .buckets.size())};
   return caf::actor{ctx.system.spawn(allreduce_peer, std::move(cfg), ctx.runner)};
 }

@@ -65,6 +65,7 @@ struct loader_settings {
   bool least_loaded = false;
   bool independent_replicas = false;  ///< local-update training: each replica's step is its own (#13)
   bool stage_local_norm = false;      ///< NoLoCo's random routes: replicas share stages, reduce nothing (#13)
+  int group_size = 1;                 ///< local_update.replica_groups: replicas that sync every step together
   std::int64_t steps = 0;
   std::int64_t eval_every = 0;
   int eval_batches = 8;
@@ -339,6 +340,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
             rc.hops_from_messages.push_back(s.actor);
       }
       rc.independent_replicas = cfg.independent_replicas;
+      rc.group_size = cfg.group_size;
       rc.stage_local_norm = cfg.stage_local_norm;
       rc.across_replicas = cfg.routing == skippipe_routing;
       rc.tokens_per_microbatch = static_cast<std::int64_t>(cfg.batch) * cfg.context;
@@ -528,6 +530,7 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.least_loaded = cfg.replicas > 1 && g.data_parallel.route == "least_loaded";
   cfg.stage_local_norm = noloco_routes(g);
   cfg.independent_replicas = g.local_update.present && !cfg.stage_local_norm;
+  cfg.group_size = g.sync_group_size();
   cfg.steps = g.train.steps;
   cfg.eval_every = g.train.eval_every;
   cfg.eval_batches = g.train.eval_batches;

@@ -235,7 +235,7 @@ caf::expected<caf::actor> spawn_optimizer_shard(spawn_context& ctx) {
   if (!ring)
     return ring.error();
   auto shard = std::make_unique<zero_shard>(g, *ring->stage, ring->rank, ring->stage_index);
-  shard_settings cfg{{ctx.spec.name, ring->stage_index, ring->next_index, std::max(g.data_parallel.replicas, 1),
+  shard_settings cfg{{ctx.spec.name, ring->stage_index, ring->next_index, g.sync_group_size(),
                       ring->rank},
                      g.train.steps,
                      zero_checkpointing{g.checkpoint.dir_path, g.checkpoint.every, g.train.steps,

@@ -271,8 +271,11 @@ caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx) {
   const auto* stage = g.served_stage(ctx.spec);
   if (!stage)
     return make_error(errc::invalid_argument, fmt::format("{}: needs a `stage:` it serves", ctx.spec.name));
-  sync_settings cfg{ctx.spec.name, g.index_of(stage->name), stage->replica, std::max(g.data_parallel.replicas, 1),
-                    {}, g.local_update, g.data.seed, 0};
+  // With replica groups the method runs between the groups: this actor speaks
+  // for its group, with the replicas of the same place in the other groups.
+  const int group = g.sync_group_size(), place = stage->replica % group;
+  sync_settings cfg{ctx.spec.name, g.index_of(stage->name), stage->replica / group,
+                    std::max(g.data_parallel.replicas, 1) / group, {}, g.local_update, g.data.seed, 0};
   const auto* method = sched::find_sync_method(g.local_update.algorithm);
   if (!method)
     return make_error(errc::invalid_argument,
@@ -285,12 +288,12 @@ caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx) {
   } catch (const std::exception& e) {
     return make_error(errc::invalid_argument, fmt::format("{}: {}", ctx.spec.name, e.what()));
   }
-  // The outer_sync of each replica at the stage's position: the stage of that
-  // replica with the same layers.
+  // The outer_sync of each group at the stage's position: the stage of that
+  // group's replica at this place with the same layers.
   for (int r = 0; r < cfg.replicas; ++r) {
     int peer = -1;
     for (const auto& a : g.actors)
-      if (a.role.holds_layers && a.replica == r && a.layers == stage->layers)
+      if (a.role.holds_layers && a.replica == r * group + place && a.layers == stage->layers)
         peer = helper_of(g, "outer_sync", a.name);
     if (peer < 0 && r != cfg.replica)
       return make_error(errc::invalid_argument,

@@ -141,12 +141,20 @@ void expand_pipeline(section_expansion& e) {
         for (int to = 0; to < replicas; ++to)
           if (to != r)
             edge(stage(r, s), stage(to, s + 1));
-  if (g.local_update.present)
-    expand_outer_sync(e, replicas, stage);  // local-update training replaces the every-step all-reduce
-  else if (replicas > 1 && e.graph.data_parallel.zero > 0)
-    expand_zero_shards(e, replicas, stage);
-  else if (replicas > 1)
-    expand_allreduce_ring(e, replicas, stage);
+  // Replicas that sync every step: all of them, or each local-update replica group
+  // (consecutive replicas); their rings (all-reduce peers or ZeRO's shards) stay
+  // inside a group, and local-update training joins the groups' replicas of the
+  // same place in their group (actors/outer_sync.cpp).
+  int group = g.sync_group_size(), groups = replicas / group;
+  for (int first = 0; group > 1 && first < replicas; first += group) {
+    auto member = [&, first](int r, int s) { return stage(first + r, s); };
+    if (e.graph.data_parallel.zero > 0)
+      expand_zero_shards(e, group, member);
+    else
+      expand_allreduce_ring(e, group, member);
+  }
+  for (int k = 0; g.local_update.present && k < group; ++k)
+    expand_outer_sync(e, groups, [&, k](int gi, int s) { return stage(gi * group + k, s); });
   if (skip_nodes) // the paths' channels and the rings'
     emulate_network_links(g, *skip_nodes);
   for (int i = 0; i < g.attention.servers; ++i) { // separate attention servers (#15)

@@ -66,8 +66,8 @@ zero_prediction predict_held(const graph_spec& g, const actor_spec& stage) {
   p.stage.grads = g.data_parallel.zero == 2 ? 0 : f32 * psi; // ZeRO-2: only during a step's backward
   p.stage.optimizer = g.data_parallel.zero == 0 ? kinds * f32 * psi : 0;
   if (g.data_parallel.zero > 0) {
-    auto members = std::max(g.data_parallel.replicas, 1);
-    auto slice = sched::make_shard_layout(params, g.data_parallel.bucket, members, stage.replica).elements();
+    auto members = g.sync_group_size();
+    auto slice = sched::make_shard_layout(params, g.data_parallel.bucket, members, stage.replica % members).elements();
     p.shard.optimizer = kinds * f32 * slice;
     p.shard.grads = g.data_parallel.zero == 2 ? f32 * slice : 0;
   }
@@ -77,7 +77,7 @@ zero_prediction predict_held(const graph_spec& g, const actor_spec& stage) {
 zero_shard::zero_shard(const graph_spec& g, const actor_spec& stage, int rank, int stage_index)
   : zero_(g.data_parallel.zero), stage_index_(stage_index), loss_(holds_loss(g, stage)) {
   layout_ = sched::make_shard_layout(zero_params(g, stage), g.data_parallel.bucket,
-                                     std::max(g.data_parallel.replicas, 1), rank);
+                                     g.sync_group_size(), rank);
   std::vector<ops::named_tensor> shapes;
   std::int64_t at = 0;
   for (std::size_t i = 0; i < layout_.segments.size(); ++i) {
@@ -232,7 +232,7 @@ caf::expected<zero_ring> zero_ring_of(const graph_spec& g, const actor_spec& sha
   zero_ring ring;
   if (auto s = shard.params.find("stage"); s != shard.params.end() && s->second.IsScalar())
     if (const auto* a = g.find_actor(s->second.Scalar()); a && a->role.holds_layers)
-      ring.stage = a, ring.stage_index = g.index_of(a->name), ring.rank = a->replica;
+      ring.stage = a, ring.stage_index = g.index_of(a->name), ring.rank = a->replica % g.sync_group_size();
   const auto* next = g.channel_target(shard, shard.type);
   ring.next_index = next ? g.index_of(next->name) : -1;
   if (!ring.stage || ring.next_index < 0)

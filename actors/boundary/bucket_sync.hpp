@@ -17,6 +17,9 @@ struct bucket_options {
   std::int64_t bucket_bytes = 4 << 20;  ///< gradient bytes per bucket
   bool overlap = true;                  ///< buckets go during the last backward pass (else once the step's work is done)
   int zero = 0;                         ///< 0: all-reduce peers; 1, 2: ZeRO's optimizer shards
+  /// The ring's first member: it counts the (summed, hence equal) gradients in
+  /// the global norm for its whole ring.
+  bool first = true;
 };
 
 /// The bucketed part of a sync component; `peer` serves this stage.

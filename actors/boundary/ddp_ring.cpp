@@ -16,9 +16,9 @@ public:
   using bucket_sync::bucket_sync;
   std::string_view type() const override { return "ddp_ring"; }
 
-  /// Replicas hold the same summed gradients: replica 0 counts them for the global norm.
+  /// The ring's members hold the same summed gradients: its first counts them for the global norm.
   std::optional<double> norm_share(step_t) override {
-    if (host_.config().replica == 0)
+    if (opt_.first)
       return std::nullopt;
     return 0.0;
   }
@@ -44,7 +44,9 @@ step_boundary_type ddp_ring_boundary() {
             int peer = helper_of(g, "allreduce_peer", stage.name);
             if (peer < 0)
               return std::nullopt;
-            return boundary_choice{{}, peer, bucket_options{g.data_parallel.bucket, g.data_parallel.overlap, 0}};
+            return boundary_choice{{}, peer,
+                                   bucket_options{g.data_parallel.bucket, g.data_parallel.overlap, 0,
+                                                  stage.replica % g.sync_group_size() == 0}};
           },
           [](stage_host& host, const boundary_choice& c) -> std::unique_ptr<step_boundary> {
             return std::make_unique<ddp_ring>(host, c);

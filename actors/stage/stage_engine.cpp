@@ -107,10 +107,11 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
   };
   h.update = [this](std::int64_t step, double total_sq) { update(step, total_sq); };
   h.exchange = [this](std::int64_t steps_done) {
-    exchanges_out_ = 0;
-    for (auto& b : boundaries_)
-      exchanges_out_ += !b->after_update(steps_done);
-    return exchanges_out_ == 0;
+    if (awaiting_update_ >= 0) { // the exchange reads the updated parameters: once they are back
+      pending_exchange_ = steps_done;
+      return false;
+    }
+    return exchange(steps_done);
   };
   h.updated = [this](std::int64_t steps_done) {
     if (checkpoint_due(steps_done, cfg_.checkpoint_every, cfg_.steps) && out_.checkpoint) {
@@ -225,6 +226,13 @@ void stage_engine::synced(step_t step) {
     core_->on_synced(step);
 }
 
+bool stage_engine::exchange(step_t steps_done) {
+  exchanges_out_ = 0;
+  for (auto& b : boundaries_)
+    exchanges_out_ += !b->after_update(steps_done);
+  return exchanges_out_ == 0;
+}
+
 void stage_engine::exchanged() {
   if (exchanges_out_ > 0 && --exchanges_out_ == 0)
     core_->on_exchanged();
@@ -243,6 +251,8 @@ void stage_engine::applied(step_t step) {
       fmt::format("{}: the update of step {} came back, which this stage was not waiting for", cfg_.name, step));
   awaiting_update_ = -1;
   finish_update(pending_report_, pending_tokens_);
+  if (pending_exchange_ >= 0 && exchange(std::exchange(pending_exchange_, -1)))
+    core_->on_exchanged(); // nothing to wait for: the next step goes on
   if (pending_checkpoint_ >= 0 && out_.checkpoint)
     out_.checkpoint(std::exchange(pending_checkpoint_, -1));
   auto held = std::exchange(params_held_, {});

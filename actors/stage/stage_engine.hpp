@@ -277,7 +277,10 @@ private:
   step_report pending_report_;
   std::int64_t pending_tokens_ = 0;
   std::int64_t pending_checkpoint_ = -1;
+  /// Runs every component's after_update; true when none must be waited for.
+  bool exchange(step_t steps_done);
   int exchanges_out_ = 0;             ///< components whose exchange after the update is still running
+  step_t pending_exchange_ = -1;      ///< an exchange due once an update applied elsewhere is back
 };
 
 /// What a stage's checkpoint part must hold, known from its header alone:

@@ -84,7 +84,8 @@ namespace detail {
 namespace {
 
 const std::vector<std::string> local_update_keys{"algorithm", "sync_every", "outer", "fragments", "delay", "alpha",
-                                                 "quantize",  "group",      "route", "periods",   "density"};
+                                                 "quantize",  "group",      "route", "periods",   "density",
+                                                 "replica_groups"};
 const std::vector<std::string> outer_keys{"lr", "momentum", "nesterov"};
 const std::vector<std::string> period_keys{"params", "momentum", "variance"};
 const std::vector<std::string> quantize_kinds{"none", "bf16", "int8", "fp8"};
@@ -173,6 +174,7 @@ void parse_local_update(parsed_graph& pg, const YAML::Node& n, graph_reader& r) 
     r.get_int(p, "local_update.periods", "variance", l.period_variance, 1, max_period);
   }
   good &= r.get_double(n, path, "density", l.density, -1e9, 1e9);
+  good &= r.get_int(n, path, "replica_groups", l.replica_groups, 1, 1 << 20);
   if (!good)
     return;  // the rules between values need each value read
   for (const auto& p : local_update_problems(l, std::max(pg.graph.data_parallel.replicas, 1))) {
@@ -188,13 +190,25 @@ void parse_local_update(parsed_graph& pg, const YAML::Node& n, graph_reader& r) 
     }
     r.error(at, join_path(path, p.key), p.message);
   }
-  // Each replica keeps its own AdamW state and its own chain of stages.
+  // Each group keeps its own optimizer state and its replicas' own chains of stages.
   const auto& dp = pg.graph.data_parallel;
-  if (dp.zero > 0)
+  int replicas = std::max(dp.replicas, 1), groups = l.replica_groups > 0 ? l.replica_groups : replicas;
+  auto groups_at = child(n, "replica_groups") ? child(n, "replica_groups") : n;
+  if (groups > replicas || replicas % groups != 0)
+    r.error(groups_at, join_path(path, "replica_groups"),
+            fmt::format("{} groups do not cut data_parallel.replicas ({}) into equal groups", groups, replicas));
+  else if (dp.zero > 0 && groups == replicas)
     r.error(n, path,
-            fmt::format("local-update training keeps every replica's own optimizer state; it cannot shard it "
-                        "(data_parallel.zero: {}): use zero: 0",
-                        dp.zero));
+            fmt::format("each replica is its own group here, and ZeRO shards a group's optimizer state over its "
+                        "replicas (data_parallel.zero: {}): set local_update.replica_groups below "
+                        "data_parallel.replicas ({}), or zero: 0",
+                        dp.zero, replicas));
+  else if (dp.zero > 0 && l.algorithm == "desloc")
+    r.error(groups_at, join_path(path, "replica_groups"),
+            "DES-LOC averages Adam's moments, which ZeRO's shards hold in slices: use data_parallel.zero: 0");
+  if (groups < replicas && l.algorithm == "noloco")
+    r.error(groups_at, join_path(path, "replica_groups"),
+            "NoLoCo's groups and random routes are its own (local_update.group): leave replica_groups out");
   if (l.algorithm == "noloco" && l.route == "random" && pg.graph.pipeline.virtual_stages > 1)
     r.error(n, path,
             fmt::format("NoLoCo's random routes take stages of one model chunk each (pipeline.virtual_stages is "
@@ -224,6 +238,8 @@ std::string local_update_yaml(const local_update_spec& l) {
     out += fmt::format(", density: {}", l.density);
   else
     out += fmt::format(", quantize: {}", l.quantize);
+  if (l.replica_groups > 0)
+    out += fmt::format(", replica_groups: {}", l.replica_groups);
   return out + "}\n";
 }
 

@@ -156,6 +156,14 @@ std::int64_t graph_spec::tokens_per_step() const noexcept {
   return static_cast<std::int64_t>(data_parallel.replicas) * data.batch * pipeline.microbatches * model.context;
 }
 
+int graph_spec::sync_group_size() const noexcept {
+  int replicas = std::max(data_parallel.replicas, 1);
+  if (!local_update.present)
+    return replicas;
+  int groups = local_update.replica_groups > 0 ? local_update.replica_groups : replicas;
+  return groups <= replicas && replicas % groups == 0 ? replicas / groups : 1;
+}
+
 bool graph_spec::skip_runs() const noexcept {
   return skip.present && network.present && pipeline.stages > 0 &&
          network.nodes() == pipeline.stages * std::max(data_parallel.replicas, 1);

@@ -370,6 +370,10 @@ struct graph_spec {
   int node_of(const actor_spec& a) const;
   /// Tokens one optimizer step consumes: replicas × batch × microbatches × context.
   std::int64_t tokens_per_step() const noexcept;
+  /// Replicas that sync every step together (a DDP ring or ZeRO's shards): all
+  /// of data_parallel.replicas, or one group of local_update.replica_groups; 1
+  /// when each local-update replica is its own group.
+  int sync_group_size() const noexcept;
   /// SkipPipe's planned paths drive a run (#14): a `skip:` section whose network
   /// has one node per stage actor (pipeline.stages × replicas), node placement[s][i]
   /// being replica i of position s. Other `skip:` graphs can be planned

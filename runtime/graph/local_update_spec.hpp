@@ -59,6 +59,11 @@ struct local_update_spec {
   int period_params = 16, period_momentum = 48, period_variance = 96;
   /// sparseloco: the share of each chunk's entries sent (paper: 1–3%).
   double density = 0.02;
+  /// G replica groups (torchft's DiLoCo over HSDP): the data_parallel.replicas
+  /// are cut into G groups of replicas / G consecutive replicas that sync every
+  /// step inside (a DDP ring, or ZeRO's shards with data_parallel.zero), and the
+  /// groups run the method between them. 0: one group per replica.
+  int replica_groups = 0;
 };
 
 /// A rule `l` breaks: the key it is about (`delay`, `outer.lr`) and why.

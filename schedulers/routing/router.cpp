@@ -99,19 +99,21 @@ std::optional<emission> router_core::next() {
 }
 
 void router_core::plan_replicas(emission& e) const {
-  int replicas = std::max(cfg_.replicas, 1);
-  for (int rep = 0; rep < replicas; ++rep) {
-    if (!lost_.empty() && lost_[static_cast<std::size_t>(rep)])
-      continue;  // left the run
+  int replicas = std::max(cfg_.replicas, 1), group = std::max(cfg_.group_size, 1);
+  for (int first = 0; first < replicas; first += group) {
     std::map<int, int> hops;
     int head = -1;
-    for (std::size_t k = static_cast<std::size_t>(rep); k < routes_.size(); k += static_cast<std::size_t>(replicas)) {
-      head = head < 0 ? routes_[k].front().actor : head;
-      for (const auto& h : routes_[k])
-        ++hops[h.actor];
+    for (int rep = first; rep < first + group && rep < replicas; ++rep) {
+      if (!lost_.empty() && lost_[static_cast<std::size_t>(rep)])
+        continue;  // left the run
+      for (std::size_t k = static_cast<std::size_t>(rep); k < routes_.size(); k += static_cast<std::size_t>(replicas)) {
+        head = head < 0 ? routes_[k].front().actor : head;
+        for (const auto& h : routes_[k])
+          ++hops[h.actor];
+      }
     }
     for (auto [actor, n] : hops)
-      e.plans.push_back({actor, step_plan_msg{step_, n, cfg_.tokens_per_microbatch * cfg_.microbatches,
+      e.plans.push_back({actor, step_plan_msg{step_, n, cfg_.tokens_per_microbatch * cfg_.microbatches * group,
                                               static_cast<std::int32_t>(hops.size()), head}});
   }
 }

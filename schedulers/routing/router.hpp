@@ -29,6 +29,10 @@ struct router_config {
   /// Local-update training (#13): each replica's stages get a plan of their own
   /// replica's hops and tokens, and reduce their gradient norm among themselves.
   bool independent_replicas = false;
+  /// With independent replicas: replicas per group (local_update.replica_groups),
+  /// consecutive replicas whose stages share one plan, their group's tokens and
+  /// one norm reduction (they sync every step inside).
+  int group_size = 1;
   /// NoLoCo's random routes (#13): replicas share stages microbatch by
   /// microbatch, yet nothing is reduced among them: every stage clips by its own
   /// gradient norm and counts the tokens of one replica's batch.
