@@ -30,8 +30,8 @@ caf::error send(const caf::actor& to, std::tuple<Atom, Ts...>&& x) {
 } // namespace
 
 caf::error deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& local) {
-  caf::error result = make_error(errc::malformed_frame, fmt::format("unknown data frame kind {}", f.kind));
-  data_table::visit(f.kind, [&]<class Entry>(Entry) {
+  caf::error result;
+  bool known = data_table::visit(f.kind, [&]<class Entry>(Entry) {
     std::uint16_t dest = 0;
     typename Entry::values x{};
     if ((result = wire::read(f, dest, x)) || (result = check(x)))
@@ -39,7 +39,7 @@ caf::error deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)
     auto to = local(dest);
     result = to ? send(to, std::move(x)) : make_error(errc::malformed_frame, fmt::format("no actor {} on this node", dest));
   });
-  return result;
+  return known ? result : make_error(errc::malformed_frame, fmt::format("unknown data frame kind {}", f.kind));
 }
 
 } // namespace troupe::remote

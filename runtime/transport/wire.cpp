@@ -15,22 +15,22 @@ namespace {
 /// The largest dimension a reader takes (a forged one must not overflow numel).
 constexpr std::int64_t max_dim = std::int64_t{1} << 40;
 
-void put_header(net::frame& f, const tensor_handle& t) {
-  std::uint8_t head[3] = {1, static_cast<std::uint8_t>(t.type()), static_cast<std::uint8_t>(t.rank())};
-  detail::frame_out{f}.bytes(head, sizeof head);
-  detail::frame_out{f}.bytes(t.shape().begin(), 8 * static_cast<std::size_t>(t.rank()));
-}
-
 } // namespace
+
+void detail::frame_out::header(const tensor_handle& t) {
+  std::uint8_t head[3] = {1, static_cast<std::uint8_t>(t.type()), static_cast<std::uint8_t>(t.rank())};
+  bytes(head, sizeof head);
+  bytes(t.shape().begin(), 8 * static_cast<std::size_t>(t.rank()));
+}
 
 void detail::frame_out::tensor(const tensor_handle& device_or_host, const device_fence* ready) {
   if (!device_or_host.defined()) {
-    f.meta.push_back(std::byte{0});
+    *at++ = std::byte{0};
     return;
   }
   // The sockets read host memory; the receiver uploads it where it needs it.
   auto t = copy_to_host(device_or_host, ready);
-  put_header(f, t);
+  header(t);
   f.blobs.push_back(std::move(t));
 }
 
@@ -38,7 +38,7 @@ void detail::frame_out::list(const void* p, std::size_t n, dtype type) {
   auto t = tensor_handle::empty({static_cast<std::int64_t>(n)}, type);
   if (n != 0)  // an empty list has no pointer to copy from
     std::memcpy(t.raw(), p, t.nbytes());
-  put_header(f, t);
+  header(t);
   f.blobs.push_back(std::move(t));
 }
 
@@ -135,10 +135,6 @@ bool reader::finish() {
   if (next_blob_ != f_.blobs.size())
     return fail(fmt::format("{} tensor payloads for {} tensors", f_.blobs.size(), next_blob_));
   return true;
-}
-
-caf::error reader::failed() const {
-  return error();
 }
 
 caf::error reader::error() const {

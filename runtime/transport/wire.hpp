@@ -95,19 +95,23 @@ concept has_fence = requires(const T& x) {
   { x.ready.get() } -> std::convertible_to<const device_fence*>;
 };
 
-/// Where a writer puts bytes: into a frame, or only counts them.
+/// Where a writer puts bytes: into a frame whose meta is already sized (by
+/// size_out over the same values), or only counts them.
 struct frame_out {
   net::frame& f;
-  void bytes(const void* p, std::size_t n) {
-    auto at = f.meta.size();
-    f.meta.resize(at + n);
+  std::byte* at;  ///< the next byte of f.meta to write
+  [[gnu::always_inline]] void bytes(const void* p, std::size_t n) {
     if (n != 0)
-      std::memcpy(f.meta.data() + at, p, n);
+      std::memcpy(at, p, n);
+    at += n;
   }
   /// Appends the tensor header and the blob (a host copy of a device tensor, after `ready`).
   void tensor(const tensor_handle& t, const device_fence* ready);
   /// A list of `n` numbers of type `t` as a rank-1 tensor (one copy into a pooled blob).
   void list(const void* p, std::size_t n, dtype t);
+
+private:
+  void header(const tensor_handle& t);
 };
 
 struct size_out {
@@ -205,35 +209,43 @@ std::size_t min_size() {
   return n;
 }
 
-/// A frame of kind `kind` holding `xs`, meta allocated once.
+/// A frame of kind `kind` holding `xs`: sized by one walk over them, written by
+/// a second into meta allocated once.
 template <class... Ts>
 net::frame write(std::uint16_t kind, const Ts&... xs) {
   net::frame f;
   f.kind = kind;
   auto size = size_of(xs...);
-  f.meta.reserve(size.meta);
+  f.meta.resize(size.meta);
   f.blobs.reserve(size.blobs);
-  detail::frame_out out{f};
+  detail::frame_out out{f, f.meta.data()};
   basic_writer<detail::frame_out>{out}(xs...);
   return f;
 }
+
+/// Whether a reader failed on a value (true, as a caf::error would be); the
+/// error itself waits in the reader. Cheaper than a caf::error per value,
+/// whose constructor and destructor are calls into CAF's library.
+struct status {
+  bool failed = false;
+  explicit operator bool() const noexcept { return failed; }
+};
 
 /// Reads values from a frame (an inspector that writes their state). The first
 /// failure stops it; error() then says what and where.
 class reader {
 public:
-  using result_type = caf::error;
+  using result_type = status;
   static constexpr bool reads_state = false;
   static constexpr bool writes_state = true;
 
   explicit reader(const net::frame& f) : f_(f), p_(f.meta.data()), left_(f.meta.size()) {}
 
   template <class... Ts>
-  caf::error operator()(Ts&&... xs) {
+  status operator()(Ts&&... xs) {
     auto depth = depth_;
-    bool ok = (get(xs) && ...);
-    if (!ok)
-      return failed();
+    if (!(get(xs) && ...))
+      return {true};
     depth_ = depth;
     return {};
   }
@@ -309,7 +321,7 @@ private:
     }
   }
 
-  bool take(void* out, std::size_t n) {
+  [[gnu::always_inline]] bool take(void* out, std::size_t n) {
     if (n > left_)
       return fail("truncated message");
     std::memcpy(out, p_, n);
@@ -325,7 +337,6 @@ private:
   bool check(const caf::error& e);
   /// Records `what` and where it happened; returns false.
   bool fail(std::string what);
-  caf::error failed() const;
 
   static constexpr std::size_t no_index = static_cast<std::size_t>(-1);
   struct place {
