@@ -324,7 +324,8 @@ private:
   [[gnu::always_inline]] bool take(void* out, std::size_t n) {
     if (n > left_)
       return fail("truncated message");
-    std::memcpy(out, p_, n);
+    if (n != 0)  // an empty list's data() may be null
+      std::memcpy(out, p_, n);
     p_ += n, left_ -= n;
     return true;
   }
