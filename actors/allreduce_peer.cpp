@@ -1,6 +1,6 @@
 // The allreduce_peer actor: serves one stage of one replica in the ring of its
 // pipeline position, summing each gradient bucket over the replicas (ring
-// reduce-scatter then all-gather, schedulers/ring_allreduce.hpp) as soon as the
+// reduce-scatter then all-gather, schedulers/sync/ring_allreduce.hpp) as soon as the
 // stage hands it over, while the stage's backward goes on.
 #include <algorithm>
 #include <cstring>
@@ -15,7 +15,7 @@
 #include "runtime/actor/errors.hpp"
 #include "runtime/actor/messages.hpp"
 #include "runtime/trace/trace.hpp"
-#include "schedulers/ring_allreduce.hpp"
+#include "schedulers/sync/ring_allreduce.hpp"
 
 namespace troupe {
 
@@ -165,6 +165,14 @@ actor_type_info stage_helper_info() {
   info.keys = {"stage"};
   info.role.placement = actor_placement::with_stage;
   return info;
+}
+
+int helper_of(const graph_spec& g, const std::string& type, const std::string& stage) {
+  for (std::size_t i = 0; i < g.actors.size(); ++i)
+    if (const auto& a = g.actors[i]; a.type == type)
+      if (auto s = a.params.find("stage"); s != a.params.end() && s->second.IsScalar() && s->second.Scalar() == stage)
+        return static_cast<int>(i);
+  return -1;
 }
 
 bool check_serves_stage(const actor_spec& a, const graph_spec& g, diagnostics& out) {

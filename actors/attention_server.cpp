@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
-#include "actors/stage_attention.hpp"
+#include "actors/stage/stage_attention.hpp"
 #include "runtime/trace/trace.hpp"
 
 namespace troupe {

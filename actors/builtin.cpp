@@ -1,7 +1,7 @@
 // The list of built-in actor types: one registration line per type.
 #include "actors/builtin.hpp"
 
-#include "schedulers/sync_policy.hpp"
+#include "schedulers/sync/sync_policy.hpp"
 
 namespace troupe {
 

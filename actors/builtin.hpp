@@ -28,7 +28,7 @@ caf::expected<caf::actor> spawn_attention_server(spawn_context& ctx);
 actor_type_info attention_server_info();
 
 /// The checks of pipeline_stage entries before anything runs
-/// (actors/pipeline_stage_check.cpp): a `table` schedule runs to completion on
+/// (actors/stage/pipeline_stage_check.cpp): a `table` schedule runs to completion on
 /// the graph's pipeline under the simulated clock (the first stage reports it);
 /// a checkpoint part holds the stage's tensors with their shapes and dtypes.
 void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics& out);
@@ -64,8 +64,8 @@ bool check_serves_stage(const actor_spec& a, const graph_spec& g, diagnostics& o
 /// channels both ways between the two, and from each to the outer_sync of every
 /// other replica at the same position (actors/outer_sync.cpp).
 void expand_outer_sync(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage);
-/// The outer_sync actor that serves the stage `stage` (its index in g.actors), or -1.
-int outer_sync_of(const graph_spec& g, const std::string& stage);
+/// The helper of type `type` whose `stage:` names `stage` (its index in g.actors), or -1.
+int helper_of(const graph_spec& g, const std::string& type, const std::string& stage);
 
 /// Registers data_loader, pipeline_stage and the `pipeline:` expander (idempotent).
 void register_builtin_actors();

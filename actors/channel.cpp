@@ -5,7 +5,7 @@
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
-#include "actors/pipeline_messages.hpp"
+#include "actors/stage/pipeline_messages.hpp"
 #include "actors/remote_codec.hpp"
 #include "runtime/trace/trace.hpp"
 

@@ -19,12 +19,12 @@
 #include "actors/skippipe_plan.hpp"
 #include "runtime/actor/messages.hpp"
 #include "runtime/actor/outer_messages.hpp"
-#include "actors/pipeline_messages.hpp"
+#include "actors/stage/pipeline_messages.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/trace/trace.hpp"
-#include "schedulers/noloco.hpp"
-#include "schedulers/router.hpp"
-#include "schedulers/skippipe_routing.hpp"
+#include "schedulers/sync/noloco.hpp"
+#include "schedulers/routing/router.hpp"
+#include "schedulers/routing/skippipe_routing.hpp"
 
 namespace troupe {
 
@@ -493,7 +493,7 @@ actor_type_info data_loader_info() {
       return;
     if (auto what = check_routes(g, a); !what.empty())
       out.push_back({written ? g.pipeline.routing_pos : a.pos, written ? "pipeline.routing" : "channels", what});
-    // Document masks reach CPU stages only (actors/cuda/stage_model_cuda.cpp refuses them).
+    // Document masks reach CPU stages only (actors/stage/cuda/stage_model_cuda.cpp refuses them).
     if (g.data.documents != "none")
       for (const auto& s : g.actors)
         if (s.role.holds_layers && s.device.starts_with("cuda")) {

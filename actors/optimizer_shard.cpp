@@ -1,7 +1,7 @@
 // The optimizer_shard actor (ZeRO stages 1 and 2, Rajbhandari et al. 2020): one
 // per replica and pipeline position, the ring member of its stage. It
 // reduce-scatters each gradient bucket over the replicas, owns the AdamW state
-// of its slice of the position's parameters (schedulers/zero_shard.hpp),
+// of its slice of the position's parameters (schedulers/sync/zero_shard.hpp),
 // updates that slice once the global norm is known, and all-gathers the
 // updated parameters back into its stage.
 #include <algorithm>

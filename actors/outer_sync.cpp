@@ -1,5 +1,5 @@
 // The outer_sync actor (#13): serves one stage of one replica in local-update
-// training. It runs its method's sync policy (schedulers/sync_policy.hpp):
+// training. It runs its method's sync policy (schedulers/sync/sync_policy.hpp):
 // when the stage prepares a fragment it sends what the policy says to the
 // outer_sync actors of the replicas the policy names; it passes their messages
 // to the policy; when the exchange is complete and the stage performs, it hands
@@ -17,7 +17,7 @@
 #include "runtime/actor/messages.hpp"
 #include "runtime/actor/outer_messages.hpp"
 #include "runtime/trace/trace.hpp"
-#include "schedulers/sync_policy.hpp"
+#include "schedulers/sync/sync_policy.hpp"
 
 namespace troupe {
 
@@ -221,14 +221,6 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
 
 } // namespace
 
-int outer_sync_of(const graph_spec& g, const std::string& stage) {
-  for (std::size_t i = 0; i < g.actors.size(); ++i)
-    if (const auto& a = g.actors[i]; a.type == "outer_sync")
-      if (auto s = a.params.find("stage"); s != a.params.end() && s->second.IsScalar() && s->second.Scalar() == stage)
-        return static_cast<int>(i);
-  return -1;
-}
-
 void expand_outer_sync(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage) {
   // Fragment values in, the values after the exchange out, pseudo-gradients to every other replica.
   expand_ring(e, replicas, stage, "outer_sync", "_sync", helper_links::all_pairs);
@@ -299,7 +291,7 @@ caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx) {
     int peer = -1;
     for (const auto& a : g.actors)
       if (a.role.holds_layers && a.replica == r && a.layers == stage->layers)
-        peer = outer_sync_of(g, a.name);
+        peer = helper_of(g, "outer_sync", a.name);
     if (peer < 0 && r != cfg.replica)
       return make_error(errc::invalid_argument,
                         fmt::format("{}: replica {} has no outer_sync for the layers of {}", ctx.spec.name, r,

@@ -10,7 +10,7 @@
 #include <caf/actor.hpp>
 #include <caf/behavior.hpp>
 
-#include "actors/pipeline_messages.hpp"
+#include "actors/stage/pipeline_messages.hpp"
 #include "runtime/actor/messages.hpp"
 #include "runtime/actor/outer_messages.hpp"
 #include "runtime/transport/transport.hpp"

@@ -12,7 +12,7 @@
 #include <caf/send.hpp>
 
 #include "runtime/actor/messages.hpp"
-#include "schedulers/ring_allreduce.hpp"
+#include "schedulers/sync/ring_allreduce.hpp"
 
 namespace troupe {
 

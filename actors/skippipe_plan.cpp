@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "schedulers/cost_model.hpp"
+#include "schedulers/sim/cost_model.hpp"
 
 namespace troupe {
 

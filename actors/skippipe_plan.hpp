@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "runtime/graph/graph_spec.hpp"
-#include "schedulers/skippipe_planner.hpp"
+#include "schedulers/planners/skippipe_planner.hpp"
 
 namespace troupe {
 

@@ -1,5 +1,5 @@
 // An optimizer shard's state, free of CAF (actors/optimizer_shard.cpp): its
-// slice of one pipeline position's parameters (schedulers/zero_shard.hpp), the
+// slice of one pipeline position's parameters (schedulers/sync/zero_shard.hpp), the
 // AdamW moments of that slice, in ZeRO stage 2 the slice's reduced gradient,
 // and its checkpoint part.
 #pragma once
@@ -17,7 +17,7 @@
 #include "runtime/checkpoint/safetensors.hpp"
 #include "runtime/graph/graph_spec.hpp"
 #include "runtime/tensor/tensor_handle.hpp"
-#include "schedulers/zero_shard.hpp"
+#include "schedulers/sync/zero_shard.hpp"
 
 namespace troupe {
 

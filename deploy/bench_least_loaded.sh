@@ -5,7 +5,7 @@
 # (r1s1) twice as slow (2S). Throughput of `own` and `least_loaded` routing,
 # with and without the straggler, runs alternating, medians, as a share of the
 # unslowed `own` run; and each run's last loss (the same for both routes).
-# The first position's stages may hold 4 activations (see schedulers/least_loaded.test.cpp).
+# The first position's stages may hold 4 activations (see schedulers/routing/least_loaded.test.cpp).
 #   deploy/bench_least_loaded.sh [RUNS=3] [STEPS=6] [S=6] [MICROBATCHES=16]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)

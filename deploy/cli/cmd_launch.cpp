@@ -14,8 +14,8 @@
 #include "deploy/cli/flags.hpp"
 #include "deploy/cluster/coordinator.hpp"
 #include "deploy/cli/interrupt.hpp"
-#include "deploy/cli/run_graph.hpp"
-#include "deploy/cli/run_tracing.hpp"
+#include "deploy/cli/run_command.hpp"
+#include "deploy/run/run_tracing.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/actor/errors.hpp"
 

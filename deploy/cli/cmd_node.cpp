@@ -13,7 +13,7 @@
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
 #include "deploy/cluster/node_agent.hpp"
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/graph/limits.hpp"
 

@@ -1,5 +1,5 @@
 // `troupe plan paths FILE`: SkipPipe's plan for a graph file's `network:` and
-// `skip:` sections (schedulers/skippipe_planner.hpp): the placement of network
+// `skip:` sections (schedulers/planners/skippipe_planner.hpp): the placement of network
 // nodes on stage positions, each microbatch's path, and the iteration time under
 // the cost model against the full pipeline and random skipping. `troupe plan
 // attention` lives in deploy/cli/cmd_plan_attention.cpp.
@@ -16,7 +16,7 @@
 #include "actors/skippipe_plan.hpp"
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 
 namespace troupe::cli {
 

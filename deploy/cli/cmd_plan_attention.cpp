@@ -1,5 +1,5 @@
 // `troupe plan attention --docs LENGTHS`: DistCA's core-attention plan
-// (schedulers/attention_planner.hpp) for each replica's document lengths: every
+// (schedulers/planners/attention_planner.hpp) for each replica's document lengths: every
 // server's causal pairs before and after, max/avg, and the shards moved.
 #include <algorithm>
 #include <memory>
@@ -15,7 +15,7 @@
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
 #include "runtime/graph/limits.hpp"
-#include "schedulers/attention_planner.hpp"
+#include "schedulers/planners/attention_planner.hpp"
 
 namespace troupe::cli {
 

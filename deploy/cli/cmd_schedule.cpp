@@ -23,8 +23,8 @@
 #include "runtime/actor/errors.hpp"
 #include "runtime/graph/limits.hpp"
 #include "runtime/actor/plugin.hpp"
-#include "schedulers/harness.hpp"
-#include "schedulers/straggler.hpp"
+#include "schedulers/sim/harness.hpp"
+#include "schedulers/sim/straggler.hpp"
 
 namespace troupe::cli {
 

@@ -1,6 +1,6 @@
 // `troupe sim FILE`: loads a graph file, repeats its pipeline over the
 // `sim:` section's data-parallel replicas and runs the real stage and router
-// cores under a simulated clock with a cost model (schedulers/cluster_sim.hpp);
+// cores under a simulated clock with a cost model (schedulers/sim/cluster_sim.hpp);
 // a `skip:` graph's planned paths (sim_skippipe.cpp) and core attention from
 // documents, colocated or on in-place servers (sim_attention.cpp), likewise.
 #include <sys/resource.h>
@@ -20,12 +20,12 @@
 #include "actors/builtin.hpp"
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "deploy/cli/sim_calibrate.hpp"
 #include "deploy/cli/sim_attention.hpp"
 #include "deploy/cli/sim_skippipe.hpp"
 #include "runtime/trace/trace_export.hpp"
-#include "schedulers/cluster_sim.hpp"
+#include "schedulers/sim/cluster_sim.hpp"
 
 namespace troupe::cli {
 
@@ -305,6 +305,26 @@ struct sim_args {
   std::string out = "calibrated.yaml";
 };
 
+/// The sections of `g` the simulated clock does not price yet, each refused at
+/// its key: priced as a plain DDP step they would give a number for another
+/// graph than the one that runs (#25).
+diagnostics unpriced_sections(const graph_spec& g) {
+  diagnostics out;
+  auto refuse = [&](const std::string& key, const std::string& what) {
+    out.push_back({g.where(key), key,
+                   what + " is not priced under the simulated clock yet (it would be priced as a DDP all-reduce "
+                          "every step, which is not what this graph runs); remove it to simulate the rest, or "
+                          "measure it with `troupe run`"});
+  };
+  if (g.local_update.present)
+    refuse("local_update", "local-update training (exchanges every H steps, fragments, overlap, compression)");
+  if (g.data_parallel.route == "least_loaded")
+    refuse("data_parallel.route", "least_loaded routing");
+  if (g.data_parallel.zero > 0)
+    refuse("data_parallel.zero", "ZeRO's reduce-scatter and all-gather");
+  return out;
+}
+
 /// Loads the file with its overrides and simulates: the exit code.
 int simulate_file(const sim_args& a) {
   const auto& [file, given_overrides, steps, json, trace_path, trace_actors, device, cores, calibrate, out] = a;
@@ -331,6 +351,10 @@ int simulate_file(const sim_args& a) {
         d.pos.origin = "--device " + device, d.path.clear();
       fmt::print(stderr, "{}\n", to_string(d));
     }
+    return bad_input;
+  }
+  if (auto refused = unpriced_sections(*loaded.graph); !refused.empty()) {
+    fmt::print(stderr, "{}\n", to_string(refused));
     return bad_input;
   }
   auto config = make_config(*loaded.graph, steps);

@@ -83,6 +83,22 @@ TEST_CASE("troupe sim refuses bad sim keys with their positions, and bad flags")
   CHECK(run_troupe("sim --help").code == 0);
 }
 
+TEST_CASE("troupe sim refuses, at its key, every section it would otherwise price as plain DDP") {
+  auto lu = run_troupe("sim examples/streaming_diloco.yaml");
+  CHECK(lu.code == 2);
+  CHECK(lu.has("streaming_diloco.yaml:"));
+  CHECK(lu.has("local_update: local-update training"));
+  CHECK(lu.has("is not priced under the simulated clock yet"));
+  auto zero = run_troupe("sim examples/zero2.yaml");
+  CHECK(zero.code == 2);
+  CHECK(zero.has("zero2.yaml:13:"));
+  CHECK(zero.has("data_parallel.zero: ZeRO's reduce-scatter and all-gather"));
+  auto ll = run_troupe("sim examples/ddp.yaml --set data_parallel.route=least_loaded");
+  CHECK(ll.code == 2);
+  CHECK(ll.has("data_parallel.route: least_loaded routing"));
+  CHECK(run_troupe("sim examples/ddp.yaml --steps 1").code == 0); // the ring it does price
+}
+
 TEST_CASE("troupe sim repeats the pipeline over the graph's own data_parallel.replicas") {
   auto one = sim_json(equal);
   auto four = sim_json(equal + " --set data_parallel.replicas=4");

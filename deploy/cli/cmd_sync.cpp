@@ -15,7 +15,7 @@
 
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
-#include "schedulers/sync_sim.hpp"
+#include "schedulers/sim/sync_sim.hpp"
 
 namespace troupe::cli {
 

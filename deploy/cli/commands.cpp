@@ -1,8 +1,8 @@
 // The subcommand table, the top-level help and `troupe --version`, and the
 // one CLI11 parse of every troupe command line.
 #include "deploy/cli/commands.hpp"
-#include "deploy/cli/model_size.hpp"
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/model_size.hpp"
+#include "deploy/run/run_graph.hpp"
 
 #include <array>
 #include <cstdio>

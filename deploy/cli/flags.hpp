@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "deploy/cli/run_tracing.hpp"
+#include "deploy/run/run_tracing.hpp"
 
 namespace CLI {
 class App;

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "actors/zero_shard_state.hpp"
-#include "deploy/cli/model_size.hpp"
+#include "deploy/run/model_size.hpp"
 
 namespace troupe {
 

@@ -5,8 +5,8 @@
 
 #include <doctest/doctest.h>
 
-#include "deploy/cli/model_size.hpp"
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/model_size.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "runtime/graph/graph_loader.hpp"
 
 using namespace troupe;

@@ -14,10 +14,10 @@
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/interrupt.hpp"
 #include "deploy/cli/memory_estimate.hpp"
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/cli/run_command.hpp"
 #include "ops/lr_schedule.hpp"
 #include "runtime/actor/errors.hpp"
-#include "schedulers/sync_policy.hpp"
+#include "schedulers/sync/sync_policy.hpp"
 
 namespace troupe::cli {
 

@@ -1,7 +1,7 @@
 // `troupe sim` with core attention from documents: per step, long-tail lengths
 // laid end to end and cut into windows as the data loader cuts them, dealt to
 // the replicas round by round, each round priced colocated and in place
-// (schedulers/attention_sim.hpp), and the cluster driver run with those costs.
+// (schedulers/sim/attention_sim.hpp), and the cluster driver run with those costs.
 #include "deploy/cli/sim_attention.hpp"
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 
 #include "actors/documents.hpp"
 #include "deploy/cli/commands.hpp"
-#include "schedulers/attention_sim.hpp"
+#include "schedulers/sim/attention_sim.hpp"
 
 namespace troupe::cli {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "runtime/graph/graph_spec.hpp"
-#include "schedulers/cluster_sim.hpp"
+#include "schedulers/sim/cluster_sim.hpp"
 
 namespace troupe::cli {
 

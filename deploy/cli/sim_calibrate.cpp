@@ -23,7 +23,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "deploy/cli/commands.hpp"
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "kernels/cpu/gemm_f32.hpp"
 #include "ops/adamw.hpp"
 

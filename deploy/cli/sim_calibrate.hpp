@@ -8,7 +8,7 @@
 
 #include "ops/gpt.hpp"
 #include "runtime/graph/graph_spec.hpp"
-#include "schedulers/cost_model.hpp"
+#include "schedulers/sim/cost_model.hpp"
 
 namespace troupe::cli {
 

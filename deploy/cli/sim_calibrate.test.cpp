@@ -12,7 +12,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "tests/troupe_command.hpp"
 
 using namespace troupe;

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "runtime/graph/graph_spec.hpp"
-#include "schedulers/cluster_sim.hpp"
-#include "schedulers/skippipe_planner.hpp"
+#include "schedulers/sim/cluster_sim.hpp"
+#include "schedulers/planners/skippipe_planner.hpp"
 
 namespace troupe::cli {
 

@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "actors/skippipe_plan.hpp"
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "deploy/cli/sim_calibrate.hpp"
 #include "deploy/cli/sim_skippipe.hpp"
 

@@ -10,7 +10,7 @@
 
 #include <caf/expected.hpp>
 
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "runtime/trace/dashboard_server.hpp"
 #include "runtime/graph/graph_spec.hpp"
 #include "runtime/transport/transport.hpp"

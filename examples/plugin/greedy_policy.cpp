@@ -6,7 +6,7 @@
 // compare it with `troupe schedule` against 1f1b under a slow stage.
 #include <algorithm>
 
-#include "schedulers/stage_policy.hpp"
+#include "schedulers/policies/stage_policy.hpp"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "schedulers/sync_policy.hpp"
+#include "schedulers/sync/sync_policy.hpp"
 
 namespace {
 

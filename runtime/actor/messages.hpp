@@ -20,7 +20,7 @@
 #include "runtime/tensor/tensor_handle.hpp"
 
 // ---------------------------------------------------------------------------
-// The run protocol (runner = deploy/cli/run_graph.cpp, or per node the node agent,
+// The run protocol (runner = deploy/run/run_graph.cpp, or per node the node agent,
 // both through deploy/cluster/spawn_and_connect.cpp for steps 1-2; every graph actor follows it)
 //
 //  1. The runner spawns each `actors:` entry through its registered factory,
@@ -65,7 +65,7 @@
 // An actor that writes checkpoints also sends the runner `(checkpoint_atom,
 // checkpoint_msg)` for each part it wrote. Module-private messages (the
 // pipeline's eval, norm and wake-ups) are declared in their module
-// (actors/pipeline_messages.hpp). Spans go to the trace recorder's per-thread
+// (actors/stage/pipeline_messages.hpp). Spans go to the trace recorder's per-thread
 // buffers, not through messages.
 // Tensor handles travel by value (a shared pointer to pooled storage): no
 // bytes are copied inside one process. They are not serialised by CAF;
@@ -154,7 +154,7 @@ struct bucket_msg {
   std::vector<tensor_handle> params;
 };
 
-/// One message of a ring all-reduce (schedulers/ring_allreduce.hpp): the chunk
+/// One message of a ring all-reduce (schedulers/sync/ring_allreduce.hpp): the chunk
 /// of bucket `bucket` of `step` that the sender sends in `phase`.
 struct ring_msg {
   step_t step = 0;

@@ -42,7 +42,7 @@ struct outer_local_msg {
 };
 
 /// One message of a fragment's exchange between the sync actors of one
-/// position, as it travels (schedulers/sync_policy.hpp, schedulers/quantize.hpp):
+/// position, as it travels (schedulers/sync/sync_policy.hpp, schedulers/sync/quantize.hpp):
 /// from `replica`, in the policy's round `round`, about its piece `piece`.
 struct outer_part_msg {
   step_t step = 0;  ///< the inner step it was prepared after

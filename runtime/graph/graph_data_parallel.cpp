@@ -56,17 +56,13 @@ void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r)
   }
   if (auto rep = child(n, "replicas"); rep && d.replicas > 1) {
     const auto& p = pg.graph.pipeline;
-    if (p.schedule == "table")
-      r.error(rep, "data_parallel.replicas",
-              "replicas run the rule schedules (gpipe, 1f1b, interleaved_1f1b, zb_h1); 'table' replays one "
-              "pipeline's order");
     if (p.routing != "chain")
       r.error(rep, "data_parallel.replicas",
               fmt::format("replicas take the 'chain' routing of their own pipeline (pipeline.routing is '{}')",
                           p.routing));
   }
   r.get_bool(n, "data_parallel", "overlap", d.overlap);
-  if (auto rt = child(n, "route")) {  // routing around stragglers: schedulers/least_loaded.hpp
+  if (auto rt = child(n, "route")) {  // routing around stragglers: schedulers/routing/least_loaded.hpp
     auto text = r.as_string(rt, "data_parallel.route");
     if (text && *text != "own" && *text != "least_loaded")
       r.error(rt, "data_parallel.route", fmt::format("unknown route '{}' (known: own, least_loaded)", *text));

@@ -60,7 +60,7 @@ struct graph_vocabulary {
                                            const std::string& value)>
     check_schedule_option;
   /// The device presets `sim.device` and a `devices:` entry's `base` may name
-  /// (schedulers/cost_model.hpp); empty: any name is accepted.
+  /// (schedulers/sim/cost_model.hpp); empty: any name is accepted.
   std::vector<std::string> sim_devices;
 
   /// Only what runtime/ itself knows: the built-in schedule names, no actor types.

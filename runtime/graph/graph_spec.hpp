@@ -235,7 +235,7 @@ struct network_section {
   network_link link(int a, int b) const;
 };
 
-/// `skip:`: SkipPipe's partial and reordered paths (schedulers/skippipe_planner.hpp).
+/// `skip:`: SkipPipe's partial and reordered paths (schedulers/planners/skippipe_planner.hpp).
 struct skip_spec {
   bool present = false;
   int path_length = 0;     ///< L: stages each microbatch visits, stage 0 first (required)

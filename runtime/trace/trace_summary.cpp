@@ -14,7 +14,7 @@ namespace troupe {
 namespace {
 
 /// The part of a flow id that names the route (target stage and message kind),
-/// as actors/pipeline_messages.hpp's flow_id packs it: every message on one
+/// as actors/stage/pipeline_messages.hpp's flow_id packs it: every message on one
 /// route goes to the same receiver.
 std::uint64_t route_of(std::uint64_t flow) {
   auto f = flow - 1;

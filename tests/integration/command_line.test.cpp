@@ -7,7 +7,7 @@
 
 #include <optional>
 
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "runtime/graph/graph_loader.hpp"
 #include "tests/integration/troupe_process.hpp"
 

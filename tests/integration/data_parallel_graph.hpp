@@ -11,7 +11,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "runtime/actor/actor_system.hpp"
 #include "tests/integration/troupe_process.hpp"
 

@@ -10,7 +10,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "actors/stage_model.hpp"
+#include "actors/stage/stage_model.hpp"
 #include "runtime/actor/errors.hpp"
 
 using namespace troupe;

@@ -6,8 +6,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "actors/stage_model.hpp"
-#include "deploy/cli/run_graph.hpp"
+#include "actors/stage/stage_model.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "runtime/actor/actor_system.hpp"
 
 using namespace troupe;

@@ -10,7 +10,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/trace/trace.hpp"
 #include "tests/integration/run_trace.hpp"

@@ -13,7 +13,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "ops/gpt.hpp"
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/trace/trace.hpp"

@@ -7,10 +7,10 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "runtime/actor/actor_system.hpp"
-#include "schedulers/orders.hpp"
-#include "schedulers/stage_policy.hpp"
+#include "schedulers/policies/orders.hpp"
+#include "schedulers/policies/stage_policy.hpp"
 
 using namespace troupe;
 

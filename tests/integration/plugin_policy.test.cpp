@@ -10,10 +10,10 @@
 #include <caf/actor_system.hpp>
 #include <doctest/doctest.h>
 
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "runtime/actor/actor_system.hpp"
-#include "schedulers/stage_policy.hpp"
-#include "schedulers/sync_policy.hpp"
+#include "schedulers/policies/stage_policy.hpp"
+#include "schedulers/sync/sync_policy.hpp"
 
 using namespace troupe;
 

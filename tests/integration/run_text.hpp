@@ -7,7 +7,7 @@
 #include <caf/actor_system.hpp>
 #include <doctest/doctest.h>
 
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/graph/graph_loader.hpp"
 

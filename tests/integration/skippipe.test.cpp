@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "actors/skippipe_plan.hpp"
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/trace/trace.hpp"
 #include "tests/integration/run_trace.hpp"

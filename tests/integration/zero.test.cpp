@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/zero_shard_state.hpp"
-#include "deploy/cli/model_size.hpp"
+#include "deploy/run/model_size.hpp"
 #include "ops/gpt.hpp"
 #include "runtime/trace/dashboard_server.hpp"
 #include "runtime/trace/trace.hpp"

@@ -10,7 +10,7 @@
 
 #include <caf/all.hpp>
 
-#include "deploy/cli/run_graph.hpp"
+#include "deploy/run/run_graph.hpp"
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/actor/plugin.hpp"
 

@@ -1,0 +1,54 @@
+// The DDP step boundary: a stage's gradient buckets go to its all-reduce peer
+// during the backward and come back summed over the replicas (with the step's
+// loss), before the stage's own optimizer applies them.
+#include <fmt/format.h>
+
+#include "actors/boundary/bucket_sync.hpp"
+#include "actors/builtin.hpp"
+#include "runtime/graph/graph_spec.hpp"
+
+namespace troupe {
+
+namespace {
+
+class ddp_ring final : public bucket_sync {
+public:
+  using bucket_sync::bucket_sync;
+  std::string_view type() const override { return "ddp_ring"; }
+
+  /// Replicas hold the same summed gradients: replica 0 counts them for the global norm.
+  std::optional<double> norm_share(step_t) override {
+    if (host_.config().replica == 0)
+      return std::nullopt;
+    return 0.0;
+  }
+
+  bool receive(const caf::message& m) override {
+    if (!m.match_elements<reduced_atom, step_t, std::int32_t>())
+      return false;
+    auto step = m.get_as<step_t>(1);
+    if (buckets_->on_reduced(step, m.get_as<std::int32_t>(2))) {
+      if (host_.config().loss)
+        host_.set_loss_sum(buckets_->loss_sum()); // the whole step's, over every replica
+      host_.synced(step);
+    }
+    return true;
+  }
+};
+
+} // namespace
+
+step_boundary_type ddp_ring_boundary() {
+  return {"ddp_ring",
+          [](const graph_spec& g, const actor_spec& stage) -> std::optional<boundary_choice> {
+            int peer = helper_of(g, "allreduce_peer", stage.name);
+            if (peer < 0)
+              return std::nullopt;
+            return boundary_choice{{}, peer, bucket_options{g.data_parallel.bucket, g.data_parallel.overlap, 0}};
+          },
+          [](stage_host& host, const boundary_choice& c) -> std::unique_ptr<step_boundary> {
+            return std::make_unique<ddp_ring>(host, c);
+          }};
+}
+
+} // namespace troupe

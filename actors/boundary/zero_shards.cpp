@@ -1,0 +1,89 @@
+// ZeRO-1/2 at a stage's step boundary: its gradient buckets are
+// reduce-scattered to optimizer shards that own a slice of the optimizer state
+// each; after the global norm the stage asks its shard to update and runs
+// nothing until the updated parameters are gathered back into it.
+#include <fmt/format.h>
+
+#include "actors/boundary/bucket_sync.hpp"
+#include "actors/builtin.hpp"
+#include "runtime/graph/graph_spec.hpp"
+
+namespace troupe {
+
+namespace {
+
+class zero_shards final : public bucket_sync {
+public:
+  using bucket_sync::bucket_sync;
+  std::string_view type() const override { return "zero_shards"; }
+
+  /// Every replica's shard holds a different slice: each counts its own.
+  std::optional<double> norm_share(step_t) override {
+    return host_.config().grad_clip > 0 ? std::exchange(slice_sq_, 0.0) : (slice_sq_ = 0.0);
+  }
+
+  bool applies_update() const override { return true; }
+  bool apply(step_t step, float lr, float clip) override {
+    host_.send(peer_, caf::make_message(shard_step_atom::value, step, lr, clip));
+    asked_ = step;
+    return false;
+  }
+
+  bool receive(const caf::message& m) override {
+    if (m.match_elements<reduced_atom, step_t, std::int32_t, double>()) {
+      auto step = m.get_as<step_t>(1);
+      slice_sq_ += m.get_as<double>(3);
+      if (buckets_->on_reduced(step, m.get_as<std::int32_t>(2)))
+        host_.synced(step);
+      return true;
+    }
+    if (!m.match_elements<updated_atom, step_t>())
+      return false;
+    auto step = m.get_as<step_t>(1);
+    if (step != asked_)
+      throw std::runtime_error(fmt::format(
+        "{}: the optimizer shard returned the parameters of step {}, which it was not asked for",
+        host_.config().name, step));
+    asked_ = -1;
+    for (const auto& model : host_.models()) {
+      model->params_updated();
+      if (opt_.zero == 2) // the shards hold the reduced slices until the next step's backward
+        model->release_grads();
+      else
+        model->zero_grads();
+    }
+    if (opt_.zero == 2)
+      buckets_->drop_grads();
+    host_.set_loss_sum(buckets_->loss_sum()); // the whole step's, over every replica, gathered with the parameters
+    host_.applied(step);
+    return true;
+  }
+
+  /// The shards keep the optimizer state: none here, 0 steps per chunk (a part
+  /// that holds some fails the stage's check: it has tensors this stage does not keep).
+  std::optional<std::vector<long>> optimizer_steps() const override {
+    return std::vector<long>(host_.models().size(), 0);
+  }
+
+private:
+  double slice_sq_ = 0;  ///< Σ g² of the shard's slices this step
+  step_t asked_ = -1;    ///< the step whose update the shard is making
+};
+
+} // namespace
+
+step_boundary_type zero_shards_boundary() {
+  return {"zero_shards",
+          [](const graph_spec& g, const actor_spec& stage) -> std::optional<boundary_choice> {
+            int peer = helper_of(g, "optimizer_shard", stage.name);
+            if (peer < 0)
+              return std::nullopt;
+            return boundary_choice{
+              {}, peer, bucket_options{g.data_parallel.bucket, g.data_parallel.overlap, g.data_parallel.zero}};
+          },
+          [](stage_host& host, const boundary_choice& c) -> std::unique_ptr<step_boundary> {
+            return std::make_unique<zero_shards>(host, c);
+          }};
+}
+
+} // namespace troupe

@@ -1,0 +1,124 @@
+// What is checked of pipeline_stage entries before anything runs: a `table`
+// schedule is read and run to completion under the simulated clock on the
+// graph's own pipeline, and each stage's part of a checkpoint being resumed
+// must hold the tensors, shapes and dtypes the stage restores.
+#include <algorithm>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "actors/builtin.hpp"
+#include "actors/stage/stage_engine.hpp"
+#include "ops/adamw.hpp"
+#include "ops/gpt.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
+#include "runtime/graph/limits.hpp"
+#include "schedulers/sim/harness.hpp"
+#include "schedulers/policies/schedule_table.hpp"
+
+namespace troupe {
+
+namespace {
+
+/// Why the graph's schedule table cannot run its pipeline of `ranks` stages
+/// of `chunks` model chunks each, or nullopt. The messages start with the
+/// table's name as written (the graph names the key).
+std::optional<std::string> table_problem(const graph_spec& g, int ranks, int chunks) {
+  const auto& p = g.pipeline;
+  const auto& name = p.table;
+  auto table = sched::load_table(p.table_path.string(), name);
+  if (!table)
+    return table.error().message;
+  if (table->empty())
+    return fmt::format("{}: holds no rank lines (one line of actions per stage, such as 0F0 0F1 0B0 0B1)", name);
+  if (static_cast<int>(table->size()) != ranks)
+    return fmt::format("{}: {} rank line{} for a pipeline of {} stages (one line per stage, in rank order)", name,
+                       table->size(), table->size() == 1 ? "" : "s", ranks);
+  int m = 0;
+  for (const auto& row : *table)
+    for (const auto& a : row)
+      m = std::max(m, a.microbatch + 1);
+  if (m != p.microbatches)
+    return fmt::format("{}: runs microbatches 0 to {} but pipeline.microbatches is {} (a table lists one step)",
+                       name, m - 1, p.microbatches);
+  // The harness's cost grows with stages² × chunks × microbatches, as for `troupe schedule`.
+  auto size = std::int64_t{ranks} * ranks * chunks * m;
+  if (size > limits::max_schedule_size)
+    return fmt::format("{}: too large to run under the simulated clock (stages² × chunks × microbatches is {}, "
+                       "the limit {})",
+                       name, size, limits::max_schedule_size);
+  if (auto ok = sched::validate_table(*table, ranks, m, chunks); !ok)
+    return fmt::format("{}: {}", name, ok.error().message);
+  // The stages' own scheduling cores, router and credits, as the run will drive them.
+  sched::sim_config c;
+  c.ranks = ranks, c.microbatches = m, c.chunks = chunks;
+  sched::policy_params base;
+  base.table = std::move(*table);
+  if (auto run = sched::simulate(c, "table", base); !run)
+    return fmt::format("{}: does not run to completion under the simulated clock: {}", name, run.error().message);
+  return std::nullopt;
+}
+
+} // namespace
+
+void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics& out) {
+  if (auto s = a.params.find("slowdown"); s != a.params.end()) {
+    double v = 0;
+    bool number = s->second.IsScalar() && YAML::convert<double>::decode(s->second, v);
+    if (!number || !(v >= 1.0 && v <= 1000.0)) {
+      source_pos at = a.pos;
+      if (!s->second.Mark().is_null())
+        at.line = s->second.Mark().line + 1, at.col = s->second.Mark().column + 1;
+      out.push_back({at, fmt::format("{}.slowdown", a.name),
+                     fmt::format("expected a factor from 1 to 1000 (an emulated slow device: each action takes "
+                                 "this many times its compute), got '{}'",
+                                 s->second.IsScalar() ? s->second.Scalar() : std::string{"a collection"})});
+    }
+  }
+  // Routed on the way, a stage may send to any replica of the next position;
+  // the graph's channels (what crosses processes) join only a replica's own chain.
+  if (a.rank == 0 && a.replica == 0 && g.data_parallel.route == "least_loaded" && g.cluster.present &&
+      g.cluster.nodes > 1)
+    out.push_back({g.where("data_parallel.route"), "data_parallel.route",
+                   "least_loaded runs in one process for now (cluster.nodes is " + std::to_string(g.cluster.nodes) +
+                     "): its stages send to every replica of the next position"});
+  // SkipPipe's stage 0 runs two chunks, the embedding's and the head's, in the
+  // order its paths bring them: a rule over any chunks in any order (#14).
+  if (g.skip_runs() && a.rank == 0 && a.replica == 0 && g.pipeline.schedule != "gpipe")
+    out.push_back({g.where("pipeline.schedule"), "pipeline.schedule",
+                   fmt::format("SkipPipe runs the schedule gpipe (stage 0 holds the embedding and the head, and "
+                               "paths reorder stages), not '{}'",
+                               g.pipeline.schedule)});
+  // SkipPipe's stage 0 holds the head as a chunk of no blocks, which the CUDA model does not take (#14).
+  if (g.skip_runs() && a.device.starts_with("cuda"))
+    out.push_back({g.skip.pos, "skip",
+                   fmt::format("SkipPipe runs CPU stages for now: '{}' runs on {} (set pipeline.device: cpu)", a.name,
+                               a.device)});
+  // The schedule is the pipeline's, not one stage's: its first stage checks it, once for all.
+  // With replicas every replica replays the same per-rank lists over its own chain.
+  if (a.rank != 0 || a.replica != 0 || g.pipeline.schedule != "table" || g.pipeline.table_path.empty())
+    return;
+  auto ranks = static_cast<int>(std::count_if(g.actors.begin(), g.actors.end(), [&](const actor_spec& s) {
+    return s.role.holds_layers && s.replica == a.replica;
+  }));
+  if (auto why = table_problem(g, ranks, static_cast<int>(a.layers.size())))
+    out.push_back({g.where("pipeline.table"), "pipeline.table", *why});
+}
+
+std::optional<std::string> check_stage_checkpoint(const graph_spec& g, const actor_spec& a,
+                                                  const safetensors_header& part) {
+  ops::gpt_config cfg;
+  cfg.layers = g.model.layers, cfg.d_model = g.model.d_model, cfg.heads = g.model.heads;
+  cfg.context = g.model.context, cfg.vocab = g.model.vocab, cfg.head_apart = g.skip_runs();
+  // What the stage's models hold (f32 weights on every device), chunk by chunk.
+  std::vector<std::vector<param_info>> layouts;
+  for (auto r : a.layers) {
+    auto& chunk = layouts.emplace_back();
+    for (auto& p : ops::gpt_param_specs(cfg, r.begin, r.end))
+      chunk.push_back({std::move(p.name), p.shape, dtype::f32});
+  }
+  return check_stage_part(part, layouts, ops::adamw::kinds());
+}
+
+} // namespace troupe

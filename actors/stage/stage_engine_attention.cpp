@@ -1,0 +1,66 @@
+// A stage engine's actions in pieces around core attention, when attention
+// servers run it (stage_attention, #15): starting an action, finishing it, and
+// the servers' traffic.
+#include <fmt/format.h>
+
+#include "actors/stage/stage_engine.hpp"
+#include "actors/stage/stage_engine_detail.hpp"
+
+namespace troupe {
+
+using detail::loss_grad;
+using detail::span_of;
+using detail::take;
+
+void stage_engine::start_pieces(const sched::stage_task& t) {
+  const auto& a = t.what;
+  if (a.kind != sched::op_kind::forward && a.kind != sched::op_kind::backward)
+    throw std::runtime_error(fmt::format("{}: attention servers need a fused backward; the schedule '{}' split "
+                                         "microbatch {}'s",
+                                         cfg_.name, cfg_.policy, a.microbatch));
+  scoped_span s(trace_id, span_of(a.kind), static_cast<std::int32_t>(t.step), a.microbatch);
+  auto t0 = trace_now();
+  auto& w = slot(t.chunk, a.microbatch);
+  auto& range = chunks_[static_cast<std::size_t>(t.chunk)];
+  if (a.kind == sched::op_kind::forward) {
+    auto input = take(w.input, "input", cfg_.name);
+    input.value = host_f32(input);
+    attention_->start_forward(t.step, t.chunk, a.microbatch, range, input, t.loss ? w.targets : tensor_handle{});
+  } else if (t.loss) { // as compute() does: the microbatch's share of the step's tokens
+    auto tokens = core_->step_tokens();
+    if (tokens <= 0)
+      throw std::runtime_error(fmt::format("{}: step {} has no tokens in its plan", cfg_.name, t.step));
+    attention_->start_backward(t.step, t.chunk, a.microbatch, range, loss_grad(w.targets.numel(), tokens));
+    w.targets = {};
+  } else {
+    attention_->start_backward(t.step, t.chunk, a.microbatch, range, host_f32(take(w.grad, "gradient", cfg_.name)));
+  }
+  compute_ns_ += trace_now() - t0;
+}
+
+void stage_engine::finish_pieces() {
+  const auto& t = pieces_task_;
+  auto out = attention_->take_output();
+  if (t.what.kind == sched::op_kind::forward && t.loss) {
+    record_loss(t, slot(t.chunk, t.what.microbatch), out.value.data<float>()[0]);
+    out = {};
+  }
+  if (out.defined())
+    output_ = std::move(out);
+  core_->finish(t);
+}
+
+void stage_engine::on_attention_result(const attention_result_msg& m) {
+  if (!attention_)
+    throw std::runtime_error(fmt::format("{}: an attention answer, but this stage sends no attention", cfg_.name));
+  attention_->on_result(m);
+}
+
+attention_result_msg stage_engine::serve_attention(const attention_task_msg& m) {
+  if (!attention_ || attention_->config().self_server < 0)
+    throw std::runtime_error(fmt::format("{}: an attention task from actor {}, but this stage serves none", cfg_.name,
+                                         m.key.from));
+  return attention_->server().serve(m);
+}
+
+} // namespace troupe

@@ -1,0 +1,260 @@
+// The rule policies: each decides from one stage_queue only, so the same
+// object serves any step, any microbatch count and any arrival order. Under
+// equal costs on a chain they reproduce the published orders (orders.hpp,
+// checked in harness.test.cpp); under stragglers they run what is ready.
+//
+// Why each rule, measured with bench_straggler (4 scenarios x 100 seeds,
+// median makespans against `table` replaying the rule's own equal-cost order):
+// - 1F1B, interleaved and ZB-H1 put a ready forward (within the in-flight
+//   bound) before a backward or I. REFERENCES.md's rules put the backward
+//   first; both give the published orders, but backward-first lost 1-19%.
+// - They also hold a ready backward (or I) while the bound has room and the
+//   step's plan says a forward is still to come (queue.forwards_to_come()).
+//   Running it instead delays that forward, which every later stage waits on;
+//   without the hold 1F1B lost up to 4.3% (8x16, costs 1-3x), ZB-H1 3.3% and
+//   interleaved 1.3% (8x16x2, slow microbatch). With it 1F1B and interleaved
+//   run their canonical order whatever the costs, and tie their replays.
+// - ZB-H1 runs a deferred W only when one is due or nothing else is left.
+//   With r + 1 deferred the next I cannot start before a W: that W is due. A
+//   rank that would wait for a coming forward runs it in the wait, where the
+//   replayed order runs it after the forward; the I then follows the forward
+//   at once and its gradient leaves up to one W earlier. The forward is late
+//   only when it arrives mid-W, and on the last stage it feeds only that I, so
+//   there the gradient never leaves later. Costs are not read: the rule needs
+//   no prediction. This is where ZB-H1 beats its replay (4x8, 4x16, 8x16): costs
+//   1-3x by 1.7/1.2/0.8%, a slow microbatch 1.0/1.3/1.0%, jitter 0.8/1.1/0.7%.
+//   A W in a wait below r + 1 deferred lost up to 3.3% (the awaited input
+//   arrives mid-W and the chain behind it slips); so did filling every wait
+//   longer than three forwards (-0.6% at 8x16 with costs 1-3x), which with the
+//   due W still cut the 8x16 gains to 0.2% (costs 1-3x) and 0.7% (slow
+//   microbatch). The due W on the last stage only never lost a seed but won
+//   0.15% at 8x16 with costs 1-3x (300 seeds); the oldest W goes first, since
+//   the cheapest one (measured forward cost) left long W for the cool-down and
+//   lost 1.3% with a slow microbatch at 4x16.
+//
+// Why the holds cannot deadlock (a chain, one chunk, arrivals in microbatch
+// order): rank r holds only below its bound p - r, waiting for forward k from
+// rank r - 1. Rank r has run forwards 0..k-1 and finished more than
+// k - (p - r) backwards, so rank r - 1 has received those gradients. If rank
+// r - 1 is at its bound p - r + 1 it has finished only k - (p - r + 1) of
+// them, so one is ready there, and a rank at its bound never holds: it runs
+// it and, below its bound, the forward k (whose input is coming from r - 2 by
+// the same argument, and rank 0 has every input). A ZB-H1 rank that waits for
+// an I with r + 1 W deferred runs a W instead, so W never blocks. The
+// interleaved rule's hold is checked, not proved: straggler.test.cpp runs
+// every rule under heavy jitter and random slowdowns over many seeds.
+#include "schedulers/policies/rule_policies.hpp"
+
+#include <fmt/format.h>
+
+namespace troupe::sched {
+
+namespace {
+
+// Sort keys: smaller runs first. A plain chain has one chunk, so the key is the microbatch.
+struct key {
+  int group, chunk, mb;
+  auto operator<=>(const key&) const = default;
+};
+
+/// The ready action of `kind` with the smallest key over every chunk, if any.
+template <class Key>
+std::optional<action> pick(const stage_queue& q, op_kind kind, Key&& key_of) {
+  std::optional<action> best;
+  std::optional<key> best_key;
+  for (int c = 0; c < q.chunks(); ++c) {
+    const auto& ready = kind == op_kind::forward       ? q.ready_forward(c)
+                        : kind == op_kind::weight_grad ? q.deferred_weight(c)
+                                                       : q.ready_backward(c);
+    for (int mb : ready) {  // sets are sorted: only the first can win within a chunk for monotone keys
+      key k = key_of(c, mb);
+      if (!best_key || k < *best_key) {
+        best_key = k;
+        best = action{kind, q.stage_of(c), mb};
+      }
+      break;
+    }
+  }
+  return best;
+}
+
+key by_microbatch(int, int mb) { return {0, 0, mb}; }
+
+/// True when the rank could take another forward (in flight < `bound`) and the
+/// step's plan says one is still to come: then a ready backward waits for it.
+/// Before the plan arrives (forwards_to_come() < 0) nothing is held.
+bool forward_coming(const stage_queue& q, int bound) {
+  return q.in_flight() < bound && q.forwards_to_come() > 0;
+}
+
+expected<void> check_shape(std::string_view name, const policy_params& p, bool interleaved) {
+  if (p.ranks < 1 || p.chunks < 1)
+    return make_sched_error(fmt::format("{}: stages ({}) and chunks ({}) must be at least 1", name, p.ranks, p.chunks));
+  if (p.rank < 0 || p.rank >= p.ranks)
+    return make_sched_error(fmt::format("{}: rank {} is outside 0..{}", name, p.rank, p.ranks - 1));
+  if (!interleaved && p.chunks != 1)
+    return make_sched_error(fmt::format("{}: runs one model chunk per rank, not {} (use interleaved_1f1b for "
+                                        "virtual stages)", name, p.chunks));
+  return {};
+}
+
+class gpipe final : public stage_policy {
+public:
+  explicit gpipe(int bound) : bound_(bound) {}
+  std::string_view name() const override { return "gpipe"; }
+  int in_flight_limit() const override { return bound_; }
+  std::optional<action> next(const stage_queue& q) override {
+    if (bound_ == 0 || q.in_flight() < bound_)
+      if (auto f = pick(q, op_kind::forward, by_microbatch))
+        return f;
+    return pick(q, op_kind::backward, by_microbatch);
+  }
+
+private:
+  int bound_;  // 0: none, all forwards may be held
+};
+
+class one_f_one_b final : public stage_policy {
+public:
+  one_f_one_b(int bound, int declared) : bound_(bound), declared_(declared) {}
+  std::string_view name() const override { return "1f1b"; }
+  int in_flight_limit() const override { return declared_; }
+  std::optional<action> next(const stage_queue& q) override {
+    auto f = pick(q, op_kind::forward, by_microbatch);
+    if (f && q.in_flight() < (bound_ > 0 ? bound_ : q.hops_left(*f)))
+      return f;
+    if (forward_coming(q, declared_))
+      return std::nullopt;  // hold the backward: the forward it would delay is on its way
+    return pick(q, op_kind::backward, by_microbatch);
+  }
+
+private:
+  int bound_;     // from options; 0: the hops left on the route (p - r on a chain)
+  int declared_;  // what in_flight_limit reports: bound_, or p - r
+};
+
+class interleaved final : public stage_policy {
+public:
+  explicit interleaved(int bound) : bound_(bound) {}
+  std::string_view name() const override { return "interleaved_1f1b"; }
+  int in_flight_limit() const override { return bound_; }
+  std::optional<action> next(const stage_queue& q) override {
+    const int p = q.ranks();
+    auto forward_key = [&](int c, int mb) { return key{mb / p, c, mb}; };
+    if (q.in_flight() < bound_)
+      if (auto f = pick(q, op_kind::forward, forward_key); f && !awaits_earlier_forward(q, *f, forward_key))
+        return f;
+    if (forward_coming(q, bound_))
+      return std::nullopt;  // hold the backward for the coming forward, as 1F1B does
+    return pick(q, op_kind::backward, [&](int c, int mb) { return key{mb / p, -c, mb}; });
+  }
+
+private:
+  // True when a forward with a smaller key is on its way: a later chunk's input
+  // for a microbatch whose earlier chunk ran here. Running `f` first could take
+  // the last in-flight slot that forward needs, and only it leads to a
+  // backward (every rank would wait: a deadlock). A first chunk's inputs come
+  // from the router, and none is awaited: any that is ready may run.
+  template <class Key>
+  static bool awaits_earlier_forward(const stage_queue& q, const action& f, Key&& key_of) {
+    const key limit = key_of(q.chunk_of(f.stage), f.microbatch);
+    for (int c = 1; c < q.chunks(); ++c)
+      for (int mb = 0; mb < (limit.group + 1) * q.ranks(); ++mb) {
+        action a = fwd(q.stage_of(c), mb);
+        if (key_of(c, mb) < limit && q.is_started(fwd(q.stage_of(c - 1), mb)) && !q.is_ready(a) &&
+            !q.is_started(a))
+          return true;
+      }
+    return false;
+  }
+
+  int bound_;
+};
+
+class zb_h1 final : public stage_policy {
+public:
+  zb_h1(int bound, int declared, int weight_bound) : bound_(bound), declared_(declared), weight_bound_(weight_bound) {}
+  std::string_view name() const override { return "zb_h1"; }
+  bool splits_backward() const override { return true; }
+  int in_flight_limit() const override { return declared_; }
+  std::optional<action> next(const stage_queue& q) override {
+    auto f = pick(q, op_kind::forward, by_microbatch);
+    if (f && q.in_flight() < (bound_ > 0 ? bound_ : q.hops_left(*f)))
+      return f;
+    // With r + 1 W deferred the next I cannot start before a W: that W is due.
+    auto w = pick(q, op_kind::weight_grad, by_microbatch);
+    bool due = w && q.deferred_weight_count() >= deferred_cap(q, *w);
+    if (forward_coming(q, declared_))
+      return due ? w : std::nullopt;  // hold the I for the coming forward; run a due W in the wait
+    auto i = pick(q, op_kind::input_grad, by_microbatch);
+    if (i && q.deferred_weight_count() < deferred_cap(q, *i))
+      return i;
+    // A W now: before the I when r + 1 are deferred, in a wait that will end
+    // with such a W anyway, or when nothing but W is left.
+    if (i || due || q.in_flight() == 0)
+      return w;
+    return std::nullopt;
+  }
+
+private:
+  int deferred_cap(const stage_queue& q, const action& a) const {
+    return weight_bound_ > 0 ? weight_bound_ : q.hop_index(a) + 1;
+  }
+
+  int bound_, declared_;
+  int weight_bound_;  // from options; 0: hop_index + 1 (r + 1 on a chain)
+};
+
+} // namespace
+
+std::vector<policy_option> rule_options(bool split) {
+  std::vector<policy_option> out{
+    int_option("max_in_flight", "most activations held at once (the schedule's memory bound)", 1)};
+  if (split)
+    out.push_back(int_option("max_deferred_weight", "most weight-gradient (W) passes deferred at once", 1));
+  return out;
+}
+
+expected<policy_ptr> make_gpipe(const policy_params& p) {
+  // Any number of chunks: all forwards first needs no order among them (SkipPipe's
+  // stage 0 holds the head as a second chunk, #14).
+  if (auto ok = check_shape("gpipe", p, true); !ok)
+    return ok.error();
+  auto bound = int_setting("gpipe", p, "max_in_flight", 1, 0);
+  if (!bound)
+    return bound.error();
+  return policy_ptr{new gpipe(*bound)};
+}
+
+expected<policy_ptr> make_one_f_one_b(const policy_params& p) {
+  if (auto ok = check_shape("1f1b", p, false); !ok)
+    return ok.error();
+  auto bound = int_setting("1f1b", p, "max_in_flight", 1, 0);
+  if (!bound)
+    return bound.error();
+  return policy_ptr{new one_f_one_b(*bound, *bound > 0 ? *bound : p.ranks - p.rank)};
+}
+
+expected<policy_ptr> make_interleaved_1f1b(const policy_params& p) {
+  if (auto ok = check_shape("interleaved_1f1b", p, true); !ok)
+    return ok.error();
+  int warm_up = (p.ranks - p.rank - 1) * 2 + (p.chunks - 1) * p.ranks;  // Megatron-LM's
+  auto bound = int_setting("interleaved_1f1b", p, "max_in_flight", 1, warm_up + 1);
+  if (!bound)
+    return bound.error();
+  return policy_ptr{new interleaved(*bound)};
+}
+
+expected<policy_ptr> make_zb_h1(const policy_params& p) {
+  if (auto ok = check_shape("zb_h1", p, false); !ok)
+    return ok.error();
+  auto bound = int_setting("zb_h1", p, "max_in_flight", 1, 0);
+  if (!bound)
+    return bound.error();
+  auto weights = int_setting("zb_h1", p, "max_deferred_weight", 1, 0);
+  if (!weights)
+    return weights.error();
+  return policy_ptr{new zb_h1(*bound, *bound > 0 ? *bound : p.ranks - p.rank, *weights)};
+}
+
+} // namespace troupe::sched

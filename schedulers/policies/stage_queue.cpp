@@ -1,0 +1,259 @@
+// Incremental bookkeeping of one rank's queued, running and finished pipeline
+// work, its receivers' credits and the step's plan.
+#include "schedulers/policies/stage_queue.hpp"
+
+#include <fmt/format.h>
+
+namespace troupe::sched {
+
+stage_queue::stage_queue(int rank, int ranks, int microbatches, int chunks)
+  : rank_(rank), ranks_(ranks), fixed_microbatches_(microbatches), chunks_(chunks) {
+  reset();
+  step_ = 0;
+}
+
+void stage_queue::reset() {
+  for (auto& c : chunks_state_) { // keep the vectors' capacity: a step allocates nothing once warm
+    c.flags.assign(c.flags.size(), 0);
+    c.ready_f.clear(), c.blocked_f.clear(), c.ready_b.clear(), c.ready_w.clear();
+    c.in_flight = 0, c.completed = 0;
+  }
+  chunks_state_.resize(static_cast<std::size_t>(chunks_));
+  planned_ = fixed_microbatches_ > 0 ? fixed_microbatches_ * chunks_ : -1;
+  in_flight_total_ = 0;
+  complete_ = 0;
+  arrived_ = 0;
+  running_.reset();
+  idle_since_ = now_;
+  ++step_;
+}
+
+namespace {
+int slot(op_kind k) {
+  return k == op_kind::forward ? 0 : k == op_kind::backward ? 1 : k == op_kind::input_grad ? 2 : 3;
+}
+} // namespace
+
+double stage_queue::mean_cost(op_kind kind) const {
+  int i = slot(kind);
+  if (cost_count_[i] > 0)
+    return cost_sum_[i] / cost_count_[i];
+  double sum = 0;
+  int n = 0;
+  for (int k = 0; k < 4; ++k) {
+    sum += cost_sum_[k];
+    n += cost_count_[k];
+  }
+  return n > 0 ? sum / n : 0.0;
+}
+
+int stage_queue::deferred_weight_count() const {
+  int n = 0;
+  for (const auto& c : chunks_state_)
+    n += static_cast<int>(c.ready_w.size());
+  return n;
+}
+
+void stage_queue::grant(int actor, int count) {
+  credits_[actor] += count;
+  refresh_credit_gates();
+}
+
+int stage_queue::credits(int actor) const {
+  auto i = credits_.find(actor);
+  return i == credits_.end() ? 0 : i->second;
+}
+
+void stage_queue::refresh_credit_gates() {
+  for (auto& c : chunks_state_) {
+    for (auto it = c.blocked_f.begin(); it != c.blocked_f.end();)
+      if (has_credit(c.info[static_cast<std::size_t>(*it)]))
+        c.ready_f.insert(*it), it = c.blocked_f.erase(it);
+      else
+        ++it;
+    for (auto it = c.ready_f.begin(); it != c.ready_f.end();)
+      if (!has_credit(c.info[static_cast<std::size_t>(*it)]))
+        c.blocked_f.insert(*it), it = c.ready_f.erase(it);
+      else
+        ++it;
+  }
+}
+
+expected<void> stage_queue::check(int stage, int microbatch, const char* what) const {
+  if (!owns(stage))
+    return make_sched_error(fmt::format("rank {}: {} for stage {}, which this rank does not own "
+                                        "(it owns stages {} + c*{} for c < {})",
+                                        rank_, what, stage, rank_, ranks_, chunks_));
+  if (microbatch < 0 || (fixed_microbatches_ > 0 && microbatch >= fixed_microbatches_))
+    return make_sched_error(fmt::format("rank {}: {} for microbatch {}, outside 0..{}", rank_, what, microbatch,
+                                        fixed_microbatches_ > 0 ? fixed_microbatches_ - 1 : 0x7fffffff));
+  return {};
+}
+
+std::uint8_t stage_queue::flags(const action& a) const {
+  if (!owns(a.stage) || a.microbatch < 0)
+    return 0;
+  const auto& f = chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))].flags;
+  return static_cast<std::size_t>(a.microbatch) < f.size() ? f[static_cast<std::size_t>(a.microbatch)] : 0;
+}
+
+const hop_info* stage_queue::info(const action& a) const {
+  if (!(flags(a) & f_arrived))
+    return nullptr;
+  return &chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))].info[static_cast<std::size_t>(a.microbatch)];
+}
+
+int stage_queue::hop_index(const action& a) const {
+  auto i = info(a);
+  return i ? i->hop : a.stage;
+}
+
+int stage_queue::hops_left(const action& a) const {
+  auto i = info(a);
+  return i ? i->hops_left : stages() - a.stage;
+}
+
+expected<void> stage_queue::push_forward(int stage, int mb, std::optional<hop_info> given) {
+  if (auto ok = check(stage, mb, "activation"); !ok)
+    return ok;
+  auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(stage))];
+  auto i = static_cast<std::size_t>(mb);
+  if (i >= c.flags.size())
+    c.flags.resize(i + 1, 0), c.info.resize(i + 1);
+  auto& f = c.flags[i];
+  if (f & f_arrived)
+    return make_sched_error(fmt::format("rank {}: duplicate activation for {}", rank_, to_string(fwd(stage, mb))));
+  f |= f_arrived;
+  ++arrived_;
+  c.info[i] = given ? *given : hop_info{stage, stages() - stage, -1};
+  (has_credit(c.info[i]) ? c.ready_f : c.blocked_f).insert(mb);
+  return {};
+}
+
+expected<void> stage_queue::push_backward(int stage, int mb) {
+  if (auto ok = check(stage, mb, "gradient"); !ok)
+    return ok;
+  auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(stage))];
+  if (!(flags(bwd(stage, mb)) & f_done))
+    return make_sched_error(fmt::format("rank {}: gradient for {} arrived before its forward finished", rank_,
+                                        to_string(bwd(stage, mb))));
+  auto& f = c.flags[static_cast<std::size_t>(mb)];
+  if (f & b_arrived)
+    return make_sched_error(fmt::format("rank {}: duplicate gradient for {}", rank_, to_string(bwd(stage, mb))));
+  f |= b_arrived;
+  c.ready_b.insert(mb);
+  return {};
+}
+
+bool stage_queue::is_ready(const action& a) const {
+  auto f = flags(a);
+  switch (a.kind) {
+    case op_kind::forward: return (f & f_arrived) && !(f & f_started) && has_credit(*info(a));
+    case op_kind::backward:
+    case op_kind::input_grad: return (f & b_arrived) && !(f & b_started);
+    case op_kind::weight_grad: return (f & b_done) && !(f & w_started);
+  }
+  return false;
+}
+
+bool stage_queue::is_started(const action& a) const {
+  auto f = flags(a);
+  switch (a.kind) {
+    case op_kind::forward: return f & f_started;
+    case op_kind::backward:
+    case op_kind::input_grad: return f & b_started;
+    case op_kind::weight_grad: return f & w_started;
+  }
+  return false;
+}
+
+bool stage_queue::is_done(const action& a) const {
+  auto f = flags(a);
+  switch (a.kind) {
+    case op_kind::forward: return f & f_done;
+    case op_kind::input_grad: return f & b_done;
+    case op_kind::backward:
+    case op_kind::weight_grad: return f & w_done;
+  }
+  return false;
+}
+
+expected<void> stage_queue::start(const action& a) {
+  if (auto ok = check(a.stage, a.microbatch, "start"); !ok)
+    return ok;
+  if (running_)
+    return make_sched_error(fmt::format("rank {}: cannot start {} while {} runs", rank_, to_string(a),
+                                        to_string(*running_)));
+  if (!is_ready(a))
+    return make_sched_error(fmt::format("rank {}: {} is not ready (its input has not arrived, its receiver has "
+                                        "no credit, or it already ran)",
+                                        rank_, to_string(a)));
+  auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))];
+  auto& f = c.flags[static_cast<std::size_t>(a.microbatch)];
+  switch (a.kind) {
+    case op_kind::forward:
+      f |= f_started;
+      c.ready_f.erase(a.microbatch);
+      ++c.in_flight;
+      ++in_flight_total_;
+      if (int next = c.info[static_cast<std::size_t>(a.microbatch)].next_actor; next >= 0) {
+        --credits_[next]; // the output's buffer at the receiver is now spoken for
+        refresh_credit_gates();
+      }
+      break;
+    case op_kind::backward:
+    case op_kind::input_grad:
+      f |= b_started;
+      c.ready_b.erase(a.microbatch);
+      break;
+    case op_kind::weight_grad:
+      f |= w_started;
+      c.ready_w.erase(a.microbatch);
+      break;
+  }
+  running_ = a;
+  started_at_ = now_;
+  return {};
+}
+
+expected<void> stage_queue::finish(const action& a) {
+  if (!running_ || !(*running_ == a))
+    return make_sched_error(fmt::format("rank {}: finished {} but {} was running", rank_, to_string(a),
+                                        running_ ? to_string(*running_) : std::string{"nothing"}));
+  running_.reset();
+  cost_sum_[slot(a.kind)] += now_ - started_at_;
+  ++cost_count_[slot(a.kind)];
+  idle_since_ = now_;
+  auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))];
+  auto& f = c.flags[static_cast<std::size_t>(a.microbatch)];
+  switch (a.kind) {
+    case op_kind::forward:
+      f |= f_done;
+      if (c.info[static_cast<std::size_t>(a.microbatch)].hops_left == 1) { // the loss gradient is computed locally
+        f |= b_arrived;
+        c.ready_b.insert(a.microbatch);
+      }
+      break;
+    case op_kind::backward:
+      f |= b_done | w_started | w_done;
+      --c.in_flight;
+      --in_flight_total_;
+      ++c.completed;
+      ++complete_;
+      break;
+    case op_kind::input_grad:
+      f |= b_done;
+      --c.in_flight;
+      --in_flight_total_;
+      c.ready_w.insert(a.microbatch);
+      break;
+    case op_kind::weight_grad:
+      f |= w_done;
+      ++c.completed;
+      ++complete_;
+      break;
+  }
+  return {};
+}
+
+} // namespace troupe::sched

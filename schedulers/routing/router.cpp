@@ -1,0 +1,130 @@
+// The router core: routes a step at a time, plans per stage, credit-gated emission.
+#include "schedulers/routing/router.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace troupe::sched {
+
+router_core::router_core(router_config cfg, routing_ptr policy)
+  : cfg_(std::move(cfg)), policy_(std::move(policy)), step_(cfg_.first_step) {
+  eval_routes_ = policy_->eval_routes();
+  if (!done())
+    plan_step();
+}
+
+int router_core::credits(int actor) const {
+  auto i = credits_.find(actor);
+  return i == credits_.end() ? 0 : i->second;
+}
+
+void router_core::drop_replica(int r) {
+  int replicas = std::max(cfg_.replicas, 1);
+  if (!cfg_.independent_replicas || r < 0 || r >= replicas)
+    throw std::invalid_argument("router: only independent replicas (local-update training) can leave the run");
+  lost_.resize(static_cast<std::size_t>(replicas), false);
+  lost_[static_cast<std::size_t>(r)] = true;
+  for (int s = 0; s < replicas; ++s)
+    if (!lost_[static_cast<std::size_t>(s)]) {
+      if (r == 0)
+        eval_routes_ = {policy_->route(0, s, s)};  // the chain of the first replica still here
+      return;
+    }
+  throw std::invalid_argument("router: every replica has left the run");
+}
+
+void router_core::advance() {
+  if (++microbatch_ == per_step()) {
+    microbatch_ = 0;
+    if (++step_ < cfg_.steps)
+      plan_step();
+  }
+}
+
+void router_core::skip_lost() {
+  auto replicas = std::max(cfg_.replicas, 1);
+  while (!done() && !lost_.empty() && lost_[static_cast<std::size_t>(microbatch_ % replicas)])
+    advance();
+}
+
+void router_core::plan_step() {
+  planned_ = false;
+  routes_.clear();
+  auto first = step_ * per_step();
+  for (int k = 0; k < per_step(); ++k)
+    routes_.push_back(policy_->route(step_, k, first + k));
+}
+
+std::optional<emission> router_core::next() {
+  skip_lost();
+  if (done())
+    return std::nullopt;
+  const auto& r = routes_[static_cast<std::size_t>(microbatch_)];
+  int head = r.front().actor, tail = cfg_.targets_with_tokens ? head : r.back().actor;
+  if (credits(head) < 1 || (tail != head && credits(tail) < 1))
+    return std::nullopt;
+  // Routed across replicas (least_loaded, NoLoCo), microbatches are numbered in the
+  // whole step: a stage may take the same index of two replicas.
+  bool whole_step = cfg_.targets_with_tokens || cfg_.stage_local_norm || cfg_.across_replicas;
+  int mb = whole_step ? microbatch_ : microbatch_ / std::max(cfg_.replicas, 1);
+  emission e{step_, mb, step_ * per_step() + microbatch_, r, {}};
+  --credits_[head];
+  if (tail != head)
+    --credits_[tail];
+  bool first = !planned_;  // the step's first microbatch made: its plans go with it
+  planned_ = true;
+  if (first && cfg_.independent_replicas)
+    plan_replicas(e);
+  else if (first) {
+    std::map<int, int> hops;
+    for (int a : cfg_.stage_actors)
+      hops[a] = 0;
+    for (const auto& route : routes_)
+      for (const auto& h : route)
+        ++hops[h.actor];
+    for (int a : cfg_.hops_from_messages)
+      hops[a] = -1;
+    for (auto [actor, n] : hops)
+      e.plans.push_back(
+        {actor, cfg_.stage_local_norm
+                  ? step_plan_msg{step_, n, cfg_.tokens_per_microbatch * cfg_.microbatches, 1, actor}
+                  : step_plan_msg{step_, n, cfg_.tokens_per_microbatch * per_step(),
+                                  static_cast<std::int32_t>(hops.size()), routes_.front().front().actor}});
+  }
+  ++emitted_;
+  advance();
+  skip_lost();
+  e.step_end = done() || step_ != e.step;
+  return e;
+}
+
+void router_core::plan_replicas(emission& e) const {
+  int replicas = std::max(cfg_.replicas, 1);
+  for (int rep = 0; rep < replicas; ++rep) {
+    if (!lost_.empty() && lost_[static_cast<std::size_t>(rep)])
+      continue;  // left the run
+    std::map<int, int> hops;
+    int head = -1;
+    for (std::size_t k = static_cast<std::size_t>(rep); k < routes_.size(); k += static_cast<std::size_t>(replicas)) {
+      head = head < 0 ? routes_[k].front().actor : head;
+      for (const auto& h : routes_[k])
+        ++hops[h.actor];
+    }
+    for (auto [actor, n] : hops)
+      e.plans.push_back({actor, step_plan_msg{step_, n, cfg_.tokens_per_microbatch * cfg_.microbatches,
+                                              static_cast<std::int32_t>(hops.size()), head}});
+  }
+}
+
+std::map<int, int> chain_input_credits(const route_t& chain, int me, int router, int stage_actors) {
+  std::map<int, int> credits;
+  bool first = chain.front().actor == me, loss = chain.back().actor == me;
+  if (first || loss)
+    credits[router] = loss && !first ? default_target_credits(stage_actors) : 0;
+  for (std::size_t h = 1; h < chain.size(); ++h)
+    if (chain[h].actor == me && chain[h - 1].actor != me)
+      credits[chain[h - 1].actor] = 0;
+  return credits;
+}
+
+} // namespace troupe::sched

@@ -1,0 +1,126 @@
+// The router's decisions, free of CAF and of data: which microbatch to emit
+// next, on which route, and what each step holds for every stage (its plan).
+// The data loader wraps it with a corpus; the simulated clock drives it bare.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "runtime/actor/route.hpp"
+#include "schedulers/routing/routing_policy.hpp"
+
+namespace troupe::sched {
+
+/// What a router needs to know about the run.
+struct router_config {
+  std::vector<int> stage_actors;     ///< every stage actor (graph indices): each gets a plan per step
+  int microbatches = 1;              ///< per step and replica
+  std::int64_t steps = 1;            ///< the run ends after this step
+  std::int64_t first_step = 0;       ///< where a resumed run starts
+  std::int64_t tokens_per_microbatch = 1;
+  int replicas = 1;                  ///< data-parallel replicas: a step emits replicas × microbatches
+  /// Routing around stragglers: stages that learn a step's hops from their
+  /// senders (their plan says -1), and targets that go with the tokens to the
+  /// first hop (the loss stage is chosen on the way) instead of to the route's last.
+  std::vector<int> hops_from_messages{};
+  bool targets_with_tokens = false;
+  /// Local-update training (#13): each replica's stages get a plan of their own
+  /// replica's hops and tokens, and reduce their gradient norm among themselves.
+  bool independent_replicas = false;
+  /// NoLoCo's random routes (#13): replicas share stages microbatch by
+  /// microbatch, yet nothing is reduced among them: every stage clips by its own
+  /// gradient norm and counts the tokens of one replica's batch.
+  bool stage_local_norm = false;
+  /// SkipPipe's paths (#14) go through any replica's stages: microbatches are
+  /// numbered in the whole step, so two replicas' never share an index at a stage.
+  bool across_replicas = false;
+};
+
+/// One microbatch to make and send: tokens to route.front(), targets to route.back().
+/// With replicas, a step's microbatches go round the replicas (k-th of the step:
+/// replica k mod R, its microbatch k div R), so R replicas of batch b take the
+/// sequences one replica of batch R·b would, in the same order.
+struct emission {
+  std::int64_t step = 0;
+  int microbatch = 0;                ///< within the step and its replica
+  std::int64_t sequence = 0;         ///< within the run
+  route_t route;
+  /// The step's plan for every stage actor, set on a step's first microbatch
+  /// (send them before it): stage actor index -> plan.
+  std::vector<std::pair<int, step_plan_msg>> plans;
+  /// The step's last microbatch (of the replicas still in the run).
+  bool step_end = false;
+};
+
+/// Emits microbatches in order while the receivers' credits allow: a
+/// microbatch needs a credit of its first hop (tokens) and of its last hop
+/// (targets; one credit when the two are the same actor). Routes come from the
+/// routing policy, a step at a time, so the plans can count every stage's hops.
+class router_core {
+public:
+  router_core(router_config cfg, routing_ptr policy);
+
+  /// A receiver granted `count` more credits.
+  void grant(int actor, int count) { credits_[actor] += count; }
+  int credits(int actor) const;
+  /// The next microbatch, if its receivers have credit and the run is not over.
+  std::optional<emission> next();
+  /// Every microbatch of every step has been emitted.
+  bool done() const { return step_ >= cfg_.steps; }
+  /// Microbatches emitted so far in this run (not counting a resumed run's earlier ones).
+  std::int64_t emitted() const { return emitted_; }
+  /// The route microbatches of evaluation follow (the policy's route of the run's first microbatch).
+  const route_t& eval_route() const { return eval_routes_.front(); }
+  /// Every route of evaluation, eval_route() first, each pass reported on its own
+  /// (routing_policy::eval_routes).
+  const std::vector<route_t>& eval_routes() const { return eval_routes_; }
+  /// Elastic local-update training (independent replicas): replica `r` left the
+  /// run; its microbatches are no longer made, its stages get no more plans, and
+  /// evaluation moves to the first replica still here when it was r's.
+  void drop_replica(int r);
+
+private:
+  void plan_step();
+  /// The plans of every replica of an independent-replicas step (router_config::independent_replicas).
+  void plan_replicas(emission& e) const;
+  /// Microbatches a step emits, over all replicas.
+  int per_step() const { return cfg_.microbatches * (cfg_.replicas > 1 ? cfg_.replicas : 1); }
+
+  router_config cfg_;
+  routing_ptr policy_;
+  std::map<int, int> credits_;
+  std::int64_t step_ = 0;
+  int microbatch_ = 0;
+  std::int64_t emitted_ = 0;
+  std::vector<route_t> routes_;   ///< this step's, by microbatch
+  std::vector<route_t> eval_routes_;
+  std::vector<bool> lost_;        ///< by replica: left the run
+  bool planned_ = false;          ///< this step's plans went out (with its first microbatch made)
+  /// Moves past the microbatches of replicas that left.
+  void skip_lost();
+  void advance();
+};
+
+} // namespace troupe::sched
+
+namespace troupe::sched {
+
+/// Credits a stage grants a sender whose channel sets no `credits:`: its
+/// policy's in-flight bound (`limit`, at least 2 buffers, so a sender can work
+/// one ahead), or 8 for a policy without a bound (0).
+inline int default_credits(int limit) { return limit > 0 ? (limit < 2 ? 2 : limit) : 8; }
+
+/// Credits the loss stage grants the router for targets when the channel sets
+/// none: targets are small, and the router must run a pipeline's depth ahead of
+/// the loss, so 4 per stage actor.
+inline int default_target_credits(int stage_actors) { return 4 * stage_actors; }
+
+/// The credits stage actor `me` grants on a `chain` route when the graph sets
+/// no `credits:`: each sender of its inputs 0 (the policy's default), the
+/// router too when `me` takes tokens, or the target default when it takes
+/// only the targets (a loss stage that is not also the first). For the drivers.
+std::map<int, int> chain_input_credits(const route_t& chain, int me, int router, int stage_actors);
+
+} // namespace troupe::sched

@@ -1,0 +1,167 @@
+// The router core and its routing policies: routes by layer order or by paths,
+// plans that count each stage's hops, and emission gated by credits.
+#include "schedulers/routing/router.hpp"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+using namespace troupe;
+using namespace troupe::sched;
+
+namespace {
+
+/// Stage actors 1..p (actor 0 is the router), `chunks` each, round-robin layers.
+routing_params stages(int p, int chunks = 1, std::vector<std::vector<std::string>> paths = {}) {
+  routing_params rp;
+  rp.layers = p * chunks;
+  for (int r = 0; r < p; ++r) {
+    route_stage s{r + 1, fmt::format("s{}", r), {}};
+    for (int c = 0; c < chunks; ++c)
+      s.chunks.emplace_back(r + c * p, r + c * p + 1);
+    rp.stages.push_back(s);
+  }
+  rp.paths = std::move(paths);
+  return rp;
+}
+
+} // namespace
+
+TEST_CASE("chain routes visit every chunk in layer order, wrapping around for interleaved chunks") {
+  auto r = (*make_routing("chain", stages(2, 2)))->route(0, 0, 0);
+  CHECK(r == route_t{{1, 0}, {2, 0}, {1, 1}, {2, 1}});
+}
+
+TEST_CASE("paths routes take path k mod n and may skip and reorder stages") {
+  auto p = make_routing("paths", stages(4, 1, {{"s0", "s2", "s1", "s3"}, {"s0", "s3"}}));
+  REQUIRE(p);
+  CHECK((*p)->route(0, 0, 0) == route_t{{1, 0}, {3, 0}, {2, 0}, {4, 0}});
+  CHECK((*p)->route(0, 1, 1) == route_t{{1, 0}, {4, 0}});
+  CHECK((*p)->route(1, 0, 2) == route_t{{1, 0}, {3, 0}, {2, 0}, {4, 0}});
+}
+
+TEST_CASE("a path must start with the embedding, end with the head and visit no chunk twice") {
+  auto no_head = make_routing("paths", stages(3, 1, {{"s0", "s1"}}));
+  REQUIRE(!no_head);
+  CHECK(no_head.error().message.find("must end at the stage holding layer 2") != std::string::npos);
+  auto no_embedding = make_routing("paths", stages(3, 1, {{"s1", "s2"}}));
+  REQUIRE(!no_embedding);
+  CHECK(no_embedding.error().message.find("must start at the stage holding layer 0") != std::string::npos);
+  auto twice = make_routing("paths", stages(3, 1, {{"s0", "s1", "s1", "s2"}}));
+  REQUIRE(!twice);
+  CHECK(twice.error().message.find("visits s1 twice") != std::string::npos);
+  auto unknown = make_routing("paths", stages(3, 1, {{"s0", "s7", "s2"}}));
+  REQUIRE(!unknown);
+  CHECK(unknown.error().message.find("no pipeline stage 's7' (known: s0, s1, s2)") != std::string::npos);
+  auto policy = make_routing("chian", stages(3));
+  REQUIRE(!policy);
+  CHECK(policy.error().message.find("known: chain, paths") != std::string::npos);
+}
+
+TEST_CASE("the router emits only what its receivers' credits allow, tokens and targets alike") {
+  router_config c{{1, 2, 3}, 4, 2, 0, 10};
+  auto policy = make_routing("chain", stages(3));
+  router_core r(c, std::move(*policy));
+  CHECK(!r.next());  // no credit yet
+  r.grant(1, 2);
+  CHECK(!r.next());  // the first hop has credit, the loss hop (targets) not
+  r.grant(3, 1);
+  auto e = r.next();
+  REQUIRE(e);
+  CHECK(e->microbatch == 0);
+  CHECK(!r.next());  // the targets' credit is spent
+  r.grant(3, 5);
+  REQUIRE(r.next());
+  CHECK(!r.next());  // the first hop's two credits are spent
+  CHECK(r.credits(1) == 0);
+  CHECK(r.credits(3) == 4);
+}
+
+TEST_CASE("each step's first microbatch carries every stage's plan, counting the hops its routes make there") {
+  router_config c{{1, 2, 3, 4}, 3, 2, 0, 16};
+  auto policy = make_routing("paths", stages(4, 1, {{"s0", "s1", "s3"}, {"s0", "s2", "s3"}}));
+  router_core r(c, std::move(*policy));
+  r.grant(1, 100), r.grant(4, 100);
+  std::vector<std::map<int, int>> hops;
+  while (auto e = r.next()) {
+    if (!e->plans.empty())
+      hops.emplace_back();
+    for (auto [actor, plan] : e->plans) {
+      hops.back()[actor] = plan.hops;
+      CHECK(plan.tokens == 3 * 16);
+      CHECK(plan.participants == 4);
+      CHECK(plan.reducer == 1);
+    }
+  }
+  CHECK(r.done());
+  REQUIRE(hops.size() == 2);
+  CHECK(hops[0] == std::map<int, int>{{1, 3}, {2, 2}, {3, 1}, {4, 3}});  // paths 0, 1, 0
+  CHECK(hops[1] == std::map<int, int>{{1, 3}, {2, 1}, {3, 2}, {4, 3}});  // paths 1, 0, 1
+}
+
+TEST_CASE("with replicas a step goes round them: replica k mod R, microbatch k div R, global tokens in the plans") {
+  routing_params rp;
+  rp.layers = 2;
+  rp.replicas = 2;
+  // r0s0 = 1, r0s1 = 2, r1s0 = 3, r1s1 = 4
+  for (int r = 0; r < 2; ++r)
+    for (int s = 0; s < 2; ++s)
+      rp.stages.push_back({1 + 2 * r + s, fmt::format("r{}s{}", r, s), {{s, s + 1}}, r});
+  auto policy = make_routing("chain", rp);
+  REQUIRE(policy);
+  router_config rc{{1, 2, 3, 4}, 3, 2, 0, 10, 2}; // 3 microbatches a replica, 2 steps, 10 tokens each, 2 replicas
+  router_core router(rc, std::move(*policy));
+  for (int a : {1, 2, 3, 4})
+    router.grant(a, 100);
+  for (int k = 0; k < 6; ++k) {
+    auto e = router.next();
+    REQUIRE(e);
+    CHECK(e->microbatch == k / 2);
+    CHECK(e->sequence == k);
+    CHECK(e->route.front().actor == (k % 2 == 0 ? 1 : 3));
+    CHECK(e->route.back().actor == (k % 2 == 0 ? 2 : 4));
+    CHECK(e->plans.size() == (k == 0 ? 4u : 0u));
+    for (const auto& [actor, plan] : e->plans) {
+      CHECK(plan.hops == 3);
+      CHECK(plan.tokens == 60);
+      CHECK(plan.participants == 4);
+      CHECK(plan.reducer == 1);
+    }
+  }
+  auto next_step = router.next();
+  REQUIRE(next_step);
+  CHECK(next_step->step == 1);
+  CHECK(next_step->microbatch == 0);
+}
+
+TEST_CASE("a replica that leaves local-update training: its microbatches and plans stop, steps still end") {
+  routing_params rp;
+  rp.layers = 2;
+  rp.replicas = 2;
+  for (int r = 0; r < 2; ++r)  // r0s0 = 1, r0s1 = 2, r1s0 = 3, r1s1 = 4
+    for (int s = 0; s < 2; ++s)
+      rp.stages.push_back({1 + 2 * r + s, fmt::format("r{}s{}", r, s), {{s, s + 1}}, r});
+  router_config rc{{1, 2, 3, 4}, 2, 3, 0, 10, 2};  // 2 microbatches a replica, 3 steps, 2 replicas
+  rc.independent_replicas = true;
+  auto policy = make_routing("chain", rp);
+  REQUIRE(policy);
+  router_core router(rc, std::move(*policy));
+  for (int a : {1, 2, 3, 4})
+    router.grant(a, 100);
+  auto first = router.next();  // step 0, replica 0: plans for both replicas
+  REQUIRE(first);
+  CHECK(first->plans.size() == 4);
+  router.drop_replica(0);  // evaluation moves to replica 1's chain
+  CHECK(router.eval_route().front().actor == 3);
+  int made = 0, ends = 0;
+  while (auto e = router.next()) {
+    ++made;
+    ends += e->step_end;
+    CHECK(e->route.front().actor == 3);  // replica 1 only
+    for (const auto& [actor, plan] : e->plans)
+      CHECK(actor >= 3);                 // no plans for the stages that left
+  }
+  CHECK(router.done());
+  CHECK(made == 2 + 2 + 2);  // replica 1's 2 of step 0, then of steps 1 and 2
+  CHECK(ends == 3);          // every step still ends, on replica 1's last microbatch
+  CHECK_THROWS_AS(router.drop_replica(1), std::invalid_argument);  // not the last one
+}

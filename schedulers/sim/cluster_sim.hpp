@@ -1,0 +1,132 @@
+// The same graph at any size under a simulated clock: a pipeline's stage
+// actors repeated over data-parallel replicas, each replica with its router,
+// their real stage_core / router_core / policies, and a cost model for compute,
+// links and collectives instead of CAF and kernels.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "schedulers/sim/cost_model.hpp"
+#include "schedulers/expected.hpp"
+#include "schedulers/routing/routing_policy.hpp"
+
+namespace troupe::sched {
+
+/// One interval of a simulated actor's time, for a trace: a compute action
+/// (`kind` F, B, I or W) or its position's data-parallel all-reduce (`S`).
+struct sim_span {
+  int replica = 0;
+  int position = 0;
+  char kind = 'F';
+  std::int64_t step = 0;
+  int microbatch = -1;  ///< -1 for an all-reduce
+  double begin = 0, end = 0;  ///< simulated seconds
+};
+
+/// One simulated cluster: `stages` is one replica's stage actors (their names
+/// and model chunks; actor numbers are assigned here), repeated `replicas` times.
+struct cluster_config {
+  transformer_shape model;        ///< model.microbatch is b, sequences per microbatch
+  cost_settings costs;            ///< device, links, tensor parallelism, recomputation
+  int replicas = 1;               ///< d: data-parallel replicas of the whole pipeline
+  int microbatches = 1;           ///< m: per replica per step
+  std::int64_t steps = 1;
+  std::string policy = "1f1b";    ///< the stage policy (a registered name)
+  std::map<std::string, std::string> policy_options;
+  /// Options of one position's stages (by position), over policy_options.
+  std::map<int, std::map<std::string, std::string>> stage_policy_options;
+  std::string routing = "chain";  ///< the routing policy
+  std::vector<std::vector<std::string>> paths;  ///< for `paths`
+  std::vector<route_stage> stages;  ///< one replica, in pipeline order (their `actor` is ignored)
+  double gradient_bytes = 4;      ///< per parameter in the data-parallel all-reduce (f32 main gradients)
+  double activation_bytes = 2;    ///< per value sent between stages (bf16)
+  bool reduce_norm = true;        ///< global-norm clipping: each replica's stages reduce Σg² every step
+  /// `own`: a microbatch stays on its replica's chain; `least_loaded`: each
+  /// stage sends an output to the replica of the next position likely to finish
+  /// it first (data_parallel.route; schedulers/routing/least_loaded.hpp).
+  std::string route = "own";
+  /// Compute of a stage actor (`r1s1`) this many times slower: an emulated slow device.
+  std::map<std::string, double> slowdown;
+  /// When set, the cost of a compute action (kind F, B, I or W) of `microbatch`
+  /// of `step` on the stage actor at (`replica`, `position`), given the cost
+  /// model's `nominal`: work that differs by microbatch, such as each replica's
+  /// documents under core attention (schedulers/sim/attention_sim.hpp).
+  using action_cost_fn =
+    std::function<double(int replica, int position, std::int64_t step, int microbatch, char kind, double nominal)>;
+  action_cost_fn action_cost;
+  /// Called with each span of the replicas `traced` marks (by replica; empty: none) as it ends, in simulated time order.
+  std::function<void(const sim_span&)> on_span;
+  std::vector<char> traced;
+  /// SkipPipe's nodes (#14), when `present`: stage actor (r, s) is the r-th network
+  /// node of position s (a slot with no node gets no work), one router feeds them
+  /// all and microbatch k of a step follows `paths[k]` across replicas (routing
+  /// `skippipe`: hops named `r1s3`, stage 0's head chunk last, `r0s0.1`). Stage 0
+  /// holds two chunks, the embedding's and the head's; the others one. The
+  /// policy must take chunks in any order (gpipe). A message between stage actors
+  /// takes their nodes' link plus `hop_overhead` when it carries a tensor; the
+  /// router sits with every start node (no delay). No data-parallel all-reduce:
+  /// SkipPipe prices an iteration without one.
+  struct skip_nodes {
+    bool present = false;
+    int path_length = 0;
+    /// Between the stage actors of slots a and b (slot = replica · stages + position).
+    std::vector<std::vector<link_spec>> links;
+    double hop_overhead = 0;  ///< seconds (SkipPipe's copies between host and GPU)
+  } skip;
+};
+
+/// What one pipeline position (the same stage in every replica) did.
+struct position_result {
+  std::string name;
+  int layers = 0;
+  double busy = 0;            ///< compute seconds, summed over the replicas
+  int peak_in_flight = 0;     ///< most activations held at once, over the replicas
+  double parameters = 0;      ///< of the stage (all t devices together)
+  double memory_bytes = 0;    ///< per device: model states + peak activations
+  double allreduce_s = 0;     ///< one data-parallel ring all-reduce of its gradients
+};
+
+/// What the simulation measured.
+struct cluster_result {
+  double makespan = 0;        ///< simulated seconds of all steps
+  double iteration_s = 0;     ///< makespan / steps
+  double busy = 0;            ///< compute seconds over all stage actors
+  /// Idle share of the stage actors' time, 1 - busy / (stage actors x makespan):
+  /// the pipeline bubble plus waiting for the data-parallel all-reduce.
+  double bubble_fraction = 0;
+  double sync_wait_s = 0;     ///< per step: gradients complete everywhere -> all-reduces done (critical path)
+  int stage_actors = 0;
+  std::int64_t devices = 0;   ///< stage actors x t
+  std::int64_t tokens_per_step = 0;
+  double flops_per_step = 0;        ///< Megatron's count (with the recomputed forward when recomputing)
+  double model_flops_per_step = 0;  ///< without recomputation (for MFU)
+  double parameters = 0;
+  double peak_flops = 0;            ///< per device, in the settings' dtype
+  std::uint64_t events = 0;
+  std::uint64_t messages = 0;
+  double p2p_bytes = 0;             ///< activations and gradients between stages
+  double allreduce_bytes = 0;       ///< bytes each device sends in the step's all-reduces, summed
+  double wall_s = 0;                ///< real seconds the simulation took
+  std::vector<position_result> positions;
+  /// Forwards each stage actor ran over the run, by name (`r0s1`): where routing sent the work.
+  std::map<std::string, int> forwards;
+  /// FLOP/s per device as Megatron counts them (flops_per_step), in TFLOP/s.
+  double tflops_per_device() const;
+  /// Model FLOPs utilisation: model_flops_per_step / (iteration_s x devices x peak).
+  double mfu() const;
+  double tokens_per_s() const { return iteration_s > 0 ? tokens_per_step / iteration_s : 0.0; }
+};
+
+/// `replicas` replicas of `stages` equal stages (2 layers of a small GPT each,
+/// A100 costs, free links, the head not counted): the straggler experiments' shape.
+cluster_config equal_stage_cluster(int stages, int replicas, int microbatches, int steps);
+
+/// Runs `steps` steps. Fails on a bad configuration, on a policy that breaks
+/// its bounds, or when the pipeline stalls (naming a stuck stage).
+expected<cluster_result> simulate_cluster(const cluster_config& config);
+
+} // namespace troupe::sched

@@ -1,0 +1,198 @@
+// The cluster driver's set-up: every replica's router, stage cores, links and
+// rings from the cluster_config, before the first event runs.
+#include "schedulers/sim/cluster_sim_state.hpp"
+
+namespace troupe::sched::detail {
+
+expected<void> cluster::build() {
+  const auto& m = c_.model;
+  message_bytes_ = c_.activation_bytes * m.microbatch * m.sequence * m.hidden;
+  const int n = d_ * (p_ + 1);
+  stages_.resize(static_cast<std::size_t>(n));
+  dirty_.assign((static_cast<std::size_t>(n) + 63) / 64, 0);
+  last_route_.assign(static_cast<std::size_t>(n), -1);
+  busy_.assign(static_cast<std::size_t>(n), 0);
+  slowdown_.assign(static_cast<std::size_t>(n), 1.0);
+  forwards_.assign(static_cast<std::size_t>(n), 0);
+  peak_in_flight_.assign(static_cast<std::size_t>(n), 0);
+  joined_.assign(static_cast<std::size_t>(p_), 0);
+  updating_.assign(static_cast<std::size_t>(n), 0);
+  if (c_.costs.device.cores > 0) {
+    host_.assign(static_cast<std::size_t>(n), 0);
+    for (int a = 0; a < n; ++a) {
+      auto [it, fresh] = host_of_node_.try_emplace(node_of(a), hosts_.size());
+      if (fresh)
+        hosts_.emplace_back();
+      host_[static_cast<std::size_t>(a)] = it->second;
+    }
+  }
+  for (int s = 0; s < p_; ++s) {
+    std::vector<chunk_costs> plain, head;
+    int layers = 0;
+    for (auto [b, e] : c_.stages[static_cast<std::size_t>(s)].chunks) {
+      plain.push_back(costs_of(m, c_.costs, e - b, false, b == 0));
+      head.push_back(costs_of(m, c_.costs, e - b, true, b == 0));
+      layers += e - b;
+    }
+    costs_.push_back(std::move(plain));
+    head_costs_.push_back(std::move(head));
+    bool embedding = std::any_of(c_.stages[static_cast<std::size_t>(s)].chunks.begin(),
+                                 c_.stages[static_cast<std::size_t>(s)].chunks.end(),
+                                 [&](auto ch) { return ch.first == 0 || ch.second == m.layers; });
+    params_.push_back(stage_parameters(m, layers, embedding));
+    optimizer_.push_back(params_.back() / c_.costs.tensor_parallel * c_.costs.device.optimizer_per_param);
+    double grad = params_.back() * c_.gradient_bytes / c_.costs.tensor_parallel;
+    // The ring of one tensor-parallel slice over the d replicas, whose devices
+    // are consecutive: its slowest link is the level of the widest boundary
+    // between the first replica and the last (a node's, then a site's).
+    allreduce_.push_back(skip_ ? 0.0 : ring_allreduce_time(d_, grad, link(actor(0, s), actor(d_ - 1, s))));
+  }
+  if (auto ok = build_routers(); !ok)
+    return ok;
+
+  for (int r = 0; r < d_; ++r) {
+    const route_t chain = routers_[skip_ ? 0 : static_cast<std::size_t>(r)]->eval_route();
+    const int router = skip_ ? 0 : r * (p_ + 1);
+    for (int s = 0; s < p_; ++s) {
+      const int me = actor(r, s);
+      const int v = static_cast<int>(c_.stages[static_cast<std::size_t>(s)].chunks.size());
+      policy_params pp;
+      pp.rank = s, pp.ranks = p_, pp.chunks = v, pp.options = c_.policy_options;
+      if (auto own = c_.stage_policy_options.find(s); own != c_.stage_policy_options.end())
+        for (const auto& [k, val] : own->second)  // a position's own options win, as a stage's `policy:` does
+          pp.options[k] = val;
+      auto policy = make_policy(c_.policy, pp);
+      if (!policy)
+        return policy.error();
+      stage_core_config cc;
+      cc.name = fmt::format("r{}s{}", r, s);
+      cc.actor = me, cc.rank = s, cc.ranks = p_, cc.chunks = v, cc.router = router, cc.steps = c_.steps;
+      cc.reduce_norm = c_.reduce_norm;
+      cc.input_credits = chain_input_credits(chain, me, router, p_);  // as a graph without `credits:`
+      if (skip_) {
+        // A path may come from any node: every stage actor may send here, the router to stage 0.
+        cc.input_credits.clear();
+        for (int q = 0; q < d_ * (p_ + 1); ++q)
+          if (position_of(q) >= 0 && q != me)
+            cc.input_credits[q] = 0;
+        if (s == 0)
+          cc.input_credits[router] = 0;
+      }
+      if (least_loaded_) {
+        // Any replica of the previous position may send here, and this one to any of the next.
+        for (int q = 0; q < d_; ++q) {
+          if (s > 0)
+            cc.input_credits[actor(q, s - 1)] = 0;
+          if (s + 1 < p_)
+            cc.next_replicas.push_back(actor(q, s + 1));
+        }
+        cc.hop_reporters = s > 0 ? d_ : 0;
+        cc.targets_travel = true;
+      }
+      if (auto f = c_.slowdown.find(cc.name); f != c_.slowdown.end())
+        slowdown_[static_cast<std::size_t>(me)] = f->second;
+      stage_core_hooks hk;
+      hk.clock = [this] { return now_; };
+      // Hooks capture at most 16 bytes (std::function keeps that in place) and
+      // messages carry an interned route, not a copy: no allocation per message.
+      hk.forward = [this, me](int to, const msg_meta& msg) {
+        if (to == me)
+          return;
+        p2p_bytes_ += message_bytes_;
+        deliver(me, to, message_bytes_, [this, to, step = msg.step, mb = msg.microbatch, hop = msg.hop,
+                                         id = intern(me, msg.route)] {
+          admitted(to, step,
+                   [this, to, id, step, mb, hop] { stage(to).on_activation(meta(id, step, mb, hop)); });
+        });
+      };
+      hk.backward = [this, me](int to, const msg_meta& msg) {
+        if (to == me)
+          return;
+        p2p_bytes_ += message_bytes_;
+        deliver(me, to, message_bytes_, [this, to, step = msg.step, mb = msg.microbatch, hop = msg.hop,
+                                         id = intern(me, msg.route)] {
+          admitted(to, step,
+                   [this, to, id, step, mb, hop] { stage(to).on_gradient(meta(id, step, mb, hop)); });
+        });
+      };
+      hk.credit = [this, me](int to, int count) {
+        deliver(me, to, 0, [this, to, me, count, load = stage(me).load()] {
+          if (position_of(to) < 0)
+            routers_[static_cast<std::size_t>(replica_of(to))]->grant(me, count);
+          else
+            stage(to).on_credit(me, count, load);
+        });
+      };
+      hk.hops = [this, me](int to, std::int64_t step, int count) {
+        deliver(me, to, 0, [this, to, me, step, count] { stage(to).on_hops(step, me, count); });
+      };
+      hk.norm = [this, me](int reducer, std::int64_t step, double sq) {
+        deliver(me, reducer, 0, [this, reducer, step, sq, me] { stage(reducer).on_norm(step, sq, me); });
+      };
+      hk.clip = [this, me](int to, std::int64_t step, double total) {
+        deliver(me, to, 0, [this, to, step, total] { stage(to).on_clip(step, total); });
+      };
+      hk.gradients_complete = [this, me](std::int64_t) {
+        gradients_complete(me);
+        return 0.0;
+      };
+      // The optimizer step: the stage takes no other work until it is done.
+      if (optimizer_[static_cast<std::size_t>(s)] > 0)
+        hk.update = [this, me, s](std::int64_t, double) {
+          updating_[static_cast<std::size_t>(me)] = 1;
+          busy_[static_cast<std::size_t>(me)] += optimizer_[static_cast<std::size_t>(s)];
+          compute(me, optimizer_[static_cast<std::size_t>(s)], [this, me] {
+            updating_[static_cast<std::size_t>(me)] = 0;
+            touch(me);
+          });
+        };
+      stages_[static_cast<std::size_t>(me)] =
+        std::make_unique<stage_core>(std::move(cc), std::move(*policy), std::move(hk));
+    }
+  }
+  return {};
+}
+
+// Each replica's router on its own chain (by the routing policy); with skip one
+// router for every node, its microbatches numbered across replicas.
+expected<void> cluster::build_routers() {
+  const auto& m = c_.model;
+  for (int r = 0; r < (skip_ ? 1 : d_); ++r) {
+    routing_params rp;
+    rp.layers = m.layers;
+    rp.paths = c_.paths;
+    router_config rc;
+    for (int q = skip_ ? 0 : r; q < (skip_ ? d_ : r + 1); ++q)
+      for (int s = 0; s < p_; ++s) {
+        auto st = c_.stages[static_cast<std::size_t>(s)];
+        st.actor = actor(q, s);
+        if (skip_)
+          st.name = fmt::format("r{}s{}", q, s), st.replica = q;
+        rp.stages.push_back(std::move(st));
+        rc.stage_actors.push_back(actor(q, s));
+      }
+    if (skip_)
+      rp.replicas = d_, rp.options["path_length"] = std::to_string(c_.skip.path_length);
+    auto routing = skip_ ? make_skippipe_routing(rp) : make_routing(c_.routing, rp);
+    if (!routing)
+      return routing.error();
+    rc.microbatches = c_.microbatches;
+    rc.steps = c_.steps;
+    rc.tokens_per_microbatch = static_cast<std::int64_t>(m.microbatch) * m.sequence;
+    if (least_loaded_) {
+      for (int s = 1; s < p_; ++s)
+        rc.hops_from_messages.push_back(actor(r, s));
+      rc.targets_with_tokens = true;
+    }
+    if (skip_)
+      rc.replicas = d_, rc.across_replicas = true;
+    routers_.push_back(std::make_unique<router_core>(rc, std::move(*routing)));
+  }
+  return {};
+}
+
+// A stage's gradients for the step are complete: it joins its position's ring.
+// When the last replica joins, the ring runs; when every position's ring is
+// done, the routers may start the next step (the optimizer step needs them all).
+
+} // namespace troupe::sched::detail

@@ -1,0 +1,78 @@
+// One replica's side of DiLoCo and Streaming DiLoCo as a sync policy: when to
+// exchange which fragment, and what to do with the averaged pseudo-gradient
+// (#13). Plain code: the sync actor or `troupe sync` moves the values.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "runtime/graph/local_update_spec.hpp"
+#include "schedulers/sync/outer_optimizer.hpp"
+
+namespace troupe::sched {
+
+/// What a replica does with one fragment after an inner step.
+struct fragment_event {
+  enum class kind { prepare, perform } what;
+  int fragment = 0;
+};
+
+/// When each fragment is exchanged (torchft's `DiLoCo._step_post_hook`): after
+/// every inner step the local count rises; at H/P − τ the fragment
+/// `exchanges % P` prepares, at H/P it performs and the count restarts. A
+/// stage keeps one to know when to wait; its sync actor keeps the values.
+class fragment_schedule {
+public:
+  fragment_schedule(int fragments, int cadence, int delay) : fragments_(fragments), cadence_(cadence), delay_(delay) {}
+  /// The events due after the inner step just taken, prepare before perform.
+  std::vector<fragment_event> after_inner_step();
+  long exchanges() const noexcept { return exchanges_; }
+
+private:
+  int fragments_, cadence_, delay_;
+  int local_step_ = 0;
+  long exchanges_ = 0;
+};
+
+/// The fragments, their delay and cadence of `spec` (diloco: 1 fragment, no delay).
+fragment_schedule make_fragment_schedule(const local_update_spec& spec);
+
+/// The schedule and outer step of torchft's `DiLoCo` (torchft/local_sgd.py;
+/// Douillard et al. 2023 for P = 1, Streaming DiLoCo, Douillard et al. 2025,
+/// arXiv 2501.18512, for P > 1). After every inner step the local step count
+/// rises; at H/P − τ the fragment `exchanges % P` prepares (its pseudo-gradient
+/// global − local goes out to be averaged), at H/P it performs (the averaged
+/// pseudo-gradient is applied to the saved global by the outer optimizer, the
+/// result saved as the new global, and the local values mixed in by α) and the
+/// count restarts. So the fragments go round robin, one every H/P steps.
+///
+/// Each fragment is one flat list of values; the caller maps model tensors onto
+/// it. Plain DiLoCo is P = 1, τ = 0, α = 0.
+class streaming_diloco {
+public:
+  /// `start[f]`: fragment f's values at the start, the first saved global.
+  streaming_diloco(const local_update_spec& spec, std::vector<std::vector<float>> start);
+
+  /// The events due after the inner step just taken, prepare before perform.
+  std::vector<fragment_event> after_inner_step() { return schedule_.after_inner_step(); }
+  /// The pseudo-gradient of fragment `f` from its `local` values: saved global − local.
+  std::vector<float> prepare(int f, std::span<const float> local) const;
+  /// Applies the replicas' mean pseudo-gradient to fragment `f`: the outer
+  /// optimizer steps from the saved global, that is saved as the new global,
+  /// and `local` becomes it mixed toward `local` by α.
+  void perform(int f, std::span<const float> averaged, std::span<float> local);
+
+  const std::vector<float>& global(int f) const { return global_.at(static_cast<std::size_t>(f)); }
+  int fragments() const noexcept { return static_cast<int>(global_.size()); }
+  /// Exchanges performed so far (torchft's manager step).
+  long exchanges() const noexcept { return exchanges_; }
+
+private:
+  local_update_spec spec_;
+  fragment_schedule schedule_;
+  long exchanges_ = 0;
+  std::vector<std::vector<float>> global_;
+  std::vector<outer_sgd> outer_;
+};
+
+} // namespace troupe::sched

@@ -1,0 +1,248 @@
+// The sync-method registry, the periodic schedule and the mean exchange (#13).
+#include "schedulers/sync/sync_policy.hpp"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace troupe::sched {
+
+void register_builtin_sync_methods(const std::function<void(std::string, sync_method)>& add); // sync_builtin.cpp
+
+namespace {
+
+struct registry {
+  std::mutex mu;
+  std::map<std::string, sync_method, std::less<>> methods;
+  std::vector<std::string> order;
+};
+
+registry& methods() {
+  static registry* r = [] {
+    auto* made = new registry;  // never destroyed: plugins' methods point into their libraries
+    register_builtin_sync_methods([made](std::string name, sync_method m) {
+      made->order.push_back(name);
+      made->methods[std::move(name)] = std::move(m);
+    });
+    return made;
+  }();
+  return *r;
+}
+
+class periodic : public sync_schedule {
+public:
+  explicit periodic(std::vector<int> every) : every_(std::move(every)) {
+    for (int e : every_)
+      if (e < 1)
+        throw std::invalid_argument(fmt::format("periodic_schedule: a period of {} steps", e));
+  }
+  std::vector<fragment_event> after_inner_step() override {
+    ++step_;
+    std::vector<fragment_event> out;
+    for (std::size_t f = 0; f < every_.size(); ++f)
+      if (step_ % every_[f] == 0)
+        out.push_back({fragment_event::kind::prepare, static_cast<int>(f)});
+    auto n = out.size();
+    for (std::size_t i = 0; i < n; ++i)
+      out.push_back({fragment_event::kind::perform, out[i].fragment});
+    return out;
+  }
+
+private:
+  std::vector<int> every_;
+  long step_ = 0;
+};
+
+} // namespace
+
+void register_sync_method(std::string name, sync_method method) {
+  auto& r = methods();
+  std::lock_guard lock(r.mu);
+  if (!r.methods.contains(name))
+    r.order.push_back(name);
+  r.methods[std::move(name)] = std::move(method);
+}
+
+const sync_method* find_sync_method(std::string_view name) {
+  auto& r = methods();
+  std::lock_guard lock(r.mu);
+  auto it = r.methods.find(name);
+  return it == r.methods.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> sync_method_names() {
+  auto& r = methods();
+  std::lock_guard lock(r.mu);
+  return r.order;
+}
+
+std::vector<fragment_plan> param_fragments(int pieces) {
+  std::vector<fragment_plan> out;
+  for (int i = 0; i < pieces; ++i)
+    out.push_back({fragment_content::params, i, pieces});
+  return out;
+}
+
+std::unique_ptr<sync_schedule> periodic_schedule(std::vector<int> every) {
+  return std::make_unique<periodic>(std::move(every));
+}
+
+std::vector<sync_send> sync_policy::lose(int r) {
+  throw std::runtime_error(fmt::format("this local-update method cannot go on without replica {}: it has no rule for "
+                                       "a lost replica",
+                                       r));
+}
+
+mean_exchange::mean_exchange(std::vector<int> members, int self, wire_format format, std::int64_t row)
+    : members_(std::move(members)), format_(format), row_(row) {
+  if (members_.empty() || !std::is_sorted(members_.begin(), members_.end()) || row < 1)
+    throw std::invalid_argument("mean_exchange: members must be listed in ascending order, rows at least 1 value");
+  self_ = index_of(self);
+  auto n = members_.size();
+  alive_.assign(n, true);
+  parts_.assign(n, std::vector<std::optional<quantized_rows>>(n));
+  reduced_.assign(n, false);
+  have_.assign(n, false);
+}
+
+std::size_t mean_exchange::index_of(int replica) const {
+  auto it = std::lower_bound(members_.begin(), members_.end(), replica);
+  if (it == members_.end() || *it != replica)
+    throw std::invalid_argument(fmt::format("mean_exchange: replica {} is not a member", replica));
+  return static_cast<std::size_t>(it - members_.begin());
+}
+
+std::size_t mean_exchange::owner(std::size_t c) const {
+  if (alive_[c])
+    return c;
+  for (std::size_t m = 0; m < alive_.size(); ++m)  // a lost member's chunks: the lowest member still here
+    if (alive_[m])
+      return m;
+  return self_;
+}
+
+std::pair<std::int64_t, std::int64_t> mean_exchange::chunk(std::size_t j) const {
+  // Whole rows, as even as they divide: member j owns rows [rows·j/n, rows·(j+1)/n).
+  auto rows = (values_ + row_ - 1) / row_;
+  auto n = static_cast<std::int64_t>(members_.size()), i = static_cast<std::int64_t>(j);
+  return {std::min(values_, rows * i / n * row_), std::min(values_, rows * (i + 1) / n * row_)};
+}
+
+bool mean_exchange::done() const noexcept {
+  return values_ >= 0 && std::all_of(have_.begin(), have_.end(), [](bool h) { return h; });
+}
+
+std::vector<sync_send> mean_exchange::start(std::span<const float> values) {
+  if (values_ >= 0)
+    throw std::logic_error("mean_exchange: started twice");
+  values_ = static_cast<std::int64_t>(values.size());
+  mean_.assign(values.size(), 0.0f);
+  std::vector<sync_send> out;
+  for (std::size_t j = 0; j < members_.size(); ++j) {
+    auto [b, e] = chunk(j);
+    own_.push_back(
+      quantize_rows(values.subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b)), row_, format_));
+    if (auto o = owner(j); o == self_)
+      parts_[j][self_] = own_.back();
+    else
+      out.push_back({members_[o], 0, static_cast<int>(j), own_.back()});
+  }
+  auto more = reduce_ready();
+  out.insert(out.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  return out;
+}
+
+std::vector<sync_send> mean_exchange::receive(int from, int round, int piece, quantized_rows part) {
+  if (values_ < 0)
+    throw std::logic_error("mean_exchange: a message before start");
+  auto i = index_of(from);
+  if (round < 0 || round > 1 || piece < 0 || static_cast<std::size_t>(piece) >= members_.size() || i == self_)
+    throw std::invalid_argument(fmt::format("mean_exchange: round {}, piece {} from replica {}", round, piece, from));
+  auto c = static_cast<std::size_t>(piece);
+  auto [b, e] = chunk(c);
+  if (part.values != e - b)
+    throw std::invalid_argument(fmt::format("mean_exchange: {} values of piece {} from replica {} (a chunk of {})",
+                                            part.values, piece, from, e - b));
+  if (auto ok = check_rows(part); !ok)
+    throw std::invalid_argument(
+      fmt::format("mean_exchange: a malformed part from replica {}: {}", from, ok.error().message));
+  if (round == 0) {
+    // A part for this chunk's owner: this member, or this member once it learns
+    // that the chunk's owner is gone. A repeat after a loss is the same part.
+    if (!parts_[c][i])
+      parts_[c][i] = std::move(part);
+    return reduce_ready();
+  }
+  if (!have_[c]) {  // the first mean of a chunk counts (after a loss the new owner's may follow)
+    accumulate(part, std::span<float>(mean_).subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b)));
+    have_[c] = true;
+  }
+  return {};
+}
+
+std::vector<sync_send> mean_exchange::reduce_ready() {
+  std::vector<sync_send> out;
+  for (std::size_t c = 0; c < members_.size(); ++c) {
+    if (reduced_[c] || owner(c) != self_)
+      continue;
+    std::vector<quantized_rows> parts;  // in member order: the same sums on every replica
+    bool all = true;
+    for (std::size_t m = 0; m < members_.size() && all; ++m)
+      if (alive_[m]) {
+        all = parts_[c][m].has_value();
+        if (all)
+          parts.push_back(*parts_[c][m]);
+      }
+    if (!all)
+      continue;
+    auto q = quantize_rows(reduce_mean(parts), row_, format_);
+    auto [b, e] = chunk(c);
+    if (!have_[c]) {
+      accumulate(q, std::span<float>(mean_).subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b)));
+      have_[c] = true;
+    }
+    reduced_[c] = true;
+    for (std::size_t m = 0; m < members_.size(); ++m)
+      if (m != self_ && alive_[m])
+        out.push_back({members_[m], 1, static_cast<int>(c), q});
+  }
+  return out;
+}
+
+std::vector<sync_send> mean_exchange::lose(int replica) {
+  auto r = index_of(replica);
+  if (!alive_[r])
+    return {};
+  if (r == self_)
+    throw std::invalid_argument(fmt::format("mean_exchange: replica {} told of its own loss", replica));
+  std::vector<std::size_t> before(members_.size());
+  for (std::size_t c = 0; c < members_.size(); ++c)
+    before[c] = owner(c);
+  alive_[r] = false;
+  std::vector<sync_send> out;
+  if (values_ >= 0)
+    for (std::size_t c = 0; c < members_.size(); ++c)
+      if (auto o = owner(c); o != before[c]) {
+        if (o == self_)
+          parts_[c][self_] = own_[c];
+        else  // again: it may have gone to the lost member, and the new owner needs every part
+          out.push_back({members_[o], 0, static_cast<int>(c), own_[c]});
+      }
+  if (values_ >= 0) {
+    auto more = reduce_ready();
+    out.insert(out.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  }
+  return out;
+}
+
+std::vector<float> mean_exchange::take() {
+  if (!done() || taken_)
+    throw std::logic_error("mean_exchange: the mean taken before every chunk arrived, or twice");
+  taken_ = true;
+  return mean_;
+}
+
+} // namespace troupe::sched

@@ -1,0 +1,159 @@
+// Sync policies: what one replica does at the exchanges of local-update
+// training (#13). A policy is plain code (no CAF, no threads): the sync actor
+// (actors/outer_sync.cpp) hands it the stage's values and the messages of the
+// other replicas, and sends what it returns. A stage cuts its training state
+// into fragments as the method's plan says and follows the method's schedule.
+//
+// A new method is one file and one registration (register_sync_method), built
+// in (sync_builtin.cpp) or from a plugin (examples/plugin/periodic_average.cpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/graph/local_update_spec.hpp"
+#include "schedulers/sync/quantize.hpp"
+#include "schedulers/sync/streaming_diloco.hpp"
+
+namespace troupe::sched {
+
+/// Values travel in rows of this many, each with its own scale when quantized.
+constexpr std::int64_t sync_row_values = 1024;
+
+/// What a fragment holds: a run of the stage's parameters, or one of its
+/// AdamW moments (DES-LOC averages them on their own periods).
+enum class fragment_content { params, exp_avg, exp_avg_sq };
+
+/// One fragment of a stage's state: `content`, and for parameters piece
+/// `piece` of `pieces` contiguous runs of the stage's tensors of about equal size.
+struct fragment_plan {
+  fragment_content content = fragment_content::params;
+  int piece = 0, pieces = 1;
+};
+
+/// When each fragment is exchanged. The stage keeps one (to know when to wait
+/// for values); the events are the same on every replica.
+class sync_schedule {
+public:
+  virtual ~sync_schedule() = default;
+  /// The events due after the inner step just taken, prepares before performs.
+  virtual std::vector<fragment_event> after_inner_step() = 0;
+};
+
+/// One message of an exchange: to replica `to`, in round `round`, about piece
+/// `piece` (a chunk of the fragment, where the policy cuts it), values as they travel.
+struct sync_send {
+  int to = 0;
+  int round = 0;
+  int piece = 0;
+  quantized_rows payload;
+  int fragment = -1;  ///< whose exchange: -1, the fragment of the call (set by lose, which answers for all)
+};
+
+/// What a policy is made from.
+struct sync_setup {
+  local_update_spec spec;
+  int replica = 0, replicas = 1;
+  std::uint64_t seed = 0;  ///< the graph's data.seed (NoLoCo's groups)
+  /// Each fragment's values at the start (empty for moments: they start at zero).
+  std::vector<std::vector<float>> start;
+};
+
+/// One replica's side of the exchanges of one stage position. Messages of an
+/// exchange reach it only after it prepared that exchange (the actor keeps
+/// earlier ones); every replica runs the same code on its own values.
+class sync_policy {
+public:
+  virtual ~sync_policy() = default;
+  /// The stage's values of fragment `f` after inner step `step`: what to send.
+  virtual std::vector<sync_send> prepare(int f, std::int64_t step, std::span<const float> local) = 0;
+  /// A message of fragment `f`'s exchange (the one under way, or the last one
+  /// applied: members that learn of a loss late still need it) from replica
+  /// `from`: what to send on.
+  virtual std::vector<sync_send> receive(int f, int from, int round, int piece, quantized_rows part) = 0;
+  /// Whether fragment `f`'s exchange has everything it needs to be applied.
+  virtual bool ready(int f) const = 0;
+  /// Applies fragment `f`'s exchange: `local` becomes the values the stage goes on with.
+  virtual void perform(int f, std::span<float> local) = 0;
+  /// Outer steps applied so far.
+  virtual long exchanges() const = 0;
+  /// Replica `r` left the run (elastic local-update training): exchanges under
+  /// way stop waiting for it and later ones leave it out. What to send (parts
+  /// that now go to another member). By default a method cannot go on without
+  /// every replica, and says so.
+  virtual std::vector<sync_send> lose(int r);
+};
+
+/// A local-update method: how a stage cuts its state, when fragments are
+/// exchanged, and the policy that exchanges them.
+struct sync_method {
+  std::string summary;
+  std::function<std::vector<fragment_plan>(const local_update_spec&)> fragments;
+  std::function<std::unique_ptr<sync_schedule>(const local_update_spec&)> schedule;
+  std::function<std::unique_ptr<sync_policy>(const sync_setup&)> make;
+};
+
+/// Adds (or replaces) a method under `name` (local_update.algorithm); plugins call
+/// this when loaded. Thread-safe.
+void register_sync_method(std::string name, sync_method method);
+/// The method registered as `name`, or null.
+const sync_method* find_sync_method(std::string_view name);
+/// Registered names: the built-in ones, then plugins' in registration order.
+std::vector<std::string> sync_method_names();
+
+/// Fragments of the stage's parameters only, `pieces` of them.
+std::vector<fragment_plan> param_fragments(int pieces = 1);
+/// Every fragment exchanged every `every` inner steps, all at once (prepare and perform).
+std::unique_ptr<sync_schedule> periodic_schedule(std::vector<int> every);
+
+/// The mean of one fragment over `members` (replica ids, ascending) by a direct
+/// reduce-scatter and all-gather: the values are cut into one chunk per member
+/// at row boundaries; each member sends its part of chunk j to chunk j's owner,
+/// member j (round 0, piece j); the owner averages the chunk in f32 in member
+/// order, encodes it and sends it to every other member (round 1), keeping the
+/// decoded form itself, so all members end with the same values. Each member
+/// sends 2(n−1)/n of the fragment, as a ring all-reduce does, in two rounds.
+///
+/// A member that leaves (lose) passes its chunks to the lowest member still
+/// here; every member sends that owner its part of them again, and owners stop
+/// waiting for the lost member's parts. The exchange stays answerable after
+/// take(), for members that learn of a loss later than this one.
+class mean_exchange {
+public:
+  mean_exchange(std::vector<int> members, int self, wire_format format, std::int64_t row);
+  /// This member's values: round 0's parts to their owners.
+  std::vector<sync_send> start(std::span<const float> values);
+  std::vector<sync_send> receive(int from, int round, int piece, quantized_rows part);
+  /// Member `replica` is gone: what to send again, and means now complete.
+  std::vector<sync_send> lose(int replica);
+  bool done() const noexcept;
+  bool taken() const noexcept { return taken_; }
+  /// The mean, once done() (once; the exchange still answers afterwards).
+  std::vector<float> take();
+
+private:
+  std::size_t index_of(int replica) const;
+  std::size_t owner(std::size_t chunk) const;
+  std::pair<std::int64_t, std::int64_t> chunk(std::size_t j) const;
+  /// Averages each chunk this member owns whose living members' parts are all in.
+  std::vector<sync_send> reduce_ready();
+
+  std::vector<int> members_;
+  std::size_t self_;
+  wire_format format_;
+  std::int64_t row_, values_ = -1;
+  std::vector<bool> alive_;
+  std::vector<quantized_rows> own_;                             ///< this member's part of each chunk
+  std::vector<std::vector<std::optional<quantized_rows>>> parts_;  ///< [chunk][member]: parts for their owner
+  std::vector<bool> reduced_, have_;                             ///< chunks averaged here; chunks of the mean filled in
+  std::vector<float> mean_;
+  bool taken_ = false;
+};
+
+} // namespace troupe::sched

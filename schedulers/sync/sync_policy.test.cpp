@@ -1,0 +1,422 @@
+// Sync policies as plain code (#13): each replica's policy object exchanges
+// messages with the others' through a queue delivered in a scrambled order, as
+// sync actors would. The mean exchange sends what a ring all-reduce sends; NoLoCo
+// talks to its group only; SparseLoCo's parts are sparse and its error feedback
+// keeps what was not sent; a method registered at run time trains like a built-in.
+#include "schedulers/sync/sync_policy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <map>
+#include <random>
+#include <set>
+#include <stdexcept>
+
+#include <doctest/doctest.h>
+
+#include "schedulers/sync/noloco.hpp"
+#include "schedulers/sync/sparseloco.hpp"
+
+using namespace troupe;
+using namespace troupe::sched;
+
+namespace {
+
+std::vector<float> random_values(std::size_t n, unsigned seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> x(n);
+  for (auto& v : x)
+    v = d(gen);
+  return x;
+}
+
+struct message {
+  int from, to;
+  sync_send send;
+};
+
+/// Replicas' policies of one exchange of fragment `f`: prepares every replica,
+/// delivers the messages in a scrambled order until none is left, and performs.
+/// Returns the messages sent, for counting.
+std::vector<message> exchange(std::vector<std::unique_ptr<sync_policy>>& policies, int f, std::int64_t step,
+                              std::vector<std::vector<float>>& locals, unsigned seed = 1) {
+  std::vector<message> queue, all;
+  for (std::size_t r = 0; r < policies.size(); ++r)
+    for (auto& s : policies[r]->prepare(f, step, locals[r]))
+      queue.push_back({static_cast<int>(r), s.to, std::move(s)});
+  std::mt19937 gen(seed);
+  while (!queue.empty()) {
+    std::uniform_int_distribution<std::size_t> pick(0, queue.size() - 1);
+    auto i = pick(gen);
+    auto m = std::move(queue[i]);
+    queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(i));
+    all.push_back(m);
+    for (auto& s : policies[static_cast<std::size_t>(m.to)]->receive(f, m.from, m.send.round, m.send.piece,
+                                                                     std::move(m.send.payload)))
+      queue.push_back({m.to, s.to, std::move(s)});
+  }
+  for (std::size_t r = 0; r < policies.size(); ++r) {
+    REQUIRE(policies[r]->ready(f));
+    policies[r]->perform(f, locals[r]);
+  }
+  return all;
+}
+
+std::vector<std::unique_ptr<sync_policy>> make_all(const local_update_spec& spec, int replicas,
+                                                   const std::vector<std::vector<float>>& start) {
+  const auto* m = find_sync_method(spec.algorithm);
+  REQUIRE(m != nullptr);
+  std::vector<std::unique_ptr<sync_policy>> out;
+  for (int r = 0; r < replicas; ++r)
+    out.push_back(m->make(sync_setup{spec, r, replicas, 7, start}));
+  return out;
+}
+
+std::size_t bytes_of(const std::vector<message>& ms, int from) {
+  std::size_t b = 0;
+  for (const auto& m : ms)
+    b += m.from == from ? m.send.payload.wire_bytes() : 0;
+  return b;
+}
+
+} // namespace
+
+TEST_CASE("the mean exchange gives every member the f32 mean, each sending 2(n-1)/n of the values") {
+  for (int members : {1, 2, 3, 4}) {
+    CAPTURE(members);
+    const std::size_t n = 4 * 4096;
+    std::vector<std::vector<float>> x;
+    for (int r = 0; r < members; ++r)
+      x.push_back(random_values(n, 10 + static_cast<unsigned>(r)));
+    std::vector<float> want(n, 0.0f);  // summed in member order, then divided: what every member must get
+    for (const auto& v : x)
+      for (std::size_t i = 0; i < n; ++i)
+        want[i] += v[i];
+    for (auto& v : want)
+      v /= static_cast<float>(members);
+    std::vector<int> ids;
+    for (int r = 0; r < members; ++r)
+      ids.push_back(r);
+    std::vector<mean_exchange> ex;
+    for (int r = 0; r < members; ++r)
+      ex.emplace_back(ids, r, wire_format::f32, sync_row_values);
+    std::deque<message> queue;
+    for (int r = 0; r < members; ++r)
+      for (auto& s : ex[static_cast<std::size_t>(r)].start(x[static_cast<std::size_t>(r)]))
+        queue.push_back({r, s.to, std::move(s)});
+    std::vector<std::size_t> sent(static_cast<std::size_t>(members), 0);
+    for (const auto& m : queue)
+      sent[static_cast<std::size_t>(m.from)] += m.send.payload.wire_bytes();
+    while (!queue.empty()) {
+      auto m = std::move(queue.back());  // the last sent first: the rounds interleave
+      queue.pop_back();
+      for (auto& s : ex[static_cast<std::size_t>(m.to)].receive(m.from, m.send.round, m.send.piece,
+                                                              std::move(m.send.payload))) {
+        sent[static_cast<std::size_t>(m.to)] += s.payload.wire_bytes();
+        queue.push_front({m.to, s.to, std::move(s)});
+      }
+    }
+    std::size_t total = 0;
+    for (int r = 0; r < members; ++r) {
+      REQUIRE(ex[static_cast<std::size_t>(r)].done());
+      CHECK(ex[static_cast<std::size_t>(r)].take() == want);
+      // A ring all-reduce's bytes (REFERENCES.md, ZeRO: 2(n−1)/n of the buffer per rank), exactly
+      // when the rows divide evenly among the members (16 rows here), else on average.
+      if (16 % members == 0)
+        CHECK(sent[static_cast<std::size_t>(r)] == 2 * static_cast<std::size_t>(members - 1) * n * 4 / members);
+      total += sent[static_cast<std::size_t>(r)];
+    }
+    CHECK(total == 2 * static_cast<std::size_t>(members - 1) * n * 4);
+  }
+}
+
+TEST_CASE("the mean exchange refuses a forged message and takes a repeated part once") {
+  mean_exchange a({0, 1}, 0, wire_format::f32, 4);
+  auto out = a.start(std::vector<float>(8, 1.0f));
+  REQUIRE(out.size() == 1);
+  CHECK(out.front().piece == 1);  // its part of member 1's chunk, to member 1
+  auto part = quantize_rows(std::vector<float>(4, 2.0f), 4, wire_format::f32);
+  CHECK_THROWS_AS(a.receive(2, 0, 0, part), std::invalid_argument);      // not a member
+  CHECK_THROWS_AS(a.receive(1, 5, 0, part), std::invalid_argument);      // no such round
+  CHECK_THROWS_AS(a.receive(1, 0, 7, part), std::invalid_argument);      // no such piece
+  auto wrong = quantize_rows(std::vector<float>(3, 2.0f), 4, wire_format::f32);
+  CHECK_THROWS_AS(a.receive(1, 0, 0, wrong), std::invalid_argument);     // not the chunk's size
+  auto forged = part;
+  forged.data.pop_back();
+  CHECK_THROWS_AS(a.receive(1, 0, 0, forged), std::invalid_argument);    // data short of its values
+  auto more = a.receive(1, 0, 0, part);                                  // this member's chunk is reduced
+  REQUIRE(more.size() == 1);
+  CHECK(more.front().round == 1);
+  CHECK(more.front().piece == 0);
+  CHECK(a.receive(1, 0, 0, part).empty());                               // the same part again: nothing new
+  CHECK_FALSE(a.done());
+  a.receive(1, 1, 1, part);
+  CHECK(a.done());
+  CHECK(a.take() == std::vector<float>{1.5f, 1.5f, 1.5f, 1.5f, 2, 2, 2, 2});
+  CHECK_THROWS_AS(a.take(), std::logic_error);
+}
+
+TEST_CASE("the mean exchange goes on without a member lost at any point, every survivor ending with a mean") {
+  // 4 members; member 3 is lost after a given number of messages were delivered
+  // (its own messages still in flight are dropped, as a dead node's are). Each
+  // survivor learns of the loss at a different time; all must finish.
+  const std::size_t n = 4 * 1024;
+  std::vector<std::vector<float>> x;
+  for (unsigned r = 0; r < 4; ++r)
+    x.push_back(random_values(n, 50 + r));
+  for (int cut = 0; cut <= 24; cut += 3) {
+    CAPTURE(cut);
+    std::vector<mean_exchange> ex;
+    for (int r = 0; r < 4; ++r)
+      ex.emplace_back(std::vector<int>{0, 1, 2, 3}, r, wire_format::f32, sync_row_values);
+    std::deque<message> queue;
+    for (int r = 0; r < 4; ++r)
+      for (auto& s : ex[static_cast<std::size_t>(r)].start(x[static_cast<std::size_t>(r)]))
+        queue.push_back({r, s.to, std::move(s)});
+    int delivered = 0;
+    std::set<int> told;  // survivors that know of the loss
+    auto deliver = [&](message m) {
+      if (m.to == 3 && delivered >= cut)
+        return;  // to the dead member: dropped
+      for (auto& s : ex[static_cast<std::size_t>(m.to)].receive(m.from, m.send.round, m.send.piece,
+                                                                  std::move(m.send.payload)))
+        queue.push_back({m.to, s.to, std::move(s)});
+    };
+    while (!queue.empty()) {
+      auto m = std::move(queue.front());
+      queue.pop_front();
+      if (m.from == 3 && delivered >= cut)
+        continue;  // the dead member's messages not yet out are lost
+      deliver(std::move(m));
+      ++delivered;
+      if (delivered >= cut)
+        for (int r : {2, 0, 1})  // told one at a time, in between deliveries
+          if (!told.count(r)) {
+            told.insert(r);
+            for (auto& s : ex[static_cast<std::size_t>(r)].lose(3))
+              queue.push_back({r, s.to, std::move(s)});
+            break;
+          }
+      if (queue.empty())
+        for (int r : {2, 0, 1})
+          if (!told.count(r)) {
+            told.insert(r);
+            for (auto& s : ex[static_cast<std::size_t>(r)].lose(3))
+              queue.push_back({r, s.to, std::move(s)});
+          }
+    }
+    std::vector<std::vector<float>> means;
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      REQUIRE(ex[static_cast<std::size_t>(r)].done());
+      means.push_back(ex[static_cast<std::size_t>(r)].take());
+      // Each chunk is the mean over the members whose parts its owner had: all 4
+      // or the 3 survivors.
+      for (std::size_t i = 0; i < n; i += 511) {
+        float all4 = (x[0][i] + x[1][i] + x[2][i] + x[3][i]) / 4, three = (x[0][i] + x[1][i] + x[2][i]) / 3;
+        CHECK((means.back()[i] == doctest::Approx(all4) || means.back()[i] == doctest::Approx(three)));
+      }
+    }
+    // The survivors' own chunks (the first three) agree everywhere; only the lost
+    // member's chunk may differ, by whether its mean reached a survivor before the loss.
+    for (std::size_t i = 0; i < 3 * 1024; ++i) {
+      CHECK(means[1][i] == means[0][i]);
+      CHECK(means[2][i] == means[0][i]);
+    }
+  }
+}
+
+TEST_CASE("DiLoCo's policy applies the outer step to the mean pseudo-gradient, the same on every replica") {
+  local_update_spec spec;
+  spec.algorithm = "diloco", spec.sync_every = 3, spec.outer = {0.7, 0.9, true};
+  const int replicas = 3;
+  const std::size_t n = 3000;
+  std::vector<std::vector<float>> start{random_values(n, 1)};
+  auto policies = make_all(spec, replicas, start);
+  std::vector<std::vector<float>> local;
+  for (int r = 0; r < replicas; ++r) {
+    local.push_back(start[0]);
+    auto drift = random_values(n, 20 + static_cast<unsigned>(r), 0.01f);
+    for (std::size_t i = 0; i < n; ++i)
+      local.back()[i] += drift[i];
+  }
+  // What torchft's DiLoCo does, from the saved global: mean(global − local), one
+  // Nesterov SGD step, then each replica's values mixed to it (α = 0: lerp from its own).
+  std::vector<float> mean_pg(n, 0.0f);
+  for (const auto& l : local) {
+    auto pg = streaming_diloco(spec, start).prepare(0, l);
+    for (std::size_t i = 0; i < n; ++i)
+      mean_pg[i] += pg[i];
+  }
+  for (auto& v : mean_pg)
+    v /= replicas;
+  std::vector<std::vector<float>> want = local;
+  for (auto& w : want)
+    streaming_diloco(spec, start).perform(0, mean_pg, w);
+  auto msgs = exchange(policies, 0, 3, local);
+  for (int r = 0; r < replicas; ++r) {
+    CHECK(local[static_cast<std::size_t>(r)] == want[static_cast<std::size_t>(r)]);
+    CHECK(policies[static_cast<std::size_t>(r)]->exchanges() == 1);
+  }
+  CHECK(msgs.size() == 2 * replicas * (replicas - 1));  // two rounds, each member to each other
+}
+
+TEST_CASE("NoLoCo's policy talks to its group only and takes the group's outer step") {
+  local_update_spec spec;
+  spec.algorithm = "noloco", spec.sync_every = 5, spec.group = 2, spec.outer = {0.7, 0.5, false};
+  const int replicas = 4;
+  const std::size_t n = 500;
+  std::vector<std::vector<float>> start{random_values(n, 2)};
+  auto policies = make_all(spec, replicas, start);
+  std::vector<std::vector<float>> local;
+  for (int r = 0; r < replicas; ++r)
+    local.push_back(random_values(n, 30 + static_cast<unsigned>(r)));
+  auto before = local;
+  auto groups = noloco_groups(replicas, 2, 5, 7);
+  auto msgs = exchange(policies, 0, 5, local);
+  CHECK(msgs.size() == static_cast<std::size_t>(replicas));  // each to its one partner: no collective
+  for (const auto& m : msgs) {
+    bool together = false;
+    for (const auto& g : groups)
+      together |= std::count(g.begin(), g.end(), m.from) && std::count(g.begin(), g.end(), m.to);
+    CHECK(together);
+    CHECK(m.send.payload.wire_bytes() == 2 * n * sizeof(float));  // fast and slow weights
+  }
+  for (const auto& g : groups)
+    for (int r : g) {
+      std::vector<std::span<const float>> fast, slow;
+      for (int m : g)
+        fast.emplace_back(before[static_cast<std::size_t>(m)]), slow.emplace_back(start[0]);
+      std::vector<float> momentum(n, 0.0f), slow_i = start[0], fast_i = before[static_cast<std::size_t>(r)];
+      noloco_outer_step(fast, slow, momentum, slow_i, fast_i, 0.7, 0.5);
+      CHECK(local[static_cast<std::size_t>(r)] == fast_i);
+    }
+}
+
+TEST_CASE("SparseLoCo's part keeps the top entries of each chunk in 2 bits, and error feedback keeps the rest") {
+  auto x = random_values(2 * sparse_chunk + 100, 3);
+  auto q = sparse_topk_2bit(x, 0.02);
+  CHECK(check_rows(q));
+  std::vector<float> back(x.size(), 0.0f);
+  accumulate(q, back);
+  auto k = sparse_keep(0.02, sparse_chunk);
+  CHECK(k == 82);
+  for (std::size_t c0 = 0; c0 < x.size(); c0 += sparse_chunk) {
+    auto len = std::min<std::size_t>(sparse_chunk, x.size() - c0);
+    std::vector<float> mags;
+    std::size_t kept = 0;
+    float smallest_kept = INFINITY, largest_dropped = 0;
+    for (std::size_t i = c0; i < c0 + len; ++i) {
+      if (back[i] != 0) {
+        ++kept;
+        CHECK(std::signbit(back[i]) == std::signbit(x[i]));
+        smallest_kept = std::min(smallest_kept, std::fabs(x[i]));
+      } else {
+        largest_dropped = std::max(largest_dropped, std::fabs(x[i]));
+      }
+    }
+    CHECK(kept == std::min<std::size_t>(static_cast<std::size_t>(k), len));
+    CHECK(smallest_kept >= largest_dropped);  // the largest magnitudes, nothing else
+  }
+  // Per chunk k u16 indices, k 2-bit codes and two f32 scales; a 4-byte header. The last chunk (100 values) keeps 82 too.
+  CHECK(q.wire_bytes() == 4 + 3 * (2 * 82 + 21) + 3 * 2 * 4);
+  CHECK(static_cast<double>(x.size() * 4) / static_cast<double>(q.wire_bytes()) > 40);
+
+  // Error feedback: e' + sent = β·e + Δ, for every entry.
+  std::vector<float> start = random_values(3000, 4), local = start;
+  auto drift = random_values(3000, 5, 0.1f);
+  for (std::size_t i = 0; i < local.size(); ++i)
+    local[i] -= drift[i];
+  sparseloco s(start, 0.05, 0.95, 1.0);
+  auto sent = s.prepare(local);
+  std::vector<float> decoded(local.size(), 0.0f);
+  accumulate(sent, decoded);
+  for (std::size_t i = 0; i < local.size(); ++i)
+    CHECK(s.error()[i] + decoded[i] == doctest::Approx(drift[i]).epsilon(1e-6));
+  auto e1 = s.error();
+  auto sent2 = s.prepare(local);  // the same drift again: e ← 0.95·e + Δ
+  std::vector<float> decoded2(local.size(), 0.0f);
+  accumulate(sent2, decoded2);
+  for (std::size_t i = 0; i < local.size(); ++i)
+    CHECK(s.error()[i] + decoded2[i] == doctest::Approx(0.95f * e1[i] + drift[i]).epsilon(1e-5));
+}
+
+TEST_CASE("SparseLoCo's policy applies the mean of every replica's sparse part to the shared parameters") {
+  local_update_spec spec;
+  spec.algorithm = "sparseloco", spec.sync_every = 4, spec.density = 0.02, spec.outer = {1.0, 0.95, false};
+  const int replicas = 4;
+  const std::size_t n = 10000;
+  std::vector<std::vector<float>> start{random_values(n, 6)};
+  auto policies = make_all(spec, replicas, start);
+  std::vector<std::vector<float>> local;
+  std::vector<sparseloco> math;
+  std::vector<quantized_rows> parts;
+  for (int r = 0; r < replicas; ++r) {
+    local.push_back(start[0]);
+    auto d = random_values(n, 40 + static_cast<unsigned>(r), 0.01f);
+    for (std::size_t i = 0; i < n; ++i)
+      local.back()[i] -= d[i];
+    math.emplace_back(start[0], 0.02, 0.95, 1.0);
+    parts.push_back(math.back().prepare(local.back()));
+  }
+  std::vector<float> want(n);
+  math[0].perform(parts, want);
+  auto msgs = exchange(policies, 0, 4, local);
+  CHECK(msgs.size() == replicas * (replicas - 1));  // a sparse all-gather
+  for (int r = 0; r < replicas; ++r) {
+    CHECK(local[static_cast<std::size_t>(r)] == want);
+    CHECK(bytes_of(msgs, r) * 30 < n * 4 * (replicas - 1));  // far below the dense pseudo-gradient
+  }
+}
+
+TEST_CASE("DES-LOC averages parameters and each moment on its own period") {
+  const auto* m = find_sync_method("desloc");
+  REQUIRE(m != nullptr);
+  local_update_spec spec;
+  spec.algorithm = "desloc", spec.period_params = 2, spec.period_momentum = 6, spec.period_variance = 12;
+  auto plan = m->fragments(spec);
+  REQUIRE(plan.size() == 3);
+  CHECK(plan[1].content == fragment_content::exp_avg);
+  CHECK(plan[2].content == fragment_content::exp_avg_sq);
+  auto schedule = m->schedule(spec);
+  std::map<int, std::vector<int>> due;  // fragment -> steps it was exchanged after
+  for (int step = 1; step <= 24; ++step)
+    for (auto e : schedule->after_inner_step())
+      if (e.what == fragment_event::kind::perform)
+        due[e.fragment].push_back(step);
+  CHECK(due[0] == std::vector<int>{2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24});
+  CHECK(due[1] == std::vector<int>{6, 12, 18, 24});
+  CHECK(due[2] == std::vector<int>{12, 24});
+  auto policies = make_all(spec, 3, {random_values(100, 1), {}, {}});
+  std::vector<std::vector<float>> moments{random_values(50, 1), random_values(50, 2), random_values(50, 3)};
+  auto want = moments[0];
+  for (std::size_t i = 0; i < 50; ++i)
+    want[i] = (moments[0][i] + moments[1][i] + moments[2][i]) / 3;
+  exchange(policies, 1, 6, moments);
+  for (const auto& v : moments)
+    CHECK(v == want);
+}
+
+TEST_CASE("a method registered at run time is found by name and exchanges like a built-in one") {
+  CHECK(find_sync_method("no_such_method") == nullptr);
+  auto names = sync_method_names();
+  CHECK(std::vector<std::string>(names.begin(), names.begin() + 5) ==
+        std::vector<std::string>{"diloco", "streaming_diloco", "noloco", "desloc", "sparseloco"});
+  // Plain periodic averaging in a few lines: what examples/plugin/periodic_average.cpp registers.
+  const auto* desloc = find_sync_method("desloc");
+  register_sync_method("test_average", {"average the parameters every H steps",
+                                        [](const local_update_spec&) { return param_fragments(1); },
+                                        [](const local_update_spec& s) { return periodic_schedule({s.sync_every}); },
+                                        desloc->make});
+  REQUIRE(find_sync_method("test_average") != nullptr);
+  CHECK(sync_method_names().back() == "test_average");
+  local_update_spec spec;
+  spec.algorithm = "test_average", spec.sync_every = 2;
+  auto policies = make_all(spec, 2, {random_values(10, 1)});
+  std::vector<std::vector<float>> v{{1, 2, 3}, {3, 4, 5}};
+  exchange(policies, 0, 2, v);
+  CHECK(v[0] == std::vector<float>{2, 3, 4});
+  CHECK(v[1] == v[0]);
+}
