@@ -40,24 +40,7 @@ caf::behavior channel(channel_actor* self, std::string dest_name, std::uint16_t 
                                        caf::to_string(m.content()))});
     return caf::none;
   });
-  return {
-    [=](forward_atom, const batch_msg& m) { ship(remote::encode(dest, m, false)); },
-    [=](eval_atom, const batch_msg& m) { ship(remote::encode(dest, m, true)); },
-    [=](forward_atom, const activation_msg& m) { ship(remote::encode(dest, m, false)); },
-    [=](eval_atom, const activation_msg& m) { ship(remote::encode(dest, m, true)); },
-    [=](backward_atom, const gradient_msg& m) { ship(remote::encode(dest, m)); },
-    [=](norm_atom, step_t step, double sq, std::int32_t from) { ship(remote::encode_norm(dest, step, sq, from)); },
-    [=](clip_atom, step_t step, double total) { ship(remote::encode_clip(dest, step, total)); },
-    [=](credit_atom, const credit_msg& m) { ship(remote::encode(dest, m)); },
-    [=](plan_atom, const step_plan_msg& m) { ship(remote::encode(dest, m)); },
-    [=](ring_atom, const ring_msg& m) { ship(remote::encode(dest, m)); },
-    [=](outer_part_atom, const outer_part_msg& m) { ship(remote::encode(dest, m)); },
-    [=](attention_atom, const attention_task_msg& m) { ship(remote::encode(dest, m)); },
-    [=](attention_atom, const attention_result_msg& m) { ship(remote::encode(dest, m)); },
-    [=](hops_atom, step_t step, std::int32_t from, std::int32_t count) {
-      ship(remote::encode_hops(dest, step, from, count));
-    },
-  };
+  return remote::encoders(dest, ship);
 }
 
 } // namespace

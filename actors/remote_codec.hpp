@@ -1,54 +1,87 @@
-// The data-plane messages that cross processes, as wire frames: fields in
-// `meta`, tensor bytes as blobs (never copied on the sending side, except that
-// a device tensor is copied to the host first).
+// The data-plane messages that cross processes: a table of frame kinds, each a
+// verb and its payload, encoded by the payload's own inspect()
+// (runtime/transport/wire.hpp): fields in `meta`, tensor bytes as blobs (never
+// copied on the sending side, except that a device tensor is copied to the host first).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 
 #include <caf/actor.hpp>
+#include <caf/behavior.hpp>
 
+#include "actors/stage/pipeline_messages.hpp"
 #include "runtime/actor/messages.hpp"
 #include "runtime/actor/outer_messages.hpp"
 #include "runtime/transport/transport.hpp"
+#include "runtime/transport/wire.hpp"
 
 namespace troupe::remote {
 
 /// Frame kinds of the data plane (control frames use 100 and up).
 enum class data_kind : std::uint16_t {
-  batch = 1,        ///< (forward_atom, batch_msg)
-  eval_batch,       ///< (eval_atom, batch_msg)
-  activation,       ///< (forward_atom, activation_msg)
-  eval_activation,  ///< (eval_atom, activation_msg)
-  gradient,         ///< (backward_atom, gradient_msg)
-  norm,             ///< (norm_atom, step_t, double, int32 from)
-  credit,           ///< (credit_atom, credit_msg)
-  clip,             ///< (clip_atom, step_t, double)
-  plan,             ///< (plan_atom, step_plan_msg)
-  ring,             ///< (ring_atom, ring_msg): an all-reduce peer's chunk to the next peer
-  hops,             ///< (hops_atom, step_t, int32 from, int32 count): least_loaded's per-step counts
-  outer_part,       ///< (outer_part_atom, outer_part_msg): a replica's pseudo-gradient to another replica's sync actor
-  attention_task,   ///< (attention_atom, attention_task_msg): a core-attention shard to an attention server
-  attention_result, ///< (attention_atom, attention_result_msg): the server's answer
+  batch = 1,
+  eval_batch,
+  activation,
+  eval_activation,
+  gradient,
+  norm,
+  credit,
+  clip,
+  plan,
+  ring,
+  hops,
+  outer_part,
+  attention_task,
+  attention_result,
 };
 
-/// `dest` is the receiving actor's index in graph_spec::actors.
-net::frame encode(std::uint16_t dest, const batch_msg& m, bool eval);
-net::frame encode(std::uint16_t dest, const activation_msg& m, bool eval);
-net::frame encode(std::uint16_t dest, const gradient_msg& m);
-net::frame encode_norm(std::uint16_t dest, step_t step, double sq_norm, std::int32_t from);
-net::frame encode_clip(std::uint16_t dest, step_t step, double total_sq);
-net::frame encode(std::uint16_t dest, const credit_msg& m);
-net::frame encode(std::uint16_t dest, const step_plan_msg& m);
-net::frame encode(std::uint16_t dest, const ring_msg& m);
-net::frame encode_hops(std::uint16_t dest, step_t step, std::int32_t from, std::int32_t count);
-net::frame encode(std::uint16_t dest, const outer_part_msg& m);
-net::frame encode(std::uint16_t dest, const attention_task_msg& m);
-net::frame encode(std::uint16_t dest, const attention_result_msg& m);
+/// What each kind carries. A new data-plane message is one line here (its
+/// struct's inspect() is its wire form); channels and deliver() read this table.
+using data_table = wire::table<
+  wire::entry<data_kind::batch, forward_atom, batch_msg>,
+  wire::entry<data_kind::eval_batch, eval_atom, batch_msg>,
+  wire::entry<data_kind::activation, forward_atom, activation_msg>,
+  wire::entry<data_kind::eval_activation, eval_atom, activation_msg>,
+  wire::entry<data_kind::gradient, backward_atom, gradient_msg>,
+  wire::entry<data_kind::norm, norm_atom, step_t, double, std::int32_t>,  // step, Σ g², from
+  wire::entry<data_kind::credit, credit_atom, credit_msg>,
+  wire::entry<data_kind::clip, clip_atom, step_t, double>,  // step, global Σ g²
+  wire::entry<data_kind::plan, plan_atom, step_plan_msg>,
+  wire::entry<data_kind::ring, ring_atom, ring_msg>,  // an all-reduce peer's chunk to the next peer
+  wire::entry<data_kind::hops, hops_atom, step_t, std::int32_t, std::int32_t>,  // step, from, count
+  wire::entry<data_kind::outer_part, outer_part_atom, outer_part_msg>,  // a pseudo-gradient to another replica
+  wire::entry<data_kind::attention_task, attention_atom, attention_task_msg>,  // a shard to an attention server
+  wire::entry<data_kind::attention_result, attention_atom, attention_result_msg>>;  // the server's answer
 
-/// Decodes `f` and sends its message to `local(dest)`, anonymously. Throws
-/// malformed_input (runtime/transport/bytes.hpp) on anything it cannot decode, and when
-/// `local` knows no such actor (returns an invalid handle).
-void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& local);
+/// The frame that carries `(Atom::value, xs...)` to actor `dest` (its index in
+/// graph_spec::actors): `encode(3, forward_atom{}, m)`.
+template <class Atom, class... Ts>
+net::frame encode(std::uint16_t dest, Atom, const Ts&... xs) {
+  return wire::write(data_table::tag_of<Atom, Ts...>(), dest, xs...);
+}
+
+namespace detail {
+template <class Ship, class Atom, class... Ts>
+auto encoder(std::uint16_t dest, Ship ship, std::tuple<Atom, Ts...>*) {
+  return [=](Atom, const Ts&... xs) { ship(encode(dest, Atom{}, xs...)); };
+}
+template <class Ship, class... Entries>
+caf::behavior encoders(std::uint16_t dest, Ship ship, wire::table<Entries...>*) {
+  return {encoder(dest, ship, static_cast<typename Entries::values*>(nullptr))...};
+}
+} // namespace detail
+
+/// One handler per kind of the table: each message it takes is encoded for
+/// actor `dest` and handed to `ship(net::frame)` (a channel's behavior).
+template <class Ship>
+caf::behavior encoders(std::uint16_t dest, Ship ship) {
+  return detail::encoders(dest, std::move(ship), static_cast<data_table*>(nullptr));
+}
+
+/// Decodes `f` and sends its message to `local(dest)`, anonymously. An error
+/// (what and where) for anything it cannot decode, and when `local` knows no
+/// such actor (returns an invalid handle); nothing is sent then.
+caf::error deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& local);
 
 } // namespace troupe::remote

@@ -17,14 +17,62 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <caf/expected.hpp>
+#include <caf/meta/load_callback.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "runtime/actor/errors.hpp"
 #include "runtime/actor/messages.hpp"
 #include "runtime/trace/trace_export.hpp"
 #include "runtime/transport/transport.hpp"
+#include "runtime/transport/wire.hpp"
+
+namespace troupe {
+
+// The trace's records as a node streams them (runtime/trace/trace.hpp keeps
+// them plain: it has no CAF).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, span& x) {
+  return f(caf::meta::type_name("span"), x.begin_ns, x.end_ns, x.bytes, x.flow, x.step, x.microbatch, x.actor,
+           x.kind, x.flow_end, x.mailbox, caf::meta::load_callback([&]() -> caf::error {
+             if (x.kind > span_kind::other)
+               return make_error(errc::malformed_frame, "span kind " + std::to_string(static_cast<int>(x.kind)) +
+                                                          " (known: 0 to " +
+                                                          std::to_string(static_cast<int>(span_kind::other)) + ")");
+             if (x.flow_end > 1)
+               return make_error(errc::malformed_frame,
+                                 "a flag of " + std::to_string(x.flow_end) + " (expected 0 or 1)");
+             if (x.end_ns < x.begin_ns)
+               return make_error(errc::malformed_frame, "a span that ends (" + std::to_string(x.end_ns) +
+                                                          " ns) before it begins (" + std::to_string(x.begin_ns) +
+                                                          " ns)");
+             return {};
+           }));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, counter_sample& x) {
+  return f(caf::meta::type_name("counter_sample"), x.t_ns, x.name, x.value, x.step);
+}
+/// `node` stays out: the coordinator knows which node sent it.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, actor_info& x) {
+  return f(caf::meta::type_name("actor_info"), x.id, x.name, x.type, x.role);
+}
+
+} // namespace troupe
 
 namespace troupe::cluster {
+
+/// Thrown by the coordinator's and the node agent's handlers for a frame they
+/// refuse (a decode error, a frame out of turn); each handler's boundary turns
+/// it into a failure of the run or a rejected connection.
+struct malformed_input : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 enum class control_kind : std::uint16_t {
   hello = 100,
@@ -113,7 +161,8 @@ private:
 };
 
 /// Seconds between a node's span batches; the most spans one batch carries (48
-/// bytes each, well under net::max_meta_bytes with its actors and counters);
+/// bytes each, wire::min_size<span>(): well under net::max_meta_bytes with its
+/// actors and counters, which a test checks);
 /// the batches a node sends without an ack before it drops spans instead.
 inline constexpr double spans_interval_s = 0.25;
 inline constexpr std::size_t max_batch_spans = 16384;
@@ -124,32 +173,87 @@ inline constexpr std::uint64_t max_unacked_batches = 4;
 inline constexpr double heartbeat_interval_s = 1.0;
 inline constexpr double heartbeat_timeout_s = 4.0;
 
-net::frame encode(const hello_msg& m);
-net::frame encode(const plan_msg& m);
-net::frame encode(const run_summary& m);
-net::frame encode(const failure_msg& m);
-net::frame encode(const checkpoint_msg& m);
-net::frame encode(const spans_msg& m);
-net::frame encode(const clock_msg& m);
 /// The coordinator has taken batch `seq`.
-net::frame encode_spans_ack(std::uint64_t seq);
+struct spans_ack_msg {
+  std::uint64_t seq = 0;
+};
+
+/// A data-parallel replica left the run (elastic local-update training).
+struct replica_lost_msg {
+  std::int32_t replica = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, hello_msg& x) {
+  return f(caf::meta::type_name("hello_msg"), x.node, x.host, x.pid, x.data_host, x.data_port, x.clock_domain);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_address& x) {
+  return f(caf::meta::type_name("node_address"), x.host, x.port);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, plan_msg& x) {
+  return f(caf::meta::type_name("plan_msg"), x.graph_file, x.graph_hash, x.overrides, x.resume, x.transport,
+           x.trace_file, x.trace_buffer, x.stream_trace, x.nodes);
+}
+/// Only what a batch carries (a file's `cut_short` and `epoch_ns` are the reader's).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, spans_msg& x) {
+  return f(caf::meta::type_name("spans_msg"), x.seq, x.batch.dropped, x.batch.actors, x.batch.spans,
+           x.batch.counters);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, clock_msg& x) {
+  return f(caf::meta::type_name("clock_msg"), x.coordinator_ns, x.node_ns);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, spans_ack_msg& x) {
+  return f(caf::meta::type_name("spans_ack_msg"), x.seq);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replica_lost_msg& x) {
+  return f(caf::meta::type_name("replica_lost_msg"), x.replica, caf::meta::load_callback([&] {
+             return x.replica >= 0 ? caf::error{}
+                                   : make_error(errc::malformed_frame,
+                                                "replica_lost names replica " + std::to_string(x.replica));
+           }));
+}
+
+/// What each control kind carries (ready, start, stop and heartbeat carry
+/// nothing). A new control message is one line here plus its inspect().
+using control_table = wire::table<
+  wire::entry<control_kind::hello, hello_msg>,
+  wire::entry<control_kind::plan, plan_msg>,
+  wire::entry<control_kind::done, run_summary>,
+  wire::entry<control_kind::failed, failure_msg>,
+  wire::entry<control_kind::checkpoint, checkpoint_msg>,
+  wire::entry<control_kind::spans, spans_msg>,
+  wire::entry<control_kind::spans_ack, spans_ack_msg>,
+  wire::entry<control_kind::clock, clock_msg>,
+  wire::entry<control_kind::replica_lost, replica_lost_msg>>;
+
+/// The frame of a control message (a type of control_table).
+template <class T>
+net::frame encode(const T& m) {
+  return wire::encode<control_table, T>(m);
+}
 /// A frame with no fields: ready, start, stop, heartbeat.
 net::frame encode(control_kind k);
-/// `replica_lost`: replica `replica` left the run.
-net::frame encode_replica_lost(std::int32_t replica);
 
-/// Decoders; each throws malformed_input (runtime/transport/bytes.hpp) on bad input.
-hello_msg decode_hello(const net::frame& f);
-plan_msg decode_plan(const net::frame& f);
-run_summary decode_summary(const net::frame& f);
-failure_msg decode_failure(const net::frame& f);
-checkpoint_msg decode_checkpoint(const net::frame& f);
-/// Also rejects an unknown span kind; span actor ids are checked by the receiver,
-/// which knows the actors of earlier batches.
-spans_msg decode_spans(const net::frame& f);
-clock_msg decode_clock(const net::frame& f);
-std::uint64_t decode_spans_ack(const net::frame& f);
-std::int32_t decode_replica_lost(const net::frame& f);
+/// `f` as control message T: an error (what and where) when it is another kind or malformed.
+template <class T>
+caf::expected<T> decode(const net::frame& f) {
+  return wire::decode<control_table, T>(f);
+}
+
+/// decode<T>(f)'s message, or malformed_input with its error: for the handlers that refuse by throwing.
+template <class T>
+T decode_or_throw(const net::frame& f) {
+  auto m = decode<T>(f);
+  if (!m)
+    throw malformed_input(error_message(m.error()));
+  return std::move(*m);
+}
 
 /// The steady clock's current reading, in ns since its origin (what spans_msg and clock_msg carry).
 std::int64_t steady_now_ns() noexcept;

@@ -14,7 +14,6 @@
 
 #include "deploy/cluster/cluster_protocol.hpp"
 #include "deploy/cluster/launcher.hpp"
-#include "runtime/transport/bytes.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/trace/trace.hpp"
 
@@ -140,14 +139,13 @@ private:
 };
 
 void coordinator::on_hello(event& e) {
-  hello_msg h;
-  try {
-    h = decode_hello(e.f);
-  } catch (const malformed_input& x) {
-    fmt::print(stderr, "troupe launch: rejected a hello from {}: {}\n", e.conn->peer(), x.what());
+  auto decoded = decode<hello_msg>(e.f);
+  if (!decoded) {
+    fmt::print(stderr, "troupe launch: rejected a hello from {}: {}\n", e.conn->peer(), error_message(decoded.error()));
     e.conn->close();
     return;
   }
+  auto& h = *decoded;
   if (h.node < 0 || h.node >= static_cast<int>(nodes_.size()) || nodes_[static_cast<std::size_t>(h.node)].conn) {
     fmt::print(stderr, "troupe launch: refused node {} from {}: {}\n", h.node, e.conn->peer(),
                h.node < 0 || h.node >= static_cast<int>(nodes_.size()) ? "no such node" : "that node already joined");
@@ -161,9 +159,9 @@ void coordinator::on_hello(event& e) {
 }
 
 void coordinator::on_spans(int i, const net::frame& f) {
-  auto m = decode_spans(f);
+  auto m = decode_or_throw<spans_msg>(f);
   auto& n = nodes_[static_cast<std::size_t>(i)];
-  n.conn->send(encode_spans_ack(m.seq));
+  n.conn->send(encode(spans_ack_msg{m.seq}));
   if (!o_.dashboard)
     return;
   // Node steady clock -> this steady clock -> this trace clock.
@@ -178,7 +176,7 @@ void coordinator::on_spans(int i, const net::frame& f) {
 void coordinator::on_clock(int i, const event& e) {
   auto& n = nodes_[static_cast<std::size_t>(i)];
   bool first = !n.clock.known();
-  n.clock.add(decode_clock(e.f), e.at_ns);
+  n.clock.add(decode_or_throw<clock_msg>(e.f), e.at_ns);
   if (!first)
     return;
   fmt::print("troupe launch: node {} ({}) has its own clock: {:+.3f} ms from this one, within {:.3f} ms\n", i,
@@ -216,14 +214,14 @@ void coordinator::on_frame(event& e) {
         n.ready = true;
         break;
       case control_kind::done: {
-        auto s = decode_summary(e.f);
+        auto s = decode_or_throw<run_summary>(e.f);
         last_done_ = clock_type::now();
         done_.insert(s.actor);
         result_.summaries.push_back(std::move(s));
         break;
       }
       case control_kind::failed: {
-        auto f = decode_failure(e.f);
+        auto f = decode_or_throw<failure_msg>(e.f);
         bool lost_link = false;  // a node's channel to a node already lost: that loss, handled
         for (int l : lost_nodes_)
           lost_link |= f.what.find(fmt::format("data connection to node {}:", l)) != std::string::npos;
@@ -240,7 +238,7 @@ void coordinator::on_frame(event& e) {
         break;
       }
       case control_kind::checkpoint:
-        if (auto err = checkpoints_.on_report(decode_checkpoint(e.f), result_); !err.empty())
+        if (auto err = checkpoints_.on_report(decode_or_throw<checkpoint_msg>(e.f), result_); !err.empty())
           fail(std::move(err));
         break;
       default:
@@ -302,7 +300,7 @@ void coordinator::lose_node(int i, const std::string& why) {
     if (lost_replicas_.insert(r).second)
       for (auto& other : nodes_)
         if (other.conn && !other.gone)
-          other.conn->send(encode_replica_lost(r));
+          other.conn->send(encode(replica_lost_msg{r}));
   // A node that lost its channel to this one said so first: that is this loss.
   std::erase_if(deferred_, [&](const auto& d) {
     return d.first.find(fmt::format("data connection to node {}:", i)) != std::string::npos;

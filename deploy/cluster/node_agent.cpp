@@ -25,7 +25,6 @@
 #include "deploy/cluster/spawn_and_connect.hpp"
 #include "deploy/run/span_stream.hpp"
 #include "runtime/actor/actor_system.hpp"
-#include "runtime/transport/bytes.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/actor/errors.hpp"
 
@@ -194,13 +193,16 @@ int node_agent::run() {
   }
   net::handlers data_h;
   data_h.on_frame = [this](net::connection& c, net::frame&& f) {
+    std::string why;
     try {
-      remote::deliver(std::move(f), [this](std::uint16_t i) { return local_.find(i); });
-    } catch (const std::exception& e) {
-      if (!stopping_)
-        caf::anon_send(caf::actor_cast<caf::actor>(self_), lost_atom::value,
-                       fmt::format("a malformed data frame from {}: {}", c.peer(), e.what()), false);
+      if (auto err = remote::deliver(std::move(f), [this](std::uint16_t i) { return local_.find(i); }))
+        why = error_message(err);
+    } catch (const std::exception& e) {  // a device copy or an allocation that failed
+      why = e.what();
     }
+    if (!why.empty() && !stopping_)
+      caf::anon_send(caf::actor_cast<caf::actor>(self_), lost_atom::value,
+                     fmt::format("a malformed data frame from {}: {}", c.peer(), why), false);
   };
   data_h.on_close = [](net::connection&, std::string) {};  // senders see their peer go; the coordinator decides
   auto data = net::listen({o_.transport, o_.listen_address, 0, o_.token,
@@ -221,10 +223,10 @@ int node_agent::run() {
     try {
       switch (static_cast<control_kind>(f.kind)) {
         case control_kind::clock:
-          c.send(encode(clock_msg{decode_clock(f).coordinator_ns, steady_now_ns()}));
+          c.send(encode(clock_msg{decode_or_throw<clock_msg>(f).coordinator_ns, steady_now_ns()}));
           return;
         case control_kind::spans_ack:
-          spans_acked_.store(std::max(spans_acked_.load(), decode_spans_ack(f)), std::memory_order_release);
+          spans_acked_.store(std::max(spans_acked_.load(), decode_or_throw<spans_ack_msg>(f).seq), std::memory_order_release);
           return;
         default:
           caf::anon_send(me, ctl_atom::value, std::make_shared<net::frame>(std::move(f)));
@@ -275,7 +277,7 @@ int node_agent::run() {
         try {
           switch (static_cast<control_kind>(f->kind)) {
             case control_kind::plan:
-              if (auto err = setup(decode_plan(*f)); !err.empty())
+              if (auto err = setup(decode_or_throw<plan_msg>(*f)); !err.empty())
                 report_failure(fmt::format("node {}", o_.node), err);
               else
                 ctl_->send(encode(control_kind::ready));
@@ -287,7 +289,7 @@ int node_agent::run() {
               exit_code = 0;
               break;
             case control_kind::replica_lost: {  // elastic local-update training: tell who exchanges and routes
-              auto replica = decode_replica_lost(*f);
+              auto replica = decode_or_throw<replica_lost_msg>(*f).replica;
               for (std::size_t i = 0; i < graph_.actors.size() && i < actors_.by_index.size(); ++i)
                 if (const auto& a = graph_.actors[i];
                     actors_.by_index[i] && (a.type == "outer_sync" || a.type == "data_loader"))

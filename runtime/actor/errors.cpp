@@ -16,6 +16,7 @@ const char* to_string(errc e) noexcept {
     case errc::io_failed: return "io_failed";
     case errc::invalid_argument: return "invalid_argument";
     case errc::interrupted: return "interrupted";
+    case errc::malformed_frame: return "malformed_frame";
   }
   return "unknown";
 }

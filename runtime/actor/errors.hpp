@@ -23,6 +23,7 @@ enum class errc : std::uint8_t {
   io_failed,            ///< a file could not be read or written
   invalid_argument,     ///< a bad value reached a runtime API
   interrupted,          ///< the user stopped the run (SIGINT, SIGTERM)
+  malformed_frame,      ///< a frame from another process could not be decoded (runtime/transport/wire.hpp)
 };
 
 /// The category atom of troupe's caf::error values.

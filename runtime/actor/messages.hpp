@@ -11,8 +11,10 @@
 #include <caf/actor.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
+#include <caf/meta/load_callback.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include "runtime/actor/errors.hpp"
 #include "runtime/tensor/device_fence.hpp"
 #include "runtime/actor/route.hpp"
 #include "runtime/tensor/tensor_handle.hpp"
@@ -257,7 +259,9 @@ struct failure_msg {
   std::string what;  ///< where and what, for the user
 };
 
-// CAF inspection: field lists for to_string and (handle-free) serialisation.
+// CAF inspection: field lists for to_string and for the wire between processes
+// (runtime/transport/wire.hpp, which also carries the tensors). A load_callback
+// is what a value read from another process must hold.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, batch_msg& x) {
   return f(caf::meta::type_name("batch_msg"), x.step, x.microbatch, x.tokens, x.targets, x.route, x.documents,
@@ -292,7 +296,12 @@ typename Inspector::result_type inspect(Inspector& f, bucket_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ring_msg& x) {
-  return f(caf::meta::type_name("ring_msg"), x.step, x.bucket, x.phase, x.chunk);
+  return f(caf::meta::type_name("ring_msg"), x.step, x.bucket, x.phase, x.chunk, caf::meta::load_callback([&] {
+             return x.phase >= 0 && x.chunk.defined() && x.chunk.type() == dtype::f32
+                      ? caf::error{}
+                      : make_error(errc::malformed_frame,
+                                   "ring chunk of phase " + std::to_string(x.phase) + " without f32 values");
+           }));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, credit_msg& x) {
@@ -304,7 +313,11 @@ typename Inspector::result_type inspect(Inspector& f, step_plan_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, hop& x) {
-  return f(caf::meta::type_name("hop"), x.actor, x.chunk);
+  return f(caf::meta::type_name("hop"), x.actor, x.chunk, caf::meta::load_callback([&] {
+             return x.actor >= 0 && x.chunk >= 0 ? caf::error{}
+                                                 : make_error(errc::malformed_frame, "route hop " + std::to_string(x.actor) +
+                                                                                       "." + std::to_string(x.chunk));
+           }));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, peer& x) {

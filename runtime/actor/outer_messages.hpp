@@ -12,11 +12,14 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <caf/atom.hpp>
+#include <caf/meta/load_callback.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include "runtime/actor/errors.hpp"
 #include "runtime/actor/route.hpp"
 
 namespace troupe {
@@ -63,7 +66,12 @@ typename Inspector::result_type inspect(Inspector& f, outer_local_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, outer_part_msg& x) {
   return f(caf::meta::type_name("outer_part_msg"), x.step, x.fragment, x.replica, x.round, x.piece, x.format,
-           x.values, x.cols, x.data, x.scales);
+           x.values, x.cols, x.data, x.scales, caf::meta::load_callback([&] {
+             return x.fragment >= 0 && x.replica >= 0 && x.round >= 0 && x.piece >= 0 && x.values >= 0 && x.cols >= 0
+                      ? caf::error{}
+                      : make_error(errc::malformed_frame, "outer part of fragment " + std::to_string(x.fragment) +
+                                                            " from replica " + std::to_string(x.replica) + " malformed");
+           }));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, outer_result_msg& x) {
