@@ -3,9 +3,9 @@
 # 1 stage and as 2 stages under 1F1B, runs alternating, median ms/step, against
 # the ideal speedup p·m/(m+p−1); plus each stage's runtime overhead (actor time
 # outside compute, as the stages report it).
-#   deploy/bench_pipeline.sh [RUNS=5] [STEPS=40]
+#   deploy/bench/bench_pipeline.sh [RUNS=5] [STEPS=40]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 runs=${1:-5}
 steps=${2:-40}

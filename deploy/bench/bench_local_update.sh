@@ -25,7 +25,7 @@
 # wall time, the wall time to DDP's validation loss at half its run, and the
 # final validation loss against DDP's; and writes a plot (validation loss
 # against wall time, SVG) and the numbers (CSV) to --out.
-#   deploy/bench_local_update.sh [--steps N] [--eval-every K] [--pretrain P] [--out DIR] [--only m1,m2] [--build DIR] [--report]
+#   deploy/bench/bench_local_update.sh [--steps N] [--eval-every K] [--pretrain P] [--out DIR] [--only m1,m2] [--build DIR] [--report]
 # --only runs some methods; --report runs nothing and reports every method whose
 # results are in --out (so DDP's long run and the others can be taken apart).
 # --pretrain P first trains P steps of DDP (no emulated links: its bytes and time
@@ -35,7 +35,7 @@
 # pretraining before the comparison), since averaging replicas that start from
 # random weights costs more than it gains in short runs.
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 steps=100 eval_every=10 pretrain=0 out=runs/bench_local_update build=build only="" report=0
 while (($#)); do

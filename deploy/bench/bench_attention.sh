@@ -6,9 +6,9 @@
 # other), runs alternating; the step time is the mean of steps 2..N from replica 0's
 # optimizer spans (the first step and the validation passes left out), the median
 # over runs; and the pairs per server, max/avg, before and after planning.
-#   deploy/bench_attention.sh [RUNS=5] [STEPS=10] [NANO=2] [BATCH=4] [CONTEXT=2048]
+#   deploy/bench/bench_attention.sh [RUNS=5] [STEPS=10] [NANO=2] [BATCH=4] [CONTEXT=2048]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 runs=${1:-5}
 steps=${2:-10}

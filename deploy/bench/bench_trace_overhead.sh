@@ -10,10 +10,10 @@
 # cost, which load does not change: the writer thread's CPU time (troupe
 # prints it) and the actors' recording (build/runtime/bench_trace_record's
 # ns per span times the spans), against the untraced run's CPU per step.
-#   deploy/bench_trace_overhead.sh [--build DIR] [--rounds N] [--steps N] [--dashboard]
+#   deploy/bench/bench_trace_overhead.sh [--build DIR] [--rounds N] [--steps N] [--dashboard]
 # --dashboard also serves the live dashboard in the traced runs (no viewer attached).
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 build=build rounds=5 steps=200 dashboard=0
 while (($#)); do

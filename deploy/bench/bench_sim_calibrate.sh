@@ -6,12 +6,12 @@
 # real vs simulated ms/step and the error, with the load average before and
 # after (other work on this machine slows the real runs, not the simulation).
 # Every timed step (calibration included) holds /work/bench.lock.
-#   deploy/bench_sim_calibrate.sh [RUNS=3] [STEPS=40]
+#   deploy/bench/bench_sim_calibrate.sh [RUNS=3] [STEPS=40]
 # Environment: TROUPE (the binary), BENCH_LOCK, BENCH_QUIET (cores of other
 # work a run may share, default 0.3), BENCH_TRIES (default 3), BENCH_WAIT
 # (seconds a run waits for the others to fall under BENCH_QUIET, default 300).
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 runs=${1:-3}
 steps=${2:-40}

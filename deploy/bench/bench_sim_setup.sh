@@ -4,9 +4,9 @@
 # time, the simulation's own (wall_s), and the rest (loading, expanding and
 # checking the graph, building the cluster) per device, which stays flat when
 # set-up is linear in the actors (it grew with N before the graph's name index).
-#   deploy/bench_sim_setup.sh [--build DIR]
+#   deploy/bench/bench_sim_setup.sh [--build DIR]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 build=build
 [[ ${1:-} == --build ]] && build=$2

@@ -6,9 +6,9 @@
 # with and without the straggler, runs alternating, medians, as a share of the
 # unslowed `own` run; and each run's last loss (the same for both routes).
 # The first position's stages may hold 4 activations (see schedulers/least_loaded.test.cpp).
-#   deploy/bench_least_loaded.sh [RUNS=3] [STEPS=6] [S=6] [MICROBATCHES=16]
+#   deploy/bench/bench_least_loaded.sh [RUNS=3] [STEPS=6] [S=6] [MICROBATCHES=16]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 runs=${1:-3}
 steps=${2:-6}

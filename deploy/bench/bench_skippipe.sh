@@ -13,10 +13,10 @@
 # loss of the full model after the last step (SkipPipe also on a path of 4 stages),
 # medians over rounds, alternating the order each round; and the cost model's
 # iteration time of each plan (`troupe plan paths`). Run timing under the lock the
-# other benchmarks take: flock /work/bench.lock deploy/bench_skippipe.sh
-#   deploy/bench_skippipe.sh [--rounds N] [--steps N] [--max-per-stage K] [--build DIR]
+# other benchmarks take: flock /work/bench.lock deploy/bench/bench_skippipe.sh
+#   deploy/bench/bench_skippipe.sh [--rounds N] [--steps N] [--max-per-stage K] [--build DIR]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 rounds=1 steps=60 per_stage=4 build=build
 while (($#)); do
