@@ -261,8 +261,8 @@ void deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)>& loc
       m.step = r.get<step_t>(), m.bucket = r.get<std::int32_t>(), m.phase = r.get<std::int32_t>();
       m.chunk = get_tensor(r, f, blob);
       finish();
-      if (!m.chunk.defined() || m.chunk.type() != dtype::f32 || m.phase < 0)
-        throw malformed_input(fmt::format("ring chunk of phase {} without f32 values", m.phase));
+      if (!m.chunk.defined() || (m.chunk.type() != dtype::f32 && m.chunk.type() != dtype::bf16) || m.phase < 0)
+        throw malformed_input(fmt::format("ring chunk of phase {} without f32 or bf16 values", m.phase));
       caf::anon_send(dest, ring_atom::value, std::move(m));
       return;
     }

@@ -1,106 +1,113 @@
 #!/usr/bin/env bash
-# Local-update training over slow links (#13): 4 replicas of the main example's
-# model (examples/tiny-gpt.yaml: 4 layers, d_model 128, 867,072 parameters), 2
-# pipeline stages each, every replica-to-replica link emulated at 10 Mbit/s and
-# 50 ms (the all-reduce ring of DDP, the sync actors' links of the local-update
-# methods, and NoLoCo's activation hops to other replicas), the same tokens for
-# each method (same seed, steps and batches):
-#   ddp        every-step all-reduce, overlapped with the backward
-#   diloco     H = 50
-#   streaming  Streaming DiLoCo, P = 2, tau = 5, alpha = 0.5, int8 exchange
-#   noloco     H = 50, groups of 2, random routes, outer lr 1.0 (the paper's 0.7 was
-#              +5.7% against DDP's final loss here, 1.0 +3.9%), momentum 0.5;
-#              activations and gradients cross the replica links as bf16
-#              (pipeline.wire: every other method's stage traffic stays in its
-#              own replica's chain, off the emulated links)
-#   desloc     parameters every 8 steps, moments every 24 and 48 (16/48/96 was +5.6%,
-#              8/24/48 +4.2%; DES-LOC has no byte target, it still sends ~5x less than DDP)
-#   sparseloco H = 25, 2% of each chunk in 2 bits (H divides the run, so its last model is the global one),
-#              alpha (outer lr) 3: the mean of 4 replicas' different top-k picks dilutes each entry, and
-#              alpha 1 was +9.4% against DDP's final loss here, 2 +5.6%, 3 +3.3%; beta 0.95
-# It prints, per method: the exchange bytes replica 0 sent (all its sync or
-# all-reduce actors), DDP's bytes over them, the peak rate replica 0 offered its
-# links (from the trace: the most exchange bytes its actors sent in any 1-second
-# window; the emulated links then pace them at 10 Mbit/s each),
-# wall time, the wall time to DDP's validation loss at half its run, and the
-# final validation loss against DDP's; and writes a plot (validation loss
-# against wall time, SVG) and the numbers (CSV) to --out.
-#   deploy/bench/bench_local_update.sh [--steps N] [--eval-every K] [--pretrain P] [--out DIR] [--only m1,m2] [--build DIR] [--report]
-# --only runs some methods; --report runs nothing and reports every method whose
-# results are in --out (so DDP's long run and the others can be taken apart).
-# --pretrain P first trains P steps of DDP (no emulated links: its bytes and time
-# are the same for every method and not counted) and starts every method from
-# its weights (train.init, fresh optimizer state, the data from another seed):
-# the DiLoCo paper's protocol (Douillard et al. 2023, section 3: 24k steps of
-# pretraining before the comparison), since averaging replicas that start from
-# random weights costs more than it gains in short runs.
+# Local-update training over slow links (#13, #24): 4 replicas of the main
+# example's model (examples/tiny-gpt.yaml: 4 layers, d_model 128, 867,072
+# parameters), 2 pipeline stages each, every replica-to-replica link emulated at
+# 10 Mbit/s and 50 ms (DDP's all-reduce ring, the sync actors' links of the
+# local-update methods, NoLoCo's activation hops to other replicas). Every run
+# starts from the same --pretrain steps of DDP (no emulated links; the DiLoCo
+# paper's protocol) and trains the same tokens (same data seed, steps, batches):
+#   ddp        every-step all-reduce of f32 gradients, overlapped with the backward
+#   ddp_bf16   the same with every byte it sends as bf16: gradients
+#              (data_parallel.wire) and activations (pipeline.wire), NoLoCo's wire
+#   diloco     outer step every H = --sync-every steps
+#   streaming  Streaming DiLoCo, H, P = 2 fragments, tau = 1, alpha 0.5, int8 exchange
+#   noloco     H, groups of 2, random routes, activations as bf16 (pipeline.wire)
+#   desloc     parameters every K steps, moments every 3K and 6K (the paper's ratios)
+#   sparseloco H, 2% of each chunk in 2 bits, error feedback beta 0.95
+# Hyper-parameters are never chosen on the run reported: `--tune` runs each
+# method's grid (below) once on --tune-seed and writes the best of each (lowest
+# final validation loss) to --params; a report run (the default) reads that
+# file, refuses it if it was tuned on the reporting --seed, and runs every
+# configuration --rounds times, all of them in each round, the order rotated
+# round by round, so DDP and each method share the machine's state alike. It
+# writes the medians to --results with the CPU, the kernel target, the load
+# before and after, the commit, the seeds and the scale; the runs' logs, traces,
+# a CSV and a plot (validation loss against wall time, round 1) go to --out.
+#   deploy/bench/bench_local_update.sh [--tune] [--steps N] [--rounds R] [--sync-every H]
+#       [--eval-every K] [--pretrain P] [--seed S] [--tune-seed T] [--params FILE]
+#       [--results FILE] [--out DIR] [--only m1,m2] [--build DIR]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
-steps=100 eval_every=10 pretrain=0 out=runs/bench_local_update build=build only="" report=0
+usage="usage: $0 [--tune] [--steps N] [--rounds R (>= 3)] [--sync-every H] [--eval-every K] [--pretrain P] [--seed S] [--tune-seed T] [--params FILE] [--results FILE] [--out DIR] [--only m1,m2] [--build DIR]"
+steps=60 rounds=3 sync_every=10 eval_every=10 pretrain=200 seed=3 tune_seed=2 tune=0
+params=deploy/results/local_update_tuned.txt results="" out=runs/bench_local_update build=build only=""
 while (($#)); do
   case $1 in
-    --steps) steps=$2; shift 2 ;;
-    --eval-every) eval_every=$2; shift 2 ;;
-    --pretrain) pretrain=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --only) only=$2; shift 2 ;;
-    --build) build=$2; shift 2 ;;
-    --report) report=1; shift ;;
-    *) echo "usage: $0 [--steps N] [--eval-every K] [--pretrain P] [--out DIR] [--only m1,m2] [--build DIR] [--report]" >&2; exit 2 ;;
+    --tune) tune=1; shift ;;
+    --steps | --rounds | --sync-every | --eval-every | --pretrain | --seed | --tune-seed)
+      [[ $# -ge 2 && $2 =~ ^[0-9]+$ ]] || { echo "bench_local_update: $1 takes a whole number" >&2; echo "$usage" >&2; exit 2; }
+      v=${1#--}; printf -v "${v//-/_}" '%s' "$2"; shift 2 ;;
+    --params | --results | --out | --only | --build)
+      [[ $# -ge 2 ]] || { echo "bench_local_update: $1 takes a value" >&2; exit 2; }
+      v=${1#--}; printf -v "$v" '%s' "$2"; shift 2 ;;
+    -h | --help) echo "$usage"; exit 0 ;;
+    *) echo "bench_local_update: unknown argument '$1'" >&2; echo "$usage" >&2; exit 2 ;;
   esac
 done
+((rounds >= 3 || tune)) || { echo "bench_local_update: at least 3 rounds (medians of fewer mean little)" >&2; exit 2; }
+((steps > 0 && sync_every > 0 && steps % sync_every == 0)) ||
+  { echo "bench_local_update: --sync-every must divide --steps (the last model is then the global one)" >&2; exit 2; }
+((seed != tune_seed)) || { echo "bench_local_update: --seed and --tune-seed must differ (never tune on the run reported)" >&2; exit 2; }
+((pretrain == 0 || (seed != 1 && tune_seed != 1))) ||
+  { echo "bench_local_update: data seed 1 is the pretraining's; pick others" >&2; exit 2; }
 troupe="$here/$build/deploy/troupe"
 [[ -x $troupe ]] || { echo "bench_local_update: build first ($troupe)" >&2; exit 2; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 link="bandwidth: 10Mbit/s, latency: 50ms"
 replicas=4 stages=2
+H=$sync_every
+
+# Each method's grid: the fragments of its local_update line tried on --tune-seed.
+declare -A grid
+grid[diloco]="outer: {lr: 0.7, momentum: 0.9, nesterov: true}|outer: {lr: 1.0, momentum: 0.9, nesterov: true}"
+grid[streaming]="alpha: 0.5, outer: {lr: 0.7, momentum: 0.9, nesterov: true}|alpha: 0.5, outer: {lr: 1.0, momentum: 0.9, nesterov: true}"
+grid[noloco]="outer: {lr: 0.7, momentum: 0.5, nesterov: true}|outer: {lr: 1.0, momentum: 0.5, nesterov: true}"
+grid[desloc]="periods: {params: $((H / 5 > 0 ? H / 5 : 1)), momentum: $((3 * (H / 5 > 0 ? H / 5 : 1))), variance: $((6 * (H / 5 > 0 ? H / 5 : 1)))}|periods: {params: $((H / 2)), momentum: $((3 * H / 2)), variance: $((3 * H))}"
+grid[sparseloco]="outer: {lr: 1.0, momentum: 0.95}|outer: {lr: 2.0, momentum: 0.95}|outer: {lr: 3.0, momentum: 0.95}"
 
 links() { # suffix: every ordered pair of replicas at each position
   local s a b
   for ((s = 0; s < stages; s++)); do
     for ((a = 0; a < replicas; a++)); do
       for ((b = 0; b < replicas; b++)); do
-        ((a == b)) && continue
-        echo "  - {from: r${a}s${s}$1, to: r${b}s${s}$1, $link}"
+        ((a == b)) || echo "  - {from: r${a}s${s}$1, to: r${b}s${s}$1, $link}"
       done
     done
   done
 }
 
 init=""
-graph() { # method
-  local seed=1
-  [[ -n $init ]] && seed=2  # not the pretraining's batches again
+graph() { # method, data seed, tuned fragment
+  local m=$1 data_seed=$2 tuned=${3:-} wire=f32 s a b
+  [[ $m == noloco || $m == ddp_bf16 ]] && wire=bf16
   cat <<YAML
 model:    {layers: 4, d_model: 128, heads: 4, context: 64, vocab: 256}
-data:     {corpus: $here/data/kjv.txt, batch: 6, seed: $seed}
+data:     {corpus: $here/data/kjv.txt, batch: 6, seed: $data_seed}
 train:    {steps: $steps, lr: 1.0e-3, weight_decay: 0.1, warmup: 10, eval_every: $eval_every, eval_batches: 4${init:+, init: $init}}
-pipeline: {stages: $stages, microbatches: 2, schedule: 1f1b$([[ $1 == noloco ]] && echo ", wire: bf16")}
-data_parallel: {replicas: $replicas}
+pipeline: {stages: $stages, microbatches: 2, schedule: 1f1b, wire: $wire}
+data_parallel: {replicas: $replicas$([[ $m == ddp_bf16 ]] && echo ", wire: bf16")}
 YAML
-  case $1 in
-    ddp)
-      echo "channels:"
-      local a
-      for ((s = 0; s < stages; s++)); do
-        for ((a = 0; a < replicas; a++)); do
-          echo "  - {from: r${a}s${s}_ar, to: r$(((a + 1) % replicas))s${s}_ar, $link}"
-        done
-      done ;;
-    diloco) echo "local_update: {algorithm: diloco, sync_every: 50}" ;;
-    streaming) echo "local_update: {algorithm: streaming_diloco, sync_every: 50, fragments: 2, delay: 5, alpha: 0.5, quantize: int8}" ;;
-    noloco) echo "local_update: {algorithm: noloco, sync_every: 50, group: 2, route: random, outer: {lr: 1.0, momentum: 0.5, nesterov: true}}" ;;
-    desloc) echo "local_update: {algorithm: desloc, periods: {params: 8, momentum: 24, variance: 48}}" ;;
-    sparseloco) echo "local_update: {algorithm: sparseloco, sync_every: 25, density: 0.02, outer: {lr: 3.0, momentum: 0.95}}" ;;
+  case $m in
+    diloco) echo "local_update: {algorithm: diloco, sync_every: $H, $tuned}" ;;
+    streaming) echo "local_update: {algorithm: streaming_diloco, sync_every: $H, fragments: 2, delay: 1, quantize: int8, $tuned}" ;;
+    noloco) echo "local_update: {algorithm: noloco, sync_every: $H, group: 2, route: random, $tuned}" ;;
+    desloc) echo "local_update: {algorithm: desloc, $tuned}" ;;
+    sparseloco) echo "local_update: {algorithm: sparseloco, sync_every: $H, density: 0.02, $tuned}" ;;
   esac
-  if [[ $1 != ddp && $1 != pretrain ]]; then
-    echo "channels:"
+  [[ $m == pretrain ]] && return
+  echo "channels:"
+  if [[ $m == ddp* ]]; then
+    for ((s = 0; s < stages; s++)); do
+      for ((a = 0; a < replicas; a++)); do
+        echo "  - {from: r${a}s${s}_ar, to: r$(((a + 1) % replicas))s${s}_ar, $link}"
+      done
+    done
+  else
     links _sync
   fi
-  if [[ $1 == noloco ]]; then # activations to the next stage of another replica
-    local a b
+  if [[ $m == noloco ]]; then # activations to the next stage of another replica
     for ((a = 0; a < replicas; a++)); do
       for ((b = 0; b < replicas; b++)); do
         ((a == b)) || echo "  - {from: r${a}s0, to: r${b}s1, $link}"
@@ -109,92 +116,181 @@ YAML
   fi
 }
 
-all=(ddp diloco streaming noloco desloc sparseloco)
-methods=("${all[@]}")
-[[ -n $only ]] && IFS=, read -r -a methods <<<"$only"
-((report)) && methods=()
-cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-echo "machine: ${cpu:-unknown CPU}, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $steps steps, $replicas replicas x $stages stages, links $link"
-if ((pretrain > 0)); then
-  init="$out/pretrain/ckpt"
-  if [[ ! -f $init/latest && ${#methods[@]} -gt 0 ]]; then
-    mkdir -p "$out/pretrain"
-    { (steps=$pretrain init="" graph pretrain); echo "checkpoint: {dir: ckpt, every: $pretrain}"; } >"$out/pretrain/pretrain.yaml"
-    echo "pretraining: $pretrain steps of DDP (no emulated links) -> $init"
-    (cd "$out/pretrain" && "$troupe" run pretrain.yaml --no-trace >pretrain.log 2>&1) || { tail -20 "$out/pretrain/pretrain.log" >&2; exit 1; }
-    grep "val loss" "$out/pretrain/pretrain.log" | sed 's/^/  /'
-  fi
-fi
-for m in "${methods[@]}"; do
-  graph "$m" >"$out/$m.yaml"
+# One run: writes $out/NAME.{yaml,log,json,trace.json}, each log line stamped
+# with the seconds since the start.
+run() { # name method data_seed tuned
+  local name=$1 start
+  graph "$2" "$3" "${4:-}" >"$out/$name.yaml"
   start=$(date +%s.%N)
-  # Each validation line stamped with the seconds since the start.
-  (cd "$out" && "$troupe" run "$m.yaml" --trace "$out/$m.trace.json" --summary-json "$out/$m.json" 2>&1) |
+  (cd "$out" && "$troupe" run "$name.yaml" --trace "$out/$name.trace.json" --summary-json "$out/$name.json" 2>&1) |
     while IFS= read -r line; do
       printf '%s %s\n' "$(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN {printf "%.3f", n - s}')" "$line"
-    done >"$out/$m.log" || { tail -20 "$out/$m.log" >&2; exit 1; }
-  echo "$m: done in $(tail -1 "$out/$m.log" | cut -d' ' -f1) s"
-done
+    done >"$out/$name.log" || { tail -20 "$out/$name.log" >&2; exit 1; }
+  [[ -s $out/$name.json ]] || { tail -20 "$out/$name.log" >&2; exit 1; }
+  echo "$name: $(tail -1 "$out/$name.log" | cut -d' ' -f1) s, val loss $(field "$out/$name.json" val_loss)" >&2
+}
+field() { python3 -c "import json,sys; v=json.load(open(sys.argv[1])).get(sys.argv[2]); print('nan' if v is None else v)" "$1" "$2"; }
 
-present=()
-for m in "${all[@]}"; do [[ -f $out/$m.json ]] && present+=("$m"); done
-python3 - "$out" "${present[@]}" <<'PY'
-import json, re, sys
-out, methods = sys.argv[1], sys.argv[2:]
-rows = {}
-for m in methods:
-    s = json.load(open(f"{out}/{m}.json"))
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!deploy/results' || echo '+changes')"
+echo "machine: ${cpu:-unknown CPU}, $(nproc) cores, load $load_before; commit $commit; $steps steps from $pretrain of DDP, H = $H, $replicas replicas x $stages stages, links $link" >&2
+
+if ((pretrain > 0)); then
+  init="$out/pretrain$pretrain/ckpt"
+  if [[ ! -f $init/latest ]]; then
+    mkdir -p "$out/pretrain$pretrain"
+    { (steps=$pretrain init="" graph pretrain 1); echo "checkpoint: {dir: ckpt, every: $pretrain}"; } >"$out/pretrain$pretrain/pretrain.yaml"
+    echo "pretraining: $pretrain steps of DDP (no emulated links, data seed 1) -> $init" >&2
+    (cd "$out/pretrain$pretrain" && "$troupe" run pretrain.yaml --no-trace >pretrain.log 2>&1) ||
+      { tail -20 "$out/pretrain$pretrain/pretrain.log" >&2; exit 1; }
+  fi
+fi
+
+methods=(diloco streaming noloco desloc sparseloco)
+if ((tune)); then
+  [[ -n $only ]] && IFS=, read -r -a methods <<<"$only"
+  tmp_params=$(mktemp)
+  {
+    echo "# bench_local_update.sh --tune: each method's grid run once on data seed $tune_seed ($steps steps from"
+    echo "# $pretrain of DDP, H = $H), the lowest final validation loss kept. $(date -u +%F), commit $commit, ${cpu:-unknown CPU},"
+    echo "# load $load_before. Read by report runs, which refuse a reporting seed equal to the tuning seed."
+    echo "tune_seed	$tune_seed"
+    echo "scale	steps $steps, pretrain $pretrain, H $H"
+  } >"$tmp_params"
+  for m in "${methods[@]}"; do
+    [[ -n ${grid[$m]:-} ]] || { echo "bench_local_update: no method '$m' (known: ${!grid[*]})" >&2; exit 2; }
+    IFS='|' read -r -a options <<<"${grid[$m]}"
+    best="" best_loss=""
+    for k in "${!options[@]}"; do
+      run "tune_${m}_$k" "$m" "$tune_seed" "${options[$k]}"
+      loss=$(field "$out/tune_${m}_$k.json" val_loss)
+      echo "# $m {${options[$k]}}: final val loss $loss" >>"$tmp_params"
+      if [[ -z $best ]] || awk -v a="$loss" -v b="$best_loss" 'BEGIN {exit !(a < b)}'; then best=${options[$k]} best_loss=$loss; fi
+    done
+    echo "$m	$best" >>"$tmp_params"
+  done
+  mv "$tmp_params" "$params"
+  echo "tuned on data seed $tune_seed: $params" >&2
+  cat "$params"
+  exit 0
+fi
+
+[[ -f $params ]] || { echo "bench_local_update: no tuned parameters in $params: run with --tune first (on another seed)" >&2; exit 2; }
+tuned_on=$(awk -F'\t' '$1 == "tune_seed" {print $2}' "$params")
+[[ -n $tuned_on ]] || { echo "bench_local_update: $params names no tune_seed" >&2; exit 2; }
+((tuned_on != seed)) || { echo "bench_local_update: $params was tuned on seed $seed, the seed to report: pick another --seed" >&2; exit 2; }
+configs=(ddp ddp_bf16 "${methods[@]}")
+[[ -n $only ]] && IFS=, read -r -a configs <<<"$only"
+declare -A tuned
+for m in "${configs[@]}"; do
+  [[ $m == ddp || $m == ddp_bf16 ]] && continue
+  tuned[$m]=$(awk -F'\t' -v m="$m" '$1 == m {print $2}' "$params")
+  [[ -n ${tuned[$m]} ]] || { echo "bench_local_update: $params has no line for '$m'" >&2; exit 2; }
+done
+n=${#configs[@]}
+for ((r = 1; r <= rounds; r++)); do
+  for ((i = 0; i < n; i++)); do  # round r starts (r - 1) places further along the list
+    m=${configs[$(((i + r - 1) % n))]}
+    run "$m.r$r" "$m" "$seed" "${tuned[$m]:-}"
+  done
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+results=${results:-deploy/results/local_update_10mbit_${steps}steps.md}
+kernel=$(field "$out/${configs[0]}.r1.json" kernel_target)
+
+python3 - "$out" "$rounds" "$results" "${configs[@]}" <<PY
+import json, math, re, statistics, sys
+out, rounds, results, configs = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+tuned = {l.split("\t")[0]: l.rstrip("\n").split("\t")[1] for l in open("$params") if "\t" in l and not l.startswith("#")}
+
+def one(name):
+    s = json.load(open(f"{out}/{name}.json"))
     curve, wall = [], 0.0
-    for line in open(f"{out}/{m}.log"):
+    for line in open(f"{out}/{name}.log"):
         t, _, rest = line.partition(" ")
         wall = float(t)
         v = re.search(r"validation after step (\d+): loss ([0-9.]+)", rest)
         if v and rest.startswith("r0s"):
             curve.append((float(t), int(v.group(1)), float(v.group(2))))
     # Peak offered rate: the most bytes replica 0's sync or all-reduce actors sent in a 1 s window.
-    t = json.load(open(f"{out}/{m}.trace.json"))
+    t = json.load(open(f"{out}/{name}.trace.json"))
     ev = t["traceEvents"] if isinstance(t, dict) else t
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"}
-    sends = {}
+    mine = []
     for e in ev:
         n = names.get((e.get("pid"), e.get("tid")), "")
-        if re.fullmatch(r"r\d+s\d+_(sync|ar)", n) and e.get("name", "").startswith("send") and e.get("args", {}).get("bytes"):
-            sends.setdefault(n, []).append((e["ts"] / 1e6, int(e["args"]["bytes"])))
-    mine = sorted(x for n, xs in sends.items() if n.startswith("r0s") for x in xs)
+        if re.fullmatch(r"r0s\d+_(sync|ar)", n) and e.get("name", "").startswith("send") and e.get("args", {}).get("bytes"):
+            mine.append((e["ts"] / 1e6, int(e["args"]["bytes"])))
+    mine.sort()
     peak, j, acc = 0.0, 0, 0
     for ts, b in mine:
         acc += b
         while mine[j][0] < ts - 1.0:
             acc -= mine[j][1]; j += 1
         peak = max(peak, acc)
-    sent = sum(b for n, xs in sends.items() if n.startswith("r0s") for _, b in xs)
-    rows[m] = dict(sent=sent, wall=wall, curve=curve, val=s.get("val_loss"), peak=peak * 8 / 1e6)
-ddp = rows.get("ddp")
+    return dict(sent=sum(b for _, b in mine), wall=wall, curve=curve, val=s.get("val_loss"), peak=peak * 8 / 1e6)
+
+runs = {m: [one(f"{m}.r{r}") for r in range(1, rounds + 1)] for m in configs}
+med = lambda xs: statistics.median(xs) if xs else float("nan")
+ddp = runs.get("ddp")
 target = None
-if ddp and ddp["curve"]:
-    half = [c for c in ddp["curve"] if c[1] <= max(c[1] for c in ddp["curve"]) / 2]
-    target = (half or ddp["curve"])[-1][2]
+if ddp and ddp[0]["curve"]:
+    c = ddp[0]["curve"]
+    half = [x for x in c if x[1] <= max(x[1] for x in c) / 2]
+    target = (half or c)[-1][2]
 def to_target(r):
     hit = [c[0] for c in r["curve"] if target is not None and c[2] <= target]
     return hit[0] if hit else None
-print()
-print(f"target: DDP's validation loss at half its run, {target:.4f}" if target else "target: (no DDP run)")
-print("| method | bytes sent, replica 0 | DDP / method | peak offered Mbit/s, replica 0 (1 s) | wall s | s to target | / DDP's | final val loss | vs DDP |")
-print("|---|---|---|---|---|---|---|---|---|")
+rows = {}
+for m, rs in runs.items():
+    tts = [to_target(r) for r in rs]
+    rows[m] = dict(sent=rs[0]["sent"], peak=rs[0]["peak"], wall=med([r["wall"] for r in rs]),
+                   walls=[r["wall"] for r in rs], tt=med([x for x in tts if x is not None]) if all(x is not None for x in tts) else None,
+                   val=med([r["val"] for r in rs]), vals=[r["val"] for r in rs], curve=rs[0]["curve"])
+def ratio(a, b):
+    return f"{a / b:,.1f}x" if a and b else "-"
+lines = []
+w = lines.append
+w("# Local-update methods against DDP over 10 Mbit/s links")
+w("")
+w("\`deploy/bench/bench_local_update.sh\` (#13, #24): 4 replicas x 2 pipeline stages of the main example's model (867,072 parameters),")
+w("every replica-to-replica link emulated at 10 Mbit/s and 50 ms; every run starts from the same $pretrain steps of DDP without")
+w("emulated links (train.init) and trains $steps more steps on data seed $seed (batch 6 x 2 microbatches per replica), validation")
+w("every $eval_every steps on 4 batches. Each configuration ran $rounds times (rounds of all of them, the order rotated each")
+w("round); times are medians over the rounds, validation losses medians too (each round's loss is listed).")
+w("")
+w(f"- machine: ${cpu:-unknown CPU}, $(nproc) cores; kernel target $kernel")
+w(f"- load (1, 5, 15 min): $load_before before, $load_after after")
+w(f"- commit $commit, $(date -u '+%F %H:%M UTC')")
+w(f"- hyper-parameters: chosen by \`--tune\` on data seed $tuned_on ($(basename "$params")), reported on data seed $seed")
+w(f"- H = $H for DiLoCo, Streaming DiLoCo, NoLoCo and SparseLoCo; target: DDP's (f32) validation loss at half its run, " +
+  (f"{target:.4f}" if target else "(no DDP run)"))
+w("")
+w("| method | settings (tuned on seed $tuned_on) | bytes sent, replica 0 | DDP f32 / this | DDP bf16 / this | peak offered Mbit/s, replica 0 (1 s) | wall s (median) | wall s, each round | s to target | / DDP f32 | / DDP bf16 | final val loss | each round | vs DDP f32 | vs DDP bf16 |")
+w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+settings = {"ddp": "f32 gradients, f32 activations", "ddp_bf16": "data_parallel.wire: bf16, pipeline.wire: bf16"}
+base = {k: rows.get(k) for k in ("ddp", "ddp_bf16")}
+for m, r in rows.items():
+    cells = [m, settings.get(m, tuned.get(m, "")), f"{r['sent']:,}"]
+    cells += [ratio(base[k]["sent"], r["sent"]) if base[k] else "-" for k in ("ddp", "ddp_bf16")]
+    cells += [f"{r['peak']:.2f}", f"{r['wall']:.1f}", " ".join(f"{x:.1f}" for x in r["walls"])]
+    cells.append(f"{r['tt']:.1f}" if r["tt"] is not None else "not reached")
+    cells += [f"{r['tt'] / base[k]['tt']:.3f}" if r["tt"] is not None and base[k] and base[k]["tt"] else "-" for k in ("ddp", "ddp_bf16")]
+    cells += [f"{r['val']:.4f}", " ".join(f"{x:.4f}" for x in r["vals"])]
+    cells += [f"{100 * (r['val'] / base[k]['val'] - 1):+.2f}%" if base[k] else "-" for k in ("ddp", "ddp_bf16")]
+    w("| " + " | ".join(cells) + " |")
+w("")
+w("Bytes are what replica 0's all-reduce or sync actors sent (trace send spans); the same every round.")
+text = "\n".join(lines) + "\n"
+open(results, "w").write(text)
+print(text)
 with open(f"{out}/summary.csv", "w") as csv:
-    csv.write("method,bytes_sent,ratio,peak_mbit_s,wall_s,to_target_s,final_val_loss\n")
+    csv.write("method,bytes_sent,peak_mbit_s,wall_s_median,to_target_s_median,final_val_loss_median\n")
     for m, r in rows.items():
-        ratio = ddp["sent"] / r["sent"] if ddp and r["sent"] else float("nan")
-        tt = to_target(r)
-        tt_ddp = to_target(ddp) if ddp else None
-        rel = f"{tt / tt_ddp:.3f}" if tt is not None and tt_ddp else "-"
-        vs = f"{100 * (r['val'] / ddp['val'] - 1):+.2f}%" if ddp and r["val"] else "-"
-        print(f"| {m} | {r['sent']:,} | {ratio:,.1f}x | {r['peak']:.2f} | {r['wall']:.1f} | "
-              f"{tt if tt is not None else float('nan'):.1f} | {rel} | {r['val']:.4f} | {vs} |")
-        csv.write(f"{m},{r['sent']},{ratio:.2f},{r['peak']:.3f},{r['wall']:.2f},{tt if tt is not None else ''},{r['val']}\n")
-# The plot: validation loss against wall time, one line per method (log time axis).
-import math
-colors = ["#000000", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"]
+        csv.write(f"{m},{r['sent']},{r['peak']:.3f},{r['wall']:.2f},{r['tt'] if r['tt'] is not None else ''},{r['val']}\n")
+# The plot: validation loss against wall time, round 1, one line per configuration (log time axis).
+colors = ["#000000", "#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"]
 pts = [(t, l) for r in rows.values() for t, _, l in r["curve"] if t > 0]
 if pts:
     t0, t1 = math.log10(min(p[0] for p in pts)), math.log10(max(p[0] for p in pts))
@@ -224,5 +320,5 @@ if pts:
         svg.append(f'<text x="{W-160}" y="{40 + 18 * i}" fill="{c}">{m}</text>')
     svg.append("</svg>")
     open(f"{out}/local_update.svg", "w").write("\n".join(svg))
-    print(f"\nplot: {out}/local_update.svg, numbers: {out}/summary.csv")
+    print(f"plot: {out}/local_update.svg, numbers: {out}/summary.csv, table: {results}")
 PY

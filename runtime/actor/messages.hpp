@@ -158,7 +158,7 @@ struct ring_msg {
   step_t step = 0;
   std::int32_t bucket = 0;
   std::int32_t phase = 0;
-  tensor_handle chunk;  ///< f32 [chunk elements], a copy the sender no longer touches
+  tensor_handle chunk;  ///< f32 (or bf16: data_parallel.wire) [chunk elements], a copy the sender no longer touches
 };
 
 /// `(attention_atom, attention_task_msg)`: a core-attention shard for an attention
