@@ -29,6 +29,7 @@ while (($#)); do
     --microbatches) mbs=$2; shift 2 ;;
     --bucket) bucket=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    -h | --help) echo "usage: $0 [--rounds N] [--steps N] [--microbatches M] [--bucket SIZE] [--build DIR]"; exit 0 ;;
     *) echo "usage: $0 [--rounds N] [--steps N] [--microbatches M] [--bucket SIZE] [--build DIR]" >&2; exit 2 ;;
   esac
 done

@@ -10,6 +10,11 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
+usage="usage: $0 [RUNS=3] [STEPS=6] [S=6] [MICROBATCHES=16]"
+for a in "$@"; do
+  [[ $a == -h || $a == --help ]] && { echo "$usage"; exit 0; }
+  [[ $a =~ ^[0-9]+$ ]] || { echo "bench_least_loaded: '$a' is not a whole number" >&2; echo "$usage" >&2; exit 2; }
+done
 runs=${1:-3}
 steps=${2:-6}
 slow=${3:-6}

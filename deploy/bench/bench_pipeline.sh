@@ -7,6 +7,11 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
+usage="usage: $0 [RUNS=5] [STEPS=40]"
+for a in "$@"; do
+  [[ $a == -h || $a == --help ]] && { echo "$usage"; exit 0; }
+  [[ $a =~ ^[0-9]+$ ]] || { echo "bench_pipeline: '$a' is not a whole number" >&2; echo "$usage" >&2; exit 2; }
+done
 runs=${1:-5}
 steps=${2:-40}
 troupe=${TROUPE:-build/deploy/troupe}

@@ -13,6 +13,11 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
+usage="usage: $0 [RUNS=3] [STEPS=40]"
+for a in "$@"; do
+  [[ $a == -h || $a == --help ]] && { echo "$usage"; exit 0; }
+  [[ $a =~ ^[0-9]+$ ]] || { echo "bench_sim_calibrate: '$a' is not a whole number" >&2; echo "$usage" >&2; exit 2; }
+done
 runs=${1:-3}
 steps=${2:-40}
 troupe=${TROUPE:-build/deploy/troupe}

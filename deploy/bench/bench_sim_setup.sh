@@ -9,7 +9,12 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 build=build
-[[ ${1:-} == --build ]] && build=$2
+case ${1:-} in
+  "") ;;
+  --build) [[ $# -eq 2 ]] || { echo "usage: $0 [--build DIR]" >&2; exit 2; }; build=$2 ;;
+  -h | --help) echo "usage: $0 [--build DIR]"; exit 0 ;;
+  *) echo "bench_sim_setup: unknown argument '$1'" >&2; echo "usage: $0 [--build DIR]" >&2; exit 2 ;;
+esac
 troupe="$build/deploy/troupe"
 [[ -x $troupe ]] || { echo "bench_sim_setup: build first ($troupe)" >&2; exit 2; }
 printf '%8s %8s %10s %10s %10s %16s %10s\n' devices actors "total s" "sim s" "set-up s" "set-up us/device" "peak MB"

@@ -5,6 +5,10 @@
 # skipping and the plan without collision awareness, and the planner's wall time.
 #   B=build deploy/bench/bench_skippipe_plan.sh
 set -eu
+if [ $# -gt 0 ]; then
+  echo "usage: [B=build] $0   (no arguments)"
+  case $1 in -h | --help) exit 0 ;; *) exit 2 ;; esac
+fi
 B=${B:-build}
 cd "$(dirname "$0")/../.."
 printf '%-6s %-4s %9s %9s %9s %9s %9s %8s %7s\n' memory seed planned full fixed random blind "vs full" wall_s

@@ -22,6 +22,7 @@ while (($#)); do
     --rounds) rounds=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --dashboard) dashboard=1; shift ;;
+    -h | --help) echo "usage: $0 [--build DIR] [--rounds N] [--steps N] [--dashboard]"; exit 0 ;;
     *) echo "usage: $0 [--build DIR] [--rounds N] [--steps N] [--dashboard]" >&2; exit 2 ;;
   esac
 done

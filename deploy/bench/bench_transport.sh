@@ -10,6 +10,7 @@ build=$here/build rounds=5
 while (($#)); do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
+    -h | --help) echo "usage: $0 [BUILD_DIR] [--rounds N]"; exit 0 ;;
     -*) echo "usage: $0 [BUILD_DIR] [--rounds N]" >&2; exit 2 ;;
     *) build=$1; shift ;;
   esac
