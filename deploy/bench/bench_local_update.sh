@@ -30,7 +30,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 usage="usage: $0 [--tune] [--steps N] [--rounds R (>= 3)] [--sync-every H] [--eval-every K] [--pretrain P] [--seed S] [--tune-seed T] [--params FILE] [--results FILE] [--out DIR] [--only m1,m2] [--build DIR]"
-steps=60 rounds=3 sync_every=10 eval_every=10 pretrain=200 seed=3 tune_seed=2 tune=0
+steps=40 rounds=3 sync_every=10 eval_every=10 pretrain=200 seed=3 tune_seed=2 tune=0
 params=deploy/results/local_update_tuned.txt results="" out=runs/bench_local_update build=build only=""
 while (($#)); do
   case $1 in
@@ -180,6 +180,10 @@ fi
 tuned_on=$(awk -F'\t' '$1 == "tune_seed" {print $2}' "$params")
 [[ -n $tuned_on ]] || { echo "bench_local_update: $params names no tune_seed" >&2; exit 2; }
 ((tuned_on != seed)) || { echo "bench_local_update: $params was tuned on seed $seed, the seed to report: pick another --seed" >&2; exit 2; }
+scale="steps $steps, pretrain $pretrain, H $H"
+tuned_scale=$(awk -F'\t' '$1 == "scale" {print $2}' "$params")
+[[ $tuned_scale == "$scale" ]] ||
+  { echo "bench_local_update: $params was tuned at '$tuned_scale', this run is '$scale': tune again at this scale" >&2; exit 2; }
 configs=(ddp ddp_bf16 "${methods[@]}")
 [[ -n $only ]] && IFS=, read -r -a configs <<<"$only"
 declare -A tuned
