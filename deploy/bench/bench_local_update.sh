@@ -23,18 +23,21 @@
 # writes the medians to --results with the CPU, the kernel target, the load
 # before and after, the commit, the seeds and the scale; the runs' logs, traces,
 # a CSV and a plot (validation loss against wall time, round 1) go to --out.
-#   deploy/bench/bench_local_update.sh [--tune] [--steps N] [--rounds R] [--sync-every H]
+# --report runs nothing: it writes the table again from the runs in --out, with
+# the machine, load and commit those runs recorded (out/report.env).
+#   deploy/bench/bench_local_update.sh [--tune | --report] [--steps N] [--rounds R] [--sync-every H]
 #       [--eval-every K] [--pretrain P] [--seed S] [--tune-seed T] [--params FILE]
 #       [--results FILE] [--out DIR] [--only m1,m2] [--build DIR]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
-usage="usage: $0 [--tune] [--steps N] [--rounds R (>= 3)] [--sync-every H] [--eval-every K] [--pretrain P] [--seed S] [--tune-seed T] [--params FILE] [--results FILE] [--out DIR] [--only m1,m2] [--build DIR]"
-steps=40 rounds=3 sync_every=10 eval_every=10 pretrain=200 seed=3 tune_seed=2 tune=0
+usage="usage: $0 [--tune | --report] [--steps N] [--rounds R (>= 3)] [--sync-every H] [--eval-every K] [--pretrain P] [--seed S] [--tune-seed T] [--params FILE] [--results FILE] [--out DIR] [--only m1,m2] [--build DIR]"
+steps=40 rounds=3 sync_every=10 eval_every=10 pretrain=200 seed=3 tune_seed=2 tune=0 report=0
 params=deploy/results/local_update_tuned.txt results="" out=runs/bench_local_update build=build only=""
 while (($#)); do
   case $1 in
     --tune) tune=1; shift ;;
+    --report) report=1; shift ;;
     --steps | --rounds | --sync-every | --eval-every | --pretrain | --seed | --tune-seed)
       [[ $# -ge 2 && $2 =~ ^[0-9]+$ ]] || { echo "bench_local_update: $1 takes a whole number" >&2; echo "$usage" >&2; exit 2; }
       v=${1#--}; printf -v "${v//-/_}" '%s' "$2"; shift 2 ;;
@@ -134,9 +137,9 @@ field() { python3 -c "import json,sys; v=json.load(open(sys.argv[1])).get(sys.ar
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!deploy/results' || echo '+changes')"
-echo "machine: ${cpu:-unknown CPU}, $(nproc) cores, load $load_before; commit $commit; $steps steps from $pretrain of DDP, H = $H, $replicas replicas x $stages stages, links $link" >&2
+((report)) || echo "machine: ${cpu:-unknown CPU}, $(nproc) cores, load $load_before; commit $commit; $steps steps from $pretrain of DDP, H = $H, $replicas replicas x $stages stages, links $link" >&2
 
-if ((pretrain > 0)); then
+if ((pretrain > 0 && !report)); then
   init="$out/pretrain$pretrain/ckpt"
   if [[ ! -f $init/latest ]]; then
     mkdir -p "$out/pretrain$pretrain"
@@ -193,15 +196,25 @@ for m in "${configs[@]}"; do
   [[ -n ${tuned[$m]} ]] || { echo "bench_local_update: $params has no line for '$m'" >&2; exit 2; }
 done
 n=${#configs[@]}
-for ((r = 1; r <= rounds; r++)); do
-  for ((i = 0; i < n; i++)); do  # round r starts (r - 1) places further along the list
-    m=${configs[$(((i + r - 1) % n))]}
-    run "$m.r$r" "$m" "$seed" "${tuned[$m]:-}"
+if ((report)); then
+  [[ -f $out/report.env ]] || { echo "bench_local_update: no runs recorded in $out (report.env)" >&2; exit 2; }
+  source "$out/report.env"
+  reported="; this table written again by --report at commit $commit from those runs"
+  [[ ${run_configs[*]} == "${configs[*]}" && $run_rounds == "$rounds" && $run_scale == "$scale" && $run_seed == "$seed" ]] ||
+    { echo "bench_local_update: $out holds ${run_configs[*]}, $run_rounds rounds, $run_scale, seed $run_seed: ask for those" >&2; exit 2; }
+else
+  for ((r = 1; r <= rounds; r++)); do
+    for ((i = 0; i < n; i++)); do  # round r starts (r - 1) places further along the list
+      m=${configs[$(((i + r - 1) % n))]}
+      run "$m.r$r" "$m" "$seed" "${tuned[$m]:-}"
+    done
   done
-done
-load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+  run_load_before=$load_before run_load_after=$(cut -d' ' -f1-3 /proc/loadavg) run_commit=$commit
+  run_when=$(date -u '+%F %H:%M UTC') run_kernel=$(field "$out/${configs[0]}.r1.json" kernel_target) run_cpu="${cpu:-unknown CPU}, $(nproc) cores"
+  run_configs=("${configs[@]}") run_rounds=$rounds run_scale=$scale run_seed=$seed reported=""
+  declare -p run_load_before run_load_after run_commit run_when run_kernel run_cpu run_configs run_rounds run_scale run_seed >"$out/report.env"
+fi
 results=${results:-deploy/results/local_update_10mbit_${steps}steps.md}
-kernel=$(field "$out/${configs[0]}.r1.json" kernel_target)
 
 python3 - "$out" "$rounds" "$results" "${configs[@]}" <<PY
 import json, math, re, statistics, sys
@@ -244,7 +257,7 @@ if ddp and ddp[0]["curve"]:
     half = [x for x in c if x[1] <= max(x[1] for x in c) / 2]
     target = (half or c)[-1][2]
 def to_target(r):
-    hit = [c[0] for c in r["curve"] if target is not None and c[2] <= target]
+    hit = [c[0] for c in r["curve"] if target is not None and c[1] > 0 and c[2] <= target]  # not the starting point
     return hit[0] if hit else None
 rows = {}
 for m, rs in runs.items():
@@ -264,12 +277,12 @@ w("emulated links (train.init) and trains $steps more steps on data seed $seed (
 w("every $eval_every steps on 4 batches. Each configuration ran $rounds times (rounds of all of them, the order rotated each")
 w("round); times are medians over the rounds, validation losses medians too (each round's loss is listed).")
 w("")
-w(f"- machine: ${cpu:-unknown CPU}, $(nproc) cores; kernel target $kernel")
-w(f"- load (1, 5, 15 min): $load_before before, $load_after after")
-w(f"- commit $commit, $(date -u '+%F %H:%M UTC')")
+w(f"- machine: $run_cpu; kernel target $run_kernel")
+w(f"- load (1, 5, 15 min): $run_load_before before, $run_load_after after")
+w(f"- runs at commit $run_commit, $run_when$reported")
 w(f"- hyper-parameters: chosen by \`--tune\` on data seed $tuned_on ($(basename "$params")), reported on data seed $seed")
 w(f"- H = $H for DiLoCo, Streaming DiLoCo, NoLoCo and SparseLoCo; target: DDP's (f32) validation loss at half its run, " +
-  (f"{target:.4f}" if target else "(no DDP run)"))
+  (f"{target:.4f}" if target else "(no DDP run)") + "; s to target: the first validation after step 0 at or below it")
 w("")
 w("| method | settings (tuned on seed $tuned_on) | bytes sent, replica 0 | DDP f32 / this | DDP bf16 / this | peak offered Mbit/s, replica 0 (1 s) | wall s (median) | wall s, each round | s to target | / DDP f32 | / DDP bf16 | final val loss | each round | vs DDP f32 | vs DDP bf16 |")
 w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
