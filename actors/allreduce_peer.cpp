@@ -44,7 +44,7 @@ using flight_it = std::map<std::pair<step_t, int>, ring_flight>::iterator;
 
 void send_chunk(peer_actor* self, const peer_settings& cfg, flight_it it, int phase) {
   auto& st = self->state;
-  auto copy = it->second.chunk(phase);
+  auto copy = it->second.chunk(phase, cfg.wire_bf16);
   record_ring_send(st.trace_id, it->first.first, it->first.second, copy.nbytes());
   st.bytes_sent += copy.nbytes();
   trace_recorder::global().message_sent(st.actor_ids.at(static_cast<std::size_t>(cfg.next)));
@@ -203,7 +203,7 @@ caf::expected<caf::actor> spawn_allreduce_peer(spawn_context& ctx) {
     return make_error(errc::invalid_argument,
                       fmt::format("{}: needs a `stage:` it serves and a channel to the next peer", ctx.spec.name));
   peer_settings cfg{{ctx.spec.name, g.index_of(stage->name), g.index_of(next->name),
-                     g.sync_group_size(), stage->replica % g.sync_group_size()},
+                     g.sync_group_size(), stage->replica % g.sync_group_size(), g.data_parallel.wire == "bf16"},
                     g.train.steps,
                     g.checkpoint.resume_step,
                     static_cast<int>(sched::make_shard_layout(zero_params(g, *stage), g.data_parallel.bucket,

@@ -35,10 +35,44 @@ void ring_flight::write_back(const std::vector<tensor_handle>& into) const {
   }
 }
 
-tensor_handle ring_flight::chunk(int phase) const {
+namespace {
+
+/// The top 16 bits of `v` rounded to bf16, nearest even; a NaN stays a NaN.
+std::uint16_t bf16_bits(float v) {
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x7fffffu))
+    bits |= 0x10000u;
+  else
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<std::uint16_t>(bits >> 16);
+}
+
+float bf16_value(std::uint16_t b) {
+  std::uint32_t bits = std::uint32_t{b} << 16;
+  float v = 0;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+} // namespace
+
+tensor_handle ring_flight::chunk(int phase, bool bf16) {
   auto n = plan.chunk_elements();
-  auto copy = tensor_handle::empty({n});
-  std::memcpy(copy.raw(), flat.data<float>() + plan.send_chunk(phase) * n, static_cast<std::size_t>(n) * sizeof(float));
+  float* src = flat.data<float>() + plan.send_chunk(phase) * n;
+  if (!bf16) {
+    auto copy = tensor_handle::empty({n});
+    std::memcpy(copy.raw(), src, static_cast<std::size_t>(n) * sizeof(float));
+    return copy;
+  }
+  auto copy = tensor_handle::empty({n}, dtype::bf16);
+  auto* dst = copy.data<std::uint16_t>();
+  const bool gather = !plan.adds(phase); // the receiver keeps these values: so does this member
+  for (std::int64_t i = 0; i < n; ++i) {
+    dst[i] = bf16_bits(src[i]);
+    if (gather)
+      src[i] = bf16_value(dst[i]);
+  }
   return copy;
 }
 
@@ -51,12 +85,22 @@ bool ring_flight::apply_next(const std::string& who, step_t step, int b) {
     throw std::runtime_error(
       fmt::format("{}: ring chunk of {} values for bucket {} of step {}, expected {}", who, e->second.numel(), b, step, n));
   float* dst = flat.data<float>() + plan.recv_chunk(phase) * n;
-  const float* in = e->second.data<float>();
-  if (plan.adds(phase))
-    for (std::int64_t i = 0; i < n; ++i)
-      dst[i] += in[i];
-  else
-    std::memcpy(dst, in, static_cast<std::size_t>(n) * sizeof(float));
+  if (e->second.type() == dtype::bf16) {
+    const auto* in = e->second.data<std::uint16_t>();
+    if (plan.adds(phase))
+      for (std::int64_t i = 0; i < n; ++i)
+        dst[i] += bf16_value(in[i]);
+    else
+      for (std::int64_t i = 0; i < n; ++i)
+        dst[i] = bf16_value(in[i]);
+  } else {
+    const float* in = e->second.data<float>();
+    if (plan.adds(phase))
+      for (std::int64_t i = 0; i < n; ++i)
+        dst[i] += in[i];
+    else
+      std::memcpy(dst, in, static_cast<std::size_t>(n) * sizeof(float));
+  }
   early.erase(e);
   ++phase;
   return true;

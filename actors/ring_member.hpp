@@ -23,6 +23,7 @@ struct ring_settings {
   int next = 0;     ///< the next member of the ring (actor index)
   int members = 1;  ///< replicas in the ring
   int rank = 0;     ///< its replica: its place in the ring
+  bool wire_bf16 = false;  ///< `data_parallel.wire: bf16`: chunks go as bf16
 };
 
 /// One bucket of one step on its way round the ring.
@@ -39,10 +40,14 @@ struct ring_flight {
   /// Copies the flat buffer's values back into `into`, in order (the stage's tensors).
   void write_back(const std::vector<tensor_handle>& into) const;
   /// A copy of the chunk this member sends in `phase` (the receiver may keep it).
-  tensor_handle chunk(int phase) const;
+  /// As `bf16` it is rounded to bf16 (nearest even), half the bytes; in the
+  /// all-gather the member's own values are rounded alike first, so every member
+  /// ends with the same values.
+  tensor_handle chunk(int phase, bool bf16 = false);
   /// Applies the received chunk of the current phase if it is here (added in the
-  /// reduce-scatter, copied in the all-gather) and moves to the next phase;
-  /// false when it has not come yet. Throws naming `who` on a chunk of the wrong size.
+  /// reduce-scatter, copied in the all-gather; a bf16 chunk widened to f32) and
+  /// moves to the next phase; false when it has not come yet. Throws naming `who`
+  /// on a chunk of the wrong size.
   bool apply_next(const std::string& who, step_t step, int bucket);
 };
 

@@ -3,7 +3,7 @@
 // Also trains config A for --loss-steps steps (default 200) on the King James Bible
 // text in f32 and in bf16 and prints both losses.
 // Usage: bench_gpt [--runs N] [--config A|B|all] [--no-torch] [--no-bf16] [--loss-steps N]
-// The troupe side of deploy/bench_cpu_vs_torch.sh, one measurement per call, as
+// The troupe side of deploy/bench/bench_cpu_vs_torch.sh, one measurement per call, as
 // `key value...` lines: bench_gpt --round A|B [--runs N] | --sgemm N | --kernels
 #include <algorithm>
 #include <chrono>
@@ -71,7 +71,7 @@ double sgemm_peak_gflops() {
 }
 
 /// Single-thread rate of one n×n×n product by `gemm`: the median of 7 calls after one
-/// warm-up. deploy/bench_cpu_vs_torch.sh calls the faster of OpenBLAS's and troupe's
+/// warm-up. deploy/bench/bench_cpu_vs_torch.sh calls the faster of OpenBLAS's and troupe's
 /// own this core's physical limit (OpenBLAS alone is no limit where it falls back to a
 /// generic core for a CPU model it does not know).
 template <class Gemm>

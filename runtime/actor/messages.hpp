@@ -160,7 +160,7 @@ struct ring_msg {
   step_t step = 0;
   std::int32_t bucket = 0;
   std::int32_t phase = 0;
-  tensor_handle chunk;  ///< f32 [chunk elements], a copy the sender no longer touches
+  tensor_handle chunk;  ///< f32 (or bf16: data_parallel.wire) [chunk elements], a copy the sender no longer touches
 };
 
 /// `(attention_atom, attention_task_msg)`: a core-attention shard for an attention
@@ -297,10 +297,10 @@ typename Inspector::result_type inspect(Inspector& f, bucket_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ring_msg& x) {
   return f(caf::meta::type_name("ring_msg"), x.step, x.bucket, x.phase, x.chunk, caf::meta::load_callback([&] {
-             return x.phase >= 0 && x.chunk.defined() && x.chunk.type() == dtype::f32
+             return x.phase >= 0 && x.chunk.defined() && (x.chunk.type() == dtype::f32 || x.chunk.type() == dtype::bf16)
                       ? caf::error{}
                       : make_error(errc::malformed_frame,
-                                   "ring chunk of phase " + std::to_string(x.phase) + " without f32 values");
+                                   "ring chunk of phase " + std::to_string(x.phase) + " without f32 or bf16 values");
            }));
 }
 template <class Inspector>

@@ -1,5 +1,6 @@
 // The graph file's `data_parallel:` section: how many replicas of the pipeline
-// a run trains, the gradient bucket size their all-reduce uses, and the ZeRO stage.
+// a run trains, the gradient bucket size their all-reduce uses and what it sends
+// its chunks as, and the ZeRO stage.
 #include <cctype>
 #include <charconv>
 #include <optional>
@@ -12,7 +13,7 @@ namespace troupe::detail {
 
 namespace {
 
-const std::vector<std::string> data_parallel_keys{"replicas", "bucket", "zero", "overlap", "route"};
+const std::vector<std::string> data_parallel_keys{"replicas", "bucket", "zero", "overlap", "route", "wire"};
 constexpr int max_replicas = 4096;
 constexpr std::int64_t max_bucket = std::int64_t{1} << 34;
 
@@ -71,6 +72,9 @@ void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r)
     else if (text)
       d.route = *text;
   }
+  if (auto w = child(n, "wire"); w && r.get_string(n, "data_parallel", "wire", d.wire) && d.wire != "f32" &&
+                                  d.wire != "bf16")
+    r.error(w, "data_parallel.wire", fmt::format("expected f32 or bf16, got '{}'", d.wire));
   if (auto z = child(n, "zero")) {
     auto v = r.as_int(z, "data_parallel.zero", 0, 2);
     if (v && *v > 0 && d.replicas < 2)
@@ -78,6 +82,8 @@ void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r)
               fmt::format("ZeRO stage {} shards the optimizer state over the replicas: it needs "
                           "data_parallel.replicas of 2 or more",
                           *v));
+    else if (v && *v > 0 && d.wire != "f32")
+      r.error(z, "data_parallel.zero", "ZeRO's rings send f32; data_parallel.wire: bf16 is for the plain all-reduce");
     else if (v)
       d.zero = static_cast<int>(*v);
   }

@@ -118,6 +118,12 @@ struct data_parallel_spec {
   /// `own`: a microbatch stays on its replica's chain; `least_loaded`: each stage
   /// sends an activation to the replica of the next position likely to finish it first.
   std::string route = "own";
+  /// What the all-reduce ring sends its gradient chunks as: `f32`, or `bf16` (half
+  /// the bytes; each hop's partial sums and the reduced values are rounded to bf16,
+  /// summed in f32, so every replica ends with the same values: PyTorch DDP's
+  /// bf16_compress_hook). The step's train loss rides in the last bucket, so the
+  /// printed train loss is then a bf16 value too. ZeRO's rings stay f32.
+  std::string wire = "f32";
 };
 
 /// `trace: {file}`: where the Chrome-trace JSON goes; empty = no trace.

@@ -115,7 +115,7 @@ TEST_CASE(
   REQUIRE(back);
   CHECK(back->spans.size() == 200'000);
   CHECK(back->dropped == 0);
-  CHECK(w->cpu_ns() > 0);  // what the writing cost, for deploy/bench_trace_overhead.sh
+  CHECK(w->cpu_ns() > 0);  // what the writing cost, for deploy/bench/bench_trace_overhead.sh
 }
 
 TEST_CASE("the file is complete JSON after every flush, and a file cut mid-event reads up to its last whole "

@@ -1,7 +1,7 @@
 // The README's main example, run as a user runs it but for 200 of its 2,000
 // steps (about 25 s on 2 cores instead of 4-6 minutes): the loss falls, the
 // validation loss is printed, the trace is written and the summary line and
-// JSON (with the parameter count) come out. deploy/bench_main_example.sh runs
+// JSON (with the parameter count) come out. deploy/bench/bench_main_example.sh runs
 // the full 2,000 steps and prints their timings.
 #include <cstdio>
 #include <cstdlib>

@@ -10,10 +10,10 @@
 # cost, which load does not change: the writer thread's CPU time (troupe
 # prints it) and the actors' recording (build/runtime/bench_trace_record's
 # ns per span times the spans), against the untraced run's CPU per step.
-#   deploy/bench_trace_overhead.sh [--build DIR] [--rounds N] [--steps N] [--dashboard]
+#   deploy/bench/bench_trace_overhead.sh [--build DIR] [--rounds N] [--steps N] [--dashboard]
 # --dashboard also serves the live dashboard in the traced runs (no viewer attached).
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 build=build rounds=5 steps=200 dashboard=0
 while (($#)); do
@@ -22,6 +22,7 @@ while (($#)); do
     --rounds) rounds=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --dashboard) dashboard=1; shift ;;
+    -h | --help) echo "usage: $0 [--build DIR] [--rounds N] [--steps N] [--dashboard]"; exit 0 ;;
     *) echo "usage: $0 [--build DIR] [--rounds N] [--steps N] [--dashboard]" >&2; exit 2 ;;
   esac
 done

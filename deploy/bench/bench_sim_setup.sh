@@ -4,12 +4,17 @@
 # time, the simulation's own (wall_s), and the rest (loading, expanding and
 # checking the graph, building the cluster) per device, which stays flat when
 # set-up is linear in the actors (it grew with N before the graph's name index).
-#   deploy/bench_sim_setup.sh [--build DIR]
+#   deploy/bench/bench_sim_setup.sh [--build DIR]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 build=build
-[[ ${1:-} == --build ]] && build=$2
+case ${1:-} in
+  "") ;;
+  --build) [[ $# -eq 2 ]] || { echo "usage: $0 [--build DIR]" >&2; exit 2; }; build=$2 ;;
+  -h | --help) echo "usage: $0 [--build DIR]"; exit 0 ;;
+  *) echo "bench_sim_setup: unknown argument '$1'" >&2; echo "usage: $0 [--build DIR]" >&2; exit 2 ;;
+esac
 troupe="$build/deploy/troupe"
 [[ -x $troupe ]] || { echo "bench_sim_setup: build first ($troupe)" >&2; exit 2; }
 printf '%8s %8s %10s %10s %10s %16s %10s\n' devices actors "total s" "sim s" "set-up s" "set-up us/device" "peak MB"

@@ -7,11 +7,11 @@
 # 1536^3 OpenBLAS sgemm, this core's physical limit. The table (medians over rounds,
 # with the CPU, kernel target, BLAS core, load and commit) is printed and written to
 # deploy/results/cpu_vs_torch_<kernel target>.md.
-#   deploy/bench_cpu_vs_torch.sh [--rounds N] [--runs N] [--build DIR] [--out FILE]
+#   deploy/bench/bench_cpu_vs_torch.sh [--rounds N] [--runs N] [--build DIR] [--out FILE]
 # TROUPE_CPU_TARGET=avx2 (or sse4, baseline) caps troupe's kernels as on a CPU
 # without AVX-512; PyTorch and OpenBLAS still choose their own kernels.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 rounds=3 runs=5 build=$root/build out=""
 usage="usage: $0 [--rounds N (>= 3)] [--runs N] [--build DIR] [--out FILE]"
 while (($#)); do
@@ -114,7 +114,7 @@ target_text = f"**{target}**" + (f" (capped by TROUPE_CPU_TARGET={capped}; this 
                                   if target != best["kernel_target"] or capped else " (the best this CPU runs)")
 lines = [
     f"# troupe vs PyTorch on the CPU, one thread each: kernel target {target}", "",
-    "`deploy/bench_cpu_vs_torch.sh` (issue 24): the same GPT trained with one thread each, forward + backward + "
+    "`deploy/bench/bench_cpu_vs_torch.sh` (issue 24): the same GPT trained with one thread each, forward + backward + "
     "AdamW per step (troupe: `bench_gpt --round`, ops/gpt.bench.cpp; PyTorch: tests/torch/bench_gpt.py), "
     f"{m['rounds']} alternating rounds (troupe first in odd rounds, PyTorch first in even ones), each side "
     f"the median of {m['runs']} timed runs per round after 3 warm-up steps; the table gives medians over rounds of "

@@ -3,10 +3,15 @@
 # 1 stage and as 2 stages under 1F1B, runs alternating, median ms/step, against
 # the ideal speedup p·m/(m+p−1); plus each stage's runtime overhead (actor time
 # outside compute, as the stages report it).
-#   deploy/bench_pipeline.sh [RUNS=5] [STEPS=40]
+#   deploy/bench/bench_pipeline.sh [RUNS=5] [STEPS=40]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
+usage="usage: $0 [RUNS=5] [STEPS=40]"
+for a in "$@"; do
+  [[ $a == -h || $a == --help ]] && { echo "$usage"; exit 0; }
+  [[ $a =~ ^[0-9]+$ ]] || { echo "bench_pipeline: '$a' is not a whole number" >&2; echo "$usage" >&2; exit 2; }
+done
 runs=${1:-5}
 steps=${2:-40}
 troupe=${TROUPE:-build/deploy/troupe}

@@ -3,10 +3,14 @@
 # search and random draws) and memories: the iteration time under the cost model
 # of the plan, the full pipeline (planned chains and DT-FM's fixed chains), random
 # skipping and the plan without collision awareness, and the planner's wall time.
-#   B=build deploy/bench_skippipe_plan.sh
+#   B=build deploy/bench/bench_skippipe_plan.sh
 set -eu
+if [ $# -gt 0 ]; then
+  echo "usage: [B=build] $0   (no arguments)"
+  case $1 in -h | --help) exit 0 ;; *) exit 2 ;; esac
+fi
 B=${B:-build}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 printf '%-6s %-4s %9s %9s %9s %9s %9s %8s %7s\n' memory seed planned full fixed random blind "vs full" wall_s
 for memory in 3 4; do
   for seed in 1 2 3 5 7; do

@@ -3,13 +3,14 @@
 # progress thread's idle spin off (TROUPE_UCX_SPIN_US=0: sleep at once, the old
 # behaviour) and at its default, run alternately round by round so drift in load
 # hits all alike; prints the medians of bench_transport's rows and the load (#12).
-#   deploy/bench_transport.sh [BUILD_DIR] [--rounds N]
+#   deploy/bench/bench_transport.sh [BUILD_DIR] [--rounds N]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 build=$here/build rounds=5
 while (($#)); do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
+    -h | --help) echo "usage: $0 [BUILD_DIR] [--rounds N]"; exit 0 ;;
     -*) echo "usage: $0 [BUILD_DIR] [--rounds N]" >&2; exit 2 ;;
     *) build=$1; shift ;;
   esac

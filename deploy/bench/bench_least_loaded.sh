@@ -6,10 +6,15 @@
 # with and without the straggler, runs alternating, medians, as a share of the
 # unslowed `own` run; and each run's last loss (the same for both routes).
 # The first position's stages may hold 4 activations (see schedulers/routing/least_loaded.test.cpp).
-#   deploy/bench_least_loaded.sh [RUNS=3] [STEPS=6] [S=6] [MICROBATCHES=16]
+#   deploy/bench/bench_least_loaded.sh [RUNS=3] [STEPS=6] [S=6] [MICROBATCHES=16]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
+usage="usage: $0 [RUNS=3] [STEPS=6] [S=6] [MICROBATCHES=16]"
+for a in "$@"; do
+  [[ $a == -h || $a == --help ]] && { echo "$usage"; exit 0; }
+  [[ $a =~ ^[0-9]+$ ]] || { echo "bench_least_loaded: '$a' is not a whole number" >&2; echo "$usage" >&2; exit 2; }
+done
 runs=${1:-3}
 steps=${2:-6}
 slow=${3:-6}

@@ -2,9 +2,9 @@
 # Two troupe builds side by side on the main example: runs them alternately
 # (so drift in machine load hits both alike) and prints the median wall ms/step
 # and CPU seconds per step of each, and their ratio. For "is this change slower?":
-#   deploy/bench_compare.sh OLD_TROUPE NEW_TROUPE [--rounds N] [--steps N] [--graph FILE]
+#   deploy/bench/bench_compare.sh OLD_TROUPE NEW_TROUPE [--rounds N] [--steps N] [--graph FILE]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 (($# >= 2)) || { echo "usage: $0 OLD_TROUPE NEW_TROUPE [--rounds N] [--steps N] [--graph FILE]" >&2; exit 2; }
 old=$1 new=$2

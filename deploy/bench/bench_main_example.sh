@@ -3,9 +3,9 @@
 # benchmark rather than a test (tests/integration/tiny_example runs 200 steps):
 # prints one table row per run with ms/step, tokens/s, the final train and
 # validation loss and the wall time, plus the machine it ran on.
-#   deploy/bench_main_example.sh [TROUPE] [--runs N] [--steps N] [--threads N]
+#   deploy/bench/bench_main_example.sh [TROUPE] [--runs N] [--steps N] [--threads N]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 troupe=build/deploy/troupe runs=1 steps=2000 extra=()
 usage="usage: $0 [TROUPE] [--runs N] [--steps N] [--threads N]"

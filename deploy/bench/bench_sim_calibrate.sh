@@ -6,13 +6,18 @@
 # real vs simulated ms/step and the error, with the load average before and
 # after (other work on this machine slows the real runs, not the simulation).
 # Every timed step (calibration included) holds /work/bench.lock.
-#   deploy/bench_sim_calibrate.sh [RUNS=3] [STEPS=40]
+#   deploy/bench/bench_sim_calibrate.sh [RUNS=3] [STEPS=40]
 # Environment: TROUPE (the binary), BENCH_LOCK, BENCH_QUIET (cores of other
 # work a run may share, default 0.3), BENCH_TRIES (default 3), BENCH_WAIT
 # (seconds a run waits for the others to fall under BENCH_QUIET, default 300).
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
+usage="usage: $0 [RUNS=3] [STEPS=40]"
+for a in "$@"; do
+  [[ $a == -h || $a == --help ]] && { echo "$usage"; exit 0; }
+  [[ $a =~ ^[0-9]+$ ]] || { echo "bench_sim_calibrate: '$a' is not a whole number" >&2; echo "$usage" >&2; exit 2; }
+done
 runs=${1:-3}
 steps=${2:-40}
 troupe=${TROUPE:-build/deploy/troupe}

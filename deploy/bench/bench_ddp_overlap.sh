@@ -17,9 +17,9 @@
 # step's first `sync` span on a peer to the end of its stage's last backward,
 # median over the steps and both replicas), and the share of the hideable part
 # is (after - overlap) / min(after - nocomm, window).
-#   deploy/bench_ddp_overlap.sh [--rounds N] [--steps N] [--microbatches M] [--bucket SIZE]
+#   deploy/bench/bench_ddp_overlap.sh [--rounds N] [--steps N] [--microbatches M] [--bucket SIZE]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 rounds=5 steps=30 mbs=1 bucket=512KB build=build
 while (($#)); do
@@ -29,6 +29,7 @@ while (($#)); do
     --microbatches) mbs=$2; shift 2 ;;
     --bucket) bucket=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    -h | --help) echo "usage: $0 [--rounds N] [--steps N] [--microbatches M] [--bucket SIZE] [--build DIR]"; exit 0 ;;
     *) echo "usage: $0 [--rounds N] [--steps N] [--microbatches M] [--bucket SIZE] [--build DIR]" >&2; exit 2 ;;
   esac
 done
