@@ -89,36 +89,13 @@ std::optional<std::string> check_stage_part(const safetensors_header& part,
   return std::nullopt;
 }
 
-caf::error stage_engine::load_weights(const safetensors_file& f, const std::string& file) {
-  std::vector<std::vector<param_info>> layouts;
-  for (const auto& m : models_)
-    layouts.push_back(m->param_layout());
-  if (auto why = check_stage_part(header_of(f), layouts, ops::adamw::kinds(), nullptr))
-    return make_error(errc::invalid_argument, fmt::format("{}: {}", file, *why));
-  for (std::size_t k = 0; k < models_.size(); ++k) {
-    std::vector<tensor_handle> ps;
-    for (const auto& p : layouts[k])
-      ps.push_back(f.find(p.name));
-    try {
-      models_[k]->load_params(ps);
-    } catch (const std::exception& e) {
-      return make_error(errc::invalid_argument, fmt::format("{}: {}", file, e.what()));
-    }
-  }
-  return {};
-}
-
-caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, const std::string& file) {
+caf::error stage_engine::load_part(const safetensors_file& f, const std::string& file,
+                                   const std::vector<std::string>& kinds, std::vector<long>* optimizer_steps) {
   // Check everything first, so a mismatch changes nothing.
   std::vector<std::vector<param_info>> layouts;
   for (const auto& m : models_)
     layouts.push_back(m->param_layout());
-  std::vector<std::string> kinds;
-  for (const auto& b : boundaries_)
-    for (auto& k : b->state_kinds())
-      kinds.push_back(std::move(k));
-  std::vector<long> opt_steps;
-  if (auto why = check_stage_part(header_of(f), layouts, kinds, &opt_steps))
+  if (auto why = check_stage_part(header_of(f), layouts, kinds, optimizer_steps))
     return make_error(errc::invalid_argument, fmt::format("{}: {}", file, *why));
   for (std::size_t k = 0; k < models_.size(); ++k) {
     std::vector<tensor_handle> ps;
@@ -130,6 +107,21 @@ caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, c
       return make_error(errc::invalid_argument, fmt::format("{}: {}", file, e.what()));
     }
   }
+  return {};
+}
+
+caf::error stage_engine::load_weights(const safetensors_file& f, const std::string& file) {
+  return load_part(f, file, ops::adamw::kinds(), nullptr); // a part of any run's checkpoint: AdamW's state beside
+}
+
+caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, const std::string& file) {
+  std::vector<std::string> kinds; // what this stack saves beside each parameter
+  for (const auto& b : boundaries_)
+    for (auto& k : b->state_kinds())
+      kinds.push_back(std::move(k));
+  std::vector<long> opt_steps;
+  if (auto err = load_part(f, file, kinds, &opt_steps))
+    return err;
   for (auto& b : boundaries_)
     if (auto err = b->restore(f, opt_steps, file))
       return err;

@@ -223,6 +223,11 @@ private:
   /// The update of `step` is applied (now, or when its component says so).
   void finish_update(const step_report& rep, std::int64_t tokens);
   stage_model& chunk(int c) { return *models_[static_cast<std::size_t>(c)]; }
+  /// Checks part `f` against the chunks (parameters, and `kinds` of optimizer
+  /// state beside each), then loads the parameters; the per-chunk optimizer
+  /// steps go to `optimizer_steps` when given. A mismatch changes nothing.
+  caf::error load_part(const safetensors_file& f, const std::string& file, const std::vector<std::string>& kinds,
+                       std::vector<long>* optimizer_steps);
   // stage_host, for the components
   void send(int to, caf::message m) override;
   void synced(step_t step) override;
