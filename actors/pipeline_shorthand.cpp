@@ -135,8 +135,12 @@ void expand_pipeline(section_expansion& e) {
       edge(last, stage(r, 0)); // interleaved chunks wrap around
   }
   const auto& lu = g.local_update;
-  if (lu.present && lu.algorithm == "noloco" && lu.route == "random" && replicas > 1 && p.virtual_stages == 1)
-    for (int s = 0; s + 1 < p.stages; ++s)  // NoLoCo's random routes: any replica to any replica at each boundary
+  // NoLoCo's random routes and least_loaded routing: any replica to any replica
+  // at each boundary (the channels a launched run sends over).
+  bool across = (lu.present && lu.algorithm == "noloco" && lu.route == "random") ||
+                g.data_parallel.route == "least_loaded";
+  if (across && replicas > 1 && p.virtual_stages == 1)
+    for (int s = 0; s + 1 < p.stages; ++s)
       for (int r = 0; r < replicas; ++r)
         for (int to = 0; to < replicas; ++to)
           if (to != r)

@@ -76,13 +76,6 @@ void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics&
                                  s->second.IsScalar() ? s->second.Scalar() : std::string{"a collection"})});
     }
   }
-  // Routed on the way, a stage may send to any replica of the next position;
-  // the graph's channels (what crosses processes) join only a replica's own chain.
-  if (a.rank == 0 && a.replica == 0 && g.data_parallel.route == "least_loaded" && g.cluster.present &&
-      g.cluster.nodes > 1)
-    out.push_back({g.where("data_parallel.route"), "data_parallel.route",
-                   "least_loaded runs in one process for now (cluster.nodes is " + std::to_string(g.cluster.nodes) +
-                     "): its stages send to every replica of the next position"});
   // SkipPipe's stage 0 runs two chunks, the embedding's and the head's, in the
   // order its paths bring them: a rule over any chunks in any order (#14).
   if (g.skip_runs() && a.rank == 0 && a.replica == 0 && g.pipeline.schedule != "gpipe")

@@ -216,4 +216,29 @@ inline lost_node_outcome kill_node(troupe_process& launch, const std::string& co
   return out;
 }
 
+/// `troupe run` of `graph` (YAML text) in one process and `troupe launch` of
+/// the same graph over `nodes` node processes, from a fresh folder `troupe_NAME_PID`:
+/// both outputs and per-step losses, for a test to compare.
+struct one_and_launched {
+  std::string one_out, launched_out;
+  std::vector<double> one, launched;
+};
+inline one_and_launched run_one_and_launched(const std::string& name, const std::string& graph, int nodes = 2) {
+  auto dir = fs::temp_directory_path() / ("troupe_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::create_directories(dir / "one"), fs::create_directories(dir / "launched");
+  std::ofstream(dir / "one.yaml") << graph;
+  std::ofstream(dir / "launched.yaml") << "cluster: {launcher: local, nodes: " << nodes << "}\n" << graph;
+  one_and_launched r;
+  REQUIRE(run_to_end(dir / "one", {"run", (dir / "one.yaml").string(), "--no-trace", "--summary-json",
+                                   (dir / "one.json").string()}) == 0);
+  REQUIRE(run_to_end(dir / "launched", {"launch", (dir / "launched.yaml").string(), "--no-trace", "--summary-json",
+                                        (dir / "launched.json").string()}) == 0);
+  r.one_out = slurp(dir / "one" / "out.txt"), r.launched_out = slurp(dir / "launched" / "out.txt");
+  r.one = summary_losses(dir / "one.json"), r.launched = summary_losses(dir / "launched.json");
+  fs::remove_all(dir);
+  return r;
+}
+
 } // namespace troupe::testing

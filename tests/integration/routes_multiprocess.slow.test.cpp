@@ -1,0 +1,65 @@
+// Routes that cross replicas, launched over node processes (#25 item 4):
+// SkipPipe's planned paths and least_loaded routing send a microbatch to
+// another replica's stage at a hop, over a channel between nodes; a launched run
+// must give the one-process run's losses.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include "tests/integration/troupe_process.hpp"
+
+using namespace troupe::testing;
+
+namespace {
+
+/// 4 positions × 2 replicas, paths of 3 of the 4 stages planned over 8 network nodes.
+const std::string skip_graph = R"(model:    {layers: 8, d_model: 32, heads: 2, context: 16, vocab: 256}
+data:     {corpus: kjv, batch: 2, seed: 5}
+train:    {steps: 6, lr: 2.0e-3, warmup: 2, eval_batches: 1}
+pipeline: {stages: 4, microbatches: 4, schedule: gpipe}
+data_parallel: {replicas: 2}
+network:
+  locations: [a, b, c]
+  links:
+    - {between: [a, b], latency: 1ms, bandwidth: 1GB/s}
+    - {between: [a, c], latency: 8ms, bandwidth: 100MB/s}
+    - {between: [b, c], latency: 2ms, bandwidth: 1GB/s}
+  within_location: {latency: 0ms, bandwidth: 10GB/s}
+  nodes: [a, a, b, b, c, c, a, b]
+sim: {device: a100_80gb}
+skip: {path_length: 3, memory: 3}
+)";
+
+} // namespace
+
+TEST_CASE("SkipPipe's paths launched over two node processes give the one-process losses") {
+  auto r = run_one_and_launched("skip_mp", skip_graph);
+  INFO(r.launched_out);
+  CHECK(r.launched_out.find("validation on a path of 3 of 4 stages") != std::string::npos); // the paths ran
+  REQUIRE(r.one.size() == 6);
+  REQUIRE(r.launched.size() == r.one.size());
+  for (std::size_t i = 0; i < r.one.size(); ++i)
+    CHECK(std::fabs(r.launched[i] - r.one[i]) <= 1e-6 * std::fabs(r.one[i]));
+}
+
+TEST_CASE("least_loaded routing launched over two node processes gives the one-process losses") {
+  // Replica 1's last stage is three times slower, so the routes cross between the nodes.
+  const std::string graph = R"(model:    {layers: 8, d_model: 32, heads: 2, context: 16, vocab: 256}
+data:     {corpus: kjv, batch: 2, seed: 5}
+train:    {steps: 6, lr: 2.0e-3, warmup: 2, eval_batches: 1}
+pipeline: {stages: 2, microbatches: 4, schedule: 1f1b}
+data_parallel: {replicas: 2, route: least_loaded}
+actors:
+  - {name: r1s1, slowdown: 3}
+)";
+  auto r = run_one_and_launched("least_loaded_mp", graph);
+  INFO(r.launched_out);
+  REQUIRE(r.one.size() == 6);
+  REQUIRE(r.launched.size() == r.one.size());
+  for (std::size_t i = 0; i < r.one.size(); ++i)
+    CHECK(std::fabs(r.launched[i] - r.one[i]) <= 1e-5 * std::fabs(r.one[i])); // float summation order
+}
