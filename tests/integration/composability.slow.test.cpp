@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/integration/skip_network.hpp"
 #include "tests/integration/troupe_process.hpp"
 #include "tests/troupe_command.hpp"
 
@@ -86,17 +87,6 @@ pipeline: {{stages: {}, microbatches: 4, schedule: {}{}}}
 
 const std::string replicas2 = "data_parallel: {replicas: 2, bucket: 16KB}\n";
 
-/// Eight network nodes for SkipPipe's planner (4 positions × 2 replicas).
-const std::string network8 = R"(network:
-  locations: [a, b, c]
-  links:
-    - {between: [a, b], latency: 1ms, bandwidth: 1GB/s}
-    - {between: [a, c], latency: 8ms, bandwidth: 100MB/s}
-    - {between: [b, c], latency: 2ms, bandwidth: 1GB/s}
-  within_location: {latency: 0ms, bandwidth: 10GB/s}
-  nodes: [a, a, b, b, c, c, a, b]
-sim: {device: a100_80gb}
-)";
 
 /// What a run of a graph gave: its per-step losses, or why it did not run.
 struct outcome {
@@ -231,7 +221,7 @@ std::vector<mechanism> mechanisms() {
   }
   auto skip = [](const std::string& s, int length) { // full paths (the `full` planner) keep every stage in order
     return with(s,
-                fmt::format("data_parallel: {{replicas: 2}}\n{}skip: {{path_length: {}, memory: {}{}}}\n", network8,
+                fmt::format("data_parallel: {{replicas: 2}}\n{}skip: {{path_length: {}, memory: {}{}}}\n", skip_network8,
                             length, length < 4 ? 3 : 8, length < 4 ? "" : ", planner: full"),
                 "", 4);
   };

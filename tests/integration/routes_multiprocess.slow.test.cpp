@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include "tests/integration/skip_network.hpp"
 #include "tests/integration/troupe_process.hpp"
 
 using namespace troupe::testing;
@@ -22,16 +23,7 @@ data:     {corpus: kjv, batch: 2, seed: 5}
 train:    {steps: 6, lr: 2.0e-3, warmup: 2, eval_batches: 1}
 pipeline: {stages: 4, microbatches: 4, schedule: gpipe}
 data_parallel: {replicas: 2}
-network:
-  locations: [a, b, c]
-  links:
-    - {between: [a, b], latency: 1ms, bandwidth: 1GB/s}
-    - {between: [a, c], latency: 8ms, bandwidth: 100MB/s}
-    - {between: [b, c], latency: 2ms, bandwidth: 1GB/s}
-  within_location: {latency: 0ms, bandwidth: 10GB/s}
-  nodes: [a, a, b, b, c, c, a, b]
-sim: {device: a100_80gb}
-skip: {path_length: 3, memory: 3}
+)" + skip_network8 + R"(skip: {path_length: 3, memory: 3}
 )";
 
 } // namespace
