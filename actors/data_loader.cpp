@@ -413,8 +413,8 @@ sched::routing_params routing_params_of(const graph_spec& g) {
 /// Checks the routing of `loader`'s graph: a known policy that accepts its
 /// paths, and a channel for every hop (from the loader to each route's first
 /// and last stage, and between consecutive stages), over the first steps'
-/// routes. What is wrong, or empty.
-std::string check_routes(const graph_spec& g, const actor_spec& loader) {
+/// routes. What is wrong, or nullopt.
+std::optional<std::string> check_routes(const graph_spec& g, const actor_spec& loader) {
   auto policy = make_loader_routing(routing_of(g), routing_params_of(g));
   if (!policy)
     return policy.error().message;
@@ -436,7 +436,7 @@ std::string check_routes(const graph_spec& g, const actor_spec& loader) {
         return fmt::format("the route of microbatch {} needs a channel from '{}' to '{}' (add it under channels:)", k,
                            g.actors[static_cast<std::size_t>(from)].name, g.actors[static_cast<std::size_t>(to)].name);
   }
-  return {};
+  return std::nullopt;
 }
 
 /// A `skip:` graph that runs (graph_spec::skip_runs): its placement puts
@@ -493,8 +493,8 @@ actor_type_info data_loader_info() {
     bool written = !g.pipeline.routing_pos.file.empty() || !g.pipeline.routing_pos.origin.empty();
     if (g.skip_runs() && !check_skip_run(g, out))
       return;
-    if (auto what = check_routes(g, a); !what.empty())
-      out.push_back({written ? g.pipeline.routing_pos : a.pos, written ? "pipeline.routing" : "channels", what});
+    if (auto what = check_routes(g, a))
+      out.push_back({written ? g.pipeline.routing_pos : a.pos, written ? "pipeline.routing" : "channels", *what});
     // Document masks reach CPU stages only (actors/stage/cuda/stage_model_cuda.cpp refuses them).
     if (g.data.documents != "none")
       for (const auto& s : g.actors)
@@ -546,8 +546,8 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.rounds = (cfg.attention || cfg.heaviest_first) && !g.local_update.present;
   cfg.routing = routing_of(g);
   cfg.routing_params = routing_params_of(g);
-  if (auto what = check_routes(g, ctx.spec); !what.empty()) // checked at load too; here for graphs built in code
-    return make_error(errc::invalid_argument, fmt::format("{}: {}", cfg.name, what));
+  if (auto what = check_routes(g, ctx.spec)) // checked at load too; here for graphs built in code
+    return make_error(errc::invalid_argument, fmt::format("{}: {}", cfg.name, *what));
   // Named in the trace before it runs, as every actor of the graph is (see pipeline_stage.cpp).
   auto trace_id = trace_recorder::global().register_actor(cfg.name, "data_loader");
   return caf::actor{ctx.system.spawn(data_loader, std::move(cfg), ctx.runner, trace_id)};

@@ -106,10 +106,10 @@ int launch(run_args& ra) {
   o.interrupt = &interrupt_guard::signal();
   auto result = cluster::run_coordinator(g, o);
   auto trace_err = (*tracing)->finish();
-  if (!trace_err.empty())
-    fmt::print(stderr, "troupe launch: {}\n", trace_err);
+  if (trace_err)
+    fmt::print(stderr, "troupe launch: {}\n", error_message(trace_err));
   auto rc = report_run("launch", g, ra.graph.file, result, ra.summary);
-  return rc == ok && !trace_err.empty() ? runtime_failure : rc;
+  return rc == ok && trace_err ? runtime_failure : rc;
 }
 
 } // namespace

@@ -67,10 +67,10 @@ int run(run_args& ra) {
   ropts.interrupt = &interrupt_guard::signal();
   auto result = run_graph(sys, g, ropts);
   auto trace_err = (*tracing)->finish();
-  if (!trace_err.empty())
-    fmt::print(stderr, "troupe run: {}\n", trace_err);
+  if (trace_err)
+    fmt::print(stderr, "troupe run: {}\n", error_message(trace_err));
   auto rc = report_run("run", g, ra.graph.file, result, ra.summary);
-  return rc == ok && !trace_err.empty() ? runtime_failure : rc;  // a lost trace is a failed command
+  return rc == ok && trace_err ? runtime_failure : rc;  // a lost trace is a failed command
 }
 
 } // namespace

@@ -238,8 +238,8 @@ void coordinator::on_frame(event& e) {
         break;
       }
       case control_kind::checkpoint:
-        if (auto err = checkpoints_.on_report(decode_or_throw<checkpoint_msg>(e.f), result_); !err.empty())
-          fail(std::move(err));
+        if (auto err = checkpoints_.on_report(decode_or_throw<checkpoint_msg>(e.f), result_))
+          fail(std::move(*err));
         break;
       default:
         throw malformed_input(fmt::format("unexpected control frame {}", e.f.kind));

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -78,8 +79,8 @@ private:
     if (ctl_)
       ctl_->send(encode(failure_msg{actor, what}));
   }
-  std::string setup(const plan_msg& p);
-  std::string start_tracing(const plan_msg& p);
+  caf::error setup(const plan_msg& p);
+  caf::error start_tracing(const plan_msg& p);
   void stop_actors();
 
   node_options o_;
@@ -98,24 +99,26 @@ private:
   std::unique_ptr<span_streamer> streamer_;
 };
 
-std::string node_agent::setup(const plan_msg& p) {
+caf::error node_agent::setup(const plan_msg& p) {
   auto loaded = load_graph_for_cli(p.graph_file, p.overrides);
   if (!loaded.ok())
-    return fmt::format("cannot load {}:\n{}", p.graph_file, to_string(loaded.errors));
+    return make_error(errc::invalid_graph, fmt::format("cannot load {}:\n{}", p.graph_file, to_string(loaded.errors)));
   if (auto h = file_hash(p.graph_file); h != p.graph_hash)
-    return fmt::format("{} differs from the coordinator's copy (every node must read the same graph file)",
-                       p.graph_file);
+    return make_error(errc::invalid_graph,
+                      fmt::format("{} differs from the coordinator's copy (every node must read the same graph file)",
+                                  p.graph_file));
   graph_ = std::move(*loaded.graph);
   if (!p.resume.empty()) {
     auto from = open_resume(p.resume, graph_);
     if (!from)
-      return fmt::format("cannot resume: {}", error_message(from.error()));
+      return make_error(errc::io_failed, fmt::format("cannot resume: {}", error_message(from.error())));
     graph_.checkpoint.resume_folder = from->folder;
     graph_.checkpoint.resume_step = from->step;
   }
   if (static_cast<int>(p.nodes.size()) != graph_.cluster.nodes)
-    return fmt::format("the plan lists {} nodes, the graph {}", p.nodes.size(), graph_.cluster.nodes);
-  if (auto err = start_tracing(p); !err.empty())
+    return make_error(errc::invalid_graph,
+                      fmt::format("the plan lists {} nodes, the graph {}", p.nodes.size(), graph_.cluster.nodes));
+  if (auto err = start_tracing(p))
     return err;
   // A channel actor stands in for every remote actor, over one connection per (node, link).
   std::map<std::tuple<int, double, double>, std::shared_ptr<net::connection>> conns;
@@ -156,19 +159,19 @@ std::string node_agent::setup(const plan_msg& p) {
     std::lock_guard lock{local_.mtx};
     local_.by_index = actors_.by_index;
   }
-  return err ? error_message(err) : std::string{};
+  return err;
 }
 
 /// This node's trace file: `runs/x.json` becomes `runs/x.node1.json`; and its
 /// stream to the coordinator's dashboard.
-std::string node_agent::start_tracing(const plan_msg& p) {
+caf::error node_agent::start_tracing(const plan_msg& p) {
   if (!p.trace_file.empty()) {
     cli::trace_cli_options t;
     t.file = cli::node_trace_file(p.trace_file, o_.node);
     t.buffer = static_cast<std::size_t>(p.trace_buffer);
     auto r = cli::run_tracing::start(graph_, t);
     if (!r)
-      return fmt::format("cannot start tracing: {}", error_message(r.error()));
+      return make_error(errc::io_failed, fmt::format("cannot start tracing: {}", error_message(r.error())));
     tracing_ = std::move(*r);
   }
   if (p.stream_trace) {
@@ -176,7 +179,7 @@ std::string node_agent::start_tracing(const plan_msg& p) {
       trace_recorder::global().enable(static_cast<std::size_t>(p.trace_buffer));
     streamer_ = std::make_unique<span_streamer>(ctl_, spans_acked_);
   }
-  return {};
+  return caf::error{};
 }
 
 void node_agent::stop_actors() {
@@ -193,16 +196,16 @@ int node_agent::run() {
   }
   net::handlers data_h;
   data_h.on_frame = [this](net::connection& c, net::frame&& f) {
-    std::string why;
+    std::optional<std::string> why; // the frame could not be delivered
     try {
       if (auto err = remote::deliver(std::move(f), [this](std::uint16_t i) { return local_.find(i); }))
         why = error_message(err);
     } catch (const std::exception& e) {  // a device copy or an allocation that failed
       why = e.what();
     }
-    if (!why.empty() && !stopping_)
+    if (why && !stopping_)
       caf::anon_send(caf::actor_cast<caf::actor>(self_), lost_atom::value,
-                     fmt::format("a malformed data frame from {}: {}", c.peer(), why), false);
+                     fmt::format("a malformed data frame from {}: {}", c.peer(), *why), false);
   };
   data_h.on_close = [](net::connection&, std::string) {};  // senders see their peer go; the coordinator decides
   auto data = net::listen({o_.transport, o_.listen_address, 0, o_.token,
@@ -277,8 +280,8 @@ int node_agent::run() {
         try {
           switch (static_cast<control_kind>(f->kind)) {
             case control_kind::plan:
-              if (auto err = setup(decode_or_throw<plan_msg>(*f)); !err.empty())
-                report_failure(fmt::format("node {}", o_.node), err);
+              if (auto err = setup(decode_or_throw<plan_msg>(*f)))
+                report_failure(fmt::format("node {}", o_.node), error_message(err));
               else
                 ctl_->send(encode(control_kind::ready));
               break;
@@ -332,8 +335,8 @@ int node_agent::run() {
   if (streamer_)
     streamer_->finish();  // the last spans, before the connection closes
   if (tracing_)
-    if (auto err = tracing_->finish(); !err.empty())
-      log(err);
+    if (auto err = tracing_->finish())
+      log(error_message(err));
   for (auto& c : conns_)
     c->close();
   ctl_->close();

@@ -110,10 +110,10 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
   res.blas_core = kernels::cpu::blas_core();
   res.first_step = g.checkpoint.resume_step;
   std::map<std::string, bool> done;
-  std::string failure;
+  std::optional<std::string> failure; // why the run stops early
   run_checkpoints checkpoints{g};
   int signal = 0;
-  while (done.size() < g.actors.size() && failure.empty() && signal == 0) {
+  while (done.size() < g.actors.size() && !failure && signal == 0) {
     self->receive(
       [&](done_atom, run_summary& s) {
         last_done = clock_type::now();
@@ -123,7 +123,7 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
         res.summaries.push_back(std::move(s));
       },
       [&](checkpoint_atom, checkpoint_msg& m) {
-        if (auto err = checkpoints.on_report(m, res); !err.empty())
+        if (auto err = checkpoints.on_report(m, res))
           failure = std::move(err);
       },
       [&](failed_atom, failure_msg& f) {
@@ -137,17 +137,17 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
                                 d.reason ? error_text(sys, d.reason) : std::string{"normal exit"});
       },
       caf::after(std::chrono::milliseconds(100)) >> [] {});
-    if (opts.timeout.count() > 0 && clock_type::now() - started > opts.timeout && failure.empty())
+    if (opts.timeout.count() > 0 && clock_type::now() - started > opts.timeout && !failure)
       failure = fmt::format("the run did not finish within {} s ({} of {} actors reported done)",
                             opts.timeout.count() / 1000.0, done.size(), g.actors.size());
     if (opts.interrupt)
       signal = opts.interrupt->load();
   }
   stop_all();
-  if (signal != 0 && failure.empty())
+  if (signal != 0 && !failure)
     return checkpoints.interrupted(signal, done.size(), g.actors.size());
-  if (!failure.empty())
-    return make_error(errc::actor_failed, checkpoints.explain_failure(std::move(failure)));
+  if (failure)
+    return make_error(errc::actor_failed, checkpoints.explain_failure(std::move(*failure)));
   res.seconds = std::chrono::duration<double>(last_done - started).count();
   aggregate(res);
   return res;
@@ -158,9 +158,9 @@ run_checkpoints::run_checkpoints(const graph_spec& g) : dir_(g.checkpoint.dir_pa
     tracker_.emplace(dir_, checkpoint_actors(g), g.checkpoint.keep, g.checkpoint.every, g.train.steps);
 }
 
-std::string run_checkpoints::on_report(const checkpoint_msg& m, run_result& res) {
+std::optional<std::string> run_checkpoints::on_report(const checkpoint_msg& m, run_result& res) {
   if (!tracker_ || !tracker_->on_report(m.actor, m.step, m.file))
-    return {};
+    return std::nullopt;
   auto c = tracker_->commit(m.step);
   if (!c)
     return fmt::format("checkpoint after step {} failed: {}", m.step, error_message(c.error()));
@@ -168,7 +168,7 @@ std::string run_checkpoints::on_report(const checkpoint_msg& m, run_result& res)
   fmt::print("checkpoint step {} -> {} ({:.1f} MB, {:.0f} ms)\n", c->step, c->folder.string(),
              static_cast<double>(c->bytes) / 1e6, c->write_ms);
   std::fflush(stdout);
-  return {};
+  return std::nullopt;
 }
 
 std::string run_checkpoints::explain_failure(std::string why) const {

@@ -81,8 +81,8 @@ class run_checkpoints {
 public:
   explicit run_checkpoints(const graph_spec& g);
   /// Records `m`; when it completes a step, commits it (DIR/latest) and prints
-  /// one line. Returns why the run must stop (the commit failed), else empty.
-  std::string on_report(const checkpoint_msg& m, run_result& res);
+  /// one line. Returns why the run must stop (the commit failed), else nullopt.
+  std::optional<std::string> on_report(const checkpoint_msg& m, run_result& res);
   /// `why`, plus where the last complete checkpoint is when there is one.
   /// Discards the incomplete step folders: call it once every actor has stopped.
   std::string explain_failure(std::string why) const;

@@ -68,7 +68,7 @@ caf::error run_tracing::start_dashboard(const graph_spec& g, const trace_cli_opt
   return {};
 }
 
-std::string run_tracing::finish() {
+caf::error run_tracing::finish() {
   if (dashboard_) {
     dashboard_->finish();
     dashboard_->stop();
@@ -76,8 +76,7 @@ std::string run_tracing::finish() {
   }
   if (!writer_)
     return {};
-  auto err = writer_->finish();
-  if (!err.empty())
+  if (auto err = writer_->finish())
     return err;
   auto dropped = writer_->dropped();
   fmt::print("trace: {} spans written to {} ({:.3f} s of CPU to write){}\n", writer_->spans_written(), file_,

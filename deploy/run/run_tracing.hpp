@@ -44,9 +44,9 @@ public:
   /// through dashboard()->ingest.
   static caf::expected<std::unique_ptr<run_tracing>> start_coordinator(const graph_spec& g, trace_cli_options o);
   /// Writes the rest of the trace file (also after a failed run: what was
-  /// recorded so far) and stops the dashboard. Empty on success, else what
-  /// went wrong: the trace is lost or incomplete, and the command fails.
-  std::string finish();
+  /// recorded so far) and stops the dashboard. An error says what went wrong:
+  /// the trace is lost or incomplete, and the command fails.
+  caf::error finish();
   /// Where the trace goes (empty: no file).
   const std::string& file() const noexcept { return file_; }
   /// The live dashboard, or null when none was asked for.

@@ -84,7 +84,7 @@ trace_writer::~trace_writer() {
 
 void trace_writer::flush() {
   std::lock_guard guard{mtx_};
-  if (fd_ < 0 || !error_.empty())
+  if (fd_ < 0 || error_)
     return;
   auto t0 = thread_cpu_ns();
   flush_locked();
@@ -133,7 +133,7 @@ void trace_writer::append(std::string events) {
     error_ = fmt::format("{}: writing trace failed: {}", path_.string(), std::strerror(errno));
     // Best effort: close the list after the last whole event, so what was written still reads.
     if (write_at(fd_, tail, body_end_) && ::ftruncate(fd_, static_cast<off_t>(body_end_ + tail.size())) == 0)
-      error_ += " (the file holds the run up to then)";
+      *error_ += " (the file holds the run up to then)";
     return;
   }
   body_end_ += size;
@@ -143,7 +143,7 @@ void trace_writer::append(std::string events) {
   file_end_ = end;
 }
 
-std::string trace_writer::restore_if_moved() {
+caf::error trace_writer::restore_if_moved() {
   struct stat open_st {
   }, path_st{};
   if (::fstat(fd_, &open_st) == 0 && ::stat(path_.c_str(), &path_st) == 0 &&
@@ -154,8 +154,8 @@ std::string trace_writer::restore_if_moved() {
   tmp += ".tmp";
   auto fail = [&](std::string why) {
     ::unlink(tmp.c_str());
-    return fmt::format("{}: cannot write trace: {} (the file was removed during the run)", path_.string(),
-                       why);
+    return make_error(errc::io_failed, fmt::format("{}: cannot write trace: {} (the file was removed during the run)",
+                                                   path_.string(), why));
   };
   int out = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (out < 0)
@@ -180,17 +180,19 @@ std::string trace_writer::restore_if_moved() {
   return {};
 }
 
-std::string trace_writer::finish() {
+caf::error trace_writer::finish() {
   thread_.request_stop();
   if (thread_.joinable())
     thread_.join();
   flush();
   std::lock_guard guard{mtx_};
+  auto err = error_ ? make_error(errc::io_failed, *error_) : caf::error{};
   if (fd_ < 0)
-    return error_;
-  auto err = error_.empty() ? restore_if_moved() : error_;
-  if (::close(std::exchange(fd_, -1)) != 0 && err.empty())
-    err = fmt::format("{}: writing trace failed: {}", path_.string(), std::strerror(errno));
+    return err;
+  if (!err)
+    err = restore_if_moved();
+  if (::close(std::exchange(fd_, -1)) != 0 && !err)
+    err = make_error(errc::io_failed, fmt::format("{}: writing trace failed: {}", path_.string(), std::strerror(errno)));
   return err;
 }
 

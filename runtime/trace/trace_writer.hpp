@@ -9,9 +9,11 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include <caf/error.hpp>
 #include <caf/expected.hpp>
 
 #include "runtime/trace/trace_export.hpp"
@@ -44,10 +46,10 @@ public:
 
   /// Appends what the recorder gathered since the last flush.
   void flush();
-  /// Stops the thread, flushes the rest and closes the file. Empty on success,
-  /// else what went wrong and where: the trace is lost or incomplete. A file
+  /// Stops the thread, flushes the rest and closes the file. An io_failed error
+  /// says what went wrong and where: the trace is lost or incomplete. A file
   /// removed during the run is written again from the open copy.
-  std::string finish();
+  caf::error finish();
 
   std::uint64_t spans_written() const;
   /// Spans the rings overwrote before this writer took them.
@@ -62,7 +64,7 @@ private:
   /// Writes `events` at the end of the event list, then the closing lines.
   void append(std::string events);
   /// Puts the file back at path_ from the open descriptor when it was removed or replaced.
-  std::string restore_if_moved();
+  caf::error restore_if_moved();
 
   std::filesystem::path path_;
   int fd_ = -1;
@@ -76,7 +78,7 @@ private:
   chrome_json_events events_;
   trace_recorder::cursor cursor_;
   throughput_meter meter_;
-  std::string error_; ///< the first failed write; nothing is written after it
+  std::optional<std::string> error_; ///< the first failed write; nothing is written after it
   std::jthread thread_;
 };
 

@@ -63,10 +63,10 @@ caf::expected<transport_kind> parse_transport(std::string_view name) {
     return make_error(errc::invalid_argument,
                       fmt::format("unknown transport '{}' (known: auto, tcp, ucx)", name));
   auto why = detail::ucx_unavailable_reason();
-  if (why.empty())
+  if (!why)
     return transport_kind::ucx;
   static std::once_flag said;
-  std::call_once(said, [&] { fmt::print(stderr, "troupe: transport auto: using tcp because {}\n", why); });
+  std::call_once(said, [&] { fmt::print(stderr, "troupe: transport auto: using tcp because {}\n", *why); });
   return transport_kind::tcp;
 }
 

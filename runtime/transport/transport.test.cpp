@@ -27,7 +27,7 @@ using namespace std::chrono_literals;
 namespace {
 
 std::vector<transport_kind> kinds() {
-  if (detail::ucx_unavailable_reason().empty())
+  if (!detail::ucx_unavailable_reason())
     return {transport_kind::tcp, transport_kind::ucx};
   return {transport_kind::tcp};
 }

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -14,6 +15,7 @@
 
 #include <sys/uio.h>
 
+#include "runtime/actor/errors.hpp"
 #include "runtime/transport/transport.hpp"
 
 namespace troupe::net::detail {
@@ -96,13 +98,13 @@ struct read_result {
 read_result read_exact(int fd, void* p, std::size_t n, int timeout_ms, const char* what);
 /// Reads one whole frame: header, sizes, meta and blobs (into fresh pooled u8 tensors).
 read_result read_frame(int fd, const limits& lim, header& h, frame& f, int timeout_ms = -1);
-/// Writes every byte of `iov` (MSG_NOSIGNAL); returns an error text or "".
-std::string write_all(int fd, std::span<const iovec> iov);
+/// Writes every byte of `iov` (MSG_NOSIGNAL); an io_failed error says why not.
+caf::error write_all(int fd, std::span<const iovec> iov);
 /// Writes what the socket takes now without blocking, from byte `sent` on;
-/// advances `sent`. Returns an error text or "".
-std::string write_some(int fd, std::span<const iovec> iov, std::size_t& sent);
+/// advances `sent`. A full socket is no error.
+caf::error write_some(int fd, std::span<const iovec> iov, std::size_t& sent);
 /// Writes a small control frame (no blobs).
-std::string write_control(int fd, frame_type t, std::uint16_t kind, std::span<const std::byte> meta);
+caf::error write_control(int fd, frame_type t, std::uint16_t kind, std::span<const std::byte> meta);
 /// The iovecs of a data frame: `head` (from encode_header), meta, then non-empty blobs.
 std::vector<iovec> frame_iov(const std::vector<std::byte>& head, const frame& f);
 /// Bytes [begin, end) of the concatenation of `iov`.
@@ -112,8 +114,8 @@ void check_sendable(const frame& f);
 
 // ---- handshake ---------------------------------------------------------------
 
-/// Fills the welcome's meta once the token has been accepted; returns an error text or "".
-using welcome_fn = std::function<std::string(std::vector<std::byte>& meta)>;
+/// Fills the welcome's meta once the token has been accepted, or says why it cannot.
+using welcome_fn = std::function<caf::error(std::vector<std::byte>& meta)>;
 /// Server side: reads the hello, checks token and transport, answers welcome
 /// (its meta from `welcome`, when given) or refusal. Logs through `log` and
 /// returns false on failure.
@@ -172,7 +174,7 @@ caf::expected<std::unique_ptr<server>> tcp_listen(server_options opts, handlers 
 caf::expected<std::unique_ptr<connection>> tcp_connect(connect_options opts, handlers h);
 caf::expected<std::unique_ptr<server>> ucx_listen(server_options opts, handlers h);
 caf::expected<std::unique_ptr<connection>> ucx_connect(connect_options opts, handlers h);
-/// Empty when UCX initialises in this process, else why not.
-std::string ucx_unavailable_reason();
+/// Why UCX cannot initialise in this process; nullopt when it can.
+std::optional<std::string> ucx_unavailable_reason();
 
 } // namespace troupe::net::detail

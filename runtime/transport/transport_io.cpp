@@ -88,7 +88,7 @@ read_result read_frame(int fd, const limits& lim, header& h, frame& f, int timeo
   return {};
 }
 
-std::string write_all(int fd, std::span<const iovec> iov) {
+caf::error write_all(int fd, std::span<const iovec> iov) {
   std::vector<iovec> left(iov.begin(), iov.end());
   std::size_t first = 0;
   while (first < left.size()) {
@@ -99,7 +99,7 @@ std::string write_all(int fd, std::span<const iovec> iov) {
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      return std::strerror(errno);
+      return make_error(errc::io_failed, std::strerror(errno));
     }
     auto sent = static_cast<std::size_t>(n);
     while (first < left.size() && sent >= left[first].iov_len)
@@ -112,7 +112,7 @@ std::string write_all(int fd, std::span<const iovec> iov) {
   return {};
 }
 
-std::string write_some(int fd, std::span<const iovec> iov, std::size_t& sent) {
+caf::error write_some(int fd, std::span<const iovec> iov, std::size_t& sent) {
   std::size_t total = 0;
   for (auto& v : iov)
     total += v.iov_len;
@@ -124,14 +124,16 @@ std::string write_some(int fd, std::span<const iovec> iov, std::size_t& sent) {
     auto n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR)
       continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return {}; // full: the rest goes later
     if (n < 0)
-      return errno == EAGAIN || errno == EWOULDBLOCK ? std::string() : std::strerror(errno);
+      return make_error(errc::io_failed, std::strerror(errno));
     sent += static_cast<std::size_t>(n);
   }
   return {};
 }
 
-std::string write_control(int fd, frame_type t, std::uint16_t kind, std::span<const std::byte> meta) {
+caf::error write_control(int fd, frame_type t, std::uint16_t kind, std::span<const std::byte> meta) {
   auto head = encode_header(t, kind, meta.size(), {});
   iovec iov[2] = {{head.data(), head.size()}, {const_cast<std::byte*>(meta.data()), meta.size()}};
   return write_all(fd, iov);

@@ -116,7 +116,7 @@ int wait_exit(pid_t pid) {
 }
 
 std::vector<transport_kind> kinds() {
-  if (detail::ucx_unavailable_reason().empty())
+  if (!detail::ucx_unavailable_reason())
     return {transport_kind::tcp, transport_kind::ucx};
   return {transport_kind::tcp};
 }

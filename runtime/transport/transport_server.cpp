@@ -103,10 +103,11 @@ bool accept_hello(int fd, const server_options& opts, const std::string& peer, c
     return refuse(fmt::format("this server speaks {}, the client another transport", to_string(opts.kind)));
   std::vector<std::byte> welcome_meta;
   if (welcome)
-    if (auto err = welcome(welcome_meta); !err.empty())
-      return refuse(err);
-  if (auto err = write_control(fd, frame_type::welcome, 0, welcome_meta); !err.empty()) {
-    log_line(opts, fmt::format("rejected connection from {}: {} while answering the hello", peer, err));
+    if (auto err = welcome(welcome_meta))
+      return refuse(error_message(err));
+  if (auto err = write_control(fd, frame_type::welcome, 0, welcome_meta)) {
+    log_line(opts,
+             fmt::format("rejected connection from {}: {} while answering the hello", peer, error_message(err)));
     return false;
   }
   return true;
@@ -114,9 +115,8 @@ bool accept_hello(int fd, const server_options& opts, const std::string& peer, c
 
 caf::expected<std::vector<std::byte>> send_hello(int fd, const connect_options& opts) {
   auto where = fmt::format("{}:{}", opts.host, opts.port);
-  if (auto err = write_control(fd, frame_type::hello, static_cast<std::uint16_t>(opts.kind), bytes_of(opts.token));
-      !err.empty())
-    return make_error(errc::io_failed, fmt::format("cannot send the hello to {}: {}", where, err));
+  if (auto err = write_control(fd, frame_type::hello, static_cast<std::uint16_t>(opts.kind), bytes_of(opts.token)))
+    return make_error(errc::io_failed, fmt::format("cannot send the hello to {}: {}", where, error_message(err)));
   header h;
   frame f;
   auto r = read_frame(fd, limits{max_hello_bytes, 0}, h, f, static_cast<int>(opts.timeout.count()));

@@ -46,7 +46,7 @@ public:
   void send(frame f) override {
     check_sendable(f);
     std::unique_lock lock{mtx_};
-    if (closing_ || dead_ || !send_error_.empty())
+    if (closing_ || dead_ || send_error_)
       return; // on_close has told (or will tell) the owner
     queued q;
     q.f = std::move(f);
@@ -64,8 +64,8 @@ public:
     auto err = write_some(fd_.get(), frame_iov(q.head, q.f), q.sent);
     lock.lock();
     writing_ = false;
-    if (!err.empty())
-      send_error_ = fmt::format("sending to {} failed: {}", peer_, err);
+    if (err)
+      send_error_ = fmt::format("sending to {} failed: {}", peer_, error_message(err));
     else if (q.sent < bytes_of(q))
       queue_.push_front(std::move(q));
     cv_.notify_all();
@@ -100,8 +100,8 @@ private:
       queued q;
       {
         std::unique_lock lock{mtx_};
-        cv_.wait(lock, [&] { return dead_ || !send_error_.empty() || (!writing_ && (closing_ || !queue_.empty())); });
-        if (dead_ || !send_error_.empty() || queue_.empty() || (closing_ && clock::now() > close_deadline_))
+        cv_.wait(lock, [&] { return dead_ || send_error_ || (!writing_ && (closing_ || !queue_.empty())); });
+        if (dead_ || send_error_ || queue_.empty() || (closing_ && clock::now() > close_deadline_))
           break;
         q = std::move(queue_.front());
         queue_.pop_front();
@@ -110,8 +110,8 @@ private:
       auto err = write_frame(q);
       std::lock_guard lock{mtx_};
       writing_ = false;
-      if (!err.empty()) {
-        send_error_ = fmt::format("sending to {} failed: {}", peer_, err);
+      if (err) {
+        send_error_ = fmt::format("sending to {} failed: {}", peer_, error_message(err));
         break;
       }
     }
@@ -127,7 +127,7 @@ private:
     thread_done();
   }
 
-  std::string write_frame(queued& q) {
+  caf::error write_frame(queued& q) {
     auto iov = frame_iov(q.head, q.f);
     auto total = bytes_of(q);
     if (!pacer_.active())
@@ -139,9 +139,9 @@ private:
       {
         std::unique_lock lock{mtx_};
         if (cv_.wait_until(lock, pacer_.release(start, end), [&] { return dead_; }))
-          return "the connection ended";
+          return make_error(errc::io_failed, "the connection ended");
       }
-      if (auto err = write_all(fd_.get(), slice_iov(iov, off, end)); !err.empty())
+      if (auto err = write_all(fd_.get(), slice_iov(iov, off, end)))
         return err;
       off = end;
     }
@@ -179,8 +179,8 @@ private:
 
   std::string why_closed(const read_result& r) {
     std::lock_guard lock{mtx_};
-    if (!send_error_.empty())
-      return send_error_;
+    if (send_error_)
+      return *send_error_;
     if (r.status == read_status::bad) {
       if (accept_)
         log_line(*accept_, fmt::format("rejected connection from {}: {}", peer_, r.what));
@@ -218,7 +218,7 @@ private:
   bool dead_ = false; // the receiver ended: nothing more goes out either
   bool authenticated_;
   clock::time_point close_deadline_{};
-  std::string send_error_;
+  std::optional<std::string> send_error_; ///< why sending failed
   int running_ = 2;
   std::thread sender_;
   std::thread receiver_;

@@ -63,13 +63,13 @@ struct tx_frame {
   int pending = 0;
   bool scheduled = false;
   clock::time_point start{};
-  std::string* failure = nullptr;
+  std::optional<std::string>* failure = nullptr;
 };
 
 void on_sent(void* req, ucs_status_t status, void* user) {
   auto* t = static_cast<tx_frame*>(user);
   --t->pending;
-  if (status != UCS_OK && status != UCS_ERR_CANCELED && t->failure->empty())
+  if (status != UCS_OK && status != UCS_ERR_CANCELED && !*t->failure)
     *t->failure = ucs_status_string(status);
   ucp_request_free(req);
 }
@@ -107,20 +107,23 @@ public:
   }
 
   /// Client side, on the caller's thread: hello, worker addresses both ways.
-  std::string setup_client(const connect_options& opts) {
-    auto where = fmt::format("{}:{}", opts.host, opts.port);
-    if (auto err = ucx_.create(); !err.empty())
-      return fmt::format("cannot connect to {} with ucx: {}", where, err);
+  caf::error setup_client(const connect_options& opts) {
+    auto cannot = [&](const caf::error& err) {
+      return make_error(errc::io_failed,
+                        fmt::format("cannot connect to {}:{} with ucx: {}", opts.host, opts.port, error_message(err)));
+    };
+    if (auto err = ucx_.create())
+      return cannot(err);
     auto welcome = send_hello(sock_.get(), opts);
     if (!welcome)
-      return error_message(welcome.error());
+      return welcome.error();
     std::vector<std::byte> mine;
-    std::string err = ucx_.address(mine);
-    if (err.empty())
+    auto err = ucx_.address(mine);
+    if (!err)
       err = ucx_.connect(*welcome, &on_ep_error, this);
-    if (err.empty())
+    if (!err)
       err = write_control(sock_.get(), frame_type::address, 0, mine);
-    return err.empty() ? err : fmt::format("cannot connect to {} with ucx: {}", where, err);
+    return err ? cannot(err) : caf::error{};
   }
 
   void start() {
@@ -167,7 +170,7 @@ private:
   }
 
   void fail(std::string why) {
-    if (failure_.empty() && !(peer_bye_ && bye_sent_))
+    if (!failure_ && !(peer_bye_ && bye_sent_))
       failure_ = std::move(why);
   }
 
@@ -175,7 +178,7 @@ private:
   bool setup_server() {
     auto ok = accept_hello(sock_.get(), *accept_, peer_, [this](std::vector<std::byte>& meta) {
       auto err = ucx_.create();
-      return err.empty() ? ucx_.address(meta) : err;
+      return err ? err : ucx_.address(meta);
     });
     if (!ok)
       return false;
@@ -185,8 +188,8 @@ private:
     if (r.status == read_status::ok && h.type != frame_type::address)
       r = {read_status::bad, fmt::format("expected its UCX address, got frame type {}", static_cast<int>(h.type))};
     if (r.status == read_status::ok)
-      if (auto err = ucx_.connect(f.meta, &on_ep_error, this); !err.empty())
-        r = {read_status::bad, err};
+      if (auto err = ucx_.connect(f.meta, &on_ep_error, this))
+        r = {read_status::bad, error_message(err)};
     if (r.status != read_status::ok)
       log_line(*accept_, fmt::format("rejected connection from {}: {}", peer_, r.what));
     return r.status == read_status::ok;
@@ -320,7 +323,7 @@ private:
     bool any = false;
     auto now = clock::now();
     next_release_ = clock::time_point::max();
-    while (!to_post_.empty() && failure_.empty()) {
+    while (!to_post_.empty() && !failure_) {
       auto& t = *to_post_.front();
       if (t.parts.empty())
         prepare(t);
@@ -354,8 +357,8 @@ private:
       to_post_.pop_front();
     }
     in_flight_.remove_if([](auto& t) { return t->pending == 0; });
-    if (!send_failure_.empty())
-      fail(fmt::format("sending to {} failed: {}", peer_, send_failure_));
+    if (send_failure_)
+      fail(fmt::format("sending to {} failed: {}", peer_, *send_failure_));
     return any;
   }
 
@@ -377,20 +380,20 @@ private:
 
   /// Delivers the frames that have arrived; returns whether anything happened.
   bool receive() {
-    ucx_receiver::failure f;
+    std::optional<ucx_receiver::failure> f;
     bool any = rx_.poll([this](frame&& fr) { deliver(std::move(fr)); }, f);
-    if (f.what.empty())
+    if (!f)
       return any;
-    if (f.malformed && accept_)
-      log_line(*accept_, fmt::format("rejected connection from {}: {}", peer_, f.what));
-    fail(f.malformed ? fmt::format("{} sent a malformed frame: {}", peer_, f.what)
-                     : fmt::format("receiving from {} failed: {}", peer_, f.what));
+    if (f->malformed && accept_)
+      log_line(*accept_, fmt::format("rejected connection from {}: {}", peer_, f->what));
+    fail(f->malformed ? fmt::format("{} sent a malformed frame: {}", peer_, f->what)
+                      : fmt::format("receiving from {} failed: {}", peer_, f->what));
     return true;
   }
 
   /// Whether the loop should end; sends our goodbye once closing has flushed.
   bool done() {
-    if (abort_ || !failure_.empty())
+    if (abort_ || failure_)
       return true;
     auto now = clock::now();
     bool send_bye = false;
@@ -405,8 +408,8 @@ private:
       bye_sent_ = true;
       std::byte count[8];
       std::memcpy(count, &tx_seq_, 8);
-      if (auto err = write_control(sock_.get(), frame_type::bye, 0, count); !err.empty() && !peer_bye_)
-        fail(fmt::format("saying goodbye to {} failed: {}", peer_, err));
+      if (auto err = write_control(sock_.get(), frame_type::bye, 0, count); err && !peer_bye_)
+        fail(fmt::format("saying goodbye to {} failed: {}", peer_, error_message(err)));
     }
     if (bye_sent_ && peer_bye_ && rx_.delivered() >= peer_total_)
       return true;
@@ -414,8 +417,8 @@ private:
   }
 
   std::string why_closed() {
-    if (!failure_.empty())
-      return failure_;
+    if (failure_)
+      return *failure_;
     std::lock_guard lock{mtx_};
     if (local_close_ || abort_)
       return "closed by this side";
@@ -460,22 +463,23 @@ private:
   std::deque<std::unique_ptr<tx_frame>> to_post_;
   std::list<std::unique_ptr<tx_frame>> in_flight_;
   std::uint64_t tx_seq_ = 0;
-  std::string send_failure_;
+  std::optional<std::string> send_failure_; ///< why a send completed in error
   clock::time_point next_release_ = clock::time_point::max();
   ucx_receiver rx_;
   bool peer_bye_ = false;
   bool bye_sent_ = false;
   bool sock_open_ = true;
   std::uint64_t peer_total_ = 0;
-  std::string failure_;
+  std::optional<std::string> failure_; ///< why the connection ends
   std::thread thread_;
 };
 
 } // namespace
 
 caf::expected<std::unique_ptr<server>> ucx_listen(server_options opts, handlers h) {
-  if (auto why = ucx_unavailable_reason(); !why.empty())
-    return make_error(errc::io_failed, fmt::format("cannot listen with ucx on {}:{}: {}", opts.address, opts.port, why));
+  if (auto why = ucx_unavailable_reason())
+    return make_error(errc::io_failed,
+                      fmt::format("cannot listen with ucx on {}:{}: {}", opts.address, opts.port, *why));
   return socket_server_of<ucx_connection>(opts, std::move(h));
 }
 
@@ -485,8 +489,8 @@ caf::expected<std::unique_ptr<connection>> ucx_connect(connect_options opts, han
     return fd.error();
   auto peer = fmt::format("{}:{}", opts.host, opts.port);
   auto c = std::make_unique<ucx_connection>(std::move(*fd), peer, std::move(h), opts.link, nullptr);
-  if (auto err = c->setup_client(opts); !err.empty())
-    return make_error(errc::io_failed, err);
+  if (auto err = c->setup_client(opts))
+    return err;
   c->start();
   return std::unique_ptr<connection>(std::move(c));
 }

@@ -5,11 +5,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ucp/api/ucp.h>
 
+#include "runtime/actor/errors.hpp"
 #include "runtime/transport/transport.hpp"
 
 namespace troupe::net::detail {
@@ -29,12 +31,12 @@ struct ucx_worker {
   ucx_worker& operator=(const ucx_worker&) = delete;
   ~ucx_worker(); ///< force-closes the endpoint, destroys the worker
 
-  /// Creates the worker in the process's context; returns an error text or "".
-  std::string create();
+  /// Creates the worker in the process's context (io_failed: why it could not).
+  caf::error create();
   /// This worker's address, for the peer to connect to.
-  std::string address(std::vector<std::byte>& out) const;
+  caf::error address(std::vector<std::byte>& out) const;
   /// Creates the endpoint to the peer's worker address; `on_error` reports its failure.
-  std::string connect(const std::vector<std::byte>& remote, ucp_err_handler_cb_t on_error, void* arg);
+  caf::error connect(const std::vector<std::byte>& remote, ucp_err_handler_cb_t on_error, void* arg);
   /// Closes the endpoint, flushing for a short while (the peer may be gone).
   void close_ep();
   /// Closes the endpoint and destroys the worker; no callback runs after this.
@@ -68,16 +70,16 @@ public:
   /// Posts the receive of the next frame's header message.
   void start(ucp_worker_h worker);
   /// Completes what has arrived, calling `deliver` with each whole frame;
-  /// returns whether anything happened. Stops at the first failure.
-  bool poll(const std::function<void(frame&&)>& deliver, failure& fail);
+  /// returns whether anything happened. Stops at the first failure (set in `fail`).
+  bool poll(const std::function<void(frame&&)>& deliver, std::optional<failure>& fail);
   /// Cancels and frees what is posted; call before the worker is destroyed.
   void cancel();
 
 private:
   void post(slot& s, void* buf, std::size_t len, ucp_tag_t tag);
   static void release(slot& s);
-  static bool check(const slot& s, bool exact, const char* what, failure& fail);
-  bool start_frame(failure& fail);
+  static bool check(const slot& s, bool exact, const char* what, std::optional<failure>& fail);
+  bool start_frame(std::optional<failure>& fail);
 
   ucp_worker_h worker_ = nullptr;
   std::vector<std::byte> head_;  ///< room for the largest header message

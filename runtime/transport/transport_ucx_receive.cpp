@@ -52,15 +52,15 @@ void ucx_receiver::start(ucp_worker_h worker) {
   post(head_slot_, head_.data(), head_.size(), ucx_tag(seq_, 0));
 }
 
-bool ucx_receiver::check(const slot& s, bool exact, const char* what, failure& fail) {
+bool ucx_receiver::check(const slot& s, bool exact, const char* what, std::optional<failure>& fail) {
   if (s.status == UCS_ERR_MESSAGE_TRUNCATED || (s.status == UCS_OK && exact && s.length != s.expected))
-    fail = {true, fmt::format("the {} is longer or shorter than announced", what)};
+    fail = failure{true, fmt::format("the {} is longer or shorter than announced", what)};
   else if (s.status != UCS_OK)
-    fail = {false, ucs_status_string(s.status)};
-  return fail.what.empty();
+    fail = failure{false, ucs_status_string(s.status)};
+  return !fail;
 }
 
-bool ucx_receiver::start_frame(failure& fail) {
+bool ucx_receiver::start_frame(std::optional<failure>& fail) {
   if (!check(head_slot_, false, "header message", fail))
     return false;
   header h;
@@ -78,7 +78,7 @@ bool ucx_receiver::start_frame(failure& fail) {
   for (std::size_t i = 0; i < sizes_.size() && err.empty(); ++i)
     check_blob_size(sizes_[i], i, err);
   if (!err.empty()) {
-    fail = {true, err};
+    fail = failure{true, err};
     return false;
   }
   frame_ = frame{};
@@ -89,7 +89,7 @@ bool ucx_receiver::start_frame(failure& fail) {
     try { // allocated only now, after every size passed its limit
       frame_.blobs.push_back(tensor_handle::empty({static_cast<std::int64_t>(sizes_[i])}, dtype::u8));
     } catch (const std::bad_alloc&) {
-      fail = {true, fmt::format("cannot allocate {} bytes for blob {}", sizes_[i], i)};
+      fail = failure{true, fmt::format("cannot allocate {} bytes for blob {}", sizes_[i], i)};
       return false;
     }
     blobs_[i] = slot{};
@@ -101,9 +101,9 @@ bool ucx_receiver::start_frame(failure& fail) {
   return true;
 }
 
-bool ucx_receiver::poll(const std::function<void(frame&&)>& deliver, failure& fail) {
+bool ucx_receiver::poll(const std::function<void(frame&&)>& deliver, std::optional<failure>& fail) {
   bool any = false;
-  while (fail.what.empty()) {
+  while (!fail) {
     if (in_header_) {
       if (!head_slot_.done)
         return any;

@@ -45,11 +45,12 @@ ucx_context& context() {
 
 } // namespace
 
-std::string ucx_unavailable_reason() {
-  static std::string why = [] {
+std::optional<std::string> ucx_unavailable_reason() {
+  static std::optional<std::string> why = []() -> std::optional<std::string> {
     ucx_worker w;
-    auto err = w.create();
-    return err.empty() ? std::string() : "UCX cannot initialise here: " + err;
+    if (auto err = w.create())
+      return "UCX cannot initialise here: " + error_message(err);
+    return std::nullopt;
   }();
   return why;
 }
@@ -67,36 +68,36 @@ void ucx_worker::reset() {
   efd = -1;
 }
 
-std::string ucx_worker::create() {
+caf::error ucx_worker::create() {
   auto& c = context();
   if (!c.ctx)
-    return c.error;
+    return make_error(errc::io_failed, c.error);
   ucp_worker_params_t p{};
   p.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   p.thread_mode = UCS_THREAD_MODE_SERIALIZED; // set up on one thread, then driven by the progress thread
   if (auto s = ucp_worker_create(c.ctx, &p, &worker); s != UCS_OK) {
     worker = nullptr;
-    return TROUPE_UCX_FAILURE(s, "ucp_worker_create");
+    return make_error(errc::io_failed, TROUPE_UCX_FAILURE(s, "ucp_worker_create"));
   }
   if (auto s = ucp_worker_get_efd(worker, &efd); s != UCS_OK)
-    return TROUPE_UCX_FAILURE(s, "ucp_worker_get_efd");
+    return make_error(errc::io_failed, TROUPE_UCX_FAILURE(s, "ucp_worker_get_efd"));
   return {};
 }
 
-std::string ucx_worker::address(std::vector<std::byte>& out) const {
+caf::error ucx_worker::address(std::vector<std::byte>& out) const {
   ucp_address_t* addr = nullptr;
   std::size_t len = 0;
   if (auto s = ucp_worker_get_address(worker, &addr, &len); s != UCS_OK)
-    return TROUPE_UCX_FAILURE(s, "ucp_worker_get_address");
+    return make_error(errc::io_failed, TROUPE_UCX_FAILURE(s, "ucp_worker_get_address"));
   auto* p = reinterpret_cast<const std::byte*>(addr);
   out.assign(p, p + len);
   ucp_worker_release_address(worker, addr);
   return {};
 }
 
-std::string ucx_worker::connect(const std::vector<std::byte>& remote, ucp_err_handler_cb_t on_error, void* arg) {
+caf::error ucx_worker::connect(const std::vector<std::byte>& remote, ucp_err_handler_cb_t on_error, void* arg) {
   if (remote.empty())
-    return "the peer sent an empty UCX worker address";
+    return make_error(errc::io_failed, "the peer sent an empty UCX worker address");
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   p.address = reinterpret_cast<const ucp_address_t*>(remote.data());
@@ -107,7 +108,7 @@ std::string ucx_worker::connect(const std::vector<std::byte>& remote, ucp_err_ha
   p.err_handler.arg = arg;
   if (auto s = ucp_ep_create(worker, &p, &ep); s != UCS_OK) {
     ep = nullptr;
-    return TROUPE_UCX_FAILURE(s, "ucp_ep_create");
+    return make_error(errc::io_failed, TROUPE_UCX_FAILURE(s, "ucp_ep_create"));
   }
   return {};
 }
