@@ -60,19 +60,10 @@ struct traced {
 };
 
 traced run(const graph_spec& g) {
-  auto o = runtime_options_from_env();
-  troupe_config cfg{o};
+  auto [result, t] = testing::run_traced(g);
   traced out;
-  auto t = testing::record_trace([&] {
-    caf::actor_system sys{cfg};
-    auto r = run_graph(sys, g);
-    INFO((r ? std::string{} : sys.render(r.error())));
-    REQUIRE(r);
-    out.result = *r;
-  });
-  std::map<std::uint16_t, std::string> name;
-  for (const auto& [n, id] : t.ids)
-    name[id] = n;
+  out.result = result;
+  auto name = t.names();
   for (const auto& s : t.spans) {
     if (s.step < 0 || name[s.actor].find('s') == std::string::npos || name[s.actor].ends_with("_ar"))
       continue;

@@ -10,12 +10,10 @@
 #include <utility>
 #include <vector>
 
-#include <caf/actor_system.hpp>
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
 #include "deploy/run/run_graph.hpp"
-#include "runtime/actor/actor_system.hpp"
 #include "runtime/trace/trace.hpp"
 #include "tests/integration/run_trace.hpp"
 #include "tests/integration/skip_network.hpp"
@@ -59,19 +57,10 @@ traced run(const std::string& schedule) {
   INFO(to_string(loaded.errors));
   REQUIRE(loaded.ok());
   REQUIRE(loaded.graph->skip_runs());
+  auto [result, t] = testing::run_traced(*loaded.graph);
   traced out;
-  auto t = testing::record_trace([&] {
-    auto o = runtime_options_from_env();
-    troupe_config cfg{o};
-    caf::actor_system sys{cfg};
-    auto r = run_graph(sys, *loaded.graph);
-    INFO((r ? std::string{} : sys.render(r.error())));
-    REQUIRE(r);
-    out.result = *r;
-  });
-  std::map<std::uint16_t, std::string> name;
-  for (const auto& [n, id] : t.ids)
-    name[id] = n;
+  out.result = result;
+  auto name = t.names();
   for (const auto& s : t.spans) {
     bool forward = s.kind == span_kind::forward, backward = s.kind == span_kind::backward;
     if (s.step < 0 || (!forward && !backward))
