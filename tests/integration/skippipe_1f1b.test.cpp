@@ -118,7 +118,7 @@ TEST_CASE("SkipPipe's paths under 1f1b give gpipe's losses, start microbatches a
       CAPTURE(actor);
       CAPTURE(is_1f1b);
       int peak = peak_held(passes);
-      MESSAGE(actor, (is_1f1b ? " under 1f1b" : " under gpipe"), " held at most ", peak, " microbatches");
+      MESSAGE(actor, std::string{is_1f1b ? " under 1f1b" : " under gpipe"}, " held at most ", peak, " microbatches");
       if (!is_stage0(actor)) {
         CHECK(peak <= memory);  // skip.memory: the plan routes no more through a node past stage 0
         continue;
