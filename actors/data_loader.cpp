@@ -452,12 +452,16 @@ bool check_skip_run(const graph_spec& g, diagnostics& out) {
                                  std::max(g.data_parallel.replicas, 1), s, where[s].size())});
       return false;
     }
+  // Checked before the routes, whose chunks an unfit schedule changes (interleaved's virtual stages).
+  auto schedule = skippipe_schedule_problem(g);
+  if (schedule)
+    out.push_back(*schedule);
   // SkipPipe's routes are its plan's: a plan that cannot be made is the `skip:` section's fault.
   if (auto plan = plan_skippipe_graph(g, /*baselines=*/false); !plan) {
     out.push_back({g.skip.pos, "skip", fmt::format("no plan for a run: {}", plan.error().message)});
     return false;
   }
-  return true;
+  return !schedule;
 }
 
 } // namespace

@@ -50,6 +50,25 @@ std::optional<diagnostic> skippipe_not_runnable(const graph_spec& g) {
                                 g.pipeline.stages * std::max(g.data_parallel.replicas, 1), g.network.nodes())};
 }
 
+std::optional<diagnostic> skippipe_schedule_problem(const graph_spec& g) {
+  const auto& schedule = g.pipeline.schedule;
+  std::string why;
+  if (schedule == "interleaved_1f1b")
+    why = "SkipPipe's paths cannot run interleaved_1f1b: its chunks are virtual stages in the pipeline's "
+          "round-robin order, while a path visits L stages of its own choosing and ends at the head on stage 0 "
+          "(use 1f1b or gpipe)";
+  else if (schedule == "zb_h1")
+    why = "SkipPipe's paths cannot run zb_h1: it defers at most r + 1 weight passes by a rank's place r in one "
+          "chain, which paths that skip and reorder stages do not give (use 1f1b or gpipe)";
+  else if (schedule != "gpipe" && schedule != "1f1b")
+    why = fmt::format("SkipPipe's paths run the schedule gpipe or 1f1b (stage 0 holds the embedding and the head "
+                      "as two chunks, reached in any order), not '{}'",
+                      schedule);
+  if (why.empty())
+    return std::nullopt;
+  return diagnostic{g.where("pipeline.schedule"), "pipeline.schedule", std::move(why)};
+}
+
 expected<path_problem> skippipe_problem(const graph_spec& g) {
   auto device = plan_device(g.sim);
   if (!device)

@@ -38,6 +38,11 @@ sched::expected<sched::path_problem> skippipe_problem(const graph_spec& g);
 /// stages × replicas nodes. The diagnostic at network.nodes; nothing when it runs.
 std::optional<diagnostic> skippipe_not_runnable(const graph_spec& g);
 
+/// Why SkipPipe's paths cannot run under the graph's pipeline.schedule (gpipe
+/// and 1f1b take stage 0's two chunks, the embedding's and the head's, in any
+/// order), or nothing. The diagnostic at pipeline.schedule.
+std::optional<diagnostic> skippipe_schedule_problem(const graph_spec& g);
+
 /// Places the nodes (skip.placement, or the search over DT-FM's score) and plans
 /// the paths skip.planner names: `skippipe`; `full`, every stage in order on
 /// chains planned alike; `chains`, every stage in order on DT-FM's fixed chains

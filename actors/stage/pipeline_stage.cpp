@@ -404,6 +404,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   c.policy = g.pipeline.schedule;
   c.policy_params.table_file = g.pipeline.table_path.string();
   c.policy_params.options = g.pipeline.policy;
+  c.policy_params.paths = g.skip_runs();  // SkipPipe's paths: hops left differ per microbatch (#25)
   if (auto own = spec.params.find("policy"); own != spec.params.end() && own->second.IsMap())
     for (auto it = own->second.begin(); it != own->second.end(); ++it)  // a stage's own options win
       if (it->first.IsScalar() && it->second.IsScalar())

@@ -76,13 +76,6 @@ void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics&
                                  s->second.IsScalar() ? s->second.Scalar() : std::string{"a collection"})});
     }
   }
-  // SkipPipe's stage 0 runs two chunks, the embedding's and the head's, in the
-  // order its paths bring them: a rule over any chunks in any order (#14).
-  if (g.skip_runs() && a.rank == 0 && a.replica == 0 && g.pipeline.schedule != "gpipe")
-    out.push_back({g.where("pipeline.schedule"), "pipeline.schedule",
-                   fmt::format("SkipPipe runs the schedule gpipe (stage 0 holds the embedding and the head, and "
-                               "paths reorder stages), not '{}'",
-                               g.pipeline.schedule)});
   // SkipPipe's stage 0 holds the head as a chunk of no blocks, which the CUDA model does not take (#14).
   if (g.skip_runs() && a.device.starts_with("cuda"))
     out.push_back({g.skip.pos, "skip",

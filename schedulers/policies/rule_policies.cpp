@@ -45,6 +45,8 @@
 // every rule under heavy jitter and random slowdowns over many seeds.
 #include "schedulers/policies/rule_policies.hpp"
 
+#include <limits>
+
 #include <fmt/format.h>
 
 namespace troupe::sched {
@@ -116,21 +118,47 @@ private:
 
 class one_f_one_b final : public stage_policy {
 public:
-  one_f_one_b(int bound, int declared) : bound_(bound), declared_(declared) {}
+  one_f_one_b(int bound, int declared, bool paths) : bound_(bound), declared_(declared), paths_(paths) {}
   std::string_view name() const override { return "1f1b"; }
   int in_flight_limit() const override { return declared_; }
   std::optional<action> next(const stage_queue& q) override {
+    if (auto again = pick_held_forward(q))
+      return again;  // a microbatch held here already (SkipPipe's head on stage 0): no more memory
     auto f = pick(q, op_kind::forward, by_microbatch);
-    if (f && q.in_flight() < (bound_ > 0 ? bound_ : q.hops_left(*f)))
+    if (f && admits(q, *f))
       return f;
-    if (forward_coming(q, declared_))
+    if (!paths_ && forward_coming(q, declared_))
       return std::nullopt;  // hold the backward: the forward it would delay is on its way
     return pick(q, op_kind::backward, by_microbatch);
   }
 
 private:
-  int bound_;     // from options; 0: the hops left on the route (p - r on a chain)
-  int declared_;  // what in_flight_limit reports: bound_, or p - r
+  // A microbatch with h hops left on its own route may start while fewer than
+  // h held here are as close to their ends (p - r on a chain, where every
+  // microbatch on rank r has p - r left). Counting only those keeps paths that
+  // cross in opposite orders from waiting on each other: whatever holds a slot
+  // a forward needs returns sooner, and the head's forward on stage 0 never
+  // waits (pick_held_forward), so some held microbatch always moves.
+  bool admits(const stage_queue& q, const action& f) const {
+    if (bound_ > 0)
+      return q.held_within(std::numeric_limits<int>::max()) < bound_;
+    int h = q.hops_left(f);
+    return q.held_within(h) < h;
+  }
+
+  static std::optional<action> pick_held_forward(const stage_queue& q) {
+    for (int c = 0; q.chunks() > 1 && c < q.chunks(); ++c)
+      for (int mb : q.ready_forward(c))
+        if (q.holds(mb))
+          return action{op_kind::forward, q.stage_of(c), mb};
+    return std::nullopt;
+  }
+
+  int bound_;     // from options; 0: the hops left on the microbatch's own route (p - r on a chain)
+  int declared_;  // what in_flight_limit reports: bound_, p - r, or 0 on paths (credits then never bind)
+  // Paths skip and reorder stages, so a held backward could wait for a forward
+  // that waits on this rank's own slots: no holds there.
+  bool paths_;
 };
 
 class interleaved final : public stage_policy {
@@ -227,12 +255,14 @@ expected<policy_ptr> make_gpipe(const policy_params& p) {
 }
 
 expected<policy_ptr> make_one_f_one_b(const policy_params& p) {
-  if (auto ok = check_shape("1f1b", p, false); !ok)
+  // More than one chunk only on paths: SkipPipe's stage 0 holds the head as a second chunk (#25).
+  if (auto ok = check_shape("1f1b", p, p.paths); !ok)
     return ok.error();
   auto bound = int_setting("1f1b", p, "max_in_flight", 1, 0);
   if (!bound)
     return bound.error();
-  return policy_ptr{new one_f_one_b(*bound, *bound > 0 ? *bound : p.ranks - p.rank)};
+  int declared = *bound > 0 ? *bound : p.paths ? 0 : p.ranks - p.rank;
+  return policy_ptr{new one_f_one_b(*bound, declared, p.paths)};
 }
 
 expected<policy_ptr> make_interleaved_1f1b(const policy_params& p) {

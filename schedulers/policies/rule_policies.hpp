@@ -13,10 +13,12 @@ namespace troupe::sched {
 /// (lowest microbatch) only when no forward is ready or `max_in_flight` is reached.
 expected<policy_ptr> make_gpipe(const policy_params& params);
 
-/// 1F1B: the ready forward with the lowest microbatch while in flight <
-/// hops_left (p - r on a chain) or `max_in_flight`; otherwise nothing while the
-/// bound has room and the step's plan says a forward is still to come;
-/// otherwise a ready backward.
+/// 1F1B: a ready forward of a microbatch already held here (SkipPipe's head on
+/// stage 0) first; then the ready forward with the lowest microbatch while fewer
+/// than its hops_left (p - r on a chain) held microbatches are as close to their
+/// routes' ends, or fewer than `max_in_flight` are held; otherwise, on a chain,
+/// nothing while the bound has room and the step's plan says a forward is still
+/// to come; otherwise a ready backward. More than one chunk only on paths.
 expected<policy_ptr> make_one_f_one_b(const policy_params& params);
 
 /// Interleaved 1F1B over v chunks: a ready forward while in flight <

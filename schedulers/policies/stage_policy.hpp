@@ -23,6 +23,9 @@ struct policy_params {
   int rank = 0;
   int ranks = 1;         ///< p: pipeline ranks (stage actors)
   int chunks = 1;        ///< v: model chunks per rank (interleaved schedules)
+  /// Routes are paths that skip and reorder stages (SkipPipe): a microbatch's
+  /// hops left here depend on its own path, not on the rank.
+  bool paths = false;
   /// For `table`: every rank's action list (row r is rank r); validated by make_policy.
   std::vector<std::vector<action>> table;
   /// For `table` when `table` is empty: a text/CSV file with one line per rank.

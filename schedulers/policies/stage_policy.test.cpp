@@ -199,3 +199,75 @@ TEST_CASE("GPipe runs a backward while a forward is late, and the interleaved ru
   REQUIRE(a);
   CHECK(*a == bwd(7, 0));  // Megatron's list runs 3F1 3F2 3F3 7F1 first; none of them comes
 }
+
+namespace {
+
+/// Starts and finishes `a` on `q`, which must be what the policy chose.
+void run_action(stage_queue& q, const std::optional<action>& a) {
+  REQUIRE(a);
+  REQUIRE(q.start(*a));
+  REQUIRE(q.finish(*a));
+}
+
+} // namespace
+
+TEST_CASE("1F1B on SkipPipe's stage 0 holds at most a path's hops of microbatches, and the head never waits") {
+  // Stage 0 of 4 holds the embedding (stage 0) and the head (stage 4); paths of
+  // 3 stages: the embedding's forward has 4 hops left (3 stages and the head).
+  policy_params params;
+  params.ranks = 4, params.rank = 0, params.chunks = 2;
+  CHECK_FALSE(make_policy("1f1b", params));  // two chunks on a chain: interleaved's, not 1F1B's
+  params.paths = true;
+  auto made = make_policy("1f1b", params);
+  REQUIRE(made);
+  auto& policy = **made;
+  CHECK(policy.in_flight_limit() == 0);  // credits do not bind: bounds differ per microbatch
+  stage_queue q(0, 4, 0, 2);
+  q.expect(12);
+  for (int mb = 0; mb < 6; ++mb)
+    REQUIRE(q.push_forward(0, mb, hop_info{0, 4, -1}));
+  for (int mb = 0; mb < 4; ++mb)
+    run_action(q, policy.next(q));
+  CHECK(q.held_within(4) == 4);
+  CHECK_FALSE(policy.next(q));  // microbatch 4 waits: 4 are held
+  // Microbatch 0 comes back for its head: held already, so it runs at the bound.
+  REQUIRE(q.push_forward(4, 0, hop_info{3, 1, -1}));
+  auto head = policy.next(q);
+  REQUIRE(head);
+  CHECK(*head == fwd(4, 0));
+  run_action(q, head);
+  CHECK(q.held_within(4) == 4);  // one microbatch on two chunks counts once
+  run_action(q, policy.next(q));  // the head's backward (the loss is computed here)
+  CHECK_FALSE(policy.next(q));   // still 4 held until the embedding's backward
+  REQUIRE(q.push_backward(0, 0));
+  auto back = policy.next(q);
+  REQUIRE(back);
+  CHECK(back->kind == op_kind::backward);
+  run_action(q, back);
+  CHECK(policy.next(q) == fwd(0, 4));  // a slot is free again
+}
+
+TEST_CASE("1F1B on paths lets a microbatch near its end pass those that started here early") {
+  // A node at position 1 holds two microbatches for which it is the first hop
+  // after stage 0 (3 hops left); one for which it is the last before the head
+  // (2 hops left) still starts: only held microbatches as close to their end
+  // count, or paths crossing in opposite orders would wait on each other.
+  policy_params params;
+  params.ranks = 4, params.rank = 1, params.paths = true;
+  auto made = make_policy("1f1b", params);
+  REQUIRE(made);
+  stage_queue q(1, 4, 0, 1);
+  q.expect(6);
+  REQUIRE(q.push_forward(1, 0, hop_info{1, 3, -1}));
+  REQUIRE(q.push_forward(1, 1, hop_info{1, 3, -1}));
+  run_action(q, (*made)->next(q));
+  run_action(q, (*made)->next(q));
+  CHECK(q.in_flight() == 2);
+  REQUIRE(q.push_forward(1, 2, hop_info{2, 2, -1}));
+  CHECK((*made)->next(q) == fwd(1, 2));
+  // With three held as close to their ends as it is, a microbatch with 3 hops left waits.
+  REQUIRE(q.push_forward(1, 3, hop_info{1, 3, -1}));
+  run_action(q, (*made)->next(q));
+  CHECK(q.held_within(3) == 3);
+  CHECK_FALSE((*made)->next(q));
+}

@@ -2,6 +2,8 @@
 // work, its receivers' credits and the step's plan.
 #include "schedulers/policies/stage_queue.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace troupe::sched {
@@ -101,6 +103,25 @@ const hop_info* stage_queue::info(const action& a) const {
   if (!(flags(a) & f_arrived))
     return nullptr;
   return &chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))].info[static_cast<std::size_t>(a.microbatch)];
+}
+
+bool stage_queue::holds(int mb) const {
+  for (const auto& c : chunks_state_)
+    if (auto i = static_cast<std::size_t>(mb); i < c.flags.size() && (c.flags[i] & f_started) && !(c.flags[i] & b_done))
+      return true;
+  return false;
+}
+
+int stage_queue::held_within(int hops) const {
+  std::size_t n = 0;
+  for (const auto& c : chunks_state_)
+    n = std::max(n, c.flags.size());
+  int held = 0;
+  for (std::size_t i = 0; i < n; ++i)  // by microbatch, so one held on two chunks counts once
+    held += std::any_of(chunks_state_.begin(), chunks_state_.end(), [&](const chunk_state& c) {
+      return i < c.flags.size() && (c.flags[i] & f_started) && !(c.flags[i] & b_done) && c.info[i].hops_left <= hops;
+    });
+  return held;
 }
 
 int stage_queue::hop_index(const action& a) const {

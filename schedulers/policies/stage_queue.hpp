@@ -111,6 +111,13 @@ public:
   int in_flight(int chunk) const { return chunks_state_[chunk].in_flight; }
   /// Activations held on this rank, summed over chunks.
   int in_flight() const { return in_flight_total_; }
+  /// True when microbatch `mb` is held here on some chunk (its forward started,
+  /// its B/I not finished): SkipPipe's stage 0 holds a microbatch from its
+  /// embedding's forward until that chunk's backward, its head's pass inside.
+  bool holds(int microbatch) const;
+  /// Microbatches held here (each counted once over chunks) on a hop whose
+  /// hops_left is at most `hops`: those at least as close to their route's end.
+  int held_within(int hops) const;
   /// The action now running, if any.
   const std::optional<action>& running() const { return running_; }
 

@@ -57,7 +57,7 @@ expected<void> cluster::build() {
       const int me = actor(r, s);
       const int v = static_cast<int>(c_.stages[static_cast<std::size_t>(s)].chunks.size());
       policy_params pp;
-      pp.rank = s, pp.ranks = p_, pp.chunks = v, pp.options = c_.policy_options;
+      pp.rank = s, pp.ranks = p_, pp.chunks = v, pp.options = c_.policy_options, pp.paths = skip_;
       if (auto own = c_.stage_policy_options.find(s); own != c_.stage_policy_options.end())
         for (const auto& [k, val] : own->second)  // a position's own options win, as a stage's `policy:` does
           pp.options[k] = val;

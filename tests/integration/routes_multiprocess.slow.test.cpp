@@ -1,5 +1,5 @@
 // Routes that cross replicas, launched over node processes (#25 item 4):
-// SkipPipe's planned paths and least_loaded routing send a microbatch to
+// SkipPipe's planned paths (under gpipe and 1f1b) and least_loaded routing send a microbatch to
 // another replica's stage at a hop, over a channel between nodes; a launched run
 // must give the one-process run's losses.
 #include <cmath>
@@ -32,6 +32,21 @@ TEST_CASE("SkipPipe's paths launched over two node processes give the one-proces
   auto r = run_one_and_launched("skip_mp", skip_graph);
   INFO(r.launched_out);
   CHECK(r.launched_out.find("validation on a path of 3 of 4 stages") != std::string::npos); // the paths ran
+  REQUIRE(r.one.size() == 6);
+  REQUIRE(r.launched.size() == r.one.size());
+  for (std::size_t i = 0; i < r.one.size(); ++i)
+    CHECK(std::fabs(r.launched[i] - r.one[i]) <= 1e-6 * std::fabs(r.one[i]));
+}
+
+TEST_CASE("SkipPipe's paths under 1f1b launched over two node processes give the one-process losses") {
+  // Six microbatches per stage-0 node, more than 1F1B lets it hold (3 stages and the head): it
+  // waits for backwards that come back over the nodes' channels before it starts more.
+  auto graph = skip_graph;
+  graph.replace(graph.find("microbatches: 4, schedule: gpipe"), 32, "microbatches: 6, schedule: 1f1b");
+  graph.replace(graph.find("memory: 3"), 9, "memory: 4");
+  auto r = run_one_and_launched("skip_1f1b_mp", graph);
+  INFO(r.launched_out);
+  CHECK(r.launched_out.find("validation on a path of 3 of 4 stages") != std::string::npos);
   REQUIRE(r.one.size() == 6);
   REQUIRE(r.launched.size() == r.one.size());
   for (std::size_t i = 0; i < r.one.size(); ++i)
