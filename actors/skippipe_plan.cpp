@@ -95,7 +95,7 @@ expected<path_problem> skippipe_problem(const graph_spec& g) {
   return pr;
 }
 
-expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines) {
+expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines, const skippipe_watch& watch) {
   if (!g.skip.present)
     return make_sched_error("the graph has no `skip:` section to plan (and `network:` to plan it over)");
   auto pr = skippipe_problem(g);
@@ -136,8 +136,21 @@ expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines)
   auto random_plan = [&](int k) {
     return plan_random(*pr, rep.where, rules, rep.agents, skip.seed + static_cast<std::uint64_t>(k));
   };
+  auto search = [&](const char* name, const path_rules& r, bool aware) {
+    search_limits limits;
+    limits.deadline = watch.deadline;
+    if (watch.progress)
+      limits.progress = [&watch, name](const search_progress& p) { watch.progress(name, p); };
+    auto found = plan_skippipe(*pr, rep.where, r, rep.agents, aware, 4000, limits);
+    rep.cut_short = rep.cut_short || (found && found->cut_short);
+    return found;
+  };
+  // The plan the graph runs first, so a deadline cuts the baselines before it.
+  std::optional<expected<path_plan>> aware;
+  if (skip.planner == "skippipe")
+    aware = search("SkipPipe's paths", rules, true);
   if (skip.planner == "full" || baselines) {
-    auto full = plan_skippipe(*pr, rep.where, all, rep.agents, true);
+    auto full = search("the full pipeline", all, true);
     if (!full)
       return full.error();
     rep.full = full->planned_s;
@@ -150,13 +163,14 @@ expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines)
       return random.error();
     rep.paths = *random, rep.planned = simulate_iteration(*pr, rep.agents, *random).time;
   }
-  if (skip.planner == "skippipe" || baselines) {
-    auto aware = plan_skippipe(*pr, rep.where, rules, rep.agents, true);
-    if (!aware)
-      return aware.error();
-    rep.expansions = aware->expansions;
+  if (!aware && baselines)
+    aware = search("SkipPipe's paths", rules, true);
+  if (aware) {
+    if (!*aware)
+      return aware->error();
+    rep.expansions = (*aware)->expansions;
     if (skip.planner == "skippipe")
-      rep.paths = aware->paths, rep.planned = aware->planned_s;
+      rep.paths = (*aware)->paths, rep.planned = (*aware)->planned_s;
   }
   if (skip.planner == "chains") {
     rep.paths = plan_full(rep.where, rep.agents);
@@ -164,7 +178,7 @@ expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines)
   }
   if (!baselines)
     return rep;
-  auto blind = plan_skippipe(*pr, rep.where, rules, rep.agents, false);
+  auto blind = search("the plan without collision awareness", rules, false);
   if (!blind)
     return blind.error();
   rep.blind = blind->planned_s;

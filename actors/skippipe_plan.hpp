@@ -4,8 +4,11 @@
 // channels follow it (each network node is one stage actor: graph_spec::skip_runs).
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/graph/graph_spec.hpp"
@@ -25,6 +28,14 @@ struct skippipe_plan {
   double dtfm = 0;  ///< DT-FM's full pipeline: fixed chains matched by delay (plan_dtfm)
   int random_draws = 0;
   int expansions = 0; ///< conflict-tree nodes the collision-aware search expanded
+  bool cut_short = false; ///< a search stopped at the deadline: plans are the best found by then
+};
+
+/// A deadline for plan_skippipe_graph's searches and who hears how they go
+/// (`search`: which plan is being searched, "SkipPipe's paths", …).
+struct skippipe_watch {
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  std::function<void(std::string_view search, const sched::search_progress&)> progress;
 };
 
 /// What SkipPipe plans on, from the graph: a node's forward from the cost model
@@ -48,8 +59,10 @@ std::optional<diagnostic> skippipe_schedule_problem(const graph_spec& g);
 /// chains planned alike; `chains`, every stage in order on DT-FM's fixed chains
 /// (agent i of stage-0 node j on chain j: with one node per stage actor, each
 /// replica's own chain, as a plain pipeline routes); `random`. With `baselines`
-/// also the other plans' times.
-sched::expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines);
+/// also the other plans' times. The plan skip.planner names is searched first,
+/// the baselines after it, all within `watch.deadline`.
+sched::expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines,
+                                                   const skippipe_watch& watch = {});
 
 /// The stages each path of skip.planner visits: pipeline.stages for the full
 /// pipeline (`full`, `chains`), else skip.path_length.

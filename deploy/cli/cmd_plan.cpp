@@ -4,6 +4,7 @@
 // the cost model against the full pipeline and random skipping. `troupe plan
 // attention` lives in deploy/cli/cmd_plan_attention.cpp.
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,7 +58,39 @@ void print_text(const std::string& file, const graph_spec& g, const skippipe_pla
       "  random skipping {} (mean of {} draws)\n  the plan without collision awareness {}\n",
       rep.planned, vs(rep.dtfm), vs(rep.full), vs(rep.fixed_chains), vs(rep.random), rep.random_draws,
       vs(rep.blind));
+  if (rep.cut_short)
+    fmt::print("the search stopped at --time-limit: these are the best plans it had found by then\n");
 }
+
+/// Progress of a long search on stderr: nothing in the first 2 s, then a line
+/// every 2 s with the phase, its work done, the best plan so far and, where
+/// the phase has a budget, an estimate of what is left of it.
+class progress_lines {
+public:
+  using clock = std::chrono::steady_clock;
+  void operator()(std::string_view search, const search_progress& p) {
+    auto now = clock::now();
+    if (search != search_ || p.phase != phase_)
+      search_ = std::string{search}, phase_ = p.phase, phase_start_ = now;
+    if (now - start_ < std::chrono::seconds(2) || now - last_ < std::chrono::seconds(2))
+      return;
+    last_ = now;
+    auto secs = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    std::string work = p.of > 0 ? fmt::format("{} of {} steps", p.done, p.of) : fmt::format("{} moves", p.done);
+    std::string left;
+    if (p.of > 0 && p.done > 0)
+      left = fmt::format(", about {:.0f} s left in this phase",
+                         secs(now - phase_start_) * static_cast<double>(p.of - p.done) / static_cast<double>(p.done));
+    fmt::print(stderr, "troupe plan paths: {}: phase {} of 4 ({}): {}{}{}; {:.0f} s so far\n", search, p.phase,
+               p.what, work, p.best_s > 0 ? fmt::format(", best {:.4g} s", p.best_s) : std::string{}, left,
+               secs(now - start_));
+  }
+
+private:
+  clock::time_point start_ = clock::now(), last_ = start_, phase_start_ = start_;
+  std::string search_;
+  int phase_ = 0;
+};
 
 nlohmann::json to_json(const graph_spec& g, const skippipe_plan& rep) {
   nlohmann::json paths = nlohmann::json::array();
@@ -77,20 +110,27 @@ nlohmann::json to_json(const graph_spec& g, const skippipe_plan& rep) {
                        {"full_dtfm", rep.dtfm},
                        {"random", rep.random},
                        {"no_collision_awareness", rep.blind}}},
-                     {"expansions", rep.expansions}};
+                     {"expansions", rep.expansions},
+                     {"cut_short", rep.cut_short}};
   if (g.skip_runs()) // microbatch k of a step's route in a run, as stage actors
     out["routes"] = skippipe_route_names(g, rep);
   return out;
 }
 
-int plan_paths(const std::string& file, const std::vector<std::string>& overrides, bool json) {
+int plan_paths(const std::string& file, const std::vector<std::string>& overrides, bool json, double time_limit) {
   auto loaded = load_graph_for_cli(file, overrides, /*check_corpus=*/false); // nothing is read
   if (!loaded.ok()) {
     for (const auto& d : loaded.errors)
       fmt::print(stderr, "{}\n", to_string(d));
     return bad_input;
   }
-  auto rep = plan_skippipe_graph(*loaded.graph, /*baselines=*/true);
+  skippipe_watch watch;
+  if (time_limit > 0)
+    watch.deadline = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       std::chrono::duration<double>(time_limit));
+  watch.progress = progress_lines{};
+  auto rep = plan_skippipe_graph(*loaded.graph, /*baselines=*/true, watch);
   if (!rep) {
     fmt::print(stderr, "troupe plan paths: {}: {}\n", file, rep.error().message);
     return bad_input;
@@ -110,6 +150,7 @@ command_action define_plan(CLI::App& app) {
     std::string file;
     std::vector<std::string> overrides;
     bool json = false;
+    double time_limit = 0;
   };
   auto a = std::make_shared<plan_args>();
   const std::string footer = std::string{"Exit codes: 0 success, 2 bad input or no plan.\n"} + paths_help;
@@ -132,12 +173,16 @@ command_action define_plan(CLI::App& app) {
       ->allow_extra_args(false);
   sub->add_flag("--json", a->json,
                 "print one JSON object: placement, paths (nodes, stages), time (planned, full, "
-                "random, no_collision_awareness)");
+                "random, no_collision_awareness), cut_short");
+  add_number(*sub, "--time-limit", a->time_limit, 0.001, 1e6, false,
+             "stop searching after this many seconds and print the best plans found by then (default: search "
+             "to the end)")
+    ->option_text("SECONDS");
   auto* attention = &add_command(app, "attention", "DistCA: balance causal attention pairs across servers");
   auto run_attention = define_plan_attention(*attention);
   return [&app, sub, a, attention, run_attention] {
     if (sub->parsed())
-      return plan_paths(a->file, a->overrides, a->json);
+      return plan_paths(a->file, a->overrides, a->json, a->time_limit);
     if (attention->parsed())
       return run_attention();
     fmt::print(stderr, "{}", app.help("troupe"));

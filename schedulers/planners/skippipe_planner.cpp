@@ -379,12 +379,24 @@ std::string key_of(const ct_node& n) {
 } // namespace
 
 expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, const path_rules& rules,
-                                  const std::vector<path_agent>& agents, bool collision_aware, int budget) {
+                                  const std::vector<path_agent>& agents, bool collision_aware, int budget,
+                                  const search_limits& limits) {
   planner pl{pr, p, rules, agents};
   auto root = pl.root();
   if (!root)
     return make_sched_error("a microbatch has no path that keeps the skip rules (path_length, swaps, jumps)");
   path_plan result;
+  // Reports where the search is; true when the deadline has passed: phase 1 then
+  // goes straight to prioritized planning (searching on only if that finds no
+  // plan), phases 2-4 stop with the best plan so far.
+  auto at = [&](int phase, const char* what, long done, long of) {
+    if (limits.progress)
+      limits.progress({phase, what, done, of, result.planned_s});
+    if (!limits.deadline || std::chrono::steady_clock::now() < *limits.deadline)
+      return false;
+    result.cut_short = true;
+    return true;
+  };
   std::set<std::string> seen;
   // Phase 1: memory and capacity, which a plan must keep. Best-first by the latest
   // finish (within 2% of the root's counted as equal), then the microbatches still
@@ -405,6 +417,8 @@ expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, co
     open.push(*root);
     seen.clear();
     for (int spent = 0; !open.empty() && spent < budget / 2 && !feasible; ++spent) {
+      if (at(1, "memory and capacity", spent, budget / 2) && band > 0)
+        break; // past the deadline: prioritized planning next, and only if it fails the search goes on
       ct_node n = open.top();
       open.pop();
       ++result.expansions;
@@ -435,6 +449,8 @@ expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, co
   queue.push(std::move(*feasible));
   const int phase2_budget = result.expansions + budget;
   while (!queue.empty() && result.expansions < phase2_budget) {
+    if (at(2, "time collisions", result.expansions - (phase2_budget - budget), budget))
+      return result;
     ct_node n = queue.top();
     queue.pop();
     ++result.expansions;
@@ -452,9 +468,13 @@ expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, co
   }
   // Phase 3: each microbatch replanned around the others' simulated passes, kept when
   // the iteration gets shorter, for as long as a round improves it.
+  const int phase3_start = result.expansions;
   for (bool improved = true; improved && result.expansions < phase2_budget + budget;) {
     improved = false;
     for (std::size_t a = 0; a < agents.size(); ++a, ++result.expansions) {
+      if (at(3, "each microbatch around the others", result.expansions - phase3_start,
+             phase2_budget + budget - phase3_start))
+        return result;
       auto sim = simulate_iteration(pr, agents, result.paths);
       auto nodes = pl.around(result.paths, sim, a);
       if (!nodes || *nodes == result.paths[a].nodes)
@@ -481,9 +501,14 @@ expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, co
     return std::pair{sim.time, total};
   };
   auto best = measure(result.paths);
+  long moves = 0;
   for (bool improved = true; improved;) {
     improved = false;
-    for (std::size_t a = 0; a < agents.size(); ++a) {
+    for (std::size_t a = 0; a < agents.size(); ++a, ++moves) {
+      if (at(4, "local search over whole paths", moves, 0)) {
+        result.planned_s = best.first;
+        return result;
+      }
       auto paths = result.paths;
       for (auto& nodes : pl.all_paths(agents[static_cast<std::size_t>(result.paths[a].agent)])) {
         paths[a].nodes = std::move(nodes);

@@ -4,7 +4,9 @@
 // stage capacity and time collisions on a node. Plain code: no CAF.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -114,8 +116,28 @@ iteration_result simulate_iteration(const path_problem& pr, const std::vector<pa
 /// A plan and what the search did.
 struct path_plan {
   std::vector<planned_path> paths;
-  double planned_s = 0; ///< simulate_iteration's time
-  int expansions = 0;   ///< conflict-tree nodes expanded
+  double planned_s = 0;  ///< simulate_iteration's time
+  int expansions = 0;    ///< conflict-tree nodes expanded
+  bool cut_short = false; ///< the deadline stopped the search: the best plan found by then
+};
+
+/// Where a search stands, for a progress line.
+struct search_progress {
+  int phase = 1;        ///< 1..4 (plan_skippipe's phases)
+  const char* what = ""; ///< the phase in words
+  long done = 0;        ///< work done in the phase
+  long of = 0;          ///< the phase's budget; 0: it ends when a round stops helping
+  double best_s = 0;    ///< the best plan's iteration time so far (0: none yet)
+};
+
+/// How long a search may go on, and who hears how it goes.
+struct search_limits {
+  /// Past it the search stops with the best plan found so far; still without one
+  /// that keeps memory and capacity (phase 1), it takes prioritized planning's,
+  /// or if that finds none searches on within its budget.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  /// Called often (each expansion or move); the callee decides when to print.
+  std::function<void(const search_progress&)> progress;
 };
 
 /// SkipPipe's planner: A* per agent, conflict-based search over node memory and
@@ -129,7 +151,7 @@ struct path_plan {
 /// iteration most (within memory and capacity), in rounds while one helps.
 expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, const path_rules& rules,
                                   const std::vector<path_agent>& agents, bool collision_aware,
-                                  int budget = 4000);
+                                  int budget = 4000, const search_limits& limits = {});
 
 /// The full pipeline: every microbatch visits every stage in order, on the chain of
 /// its start node's index (DT-FM: chain i takes node i mod size of each position).

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -174,6 +175,43 @@ TEST_CASE("no microbatch of a collision-aware plan can take another path and sho
         if (!check_capacity(p, rules, paths, pr.nodes()))
           CHECK(simulate_iteration(pr, agents, paths).time >= plan->planned_s - 1e-9);
       });
+  }
+}
+
+TEST_CASE("a search past its deadline stops with a valid plan no better than the full search's, and says so") {
+  for (std::uint64_t seed = 31; seed <= 33; ++seed) {
+    CAPTURE(seed);
+    auto pr = random_problem(20, 6, 12, seed);
+    auto p = search_placement(pr, 0.1, seed, 4);
+    path_rules rules;
+    rules.path_length = 4;
+    rules.memory = 3;
+    rules.max_per_stage = 9;
+    auto agents = make_agents(pr, p, 3);
+    auto full = plan_skippipe(pr, p, rules, agents, true, 600);
+    REQUIRE(full);
+    CHECK_FALSE(full->cut_short);
+    // A deadline already past: phase 1 falls back to prioritized planning, the
+    // other phases stop at once. Every phase reports before it checks the clock.
+    search_limits limits;
+    limits.deadline = std::chrono::steady_clock::now();
+    std::vector<int> phases;
+    limits.progress = [&](const search_progress& pg) {
+      if (phases.empty() || phases.back() != pg.phase)
+        phases.push_back(pg.phase);
+      CHECK(pg.done >= 0);
+      CHECK((pg.of == 0 || pg.done <= pg.of));
+    };
+    auto cut = plan_skippipe(pr, p, rules, agents, true, 600, limits);
+    REQUIRE_MESSAGE(cut, cut.error().message);
+    CHECK(cut->cut_short);
+    check_plan(pr, p, rules, agents, cut->paths);
+    CHECK(cut->planned_s == simulate_iteration(pr, agents, cut->paths).time);
+    CHECK(cut->planned_s >= full->planned_s - 1e-9);
+    CHECK(cut->expansions < full->expansions);
+    REQUIRE_FALSE(phases.empty());
+    CHECK(phases.front() == 1);
+    CHECK(phases.back() == 2); // stopped at phase 2's first check
   }
 }
 
