@@ -34,6 +34,10 @@ target and OpenBLAS's core on this machine (TROUPE_CPU_TARGET caps the target).
 With data_parallel: the bytes each stage and optimizer shard will hold for
 parameters, gradients and optimizer state.
 Every problem is reported at once as FILE:LINE:COL: KEY.PATH: MESSAGE.
+By default it answers whether `troupe run` here takes the graph: what run would
+refuse (a SkipPipe graph with more network nodes than stage actors, an estimate
+past this machine's memory) is an error. `--for sim` or `--for plan` checks a
+graph meant for `troupe sim` or `troupe plan paths`: those are warnings then.
 Exit codes: 0 valid, 2 invalid (errors on stderr; with --json in the object on stdout) or a
 TROUPE_CPU_TARGET this CPU does not run.
 )";
@@ -58,7 +62,19 @@ std::string predicted_memory(const graph_spec& g) {
 /// `troupe check --json`: the verdict as one object on stdout, valid or not:
 /// {"valid", "errors": [{file, line, column, origin, path, message}], and when
 /// valid "parameters", "memory" (with data_parallel) and "graph" (the expanded YAML)}.
-int check_json(const graph_args& a) {
+/// What `troupe run` refuses of a graph that plan and sim take: the SkipPipe
+/// graph whose network has more nodes than a run has stage actors, and an
+/// estimate past this machine's memory. Each one's position and words.
+std::vector<diagnostic> run_refusals(const graph_spec& g, const std::string& file) {
+  std::vector<diagnostic> out;
+  if (auto d = skippipe_not_runnable(g))
+    out.push_back(*d);
+  if (auto why = memory_problem(g, machine_memory()))
+    out.push_back({source_pos{file, 0, 0, {}}, "", *why});
+  return out;
+}
+
+int check_json(const graph_args& a, bool for_run) {
   auto res = load_graph_for_cli(a.file, a.overrides());
   nlohmann::json errors = nlohmann::json::array();
   for (const auto& d : res.errors)
@@ -76,8 +92,15 @@ int check_json(const graph_args& a) {
     }
   nlohmann::json warnings = nlohmann::json::array();
   if (res.ok())
-    if (auto why = memory_problem(*res.graph, machine_memory()))
-      warnings.push_back(*why);
+    for (const auto& d : run_refusals(*res.graph, a.file)) {
+      if (!for_run) {
+        warnings.push_back(d.message);
+        continue;
+      }
+      errors.push_back({{"file", d.pos.file}, {"line", d.pos.line}, {"column", d.pos.col}, {"origin", d.pos.origin},
+                        {"path", d.path}, {"message", d.message}});
+      res.graph.reset();
+    }
   nlohmann::json out{{"valid", res.ok()},
                      {"errors", errors},
                      {"warnings", warnings},
@@ -106,23 +129,30 @@ int check_json(const graph_args& a) {
   return out["valid"] == true ? ok : bad_input;
 }
 
-int check(const graph_args& a, bool json) {
+int check(const graph_args& a, bool json, const std::string& purpose) {
   if (!kernel_target_ok("check"))
     return bad_input;
+  const bool for_run = purpose == "run";
   if (json)
-    return check_json(a);
+    return check_json(a, for_run);
   auto res = load_graph_for_cli(a.file, a.overrides());
   if (!res.ok()) {
     fmt::print(stderr, "{}", to_string(res.errors));
     return bad_input;
   }
-  // What run refuses of a graph that plan and sim take: said here, as a warning (the example
-  // skippipe-geo20.yaml is such a graph); run and launch refuse it, exit 2, before anything starts.
-  if (auto d = skippipe_not_runnable(*res.graph))
-    fmt::print(stderr, "{}: warning: {}; `troupe run` refuses it\n", to_string(d->pos), d->message);
-  // A warning here (a graph may be checked for another machine, or for `troupe sim`); run refuses it.
-  if (auto why = memory_problem(*res.graph, machine_memory()))
-    fmt::print(stderr, "{}: warning: {}; `troupe run` refuses it here\n", a.file, *why);
+  // What run refuses of a graph that plan and sim take: an error when checked for
+  // run (run and launch refuse it, exit 2, before anything starts), else a warning.
+  auto refusals = run_refusals(*res.graph, a.file);
+  for (const auto& d : refusals)
+    if (for_run)
+      fmt::print(stderr, "{}: {}{}\n", to_string(d.pos), d.path.empty() ? "" : d.path + ": ", d.message);
+    else
+      fmt::print(stderr, "{}: warning: {}; `troupe run` refuses it here\n", to_string(d.pos), d.message);
+  if (for_run && !refusals.empty()) {
+    fmt::print(stderr, "(checked for `troupe run` on this machine; `--for sim` or `--for plan` checks the graph for "
+                       "`troupe sim` or `troupe plan paths`)\n");
+    return bad_input;
+  }
   // A warm start's checkpoint as run checks it: there, and each stage's part matching (run refused it, check passed).
   if (!res.graph->train.init.empty())
     if (auto init = check_init(*res.graph); !init) {
@@ -144,11 +174,17 @@ int check(const graph_args& a, bool json) {
 command_action define_check(CLI::App& app) {
   auto a = std::make_shared<graph_args>();
   auto json = std::make_shared<bool>(false);
+  auto purpose = std::make_shared<std::string>("run");
   describe(app, check_description, std::string{check_footer} + "\n" + paths_help);
   add_graph_args(app, *a);
   app.add_flag("--json", *json, "print the verdict as one JSON object on stdout: valid, errors (file, line, column,\n"
                                 "path, message), and for a valid graph parameters, memory and the expanded graph");
-  return [a, json] { return check(*a, *json); };
+  app.add_option("--for", *purpose,
+                 "the command the graph is meant for: run (default: what `troupe run` here would refuse is an "
+                 "error), sim or plan (those are warnings)")
+    ->option_text("run|sim|plan")
+    ->check(CLI::IsMember({"run", "sim", "plan"}));
+  return [a, json, purpose] { return check(*a, *json, *purpose); };
 }
 
 } // namespace troupe::cli

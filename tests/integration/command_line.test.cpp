@@ -285,13 +285,17 @@ TEST_CASE("a local-update run shorter than its exchange period says that the rep
   fs::remove_all(dir);
 }
 
-TEST_CASE("a graph past this machine's memory: check warns, run refuses before anything is built") {
+TEST_CASE("a graph past this machine's memory: check refuses it (warns --for sim), run refuses before anything is built") {
   // d_model 100000 passed check and died at run with std::bad_alloc naming actor 'stage'.
   auto dir = scratch("memory");
   std::ofstream{dir / "g.yaml"} << "model: {layers: 4, d_model: 100000, heads: 4, context: 16}\n"
                                 << "data: {corpus: kjv, batch: 2}\ntrain: {steps: 10}\n";
   auto graph = (dir / "g.yaml").string();
-  CHECK(run_to_end(dir, {"check", graph}) == 0);
+  CHECK(run_to_end(dir, {"check", graph}) == 2); // what run refuses, check refuses (#30 item 14)
+  CHECK(has(slurp(dir / "err.txt"), graph + ": the graph needs an estimated 7681.8 GB of memory, more than "
+                                            "this machine's "));
+  CHECK(has(slurp(dir / "err.txt"), "`--for sim` or `--for plan` checks the graph"));
+  CHECK(run_to_end(dir, {"check", graph, "--for", "sim"}) == 0); // a graph for another machine
   CHECK(has(slurp(dir / "err.txt"), graph + ": warning: the graph needs an estimated 7681.8 GB of memory, more than "
                                             "this machine's "));
   CHECK(run_to_end(dir, {"run", graph, "--no-trace"}) == 2);
@@ -302,14 +306,22 @@ TEST_CASE("a graph past this machine's memory: check warns, run refuses before a
   fs::remove_all(dir);
 }
 
-TEST_CASE("check warns of a SkipPipe graph that run refuses, and run refuses it with exit 2 before anything starts") {
+TEST_CASE("check refuses a SkipPipe graph that run refuses (warns --for plan), and run refuses it with exit 2 before "
+          "anything starts") {
   // check exited 0 while run exited 1 with "need 6 nodes, not 20" after making the actors.
   auto dir = scratch("geo20");
   auto nodes = "examples/skippipe-geo20.yaml:14:10: ";
-  CHECK(run_to_end(dir, {"check", "examples/skippipe-geo20.yaml"}) == 0); // plan paths and sim take it
+  CHECK(run_to_end(dir, {"check", "examples/skippipe-geo20.yaml"}) == 2);
+  CHECK(has(slurp(dir / "err.txt"), std::string{nodes} + "network.nodes: a run places one stage actor on each network "
+                                        "node, so SkipPipe runs need pipeline.stages × data_parallel.replicas = 6 "
+                                        "nodes, not 20"));
+  CHECK(run_to_end(dir, {"check", "examples/skippipe-geo20.yaml", "--for", "plan"}) == 0); // plan paths and sim take it
   CHECK(has(slurp(dir / "err.txt"), std::string{nodes} + "warning: a run places one stage actor on each network "
                                         "node, so SkipPipe runs need pipeline.stages × data_parallel.replicas = 6 "
                                         "nodes, not 20"));
+  auto json = run_to_end(dir, {"check", "examples/skippipe-geo20.yaml", "--json"});
+  CHECK(json == 2);
+  CHECK(has(slurp(dir / "out.txt"), "\"path\": \"network.nodes\""));
   CHECK(run_to_end(dir, {"run", "examples/skippipe-geo20.yaml", "--no-trace"}) == 2);
   CHECK(slurp(dir / "err.txt").starts_with(std::string{"troupe run: "} + nodes + "network.nodes: a run places one"));
   CHECK(slurp(dir / "out.txt").empty());
