@@ -371,7 +371,9 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
       const auto& a = g.actors[i];
       if (!a.role.holds_layers)
         continue;
-      if (a.rank == spec.rank - 1)
+      // Interleaved chunks wrap from the last position to the first.
+      bool wraps = c.chunks > 1 && spec.rank == 0 && a.rank == g.pipeline.stages - 1;
+      if (a.rank == spec.rank - 1 || wraps)
         c.input_credits.emplace(static_cast<int>(i), 0);
       if (a.rank == spec.rank + 1)
         c.next_replicas.push_back(static_cast<int>(i));

@@ -45,6 +45,7 @@
 // every rule under heavy jitter and random slowdowns over many seeds.
 #include "schedulers/policies/rule_policies.hpp"
 
+#include <algorithm>
 #include <limits>
 
 #include <fmt/format.h>
@@ -68,13 +69,12 @@ std::optional<action> pick(const stage_queue& q, op_kind kind, Key&& key_of) {
     const auto& ready = kind == op_kind::forward       ? q.ready_forward(c)
                         : kind == op_kind::weight_grad ? q.deferred_weight(c)
                                                        : q.ready_backward(c);
-    for (int mb : ready) {  // sets are sorted: only the first can win within a chunk for monotone keys
+    for (int mb : ready) {  // every one: interleaved's keys are places in the rank's sequence, not numbers
       key k = key_of(c, mb);
       if (!best_key || k < *best_key) {
         best_key = k;
         best = action{kind, q.stage_of(c), mb};
       }
-      break;
     }
   }
   return best;
@@ -168,28 +168,50 @@ public:
   int in_flight_limit() const override { return bound_; }
   std::optional<action> next(const stage_queue& q) override {
     const int p = q.ranks();
-    auto forward_key = [&](int c, int mb) { return key{mb / p, c, mb}; };
+    auto forward_key = [&](int c, int mb) {
+      int n = place(q, mb);
+      return key{n / p, c, n};
+    };
     if (q.in_flight() < bound_)
       if (auto f = pick(q, op_kind::forward, forward_key); f && !awaits_earlier_forward(q, *f, forward_key))
         return f;
     if (forward_coming(q, bound_))
       return std::nullopt;  // hold the backward for the coming forward, as 1F1B does
-    return pick(q, op_kind::backward, [&](int c, int mb) { return key{mb / p, -c, mb}; });
+    return pick(q, op_kind::backward, [&](int c, int mb) {
+      int n = place(q, mb);
+      return key{n / p, -c, n};
+    });
   }
 
 private:
+  // Groups of p are taken from the rank's own sequence, the order in which its
+  // first chunks started, not from microbatch numbers: on a replica's chain
+  // with arrivals in order the two agree (Megatron-LM's order), but routed
+  // across replicas (least_loaded) a rank's microbatches are any subset of the
+  // step's numbers, and by number a group could hold more than p of them. Rank
+  // p - 1 would then fill its bound with first chunks of one group while the
+  // later chunk that leads to its loss waits for a slot: a deadlock.
+  /// `mb`'s place in the rank's sequence; a first chunk not yet started takes the next place.
+  static int place(const stage_queue& q, int mb) {
+    const auto& order = q.started_forwards(0);
+    return static_cast<int>(std::find(order.begin(), order.end(), mb) - order.begin());
+  }
+
   // True when a forward with a smaller key is on its way: a later chunk's input
   // for a microbatch whose earlier chunk ran here. Running `f` first could take
   // the last in-flight slot that forward needs, and only it leads to a
   // backward (every rank would wait: a deadlock). A first chunk's inputs come
-  // from the router, and none is awaited: any that is ready may run.
+  // from the router, and none is awaited: any that is ready may run. The wait
+  // presumes that input comes here: routes across replicas send a microbatch's
+  // later chunks back to the stages that ran its first (stage_core::retrace).
   template <class Key>
   static bool awaits_earlier_forward(const stage_queue& q, const action& f, Key&& key_of) {
     const key limit = key_of(q.chunk_of(f.stage), f.microbatch);
+    const auto& order = q.started_forwards(0);
     for (int c = 1; c < q.chunks(); ++c)
-      for (int mb = 0; mb < (limit.group + 1) * q.ranks(); ++mb) {
-        action a = fwd(q.stage_of(c), mb);
-        if (key_of(c, mb) < limit && q.is_started(fwd(q.stage_of(c - 1), mb)) && !q.is_ready(a) &&
+      for (std::size_t n = 0; n < order.size() && static_cast<int>(n) / q.ranks() <= limit.group; ++n) {
+        action a = fwd(q.stage_of(c), order[n]);
+        if (key_of(c, order[n]) < limit && q.is_started(fwd(q.stage_of(c - 1), order[n])) && !q.is_ready(a) &&
             !q.is_started(a))
           return true;
       }
