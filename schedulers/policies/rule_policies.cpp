@@ -163,10 +163,12 @@ private:
 
 class interleaved final : public stage_policy {
 public:
-  explicit interleaved(int bound) : bound_(bound) {}
+  interleaved(int bound, bool routed) : bound_(bound), routed_(routed) {}
   std::string_view name() const override { return "interleaved_1f1b"; }
   int in_flight_limit() const override { return bound_; }
   std::optional<action> next(const stage_queue& q) override {
+    if (routed_)
+      return next_routed(q);
     const int p = q.ranks();
     auto forward_key = [&](int c, int mb) {
       int n = place(q, mb);
@@ -184,6 +186,34 @@ public:
   }
 
 private:
+  // Routed across replicas, the ranks' groups of p are not the same microbatches
+  // (rank 1 may group one replica's microbatch 0 with the other's 1), and the
+  // reservation above deadlocks: each of two ranks waits for a later chunk that
+  // the other runs only after the chunk it holds back (seen with 2 stages x 3
+  // chunks x 2 replicas). So a first chunk starts only when the rank has room
+  // for all of its chunks and for the later chunks it has already reserved.
+  // A later chunk comes back only to a rank that reserved its slot (retrace),
+  // so it never waits for memory, nor for a credit (a receiver grants each
+  // sender the largest bound, interleaved_bound at rank 0, and each message
+  // unstarted there is one the sender holds in flight). Backwards wait for
+  // nothing. Then rank p - 1's admitted microbatches always finish (their first
+  // pass is done), freeing slots for the inputs waiting there, and by
+  // induction towards rank 0 every rank's do: no cycle of waits.
+  std::optional<action> next_routed(const stage_queue& q) const {
+    auto later_first = [&](int c, int mb) { return key{c == 0 ? 1 : 0, c, place(q, mb)}; };
+    if (auto f = pick(q, op_kind::forward, later_first); f && (q.chunk_of(f->stage) > 0 || has_room(q)))
+      return f;
+    return pick(q, op_kind::backward, [&](int c, int mb) { return key{0, -c, place(q, mb)}; });
+  }
+
+  bool has_room(const stage_queue& q) const {
+    int reserved = 0;
+    for (int mb : q.started_forwards(0))
+      for (int c = 1; c < q.chunks(); ++c)
+        reserved += q.is_started(fwd(q.stage_of(c), mb)) ? 0 : 1;
+    return q.in_flight() + reserved + q.chunks() <= bound_;
+  }
+
   // Groups of p are taken from the rank's own sequence, the order in which its
   // first chunks started, not from microbatch numbers: on a replica's chain
   // with arrivals in order the two agree (Megatron-LM's order), but routed
@@ -219,6 +249,7 @@ private:
   }
 
   int bound_;
+  bool routed_;
 };
 
 class zb_h1 final : public stage_policy {
@@ -287,14 +318,21 @@ expected<policy_ptr> make_one_f_one_b(const policy_params& p) {
   return policy_ptr{new one_f_one_b(*bound, declared, p.paths)};
 }
 
+expected<int> interleaved_bound(const policy_params& p) {
+  int warm_up = (p.ranks - p.rank - 1) * 2 + (p.chunks - 1) * p.ranks;  // Megatron-LM's
+  return int_setting("interleaved_1f1b", p, "max_in_flight", 1, warm_up + 1);
+}
+
 expected<policy_ptr> make_interleaved_1f1b(const policy_params& p) {
   if (auto ok = check_shape("interleaved_1f1b", p, true); !ok)
     return ok.error();
-  int warm_up = (p.ranks - p.rank - 1) * 2 + (p.chunks - 1) * p.ranks;  // Megatron-LM's
-  auto bound = int_setting("interleaved_1f1b", p, "max_in_flight", 1, warm_up + 1);
+  auto bound = interleaved_bound(p);
   if (!bound)
     return bound.error();
-  return policy_ptr{new interleaved(*bound)};
+  if (p.routed && *bound < p.chunks)
+    return make_sched_error(fmt::format("interleaved_1f1b: routed across replicas, max_in_flight ({}) must hold a "
+                                        "microbatch's {} chunks", *bound, p.chunks));
+  return policy_ptr{new interleaved(*bound, p.routed)};
 }
 
 expected<policy_ptr> make_zb_h1(const policy_params& p) {
