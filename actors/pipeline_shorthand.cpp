@@ -137,14 +137,16 @@ void expand_pipeline(section_expansion& e) {
   const auto& lu = g.local_update;
   // NoLoCo's random routes and least_loaded routing: any replica to any replica
   // at each boundary (the channels a launched run sends over).
+  // Interleaved, the last position's chunks wrap to the first of any replica too.
   bool across = (lu.present && lu.algorithm == "noloco" && lu.route == "random") ||
                 g.data_parallel.route == "least_loaded";
-  if (across && replicas > 1 && p.virtual_stages == 1)
-    for (int s = 0; s + 1 < p.stages; ++s)
+  bool wraps = p.virtual_stages > 1 && p.stages > 1;
+  if (across && replicas > 1)
+    for (int s = 0; s + 1 < p.stages || (wraps && s + 1 == p.stages); ++s)
       for (int r = 0; r < replicas; ++r)
         for (int to = 0; to < replicas; ++to)
           if (to != r)
-            edge(stage(r, s), stage(to, s + 1));
+            edge(stage(r, s), stage(to, (s + 1) % p.stages));
   // Replicas that sync every step: all of them, or each local-update replica group
   // (consecutive replicas); their rings (all-reduce peers or ZeRO's shards) stay
   // inside a group, and local-update training joins the groups' replicas of the

@@ -1,5 +1,6 @@
 // The pipeline_stage actor: owns a stage_engine and turns messages into its
 // calls; after every message it lets the engine's policy pick one action.
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -12,6 +13,7 @@
 #include "runtime/actor/messages.hpp"
 #include "actors/stage/pipeline_messages.hpp"
 #include "actors/stage/stage_engine.hpp"
+#include "schedulers/policies/rule_policies.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/trace/trace.hpp"
 
@@ -371,7 +373,9 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
       const auto& a = g.actors[i];
       if (!a.role.holds_layers)
         continue;
-      if (a.rank == spec.rank - 1)
+      // Interleaved chunks wrap from the last position to the first.
+      bool wraps = c.chunks > 1 && spec.rank == 0 && a.rank == g.pipeline.stages - 1;
+      if (a.rank == spec.rank - 1 || wraps)
         c.input_credits.emplace(static_cast<int>(i), 0);
       if (a.rank == spec.rank + 1)
         c.next_replicas.push_back(static_cast<int>(i));
@@ -409,6 +413,18 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     for (auto it = own->second.begin(); it != own->second.end(); ++it)  // a stage's own options win
       if (it->first.IsScalar() && it->second.IsScalar())
         c.policy_params.options[it->first.Scalar()] = it->second.Scalar();
+  c.policy_params.routed = g.data_parallel.route == "least_loaded" && g.data_parallel.replicas > 1;
+  if (c.policy_params.routed && c.chunks > 1 && c.policy == "interleaved_1f1b") {
+    // Each message from a stage that waits here unstarted is one the sender
+    // holds in flight: grant every stage sender the largest bound (rank 0's),
+    // so a later chunk never waits for a credit (rule_policies.cpp, next_routed).
+    auto p0 = c.policy_params;
+    p0.rank = 0, p0.ranks = g.pipeline.stages, p0.chunks = c.chunks;
+    if (auto b = sched::interleaved_bound(p0))
+      for (auto& [from, n] : c.input_credits)
+        if (from != c.router && n == 0)
+          n = std::max(*b, 2);
+  }
   c.wire_bf16 = g.pipeline.wire == "bf16";
   if (g.attention.present) { // core attention on attention servers (#15)
     auto& at = c.attention;

@@ -67,8 +67,6 @@ void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r)
     auto text = r.as_string(rt, "data_parallel.route");
     if (text && *text != "own" && *text != "least_loaded")
       r.error(rt, "data_parallel.route", fmt::format("unknown route '{}' (known: own, least_loaded)", *text));
-    else if (text && *text == "least_loaded" && pg.graph.pipeline.virtual_stages > 1)
-      r.error(rt, "data_parallel.route", "least_loaded routes stages of one model chunk each, not interleaved ones");
     else if (text)
       d.route = *text;
   }

@@ -45,6 +45,7 @@
 // every rule under heavy jitter and random slowdowns over many seeds.
 #include "schedulers/policies/rule_policies.hpp"
 
+#include <algorithm>
 #include <limits>
 
 #include <fmt/format.h>
@@ -68,13 +69,12 @@ std::optional<action> pick(const stage_queue& q, op_kind kind, Key&& key_of) {
     const auto& ready = kind == op_kind::forward       ? q.ready_forward(c)
                         : kind == op_kind::weight_grad ? q.deferred_weight(c)
                                                        : q.ready_backward(c);
-    for (int mb : ready) {  // sets are sorted: only the first can win within a chunk for monotone keys
+    for (int mb : ready) {  // every one: interleaved's keys are places in the rank's sequence, not numbers
       key k = key_of(c, mb);
       if (!best_key || k < *best_key) {
         best_key = k;
         best = action{kind, q.stage_of(c), mb};
       }
-      break;
     }
   }
   return best;
@@ -163,33 +163,85 @@ private:
 
 class interleaved final : public stage_policy {
 public:
-  explicit interleaved(int bound) : bound_(bound) {}
+  interleaved(int bound, bool routed) : bound_(bound), routed_(routed) {}
   std::string_view name() const override { return "interleaved_1f1b"; }
   int in_flight_limit() const override { return bound_; }
   std::optional<action> next(const stage_queue& q) override {
+    if (routed_)
+      return next_routed(q);
     const int p = q.ranks();
-    auto forward_key = [&](int c, int mb) { return key{mb / p, c, mb}; };
+    auto forward_key = [&](int c, int mb) {
+      int n = place(q, mb);
+      return key{n / p, c, n};
+    };
     if (q.in_flight() < bound_)
       if (auto f = pick(q, op_kind::forward, forward_key); f && !awaits_earlier_forward(q, *f, forward_key))
         return f;
     if (forward_coming(q, bound_))
       return std::nullopt;  // hold the backward for the coming forward, as 1F1B does
-    return pick(q, op_kind::backward, [&](int c, int mb) { return key{mb / p, -c, mb}; });
+    return pick(q, op_kind::backward, [&](int c, int mb) {
+      int n = place(q, mb);
+      return key{n / p, -c, n};
+    });
   }
 
 private:
+  // Routed across replicas, the ranks' groups of p are not the same microbatches
+  // (rank 1 may group one replica's microbatch 0 with the other's 1), and the
+  // reservation above deadlocks: each of two ranks waits for a later chunk that
+  // the other runs only after the chunk it holds back (seen with 2 stages x 3
+  // chunks x 2 replicas). So a first chunk starts only when the rank has room
+  // for all of its chunks and for the later chunks it has already reserved.
+  // A later chunk comes back only to a rank that reserved its slot (retrace),
+  // so it never waits for memory, nor for a credit (a receiver grants each
+  // sender the largest bound, interleaved_bound at rank 0, and each message
+  // unstarted there is one the sender holds in flight). Backwards wait for
+  // nothing. Then rank p - 1's admitted microbatches always finish (their first
+  // pass is done), freeing slots for the inputs waiting there, and by
+  // induction towards rank 0 every rank's do: no cycle of waits.
+  std::optional<action> next_routed(const stage_queue& q) const {
+    auto later_first = [&](int c, int mb) { return key{c == 0 ? 1 : 0, c, place(q, mb)}; };
+    if (auto f = pick(q, op_kind::forward, later_first); f && (q.chunk_of(f->stage) > 0 || has_room(q)))
+      return f;
+    return pick(q, op_kind::backward, [&](int c, int mb) { return key{0, -c, place(q, mb)}; });
+  }
+
+  bool has_room(const stage_queue& q) const {
+    int reserved = 0;
+    for (int mb : q.started_forwards(0))
+      for (int c = 1; c < q.chunks(); ++c)
+        reserved += q.is_started(fwd(q.stage_of(c), mb)) ? 0 : 1;
+    return q.in_flight() + reserved + q.chunks() <= bound_;
+  }
+
+  // Groups of p are taken from the rank's own sequence, the order in which its
+  // first chunks started, not from microbatch numbers: on a replica's chain
+  // with arrivals in order the two agree (Megatron-LM's order), but routed
+  // across replicas (least_loaded) a rank's microbatches are any subset of the
+  // step's numbers, and by number a group could hold more than p of them. Rank
+  // p - 1 would then fill its bound with first chunks of one group while the
+  // later chunk that leads to its loss waits for a slot: a deadlock.
+  /// `mb`'s place in the rank's sequence; a first chunk not yet started takes the next place.
+  static int place(const stage_queue& q, int mb) {
+    const auto& order = q.started_forwards(0);
+    return static_cast<int>(std::find(order.begin(), order.end(), mb) - order.begin());
+  }
+
   // True when a forward with a smaller key is on its way: a later chunk's input
   // for a microbatch whose earlier chunk ran here. Running `f` first could take
   // the last in-flight slot that forward needs, and only it leads to a
   // backward (every rank would wait: a deadlock). A first chunk's inputs come
-  // from the router, and none is awaited: any that is ready may run.
+  // from the router, and none is awaited: any that is ready may run. The wait
+  // presumes that input comes here: routes across replicas send a microbatch's
+  // later chunks back to the stages that ran its first (stage_core::retrace).
   template <class Key>
   static bool awaits_earlier_forward(const stage_queue& q, const action& f, Key&& key_of) {
     const key limit = key_of(q.chunk_of(f.stage), f.microbatch);
+    const auto& order = q.started_forwards(0);
     for (int c = 1; c < q.chunks(); ++c)
-      for (int mb = 0; mb < (limit.group + 1) * q.ranks(); ++mb) {
-        action a = fwd(q.stage_of(c), mb);
-        if (key_of(c, mb) < limit && q.is_started(fwd(q.stage_of(c - 1), mb)) && !q.is_ready(a) &&
+      for (std::size_t n = 0; n < order.size() && static_cast<int>(n) / q.ranks() <= limit.group; ++n) {
+        action a = fwd(q.stage_of(c), order[n]);
+        if (key_of(c, order[n]) < limit && q.is_started(fwd(q.stage_of(c - 1), order[n])) && !q.is_ready(a) &&
             !q.is_started(a))
           return true;
       }
@@ -197,6 +249,7 @@ private:
   }
 
   int bound_;
+  bool routed_;
 };
 
 class zb_h1 final : public stage_policy {
@@ -265,14 +318,21 @@ expected<policy_ptr> make_one_f_one_b(const policy_params& p) {
   return policy_ptr{new one_f_one_b(*bound, declared, p.paths)};
 }
 
+expected<int> interleaved_bound(const policy_params& p) {
+  int warm_up = (p.ranks - p.rank - 1) * 2 + (p.chunks - 1) * p.ranks;  // Megatron-LM's
+  return int_setting("interleaved_1f1b", p, "max_in_flight", 1, warm_up + 1);
+}
+
 expected<policy_ptr> make_interleaved_1f1b(const policy_params& p) {
   if (auto ok = check_shape("interleaved_1f1b", p, true); !ok)
     return ok.error();
-  int warm_up = (p.ranks - p.rank - 1) * 2 + (p.chunks - 1) * p.ranks;  // Megatron-LM's
-  auto bound = int_setting("interleaved_1f1b", p, "max_in_flight", 1, warm_up + 1);
+  auto bound = interleaved_bound(p);
   if (!bound)
     return bound.error();
-  return policy_ptr{new interleaved(*bound)};
+  if (p.routed && *bound < p.chunks)
+    return make_sched_error(fmt::format("interleaved_1f1b: routed across replicas, max_in_flight ({}) must hold a "
+                                        "microbatch's {} chunks", *bound, p.chunks));
+  return policy_ptr{new interleaved(*bound, p.routed)};
 }
 
 expected<policy_ptr> make_zb_h1(const policy_params& p) {

@@ -25,7 +25,13 @@ expected<policy_ptr> make_one_f_one_b(const policy_params& params);
 /// (p - r - 1)*2 + (v - 1)*p + 1 (Megatron's warm-up plus one), by the key
 /// (mb div p, chunk, mb); otherwise, unless a forward is still to come and the
 /// bound has room, a ready backward by (mb div p, -chunk, mb).
+/// Routed across replicas (policy_params::routed), a microbatch's first chunk
+/// starts only when the rank has room for all its chunks besides those it has
+/// reserved; later chunks then always have a slot, and no backward is held.
 expected<policy_ptr> make_interleaved_1f1b(const policy_params& params);
+
+/// The interleaved rule's in-flight bound at `params.rank`: max_in_flight, or Megatron's warm-up plus one.
+expected<int> interleaved_bound(const policy_params& params);
 
 /// ZB-H1: a ready forward while in flight < hops_left (p - r on a chain);
 /// otherwise, while a forward is still to come and the bound has room, a due W

@@ -37,6 +37,7 @@ void stage_core::on_credit(int from, int count, const load_report& load) {
   if (chooser_.holds(from)) {
     chooser_.grant(from, count, load);
     queue_.grant(next_replicas_key, count);
+    queue_.grant(from, count);  // its own count too, for the later chunks that retrace to it
   } else {
     queue_.grant(from, count);
   }
@@ -72,6 +73,21 @@ void stage_core::maybe_report_hops() {
   if (hooks_.hops)
     for (int to : cfg_.next_replicas)
       hooks_.hops(to, step_, sent_[to]);
+}
+
+// Interleaved chunks routed across replicas: only a microbatch's first chunk
+// picks its replicas by load; each later chunk goes back to the stages that ran
+// its earlier one (the route records them, the wrap to stage 0 keeps its own).
+// Every rank then sees the later chunks of exactly the microbatches whose first
+// chunk it ran, which is what the interleaved rule reserves in-flight slots for
+// (rule_policies.cpp, awaits_earlier_forward). A hop chosen by load instead
+// could leave a rank waiting for a chunk that went to its twin, or send it one
+// whose slot it never reserved.
+int stage_core::retrace(const route_t& r, int hop) const {
+  for (int j = hop - 1; j >= 0; --j)
+    if (chooser_.holds(r[static_cast<std::size_t>(j)].actor))
+      return r[static_cast<std::size_t>(j)].actor;
+  return -1;
 }
 
 int stage_core::credits_granted() const noexcept {
@@ -152,8 +168,10 @@ void stage_core::push_input(int c, int mb) {
   if (w.hop + 1 == hops && !w.targets)
     return; // the loss needs its targets too; on_batch pushes when they come
   int next = w.hop + 1 < hops ? w.route[static_cast<std::size_t>(w.hop + 1)].actor : -1;
-  if (next >= 0 && chooser_.holds(next))
-    next = next_replicas_key;
+  if (next >= 0 && chooser_.holds(next)) {
+    int back = retrace(w.route, w.hop + 1);
+    next = back >= 0 ? back : next_replicas_key;
+  }
   hop_info info{w.hop, hops - w.hop, next == cfg_.actor ? -1 : next};
   if (auto r = queue_.push_forward(queue_.stage_of(c), mb, info); !r)
     throw std::runtime_error(fmt::format("{}: {}", cfg_.name, r.error().message));
@@ -226,10 +244,12 @@ std::optional<stage_task> stage_core::begin() {
     if (!t.loss) {
       auto& next = w.route[static_cast<std::size_t>(w.hop + 1)];
       if (chooser_.holds(next.actor)) {
-        int to = chooser_.pick(next.actor);
+        int back = retrace(w.route, w.hop + 1);
+        int to = back >= 0 ? back : chooser_.pick(next.actor);
         if (to < 0)
           throw std::runtime_error(fmt::format("{}: a forward started with no credit at any next replica", cfg_.name));
         chooser_.take(to);
+        queue_.grant(back >= 0 ? next_replicas_key : to, -1);  // the queue took the other count's credit
         next.actor = to;
         ++sent_[to];
       }

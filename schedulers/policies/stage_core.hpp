@@ -174,6 +174,9 @@ private:
   double now() const { return hooks_.clock ? hooks_.clock() : 0.0; }
   work& slot(int chunk, int mb);
   void push_input(int chunk, int mb);
+  /// The replica of the next position that ran an earlier chunk of the route
+  /// whose hop `hop` is next, or -1 on its first chunk (the load chooses).
+  int retrace(const route_t& route, int hop) const;
   void return_credit(int to, int count = 1);
   void apply_plan();
   void apply_reported_hops();

@@ -26,6 +26,10 @@ struct policy_params {
   /// Routes are paths that skip and reorder stages (SkipPipe): a microbatch's
   /// hops left here depend on its own path, not on the rank.
   bool paths = false;
+  /// Routes are chosen on the way across replicas (least_loaded): a rank's
+  /// microbatches are any of the step's, and a microbatch's later chunks come
+  /// back to the ranks that ran its first (stage_core::retrace).
+  bool routed = false;
   /// For `table`: every rank's action list (row r is rank r); validated by make_policy.
   std::vector<std::vector<action>> table;
   /// For `table` when `table` is empty: a text/CSV file with one line per rank.

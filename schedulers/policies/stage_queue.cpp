@@ -18,6 +18,7 @@ void stage_queue::reset() {
   for (auto& c : chunks_state_) { // keep the vectors' capacity: a step allocates nothing once warm
     c.flags.assign(c.flags.size(), 0);
     c.ready_f.clear(), c.blocked_f.clear(), c.ready_b.clear(), c.ready_w.clear();
+    c.started_f.clear();
     c.in_flight = 0, c.completed = 0;
   }
   chunks_state_.resize(static_cast<std::size_t>(chunks_));
@@ -215,6 +216,7 @@ expected<void> stage_queue::start(const action& a) {
     case op_kind::forward:
       f |= f_started;
       c.ready_f.erase(a.microbatch);
+      c.started_f.push_back(a.microbatch);
       ++c.in_flight;
       ++in_flight_total_;
       if (int next = c.info[static_cast<std::size_t>(a.microbatch)].next_actor; next >= 0) {

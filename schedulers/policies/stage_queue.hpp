@@ -99,6 +99,9 @@ public:
   /// Microbatches whose input arrived, whose forward has not started and whose
   /// output's receiver has credit, per chunk.
   const std::set<int>& ready_forward(int chunk) const { return chunks_state_[chunk].ready_f; }
+  /// Microbatches of `chunk` whose forward started this step, in the order they
+  /// started: a rank's own sequence of its microbatches, whatever their numbers.
+  const std::vector<int>& started_forwards(int chunk) const { return chunks_state_[chunk].started_f; }
   /// Microbatches whose input arrived but whose receiver has no credit yet, per chunk.
   const std::set<int>& blocked_forward(int chunk) const { return chunks_state_[chunk].blocked_f; }
   /// Microbatches whose gradient has arrived and whose B/I has not started, per chunk.
@@ -150,6 +153,7 @@ private:
     std::vector<std::uint8_t> flags;  // per microbatch
     std::vector<hop_info> info;       // per microbatch, set when its input arrives
     std::set<int> ready_f, blocked_f, ready_b, ready_w;
+    std::vector<int> started_f;       // forwards started this step, in start order
     int in_flight = 0;
     int completed = 0;
   };

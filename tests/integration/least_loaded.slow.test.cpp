@@ -24,16 +24,16 @@ namespace {
 constexpr int steps = 8;
 constexpr int microbatches = 4;
 
-std::string graph_text(const char* route, double slowdown) {
+std::string graph_text(const char* route, double slowdown, const char* schedule = "1f1b") {
   return fmt::format(R"(model:    {{layers: 4, d_model: 64, heads: 2, context: 32, vocab: 256}}
 data:     {{corpus: kjv, batch: 2, seed: 5}}
 train:    {{steps: {}, lr: 2.0e-3, weight_decay: 0.1, warmup: 3, eval_batches: 2}}
-pipeline: {{stages: 2, microbatches: {}, schedule: 1f1b}}
+pipeline: {{stages: 2, microbatches: {}, schedule: {}}}
 data_parallel: {{replicas: 4, bucket: 64KB, route: {}}}
 actors:
   - {{name: r1s1, slowdown: {}}}
 )",
-                     steps, microbatches, route, slowdown);
+                     steps, microbatches, schedule, route, slowdown);
 }
 
 struct traced {
@@ -92,5 +92,29 @@ TEST_CASE("least_loaded moves work off a slow replica's stage and keeps the loss
   CHECK(s1 == 4 * per_replica);
   MESSAGE("least_loaded forwards: r0s1 ", ll.forwards["r0s1"], ", r1s1 (4x slower) ", ll.forwards["r1s1"], ", r2s1 ",
           ll.forwards["r2s1"], ", r3s1 ", ll.forwards["r3s1"]);
+  CHECK(ll.forwards["r1s1"] < per_replica);
+}
+
+TEST_CASE("least_loaded under interleaved_1f1b moves first chunks off a slow stage and keeps own routing's losses") {
+  // 2 chunks per stage: a microbatch's second chunk goes back to the stages its
+  // first was routed to, so each stage runs both chunks of what it took.
+  const char* schedule = "interleaved_1f1b, virtual: 2";
+  auto own = run(graph_text("own", 1.0, schedule));
+  auto ll = run(graph_text("least_loaded", 4.0, schedule));
+  REQUIRE(own.losses.size() == steps);
+  REQUIRE(ll.losses.size() == steps);
+  for (int i = 0; i < steps; ++i) {
+    CAPTURE(i);
+    CHECK(std::fabs(ll.losses[i] - own.losses[i]) <= 1e-6 * std::fabs(own.losses[i]));
+  }
+  const int per_replica = steps * microbatches * 2;  // both chunks
+  int s1 = 0;
+  for (int r = 0; r < 4; ++r) {
+    CHECK(ll.forwards[fmt::format("r{}s0", r)] == per_replica);
+    s1 += ll.forwards[fmt::format("r{}s1", r)];
+  }
+  CHECK(s1 == 4 * per_replica);
+  MESSAGE("interleaved least_loaded forwards: r0s1 ", ll.forwards["r0s1"], ", r1s1 (4x slower) ", ll.forwards["r1s1"],
+          ", r2s1 ", ll.forwards["r2s1"], ", r3s1 ", ll.forwards["r3s1"]);
   CHECK(ll.forwards["r1s1"] < per_replica);
 }
