@@ -135,10 +135,9 @@ void expand_pipeline(section_expansion& e) {
       edge(last, stage(r, 0)); // interleaved chunks wrap around
   }
   const auto& lu = g.local_update;
-  // NoLoCo's random routes and least_loaded routing: any replica to any replica
-  // at each boundary (the channels a launched run sends over).
-  bool across = (lu.present && lu.algorithm == "noloco" && lu.route == "random") ||
-                g.data_parallel.route == "least_loaded";
+  // A method that routes across replicas (NoLoCo's random routes) and least_loaded
+  // routing: any replica to any replica at each boundary (the channels a launched run sends over).
+  bool across = (lu.present && lu.routes_across_replicas) || g.data_parallel.route == "least_loaded";
   if (across && replicas > 1 && p.virtual_stages == 1)
     for (int s = 0; s + 1 < p.stages; ++s)
       for (int r = 0; r < replicas; ++r)
