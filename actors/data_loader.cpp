@@ -389,6 +389,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
 /// The stages a router routes over: every actor that holds layers.
 sched::routing_params routing_params_of(const graph_spec& g) {
   sched::routing_params rp;
+  rp.options = g.pipeline.routing_options;  // the settings the policy registered
   rp.options["seed"] = std::to_string(g.data.seed);
   rp.layers = g.model.layers;
   rp.paths = g.pipeline.paths;

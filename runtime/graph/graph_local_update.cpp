@@ -51,47 +51,6 @@ std::vector<const option_spec*> under(const local_update_method_info& m, std::st
   return out;
 }
 
-/// Reads the value of option `o`, `map[key]` (its last segment), into its text.
-bool read_option(const YAML::Node& map, const std::string& path, std::string_view key, const option_spec& o,
-                 std::map<std::string, std::string>& out, graph_reader& r) {
-  auto n = child(map, key);
-  if (!n)
-    return true;
-  auto kpath = join_path(path, key);
-  switch (o.type) {
-  case option_spec::kind::integer: {
-    std::int64_t v = 0;
-    if (!r.get_int(map, path, key, v, static_cast<std::int64_t>(o.low), static_cast<std::int64_t>(o.high)))
-      return false;
-    out[o.key] = std::to_string(v);
-    return true;
-  }
-  case option_spec::kind::number: {
-    double v = 0;
-    if (!r.get_double(map, path, key, v, o.low, o.high))
-      return false;
-    out[o.key] = fmt::format("{}", v);
-    return true;
-  }
-  case option_spec::kind::boolean: {
-    bool v = false;
-    if (!r.get_bool(map, path, key, v))
-      return false;
-    out[o.key] = v ? "true" : "false";
-    return true;
-  }
-  case option_spec::kind::choice:
-    if (auto text = r.as_string(n, kpath)) {
-      if (std::find(o.choices.begin(), o.choices.end(), *text) == o.choices.end())
-        r.error(n, kpath, fmt::format("unknown {} '{}' {}", key, *text, choices(*text, o.choices)));
-      else
-        out[o.key] = *text;
-    }
-    return true;  // a bad name leaves the default: the rules between values still hold
-  }
-  return true;
-}
-
 /// Reads the key `top` of the section `n`, whose value is `v`, with the options
 /// `opts` of one method: a value, or a mapping of `top.sub` options.
 bool read_key(const YAML::Node& n, const std::string& path, const std::string& top, const YAML::Node& v,

@@ -42,7 +42,8 @@ struct parsed_graph {
     corpus_node{YAML::NodeType::Undefined}, pipeline_node{YAML::NodeType::Undefined},
     cluster_node{YAML::NodeType::Undefined}, sim_device_node{YAML::NodeType::Undefined},
     algorithm_node{YAML::NodeType::Undefined},  ///< local_update.algorithm: known once plugins are loaded
-    local_update_node{YAML::NodeType::Undefined};  ///< its keys are the method's: checked once plugins are loaded
+    local_update_node{YAML::NodeType::Undefined},
+    routing_node{YAML::NodeType::Undefined};  ///< `pipeline.routing` as a mapping: the policy's settings  ///< its keys are the method's: checked once plugins are loaded
   std::vector<YAML::Node> sim_base_nodes;  ///< each `devices:` entry's `base` (or the entry)
   std::vector<YAML::Node> plugin_nodes;
   std::filesystem::path base_dir;       ///< the graph file's folder
@@ -75,6 +76,16 @@ void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& 
 /// Checks `pipeline.policy` and each stage's `policy:` against the schedule's
 /// option keys and values (runtime/graph/graph_policy.cpp).
 void check_policy_options(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
+
+/// Checks `pipeline.routing`'s settings against the ones the routing policy
+/// registered, at their positions (runtime/graph/graph_policy.cpp).
+void check_routing_options(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
+
+/// Reads `map[key]` as option `o` says (its type and range), reporting a bad
+/// value at its position; stores the value's text at `out[o.key]`. False when
+/// the value is present and wrong.
+bool read_option(const YAML::Node& map, const std::string& path, std::string_view key, const option_spec& o,
+                 std::map<std::string, std::string>& out, graph_reader& r);
 
 /// Reads a `policy:` mapping of scalar options into `out`.
 void parse_policy_options(const YAML::Node& n, const std::string& path, std::map<std::string, std::string>& out,
