@@ -201,5 +201,5 @@ TEST_CASE("a routing policy's settings are the ones it registered, refused elsew
   CHECK(to_string(load("{policy: test_spread, spread: 9}").errors) ==
         "g.yaml:4:62: pipeline.routing.spread: must be at most 4, got 9\n");
   CHECK(to_string(load("{policy: chain, spread: 3}").errors) ==
-        "g.yaml:4:48: pipeline.routing.spread: unknown option 'spread': routing 'chain' takes no options\n");
+        "g.yaml:4:48: pipeline.routing.spread: unknown key 'spread' (known: policy, paths)\n");
 }

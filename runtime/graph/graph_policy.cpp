@@ -122,7 +122,7 @@ void check_routing_options(parsed_graph& pg, const graph_vocabulary& vocab, grap
       r.check_map(pg.routing_node, path, {"policy", "paths"});
     return;
   }
-  std::vector<std::string> keys;
+  std::vector<std::string> keys{"policy", "paths"};
   for (const auto& o : known->second)
     keys.push_back(o.key);
   for (auto it = pg.routing_node.begin(); pg.routing_node && it != pg.routing_node.end(); ++it) {
@@ -131,10 +131,7 @@ void check_routing_options(parsed_graph& pg, const graph_vocabulary& vocab, grap
       continue;
     auto o = std::find_if(known->second.begin(), known->second.end(), [&](const auto& x) { return x.key == key; });
     if (o == known->second.end())
-      r.error(it->first, join_path(path, key),
-              keys.empty() ? fmt::format("unknown option '{}': routing '{}' takes no options", key, p.routing)
-                           : fmt::format("unknown option '{}' for routing '{}' {}", key, p.routing,
-                                         choices(key, keys)));
+      r.error(it->first, join_path(path, key), fmt::format("unknown key '{}' {}", key, choices(key, keys)));
     else
       read_option(pg.routing_node, path, key, *o, p.routing_options, r);
   }
