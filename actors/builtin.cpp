@@ -22,8 +22,15 @@ void register_builtin_actors() {
     register_actor_type("attention_server", {spawn_attention_server, attention_server_info()},
                         "runs core-attention shards for the stages (DistCA's attention servers, `attention: "
                         "{servers: N}`)");
-    // local_update.algorithm accepts every registered sync method, plugins' included.
-    set_local_update_algorithms([] { return sched::sync_method_names(); });
+    // local_update.algorithm accepts every registered sync method, plugins' included,
+    // and each method's keys are the ones it registered.
+    set_local_update_methods([] {
+      std::vector<local_update_method_info> out;
+      for (const auto& name : sched::sync_method_names())
+        if (const auto* m = sched::find_sync_method(name))
+          out.push_back({name, m->summary, m->settings.options, m->settings.configure, m->settings.problems});
+      return out;
+    });
     register_section_expander(
         "pipeline", {expand_pipeline, true},
         "a data_loader, pipeline_stage actors and their chain (also the default graph)");

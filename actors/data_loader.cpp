@@ -30,10 +30,10 @@ namespace troupe {
 
 namespace {
 
-/// NoLoCo with `route: random` sends microbatches across replicas (#13).
-bool noloco_routes(const graph_spec& g) {
-  return g.local_update.present && g.local_update.algorithm == "noloco" && g.local_update.route == "random" &&
-         g.data_parallel.replicas > 1;
+/// The local-update method sends microbatches across replicas (NoLoCo's
+/// `route: random`, #13): random bijections at each boundary, stage-local norms.
+bool method_routes_across(const graph_spec& g) {
+  return g.local_update.present && g.local_update.routes_across_replicas && g.data_parallel.replicas > 1;
 }
 
 /// The routing policy the loader runs: the pipeline's, NoLoCo's random routes
@@ -41,7 +41,7 @@ bool noloco_routes(const graph_spec& g) {
 constexpr const char* noloco_routing = "local_update.route random";
 constexpr const char* skippipe_routing = "skip";
 std::string routing_of(const graph_spec& g) {
-  return g.skip_runs() ? skippipe_routing : noloco_routes(g) ? noloco_routing : g.pipeline.routing;
+  return g.skip_runs() ? skippipe_routing : method_routes_across(g) ? noloco_routing : g.pipeline.routing;
 }
 sched::expected<sched::routing_ptr> make_loader_routing(const std::string& name, const sched::routing_params& p) {
   if (name == skippipe_routing)
@@ -389,6 +389,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
 /// The stages a router routes over: every actor that holds layers.
 sched::routing_params routing_params_of(const graph_spec& g) {
   sched::routing_params rp;
+  rp.options = g.pipeline.routing_options;  // the settings the policy registered
   rp.options["seed"] = std::to_string(g.data.seed);
   rp.layers = g.model.layers;
   rp.paths = g.pipeline.paths;
@@ -532,7 +533,7 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.microbatches = g.pipeline.microbatches;
   cfg.replicas = std::max(g.data_parallel.replicas, 1);
   cfg.least_loaded = cfg.replicas > 1 && g.data_parallel.route == "least_loaded";
-  cfg.stage_local_norm = noloco_routes(g);
+  cfg.stage_local_norm = method_routes_across(g);
   cfg.independent_replicas = g.local_update.present && !cfg.stage_local_norm;
   cfg.group_size = g.sync_group_size();
   cfg.steps = g.train.steps;

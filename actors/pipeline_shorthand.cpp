@@ -135,11 +135,11 @@ void expand_pipeline(section_expansion& e) {
       edge(last, stage(r, 0)); // interleaved chunks wrap around
   }
   const auto& lu = g.local_update;
-  // NoLoCo's random routes and least_loaded routing: any replica to any replica
-  // at each boundary (the channels a launched run sends over).
-  // Interleaved, the last position's chunks wrap to the first of any replica too.
-  bool across = (lu.present && lu.algorithm == "noloco" && lu.route == "random") ||
-                g.data_parallel.route == "least_loaded";
+  // A method that routes across replicas (NoLoCo's random routes) and least_loaded
+  // routing: any replica to any replica at each boundary (the channels a launched
+  // run sends over). Interleaved, the last position's chunks wrap to the first of
+  // any replica too.
+  bool across = (lu.present && lu.routes_across_replicas) || g.data_parallel.route == "least_loaded";
   bool wraps = p.virtual_stages > 1 && p.stages > 1;
   if (across && replicas > 1)
     for (int s = 0; s + 1 < p.stages || (wraps && s + 1 == p.stages); ++s)

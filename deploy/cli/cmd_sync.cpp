@@ -16,6 +16,7 @@
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
 #include "schedulers/sim/sync_sim.hpp"
+#include "schedulers/sync/sync_policy.hpp"
 
 namespace troupe::cli {
 
@@ -135,7 +136,7 @@ int run_sync(sync_cli& a) {
     return bad(fmt::format("--replicas {} x --fragments {} x --values {} = {} weights, over the limit of {}: "
                            "use fewer values or replicas",
                            c.replicas, std::max(c.spec.fragments, 1), c.values, weights, max_weights));
-  auto problems = local_update_problems(c.spec, c.replicas);
+  auto problems = sched::local_update_problems(c.spec, {.replicas = c.replicas});
   if (!problems.empty()) {
     std::string all;
     for (const auto& p : problems)
@@ -166,7 +167,7 @@ command_action define_sync(CLI::App& app) {
   describe(app, sync_description, sync_footer);
   app.add_option("--algorithm", s.algorithm, "diloco, streaming_diloco or noloco, default streaming_diloco")
     ->option_text("A")
-    ->check(CLI::IsMember(local_update_algorithms()));
+    ->check(CLI::IsMember(sched::sync_method_names()));
   add_count(app, "--replicas", a->c.replicas, 1, 4096, "replicas, default 2")->option_text("R");
   a->fragments =
     add_count(app, "--fragments", s.fragments, 1, 1 << 20, "streaming_diloco: fragments P, default 2")->option_text("P");

@@ -18,6 +18,7 @@
 #include "kernels/cpu/target.hpp"
 #include "schedulers/sim/cost_model.hpp"
 #include "schedulers/policies/stage_policy.hpp"
+#include "schedulers/routing/routing_policy.hpp"
 
 namespace troupe {
 
@@ -44,6 +45,8 @@ graph_vocabulary troupe_vocabulary() {
         return o.expected;
     return std::nullopt;
   };
+  for (const auto& name : sched::routing_names())
+    v.routing_options[name] = sched::routing_options(name);
   v.sim_devices = sched::device_preset_names();
   return v;
 }

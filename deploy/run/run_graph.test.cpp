@@ -8,6 +8,7 @@
 
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/actor/registry.hpp"
+#include "schedulers/routing/routing_policy.hpp"
 
 namespace {
 
@@ -177,4 +178,28 @@ TEST_CASE("a run that never finishes ends at its timeout") {
   auto r = run_graph(sys, g, o);
   REQUIRE_FALSE(r);
   CHECK(error_message(r.error()) == "the run did not finish within 0.3 s (0 of 1 actors reported done)");
+}
+
+TEST_CASE("a routing policy's settings are the ones it registered, refused elsewhere at their positions") {
+  sched::register_routing(
+    "test_spread", "the plain chain, with a setting of its own",
+    [](const sched::routing_params& p) { return sched::make_routing("chain", p); },
+    {int_setting_spec("spread", "how far microbatches spread (a test key)", 1, 1, 4)});
+  auto load = [](std::string_view routing) {
+    load_options o;
+    o.check_corpus = false;
+    o.vocabulary = troupe_vocabulary;
+    return load_graph_text(fmt::format("model: {{layers: 2, d_model: 32, heads: 2, context: 16}}\ndata: {{batch: 2}}\n"
+                                       "train: {{steps: 10}}\npipeline: {{stages: 2, routing: {}}}\n",
+                                       routing),
+                           "g.yaml", o);
+  };
+  auto ok = load("{policy: test_spread, spread: 3}");
+  REQUIRE_MESSAGE(ok.ok(), to_string(ok.errors));
+  CHECK(ok.graph->pipeline.routing_options.at("spread") == "3");
+  CHECK(load("{policy: test_spread}").graph->pipeline.routing_options.at("spread") == "1");  // its default
+  CHECK(to_string(load("{policy: test_spread, spread: 9}").errors) ==
+        "g.yaml:4:62: pipeline.routing.spread: must be at most 4, got 9\n");
+  CHECK(to_string(load("{policy: chain, spread: 3}").errors) ==
+        "g.yaml:4:48: pipeline.routing.spread: unknown key 'spread' (known: policy, paths)\n");
 }

@@ -58,5 +58,7 @@ extern "C" void troupe_register_plugin() {
                        {"average every stage's parameters over the replicas every sync_every steps",
                         [](const local_update_spec&) { return param_fragments(1); },
                         [](const local_update_spec& s) { return periodic_schedule({s.sync_every}); },
-                        [](const sync_setup& s) { return std::make_unique<periodic_average>(s); }});
+                        [](const sync_setup& s) { return std::make_unique<periodic_average>(s); },
+                        // The keys it reads under `local_update:`; any other is refused at its position.
+                        {{sync_every_option(500), quantize_option()}, nullptr, nullptr}});
 }

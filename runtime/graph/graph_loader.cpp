@@ -149,9 +149,11 @@ load_result load_graph_text(std::string_view text, const std::filesystem::path& 
     detail::parse_sections(pg, r);
     load_plugins(pg, opts, r);
     auto vocab = opts.vocabulary ? opts.vocabulary() : make_vocabulary();
+    detail::check_local_update(pg, r);  // before expanders read the method's settings
     detail::expand(pg, vocab, r);
     detail::check_names(pg, vocab, r);
     detail::check_policy_options(pg, vocab, r);
+    detail::check_routing_options(pg, vocab, r);
     detail::check_sim(pg, vocab, r);
     detail::validate(pg, vocab, opts, r);
     if (res.errors.empty())

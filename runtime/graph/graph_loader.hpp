@@ -13,6 +13,7 @@
 
 #include "runtime/actor/errors.hpp"
 #include "runtime/graph/graph_spec.hpp"
+#include "runtime/graph/option_spec.hpp"
 
 namespace troupe {
 
@@ -59,6 +60,8 @@ struct graph_vocabulary {
   std::function<std::optional<std::string>(const std::string& schedule, const std::string& key,
                                            const std::string& value)>
     check_schedule_option;
+  /// The settings each routing policy reads (`pipeline.routing: {policy: NAME, KEY: VALUE}`).
+  std::map<std::string, std::vector<option_spec>> routing_options;
   /// The device presets `sim.device` and a `devices:` entry's `base` may name
   /// (schedulers/sim/cost_model.hpp); empty: any name is accepted.
   std::vector<std::string> sim_devices;

@@ -1,7 +1,9 @@
 // The graph file's `local_update:` section (#13): which local-update method
-// replaces the every-step all-reduce, each key checked at its position.
+// replaces the every-step all-reduce, each key checked at its position against
+// the keys the chosen method registered (local_update_method_info).
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "runtime/graph/local_update_spec.hpp"
 
@@ -13,171 +15,72 @@ namespace troupe {
 
 namespace {
 
-const std::vector<std::string>& builtin_algorithms() {
-  static const std::vector<std::string> names{"diloco", "streaming_diloco", "noloco", "desloc", "sparseloco"};
-  return names;
-}
-
-std::function<std::vector<std::string>()>& algorithms_source() {
-  static std::function<std::vector<std::string>()> source;
+std::function<std::vector<local_update_method_info>()>& methods_source() {
+  static std::function<std::vector<local_update_method_info>()> source;
   return source;
 }
 
 } // namespace
 
-std::vector<std::string> local_update_algorithms() {
-  if (const auto& source = algorithms_source())
+std::vector<local_update_method_info> local_update_methods() {
+  if (const auto& source = methods_source())
     return source();
-  return builtin_algorithms();
+  return {};
 }
 
-void set_local_update_algorithms(std::function<std::vector<std::string>()> source) {
-  algorithms_source() = std::move(source);
-}
-
-int local_update_default_sync_every(const std::string& algorithm) {
-  if (algorithm == "streaming_diloco")
-    return 100;  // Streaming DiLoCo (Douillard et al. 2025, arXiv 2501.18512): H = 100
-  if (algorithm == "noloco" || algorithm == "sparseloco")
-    return 50;   // NoLoCo paper (arXiv 2506.10911): H = 50; SparseLoCo: the example
-  if (algorithm == "desloc")
-    return 16;   // DES-LOC: the parameter period
-  return 500;    // DiLoCo paper (arXiv 2311.08105): H = 500
-}
-
-std::vector<local_update_problem> local_update_problems(const local_update_spec& l, int replicas) {
-  std::vector<local_update_problem> out;
-  auto add = [&](std::string key, std::string message) { out.push_back({std::move(key), std::move(message)}); };
-  if (!(l.outer.lr > 0))
-    add("outer.lr", fmt::format("must be above 0, got {}", l.outer.lr));
-  if (!(l.outer.momentum >= 0 && l.outer.momentum < 1))
-    add("outer.momentum", fmt::format("must be from 0 to below 1, got {}", l.outer.momentum));
-  if (l.sync_every < 1)
-    add("sync_every", fmt::format("must be at least 1, got {}", l.sync_every));
-  if (l.algorithm == "streaming_diloco" && l.sync_every >= 1) {
-    // torchft/local_sgd.py, DiLoCo.__init__: the same three refusals, in this order.
-    if (l.fragments < 1 || l.sync_every < l.fragments)
-      add("fragments", fmt::format("{} fragments need sync_every of at least {} (one fragment is exchanged at a "
-                                   "time), got sync_every {}",
-                                   l.fragments, std::max(l.fragments, 1), l.sync_every));
-    else if (l.sync_every % l.fragments != 0)
-      add("sync_every", fmt::format("sync_every ({}) must divide by fragments ({}): one fragment every H/P steps",
-                                    l.sync_every, l.fragments));
-    else if (int cadence = l.sync_every / l.fragments; l.delay < 0 || l.delay >= cadence)
-      add("delay", fmt::format("delay ({}) must be from 0 to below sync_every / fragments ({}): a fragment's "
-                               "exchange is applied before the next one begins",
-                               l.delay, cadence));
-    if (!(l.alpha >= 0 && l.alpha <= 1))
-      add("alpha", fmt::format("must be from 0 to 1 (0: the new global, 1: the local parameters), got {}", l.alpha));
-  }
-  if (l.algorithm == "noloco" && (l.group < 2 || l.group > replicas || replicas % l.group != 0))
-    add("group", fmt::format("groups of {} must partition the {} replica{} (data_parallel.replicas), at least 2 "
-                             "to a group",
-                             l.group, replicas, replicas == 1 ? "" : "s"));
-  if (l.algorithm == "sparseloco" && !(l.density > 0 && l.density <= 1))
-    add("density", fmt::format("must be above 0 and at most 1 (the share of each chunk sent), got {}", l.density));
-  return out;
+void set_local_update_methods(std::function<std::vector<local_update_method_info>()> source) {
+  methods_source() = std::move(source);
 }
 
 namespace detail {
 
 namespace {
 
-const std::vector<std::string> local_update_keys{"algorithm", "sync_every", "outer", "fragments", "delay", "alpha",
-                                                 "quantize",  "group",      "route", "periods",   "density",
-                                                 "replica_groups"};
-const std::vector<std::string> outer_keys{"lr", "momentum", "nesterov"};
-const std::vector<std::string> period_keys{"params", "momentum", "variance"};
-const std::vector<std::string> quantize_kinds{"none", "bf16", "int8", "fp8"};
-const std::vector<std::string> route_kinds{"random", "chain"};
-constexpr int max_period = 1'000'000'000;
+/// The keys of the section itself; every other key is a method's.
+const std::vector<std::string> section_keys{"algorithm", "replica_groups"};
 
-/// The algorithms each algorithm-specific key belongs to.
-const std::map<std::string, std::vector<std::string>>& key_owners() {
-  static const std::map<std::string, std::vector<std::string>> owners{
-    {"fragments", {"streaming_diloco"}}, {"delay", {"streaming_diloco"}}, {"alpha", {"streaming_diloco"}},
-    {"group", {"noloco"}},               {"route", {"noloco"}},           {"periods", {"desloc"}},
-    {"density", {"sparseloco"}},         {"sync_every", {"diloco", "streaming_diloco", "noloco", "sparseloco"}},
-    {"outer", {"diloco", "streaming_diloco", "noloco", "sparseloco"}},
-    {"quantize", {"diloco", "streaming_diloco", "noloco", "desloc"}}};
-  return owners;
+/// `periods` of `periods.params`.
+std::string_view head_of(std::string_view key) { return key.substr(0, key.find('.')); }
+
+/// The options of `m` whose key is `top` or under it (`periods` -> `periods.params`, ...).
+std::vector<const option_spec*> under(const local_update_method_info& m, std::string_view top) {
+  std::vector<const option_spec*> out;
+  for (const auto& o : m.options)
+    if (head_of(o.key) == top)
+      out.push_back(&o);
+  return out;
 }
 
-/// Reads a name from `known` at `map[key]` when present.
-void get_choice(const YAML::Node& map, const std::string& path, std::string_view key,
-                const std::vector<std::string>& known, std::string& out, graph_reader& r) {
-  auto n = child(map, key);
-  if (!n)
-    return;
-  auto kpath = join_path(path, key);
-  auto text = r.as_string(n, kpath);
-  if (text && std::find(known.begin(), known.end(), *text) == known.end())
-    r.error(n, kpath, fmt::format("unknown {} '{}' {}", key, *text, choices(*text, known)));
-  else if (text)
-    out = *text;
+/// Reads the key `top` of the section `n`, whose value is `v`, with the options
+/// `opts` of one method: a value, or a mapping of `top.sub` options.
+bool read_key(const YAML::Node& n, const std::string& path, const std::string& top, const YAML::Node& v,
+              const std::vector<const option_spec*>& opts, std::map<std::string, std::string>& out, graph_reader& r) {
+  if (opts.size() == 1 && opts.front()->key == top)
+    return read_option(n, path, top, *opts.front(), out, r);
+  auto sub = join_path(path, top);
+  std::vector<std::string> keys;
+  for (const auto* o : opts)
+    keys.emplace_back(std::string_view{o->key}.substr(top.size() + 1));
+  if (!r.check_map(v, sub, keys))
+    return false;
+  bool good = true;
+  for (std::size_t i = 0; i < opts.size(); ++i)
+    good &= read_option(v, sub, keys[i], *opts[i], out, r);
+  return good;
 }
 
-void parse_outer(const YAML::Node& n, outer_optimizer_spec& o, graph_reader& r) {
-  if (!r.check_map(n, "local_update.outer", outer_keys))
-    return;
-  const std::string path = "local_update.outer";
-  r.get_double(n, path, "lr", o.lr, -1e9, 1e9);  // local_update_problems says what is allowed
-  r.get_double(n, path, "momentum", o.momentum, -1e9, 1e9);
-  r.get_bool(n, path, "nesterov", o.nesterov);
+/// The methods that take key `top`, by name.
+std::vector<std::string> owners_of(const std::vector<local_update_method_info>& methods, std::string_view top) {
+  std::vector<std::string> out;
+  for (const auto& m : methods)
+    if (!under(m, top).empty())
+      out.push_back(m.name);
+  return out;
 }
 
-} // namespace
-
-void parse_local_update(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
-  auto& l = pg.graph.local_update;
-  l.present = true;
-  if (!r.check_map(n, "local_update", local_update_keys))
-    return;
-  const std::string path = "local_update";
-  if (pg.graph.data.deal != "in_order") // rounds of one microbatch per replica; local-update replicas run their own steps
-    r.error(n, path, fmt::format("data.deal '{}' deals each round's sequences over the replicas; local-update replicas "
-                                 "each draw their own (use data.deal: in_order)",
-                                 pg.graph.data.deal));
-  // Any name here: check_names says whether it is known, once plugins are loaded.
-  if (auto a = child(n, "algorithm"))
-    if (auto text = r.as_string(a, "local_update.algorithm")) {
-      l.algorithm = *text;
-      pg.algorithm_node.reset(a);
-    }
-  const auto& builtin = builtin_algorithms();
-  bool plugin = std::find(builtin.begin(), builtin.end(), l.algorithm) == builtin.end();
-  for (const auto& [key, owners] : key_owners())
-    if (auto k = child(n, key); k && std::find(owners.begin(), owners.end(), l.algorithm) == owners.end() &&
-                                !(plugin && (key == "sync_every" || key == "quantize" || key == "outer")))
-      r.error(k, join_path(path, key),
-              fmt::format("'{}' is a setting of {}, not of algorithm '{}'", key, join(owners), l.algorithm));
-  l.sync_every = local_update_default_sync_every(l.algorithm);
-  if (l.algorithm == "sparseloco")
-    l.outer = sparseloco_outer_defaults();
-  else if (l.algorithm == "noloco")
-    l.outer = noloco_outer_defaults();
-  bool good = r.get_int(n, path, "sync_every", l.sync_every, 1, max_period);
-  if (auto o = child(n, "outer"))
-    parse_outer(o, l.outer, r);
-  good &= r.get_int(n, path, "fragments", l.fragments, 1, 1 << 20);
-  good &= r.get_int(n, path, "delay", l.delay, 0, max_period);
-  good &= r.get_double(n, path, "alpha", l.alpha, -1e9, 1e9);
-  get_choice(n, path, "quantize", quantize_kinds, l.quantize, r);
-  get_choice(n, path, "route", route_kinds, l.route, r);
-  good &= r.get_int(n, path, "group", l.group, 1, 1 << 20);
-  if (auto p = child(n, "periods"); p && r.check_map(p, "local_update.periods", period_keys)) {
-    if (r.get_int(p, "local_update.periods", "params", l.period_params, 1, max_period)) {
-      l.period_momentum = 3 * l.period_params;  // DES-LOC (arXiv 2505.22549): K_u = 3·K_x, K_v = 6·K_x
-      l.period_variance = 6 * l.period_params;
-    }
-    r.get_int(p, "local_update.periods", "momentum", l.period_momentum, 1, max_period);
-    r.get_int(p, "local_update.periods", "variance", l.period_variance, 1, max_period);
-  }
-  good &= r.get_double(n, path, "density", l.density, -1e9, 1e9);
-  good &= r.get_int(n, path, "replica_groups", l.replica_groups, 1, 1 << 20);
-  if (!good)
-    return;  // the rules between values need each value read
-  for (const auto& p : local_update_problems(l, std::max(pg.graph.data_parallel.replicas, 1))) {
+/// Reports each rule `l` breaks at the key it is about (the section when absent).
+void report(const YAML::Node& n, const std::vector<local_update_problem>& problems, graph_reader& r) {
+  for (const auto& p : problems) {
     YAML::Node at;  // the key the rule is about, else the section (reset: yaml-cpp's `=` writes into the node)
     at.reset(n);
     for (std::string_view rest = p.key; !rest.empty();) {
@@ -188,10 +91,34 @@ void parse_local_update(parsed_graph& pg, const YAML::Node& n, graph_reader& r) 
       at.reset(next);
       rest = dot == std::string_view::npos ? std::string_view{} : rest.substr(dot + 1);
     }
-    r.error(at, join_path(path, p.key), p.message);
+    r.error(at, p.key.empty() ? "local_update" : join_path("local_update", p.key), p.message);
   }
+}
+
+/// Sets the settings every method shares the storage of, from the method's options.
+void set_shared(local_update_spec& l) {
+  auto text = [&](const char* key) -> const std::string* {
+    auto it = l.options.find(key);
+    return it == l.options.end() ? nullptr : &it->second;
+  };
+  if (auto* v = text("sync_every"))
+    l.sync_every = std::stoi(*v);
+  if (auto* v = text("outer.lr"))
+    l.outer.lr = std::stod(*v);
+  if (auto* v = text("outer.momentum"))
+    l.outer.momentum = std::stod(*v);
+  if (auto* v = text("outer.nesterov"))
+    l.outer.nesterov = *v == "true";
+  if (auto* v = text("quantize"))
+    l.quantize = *v;
+}
+
+/// The section's rules beyond the method: replica groups, ZeRO and routes.
+void check_groups(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   // Each group keeps its own optimizer state and its replicas' own chains of stages.
+  const auto& l = pg.graph.local_update;
   const auto& dp = pg.graph.data_parallel;
+  const std::string path = "local_update";
   int replicas = std::max(dp.replicas, 1), groups = l.replica_groups > 0 ? l.replica_groups : replicas;
   auto groups_at = child(n, "replica_groups") ? child(n, "replica_groups") : n;
   if (groups > replicas || replicas % groups != 0)
@@ -203,41 +130,123 @@ void parse_local_update(parsed_graph& pg, const YAML::Node& n, graph_reader& r) 
                         "replicas (data_parallel.zero: {}): set local_update.replica_groups below "
                         "data_parallel.replicas ({}), or zero: 0",
                         dp.zero, replicas));
-  else if (dp.zero > 0 && l.algorithm == "desloc")
-    r.error(groups_at, join_path(path, "replica_groups"),
-            "DES-LOC averages Adam's moments, which ZeRO's shards hold in slices: use data_parallel.zero: 0");
-  if (groups < replicas && l.algorithm == "noloco")
-    r.error(groups_at, join_path(path, "replica_groups"),
-            "NoLoCo's groups and random routes are its own (local_update.group): leave replica_groups out");
-  if (l.algorithm == "noloco" && l.route == "random" && pg.graph.pipeline.virtual_stages > 1)
-    r.error(n, path,
-            fmt::format("NoLoCo's random routes take stages of one model chunk each (pipeline.virtual_stages is "
-                        "{}): use route: chain",
-                        pg.graph.pipeline.virtual_stages));
   if (dp.route == "least_loaded")
     r.error(n, path,
             "local-update training keeps each replica on its own stages; data_parallel.route: least_loaded would "
             "mix them: use route: own");
 }
 
+} // namespace
+
+void parse_local_update(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
+  auto& l = pg.graph.local_update;
+  l.present = true;
+  if (!n.IsMap()) {
+    r.error(n, "local_update",
+            fmt::format("expected a mapping such as {{algorithm: diloco, sync_every: 500}}, got {}", describe(n)));
+    return;
+  }
+  pg.local_update_node.reset(n);
+  const std::string path = "local_update";
+  if (pg.graph.data.deal != "in_order") // rounds of one microbatch per replica; local-update replicas run their own steps
+    r.error(n, path, fmt::format("data.deal '{}' deals each round's sequences over the replicas; local-update replicas "
+                                 "each draw their own (use data.deal: in_order)",
+                                 pg.graph.data.deal));
+  // Any name here: check_local_update says whether it is known, once plugins are loaded.
+  if (auto a = child(n, "algorithm"))
+    if (auto text = r.as_string(a, "local_update.algorithm")) {
+      l.algorithm = *text;
+      pg.algorithm_node.reset(a);
+    }
+  r.get_int(n, path, "replica_groups", l.replica_groups, 1, 1 << 20);
+}
+
+void check_local_update(parsed_graph& pg, graph_reader& r) {
+  auto& l = pg.graph.local_update;
+  const auto& n = pg.local_update_node;
+  if (!l.present || !n)
+    return;
+  const std::string path = "local_update";
+  auto methods = local_update_methods();
+  auto chosen = std::find_if(methods.begin(), methods.end(), [&](const auto& m) { return m.name == l.algorithm; });
+  if (chosen == methods.end()) {
+    std::vector<std::string> names;
+    for (const auto& m : methods)
+      names.push_back(m.name);
+    r.error(pg.algorithm_node, "local_update.algorithm",
+            fmt::format("unknown algorithm '{}' {}", l.algorithm, choices(l.algorithm, names)));
+  }
+  // An unknown method's keys are each read as the first method that takes it reads it.
+  std::vector<std::string> known = section_keys;
+  if (chosen != methods.end())
+    for (const auto& o : chosen->options)
+      if (auto top = std::string{head_of(o.key)}; std::find(known.begin(), known.end(), top) == known.end())
+        known.push_back(top);
+  bool good = true;
+  std::set<std::string> seen;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    if (!it->first.IsScalar()) {
+      r.error(it->first, path, fmt::format("expected a key name, got {}", describe(it->first)));
+      continue;
+    }
+    const auto& key = it->first.Scalar();
+    if (!seen.insert(key).second) {
+      r.error(it->first, join_path(path, key), fmt::format("duplicate key '{}'", key));
+      continue;
+    }
+    if (std::find(section_keys.begin(), section_keys.end(), key) != section_keys.end())
+      continue;
+    const local_update_method_info* reader = chosen != methods.end() ? &*chosen : nullptr;
+    if (!reader)
+      for (const auto& m : methods)
+        if (!under(m, key).empty()) {
+          reader = &m;
+          break;
+        }
+    auto opts = reader ? under(*reader, key) : std::vector<const option_spec*>{};
+    if (!opts.empty()) {
+      good &= read_key(n, path, key, it->second, opts, l.options, r);
+    } else if (auto owners = owners_of(methods, key); !owners.empty()) {
+      r.error(it->second, join_path(path, key),
+              fmt::format("'{}' is a setting of {}, not of algorithm '{}'", key, join(owners), l.algorithm));
+    } else {
+      r.error(it->first, join_path(path, key), fmt::format("unknown key '{}' {}", key, choices(key, known)));
+    }
+  }
+  if (chosen == methods.end())
+    return;
+  for (const auto& o : chosen->options)
+    if (!o.fallback.empty())
+      l.options.emplace(o.key, o.fallback);  // keeps what was written
+  set_shared(l);
+  if (chosen->configure)
+    chosen->configure(l);
+  if (!good)
+    return;  // the rules between values need each value read
+  const auto& g = pg.graph;
+  if (chosen->problems)
+    report(n, chosen->problems(l, {std::max(g.data_parallel.replicas, 1), g.data_parallel.zero,
+                                   g.pipeline.virtual_stages}),
+           r);
+  check_groups(pg, n, r);
+}
+
 std::string local_update_yaml(const local_update_spec& l) {
   if (!l.present)
     return {};
+  // The method's options in key order, a nested mapping's keys together: `outer: {lr: 0.7, ...}`.
+  std::vector<std::pair<std::string, std::string>> items;
+  for (const auto& [key, value] : l.options) {
+    auto dot = key.find('.');
+    auto top = key.substr(0, dot), item = dot == std::string::npos ? value : key.substr(dot + 1) + ": " + value;
+    if (dot != std::string::npos && !items.empty() && items.back().first == top)
+      items.back().second += ", " + item;
+    else
+      items.emplace_back(top, item);
+  }
   auto out = fmt::format("local_update: {{algorithm: {}", l.algorithm);
-  if (l.algorithm == "desloc")
-    out += fmt::format(", periods: {{params: {}, momentum: {}, variance: {}}}", l.period_params, l.period_momentum,
-                       l.period_variance);
-  else
-    out += fmt::format(", sync_every: {}", l.sync_every);
-  out += fmt::format(", outer: {{lr: {}, momentum: {}, nesterov: {}}}", l.outer.lr, l.outer.momentum, l.outer.nesterov);
-  if (l.algorithm == "streaming_diloco")
-    out += fmt::format(", fragments: {}, delay: {}, alpha: {}", l.fragments, l.delay, l.alpha);
-  if (l.algorithm == "noloco")
-    out += fmt::format(", group: {}, route: {}", l.group, l.route);
-  if (l.algorithm == "sparseloco")
-    out += fmt::format(", density: {}", l.density);
-  else
-    out += fmt::format(", quantize: {}", l.quantize);
+  for (const auto& [key, value] : items)
+    out += l.options.count(key) ? fmt::format(", {}: {}", key, value) : fmt::format(", {}: {{{}}}", key, value);
   if (l.replica_groups > 0)
     out += fmt::format(", replica_groups: {}", l.replica_groups);
   return out + "}\n";

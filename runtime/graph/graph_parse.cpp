@@ -118,8 +118,12 @@ void parse_routing(parsed_graph& pg, const YAML::Node& pipeline, graph_reader& r
     r.get_string(pipeline, "pipeline", "routing", p.routing);
     return;
   }
-  if (!r.check_map(n, "pipeline.routing", {"policy", "paths"}))
+  if (!n.IsMap()) {
+    r.error(n, "pipeline.routing",
+            fmt::format("expected a routing policy's name or {{policy: NAME, ...its settings}}, got {}", describe(n)));
     return;
+  }
+  pg.routing_node.reset(n);  // keys beside policy and paths are the policy's: checked once plugins are loaded
   r.get_string(n, "pipeline.routing", "policy", p.routing);
   auto paths = child(n, "paths");
   if (!paths)

@@ -41,7 +41,9 @@ struct parsed_graph {
     policy_node{YAML::NodeType::Undefined},
     corpus_node{YAML::NodeType::Undefined}, pipeline_node{YAML::NodeType::Undefined},
     cluster_node{YAML::NodeType::Undefined}, sim_device_node{YAML::NodeType::Undefined},
-    algorithm_node{YAML::NodeType::Undefined};  ///< local_update.algorithm: known once plugins are loaded
+    algorithm_node{YAML::NodeType::Undefined},  ///< local_update.algorithm: known once plugins are loaded
+    local_update_node{YAML::NodeType::Undefined},
+    routing_node{YAML::NodeType::Undefined};  ///< `pipeline.routing` as a mapping: the policy's settings  ///< its keys are the method's: checked once plugins are loaded
   std::vector<YAML::Node> sim_base_nodes;  ///< each `devices:` entry's `base` (or the entry)
   std::vector<YAML::Node> plugin_nodes;
   std::filesystem::path base_dir;       ///< the graph file's folder
@@ -75,6 +77,16 @@ void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& 
 /// option keys and values (runtime/graph/graph_policy.cpp).
 void check_policy_options(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
 
+/// Checks `pipeline.routing`'s settings against the ones the routing policy
+/// registered, at their positions (runtime/graph/graph_policy.cpp).
+void check_routing_options(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
+
+/// Reads `map[key]` as option `o` says (its type and range), reporting a bad
+/// value at its position; stores the value's text at `out[o.key]`. False when
+/// the value is present and wrong.
+bool read_option(const YAML::Node& map, const std::string& path, std::string_view key, const option_spec& o,
+                 std::map<std::string, std::string>& out, graph_reader& r);
+
 /// Reads a `policy:` mapping of scalar options into `out`.
 void parse_policy_options(const YAML::Node& n, const std::string& path, std::map<std::string, std::string>& out,
                           graph_reader& r);
@@ -89,8 +101,11 @@ void validate(parsed_graph& pg, const graph_vocabulary& vocab, const load_option
 /// Reads the `data_parallel:` section (runtime/graph/graph_data_parallel.cpp).
 void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
 
-/// Reads the `local_update:` section (runtime/graph/graph_local_update.cpp).
+/// Reads the `local_update:` section's own keys (runtime/graph/graph_local_update.cpp).
 void parse_local_update(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
+/// Checks `local_update.algorithm` and the method's keys against the keys it
+/// registered, once plugins are loaded, and the rules between values.
+void check_local_update(parsed_graph& pg, graph_reader& r);
 /// The `local_update:` line of `troupe check`'s output; empty without the section.
 std::string local_update_yaml(const local_update_spec& l);
 

@@ -196,11 +196,15 @@ std::string to_yaml(const graph_spec& g) {
       options += fmt::format("{}{}: {}", options.empty() ? "" : ", ", k, scalar(v));
     out += fmt::format(", policy: {{{}}}", options);
   }
-  if (!p.paths.empty()) {
+  std::string settings;
+  for (const auto& [k, v] : p.routing_options)
+    settings += fmt::format(", {}: {}", k, scalar(v));
+  if (!p.paths.empty() || !settings.empty()) {
     std::string paths;
     for (const auto& path : p.paths)
       paths += fmt::format("{}[{}]", paths.empty() ? "" : ", ", fmt::join(path, ", "));
-    out += fmt::format(", routing: {{policy: {}, paths: [{}]}}", scalar(p.routing), paths);
+    out += fmt::format(", routing: {{policy: {}{}{}}}", scalar(p.routing), settings,
+                       paths.empty() ? "" : fmt::format(", paths: [{}]", paths));
   } else if (p.routing != "chain") {
     out += fmt::format(", routing: {}", scalar(p.routing));
   }

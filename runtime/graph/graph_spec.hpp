@@ -101,6 +101,8 @@ struct pipeline_spec {
   /// (`chain`, or `{policy: paths, paths: [[s0, s2, s1, s3], [s0, s3]]}`).
   std::string routing = "chain";
   std::vector<std::vector<std::string>> paths;  ///< `routing.paths`: stage names per path
+  /// `routing: {policy: NAME, KEY: VALUE}`: the settings the policy registered, each written or its default.
+  std::map<std::string, std::string> routing_options;
   source_pos routing_pos;                       ///< where `routing` is written (the section if not)
 };
 

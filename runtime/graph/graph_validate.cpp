@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "runtime/graph/graph_parse.hpp"
-#include "runtime/graph/local_update_spec.hpp"
 
 namespace troupe::detail {
 
@@ -260,12 +259,6 @@ void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& 
   if (std::find(vocab.schedules.begin(), vocab.schedules.end(), p.schedule) == vocab.schedules.end())
     r.error(pg.schedule_node, "pipeline.schedule",
             fmt::format("unknown schedule '{}' {}", p.schedule, choices(p.schedule, vocab.schedules)));
-  if (const auto& l = pg.graph.local_update; l.present) {
-    auto known = local_update_algorithms();  // the built-in methods and those plugins registered
-    if (std::find(known.begin(), known.end(), l.algorithm) == known.end())
-      r.error(pg.algorithm_node, "local_update.algorithm",
-              fmt::format("unknown algorithm '{}' {}", l.algorithm, choices(l.algorithm, known)));
-  }
   std::vector<std::string> types;
   for (const auto& [name, info] : vocab.actor_types)
     types.push_back(name);

@@ -1,10 +1,15 @@
 // The graph file's `local_update:` section as typed values: which local-update
-// method replaces the every-step all-reduce, and its settings (#13).
+// method replaces the every-step all-reduce, and its settings (#13). The keys a
+// method reads are its own (local_update_method_info), registered with it.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "runtime/graph/option_spec.hpp"
 
 namespace troupe {
 
@@ -17,27 +22,26 @@ struct outer_optimizer_spec {
   bool nesterov = true;
 };
 
-/// SparseLoCo's outer settings when `outer:` is not written: α = 1 (`lr`), and
-/// the error-feedback decay β = 0.95 (`momentum`, which it replaces; Sarfi et
-/// al. 2025, arXiv 2508.15706). Nesterov has no meaning there.
-inline outer_optimizer_spec sparseloco_outer_defaults() { return {1.0, 0.95, false}; }
-
-/// NoLoCo's outer settings when `outer:` is not written: lr 0.7, momentum 0.5
-/// (Kolehmainen et al. 2025, arXiv 2506.10911, and jkolehm/noloco's
-/// outer_lr/outer_momentum); its step is its own, not torch's Nesterov SGD.
-inline outer_optimizer_spec noloco_outer_defaults() { return {0.7, 0.5, false}; }
-
-/// `local_update: {algorithm, sync_every, outer, fragments, delay, alpha,
-/// quantize, group, route, periods, density}`. Each replica takes `sync_every`
-/// inner steps with its own AdamW before it exchanges anything.
+/// `local_update: {algorithm, replica_groups, ...the method's own keys}`. Each
+/// replica takes `sync_every` inner steps with its own AdamW before it exchanges anything.
 struct local_update_spec {
   bool present = false;
-  /// diloco | streaming_diloco | noloco | desloc | sparseloco
+  /// A registered sync method: diloco, streaming_diloco, noloco, desloc, sparseloco or a plugin's.
   std::string algorithm = "diloco";
-  /// H inner steps between exchanges. DiLoCo paper: 500; NoLoCo paper: 50 (set
-  /// from the algorithm when the key is absent: local_update_default_sync_every).
+  /// The method's settings as the graph gives them: each key it registered
+  /// (`periods.params` for nested ones), written or its default, as text.
+  std::map<std::string, std::string> options;
+  /// H inner steps between exchanges, for methods that take `sync_every`.
   int sync_every = 500;
   outer_optimizer_spec outer;
+  /// none | bf16 | int8 | fp8: how the outer exchange travels (per-row scales,
+  /// reduced in f32).
+  std::string quantize = "none";
+  /// The method sends each microbatch's activation to a replica of the next
+  /// stage other than its own (NoLoCo's random routes): stages take channels to
+  /// every replica of the next position, and a lost replica stops the run.
+  bool routes_across_replicas = false;
+  // The built-in methods' typed settings, set from `options` by the method (configure).
   /// streaming_diloco: P fragments, one exchanged every H/P steps round robin
   /// (torchft's DiLoCo; H % P == 0).
   int fragments = 1;
@@ -46,9 +50,6 @@ struct local_update_spec {
   /// streaming_diloco: α, the new global is mixed toward the local parameters
   /// (torchft's fragment_update_alpha, default 0: the pure new global).
   double alpha = 0.0;
-  /// none | bf16 | int8 | fp8: how the outer exchange travels (per-row scales,
-  /// reduced in f32).
-  std::string quantize = "none";
   /// noloco: replicas averaged together at each exchange (paper: 2).
   int group = 2;
   /// noloco: `random` sends each microbatch's activation to a random replica
@@ -66,27 +67,37 @@ struct local_update_spec {
   int replica_groups = 0;
 };
 
-/// A rule `l` breaks: the key it is about (`delay`, `outer.lr`) and why.
+/// A rule `l` breaks: the key it is about (`delay`, `outer.lr`; empty: the
+/// whole section) and why.
 struct local_update_problem {
   std::string key;
   std::string message;
 };
 
-/// The rules between values, for the graph file and `troupe sync` alike: outer
-/// lr > 0, momentum in [0, 1); streaming_diloco (torchft's DiLoCo constructor):
-/// P ≤ H, H % P == 0, τ < H/P, α ∈ [0, 1]; noloco: groups partition `replicas`;
-/// sparseloco: density in (0, 1]. Empty when `l` is sound.
-std::vector<local_update_problem> local_update_problems(const local_update_spec& l, int replicas);
+/// What of the rest of the graph a method's rules may look at.
+struct local_update_context {
+  int replicas = 1;        ///< data_parallel.replicas
+  int zero = 0;            ///< data_parallel.zero
+  int virtual_stages = 1;  ///< pipeline.virtual_stages
+};
 
-/// The algorithms `local_update.algorithm` accepts: the built-in five, or what
-/// the installed source lists (actors/builtin.cpp installs the sync-method
-/// registry's names, so a plugin's method is accepted once it is loaded).
-std::vector<std::string> local_update_algorithms();
-void set_local_update_algorithms(std::function<std::vector<std::string>()> source);
+/// What the graph loader knows of a local-update method: the keys it reads and
+/// its rules. Each method registers its own (schedulers/sync/sync_policy.hpp).
+struct local_update_method_info {
+  std::string name;
+  std::string summary;
+  /// Every key the method reads; a key of another method is refused at its position.
+  std::vector<option_spec> options;
+  /// Sets the spec's typed settings from `options` (which hold every key's value).
+  std::function<void(local_update_spec&)> configure;
+  /// The rules between values, for the graph file and `troupe sync` alike; empty when sound.
+  std::function<std::vector<local_update_problem>(const local_update_spec&, const local_update_context&)> problems;
+};
 
-/// H when `sync_every` is not written: the papers' values (DiLoCo 500, Streaming
-/// DiLoCo 100, NoLoCo 50, DES-LOC its parameter period); SparseLoCo 50, the
-/// issue's example (its paper sweeps H).
-int local_update_default_sync_every(const std::string& algorithm);
+/// The methods `local_update.algorithm` accepts, in registration order, from the
+/// installed source (actors/builtin.cpp installs the sync-method registry, so a
+/// plugin's method is accepted once it is loaded). Empty until one is installed.
+std::vector<local_update_method_info> local_update_methods();
+void set_local_update_methods(std::function<std::vector<local_update_method_info>()> source);
 
 } // namespace troupe

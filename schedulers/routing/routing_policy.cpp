@@ -2,6 +2,8 @@
 #include "schedulers/routing/routing_policy.hpp"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <set>
 
 #include <fmt/format.h>
@@ -195,8 +197,35 @@ expected<routing_ptr> make_routing(std::string_view name, const routing_params& 
                                       fmt::join(routing_names(), ", ")));
 }
 
-void register_routing(std::string name, std::string summary, routing_factory factory) {
+namespace {
+
+struct option_table {
+  std::mutex mu;
+  std::map<std::string, std::vector<option_spec>, std::less<>> by_name;
+};
+
+option_table& options_of() {
+  static option_table t;
+  return t;
+}
+
+} // namespace
+
+void register_routing(std::string name, std::string summary, routing_factory factory,
+                      std::vector<option_spec> options) {
+  {
+    auto& t = options_of();
+    std::lock_guard lock(t.mu);
+    t.by_name[name] = std::move(options);
+  }
   the_registry().set(std::move(name), std::move(factory), std::move(summary));
+}
+
+std::vector<option_spec> routing_options(std::string_view name) {
+  auto& t = options_of();
+  std::lock_guard lock(t.mu);
+  auto it = t.by_name.find(name);
+  return it == t.by_name.end() ? std::vector<option_spec>{} : it->second;
 }
 
 std::vector<std::string> routing_names() {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/actor/route.hpp"
+#include "runtime/graph/option_spec.hpp"
 #include "schedulers/expected.hpp"
 
 namespace troupe::sched {
@@ -77,8 +78,13 @@ std::string route_text(const routing_params& params, const route_t& r);
 /// Makes the routing policy registered as `name`; unknown names fail listing the known ones.
 expected<routing_ptr> make_routing(std::string_view name, const routing_params& params);
 
-/// Adds (or replaces) a routing policy; plugins call this when loaded. Thread-safe.
-void register_routing(std::string name, std::string summary, routing_factory factory);
+/// Adds (or replaces) a routing policy with the settings it reads from
+/// `pipeline.routing: {policy: NAME, KEY: VALUE}` (routing_params::options);
+/// plugins call this when loaded. Thread-safe.
+void register_routing(std::string name, std::string summary, routing_factory factory,
+                      std::vector<option_spec> options = {});
+/// The settings the routing policy registered as `name` reads (empty if none or unknown).
+std::vector<option_spec> routing_options(std::string_view name);
 
 /// Registered routing-policy names: chain, paths, then any plugins in registration order.
 std::vector<std::string> routing_names();

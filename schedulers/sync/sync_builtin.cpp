@@ -263,16 +263,19 @@ void register_builtin_sync_methods(const std::function<void(std::string, sync_me
   auto fragment_sched = [](const local_update_spec& s) -> std::unique_ptr<sync_schedule> {
     return std::make_unique<fragment_schedule_of>(s);
   };
+  auto whole = [](const local_update_spec&) { return param_fragments(1); };
   register_sync_method("diloco", {"DiLoCo: H inner steps, the averaged pseudo-gradient, an outer Nesterov step",
-                                  [](const local_update_spec&) { return param_fragments(1); }, fragment_sched,
-                                  [](const sync_setup& s) { return std::make_unique<averaging_policy>(s, true); }});
+                                  whole, fragment_sched,
+                                  [](const sync_setup& s) { return std::make_unique<averaging_policy>(s, true); },
+                                  diloco_settings()});
   register_sync_method("streaming_diloco",
                        {"Streaming DiLoCo: P fragments round robin, exchanged τ steps early, mixed by α",
                         [](const local_update_spec& s) { return param_fragments(s.fragments); }, fragment_sched,
-                        [](const sync_setup& s) { return std::make_unique<averaging_policy>(s, true); }});
-  register_sync_method("noloco", {"NoLoCo: groups from a seeded permutation, no collective",
-                                  [](const local_update_spec&) { return param_fragments(1); }, fragment_sched,
-                                  [](const sync_setup& s) { return std::make_unique<noloco_policy>(s); }});
+                        [](const sync_setup& s) { return std::make_unique<averaging_policy>(s, true); },
+                        streaming_diloco_settings()});
+  register_sync_method("noloco", {"NoLoCo: groups from a seeded permutation, no collective", whole, fragment_sched,
+                                  [](const sync_setup& s) { return std::make_unique<noloco_policy>(s); },
+                                  noloco_settings()});
   register_sync_method(
     "desloc",
     {"DES-LOC: parameters, first and second moments averaged on their own periods",
@@ -284,10 +287,11 @@ void register_builtin_sync_methods(const std::function<void(std::string, sync_me
      [](const local_update_spec& s) {
        return periodic_schedule({s.period_params, s.period_momentum, s.period_variance});
      },
-     [](const sync_setup& s) { return std::make_unique<averaging_policy>(s, false); }});
+     [](const sync_setup& s) { return std::make_unique<averaging_policy>(s, false); }, desloc_settings()});
   register_sync_method("sparseloco", {"SparseLoCo: error feedback, top-k per chunk in 2 bits, a sparse all-gather",
-                                      [](const local_update_spec&) { return param_fragments(1); }, fragment_sched,
-                                      [](const sync_setup& s) { return std::make_unique<sparseloco_policy>(s); }});
+                                      whole, fragment_sched,
+                                      [](const sync_setup& s) { return std::make_unique<sparseloco_policy>(s); },
+                                      sparseloco_settings()});
 }
 
 } // namespace troupe::sched

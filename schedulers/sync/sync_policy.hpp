@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "runtime/graph/local_update_spec.hpp"
+#include "schedulers/sync/method_settings.hpp"
 #include "schedulers/sync/quantize.hpp"
 #include "schedulers/sync/streaming_diloco.hpp"
 
@@ -91,12 +92,14 @@ public:
 };
 
 /// A local-update method: how a stage cuts its state, when fragments are
-/// exchanged, and the policy that exchanges them.
+/// exchanged, the policy that exchanges them, and the `local_update:` keys it
+/// reads (a key it does not register is refused at its position).
 struct sync_method {
   std::string summary;
   std::function<std::vector<fragment_plan>(const local_update_spec&)> fragments;
   std::function<std::unique_ptr<sync_schedule>(const local_update_spec&)> schedule;
   std::function<std::unique_ptr<sync_policy>(const sync_setup&)> make;
+  method_settings settings;
 };
 
 /// Adds (or replaces) a method under `name` (local_update.algorithm); plugins call

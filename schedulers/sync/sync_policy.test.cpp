@@ -409,7 +409,7 @@ TEST_CASE("a method registered at run time is found by name and exchanges like a
   register_sync_method("test_average", {"average the parameters every H steps",
                                         [](const local_update_spec&) { return param_fragments(1); },
                                         [](const local_update_spec& s) { return periodic_schedule({s.sync_every}); },
-                                        desloc->make});
+                                        desloc->make, {{sync_every_option(500)}, nullptr, nullptr}});
   REQUIRE(find_sync_method("test_average") != nullptr);
   CHECK(sync_method_names().back() == "test_average");
   local_update_spec spec;
