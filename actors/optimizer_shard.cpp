@@ -235,12 +235,12 @@ caf::expected<caf::actor> spawn_optimizer_shard(spawn_context& ctx) {
   if (!ring)
     return ring.error();
   auto shard = std::make_unique<zero_shard>(g, *ring->stage, ring->rank, ring->stage_index);
-  shard_settings cfg{{ctx.spec.name, ring->stage_index, ring->next_index, g.sync_group_size(),
-                      ring->rank},
-                     g.train.steps,
-                     zero_checkpointing{g.checkpoint.dir_path, g.checkpoint.every, g.train.steps,
-                                        g.checkpoint.resume_folder, g.checkpoint.resume_step,
-                                        checkpoint_identity(g, ctx.spec)}};
+  // Parts built first and moved in: GCC 12 reports a false "may be used
+  // uninitialized" on the name when a later part of one aggregate may throw.
+  zero_checkpointing ck{g.checkpoint.dir_path,     g.checkpoint.every,       g.train.steps,
+                        g.checkpoint.resume_folder, g.checkpoint.resume_step, checkpoint_identity(g, ctx.spec)};
+  ring_settings peer{ctx.spec.name, ring->stage_index, ring->next_index, g.sync_group_size(), ring->rank};
+  shard_settings cfg{std::move(peer), g.train.steps, std::move(ck)};
   return caf::actor{ctx.system.spawn(optimizer_shard, std::move(cfg), std::move(shard), ctx.runner)};
 }
 
