@@ -112,15 +112,25 @@ TEST_CASE("one agent alone costs exactly the closed form, on the cheapest path t
   }
 }
 
-TEST_CASE("every plan keeps the path rules, node memory and stage capacity") {
-  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
-    auto pr = random_problem(20, 6, 12, seed);
-    auto p = search_placement(pr, 0.1, seed, 4);
-    path_rules rules;
+/// A tight instance: 20 nodes on 12 locations, 6 positions, paths of 4, memory 3,
+/// three microbatches per stage-0 node (15 agents, 45 visits: every stage full).
+struct tight_instance {
+  path_problem pr;
+  placement p;
+  path_rules rules;
+  std::vector<path_agent> agents;
+  explicit tight_instance(std::uint64_t seed)
+      : pr(random_problem(20, 6, 12, seed)), p(search_placement(pr, 0.1, seed, 4)) {
     rules.path_length = 4;
     rules.memory = 3;
     rules.max_per_stage = 9;
-    auto agents = make_agents(pr, p, 3); // 15 agents, 45 visits: every stage full
+    agents = make_agents(pr, p, 3);
+  }
+};
+
+TEST_CASE("every plan keeps the path rules, node memory and stage capacity") {
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    auto [pr, p, rules, agents] = tight_instance{seed};
     for (bool aware : {false, true}) {
       CAPTURE(seed);
       CAPTURE(aware);
@@ -181,13 +191,7 @@ TEST_CASE("no microbatch of a collision-aware plan can take another path and sho
 TEST_CASE("a search past its deadline stops with a valid plan no better than the full search's, and says so") {
   for (std::uint64_t seed = 31; seed <= 33; ++seed) {
     CAPTURE(seed);
-    auto pr = random_problem(20, 6, 12, seed);
-    auto p = search_placement(pr, 0.1, seed, 4);
-    path_rules rules;
-    rules.path_length = 4;
-    rules.memory = 3;
-    rules.max_per_stage = 9;
-    auto agents = make_agents(pr, p, 3);
+    auto [pr, p, rules, agents] = tight_instance{seed};
     auto full = plan_skippipe(pr, p, rules, agents, true, 600);
     REQUIRE(full);
     CHECK_FALSE(full->cut_short);
