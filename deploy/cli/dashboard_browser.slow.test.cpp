@@ -1,7 +1,8 @@
 // Browser tests of the dashboard (tests/browser/dashboard.mjs: Playwright with
 // Debian's headless chromium): a live 4-stage training run, the same across two
 // launched node processes, a 64-actor, 100,000-span trace, and the validation
-// loss of a finished run. Screenshots go to the build folder.
+// loss of a finished run, and replicated runs' loss lines, memory and actor grid.
+// Screenshots go to the build folder.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -43,6 +44,6 @@ TEST_CASE("the dashboard says which step its validation loss is from and draws v
   CHECK(run_browser("validation") == 0);
 }
 
-TEST_CASE("the dashboard draws each replica's loss and what every stage and optimizer shard holds") {
+TEST_CASE("the dashboard draws each replica's loss, what every stage and optimizer shard holds, and the replicas' grid") {
   CHECK(run_browser("replicas") == 0);
 }

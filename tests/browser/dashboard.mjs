@@ -15,7 +15,9 @@
 //              that the loss chart has a line per replica with a point per step,
 //              and that the memory table shows what each stage and shard holds;
 //              then on a 4-replica Streaming DiLoCo run, each replica's loss line
-//              and every sync actor's outer steps and exchange bytes.
+//              and every sync actor's outer steps and exchange bytes; on both, that
+//              the actor graph is the grid (positions across, replicas down, each
+//              shard or sync actor beside its stage), ring links shown on demand.
 // usage: node tests/browser/dashboard.mjs live|launch|synthetic|validation|replicas --troupe PATH --out DIR [--steps N]
 //
 // The live and launch runs must outlast the page's first look at them, on any machine: the
@@ -335,6 +337,60 @@ async function validation() {
   await dash.exited;
 }
 
+/// The actor graph's boxes as drawn: name -> centre, from each box's <g> transform and <rect>.
+function graphBoxes(page) {
+  return page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#graph g')].map((g) => {
+    const m = /translate\(([-\d.]+),\s*([-\d.]+)\)/.exec(g.getAttribute('transform') ?? '');
+    const r = g.querySelector('rect');
+    const w = Number(r?.getAttribute('width') ?? 0), h = Number(r?.getAttribute('height') ?? 0);
+    return [g.querySelector('text')?.textContent, m ? { x: Number(m[1]), y: Number(m[2]), cx: Number(m[1]) + w / 2,
+      cy: Number(m[2]) + h / 2 } : null];
+  })));
+}
+
+/// Links drawn between two helpers (shards, all-reduce peers, sync actors): each
+/// path's ends, matched to the nearest box centre.
+async function helperLinks(page, boxes, isHelper) {
+  const ends = await page.evaluate(() => [...document.querySelectorAll('#graph path.edge')]
+    .filter((p) => getComputedStyle(p).display !== 'none' && getComputedStyle(p).visibility !== 'hidden')
+    .map((p) => (p.getAttribute('d').match(/[-\d.]+/g) ?? []).map(Number)));
+  const nearest = (x, y) => Object.entries(boxes).filter(([, b]) => b)
+    .reduce((best, [n, b]) => { const d = Math.hypot(b.cx - x, b.cy - y); return d < best[1] ? [n, d] : best; }, ['', Infinity])[0];
+  return ends.filter((e) => e.length >= 4 && isHelper(nearest(e[0], e[1])) && isHelper(nearest(e.at(-2), e.at(-1)))).length;
+}
+
+/// The actor graph of a replicated run is its grid: one column per stage position,
+/// one row per replica, in order; each helper (`<stage>_<suffix>`) nearer its own
+/// stage than any other; ring links between helpers hidden until the toggle shows them.
+async function checkGrid(page, replicas, positions, suffix) {
+  const boxes = await graphBoxes(page);
+  const stage = (r, s) => boxes[`r${r}s${s}`];
+  const all = [];
+  for (let r = 0; r < replicas; r++) for (let s = 0; s < positions; s++) all.push([r, s]);
+  check(all.every(([r, s]) => stage(r, s)), `the graph has a box for every stage (${Object.keys(boxes).join(', ')})`);
+  if (!all.every(([r, s]) => stage(r, s))) return;
+  check(all.every(([r, s]) => stage(r, s).x === stage(0, s).x),
+    `stages of one position share an x (${all.map(([r, s]) => `r${r}s${s}:${stage(r, s).x}`).join(' ')})`);
+  check(all.every(([r, s]) => stage(r, s).y === stage(r, 0).y),
+    `stages of one replica share a y (${all.map(([r, s]) => `r${r}s${s}:${stage(r, s).y}`).join(' ')})`);
+  check(all.every(([r, s]) => r === 0 || stage(r, s).y > stage(r - 1, s).y), 'replicas go down in order');
+  check(all.every(([r, s]) => s === 0 || stage(r, s).x > stage(r, s - 1).x), 'positions go across in order');
+  const d = (a, b) => Math.hypot(a.cx - b.cx, a.cy - b.cy);
+  const far = all.filter(([r, s]) => {
+    const h = boxes[`r${r}s${s}${suffix}`];
+    return !h || all.some(([r2, s2]) => (r2 !== r || s2 !== s) && d(h, stage(r2, s2)) <= d(h, stage(r, s)));
+  });
+  check(far.length === 0, `every ${suffix} actor is beside its own stage (not: ${far.map(([r, s]) => `r${r}s${s}${suffix}`).join(', ')})`);
+  const isHelper = (n) => n.endsWith(suffix);
+  const before = await helperLinks(page, boxes, isHelper);
+  check(before === 0, `no ring or exchange links before the toggle (${before})`);
+  const clicked = await page.click('#graph-rings', { timeout: 2000 }).then(() => true, () => false);
+  check(clicked, 'the page has the "show ring and exchange links" toggle');
+  await sleep(300);
+  const after = await helperLinks(page, await graphBoxes(page), isHelper);
+  check(after > 0, `ring or exchange links after the toggle (${after})`);
+}
+
 async function replicas() {
   const total = 12, trace = path.join(outDir, 'replicas-trace.json');
   const run = await runToEnd(['run', 'examples/ddp.yaml', '--steps', String(total), '--set', 'data_parallel.zero=2',
@@ -359,6 +415,7 @@ async function replicas() {
   // ZeRO-2: the stage keeps no optimizer state and gives its gradients back between steps; its shard holds both.
   check(memory.r0s0 && n(memory.r0s0[1]) === 0 && n(memory.r0s0[2]) === 0 && n(memory.r0s0_os[2]) > 0,
     `a ZeRO-2 stage holds parameters only, its shard the optimizer state (${JSON.stringify([memory.r0s0, memory.r0s0_os])})`);
+  await checkGrid(page, 2, 2, '_os');
   await page.screenshot({ path: path.join(outDir, 'dashboard-replicas.png'), fullPage: true });
   check(errors.length === 0, `no page errors (${errors.join('; ')})`);
   await context.close();
@@ -388,6 +445,7 @@ async function localUpdate() {
   const syncs = [0, 1, 2, 3].flatMap((r) => [0, 1].map((s) => `r${r}s${s}_sync`));
   check(Object.keys(outer).length === syncs.length && syncs.every((a) => outer[a] && n(outer[a][0]) === 6 && n(outer[a][1]) > 0),
     `the outer table shows each sync actor's 6 outer steps and the bytes it sent (${JSON.stringify(outer)})`);
+  await checkGrid(page, 4, 2, '_sync');
   await page.screenshot({ path: path.join(outDir, 'dashboard-local-update.png'), fullPage: true });
   check(errors.length === 0, `no page errors (${errors.join('; ')})`);
   await context.close();

@@ -25,7 +25,7 @@ const model = {
 };
 
 const timeline = new Timeline($('timeline'), $('tooltip'), model);
-const graph = new ActorGraph($('graph'));
+const graph = new ActorGraph($('graph'), $('graph-rings'));
 const charts = new Charts($('loss-chart'), $('tps-chart'));
 let chartsDirty = false, graphDirty = false, memoryDirty = false, outerDirty = false;
 
