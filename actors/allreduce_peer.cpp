@@ -22,18 +22,18 @@ namespace troupe {
 namespace {
 
 struct peer_settings : ring_settings {
-  std::int64_t steps = 0;        ///< train.steps: it reports done once the last one's buckets are reduced
-  std::int64_t first_step = 0;   ///< a resumed run's first step
-  int buckets = 0;               ///< buckets its stage sends a step (grad_buckets' layout)
+  std::int64_t steps = 0;      ///< train.steps: it reports done once the last one's buckets are reduced
+  std::int64_t first_step = 0; ///< a resumed run's first step
+  int buckets = 0;             ///< buckets its stage sends a step (grad_buckets' layout)
 };
 
 struct allreduce_peer_state {
-  std::vector<caf::actor> actors;        ///< every actor of the graph, by index
+  std::vector<caf::actor> actors; ///< every actor of the graph, by index
   std::vector<std::uint16_t> actor_ids;
   caf::actor runner;
-  std::map<std::pair<step_t, int>, ring_flight> flights;  ///< (step, bucket) -> its reduction
+  std::map<std::pair<step_t, int>, ring_flight> flights; ///< (step, bucket) -> its reduction
   std::uint64_t bytes_sent = 0;
-  int last_step_reduced = 0;  ///< buckets of the run's last step done
+  int last_step_reduced = 0; ///< buckets of the run's last step done
   bool done_sent = false;
   std::uint16_t trace_id = 0;
   static inline const char* name = "allreduce_peer";
@@ -145,14 +145,14 @@ void expand_ring(section_expansion& e, int replicas, const std::function<std::st
       a.expanded = true;
       a.pos = e.where;
       g.actors.push_back(std::move(a));
-      edge(stage(r, s), peer(r, s));  // buckets
-      edge(peer(r, s), stage(r, s));  // their sums
+      edge(stage(r, s), peer(r, s)); // buckets
+      edge(peer(r, s), stage(r, s)); // their sums
       if (links == helper_links::ring)
-        edge(peer(r, s), peer((r + 1) % replicas, s));  // the ring
+        edge(peer(r, s), peer((r + 1) % replicas, s)); // the ring
       else
         for (int o = 0; o < replicas; ++o)
           if (o != r)
-            edge(peer(r, s), peer(o, s));  // to every other replica's
+            edge(peer(r, s), peer(o, s)); // to every other replica's
     }
 }
 
@@ -178,8 +178,8 @@ int helper_of(const graph_spec& g, const std::string& type, const std::string& s
 bool check_serves_stage(const actor_spec& a, const graph_spec& g, diagnostics& out) {
   if (g.served_stage(a))
     return true;
-  out.push_back({a.pos, a.name + ".stage",
-                 fmt::format("{} '{}' needs 'stage: NAME', a pipeline stage it serves", a.type, a.name)});
+  out.push_back(
+    {a.pos, a.name + ".stage", fmt::format("{} '{}' needs 'stage: NAME', a pipeline stage it serves", a.type, a.name)});
   return false;
 }
 
@@ -189,8 +189,9 @@ actor_type_info allreduce_peer_info() {
     if (!check_serves_stage(a, g, out))
       return;
     if (!g.channel_target(a, "allreduce_peer"))
-      out.push_back({a.pos, "channels",
-                     fmt::format("allreduce_peer '{}' needs a channel to the next allreduce_peer of its ring", a.name)});
+      out.push_back(
+        {a.pos, "channels",
+         fmt::format("allreduce_peer '{}' needs a channel to the next allreduce_peer of its ring", a.name)});
   };
   return info;
 }
@@ -202,13 +203,13 @@ caf::expected<caf::actor> spawn_allreduce_peer(spawn_context& ctx) {
   if (!stage || !next)
     return make_error(errc::invalid_argument,
                       fmt::format("{}: needs a `stage:` it serves and a channel to the next peer", ctx.spec.name));
-  peer_settings cfg{{ctx.spec.name, g.index_of(stage->name), g.index_of(next->name),
-                     g.sync_group_size(), stage->replica % g.sync_group_size(), g.data_parallel.wire == "bf16"},
-                    g.train.steps,
-                    g.checkpoint.resume_step,
-                    static_cast<int>(sched::make_shard_layout(zero_params(g, *stage), g.data_parallel.bucket,
-                                                              g.sync_group_size(), 0)
-                                       .buckets.size())};
+  peer_settings cfg{
+    {ctx.spec.name, g.index_of(stage->name), g.index_of(next->name), g.sync_group_size(),
+     stage->replica % g.sync_group_size(), g.data_parallel.wire == "bf16"},
+    g.train.steps,
+    g.checkpoint.resume_step,
+    static_cast<int>(
+      sched::make_shard_layout(zero_params(g, *stage), g.data_parallel.bucket, g.sync_group_size(), 0).buckets.size())};
   return caf::actor{ctx.system.spawn(allreduce_peer, std::move(cfg), ctx.runner)};
 }
 

@@ -14,7 +14,7 @@ namespace {
 
 struct attention_server_actor_state {
   attention_server_state server;
-  std::vector<caf::actor> actors;  ///< every actor of the graph, by index (answers go to key.from)
+  std::vector<caf::actor> actors; ///< every actor of the graph, by index (answers go to key.from)
   bool failed = false;
   static inline const char* name = "attention_server";
 };
@@ -47,7 +47,8 @@ caf::behavior attention_server(server_actor* self, std::string name, caf::actor 
         {
           scoped_span s(id, span_kind::attention, static_cast<std::int32_t>(m.key.step), m.key.microbatch);
           r = st.server.serve(m);
-          s.get().bytes = r.out.defined() ? r.out.nbytes() : 0; // a forward's answer: its queries' outputs (0 for a backward)
+          s.get().bytes =
+            r.out.defined() ? r.out.nbytes() : 0; // a forward's answer: its queries' outputs (0 for a backward)
         }
         if (m.key.from < 0 || static_cast<std::size_t>(m.key.from) >= st.actors.size())
           throw std::runtime_error(fmt::format("a task from actor {}, which the graph does not have", m.key.from));

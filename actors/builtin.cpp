@@ -31,9 +31,8 @@ void register_builtin_actors() {
           out.push_back({name, m->summary, m->settings.options, m->settings.configure, m->settings.problems});
       return out;
     });
-    register_section_expander(
-        "pipeline", {expand_pipeline, true},
-        "a data_loader, pipeline_stage actors and their chain (also the default graph)");
+    register_section_expander("pipeline", {expand_pipeline, true},
+                              "a data_loader, pipeline_stage actors and their chain (also the default graph)");
     return true;
   }();
   (void)once;

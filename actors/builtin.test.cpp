@@ -62,14 +62,12 @@ TEST_CASE("runtime/ names no actor type that actors/builtin.cpp registers") {
     for (int n = 1; std::getline(in, line); ++n)
       for (const auto& t : types)
         if (line.find(t) != std::string::npos)
-          found +=
-              fmt::format("{}:{}: names '{}': {}\n", fs::relative(f, TROUPE_SOURCE_DIR).string(), n, t, line);
+          found += fmt::format("{}:{}: names '{}': {}\n", fs::relative(f, TROUPE_SOURCE_DIR).string(), n, t, line);
   }
   CHECK_MESSAGE(found.empty(), "runtime/ must apply role rules (actor_role), not type names:\n" << found);
 }
 
-TEST_CASE(
-    "the built-in roles: stages hold layers and spread over nodes, the loader goes with the first stage") {
+TEST_CASE("the built-in roles: stages hold layers and spread over nodes, the loader goes with the first stage") {
   auto g = load(R"(model: {layers: 4, d_model: 8, heads: 2, context: 4}
 data: {batch: 1}
 train: {steps: 3}

@@ -30,9 +30,8 @@ void ensure(token_batch& b, int batch, int context, bool documents) {
 
 } // namespace
 
-byte_corpus::byte_corpus(const std::filesystem::path& path, int context, double val_fraction,
-                         std::uint64_t seed)
-  : context_(context), seed_(seed) {
+byte_corpus::byte_corpus(const std::filesystem::path& path, int context, double val_fraction, std::uint64_t seed)
+    : context_(context), seed_(seed) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw std::runtime_error(fmt::format("{}: cannot read corpus file ({})", path.string(),
@@ -63,9 +62,15 @@ void byte_corpus::shuffle_epoch(std::uint64_t epoch) {
 void byte_corpus::set_documents(document_source source) {
   documents_ = source;
   switch (source) {
-    case document_source::none: starts_.clear(); break;
-    case document_source::chapters: starts_ = chapter_starts(bytes_); break;
-    case document_source::long_tail: starts_ = starts_of(document_lengths_long_tail(bytes_.size(), context_, seed_)); break;
+  case document_source::none:
+    starts_.clear();
+    break;
+  case document_source::chapters:
+    starts_ = chapter_starts(bytes_);
+    break;
+  case document_source::long_tail:
+    starts_ = starts_of(document_lengths_long_tail(bytes_.size(), context_, seed_));
+    break;
   }
 }
 
@@ -95,8 +100,8 @@ void byte_corpus::next_train(int batch, token_batch& out) {
 void byte_corpus::validation(int k, int batch, token_batch& out) const {
   ensure(out, batch, context_, documents_ != document_source::none);
   for (int b = 0; b < batch; ++b) {
-    auto w = (static_cast<std::size_t>(k) * static_cast<std::size_t>(batch) + static_cast<std::size_t>(b)) %
-             val_windows_;
+    auto w =
+      (static_cast<std::size_t>(k) * static_cast<std::size_t>(batch) + static_cast<std::size_t>(b)) % val_windows_;
     copy_window(train_bytes_ + w * static_cast<std::size_t>(context_), out, b);
   }
 }

@@ -86,8 +86,7 @@ TEST_CASE("validation batches come from the held-out tail and never change") {
 TEST_CASE("a missing or too-short corpus is an error naming the file") {
   CHECK_THROWS_WITH_AS(byte_corpus("/nonexistent/kjv.txt", 64, 0.1, 1), doctest::Contains("/nonexistent/kjv.txt"),
                        std::runtime_error);
-  CHECK_THROWS_WITH_AS(byte_corpus(write_corpus(50), 64, 0.1, 1), doctest::Contains("too short"),
-                       std::runtime_error);
+  CHECK_THROWS_WITH_AS(byte_corpus(write_corpus(50), 64, 0.1, 1), doctest::Contains("too short"), std::runtime_error);
 }
 
 TEST_CASE("a saved position resumes the stream across epoch boundaries and validation does not move it") {

@@ -34,10 +34,10 @@ caf::behavior channel(channel_actor* self, std::string dest_name, std::uint16_t 
     self->state.conn->send(std::move(f));
   };
   self->set_default_handler([=](caf::scheduled_actor*, caf::message_view& m) -> caf::result<caf::message> {
-    self->send(runner, failed_atom::value,
-               failure_msg{"channel to " + dest_name,
-                           fmt::format("message {} cannot cross processes (no wire encoding for it)",
-                                       caf::to_string(m.content()))});
+    self->send(
+      runner, failed_atom::value,
+      failure_msg{"channel to " + dest_name, fmt::format("message {} cannot cross processes (no wire encoding for it)",
+                                                         caf::to_string(m.content()))});
     return caf::none;
   });
   return remote::encoders(dest, ship);

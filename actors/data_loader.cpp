@@ -49,53 +49,52 @@ sched::expected<sched::routing_ptr> make_loader_routing(const std::string& name,
   return name == noloco_routing ? sched::make_noloco_routing(p) : sched::make_routing(name, p);
 }
 
-
 struct loader_settings {
   std::string name;
   std::filesystem::path corpus;
-  document_source documents = document_source::none;  ///< data.documents: batches carry masks when set
+  document_source documents = document_source::none; ///< data.documents: batches carry masks when set
   int context = 0;
   double val_fraction = 0.1;
   std::uint64_t seed = 1;
   int batch = 1;
   int microbatches = 1;
-  int replicas = 1;  ///< data-parallel replicas: a step hands out replicas × microbatches
+  int replicas = 1; ///< data-parallel replicas: a step hands out replicas × microbatches
   /// data_parallel.route least_loaded: stages pick the next hop as they go, so
   /// the targets go with the tokens and stages after the first learn their hops from their senders.
   bool least_loaded = false;
-  bool independent_replicas = false;  ///< local-update training: each replica's step is its own (#13)
-  bool stage_local_norm = false;      ///< NoLoCo's random routes: replicas share stages, reduce nothing (#13)
-  int group_size = 1;                 ///< local_update.replica_groups: replicas that sync every step together
+  bool independent_replicas = false; ///< local-update training: each replica's step is its own (#13)
+  bool stage_local_norm = false;     ///< NoLoCo's random routes: replicas share stages, reduce nothing (#13)
+  int group_size = 1;                ///< local_update.replica_groups: replicas that sync every step together
   std::int64_t steps = 0;
   std::int64_t eval_every = 0;
   int eval_batches = 8;
-  std::string routing = "chain";         ///< the routing policy
-  sched::routing_params routing_params;  ///< the stages it routes over
-  std::filesystem::path checkpoint_dir;  ///< empty: no checkpoints
+  std::string routing = "chain";        ///< the routing policy
+  sched::routing_params routing_params; ///< the stages it routes over
+  std::filesystem::path checkpoint_dir; ///< empty: no checkpoints
   std::int64_t checkpoint_every = 0;
-  std::map<std::string, std::string> identity;  ///< checkpoint_identity of this loader
-  std::filesystem::path resume_folder;   ///< empty: a fresh start
+  std::map<std::string, std::string> identity; ///< checkpoint_identity of this loader
+  std::filesystem::path resume_folder;         ///< empty: a fresh start
   step_t resume_step = 0;
   /// Read a round (one microbatch per replica) at a time: for attention servers,
   /// whose every stage plans the round's shards from its masks, and for a deal
   /// other than the corpus's order (#15).
   bool rounds = false;
-  bool attention = false;        ///< batches carry their round's masks (batch_msg::round_documents)
-  bool heaviest_first = false;   ///< data.deal: heaviest_first
+  bool attention = false;      ///< batches carry their round's masks (batch_msg::round_documents)
+  bool heaviest_first = false; ///< data.deal: heaviest_first
 };
 
 struct data_loader_state {
   std::optional<byte_corpus> corpus;
   std::optional<sched::router_core> router;
   caf::actor runner;
-  std::vector<caf::actor> actors;        ///< every actor of the graph, by index
-  std::vector<std::uint16_t> actor_ids;  ///< their trace ids, for counted mailbox depth
-  std::int64_t sent = 0; ///< training microbatches sent so far (a resumed run counts its earlier ones)
-  std::uint64_t resume_position = 0; ///< corpus position read from the checkpoint
+  std::vector<caf::actor> actors;       ///< every actor of the graph, by index
+  std::vector<std::uint16_t> actor_ids; ///< their trace ids, for counted mailbox depth
+  std::int64_t sent = 0;                ///< training microbatches sent so far (a resumed run counts its earlier ones)
+  std::uint64_t resume_position = 0;    ///< corpus position read from the checkpoint
   bool done = false;
   std::uint16_t trace_id = 0;
-  std::deque<token_batch> round;  ///< the rest of the round being handed out (loader_settings::rounds)
-  tensor_handle round_documents;  ///< its masks, [replicas, batch, context]
+  std::deque<token_batch> round; ///< the rest of the round being handed out (loader_settings::rounds)
+  tensor_handle round_documents; ///< its masks, [replicas, batch, context]
   static inline const char* name = "data_loader";
 };
 
@@ -129,9 +128,9 @@ void send_eval(loader_actor* self, const loader_settings& cfg, step_t after_step
     for (int k = 0; k < cfg.eval_batches; ++k) {
       token_batch b; // fresh handles: the stages hold them while we go on
       self->state.corpus->validation(k, cfg.batch * cfg.replicas, b); // the global batch, on replica 0's route
-      deliver(self, eval_atom::value,
-              batch_msg{after_step, static_cast<int>(v) * cfg.eval_batches + k, b.tokens, b.targets, routes[v],
-                        b.documents});
+      deliver(
+        self, eval_atom::value,
+        batch_msg{after_step, static_cast<int>(v) * cfg.eval_batches + k, b.tokens, b.targets, routes[v], b.documents});
     }
 }
 
@@ -230,16 +229,21 @@ void read_round(data_loader_state& st, const loader_settings& cfg) {
     st.corpus->next_train(B, b);
   const bool docs = in[0].documents.defined();
   if (cfg.heaviest_first) {
-    struct row { std::int64_t pairs; int batch, index; };
+    struct row {
+      std::int64_t pairs;
+      int batch, index;
+    };
     std::vector<row> rows;
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < B; ++i)
         rows.push_back({docs ? sequence_pairs(in[std::size_t(r)].documents.data<std::int32_t>() + i * T, T)
-                             : sequence_pairs(nullptr, T), r, i});
+                             : sequence_pairs(nullptr, T),
+                        r, i});
     std::stable_sort(rows.begin(), rows.end(), [](const row& a, const row& b) { return a.pairs > b.pairs; });
     std::vector<token_batch> out(in.size());
     auto copy_row = [&](const tensor_handle& from, int i, tensor_handle& to, int j) {
-      std::memcpy(to.data<std::int32_t>() + j * T, from.data<std::int32_t>() + i * T, sizeof(std::int32_t) * std::size_t(T));
+      std::memcpy(to.data<std::int32_t>() + j * T, from.data<std::int32_t>() + i * T,
+                  sizeof(std::int32_t) * std::size_t(T));
     };
     for (int r = 0; r < R; ++r) {
       auto& o = out[std::size_t(r)];
@@ -278,7 +282,7 @@ void pump(loader_actor* self, const loader_settings& cfg) {
   while (!st.done) {
     auto e = st.router->next();
     if (!e) {
-      if (st.router->done())  // the last microbatches were a lost replica's
+      if (st.router->done()) // the last microbatches were a lost replica's
         report_done(self, cfg);
       return;
     }
@@ -295,10 +299,10 @@ void pump(loader_actor* self, const loader_settings& cfg) {
       st.corpus->next_train(cfg.batch, b);
     }
     s.get().bytes = b.tokens.nbytes() + b.targets.nbytes();
-    deliver(self, forward_atom::value,
-            batch_msg{e->step, e->microbatch, b.tokens, b.targets, std::move(e->route), b.documents,
-                      st.round_documents},
-            cfg.least_loaded);
+    deliver(
+      self, forward_atom::value,
+      batch_msg{e->step, e->microbatch, b.tokens, b.targets, std::move(e->route), b.documents, st.round_documents},
+      cfg.least_loaded);
     ++st.sent;
     bool step_end = e->step_end;
     if (step_end && eval_due(cfg, e->step))
@@ -347,7 +351,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
       self->state.router.emplace(std::move(rc), std::move(*policy));
       return caf::ok_atom::value;
     },
-    [=](replica_lost_atom, std::int32_t replica) {  // elastic local-update training: go on without it
+    [=](replica_lost_atom, std::int32_t replica) { // elastic local-update training: go on without it
       auto& st = self->state;
       if (!st.router || st.done)
         return;
@@ -358,7 +362,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
         return;
       }
       if (st.corpus)
-        pump(self, cfg);  // a microbatch may have waited on the lost replica's credits
+        pump(self, cfg); // a microbatch may have waited on the lost replica's credits
     },
     [=](start_atom) {
       auto& st = self->state;
@@ -385,15 +389,15 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
   };
 }
 
-
 /// The stages a router routes over: every actor that holds layers.
 sched::routing_params routing_params_of(const graph_spec& g) {
   sched::routing_params rp;
-  rp.options = g.pipeline.routing_options;  // the settings the policy registered
+  rp.options = g.pipeline.routing_options; // the settings the policy registered
   rp.options["seed"] = std::to_string(g.data.seed);
   rp.layers = g.model.layers;
   rp.paths = g.pipeline.paths;
-  if (g.skip_runs()) {  // SkipPipe: the plan's paths (a plan that cannot be made leaves none: make_skippipe_routing says so)
+  // SkipPipe: the plan's paths (a plan that cannot be made leaves none: make_skippipe_routing says so).
+  if (g.skip_runs()) {
     if (auto plan = plan_skippipe_graph(g, /*baselines=*/false))
       rp.paths = skippipe_route_names(g, *plan);
     rp.options["path_length"] = std::to_string(skippipe_path_stages(g));
@@ -424,7 +428,8 @@ std::optional<std::string> check_routes(const graph_spec& g, const actor_spec& l
   for (const auto& c : g.channels)
     channels.emplace(c.from, c.to);
   auto has_channel = [&](int from, int to) {
-    return channels.contains({g.actors[static_cast<std::size_t>(from)].name, g.actors[static_cast<std::size_t>(to)].name});
+    return channels.contains(
+      {g.actors[static_cast<std::size_t>(from)].name, g.actors[static_cast<std::size_t>(to)].name});
   };
   int m = std::max(g.pipeline.microbatches, 1) * std::max(g.data_parallel.replicas, 1);
   for (int k = 0; k < 4 * m; ++k) {
@@ -444,7 +449,7 @@ std::optional<std::string> check_routes(const graph_spec& g, const actor_spec& l
 /// data_parallel.replicas nodes on each position (replica i on the i-th), and its
 /// plan can be made; false (with the reason in `out`) otherwise.
 bool check_skip_run(const graph_spec& g, diagnostics& out) {
-  const auto& where = g.skip.placement;  // empty: searched, data_parallel.replicas nodes per position
+  const auto& where = g.skip.placement; // empty: searched, data_parallel.replicas nodes per position
   for (std::size_t s = 0; s < where.size(); ++s)
     if (static_cast<int>(where[s].size()) != std::max(g.data_parallel.replicas, 1)) {
       out.push_back({g.where("skip.placement"), "skip.placement",
@@ -473,13 +478,12 @@ actor_type_info data_loader_info() {
   info.role.checkpoint_identity = [](const graph_spec& g, const actor_spec&) {
     std::error_code ec;
     auto bytes = std::filesystem::file_size(g.data.corpus_path, ec);
-    std::map<std::string, std::string> id{
-        {"corpus_bytes", ec ? "?" : std::to_string(bytes)},
-        {"data.seed", std::to_string(g.data.seed)},
-        {"data.batch", std::to_string(g.data.batch)},
-        {"data.val_fraction", fmt::format("{}", g.data.val_fraction)},
-        {"model.context", std::to_string(g.model.context)},
-        {"pipeline.microbatches", std::to_string(g.pipeline.microbatches)}};
+    std::map<std::string, std::string> id{{"corpus_bytes", ec ? "?" : std::to_string(bytes)},
+                                          {"data.seed", std::to_string(g.data.seed)},
+                                          {"data.batch", std::to_string(g.data.batch)},
+                                          {"data.val_fraction", fmt::format("{}", g.data.val_fraction)},
+                                          {"model.context", std::to_string(g.model.context)},
+                                          {"pipeline.microbatches", std::to_string(g.pipeline.microbatches)}};
     if (g.data.documents != "none") // other masks, another run
       id["data.documents"] = g.data.documents;
     if (g.data_parallel.replicas > 1) // a step hands out replicas × microbatches
@@ -490,7 +494,8 @@ actor_type_info data_loader_info() {
                                        const safetensors_header& part) -> std::optional<std::string> {
     // The part's "step" is checked against the checkpoint's before this is asked.
     auto step = part.metadata.count("step") ? std::atoll(part.metadata.at("step").c_str()) : 0;
-    if (auto state = resume_state(part.metadata, step, g.pipeline.microbatches * std::max(1, g.data_parallel.replicas)); !state)
+    if (auto state = resume_state(part.metadata, step, g.pipeline.microbatches * std::max(1, g.data_parallel.replicas));
+        !state)
       return error_message(state.error());
     return std::nullopt;
   };
@@ -544,7 +549,7 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   cfg.identity = checkpoint_identity(g, ctx.spec);
   cfg.resume_folder = g.checkpoint.resume_folder;
   cfg.resume_step = g.checkpoint.resume_step;
-  if (auto d = skippipe_not_runnable(g))  // plannable (troupe plan paths), yet not runnable
+  if (auto d = skippipe_not_runnable(g)) // plannable (troupe plan paths), yet not runnable
     return make_error(errc::invalid_argument, to_string(*d));
   cfg.attention = g.attention.present;
   cfg.heaviest_first = g.data.deal == "heaviest_first";

@@ -21,7 +21,9 @@ std::optional<document_source> parse_document_source(std::string_view name) {
   return std::nullopt;
 }
 
-std::string_view to_string(document_source s) { return document_source_names()[static_cast<std::size_t>(s)]; }
+std::string_view to_string(document_source s) {
+  return document_source_names()[static_cast<std::size_t>(s)];
+}
 
 std::vector<std::size_t> chapter_starts(const std::vector<std::uint8_t>& bytes) {
   std::vector<std::size_t> starts{0};

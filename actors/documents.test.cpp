@@ -41,8 +41,10 @@ TEST_CASE("long-tail documents: most short, a few percent holding a large share 
   auto sorted = lengths;
   std::sort(sorted.begin(), sorted.end(), std::greater<>());
   auto top = sorted.size() / 20; // the longest 5%
-  double share = double(std::accumulate(sorted.begin(), sorted.begin() + std::ptrdiff_t(top), std::size_t{0})) / double(total);
-  auto longer_than_window = std::count_if(lengths.begin(), lengths.end(), [&](auto n) { return n > std::size_t(context); });
+  double share =
+    double(std::accumulate(sorted.begin(), sorted.begin() + std::ptrdiff_t(top), std::size_t{0})) / double(total);
+  auto longer_than_window =
+    std::count_if(lengths.begin(), lengths.end(), [&](auto n) { return n > std::size_t(context); });
   INFO("documents " << lengths.size() << ", median " << sorted[sorted.size() / 2] << ", top 5% share " << share
                     << ", longer than a window " << longer_than_window);
   CHECK(sorted[sorted.size() / 2] <= std::size_t(context / 4)); // most are short

@@ -26,14 +26,14 @@ namespace troupe {
 namespace {
 
 struct shard_settings : ring_settings {
-  std::int64_t steps = 0;       ///< train.steps: it reports done after the last one's gather
+  std::int64_t steps = 0; ///< train.steps: it reports done after the last one's gather
   zero_checkpointing ck;
 };
 
 /// One bucket of one step: its flat buffer only while a ring phase needs it.
 struct flight : ring_flight {
-  tensor_handle kept;       ///< the loss bucket: its reduced chunk, kept for the gather
-  bool gathering = false;   ///< the slice is updated: the all-gather may go on
+  tensor_handle kept;     ///< the loss bucket: its reduced chunk, kept for the gather
+  bool gathering = false; ///< the slice is updated: the all-gather may go on
 };
 
 struct optimizer_shard_state {
@@ -42,7 +42,7 @@ struct optimizer_shard_state {
   caf::actor runner;
   std::unique_ptr<zero_shard> shard;
   std::map<std::pair<step_t, int>, flight> flights;
-  int gathered = 0;  ///< buckets of the current update back in the stage
+  int gathered = 0; ///< buckets of the current update back in the stage
   std::int64_t bytes_sent = 0;
   bool done_sent = false;
   std::uint16_t trace_id = 0;
@@ -137,13 +137,12 @@ void update(shard_actor* self, const shard_settings& cfg, step_t step, float lr,
   for (int b = 0; b < shard.buckets(); ++b) {
     auto it = st.flights.find({step, b});
     if (it == st.flights.end() || it->second.flat.defined() || it->second.phase != it->second.plan.members - 1)
-      throw std::runtime_error(fmt::format("{}: asked to update step {} before bucket {} was reduce-scattered",
-                                           cfg.name, step, b));
+      throw std::runtime_error(
+        fmt::format("{}: asked to update step {} before bucket {} was reduce-scattered", cfg.name, step, b));
     auto& f = it->second;
     f.flat = tensor_handle::zeros({f.plan.padded()});
     if (b == shard.loss_bucket())
-      std::memcpy(f.flat.data<float>() + f.plan.owned_chunk() * f.plan.chunk_elements(), f.kept.raw(),
-                  f.kept.nbytes());
+      std::memcpy(f.flat.data<float>() + f.plan.owned_chunk() * f.plan.chunk_elements(), f.kept.raw(), f.kept.nbytes());
     else
       shard.write_parameters(b, f.flat.data<float>());
     f.gathering = true;
@@ -237,7 +236,7 @@ caf::expected<caf::actor> spawn_optimizer_shard(spawn_context& ctx) {
   auto shard = std::make_unique<zero_shard>(g, *ring->stage, ring->rank, ring->stage_index);
   // Parts built first and moved in: GCC 12 reports a false "may be used
   // uninitialized" on the name when a later part of one aggregate may throw.
-  zero_checkpointing ck{g.checkpoint.dir_path,     g.checkpoint.every,       g.train.steps,
+  zero_checkpointing ck{g.checkpoint.dir_path,      g.checkpoint.every,       g.train.steps,
                         g.checkpoint.resume_folder, g.checkpoint.resume_step, checkpoint_identity(g, ctx.spec)};
   ring_settings peer{ctx.spec.name, ring->stage_index, ring->next_index, g.sync_group_size(), ring->rank};
   shard_settings cfg{std::move(peer), g.train.steps, std::move(ck)};

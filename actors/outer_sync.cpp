@@ -25,23 +25,23 @@ namespace {
 
 struct sync_settings {
   std::string name;
-  int stage = 0;               ///< the stage it serves (actor index)
+  int stage = 0; ///< the stage it serves (actor index)
   int replica = 0, replicas = 1;
-  std::vector<int> peers;      ///< the outer_sync of every replica at this position, by replica (-1: itself)
+  std::vector<int> peers; ///< the outer_sync of every replica at this position, by replica (-1: itself)
   local_update_spec spec;
-  std::uint64_t seed = 0;      ///< data.seed (NoLoCo's groups)
-  long exchanges = 0;          ///< performs due in the whole run: it reports done after the last
+  std::uint64_t seed = 0; ///< data.seed (NoLoCo's groups)
+  long exchanges = 0;     ///< performs due in the whole run: it reports done after the last
 };
 
 struct outer_sync_state {
   std::vector<caf::actor> actors;
   caf::actor runner;
   std::unique_ptr<sched::sync_policy> policy;
-  std::map<int, step_t> prepared;  ///< fragment -> the step of its exchange under way
-  std::map<int, step_t> exchange;  ///< fragment -> the step of its policy's exchange (under way, or the last applied)
-  std::vector<int> lost;           ///< replicas that left the run (elastic)
-  std::map<int, std::pair<step_t, std::vector<float>>> perform;          ///< fragment -> the stage's values to update
-  std::map<std::pair<step_t, int>, std::vector<outer_part_msg>> early;  ///< messages before their prepare
+  std::map<int, step_t> prepared; ///< fragment -> the step of its exchange under way
+  std::map<int, step_t> exchange; ///< fragment -> the step of its policy's exchange (under way, or the last applied)
+  std::vector<int> lost;          ///< replicas that left the run (elastic)
+  std::map<int, std::pair<step_t, std::vector<float>>> perform;        ///< fragment -> the stage's values to update
+  std::map<std::pair<step_t, int>, std::vector<outer_part_msg>> early; ///< messages before their prepare
   std::int64_t bytes_sent = 0;
   long performed = 0;
   bool done_sent = false;
@@ -75,7 +75,7 @@ void send_all(sync_actor* self, const sync_settings& cfg, step_t step, int f, st
     if (m.to < 0 || m.to >= cfg.replicas || m.to == cfg.replica)
       throw std::runtime_error(fmt::format("{}: its policy sends to replica {} of {}", cfg.name, m.to, cfg.replicas));
     if (std::find(st.lost.begin(), st.lost.end(), m.to) != st.lost.end())
-      continue;  // left the run
+      continue; // left the run
     auto bytes = m.payload.wire_bytes();
     span s;
     s.actor = st.trace_id, s.kind = span_kind::send, s.step = static_cast<std::int32_t>(step);
@@ -122,11 +122,11 @@ void on_part(sync_actor* self, const sync_settings& cfg, outer_part_msg m) {
   auto& st = self->state;
   auto it = st.exchange.find(m.fragment);
   if (it == st.exchange.end() || it->second < m.step) {
-    st.early[{m.step, m.fragment}].push_back(std::move(m));  // this replica has not prepared it yet
+    st.early[{m.step, m.fragment}].push_back(std::move(m)); // this replica has not prepared it yet
     return;
   }
   if (it->second > m.step)
-    return;  // an exchange this replica applied and replaced since: a lost member's, or a repeat after a loss
+    return; // an exchange this replica applied and replaced since: a lost member's, or a repeat after a loss
   if (m.replica < 0 || m.replica >= cfg.replicas || m.replica == cfg.replica)
     throw std::runtime_error(fmt::format("{}: a message from replica {} of {}", cfg.name, m.replica, cfg.replicas));
   int f = m.fragment, from = m.replica, round = m.round, piece = m.piece;
@@ -142,7 +142,7 @@ void on_lost(sync_actor* self, const sync_settings& cfg, int replica) {
     return;
   st.lost.push_back(replica);
   if (!st.policy)
-    return;  // before the start values: nothing under way
+    return; // before the start values: nothing under way
   auto sends = st.policy->lose(replica);
   std::map<int, std::vector<sched::sync_send>> by_fragment;
   for (auto& s : sends)
@@ -161,7 +161,7 @@ void on_local(sync_actor* self, const sync_settings& cfg, outer_local_msg& m) {
       throw std::runtime_error(fmt::format("{}: no local-update method '{}'", cfg.name, cfg.spec.algorithm));
     st.policy = method->make(sched::sync_setup{cfg.spec, cfg.replica, cfg.replicas, cfg.seed, std::move(m.values)});
     for (int r : st.lost)
-      st.policy->lose(r);  // heard of before the start: nothing was under way
+      st.policy->lose(r); // heard of before the start: nothing was under way
     return;
   }
   if (!st.policy || m.values.size() != 1)
@@ -169,8 +169,8 @@ void on_local(sync_actor* self, const sync_settings& cfg, outer_local_msg& m) {
   auto& local = m.values.front();
   if (m.kind == outer_local_msg::perform) {
     if (!st.prepared.contains(m.fragment))
-      throw std::runtime_error(fmt::format("{}: fragment {} performed at step {} before it was prepared", cfg.name,
-                                           m.fragment, m.step));
+      throw std::runtime_error(
+        fmt::format("{}: fragment {} performed at step {} before it was prepared", cfg.name, m.fragment, m.step));
     st.perform.insert_or_assign(m.fragment, std::make_pair(m.step, std::move(local)));
     maybe_apply(self, cfg, m.fragment);
     return;
@@ -207,7 +207,7 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
       return caf::ok_atom::value;
     },
     [=](start_atom) {
-      if (cfg.exchanges == 0)  // nothing to exchange in this run
+      if (cfg.exchanges == 0) // nothing to exchange in this run
         report_done(self, cfg);
     },
     [=](outer_atom, outer_local_msg& m) { guarded([&] { on_local(self, cfg, m); }); },
@@ -232,9 +232,10 @@ actor_type_info outer_sync_info() {
     check_serves_stage(a, g, out);
     if (!g.local_update.present)
       out.push_back({a.pos, a.name, fmt::format("outer_sync '{}' needs a local_update: section", a.name)});
-    auto first = std::find_if(g.actors.begin(), g.actors.end(), [](const actor_spec& x) { return x.type == "outer_sync"; });
+    auto first =
+      std::find_if(g.actors.begin(), g.actors.end(), [](const actor_spec& x) { return x.type == "outer_sync"; });
     if (!g.local_update.present || &a != &*first)
-      return;  // what follows is said once
+      return; // what follows is said once
     if (g.checkpoint.present)
       out.push_back({g.where("checkpoint"), "checkpoint",
                      "local_update keeps its saved global and outer momentum outside the checkpoints so far: a "
@@ -274,13 +275,19 @@ caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx) {
   // With replica groups the method runs between the groups: this actor speaks
   // for its group, with the replicas of the same place in the other groups.
   const int group = g.sync_group_size(), place = stage->replica % group;
-  sync_settings cfg{ctx.spec.name, g.index_of(stage->name), stage->replica / group,
-                    std::max(g.data_parallel.replicas, 1) / group, {}, g.local_update, g.data.seed, 0};
+  sync_settings cfg{ctx.spec.name,
+                    g.index_of(stage->name),
+                    stage->replica / group,
+                    std::max(g.data_parallel.replicas, 1) / group,
+                    {},
+                    g.local_update,
+                    g.data.seed,
+                    0};
   const auto* method = sched::find_sync_method(g.local_update.algorithm);
   if (!method)
     return make_error(errc::invalid_argument,
                       fmt::format("{}: no local-update method '{}'", ctx.spec.name, g.local_update.algorithm));
-  try {  // the performs of the whole run, from the schedule every stage follows
+  try { // the performs of the whole run, from the schedule every stage follows
     auto schedule = method->schedule(g.local_update);
     for (long step = 0; step < g.train.steps; ++step)
       for (auto e : schedule->after_inner_step())
@@ -296,9 +303,8 @@ caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx) {
       if (a.role.holds_layers && a.replica == r * group + place && a.layers == stage->layers)
         peer = helper_of(g, "outer_sync", a.name);
     if (peer < 0 && r != cfg.replica)
-      return make_error(errc::invalid_argument,
-                        fmt::format("{}: replica {} has no outer_sync for the layers of {}", ctx.spec.name, r,
-                                    stage->name));
+      return make_error(errc::invalid_argument, fmt::format("{}: replica {} has no outer_sync for the layers of {}",
+                                                            ctx.spec.name, r, stage->name));
     cfg.peers.push_back(peer);
   }
   return caf::actor{ctx.system.spawn(outer_sync, std::move(cfg), ctx.runner)};

@@ -36,8 +36,9 @@ void emulate_network_links(graph_spec& g, const sched::placement& where) {
   for (std::size_t s = 0; s < where.size(); ++s)
     for (std::size_t i = 0; i < where[s].size(); ++i)
       node[grid_stage_name(g, static_cast<int>(i), static_cast<int>(s))] = where[s][i];
-  for (const auto& a : g.actors)  // an all-reduce peer sits on its stage's node
-    if (auto st = a.params.find("stage"); st != a.params.end() && st->second.IsScalar() && node.contains(st->second.Scalar()))
+  for (const auto& a : g.actors) // an all-reduce peer sits on its stage's node
+    if (auto st = a.params.find("stage");
+        st != a.params.end() && st->second.IsScalar() && node.contains(st->second.Scalar()))
       node[a.name] = node[st->second.Scalar()];
   for (auto& c : g.channels) {
     auto from = node.find(c.from), to = node.find(c.to);
@@ -88,12 +89,11 @@ void expand_pipeline(section_expansion& e) {
   g.actors.push_back(loader);
   int chunks = p.stages * p.virtual_stages;
   if (g.model.layers > 0 && g.model.layers < chunks) {
-    e.error("stages",
-            p.virtual_stages == 1
-                ? fmt::format("{} stages need at least {} layers, but model.layers is {}", p.stages, chunks,
-                              g.model.layers)
-                : fmt::format("{} stages x {} virtual chunks need at least {} layers, but model.layers is {}",
-                              p.stages, p.virtual_stages, chunks, g.model.layers));
+    e.error("stages", p.virtual_stages == 1
+                        ? fmt::format("{} stages need at least {} layers, but model.layers is {}", p.stages, chunks,
+                                      g.model.layers)
+                        : fmt::format("{} stages x {} virtual chunks need at least {} layers, but model.layers is {}",
+                                      p.stages, p.virtual_stages, chunks, g.model.layers));
     return;
   }
   auto ranges = split_layers(std::max(g.model.layers, chunks), chunks);

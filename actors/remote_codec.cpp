@@ -37,7 +37,8 @@ caf::error deliver(net::frame&& f, const std::function<caf::actor(std::uint16_t)
     if ((result = wire::read(f, dest, x)) || (result = check(x)))
       return;
     auto to = local(dest);
-    result = to ? send(to, std::move(x)) : make_error(errc::malformed_frame, fmt::format("no actor {} on this node", dest));
+    result =
+      to ? send(to, std::move(x)) : make_error(errc::malformed_frame, fmt::format("no actor {} on this node", dest));
   });
   return known ? result : make_error(errc::malformed_frame, fmt::format("unknown data frame kind {}", f.kind));
 }

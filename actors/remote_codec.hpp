@@ -39,20 +39,19 @@ enum class data_kind : std::uint16_t {
 /// What each kind carries. A new data-plane message is one line here (its
 /// struct's inspect() is its wire form); channels and deliver() read this table.
 using data_table = wire::table<
-  wire::entry<data_kind::batch, forward_atom, batch_msg>,
-  wire::entry<data_kind::eval_batch, eval_atom, batch_msg>,
+  wire::entry<data_kind::batch, forward_atom, batch_msg>, wire::entry<data_kind::eval_batch, eval_atom, batch_msg>,
   wire::entry<data_kind::activation, forward_atom, activation_msg>,
   wire::entry<data_kind::eval_activation, eval_atom, activation_msg>,
   wire::entry<data_kind::gradient, backward_atom, gradient_msg>,
-  wire::entry<data_kind::norm, norm_atom, step_t, double, std::int32_t>,  // step, Σ g², from
+  wire::entry<data_kind::norm, norm_atom, step_t, double, std::int32_t>, // step, Σ g², from
   wire::entry<data_kind::credit, credit_atom, credit_msg>,
-  wire::entry<data_kind::clip, clip_atom, step_t, double>,  // step, global Σ g²
+  wire::entry<data_kind::clip, clip_atom, step_t, double>, // step, global Σ g²
   wire::entry<data_kind::plan, plan_atom, step_plan_msg>,
-  wire::entry<data_kind::ring, ring_atom, ring_msg>,  // an all-reduce peer's chunk to the next peer
-  wire::entry<data_kind::hops, hops_atom, step_t, std::int32_t, std::int32_t>,  // step, from, count
-  wire::entry<data_kind::outer_part, outer_part_atom, outer_part_msg>,  // a pseudo-gradient to another replica
+  wire::entry<data_kind::ring, ring_atom, ring_msg>, // an all-reduce peer's chunk to the next peer
+  wire::entry<data_kind::hops, hops_atom, step_t, std::int32_t, std::int32_t>, // step, from, count
+  wire::entry<data_kind::outer_part, outer_part_atom, outer_part_msg>,         // a pseudo-gradient to another replica
   wire::entry<data_kind::attention_task, attention_atom, attention_task_msg>,  // a shard to an attention server
-  wire::entry<data_kind::attention_result, attention_atom, attention_result_msg>>;  // the server's answer
+  wire::entry<data_kind::attention_result, attention_atom, attention_result_msg>>; // the server's answer
 
 /// The frame that carries `(Atom::value, xs...)` to actor `dest` (its index in
 /// graph_spec::actors): `encode(3, forward_atom{}, m)`.

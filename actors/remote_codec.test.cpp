@@ -51,7 +51,8 @@ TEST_CASE("a document mask crosses processes with its batch and with each activa
   auto b = remote::encode(1, forward_atom{}, batch_msg{0, 0, tokens, {}, route_t{{1, 0}}, docs});
   REQUIRE(b.blobs.size() == 2);
   CHECK(b.blobs[1].same_bytes(docs));
-  auto a = remote::encode(1, forward_atom{}, activation_msg{0, 0, 1, tensor_handle::zeros({2, 4, 3}), {}, nullptr, docs});
+  auto a =
+    remote::encode(1, forward_atom{}, activation_msg{0, 0, 1, tensor_handle::zeros({2, 4, 3}), {}, nullptr, docs});
   REQUIRE(a.blobs.size() == 2);
   CHECK(a.blobs[1].same_bytes(docs));
   // Without documents nothing more is sent.
@@ -67,7 +68,8 @@ TEST_CASE("a replica's pseudo-gradient crosses processes intact, and a forged on
   troupe_config cfg{runtime_options{}};
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
-  CHECK(!remote::deliver(std::move(f), [&](std::uint16_t dest) { return dest == 7 ? caf::actor{self} : caf::actor{}; }));
+  CHECK(
+    !remote::deliver(std::move(f), [&](std::uint16_t dest) { return dest == 7 ? caf::actor{self} : caf::actor{}; }));
   bool got = false;
   self->receive([&](outer_part_atom, const outer_part_msg& x) {
     got = true;
@@ -85,7 +87,7 @@ TEST_CASE("a replica's pseudo-gradient crosses processes intact, and a forged on
   CHECK(got);
   // Scales that are not f32 values: malformed, never delivered.
   auto bad = remote::encode(7, outer_part_atom{}, m);
-  bad.blobs[1] = tensor_handle::zeros({2}, dtype::u8); // sized right, so the dtype is what fails
+  bad.blobs[1] = tensor_handle::zeros({2}, dtype::u8);                       // sized right, so the dtype is what fails
   bad.meta[bad.meta.size() - 1 - 8 - 1] = static_cast<std::byte>(dtype::u8); // the scales' dtype byte
   auto err = remote::deliver(std::move(bad), [&](std::uint16_t) { return caf::actor{self}; });
   CHECK(is_error(err, errc::malformed_frame));
@@ -165,8 +167,8 @@ TEST_CASE("every data frame kind round trips, and each damaged copy is refused o
   remote::data_table::for_each([&]<class Entry>(Entry) {
     ++kinds;
     CAPTURE(Entry::tag);
-    auto good = std::apply([](const auto&... xs) { return remote::encode(4, xs...); },
-                           testing::sample<typename Entry::values>());
+    auto good =
+      std::apply([](const auto&... xs) { return remote::encode(4, xs...); }, testing::sample<typename Entry::values>());
     CHECK(good.kind == Entry::tag);
     std::uint16_t dest = 0;
     typename Entry::values again{};

@@ -82,8 +82,8 @@ bool ring_flight::apply_next(const std::string& who, step_t step, int b) {
     return false;
   auto n = plan.chunk_elements();
   if (e->second.numel() != n)
-    throw std::runtime_error(
-      fmt::format("{}: ring chunk of {} values for bucket {} of step {}, expected {}", who, e->second.numel(), b, step, n));
+    throw std::runtime_error(fmt::format("{}: ring chunk of {} values for bucket {} of step {}, expected {}", who,
+                                         e->second.numel(), b, step, n));
   float* dst = flat.data<float>() + plan.recv_chunk(phase) * n;
   if (e->second.type() == dtype::bf16) {
     const auto* in = e->second.data<std::uint16_t>();

@@ -19,20 +19,20 @@ namespace troupe {
 /// A ring member's place: the stage it serves, the next member, its rank.
 struct ring_settings {
   std::string name;
-  int stage = 0;    ///< the stage it serves (actor index)
-  int next = 0;     ///< the next member of the ring (actor index)
-  int members = 1;  ///< replicas in the ring
-  int rank = 0;     ///< its replica: its place in the ring
-  bool wire_bf16 = false;  ///< `data_parallel.wire: bf16`: chunks go as bf16
+  int stage = 0;          ///< the stage it serves (actor index)
+  int next = 0;           ///< the next member of the ring (actor index)
+  int members = 1;        ///< replicas in the ring
+  int rank = 0;           ///< its replica: its place in the ring
+  bool wire_bf16 = false; ///< `data_parallel.wire: bf16`: chunks go as bf16
 };
 
 /// One bucket of one step on its way round the ring.
 struct ring_flight {
-  bucket_msg bucket;                   ///< the stage's tensors (empty until it sends them)
-  tensor_handle flat;                  ///< the values being reduced or gathered, padded; empty in between
+  bucket_msg bucket;  ///< the stage's tensors (empty until it sends them)
+  tensor_handle flat; ///< the values being reduced or gathered, padded; empty in between
   sched::ring_plan plan;
-  int phase = 0;                       ///< the next phase to receive
-  std::map<int, tensor_handle> early;  ///< phase -> chunk that came before its turn
+  int phase = 0;                      ///< the next phase to receive
+  std::map<int, tensor_handle> early; ///< phase -> chunk that came before its turn
   std::int64_t started_ns = 0;
 
   /// Takes the stage's bucket: copies its tensors into a fresh flat buffer, zero-padded.

@@ -84,7 +84,7 @@ TEST_CASE("a ring of bf16 chunks sends half the bytes and leaves every member th
       sum += x[i], scale += std::abs(x[i]);
     for (const auto& o : out) {
       CHECK(std::isfinite(o[i]));
-      CHECK(std::abs(o[i] - sum) <= 4 * 0x1p-8 * scale);  // a rounding of 2^-9 relative per hop, 3 hops and the gather
+      CHECK(std::abs(o[i] - sum) <= 4 * 0x1p-8 * scale); // a rounding of 2^-9 relative per hop, 3 hops and the gather
       CHECK(std::memcmp(&o[i], &out[0][i], sizeof(float)) == 0);
     }
   }

@@ -19,8 +19,7 @@ constexpr int random_draws = 8;
 
 /// The device a node computes on: `sim.device`, a preset or a `devices:` entry written out.
 expected<device_spec> plan_device(const sim_spec& s) {
-  auto entry =
-      std::find_if(s.devices.begin(), s.devices.end(), [&](const auto& d) { return d.name == s.device; });
+  auto entry = std::find_if(s.devices.begin(), s.devices.end(), [&](const auto& d) { return d.name == s.device; });
   if (entry == s.devices.end() || !entry->base.empty())
     return device_preset(entry == s.devices.end() ? s.device : entry->base);
   device_spec d;
@@ -79,7 +78,7 @@ expected<path_problem> skippipe_problem(const graph_spec& g) {
   const int layers = std::max(g.model.layers / g.pipeline.stages, 1);
   const double forward = costs_of(shape_of(g), cs, layers, false).forward;
   const double bytes =
-      double(g.model.d_model) * g.model.context * g.data.batch * (g.model.precision == dtype::bf16 ? 2 : 4);
+    double(g.model.d_model) * g.model.context * g.data.batch * (g.model.precision == dtype::bf16 ? 2 : 4);
   path_problem pr;
   pr.stages = g.pipeline.stages;
   pr.memory = g.skip.memory; // what a node holds at once, whatever the plan
@@ -121,8 +120,7 @@ expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines,
   std::size_t smallest = rep.where.size() > 1 ? rep.where[1].size() : 1;
   for (std::size_t s = 1; s < rep.where.size(); ++s)
     smallest = std::min(smallest, rep.where[s].size());
-  rules.max_per_stage =
-      skip.max_per_stage > 0 ? skip.max_per_stage : skip.memory * static_cast<int>(smallest);
+  rules.max_per_stage = skip.max_per_stage > 0 ? skip.max_per_stage : skip.memory * static_cast<int>(smallest);
   rep.agents = make_agents(*pr, rep.where, g.pipeline.microbatches);
   // The full pipeline at its best: every stage in order, chains chosen by the same
   // search with no skipping, no swaps and no bound on what a stage serves in an
@@ -208,8 +206,7 @@ std::vector<int> path_stages(const skippipe_plan& plan, const planned_path& p, i
 }
 
 std::string grid_stage_name(const graph_spec& g, int replica, int position) {
-  return g.data_parallel.replicas > 1 ? fmt::format("r{}s{}", replica, position)
-                                      : fmt::format("s{}", position);
+  return g.data_parallel.replicas > 1 ? fmt::format("r{}s{}", replica, position) : fmt::format("s{}", position);
 }
 
 std::vector<std::vector<std::string>> skippipe_route_names(const graph_spec& g, const skippipe_plan& plan) {
@@ -222,8 +219,7 @@ std::vector<std::vector<std::string>> skippipe_route_names(const graph_spec& g, 
   std::vector<std::vector<std::string>> routes;
   for (int k = 0; k < replicas * m; ++k) {
     int agent = (k % replicas) * m + k / replicas;
-    auto p =
-        std::find_if(plan.paths.begin(), plan.paths.end(), [&](const auto& q) { return q.agent == agent; });
+    auto p = std::find_if(plan.paths.begin(), plan.paths.end(), [&](const auto& q) { return q.agent == agent; });
     std::vector<std::string> names;
     if (p != plan.paths.end()) {
       for (int node : p->nodes) {

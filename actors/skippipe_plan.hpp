@@ -25,9 +25,9 @@ struct skippipe_plan {
   // With baselines: the full pipeline (chains planned alike, and DT-FM's fixed
   // chains), random skipping (mean of draws) and the plan without collision awareness.
   double full = 0, fixed_chains = 0, random = 0, blind = 0;
-  double dtfm = 0;  ///< DT-FM's full pipeline: fixed chains matched by delay (plan_dtfm)
+  double dtfm = 0; ///< DT-FM's full pipeline: fixed chains matched by delay (plan_dtfm)
   int random_draws = 0;
-  int expansions = 0; ///< conflict-tree nodes the collision-aware search expanded
+  int expansions = 0;     ///< conflict-tree nodes the collision-aware search expanded
   bool cut_short = false; ///< a search stopped at the deadline: plans are the best found by then
 };
 

@@ -75,9 +75,8 @@ zero_prediction predict_held(const graph_spec& g, const actor_spec& stage) {
 }
 
 zero_shard::zero_shard(const graph_spec& g, const actor_spec& stage, int rank, int stage_index)
-  : zero_(g.data_parallel.zero), stage_index_(stage_index), loss_(holds_loss(g, stage)) {
-  layout_ = sched::make_shard_layout(zero_params(g, stage), g.data_parallel.bucket,
-                                     g.sync_group_size(), rank);
+    : zero_(g.data_parallel.zero), stage_index_(stage_index), loss_(holds_loss(g, stage)) {
+  layout_ = sched::make_shard_layout(zero_params(g, stage), g.data_parallel.bucket, g.sync_group_size(), rank);
   std::vector<ops::named_tensor> shapes;
   std::int64_t at = 0;
   for (std::size_t i = 0; i < layout_.segments.size(); ++i) {
@@ -86,7 +85,8 @@ zero_shard::zero_shard(const graph_spec& g, const actor_spec& stage, int rank, i
     // A segment of a matrix stays rank 2 ({1, n}), so AdamW decays it as it would the whole.
     shapes.push_back({layout_.names[i], tensor_handle::empty(layout_.decays[i] ? shape_t{1, n} : shape_t{n})});
   }
-  adamw_ = std::make_unique<ops::adamw>(shapes, ops::adamw_options{.weight_decay = static_cast<float>(g.train.weight_decay)});
+  adamw_ =
+    std::make_unique<ops::adamw>(shapes, ops::adamw_options{.weight_decay = static_cast<float>(g.train.weight_decay)});
   if (zero_ == 2)
     grad_slice_ = tensor_handle::zeros({at});
   params_.resize(layout_.segments.size());
@@ -114,8 +114,9 @@ double zero_shard::keep_gradients(int b, const float* flat, const std::vector<te
     for (std::int64_t k = 0; k < s.elements; ++k)
       sq += static_cast<double>(src[k]) * static_cast<double>(src[k]);
     // Stage 1 keeps the slice in the stage's gradient buffer, stage 2 in its own.
-    grads_[i] = zero_ == 2 ? ops::named_tensor{layout_.names[i], grad_slice_.slice(slice_at_[i], slice_at_[i] + s.elements)}
-                           : view(grads.at(static_cast<std::size_t>(s.tensor)), s, i);
+    grads_[i] = zero_ == 2
+                  ? ops::named_tensor{layout_.names[i], grad_slice_.slice(slice_at_[i], slice_at_[i] + s.elements)}
+                  : view(grads.at(static_cast<std::size_t>(s.tensor)), s, i);
     if (layout_.decays[i])
       grads_[i].value = grads_[i].value.reshape({1, s.elements});
     std::memcpy(grads_[i].value.raw(), src, static_cast<std::size_t>(s.elements) * sizeof(float));
@@ -194,8 +195,8 @@ caf::error zero_shard::restore(const safetensors_file& f, const std::string& fil
     for (std::size_t i = 0; i < layout_.names.size(); ++i)
       for (const auto& kind : adamw_->state_kinds()) {
         auto t = f.find("optimizer." + kind + "." + layout_.names[i]);
-        st.tensors.push_back({kind + "." + layout_.names[i],
-                              t.reshape(layout_.decays[i] ? shape_t{1, t.numel()} : shape_t{t.numel()})});
+        st.tensors.push_back(
+          {kind + "." + layout_.names[i], t.reshape(layout_.decays[i] ? shape_t{1, t.numel()} : shape_t{t.numel()})});
       }
   try {
     adamw_->load_state(st);
@@ -215,7 +216,8 @@ std::optional<std::string> zero_checkpointing::write(const zero_shard& s, std::i
   md.merge(s.checkpoint_metadata());
   auto file = write_checkpoint_part(dir, steps_done, actor, s.checkpoint_tensors(), std::move(md));
   if (!file)
-    throw std::runtime_error(fmt::format("checkpoint after step {} failed: {}", steps_done, error_message(file.error())));
+    throw std::runtime_error(
+      fmt::format("checkpoint after step {} failed: {}", steps_done, error_message(file.error())));
   return *file;
 }
 

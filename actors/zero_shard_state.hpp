@@ -85,10 +85,10 @@ private:
   int stage_index_ = 0;
   bool loss_ = false;
   sched::shard_layout layout_;
-  std::vector<std::int64_t> slice_at_;          ///< segment -> its offset in the slice
+  std::vector<std::int64_t> slice_at_; ///< segment -> its offset in the slice
   std::unique_ptr<ops::adamw> adamw_;
-  tensor_handle grad_slice_;                    ///< stage 2: the slice's reduced gradient
-  std::vector<ops::named_tensor> params_, grads_;  ///< per segment: views into the stage (and the slice)
+  tensor_handle grad_slice_;                      ///< stage 2: the slice's reduced gradient
+  std::vector<ops::named_tensor> params_, grads_; ///< per segment: views into the stage (and the slice)
 };
 
 /// Where a shard's checkpoints go and what it resumes from.

@@ -20,9 +20,9 @@ void adamw::update(std::size_t i, const tensor_handle& p, const tensor_handle& g
   float* m = buffer(i, 0).data<float>();
   float* v = buffer(i, 1).data<float>();
   if (!device().is_cpu()) {
-    device_kernels().adamw({p.data<float>(), g.data<float>(), m, v, p.numel(), lr, opt_.beta1, opt_.beta2,
-                            opt_.eps, decay, steps()},
-                           device(), stream());
+    device_kernels().adamw(
+      {p.data<float>(), g.data<float>(), m, v, p.numel(), lr, opt_.beta1, opt_.beta2, opt_.eps, decay, steps()},
+      device(), stream());
     return;
   }
   auto t = double(steps());

@@ -22,8 +22,7 @@ struct adamw_options {
 /// registered (CUDA: kernels/cuda/adamw), queued on `stream`.
 class adamw final : public optimizer {
 public:
-  explicit adamw(const std::vector<named_tensor>& params, adamw_options opt = {},
-                 device_stream stream = nullptr);
+  explicit adamw(const std::vector<named_tensor>& params, adamw_options opt = {}, device_stream stream = nullptr);
   adamw_options& options() noexcept { return opt_; }
   /// The state kinds it keeps per parameter, known before one is made (what a checkpoint must hold).
   static const std::vector<std::string>& kinds();

@@ -59,7 +59,8 @@ optimizer_state through_file(const optimizer_state& s, const std::string& tag) {
 
 /// Three steps on `params` and three more, once continued and once from a fresh
 /// optimizer that loads the first's state after a round trip through a file.
-template <class Make> void check_resumes_exactly(Make make, const std::string& tag) {
+template <class Make>
+void check_resumes_exactly(Make make, const std::string& tag) {
   std::mt19937 rng(7);
   std::vector<named_tensor> params{{"w", randn({4, 5}, rng)}, {"b", randn({5}, rng)}};
   std::vector<std::vector<named_tensor>> grads;
@@ -90,8 +91,7 @@ TEST_CASE("AdamW state written to a checkpoint and loaded into a fresh optimizer
   check_resumes_exactly([](const auto& ps) { return adamw(ps, {.weight_decay = 0.1f}); }, "adamw");
 }
 
-TEST_CASE(
-    "Nesterov SGD state written to a checkpoint and loaded into a fresh optimizer continues identically") {
+TEST_CASE("Nesterov SGD state written to a checkpoint and loaded into a fresh optimizer continues identically") {
   check_resumes_exactly([](const auto& ps) { return sgd_nesterov(ps, 0.9f, 0.01f); }, "sgd");
 }
 
@@ -110,8 +110,7 @@ TEST_CASE("an optimizer over a subset of a model's parameters updates only those
   opt.step(ps, gs, 1e-2f);
   for (std::size_t i = 0; i < model.params().size(); ++i) {
     INFO(model.params()[i].name);
-    bool same =
-        std::memcmp(before[i].value.raw(), model.params()[i].value.raw(), before[i].value.nbytes()) == 0;
+    bool same = std::memcmp(before[i].value.raw(), model.params()[i].value.raw(), before[i].value.nbytes()) == 0;
     CHECK(same == (i % 3 != 0));
   }
   // Its state names only its own parameters, and the full list is refused.
@@ -134,9 +133,8 @@ TEST_CASE("optimizer state that does not line up is refused and changes nothing"
   CHECK_THROWS_AS(opt.load_state({1, {{"exp_avg.w", m}, {"exp_avg_sq.w", other}}}), std::invalid_argument);
   CHECK_THROWS_AS(opt.load_state({1, {{"exp_avg_sq.w", v}, {"exp_avg.w", m}}}), std::invalid_argument);
   CHECK_THROWS_AS(opt.load_state({-1, {}}), std::invalid_argument);
-  CHECK_THROWS_AS(
-      opt.load_state({1, {{"exp_avg.w", tensor_handle::zeros({2, 3}, dtype::i32)}, {"exp_avg_sq.w", v}}}),
-      std::invalid_argument);
+  CHECK_THROWS_AS(opt.load_state({1, {{"exp_avg.w", tensor_handle::zeros({2, 3}, dtype::i32)}, {"exp_avg_sq.w", v}}}),
+                  std::invalid_argument);
   CHECK(opt.steps() == 1);
   opt.load_state({4, {{"exp_avg.w", m}, {"exp_avg_sq.w", v}}});
   CHECK(opt.steps() == 4);

@@ -118,13 +118,27 @@ TEST_CASE("residual add passes the gradient to both branches") {
       s[i] = ad[i] + bd[i];
     return dot(rd, s);
   };
-  CHECK(compare(to_vec(y), [&] { vec s(ad.size()); for (std::size_t i = 0; i < s.size(); ++i) s[i] = ad[i] + bd[i]; return s; }()).max_rel < 1e-6);
+  CHECK(compare(to_vec(y),
+                [&] {
+                  vec s(ad.size());
+                  for (std::size_t i = 0; i < s.size(); ++i)
+                    s[i] = ad[i] + bd[i];
+                  return s;
+                }())
+          .max_rel < 1e-6);
   // Backward: both branches receive dy; accumulation adds a second branch's gradient.
   check_grad("da", rd, ad, f);
   check_grad("db", rd, bd, f);
   auto acc = from_vec(rd, {3, 19});
   residual_add_inplace(acc, r);
-  CHECK(compare(to_vec(acc), [&] { vec s = rd; for (auto& v : s) v *= 2; return s; }()).max_rel < 1e-7);
+  CHECK(compare(to_vec(acc),
+                [&] {
+                  vec s = rd;
+                  for (auto& v : s)
+                    v *= 2;
+                  return s;
+                }())
+          .max_rel < 1e-7);
 }
 
 TEST_CASE("core attention backward matches finite differences across row blocks") {

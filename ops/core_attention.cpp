@@ -20,7 +20,7 @@ const std::int32_t* documents_of(const tensor_handle& documents, kernels::cpu::a
   if (!documents.defined())
     return nullptr;
   require(documents.type() == dtype::i32 && documents.rank() == 2 && documents.dim(0) == s.batch &&
-              documents.dim(1) == s.seq,
+            documents.dim(1) == s.seq,
           op, "documents must be i32 [B, T] like the tokens");
   require(documents.device().kind == device::kind_t::cpu, op, "documents must be a host tensor");
   const auto* d = documents.data<std::int32_t>();
@@ -39,13 +39,14 @@ tensor_handle core_attention_forward(const tensor_handle& qkv, int heads, core_a
   auto out = tensor_handle::empty({s.batch, s.seq, s.heads * s.head_dim}, dtype::f32, qkv.device());
   saved.lse = tensor_handle::empty({s.batch, s.heads, s.seq}, dtype::f32, qkv.device());
   switch (qkv.device().kind) {
-    case device::kind_t::cpu: {
-      auto scratch = tensor_handle::empty({kernels::cpu::attention_forward_scratch(s)});
-      kernels::cpu::attention_forward(qkv.data<float>(), out.data<float>(), saved.lse.data<float>(),
-                                      scratch.data<float>(), s, docs);
-      return out;
-    }
-    case device::kind_t::cuda: break; // kernels/cuda launchers go here
+  case device::kind_t::cpu: {
+    auto scratch = tensor_handle::empty({kernels::cpu::attention_forward_scratch(s)});
+    kernels::cpu::attention_forward(qkv.data<float>(), out.data<float>(), saved.lse.data<float>(),
+                                    scratch.data<float>(), s, docs);
+    return out;
+  }
+  case device::kind_t::cuda:
+    break; // kernels/cuda launchers go here
   }
   unsupported_device(op, qkv.device());
 }
@@ -61,13 +62,14 @@ tensor_handle core_attention_backward(const tensor_handle& dout, const tensor_ha
   const auto* docs = documents_of(saved.documents, s, op);
   auto dqkv = tensor_handle::empty(qkv.shape(), dtype::f32, qkv.device());
   switch (qkv.device().kind) {
-    case device::kind_t::cpu: {
-      auto scratch = tensor_handle::empty({kernels::cpu::attention_backward_scratch(s)});
-      kernels::cpu::attention_backward(dout.data<float>(), qkv.data<float>(), saved.lse.data<float>(),
-                                       dqkv.data<float>(), scratch.data<float>(), s, docs);
-      return dqkv;
-    }
-    case device::kind_t::cuda: break;
+  case device::kind_t::cpu: {
+    auto scratch = tensor_handle::empty({kernels::cpu::attention_backward_scratch(s)});
+    kernels::cpu::attention_backward(dout.data<float>(), qkv.data<float>(), saved.lse.data<float>(), dqkv.data<float>(),
+                                     scratch.data<float>(), s, docs);
+    return dqkv;
+  }
+  case device::kind_t::cuda:
+    break;
   }
   unsupported_device(op, qkv.device());
 }

@@ -3,7 +3,6 @@
 // the backward rebuilds the probabilities from the forward's lse.
 #include "ops/core_attention_shard.hpp"
 
-
 #include "kernels/cpu/attention.hpp"
 #include "ops/dispatch.hpp"
 
@@ -30,8 +29,8 @@ shard_shape check(const tensor_handle& q, const tensor_handle& k, const tensor_h
 
 } // namespace
 
-tensor_handle shard_attention_forward(const tensor_handle& q, const tensor_handle& k, const tensor_handle& v,
-                                      int heads, shard_attention_saved& saved) {
+tensor_handle shard_attention_forward(const tensor_handle& q, const tensor_handle& k, const tensor_handle& v, int heads,
+                                      shard_attention_saved& saved) {
   constexpr auto op = "shard_attention_forward";
   auto s = check(q, k, v, heads, op);
   auto out = tensor_handle::empty({s.nq, s.c});

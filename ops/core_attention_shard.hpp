@@ -23,8 +23,8 @@ struct shard_attention_grads {
 /// keys and values k, v are [kv, C] (positions 0 … kv − 1); query i attends keys
 /// 0 … kv − q + i. Returns out [q, C]: exactly the rows of the whole document's
 /// causal attention (core_attention_forward) for those queries.
-tensor_handle shard_attention_forward(const tensor_handle& q, const tensor_handle& k, const tensor_handle& v,
-                                      int heads, shard_attention_saved& saved);
+tensor_handle shard_attention_forward(const tensor_handle& q, const tensor_handle& k, const tensor_handle& v, int heads,
+                                      shard_attention_saved& saved);
 
 /// The backward of shard_attention_forward from dout [q, C].
 shard_attention_grads shard_attention_backward(const tensor_handle& dout, const tensor_handle& q,

@@ -64,8 +64,8 @@ TEST_CASE("a shard's gradients match finite differences of its own forward") {
   vec qd = to_vec(q), kd = to_vec(k), vd = to_vec(v), rd = to_vec(r);
   auto objective = [&] {
     shard_attention_saved s2;
-    auto out = shard_attention_forward(from_vec(qd, {nq, c}), from_vec(kd, {nkv, c}), from_vec(vd, {nkv, c}),
-                                       int(heads), s2);
+    auto out =
+      shard_attention_forward(from_vec(qd, {nq, c}), from_vec(kd, {nkv, c}), from_vec(vd, {nkv, c}), int(heads), s2);
     return dot(rd, to_vec(out));
   };
   check_grad("dq", to_vec(g.dq), qd, objective, 64, 2e-2);

@@ -27,10 +27,11 @@ float cross_entropy_forward(const tensor_handle& logits, const tensor_handle& ta
   constexpr auto op = "cross_entropy_forward";
   check(logits, targets, ignore_index, op);
   switch (logits.device().kind) {
-    case device::kind_t::cpu:
-      return kernels::cpu::cross_entropy_forward(logits.data<float>(), targets.data<std::int32_t>(), rows_of(logits),
-                                                 logits.dim(logits.rank() - 1), ignore_index, nullptr);
-    case device::kind_t::cuda: break; // kernels/cuda launchers go here
+  case device::kind_t::cpu:
+    return kernels::cpu::cross_entropy_forward(logits.data<float>(), targets.data<std::int32_t>(), rows_of(logits),
+                                               logits.dim(logits.rank() - 1), ignore_index, nullptr);
+  case device::kind_t::cuda:
+    break; // kernels/cuda launchers go here
   }
   unsupported_device(op, logits.device());
 }
@@ -41,15 +42,15 @@ tensor_handle cross_entropy_backward(const tensor_handle& logits, const tensor_h
   check(logits, targets, ignore_index, op);
   auto d = tensor_handle::empty(logits.shape(), dtype::f32, logits.device());
   switch (logits.device().kind) {
-    case device::kind_t::cpu: {
-      float l = kernels::cpu::cross_entropy_backward(logits.data<float>(), targets.data<std::int32_t>(),
-                                                     d.data<float>(), rows_of(logits), logits.dim(logits.rank() - 1),
-                                                     ignore_index, dloss);
-      if (loss)
-        *loss = l;
-      return d;
-    }
-    case device::kind_t::cuda: break;
+  case device::kind_t::cpu: {
+    float l = kernels::cpu::cross_entropy_backward(logits.data<float>(), targets.data<std::int32_t>(), d.data<float>(),
+                                                   rows_of(logits), logits.dim(logits.rank() - 1), ignore_index, dloss);
+    if (loss)
+      *loss = l;
+    return d;
+  }
+  case device::kind_t::cuda:
+    break;
   }
   unsupported_device(op, logits.device());
 }

@@ -18,6 +18,8 @@ void require(bool ok, std::string_view op, std::string_view what);
 void require_f32(const tensor_handle& t, std::string_view op, std::string_view name, long last = -1);
 
 /// Rows of a tensor seen as [rows, last dimension].
-inline long rows_of(const tensor_handle& t) { return t.numel() / t.dim(t.rank() - 1); }
+inline long rows_of(const tensor_handle& t) {
+  return t.numel() / t.dim(t.rank() - 1);
+}
 
 } // namespace troupe::ops

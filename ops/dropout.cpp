@@ -17,11 +17,12 @@ tensor_handle dropout_forward(const tensor_handle& x, float p, std::uint64_t see
   auto y = tensor_handle::empty(x.shape(), dtype::f32, x.device());
   saved.mask = tensor_handle::empty(x.shape(), dtype::u8, x.device());
   switch (x.device().kind) {
-    case device::kind_t::cpu:
-      kernels::cpu::dropout_forward(x.data<float>(), y.data<float>(), saved.mask.data<std::uint8_t>(), x.numel(), p,
-                                    seed);
-      return y;
-    case device::kind_t::cuda: break; // kernels/cuda launchers go here
+  case device::kind_t::cpu:
+    kernels::cpu::dropout_forward(x.data<float>(), y.data<float>(), saved.mask.data<std::uint8_t>(), x.numel(), p,
+                                  seed);
+    return y;
+  case device::kind_t::cuda:
+    break; // kernels/cuda launchers go here
   }
   unsupported_device(op, x.device());
 }
@@ -34,11 +35,12 @@ tensor_handle dropout_backward(const tensor_handle& dy, const dropout_saved& sav
   require(saved.mask.defined() && saved.mask.numel() == dy.numel(), op, "the saved mask does not match dy");
   auto dx = tensor_handle::empty(dy.shape(), dtype::f32, dy.device());
   switch (dy.device().kind) {
-    case device::kind_t::cpu:
-      kernels::cpu::dropout_backward(dy.data<float>(), saved.mask.data<std::uint8_t>(), dx.data<float>(), dy.numel(),
-                                     saved.p);
-      return dx;
-    case device::kind_t::cuda: break;
+  case device::kind_t::cpu:
+    kernels::cpu::dropout_backward(dy.data<float>(), saved.mask.data<std::uint8_t>(), dx.data<float>(), dy.numel(),
+                                   saved.p);
+    return dx;
+  case device::kind_t::cuda:
+    break;
   }
   unsupported_device(op, dy.device());
 }

@@ -30,11 +30,12 @@ tensor_handle embedding_forward(const tensor_handle& tokens, const tensor_handle
   const long b = tokens.dim(0), t = tokens.dim(1);
   auto out = tensor_handle::empty({b, t, channels}, dtype::f32, wte.device());
   switch (wte.device().kind) {
-    case device::kind_t::cpu:
-      kernels::cpu::embedding_forward(tokens.data<std::int32_t>(), wte.data<float>(), wpe.data<float>(),
-                                      out.data<float>(), b, t, channels);
-      return out;
-    case device::kind_t::cuda: break; // kernels/cuda launchers go here
+  case device::kind_t::cpu:
+    kernels::cpu::embedding_forward(tokens.data<std::int32_t>(), wte.data<float>(), wpe.data<float>(),
+                                    out.data<float>(), b, t, channels);
+    return out;
+  case device::kind_t::cuda:
+    break; // kernels/cuda launchers go here
   }
   unsupported_device(op, wte.device());
 }
@@ -49,11 +50,12 @@ void embedding_backward_weight(const tensor_handle& dout, const tensor_handle& t
   require_f32(dout, op, "dout", channels);
   require(dout.numel() == tokens.numel() * channels, op, "dout must be [B, T, C] for tokens [B, T]");
   switch (dwte.device().kind) {
-    case device::kind_t::cpu:
-      kernels::cpu::embedding_backward(dout.data<float>(), tokens.data<std::int32_t>(), dwte.data<float>(),
-                                       dwpe.data<float>(), tokens.dim(0), tokens.dim(1), channels);
-      return;
-    case device::kind_t::cuda: break;
+  case device::kind_t::cpu:
+    kernels::cpu::embedding_backward(dout.data<float>(), tokens.data<std::int32_t>(), dwte.data<float>(),
+                                     dwpe.data<float>(), tokens.dim(0), tokens.dim(1), channels);
+    return;
+  case device::kind_t::cuda:
+    break;
   }
   unsupported_device(op, dwte.device());
 }

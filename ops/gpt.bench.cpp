@@ -140,8 +140,8 @@ struct torch_result {
 torch_result run_torch(const bench_config& bc, int runs) {
   const char* src = std::getenv("TROUPE_SOURCE_DIR");
   std::string script = std::string(src ? src : ".") + "/tests/torch/bench_gpt.py";
-  auto cmd = fmt::format("/usr/bin/python3 {} {} {} {} {} {} {} {} {} 2>&1", script, bc.model.layers,
-                         bc.model.d_model, bc.model.heads, bc.model.context, bc.batch, bc.model.vocab, runs, bc.steps);
+  auto cmd = fmt::format("/usr/bin/python3 {} {} {} {} {} {} {} {} {} 2>&1", script, bc.model.layers, bc.model.d_model,
+                         bc.model.heads, bc.model.context, bc.batch, bc.model.vocab, runs, bc.steps);
   FILE* p = popen(cmd.c_str(), "r");
   torch_result res;
   if (!p)
@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
     {"A", {.layers = 4, .d_model = 128, .heads = 4, .context = 64, .vocab = 256}, 12, 10},
     {"B", {.layers = 4, .d_model = 256, .heads = 4, .context = 128, .vocab = 256}, 8, 4},
   };
-  if (!round.empty()) {  // one side of one alternating round: the median of `runs` timed runs
+  if (!round.empty()) { // one side of one alternating round: the median of `runs` timed runs
     for (auto& bc : configs)
       if (round == bc.name) {
         auto r = run_troupe(bc, runs);

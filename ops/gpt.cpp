@@ -23,7 +23,8 @@ gpt_range::gpt_range(const gpt_config& cfg, int begin, int end) : impl_(new impl
   std::unique_ptr<impl> guard{impl_};
   require(cfg.layers > 0 && cfg.d_model > 0 && cfg.heads > 0 && cfg.context > 0 && cfg.vocab > 0, op,
           "layers, d_model, heads, context and vocab must be positive");
-  require(cfg.d_model % cfg.heads == 0, op, fmt::format("d_model {} is not divisible by heads {}", cfg.d_model, cfg.heads));
+  require(cfg.d_model % cfg.heads == 0, op,
+          fmt::format("d_model {} is not divisible by heads {}", cfg.d_model, cfg.heads));
   bool head_only = cfg.head_apart && begin == cfg.layers && end == cfg.layers;
   require(head_only || (0 <= begin && begin < end && end <= cfg.layers), op,
           fmt::format("layer range [{}, {}) is not inside [0, {})", begin, end, cfg.layers));
@@ -34,18 +35,32 @@ gpt_range::gpt_range(const gpt_config& cfg, int begin, int end) : impl_(new impl
   guard.release();
 }
 
-gpt_range::gpt_range(gpt_range&& o) noexcept : impl_(o.impl_) { o.impl_ = nullptr; }
+gpt_range::gpt_range(gpt_range&& o) noexcept : impl_(o.impl_) {
+  o.impl_ = nullptr;
+}
 gpt_range& gpt_range::operator=(gpt_range&& o) noexcept {
   std::swap(impl_, o.impl_);
   return *this;
 }
-gpt_range::~gpt_range() { delete impl_; }
+gpt_range::~gpt_range() {
+  delete impl_;
+}
 
-const gpt_config& gpt_range::config() const noexcept { return impl_->cfg; }
-int gpt_range::begin() const noexcept { return impl_->begin; }
-int gpt_range::end() const noexcept { return impl_->end; }
-const std::vector<named_tensor>& gpt_range::params() const noexcept { return impl_->params; }
-const std::vector<named_tensor>& gpt_range::grads() const noexcept { return impl_->grads; }
+const gpt_config& gpt_range::config() const noexcept {
+  return impl_->cfg;
+}
+int gpt_range::begin() const noexcept {
+  return impl_->begin;
+}
+int gpt_range::end() const noexcept {
+  return impl_->end;
+}
+const std::vector<named_tensor>& gpt_range::params() const noexcept {
+  return impl_->params;
+}
+const std::vector<named_tensor>& gpt_range::grads() const noexcept {
+  return impl_->grads;
+}
 
 mb_cache& gpt_range::impl::acquire(int mb, const char* op) {
   mb_cache* free_slot = nullptr;
@@ -86,8 +101,9 @@ void gpt_range::impl::release(mb_cache& c) {
 
 void check_activation(const tensor_handle& x, const gpt_config& cfg, const char* op) {
   require_f32(x, op, "input activation", cfg.d_model);
-  require(x.rank() == 3 && x.dim(1) <= cfg.context, op,
-          fmt::format("input activation must be [B, T ≤ {}, {}], got {}", cfg.context, cfg.d_model, to_string(x.shape())));
+  require(
+    x.rank() == 3 && x.dim(1) <= cfg.context, op,
+    fmt::format("input activation must be [B, T ≤ {}, {}], got {}", cfg.context, cfg.d_model, to_string(x.shape())));
 }
 
 namespace {
@@ -99,7 +115,7 @@ tensor_handle scalar(float v) {
 } // namespace
 
 tensor_handle gpt_range::forward(int mb, const tensor_handle& input, const tensor_handle& targets,
-                                const tensor_handle& documents) {
+                                 const tensor_handle& documents) {
   auto& m = *impl_;
   auto& c = m.begin_forward(mb, input, targets, "gpt_range::forward");
   try {
@@ -151,7 +167,7 @@ tensor_handle gpt_range::impl::backward(int mb, const tensor_handle& grad_out, b
 }
 
 mb_cache& gpt_range::impl::begin_forward(int mb, const tensor_handle& input, const tensor_handle& targets,
-                                        const char* op) {
+                                         const char* op) {
   if (!first())
     check_activation(input, cfg, op);
   if (last())
@@ -239,7 +255,7 @@ tensor_handle gpt_range::backward(int mb, const tensor_handle& grad_out) {
 }
 
 tensor_handle gpt_range::evaluate(const tensor_handle& input, const tensor_handle& targets,
-                                 const tensor_handle& documents) const {
+                                  const tensor_handle& documents) const {
   constexpr auto op = "gpt_range::evaluate";
   const auto& m = *impl_;
   tensor_handle x;

@@ -23,8 +23,8 @@ struct gpt_config {
   int context = 64;
   int vocab = 256;
   ops::precision precision = precision::f32; ///< bf16: bf16 products, f32 weights and state
-  std::uint64_t seed = 1337;        ///< initialisation seed; each parameter derives its own
-  std::int32_t ignore_index = -1;   ///< target value that the loss skips
+  std::uint64_t seed = 1337;                 ///< initialisation seed; each parameter derives its own
+  std::int32_t ignore_index = -1;            ///< target value that the loss skips
   /// SkipPipe (#14): the final norm, head and loss are a range of their own,
   /// [layers, layers), which stage 0 holds beside the embedding so that every
   /// path ends where it began (Blagoev et al. 2025, arXiv 2502.19913; in

@@ -25,7 +25,8 @@ batch make_batch(long b, long t, int vocab, std::uint32_t seed, bool ignore_one 
   batch x{tensor_handle::empty({b, t}, dtype::i32), tensor_handle::empty({b, t}, dtype::i32), {}, {}};
   for (long i = 0; i < b * t; ++i) {
     x.tok.push_back(x.tokens.data<std::int32_t>()[i] = std::int32_t(rng() % std::uint32_t(vocab)));
-    x.tgt.push_back(x.targets.data<std::int32_t>()[i] = ignore_one && i == 2 ? -1 : std::int32_t(rng() % std::uint32_t(vocab)));
+    x.tgt.push_back(x.targets.data<std::int32_t>()[i] =
+                      ignore_one && i == 2 ? -1 : std::int32_t(rng() % std::uint32_t(vocab)));
   }
   return x;
 }
@@ -39,7 +40,9 @@ void perturb(gpt_range& r, std::uint32_t seed) {
       p.value.data<float>()[i] += d(rng);
 }
 
-float loss_of(const tensor_handle& t) { return *t.data<float>(); }
+float loss_of(const tensor_handle& t) {
+  return *t.data<float>();
+}
 
 /// Runs forward and backward through `ranges` in order, chaining by hand; returns the loss.
 float chain(std::vector<gpt_range>& ranges, int mb, const batch& x, float dloss = 1.0f) {
@@ -86,7 +89,8 @@ TEST_CASE("a 2-layer GPT's gradient of every parameter matches finite difference
 
 TEST_CASE("ranges hold exactly the whole model's weights for their layers") {
   gpt_config cfg{.layers = 4, .d_model = 16, .heads = 2, .context = 8, .vocab = 23, .seed = 99};
-  gpt_range whole(cfg, 0, 4), middle(cfg, 1, 3), other_seed(gpt_config{cfg.layers, cfg.d_model, cfg.heads, cfg.context, cfg.vocab, precision::f32, 100}, 1, 3);
+  gpt_range whole(cfg, 0, 4), middle(cfg, 1, 3),
+    other_seed(gpt_config{cfg.layers, cfg.d_model, cfg.heads, cfg.context, cfg.vocab, precision::f32, 100}, 1, 3);
   std::map<std::string, vec> w;
   for (auto& p : whole.params())
     w[p.name] = to_vec(p.value);
@@ -106,7 +110,7 @@ TEST_CASE("the parameter count from the config equals the sizes of the real rang
   gpt_config cfg{.layers = 5, .d_model = 24, .heads = 3, .context = 16, .vocab = 37};
   auto real = [&](int begin, int end) {
     std::int64_t n = 0;
-    gpt_range range(cfg, begin, end);  // a named range: a temporary would die before the loop reads it
+    gpt_range range(cfg, begin, end); // a named range: a temporary would die before the loop reads it
     for (const auto& p : range.params())
       n += p.value.numel();
     return n;
@@ -153,16 +157,16 @@ TEST_CASE("splitting the model into 1, 2 and 4 ranges gives the same loss and gr
 TEST_CASE("with the head apart, blocks ranges and the head range [layers, layers) are the whole model") {
   gpt_config whole{.layers = 4, .d_model = 20, .heads = 4, .context = 11, .vocab = 31};
   gpt_config apart = whole;
-  apart.head_apart = true;  // SkipPipe: stage 0 holds the head beside the embedding
+  apart.head_apart = true; // SkipPipe: stage 0 holds the head beside the embedding
   auto x = make_batch(3, 11, whole.vocab, 3);
   std::vector<gpt_range> one;
   one.emplace_back(whole, 0, 4);
   std::vector<gpt_range> split;
   for (auto [b, e] : std::vector<std::pair<int, int>>{{0, 2}, {2, 4}, {4, 4}})
     split.emplace_back(apart, b, e);
-  CHECK_FALSE(split[1].is_last());  // the blocks ending at `layers` hold no head
+  CHECK_FALSE(split[1].is_last()); // the blocks ending at `layers` hold no head
   CHECK(split[2].is_last());
-  CHECK(split[2].params().size() == 3);  // ln_f weight and bias, lm_head
+  CHECK(split[2].params().size() == 3); // ln_f weight and bias, lm_head
   CHECK(gpt_parameter_count(apart, 2, 4) + gpt_parameter_count(apart, 4, 4) == gpt_parameter_count(whole, 2, 4));
   float loss = chain(split, 0, x), base = chain(one, 0, x);
   CHECK(loss == doctest::Approx(base).epsilon(1e-6));
@@ -172,7 +176,7 @@ TEST_CASE("with the head apart, blocks ranges and the head range [layers, layers
     INFO(name);
     CHECK(compare(v, want.at(name)).max_rel <= 1e-6);
   }
-  CHECK_THROWS_AS(gpt_range(whole, 4, 4), std::invalid_argument);  // only with the head apart
+  CHECK_THROWS_AS(gpt_range(whole, 4, 4), std::invalid_argument); // only with the head apart
 }
 
 TEST_CASE("backward_input then backward_weight equals the fused backward with microbatches in flight") {

@@ -12,7 +12,19 @@ namespace troupe::ops {
 
 /// Position of each parameter within a block's run of the parameter list.
 enum block_slot : int {
-  ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, mlp_w, mlp_b, block_slots
+  ln1_w,
+  ln1_b,
+  attn_w,
+  attn_b,
+  proj_w,
+  proj_b,
+  ln2_w,
+  ln2_b,
+  fc_w,
+  fc_b,
+  mlp_w,
+  mlp_b,
+  block_slots
 };
 
 /// What one block keeps between forward, backward_input and backward_weight.
@@ -52,7 +64,7 @@ struct gpt_range::impl {
   int begin = 0, end = 0;
   std::vector<named_tensor> params, grads;
   std::vector<mb_cache> slots;
-  std::function<void(std::size_t, std::size_t)> grads_done;  ///< gpt_range::on_grads_done
+  std::function<void(std::size_t, std::size_t)> grads_done; ///< gpt_range::on_grads_done
   /// gpt_range::release_grads: the gradients' shapes while their storage is given back.
   std::vector<shape_t> released_grads;
 

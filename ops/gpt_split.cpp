@@ -63,7 +63,8 @@ tensor_handle gpt_range::backward_begin(int mb, const tensor_handle& grad_out) {
   auto& m = *impl_;
   m.ensure_grads();
   auto& c = m.find(mb, op);
-  require(c.layer < 0 && !c.input_done, op, fmt::format("microbatch {} has no finished forward to go back through", mb));
+  require(c.layer < 0 && !c.input_done, op,
+          fmt::format("microbatch {} has no finished forward to go back through", mb));
   m.check_grad_out(c, grad_out, op);
   try {
     auto dx = m.last() ? m.head_backward(c, grad_out, true) : grad_out;

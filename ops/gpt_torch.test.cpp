@@ -54,8 +54,8 @@ TEST_CASE("the GPT matches PyTorch in logits, loss, gradients and 3 AdamW steps"
     return;
   }
   auto script = reference_script();
-  REQUIRE_MESSAGE(fs::exists(script), "reference script not found at " << script
-                                                                        << " (run from the source root or set TROUPE_SOURCE_DIR)");
+  REQUIRE_MESSAGE(fs::exists(script),
+                  "reference script not found at " << script << " (run from the source root or set TROUPE_SOURCE_DIR)");
   gpt_config cfg{.layers = 2, .d_model = 48, .heads = 4, .context = 24, .vocab = 64, .seed = 5};
   const long b = 3, t = 20;
   const float lr = 1e-3f;

@@ -12,8 +12,11 @@ double grad_sq_norm(const std::vector<named_tensor>& grads) {
   double total = 0;
   for (const auto& g : grads) {
     switch (g.value.device().kind) {
-      case device::kind_t::cpu: total += kernels::cpu::sum_squares(g.value.data<float>(), g.value.numel()); continue;
-      case device::kind_t::cuda: break; // kernels/cuda launchers go here
+    case device::kind_t::cpu:
+      total += kernels::cpu::sum_squares(g.value.data<float>(), g.value.numel());
+      continue;
+    case device::kind_t::cuda:
+      break; // kernels/cuda launchers go here
     }
     unsupported_device("grad_sq_norm", g.value.device());
   }
@@ -23,8 +26,11 @@ double grad_sq_norm(const std::vector<named_tensor>& grads) {
 void scale_grads(const std::vector<named_tensor>& grads, float factor) {
   for (const auto& g : grads) {
     switch (g.value.device().kind) {
-      case device::kind_t::cpu: kernels::cpu::scale(g.value.data<float>(), factor, g.value.numel()); continue;
-      case device::kind_t::cuda: break;
+    case device::kind_t::cpu:
+      kernels::cpu::scale(g.value.data<float>(), factor, g.value.numel());
+      continue;
+    case device::kind_t::cuda:
+      break;
     }
     unsupported_device("scale_grads", g.value.device());
   }

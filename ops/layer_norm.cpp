@@ -19,18 +19,18 @@ tensor_handle layer_norm_forward(const tensor_handle& x, const tensor_handle& ga
   saved.mean = tensor_handle::empty({rows}, dtype::f32, x.device());
   saved.rstd = tensor_handle::empty({rows}, dtype::f32, x.device());
   switch (x.device().kind) {
-    case device::kind_t::cpu:
-      kc::layer_norm_forward(x.data<float>(), gamma.data<float>(), beta.data<float>(), y.data<float>(),
-                             saved.mean.data<float>(), saved.rstd.data<float>(), rows, cols, eps);
-      return y;
-    case device::kind_t::cuda: break; // kernels/cuda launchers go here
+  case device::kind_t::cpu:
+    kc::layer_norm_forward(x.data<float>(), gamma.data<float>(), beta.data<float>(), y.data<float>(),
+                           saved.mean.data<float>(), saved.rstd.data<float>(), rows, cols, eps);
+    return y;
+  case device::kind_t::cuda:
+    break; // kernels/cuda launchers go here
   }
   unsupported_device(op, x.device());
 }
 
-tensor_handle layer_norm_backward_input(const tensor_handle& dy, const tensor_handle& x,
-                                        const layer_norm_saved& saved, const tensor_handle& gamma,
-                                        const tensor_handle& add) {
+tensor_handle layer_norm_backward_input(const tensor_handle& dy, const tensor_handle& x, const layer_norm_saved& saved,
+                                        const tensor_handle& gamma, const tensor_handle& add) {
   constexpr auto op = "layer_norm_backward_input";
   require_f32(x, op, "x");
   const long cols = x.dim(x.rank() - 1), rows = rows_of(x);
@@ -44,12 +44,13 @@ tensor_handle layer_norm_backward_input(const tensor_handle& dy, const tensor_ha
   }
   auto dx = tensor_handle::empty(x.shape(), dtype::f32, x.device());
   switch (x.device().kind) {
-    case device::kind_t::cpu:
-      kc::layer_norm_backward_input(dy.data<float>(), x.data<float>(), saved.mean.data<float>(),
-                                    saved.rstd.data<float>(), gamma.data<float>(), dx.data<float>(), rows, cols,
-                                    add.defined() ? add.data<float>() : nullptr);
-      return dx;
-    case device::kind_t::cuda: break;
+  case device::kind_t::cpu:
+    kc::layer_norm_backward_input(dy.data<float>(), x.data<float>(), saved.mean.data<float>(), saved.rstd.data<float>(),
+                                  gamma.data<float>(), dx.data<float>(), rows, cols,
+                                  add.defined() ? add.data<float>() : nullptr);
+    return dx;
+  case device::kind_t::cuda:
+    break;
   }
   unsupported_device(op, x.device());
 }
@@ -65,11 +66,12 @@ void layer_norm_backward_weight(const tensor_handle& dy, const tensor_handle& x,
   require_f32(dgamma, op, "dgamma", cols);
   require_f32(dbeta, op, "dbeta", cols);
   switch (x.device().kind) {
-    case device::kind_t::cpu:
-      kc::layer_norm_backward_weight(dy.data<float>(), x.data<float>(), saved.mean.data<float>(),
-                                     saved.rstd.data<float>(), dgamma.data<float>(), dbeta.data<float>(), rows, cols);
-      return;
-    case device::kind_t::cuda: break;
+  case device::kind_t::cpu:
+    kc::layer_norm_backward_weight(dy.data<float>(), x.data<float>(), saved.mean.data<float>(),
+                                   saved.rstd.data<float>(), dgamma.data<float>(), dbeta.data<float>(), rows, cols);
+    return;
+  case device::kind_t::cuda:
+    break;
   }
   unsupported_device(op, x.device());
 }

@@ -16,9 +16,8 @@ tensor_handle layer_norm_forward(const tensor_handle& x, const tensor_handle& ga
 
 /// dx from dy (the input-gradient half); when `add` is given (same shape as x) it is
 /// added to dx in the same pass: how a residual branch's gradient joins.
-tensor_handle layer_norm_backward_input(const tensor_handle& dy, const tensor_handle& x,
-                                        const layer_norm_saved& saved, const tensor_handle& gamma,
-                                        const tensor_handle& add = {});
+tensor_handle layer_norm_backward_input(const tensor_handle& dy, const tensor_handle& x, const layer_norm_saved& saved,
+                                        const tensor_handle& gamma, const tensor_handle& add = {});
 
 /// dgamma += Σ dy · xhat and dbeta += Σ dy (the weight-gradient half).
 void layer_norm_backward_weight(const tensor_handle& dy, const tensor_handle& x, const layer_norm_saved& saved,

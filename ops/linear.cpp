@@ -51,29 +51,30 @@ tensor_handle linear_forward(const tensor_handle& x, const tensor_handle& w, con
   }
   auto y = tensor_handle::empty(with_last(x.shape(), out), dtype::f32, x.device());
   switch (x.device().kind) {
-    case device::kind_t::cpu: {
-      if (p == precision::f32) { // bias and residual are added as the product writes y
-        kc::gemm_epilogue e{b.defined() ? b.data<float>() : nullptr,
-                            residual.defined() ? residual.data<float>() : nullptr, int(out), nullptr};
-        kc::sgemm_fused(false, true, int(n), int(out), int(in), 1.0f, x.data<float>(), int(in), w.data<float>(),
-                        int(in), residual.defined() ? 1.0f : 0.0f, y.data<float>(), int(out), e);
-        return y;
-      }
-      // The product accumulates onto y prepared as bias (+ residual) rows in one pass.
-      float beta = 1.0f;
-      if (residual.defined() && b.defined())
-        kc::add_rows(b.data<float>(), residual.data<float>(), y.data<float>(), n, out);
-      else if (residual.defined())
-        std::memcpy(y.raw(), residual.raw(), y.nbytes());
-      else if (b.defined())
-        kc::broadcast_rows(b.data<float>(), y.data<float>(), n, out);
-      else
-        beta = 0.0f;
-      gemm(p, false, true, int(n), int(out), int(in), 1.0f, x.data<float>(), int(in), w.data<float>(), int(in), beta,
-           y.data<float>(), int(out));
+  case device::kind_t::cpu: {
+    if (p == precision::f32) { // bias and residual are added as the product writes y
+      kc::gemm_epilogue e{b.defined() ? b.data<float>() : nullptr,
+                          residual.defined() ? residual.data<float>() : nullptr, int(out), nullptr};
+      kc::sgemm_fused(false, true, int(n), int(out), int(in), 1.0f, x.data<float>(), int(in), w.data<float>(), int(in),
+                      residual.defined() ? 1.0f : 0.0f, y.data<float>(), int(out), e);
       return y;
     }
-    case device::kind_t::cuda: break; // kernels/cuda launchers go here
+    // The product accumulates onto y prepared as bias (+ residual) rows in one pass.
+    float beta = 1.0f;
+    if (residual.defined() && b.defined())
+      kc::add_rows(b.data<float>(), residual.data<float>(), y.data<float>(), n, out);
+    else if (residual.defined())
+      std::memcpy(y.raw(), residual.raw(), y.nbytes());
+    else if (b.defined())
+      kc::broadcast_rows(b.data<float>(), y.data<float>(), n, out);
+    else
+      beta = 0.0f;
+    gemm(p, false, true, int(n), int(out), int(in), 1.0f, x.data<float>(), int(in), w.data<float>(), int(in), beta,
+         y.data<float>(), int(out));
+    return y;
+  }
+  case device::kind_t::cuda:
+    break; // kernels/cuda launchers go here
   }
   unsupported_device(op, x.device());
 }
@@ -87,11 +88,12 @@ tensor_handle linear_backward_input(const tensor_handle& dy, const tensor_handle
   const long n = rows_of(dy);
   auto dx = tensor_handle::empty(with_last(dy.shape(), in), dtype::f32, dy.device());
   switch (dy.device().kind) {
-    case device::kind_t::cpu:
-      gemm(p, false, false, int(n), int(in), int(out), 1.0f, dy.data<float>(), int(out), w.data<float>(), int(in),
-           0.0f, dx.data<float>(), int(in));
-      return dx;
-    case device::kind_t::cuda: break;
+  case device::kind_t::cpu:
+    gemm(p, false, false, int(n), int(in), int(out), 1.0f, dy.data<float>(), int(out), w.data<float>(), int(in), 0.0f,
+         dx.data<float>(), int(in));
+    return dx;
+  case device::kind_t::cuda:
+    break;
   }
   unsupported_device(op, dy.device());
 }
@@ -107,27 +109,28 @@ void linear_backward_weight(const tensor_handle& dy, const tensor_handle& x, ten
   const long n = rows_of(dy);
   require(rows_of(x) == n, op, "x and dy must have the same number of rows");
   switch (dy.device().kind) {
-    case device::kind_t::cpu:
-      if (db.defined())
-        require(db.numel() == out, op, "db must be [out]");
-      if (p == precision::f32) { // db's column sums of dy run inside the product
-        kc::sgemm_fused(true, false, int(out), int(in), int(n), scale, dy.data<float>(), int(out), x.data<float>(),
-                        int(in), 1.0f, dw.data<float>(), int(in),
-                        {nullptr, nullptr, 0, db.defined() ? db.data<float>() : nullptr});
-        return;
-      }
-      gemm(p, true, false, int(out), int(in), int(n), scale, dy.data<float>(), int(out), x.data<float>(), int(in),
-           1.0f, dw.data<float>(), int(in));
-      if (db.defined()) {
-        if (scale == 1.0f)
-          kc::column_sum_add(dy.data<float>(), db.data<float>(), n, out);
-        else
-          for (long r = 0; r < n; ++r)
-            for (long i = 0; i < out; ++i)
-              db.data<float>()[i] += scale * dy.data<float>()[r * out + i];
-      }
+  case device::kind_t::cpu:
+    if (db.defined())
+      require(db.numel() == out, op, "db must be [out]");
+    if (p == precision::f32) { // db's column sums of dy run inside the product
+      kc::sgemm_fused(true, false, int(out), int(in), int(n), scale, dy.data<float>(), int(out), x.data<float>(),
+                      int(in), 1.0f, dw.data<float>(), int(in),
+                      {nullptr, nullptr, 0, db.defined() ? db.data<float>() : nullptr});
       return;
-    case device::kind_t::cuda: break;
+    }
+    gemm(p, true, false, int(out), int(in), int(n), scale, dy.data<float>(), int(out), x.data<float>(), int(in), 1.0f,
+         dw.data<float>(), int(in));
+    if (db.defined()) {
+      if (scale == 1.0f)
+        kc::column_sum_add(dy.data<float>(), db.data<float>(), n, out);
+      else
+        for (long r = 0; r < n; ++r)
+          for (long i = 0; i < out; ++i)
+            db.data<float>()[i] += scale * dy.data<float>()[r * out + i];
+    }
+    return;
+  case device::kind_t::cuda:
+    break;
   }
   unsupported_device(op, dy.device());
 }

@@ -30,8 +30,8 @@ std::shared_ptr<const optimizer_device_kernels> kernels_for(device dev, const ch
   std::lock_guard guard{r.mtx};
   if (auto i = r.kernels.find(dev.kind); i != r.kernels.end())
     return i->second;
-  throw std::invalid_argument(fmt::format(
-      "{}: no optimizer kernels for device {} (its backend library is not loaded)", op, to_string(dev)));
+  throw std::invalid_argument(
+    fmt::format("{}: no optimizer kernels for device {} (its backend library is not loaded)", op, to_string(dev)));
 }
 
 } // namespace
@@ -42,8 +42,8 @@ void register_optimizer_kernels(device::kind_t kind, optimizer_device_kernels k)
   r.kernels[kind] = std::make_shared<const optimizer_device_kernels>(std::move(k));
 }
 
-optimizer::optimizer(const std::vector<named_tensor>& params, std::vector<std::string> kinds,
-                     device_stream stream, const char* name)
+optimizer::optimizer(const std::vector<named_tensor>& params, std::vector<std::string> kinds, device_stream stream,
+                     const char* name)
     : name_(name), kinds_(std::move(kinds)), stream_(stream) {
   if (!params.empty())
     device_ = params.front().value.device();
@@ -68,20 +68,18 @@ optimizer::optimizer(const std::vector<named_tensor>& params, std::vector<std::s
     }
 }
 
-void optimizer::step(const std::vector<named_tensor>& params, const std::vector<named_tensor>& grads,
-                     float lr) {
+void optimizer::step(const std::vector<named_tensor>& params, const std::vector<named_tensor>& grads, float lr) {
   if (params.size() != names_.size() || grads.size() != names_.size())
-    throw std::invalid_argument(
-        fmt::format("{}::step: {} parameters and {} gradients for an optimizer over {}", name_, params.size(),
-                    grads.size(), names_.size()));
+    throw std::invalid_argument(fmt::format("{}::step: {} parameters and {} gradients for an optimizer over {}", name_,
+                                            params.size(), grads.size(), names_.size()));
   for (std::size_t i = 0; i < params.size(); ++i) {
     const auto& p = params[i].value;
     const auto& g = grads[i].value;
     auto n = shapes_[i].numel();
-    if (p.numel() != n || g.numel() != n || p.type() != dtype::f32 || g.type() != dtype::f32 ||
-        p.device() != device_ || g.device() != device_)
-      throw std::invalid_argument(fmt::format("{}::step: parameter '{}' or its gradient is not f32 {} on {}",
-                                              name_, names_[i], to_string(shapes_[i]), to_string(device_)));
+    if (p.numel() != n || g.numel() != n || p.type() != dtype::f32 || g.type() != dtype::f32 || p.device() != device_ ||
+        g.device() != device_)
+      throw std::invalid_argument(fmt::format("{}::step: parameter '{}' or its gradient is not f32 {} on {}", name_,
+                                              names_[i], to_string(shapes_[i]), to_string(device_)));
   }
   ++steps_;
   for (std::size_t i = 0; i < params.size(); ++i)
@@ -110,17 +108,15 @@ void optimizer::load_state(const optimizer_state& s) {
   require(s.steps >= 0, op, "a negative step count");
   std::size_t want = s.steps > 0 ? state_.size() : 0;
   require(s.tensors.size() == want, op,
-          fmt::format("{} state tensors after {} steps, this optimizer keeps {}", s.tensors.size(), s.steps,
-                      want));
+          fmt::format("{} state tensors after {} steps, this optimizer keeps {}", s.tensors.size(), s.steps, want));
   for (std::size_t i = 0; i < want; ++i) {
     const auto& t = s.tensors[i].value;
     auto name = kinds_[i % kinds_.size()] + "." + names_[i / kinds_.size()];
     const auto& shape = shapes_[i / kinds_.size()];
-    require(s.tensors[i].name == name, op,
-            fmt::format("tensor {} is '{}', expected '{}'", i, s.tensors[i].name, name));
-    require(t.defined() && t.type() == dtype::f32 && t.shape() == shape, op,
-            fmt::format("'{}' is {} {}, expected f32 {}", name, to_string(t.type()), to_string(t.shape()),
-                        to_string(shape)));
+    require(s.tensors[i].name == name, op, fmt::format("tensor {} is '{}', expected '{}'", i, s.tensors[i].name, name));
+    require(
+      t.defined() && t.type() == dtype::f32 && t.shape() == shape, op,
+      fmt::format("'{}' is {} {}, expected f32 {}", name, to_string(t.type()), to_string(t.shape()), to_string(shape)));
   }
   for (std::size_t i = 0; i < state_.size(); ++i) {
     auto& b = state_[i];

@@ -13,10 +13,11 @@ tensor_handle residual_forward(const tensor_handle& a, const tensor_handle& b) {
   require(a.shape() == b.shape(), op, "a and b must have the same shape");
   auto y = tensor_handle::empty(a.shape(), dtype::f32, a.device());
   switch (a.device().kind) {
-    case device::kind_t::cpu:
-      kernels::cpu::add(a.data<float>(), b.data<float>(), y.data<float>(), a.numel());
-      return y;
-    case device::kind_t::cuda: break; // kernels/cuda launchers go here
+  case device::kind_t::cpu:
+    kernels::cpu::add(a.data<float>(), b.data<float>(), y.data<float>(), a.numel());
+    return y;
+  case device::kind_t::cuda:
+    break; // kernels/cuda launchers go here
   }
   unsupported_device(op, a.device());
 }
@@ -27,8 +28,11 @@ void residual_add_inplace(tensor_handle& acc, const tensor_handle& x) {
   require_f32(x, op, "x");
   require(acc.numel() == x.numel(), op, "acc and x must have the same size");
   switch (acc.device().kind) {
-    case device::kind_t::cpu: kernels::cpu::add_inplace(acc.data<float>(), x.data<float>(), x.numel()); return;
-    case device::kind_t::cuda: break;
+  case device::kind_t::cpu:
+    kernels::cpu::add_inplace(acc.data<float>(), x.data<float>(), x.numel());
+    return;
+  case device::kind_t::cuda:
+    break;
   }
   unsupported_device(op, acc.device());
 }

@@ -14,8 +14,8 @@ sgd_nesterov::sgd_nesterov(const std::vector<named_tensor>& params, float moment
 }
 
 void sgd_nesterov::update(std::size_t i, const tensor_handle& p, const tensor_handle& g, float lr) {
-  kernels::cpu::sgd_nesterov_update(p.data<float>(), g.data<float>(), buffer(i, 0).data<float>(), p.numel(),
-                                    lr, momentum_, weight_decay_);
+  kernels::cpu::sgd_nesterov_update(p.data<float>(), g.data<float>(), buffer(i, 0).data<float>(), p.numel(), lr,
+                                    momentum_, weight_decay_);
 }
 
 } // namespace troupe::ops

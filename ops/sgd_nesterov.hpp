@@ -12,8 +12,7 @@ namespace troupe::ops {
 /// parameter: `momentum_buffer` (torch's name). CPU parameters only for now.
 class sgd_nesterov final : public optimizer {
 public:
-  explicit sgd_nesterov(const std::vector<named_tensor>& params, float momentum = 0.9f,
-                        float weight_decay = 0.0f);
+  explicit sgd_nesterov(const std::vector<named_tensor>& params, float momentum = 0.9f, float weight_decay = 0.0f);
 
 private:
   void update(std::size_t i, const tensor_handle& param, const tensor_handle& grad, float lr) override;

@@ -71,7 +71,8 @@ inline vec attention(const vec& qkv, long batch, long seq, long heads, long hd,
         for (long j = lo; j <= i; ++j) {
           double acc = 0;
           for (long d = 0; d < hd; ++d)
-            acc += qkv[std::size_t((b * seq + i) * ld + h * hd + d)] * qkv[std::size_t((b * seq + j) * ld + c + h * hd + d)];
+            acc +=
+              qkv[std::size_t((b * seq + i) * ld + h * hd + d)] * qkv[std::size_t((b * seq + j) * ld + c + h * hd + d)];
           row[std::size_t(j)] = acc / std::sqrt(double(hd));
           mx = std::max(mx, row[std::size_t(j)]);
         }

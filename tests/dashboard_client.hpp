@@ -3,7 +3,7 @@
 #pragma once
 
 #include <string>
-#include <utility>  // before Boost.Asio, whose awaitable.hpp uses std::exchange without it
+#include <utility> // before Boost.Asio, whose awaitable.hpp uses std::exchange without it
 
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
@@ -20,9 +20,8 @@ inline std::pair<std::string, std::string> split_url(const std::string& url) {
 }
 
 /// One HTTP/1.1 request to the server at `url`; its response.
-inline dash_beast::http::response<dash_beast::http::string_body> http_request(const std::string& url,
-                                                                               dash_beast::http::verb verb,
-                                                                               const std::string& target) {
+inline dash_beast::http::response<dash_beast::http::string_body>
+http_request(const std::string& url, dash_beast::http::verb verb, const std::string& target) {
   namespace http = dash_beast::http;
   boost::asio::io_context ioc;
   boost::asio::ip::tcp::resolver resolver{ioc};

@@ -72,7 +72,7 @@ T sample() {
 struct damaged_frame {
   net::frame f;
   std::string how;
-  bool must_fail;  ///< false: a garbled byte may still read as a valid value
+  bool must_fail; ///< false: a garbled byte may still read as a valid value
 };
 
 /// Every cut of `good`'s meta, each byte of it garbled four ways, a trailing

@@ -14,9 +14,9 @@ namespace troupe {
 
 /// `data_parallel:`'s options for a bucketed sync.
 struct bucket_options {
-  std::int64_t bucket_bytes = 4 << 20;  ///< gradient bytes per bucket
-  bool overlap = true;                  ///< buckets go during the last backward pass (else once the step's work is done)
-  int zero = 0;                         ///< 0: all-reduce peers; 1, 2: ZeRO's optimizer shards
+  std::int64_t bucket_bytes = 4 << 20; ///< gradient bytes per bucket
+  bool overlap = true;                 ///< buckets go during the last backward pass (else once the step's work is done)
+  int zero = 0;                        ///< 0: all-reduce peers; 1, 2: ZeRO's optimizer shards
   /// The ring's first member: it counts the (summed, hence equal) gradients in
   /// the global norm for its whole ring.
   bool first = true;
@@ -34,7 +34,9 @@ public:
       host.models(), opt_.bucket_bytes, std::move(loss),
       [this](bucket_msg m) { host_.send(peer_, caf::make_message(bucket_atom::value, std::move(m))); }, opt_.zero > 0);
   }
-  void begin_pass(step_t step, int chunk, bool last) override { buckets_->begin_pass(step, chunk, last && opt_.overlap); }
+  void begin_pass(step_t step, int chunk, bool last) override {
+    buckets_->begin_pass(step, chunk, last && opt_.overlap);
+  }
   void end_pass() override { buckets_->end_pass(); }
   bool sync(step_t step) override { return buckets_->flush(step); }
 

@@ -44,7 +44,8 @@ step_boundary_type ddp_ring_boundary() {
             int peer = helper_of(g, "allreduce_peer", stage.name);
             if (peer < 0)
               return std::nullopt;
-            return boundary_choice{{}, peer,
+            return boundary_choice{{},
+                                   peer,
                                    bucket_options{g.data_parallel.bucket, g.data_parallel.overlap, 0,
                                                   stage.replica % g.sync_group_size() == 0}};
           },

@@ -10,7 +10,7 @@ namespace troupe {
 
 grad_buckets::grad_buckets(const std::vector<std::unique_ptr<stage_model>>& models, std::int64_t bucket_bytes,
                            std::function<double()> loss_sum, send_fn send, bool zero)
-  : models_(models), loss_sum_(std::move(loss_sum)), send_(std::move(send)) {
+    : models_(models), loss_sum_(std::move(loss_sum)), send_(std::move(send)) {
   std::vector<std::vector<std::int64_t>> bytes;
   for (const auto& m : models_) {
     auto& b = bytes.emplace_back();
@@ -102,10 +102,10 @@ bool grad_buckets::flush(std::int64_t step) {
 }
 
 bool grad_buckets::on_reduced(std::int64_t step, int b) {
-  if (step != step_ || b < 0 || static_cast<std::size_t>(b) >= buckets_.size() || !buckets_[static_cast<std::size_t>(b)].sent ||
-      buckets_[static_cast<std::size_t>(b)].back)
-    throw std::runtime_error(fmt::format("all-reduce peer returned bucket {} of step {}, which is not out (step {})",
-                                         b, step, step_));
+  if (step != step_ || b < 0 || static_cast<std::size_t>(b) >= buckets_.size() ||
+      !buckets_[static_cast<std::size_t>(b)].sent || buckets_[static_cast<std::size_t>(b)].back)
+    throw std::runtime_error(
+      fmt::format("all-reduce peer returned bucket {} of step {}, which is not out (step {})", b, step, step_));
   buckets_[static_cast<std::size_t>(b)].back = true;
   return ++back_ == static_cast<int>(buckets_.size());
 }

@@ -56,8 +56,8 @@ public:
 private:
   struct bucket {
     std::vector<tensor_handle> tensors;
-    std::vector<tensor_handle> params;  ///< ZeRO: the parameters of `tensors`
-    int pending = 0;   ///< parameters of this step's last pass still to be written
+    std::vector<tensor_handle> params; ///< ZeRO: the parameters of `tensors`
+    int pending = 0;                   ///< parameters of this step's last pass still to be written
     bool sent = false;
     bool back = false;
   };
@@ -68,12 +68,12 @@ private:
   std::function<double()> loss_sum_;
   send_fn send_;
   std::vector<std::vector<sched::param_ref>> layout_;
-  std::vector<std::vector<int>> bucket_of_;  ///< [chunk][param] -> bucket
+  std::vector<std::vector<int>> bucket_of_; ///< [chunk][param] -> bucket
   std::vector<bucket> buckets_;
-  std::vector<std::vector<shape_t>> grad_shapes_;  ///< [bucket][i]: zeros when a model holds none (ZeRO-2)
-  tensor_handle loss_;                       ///< f32 [1] in the last bucket, on the loss stage
+  std::vector<std::vector<shape_t>> grad_shapes_; ///< [bucket][i]: zeros when a model holds none (ZeRO-2)
+  tensor_handle loss_;                            ///< f32 [1] in the last bucket, on the loss stage
   std::int64_t step_ = -1;
-  int armed_chunk_ = -1;                     ///< the chunk whose last pass is running, or -1
+  int armed_chunk_ = -1; ///< the chunk whose last pass is running, or -1
   int back_ = 0;
 };
 

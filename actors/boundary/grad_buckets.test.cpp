@@ -27,19 +27,21 @@ TEST_CASE("buckets go to the peer while the last backward pass writes them, in b
   std::vector<std::unique_ptr<stage_model>> models;
   models.push_back(make_cpu_stage_model(range));
   std::vector<bucket_msg> sent;
-  int params_with_grad_at_send = -1;  // how many gradients were nonzero when the first bucket left
+  int params_with_grad_at_send = -1; // how many gradients were nonzero when the first bucket left
   double loss = 0;
-  grad_buckets b(models, 16 << 10, [&] { return loss; }, [&](bucket_msg m) {
-    if (sent.empty()) {
-      params_with_grad_at_send = 0;
-      for (const auto& g : range.grads())
-        params_with_grad_at_send += g.value.data<float>()[0] != 0.0f;
-    }
-    sent.push_back(std::move(m));
-  });
+  grad_buckets b(
+    models, 16 << 10, [&] { return loss; },
+    [&](bucket_msg m) {
+      if (sent.empty()) {
+        params_with_grad_at_send = 0;
+        for (const auto& g : range.grads())
+          params_with_grad_at_send += g.value.data<float>()[0] != 0.0f;
+      }
+      sent.push_back(std::move(m));
+    });
   REQUIRE(b.size() > 2);
   CHECK(b.layout().front().front().index == static_cast<int>(range.params().size()) - 1); // the head first
-  CHECK(b.layout().back().back().index == 0);                                            // the embeddings last
+  CHECK(b.layout().back().back().index == 0);                                             // the embeddings last
   auto [x, y] = tokens();
   auto run_pass = [&](int mb, bool last) {
     models[0]->forward(mb, {x, nullptr}, y);
@@ -88,7 +90,8 @@ TEST_CASE("a ZeRO-2 stage that ran no backward in a step sends zero gradients, n
   std::vector<std::unique_ptr<stage_model>> models;
   models.push_back(make_cpu_stage_model(range));
   std::vector<bucket_msg> sent;
-  grad_buckets b(models, 16 << 10, {}, [&](bucket_msg m) { sent.push_back(std::move(m)); }, true);
+  grad_buckets b(
+    models, 16 << 10, {}, [&](bucket_msg m) { sent.push_back(std::move(m)); }, true);
   CHECK_FALSE(b.flush(0));
   REQUIRE(sent.size() == b.size());
   std::vector<std::vector<shape_t>> shapes;

@@ -48,7 +48,9 @@ public:
     bool wait = false;
     for (auto e : schedule_->after_inner_step()) {
       bool perform = e.what == sched::fragment_event::kind::perform;
-      outer_local_msg m{steps_done, e.fragment, perform ? outer_local_msg::perform : outer_local_msg::prepare,
+      outer_local_msg m{steps_done,
+                        e.fragment,
+                        perform ? outer_local_msg::perform : outer_local_msg::prepare,
                         {fragment_values(e.fragment)}};
       host_.send(sync_, caf::make_message(outer_atom::value, std::move(m)));
       if (perform)
@@ -63,8 +65,8 @@ public:
     const auto& m = msg.get_as<outer_result_msg>(1);
     const auto& name = host_.config().name;
     if (m.fragment < 0 || m.fragment >= static_cast<int>(fragments_.size()) || waiting_ == 0)
-      throw std::runtime_error(fmt::format("{}: an exchange result for fragment {} of step {} it did not ask for",
-                                           name, m.fragment, m.step));
+      throw std::runtime_error(
+        fmt::format("{}: an exchange result for fragment {} of step {} it did not ask for", name, m.fragment, m.step));
     const float* src = m.values.data();
     std::size_t left = m.values.size();
     for (auto& t : fragment_tensors(m.fragment)) {
@@ -115,11 +117,11 @@ private:
   }
 
   stage_host& host_;
-  int sync_;                 ///< the outer_sync actor that serves this stage
+  int sync_; ///< the outer_sync actor that serves this stage
   local_update_spec spec_;
   std::unique_ptr<sched::sync_schedule> schedule_;
-  std::vector<sched::fragment_plan> fragments_;  ///< what each fragment holds (the method's plan)
-  int waiting_ = 0;                              ///< performs sent, results not yet back
+  std::vector<sched::fragment_plan> fragments_; ///< what each fragment holds (the method's plan)
+  int waiting_ = 0;                             ///< performs sent, results not yet back
 };
 
 } // namespace

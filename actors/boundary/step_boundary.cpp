@@ -59,7 +59,7 @@ std::vector<boundary_choice> select_step_boundaries(const graph_spec& g, const a
 }
 
 std::vector<std::unique_ptr<step_boundary>> make_step_boundaries(stage_host& host,
-                                                                  const std::vector<boundary_choice>& choices) {
+                                                                 const std::vector<boundary_choice>& choices) {
   ensure_builtins();
   std::vector<std::unique_ptr<step_boundary>> out;
   {

@@ -133,13 +133,13 @@ std::vector<boundary_choice> select_step_boundaries(const graph_spec& g, const a
 /// std::invalid_argument naming an unknown type and the known ones, or a stack
 /// without exactly one component that applies the update.
 std::vector<std::unique_ptr<step_boundary>> make_step_boundaries(stage_host& host,
-                                                                  const std::vector<boundary_choice>& choices);
+                                                                 const std::vector<boundary_choice>& choices);
 
 /// The built-in components, in stack order (actors/boundary/step_boundary.cpp registers them).
-step_boundary_type ddp_ring_boundary();         ///< actors/boundary/ddp_ring.cpp
-step_boundary_type zero_shards_boundary();      ///< actors/boundary/zero_shards.cpp
-step_boundary_type local_optimizer_boundary();  ///< actors/boundary/local_optimizer.cpp
-step_boundary_type outer_exchange_boundary();   ///< actors/boundary/outer_exchange.cpp
+step_boundary_type ddp_ring_boundary();        ///< actors/boundary/ddp_ring.cpp
+step_boundary_type zero_shards_boundary();     ///< actors/boundary/zero_shards.cpp
+step_boundary_type local_optimizer_boundary(); ///< actors/boundary/local_optimizer.cpp
+step_boundary_type outer_exchange_boundary();  ///< actors/boundary/outer_exchange.cpp
 void register_builtin_step_boundaries();
 
 } // namespace troupe

@@ -100,7 +100,7 @@ TEST_CASE("a component registered outside the engine applies the update in place
       CHECK(after[i][j] == doctest::Approx(before[i][j] - 0.5f * grads[i][j]).epsilon(1e-6));
       moved += std::abs(after[i][j] - before[i][j]);
     }
-  CHECK(moved > 0); // the step did something, and it was SGD's
+  CHECK(moved > 0);                                            // the step did something, and it was SGD's
   CHECK(e.checkpoint_metadata().at("optimizer.steps") == "0"); // SGD keeps no optimizer state
 }
 

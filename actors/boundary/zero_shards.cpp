@@ -41,9 +41,9 @@ public:
       return false;
     auto step = m.get_as<step_t>(1);
     if (step != asked_)
-      throw std::runtime_error(fmt::format(
-        "{}: the optimizer shard returned the parameters of step {}, which it was not asked for",
-        host_.config().name, step));
+      throw std::runtime_error(
+        fmt::format("{}: the optimizer shard returned the parameters of step {}, which it was not asked for",
+                    host_.config().name, step));
     asked_ = -1;
     for (const auto& model : host_.models()) {
       model->params_updated();
@@ -66,8 +66,8 @@ public:
   }
 
 private:
-  double slice_sq_ = 0;  ///< Σ g² of the shard's slices this step
-  step_t asked_ = -1;    ///< the step whose update the shard is making
+  double slice_sq_ = 0; ///< Σ g² of the shard's slices this step
+  step_t asked_ = -1;   ///< the step whose update the shard is making
 };
 
 } // namespace

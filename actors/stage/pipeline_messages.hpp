@@ -28,7 +28,9 @@ using wake_atom = caf::atom_constant<caf::atom("wake")>;
 /// (`stage` is the receiver's virtual stage: rank + chunk · ranks).
 constexpr std::uint64_t flow_id(std::int64_t step, int stage, int microbatch, int kind) {
   return ((static_cast<std::uint64_t>(step + 2) * 4096 + static_cast<std::uint64_t>(stage)) * 65536 +
-          static_cast<std::uint64_t>(microbatch + 1)) * 4 + static_cast<std::uint64_t>(kind) + 1;
+          static_cast<std::uint64_t>(microbatch + 1)) *
+           4 +
+         static_cast<std::uint64_t>(kind) + 1;
 }
 
 } // namespace troupe

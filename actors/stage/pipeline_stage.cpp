@@ -23,18 +23,18 @@ namespace {
 
 /// Where this stage's checkpoints go and what it resumes from.
 struct stage_checkpointing {
-  std::filesystem::path dir;                       ///< checkpoint.dir; empty = none
-  std::map<std::string, std::string> identity;     ///< checkpoint_identity of this stage
-  std::filesystem::path resume_folder;             ///< empty = a fresh start
+  std::filesystem::path dir;                   ///< checkpoint.dir; empty = none
+  std::map<std::string, std::string> identity; ///< checkpoint_identity of this stage
+  std::filesystem::path resume_folder;         ///< empty = a fresh start
   step_t resume_step = 0;
-  std::filesystem::path init_part;                 ///< a warm start's weights (train.init); empty = none
+  std::filesystem::path init_part; ///< a warm start's weights (train.init); empty = none
 };
 
 struct pipeline_stage_state {
   std::unique_ptr<stage_engine> engine;
   caf::actor runner;
-  std::vector<caf::actor> actors;         ///< every actor of the graph, by index (routes name them so)
-  std::vector<std::uint16_t> actor_ids;   ///< their trace ids, for counted mailbox depth
+  std::vector<caf::actor> actors;       ///< every actor of the graph, by index (routes name them so)
+  std::vector<std::uint16_t> actor_ids; ///< their trace ids, for counted mailbox depth
   bool kick_pending = false;
   bool wake_pending = false;
   bool done_sent = false;
@@ -45,8 +45,8 @@ struct pipeline_stage_state {
   std::size_t reports_printed = 0;
   std::size_t vals_printed = 0;
   std::int64_t tokens_per_step = 0;
-  step_t first_step = 0;  ///< the step this run started at (after a resume)
-  std::int64_t bytes_sent = 0;  ///< activation and gradient bytes sent to other stages
+  step_t first_step = 0;       ///< the step this run started at (after a resume)
+  std::int64_t bytes_sent = 0; ///< activation and gradient bytes sent to other stages
   static inline const char* name = "pipeline_stage";
 };
 
@@ -72,8 +72,8 @@ void print_progress(stage_actor* self) {
                loss / std::log(2.0));
     if (st.vals_printed < shorter.size()) // SkipPipe: the model with fewer layers beside the full one
       fmt::print("; on a path of {} stages: loss {:.4f} (perplexity {:.3f} against {:.3f})",
-                 e.config().short_eval_stages, shorter[st.vals_printed].second, std::exp(shorter[st.vals_printed].second),
-                 std::exp(loss));
+                 e.config().short_eval_stages, shorter[st.vals_printed].second,
+                 std::exp(shorter[st.vals_printed].second), std::exp(loss));
     fmt::print("\n");
     ++st.vals_printed;
   }
@@ -88,8 +88,8 @@ void print_progress(stage_actor* self) {
   st.last_print_ns = now;
   double elapsed = static_cast<double>(now - st.started_ns) / 1e9;
   double per_step = elapsed / static_cast<double>(r.step + 1 - st.first_step);
-  fmt::print("step {:>5}/{} | loss {:.4f} | lr {:.2e} | {:>7.0f} tok/s | {:6.1f} ms/step | eta {}\n", r.step + 1,
-             total, r.loss, r.lr, static_cast<double>(st.tokens_per_step) / per_step, per_step * 1e3,
+  fmt::print("step {:>5}/{} | loss {:.4f} | lr {:.2e} | {:>7.0f} tok/s | {:6.1f} ms/step | eta {}\n", r.step + 1, total,
+             r.loss, r.lr, static_cast<double>(st.tokens_per_step) / per_step, per_step * 1e3,
              eta(per_step * static_cast<double>(total - r.step - 1)));
   std::fflush(stdout);
 }
@@ -115,7 +115,8 @@ void maybe_done(stage_actor* self) {
   s.actor = e.config().name;
   s.steps = e.step() - st.first_step;
   auto held = e.held();
-  record_held(s.actor, held); // the trace's latest, as the summary says (ZeRO-2 gave its gradients back since the start)
+  record_held(s.actor,
+              held); // the trace's latest, as the summary says (ZeRO-2 gave its gradients back since the start)
   s.params_bytes = held.params, s.grads_bytes = held.grads, s.optimizer_bytes = held.optimizer;
   s.bytes_sent = st.bytes_sent;
   if (loss_stage) {
@@ -287,7 +288,8 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
     },
     [=](forward_atom, const batch_msg& m) {
       span r; // the loader records no flows: a plain receive span with the counted depth
-      r.actor = id, r.kind = span_kind::receive, r.step = static_cast<std::int32_t>(m.step), r.microbatch = m.microbatch;
+      r.actor = id, r.kind = span_kind::receive, r.step = static_cast<std::int32_t>(m.step),
+      r.microbatch = m.microbatch;
       r.bytes = m.tokens.nbytes() + m.targets.nbytes();
       r.mailbox = trace_recorder::global().message_received(id);
       r.begin_ns = r.end_ns = trace_now();
@@ -348,7 +350,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
       c.router = static_cast<int>(i);
   c.chunks = static_cast<int>(spec.layers.size());
   c.model.layers = g.model.layers;
-  c.model.head_apart = g.skip_runs();  // SkipPipe: stage 0 holds the head as [layers, layers) (#14)
+  c.model.head_apart = g.skip_runs(); // SkipPipe: stage 0 holds the head as [layers, layers) (#14)
   for (const auto& r : spec.layers)
     c.loss |= ops::holds_head(c.model, r.begin, r.end);
   // Credits for every actor that sends here: the channel's, else the policy's
@@ -389,7 +391,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   c.eval_every = g.train.eval_every;
   c.eval_batches = g.train.eval_batches;
   if (g.skip_runs() && skippipe_path_stages(g) < g.pipeline.stages)
-    c.eval_routes = 2, c.short_eval_stages = g.skip.path_length;  // the full model, then a path of L stages
+    c.eval_routes = 2, c.short_eval_stages = g.skip.path_length; // the full model, then a path of L stages
   c.grad_clip = g.train.grad_clip;
   c.weight_decay = static_cast<float>(g.train.weight_decay);
   c.model.layers = g.model.layers;
@@ -408,9 +410,9 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   c.policy = g.pipeline.schedule;
   c.policy_params.table_file = g.pipeline.table_path.string();
   c.policy_params.options = g.pipeline.policy;
-  c.policy_params.paths = g.skip_runs();  // SkipPipe's paths: hops left differ per microbatch (#25)
+  c.policy_params.paths = g.skip_runs(); // SkipPipe's paths: hops left differ per microbatch (#25)
   if (auto own = spec.params.find("policy"); own != spec.params.end() && own->second.IsMap())
-    for (auto it = own->second.begin(); it != own->second.end(); ++it)  // a stage's own options win
+    for (auto it = own->second.begin(); it != own->second.end(); ++it) // a stage's own options win
       if (it->first.IsScalar() && it->second.IsScalar())
         c.policy_params.options[it->first.Scalar()] = it->second.Scalar();
   c.policy_params.routed = g.data_parallel.route == "least_loaded" && g.data_parallel.replicas > 1;
@@ -433,8 +435,8 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     if (g.attention.servers == 0) { // in place: the stages of its position serve each other, by replica
       at.servers.assign(static_cast<std::size_t>(at.replicas), -1);
       for (std::size_t i = 0; i < g.actors.size(); ++i)
-        if (const auto& a = g.actors[i]; a.role.holds_layers && a.rank == spec.rank && a.replica >= 0 &&
-                                         a.replica < at.replicas)
+        if (const auto& a = g.actors[i];
+            a.role.holds_layers && a.rank == spec.rank && a.replica >= 0 && a.replica < at.replicas)
           at.servers[static_cast<std::size_t>(a.replica)] = static_cast<int>(i);
       at.self_server = spec.replica;
     } else {
@@ -444,7 +446,8 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     }
   }
   c.checkpoint_every = g.checkpoint.dir_path.empty() ? 0 : g.checkpoint.every;
-  c.max_batch = g.data.batch * (spec.replica == 0 ? std::max(g.data_parallel.replicas, 1) : 1); // replica 0 evaluates the global batch
+  c.max_batch = g.data.batch *
+                (spec.replica == 0 ? std::max(g.data_parallel.replicas, 1) : 1); // replica 0 evaluates the global batch
   return c;
 }
 
@@ -487,8 +490,11 @@ caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx) {
     return dev.error();
   cfg.device = *dev;
   auto tokens = ctx.graph.tokens_per_step();
-  stage_checkpointing ck{ctx.graph.checkpoint.dir_path, checkpoint_identity(ctx.graph, ctx.spec),
-                         ctx.graph.checkpoint.resume_folder, ctx.graph.checkpoint.resume_step, {}};
+  stage_checkpointing ck{ctx.graph.checkpoint.dir_path,
+                         checkpoint_identity(ctx.graph, ctx.spec),
+                         ctx.graph.checkpoint.resume_folder,
+                         ctx.graph.checkpoint.resume_step,
+                         {}};
   if (ck.resume_folder.empty() && !ctx.graph.train.init.empty()) { // a resumed run has its own weights
     auto part = find_init_part(ctx.graph, ctx.spec);
     if (!part)

@@ -40,8 +40,8 @@ std::optional<std::string> table_problem(const graph_spec& g, int ranks, int chu
     for (const auto& a : row)
       m = std::max(m, a.microbatch + 1);
   if (m != p.microbatches)
-    return fmt::format("{}: runs microbatches 0 to {} but pipeline.microbatches is {} (a table lists one step)",
-                       name, m - 1, p.microbatches);
+    return fmt::format("{}: runs microbatches 0 to {} but pipeline.microbatches is {} (a table lists one step)", name,
+                       m - 1, p.microbatches);
   // The harness's cost grows with stages² × chunks × microbatches, as for `troupe schedule`.
   auto size = std::int64_t{ranks} * ranks * chunks * m;
   if (size > limits::max_schedule_size)
@@ -78,9 +78,9 @@ void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics&
   }
   // SkipPipe's stage 0 holds the head as a chunk of no blocks, which the CUDA model does not take (#14).
   if (g.skip_runs() && a.device.starts_with("cuda"))
-    out.push_back({g.skip.pos, "skip",
-                   fmt::format("SkipPipe runs CPU stages for now: '{}' runs on {} (set pipeline.device: cpu)", a.name,
-                               a.device)});
+    out.push_back(
+      {g.skip.pos, "skip",
+       fmt::format("SkipPipe runs CPU stages for now: '{}' runs on {} (set pipeline.device: cpu)", a.name, a.device)});
   // The schedule is the pipeline's, not one stage's: its first stage checks it, once for all.
   // With replicas every replica replays the same per-rank lists over its own chain.
   if (a.rank != 0 || a.replica != 0 || g.pipeline.schedule != "table" || g.pipeline.table_path.empty())

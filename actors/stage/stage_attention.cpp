@@ -114,7 +114,8 @@ void stage_attention::plan(const tensor_handle& round_documents) {
     if (!backward_) {
       pairs_before_.resize(std::size_t(S)), pairs_after_.resize(std::size_t(S));
       for (int i = 0; i < S; ++i)
-        pairs_before_[std::size_t(i)] += p.before[std::size_t(i)], pairs_after_[std::size_t(i)] += p.after[std::size_t(i)];
+        pairs_before_[std::size_t(i)] += p.before[std::size_t(i)],
+          pairs_after_[std::size_t(i)] += p.after[std::size_t(i)];
     }
     for (const auto& s : p.shards)
       if (auto [row, start] = mine[std::size_t(s.doc)]; row >= 0)
@@ -123,8 +124,8 @@ void stage_attention::plan(const tensor_handle& round_documents) {
 }
 
 attention_key stage_attention::key_of(const nano& n, int shard_index) const {
-  return {step_, cfg_.actor, mb_, static_cast<std::int32_t>(&n - nanos_.data()), chunk_, n.layer, shard_index,
-          backward_};
+  return {step_,  cfg_.actor, mb_,         static_cast<std::int32_t>(&n - nanos_.data()),
+          chunk_, n.layer,    shard_index, backward_};
 }
 
 attention_task_msg stage_attention::task_of(const nano& n, int shard_index) const {
@@ -199,8 +200,8 @@ void stage_attention::start_backward(step_t step, int chunk, int mb, ops::gpt_ra
     tensor_handle g;
     if (range.is_last()) { // the nano-batch's share of the microbatch's loss gradient
       g = tensor_handle::empty({1});
-      g.data<float>()[0] = (grad.defined() ? grad.data<float>()[0] : 1.0f) * static_cast<float>(n.r1 - n.r0) /
-                           static_cast<float>(batch_);
+      g.data<float>()[0] =
+        (grad.defined() ? grad.data<float>()[0] : 1.0f) * static_cast<float>(n.r1 - n.r0) / static_cast<float>(batch_);
     } else {
       g = rows(grad, n.r0, n.r1);
     }
@@ -258,11 +259,11 @@ bool stage_attention::run_ready() {
 
 void stage_attention::on_result(const attention_result_msg& m) {
   const auto& k = m.key;
-  if (!busy_ || k.step != step_ || k.microbatch != mb_ || k.chunk != chunk_ || k.backward != backward_ ||
-      k.nano < 0 || k.nano >= static_cast<int>(nanos_.size()) || nanos_[std::size_t(k.nano)].layer != k.layer ||
+  if (!busy_ || k.step != step_ || k.microbatch != mb_ || k.chunk != chunk_ || k.backward != backward_ || k.nano < 0 ||
+      k.nano >= static_cast<int>(nanos_.size()) || nanos_[std::size_t(k.nano)].layer != k.layer ||
       nanos_[std::size_t(k.nano)].waiting == 0)
-    throw std::runtime_error(fmt::format("an attention answer for step {} microbatch {} layer {} that nothing waits for",
-                                         k.step, k.microbatch, k.layer));
+    throw std::runtime_error(fmt::format(
+      "an attention answer for step {} microbatch {} layer {} that nothing waits for", k.step, k.microbatch, k.layer));
   absorb(nanos_[std::size_t(k.nano)], k, m);
 }
 

@@ -36,13 +36,13 @@ private:
 
 /// Where a stage's core attention goes (the graph's `attention:`).
 struct stage_attention_config {
-  std::vector<int> servers;  ///< actor indices of the servers; in place: its position's stages, by replica
-  int self_server = -1;      ///< in place: this stage's own index among them; -1: separate servers
-  int replicas = 1;          ///< replicas of the round, in round_documents order
-  int replica = 0;           ///< this stage's
+  std::vector<int> servers; ///< actor indices of the servers; in place: its position's stages, by replica
+  int self_server = -1;     ///< in place: this stage's own index among them; -1: separate servers
+  int replicas = 1;         ///< replicas of the round, in round_documents order
+  int replica = 0;          ///< this stage's
   int nano_batches = 1;
   double tolerance = 0.1;
-  int actor = 0;             ///< this stage's actor index (answers come back to it)
+  int actor = 0; ///< this stage's actor index (answers come back to it)
   int heads = 1;
 };
 
@@ -93,20 +93,20 @@ public:
 
 private:
   struct shard {
-    int row = 0;              ///< in the nano-batch
-    std::int64_t start = 0;   ///< the document's first token in the row
+    int row = 0;            ///< in the nano-batch
+    std::int64_t start = 0; ///< the document's first token in the row
     std::int64_t q = 0, kv = 0;
     int server = 0;
   };
   struct nano {
-    int slot = 0;             ///< the gpt_range microbatch id
-    long r0 = 0, r1 = 0;      ///< its rows of the microbatch
+    int slot = 0;        ///< the gpt_range microbatch id
+    long r0 = 0, r1 = 0; ///< its rows of the microbatch
     std::vector<shard> shards;
-    tensor_handle piece;      ///< forward: the waiting layer's qkv; backward: its d_att
-    tensor_handle acc;        ///< what the shards' answers fill: att [b, T, C] or d_qkv [b, T, 3C]
-    int waiting = 0;          ///< shards still away
-    int layer = 0;            ///< the waiting layer
-    int pieces = 0;           ///< pieces run (the backward's arming counts them)
+    tensor_handle piece; ///< forward: the waiting layer's qkv; backward: its d_att
+    tensor_handle acc;   ///< what the shards' answers fill: att [b, T, C] or d_qkv [b, T, 3C]
+    int waiting = 0;     ///< shards still away
+    int layer = 0;       ///< the waiting layer
+    int pieces = 0;      ///< pieces run (the backward's arming counts them)
     bool done = false;
     tensor_handle out;
   };
@@ -128,9 +128,9 @@ private:
   long batch_ = 0, seq_ = 0;
   ops::gpt_range* range_ = nullptr;
   std::vector<nano> nanos_;
-  std::vector<std::pair<int, int>> local_;   ///< (nano, shard) this stage serves itself, queued
-  std::vector<int> piece_runs_;              ///< backward: nano-batches that ran piece k
-  stage_tensor input_;                       ///< forward: its masks go on with the output
+  std::vector<std::pair<int, int>> local_; ///< (nano, shard) this stage serves itself, queued
+  std::vector<int> piece_runs_;            ///< backward: nano-batches that ran piece k
+  stage_tensor input_;                     ///< forward: its masks go on with the output
   /// The round's masks of each microbatch whose backward is to come: (chunk, mb) -> masks.
   std::map<std::pair<int, int>, tensor_handle> rounds_;
   std::vector<std::int64_t> pairs_before_, pairs_after_;

@@ -14,7 +14,7 @@ namespace {
 
 struct harness {
   ops::gpt_config cfg;
-  std::vector<std::pair<int, attention_task_msg>> sent;  ///< (server, task), in order
+  std::vector<std::pair<int, attention_task_msg>> sent; ///< (server, task), in order
   attention_server_state servers[2];
   std::unique_ptr<stage_attention> att;
 
@@ -30,7 +30,8 @@ struct harness {
     att = std::make_unique<stage_attention>(c, h);
   }
   /// Answers the sent tasks that `pick` selects (as the server they went to would), removing them.
-  template <class Pick> int answer(Pick pick) {
+  template <class Pick>
+  int answer(Pick pick) {
     int n = 0;
     for (auto it = sent.begin(); it != sent.end();)
       if (pick(it->second.key)) {
@@ -53,7 +54,8 @@ tensor_handle tokens(long b, long t, int vocab) {
 
 } // namespace
 
-TEST_CASE("a nano-batch whose attention came back runs on while the other's is away, and the output is the whole forward's") {
+TEST_CASE(
+  "a nano-batch whose attention came back runs on while the other's is away, and the output is the whole forward's") {
   harness h;
   ops::gpt_range range(h.cfg, 0, 2), whole(h.cfg, 0, 2);
   stage_tensor input;
@@ -87,7 +89,7 @@ TEST_CASE("a nano-batch whose attention came back runs on while the other's is a
   REQUIRE(out.value.numel() == ref.numel());
   for (long i = 0; i < ref.numel(); ++i)
     CHECK(out.value.data<float>()[i] == doctest::Approx(ref.data<float>()[i]).epsilon(1e-5));
-  CHECK(out.round_documents.defined()); // the round's masks go on with the activation
+  CHECK(out.round_documents.defined());                 // the round's masks go on with the activation
   CHECK(h.servers[0].held() + h.servers[1].held() > 0); // kept for the backward
 }
 

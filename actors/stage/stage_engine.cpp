@@ -26,7 +26,6 @@ using detail::loss_grad;
 using detail::span_of;
 using detail::take;
 
-
 namespace {
 double steady_seconds() {
   return static_cast<double>(trace_now()) * 1e-9;
@@ -35,8 +34,8 @@ double steady_seconds() {
 
 stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(cfg)), out_(std::move(out)) {
   if (static_cast<int>(cfg_.layers.size()) != cfg_.chunks)
-    throw std::invalid_argument(fmt::format("{}: {} layer ranges for {} chunks", cfg_.name, cfg_.layers.size(),
-                                            cfg_.chunks));
+    throw std::invalid_argument(
+      fmt::format("{}: {} layer ranges for {} chunks", cfg_.name, cfg_.layers.size(), cfg_.chunks));
   if (cfg_.device.is_cpu()) {
     chunks_.reserve(cfg_.layers.size()); // models_ point into it
     for (auto [b, e] : cfg_.layers)
@@ -53,8 +52,8 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
     throw std::invalid_argument(fmt::format("{}: {}", cfg_.name, made.error().message));
   work_.resize(static_cast<std::size_t>(cfg_.chunks));
 
-  sched::stage_core_config cc{cfg_.name, cfg_.actor, cfg_.rank, cfg_.ranks, cfg_.chunks, cfg_.router,
-                              cfg_.steps, cfg_.grad_clip > 0, cfg_.input_credits};
+  sched::stage_core_config cc{cfg_.name,   cfg_.actor, cfg_.rank,          cfg_.ranks,        cfg_.chunks,
+                              cfg_.router, cfg_.steps, cfg_.grad_clip > 0, cfg_.input_credits};
   cc.next_replicas = cfg_.next_replicas, cc.hop_reporters = cfg_.hop_reporters, cc.targets_travel = cfg_.targets_travel;
   sched::stage_core_hooks h;
   h.clock = cfg_.clock ? cfg_.clock : std::function<double()>{steady_seconds};
@@ -71,18 +70,18 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
     if (cfg_.targets_travel)
       targets = std::exchange(slot(m.route[static_cast<std::size_t>(m.hop - 1)].chunk, m.microbatch).targets, {});
     hand_off(to, m, &tensors::input, [&](const stage_tensor& t) {
-      send(to, caf::make_message(
-                 forward_atom::value,
-                 activation_msg{m.step, m.microbatch, m.hop, cfg_.wire_bf16 ? detail::narrow_bf16(t.value) : t.value,
-                                m.route, t.ready, t.documents, t.round_documents, targets}));
+      send(to, caf::make_message(forward_atom::value,
+                                 activation_msg{m.step, m.microbatch, m.hop,
+                                                cfg_.wire_bf16 ? detail::narrow_bf16(t.value) : t.value, m.route,
+                                                t.ready, t.documents, t.round_documents, targets}));
     });
   };
   h.backward = [this, hand_off](int to, const sched::msg_meta& m) {
     hand_off(to, m, &tensors::grad, [&](const stage_tensor& t) {
-      send(to, caf::make_message(
-                 backward_atom::value,
-                 gradient_msg{m.step, m.microbatch, m.hop, cfg_.wire_bf16 ? detail::narrow_bf16(t.value) : t.value,
-                              m.route, t.ready}));
+      send(to,
+           caf::make_message(backward_atom::value,
+                             gradient_msg{m.step, m.microbatch, m.hop,
+                                          cfg_.wire_bf16 ? detail::narrow_bf16(t.value) : t.value, m.route, t.ready}));
     });
   };
   h.credit = [this](int to, int count) {
@@ -125,10 +124,12 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
   cfg_.input_credits = core_->config().input_credits; // with the defaults filled in
   if (!cfg_.attention.servers.empty()) {
     if (chunks_.empty())
-      throw std::invalid_argument(fmt::format("{}: attention servers run on the CPU for now, not {}", cfg_.name,
-                                              to_string(cfg_.device)));
+      throw std::invalid_argument(
+        fmt::format("{}: attention servers run on the CPU for now, not {}", cfg_.name, to_string(cfg_.device)));
     stage_attention::hooks ah;
-    ah.send = [this](int server, const attention_task_msg& m) { send(server, caf::make_message(attention_atom::value, m)); };
+    ah.send = [this](int server, const attention_task_msg& m) {
+      send(server, caf::make_message(attention_atom::value, m));
+    };
     ah.begin_backward_piece = [this](bool last) {
       if (pieces_weight_pass_) // buckets go once every nano-batch has added its part
         for (auto& b : boundaries_)
@@ -178,8 +179,7 @@ void stage_engine::on_boundary_message(const caf::message& m) {
   for (auto& b : boundaries_)
     if (b->receive(m))
       return;
-  throw std::runtime_error(fmt::format("{}: no step-boundary component takes the message {}", cfg_.name,
-                                       to_string(m)));
+  throw std::runtime_error(fmt::format("{}: no step-boundary component takes the message {}", cfg_.name, to_string(m)));
 }
 
 void stage_engine::on_message(const caf::message& m) {
@@ -207,11 +207,11 @@ void stage_engine::on_message(const caf::message& m) {
     {
       scoped_span s(trace_id, span_kind::attention, static_cast<std::int32_t>(task.key.step), task.key.microbatch);
       r = serve_attention(task);
-      s.get().bytes = r.out.defined() ? r.out.nbytes() : 0; // a forward's answer: its queries' outputs (0 for a backward)
+      s.get().bytes =
+        r.out.defined() ? r.out.nbytes() : 0; // a forward's answer: its queries' outputs (0 for a backward)
     }
     send(task.key.from, caf::make_message(attention_atom::value, std::move(r)));
-  }
-  else
+  } else
     on_boundary_message(m);
 }
 
@@ -315,8 +315,8 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
   if (!core_->admit(m.step, eval, [this, m, eval] { on_batch(m, eval); }))
     return;
   if (m.route.empty())
-    throw std::runtime_error(fmt::format("{}: a batch for step {} microbatch {} without a route", cfg_.name, m.step,
-                                         m.microbatch));
+    throw std::runtime_error(
+      fmt::format("{}: a batch for step {} microbatch {} without a route", cfg_.name, m.step, m.microbatch));
   int last = static_cast<int>(m.route.size()) - 1;
   bool has_tokens = m.tokens.defined(), has_targets = m.targets.defined();
   bool travelling = cfg_.targets_travel && !eval && has_tokens && last > 0;
@@ -403,7 +403,7 @@ void stage_engine::run_eval(const route_t& route, int hop, int k, const stage_te
     eval_sum_[v] += static_cast<double>(y.value.data<float>()[0]);
     ++eval_seen_[v];
     if (std::all_of(eval_seen_.begin(), eval_seen_.end(), [&](int n) { return n == cfg_.eval_batches; })) {
-      if (routes > 1) {  // recorded first: a pass is complete once val_losses_ has it
+      if (routes > 1) { // recorded first: a pass is complete once val_losses_ has it
         short_val_losses_.emplace_back(step, eval_sum_[1] / cfg_.eval_batches);
         trace_recorder::global().count("val_loss_short", short_val_losses_.back().second,
                                        static_cast<std::int32_t>(step));

@@ -15,7 +15,7 @@
 #include "actors/stage/stage_attention.hpp"
 #include "actors/stage/stage_model.hpp"
 #include "actors/boundary/step_boundary.hpp"
-#include "actors/zero_shard_state.hpp"  // held_bytes
+#include "actors/zero_shard_state.hpp" // held_bytes
 #include "ops/gpt.hpp"
 #include "ops/lr_schedule.hpp"
 #include "ops/optimizer.hpp"
@@ -32,25 +32,25 @@ namespace troupe {
 /// what each step holds for it.
 struct stage_config {
   std::string name;
-  int actor = 0;                     ///< this stage's index in the graph's actor list (what routes name)
-  int rank = 0;                      ///< its position among the stage actors (virtual stage ids, policy budgets)
-  int ranks = 1;                     ///< stage actors in the graph
-  int chunks = 1;                    ///< model chunks on this actor
-  int router = -1;                   ///< the actor that sends batches (whose credits a batch's start returns)
-  bool loss = false;                 ///< holds the head: the last hop of every route, it computes the loss
+  int actor = 0;     ///< this stage's index in the graph's actor list (what routes name)
+  int rank = 0;      ///< its position among the stage actors (virtual stage ids, policy budgets)
+  int ranks = 1;     ///< stage actors in the graph
+  int chunks = 1;    ///< model chunks on this actor
+  int router = -1;   ///< the actor that sends batches (whose credits a batch's start returns)
+  bool loss = false; ///< holds the head: the last hop of every route, it computes the loss
   std::int64_t steps = 1;
-  std::int64_t eval_every = 0;       ///< 0: evaluate only after the last step
+  std::int64_t eval_every = 0; ///< 0: evaluate only after the last step
   int eval_batches = 8;
   /// Routes each validation pass takes (routing_policy::eval_routes): batch k of
   /// route v is microbatch v·eval_batches + k. SkipPipe's 2: the full model, then
   /// a path of L stages (#14).
   int eval_routes = 1;
-  int short_eval_stages = 0;         ///< the stages the second route visits (for the report)
-  double grad_clip = 1.0;            ///< global-norm clip; 0 = off
-  float weight_decay = 0.1f;         ///< AdamW's decoupled weight decay (matrices and embeddings)
+  int short_eval_stages = 0; ///< the stages the second route visits (for the report)
+  double grad_clip = 1.0;    ///< global-norm clip; 0 = off
+  float weight_decay = 0.1f; ///< AdamW's decoupled weight decay (matrices and embeddings)
   ops::gpt_config model;
   ops::warmup_cosine lr;
-  std::vector<std::pair<int, int>> layers;  ///< [begin, end) per chunk, chunk c = virtual stage rank + c·ranks
+  std::vector<std::pair<int, int>> layers; ///< [begin, end) per chunk, chunk c = virtual stage rank + c·ranks
   std::string policy = "1f1b";
   sched::policy_params policy_params;
   /// Credits this stage grants each actor that sends it inputs (activations,
@@ -58,14 +58,14 @@ struct stage_config {
   /// one as inputs are consumed; 0 (or a missing sender) means
   /// sched::default_credits of the policy's bound.
   std::map<int, int> input_credits;
-  std::int64_t checkpoint_every = 0;  ///< checkpoint_due(steps done, every, steps) after each update; 0 = never
+  std::int64_t checkpoint_every = 0; ///< checkpoint_due(steps done, every, steps) after each update; 0 = never
   troupe::device device;             ///< where the chunks run: cpu or cuda:N (already resolved)
   int max_batch = 1;                 ///< sequences per microbatch (a device model sizes its buffers for it)
   /// What the policy reads as now, in seconds; empty: the steady clock. A
   /// simulated clock makes the engine's decisions those of the harness.
   std::function<double()> clock;
-  int replica = 0;                   ///< which replica; replica 0 speaks for all in the loss report
-  int replicas = 1;                  ///< replicas of the pipeline (more than one: each reports its own loss too)
+  int replica = 0;  ///< which replica; replica 0 speaks for all in the loss report
+  int replicas = 1; ///< replicas of the pipeline (more than one: each reports its own loss too)
   /// What the stage does with its gradients and parameters at the end of a step
   /// (actors/boundary/step_boundary.hpp), in stack order; empty: the local optimizer alone.
   std::vector<boundary_choice> boundaries;
@@ -106,8 +106,8 @@ struct stage_outbox {
 /// What finished at a step boundary, for progress output and the summary.
 struct step_report {
   step_t step = 0;
-  double loss = 0;        ///< mean training loss over the step's microbatches (last stage)
-  double grad_norm = 0;   ///< global norm before clipping (0 when clipping is off)
+  double loss = 0;      ///< mean training loss over the step's microbatches (last stage)
+  double grad_norm = 0; ///< global norm before clipping (0 when clipping is off)
   float lr = 0;
 };
 
@@ -205,9 +205,9 @@ public:
 private:
   /// The tensors of one hop of one microbatch in this step, by (chunk, microbatch).
   struct tensors {
-    stage_tensor input;       ///< tokens (first hop) or an activation
-    tensor_handle targets;    ///< the loss hop's targets, from the router
-    stage_tensor grad;        ///< the output gradient (not on the loss hop)
+    stage_tensor input;    ///< tokens (first hop) or an activation
+    tensor_handle targets; ///< the loss hop's targets, from the router
+    stage_tensor grad;     ///< the output gradient (not on the loss hop)
   };
   tensors& slot(int chunk, int mb);
   void compute(const sched::stage_task& t);
@@ -243,49 +243,49 @@ private:
   /// declared before the models, so a device model finishes the work queued on
   /// its stream before they go.
   std::vector<std::unique_ptr<step_boundary>> boundaries_;
-  std::vector<ops::gpt_range> chunks_;                   ///< the CPU chunks, which models_ wrap
+  std::vector<ops::gpt_range> chunks_; ///< the CPU chunks, which models_ wrap
   std::vector<std::unique_ptr<stage_model>> models_;
   std::unique_ptr<sched::stage_core> core_;
   /// This step's tensors by [chunk][microbatch]; the vectors are reused across steps.
   std::vector<std::vector<tensors>> work_;
-  stage_tensor output_;                                   ///< the running action's output, until the core sends it
-  std::unique_ptr<stage_attention> attention_;            ///< attention servers: actions run in pieces
-  sched::stage_task pieces_task_;                         ///< the action in pieces
-  bool pieces_weight_pass_ = false;                       ///< it is a weight-gradient pass
-  bool pass_last_ = false;                                ///< the pass is the step's last over its chunk
-  std::map<int, tensor_handle> eval_targets_;             ///< eval batch -> targets
-  std::map<int, std::pair<route_t, stage_tensor>> eval_inputs_;  ///< eval batch -> activation (arrived first)
-  double loss_sum_ = 0;                                   ///< Σ loss × tokens over the step's microbatches
+  stage_tensor output_;                        ///< the running action's output, until the core sends it
+  std::unique_ptr<stage_attention> attention_; ///< attention servers: actions run in pieces
+  sched::stage_task pieces_task_;              ///< the action in pieces
+  bool pieces_weight_pass_ = false;            ///< it is a weight-gradient pass
+  bool pass_last_ = false;                     ///< the pass is the step's last over its chunk
+  std::map<int, tensor_handle> eval_targets_;  ///< eval batch -> targets
+  std::map<int, std::pair<route_t, stage_tensor>> eval_inputs_; ///< eval batch -> activation (arrived first)
+  double loss_sum_ = 0;                                         ///< Σ loss × tokens over the step's microbatches
   /// This replica's own share of them (before any sum over replicas): its loss curve.
   double own_loss_sum_ = 0;
   std::int64_t own_tokens_ = 0;
   /// With replicas, the loss of this replica's own microbatches as the trace
   /// counter `loss:rN` (the dashboard's and /metrics' per-replica loss).
   void report_replica_loss(step_t step);
-  std::vector<double> eval_sum_;   ///< by evaluation route: Σ loss of this pass's batches
-  std::vector<int> eval_seen_;     ///< by evaluation route: batches whose loss is in
+  std::vector<double> eval_sum_; ///< by evaluation route: Σ loss of this pass's batches
+  std::vector<int> eval_seen_;   ///< by evaluation route: batches whose loss is in
   std::vector<std::pair<step_t, double>> val_losses_, short_val_losses_;
   std::vector<step_report> reports_;
   std::int64_t compute_ns_ = 0;
-  std::int64_t idle_since_ns_ = -1;  ///< when the policy last had nothing to run; -1 when busy
+  std::int64_t idle_since_ns_ = -1; ///< when the policy last had nothing to run; -1 when busy
   // Weight-gradient passes, for components that sync during the backward.
-  std::map<step_t, int> plan_hops_;   ///< step -> hops its plan gives this stage
-  std::vector<int> weight_passes_;    ///< this step's weight-gradient passes per chunk
+  std::map<step_t, int> plan_hops_; ///< step -> hops its plan gives this stage
+  std::vector<int> weight_passes_;  ///< this step's weight-gradient passes per chunk
   step_t passes_step_ = -1;
   bool begin_weight_pass(const sched::stage_task& t);
   void end_weight_pass();
-  int syncs_out_ = 0;                 ///< components whose sync of this step is still running
+  int syncs_out_ = 0; ///< components whose sync of this step is still running
   // An update a component applies elsewhere (ZeRO): nothing runs here until it is back.
   bool hold_for_params(std::function<void()> replay);
-  step_t awaiting_update_ = -1;                     ///< the step whose update is out, or -1
-  std::vector<std::function<void()>> params_held_;  ///< messages that came meanwhile, in order
+  step_t awaiting_update_ = -1;                    ///< the step whose update is out, or -1
+  std::vector<std::function<void()>> params_held_; ///< messages that came meanwhile, in order
   step_report pending_report_;
   std::int64_t pending_tokens_ = 0;
   std::int64_t pending_checkpoint_ = -1;
   /// Runs every component's after_update; true when none must be waited for.
   bool exchange(step_t steps_done);
-  int exchanges_out_ = 0;             ///< components whose exchange after the update is still running
-  step_t pending_exchange_ = -1;      ///< an exchange due once an update applied elsewhere is back
+  int exchanges_out_ = 0;        ///< components whose exchange after the update is still running
+  step_t pending_exchange_ = -1; ///< an exchange due once an update applied elsewhere is back
 };
 
 /// What a stage's checkpoint part must hold, known from its header alone:

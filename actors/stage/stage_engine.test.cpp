@@ -97,19 +97,19 @@ struct run_spec {
   std::string routing = "chain";
   std::vector<std::vector<std::string>> paths;
   double grad_clip = 0;
-  int credits = 0;  ///< every channel's credits; 0: the defaults
+  int credits = 0; ///< every channel's credits; 0: the defaults
   std::vector<std::vector<sched::action>> table;
 };
 
 /// What a run did, as seen from outside the engines.
 struct run_record {
-  std::vector<grad_map> grads;   ///< per step, at the step boundary (before clipping)
-  grad_map params;               ///< after the last step
+  std::vector<grad_map> grads; ///< per step, at the step boundary (before clipping)
+  grad_map params;             ///< after the last step
   int norm_messages = 0, clip_messages = 0;
-  int credit_violations = 0;     ///< sends beyond what the receiver granted
+  int credit_violations = 0; ///< sends beyond what the receiver granted
   std::size_t max_held = 0;
   int max_granted = 0;
-  std::map<int, std::vector<int>> hops_per_step;  ///< stage -> forwards it ran, per step
+  std::map<int, std::vector<int>> hops_per_step; ///< stage -> forwards it ran, per step
   bool finished = false;
 };
 
@@ -143,7 +143,7 @@ run_record run(const run_spec& s) {
     rc.stage_actors.push_back(st.actor);
   rc.microbatches = s.microbatches, rc.steps = s.steps, rc.tokens_per_microbatch = batch * context;
   sched::router_core router(rc, std::move(*policy));
-  std::map<std::pair<int, int>, int> left;  // (sender, receiver) -> credits the test saw granted and not used
+  std::map<std::pair<int, int>, int> left; // (sender, receiver) -> credits the test saw granted and not used
   auto sent = [&](int from, int to) {
     if (--left[{from, to}] < 0)
       ++rec.credit_violations;
@@ -255,16 +255,17 @@ run_record composed(const run_spec& s) {
   auto rp = routing_params_of(s);
   auto policy = sched::make_routing(s.routing, rp);
   REQUIRE(policy);
-  std::map<std::pair<int, int>, std::unique_ptr<ops::gpt_range>> ranges;  // (actor, chunk)
+  std::map<std::pair<int, int>, std::unique_ptr<ops::gpt_range>> ranges; // (actor, chunk)
   for (const auto& st : rp.stages)
     for (std::size_t c = 0; c < st.chunks.size(); ++c)
       ranges[{st.actor, static_cast<int>(c)}] =
         std::make_unique<ops::gpt_range>(model(), st.chunks[c].first, st.chunks[c].second);
   ops::warmup_cosine lr;
   lr.max_lr = 1e-2f, lr.min_lr = 1e-3f, lr.warmup = 0, lr.total = s.steps;
-  std::map<std::pair<int, int>, std::unique_ptr<ops::adamw>> adam;  // the engines' default weight decay
+  std::map<std::pair<int, int>, std::unique_ptr<ops::adamw>> adam; // the engines' default weight decay
   for (auto& [key, r] : ranges)
-    adam[key] = std::make_unique<ops::adamw>(r->params(), ops::adamw_options{.weight_decay = stage_config{}.weight_decay});
+    adam[key] =
+      std::make_unique<ops::adamw>(r->params(), ops::adamw_options{.weight_decay = stage_config{}.weight_decay});
   for (int step = 0; step < s.steps; ++step) {
     double step_tokens = static_cast<double>(s.microbatches) * batch * context;
     for (int mb = 0; mb < s.microbatches; ++mb) {
@@ -343,7 +344,7 @@ TEST_CASE("routes that skip and reorder stages train with the gradients of the m
 TEST_CASE("a stage that sees a different number of microbatches in each step trains correctly") {
   run_spec s;
   s.ranks = 4, s.routing = "paths", s.steps = 3, s.microbatches = 3, s.grad_clip = 0.05;
-  s.paths = {{"s0", "s1", "s3"}, {"s0", "s2", "s3"}};  // s1 sees 2, 1, 2 microbatches; s2 1, 2, 1
+  s.paths = {{"s0", "s1", "s3"}, {"s0", "s2", "s3"}}; // s1 sees 2, 1, 2 microbatches; s2 1, 2, 1
   auto got = run(s);
   CHECK(got.hops_per_step[1] == std::vector<int>{2, 1, 2});
   CHECK(got.hops_per_step[2] == std::vector<int>{1, 2, 1});

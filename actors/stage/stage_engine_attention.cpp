@@ -58,8 +58,8 @@ void stage_engine::on_attention_result(const attention_result_msg& m) {
 
 attention_result_msg stage_engine::serve_attention(const attention_task_msg& m) {
   if (!attention_ || attention_->config().self_server < 0)
-    throw std::runtime_error(fmt::format("{}: an attention task from actor {}, but this stage serves none", cfg_.name,
-                                         m.key.from));
+    throw std::runtime_error(
+      fmt::format("{}: an attention task from actor {}, but this stage serves none", cfg_.name, m.key.from));
   return attention_->server().serve(m);
 }
 

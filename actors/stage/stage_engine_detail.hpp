@@ -17,10 +17,14 @@ namespace troupe::detail {
 
 inline span_kind span_of(sched::op_kind k) {
   switch (k) {
-    case sched::op_kind::forward: return span_kind::forward;
-    case sched::op_kind::backward: return span_kind::backward;
-    case sched::op_kind::input_grad: return span_kind::backward_input;
-    case sched::op_kind::weight_grad: return span_kind::backward_weight;
+  case sched::op_kind::forward:
+    return span_kind::forward;
+  case sched::op_kind::backward:
+    return span_kind::backward;
+  case sched::op_kind::input_grad:
+    return span_kind::backward_input;
+  case sched::op_kind::weight_grad:
+    return span_kind::backward_weight;
   }
   return span_kind::other;
 }

@@ -27,10 +27,14 @@ using started = std::vector<std::vector<std::pair<sched::action, double>>>;
 
 sched::op_kind kind_of(span_kind k) {
   switch (k) {
-    case span_kind::backward: return sched::op_kind::backward;
-    case span_kind::backward_input: return sched::op_kind::input_grad;
-    case span_kind::backward_weight: return sched::op_kind::weight_grad;
-    default: return sched::op_kind::forward;
+  case span_kind::backward:
+    return sched::op_kind::backward;
+  case span_kind::backward_input:
+    return sched::op_kind::input_grad;
+  case span_kind::backward_weight:
+    return sched::op_kind::weight_grad;
+  default:
+    return sched::op_kind::forward;
   }
 }
 
@@ -81,7 +85,7 @@ started run_engines(const sched::sim_config& c, const std::string& policy) {
     s.model.layers = p, s.model.d_model = 16, s.model.heads = 2, s.model.context = context, s.model.vocab = 256;
     s.layers = {{r, r + 1}};
     s.loss = r == p - 1;
-    if (r == 0 || r == p - 1)  // what pipeline_stage's make_stage_config gives channels without `credits:`
+    if (r == 0 || r == p - 1) // what pipeline_stage's make_stage_config gives channels without `credits:`
       s.input_credits[0] = r == p - 1 && r != 0 ? sched::default_target_credits(p) : 0;
     if (r > 0)
       s.input_credits[r] = 0;
@@ -92,7 +96,7 @@ started run_engines(const sched::sim_config& c, const std::string& policy) {
       const auto& q = engines.at(static_cast<std::size_t>(r))->core().queue();
       return in_action && q.running() ? now + sched::operation_cost(c, r, *q.running()) : now;
     };
-    stage_outbox out;  // credits leave when a forward starts, outputs when the action ends
+    stage_outbox out; // credits leave when a forward starts, outputs when the action ends
     auto send = [&](std::function<void()> f) {
       if (in_action)
         at_end.push_back(std::move(f));
@@ -128,16 +132,16 @@ started run_engines(const sched::sim_config& c, const std::string& policy) {
     while (auto e = router.next()) {
       for (const auto& [actor, plan] : e->plans)
         post(now + c.latency, [&, actor, plan] { engine(actor).on_plan(plan); });
-      auto tok = tensor_handle::empty({batch, context}, dtype::i32), tgt = tensor_handle::empty({batch, context}, dtype::i32);
+      auto tok = tensor_handle::empty({batch, context}, dtype::i32),
+           tgt = tensor_handle::empty({batch, context}, dtype::i32);
       for (int i = 0; i < batch * context; ++i)
         tok.data<std::int32_t>()[i] = (i * 7 + e->microbatch) % 256, tgt.data<std::int32_t>()[i] = (i * 5 + 1) % 256;
       int head = e->route.front().actor, tail = e->route.back().actor;
       batch_msg tokens{e->step, e->microbatch, tok, tail == head ? tgt : tensor_handle{}, e->route};
       post(now + c.latency, [&, head, tokens] { engine(head).on_batch(tokens, false); });
       if (tail != head)
-        post(now + c.latency, [&, tail, m = batch_msg{e->step, e->microbatch, {}, tgt, e->route}] {
-          engine(tail).on_batch(m, false);
-        });
+        post(now + c.latency,
+             [&, tail, m = batch_msg{e->step, e->microbatch, {}, tgt, e->route}] { engine(tail).on_batch(m, false); });
     }
     for (int r = 0; r < p; ++r) {
       auto& e = *engines[static_cast<std::size_t>(r)];
@@ -149,7 +153,7 @@ started run_engines(const sched::sim_config& c, const std::string& policy) {
       bool ran = e.run_one();
       in_action = false;
       if (!ran) {
-        if (auto w = e.wake_in(); w && *w > 0)  // the policy's patience: ask again then
+        if (auto w = e.wake_in(); w && *w > 0) // the policy's patience: ask again then
           post(now + *w, [] {});
         continue;
       }
@@ -157,15 +161,14 @@ started run_engines(const sched::sim_config& c, const std::string& policy) {
       tracer.collect(cursor, spans);
       sched::action a;
       for (const auto& s : spans)
-        if (s.actor == ids[static_cast<std::size_t>(r)] && s.kind != span_kind::idle &&
-            s.kind != span_kind::optimizer)
+        if (s.actor == ids[static_cast<std::size_t>(r)] && s.kind != span_kind::idle && s.kind != span_kind::optimizer)
           a = {kind_of(s.kind), r, s.microbatch};
       double end = now + sched::operation_cost(c, r, a);
       for (auto& f : at_end)
         post(end + c.latency, std::move(f));
       at_end.clear();
       busy_until[static_cast<std::size_t>(r)] = end;
-      post(end, [] {});  // the rank is free again: ask its policy then
+      post(end, [] {}); // the rank is free again: ask its policy then
       out[static_cast<std::size_t>(r)].push_back({a, now});
     }
   }
@@ -238,7 +241,7 @@ TEST_CASE("credits throttle a sender identically in the stage engines and in the
   for (const auto& t : h->timeline[0])
     if (t.what.kind == sched::op_kind::forward)
       late = std::max(late, t.start - (c.latency + t.what.microbatch * c.forward_cost));
-  CHECK(late > 1.0);  // rank 0 started some forward well after its input was there
+  CHECK(late > 1.0); // rank 0 started some forward well after its input was there
   check_same(c, "gpipe");
 }
 

@@ -79,14 +79,13 @@ public:
     const auto& ps = r_.params();
     if (params.size() != ps.size())
       throw std::invalid_argument(
-          fmt::format("load_params: {} parameters for a model of {}", params.size(), ps.size()));
+        fmt::format("load_params: {} parameters for a model of {}", params.size(), ps.size()));
     for (std::size_t i = 0; i < ps.size(); ++i)
       if (!(params[i].shape() == ps[i].value.shape()) || params[i].type() != ps[i].value.type() ||
           !params[i].device().is_cpu())
         throw std::invalid_argument(fmt::format("load_params: parameter '{}' is {} {}, the model's is {} {}",
-                                                ps[i].name, to_string(params[i].type()),
-                                                to_string(params[i].shape()), to_string(ps[i].value.type()),
-                                                to_string(ps[i].value.shape())));
+                                                ps[i].name, to_string(params[i].type()), to_string(params[i].shape()),
+                                                to_string(ps[i].value.type()), to_string(ps[i].value.shape())));
     for (std::size_t i = 0; i < ps.size(); ++i)
       std::memcpy(ps[i].value.raw(), params[i].raw(), params[i].nbytes());
   }
@@ -136,12 +135,11 @@ caf::expected<stage_model_backend> stage_model_backend_for(device::kind_t kind) 
   // which CPU runs never pay.
   Dl_info self{};
   if (dladdr(reinterpret_cast<void*>(&stage_model_backend_for), &self) == 0 || self.dli_fname == nullptr)
-    return make_error(errc::spawn_failed,
-                      "the CUDA backend could not be found (dladdr found no library path)");
+    return make_error(errc::spawn_failed, "the CUDA backend could not be found (dladdr found no library path)");
   auto lib = std::filesystem::path{self.dli_fname}.parent_path() / TROUPE_CUDA_BACKEND_FILE;
   if (auto err = load_plugin(lib))
-    return make_error(errc::spawn_failed, fmt::format("the CUDA backend {} could not be loaded: {}",
-                                                      lib.string(), error_message(err)));
+    return make_error(errc::spawn_failed,
+                      fmt::format("the CUDA backend {} could not be loaded: {}", lib.string(), error_message(err)));
   if (auto b = find_backend(kind))
     return *b;
   return make_error(errc::spawn_failed, fmt::format("the CUDA backend {} registered nothing", lib.string()));
@@ -168,8 +166,7 @@ caf::expected<troupe::device> stage_device(const actor_spec& stage, const graph_
   const auto& want = stage.device.empty() ? g.pipeline.device : stage.device;
   auto d = parse_device(want);
   if (!d)
-    return make_error(errc::invalid_argument,
-                      fmt::format("unknown device '{}' (expected cpu, cuda or cuda:N)", want));
+    return make_error(errc::invalid_argument, fmt::format("unknown device '{}' (expected cpu, cuda or cuda:N)", want));
   if (d->is_cpu())
     return *d;
   auto refuse = [&](const std::string& why) {
@@ -182,8 +179,7 @@ caf::expected<troupe::device> stage_device(const actor_spec& stage, const graph_
     return refuse("no CUDA device is available (cudaGetDeviceCount: 0 devices)");
   if (want != "cuda") {
     if (d->index >= n)
-      return refuse(
-          fmt::format("this machine has {} CUDA device{} (cuda:0 to cuda:{})", n, n == 1 ? "" : "s", n - 1));
+      return refuse(fmt::format("this machine has {} CUDA device{} (cuda:0 to cuda:{})", n, n == 1 ? "" : "s", n - 1));
     return *d;
   }
   // `cuda`: the next device after those of the CUDA stages before it on its node.

@@ -86,9 +86,8 @@ tensor_handle copy(const tensor_handle& t) {
 } // namespace
 
 TEST_CASE("stages run on cpu, on the cuda:N they name, or on the next device of their node for plain cuda") {
-  auto g = load(std::string{four_stages} +
-                "pipeline: {stages: 4, device: cuda}\ncluster: {nodes: 2}\n"
-                "actors:\n  - {name: s1, device: 'cuda:1'}\n  - {name: s2, device: cpu}\n");
+  auto g = load(std::string{four_stages} + "pipeline: {stages: 4, device: cuda}\ncluster: {nodes: 2}\n"
+                                           "actors:\n  - {name: s1, device: 'cuda:1'}\n  - {name: s2, device: cpu}\n");
   // Node 0 holds s0 and s1, node 1 holds s2 and s3: s3 is node 1's first CUDA stage.
   CHECK(placement(g, 2) == "s0=cuda:0\ns1=cuda:1\ns2=cpu\ns3=cuda:0\n");
   CHECK(placement(g, 1) == "s0=cuda:0\ns1=error: device cuda:1 requested but this machine has 1 CUDA device "
@@ -100,14 +99,11 @@ TEST_CASE("stages run on cpu, on the cuda:N they name, or on the next device of 
 }
 
 TEST_CASE("a CUDA stage without a usable GPU is refused with the reason the backend gave") {
-  auto g =
-      load(std::string{four_stages} + "pipeline: {stages: 2}\nactors:\n  - {name: s0, device: 'cuda:0'}\n");
-  caf::expected<int> none =
-      make_error(errc::spawn_failed, "no CUDA device is available (cudaGetDeviceCount: "
-                                     "cudaErrorNoDevice (no CUDA-capable device is detected))");
-  CHECK(placement(g, none) ==
-        "s0=error: device cuda:0 requested but no CUDA device is available "
-        "(cudaGetDeviceCount: cudaErrorNoDevice (no CUDA-capable device is detected))\ns1=cpu\n");
+  auto g = load(std::string{four_stages} + "pipeline: {stages: 2}\nactors:\n  - {name: s0, device: 'cuda:0'}\n");
+  caf::expected<int> none = make_error(errc::spawn_failed, "no CUDA device is available (cudaGetDeviceCount: "
+                                                           "cudaErrorNoDevice (no CUDA-capable device is detected))");
+  CHECK(placement(g, none) == "s0=error: device cuda:0 requested but no CUDA device is available "
+                              "(cudaGetDeviceCount: cudaErrorNoDevice (no CUDA-capable device is detected))\ns1=cpu\n");
   CHECK(placement(g, 0) == "s0=error: device cuda:0 requested but no CUDA device is available "
                            "(cudaGetDeviceCount: 0 devices)\ns1=cpu\n");
 }

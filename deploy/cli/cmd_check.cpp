@@ -78,16 +78,24 @@ int check_json(const graph_args& a, bool for_run) {
   auto res = load_graph_for_cli(a.file, a.overrides());
   nlohmann::json errors = nlohmann::json::array();
   for (const auto& d : res.errors)
-    errors.push_back({{"file", d.pos.file}, {"line", d.pos.line}, {"column", d.pos.col}, {"origin", d.pos.origin},
-                      {"path", d.path}, {"message", d.message}});
+    errors.push_back({{"file", d.pos.file},
+                      {"line", d.pos.line},
+                      {"column", d.pos.col},
+                      {"origin", d.pos.origin},
+                      {"path", d.path},
+                      {"message", d.message}});
   if (res.ok() && !res.graph->train.init.empty())
     if (auto init = check_init(*res.graph); !init) {
       const auto& at = res.graph->train.init_pos;
       auto message = error_message(init.error());
       if (auto prefix = to_string(at) + ": train.init: "; message.starts_with(prefix))
         message.erase(0, prefix.size()); // the position has fields of its own here
-      errors.push_back({{"file", at.file}, {"line", at.line}, {"column", at.col}, {"origin", at.origin},
-                        {"path", "train.init"}, {"message", message}});
+      errors.push_back({{"file", at.file},
+                        {"line", at.line},
+                        {"column", at.col},
+                        {"origin", at.origin},
+                        {"path", "train.init"},
+                        {"message", message}});
       res.graph.reset();
     }
   nlohmann::json warnings = nlohmann::json::array();
@@ -97,8 +105,12 @@ int check_json(const graph_args& a, bool for_run) {
         warnings.push_back(d.message);
         continue;
       }
-      errors.push_back({{"file", d.pos.file}, {"line", d.pos.line}, {"column", d.pos.col}, {"origin", d.pos.origin},
-                        {"path", d.path}, {"message", d.message}});
+      errors.push_back({{"file", d.pos.file},
+                        {"line", d.pos.line},
+                        {"column", d.pos.col},
+                        {"origin", d.pos.origin},
+                        {"path", d.path},
+                        {"message", d.message}});
       res.graph.reset();
     }
   nlohmann::json out{{"valid", res.ok()},
@@ -162,7 +174,7 @@ int check(const graph_args& a, bool json, const std::string& purpose) {
   // A YAML comment, so the output still reads back as the graph.
   if (auto p = count_parameters(*res.graph); p.total > 0)
     fmt::print("# {}\n", to_string(p));
-  fmt::print("# {}\n", kernels::cpu::kernel_summary());  // what `troupe run` here would compute with
+  fmt::print("# {}\n", kernels::cpu::kernel_summary()); // what `troupe run` here would compute with
   if (res.graph->data_parallel.present)
     fmt::print("{}", predicted_memory(*res.graph));
   fmt::print("{}", to_yaml(*res.graph));
@@ -177,11 +189,13 @@ command_action define_check(CLI::App& app) {
   auto purpose = std::make_shared<std::string>("run");
   describe(app, check_description, std::string{check_footer} + "\n" + paths_help);
   add_graph_args(app, *a);
-  app.add_flag("--json", *json, "print the verdict as one JSON object on stdout: valid, errors (file, line, column,\n"
-                                "path, message), and for a valid graph parameters, memory and the expanded graph");
-  app.add_option("--for", *purpose,
-                 "the command the graph is meant for: run (default: what `troupe run` here would refuse is an "
-                 "error), sim or plan (those are warnings)")
+  app.add_flag("--json", *json,
+               "print the verdict as one JSON object on stdout: valid, errors (file, line, column,\n"
+               "path, message), and for a valid graph parameters, memory and the expanded graph");
+  app
+    .add_option("--for", *purpose,
+                "the command the graph is meant for: run (default: what `troupe run` here would refuse is an "
+                "error), sim or plan (those are warnings)")
     ->option_text("run|sim|plan")
     ->check(CLI::IsMember({"run", "sim", "plan"}));
   return [a, json, purpose] { return check(*a, *json, *purpose); };

@@ -25,7 +25,7 @@ constexpr const char* dash_footer =
 /// What `troupe dash`'s command line asked for.
 struct dash_cli {
   std::string file;
-  bool dashboard = true;  // what --dashboard sets: dash always serves
+  bool dashboard = true; // what --dashboard sets: dash always serves
   std::string address = "127.0.0.1:8080";
 };
 
@@ -69,7 +69,7 @@ command_action define_dash(CLI::App& app) {
   auto a = std::make_shared<dash_cli>();
   describe(app, dash_description, dash_footer);
   app.add_option("TRACE", a->file, "a trace file (Chrome Trace Event JSON)")->required();
-  add_dashboard(app, a->dashboard, a->address, "--address");  // its older name here
+  add_dashboard(app, a->dashboard, a->address, "--address"); // its older name here
   return [a] { return dash(*a); };
 }
 

@@ -53,7 +53,7 @@ std::string self_exe() {
 }
 
 int launch(run_args& ra) {
-  if (!kernel_target_ok("launch"))  // the nodes it starts here inherit the variable
+  if (!kernel_target_ok("launch")) // the nodes it starts here inherit the variable
     return bad_input;
   const auto& trace = ra.trace;
   cluster::coordinator_options o;
@@ -67,7 +67,7 @@ int launch(run_args& ra) {
     traces = std::filesystem::absolute(traces).string();
   std::vector<std::string> outputs{ra.summary};
   for (int i = 0; !traces.empty() && i < g.cluster.nodes; ++i)
-    outputs.push_back(node_trace_file(traces, i));  // the nodes write these (a shared file system)
+    outputs.push_back(node_trace_file(traces, i)); // the nodes write these (a shared file system)
   auto ckpt_lock = prepare_run("launch", g, outputs, ra.restart);
   if (!ckpt_lock)
     return bad_input;

@@ -58,7 +58,7 @@ int node(const node_cli& a) {
   cluster::node_options o;
   auto colon = a.coordinator.rfind(':');
   int port = 0;
-  to_int(std::string_view{a.coordinator}.substr(colon + 1), port);  // checked by the parse
+  to_int(std::string_view{a.coordinator}.substr(colon + 1), port); // checked by the parse
   o.coordinator_host = a.coordinator.substr(0, colon);
   o.coordinator_port = static_cast<std::uint16_t>(port);
   o.node = a.node;
@@ -114,9 +114,10 @@ command_action define_node(CLI::App& app) {
   file->excludes(in);
   app.add_option("--transport", a->transport, "how tensor bytes travel between nodes (default tcp)")
     ->option_text("tcp|ucx");
-  app.add_option("--listen", a->listen,
-                 "where this node's data server listens (default: 127.0.0.1 when\n"
-                 "the coordinator is on this machine's loopback, else this host's address)")
+  app
+    .add_option("--listen", a->listen,
+                "where this node's data server listens (default: 127.0.0.1 when\n"
+                "the coordinator is on this machine's loopback, else this host's address)")
     ->option_text("ADDRESS");
   add_threads(app, a->threads);
   return [a] { return node(*a); };

@@ -28,17 +28,15 @@ using namespace troupe::sched;
 void print_text(const std::string& file, const graph_spec& g, const skippipe_plan& rep) {
   const auto& net = g.network;
   const int n = net.nodes();
-  fmt::print(
-      "troupe plan paths: {}: {} network nodes on {} stage positions, {} microbatches, paths of {} stages "
-      "(skip ratio {:.2f}), planner {}\n",
-      file, n, g.pipeline.stages, rep.agents.size(), g.skip.path_length,
-      1.0 - double(g.skip.path_length) / g.pipeline.stages, g.skip.planner);
+  fmt::print("troupe plan paths: {}: {} network nodes on {} stage positions, {} microbatches, paths of {} stages "
+             "(skip ratio {:.2f}), planner {}\n",
+             file, n, g.pipeline.stages, rep.agents.size(), g.skip.path_length,
+             1.0 - double(g.skip.path_length) / g.pipeline.stages, g.skip.planner);
   fmt::print("placement:\n");
   for (std::size_t s = 0; s < rep.where.size(); ++s) {
     std::vector<std::string> names;
     for (int v : rep.where[s])
-      names.push_back(
-          fmt::format("{} ({})", v, net.locations[static_cast<std::size_t>(net.node_locations[v])]));
+      names.push_back(fmt::format("{} ({})", v, net.locations[static_cast<std::size_t>(net.node_locations[v])]));
     fmt::print("  stage {}: {}\n", s, fmt::join(names, ", "));
   }
   fmt::print("paths (nodes | stages; each returns to its first node for the loss):\n");
@@ -52,12 +50,11 @@ void print_text(const std::string& file, const graph_spec& g, const skippipe_pla
       fmt::print("  {:>3}: {}\n", k, fmt::join(routes[k], " -> "));
   }
   auto vs = [&](double t) { return fmt::format("{:.4g} s ({:+.1f}%)", t, 100.0 * (rep.planned / t - 1)); };
-  fmt::print(
-      "iteration time under the cost model: planned {:.4g} s\n  against the full pipeline: DT-FM's {} (fixed "
-      "chains matched by delay, SkipPipe's baseline); its chains planned alike {}; chain i on node i {}\n"
-      "  random skipping {} (mean of {} draws)\n  the plan without collision awareness {}\n",
-      rep.planned, vs(rep.dtfm), vs(rep.full), vs(rep.fixed_chains), vs(rep.random), rep.random_draws,
-      vs(rep.blind));
+  fmt::print("iteration time under the cost model: planned {:.4g} s\n  against the full pipeline: DT-FM's {} (fixed "
+             "chains matched by delay, SkipPipe's baseline); its chains planned alike {}; chain i on node i {}\n"
+             "  random skipping {} (mean of {} draws)\n  the plan without collision awareness {}\n",
+             rep.planned, vs(rep.dtfm), vs(rep.full), vs(rep.fixed_chains), vs(rep.random), rep.random_draws,
+             vs(rep.blind));
   if (rep.cut_short)
     fmt::print("the search stopped at --time-limit: these are the best plans it had found by then\n");
 }
@@ -81,9 +78,8 @@ public:
     if (p.of > 0 && p.done > 0)
       left = fmt::format(", about {:.0f} s left in this phase",
                          secs(now - phase_start_) * static_cast<double>(p.of - p.done) / static_cast<double>(p.done));
-    fmt::print(stderr, "troupe plan paths: {}: phase {} of 4 ({}): {}{}{}; {:.0f} s so far\n", search, p.phase,
-               p.what, work, p.best_s > 0 ? fmt::format(", best {:.4g} s", p.best_s) : std::string{}, left,
-               secs(now - start_));
+    fmt::print(stderr, "troupe plan paths: {}: phase {} of 4 ({}): {}{}{}; {:.0f} s so far\n", search, p.phase, p.what,
+               work, p.best_s > 0 ? fmt::format(", best {:.4g} s", p.best_s) : std::string{}, left, secs(now - start_));
   }
 
 private:
@@ -95,8 +91,7 @@ private:
 nlohmann::json to_json(const graph_spec& g, const skippipe_plan& rep) {
   nlohmann::json paths = nlohmann::json::array();
   for (const auto& p : rep.paths)
-    paths.push_back(
-        {{"agent", p.agent}, {"nodes", p.nodes}, {"stages", path_stages(rep, p, g.network.nodes())}});
+    paths.push_back({{"agent", p.agent}, {"nodes", p.nodes}, {"stages", path_stages(rep, p, g.network.nodes())}});
   std::vector<std::string> locations;
   for (int l : g.network.node_locations)
     locations.push_back(g.network.locations[static_cast<std::size_t>(l)]);
@@ -126,9 +121,8 @@ int plan_paths(const std::string& file, const std::vector<std::string>& override
   }
   skippipe_watch watch;
   if (time_limit > 0)
-    watch.deadline = std::chrono::steady_clock::now() +
-                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                       std::chrono::duration<double>(time_limit));
+    watch.deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                          std::chrono::duration<double>(time_limit));
   watch.progress = progress_lines{};
   auto rep = plan_skippipe_graph(*loaded.graph, /*baselines=*/true, watch);
   if (!rep) {
@@ -159,18 +153,17 @@ command_action define_plan(CLI::App& app) {
            "document lengths (attention).",
            footer);
   auto* sub = &add_command(app, "paths", "SkipPipe: placement, each microbatch's path, iteration time");
-  describe(
-      *sub,
-      "Places the `network:` section's nodes on stage positions (skip.placement, or a search over DT-FM's "
-      "score), plans each microbatch's path under `skip:` (SkipPipe: A* per microbatch, conflict-based "
-      "search "
-      "over node memory, stage capacity and time collisions) and prints the iteration time under the cost "
-      "model against the full pipeline, random skipping and the plan without collision awareness.",
-      footer);
+  describe(*sub,
+           "Places the `network:` section's nodes on stage positions (skip.placement, or a search over DT-FM's "
+           "score), plans each microbatch's path under `skip:` (SkipPipe: A* per microbatch, conflict-based "
+           "search "
+           "over node memory, stage capacity and time collisions) and prints the iteration time under the cost "
+           "model against the full pipeline, random skipping and the plan without collision awareness.",
+           footer);
   sub->add_option("FILE", a->file, "the graph file (YAML)")->required();
   sub->add_option("--set", a->overrides, "override a key, e.g. --set skip.path_length=3 (repeatable)")
-      ->option_text("KEY.PATH=VALUE")
-      ->allow_extra_args(false);
+    ->option_text("KEY.PATH=VALUE")
+    ->allow_extra_args(false);
   sub->add_flag("--json", a->json,
                 "print one JSON object: placement, paths (nodes, stages), time (planned, full, "
                 "random, no_collision_awareness), cut_short");

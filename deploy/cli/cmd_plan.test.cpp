@@ -23,14 +23,12 @@ TEST_CASE("a network written inline, in a CSV file or as the preset gives the sa
   namespace fs = std::filesystem;
   auto dir = fs::temp_directory_path() / fmt::format("troupe-plan-{}", ::getpid());
   fs::create_directories(dir);
-  const std::string head =
-      "model: {layers: 6, d_model: 64, heads: 2, context: 32}\ndata: {corpus: kjv, batch: 4}\n"
-      "train: {steps: 1}\npipeline: {stages: 3, microbatches: 2}\n"
-      "skip: {path_length: 2, memory: 3}\nsim: {device: a100_80gb}\n";
+  const std::string head = "model: {layers: 6, d_model: 64, heads: 2, context: 32}\ndata: {corpus: kjv, batch: 4}\n"
+                           "train: {steps: 1}\npipeline: {stages: 3, microbatches: 2}\n"
+                           "skip: {path_length: 2, memory: 3}\nsim: {device: a100_80gb}\n";
   std::ofstream{dir / "links.csv"} << "from,to,latency,bandwidth\nIowa,Japan,72.5ms,15GB/s\n"
                                       "Iowa,LA,23.4ms,66GB/s\nJapan,LA,50ms,29.8GB/s\n";
-  std::ofstream{dir / "csv.yaml"} << head
-                                  << "network: {csv: links.csv, nodes: [Iowa, Japan, LA, Iowa, LA]}\n";
+  std::ofstream{dir / "csv.yaml"} << head << "network: {csv: links.csv, nodes: [Iowa, Japan, LA, Iowa, LA]}\n";
   std::ofstream{dir / "inline.yaml"} << head << "network:\n  locations: [Iowa, Japan, LA]\n  links:\n"
                                      << "    - {between: [Japan, Iowa], latency: 72.5ms, bandwidth: 15GB/s}\n"
                                      << "    - {between: [Iowa, LA], latency: 23.4ms, bandwidth: 66GB/s}\n"
@@ -41,8 +39,7 @@ TEST_CASE("a network written inline, in a CSV file or as the preset gives the sa
   CHECK(csv == inline_);
   CHECK(csv["locations"] == nlohmann::json{"Iowa", "Japan", "LA", "Iowa", "LA"});
   // The preset's measured links between the same regions differ: the plan's times with them.
-  std::ofstream{dir / "preset.yaml"} << head
-                                     << "network: {preset: geo12, nodes: [Iowa, Japan, LA, Iowa, LA]}\n";
+  std::ofstream{dir / "preset.yaml"} << head << "network: {preset: geo12, nodes: [Iowa, Japan, LA, Iowa, LA]}\n";
   auto preset = plan_json((dir / "preset.yaml").string());
   CHECK(preset["time"]["planned"] != csv["time"]["planned"]);
   fs::remove_all(dir);
@@ -63,10 +60,11 @@ TEST_CASE("a runnable plan lists each microbatch's route through the stage actor
   for (const auto& r : j["routes"]) {
     auto first = r.front().get<std::string>(), last = r.back().get<std::string>();
     CHECK(first.ends_with("s0.0"));
-    CHECK(last == first.substr(0, first.size() - 1) + "1");  // the head chunk of the same stage 0
+    CHECK(last == first.substr(0, first.size() - 1) + "1"); // the head chunk of the same stage 0
     CHECK(r.size() == j["paths"][0]["nodes"].size() + 1);
   }
-  CHECK_FALSE(plan_json("examples/skippipe.yaml").contains("routes"));  // 8 nodes, 4 stage actors: plannable, not runnable
+  CHECK_FALSE(
+    plan_json("examples/skippipe.yaml").contains("routes")); // 8 nodes, 4 stage actors: plannable, not runnable
 }
 
 TEST_CASE("plan paths --time-limit stops a long search with the best plans found by then, saying how it goes") {

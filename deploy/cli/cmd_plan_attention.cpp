@@ -59,13 +59,10 @@ std::vector<doc_place> places(const std::vector<attention_document>& docs) {
 /// The text report; `docs` with their homes as replicas.
 void print_text(const std::vector<attention_document>& docs, int replicas, const attention_plan_options& opts,
                 const attention_plan& plan) {
-  auto sum = [](const std::vector<std::int64_t>& v) {
-    return std::accumulate(v.begin(), v.end(), std::int64_t{0});
-  };
-  fmt::print(
-      "troupe plan attention: {} documents from {} replicas on {} servers (replica r starts on server r mod "
-      "{}), tolerance {}\n",
-      docs.size(), replicas, opts.servers, opts.servers, opts.tolerance);
+  auto sum = [](const std::vector<std::int64_t>& v) { return std::accumulate(v.begin(), v.end(), std::int64_t{0}); };
+  fmt::print("troupe plan attention: {} documents from {} replicas on {} servers (replica r starts on server r mod "
+             "{}), tolerance {}\n",
+             docs.size(), replicas, opts.servers, opts.servers, opts.tolerance);
   fmt::print("{:>7} {:>16} {:>16}\n", "server", "pairs before", "pairs after");
   for (std::size_t s = 0; s < plan.before.size(); ++s)
     fmt::print("{:>7} {:>16} {:>16}\n", s, plan.before[s], plan.after[s]);
@@ -78,22 +75,20 @@ void print_text(const std::vector<attention_document>& docs, int replicas, const
   const auto at = places(docs);
   fmt::print("moves, in the order made (doc: its index in --docs from 0; replica:i: its replica and index "
              "there; the move's queries [kv − q, kv) attend keys [0, kv)):\n");
-  fmt::print("{:>6} {:>9} {:>10} {:>10} {:>22} {:>5} {:>5} {:>12}\n", "doc", "replica:i", "q", "kv",
-             "queries", "from", "to", "bytes");
+  fmt::print("{:>6} {:>9} {:>10} {:>10} {:>22} {:>5} {:>5} {:>12}\n", "doc", "replica:i", "q", "kv", "queries", "from",
+             "to", "bytes");
   std::int64_t queries = 0, pairs = 0;
   for (const auto& m : plan.moves) {
     const auto& p = at[static_cast<std::size_t>(m.doc)];
     fmt::print("{:>6} {:>9} {:>10} {:>10} {:>22} {:>5} {:>5} {:>12.0f}\n", m.doc,
-               fmt::format("{}:{}", p.replica, p.index), m.q, m.kv, fmt::format("[{}, {})", m.kv - m.q, m.kv),
-               m.from, m.to, m.bytes);
+               fmt::format("{}:{}", p.replica, p.index), m.q, m.kv, fmt::format("[{}, {})", m.kv - m.q, m.kv), m.from,
+               m.to, m.bytes);
     queries += m.q, pairs += causal_pairs(m.q, m.kv);
   }
-  fmt::print("total: {} moves, {} queries, {} pairs, {:.0f} bytes\n", plan.moves.size(), queries, pairs,
-             plan.bytes);
-  fmt::print(
-      "(bytes in token rows: {:g} per query moved, q out and o back, and {:g} per key the destination lacks, "
-      "k and v; times hidden size times bytes per element gives bytes)\n",
-      opts.query_bytes, opts.kv_bytes);
+  fmt::print("total: {} moves, {} queries, {} pairs, {:.0f} bytes\n", plan.moves.size(), queries, pairs, plan.bytes);
+  fmt::print("(bytes in token rows: {:g} per query moved, q out and o back, and {:g} per key the destination lacks, "
+             "k and v; times hidden size times bytes per element gives bytes)\n",
+             opts.query_bytes, opts.kv_bytes);
   fmt::print("shards of the documents that left home (the others stay whole on their home server):\n");
   for (std::size_t doc = 0; doc < docs.size(); ++doc) {
     std::vector<attention_shard> mine;
@@ -114,8 +109,7 @@ void print_text(const std::vector<attention_document>& docs, int replicas, const
 nlohmann::json to_json(const attention_plan_options& opts, const attention_plan& plan) {
   nlohmann::json moved = nlohmann::json::array(), shards = nlohmann::json::array();
   for (const auto& m : plan.moves)
-    moved.push_back(
-        {{"doc", m.doc}, {"q", m.q}, {"kv", m.kv}, {"from", m.from}, {"to", m.to}, {"bytes", m.bytes}});
+    moved.push_back({{"doc", m.doc}, {"q", m.q}, {"kv", m.kv}, {"from", m.from}, {"to", m.to}, {"bytes", m.bytes}});
   for (const auto& s : plan.shards)
     shards.push_back({{"doc", s.doc}, {"q", s.q}, {"kv", s.kv}, {"server", s.server}});
   return {{"servers", opts.servers},
@@ -157,27 +151,25 @@ int run_plan(const attention_args& a) {
 
 command_action define_plan_attention(CLI::App& app) {
   auto a = std::make_shared<attention_args>();
-  describe(
-      app,
-      "Plans DistCA's core-attention disaggregation for one step: every document's causal attention starts "
-      "whole on its replica's server, and the planner moves shards of documents (a document's queries, over "
-      "the keys before them) from the most to the least loaded server until max and min are within (1 ± "
-      "tolerance) × the average, cheapest bytes per pair moved first. Prints each server's pairs before and "
-      "after, max/avg, and the moves.",
-      "Replica r's documents start on server r mod --servers, so fewer servers than replicas share them.\n"
-      "Exit codes: 0 success, 2 bad input.\n");
-  app.add_option("--docs", a->docs,
-                 "each replica's document lengths in tokens: replicas separated by '/',\n"
-                 "documents by ',' (e.g. 16384/8192,8192/4096,4096,4096,4096)")
-      ->option_text("LENGTHS")
-      ->required()
-      ->check(CLI::Validator([](const std::string& text) { return checked_docs(text); }, ""));
-  add_count(app, "--servers", a->servers, 1, limits::max_nodes,
-            "attention servers (default: one per replica)")
-      ->option_text("N");
-  add_fraction(app, "--tolerance", a->tolerance,
-               "stop once every server is within (1 ± T) × the average; default 0.1")
-      ->option_text("T");
+  describe(app,
+           "Plans DistCA's core-attention disaggregation for one step: every document's causal attention starts "
+           "whole on its replica's server, and the planner moves shards of documents (a document's queries, over "
+           "the keys before them) from the most to the least loaded server until max and min are within (1 ± "
+           "tolerance) × the average, cheapest bytes per pair moved first. Prints each server's pairs before and "
+           "after, max/avg, and the moves.",
+           "Replica r's documents start on server r mod --servers, so fewer servers than replicas share them.\n"
+           "Exit codes: 0 success, 2 bad input.\n");
+  app
+    .add_option("--docs", a->docs,
+                "each replica's document lengths in tokens: replicas separated by '/',\n"
+                "documents by ',' (e.g. 16384/8192,8192/4096,4096,4096,4096)")
+    ->option_text("LENGTHS")
+    ->required()
+    ->check(CLI::Validator([](const std::string& text) { return checked_docs(text); }, ""));
+  add_count(app, "--servers", a->servers, 1, limits::max_nodes, "attention servers (default: one per replica)")
+    ->option_text("N");
+  add_fraction(app, "--tolerance", a->tolerance, "stop once every server is within (1 ± T) × the average; default 0.1")
+    ->option_text("T");
   app.add_flag("--json", a->json,
                "print one JSON object: before and after (pairs per server), moved ({doc, q, kv,\n"
                "from, to, bytes}, doc its index in --docs), imbalance_before and _after\n"

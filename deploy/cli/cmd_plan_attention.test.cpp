@@ -112,15 +112,13 @@ TEST_CASE("the issue's example: each server's whole documents before, the same p
 
 TEST_CASE("--servers defaults to one per replica; replica r starts on server r mod --servers") {
   CHECK(plan_attention_json("--docs 16/8/4")["before"] == nlohmann::json{whole(16), whole(8), whole(4)});
-  CHECK(plan_attention_json("--docs 16/8/4 --servers 2")["before"] ==
-        nlohmann::json{whole(16) + whole(4), whole(8)});
+  CHECK(plan_attention_json("--docs 16/8/4 --servers 2")["before"] == nlohmann::json{whole(16) + whole(4), whole(8)});
   auto four = plan_attention_json("--docs 16/8/4 --servers 4");
   CHECK(four["before"] == nlohmann::json{whole(16), whole(8), whole(4), 0});
   CHECK(four["after"][3].get<std::int64_t>() > 0); // the empty server receives work
 }
 
-TEST_CASE(
-    "troupe plan attention prints the table of pairs, max/avg and the moves; balanced input moves nothing") {
+TEST_CASE("troupe plan attention prints the table of pairs, max/avg and the moves; balanced input moves nothing") {
   auto r = run_troupe("plan attention --docs 16384/8192,8192/4096,4096,4096,4096 --servers 3");
   REQUIRE_MESSAGE(r.code == 0, r.out);
   CHECK(r.has("server     pairs before      pairs after"));
@@ -145,8 +143,7 @@ TEST_CASE("troupe plan attention refuses bad lengths, servers and tolerances, na
     CHECK(r.code == 2);
     CHECK_MESSAGE(r.has(says), r.out);
   };
-  bad("--docs 16/8,x",
-      "troupe plan attention: --docs: 'x' at character 6 of '16/8,x' is not a document length");
+  bad("--docs 16/8,x", "troupe plan attention: --docs: 'x' at character 6 of '16/8,x' is not a document length");
   bad("--docs 16//8", "--docs: '' at character 4");
   bad("--docs 16/-8", "--docs: '-8' at character 4");
   bad("--docs 2000000000/2000000000", "--docs: the documents total more than 2147483648 tokens");

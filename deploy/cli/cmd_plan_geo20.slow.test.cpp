@@ -59,8 +59,7 @@ void check_paths(const nlohmann::json& j, int stages, int length, int memory) {
 
 } // namespace
 
-TEST_CASE(
-    "on 20 geo-distributed nodes the plan beats the full pipeline, random skipping and collision blindness") {
+TEST_CASE("on 20 geo-distributed nodes the plan beats the full pipeline, random skipping and collision blindness") {
   auto j = plan_json(geo20);
   const auto& t = j["time"];
   double planned = t["planned"], full = t["full"], fixed = t["full_fixed_chains"], random = t["random"],
@@ -83,12 +82,10 @@ TEST_CASE(
 }
 
 TEST_CASE("a placement the graph gives is the one planned on, and planner: full visits every stage") {
-  auto j = plan_json(geo20 +
-                     " --set 'skip.placement=[[0,1,2,3,4],[5,6,7],[8,9,10],[11,12,13],[14,15,16],[17,18,19]]'"
-                     " --set skip.planner=full");
+  auto j = plan_json(geo20 + " --set 'skip.placement=[[0,1,2,3,4],[5,6,7],[8,9,10],[11,12,13],[14,15,16],[17,18,19]]'"
+                             " --set skip.planner=full");
   CHECK(j["placement"][1] == nlohmann::json{5, 6, 7});
   for (const auto& p : j["paths"])
     CHECK(p["stages"] == nlohmann::json{0, 1, 2, 3, 4, 5});
   CHECK(j["time"]["planned"] == j["time"]["full"]);
 }
-

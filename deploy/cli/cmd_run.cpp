@@ -55,7 +55,7 @@ int run(run_args& ra) {
   auto ckpt_lock = prepare_run("run", g, {trace_file(g, ra.trace), ra.summary}, ra.restart);
   if (!ckpt_lock)
     return bad_input;
-  fmt::print("{}\n", kernels::cpu::kernel_summary());  // a slow run explains itself
+  fmt::print("{}\n", kernels::cpu::kernel_summary()); // a slow run explains itself
   troupe_config cfg{opts};
   caf::actor_system sys{cfg};
   auto tracing = run_tracing::start(g, ra.trace);
@@ -70,7 +70,7 @@ int run(run_args& ra) {
   if (trace_err)
     fmt::print(stderr, "troupe run: {}\n", error_message(trace_err));
   auto rc = report_run("run", g, ra.graph.file, result, ra.summary);
-  return rc == ok && trace_err ? runtime_failure : rc;  // a lost trace is a failed command
+  return rc == ok && trace_err ? runtime_failure : rc; // a lost trace is a failed command
 }
 
 } // namespace

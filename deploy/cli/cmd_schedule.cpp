@@ -32,7 +32,8 @@ namespace {
 
 using namespace troupe::sched;
 
-constexpr const char* schedule_description = R"(Simulates one training step of a pipeline under a deterministic clock, with
+constexpr const char* schedule_description =
+  R"(Simulates one training step of a pipeline under a deterministic clock, with
 the same policy objects the pipeline-stage actors use, and prints each rank's
 action order (`0F0 0F1 0B0 ...`), the makespan and the bubble fraction
 (idle time / (stages x makespan)).)";
@@ -114,7 +115,10 @@ void print_run(const sim_config& c, std::string_view policy, const sim_result& r
 }
 
 nlohmann::json shape_json(const sim_config& c) {
-  return {{"stages", c.ranks}, {"microbatches", c.microbatches}, {"chunks", c.chunks}, {"latency", c.latency},
+  return {{"stages", c.ranks},
+          {"microbatches", c.microbatches},
+          {"chunks", c.chunks},
+          {"latency", c.latency},
           {"costs", {{"forward", c.forward_cost}, {"backward", c.backward_cost}, {"weight", c.weight_cost}}}};
 }
 
@@ -147,8 +151,8 @@ int compare(const sim_config& c, std::string_view policy, const policy_params& p
   nlohmann::json records = nlohmann::json::array();
   if (!json) {
     fmt::print("{} against `table` replaying its canonical order, {} stages x {} chunks, {} microbatches, "
-               "latency {}, {} seeds, median makespans\n", policy, c.ranks, c.chunks, c.microbatches, c.latency,
-               seeds);
+               "latency {}, {} seeds, median makespans\n",
+               policy, c.ranks, c.chunks, c.microbatches, c.latency, seeds);
     fmt::print("{:<26} {:>12} {:>12} {:>8} {:>14}\n", "scenario", "emergent", "replayed", "gain", "win/tie/loss");
   }
   for (const auto& scenario : standard_scenarios()) {
@@ -163,16 +167,21 @@ int compare(const sim_config& c, std::string_view policy, const policy_params& p
       return bad_input;
     }
     if (json)
-      records.push_back({{"scenario", r->scenario}, {"policy", r->policy}, {"emergent", r->policy_median},
-                         {"replayed", r->replay_median}, {"wins", r->wins}, {"ties", r->ties},
+      records.push_back({{"scenario", r->scenario},
+                         {"policy", r->policy},
+                         {"emergent", r->policy_median},
+                         {"replayed", r->replay_median},
+                         {"wins", r->wins},
+                         {"ties", r->ties},
                          {"losses", r->losses}});
     else
-      fmt::print("{:<26} {:>12.3f} {:>12.3f} {:>7.2f}% {:>6}/{}/{}\n", r->scenario, r->policy_median,
-                 r->replay_median, 100 * r->gain(), r->wins, r->ties, r->losses);
+      fmt::print("{:<26} {:>12.3f} {:>12.3f} {:>7.2f}% {:>6}/{}/{}\n", r->scenario, r->policy_median, r->replay_median,
+                 100 * r->gain(), r->wins, r->ties, r->losses);
   }
   if (json)
-    fmt::print("{}\n", nlohmann::json{{"policy", policy}, {"shape", shape_json(c)}, {"seeds", seeds},
-                                       {"records", records}}.dump(2));
+    fmt::print(
+      "{}\n",
+      nlohmann::json{{"policy", policy}, {"shape", shape_json(c)}, {"seeds", seeds}, {"records", records}}.dump(2));
   return ok;
 }
 
@@ -198,12 +207,13 @@ int run_schedule(schedule_cli& a) {
   auto size = std::int64_t{c.ranks} * c.ranks * c.chunks * c.microbatches;
   if (size > limits::max_schedule_size)
     return bad(fmt::format("{} stages x {} microbatches x {} chunks is too big to simulate: stages^2 x virtual x "
-                           "microbatches = {} is over the limit of {}", c.ranks, c.microbatches, c.chunks, size,
-                           limits::max_schedule_size));
+                           "microbatches = {} is over the limit of {}",
+                           c.ranks, c.microbatches, c.chunks, size, limits::max_schedule_size));
   if (seeds > 0 && seeds * size > limits::max_compare_work)
     return bad(fmt::format("--compare {}: {} seeds x a size of {} (stages^2 x virtual x microbatches) is over the "
-                           "limit of {}; use at most {} seeds for this shape", seeds, seeds, size,
-                           limits::max_compare_work, std::max<std::int64_t>(1, limits::max_compare_work / size)));
+                           "limit of {}; use at most {} seeds for this shape",
+                           seeds, seeds, size, limits::max_compare_work,
+                           std::max<std::int64_t>(1, limits::max_compare_work / size)));
   for (const auto& s : a.slow)
     if (!parse_slowdown(s, c.rank_slowdown, c.ranks))
       return bad(fmt::format("--slow: '{}' is not RANK:FACTOR with RANK in 0..{} and FACTOR a finite number > 0", s,
@@ -211,14 +221,15 @@ int run_schedule(schedule_cli& a) {
   for (const auto& s : a.slow_mb)
     if (!parse_slowdown(s, c.microbatch_slowdown, c.microbatches))
       return bad(fmt::format("--slow-microbatch: '{}' is not MICROBATCH:FACTOR with MICROBATCH in 0..{} and "
-                             "FACTOR a finite number > 0", s, c.microbatches - 1));
+                             "FACTOR a finite number > 0",
+                             s, c.microbatches - 1));
   // Policy names and parameters are checked before anything runs, so they count as bad input.
   params.ranks = c.ranks;
   params.chunks = c.chunks;
   if (auto probe = make_policy(policy, params); !probe)
     return bad(probe.error().message);
   if (!outputs_writable("schedule", {save_table}))
-    return bad_input;  // before the simulation, not after it
+    return bad_input; // before the simulation, not after it
   if (seeds > 0)
     return compare(c, policy, params, seeds, json);
   auto r = simulate(c, policy, params);
@@ -229,7 +240,8 @@ int run_schedule(schedule_cli& a) {
   // Each input finite, their sum need not be: 1e308 twice is inf, and inf - inf a NaN bubble.
   if (!std::isfinite(r->makespan) || !std::isfinite(r->bubble_fraction))
     return bad(fmt::format("the simulated times overflow (makespan {:g}): the costs, --latency and --slow factors "
-                           "are too large to add up; scale them down", r->makespan));
+                           "are too large to add up; scale them down",
+                           r->makespan));
   if (json)
     fmt::print("{}\n", run_json(c, policy, *r, timeline).dump(2));
   else
@@ -243,8 +255,8 @@ int run_schedule(schedule_cli& a) {
     fmt::print(out, "# troupe schedule --policy {} --stages {} --microbatches {} --virtual {}: one rank per line\n",
                policy, c.ranks, c.microbatches, c.chunks);
     for (const auto& row : r->orders)
-      fmt::print(out, "{}\n", fmt::join(row | std::views::transform([](const action& a) { return to_string(a); }),
-                                       ","));
+      fmt::print(out, "{}\n",
+                 fmt::join(row | std::views::transform([](const action& a) { return to_string(a); }), ","));
     std::fclose(out);
   }
   return ok;
@@ -271,11 +283,13 @@ command_action define_schedule(CLI::App& app) {
             "microbatches per step m (as in a graph file)")
     ->option_text("M")
     ->required();
-  add_count(app, "--virtual", a->c.chunks, 1, limits::max_virtual, "model chunks per rank (interleaved_1f1b), default 1")
+  add_count(app, "--virtual", a->c.chunks, 1, limits::max_virtual,
+            "model chunks per rank (interleaved_1f1b), default 1")
     ->option_text("V");
-  app.add_option("--costs", a->costs,
-                 "a rank's forward, backward (= I + W) and weight-gradient cost\n"
-                 "for one microbatch, default 1,2,1 (a chunk costs 1/V of it)")
+  app
+    .add_option("--costs", a->costs,
+                "a rank's forward, backward (= I + W) and weight-gradient cost\n"
+                "for one microbatch, default 1,2,1 (a chunk costs 1/V of it)")
     ->option_text("F,B,W");
   add_number(app, "--latency", a->c.latency, 0, HUGE_VAL, false, "time a message takes between ranks, default 0")
     ->option_text("L");
@@ -297,17 +311,18 @@ command_action define_schedule(CLI::App& app) {
   app.add_flag("--timeline", a->timeline, "also print each action's simulated start and end");
   app.add_option("--save-table", a->save_table, "write the run's per-rank orders as a table `table` can replay")
     ->option_text("FILE");
-  auto* compare = app.add_option_function<std::string>(
-                       "--compare",
-                       [a](const std::string& seeds) {
-                         a->comparing = true;
-                         a->compare = seeds;
-                       },
-                       fmt::format("compare the policy with `table` replaying its own canonical\n"
-                                   "order under jitter 30%, one rank 1.5x slower, one microbatch\n"
-                                   "4x slower and microbatch costs drawn from 1-3x: median\n"
-                                   "makespans over SEEDS seeds (default 100); 1 to {}",
-                                   limits::max_compare_seeds))
+  auto* compare = app
+                    .add_option_function<std::string>(
+                      "--compare",
+                      [a](const std::string& seeds) {
+                        a->comparing = true;
+                        a->compare = seeds;
+                      },
+                      fmt::format("compare the policy with `table` replaying its own canonical\n"
+                                  "order under jitter 30%, one rank 1.5x slower, one microbatch\n"
+                                  "4x slower and microbatch costs drawn from 1-3x: median\n"
+                                  "makespans over SEEDS seeds (default 100); 1 to {}",
+                                  limits::max_compare_seeds))
                     ->option_text("SEEDS")
                     ->expected(0, 1);
   check_count(*compare, 1, limits::max_compare_seeds);

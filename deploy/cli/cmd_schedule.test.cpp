@@ -42,11 +42,11 @@ TEST_CASE("troupe schedule prints the 1F1B orders and the bubble fraction") {
 
 TEST_CASE("troupe schedule takes stragglers, replays tables and compares with the replay") {
   auto slow = run_troupe("schedule --policy zb_h1 --stages 4 --microbatches 8 --slow 2:1.5 --jitter 0.3 --seed 3 "
-                     "--latency 0.1 --slow-microbatch 5:4 --costs 1,2,1");
+                         "--latency 0.1 --slow-microbatch 5:4 --costs 1,2,1");
   CHECK(slow.code == 0);
   CHECK(has(slow, "rank 2: 2F0"));
   auto table = run_troupe("schedule --policy table --table examples/schedules/interleaved_4x8x2.csv --stages 4 "
-                      "--microbatches 8 --virtual 2");
+                          "--microbatches 8 --virtual 2");
   CHECK(table.code == 0);
   CHECK(has(table, "bubble fraction: 0.1579"));
   auto cmp = run_troupe("schedule --policy zb_h1 --stages 4 --microbatches 8 --compare 10");
@@ -76,7 +76,7 @@ TEST_CASE("troupe schedule --json prints the orders, makespan, bubble and bounds
   CHECK(j["shape"]["microbatches"] == 8);
   REQUIRE(j["orders"].size() == 4);
   CHECK(j["orders"]["0"][0] == "0F0");
-  CHECK(j["orders"]["3"].size() == 24);  // 8 x F, I, W
+  CHECK(j["orders"]["3"].size() == 24); // 8 x F, I, W
   CHECK(j["makespan"].get<double>() == doctest::Approx(27));
   CHECK(j["bubble"].get<double>() == doctest::Approx(1.0 / 9));
   CHECK(j["peak_in_flight"] == nlohmann::json{4, 3, 2, 1});
@@ -94,7 +94,7 @@ TEST_CASE("troupe schedule --json --compare lists one record per scenario with m
   for (const auto& rec : j["records"]) {
     scenarios.push_back(rec["scenario"]);
     CHECK(rec["policy"] == "1f1b");
-    CHECK(rec["emergent"].get<double>() >= 33);  // no faster than the unperturbed step
+    CHECK(rec["emergent"].get<double>() >= 33); // no faster than the unperturbed step
     CHECK(rec["replayed"].get<double>() >= 33);
   }
   CHECK(scenarios == std::vector<std::string>{"jitter 30%", "one rank 1.5x slower", "one microbatch 4x slower",
@@ -106,14 +106,15 @@ TEST_CASE("troupe schedule --plugin loads the example plugin so its policy can b
   auto without = run_troupe("schedule --policy greedy_backward_first --stages 4 --microbatches 8");
   CHECK(without.code == 2);
   CHECK(has(without, "1f1b")); // unknown names fail with the list of valid ones
-  auto r = run_troupe("schedule --plugin " + plugin + " --policy greedy_backward_first --stages 4 --microbatches 8 "
-                  "--slow 2:1.5");
+  auto r = run_troupe("schedule --plugin " + plugin +
+                      " --policy greedy_backward_first --stages 4 --microbatches 8 "
+                      "--slow 2:1.5");
   INFO(r.out);
   CHECK(r.code == 0);
   CHECK(has(r, "schedule: greedy_backward_first, 4 stages"));
   CHECK(has(r, "rank 3: 3F0 3B0"));
   auto cmp = run_troupe("schedule --policy greedy_backward_first --plugin " + plugin +
-                    " --stages 4 --microbatches 8 --compare 3 --json");
+                        " --stages 4 --microbatches 8 --compare 3 --json");
   INFO(cmp.out);
   CHECK(cmp.code == 0);
   CHECK(has(cmp, "\"policy\": \"greedy_backward_first\""));
@@ -133,7 +134,7 @@ TEST_CASE("the example plugin builds out of the tree with the README's command a
              "\"$TROUPE_SRC/examples/plugin/greedy_policy.cpp\" -o libgreedy_policy.so";
   REQUIRE(std::system(cmd.c_str()) == 0);
   auto r = run_troupe("schedule --plugin " + (out / "libgreedy_policy.so").string() +
-                  " --policy greedy_backward_first --stages 2 --microbatches 4");
+                      " --policy greedy_backward_first --stages 2 --microbatches 4");
   INFO(r.out);
   CHECK(r.code == 0);
   CHECK(has(r, "rank 1: 1F0 1B0"));

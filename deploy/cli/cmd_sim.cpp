@@ -41,7 +41,7 @@ sched::expected<sched::device_spec> resolve_device(const sim_spec& s) {
       return base.error();
     d = *base;
   } else {
-    d.efficiency = device_presets().front().efficiency;  // the fitted set
+    d.efficiency = device_presets().front().efficiency; // the fitted set
   }
   d.name = entry->name;
   auto set = [](double& out, double v) {
@@ -112,7 +112,7 @@ expected<cluster_config> make_config(const graph_spec& g, std::int64_t steps) {
   c.reduce_norm = g.train.grad_clip > 0;
   std::vector<const actor_spec*> stages;
   for (const auto& a : g.actors)
-    if (a.role.holds_layers && a.replica == 0)  // one replica; the simulator repeats it
+    if (a.role.holds_layers && a.replica == 0) // one replica; the simulator repeats it
       stages.push_back(&a);
   std::sort(stages.begin(), stages.end(), [](auto* a, auto* b) { return a->rank < b->rank; });
   for (const auto* a : stages) {
@@ -172,8 +172,11 @@ public:
     out.step = static_cast<std::int32_t>(s.step);
     out.microbatch = s.microbatch;
     out.actor = ids_[row];
-    out.kind = s.kind == 'F' ? span_kind::forward : s.kind == 'B' ? span_kind::backward
-             : s.kind == 'I' ? span_kind::backward_input : s.kind == 'W' ? span_kind::backward_weight : span_kind::sync;
+    out.kind = s.kind == 'F'   ? span_kind::forward
+               : s.kind == 'B' ? span_kind::backward
+               : s.kind == 'I' ? span_kind::backward_input
+               : s.kind == 'W' ? span_kind::backward_weight
+                               : span_kind::sync;
     events_.add_span(out, nodes_[row]);
     if (++spans_ % 4096 == 0)
       out_ << events_.take();
@@ -227,9 +230,9 @@ void print_text(const std::string& file, const cluster_config& c, const cluster_
     params.back() = 'B'; // billions, as model sizes are said
   fmt::print("troupe sim: {}: GPT of {} parameters, {} stages x {} replicas x {} tensor-parallel = {} devices "
              "({}), schedule {}, {} microbatches of {} x {} tokens per replica\n",
-             file, params, c.stages.size(), c.replicas, t, r.devices, c.costs.device.name, c.policy,
-             c.microbatches, c.model.microbatch, c.model.sequence);
-  auto time = r.iteration_s >= 1     ? fmt::format("{:.6g} s", r.iteration_s)
+             file, params, c.stages.size(), c.replicas, t, r.devices, c.costs.device.name, c.policy, c.microbatches,
+             c.model.microbatch, c.model.sequence);
+  auto time = r.iteration_s >= 1      ? fmt::format("{:.6g} s", r.iteration_s)
               : r.iteration_s >= 1e-3 ? fmt::format("{:.4g} ms", r.iteration_s * 1e3)
                                       : fmt::format("{:.4g} us", r.iteration_s * 1e6);
   fmt::print("iteration: {}, {:.6g} tokens/s\n", time, r.tokens_per_s());
@@ -238,16 +241,18 @@ void print_text(const std::string& file, const cluster_config& c, const cluster_
              c.costs.recompute ? "Megatron's count, recomputed forward included" : "model FLOPs", r.mfu(),
              r.peak_flops / 1e12);
   fmt::print("stage actors ({}): busy {:.4f}, bubble {:.4f} (idle: pipeline bubble and waiting for the "
-             "all-reduce)\n", r.stage_actors, 1 - r.bubble_fraction, r.bubble_fraction);
+             "all-reduce)\n",
+             r.stage_actors, 1 - r.bubble_fraction, r.bubble_fraction);
   fmt::print("routers ({}): emit only; data-parallel rings ({} of {} replicas): {:.6g} s per step on the critical "
-             "path\n", c.replicas, c.stages.size(), c.replicas, r.sync_wait_s);
+             "path\n",
+             c.replicas, c.stages.size(), c.replicas, r.sync_wait_s);
   fmt::print("bytes per step: {:.4g} GB between stages, {:.4g} GB in all-reduces\n", r.p2p_bytes / gb,
              r.allreduce_bytes / gb);
-  fmt::print("{:<12} {:>6} {:>8} {:>8} {:>10} {:>12} {:>14}\n", "position", "layers", "busy", "bubble",
-             "in flight", "memory GB", "all-reduce s");
+  fmt::print("{:<12} {:>6} {:>8} {:>8} {:>10} {:>12} {:>14}\n", "position", "layers", "busy", "bubble", "in flight",
+             "memory GB", "all-reduce s");
   const std::size_t n = r.positions.size();
   for (std::size_t i = 0; i < n; ++i) {
-    if (n > 16 && i >= 8 && i + 8 < n) {  // a long pipeline: its ends, where it differs
+    if (n > 16 && i >= 8 && i + 8 < n) { // a long pipeline: its ends, where it differs
       if (i == 8)
         fmt::print("{:<12} ({} more positions)\n", "...", n - 16);
       continue;
@@ -266,8 +271,11 @@ nlohmann::json to_json(const cluster_config& c, const cluster_result& r) {
   double memory = 0;
   for (const auto& p : r.positions) {
     memory = std::max(memory, p.memory_bytes);
-    positions.push_back({{"name", p.name}, {"layers", p.layers}, {"busy", p.busy / (r.makespan * c.replicas)},
-                         {"peak_in_flight", p.peak_in_flight}, {"memory_gb", p.memory_bytes / gb},
+    positions.push_back({{"name", p.name},
+                         {"layers", p.layers},
+                         {"busy", p.busy / (r.makespan * c.replicas)},
+                         {"peak_in_flight", p.peak_in_flight},
+                         {"memory_gb", p.memory_bytes / gb},
                          {"allreduce_s", p.allreduce_s}});
   }
   return {{"device", c.costs.device.name},
@@ -299,8 +307,8 @@ struct sim_args {
   bool json = false;
   std::string trace;
   int trace_actors = 512;
-  std::string device;  ///< --device: a preset, a `devices:` name or a device file (relative to here)
-  int cores = -1;      ///< --cores: shared cores per node (0: a device per stage actor); -1: the device's
+  std::string device; ///< --device: a preset, a `devices:` name or a device file (relative to here)
+  int cores = -1;     ///< --cores: shared cores per node (0: a device per stage actor); -1: the device's
   bool calibrate = false;
   std::string out = "calibrated.yaml";
 };
@@ -331,14 +339,16 @@ int simulate_file(const sim_args& a) {
   if (!outputs_writable("sim", {trace_path}))
     return bad_input;
   auto overrides = given_overrides;
-  std::string device_set;  ///< the override --device stands for: its errors name --device
+  std::string device_set; ///< the override --device stands for: its errors name --device
   if (!device.empty()) {
     // A flag's path is relative to the current folder; the graph resolves sim.device against its own.
     bool is_file = device.ends_with(".yaml") || device.ends_with(".yml") || device.ends_with(".json");
     std::error_code ec;
     if (!is_file && std::filesystem::is_regular_file(device, ec)) {
-      fmt::print(stderr, "troupe sim: --device {}: a file, but not a device file (a device file is YAML or JSON: "
-                         ".yaml, .yml or .json; `troupe sim --calibrate` writes one)\n", device);
+      fmt::print(stderr,
+                 "troupe sim: --device {}: a file, but not a device file (a device file is YAML or JSON: "
+                 ".yaml, .yml or .json; `troupe sim --calibrate` writes one)\n",
+                 device);
       return bad_input;
     }
     device_set = "sim.device=" + (is_file ? std::filesystem::absolute(device).string() : device);
@@ -366,8 +376,10 @@ int simulate_file(const sim_args& a) {
     config->costs.device.cores = cores;
   if (loaded.graph->skip.present) { // SkipPipe: network nodes following planned paths
     if (!trace_path.empty()) {
-      fmt::print(stderr, "troupe sim: {}: --trace is not written for a skip: graph yet (its stage actors are "
-                         "network nodes, not a grid of replicas)\n", file);
+      fmt::print(stderr,
+                 "troupe sim: {}: --trace is not written for a skip: graph yet (its stage actors are "
+                 "network nodes, not a grid of replicas)\n",
+                 file);
       return bad_input;
     }
     return simulate_skippipe(file, *loaded.graph, *config, json);
@@ -421,16 +433,21 @@ command_action define_sim(CLI::App& app) {
            "full pipeline; with attention: or data.documents: long_tail, each replica's documents set its core "
            "attention, colocated against in-place attention servers.",
            std::string{"Exit codes: 0 success, 1 the simulation failed, 2 bad input.\n"} + paths_help);
-  app.add_option("FILE", a->file, "the graph file (YAML); with --calibrate, whose model sizes to time (default: "
-                                  "the main example's)");
+  app.add_option("FILE", a->file,
+                 "the graph file (YAML); with --calibrate, whose model sizes to time (default: "
+                 "the main example's)");
   app.add_flag("--calibrate", a->calibrate,
                "time this machine's ops at the graph's sizes (a layer's forward and backward, embedding, head, "
                "AdamW) and write a device file that sim.device or --device names (well under a minute)");
-  app.add_option("--out", a->out, "with --calibrate: the device file to write (YAML; JSON when it ends in .json), "
-                                  "default calibrated.yaml")
+  app
+    .add_option("--out", a->out,
+                "with --calibrate: the device file to write (YAML; JSON when it ends in .json), "
+                "default calibrated.yaml")
     ->option_text("FILE");
-  app.add_option("--device", a->device, "simulate on this device: a preset, a devices: name or a device file "
-                                        "(relative to the current folder), over sim.device")
+  app
+    .add_option("--device", a->device,
+                "simulate on this device: a preset, a devices: name or a device file "
+                "(relative to the current folder), over sim.device")
     ->option_text("NAME|FILE");
   add_count(app, "--cores", a->cores, 0, 1 << 20,
             "cores one node's stage actors share (processor sharing; 0: a device each); with --calibrate, "
@@ -439,10 +456,12 @@ command_action define_sim(CLI::App& app) {
   app.add_option("--set", a->overrides, "override a key, e.g. --set data_parallel.replicas=64 (repeatable)")
     ->option_text("KEY.PATH=VALUE")
     ->allow_extra_args(false);
-  add_count(app, "--steps", a->steps, 1, 1'000'000, "training steps to simulate (the iteration time is their mean), default 2")
+  add_count(app, "--steps", a->steps, 1, 1'000'000,
+            "training steps to simulate (the iteration time is their mean), default 2")
     ->option_text("K");
-  app.add_flag("--json", a->json, "print one JSON object: iteration_s, tflops_per_device, mfu, devices, params_b, "
-                                  "events, events_per_s, wall_s, ...");
+  app.add_flag("--json", a->json,
+               "print one JSON object: iteration_s, tflops_per_device, mfu, devices, params_b, "
+               "events, events_per_s, wall_s, ...");
   app.add_option("--trace", a->trace, "write a Chrome/Perfetto trace of the simulated run (the dashboard opens it)")
     ->option_text("OUT.json");
   add_count(app, "--trace-actors", a->trace_actors, 1, 65535,

@@ -49,7 +49,8 @@ TEST_CASE("troupe sim on equal stages gives the interleaved bubble ((p-1)/v)/(m+
 TEST_CASE("troupe sim on equal stages gives ZB-H1's bubble (p-1)/(3m+p-1)") {
   for (auto [p, m] : {std::pair{4, 8}, {2, 4}, {8, 16}}) {
     auto j = sim_json(fmt::format("{} --set pipeline.schedule=zb_h1 --set pipeline.stages={} --set "
-                                  "pipeline.microbatches={} --set model.layers={}", equal, p, m, 2 * p));
+                                  "pipeline.microbatches={} --set model.layers={}",
+                                  equal, p, m, 2 * p));
     CHECK(j["bubble"].get<double>() == doctest::Approx(double(p - 1) / (3 * m + p - 1)).epsilon(1e-12));
   }
 }
@@ -120,7 +121,7 @@ TEST_CASE("troupe sim --trace writes a trace whose spans are the simulation's: s
   auto t = troupe::read_chrome_trace(path);
   REQUIRE_MESSAGE(t, "the trace does not parse");
   CHECK(t->actors.size() == 4);
-  CHECK(t->spans.size() == 2 * 8 * 4);  // F and B of 8 microbatches on 4 stages
+  CHECK(t->spans.size() == 2 * 8 * 4); // F and B of 8 microbatches on 4 stages
   CHECK(j["trace"]["spans"] == 2 * 8 * 4);
   auto s = troupe::summarize(*t);
   REQUIRE(s.bubble_fraction);
@@ -139,10 +140,10 @@ TEST_CASE("troupe sim --trace writes a trace whose spans are the simulation's: s
   std::size_t syncs = 0;
   for (const auto& sp : b->spans)
     syncs += sp.kind == troupe::span_kind::sync;
-  CHECK(syncs == 8);  // each traced actor's all-reduce, one step
+  CHECK(syncs == 8); // each traced actor's all-reduce, one step
   CHECK(b->spans.size() == 2 * (2 * 8 * 4) + syncs);
   {
-    std::ofstream{dir / "a_file"} << "x";  // a trace path under a file cannot be written
+    std::ofstream{dir / "a_file"} << "x"; // a trace path under a file cannot be written
     auto bad = run_troupe("sim examples/sim/equal_stages.yaml --trace " + (dir / "a_file" / "t.json").string());
     CHECK(bad.code == 2);
     CHECK(bad.has("a_file"));
@@ -168,11 +169,11 @@ TEST_CASE("troupe sim runs in-place attention servers at 512 devices in well und
   auto begin = std::chrono::steady_clock::now();
   auto j = sim_json("examples/sim/attention_512.yaml");
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  CHECK(wall < 20);  // 0.05 s here
+  CHECK(wall < 20); // 0.05 s here
   CHECK(j["devices"] == 512);
   auto a = j["attention"];
-  CHECK(a["imbalance_before"].get<double>() > 1.2);  // long-tail documents: some replica draws the long ones
-  CHECK(a["worst_nano_batch_after"].get<double>() <= 1.1 + 1e-9);  // every plan within its tolerance
+  CHECK(a["imbalance_before"].get<double>() > 1.2); // long-tail documents: some replica draws the long ones
+  CHECK(a["worst_nano_batch_after"].get<double>() <= 1.1 + 1e-9); // every plan within its tolerance
   CHECK(a["imbalance_after"].get<double>() <= 1.1);
   CHECK(a["speedup"].get<double>() > 1.1);
   CHECK(a["in_place_iteration_s"].get<double>() < a["colocated_iteration_s"].get<double>());
@@ -199,7 +200,7 @@ TEST_CASE("troupe sim states a small model's size and rate in units that fit, no
   REQUIRE_MESSAGE(r.code == 0, r.out);
   CHECK_FALSE(r.has("0.00B"));
   CHECK_FALSE(r.has(" 0.0 TFLOP/s"));
-  CHECK(r.has("K parameters,"));  // 8 layers of d_model 32: about a hundred thousand
+  CHECK(r.has("K parameters,")); // 8 layers of d_model 32: about a hundred thousand
   CHECK(r.has("FLOP/s (model FLOPs)"));
-  CHECK(r.has(" us, "));          // an iteration of about a microsecond, not 1.07e-06 s
+  CHECK(r.has(" us, ")); // an iteration of about a microsecond, not 1.07e-06 s
 }

@@ -8,8 +8,7 @@
 
 using troupe::testing::run_troupe;
 
-TEST_CASE(
-    "troupe sim runs the geo20 SkipPipe plan faster than the full pipeline, near the plan's estimates") {
+TEST_CASE("troupe sim runs the geo20 SkipPipe plan faster than the full pipeline, near the plan's estimates") {
   auto r = run_troupe("sim examples/skippipe-geo20.yaml --steps 2 --json");
   REQUIRE_MESSAGE(r.code == 0, r.out);
   auto j = nlohmann::json::parse(r.out)["skip"];

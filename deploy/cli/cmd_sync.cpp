@@ -42,7 +42,7 @@ struct sync_cli {
   sched::sync_sim_config c;
   double inner_lr = 1, grad = 2, spread = 0;
   bool json = false, no_nesterov = false;
-  CLI::Option* fragments = nullptr;  ///< given or not: diloco exchanges the whole model as one fragment
+  CLI::Option* fragments = nullptr; ///< given or not: diloco exchanges the whole model as one fragment
   CLI::Option* group = nullptr;
 };
 
@@ -100,8 +100,8 @@ nlohmann::json result_json(const sched::sync_sim_result& r) {
       g[std::to_string(step)] = w;
     global.push_back(std::move(g));
   }
-  nlohmann::json out{{"history", r.history}, {"global", std::move(global)}, {"exchanges", r.exchanges},
-                     {"bytes_sent", r.bytes_sent}};
+  nlohmann::json out{
+    {"history", r.history}, {"global", std::move(global)}, {"exchanges", r.exchanges}, {"bytes_sent", r.bytes_sent}};
   if (!r.groups.empty()) {
     nlohmann::json groups = nlohmann::json::object();
     for (const auto& [step, g] : r.groups)
@@ -169,8 +169,8 @@ command_action define_sync(CLI::App& app) {
     ->option_text("A")
     ->check(CLI::IsMember(sched::sync_method_names()));
   add_count(app, "--replicas", a->c.replicas, 1, 4096, "replicas, default 2")->option_text("R");
-  a->fragments =
-    add_count(app, "--fragments", s.fragments, 1, 1 << 20, "streaming_diloco: fragments P, default 2")->option_text("P");
+  a->fragments = add_count(app, "--fragments", s.fragments, 1, 1 << 20, "streaming_diloco: fragments P, default 2")
+                   ->option_text("P");
   add_count(app, "--sync-every", s.sync_every, 1, 1'000'000'000, "H inner steps per round of fragments, default 6")
     ->option_text("H");
   add_count(app, "--delay", s.delay, 0, 1'000'000'000, "streaming_diloco: tau, steps an exchange overlaps, default 0")
@@ -178,22 +178,19 @@ command_action define_sync(CLI::App& app) {
   add_number(app, "--alpha", s.alpha, 0, 1, false, // the graph file's range: a mix, not any number
              "streaming_diloco: mix of the local weights into the new global, default 0")
     ->option_text("A");
-  add_number(app, "--inner-lr", a->inner_lr, -1e6, 1e6, false, "the inner SGD's rate, default 1")
-    ->option_text("LR");
+  add_number(app, "--inner-lr", a->inner_lr, -1e6, 1e6, false, "the inner SGD's rate, default 1")->option_text("LR");
   add_number(app, "--grad", a->grad, -1e6, 1e6, false, "the fixed gradient of every weight, default 2")
     ->option_text("G");
-  add_number(app, "--outer-lr", s.outer.lr, -1e6, 1e6, false, "the outer SGD's rate, default 2")
-    ->option_text("LR");
-  add_number(app, "--outer-momentum", s.outer.momentum, -1e6, 1e6, false,
-             "the outer SGD's momentum, default 0")
+  add_number(app, "--outer-lr", s.outer.lr, -1e6, 1e6, false, "the outer SGD's rate, default 2")->option_text("LR");
+  add_number(app, "--outer-momentum", s.outer.momentum, -1e6, 1e6, false, "the outer SGD's momentum, default 0")
     ->option_text("M");
   app.add_flag("--no-nesterov", a->no_nesterov, "heavy-ball momentum instead of Nesterov's");
-  a->group = add_count(app, "--group", s.group, 1, 1 << 20, "noloco: replicas averaged together, default 2")
-               ->option_text("G");
-  add_number(app, "--grad-spread", a->spread, -1e6, 1e6, false,
-             "replica r's gradient is grad + r x spread, default 0")
+  a->group =
+    add_count(app, "--group", s.group, 1, 1 << 20, "noloco: replicas averaged together, default 2")->option_text("G");
+  add_number(app, "--grad-spread", a->spread, -1e6, 1e6, false, "replica r's gradient is grad + r x spread, default 0")
     ->option_text("S");
-  add_count(app, "--seed", a->c.seed, 0, std::numeric_limits<std::int64_t>::max(), "noloco: the groups' seed, default 1")
+  add_count(app, "--seed", a->c.seed, 0, std::numeric_limits<std::int64_t>::max(),
+            "noloco: the groups' seed, default 1")
     ->option_text("S");
   app.add_option("--quantize", s.quantize, "none, bf16, int8 or fp8: how pseudo-gradients travel, default none")
     ->option_text("Q")

@@ -74,8 +74,8 @@ TEST_CASE("troupe sync prints plain DiLoCo as text, each replica's weights and t
   auto r = run_troupe("sync --algorithm diloco --sync-every 4 --quantize int8 --values 8 --steps 9");
   REQUIRE(r.code == 0);
   CHECK(r.has("sync: diloco, 2 replicas, 1 fragment of 8 weights, sync_every 4"));
-  CHECK(r.has("  step 4: -15\n"));  // 1 − 2·2·4: the outer step of lr 2 doubles the pseudo-gradient of 8
-  CHECK(r.has("exchanges: 2; bytes sent per replica: 24 24"));  // 2 × (8 int8 values + a row scale)
+  CHECK(r.has("  step 4: -15\n")); // 1 − 2·2·4: the outer step of lr 2 doubles the pseudo-gradient of 8
+  CHECK(r.has("exchanges: 2; bytes sent per replica: 24 24")); // 2 × (8 int8 values + a row scale)
 }
 
 TEST_CASE("troupe sync runs NoLoCo and prints the groups of each exchange") {

@@ -17,7 +17,8 @@ namespace troupe::cli {
 
 namespace {
 
-constexpr const char* summarize_description = R"(Reads a trace written by `troupe run --trace` (Chrome Trace Event JSON) and
+constexpr const char* summarize_description =
+  R"(Reads a trace written by `troupe run --trace` (Chrome Trace Event JSON) and
 prints, per actor, busy and idle time over the span from the first to the
 last compute span, a pipeline stage's bubble (its idle share) and the deepest
 mailbox; the pipeline's bubble fraction; the channels seen; and each stage's
@@ -42,9 +43,14 @@ nlohmann::json summary_json(const trace_summary& s) {
   nlohmann::json actors = nlohmann::json::array();
   for (const auto& a : s.actors) {
     names[a.actor.id] = a.actor.name;
-    actors.push_back({{"name", a.actor.name}, {"type", a.actor.type}, {"node", a.actor.node},
-                      {"busy_s", static_cast<double>(a.busy_ns) * 1e-9}, {"idle_s", static_cast<double>(a.idle_ns) * 1e-9},
-                      {"busy_fraction", a.busy_fraction}, {"spans", a.spans}, {"mailbox_max", a.mailbox_max},
+    actors.push_back({{"name", a.actor.name},
+                      {"type", a.actor.type},
+                      {"node", a.actor.node},
+                      {"busy_s", static_cast<double>(a.busy_ns) * 1e-9},
+                      {"idle_s", static_cast<double>(a.idle_ns) * 1e-9},
+                      {"busy_fraction", a.busy_fraction},
+                      {"spans", a.spans},
+                      {"mailbox_max", a.mailbox_max},
                       {"bytes_sent", a.bytes_sent}});
   }
   nlohmann::json orders = nlohmann::json::array();

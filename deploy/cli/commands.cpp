@@ -120,16 +120,18 @@ bool outputs_distinct(std::string_view cmd, const graph_spec& g, const std::vect
     auto p = normal(out);
     for (const auto& [q, first] : seen)
       if (p == q) {
-        fmt::print(stderr, "troupe {}: '{}' and '{}' name one file: each output (the trace, --summary-json) needs "
-                           "its own, or one overwrites the other\n",
+        fmt::print(stderr,
+                   "troupe {}: '{}' and '{}' name one file: each output (the trace, --summary-json) needs "
+                   "its own, or one overwrites the other\n",
                    cmd, first, out);
         good = false;
       }
     if (!ckpt.empty()) {
       auto rel = p.lexically_relative(ckpt);
       if (!rel.empty() && *rel.begin() != "..") {
-        fmt::print(stderr, "troupe {}: '{}' is in the checkpoint folder '{}', which the run keeps for its "
-                           "checkpoints; write it elsewhere\n",
+        fmt::print(stderr,
+                   "troupe {}: '{}' is in the checkpoint folder '{}', which the run keeps for its "
+                   "checkpoints; write it elsewhere\n",
                    cmd, out, g.checkpoint.dir_path.string());
         good = false;
       }

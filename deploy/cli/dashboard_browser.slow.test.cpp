@@ -44,6 +44,7 @@ TEST_CASE("the dashboard says which step its validation loss is from and draws v
   CHECK(run_browser("validation") == 0);
 }
 
-TEST_CASE("the dashboard draws each replica's loss, what every stage and optimizer shard holds, and the replicas' grid") {
+TEST_CASE(
+  "the dashboard draws each replica's loss, what every stage and optimizer shard holds, and the replicas' grid") {
   CHECK(run_browser("replicas") == 0);
 }

@@ -12,11 +12,10 @@
 
 namespace troupe::cli {
 
-const char* const paths_help =
-    "Paths in the graph file (data.corpus, pipeline.table, checkpoint.dir, trace.file,\n"
-    "cluster.token_file, plugins) and in --set values are relative to the graph file's\n"
-    "folder; paths given as flags (--trace, --summary-json, --resume) are relative to\n"
-    "the current folder.\n";
+const char* const paths_help = "Paths in the graph file (data.corpus, pipeline.table, checkpoint.dir, trace.file,\n"
+                               "cluster.token_file, plugins) and in --set values are relative to the graph file's\n"
+                               "folder; paths given as flags (--trace, --summary-json, --resume) are relative to\n"
+                               "the current folder.\n";
 
 namespace {
 
@@ -91,9 +90,9 @@ CLI::Validator integer_in(std::int64_t low, std::int64_t high) {
 /// infinite `high`, `low` closed), rewritten canonical for CLI11's own
 /// conversion; "expected EXPECTED, got 'TEXT'" otherwise.
 CLI::Validator number_in(double low, bool low_open, double high, bool high_open) {
-  auto expected = std::isinf(high) ? fmt::format("a finite number, {:g} or more", low)
-                                   : fmt::format("a number in {}{:g}, {:g}{}", low_open ? "(" : "[", low,
-                                                 high, high_open ? ")" : "]");
+  auto expected = std::isinf(high)
+                    ? fmt::format("a finite number, {:g} or more", low)
+                    : fmt::format("a number in {}{:g}, {:g}{}", low_open ? "(" : "[", low, high, high_open ? ")" : "]");
   auto check = [=](std::string& text) -> std::string {
     double v = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -194,25 +193,22 @@ void print_usage_error(const CLI::App& app, const CLI::ParseError& e) {
   fmt::print(stderr, "{}: {}\n(see `{} --help`)\n", name, explain(app, at, e), name);
 }
 
-CLI::Option* add_count(CLI::App& app, const std::string& name, std::int64_t& out, std::int64_t low,
-                       std::int64_t high, const std::string& help) {
-  return app.add_option(name, out, fmt::format("{}; {} to {}", help, low, high))
-      ->transform(integer_in(low, high));
-}
-
-CLI::Option* add_count(CLI::App& app, const std::string& name, int& out, int low, int high,
+CLI::Option* add_count(CLI::App& app, const std::string& name, std::int64_t& out, std::int64_t low, std::int64_t high,
                        const std::string& help) {
-  return app.add_option(name, out, fmt::format("{}; {} to {}", help, low, high))
-      ->transform(integer_in(low, high));
+  return app.add_option(name, out, fmt::format("{}; {} to {}", help, low, high))->transform(integer_in(low, high));
 }
 
-CLI::Option* add_count(CLI::App& app, const std::string& name, std::uint64_t& out, std::int64_t low,
-                       std::int64_t high, const std::string& help) {
+CLI::Option* add_count(CLI::App& app, const std::string& name, int& out, int low, int high, const std::string& help) {
+  return app.add_option(name, out, fmt::format("{}; {} to {}", help, low, high))->transform(integer_in(low, high));
+}
+
+CLI::Option* add_count(CLI::App& app, const std::string& name, std::uint64_t& out, std::int64_t low, std::int64_t high,
+                       const std::string& help) {
   return app.add_option(name, out, help)->transform(integer_in(low, high));
 }
 
-CLI::Option* add_number(CLI::App& app, const std::string& name, double& out, double low, double high,
-                        bool high_open, const std::string& help) {
+CLI::Option* add_number(CLI::App& app, const std::string& name, double& out, double low, double high, bool high_open,
+                        const std::string& help) {
   return app.add_option(name, out, help)->transform(number_in(low, false, high, high_open));
 }
 
@@ -222,11 +218,11 @@ CLI::Option* add_fraction(CLI::App& app, const std::string& name, double& out, c
 
 void check_count(CLI::Option& opt, std::int64_t low, std::int64_t high) {
   opt.check(CLI::Validator(
-      [=](std::string& text) {
-        auto copy = text;
-        return text.empty() ? std::string{} : checked_integer(copy, low, high);
-      },
-      ""));
+    [=](std::string& text) {
+      auto copy = text;
+      return text.empty() ? std::string{} : checked_integer(copy, low, high);
+    },
+    ""));
 }
 
 std::vector<std::string> graph_args::overrides() const {
@@ -238,43 +234,45 @@ std::vector<std::string> graph_args::overrides() const {
 
 void add_graph_args(CLI::App& app, graph_args& out) {
   app.add_option("FILE", out.file, "the graph file (YAML)")->required();
-  app.add_option("--set", out.sets,
-                 "override one value before validation, checked exactly like\n"
-                 "the file (e.g. --set pipeline.stages=2, --set\n"
-                 "model.precision=bf16, --set actors[1].layers=[0,3]); repeatable")
-      ->option_text("KEY.PATH=VALUE")
-      ->allow_extra_args(false)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  add_count(app, "--steps", out.steps, 1, limits::max_steps,
-            "train for N steps (the same as --set train.steps=N)")
-      ->option_text("N");
+  app
+    .add_option("--set", out.sets,
+                "override one value before validation, checked exactly like\n"
+                "the file (e.g. --set pipeline.stages=2, --set\n"
+                "model.precision=bf16, --set actors[1].layers=[0,3]); repeatable")
+    ->option_text("KEY.PATH=VALUE")
+    ->allow_extra_args(false)
+    ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_count(app, "--steps", out.steps, 1, limits::max_steps, "train for N steps (the same as --set train.steps=N)")
+    ->option_text("N");
 }
 
 void add_threads(CLI::App& app, std::int64_t& out, const std::string& where) {
   add_count(app, "--threads", out, 1, limits::max_threads,
             fmt::format("actor-system worker threads{} (default: one per core,\nor $TROUPE_THREADS)", where))
-      ->option_text("N");
+    ->option_text("N");
 }
 
 void add_timeout(CLI::App& app, std::int64_t& out) {
   add_count(app, "--timeout", out, 1, limits::max_timeout_s,
             "fail if the run takes longer, in seconds\n(default: no limit)")
-      ->option_text("SECONDS");
+    ->option_text("SECONDS");
 }
 
 void add_summary_json(CLI::App& app, std::string& out) {
-  app.add_option("--summary-json", out,
-                 "write {\"steps\", \"tokens_per_s\", \"ms_per_step\", \"train_loss\",\n"
-                 "\"val_loss\", \"val_loss_short\" (SkipPipe), \"first_step\", \"losses\", \"parameters\": {\"total\",\n"
-                 "\"per_actor\"}} there at the end (null where a number does\nnot apply)")
-      ->option_text("FILE");
+  app
+    .add_option("--summary-json", out,
+                "write {\"steps\", \"tokens_per_s\", \"ms_per_step\", \"train_loss\",\n"
+                "\"val_loss\", \"val_loss_short\" (SkipPipe), \"first_step\", \"losses\", \"parameters\": {\"total\",\n"
+                "\"per_actor\"}} there at the end (null where a number does\nnot apply)")
+    ->option_text("FILE");
 }
 
 void add_resume(CLI::App& app, std::string& resume, bool& restart) {
-  auto* r = app.add_option("--resume", resume,
-                           "continue from a checkpoint: DIR is a checkpoint.dir (its\n"
-                           "'latest' names the step) or one step-NNNNNN folder")
-                ->option_text("DIR");
+  auto* r = app
+              .add_option("--resume", resume,
+                          "continue from a checkpoint: DIR is a checkpoint.dir (its\n"
+                          "'latest' names the step) or one step-NNNNNN folder")
+              ->option_text("DIR");
   auto* s = app.add_flag("--restart", restart,
                          "start over in a checkpoint.dir that holds an earlier run's\n"
                          "checkpoints, removing them (without it, or --resume, such\na run is refused)");
@@ -282,37 +280,37 @@ void add_resume(CLI::App& app, std::string& resume, bool& restart) {
 }
 
 void add_dashboard(CLI::App& app, bool& on, std::string& address, const std::string& alias) {
-  app.add_option_function<std::string>(
-         alias.empty() ? "--dashboard" : "--dashboard," + alias,
-         [&on, &address](const std::string& a) {
-           on = true;
-           if (!a.empty())
-             address = a;
-         },
-         "serve the dashboard at ADDR (default 127.0.0.1:8080; :0 picks\n"
-         "a free port; other interfaces only when named, 0.0.0.0 for\nall; the URL is printed)")
-      ->option_text("ADDR")
-      ->expected(0, 1)
-      ->check(
-          CLI::Validator([](std::string& a) { return a.empty() ? std::string{} : checked_address(a); }, ""));
+  app
+    .add_option_function<std::string>(
+      alias.empty() ? "--dashboard" : "--dashboard," + alias,
+      [&on, &address](const std::string& a) {
+        on = true;
+        if (!a.empty())
+          address = a;
+      },
+      "serve the dashboard at ADDR (default 127.0.0.1:8080; :0 picks\n"
+      "a free port; other interfaces only when named, 0.0.0.0 for\nall; the URL is printed)")
+    ->option_text("ADDR")
+    ->expected(0, 1)
+    ->check(CLI::Validator([](std::string& a) { return a.empty() ? std::string{} : checked_address(a); }, ""));
 }
 
 void add_trace_options(CLI::App& app, trace_cli_options& out) {
-  auto* trace = app.add_option("--trace", out.file,
-                               "record spans and write Chrome Trace Event JSON there at\n"
-                               "the end (also after a failure); opens in Perfetto and\n"
-                               "chrome://tracing (default: the graph's trace.file)")
-                    ->option_text("FILE.json");
-  auto* none =
-      app.add_flag("--no-trace", out.no_trace, "write no trace, whatever the graph's trace.file says");
+  auto* trace = app
+                  .add_option("--trace", out.file,
+                              "record spans and write Chrome Trace Event JSON there at\n"
+                              "the end (also after a failure); opens in Perfetto and\n"
+                              "chrome://tracing (default: the graph's trace.file)")
+                  ->option_text("FILE.json");
+  auto* none = app.add_flag("--no-trace", out.no_trace, "write no trace, whatever the graph's trace.file says");
   trace->excludes(none);
-  app.add_option_function<std::int64_t>(
-         "--trace-buffer", [&out](std::int64_t n) { out.buffer = static_cast<std::size_t>(n); },
-         fmt::format(
-             "spans kept per thread in the recorder's ring (default\n{}); older spans are dropped; {} to {}",
-             out.buffer, 2, limits::max_trace_buffer))
-      ->option_text("N")
-      ->transform(integer_in(2, limits::max_trace_buffer));
+  app
+    .add_option_function<std::int64_t>(
+      "--trace-buffer", [&out](std::int64_t n) { out.buffer = static_cast<std::size_t>(n); },
+      fmt::format("spans kept per thread in the recorder's ring (default\n{}); older spans are dropped; {} to {}",
+                  out.buffer, 2, limits::max_trace_buffer))
+    ->option_text("N")
+    ->transform(integer_in(2, limits::max_trace_buffer));
   add_dashboard(app, out.dashboard, out.dashboard_address);
 }
 

@@ -36,16 +36,15 @@ void print_usage_error(const CLI::App& app, const CLI::ParseError& e);
 /// An integer flag bounded to [low, high]. Read in base 10 (CLI11 alone would
 /// read 010 as octal); anything else is "NAME: expected an integer from LOW to
 /// HIGH, got 'TEXT'". The help line ends with the bounds.
-CLI::Option* add_count(CLI::App& app, const std::string& name, std::int64_t& out, std::int64_t low,
-                       std::int64_t high, const std::string& help);
-CLI::Option* add_count(CLI::App& app, const std::string& name, int& out, int low, int high,
+CLI::Option* add_count(CLI::App& app, const std::string& name, std::int64_t& out, std::int64_t low, std::int64_t high,
                        const std::string& help);
-CLI::Option* add_count(CLI::App& app, const std::string& name, std::uint64_t& out, std::int64_t low,
-                       std::int64_t high, const std::string& help);
+CLI::Option* add_count(CLI::App& app, const std::string& name, int& out, int low, int high, const std::string& help);
+CLI::Option* add_count(CLI::App& app, const std::string& name, std::uint64_t& out, std::int64_t low, std::int64_t high,
+                       const std::string& help);
 
 /// A finite number flag in [low, high] (or [low, high) when `high_open`).
-CLI::Option* add_number(CLI::App& app, const std::string& name, double& out, double low, double high,
-                        bool high_open, const std::string& help);
+CLI::Option* add_number(CLI::App& app, const std::string& name, double& out, double low, double high, bool high_open,
+                        const std::string& help);
 
 /// A number flag strictly between 0 and 1: anything else is "NAME: expected a
 /// number in (0, 1), got 'TEXT'".

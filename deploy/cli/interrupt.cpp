@@ -15,7 +15,7 @@ struct sigaction old_int, old_term;
 bool installed = false;
 
 extern "C" void on_signal(int sig) {
-  if (sig == SIGINT && received.load() != 0) {  // the second Ctrl-C: the user means it
+  if (sig == SIGINT && received.load() != 0) { // the second Ctrl-C: the user means it
     ::signal(SIGINT, SIG_DFL);
     ::raise(SIGINT);
     return;

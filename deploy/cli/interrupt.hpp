@@ -21,6 +21,8 @@ public:
 };
 
 /// The exit code of a run stopped by `sig`: 128 + sig, as a shell reports it.
-constexpr int interrupted_exit_code(int sig) noexcept { return 128 + sig; }
+constexpr int interrupted_exit_code(int sig) noexcept {
+  return 128 + sig;
+}
 
 } // namespace troupe::cli

@@ -34,7 +34,7 @@ std::vector<actor_memory> estimate_memory(const graph_spec& g) {
   int bound = std::max(g.pipeline.stages, 1) * std::max(g.pipeline.virtual_stages, 1);
   int in_flight = g.pipeline.schedule == "gpipe" ? g.pipeline.microbatches : std::min(g.pipeline.microbatches, bound);
   double s = m.context, b = g.data.batch, h = m.d_model, heads = m.heads;
-  double per_layer = 2 * (34 * s * b * h + 5 * heads * s * s * b);  // bytes, f32
+  double per_layer = 2 * (34 * s * b * h + 5 * heads * s * s * b); // bytes, f32
   bool zero = g.data_parallel.zero > 0 && g.data_parallel.replicas > 1;
   std::vector<actor_memory> out;
   for (const auto& a : g.actors) {
@@ -77,16 +77,16 @@ std::optional<std::string> memory_problem(const graph_spec& g, std::int64_t avai
   double per_process = total / nodes;
   if (per_process <= static_cast<double>(available))
     return std::nullopt;
-  const auto& big = *std::max_element(all.begin(), all.end(),
-                                      [](const auto& x, const auto& y) { return x.total() < y.total(); });
+  const auto& big =
+    *std::max_element(all.begin(), all.end(), [](const auto& x, const auto& y) { return x.total() < y.total(); });
   constexpr double gb = 1e9;
-  return fmt::format("the graph needs an estimated {:.1f} GB of memory{}, more than this machine's {:.1f} GB; the "
-                     "largest actor, {}, {:.1f} GB of parameters, gradients and optimizer state and {:.1f} GB of "
-                     "activations for {} in flight (a smaller model, batch or context, or more stages)",
-                     per_process / gb, nodes > 1 ? fmt::format(" per node ({} nodes)", nodes) : "",
-                     static_cast<double>(available) / gb, big.actor, static_cast<double>(big.state) / gb,
-                     static_cast<double>(big.activations) / gb,
-                     big.in_flight == 1 ? std::string{"one microbatch"} : fmt::format("{} microbatches", big.in_flight));
+  return fmt::format(
+    "the graph needs an estimated {:.1f} GB of memory{}, more than this machine's {:.1f} GB; the "
+    "largest actor, {}, {:.1f} GB of parameters, gradients and optimizer state and {:.1f} GB of "
+    "activations for {} in flight (a smaller model, batch or context, or more stages)",
+    per_process / gb, nodes > 1 ? fmt::format(" per node ({} nodes)", nodes) : "", static_cast<double>(available) / gb,
+    big.actor, static_cast<double>(big.state) / gb, static_cast<double>(big.activations) / gb,
+    big.in_flight == 1 ? std::string{"one microbatch"} : fmt::format("{} microbatches", big.in_flight));
 }
 
 } // namespace troupe

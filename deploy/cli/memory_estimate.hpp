@@ -16,10 +16,10 @@ namespace troupe {
 /// One layer holder's (or optimizer shard's) estimate, in bytes.
 struct actor_memory {
   std::string actor;
-  std::int64_t state = 0;        ///< parameters, gradients and optimizer state (f32, AdamW)
-  std::int64_t activations = 0;  ///< kept for backward, at the schedule's in-flight bound
-  int in_flight = 0;             ///< microbatches whose activations it holds at most
-  bool host = true;              ///< in this machine's memory (a stage on a GPU holds it there)
+  std::int64_t state = 0;       ///< parameters, gradients and optimizer state (f32, AdamW)
+  std::int64_t activations = 0; ///< kept for backward, at the schedule's in-flight bound
+  int in_flight = 0;            ///< microbatches whose activations it holds at most
+  bool host = true;             ///< in this machine's memory (a stage on a GPU holds it there)
   std::int64_t total() const { return state + activations; }
 };
 

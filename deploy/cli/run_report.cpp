@@ -49,7 +49,7 @@ std::vector<std::string> continued_checkpoint_sets(const resume_point& from, con
   std::vector<std::string> out;
   auto dir = std::filesystem::absolute(from.dir).lexically_normal();
   if (!dir.has_filename())
-    dir = dir.parent_path();  // `ckpt/`
+    dir = dir.parent_path(); // `ckpt/`
   if (!given("checkpoint.dir"))
     out.push_back("checkpoint.dir=" + yaml_quoted(dir.string()));
   if (from.every > 0 && !given("checkpoint.every"))
@@ -104,12 +104,12 @@ run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::millise
     }
     g.checkpoint.resume_folder = from->folder;
     g.checkpoint.resume_step = from->step;
-    a.resume = from->folder.string();  // exactly this step, whatever `latest` says later
+    a.resume = from->folder.string(); // exactly this step, whatever `latest` says later
     const auto& c = g.checkpoint;
     fmt::print("resuming from {} after step {} of {}; {}\n", a.resume, from->step, g.train.steps,
                c.every > 0 && !c.dir_path.empty()
-                   ? fmt::format("saving checkpoints to {} every {} steps", c.dir_path.string(), c.every)
-                   : std::string{"saving no checkpoints (checkpoint.every is 0)"});
+                 ? fmt::format("saving checkpoints to {} every {} steps", c.dir_path.string(), c.every)
+                 : std::string{"saving no checkpoints (checkpoint.every is 0)"});
     if (from->steps > 0 && from->steps != g.train.steps) {
       // The cosine decays to train.steps: other steps bend the curve from the first resumed step on.
       auto schedule = [&](std::int64_t total) {
@@ -148,7 +148,8 @@ run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::millise
       if (exchanges == 0)
         fmt::print("note: local_update never exchanges in this run: {} steps{} and {} exchanges every {} steps "
                    "(local_update.sync_every); the replicas train alone\n",
-                   g.train.steps, g.checkpoint.resume_step > 0 ? fmt::format(" from step {}", g.checkpoint.resume_step) : "",
+                   g.train.steps,
+                   g.checkpoint.resume_step > 0 ? fmt::format(" from step {}", g.checkpoint.resume_step) : "",
                    g.local_update.algorithm, g.local_update.sync_every);
     }
   out.graph = std::move(res.graph);
@@ -166,22 +167,20 @@ int report_run(const char* cmd, const graph_spec& g, const std::string& file, co
   auto fmt_opt = [](std::optional<double> v, const char* spec) {
     return v ? fmt::format(fmt::runtime(spec), *v) : std::string{"-"};
   };
-  fmt::print("{}: {} steps in {:.2f} s, {} ms/step, {} tokens/s, train loss {}, val loss {}\n", file,
-             result->steps, result->seconds, fmt_opt(result->ms_per_step(), "{:.2f}"),
-             fmt_opt(result->tokens_per_s(), "{:.0f}"), fmt_opt(result->train_loss, "{:.4f}"),
-             fmt_opt(result->val_loss, "{:.4f}"));
-  if (result->val_loss_short && result->val_loss)  // SkipPipe's model with fewer layers, beside the full one
+  fmt::print("{}: {} steps in {:.2f} s, {} ms/step, {} tokens/s, train loss {}, val loss {}\n", file, result->steps,
+             result->seconds, fmt_opt(result->ms_per_step(), "{:.2f}"), fmt_opt(result->tokens_per_s(), "{:.0f}"),
+             fmt_opt(result->train_loss, "{:.4f}"), fmt_opt(result->val_loss, "{:.4f}"));
+  if (result->val_loss_short && result->val_loss) // SkipPipe's model with fewer layers, beside the full one
     fmt::print("{}: validation on a path of {} of {} stages: loss {:.4f}, perplexity {:.3f} (the full model: {:.3f})\n",
-               file, g.skip.path_length, g.pipeline.stages, *result->val_loss_short,
-               std::exp(*result->val_loss_short), std::exp(*result->val_loss));
+               file, g.skip.path_length, g.pipeline.stages, *result->val_loss_short, std::exp(*result->val_loss_short),
+               std::exp(*result->val_loss));
   std::fflush(stdout);
   if (!summary_path.empty()) {
     std::ofstream out{summary_path};
     out << summary_json(*result, count_parameters(g)).dump() << "\n";
     out.close(); // the bytes reach the file here (a full disk fails here, not at <<)
     if (!out) {
-      fmt::print(stderr, "troupe {}: cannot write the summary to '{}': {}\n", cmd, summary_path,
-                 std::strerror(errno));
+      fmt::print(stderr, "troupe {}: cannot write the summary to '{}': {}\n", cmd, summary_path, std::strerror(errno));
       return runtime_failure;
     }
   }

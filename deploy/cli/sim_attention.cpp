@@ -57,16 +57,14 @@ step_documents draw_step(const graph_spec& g, int replicas, int microbatches, in
       p += causal_pairs(len, len);
     return p;
   };
-  step_documents out(
-      static_cast<std::size_t>(microbatches),
-      round_documents(static_cast<std::size_t>(replicas),
-                      std::vector<std::vector<std::int64_t>>(static_cast<std::size_t>(nanos))));
+  step_documents out(static_cast<std::size_t>(microbatches),
+                     round_documents(static_cast<std::size_t>(replicas),
+                                     std::vector<std::vector<std::int64_t>>(static_cast<std::size_t>(nanos))));
   for (int j = 0; j < microbatches; ++j) {
     std::vector<std::size_t> rows(static_cast<std::size_t>(replicas) * B);
     std::iota(rows.begin(), rows.end(), static_cast<std::size_t>(j) * replicas * B);
     if (g.data.deal == "heaviest_first")
-      std::stable_sort(rows.begin(), rows.end(),
-                       [&](auto a, auto b) { return pairs(pieces[a]) > pairs(pieces[b]); });
+      std::stable_sort(rows.begin(), rows.end(), [&](auto a, auto b) { return pairs(pieces[a]) > pairs(pieces[b]); });
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto r = i / B, row = i % B, nano = row * nanos / B;
       auto& to = out[static_cast<std::size_t>(j)][r][nano];
@@ -93,12 +91,11 @@ double imbalance(const std::vector<std::vector<round_time>>& rounds, bool after)
         load[i] += static_cast<double>(v[i]);
     }
   double sum = std::accumulate(load.begin(), load.end(), 0.0);
-  return sum > 0 ? *std::max_element(load.begin(), load.end()) / (sum / static_cast<double>(load.size()))
-                 : 1.0;
+  return sum > 0 ? *std::max_element(load.begin(), load.end()) / (sum / static_cast<double>(load.size())) : 1.0;
 }
 
-expected<attention_run> run(const graph_spec& g, const cluster_config& base,
-                            const std::vector<step_documents>& docs, bool in_place) {
+expected<attention_run> run(const graph_spec& g, const cluster_config& base, const std::vector<step_documents>& docs,
+                            bool in_place) {
   const auto& cs = base.costs;
   const auto t = cs.tensor_parallel;
   const int d = base.replicas;
@@ -152,10 +149,9 @@ int simulate_attention(const std::string& file, const graph_spec& g, const clust
                             "serving its position's replicas) for now; set attention.servers: in_place",
                             g.attention.servers));
   if (g.data.documents != "long_tail" && g.data.documents != "none")
-    return fail(
-        fmt::format("data.documents '{}' needs the corpus; troupe sim draws long_tail documents or takes "
-                    "each window as one (none)",
-                    g.data.documents));
+    return fail(fmt::format("data.documents '{}' needs the corpus; troupe sim draws long_tail documents or takes "
+                            "each window as one (none)",
+                            g.data.documents));
   const int nanos = g.attention.present ? g.attention.nano_batches : 1;
   auto wall = std::chrono::steady_clock::now();
   std::vector<step_documents> docs;
@@ -206,19 +202,18 @@ int simulate_attention(const std::string& file, const graph_spec& g, const clust
     return ok;
   }
   const auto& m = base.model;
-  fmt::print(
-      "troupe sim: {}: {} stages x {} replicas x {} tensor-parallel = {} devices ({}), schedule {}, {} "
-      "microbatches of {} x {} tokens per replica, documents {}, deal {}\n",
-      file, base.stages.size(), base.replicas, base.costs.tensor_parallel, devices, base.costs.device.name,
-      base.policy, base.microbatches, m.microbatch, m.sequence, g.data.documents, g.data.deal);
+  fmt::print("troupe sim: {}: {} stages x {} replicas x {} tensor-parallel = {} devices ({}), schedule {}, {} "
+             "microbatches of {} x {} tokens per replica, documents {}, deal {}\n",
+             file, base.stages.size(), base.replicas, base.costs.tensor_parallel, devices, base.costs.device.name,
+             base.policy, base.microbatches, m.microbatch, m.sequence, g.data.documents, g.data.deal);
   fmt::print("core attention by causal pairs (flash attention), the rest of a layer by tokens\n");
   if (in_place)
-    fmt::print("attention servers in place ({} per position), {} nano-batches, tolerance {}\n", base.replicas,
-               nanos, g.attention.tolerance);
+    fmt::print("attention servers in place ({} per position), {} nano-batches, tolerance {}\n", base.replicas, nanos,
+               g.attention.tolerance);
   fmt::print("attention pairs per replica over the run, max/avg: {:.3f} colocated", before);
   if (in_place)
-    fmt::print(", {:.3f} in place (worst nano-batch plan {:.3f}); {:.3g} GB moved per layer per step", after,
-               worst, bytes / 1e9 / static_cast<double>(base.steps));
+    fmt::print(", {:.3f} in place (worst nano-batch plan {:.3f}); {:.3g} GB moved per layer per step", after, worst,
+               bytes / 1e9 / static_cast<double>(base.steps));
   fmt::print("\niteration: colocated {:.4g} s", colocated->sim.iteration_s);
   if (in_place)
     fmt::print(", in place {:.4g} s: {:.2f}x", in_place->sim.iteration_s, speedup);

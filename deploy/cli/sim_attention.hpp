@@ -17,7 +17,6 @@ bool simulates_attention(const graph_spec& g);
 /// Simulates `base` (the graph's cluster, as `troupe sim` reads it) with each
 /// microbatch's attention from its documents: colocated, and with `attention:`
 /// in place too; prints the balance and the speedup. The exit code.
-int simulate_attention(const std::string& file, const graph_spec& g, const sched::cluster_config& base,
-                       bool json);
+int simulate_attention(const std::string& file, const graph_spec& g, const sched::cluster_config& base, bool json);
 
 } // namespace troupe::cli

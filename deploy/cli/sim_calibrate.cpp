@@ -94,7 +94,7 @@ std::pair<double, double> time_range(ops::gpt_range& range, const tensor_handle&
     double t1 = wall_now();
     range.backward(0, grad_out);
     double t2 = wall_now();
-    if (i >= 2) {  // two warm-up rounds
+    if (i >= 2) { // two warm-up rounds
       fwd.push_back(t1 - t0);
       bwd.push_back(t2 - t1);
     }
@@ -114,8 +114,9 @@ double gemm_rate(int rows, int h, int runs) {
   for (auto s : shapes)
     flops += 2.0 * rows * s.n * s.k;
   double t = time_median(2, runs, [&] {
-    for (auto s : shapes)  // y = x Wᵀ, as ops/linear computes it
-      kernels::cpu::sgemm_fused(false, true, rows, s.n, s.k, 1.0f, a.data(), s.k, w.data(), s.k, 0.0f, c.data(), s.n, {});
+    for (auto s : shapes) // y = x Wᵀ, as ops/linear computes it
+      kernels::cpu::sgemm_fused(false, true, rows, s.n, s.k, 1.0f, a.data(), s.k, w.data(), s.k, 0.0f, c.data(), s.n,
+                                {});
   });
   return flops / t;
 }
@@ -292,12 +293,15 @@ nlohmann::ordered_json device_object(const sched::device_spec& d, const calibrat
   return {
     {"name", d.name},
     {"cores", d.cores},
-    {"peak_tflops", {{"f32", six(d.peak_f32 / 1e12)}, {"tf32", six(d.peak_tf32 / 1e12)}, {"bf16", six(d.peak_bf16 / 1e12)}}},
+    {"peak_tflops",
+     {{"f32", six(d.peak_f32 / 1e12)}, {"tf32", six(d.peak_tf32 / 1e12)}, {"bf16", six(d.peak_bf16 / 1e12)}}},
     {"memory_gbps", six(d.memory_bandwidth / 1e9)},
     {"memory_gb", six(d.memory_bytes / 1e9)},
     {"efficiency",
-     {{"matmul", six(d.efficiency.matmul)}, {"attention", six(d.efficiency.attention)},
-      {"elementwise", six(d.efficiency.elementwise)}, {"head", six(d.efficiency.head)}}},
+     {{"matmul", six(d.efficiency.matmul)},
+      {"attention", six(d.efficiency.attention)},
+      {"elementwise", six(d.efficiency.elementwise)},
+      {"head", six(d.efficiency.head)}}},
     {"backward_ratio", six(d.backward_ratio)},
     {"embedding_ns", {{"forward", six(d.embedding_forward * 1e9)}, {"backward", six(d.embedding_backward * 1e9)}}},
     {"optimizer_ns_per_param", six(d.optimizer_per_param * 1e9)},
@@ -305,8 +309,11 @@ nlohmann::ordered_json device_object(const sched::device_spec& d, const calibrat
     {"shared_slowdown", six(d.shared_slowdown)},
     {"measured",
      {{"model",
-       {{"d_model", m.model.d_model}, {"heads", m.model.heads}, {"context", m.model.context},
-        {"vocab", m.model.vocab}, {"batch", m.batch}}},
+       {{"d_model", m.model.d_model},
+        {"heads", m.model.heads},
+        {"context", m.model.context},
+        {"vocab", m.model.vocab},
+        {"batch", m.batch}}},
       {"gemm_gflops", six(m.gemm_flops / 1e9)},
       {"copy_gbps", six(m.copy_bytes / 1e9)},
       {"layer_ms", {{"forward", ms(m.layer_forward)}, {"backward", ms(m.layer_backward)}}},
@@ -332,7 +339,7 @@ void emit(YAML::Emitter& out, const nlohmann::ordered_json& j) {
   } else if (j.is_number_integer()) {
     out << j.get<std::int64_t>();
   } else if (j.is_number()) {
-    out << fmt::format("{}", j.get<double>());  // already six digits: the shortest text that reads back the same
+    out << fmt::format("{}", j.get<double>()); // already six digits: the shortest text that reads back the same
   } else {
     out << j.get<std::string>();
   }
@@ -368,13 +375,12 @@ int calibrate_machine(const calibrate_args& a) {
     batch = g.data.batch;
   }
   const int cores = a.cores > 0 ? a.cores : detected_cores();
-  const auto started = std::chrono::steady_clock::now();  // wall time, for the report
+  const auto started = std::chrono::steady_clock::now(); // wall time, for the report
   int step = 0;
   calibration_measurements m;
   try {
-    m = measure_machine(model, batch, cores, [&](const std::string& what) {
-      fmt::print(stderr, "calibrate [{}/7] {}\n", ++step, what);
-    });
+    m = measure_machine(model, batch, cores,
+                        [&](const std::string& what) { fmt::print(stderr, "calibrate [{}/7] {}\n", ++step, what); });
   } catch (const std::exception& e) {
     fmt::print(stderr, "troupe sim --calibrate: {}\n", e.what());
     return runtime_failure;
@@ -407,14 +413,14 @@ int calibrate_machine(const calibrate_args& a) {
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("calibrated in {:.1f} s: {}\n", took, a.out);
-    fmt::print("  sgemm {:.1f} GFLOP/s, copy {:.1f} GB/s, {} cores shared\n", m.gemm_flops / 1e9,
-               m.copy_bytes / 1e9, cores);
+    fmt::print("  sgemm {:.1f} GFLOP/s, copy {:.1f} GB/s, {} cores shared\n", m.gemm_flops / 1e9, m.copy_bytes / 1e9,
+               cores);
     fmt::print("  layer forward {:.3f} ms, backward {:.3f} ms (ratio {:.2f}); head +{:.3f} ms; embedding +{:.3f} "
                "ms; AdamW {:.2f} ns/parameter; all cores at once {:+.1f}%\n",
                m.layer_forward * 1e3, m.layer_backward * 1e3, d.backward_ratio,
                std::max(0.0, m.last_forward - m.layer_forward) * 1e3,
-               std::max(0.0, m.first_forward - m.layer_forward) * 1e3,
-               m.adamw_per_param * 1e9, 100 * d.shared_slowdown);
+               std::max(0.0, m.first_forward - m.layer_forward) * 1e3, m.adamw_per_param * 1e9,
+               100 * d.shared_slowdown);
   }
   return ok;
 }

@@ -18,16 +18,16 @@ namespace troupe::cli {
 struct calibration_measurements {
   ops::gpt_config model;
   int batch = 1;
-  double gemm_flops = 0;        ///< FLOP/s of the layer's four forward GEMMs, one thread
-  double copy_bytes = 0;        ///< bytes/s of a large memory copy (read + write), one thread
-  double layer_forward = 0, layer_backward = 0;  ///< one middle layer
-  double first_forward = 0, first_backward = 0;  ///< the embedding and one layer
-  double last_forward = 0, last_backward = 0;    ///< one layer, the final norm, head and loss
-  double adamw_per_param = 0;   ///< one AdamW step, per parameter
+  double gemm_flops = 0;                        ///< FLOP/s of the layer's four forward GEMMs, one thread
+  double copy_bytes = 0;                        ///< bytes/s of a large memory copy (read + write), one thread
+  double layer_forward = 0, layer_backward = 0; ///< one middle layer
+  double first_forward = 0, first_backward = 0; ///< the embedding and one layer
+  double last_forward = 0, last_backward = 0;   ///< one layer, the final norm, head and loss
+  double adamw_per_param = 0;                   ///< one AdamW step, per parameter
   /// A middle layer's forward + backward in CPU time, alone and while every core runs one.
   double layer_alone = 0, layer_shared = 0;
-  double action_overhead = 0;   ///< a stage actor's cost per action besides its op (a message, the policy)
-  int cores = 1;                ///< cores the stage actors share (detected or given)
+  double action_overhead = 0; ///< a stage actor's cost per action besides its op (a message, the policy)
+  int cores = 1;              ///< cores the stage actors share (detected or given)
 };
 
 /// Times the ops of `model` at `batch` sequences per microbatch; `progress`
@@ -46,10 +46,10 @@ namespace troupe::cli {
 
 /// What `troupe sim --calibrate` was asked.
 struct calibrate_args {
-  std::string graph;           ///< the graph whose sizes are timed; empty: the main example's
-  std::string out = "calibrated.yaml";  ///< the device file (YAML, or JSON when it ends in .json)
-  int cores = 0;               ///< cores the stage actors share; 0: this process's (sched_getaffinity)
-  bool json = false;           ///< print the device and measurements as one JSON object
+  std::string graph;                   ///< the graph whose sizes are timed; empty: the main example's
+  std::string out = "calibrated.yaml"; ///< the device file (YAML, or JSON when it ends in .json)
+  int cores = 0;                       ///< cores the stage actors share; 0: this process's (sched_getaffinity)
+  bool json = false;                   ///< print the device and measurements as one JSON object
 };
 
 /// The device `s.device` names: a preset, a `devices:` entry over its base, or

@@ -98,16 +98,20 @@ TEST_CASE("A device file reads back as the device that was written, in YAML and 
     REQUIRE_MESSAGE(loaded.ok(), load_errors(s));
     auto back = resolve_device(loaded.graph->sim);
     REQUIRE(back);
-    for (auto [a, b] : {std::pair{back->peak_f32, d.peak_f32}, {back->peak_bf16, d.peak_bf16},
-                        {back->memory_bandwidth, d.memory_bandwidth}, {back->efficiency.matmul, d.efficiency.matmul},
+    for (auto [a, b] : {std::pair{back->peak_f32, d.peak_f32},
+                        {back->peak_bf16, d.peak_bf16},
+                        {back->memory_bandwidth, d.memory_bandwidth},
+                        {back->efficiency.matmul, d.efficiency.matmul},
                         {back->efficiency.attention, d.efficiency.attention},
                         {back->efficiency.elementwise, d.efficiency.elementwise},
-                        {back->efficiency.head, d.efficiency.head}, {back->backward_ratio, d.backward_ratio},
+                        {back->efficiency.head, d.efficiency.head},
+                        {back->backward_ratio, d.backward_ratio},
                         {back->embedding_forward, d.embedding_forward},
                         {back->embedding_backward, d.embedding_backward},
                         {back->optimizer_per_param, d.optimizer_per_param},
-                        {back->action_overhead, d.action_overhead}, {back->shared_slowdown, d.shared_slowdown}})
-      CHECK(a == doctest::Approx(b).epsilon(1e-5));  // six significant digits in the file
+                        {back->action_overhead, d.action_overhead},
+                        {back->shared_slowdown, d.shared_slowdown}})
+      CHECK(a == doctest::Approx(b).epsilon(1e-5)); // six significant digits in the file
     CHECK(back->cores == 2);
     // And what is read is written again the same.
     back->name = d.name;

@@ -16,23 +16,20 @@ namespace troupe::cli {
 using namespace troupe::sched;
 
 expected<cluster_config> skippipe_cluster(const graph_spec& g, const placement& where,
-                                          const std::vector<planned_path>& paths, int path_length,
-                                          cluster_config c) {
+                                          const std::vector<planned_path>& paths, int path_length, cluster_config c) {
   const int p = g.pipeline.stages, layers = g.model.layers, m = g.pipeline.microbatches;
   if (where.size() != static_cast<std::size_t>(p) || layers % p != 0)
-    return make_sched_error(
-        fmt::format("SkipPipe is simulated on {} positions of model.layers / pipeline.stages "
-                    "blocks each ({} layers)",
-                    p, layers));
+    return make_sched_error(fmt::format("SkipPipe is simulated on {} positions of model.layers / pipeline.stages "
+                                        "blocks each ({} layers)",
+                                        p, layers));
   std::size_t widest = 0;
   for (const auto& nodes : where)
     widest = std::max(widest, nodes.size());
   const int replicas = static_cast<int>(widest), starts = static_cast<int>(where[0].size());
   if (where[0].size() != widest)
-    return make_sched_error(
-        fmt::format("SkipPipe is simulated with stage 0 holding the most nodes (it has {}, "
-                    "another position {})",
-                    starts, widest));
+    return make_sched_error(fmt::format("SkipPipe is simulated with stage 0 holding the most nodes (it has {}, "
+                                        "another position {})",
+                                        starts, widest));
   // Stage 0 holds the embedding's blocks and, as a chunk of no blocks, the head
   // (as a run's stage 0 does: ops::gpt_config::head_apart).
   const int k = layers / p;
@@ -133,22 +130,21 @@ int simulate_skippipe(const std::string& file, const graph_spec& g, const cluste
     nlohmann::json positions = nlohmann::json::array();
     for (const auto& q : sim.positions)
       positions.push_back({{"name", q.name}, {"busy_s", q.busy / static_cast<double>(base.steps)}});
-    nlohmann::json out{
-        {"skip",
-         {{"planner", g.skip.planner},
-          {"nodes", g.network.nodes()},
-          {"stages", g.pipeline.stages},
-          {"path_length", skippipe_path_stages(g)},
-          {"microbatches", sim.tokens_per_step / (g.model.context * std::max(g.data.batch, 1))},
-          {"iteration_s", sim.iteration_s},
-          {"plan_estimate_s", run->planned},
-          {"full_iteration_s", full->sim.iteration_s},
-          {"full_plan_estimate_s", full->planned},
-          {"speedup_over_full", speedup},
-          {"positions", positions}}},
-        {"iteration_s", sim.iteration_s},
-        {"events", sim.events + full->sim.events},
-        {"wall_s", sim.wall_s + full->sim.wall_s}};
+    nlohmann::json out{{"skip",
+                        {{"planner", g.skip.planner},
+                         {"nodes", g.network.nodes()},
+                         {"stages", g.pipeline.stages},
+                         {"path_length", skippipe_path_stages(g)},
+                         {"microbatches", sim.tokens_per_step / (g.model.context * std::max(g.data.batch, 1))},
+                         {"iteration_s", sim.iteration_s},
+                         {"plan_estimate_s", run->planned},
+                         {"full_iteration_s", full->sim.iteration_s},
+                         {"full_plan_estimate_s", full->planned},
+                         {"speedup_over_full", speedup},
+                         {"positions", positions}}},
+                       {"iteration_s", sim.iteration_s},
+                       {"events", sim.events + full->sim.events},
+                       {"wall_s", sim.wall_s + full->sim.wall_s}};
     fmt::print("{}\n", out.dump(2));
     return ok;
   }
@@ -156,23 +152,20 @@ int simulate_skippipe(const std::string& file, const graph_spec& g, const cluste
     return fmt::format("{:.4g} s (the plan's estimate {:.4g} s, sim {:+.1f}%)", sim_s, plan_s,
                        100.0 * (sim_s / plan_s - 1));
   };
-  fmt::print(
-      "troupe sim: {}: SkipPipe, {} network nodes on {} stage positions, {} microbatches of {} x {} tokens, "
-      "paths of {} stages, planner {}; the real router, stage cores and gpipe under the simulated clock, "
-      "hops over the network's links (+{:.3g} s overhead each), no data-parallel sync (as the plan)\n",
-      file, g.network.nodes(), g.pipeline.stages, sim.tokens_per_step / (g.model.context * g.data.batch),
-      g.data.batch, g.model.context, skippipe_path_stages(g), g.skip.planner, g.network.overhead);
+  fmt::print("troupe sim: {}: SkipPipe, {} network nodes on {} stage positions, {} microbatches of {} x {} tokens, "
+             "paths of {} stages, planner {}; the real router, stage cores and gpipe under the simulated clock, "
+             "hops over the network's links (+{:.3g} s overhead each), no data-parallel sync (as the plan)\n",
+             file, g.network.nodes(), g.pipeline.stages, sim.tokens_per_step / (g.model.context * g.data.batch),
+             g.data.batch, g.model.context, skippipe_path_stages(g), g.skip.planner, g.network.overhead);
   fmt::print("iteration: planned paths {}\n", vs(sim.iteration_s, run->planned));
   fmt::print("           full pipeline {}\n", vs(full->sim.iteration_s, full->planned));
-  fmt::print(
-      "skipping is {:.2f}x the full pipeline's speed under the simulated clock ({:.2f}x under the plan's "
-      "cost model)\n",
-      speedup, full->planned / run->planned);
+  fmt::print("skipping is {:.2f}x the full pipeline's speed under the simulated clock ({:.2f}x under the plan's "
+             "cost model)\n",
+             speedup, full->planned / run->planned);
   fmt::print("{:<10} {:>10}\n", "position", "busy s");
   for (const auto& q : sim.positions)
     fmt::print("{:<10} {:>10.4g}\n", q.name, q.busy / static_cast<double>(base.steps));
-  fmt::print("simulation: {} events in {:.3f} s\n", sim.events + full->sim.events,
-             sim.wall_s + full->sim.wall_s);
+  fmt::print("simulation: {} events in {:.3f} s\n", sim.events + full->sim.events, sim.wall_s + full->sim.wall_s);
   return ok;
 }
 

@@ -16,12 +16,11 @@ namespace troupe::cli {
 /// turned into SkipPipe's nodes following `paths` (skippipe_plan.hpp's numbering:
 /// microbatch k of a step is agent (k mod R)·M + k div R, R stage-0 nodes).
 sched::expected<sched::cluster_config> skippipe_cluster(const graph_spec& g, const sched::placement& where,
-                                                        const std::vector<sched::planned_path>& paths,
-                                                        int path_length, sched::cluster_config base);
+                                                        const std::vector<sched::planned_path>& paths, int path_length,
+                                                        sched::cluster_config base);
 
 /// Plans (skip.planner, and the full pipeline planned alike), simulates both and
 /// prints their iteration times against the plan's estimates: the exit code.
-int simulate_skippipe(const std::string& file, const graph_spec& g, const sched::cluster_config& base,
-                      bool json);
+int simulate_skippipe(const std::string& file, const graph_spec& g, const sched::cluster_config& base, bool json);
 
 } // namespace troupe::cli

@@ -16,8 +16,8 @@ TEST_CASE("one microbatch alone on a SkipPipe path takes the closed form under t
   // No clipping: the norm reduction would add a round trip over the links. (Six
   // nodes on six positions run in `troupe run` too, which takes gpipe only.)
   auto loaded = load_graph_for_cli(
-      "examples/skippipe-geo20.yaml",
-      {"network.nodes=6", "pipeline.microbatches=1", "pipeline.schedule=gpipe", "train.grad_clip=0"}, false);
+    "examples/skippipe-geo20.yaml",
+    {"network.nodes=6", "pipeline.microbatches=1", "pipeline.schedule=gpipe", "train.grad_clip=0"}, false);
   REQUIRE(loaded.ok());
   const auto& g = *loaded.graph;
   auto plan = plan_skippipe_graph(g, false);
@@ -54,12 +54,11 @@ TEST_CASE("one microbatch alone on a SkipPipe path takes the closed form under t
     auto l = g.network.link(nodes[i], nodes[(i + 1) % nodes.size()]);
     delays += l.latency + bytes / l.bandwidth + g.network.overhead;
   }
-  const double closed = first.forward + first.backward + head.forward + head.backward +
-                        3 * (block.forward + block.backward) + 2 * delays;
+  const double closed =
+    first.forward + first.backward + head.forward + head.backward + 3 * (block.forward + block.backward) + 2 * delays;
   const double credit = g.network.link(nodes[1], nodes[0]).latency;
   CHECK(r->iteration_s == doctest::Approx(closed + credit).epsilon(1e-9));
   // The plan: SkipPipe's f₀/4 for the loss, a backward of 1.5 forwards (the
   // example's backward_ratio) and no credits.
-  CHECK(plan->planned ==
-        doctest::Approx(closed - head.forward - head.backward + first.forward / 4).epsilon(1e-6));
+  CHECK(plan->planned == doctest::Approx(closed - head.forward - head.backward + first.forward / 4).epsilon(1e-6));
 }

@@ -16,7 +16,7 @@
 namespace {
 
 constexpr int steps = 3;
-constexpr int microbatches = 8;  // examples/tiny-gpt.yaml
+constexpr int microbatches = 8; // examples/tiny-gpt.yaml
 
 std::string build_dir() {
   const char* b = std::getenv("TROUPE_BUILD_DIR");
@@ -41,8 +41,8 @@ const std::string& trace_file() {
   static const std::string path = [] {
     auto file = build_dir() + "/trace_run_test.json";
     std::remove(file.c_str());
-    auto [rc, out] = run(fmt::format("'{}/deploy/troupe' run examples/tiny-gpt.yaml --steps {} --trace '{}'",
-                                     build_dir(), steps, file));
+    auto [rc, out] = run(
+      fmt::format("'{}/deploy/troupe' run examples/tiny-gpt.yaml --steps {} --trace '{}'", build_dir(), steps, file));
     INFO(out);
     REQUIRE(rc == 0);
     return file;
@@ -55,7 +55,7 @@ nlohmann::json load(const std::string& file) {
   REQUIRE(in);
   std::stringstream ss;
   ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str());  // strict: throws on anything that is not JSON
+  return nlohmann::json::parse(ss.str()); // strict: throws on anything that is not JSON
 }
 
 } // namespace
@@ -82,10 +82,10 @@ TEST_CASE("a real run's trace is strict JSON with every span closed and its thre
     } else if (ph == "X") {
       ++complete;
       CHECK_FALSE(ev.at("name").get<std::string>().empty());
-      CHECK(ev.at("dur").get<double>() >= 0);  // closed: a duration, never a dangling begin
+      CHECK(ev.at("dur").get<double>() >= 0); // closed: a duration, never a dangling begin
       auto ts = ev.at("ts").get<double>();
       CHECK(ts >= 0);
-      CHECK(thread_names.count(key) == 1);    // the thread is named before its first span
+      CHECK(thread_names.count(key) == 1); // the thread is named before its first span
       CHECK(process_names.count(key.first) == 1);
       // Not in time order across the file: it is written as the run goes, and a
       // span is written once it closes (Perfetto and DevTools sort on loading).
@@ -137,7 +137,7 @@ TEST_CASE("troupe trace summarize prints busy, idle and bubble per actor and eac
     CHECK_MESSAGE(lines >= 1, name);
     CHECK_MESSAGE(lines <= steps, name);
   }
-  CHECK(out.find("\nstep 1\n") == std::string::npos);  // no heading per step
+  CHECK(out.find("\nstep 1\n") == std::string::npos); // no heading per step
   CHECK(out.find("mailbox: the most data messages waiting") != std::string::npos);
 }
 

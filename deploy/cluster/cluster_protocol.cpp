@@ -30,8 +30,8 @@ void clock_estimate::add(const clock_msg& answer, std::int64_t received_ns) {
 }
 
 const clock_estimate::sample* clock_estimate::best() const noexcept {
-  auto b = std::min_element(samples_.begin(), samples_.end(),
-                            [](const sample& x, const sample& y) { return x.rtt < y.rtt; });
+  auto b =
+    std::min_element(samples_.begin(), samples_.end(), [](const sample& x, const sample& y) { return x.rtt < y.rtt; });
   return b == samples_.end() ? nullptr : &*b;
 }
 

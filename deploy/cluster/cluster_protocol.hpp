@@ -37,21 +37,20 @@ namespace troupe {
 // them plain: it has no CAF).
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, span& x) {
-  return f(caf::meta::type_name("span"), x.begin_ns, x.end_ns, x.bytes, x.flow, x.step, x.microbatch, x.actor,
-           x.kind, x.flow_end, x.mailbox, caf::meta::load_callback([&]() -> caf::error {
-             if (x.kind > span_kind::other)
-               return make_error(errc::malformed_frame, "span kind " + std::to_string(static_cast<int>(x.kind)) +
-                                                          " (known: 0 to " +
-                                                          std::to_string(static_cast<int>(span_kind::other)) + ")");
-             if (x.flow_end > 1)
-               return make_error(errc::malformed_frame,
-                                 "a flag of " + std::to_string(x.flow_end) + " (expected 0 or 1)");
-             if (x.end_ns < x.begin_ns)
-               return make_error(errc::malformed_frame, "a span that ends (" + std::to_string(x.end_ns) +
-                                                          " ns) before it begins (" + std::to_string(x.begin_ns) +
-                                                          " ns)");
-             return {};
-           }));
+  return f(
+    caf::meta::type_name("span"), x.begin_ns, x.end_ns, x.bytes, x.flow, x.step, x.microbatch, x.actor, x.kind,
+    x.flow_end, x.mailbox, caf::meta::load_callback([&]() -> caf::error {
+      if (x.kind > span_kind::other)
+        return make_error(errc::malformed_frame, "span kind " + std::to_string(static_cast<int>(x.kind)) +
+                                                   " (known: 0 to " +
+                                                   std::to_string(static_cast<int>(span_kind::other)) + ")");
+      if (x.flow_end > 1)
+        return make_error(errc::malformed_frame, "a flag of " + std::to_string(x.flow_end) + " (expected 0 or 1)");
+      if (x.end_ns < x.begin_ns)
+        return make_error(errc::malformed_frame, "a span that ends (" + std::to_string(x.end_ns) +
+                                                   " ns) before it begins (" + std::to_string(x.begin_ns) + " ns)");
+      return {};
+    }));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, counter_sample& x) {
@@ -87,14 +86,14 @@ enum class control_kind : std::uint16_t {
   spans,
   spans_ack,
   clock,
-  replica_lost,  ///< coordinator -> nodes: a data-parallel replica left the run (elastic local-update training)
+  replica_lost, ///< coordinator -> nodes: a data-parallel replica left the run (elastic local-update training)
 };
 
 struct hello_msg {
   std::int32_t node = 0;
-  std::string host;         ///< the node's host name, for messages
+  std::string host; ///< the node's host name, for messages
   std::int64_t pid = 0;
-  std::string data_host;    ///< where its data server listens
+  std::string data_host; ///< where its data server listens
   std::uint16_t data_port = 0;
   /// Names the node's steady clock (the kernel's boot id): processes that share
   /// it need no clock offset. Empty when unknown.
@@ -107,22 +106,22 @@ struct node_address {
 };
 
 struct plan_msg {
-  std::string graph_file;               ///< absolute path (a shared file system is assumed)
-  std::uint64_t graph_hash = 0;         ///< of the file's bytes: every node must read the same graph
-  std::vector<std::string> overrides;   ///< `--set` values, in order
-  std::string resume;                   ///< checkpoint folder to resume from, or empty
-  std::string transport;                ///< tcp or ucx
-  std::string trace_file;               ///< where node traces go (`.nodeI` added), or empty
-  std::uint64_t trace_buffer = 0;       ///< spans kept per thread
-  bool stream_trace = false;            ///< send spans to the coordinator (its live dashboard)
-  std::vector<node_address> nodes;      ///< data server of every node, by index
+  std::string graph_file;             ///< absolute path (a shared file system is assumed)
+  std::uint64_t graph_hash = 0;       ///< of the file's bytes: every node must read the same graph
+  std::vector<std::string> overrides; ///< `--set` values, in order
+  std::string resume;                 ///< checkpoint folder to resume from, or empty
+  std::string transport;              ///< tcp or ucx
+  std::string trace_file;             ///< where node traces go (`.nodeI` added), or empty
+  std::uint64_t trace_buffer = 0;     ///< spans kept per thread
+  bool stream_trace = false;          ///< send spans to the coordinator (its live dashboard)
+  std::vector<node_address> nodes;    ///< data server of every node, by index
 };
 
 /// What a node recorded since its last batch, for the coordinator's dashboard.
 /// Times are on the node's steady clock (ns since its origin, trace_epoch_ns()
 /// added); actor ids are the node's own.
 struct spans_msg {
-  std::uint64_t seq = 0;   ///< batches sent so far, this one included
+  std::uint64_t seq = 0; ///< batches sent so far, this one included
   /// Its actors are those no earlier batch named; `dropped` counts the spans
   /// lost so far (overwritten in a ring, or not sent while the coordinator lagged).
   trace_snapshot batch;
@@ -130,8 +129,8 @@ struct spans_msg {
 
 /// A clock probe (node_ns 0) and the node's answer to it.
 struct clock_msg {
-  std::int64_t coordinator_ns = 0;  ///< the coordinator's steady clock when it sent the probe
-  std::int64_t node_ns = 0;         ///< the node's steady clock when it answered
+  std::int64_t coordinator_ns = 0; ///< the coordinator's steady clock when it sent the probe
+  std::int64_t node_ns = 0;        ///< the node's steady clock when it answered
 };
 
 /// A node's steady clock relative to the coordinator's, from clock probes (as
@@ -157,7 +156,7 @@ private:
     std::int64_t rtt, offset;
   };
   const sample* best() const noexcept;
-  std::vector<sample> samples_;  ///< oldest first
+  std::vector<sample> samples_; ///< oldest first
 };
 
 /// Seconds between a node's span batches; the most spans one batch carries (48
@@ -199,8 +198,7 @@ typename Inspector::result_type inspect(Inspector& f, plan_msg& x) {
 /// Only what a batch carries (a file's `cut_short` and `epoch_ns` are the reader's).
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, spans_msg& x) {
-  return f(caf::meta::type_name("spans_msg"), x.seq, x.batch.dropped, x.batch.actors, x.batch.spans,
-           x.batch.counters);
+  return f(caf::meta::type_name("spans_msg"), x.seq, x.batch.dropped, x.batch.actors, x.batch.spans, x.batch.counters);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, clock_msg& x) {
@@ -213,24 +211,20 @@ typename Inspector::result_type inspect(Inspector& f, spans_ack_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, replica_lost_msg& x) {
   return f(caf::meta::type_name("replica_lost_msg"), x.replica, caf::meta::load_callback([&] {
-             return x.replica >= 0 ? caf::error{}
-                                   : make_error(errc::malformed_frame,
-                                                "replica_lost names replica " + std::to_string(x.replica));
+             return x.replica >= 0
+                      ? caf::error{}
+                      : make_error(errc::malformed_frame, "replica_lost names replica " + std::to_string(x.replica));
            }));
 }
 
 /// What each control kind carries (ready, start, stop and heartbeat carry
 /// nothing). A new control message is one line here plus its inspect().
-using control_table = wire::table<
-  wire::entry<control_kind::hello, hello_msg>,
-  wire::entry<control_kind::plan, plan_msg>,
-  wire::entry<control_kind::done, run_summary>,
-  wire::entry<control_kind::failed, failure_msg>,
-  wire::entry<control_kind::checkpoint, checkpoint_msg>,
-  wire::entry<control_kind::spans, spans_msg>,
-  wire::entry<control_kind::spans_ack, spans_ack_msg>,
-  wire::entry<control_kind::clock, clock_msg>,
-  wire::entry<control_kind::replica_lost, replica_lost_msg>>;
+using control_table =
+  wire::table<wire::entry<control_kind::hello, hello_msg>, wire::entry<control_kind::plan, plan_msg>,
+              wire::entry<control_kind::done, run_summary>, wire::entry<control_kind::failed, failure_msg>,
+              wire::entry<control_kind::checkpoint, checkpoint_msg>, wire::entry<control_kind::spans, spans_msg>,
+              wire::entry<control_kind::spans_ack, spans_ack_msg>, wire::entry<control_kind::clock, clock_msg>,
+              wire::entry<control_kind::replica_lost, replica_lost_msg>>;
 
 /// The frame of a control message (a type of control_table).
 template <class T>

@@ -27,13 +27,13 @@ std::string trim(std::string s) {
 } // namespace
 
 caf::expected<std::string> read_token_file(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
     return make_error(errc::io_failed, fmt::format("cannot read the token file '{}': it does not exist", path));
   if (st.st_mode & (S_IRWXG | S_IRWXO))
-    return make_error(errc::invalid_argument,
-                      fmt::format("the token file '{}' may be read by others (mode {:o}): chmod 600 it", path,
-                                  st.st_mode & 0777));
+    return make_error(
+      errc::invalid_argument,
+      fmt::format("the token file '{}' may be read by others (mode {:o}): chmod 600 it", path, st.st_mode & 0777));
   std::ifstream in{path};
   std::stringstream ss;
   ss << in.rdbuf();
@@ -51,7 +51,7 @@ caf::expected<std::string> read_token_stdin() {
 }
 
 std::string fresh_token() {
-  std::random_device rd;  // /dev/urandom on Linux
+  std::random_device rd; // /dev/urandom on Linux
   std::string t;
   for (int i = 0; i < 8; ++i)
     t += fmt::format("{:08x}", rd());

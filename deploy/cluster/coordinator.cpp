@@ -29,7 +29,7 @@ struct event {
   bool closed = false;
   net::frame f;
   std::string why;
-  std::int64_t at_ns = 0;  ///< steady clock when it arrived (clock answers are timed by it, not by the queue)
+  std::int64_t at_ns = 0; ///< steady clock when it arrived (clock answers are timed by it, not by the queue)
 };
 
 class event_queue {
@@ -62,11 +62,11 @@ struct node_state {
   hello_msg hello;
   bool ready = false;
   bool gone = false;
-  bool silent = false;              ///< lost by heartbeat: alive but unresponsive (stopped, hung)
+  bool silent = false; ///< lost by heartbeat: alive but unresponsive (stopped, hung)
   clock_type::time_point last_heard;
-  std::vector<std::string> actors;  ///< what the graph places there
-  bool same_clock = false;          ///< shares this process's steady clock (same kernel)
-  clock_estimate clock;             ///< else its offset, from clock probes
+  std::vector<std::string> actors; ///< what the graph places there
+  bool same_clock = false;         ///< shares this process's steady clock (same kernel)
+  clock_estimate clock;            ///< else its offset, from clock probes
 };
 
 enum class phase { joining, planning, running, over };
@@ -74,7 +74,7 @@ enum class phase { joining, planning, running, over };
 class coordinator {
 public:
   coordinator(const graph_spec& g, const coordinator_options& o)
-    : g_(g), o_(o), nodes_(static_cast<std::size_t>(g.cluster.nodes)), checkpoints_(g) {
+      : g_(g), o_(o), nodes_(static_cast<std::size_t>(g.cluster.nodes)), checkpoints_(g) {
     for (const auto& a : g.actors)
       nodes_[static_cast<std::size_t>(g.node_of(a))].actors.push_back(a.name);
   }
@@ -130,9 +130,9 @@ private:
   std::unique_ptr<launched_nodes> launched_;
   phase phase_ = phase::joining;
   std::string failure_;
-  std::vector<std::pair<std::string, clock_type::time_point>> deferred_;  ///< nodes' reports, held back
+  std::vector<std::pair<std::string, clock_type::time_point>> deferred_; ///< nodes' reports, held back
   run_result result_;
-  run_checkpoints checkpoints_;  ///< written by the nodes' actors, completed here (a shared file system)
+  run_checkpoints checkpoints_; ///< written by the nodes' actors, completed here (a shared file system)
   std::set<std::string> done_;
   clock_type::time_point started_, last_done_;
   std::string clock_domain_ = clock_domain();
@@ -201,48 +201,49 @@ void coordinator::on_frame(event& e) {
   n.last_heard = clock_type::now();
   try {
     switch (kind) {
-      case control_kind::heartbeat:
-        probe_clock(n);
+    case control_kind::heartbeat:
+      probe_clock(n);
+      break;
+    case control_kind::spans:
+      on_spans(i, e.f);
+      break;
+    case control_kind::clock:
+      on_clock(i, e);
+      break;
+    case control_kind::ready:
+      n.ready = true;
+      break;
+    case control_kind::done: {
+      auto s = decode_or_throw<run_summary>(e.f);
+      last_done_ = clock_type::now();
+      done_.insert(s.actor);
+      result_.summaries.push_back(std::move(s));
+      break;
+    }
+    case control_kind::failed: {
+      auto f = decode_or_throw<failure_msg>(e.f);
+      bool lost_link = false; // a node's channel to a node already lost: that loss, handled
+      for (int l : lost_nodes_)
+        lost_link |= f.what.find(fmt::format("data connection to node {}:", l)) != std::string::npos;
+      if (f.actor.rfind("node ", 0) == 0 && lost_link)
         break;
-      case control_kind::spans:
-        on_spans(i, e.f);
-        break;
-      case control_kind::clock:
-        on_clock(i, e);
-        break;
-      case control_kind::ready:
-        n.ready = true;
-        break;
-      case control_kind::done: {
-        auto s = decode_or_throw<run_summary>(e.f);
-        last_done_ = clock_type::now();
-        done_.insert(s.actor);
-        result_.summaries.push_back(std::move(s));
-        break;
-      }
-      case control_kind::failed: {
-        auto f = decode_or_throw<failure_msg>(e.f);
-        bool lost_link = false;  // a node's channel to a node already lost: that loss, handled
-        for (int l : lost_nodes_)
-          lost_link |= f.what.find(fmt::format("data connection to node {}:", l)) != std::string::npos;
-        if (f.actor.rfind("node ", 0) == 0 && lost_link)
-          break;
-        auto why = fmt::format("{} on node {} failed: {}", f.actor.rfind("node ", 0) == 0 ? f.actor : "actor '" + f.actor + "'", i, f.what);
-        // A node that lost its channel to another node usually reports it
-        // before that node's own loss arrives: wait briefly, so the run's
-        // error names the node that died rather than a neighbour.
-        if (f.actor.rfind("node ", 0) == 0)  // every node that lost its channel to it says so
-          deferred_.emplace_back(std::move(why), clock_type::now() + std::chrono::milliseconds(1500));
-        else
-          fail(std::move(why));
-        break;
-      }
-      case control_kind::checkpoint:
-        if (auto err = checkpoints_.on_report(decode_or_throw<checkpoint_msg>(e.f), result_))
-          fail(std::move(*err));
-        break;
-      default:
-        throw malformed_input(fmt::format("unexpected control frame {}", e.f.kind));
+      auto why = fmt::format("{} on node {} failed: {}",
+                             f.actor.rfind("node ", 0) == 0 ? f.actor : "actor '" + f.actor + "'", i, f.what);
+      // A node that lost its channel to another node usually reports it
+      // before that node's own loss arrives: wait briefly, so the run's
+      // error names the node that died rather than a neighbour.
+      if (f.actor.rfind("node ", 0) == 0) // every node that lost its channel to it says so
+        deferred_.emplace_back(std::move(why), clock_type::now() + std::chrono::milliseconds(1500));
+      else
+        fail(std::move(why));
+      break;
+    }
+    case control_kind::checkpoint:
+      if (auto err = checkpoints_.on_report(decode_or_throw<checkpoint_msg>(e.f), result_))
+        fail(std::move(*err));
+      break;
+    default:
+      throw malformed_input(fmt::format("unexpected control frame {}", e.f.kind));
     }
   } catch (const malformed_input& x) {
     fail(fmt::format("{} sent a malformed frame: {}", describe(i), x.what()));
@@ -259,9 +260,8 @@ void coordinator::lose_node(int i, const std::string& why) {
   // across replicas (NoLoCo's) send every replica's microbatches through the others: not those.
   std::set<int> reps;
   // Replica groups sync every step inside: a group that loses a replica cannot go on.
-  bool elastic = lu.present && replicas > 1 && g_.sync_group_size() == 1 &&
-                 !lu.routes_across_replicas;
-  auto replica_of = [&](const actor_spec& a) {  // a sync actor's is its stage's
+  bool elastic = lu.present && replicas > 1 && g_.sync_group_size() == 1 && !lu.routes_across_replicas;
+  auto replica_of = [&](const actor_spec& a) { // a sync actor's is its stage's
     const auto* stage = a.role.holds_layers ? &a : g_.served_stage(a);
     return stage ? stage->replica : -1;
   };
@@ -360,9 +360,12 @@ caf::expected<run_result> coordinator::run() {
     events_.push({&c, false, std::move(f), {}, steady_now_ns()});
   };
   h.on_close = [this](net::connection& c, std::string why) { events_.push({&c, true, {}, std::move(why)}); };
-  auto server = net::listen({net::transport_kind::tcp, g_.cluster.address,
-                             static_cast<std::uint16_t>(g_.cluster.port), o_.token,
-                             [](std::string line) { fmt::print(stderr, "troupe launch: {}\n", line); }, {}},
+  auto server = net::listen({net::transport_kind::tcp,
+                             g_.cluster.address,
+                             static_cast<std::uint16_t>(g_.cluster.port),
+                             o_.token,
+                             [](std::string line) { fmt::print(stderr, "troupe launch: {}\n", line); },
+                             {}},
                             std::move(h));
   if (!server)
     return make_error(errc::io_failed, fmt::format("cannot listen on {}:{}: {}", g_.cluster.address, g_.cluster.port,
@@ -379,7 +382,7 @@ caf::expected<run_result> coordinator::run() {
   req.extra_args = {"--transport", std::string{net::to_string(o_.transport)}};
   if (o_.threads > 0)
     req.extra_args.insert(req.extra_args.end(), {"--threads", std::to_string(o_.threads)});
-  req.term_grace = std::chrono::seconds(2);  // nodes told to stop exit at once; only a hung one waits this long
+  req.term_grace = std::chrono::seconds(2); // nodes told to stop exit at once; only a hung one waits this long
   fmt::print("troupe launch: coordinator on {}, starting {} node(s) with the {} launcher ({} channels{})\n",
              req.coordinator, req.nodes, g_.cluster.launcher, net::to_string(o_.transport),
              req.pin ? ", each node pinned to one CPU" : "");
@@ -404,7 +407,7 @@ caf::expected<run_result> coordinator::run() {
   while (failure_.empty() && phase_ != phase::over) {
     auto e = events_.pop(std::chrono::milliseconds(100));
     if (o_.interrupt && (signal = o_.interrupt->load()) != 0)
-      break;  // before the event: a Ctrl-C that also reached an ssh client is not a lost node
+      break; // before the event: a Ctrl-C that also reached an ssh client is not a lost node
     if (e) {
       if (e->closed) {
         if (int i = node_of(e->conn); i >= 0) {

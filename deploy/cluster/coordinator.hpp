@@ -18,21 +18,21 @@
 namespace troupe::cluster {
 
 struct coordinator_options {
-  std::string graph_file;                ///< as given; sent to nodes as an absolute path
-  std::vector<std::string> overrides;    ///< `--set` values, passed on to every node
-  std::string resume;                    ///< checkpoint folder to resume from, or empty
-  std::string token;                     ///< the shared secret nodes must present
+  std::string graph_file;             ///< as given; sent to nodes as an absolute path
+  std::vector<std::string> overrides; ///< `--set` values, passed on to every node
+  std::string resume;                 ///< checkpoint folder to resume from, or empty
+  std::string token;                  ///< the shared secret nodes must present
   net::transport_kind transport = net::transport_kind::tcp;
-  std::string troupe_exe;                ///< the program nodes run (this one, normally)
-  std::string trace_file;                ///< each node writes its trace here, `.nodeI` before the extension
-  std::size_t trace_buffer = 1 << 16;    ///< spans kept per thread on each node
-  std::int64_t threads = 0;              ///< actor-system worker threads on each node; 0 = the node's default
+  std::string troupe_exe;             ///< the program nodes run (this one, normally)
+  std::string trace_file;             ///< each node writes its trace here, `.nodeI` before the extension
+  std::size_t trace_buffer = 1 << 16; ///< spans kept per thread on each node
+  std::int64_t threads = 0;           ///< actor-system worker threads on each node; 0 = the node's default
   /// When set (a server from dashboard_server::start_ingest), nodes stream their
   /// spans here, their actors remapped so no two nodes share a lane and their
   /// times moved onto this process's clock (see clock_estimate).
   dashboard_server* dashboard = nullptr;
-  std::chrono::milliseconds join_timeout{60'000};  ///< for every node to connect and get ready
-  std::chrono::milliseconds timeout{0};  ///< for the whole run; 0 = no limit
+  std::chrono::milliseconds join_timeout{60'000}; ///< for every node to connect and get ready
+  std::chrono::milliseconds timeout{0};           ///< for the whole run; 0 = no limit
   /// When it turns non-zero (a signal number), every node is stopped and the
   /// run returns errc::interrupted (see run_options::interrupt).
   const std::atomic<int>* interrupt = nullptr;

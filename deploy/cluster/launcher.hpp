@@ -27,13 +27,13 @@ using output_sink = std::function<void(int node, int fd, std::string_view line)>
 /// `TROUPE_EXE node --coordinator COORDINATOR --node I EXTRA_ARGS...`
 /// (without `--node` under slurm, where the node reads SLURM_PROCID).
 struct launch_request {
-  std::string troupe_exe;               ///< absolute path of the troupe binary to run on nodes
-  std::string coordinator;              ///< "HOST:PORT" that nodes connect to
+  std::string troupe_exe;  ///< absolute path of the troupe binary to run on nodes
+  std::string coordinator; ///< "HOST:PORT" that nodes connect to
   int nodes = 1;
-  std::vector<std::string> hosts;       ///< ssh: one per node, cycled when fewer
-  std::string token;                    ///< reaches nodes through the environment or ssh's stdin, never argv
-  std::filesystem::path workdir;        ///< nodes run here (a shared file system across machines); empty: ours
-  std::vector<std::string> extra_args;  ///< appended to `troupe node ...`
+  std::vector<std::string> hosts;      ///< ssh: one per node, cycled when fewer
+  std::string token;                   ///< reaches nodes through the environment or ssh's stdin, never argv
+  std::filesystem::path workdir;       ///< nodes run here (a shared file system across machines); empty: ours
+  std::vector<std::string> extra_args; ///< appended to `troupe node ...`
   /// Local launcher: node i may run only on the i-th CPU we may use (mod their count).
   bool pin = false;
   /// How long terminate() waits after SIGTERM before it sends SIGKILL.

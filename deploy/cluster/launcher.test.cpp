@@ -27,7 +27,7 @@ launch_request probe_request(const test_coordinator& c, int nodes) {
   r.coordinator = c.address();
   r.nodes = nodes;
   r.token = "s3cret-token-42";
-  r.output = [](int, int, std::string_view) {};  // keeps the test log quiet
+  r.output = [](int, int, std::string_view) {}; // keeps the test log quiet
   return r;
 }
 
@@ -73,7 +73,7 @@ TEST_CASE("each local node's exit status is collected without blocking, includin
   CHECK(wait_exit(**nodes, 0) == 0);
   CHECK(wait_exit(**nodes, 1) == 7);
   CHECK(wait_exit(**nodes, 2) == 128 + SIGKILL);
-  CHECK_FALSE((*nodes)->exit_status(3).has_value());  // no such node
+  CHECK_FALSE((*nodes)->exit_status(3).has_value()); // no such node
 }
 
 TEST_CASE("terminate stops every node, with SIGKILL after the grace period for one that ignores SIGTERM") {
@@ -121,7 +121,7 @@ TEST_CASE("node output reaches the sink line by line, tagged with its node and s
       test_coordinator::send_exit(h, 0);
     REQUIRE(wait_exit(**nodes, 0) == 0);
     REQUIRE(wait_exit(**nodes, 1) == 0);
-  }  // the reader has drained the pipes once the result is gone
+  } // the reader has drained the pipes once the result is gone
   std::lock_guard g{m};
   for (int i = 0; i < 2; ++i) {
     CHECK(lines.count({i, 1, "probe " + std::to_string(i) + " started"}) == 1);
@@ -176,7 +176,7 @@ TEST_CASE("nodes die with the launcher's process when it is killed") {
   REQUIRE(::pipe(report) == 0);
   pid_t launcher = ::fork();
   REQUIRE(launcher >= 0);
-  if (launcher == 0) {  // the launcher: starts two nodes, then waits to be killed
+  if (launcher == 0) { // the launcher: starts two nodes, then waits to be killed
     auto nodes = launch_nodes("local", probe_request(c, 2));
     char ok = nodes ? 'y' : 'n';
     [[maybe_unused]] auto n = ::write(report[1], &ok, 1);
@@ -200,10 +200,12 @@ TEST_CASE("launch errors name the launcher and the problem") {
   CHECK(launch_error("pbs", r) == "unknown launcher 'pbs' (known: local, ssh, slurm)");
   auto missing = r;
   missing.troupe_exe = "/nonexistent/troupe";
-  CHECK(launch_error("local", missing) == "local launcher: cannot run '/nonexistent/troupe': No such file or directory");
+  CHECK(launch_error("local", missing) ==
+        "local launcher: cannot run '/nonexistent/troupe': No such file or directory");
   auto relative = r;
   relative.troupe_exe = "troupe";
-  CHECK(launch_error("local", relative) == "local launcher: the troupe program must be an absolute path (got 'troupe')");
+  CHECK(launch_error("local", relative) ==
+        "local launcher: the troupe program must be an absolute path (got 'troupe')");
   auto nowhere = r;
   nowhere.workdir = "/nonexistent/dir";
   CHECK(launch_error("local", nowhere) == "local launcher: cannot enter '/nonexistent/dir': No such file or directory");
@@ -252,7 +254,7 @@ TEST_CASE("the ssh launcher runs the quoted node command through $TROUPE_SSH wit
     test_coordinator::send_exit(hellos[1], 5);
     CHECK(wait_exit(**nodes, 0) == 0);
     CHECK(wait_exit(**nodes, 1) == 5);
-    (*nodes)->terminate();  // node 2 sees its stdin close
+    (*nodes)->terminate(); // node 2 sees its stdin close
     CHECK(all_gone({hellos[2].pid}, 5s));
   }
   std::ifstream hosts{fake.string() + ".hosts"};

@@ -35,7 +35,7 @@ caf::expected<std::unique_ptr<launched_nodes>> launch_local(const launch_request
     if (!cpus.empty())
       spec.cpu = cpus[static_cast<std::size_t>(i) % cpus.size()];
     if (auto err = set->start(spec))
-      return err;  // the set's destructor stops the nodes already started
+      return err; // the set's destructor stops the nodes already started
   }
   set->start_reader();
   return std::unique_ptr<launched_nodes>{std::move(set)};

@@ -66,20 +66,20 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
 
 /// What the child reports through its close-on-exec pipe when it fails before exec.
 struct exec_failure {
-  int step;  ///< 0: chdir, 1: exec, 2: CPU affinity
+  int step; ///< 0: chdir, 1: exec, 2: CPU affinity
   int err;
 };
 
 /// The child's side between fork and exec: only async-signal-safe calls.
-[[noreturn]] void exec_child(pid_t parent, int death_signal, int in, int out, int err, int report,
-                             const char* dir, const char* exe, char** argv, char** envp, int cpu) {
+[[noreturn]] void exec_child(pid_t parent, int death_signal, int in, int out, int err, int report, const char* dir,
+                             const char* exe, char** argv, char** envp, int cpu) {
   ::prctl(PR_SET_PDEATHSIG, death_signal);
-  if (::getppid() != parent)  // the parent died before the death signal was armed
+  if (::getppid() != parent) // the parent died before the death signal was armed
     ::_exit(127);
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int sig = 1; sig < NSIG; ++sig)
-    ::sigaction(sig, &dfl, nullptr);  // fails harmlessly for SIGKILL, SIGSTOP and the RT signals glibc keeps
+    ::sigaction(sig, &dfl, nullptr); // fails harmlessly for SIGKILL, SIGSTOP and the RT signals glibc keeps
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -129,7 +129,7 @@ process_set::process_set(std::string launcher, const launch_request& r)
 
 process_set::~process_set() {
   terminate();
-  if (reader_.joinable()) {  // the reader drains what the children left in their pipes, then ends
+  if (reader_.joinable()) { // the reader drains what the children left in their pipes, then ends
     char c = 'x';
     [[maybe_unused]] auto n = ::write(wake_[1], &c, 1);
     reader_.join();
@@ -145,8 +145,7 @@ process_set::~process_set() {
 caf::error process_set::start(const child_spec& spec) {
   auto exe = find_program(spec.argv.at(0));
   if (!exe)
-    return make_error(errc::spawn_failed,
-                      fmt::format("{} launcher: '{}' is not on PATH", launcher_, spec.argv[0]));
+    return make_error(errc::spawn_failed, fmt::format("{} launcher: '{}' is not on PATH", launcher_, spec.argv[0]));
   auto args = spec.argv;
   auto env = child_environment(spec.env);
   auto argv = c_strings(args);
@@ -169,7 +168,7 @@ caf::error process_set::start(const child_spec& spec) {
     close_all();
     return make_error(errc::spawn_failed, fmt::format("{} launcher: pipe: {}", launcher_, std::strerror(e)));
   }
-  if (have_in) {  // written before the child exists: no SIGPIPE if it dies at once
+  if (have_in) { // written before the child exists: no SIGPIPE if it dies at once
     auto& data = *spec.stdin_data;
     if (data.size() > 4096 || ::write(in[1], data.data(), data.size()) != static_cast<ssize_t>(data.size())) {
       close_all();
@@ -190,7 +189,7 @@ caf::error process_set::start(const child_spec& spec) {
   exec_failure f{};
   ssize_t got = 0;
   if (pid > 0)
-    do  // EOF (0) once exec succeeded
+    do // EOF (0) once exec succeeded
       got = ::read(report[0], &f, sizeof f);
     while (got < 0 && errno == EINTR);
   if (pid < 0 || got > 0) {
@@ -198,11 +197,12 @@ caf::error process_set::start(const child_spec& spec) {
     if (pid < 0)
       return make_error(errc::spawn_failed, fmt::format("{} launcher: fork: {}", launcher_, std::strerror(fork_errno)));
     ::waitpid(pid, nullptr, 0);
-    return make_error(errc::spawn_failed,
-                      f.step == 0   ? fmt::format("{} launcher: cannot enter '{}': {}", launcher_, dir, std::strerror(f.err))
-                      : f.step == 2 ? fmt::format("{} launcher: cannot pin node {} to CPU {}: {}", launcher_, spec.node,
-                                                  spec.cpu, std::strerror(f.err))
-                                    : fmt::format("{} launcher: cannot run '{}': {}", launcher_, *exe, std::strerror(f.err)));
+    return make_error(
+      errc::spawn_failed,
+      f.step == 0   ? fmt::format("{} launcher: cannot enter '{}': {}", launcher_, dir, std::strerror(f.err))
+      : f.step == 2 ? fmt::format("{} launcher: cannot pin node {} to CPU {}: {}", launcher_, spec.node, spec.cpu,
+                                  std::strerror(f.err))
+                    : fmt::format("{} launcher: cannot run '{}': {}", launcher_, *exe, std::strerror(f.err)));
   }
   ::close(report[0]);
   {
@@ -236,7 +236,7 @@ void process_set::reap(child& c, bool block) {
   while (r < 0 && errno == EINTR);
   if (r == c.pid)
     c.status = decode_status(status);
-  else if (r < 0)  // reaped elsewhere (a waitpid(-1) in this process): its status is lost
+  else if (r < 0) // reaped elsewhere (a waitpid(-1) in this process): its status is lost
     c.status = 128 + SIGKILL;
   if (c.status && c.stdin_fd >= 0) {
     ::close(c.stdin_fd);
@@ -250,9 +250,9 @@ void process_set::terminate() {
     reap(c, false);
     if (!c.status) {
       ::kill(c.pid, SIGTERM);
-      ::kill(c.pid, SIGCONT);  // a stopped process acts on SIGTERM only once continued (as systemd does)
+      ::kill(c.pid, SIGCONT); // a stopped process acts on SIGTERM only once continued (as systemd does)
     }
-    if (c.stdin_fd >= 0) {  // EOF tells an ssh session's remote side we are going
+    if (c.stdin_fd >= 0) { // EOF tells an ssh session's remote side we are going
       ::close(c.stdin_fd);
       c.stdin_fd = -1;
     }
@@ -286,7 +286,7 @@ std::optional<int> process_set::exit_status(int node) {
 
 void process_set::emit(const stream& s, std::string_view line) const {
   int node = s.node;
-  if (s.srun_labels) {  // srun --label: "  1: text"
+  if (s.srun_labels) { // srun --label: "  1: text"
     node = -1;
     auto p = line.find_first_not_of(' ');
     auto colon = line.find(": ");
@@ -301,14 +301,14 @@ void process_set::emit(const stream& s, std::string_view line) const {
     return;
   }
   auto text = node >= 0 ? fmt::format("[node {}] {}\n", node, line) : fmt::format("[{}] {}\n", launcher_, line);
-  [[maybe_unused]] auto n = ::write(s.out_fd, text.data(), text.size());  // one write: lines never interleave
+  [[maybe_unused]] auto n = ::write(s.out_fd, text.data(), text.size()); // one write: lines never interleave
 }
 
 void process_set::read_output() {
   bool stopping = false;
   auto stop_by = std::chrono::steady_clock::time_point::max();
   char buf[65536];
-  while (std::chrono::steady_clock::now() < stop_by) {  // a grandchild that keeps writing cannot hold us
+  while (std::chrono::steady_clock::now() < stop_by) { // a grandchild that keeps writing cannot hold us
     std::vector<pollfd> fds;
     std::vector<stream*> owners;
     for (auto& s : streams_)
@@ -352,7 +352,7 @@ void process_set::read_output() {
       s.partial.erase(0, start);
     }
   }
-  for (auto& s : streams_)  // stopped with a grandchild still holding the pipe
+  for (auto& s : streams_) // stopped with a grandchild still holding the pipe
     if (s.fd >= 0 && !s.partial.empty()) {
       emit(s, s.partial);
       s.partial.clear();

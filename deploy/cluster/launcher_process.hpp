@@ -19,14 +19,14 @@ namespace troupe::detail {
 
 /// One process to start.
 struct child_spec {
-  std::vector<std::string> argv;          ///< argv[0] is looked up on PATH when it has no '/'
-  std::vector<std::string> env;           ///< "NAME=value" added to, or replacing in, our environment
-  std::filesystem::path workdir;          ///< empty: ours
-  std::optional<std::string> stdin_data;  ///< written to its stdin, kept open until terminate(); else /dev/null
-  int death_signal = SIGKILL;             ///< what it gets when the thread that started it exits
-  int node = 0;                           ///< the node its output belongs to
-  bool srun_labels = false;               ///< output lines `I: text` (srun --label) belong to node I
-  int cpu = -1;                           ///< >= 0: the only CPU it may run on (set before exec)
+  std::vector<std::string> argv;         ///< argv[0] is looked up on PATH when it has no '/'
+  std::vector<std::string> env;          ///< "NAME=value" added to, or replacing in, our environment
+  std::filesystem::path workdir;         ///< empty: ours
+  std::optional<std::string> stdin_data; ///< written to its stdin, kept open until terminate(); else /dev/null
+  int death_signal = SIGKILL;            ///< what it gets when the thread that started it exits
+  int node = 0;                          ///< the node its output belongs to
+  bool srun_labels = false;              ///< output lines `I: text` (srun --label) belong to node I
+  int cpu = -1;                          ///< >= 0: the only CPU it may run on (set before exec)
 };
 
 /// `TROUPE_EXE node --coordinator C [--node I] FLAGS... EXTRA...`, the node command every launcher runs.
@@ -52,15 +52,15 @@ public:
 private:
   struct child {
     pid_t pid = -1;
-    int stdin_fd = -1;          ///< kept open so the child sees EOF only when we are gone
-    std::optional<int> status;  ///< once reaped
+    int stdin_fd = -1;         ///< kept open so the child sees EOF only when we are gone
+    std::optional<int> status; ///< once reaped
   };
   struct stream {
     int fd = -1;
     int node = 0;
-    int out_fd = 1;  ///< 1 or 2: which of our streams it came from
+    int out_fd = 1; ///< 1 or 2: which of our streams it came from
     bool srun_labels = false;
-    std::string partial;  ///< the unfinished last line
+    std::string partial; ///< the unfinished last line
   };
 
   void reap(child& c, bool block);
@@ -71,10 +71,10 @@ private:
   int nodes_;
   std::chrono::milliseconds grace_;
   output_sink sink_;
-  mutable std::mutex mutex_;  ///< guards children_
+  mutable std::mutex mutex_; ///< guards children_
   std::vector<child> children_;
-  std::vector<stream> streams_;  ///< owned by the reader thread once it runs
-  int wake_[2] = {-1, -1};       ///< written to stop the reader
+  std::vector<stream> streams_; ///< owned by the reader thread once it runs
+  int wake_[2] = {-1, -1};      ///< written to stop the reader
   std::thread reader_;
 };
 

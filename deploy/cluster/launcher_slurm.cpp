@@ -22,14 +22,14 @@ caf::expected<std::unique_ptr<launched_nodes>> launch_slurm(const launch_request
                                   r.nodes, job, have, r.nodes));
   auto n = std::to_string(r.nodes);
   child_spec spec;
-  spec.argv = {"srun", "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-               "--export=ALL",  // even when the job was submitted with --export=NONE: the token travels this way
+  spec.argv = {"srun",         "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+               "--export=ALL", // even when the job was submitted with --export=NONE: the token travels this way
                "--label"};
   auto node = node_command(r, std::nullopt);
   spec.argv.insert(spec.argv.end(), node.begin(), node.end());
   spec.env = {"TROUPE_TOKEN=" + r.token};
   spec.workdir = r.workdir;
-  spec.death_signal = SIGTERM;  // srun forwards it to the tasks and ends the step
+  spec.death_signal = SIGTERM; // srun forwards it to the tasks and ends the step
   spec.node = -1;
   spec.srun_labels = true;
   auto set = std::make_unique<process_set>("slurm", r);

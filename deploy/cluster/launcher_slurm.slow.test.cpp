@@ -33,10 +33,10 @@ void run_inside_allocation() {
   test_coordinator c;
   launch_request r;
   r.troupe_exe = probe_program();
-  r.coordinator = c.address();  // both SLURM nodes are this machine
+  r.coordinator = c.address(); // both SLURM nodes are this machine
   r.nodes = 2;
   r.token = "slurm-token-7";
-  r.workdir = std::filesystem::temp_directory_path();  // not the job's directory: srun must carry it
+  r.workdir = std::filesystem::temp_directory_path(); // not the job's directory: srun must carry it
   std::mutex m;
   std::set<std::pair<int, std::string>> lines;
   r.output = [&](int node, int, std::string_view line) {
@@ -64,7 +64,7 @@ void run_inside_allocation() {
   }
   {
     std::lock_guard g{m};
-    CHECK(lines.count({0, "probe 0 started"}) == 1);  // srun --label lines, attributed to their node
+    CHECK(lines.count({0, "probe 0 started"}) == 1); // srun --label lines, attributed to their node
     CHECK(lines.count({1, "probe 1 on stderr"}) == 1);
   }
 
@@ -98,7 +98,7 @@ struct slurm_cluster {
   std::string up_output;
   slurm_cluster() {
     ::setenv("TROUPE_SLURM_DIR", state.c_str(), 1);
-    ::setenv("TROUPE_SLURM_PORT", "16837", 1);  // clear of a cluster started by hand on the default 16817
+    ::setenv("TROUPE_SLURM_PORT", "16837", 1); // clear of a cluster started by hand on the default 16817
     ::setenv("SLURM_CONF", (state + "/slurm.conf").c_str(), 1);
     std::tie(up_rc, up_output) = run_shell(scripts + "/slurm_up.sh");
   }
@@ -119,8 +119,8 @@ job_result run_job(const slurm_cluster& cluster, const std::string& command, con
   auto log = cluster.state + "/job.out";
   std::filesystem::remove(log);
   job_result j;
-  std::tie(j.rc, j.sbatch) = run_shell(fmt::format("{} sbatch --parsable -N2 --chdir='{}' --output='{}' --wrap \"{}\"", env,
-                                                   std::filesystem::current_path().string(), log, command));
+  std::tie(j.rc, j.sbatch) = run_shell(fmt::format("{} sbatch --parsable -N2 --chdir='{}' --output='{}' --wrap \"{}\"",
+                                                   env, std::filesystem::current_path().string(), log, command));
   if (j.rc != 0)
     return j;
   auto id = std::to_string(std::atoi(j.sbatch.c_str()));
@@ -130,8 +130,10 @@ job_result run_job(const slurm_cluster& cluster, const std::string& command, con
     auto at = show.find("JobState=");
     state = at == std::string::npos ? "" : show.substr(at + 9, show.find(' ', at) - at - 9);
     if (state != "PENDING" && state != "RUNNING" && state != "CONFIGURING" && state != "COMPLETING") {
-      auto code = show.find(" ExitCode=");  // "ExitCode=3:0": the job's status and signal
-      j.rc = state == "COMPLETED" ? 0 : code == std::string::npos ? 1 : std::max(1, std::atoi(show.c_str() + code + 10));
+      auto code = show.find(" ExitCode="); // "ExitCode=3:0": the job's status and signal
+      j.rc = state == "COMPLETED"        ? 0
+             : code == std::string::npos ? 1
+                                         : std::max(1, std::atoi(show.c_str() + code + 10));
       j.sbatch += show;
       break;
     }
@@ -163,8 +165,8 @@ std::unique_ptr<slurm_cluster> start_cluster() {
 }
 
 // No commas: the job selects this test case by name with doctest's -tc.
-constexpr const char* test_name = "the slurm launcher starts one node per allocated node with srun in a real 2-node job";
-
+constexpr const char* test_name =
+  "the slurm launcher starts one node per allocated node with srun in a real 2-node job";
 
 } // namespace
 
@@ -182,7 +184,7 @@ TEST_CASE(test_name) {
   INFO("sbatch: " << job.sbatch << "\njob output:\n" << job.output);
   CHECK(job.rc == 0);
   CHECK(job.output.find("Status: SUCCESS!") != std::string::npos);
-  auto counts = job.output.find("[doctest] assertions:");  // the job really ran the checks
+  auto counts = job.output.find("[doctest] assertions:"); // the job really ran the checks
   REQUIRE(counts != std::string::npos);
   MESSAGE("inside the job: " << job.output.substr(counts, job.output.find('\n', counts) - counts));
   CHECK(std::atoi(job.output.c_str() + counts + 21) >= 15);
@@ -199,15 +201,17 @@ TEST_CASE("troupe launch trains a graph across the 2 nodes of a SLURM job") {
   auto summary = cluster->state + "/summary.json";
   // The coordinator listens on 127.0.0.1: both SLURM nodes are this machine.
   auto job = run_job(*cluster, fmt::format("'{}' launch examples/tiny-gpt.yaml --steps 3 --set cluster.launcher=slurm "
-                                          "--set cluster.nodes=2 --set cluster.address=127.0.0.1 --summary-json '{}'",
-                                          troupe.string(), summary));
+                                           "--set cluster.nodes=2 --set cluster.address=127.0.0.1 --summary-json '{}'",
+                                           troupe.string(), summary));
   INFO("sbatch: " << job.sbatch << "\njob output:\n" << job.output);
   CHECK(job.rc == 0);
-  CHECK(job.output.find("[node 1]") != std::string::npos);  // output came back from both nodes
+  CHECK(job.output.find("[node 1]") != std::string::npos); // output came back from both nodes
   // The same losses as one process with the same seed.
   auto one = cluster->state + "/one.json";
-  REQUIRE(std::system(fmt::format("'{}' run examples/tiny-gpt.yaml --steps 3 --no-trace --summary-json '{}' > /dev/null",
-                                  troupe.string(), one).c_str()) == 0);
+  REQUIRE(
+    std::system(fmt::format("'{}' run examples/tiny-gpt.yaml --steps 3 --no-trace --summary-json '{}' > /dev/null",
+                            troupe.string(), one)
+                  .c_str()) == 0);
   auto losses = [](const std::string& file) {
     std::ifstream in{file};
     auto j = nlohmann::json::parse(in, nullptr, false);

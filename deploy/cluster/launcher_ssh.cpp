@@ -56,7 +56,7 @@ caf::expected<std::unique_ptr<launched_nodes>> launch_ssh(const launch_request& 
     spec.argv = ssh_command();
     spec.argv.insert(spec.argv.end(), {"-o", "BatchMode=yes", r.hosts[i % r.hosts.size()], remote});
     spec.stdin_data = r.token + "\n";
-    spec.death_signal = SIGTERM;  // ssh closes its session cleanly
+    spec.death_signal = SIGTERM; // ssh closes its session cleanly
     spec.node = i;
     if (auto err = set->start(spec))
       return err;

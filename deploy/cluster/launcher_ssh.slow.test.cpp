@@ -25,7 +25,7 @@ struct test_sshd {
   std::string output;
   test_sshd() {
     ::setenv("TROUPE_SSHD_DIR", state.c_str(), 1);
-    ::setenv("TROUPE_SSHD_PORT", "2232", 1);  // clear of one started by hand on 2222
+    ::setenv("TROUPE_SSHD_PORT", "2232", 1); // clear of one started by hand on 2222
     std::tie(rc, output) = run_shell(scripts + "/sshd_up.sh 2>/dev/null");
     while (!output.empty() && output.back() == '\n')
       output.pop_back();
@@ -62,7 +62,7 @@ TEST_CASE("the ssh launcher starts nodes through a real sshd with the token on s
   r.troupe_exe = probe_program();
   r.coordinator = c.address();
   r.nodes = 2;
-  r.hosts = {"127.0.0.1"};  // cycled: both nodes on it
+  r.hosts = {"127.0.0.1"}; // cycled: both nodes on it
   r.token = "ssh-token-9";
   r.workdir = std::filesystem::current_path();
   r.output = [](int, int, std::string_view) {};
@@ -78,14 +78,14 @@ TEST_CASE("the ssh launcher starts nodes through a real sshd with the token on s
     }
     test_coordinator::send_exit(hellos[0], 0);
     test_coordinator::send_exit(hellos[1], 5);
-    CHECK(wait_exit(**nodes, 0) == 0);  // the remote exit status comes back through ssh
+    CHECK(wait_exit(**nodes, 0) == 0); // the remote exit status comes back through ssh
     CHECK(wait_exit(**nodes, 1) == 5);
   }
   {
     auto nodes = launch_nodes("ssh", r);
     REQUIRE(nodes);
     auto hellos = c.accept(2, 30s);
-    (*nodes)->terminate();  // the ssh clients go; the remote nodes see their stdin close
+    (*nodes)->terminate(); // the ssh clients go; the remote nodes see their stdin close
     CHECK(all_gone({hellos[0].pid, hellos[1].pid}, 10s));
   }
   ::unsetenv("TROUPE_SSH");

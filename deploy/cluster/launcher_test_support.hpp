@@ -32,7 +32,7 @@ struct hello {
   std::string token;
   pid_t pid = 0;
   std::string nodename;
-  int fd = -1;  ///< the probe's connection, owned by the coordinator
+  int fd = -1; ///< the probe's connection, owned by the coordinator
 };
 
 /// Listens on 127.0.0.1 on a free port.

@@ -89,13 +89,13 @@ private:
   std::atomic<bool> stopping_{false};
   local_actors local_;
   graph_spec graph_;
-  graph_actors actors_;  ///< this node's actors, channel actors for the others, links
+  graph_actors actors_; ///< this node's actors, channel actors for the others, links
   std::set<std::string> done_;
   std::vector<std::shared_ptr<net::connection>> conns_;
   std::unique_ptr<net::server> data_;
   std::unique_ptr<cli::run_tracing> tracing_;
   std::shared_ptr<net::connection> ctl_;
-  std::atomic<std::uint64_t> spans_acked_{0};  ///< written on the control connection's thread
+  std::atomic<std::uint64_t> spans_acked_{0}; ///< written on the control connection's thread
   std::unique_ptr<span_streamer> streamer_;
 };
 
@@ -104,9 +104,9 @@ caf::error node_agent::setup(const plan_msg& p) {
   if (!loaded.ok())
     return make_error(errc::invalid_graph, fmt::format("cannot load {}:\n{}", p.graph_file, to_string(loaded.errors)));
   if (auto h = file_hash(p.graph_file); h != p.graph_hash)
-    return make_error(errc::invalid_graph,
-                      fmt::format("{} differs from the coordinator's copy (every node must read the same graph file)",
-                                  p.graph_file));
+    return make_error(
+      errc::invalid_graph,
+      fmt::format("{} differs from the coordinator's copy (every node must read the same graph file)", p.graph_file));
   graph_ = std::move(*loaded.graph);
   if (!p.resume.empty()) {
     auto from = open_resume(p.resume, graph_);
@@ -124,7 +124,9 @@ caf::error node_agent::setup(const plan_msg& p) {
   std::map<std::tuple<int, double, double>, std::shared_ptr<net::connection>> conns;
   auto link_to = [&](const std::string& remote) {
     for (const auto& c : graph_.channels) {
-      const auto* other = c.from == remote ? graph_.find_actor(c.to) : c.to == remote ? graph_.find_actor(c.from) : nullptr;
+      const auto* other = c.from == remote ? graph_.find_actor(c.to)
+                          : c.to == remote ? graph_.find_actor(c.from)
+                                           : nullptr;
       if (other && graph_.node_of(*other) == o_.node)
         return net::link_model{c.bandwidth, c.latency};
     }
@@ -144,7 +146,8 @@ caf::error node_agent::setup(const plan_msg& p) {
           caf::anon_send(caf::actor_cast<caf::actor>(self_), lost_atom::value,
                          fmt::format("lost the data connection to node {}: {}", n, why), false);
       };
-      auto c = net::connect({o_.transport, addr.host, addr.port, o_.token, link, std::chrono::seconds(10)}, std::move(h));
+      auto c =
+        net::connect({o_.transport, addr.host, addr.port, o_.token, link, std::chrono::seconds(10)}, std::move(h));
       if (!c)
         return make_error(errc::io_failed, fmt::format("cannot open a channel to node {} at {}:{}: {}", n, addr.host,
                                                        addr.port, error_message(c.error())));
@@ -200,16 +203,15 @@ int node_agent::run() {
     try {
       if (auto err = remote::deliver(std::move(f), [this](std::uint16_t i) { return local_.find(i); }))
         why = error_message(err);
-    } catch (const std::exception& e) {  // a device copy or an allocation that failed
+    } catch (const std::exception& e) { // a device copy or an allocation that failed
       why = e.what();
     }
     if (why && !stopping_)
       caf::anon_send(caf::actor_cast<caf::actor>(self_), lost_atom::value,
                      fmt::format("a malformed data frame from {}: {}", c.peer(), *why), false);
   };
-  data_h.on_close = [](net::connection&, std::string) {};  // senders see their peer go; the coordinator decides
-  auto data = net::listen({o_.transport, o_.listen_address, 0, o_.token,
-                           [this](std::string line) { log(line); }, {}},
+  data_h.on_close = [](net::connection&, std::string) {}; // senders see their peer go; the coordinator decides
+  auto data = net::listen({o_.transport, o_.listen_address, 0, o_.token, [this](std::string line) { log(line); }, {}},
                           std::move(data_h));
   if (!data) {
     log(fmt::format("cannot listen for channels on {}: {}", o_.listen_address, error_message(data.error())));
@@ -225,14 +227,15 @@ int node_agent::run() {
     // streamer's window: neither waits behind the agent's mailbox.
     try {
       switch (static_cast<control_kind>(f.kind)) {
-        case control_kind::clock:
-          c.send(encode(clock_msg{decode_or_throw<clock_msg>(f).coordinator_ns, steady_now_ns()}));
-          return;
-        case control_kind::spans_ack:
-          spans_acked_.store(std::max(spans_acked_.load(), decode_or_throw<spans_ack_msg>(f).seq), std::memory_order_release);
-          return;
-        default:
-          caf::anon_send(me, ctl_atom::value, std::make_shared<net::frame>(std::move(f)));
+      case control_kind::clock:
+        c.send(encode(clock_msg{decode_or_throw<clock_msg>(f).coordinator_ns, steady_now_ns()}));
+        return;
+      case control_kind::spans_ack:
+        spans_acked_.store(std::max(spans_acked_.load(), decode_or_throw<spans_ack_msg>(f).seq),
+                           std::memory_order_release);
+        return;
+      default:
+        caf::anon_send(me, ctl_atom::value, std::make_shared<net::frame>(std::move(f)));
       }
     } catch (const malformed_input& e) {
       caf::anon_send(me, lost_atom::value, fmt::format("rejected a control frame: {}", e.what()), true);
@@ -242,9 +245,9 @@ int node_agent::run() {
     if (!stopping_)
       caf::anon_send(me, lost_atom::value, "lost the coordinator: " + why, true);
   };
-  auto ctl = net::connect({net::transport_kind::tcp, o_.coordinator_host, o_.coordinator_port, o_.token, {},
-                           std::chrono::seconds(10)},
-                          std::move(ctl_h));
+  auto ctl = net::connect(
+    {net::transport_kind::tcp, o_.coordinator_host, o_.coordinator_port, o_.token, {}, std::chrono::seconds(10)},
+    std::move(ctl_h));
   if (!ctl) {
     log(fmt::format("cannot join the coordinator at {}:{}: {}", o_.coordinator_host, o_.coordinator_port,
                     error_message(ctl.error())));
@@ -279,28 +282,28 @@ int node_agent::run() {
       [&](ctl_atom, const control_frame& f) {
         try {
           switch (static_cast<control_kind>(f->kind)) {
-            case control_kind::plan:
-              if (auto err = setup(decode_or_throw<plan_msg>(*f)))
-                report_failure(fmt::format("node {}", o_.node), error_message(err));
-              else
-                ctl_->send(encode(control_kind::ready));
-              break;
-            case control_kind::start:
-              actors_.start(self_);
-              break;
-            case control_kind::stop:
-              exit_code = 0;
-              break;
-            case control_kind::replica_lost: {  // elastic local-update training: tell who exchanges and routes
-              auto replica = decode_or_throw<replica_lost_msg>(*f).replica;
-              for (std::size_t i = 0; i < graph_.actors.size() && i < actors_.by_index.size(); ++i)
-                if (const auto& a = graph_.actors[i];
-                    actors_.by_index[i] && (a.type == "outer_sync" || a.type == "data_loader"))
-                  caf::anon_send(actors_.by_index[i], replica_lost_atom::value, replica);
-              break;
-            }
-            default:
-              throw malformed_input(fmt::format("unexpected control frame {}", f->kind));
+          case control_kind::plan:
+            if (auto err = setup(decode_or_throw<plan_msg>(*f)))
+              report_failure(fmt::format("node {}", o_.node), error_message(err));
+            else
+              ctl_->send(encode(control_kind::ready));
+            break;
+          case control_kind::start:
+            actors_.start(self_);
+            break;
+          case control_kind::stop:
+            exit_code = 0;
+            break;
+          case control_kind::replica_lost: { // elastic local-update training: tell who exchanges and routes
+            auto replica = decode_or_throw<replica_lost_msg>(*f).replica;
+            for (std::size_t i = 0; i < graph_.actors.size() && i < actors_.by_index.size(); ++i)
+              if (const auto& a = graph_.actors[i];
+                  actors_.by_index[i] && (a.type == "outer_sync" || a.type == "data_loader"))
+                caf::anon_send(actors_.by_index[i], replica_lost_atom::value, replica);
+            break;
+          }
+          default:
+            throw malformed_input(fmt::format("unexpected control frame {}", f->kind));
           }
         } catch (const malformed_input& e) {
           log(fmt::format("rejected a control frame: {}", e.what()));
@@ -333,7 +336,7 @@ int node_agent::run() {
   heartbeat.join();
   stop_actors();
   if (streamer_)
-    streamer_->finish();  // the last spans, before the connection closes
+    streamer_->finish(); // the last spans, before the connection closes
   if (tracing_)
     if (auto err = tracing_->finish())
       log(error_message(err));

@@ -13,12 +13,12 @@ namespace troupe::cluster {
 struct node_options {
   std::string coordinator_host;
   std::uint16_t coordinator_port = 0;
-  int node = 0;                          ///< this node's index
-  std::string token;                     ///< the shared secret
-  std::string listen_address;            ///< where the data server listens; empty: see run_node
+  int node = 0;               ///< this node's index
+  std::string token;          ///< the shared secret
+  std::string listen_address; ///< where the data server listens; empty: see run_node
   net::transport_kind transport = net::transport_kind::tcp;
-  bool stop_on_stdin_eof = false;        ///< ssh nodes: the launcher's session ending closes stdin
-  std::int64_t threads = 0;              ///< actor-system worker threads; 0 = runtime_options_from_env's
+  bool stop_on_stdin_eof = false; ///< ssh nodes: the launcher's session ending closes stdin
+  std::int64_t threads = 0;       ///< actor-system worker threads; 0 = runtime_options_from_env's
 };
 
 /// Runs the node until the coordinator says stop (exit code 0) or the run

@@ -18,8 +18,8 @@ namespace {
 /// directory, with `handles` (by actor name) standing for each actor — local
 /// actors or, across processes, the channel actors that reach them — and a
 /// link from `links` where the channel emulates one.
-connect_msg make_connect(const graph_spec& g, const std::string& self,
-                         const std::map<std::string, caf::actor>& handles, const link_map& links) {
+connect_msg make_connect(const graph_spec& g, const std::string& self, const std::map<std::string, caf::actor>& handles,
+                         const link_map& links) {
   connect_msg m;
   m.self = self;
   auto type_of = [&](const std::string& n) { return g.find_actor(n)->type; };
@@ -40,8 +40,8 @@ connect_msg make_connect(const graph_spec& g, const std::string& self,
 
 /// A link actor for each direction of every channel with `bandwidth:` or
 /// `latency:` whose ends are both here.
-link_map spawn_links(caf::actor_system& sys, const graph_spec& g,
-                     const std::map<std::string, caf::actor>& handles, const here_fn& here) {
+link_map spawn_links(caf::actor_system& sys, const graph_spec& g, const std::map<std::string, caf::actor>& handles,
+                     const here_fn& here) {
   link_map links;
   for (const auto& c : g.channels)
     if ((c.bandwidth > 0 || c.latency > 0) && here(*g.find_actor(c.from)) && here(*g.find_actor(c.to))) {
@@ -66,13 +66,11 @@ void graph_actors::stop(caf::scoped_actor& self, std::chrono::milliseconds patie
     self->send_exit(h, caf::exit_reason::user_shutdown);
   bool waiting = true;
   while (waiting && !alive.empty())
-    self->receive([&](caf::down_msg& d) { alive.erase(d.source); },
-                  caf::after(patience) >> [&] { waiting = false; });
+    self->receive([&](caf::down_msg& d) { alive.erase(d.source); }, caf::after(patience) >> [&] { waiting = false; });
 }
 
-caf::error spawn_and_connect(caf::scoped_actor& self, const graph_spec& g, const here_fn& here,
-                             const remote_fn& remote, std::chrono::milliseconds connect_timeout,
-                             graph_actors& out) {
+caf::error spawn_and_connect(caf::scoped_actor& self, const graph_spec& g, const here_fn& here, const remote_fn& remote,
+                             std::chrono::milliseconds connect_timeout, graph_actors& out) {
   auto& sys = self->system();
   auto runner = caf::actor_cast<caf::actor>(self);
   const auto& actors = g.actors;
@@ -84,10 +82,9 @@ caf::error spawn_and_connect(caf::scoped_actor& self, const graph_spec& g, const
       continue;
     auto type = actor_registry().find(a.type);
     if (!type)
-      return make_error(
-          errc::unknown_actor_type,
-          fmt::format("{}: actor '{}': type '{}' has no implementation in this build (registered: {})",
-                      to_string(a.pos), a.name, a.type, fmt::join(actor_registry().names(), ", ")));
+      return make_error(errc::unknown_actor_type,
+                        fmt::format("{}: actor '{}': type '{}' has no implementation in this build (registered: {})",
+                                    to_string(a.pos), a.name, a.type, fmt::join(actor_registry().names(), ", ")));
     spawn_context ctx{sys, a, g, runner};
     auto h = type->factory.spawn(ctx);
     if (!h)
@@ -118,12 +115,12 @@ caf::error spawn_and_connect(caf::scoped_actor& self, const graph_spec& g, const
     if (!out.by_index[i])
       continue;
     caf::error failure;
-    self->request(out.by_index[i], connect_timeout, connect_atom::value,
-                  make_connect(g, a.name, out.handles, out.links))
-        .receive([](caf::ok_atom) {}, [&](caf::error& e) { failure = std::move(e); });
+    self
+      ->request(out.by_index[i], connect_timeout, connect_atom::value, make_connect(g, a.name, out.handles, out.links))
+      .receive([](caf::ok_atom) {}, [&](caf::error& e) { failure = std::move(e); });
     if (failure)
-      return make_error(errc::actor_failed, fmt::format("actor '{}' ({}) did not accept connect: {}", a.name,
-                                                        a.type, error_message(failure)));
+      return make_error(errc::actor_failed, fmt::format("actor '{}' ({}) did not accept connect: {}", a.name, a.type,
+                                                        error_message(failure)));
   }
   return {};
 }

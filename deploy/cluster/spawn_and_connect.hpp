@@ -28,9 +28,8 @@ using link_map = std::map<std::pair<std::string, std::string>, caf::actor>;
 
 /// What spawn_and_connect started in this process. The caller stops it.
 struct graph_actors {
-  std::map<std::string, caf::actor>
-      handles;                      ///< by name: this process's actors and the stand-ins for the others
-  std::vector<caf::actor> by_index; ///< this process's actors by graph index; null for the others
+  std::map<std::string, caf::actor> handles;    ///< by name: this process's actors and the stand-ins for the others
+  std::vector<caf::actor> by_index;             ///< this process's actors by graph index; null for the others
   std::map<caf::actor_addr, std::string> names; ///< this process's actors (monitored), by address
   std::set<caf::actor_addr> alive;              ///< those not yet seen down; the caller erases on down_msg
   link_map links;                               ///< emulated links between this process's actors
@@ -57,8 +56,7 @@ using remote_fn = std::function<caf::expected<caf::actor>(std::size_t)>;
 /// and waits up to `connect_timeout` for its reply. Fills `out` as it goes, so
 /// that after an error (errc::unknown_actor_type, errc::spawn_failed,
 /// errc::actor_failed, or remote's) the caller can stop what was started.
-caf::error spawn_and_connect(caf::scoped_actor& self, const graph_spec& g, const here_fn& here,
-                             const remote_fn& remote, std::chrono::milliseconds connect_timeout,
-                             graph_actors& out);
+caf::error spawn_and_connect(caf::scoped_actor& self, const graph_spec& g, const here_fn& here, const remote_fn& remote,
+                             std::chrono::milliseconds connect_timeout, graph_actors& out);
 
 } // namespace troupe

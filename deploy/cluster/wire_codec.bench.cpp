@@ -44,8 +44,8 @@ cluster::spans_msg big_spans_batch() {
     m.batch.actors.push_back({a, fmt::format("r0s{}", a), "pipeline_stage", 0, "stage"});
   for (std::size_t i = 0; i < cluster::max_batch_spans; ++i) {
     span s;
-    s.begin_ns = static_cast<std::int64_t>(i) * 1000, s.end_ns = s.begin_ns + 500, s.bytes = i, s.flow = i,
-    s.step = 3, s.microbatch = static_cast<std::int32_t>(i % 8), s.actor = static_cast<std::uint16_t>(i % 64),
+    s.begin_ns = static_cast<std::int64_t>(i) * 1000, s.end_ns = s.begin_ns + 500, s.bytes = i, s.flow = i, s.step = 3,
+    s.microbatch = static_cast<std::int32_t>(i % 8), s.actor = static_cast<std::uint16_t>(i % 64),
     s.kind = span_kind::forward;
     m.batch.spans.push_back(s);
   }
@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
   double act_s = best_s(runs, 200'000, [&] { (void)remote::deliver(remote::encode(1, forward_atom{}, act), local); });
 
   credit_msg credit{1, 4, 0.25, 0.5};
-  double credit_s = best_s(runs, 200'000, [&] { (void)remote::deliver(remote::encode(1, credit_atom{}, credit), local); });
+  double credit_s =
+    best_s(runs, 200'000, [&] { (void)remote::deliver(remote::encode(1, credit_atom{}, credit), local); });
 
   outer_part_msg part;
   part.step = 10, part.values = 4 << 20, part.cols = 1024, part.format = 2;

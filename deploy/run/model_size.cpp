@@ -30,7 +30,7 @@ parameter_count count_parameters(const graph_spec& g) {
   cfg.heads = g.model.heads;
   cfg.context = g.model.context;
   cfg.vocab = g.model.vocab;
-  cfg.head_apart = g.skip_runs();  // SkipPipe: stage 0 holds the head (#14)
+  cfg.head_apart = g.skip_runs(); // SkipPipe: stage 0 holds the head (#14)
   parameter_count p;
   for (const auto& a : g.actors) {
     if (!a.role.holds_layers)

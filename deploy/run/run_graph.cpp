@@ -57,7 +57,7 @@ load_result load_graph_for_cli(const std::filesystem::path& file, std::vector<st
   load_options opts;
   opts.overrides = std::move(overrides);
   opts.check_corpus = check_corpus;
-  opts.vocabulary = troupe_vocabulary;  // read after the graph's plugins registered theirs
+  opts.vocabulary = troupe_vocabulary; // read after the graph's plugins registered theirs
   return load_graph(file, opts);
 }
 
@@ -100,7 +100,8 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
   // outlives this call (their on_exit may touch what the caller frees next).
   auto stop_all = [&] { actors.stop(self, std::chrono::seconds(30)); };
   // 1. spawn, 2. connect: every actor runs here
-  if (auto err = spawn_and_connect(self, g, [](const actor_spec&) { return true; }, {}, opts.connect_timeout, actors)) {
+  if (auto err = spawn_and_connect(
+        self, g, [](const actor_spec&) { return true; }, {}, opts.connect_timeout, actors)) {
     stop_all();
     return err;
   }
@@ -129,9 +130,7 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
         if (auto err = checkpoints.on_report(m, res))
           failure = std::move(err);
       },
-      [&](failed_atom, failure_msg& f) {
-        failure = fmt::format("actor '{}' failed: {}", f.actor, f.what);
-      },
+      [&](failed_atom, failure_msg& f) { failure = fmt::format("actor '{}' failed: {}", f.actor, f.what); },
       [&](caf::down_msg& d) {
         actors.alive.erase(d.source);
         auto who = actors.names.count(d.source) ? actors.names[d.source] : std::string{"?"};
@@ -186,7 +185,9 @@ std::string run_checkpoints::explain_failure(std::string why) const {
 caf::error run_checkpoints::interrupted(int sig, std::size_t done, std::size_t actors) const {
   return make_error(errc::interrupted,
                     explain_failure(fmt::format("interrupted by {} before the run finished ({} of {} actors done)",
-                                                sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal",
+                                                sig == SIGTERM  ? "SIGTERM"
+                                                : sig == SIGINT ? "SIGINT"
+                                                                : "a signal",
                                                 done, actors)));
 }
 
@@ -205,10 +206,19 @@ nlohmann::json summary_json(const run_result& r, const parameter_count& paramete
     sent[s.actor] = s.bytes_sent;
   }
   auto text = [](const std::string& v) { return v.empty() ? nlohmann::json(nullptr) : nlohmann::json(v); };
-  return {{"steps", r.steps},           {"tokens_per_s", num(r.tokens_per_s())}, {"ms_per_step", num(r.ms_per_step())},
-          {"train_loss", num(r.train_loss)}, {"val_loss", num(r.val_loss)}, {"val_loss_short", num(r.val_loss_short)},    {"first_step", r.first_step},
-          {"losses", losses},           {"parameters", to_json(parameters)},     {"memory", memory},
-          {"bytes_sent", sent},         {"kernel_target", text(r.kernel_target)}, {"blas_core", text(r.blas_core)}};
+  return {{"steps", r.steps},
+          {"tokens_per_s", num(r.tokens_per_s())},
+          {"ms_per_step", num(r.ms_per_step())},
+          {"train_loss", num(r.train_loss)},
+          {"val_loss", num(r.val_loss)},
+          {"val_loss_short", num(r.val_loss_short)},
+          {"first_step", r.first_step},
+          {"losses", losses},
+          {"parameters", to_json(parameters)},
+          {"memory", memory},
+          {"bytes_sent", sent},
+          {"kernel_target", text(r.kernel_target)},
+          {"blas_core", text(r.blas_core)}};
 }
 
 } // namespace troupe

@@ -36,8 +36,8 @@ load_result load_graph_for_cli(const std::filesystem::path& file, std::vector<st
 
 /// How long `run_graph` waits.
 struct run_options {
-  std::chrono::milliseconds connect_timeout{30'000};  ///< for each actor's reply to connect
-  std::chrono::milliseconds timeout{0};               ///< for the whole run; 0 = no limit
+  std::chrono::milliseconds connect_timeout{30'000}; ///< for each actor's reply to connect
+  std::chrono::milliseconds timeout{0};              ///< for the whole run; 0 = no limit
   /// When it turns non-zero (a signal number), the run stops every actor and
   /// returns errc::interrupted; polled about every 100 ms.
   const std::atomic<int>* interrupt = nullptr;
@@ -47,16 +47,16 @@ struct run_options {
 struct run_result {
   std::int64_t steps = 0;
   std::int64_t tokens = 0;
-  double seconds = 0;                 ///< from start to the last `done`
+  double seconds = 0; ///< from start to the last `done`
   std::optional<double> train_loss;
   std::optional<double> val_loss;
-  std::optional<double> val_loss_short;  ///< SkipPipe: validation on a path of skip.path_length stages
-  std::int64_t first_step = 0;        ///< the step training started at (checkpoint.resume_step)
-  std::vector<double> losses;         ///< train loss per step from first_step on (the loss stage's)
-  std::int64_t checkpoints = 0;       ///< checkpoints completed
-  std::vector<run_summary> summaries; ///< one per actor, in arrival order
-  std::string kernel_target;          ///< the CPU kernels' SIMD target where run_graph ran them (this process);
-  std::string blas_core;              ///< and OpenBLAS's core; both empty for a launch, whose nodes choose their own
+  std::optional<double> val_loss_short; ///< SkipPipe: validation on a path of skip.path_length stages
+  std::int64_t first_step = 0;          ///< the step training started at (checkpoint.resume_step)
+  std::vector<double> losses;           ///< train loss per step from first_step on (the loss stage's)
+  std::int64_t checkpoints = 0;         ///< checkpoints completed
+  std::vector<run_summary> summaries;   ///< one per actor, in arrival order
+  std::string kernel_target;            ///< the CPU kernels' SIMD target where run_graph ran them (this process);
+  std::string blas_core;                ///< and OpenBLAS's core; both empty for a launch, whose nodes choose their own
 
   std::optional<double> tokens_per_s() const;
   std::optional<double> ms_per_step() const;

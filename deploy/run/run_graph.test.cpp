@@ -67,7 +67,9 @@ caf::behavior counter(caf::event_based_actor* self, std::string name, int expect
 caf::behavior failer(caf::event_based_actor* self, std::string name, caf::actor runner) {
   return {
     [=](connect_atom, const connect_msg&) { return caf::ok_atom::value; },
-    [=](start_atom) { self->send(runner, failed_atom::value, failure_msg{name, "the disk is on fire"}); },
+    [=](start_atom) {
+      self->send(runner, failed_atom::value, failure_msg{name, "the disk is on fire"});
+    },
   };
 }
 
@@ -86,18 +88,20 @@ void register_test_types() {
                                         },
                                         {{"count"}, {}, {}}});
     register_actor_type("test_counter", {[](spawn_context& c) -> caf::expected<caf::actor> {
-                                           return c.system.spawn(counter, c.spec.name,
-                                                                 int_param(c.spec, "expect", 1), c.runner);
+                                           return c.system.spawn(counter, c.spec.name, int_param(c.spec, "expect", 1),
+                                                                 c.runner);
                                          },
                                          {{"expect"}, {}, {}}});
     register_actor_type("test_failer", {[](spawn_context& c) -> caf::expected<caf::actor> {
                                           return c.system.spawn(failer, c.spec.name, c.runner);
                                         },
                                         {}});
-    register_actor_type("test_crasher", {[](spawn_context& c) -> caf::expected<caf::actor> {
-                                           return c.system.spawn(crasher, c.spec.name);  // (no-argument function actors trip UBSan in CAF 0.17)
-                                         },
-                                         {}});
+    register_actor_type("test_crasher",
+                        {[](spawn_context& c) -> caf::expected<caf::actor> {
+                           return c.system.spawn(crasher,
+                                                 c.spec.name); // (no-argument function actors trip UBSan in CAF 0.17)
+                         },
+                         {}});
     register_actor_type("test_unspawnable", {[](spawn_context& c) -> caf::expected<caf::actor> {
                                                return make_error(errc::spawn_failed, "no GPU for " + c.spec.name);
                                              },
@@ -134,7 +138,7 @@ TEST_CASE("a graph runs to completion when every actor reports done") {
   CHECK(r->steps == 100);
   CHECK(r->tokens == 800);
   REQUIRE(r->train_loss);
-  CHECK(*r->train_loss == doctest::Approx(5050.0));  // every payload arrived intact
+  CHECK(*r->train_loss == doctest::Approx(5050.0)); // every payload arrived intact
   CHECK_FALSE(r->val_loss);
   auto json = summary_json(*r, count_parameters(g));
   CHECK(json.at("steps") == 100);
@@ -181,10 +185,9 @@ TEST_CASE("a run that never finishes ends at its timeout") {
 }
 
 TEST_CASE("a routing policy's settings are the ones it registered, refused elsewhere at their positions") {
-  sched::register_routing(
-    "test_spread", "the plain chain, with a setting of its own",
-    [](const sched::routing_params& p) { return sched::make_routing("chain", p); },
-    {int_setting_spec("spread", "how far microbatches spread (a test key)", 1, 1, 4)});
+  sched::register_routing("test_spread", "the plain chain, with a setting of its own",
+                          [](const sched::routing_params& p) { return sched::make_routing("chain", p); },
+                          {int_setting_spec("spread", "how far microbatches spread (a test key)", 1, 1, 4)});
   auto load = [](std::string_view routing) {
     load_options o;
     o.check_corpus = false;
@@ -197,7 +200,7 @@ TEST_CASE("a routing policy's settings are the ones it registered, refused elsew
   auto ok = load("{policy: test_spread, spread: 3}");
   REQUIRE_MESSAGE(ok.ok(), to_string(ok.errors));
   CHECK(ok.graph->pipeline.routing_options.at("spread") == "3");
-  CHECK(load("{policy: test_spread}").graph->pipeline.routing_options.at("spread") == "1");  // its default
+  CHECK(load("{policy: test_spread}").graph->pipeline.routing_options.at("spread") == "1"); // its default
   CHECK(to_string(load("{policy: test_spread, spread: 9}").errors) ==
         "g.yaml:4:62: pipeline.routing.spread: must be at most 4, got 9\n");
   CHECK(to_string(load("{policy: chain, spread: 3}").errors) ==

@@ -79,11 +79,11 @@ caf::error run_tracing::finish() {
   if (auto err = writer_->finish())
     return err;
   auto dropped = writer_->dropped();
-  fmt::print("trace: {} spans written to {} ({:.3f} s of CPU to write){}\n", writer_->spans_written(), file_,
-             static_cast<double>(writer_->cpu_ns()) * 1e-9,
-             dropped ? fmt::format(" ({} spans dropped: a ring filled before they were written; raise --trace-buffer)",
-                                   dropped)
-                     : std::string{});
+  fmt::print(
+    "trace: {} spans written to {} ({:.3f} s of CPU to write){}\n", writer_->spans_written(), file_,
+    static_cast<double>(writer_->cpu_ns()) * 1e-9,
+    dropped ? fmt::format(" ({} spans dropped: a ring filled before they were written; raise --trace-buffer)", dropped)
+            : std::string{});
   writer_.reset();
   return {};
 }

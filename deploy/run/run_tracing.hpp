@@ -17,10 +17,10 @@ namespace troupe::cli {
 
 /// What the trace options asked for.
 struct trace_cli_options {
-  std::string file;                   ///< --trace FILE (else the graph's trace.file)
-  bool no_trace = false;              ///< --no-trace: ignore the graph's trace.file
-  std::size_t buffer = 1 << 16;       ///< --trace-buffer N: a thread's ring, in spans
-  bool dashboard = false;             ///< --dashboard [ADDR]
+  std::string file;             ///< --trace FILE (else the graph's trace.file)
+  bool no_trace = false;        ///< --no-trace: ignore the graph's trace.file
+  std::size_t buffer = 1 << 16; ///< --trace-buffer N: a thread's ring, in spans
+  bool dashboard = false;       ///< --dashboard [ADDR]
   std::string dashboard_address = "127.0.0.1:8080";
 };
 

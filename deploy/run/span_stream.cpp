@@ -16,7 +16,8 @@ constexpr std::size_t max_pending_spans = max_unacked_batches * max_batch_spans;
 template <class T>
 std::vector<T> take_front(std::vector<T>& v, std::size_t n) {
   n = std::min(n, v.size());
-  std::vector<T> out(std::make_move_iterator(v.begin()), std::make_move_iterator(v.begin() + static_cast<std::ptrdiff_t>(n)));
+  std::vector<T> out(std::make_move_iterator(v.begin()),
+                     std::make_move_iterator(v.begin() + static_cast<std::ptrdiff_t>(n)));
   v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n));
   return out;
 }
@@ -24,7 +25,7 @@ std::vector<T> take_front(std::vector<T>& v, std::size_t n) {
 } // namespace
 
 span_streamer::span_streamer(std::shared_ptr<net::connection> to, const std::atomic<std::uint64_t>& acked)
-  : to_(std::move(to)), acked_(acked) {
+    : to_(std::move(to)), acked_(acked) {
   thread_ = std::jthread{[this](std::stop_token st) {
     while (!st.stop_requested()) {
       for (int i = 0; i < 5 && !st.stop_requested(); ++i)
@@ -56,7 +57,7 @@ void span_streamer::send_batches(bool last) {
     lost_ += cut;
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(cut));
   }
-  if (pending_counters_.size() > 4 * max_batch_counters)  // a counter is one per step: only a stall gets here
+  if (pending_counters_.size() > 4 * max_batch_counters) // a counter is one per step: only a stall gets here
     pending_counters_.erase(pending_counters_.begin(),
                             pending_counters_.end() - static_cast<std::ptrdiff_t>(4 * max_batch_counters));
   auto actors = r.actors();
@@ -78,7 +79,7 @@ void span_streamer::send_batches(bool last) {
     b.dropped = cursor_.missed + lost_;
     auto f = encode(m);
     actors_sent_ = actors.size();
-    if (f.meta.size() > net::max_meta_bytes) {  // only with absurdly long names: never risk the connection
+    if (f.meta.size() > net::max_meta_bytes) { // only with absurdly long names: never risk the connection
       lost_ += b.spans.size();
       continue;
     }

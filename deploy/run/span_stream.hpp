@@ -36,8 +36,8 @@ private:
   std::shared_ptr<net::connection> to_;
   const std::atomic<std::uint64_t>& acked_;
   std::uint64_t sent_ = 0;
-  std::uint64_t lost_ = 0;        ///< spans dropped here while the coordinator lagged
-  std::size_t actors_sent_ = 0;   ///< recorder actors named in a batch so far
+  std::uint64_t lost_ = 0;      ///< spans dropped here while the coordinator lagged
+  std::size_t actors_sent_ = 0; ///< recorder actors named in a batch so far
   trace_recorder::cursor cursor_;
   std::vector<span> pending_;
   std::vector<counter_sample> pending_counters_;

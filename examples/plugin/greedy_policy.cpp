@@ -14,8 +14,7 @@ using namespace troupe::sched;
 
 class greedy_backward_first final : public stage_policy {
 public:
-  explicit greedy_backward_first(const policy_params& p)
-    : limit_(p.chunks * (p.ranks - p.rank)) {}
+  explicit greedy_backward_first(const policy_params& p) : limit_(p.chunks * (p.ranks - p.rank)) {}
 
   std::string_view name() const override { return "greedy_backward_first"; }
   int in_flight_limit() const override { return limit_; }

@@ -25,8 +25,8 @@ public:
     for (int r = 0; r < setup_.replicas; ++r)
       everyone.push_back(r);
     auto format = parse_wire_format(setup_.spec.quantize).value_or(wire_format::f32);
-    auto& ex = exchanges_.insert_or_assign(f, mean_exchange(everyone, setup_.replica, format, sync_row_values))
-                 .first->second;
+    auto& ex =
+      exchanges_.insert_or_assign(f, mean_exchange(everyone, setup_.replica, format, sync_row_values)).first->second;
     return ex.start(local);
   }
   std::vector<sync_send> receive(int f, int from, int round, int piece, quantized_rows part) override {
@@ -37,7 +37,7 @@ public:
     return it != exchanges_.end() && it->second.done() && !it->second.taken();
   }
   void perform(int f, std::span<float> local) override {
-    auto mean = exchanges_.at(f).take();  // kept until the next prepare: late members may still ask it
+    auto mean = exchanges_.at(f).take(); // kept until the next prepare: late members may still ask it
     if (mean.size() != local.size())
       throw std::invalid_argument("periodic_average: the mean and the stage's values differ in size");
     std::copy(mean.begin(), mean.end(), local.begin());

@@ -97,8 +97,12 @@ void softmax_grad_rows(float* p, float* ds, long ld, long n, long f, const float
 }
 } // namespace
 
-long attention_forward_scratch(attention_shape s) { return s.head_dim * s.seq + s.seq * s.seq; }
-long attention_backward_scratch(attention_shape s) { return 2 * s.seq * s.seq + 2 * s.head_dim * s.seq; }
+long attention_forward_scratch(attention_shape s) {
+  return s.head_dim * s.seq + s.seq * s.seq;
+}
+long attention_backward_scratch(attention_shape s) {
+  return 2 * s.seq * s.seq + 2 * s.head_dim * s.seq;
+}
 
 namespace {
 /// Calls f(begin, end) for each document [begin, end) of row `b` (the whole row without masks).
@@ -169,8 +173,8 @@ void attention_forward(const float* qkv, float* out, float* lse, float* scratch,
     for_each_document(doc_start, b, T, [&](long i0, long i1) {
       for (long h = 0; h < s.heads; ++h) {
         const float* q = qkv + (b * T + i0) * ld + h * hd;
-        forward_causal(q, q + c, q + 2 * c, ld, out + (b * T + i0) * c + h * hd, c,
-                       lse + (b * s.heads + h) * T + i0, i1 - i0, hd, scale, scratch);
+        forward_causal(q, q + c, q + 2 * c, ld, out + (b * T + i0) * c + h * hd, c, lse + (b * s.heads + h) * T + i0,
+                       i1 - i0, hd, scale, scratch);
       }
     });
 }
@@ -185,14 +189,18 @@ void attention_backward(const float* dout, const float* qkv, const float* lse, f
         const long row = (b * T + i0) * ld + h * hd;
         const float* q = qkv + row;
         float* dq = dqkv + row;
-        backward_causal(q, q + c, q + 2 * c, ld, dout + (b * T + i0) * c + h * hd, c,
-                        lse + (b * s.heads + h) * T + i0, dq, dq + c, dq + 2 * c, i1 - i0, hd, scale, scratch);
+        backward_causal(q, q + c, q + 2 * c, ld, dout + (b * T + i0) * c + h * hd, c, lse + (b * s.heads + h) * T + i0,
+                        dq, dq + c, dq + 2 * c, i1 - i0, hd, scale, scratch);
       }
     });
 }
 
-long attention_shard_forward_scratch(long nq, long nkv, long head_dim) { return head_dim * nkv + nq * nkv; }
-long attention_shard_backward_scratch(long nq, long nkv, long head_dim) { return 2 * head_dim * nkv + 2 * nq * nkv; }
+long attention_shard_forward_scratch(long nq, long nkv, long head_dim) {
+  return head_dim * nkv + nq * nkv;
+}
+long attention_shard_backward_scratch(long nq, long nkv, long head_dim) {
+  return 2 * head_dim * nkv + 2 * nq * nkv;
+}
 
 // Per head: scores P [nq, nkv] = the rectangle of keys [0, f) (every query sees
 // them, f = nkv − nq) beside the triangle of keys [f, nkv), laid out as in
@@ -201,7 +209,7 @@ void attention_shard_forward(const float* q, const float* k, const float* v, flo
                              long nq, long nkv, long heads, long hd) {
   const long c = heads * hd, n = nq, m = nkv, f = nkv - nq;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float* kt = scratch;        // [hd, m]
+  float* kt = scratch;         // [hd, m]
   float* p = scratch + hd * m; // [n, m]
   for (long h = 0; h < heads; ++h) {
     const float *qh = q + h * hd, *kh = k + h * hd, *vh = v + h * hd;
@@ -218,8 +226,7 @@ void attention_shard_forward(const float* q, const float* k, const float* v, flo
 }
 
 void attention_shard_backward(const float* dout, const float* q, const float* k, const float* v, const float* lse,
-                              float* dq, float* dk, float* dv, float* scratch, long nq, long nkv, long heads,
-                              long hd) {
+                              float* dq, float* dk, float* dv, float* scratch, long nq, long nkv, long heads, long hd) {
   const long c = heads * hd, n = nq, m = nkv, f = nkv - nq;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   float* p = scratch;          // [n, m]: probabilities, rebuilt from the scores and lse
@@ -252,7 +259,9 @@ void attention_shard_backward(const float* dout, const float* q, const float* k,
 
 namespace {
 /// The first key query i of row b may attend (the reference's mask, per score).
-long first_key(const std::int32_t* doc_start, long b, long T, long i) { return doc_start ? doc_start[b * T + i] : 0; }
+long first_key(const std::int32_t* doc_start, long b, long T, long i) {
+  return doc_start ? doc_start[b * T + i] : 0;
+}
 } // namespace
 
 void attention_forward_reference(const float* qkv, float* out, float* lse, attention_shape s,

@@ -36,8 +36,8 @@ float cross_entropy_forward(const float* logits, const std::int32_t* targets, lo
   return n == 0 ? 0.0f : float(total / double(n));
 }
 
-float cross_entropy_backward(const float* logits, const std::int32_t* targets, float* dlogits, long rows,
-                             long vocab, std::int32_t ignore_index, float dloss) {
+float cross_entropy_backward(const float* logits, const std::int32_t* targets, float* dlogits, long rows, long vocab,
+                             std::int32_t ignore_index, float dloss) {
   long n = count_valid(targets, rows, ignore_index);
   float scale = n == 0 ? 0.0f : dloss / float(n);
   double total = 0;

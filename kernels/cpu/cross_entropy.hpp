@@ -12,8 +12,8 @@ float cross_entropy_forward(const float* logits, const std::int32_t* targets, lo
 
 /// dlogits = dloss / counted * (softmax(row) - onehot(target)), zero for ignored rows.
 /// dlogits may alias logits. Returns the loss as the forward would.
-float cross_entropy_backward(const float* logits, const std::int32_t* targets, float* dlogits, long rows,
-                             long vocab, std::int32_t ignore_index, float dloss);
+float cross_entropy_backward(const float* logits, const std::int32_t* targets, float* dlogits, long rows, long vocab,
+                             std::int32_t ignore_index, float dloss);
 
 /// Double-precision reference of the forward.
 double cross_entropy_forward_reference(const float* logits, const std::int32_t* targets, long rows, long vocab,

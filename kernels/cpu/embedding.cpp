@@ -3,8 +3,8 @@
 
 namespace troupe::kernels::cpu {
 
-void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, float* out, long batch,
-                       long seq, long channels) {
+void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, float* out, long batch, long seq,
+                       long channels) {
   for (long b = 0; b < batch; ++b)
     for (long t = 0; t < seq; ++t) {
       const float* te = wte + long(tokens[b * seq + t]) * channels;
@@ -15,8 +15,8 @@ void embedding_forward(const std::int32_t* tokens, const float* wte, const float
     }
 }
 
-void embedding_backward(const float* dout, const std::int32_t* tokens, float* dwte, float* dwpe, long batch,
-                        long seq, long channels) {
+void embedding_backward(const float* dout, const std::int32_t* tokens, float* dwte, float* dwpe, long batch, long seq,
+                        long channels) {
   for (long b = 0; b < batch; ++b)
     for (long t = 0; t < seq; ++t) {
       const float* d = dout + (b * seq + t) * channels;

@@ -73,7 +73,9 @@ namespace {
 constexpr float k0 = 0.7978845608028654f; // √(2/π)
 constexpr float k1 = 0.044715f;
 
-float gelu1(float x) { return 0.5f * x * (1.0f + std::tanh(k0 * (x + k1 * x * x * x))); }
+float gelu1(float x) {
+  return 0.5f * x * (1.0f + std::tanh(k0 * (x + k1 * x * x * x)));
+}
 float gelu_grad1(float x) {
   float t = std::tanh(k0 * (x + k1 * x * x * x));
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k0 * (1.0f + 3.0f * k1 * x * x);
@@ -83,7 +85,9 @@ float gelu_grad1(float x) {
 HWY_EXPORT(gelu_forward_t);
 HWY_EXPORT(gelu_backward_t);
 
-void gelu_forward(const float* x, float* y, long n) { TROUPE_DISPATCH(gelu_forward_t)(x, y, n); }
+void gelu_forward(const float* x, float* y, long n) {
+  TROUPE_DISPATCH(gelu_forward_t)(x, y, n);
+}
 
 void gelu_backward(const float* dy, const float* x, float* dx, long n) {
   TROUPE_DISPATCH(gelu_backward_t)(dy, x, dx, n);

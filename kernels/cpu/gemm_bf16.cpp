@@ -54,8 +54,8 @@ constexpr int rows = 6;     // rows per register tile: 24 accumulators
 
 /// Two rows of 16 floats → 16 pairs (lo = r0[i], hi = r1[i]) as 32-bit lanes.
 inline __m512i interleave_pairs(__m512 r0, __m512 r1) {
-  static const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
-                                              22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  static const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                              6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   __m512i both = (__m512i)_mm512_cvtne2ps_pbh(r1, r0); // lanes 0-15 from r0, 16-31 from r1
   return _mm512_permutexvar_epi16(idx, both);
 }
@@ -189,12 +189,23 @@ void sgemm_bf16_dp(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
       for (; i + rows <= m; i += rows)
         tile_rows<rows>(pa, i, kp, bbuf.data(), c + j0, ldc, w, alpha, beta, first);
       switch (m - i) {
-        case 0: break;
-        case 1: tile_rows<1>(pa, i, kp, bbuf.data(), c + j0, ldc, w, alpha, beta, first); break;
-        case 2: tile_rows<2>(pa, i, kp, bbuf.data(), c + j0, ldc, w, alpha, beta, first); break;
-        case 3: tile_rows<3>(pa, i, kp, bbuf.data(), c + j0, ldc, w, alpha, beta, first); break;
-        case 4: tile_rows<4>(pa, i, kp, bbuf.data(), c + j0, ldc, w, alpha, beta, first); break;
-        default: tile_rows<5>(pa, i, kp, bbuf.data(), c + j0, ldc, w, alpha, beta, first); break;
+      case 0:
+        break;
+      case 1:
+        tile_rows<1>(pa, i, kp, bbuf.data(), c + j0, ldc, w, alpha, beta, first);
+        break;
+      case 2:
+        tile_rows<2>(pa, i, kp, bbuf.data(), c + j0, ldc, w, alpha, beta, first);
+        break;
+      case 3:
+        tile_rows<3>(pa, i, kp, bbuf.data(), c + j0, ldc, w, alpha, beta, first);
+        break;
+      case 4:
+        tile_rows<4>(pa, i, kp, bbuf.data(), c + j0, ldc, w, alpha, beta, first);
+        break;
+      default:
+        tile_rows<5>(pa, i, kp, bbuf.data(), c + j0, ldc, w, alpha, beta, first);
+        break;
       }
     }
   }
@@ -227,7 +238,6 @@ void sgemm_bf16_rounded(bool trans_a, bool trans_b, int m, int n, int k, float a
   sgemm_fused(trans_a, trans_b, m, n, k, alpha, ra.data(), int(a_cols), rb.data(), int(b_cols), beta, c, ldc, {});
 }
 
-
 /// Whether the dpbf16 kernel may run: the processor has AVX-512 BF16 and the kernel
 /// target (TROUPE_CPU_TARGET) is not capped below AVX-512.
 bool use_dp_kernel() {
@@ -244,8 +254,8 @@ bool use_dp_kernel() {
 
 } // namespace
 
-void sgemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-                const float* b, int ldb, float beta, float* c, int ldc) {
+void sgemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+                int ldb, float beta, float* c, int ldc) {
 #if TROUPE_BF16_KERNEL
   if (use_dp_kernel())
     return sgemm_bf16_dp(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

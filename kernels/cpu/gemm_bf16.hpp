@@ -8,8 +8,8 @@ namespace troupe::kernels::cpu {
 /// input element rounded to bf16 (nearest even) and products summed in f32.
 /// Uses _mm512_dpbf16_ps where the processor has AVX512_BF16, else rounds copies
 /// of the inputs and calls sgemm (same rounding, different summation order).
-void sgemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-                const float* b, int ldb, float beta, float* c, int ldc);
+void sgemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+                int ldb, float beta, float* c, int ldc);
 
 /// x rounded to the nearest bf16 (ties to even), returned as f32.
 float round_bf16(float x);

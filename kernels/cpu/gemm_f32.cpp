@@ -25,8 +25,8 @@
 namespace troupe::kernels::cpu::detail {
 
 /// The epilogue's plain version: C was computed as alpha·AB + beta·C_in by sgemm.
-inline void epilogue_rows(int m, int n, int k, bool trans_a, float alpha, const float* a, int lda, float* c,
-                          int ldc, const gemm_epilogue& e) {
+inline void epilogue_rows(int m, int n, int k, bool trans_a, float alpha, const float* a, int lda, float* c, int ldc,
+                          const gemm_epilogue& e) {
   if (e.bias)
     for (long i = 0; i < m; ++i)
       for (long j = 0; j < n; ++j)
@@ -47,8 +47,8 @@ inline void epilogue_rows(int m, int n, int k, bool trans_a, float alpha, const 
 }
 
 /// sgemm through BLAS, then the epilogue as separate passes.
-inline void fused_fallback(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
-                           const float* b, int ldb, float beta, float* c, int ldc, const gemm_epilogue& e) {
+inline void fused_fallback(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+                           int ldb, float beta, float* c, int ldc, const gemm_epilogue& e) {
   if (e.c_in && e.c_in != c && beta != 0.0f)
     for (long i = 0; i < m; ++i)
       std::memcpy(c + i * ldc, e.c_in + long(i) * e.ldc_in, std::size_t(n) * sizeof(float));
@@ -68,10 +68,10 @@ using tag = hn::ScalableTag<float>;
 constexpr long lanes = long(hn::MaxLanes(tag()));
 // Measured on AVX-512 against 6×64 with k blocks of 192, 12×32, 14×32 and 8×48
 // register tiles: 6×64 with 256 was fastest (≈190–205 GFLOP/s).
-constexpr int kc_max = 256;                           // k per block: a B panel stays in L1
-constexpr int vecs = vector_registers >= 32 ? 4 : 2;  // vectors per register-tile row
-constexpr long panel = vecs * lanes;                  // columns per packed B panel
-constexpr int rows = 6;                               // rows per register tile
+constexpr int kc_max = 256;                          // k per block: a B panel stays in L1
+constexpr int vecs = vector_registers >= 32 ? 4 : 2; // vectors per register-tile row
+constexpr long panel = vecs * lanes;                 // columns per packed B panel
+constexpr int rows = 6;                              // rows per register tile
 
 /// Where the register tile finds A(r, p): data[r·rs + p·ps], A in place.
 struct a_view {
@@ -254,12 +254,23 @@ void packed(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const 
       for (; i + rows <= m; i += rows)
         tile_rows<rows>(view(i), kc, bbuf.data(), w, at(i));
       switch (m - i) {
-        case 0: break;
-        case 1: tile_rows<1>(view(i), kc, bbuf.data(), w, at(i)); break;
-        case 2: tile_rows<2>(view(i), kc, bbuf.data(), w, at(i)); break;
-        case 3: tile_rows<3>(view(i), kc, bbuf.data(), w, at(i)); break;
-        case 4: tile_rows<4>(view(i), kc, bbuf.data(), w, at(i)); break;
-        default: tile_rows<5>(view(i), kc, bbuf.data(), w, at(i)); break;
+      case 0:
+        break;
+      case 1:
+        tile_rows<1>(view(i), kc, bbuf.data(), w, at(i));
+        break;
+      case 2:
+        tile_rows<2>(view(i), kc, bbuf.data(), w, at(i));
+        break;
+      case 3:
+        tile_rows<3>(view(i), kc, bbuf.data(), w, at(i));
+        break;
+      case 4:
+        tile_rows<4>(view(i), kc, bbuf.data(), w, at(i));
+        break;
+      default:
+        tile_rows<5>(view(i), kc, bbuf.data(), w, at(i));
+        break;
       }
     }
   }
@@ -304,8 +315,8 @@ namespace troupe::kernels::cpu {
 
 HWY_EXPORT(sgemm_fused_t);
 
-void sgemm_fused(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-                 const float* b, int ldb, float beta, float* c, int ldc, const gemm_epilogue& e) {
+void sgemm_fused(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+                 int ldb, float beta, float* c, int ldc, const gemm_epilogue& e) {
   TROUPE_DISPATCH(sgemm_fused_t)(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, e);
 }
 

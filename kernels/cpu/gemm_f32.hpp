@@ -19,7 +19,7 @@ struct gemm_epilogue {
 /// C = alpha · op(A) · op(B) + beta · C_in + bias, row-major like sgemm, in one pass
 /// over C. A packed register-tiled kernel per SIMD target (Highway); sgemm plus loops
 /// on targets without fixed-size vectors and for transposed A of more than 512 rows.
-void sgemm_fused(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-                 const float* b, int ldb, float beta, float* c, int ldc, const gemm_epilogue& e);
+void sgemm_fused(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+                 int ldb, float beta, float* c, int ldc, const gemm_epilogue& e);
 
 } // namespace troupe::kernels::cpu

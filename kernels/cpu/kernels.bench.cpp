@@ -58,26 +58,31 @@ std::vector<float> randv(std::size_t n) {
 } // namespace
 
 int main() {
-  for (auto [m, n, k, ta, tb] : std::vector<std::tuple<int, int, int, bool, bool>>{
-         {768, 384, 128, false, true}, {768, 512, 128, false, true}, {768, 128, 512, false, true},
-         {768, 128, 384, false, false}, {768, 128, 512, false, false}, {768, 512, 128, false, false},
-         {384, 128, 768, true, false}, {128, 512, 768, true, false}, {512, 128, 768, true, false}, {1024, 1024, 256, false, true},
-         {1024, 256, 1024, false, false}, {1024, 256, 1024, true, false}}) {
+  for (auto [m, n, k, ta, tb] : std::vector<std::tuple<int, int, int, bool, bool>>{{768, 384, 128, false, true},
+                                                                                   {768, 512, 128, false, true},
+                                                                                   {768, 128, 512, false, true},
+                                                                                   {768, 128, 384, false, false},
+                                                                                   {768, 128, 512, false, false},
+                                                                                   {768, 512, 128, false, false},
+                                                                                   {384, 128, 768, true, false},
+                                                                                   {128, 512, 768, true, false},
+                                                                                   {512, 128, 768, true, false},
+                                                                                   {1024, 1024, 256, false, true},
+                                                                                   {1024, 256, 1024, false, false},
+                                                                                   {1024, 256, 1024, true, false}}) {
     auto a = randv(std::size_t(m) * k), b = randv(std::size_t(k) * n);
     std::vector<float> c(std::size_t(m) * n);
     char name[96];
     std::snprintf(name, sizeof name, "sgemm %c%c %dx%dx%d", ta ? 't' : 'n', tb ? 't' : 'n', m, n, k);
-    bench(name, 2.0 * m * n * k, "GFLOP/s", [&] {
-      sgemm(ta, tb, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 1.0f, c.data(), n);
-    });
+    bench(name, 2.0 * m * n * k, "GFLOP/s",
+          [&] { sgemm(ta, tb, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 1.0f, c.data(), n); });
     std::snprintf(name, sizeof name, "sgemm_fused %c%c %dx%dx%d", ta ? 't' : 'n', tb ? 't' : 'n', m, n, k);
     bench(name, 2.0 * m * n * k, "GFLOP/s", [&] {
       sgemm_fused(ta, tb, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 1.0f, c.data(), n, {});
     });
     std::snprintf(name, sizeof name, "sgemm_bf16 %c%c %dx%dx%d", ta ? 't' : 'n', tb ? 't' : 'n', m, n, k);
-    bench(name, 2.0 * m * n * k, "GFLOP/s", [&] {
-      sgemm_bf16(ta, tb, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 1.0f, c.data(), n);
-    });
+    bench(name, 2.0 * m * n * k, "GFLOP/s",
+          [&] { sgemm_bf16(ta, tb, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 1.0f, c.data(), n); });
   }
   for (auto [m, n, k] : std::vector<std::array<int, 3>>{{8, 32, 64}, {8, 64, 32}, {8, 32, 128}, {8, 128, 64}}) {
     auto a = randv(std::size_t(m) * k), b = randv(std::size_t(k) * n);
@@ -103,11 +108,12 @@ int main() {
   }
   const long rows = 1024, cols = 256, n4 = rows * cols * 4;
   auto x = randv(std::size_t(rows * cols)), g = randv(std::size_t(cols)), dy = randv(std::size_t(rows * cols));
-  std::vector<float> y(x.size()), mean(rows), rstd(rows), dg(cols), db(cols), big = randv(std::size_t(n4)),
-    big2(static_cast<std::size_t>(n4)), dbig = randv(std::size_t(n4));
+  std::vector<float> y(x.size()), mean(rows), rstd(rows), dg(cols), db(cols),
+    big = randv(std::size_t(n4)), big2(static_cast<std::size_t>(n4)), dbig = randv(std::size_t(n4));
   double bytes = 4.0 * rows * cols;
-  bench("layer_norm_forward 1024x256", 2 * bytes, "GB/s",
-        [&] { layer_norm_forward(x.data(), g.data(), g.data(), y.data(), mean.data(), rstd.data(), rows, cols, 1e-5f); });
+  bench("layer_norm_forward 1024x256", 2 * bytes, "GB/s", [&] {
+    layer_norm_forward(x.data(), g.data(), g.data(), y.data(), mean.data(), rstd.data(), rows, cols, 1e-5f);
+  });
   bench("layer_norm_backward_input 1024x256", 3 * bytes, "GB/s", [&] {
     layer_norm_backward_input(dy.data(), x.data(), mean.data(), rstd.data(), g.data(), y.data(), rows, cols);
   });
@@ -121,9 +127,8 @@ int main() {
   std::vector<std::int32_t> t(rows);
   for (long i = 0; i < rows; ++i)
     t[std::size_t(i)] = std::int32_t(i % cols);
-  bench("cross_entropy_backward 1024x256", 2 * bytes, "GB/s", [&] {
-    cross_entropy_backward(x.data(), t.data(), y.data(), rows, cols, -1, 1.0f);
-  });
+  bench("cross_entropy_backward 1024x256", 2 * bytes, "GB/s",
+        [&] { cross_entropy_backward(x.data(), t.data(), y.data(), rows, cols, -1, 1.0f); });
   std::vector<float> m(static_cast<std::size_t>(n4)), v(static_cast<std::size_t>(n4));
   bench("adamw_update 4M", 4.0 * 5 * n4, "GB/s", [&] {
     adamw_update(big2.data(), dbig.data(), m.data(), v.data(), n4, {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.5f});

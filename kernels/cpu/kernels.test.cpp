@@ -46,7 +46,9 @@ double rel_err(const std::vector<float>& a, const std::vector<double>& b) {
   return md / std::max(mb, 1e-30);
 }
 
-std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+std::vector<double> widen(const std::vector<float>& v) {
+  return {v.begin(), v.end()};
+}
 
 } // namespace
 
@@ -62,7 +64,8 @@ TEST_CASE("sgemm and small_gemm match the reference for every transpose and odd 
         bool ta = t & 1, tb = t & 2;
         CAPTURE(m);
         CAPTURE(t);
-        auto a = randv(std::size_t(m * k), rng), b = randv(std::size_t(k * n), rng), c0 = randv(std::size_t(m * n), rng);
+        auto a = randv(std::size_t(m * k), rng), b = randv(std::size_t(k * n), rng),
+             c0 = randv(std::size_t(m * n), rng);
         int lda = ta ? m : k, ldb = tb ? k : n;
         auto c = c0, r = c0;
         sgemm(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 1.0f, c.data(), n);
@@ -98,8 +101,8 @@ TEST_CASE("small_gemm's causal triangles compute the wanted entries as the full 
         CAPTURE(t);
         CAPTURE(w);
         // Lower-triangular A (zero above the diagonal) for the k modes.
-        auto a = randv(std::size_t(t * t), rng), b = randv(std::size_t(t * w), rng), bt = randv(std::size_t(w * t), rng),
-             q = randv(std::size_t(t * w), rng);
+        auto a = randv(std::size_t(t * t), rng), b = randv(std::size_t(t * w), rng),
+             bt = randv(std::size_t(w * t), rng), q = randv(std::size_t(t * w), rng);
         for (long i = 0; i < t; ++i)
           for (long j = i + 1; j < t; ++j)
             a[std::size_t(i * t + j)] = 0.0f;
@@ -182,7 +185,8 @@ TEST_CASE("layer norm forward matches a double-precision reference") {
   for_each_target([&] {
     std::mt19937 rng(4);
     const long rows = 5, cols = 45;
-    auto x = randv(std::size_t(rows * cols), rng, 3.0f), g = randv(std::size_t(cols), rng), b = randv(std::size_t(cols), rng);
+    auto x = randv(std::size_t(rows * cols), rng, 3.0f), g = randv(std::size_t(cols), rng),
+         b = randv(std::size_t(cols), rng);
     std::vector<float> y(x.size()), mean(rows), rstd(rows);
     layer_norm_forward(x.data(), g.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, cols, 1e-5f);
     std::vector<double> r(x.size());
@@ -215,7 +219,8 @@ TEST_CASE("cross entropy matches the reference loss and softmax-minus-onehot gra
     CHECK(counted == rows - 1);
     CHECK(std::abs(loss - ref) < 1e-5 * ref);
     std::vector<float> d(logits.size());
-    CHECK(std::abs(cross_entropy_backward(logits.data(), t.data(), d.data(), rows, vocab, -1, 2.0f) - ref) < 1e-5 * ref);
+    CHECK(std::abs(cross_entropy_backward(logits.data(), t.data(), d.data(), rows, vocab, -1, 2.0f) - ref) <
+          1e-5 * ref);
     std::vector<double> rd(d.size(), 0.0);
     for (long i = 0; i < rows; ++i) {
       if (t[std::size_t(i)] < 0)
@@ -260,7 +265,8 @@ TEST_CASE("elementwise kernels and the optimizer updates match scalar references
     adamw_update(p2.data(), g.data(), m.data(), v.data(), n, {0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f});
     for (long i = 0; i < n; ++i) {
       double gi = g[std::size_t(i)], mi = 0.9 * 0.1 + 0.1 * gi, vi = 0.95 * 0.2 + 0.05 * gi * gi;
-      r[std::size_t(i)] = p[std::size_t(i)] * (1 - 0.001) - 0.01 / 0.19 * mi / (std::sqrt(vi) / std::sqrt(0.0975) + 1e-8);
+      r[std::size_t(i)] =
+        p[std::size_t(i)] * (1 - 0.001) - 0.01 / 0.19 * mi / (std::sqrt(vi) / std::sqrt(0.0975) + 1e-8);
     }
     CHECK(rel_err(p2, r) < 1e-6);
   });
@@ -275,7 +281,8 @@ TEST_CASE("bf16 products equal f32 products of bf16-rounded inputs") {
         CAPTURE(m);
         CAPTURE(k);
         CAPTURE(t);
-        auto a = randv(std::size_t(m * k), rng), b = randv(std::size_t(k * n), rng), c0 = randv(std::size_t(m * n), rng);
+        auto a = randv(std::size_t(m * k), rng), b = randv(std::size_t(k * n), rng),
+             c0 = randv(std::size_t(m * n), rng);
         auto ar = a, br = b;
         for (auto& x : ar)
           x = round_bf16(x);
@@ -290,8 +297,8 @@ TEST_CASE("bf16 products equal f32 products of bf16-rounded inputs") {
         }
       }
     }
-    CHECK(round_bf16(1.0f + 1.0f / 256) == 1.0f);                 // tie goes to even
-    CHECK(round_bf16(1.0f + 3.0f / 256) == 1.0f + 4.0f / 256);    // tie goes to even, upwards
+    CHECK(round_bf16(1.0f + 1.0f / 256) == 1.0f);              // tie goes to even
+    CHECK(round_bf16(1.0f + 3.0f / 256) == 1.0f + 4.0f / 256); // tie goes to even, upwards
     CHECK(round_bf16(1.0f + 1.0f / 256 + 1e-6f) == 1.0f + 2.0f / 256);
   });
 }
@@ -303,13 +310,14 @@ TEST_CASE("sgemm_fused matches the reference with its bias, residual and row-sum
     // and a transposed A of over 512 rows (copied transposed first; 608 × 32 takes the
     // register-block transpose, 600 × 30 the other).
     for (auto [m, n, k] : std::vector<std::array<int, 3>>{
-             {7, 33, 17}, {13, 70, 300}, {64, 128, 512}, {5, 1, 9}, {600, 20, 30}, {608, 24, 32}}) {
+           {7, 33, 17}, {13, 70, 300}, {64, 128, 512}, {5, 1, 9}, {600, 20, 30}, {608, 24, 32}}) {
       for (int t = 0; t < 4; ++t) {
         bool ta = t & 1, tb = t & 2;
         CAPTURE(m);
         CAPTURE(k);
         CAPTURE(t);
-        auto a = randv(std::size_t(m * k), rng), b = randv(std::size_t(k * n), rng), c0 = randv(std::size_t(m * n), rng);
+        auto a = randv(std::size_t(m * k), rng), b = randv(std::size_t(k * n), rng),
+             c0 = randv(std::size_t(m * n), rng);
         auto bias = randv(std::size_t(n), rng), resid = randv(std::size_t(m * (n + 3)), rng);
         int lda = ta ? m : k, ldb = tb ? k : n;
         for (float beta : {0.0f, 1.0f}) {

@@ -10,8 +10,8 @@
 HWY_BEFORE_NAMESPACE();
 namespace troupe::kernels::cpu::HWY_NAMESPACE {
 
-void layer_norm_forward_t(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                          float* rstd, long rows, long cols, float eps) {
+void layer_norm_forward_t(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                          long rows, long cols, float eps) {
   const hn::ScalableTag<float> d;
   const long N = long(hn::Lanes(d));
   for (long r = 0; r < rows; ++r) {
@@ -67,8 +67,8 @@ void layer_norm_backward_input_t(const float* dy, const float* x, const float* m
   }
 }
 
-void layer_norm_backward_weight_t(const float* dy, const float* x, const float* mean, const float* rstd,
-                                  float* dgamma, float* dbeta, long rows, long cols) {
+void layer_norm_backward_weight_t(const float* dy, const float* x, const float* mean, const float* rstd, float* dgamma,
+                                  float* dbeta, long rows, long cols) {
   const hn::ScalableTag<float> d;
   const long N = long(hn::Lanes(d));
   for (long r = 0; r < rows; ++r) {
@@ -98,8 +98,8 @@ HWY_EXPORT(layer_norm_forward_t);
 HWY_EXPORT(layer_norm_backward_input_t);
 HWY_EXPORT(layer_norm_backward_weight_t);
 
-void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                        float* rstd, long rows, long cols, float eps) {
+void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                        long rows, long cols, float eps) {
   TROUPE_DISPATCH(layer_norm_forward_t)(x, gamma, beta, y, mean, rstd, rows, cols, eps);
 }
 
@@ -108,8 +108,8 @@ void layer_norm_backward_input(const float* dy, const float* x, const float* mea
   TROUPE_DISPATCH(layer_norm_backward_input_t)(dy, x, mean, rstd, gamma, dx, rows, cols, add);
 }
 
-void layer_norm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd,
-                                float* dgamma, float* dbeta, long rows, long cols) {
+void layer_norm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd, float* dgamma,
+                                float* dbeta, long rows, long cols) {
   TROUPE_DISPATCH(layer_norm_backward_weight_t)(dy, x, mean, rstd, dgamma, dbeta, rows, cols);
 }
 

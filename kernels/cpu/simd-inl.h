@@ -169,8 +169,8 @@ HWY_INLINE float row_max(const float* x, long n) {
   for (; i + N <= n; i += N)
     acc = hn::Max(acc, hn::LoadU(d, x + i));
   if (i < n)
-    acc = hn::Max(acc, hn::IfThenElse(hn::FirstN(d, std::size_t(n - i)), load_n(d, x + i, n - i),
-                                      hn::Set(d, -INFINITY)));
+    acc =
+      hn::Max(acc, hn::IfThenElse(hn::FirstN(d, std::size_t(n - i)), load_n(d, x + i, n - i), hn::Set(d, -INFINITY)));
   return hn::GetLane(hn::MaxOfLanes(d, acc));
 }
 
@@ -187,8 +187,7 @@ HWY_INLINE float row_exp_sum(const float* x, float c, float* y, long n) {
     acc = hn::Add(acc, e);
   }
   if (i < n) {
-    const auto e =
-        hn::IfThenElseZero(hn::FirstN(d, std::size_t(n - i)), exp(d, hn::Sub(load_n(d, x + i, n - i), vc)));
+    const auto e = hn::IfThenElseZero(hn::FirstN(d, std::size_t(n - i)), exp(d, hn::Sub(load_n(d, x + i, n - i), vc)));
     store_n(e, d, y + i, n - i);
     acc = hn::Add(acc, e);
   }

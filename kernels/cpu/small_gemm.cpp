@@ -141,8 +141,8 @@ void panel(long m, long n_left, long k, float alpha, const float* a, long a_rs, 
 
 /// Columns [0, n_left) of one tile of vectors [1, max_nv]: the narrowest that covers them.
 template <int Rows, int NV = 1>
-void row_tile(long left, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb,
-              float* c, long ldc, bool accumulate) {
+void row_tile(long left, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb, float* c,
+              long ldc, bool accumulate) {
   if constexpr (NV < max_nv) {
     if (left > NV * lanes)
       return row_tile<Rows, NV + 1>(left, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc, accumulate);
@@ -159,8 +159,8 @@ void row_group(long n_left, long k, float alpha, const float* a, long a_rs, long
 }
 
 /// triangle::columns_to_row: row groups of 4, each only as wide as its last row's diagonal.
-void columns_to_row(long m, long n, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b,
-                    long ldb, float* c, long ldc, bool accumulate) {
+void columns_to_row(long m, long n, long k, float alpha, const float* a, long a_rs, long a_cs, const float* b, long ldb,
+                    float* c, long ldc, bool accumulate) {
   long r = 0;
   for (; r + 4 <= m; r += 4)
     row_group<4>(r + 4 < n ? r + 4 : n, k, alpha, a + r * a_rs, a_rs, a_cs, b, ldb, c + r * ldc, ldc, accumulate);

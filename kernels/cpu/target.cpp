@@ -23,15 +23,23 @@ namespace {
 std::string name_of(std::int64_t t) {
   switch (t) {
 #if HWY_ARCH_X86
-    case HWY_AVX3_DL: return "avx512_dl";
-    case HWY_AVX3: return "avx512";
-    case HWY_AVX2: return "avx2";
-    case HWY_SSE4: return "sse4";
-    case HWY_SSSE3: return "ssse3";
+  case HWY_AVX3_DL:
+    return "avx512_dl";
+  case HWY_AVX3:
+    return "avx512";
+  case HWY_AVX2:
+    return "avx2";
+  case HWY_SSE4:
+    return "sse4";
+  case HWY_SSSE3:
+    return "ssse3";
 #endif
-    case HWY_EMU128: return "baseline";
-    case HWY_SCALAR: return "baseline"; // x86-64 without -m flags: Highway's scalar code
-    default: break;
+  case HWY_EMU128:
+    return "baseline";
+  case HWY_SCALAR:
+    return "baseline"; // x86-64 without -m flags: Highway's scalar code
+  default:
+    break;
   }
   std::string s = hwy::TargetName(t);
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
@@ -100,9 +108,9 @@ caf::error set_kernel_target(std::string_view name) {
   std::string valid;
   for (const auto& s : supported_kernel_targets())
     valid += (valid.empty() ? "" : ", ") + s;
-  return make_error(errc::invalid_argument,
-                    fmt::format("CPU kernel target '{}' is not one this processor and build run (valid: {}, best)",
-                                name, valid));
+  return make_error(
+    errc::invalid_argument,
+    fmt::format("CPU kernel target '{}' is not one this processor and build run (valid: {}, best)", name, valid));
 }
 
 caf::error kernel_target_from_env() {

@@ -16,8 +16,8 @@ struct step_consts {
 };
 
 template <typename G>
-__global__ void adamw_kernel(float* master, float* m, float* v, __nv_bfloat16* copy, const G* grad,
-                             std::int64_t n, step_consts k) {
+__global__ void adamw_kernel(float* master, float* m, float* v, __nv_bfloat16* copy, const G* grad, std::int64_t n,
+                             step_consts k) {
   for (std::int64_t i = blockIdx.x * (std::int64_t)blockDim.x + threadIdx.x; i < n;
        i += (std::int64_t)gridDim.x * blockDim.x) {
     float g = to_f32(grad[i]) * k.grad_scale;
@@ -34,8 +34,8 @@ __global__ void adamw_kernel(float* master, float* m, float* v, __nv_bfloat16* c
 }
 
 template <typename G>
-status run(float* master, float* m, float* v, __nv_bfloat16* copy, const G* grad, std::int64_t n,
-           const adamw_config& c, cudaStream_t s) {
+status run(float* master, float* m, float* v, __nv_bfloat16* copy, const G* grad, std::int64_t n, const adamw_config& c,
+           cudaStream_t s) {
   if (n < 0 || c.step < 1)
     return status::failure("adamw_step: bad arguments n=" + std::to_string(n) + " step=" + std::to_string(c.step));
   if (n == 0)
@@ -60,8 +60,8 @@ status adamw_step(float* master, float* m, float* v, __nv_bfloat16* copy, const 
   return run(master, m, v, copy, grad, n, cfg, s);
 }
 
-status adamw_step(float* master, float* m, float* v, __nv_bfloat16* copy, const __nv_bfloat16* grad,
-                  std::int64_t n, const adamw_config& cfg, cudaStream_t s) {
+status adamw_step(float* master, float* m, float* v, __nv_bfloat16* copy, const __nv_bfloat16* grad, std::int64_t n,
+                  const adamw_config& cfg, cudaStream_t s) {
   return run(master, m, v, copy, grad, n, cfg, s);
 }
 

@@ -11,8 +11,7 @@ using namespace troupe::gpu;
 using namespace troupe::gpu::testing;
 using bf16 = __nv_bfloat16;
 
-TEST_CASE_TEMPLATE("AdamW updates f32 master weights, moments and the bf16 copy like PyTorch's AdamW", G, float,
-                   bf16) {
+TEST_CASE_TEMPLATE("AdamW updates f32 master weights, moments and the bf16 copy like PyTorch's AdamW", G, float, bf16) {
   TROUPE_REQUIRE_GPU_OR_SKIP();
   std::size_t n = 20011;
   auto p0 = random_normal(n, 1);
@@ -30,8 +29,8 @@ TEST_CASE_TEMPLATE("AdamW updates f32 master weights, moments and the bf16 copy 
       double gi = g[i] * (double)cfg.grad_scale;
       rm[i] = cfg.beta1 * rm[i] + (1.0 - cfg.beta1) * gi;
       rv[i] = cfg.beta2 * rv[i] + (1.0 - cfg.beta2) * gi * gi;
-      rp[i] = rp[i] * (1.0 - (double)cfg.lr * cfg.weight_decay) -
-              cfg.lr * (rm[i] / bc1) / (std::sqrt(rv[i] / bc2) + cfg.eps);
+      rp[i] =
+        rp[i] * (1.0 - (double)cfg.lr * cfg.weight_decay) - cfg.lr * (rm[i] / bc1) / (std::sqrt(rv[i] / bc2) + cfg.eps);
     }
     INFO("step " << step);
     check_close<float>("adamw master", master.download(), rp);

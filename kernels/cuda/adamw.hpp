@@ -25,7 +25,7 @@ struct adamw_config {
 /// when `copy` is not null it receives the new weights rounded to bf16.
 status adamw_step(float* master, float* m, float* v, __nv_bfloat16* copy, const float* grad, std::int64_t n,
                   const adamw_config& cfg, cudaStream_t stream);
-status adamw_step(float* master, float* m, float* v, __nv_bfloat16* copy, const __nv_bfloat16* grad,
-                  std::int64_t n, const adamw_config& cfg, cudaStream_t stream);
+status adamw_step(float* master, float* m, float* v, __nv_bfloat16* copy, const __nv_bfloat16* grad, std::int64_t n,
+                  const adamw_config& cfg, cudaStream_t stream);
 
 } // namespace troupe::gpu

@@ -32,8 +32,8 @@ template <int D>
 constexpr int rows_per_warp = D <= 64 ? 4 : 2;
 
 template <typename T, int D>
-__global__ void __launch_bounds__(warps * 32) attn_forward(T* o, float* lse, const T* q, const T* k, const T* v,
-                                                          int n, float scale, const int* docs, int heads) {
+__global__ void __launch_bounds__(warps * 32)
+  attn_forward(T* o, float* lse, const T* q, const T* k, const T* v, int n, float scale, const int* docs, int heads) {
   constexpr int R = rows_per_warp<D>, BR = warps * R, E = D / 32;
   __shared__ float qs[BR][D];
   __shared__ float ks[bc][D + 1];
@@ -140,9 +140,9 @@ __global__ void attn_delta(float* delta, const T* dout, const T* o, long long ro
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(warps * 32) attn_backward_dq(T* dq, const T* dout, const T* q, const T* k,
-                                                              const T* v, const float* lse, const float* delta,
-                                                              int n, float scale, const int* docs, int heads) {
+__global__ void __launch_bounds__(warps * 32)
+  attn_backward_dq(T* dq, const T* dout, const T* q, const T* k, const T* v, const float* lse, const float* delta,
+                   int n, float scale, const int* docs, int heads) {
   constexpr int R = rows_per_warp<D>, BR = warps * R, E = D / 32;
   __shared__ float qs[BR][D];
   __shared__ float dos[BR][D];
@@ -229,9 +229,9 @@ __global__ void __launch_bounds__(warps * 32) attn_backward_dq(T* dq, const T* d
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(warps * 32) attn_backward_dkv(T* dk, T* dv, const T* dout, const T* q, const T* k,
-                                                               const T* v, const float* lse, const float* delta,
-                                                               int n, float scale, const int* docs, int heads) {
+__global__ void __launch_bounds__(warps * 32)
+  attn_backward_dkv(T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const float* lse,
+                    const float* delta, int n, float scale, const int* docs, int heads) {
   constexpr int R = rows_per_warp<D>, BR = warps * R, E = D / 32;
   __shared__ float ks[BR][D];
   __shared__ float vs[BR][D];
@@ -338,7 +338,9 @@ status check(const char* what, const attention_shape& s) {
   return {};
 }
 
-float scale_of(const attention_shape& s) { return s.scale > 0.0f ? s.scale : 1.0f / std::sqrt((float)s.head_dim); }
+float scale_of(const attention_shape& s) {
+  return s.scale > 0.0f ? s.scale : 1.0f / std::sqrt((float)s.head_dim);
+}
 
 template <typename T, int D>
 status forward_d(T* o, float* lse, const T* q, const T* k, const T* v, const attention_shape& s, cudaStream_t st) {
@@ -350,8 +352,8 @@ status forward_d(T* o, float* lse, const T* q, const T* k, const T* v, const att
 }
 
 template <typename T, int D>
-status backward_d(T* dq, T* dk, T* dv, float* workspace, const T* dout, const T* q, const T* k, const T* v,
-                  const T* o, const float* lse, const attention_shape& s, cudaStream_t st) {
+status backward_d(T* dq, T* dk, T* dv, float* workspace, const T* dout, const T* q, const T* k, const T* v, const T* o,
+                  const float* lse, const attention_shape& s, cudaStream_t st) {
   constexpr int BR = warps * rows_per_warp<D>;
   long long rows = (long long)s.batch * s.heads * s.seq_len;
   float* dq_acc = workspace; // rows * D, used by the tensor-core path
@@ -362,15 +364,15 @@ status backward_d(T* dq, T* dk, T* dv, float* workspace, const T* dout, const T*
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     const void* ptrs[] = {dq, dk, dv, dout, q, k, v, workspace};
     if (!s.doc_start && attention_mma_supported(D, ptrs, 8))
-      return attention_mma_backward(dq, dk, dv, dq_acc, delta, dout, q, k, v, lse, s.batch * s.heads, s.seq_len, D,
-                                    sc, st);
+      return attention_mma_backward(dq, dk, dv, dq_acc, delta, dout, q, k, v, lse, s.batch * s.heads, s.seq_len, D, sc,
+                                    st);
   }
   dim3 grid((s.seq_len + BR - 1) / BR, s.batch * s.heads);
-  attn_backward_dq<T, D><<<grid, warps * 32, 0, st>>>(dq, dout, q, k, v, lse, delta, s.seq_len, sc, s.doc_start,
-                                                       s.heads);
+  attn_backward_dq<T, D>
+    <<<grid, warps * 32, 0, st>>>(dq, dout, q, k, v, lse, delta, s.seq_len, sc, s.doc_start, s.heads);
   TROUPE_CUDA_CHECK_LAUNCH();
-  attn_backward_dkv<T, D><<<grid, warps * 32, 0, st>>>(dk, dv, dout, q, k, v, lse, delta, s.seq_len, sc,
-                                                        s.doc_start, s.heads);
+  attn_backward_dkv<T, D>
+    <<<grid, warps * 32, 0, st>>>(dk, dv, dout, q, k, v, lse, delta, s.seq_len, sc, s.doc_start, s.heads);
   TROUPE_CUDA_CHECK_LAUNCH();
   return {};
 }
@@ -386,9 +388,12 @@ status forward(T* o, float* lse, const T* q, const T* k, const T* v, const atten
       return attention_mma_forward(o, lse, q, k, v, s.batch * s.heads, s.seq_len, s.head_dim, scale_of(s), st);
   }
   switch (s.head_dim) {
-    case 32: return forward_d<T, 32>(o, lse, q, k, v, s, st);
-    case 64: return forward_d<T, 64>(o, lse, q, k, v, s, st);
-    default: return forward_d<T, 128>(o, lse, q, k, v, s, st);
+  case 32:
+    return forward_d<T, 32>(o, lse, q, k, v, s, st);
+  case 64:
+    return forward_d<T, 64>(o, lse, q, k, v, s, st);
+  default:
+    return forward_d<T, 128>(o, lse, q, k, v, s, st);
   }
 }
 
@@ -399,9 +404,12 @@ status backward(T* dq, T* dk, T* dv, float* workspace, const T* dout, const T* q
   if ((long long)s.batch * s.heads * s.seq_len == 0)
     return {};
   switch (s.head_dim) {
-    case 32: return backward_d<T, 32>(dq, dk, dv, workspace, dout, q, k, v, o, lse, s, st);
-    case 64: return backward_d<T, 64>(dq, dk, dv, workspace, dout, q, k, v, o, lse, s, st);
-    default: return backward_d<T, 128>(dq, dk, dv, workspace, dout, q, k, v, o, lse, s, st);
+  case 32:
+    return backward_d<T, 32>(dq, dk, dv, workspace, dout, q, k, v, o, lse, s, st);
+  case 64:
+    return backward_d<T, 64>(dq, dk, dv, workspace, dout, q, k, v, o, lse, s, st);
+  default:
+    return backward_d<T, 128>(dq, dk, dv, workspace, dout, q, k, v, o, lse, s, st);
   }
 }
 
@@ -409,8 +417,8 @@ status backward(T* dq, T* dk, T* dv, float* workspace, const T* dout, const T* q
 
 using bf16 = __nv_bfloat16;
 
-status attention_forward(float* o, float* lse, const float* q, const float* k, const float* v,
-                         const attention_shape& s, cudaStream_t st) {
+status attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, const attention_shape& s,
+                         cudaStream_t st) {
   return forward(o, lse, q, k, v, s, st);
 }
 status attention_forward(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, const attention_shape& s,
@@ -422,8 +430,8 @@ std::size_t attention_backward_workspace(const attention_shape& s) {
 }
 
 status attention_backward(float* dq, float* dk, float* dv, float* workspace, const float* dout, const float* q,
-                          const float* k, const float* v, const float* o, const float* lse,
-                          const attention_shape& s, cudaStream_t st) {
+                          const float* k, const float* v, const float* o, const float* lse, const attention_shape& s,
+                          cudaStream_t st) {
   return backward(dq, dk, dv, workspace, dout, q, k, v, o, lse, s, st);
 }
 status attention_backward(bf16* dq, bf16* dk, bf16* dv, float* workspace, const bf16* dout, const bf16* q,

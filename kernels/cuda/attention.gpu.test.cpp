@@ -118,7 +118,7 @@ void check_shape(attention_shape s, const std::vector<int>* docs = nullptr) {
 
 TEST_CASE_TEMPLATE("causal attention forward and backward match a double reference", T, float, bf16) {
   TROUPE_REQUIRE_GPU_OR_SKIP();
-  check_shape<T>({.batch = 2, .heads = 3, .seq_len = 77, .head_dim = 64});  // ragged tiles
+  check_shape<T>({.batch = 2, .heads = 3, .seq_len = 77, .head_dim = 64}); // ragged tiles
   check_shape<T>({.batch = 1, .heads = 2, .seq_len = 128, .head_dim = 32});
   check_shape<T>({.batch = 1, .heads = 1, .seq_len = 100, .head_dim = 128});
   check_shape<T>({.batch = 1, .heads = 2, .seq_len = 200, .head_dim = 64}); // several 64-row tiles

@@ -25,8 +25,8 @@ struct attention_shape {
 
 /// o = causal softmax(q k^T * scale) v; lse[batch*heads*seq_len] (f32) receives
 /// each row's log-sum-exp of the scaled scores, which the backward needs.
-status attention_forward(float* o, float* lse, const float* q, const float* k, const float* v,
-                         const attention_shape& s, cudaStream_t stream);
+status attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, const attention_shape& s,
+                         cudaStream_t stream);
 status attention_forward(__nv_bfloat16* o, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                          const __nv_bfloat16* v, const attention_shape& s, cudaStream_t stream);
 
@@ -37,11 +37,11 @@ std::size_t attention_backward_workspace(const attention_shape& s);
 /// not accumulated). `workspace` is f32 scratch of attention_backward_workspace(s)
 /// elements, 16-byte aligned (cudaMalloc and the storage pool give that).
 status attention_backward(float* dq, float* dk, float* dv, float* workspace, const float* dout, const float* q,
-                          const float* k, const float* v, const float* o, const float* lse,
-                          const attention_shape& s, cudaStream_t stream);
+                          const float* k, const float* v, const float* o, const float* lse, const attention_shape& s,
+                          cudaStream_t stream);
 status attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, float* workspace,
                           const __nv_bfloat16* dout, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                          const __nv_bfloat16* v, const __nv_bfloat16* o, const float* lse,
-                          const attention_shape& s, cudaStream_t stream);
+                          const __nv_bfloat16* v, const __nv_bfloat16* o, const float* lse, const attention_shape& s,
+                          cudaStream_t stream);
 
 } // namespace troupe::gpu

@@ -15,21 +15,22 @@ namespace {
 using bf16 = __nv_bfloat16;
 using u32 = std::uint32_t;
 
-constexpr int tile = 64;            // streamed rows per step
+constexpr int tile = 64;                // streamed rows per step
 constexpr int nwarps = 4;               // 16 resident rows each (8 measured slower on H100)
 constexpr int block_rows = 16 * nwarps; // resident rows per block
-constexpr int pad = 8;        // bf16 of padding per shared row: conflict-free fragment loads
+constexpr int pad = 8;                  // bf16 of padding per shared row: conflict-free fragment loads
 constexpr float log2e = 1.4426950408889634f;
 
 __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ u32 ld32(const bf16* p) { return *reinterpret_cast<const u32*>(p); }
+__device__ __forceinline__ u32 ld32(const bf16* p) {
+  return *reinterpret_cast<const u32*>(p);
+}
 
 /// Four 8x8 b16 matrices from shared memory; lane L gives row L % 8 of matrix L / 8.
 __device__ __forceinline__ void ldsm_x4(u32 (&r)[4], const bf16* p) {
@@ -66,11 +67,15 @@ __device__ __forceinline__ void load_rows(bf16* dst, const bf16* src, int r0, in
   }
 }
 
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
 
 /// Waits until at most N committed copy groups are still in flight.
 template <int N>
-__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
 /// A-operand fragments of the warp's 16 rows (row0) of a shared [.][D+pad] tile.
 template <int D>
@@ -105,8 +110,7 @@ __device__ __forceinline__ void scores(float (&acc)[8][4], const u32 (&a)[D / 16
 /// acc (16 x D) += P (16 x 64, as score fragments) times B, B a shared [64][D+pad] tile
 /// (read transposed by ldmatrix).
 template <int D>
-__device__ __forceinline__ void accumulate_pv(float (&acc)[D / 8][4], const float (&p)[8][4], const bf16* b,
-                                              int lane) {
+__device__ __forceinline__ void accumulate_pv(float (&acc)[D / 8][4], const float (&p)[8][4], const bf16* b, int lane) {
   const int r = lane % 8, mi = lane / 8;
 #pragma unroll
   for (int kk = 0; kk < tile / 16; ++kk) {
@@ -124,19 +128,19 @@ __device__ __forceinline__ void accumulate_pv(float (&acc)[D / 8][4], const floa
 
 /// Elements of one shared streamed tile [tile][D+pad] and of the resident rows [block_rows][D+pad].
 template <int D>
-constexpr int tile_elems = tile * (D + pad);
+constexpr int tile_elems = tile*(D + pad);
 template <int D>
-constexpr int block_elems = block_rows * (D + pad);
+constexpr int block_elems = block_rows*(D + pad);
 
 // Each kernel double-buffers the streamed tiles: the copy of tile i+1 runs
 // while tile i is multiplied.
 
 template <int D>
-__global__ void __launch_bounds__(nwarps * 32) fwd_kernel(bf16* o, float* lse, const bf16* q, const bf16* k,
-                                                         const bf16* v, int n, float scale) {
+__global__ void __launch_bounds__(nwarps * 32)
+  fwd_kernel(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int n, float scale) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
-  bf16* ks = qs + block_elems<D>; // [2] tiles
+  bf16* ks = qs + block_elems<D>;    // [2] tiles
   bf16* vs = ks + 2 * tile_elems<D>; // [2] tiles
   const long long base = (long long)blockIdx.y * n * D;
   // Blocks with the longest causal rows start first, so the short ones fill the tail.
@@ -229,16 +233,16 @@ __global__ void __launch_bounds__(nwarps * 32) fwd_kernel(bf16* o, float* lse, c
 #pragma unroll
     for (int dn = 0; dn < D / 8; ++dn)
       *reinterpret_cast<u32*>(o + base + (long long)rows[h] * D + dn * 8 + 2 * t) =
-          pack(acc[dn][2 * h] * inv, acc[dn][2 * h + 1] * inv);
+        pack(acc[dn][2 * h] * inv, acc[dn][2 * h + 1] * inv);
     if (t == 0)
       lse[(long long)blockIdx.y * n + rows[h]] = (m[h] + log2f(sum)) / log2e;
   }
 }
 
 template <int D>
-__global__ void __launch_bounds__(nwarps * 32) dq_kernel(bf16* dq, const bf16* dout, const bf16* q, const bf16* k,
-                                                        const bf16* v, const float* lse, const float* delta, int n,
-                                                        float scale) {
+__global__ void __launch_bounds__(nwarps * 32)
+  dq_kernel(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v, const float* lse,
+            const float* delta, int n, float scale) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
   bf16* dos = qs + block_elems<D>;
@@ -301,7 +305,7 @@ __global__ void __launch_bounds__(nwarps * 32) dq_kernel(bf16* dq, const bf16* d
 #pragma unroll
     for (int dn = 0; dn < D / 8; ++dn)
       *reinterpret_cast<u32*>(dq + base + (long long)rows[h] * D + dn * 8 + 2 * t) =
-          pack(acc[dn][2 * h] * scale, acc[dn][2 * h + 1] * scale);
+        pack(acc[dn][2 * h] * scale, acc[dn][2 * h + 1] * scale);
   }
 }
 
@@ -310,14 +314,14 @@ __global__ void __launch_bounds__(nwarps * 32) dq_kernel(bf16* dq, const bf16* d
 /// adds, so dq_kernel need not recompute the scores (faster at head_dim 64;
 /// at 128 the extra registers spill and the separate kernel wins).
 template <int D, bool fuse_dq>
-__global__ void __launch_bounds__(nwarps * 32) dkv_kernel(bf16* dk, bf16* dv, float* dq_acc, const bf16* dout,
-                                                         const bf16* q, const bf16* k, const bf16* v, const float* lse,
-                                                         const float* delta, int n, float scale) {
+__global__ void __launch_bounds__(nwarps * 32)
+  dkv_kernel(bf16* dk, bf16* dv, float* dq_acc, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+             const float* lse, const float* delta, int n, float scale) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* kss = reinterpret_cast<bf16*>(smem);
   bf16* vss = kss + block_elems<D>;
-  bf16* qs = vss + block_elems<D>;   // [2] tiles
-  bf16* ds = qs + 2 * tile_elems<D>; // [2] tiles of dO
+  bf16* qs = vss + block_elems<D>;                                  // [2] tiles
+  bf16* ds = qs + 2 * tile_elems<D>;                                // [2] tiles of dO
   float* lse2_s = reinterpret_cast<float*>(ds + 2 * tile_elems<D>); // [2][tile]
   float* dl_s = lse2_s + 2 * tile;                                  // [2][tile]
   bf16* dst_s = reinterpret_cast<bf16*>(dl_s + 2 * tile);           // dS^T [block_rows][tile+pad]
@@ -379,7 +383,7 @@ __global__ void __launch_bounds__(nwarps * 32) dkv_kernel(bf16* dk, bf16* dv, fl
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           *reinterpret_cast<u32*>(dst_s + (warp * 16 + g + 8 * h) * (tile + pad) + j * 8 + 2 * t) =
-              pack(dp[j][2 * h], dp[j][2 * h + 1]);
+            pack(dp[j][2 * h], dp[j][2 * h + 1]);
       __syncthreads();
       float qa[D / 8][4] = {};
       const int r = lane % 8, mi = lane / 8;
@@ -422,17 +426,18 @@ __global__ void __launch_bounds__(nwarps * 32) dkv_kernel(bf16* dk, bf16* dv, fl
 }
 
 template <int D>
-constexpr std::size_t fwd_smem = (block_elems<D> + 4 * tile_elems<D>) * sizeof(bf16);
+constexpr std::size_t fwd_smem = (block_elems<D> + 4 * tile_elems<D>)*sizeof(bf16);
 template <int D>
-constexpr std::size_t dq_smem = (2 * block_elems<D> + 4 * tile_elems<D>) * sizeof(bf16);
+constexpr std::size_t dq_smem = (2 * block_elems<D> + 4 * tile_elems<D>)*sizeof(bf16);
 template <int D, bool fuse_dq>
 constexpr std::size_t dkv_smem = (2 * block_elems<D> + 4 * tile_elems<D> + (fuse_dq ? block_rows * (tile + pad) : 0)) *
-                                     sizeof(bf16) +
+                                   sizeof(bf16) +
                                  4 * tile * sizeof(float);
 
 /// dq = bf16(dq_acc * scale), 8 elements per thread.
 __global__ void dq_convert(bf16* dq, const float* dq_acc, long long chunks, float scale) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < chunks; i += (long long)gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < chunks;
+       i += (long long)gridDim.x * blockDim.x) {
     float v[8];
     const float4* src = reinterpret_cast<const float4*>(dq_acc) + 2 * i;
     float4 a = src[0], b = src[1];
@@ -452,7 +457,8 @@ template <int D>
 status forward_d(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int bh, int n, float scale,
                  cudaStream_t s) {
   TROUPE_GPU_TRY(allow_smem(fwd_kernel<D>, fwd_smem<D>));
-  fwd_kernel<D><<<dim3((n + block_rows - 1) / block_rows, bh), nwarps * 32, fwd_smem<D>, s>>>(o, lse, q, k, v, n, scale);
+  fwd_kernel<D>
+    <<<dim3((n + block_rows - 1) / block_rows, bh), nwarps * 32, fwd_smem<D>, s>>>(o, lse, q, k, v, n, scale);
   TROUPE_CUDA_CHECK_LAUNCH();
   return {};
 }
@@ -465,8 +471,8 @@ status backward_d(bf16* dq, bf16* dk, bf16* dv, float* dq_acc, const float* delt
     long long total = (long long)bh * n * D;
     TROUPE_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, total * sizeof(float), s));
     TROUPE_GPU_TRY(allow_smem(dkv_kernel<D, true>, dkv_smem<D, true>));
-    dkv_kernel<D, true><<<grid, nwarps * 32, dkv_smem<D, true>, s>>>(dk, dv, dq_acc, dout, q, k, v, lse, delta, n,
-                                                                     scale);
+    dkv_kernel<D, true>
+      <<<grid, nwarps * 32, dkv_smem<D, true>, s>>>(dk, dv, dq_acc, dout, q, k, v, lse, delta, n, scale);
     TROUPE_CUDA_CHECK_LAUNCH();
     dq_convert<<<grid_for(total / 8, 256), 256, 0, s>>>(dq, dq_acc, total / 8, scale);
     TROUPE_CUDA_CHECK_LAUNCH();
@@ -475,8 +481,8 @@ status backward_d(bf16* dq, bf16* dk, bf16* dv, float* dq_acc, const float* delt
     dq_kernel<D><<<grid, nwarps * 32, dq_smem<D>, s>>>(dq, dout, q, k, v, lse, delta, n, scale);
     TROUPE_CUDA_CHECK_LAUNCH();
     TROUPE_GPU_TRY(allow_smem(dkv_kernel<D, false>, dkv_smem<D, false>));
-    dkv_kernel<D, false><<<grid, nwarps * 32, dkv_smem<D, false>, s>>>(dk, dv, nullptr, dout, q, k, v, lse, delta, n,
-                                                                       scale);
+    dkv_kernel<D, false>
+      <<<grid, nwarps * 32, dkv_smem<D, false>, s>>>(dk, dv, nullptr, dout, q, k, v, lse, delta, n, scale);
     TROUPE_CUDA_CHECK_LAUNCH();
   }
   return {};

@@ -10,7 +10,8 @@ using namespace detail;
 
 template <typename T>
 __global__ void bias_add_kernel(T* y, const T* b, long long total, int n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+       i += (long long)gridDim.x * blockDim.x)
     y[i] = from_f32<T>(to_f32(y[i]) + to_f32(b[i % n]));
 }
 
@@ -56,9 +57,17 @@ status grad(float* db, const T* dy, int m, int n, cudaStream_t stream) {
 
 } // namespace
 
-status bias_add(float* y, const float* b, int m, int n, cudaStream_t s) { return add(y, b, m, n, s); }
-status bias_add(__nv_bfloat16* y, const __nv_bfloat16* b, int m, int n, cudaStream_t s) { return add(y, b, m, n, s); }
-status bias_grad(float* db, const float* dy, int m, int n, cudaStream_t s) { return grad(db, dy, m, n, s); }
-status bias_grad(float* db, const __nv_bfloat16* dy, int m, int n, cudaStream_t s) { return grad(db, dy, m, n, s); }
+status bias_add(float* y, const float* b, int m, int n, cudaStream_t s) {
+  return add(y, b, m, n, s);
+}
+status bias_add(__nv_bfloat16* y, const __nv_bfloat16* b, int m, int n, cudaStream_t s) {
+  return add(y, b, m, n, s);
+}
+status bias_grad(float* db, const float* dy, int m, int n, cudaStream_t s) {
+  return grad(db, dy, m, n, s);
+}
+status bias_grad(float* db, const __nv_bfloat16* dy, int m, int n, cudaStream_t s) {
+  return grad(db, dy, m, n, s);
+}
 
 } // namespace troupe::gpu

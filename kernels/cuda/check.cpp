@@ -35,15 +35,32 @@ status nccl_failure(ncclResult_t e, const char* call, const char* file, int line
   // Named here rather than by ncclGetErrorString, so the kernels need not link NCCL.
   const char* name = "unknown NCCL result";
   switch (e) {
-    case ncclSuccess: name = "ncclSuccess"; break;
-    case ncclUnhandledCudaError: name = "ncclUnhandledCudaError (a CUDA call inside NCCL failed)"; break;
-    case ncclSystemError: name = "ncclSystemError (a system call failed)"; break;
-    case ncclInternalError: name = "ncclInternalError"; break;
-    case ncclInvalidArgument: name = "ncclInvalidArgument"; break;
-    case ncclInvalidUsage: name = "ncclInvalidUsage"; break;
-    case ncclRemoteError: name = "ncclRemoteError (a peer failed or disconnected)"; break;
-    case ncclInProgress: name = "ncclInProgress"; break;
-    default: break;
+  case ncclSuccess:
+    name = "ncclSuccess";
+    break;
+  case ncclUnhandledCudaError:
+    name = "ncclUnhandledCudaError (a CUDA call inside NCCL failed)";
+    break;
+  case ncclSystemError:
+    name = "ncclSystemError (a system call failed)";
+    break;
+  case ncclInternalError:
+    name = "ncclInternalError";
+    break;
+  case ncclInvalidArgument:
+    name = "ncclInvalidArgument";
+    break;
+  case ncclInvalidUsage:
+    name = "ncclInvalidUsage";
+    break;
+  case ncclRemoteError:
+    name = "ncclRemoteError (a peer failed or disconnected)";
+    break;
+  case ncclInProgress:
+    name = "ncclInProgress";
+    break;
+  default:
+    break;
   }
   return status::failure(where(file, line, call) + name + " (code " + std::to_string(static_cast<int>(e)) + ")");
 }

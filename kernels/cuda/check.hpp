@@ -50,37 +50,37 @@ status nccl_failure(ncclResult_t e, const char* call, const char* file, int line
 } // namespace troupe::gpu
 
 /// Returns a troupe::gpu::status from the enclosing function when a CUDA runtime call fails.
-#define TROUPE_CUDA_CHECK(expr)                                                        \
-  do {                                                                                 \
-    cudaError_t troupe_err_ = (expr);                                                  \
-    if (troupe_err_ != cudaSuccess)                                                    \
-      return ::troupe::gpu::cuda_failure(troupe_err_, #expr, __FILE__, __LINE__);      \
+#define TROUPE_CUDA_CHECK(expr)                                                                                        \
+  do {                                                                                                                 \
+    cudaError_t troupe_err_ = (expr);                                                                                  \
+    if (troupe_err_ != cudaSuccess)                                                                                    \
+      return ::troupe::gpu::cuda_failure(troupe_err_, #expr, __FILE__, __LINE__);                                      \
   } while (0)
 
 /// Returns a troupe::gpu::status from the enclosing function when a cuBLAS call fails.
-#define TROUPE_CUBLAS_CHECK(expr)                                                      \
-  do {                                                                                 \
-    cublasStatus_t troupe_err_ = (expr);                                               \
-    if (troupe_err_ != CUBLAS_STATUS_SUCCESS)                                          \
-      return ::troupe::gpu::cublas_failure(troupe_err_, #expr, __FILE__, __LINE__);    \
+#define TROUPE_CUBLAS_CHECK(expr)                                                                                      \
+  do {                                                                                                                 \
+    cublasStatus_t troupe_err_ = (expr);                                                                               \
+    if (troupe_err_ != CUBLAS_STATUS_SUCCESS)                                                                          \
+      return ::troupe::gpu::cublas_failure(troupe_err_, #expr, __FILE__, __LINE__);                                    \
   } while (0)
 
 #ifdef TROUPE_HAVE_NCCL_HEADER
 /// Returns a troupe::gpu::status from the enclosing function when an NCCL call fails.
-#define TROUPE_NCCL_CHECK(expr)                                                        \
-  do {                                                                                 \
-    ncclResult_t troupe_err_ = (expr);                                                 \
-    if (troupe_err_ != ncclSuccess)                                                    \
-      return ::troupe::gpu::nccl_failure(troupe_err_, #expr, __FILE__, __LINE__);      \
+#define TROUPE_NCCL_CHECK(expr)                                                                                        \
+  do {                                                                                                                 \
+    ncclResult_t troupe_err_ = (expr);                                                                                 \
+    if (troupe_err_ != ncclSuccess)                                                                                    \
+      return ::troupe::gpu::nccl_failure(troupe_err_, #expr, __FILE__, __LINE__);                                      \
   } while (0)
 #endif
 
 /// Returns from the enclosing function when a call that yields a status failed.
-#define TROUPE_GPU_TRY(expr)                                                           \
-  do {                                                                                 \
-    ::troupe::gpu::status troupe_st_ = (expr);                                         \
-    if (!troupe_st_.ok())                                                              \
-      return troupe_st_;                                                               \
+#define TROUPE_GPU_TRY(expr)                                                                                           \
+  do {                                                                                                                 \
+    ::troupe::gpu::status troupe_st_ = (expr);                                                                         \
+    if (!troupe_st_.ok())                                                                                              \
+      return troupe_st_;                                                                                               \
   } while (0)
 
 /// Checks that the last kernel launch was accepted (bad configuration, no device).

@@ -86,8 +86,8 @@ __global__ void mean_kernel(float* loss, const float* row_loss, const std::int32
 }
 
 template <typename T>
-status run(const cross_entropy_out& out, T* dlogits, const T* logits, const std::int32_t* targets, int rows,
-           int vocab, int ignore_index, float scale, cudaStream_t s) {
+status run(const cross_entropy_out& out, T* dlogits, const T* logits, const std::int32_t* targets, int rows, int vocab,
+           int ignore_index, float scale, cudaStream_t s) {
   if (rows < 0 || vocab <= 0)
     return status::failure("cross_entropy_forward_backward: bad sizes rows=" + std::to_string(rows) +
                            " vocab=" + std::to_string(vocab));
@@ -99,11 +99,11 @@ status run(const cross_entropy_out& out, T* dlogits, const T* logits, const std:
   bool wide = vocab % vec == 0 && reinterpret_cast<std::uintptr_t>(logits) % 16 == 0 &&
               reinterpret_cast<std::uintptr_t>(dlogits) % 16 == 0;
   if (rows > 0 && wide)
-    row_kernel<T, vec><<<rows, threads, 0, s>>>(out.row_loss, dlogits, logits, targets, out.count, vocab,
-                                                ignore_index, scale);
+    row_kernel<T, vec>
+      <<<rows, threads, 0, s>>>(out.row_loss, dlogits, logits, targets, out.count, vocab, ignore_index, scale);
   else if (rows > 0)
-    row_kernel<T, 1><<<rows, threads, 0, s>>>(out.row_loss, dlogits, logits, targets, out.count, vocab, ignore_index,
-                                              scale);
+    row_kernel<T, 1>
+      <<<rows, threads, 0, s>>>(out.row_loss, dlogits, logits, targets, out.count, vocab, ignore_index, scale);
   TROUPE_CUDA_CHECK_LAUNCH();
   mean_kernel<<<1, 1024, 0, s>>>(out.loss, out.row_loss, out.count, rows);
   TROUPE_CUDA_CHECK_LAUNCH();
@@ -118,9 +118,9 @@ status cross_entropy_forward_backward(const cross_entropy_out& out, float* dlogi
   return run(out, dlogits, logits, targets, rows, vocab, ignore_index, dloss_scale, s);
 }
 
-status cross_entropy_forward_backward(const cross_entropy_out& out, __nv_bfloat16* dlogits,
-                                      const __nv_bfloat16* logits, const std::int32_t* targets, int rows,
-                                      int vocab, int ignore_index, float dloss_scale, cudaStream_t s) {
+status cross_entropy_forward_backward(const cross_entropy_out& out, __nv_bfloat16* dlogits, const __nv_bfloat16* logits,
+                                      const std::int32_t* targets, int rows, int vocab, int ignore_index,
+                                      float dloss_scale, cudaStream_t s) {
   return run(out, dlogits, logits, targets, rows, vocab, ignore_index, dloss_scale, s);
 }
 

@@ -28,7 +28,8 @@ TEST_CASE_TEMPLATE("cross-entropy loss is the mean over counted tokens and its g
     REQUIRE(cudaMalloc(&dt, rows * sizeof(std::int32_t)) == cudaSuccess);
     REQUIRE(cudaMemcpy(dt, targets.data(), rows * sizeof(std::int32_t), cudaMemcpyHostToDevice) == cudaSuccess);
     cross_entropy_out out{loss.get(), row_loss.get(), count};
-    TROUPE_REQUIRE_OK(cross_entropy_forward_backward(out, grad.get(), dl.get(), dt, rows, vocab, ignore, scale, nullptr));
+    TROUPE_REQUIRE_OK(
+      cross_entropy_forward_backward(out, grad.get(), dl.get(), dt, rows, vocab, ignore, scale, nullptr));
     std::vector<double> rrow(rows), rgrad(logits.size());
     int counted = 0;
     for (int t : targets)
@@ -98,8 +99,8 @@ TEST_CASE("rows whose first chunks are all -inf (a padded or masked vocabulary) 
   REQUIRE(cudaMalloc(&count, sizeof(std::int32_t)) == cudaSuccess);
   REQUIRE(cudaMalloc(&dt, rows * sizeof(std::int32_t)) == cudaSuccess);
   REQUIRE(cudaMemcpy(dt, targets.data(), rows * sizeof(std::int32_t), cudaMemcpyHostToDevice) == cudaSuccess);
-  TROUPE_REQUIRE_OK(cross_entropy_forward_backward({loss.get(), row_loss.get(), count}, grad.get(), dl.get(), dt,
-                                                   rows, vocab, -100, 1.0f, nullptr));
+  TROUPE_REQUIRE_OK(cross_entropy_forward_backward({loss.get(), row_loss.get(), count}, grad.get(), dl.get(), dt, rows,
+                                                   vocab, -100, 1.0f, nullptr));
   double total = 0;
   for (int i = 0; i < rows; ++i) {
     const float* x = &logits[(std::size_t)i * vocab];

@@ -86,11 +86,10 @@ int main() {
     const char* name;
     int m, n, k;
   };
-  for (auto [name, m, n, k] : {mm{"gemm bf16 qkv 8192x2304x768", tokens, 3 * c, c},
-                               mm{"gemm bf16 fc 8192x3072x768", tokens, 4 * c, c},
-                               mm{"gemm bf16 proj 8192x768x3072", tokens, c, 4 * c},
-                               mm{"gemm bf16 lm head 8192x50304x768", tokens, vocab, c},
-                               mm{"gemm bf16 8192^3", 8192, 8192, 8192}}) {
+  for (auto [name, m, n, k] :
+       {mm{"gemm bf16 qkv 8192x2304x768", tokens, 3 * c, c}, mm{"gemm bf16 fc 8192x3072x768", tokens, 4 * c, c},
+        mm{"gemm bf16 proj 8192x768x3072", tokens, c, 4 * c}, mm{"gemm bf16 lm head 8192x50304x768", tokens, vocab, c},
+        mm{"gemm bf16 8192^3", 8192, 8192, 8192}}) {
     auto* a = alloc<bf16>((std::size_t)m * k);
     auto* b = alloc<bf16>((std::size_t)n * k);
     auto* out = alloc<bf16>((std::size_t)m * n);
@@ -155,8 +154,8 @@ int main() {
     die(cudaMalloc(&targets, tokens * 4), "cudaMalloc");
     die(cudaMemset(targets, 0, tokens * 4), "cudaMemset");
     double ms = time_ms([&] {
-      die(cross_entropy_forward_backward({loss, rl, count}, logits, logits, targets, tokens, vocab, -100, 1.0f,
-                                         nullptr));
+      die(
+        cross_entropy_forward_backward({loss, rl, count}, logits, logits, targets, tokens, vocab, -100, 1.0f, nullptr));
     });
     row("cross-entropy fwd+bwd bf16 8192x50304", ms, 0, 2.0 * n * 2);
     cudaFree(logits), cudaFree(loss), cudaFree(rl), cudaFree(count), cudaFree(targets);

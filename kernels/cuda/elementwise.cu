@@ -167,18 +167,28 @@ status add(T* out, const T* a, const T* b, std::int64_t n, cudaStream_t s) {
   return launch_vec<T>(out, a, b, n, s, sum_value{}, add_op<T>{out, a, b});
 }
 template <typename D, typename S>
-status acc(D* dst, const S* src, std::int64_t n, cudaStream_t s) { return launch(n, s, acc_op<D, S>{dst, src}); }
+status acc(D* dst, const S* src, std::int64_t n, cudaStream_t s) {
+  return launch(n, s, acc_op<D, S>{dst, src});
+}
 template <typename D, typename S>
-status conv(D* dst, const S* src, std::int64_t n, cudaStream_t s) { return launch(n, s, conv_op<D, S>{dst, src}); }
+status conv(D* dst, const S* src, std::int64_t n, cudaStream_t s) {
+  return launch(n, s, conv_op<D, S>{dst, src});
+}
 template <typename T>
-status fill_with(T* dst, float value, std::int64_t n, cudaStream_t s) { return launch(n, s, fill_op<T>{dst, value}); }
+status fill_with(T* dst, float value, std::int64_t n, cudaStream_t s) {
+  return launch(n, s, fill_op<T>{dst, value});
+}
 
 } // namespace
 
 using bf16 = __nv_bfloat16;
 
-status gelu_forward(float* y, const float* x, std::int64_t n, cudaStream_t s) { return gelu_fwd(y, x, n, s); }
-status gelu_forward(bf16* y, const bf16* x, std::int64_t n, cudaStream_t s) { return gelu_fwd(y, x, n, s); }
+status gelu_forward(float* y, const float* x, std::int64_t n, cudaStream_t s) {
+  return gelu_fwd(y, x, n, s);
+}
+status gelu_forward(bf16* y, const bf16* x, std::int64_t n, cudaStream_t s) {
+  return gelu_fwd(y, x, n, s);
+}
 status gelu_backward(float* dx, const float* x, const float* dy, std::int64_t n, cudaStream_t s) {
   return gelu_bwd(dx, x, dy, n, s);
 }
@@ -191,13 +201,29 @@ status residual_add(float* out, const float* a, const float* b, std::int64_t n, 
 status residual_add(bf16* out, const bf16* a, const bf16* b, std::int64_t n, cudaStream_t s) {
   return add(out, a, b, n, s);
 }
-status accumulate(float* dst, const float* src, std::int64_t n, cudaStream_t s) { return acc(dst, src, n, s); }
-status accumulate(float* dst, const bf16* src, std::int64_t n, cudaStream_t s) { return acc(dst, src, n, s); }
-status accumulate(bf16* dst, const bf16* src, std::int64_t n, cudaStream_t s) { return acc(dst, src, n, s); }
-status scale(float* x, float factor, std::int64_t n, cudaStream_t s) { return launch(n, s, scale_op{x, factor}); }
-status convert(bf16* dst, const float* src, std::int64_t n, cudaStream_t s) { return conv(dst, src, n, s); }
-status convert(float* dst, const bf16* src, std::int64_t n, cudaStream_t s) { return conv(dst, src, n, s); }
-status fill(float* dst, float value, std::int64_t n, cudaStream_t s) { return fill_with(dst, value, n, s); }
-status fill(bf16* dst, float value, std::int64_t n, cudaStream_t s) { return fill_with(dst, value, n, s); }
+status accumulate(float* dst, const float* src, std::int64_t n, cudaStream_t s) {
+  return acc(dst, src, n, s);
+}
+status accumulate(float* dst, const bf16* src, std::int64_t n, cudaStream_t s) {
+  return acc(dst, src, n, s);
+}
+status accumulate(bf16* dst, const bf16* src, std::int64_t n, cudaStream_t s) {
+  return acc(dst, src, n, s);
+}
+status scale(float* x, float factor, std::int64_t n, cudaStream_t s) {
+  return launch(n, s, scale_op{x, factor});
+}
+status convert(bf16* dst, const float* src, std::int64_t n, cudaStream_t s) {
+  return conv(dst, src, n, s);
+}
+status convert(float* dst, const bf16* src, std::int64_t n, cudaStream_t s) {
+  return conv(dst, src, n, s);
+}
+status fill(float* dst, float value, std::int64_t n, cudaStream_t s) {
+  return fill_with(dst, value, n, s);
+}
+status fill(bf16* dst, float value, std::int64_t n, cudaStream_t s) {
+  return fill_with(dst, value, n, s);
+}
 
 } // namespace troupe::gpu

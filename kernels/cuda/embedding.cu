@@ -24,8 +24,8 @@ __global__ void emb_forward(T* out, const std::int32_t* ids, const T* wte, const
 }
 
 template <typename T>
-__global__ void emb_backward(float* dwte, float* dwpe, const T* dout, const std::int32_t* ids, int seq_len,
-                             int vocab, int dim) {
+__global__ void emb_backward(float* dwte, float* dwpe, const T* dout, const std::int32_t* ids, int seq_len, int vocab,
+                             int dim) {
   int row = blockIdx.x;
   int id = ids[row];
   const T* g = dout + (long long)row * dim;
@@ -48,11 +48,13 @@ status check(const char* what, int rows, int seq_len, int vocab, int dim) {
   return {};
 }
 
-int threads_for(int dim) { return dim >= 256 ? 256 : (dim + 31) / 32 * 32; }
+int threads_for(int dim) {
+  return dim >= 256 ? 256 : (dim + 31) / 32 * 32;
+}
 
 template <typename T>
-status forward(T* out, const std::int32_t* ids, const T* wte, const T* wpe, int rows, int seq_len, int vocab,
-               int dim, cudaStream_t s) {
+status forward(T* out, const std::int32_t* ids, const T* wte, const T* wpe, int rows, int seq_len, int vocab, int dim,
+               cudaStream_t s) {
   TROUPE_GPU_TRY(check("embedding_forward", rows, seq_len, vocab, dim));
   if (rows == 0)
     return {};
@@ -76,20 +78,20 @@ status backward(float* dwte, float* dwpe, const T* dout, const std::int32_t* ids
 
 using bf16 = __nv_bfloat16;
 
-status embedding_forward(float* out, const std::int32_t* ids, const float* wte, const float* wpe, int rows,
-                         int seq_len, int vocab, int dim, cudaStream_t s) {
+status embedding_forward(float* out, const std::int32_t* ids, const float* wte, const float* wpe, int rows, int seq_len,
+                         int vocab, int dim, cudaStream_t s) {
   return forward(out, ids, wte, wpe, rows, seq_len, vocab, dim, s);
 }
-status embedding_forward(bf16* out, const std::int32_t* ids, const bf16* wte, const bf16* wpe, int rows,
-                         int seq_len, int vocab, int dim, cudaStream_t s) {
+status embedding_forward(bf16* out, const std::int32_t* ids, const bf16* wte, const bf16* wpe, int rows, int seq_len,
+                         int vocab, int dim, cudaStream_t s) {
   return forward(out, ids, wte, wpe, rows, seq_len, vocab, dim, s);
 }
-status embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* ids, int rows,
-                          int seq_len, int vocab, int dim, cudaStream_t s) {
+status embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* ids, int rows, int seq_len,
+                          int vocab, int dim, cudaStream_t s) {
   return backward(dwte, dwpe, dout, ids, rows, seq_len, vocab, dim, s);
 }
-status embedding_backward(float* dwte, float* dwpe, const bf16* dout, const std::int32_t* ids, int rows,
-                          int seq_len, int vocab, int dim, cudaStream_t s) {
+status embedding_backward(float* dwte, float* dwpe, const bf16* dout, const std::int32_t* ids, int rows, int seq_len,
+                          int vocab, int dim, cudaStream_t s) {
   return backward(dwte, dwpe, dout, ids, rows, seq_len, vocab, dim, s);
 }
 

@@ -37,20 +37,20 @@ status run(cublasHandle_t h, cudaStream_t stream, const gemm_shape& s, const voi
   int ldb = s.trans_b ? s.k : s.n;
   auto op_a = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   auto op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  TROUPE_CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, s.n, s.m, s.k, &s.alpha, b, in, ldb, a, in, lda, &s.beta, c, out,
-                                   s.n, compute, CUBLAS_GEMM_DEFAULT));
+  TROUPE_CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, s.n, s.m, s.k, &s.alpha, b, in, ldb, a, in, lda, &s.beta, c, out, s.n,
+                                   compute, CUBLAS_GEMM_DEFAULT));
   return {};
 }
 
 } // namespace
 
-status gemm(cublasHandle_t h, cudaStream_t stream, const gemm_shape& s, const __nv_bfloat16* a,
-            const __nv_bfloat16* b, __nv_bfloat16* c) {
+status gemm(cublasHandle_t h, cudaStream_t stream, const gemm_shape& s, const __nv_bfloat16* a, const __nv_bfloat16* b,
+            __nv_bfloat16* c) {
   return run(h, stream, s, a, b, c, CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F);
 }
 
-status gemm(cublasHandle_t h, cudaStream_t stream, const gemm_shape& s, const __nv_bfloat16* a,
-            const __nv_bfloat16* b, float* c) {
+status gemm(cublasHandle_t h, cudaStream_t stream, const gemm_shape& s, const __nv_bfloat16* a, const __nv_bfloat16* b,
+            float* c) {
   return run(h, stream, s, a, b, c, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F);
 }
 
@@ -59,8 +59,8 @@ status gemm(cublasHandle_t h, cudaStream_t stream, const gemm_shape& s, const fl
 }
 
 status gemm_strided_batched(cublasHandle_t h, cudaStream_t stream, const gemm_shape& s, int batch,
-                            const __nv_bfloat16* a, long long stride_a, const __nv_bfloat16* b,
-                            long long stride_b, __nv_bfloat16* c, long long stride_c) {
+                            const __nv_bfloat16* a, long long stride_a, const __nv_bfloat16* b, long long stride_b,
+                            __nv_bfloat16* c, long long stride_c) {
   TROUPE_GPU_TRY(check_shape(s));
   if (s.m == 0 || s.n == 0 || batch == 0)
     return {};
@@ -69,9 +69,9 @@ status gemm_strided_batched(cublasHandle_t h, cudaStream_t stream, const gemm_sh
   int ldb = s.trans_b ? s.k : s.n;
   auto op_a = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   auto op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  TROUPE_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, s.n, s.m, s.k, &s.alpha, b, CUDA_R_16BF, ldb,
-                                                 stride_b, a, CUDA_R_16BF, lda, stride_a, &s.beta, c, CUDA_R_16BF,
-                                                 s.n, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  TROUPE_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, s.n, s.m, s.k, &s.alpha, b, CUDA_R_16BF, ldb, stride_b,
+                                                 a, CUDA_R_16BF, lda, stride_a, &s.beta, c, CUDA_R_16BF, s.n, stride_c,
+                                                 batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return {};
 }
 

@@ -37,7 +37,12 @@ void check_all_transposes(const char* what) {
   TROUPE_REQUIRE_OK(h.init());
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
-      gemm_shape s{.m = 67, .n = 45, .k = 130, .trans_a = ta == 1, .trans_b = tb == 1, .alpha = 0.75f,
+      gemm_shape s{.m = 67,
+                   .n = 45,
+                   .k = 130,
+                   .trans_a = ta == 1,
+                   .trans_b = tb == 1,
+                   .alpha = 0.75f,
                    .beta = tb == 1 ? 0.5f : 0.0f};
       auto a = rounded<In>(random_normal((std::size_t)s.m * s.k, 1 + ta * 2 + tb));
       auto b = rounded<In>(random_normal((std::size_t)s.k * s.n, 11 + ta * 2 + tb));
@@ -75,11 +80,12 @@ TEST_CASE("strided batched bf16 GEMM matches a double reference per batch") {
   auto a = rounded<bf16>(random_normal(sa * batch, 5));
   auto b = rounded<bf16>(random_normal(sb * batch, 6));
   device_buffer<bf16> da(a), db(b), dc(sc * batch);
-  TROUPE_REQUIRE_OK(gemm_strided_batched(h.get(), nullptr, s, batch, da.get(), (long long)sa, db.get(),
-                                         (long long)sb, dc.get(), (long long)sc));
+  TROUPE_REQUIRE_OK(gemm_strided_batched(h.get(), nullptr, s, batch, da.get(), (long long)sa, db.get(), (long long)sb,
+                                         dc.get(), (long long)sc));
   auto got = dc.download();
   for (int i = 0; i < batch; ++i) {
-    std::vector<float> ai(a.begin() + i * sa, a.begin() + (i + 1) * sa), bi(b.begin() + i * sb, b.begin() + (i + 1) * sb);
+    std::vector<float> ai(a.begin() + i * sa, a.begin() + (i + 1) * sa),
+      bi(b.begin() + i * sb, b.begin() + (i + 1) * sb);
     std::vector<float> gi(got.begin() + i * sc, got.begin() + (i + 1) * sc);
     check_close<bf16>("gemm strided batched", gi, reference(s, ai, bi, std::vector<float>(sc)));
   }

@@ -36,17 +36,17 @@ struct gemm_shape {
 };
 
 /// bf16 A and B, f32 accumulation, bf16 C.
-status gemm(cublasHandle_t h, cudaStream_t stream, const gemm_shape& s, const __nv_bfloat16* a,
-            const __nv_bfloat16* b, __nv_bfloat16* c);
+status gemm(cublasHandle_t h, cudaStream_t stream, const gemm_shape& s, const __nv_bfloat16* a, const __nv_bfloat16* b,
+            __nv_bfloat16* c);
 /// bf16 A and B, f32 accumulation, f32 C (weight gradients into f32 buffers).
-status gemm(cublasHandle_t h, cudaStream_t stream, const gemm_shape& s, const __nv_bfloat16* a,
-            const __nv_bfloat16* b, float* c);
+status gemm(cublasHandle_t h, cudaStream_t stream, const gemm_shape& s, const __nv_bfloat16* a, const __nv_bfloat16* b,
+            float* c);
 /// f32 everywhere, accumulated in f32 without TF32 rounding.
 status gemm(cublasHandle_t h, cudaStream_t stream, const gemm_shape& s, const float* a, const float* b, float* c);
 
 /// A batch of `batch` products whose operands are `stride_*` elements apart.
 status gemm_strided_batched(cublasHandle_t h, cudaStream_t stream, const gemm_shape& s, int batch,
-                            const __nv_bfloat16* a, long long stride_a, const __nv_bfloat16* b,
-                            long long stride_b, __nv_bfloat16* c, long long stride_c);
+                            const __nv_bfloat16* a, long long stride_a, const __nv_bfloat16* b, long long stride_b,
+                            __nv_bfloat16* c, long long stride_c);
 
 } // namespace troupe::gpu

@@ -156,8 +156,8 @@ status check_sizes(const char* what, int rows, int cols) {
 }
 
 template <typename T>
-status forward(T* y, float* mean, float* rstd, const T* x, const T* gamma, const T* beta, int rows, int cols,
-               float eps, cudaStream_t s) {
+status forward(T* y, float* mean, float* rstd, const T* x, const T* gamma, const T* beta, int rows, int cols, float eps,
+               cudaStream_t s) {
   TROUPE_GPU_TRY(check_sizes("layer_norm_forward", rows, cols));
   if (rows == 0)
     return {};
@@ -206,9 +206,8 @@ status layer_norm_forward(bf16* y, float* mean, float* rstd, const bf16* x, cons
                           int rows, int cols, float eps, cudaStream_t s) {
   return forward(y, mean, rstd, x, gamma, beta, rows, cols, eps, s);
 }
-status layer_norm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
-                           const float* gamma, const float* mean, const float* rstd, int rows, int cols,
-                           cudaStream_t s) {
+status layer_norm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* gamma,
+                           const float* mean, const float* rstd, int rows, int cols, cudaStream_t s) {
   return backward(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, rows, cols, s);
 }
 status layer_norm_backward(bf16* dx, float* dgamma, float* dbeta, const bf16* dy, const bf16* x, const bf16* gamma,

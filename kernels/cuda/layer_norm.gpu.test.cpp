@@ -28,9 +28,10 @@ TEST_CASE_TEMPLATE("layer norm forward and backward match a double reference", T
     device_buffer<float> mean(rows), rstd(rows), dg(dg0), db(db0);
     TROUPE_REQUIRE_OK(layer_norm_forward(y.get(), mean.get(), rstd.get(), dx_in.get(), dgam.get(), dbet.get(), rows,
                                          cols, eps, nullptr));
-    TROUPE_REQUIRE_OK(layer_norm_backward(dx.get(), dg.get(), db.get(), ddy.get(), dx_in.get(), dgam.get(),
-                                          mean.get(), rstd.get(), rows, cols, nullptr));
-    std::vector<double> ry(n), rdx(n), rmean(rows), rrstd(rows), rdg(dg0.begin(), dg0.end()), rdb(db0.begin(), db0.end());
+    TROUPE_REQUIRE_OK(layer_norm_backward(dx.get(), dg.get(), db.get(), ddy.get(), dx_in.get(), dgam.get(), mean.get(),
+                                          rstd.get(), rows, cols, nullptr));
+    std::vector<double> ry(n), rdx(n), rmean(rows), rrstd(rows), rdg(dg0.begin(), dg0.end()),
+      rdb(db0.begin(), db0.end());
     for (int i = 0; i < rows; ++i) {
       const float* xr = &x[(std::size_t)i * cols];
       double mu = 0.0, var = 0.0;

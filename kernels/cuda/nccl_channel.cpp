@@ -68,28 +68,42 @@ const nccl_api& api() {
   return a;
 }
 
-#define TROUPE_NCCL_REQUIRE_API(where)                                                 \
-  do {                                                                                 \
-    if (!api().ok)                                                                     \
-      return status::failure(std::string{where} + ": NCCL is not available: " + api().why); \
+#define TROUPE_NCCL_REQUIRE_API(where)                                                                                 \
+  do {                                                                                                                 \
+    if (!api().ok)                                                                                                     \
+      return status::failure(std::string{where} + ": NCCL is not available: " + api().why);                            \
   } while (0)
 
 status to_nccl(dtype t, ncclDataType_t& out, const char* where) {
   switch (t) {
-    case dtype::f32: out = ncclFloat32; return {};
-    case dtype::bf16: out = ncclBfloat16; return {};
-    case dtype::f16: out = ncclFloat16; return {};
-    case dtype::i32: out = ncclInt32; return {};
-    case dtype::u8: out = ncclUint8; return {};
+  case dtype::f32:
+    out = ncclFloat32;
+    return {};
+  case dtype::bf16:
+    out = ncclBfloat16;
+    return {};
+  case dtype::f16:
+    out = ncclFloat16;
+    return {};
+  case dtype::i32:
+    out = ncclInt32;
+    return {};
+  case dtype::u8:
+    out = ncclUint8;
+    return {};
   }
   return status::failure(std::string{where} + ": no NCCL type for this dtype");
 }
 
-ncclComm_t comm_of(void* p) { return static_cast<ncclComm_t>(p); }
+ncclComm_t comm_of(void* p) {
+  return static_cast<ncclComm_t>(p);
+}
 
 } // namespace
 
-bool nccl_available() noexcept { return api().ok; }
+bool nccl_available() noexcept {
+  return api().ok;
+}
 
 status nccl_version(int& out) {
   TROUPE_NCCL_REQUIRE_API("nccl_version");
@@ -181,8 +195,10 @@ status nccl_communicator::all_reduce(const void* send_data, void* recv_data, std
     return status::failure("nccl_communicator::all_reduce: not initialised");
   ncclDataType_t t;
   TROUPE_GPU_TRY(to_nccl(type, t, "nccl_communicator::all_reduce"));
-  ncclRedOp_t o = op == nccl_reduce::sum ? ncclSum : op == nccl_reduce::avg ? ncclAvg : op == nccl_reduce::max ? ncclMax
-                                                                                                              : ncclMin;
+  ncclRedOp_t o = op == nccl_reduce::sum   ? ncclSum
+                  : op == nccl_reduce::avg ? ncclAvg
+                  : op == nccl_reduce::max ? ncclMax
+                                           : ncclMin;
   TROUPE_NCCL_CHECK(api().all_reduce(send_data, recv_data, count, t, o, comm_of(comm_), stream));
   return {};
 }

@@ -15,7 +15,8 @@ using namespace troupe::gpu;
 using namespace troupe::gpu::testing;
 
 /// Zeroes a device double, runs `f` on it and reads it back.
-template <class F> double accumulate_into_zero(F&& f) {
+template <class F>
+double accumulate_into_zero(F&& f) {
   double* acc = nullptr;
   REQUIRE(cudaMalloc(&acc, sizeof(double)) == cudaSuccess);
   REQUIRE(cudaMemset(acc, 0, sizeof(double)) == cudaSuccess);
@@ -59,12 +60,11 @@ TEST_CASE("sum_squares of an array holding a NaN or an infinity is not finite") 
     x[4321] = bad;
     device_buffer<float> d(x);
     double got = accumulate_into_zero(
-        [&](double* acc) { TROUPE_REQUIRE_OK(sum_squares(acc, d.get(), (std::int64_t)x.size(), nullptr)); });
+      [&](double* acc) { TROUPE_REQUIRE_OK(sum_squares(acc, d.get(), (std::int64_t)x.size(), nullptr)); });
     CAPTURE(bad);
     CHECK(!std::isfinite(got));
   }
-  double empty =
-      accumulate_into_zero([&](double* acc) { TROUPE_REQUIRE_OK(sum_squares(acc, nullptr, 0, nullptr)); });
+  double empty = accumulate_into_zero([&](double* acc) { TROUPE_REQUIRE_OK(sum_squares(acc, nullptr, 0, nullptr)); });
   CHECK(empty == 0.0);
   CHECK(!sum_squares(nullptr, nullptr, -1, nullptr).ok());
 }

@@ -20,24 +20,28 @@
 namespace troupe::gpu::testing {
 
 /// Ends the test case with a message (a pass) when no GPU is present.
-#define TROUPE_REQUIRE_GPU_OR_SKIP()                                                   \
-  do {                                                                                 \
-    if (!::troupe::gpu::cuda_available()) {                                            \
-      MESSAGE("no CUDA device: GPU check skipped");                                    \
-      return;                                                                          \
-    }                                                                                  \
+#define TROUPE_REQUIRE_GPU_OR_SKIP()                                                                                   \
+  do {                                                                                                                 \
+    if (!::troupe::gpu::cuda_available()) {                                                                            \
+      MESSAGE("no CUDA device: GPU check skipped");                                                                    \
+      return;                                                                                                          \
+    }                                                                                                                  \
   } while (0)
 
 /// Fails the test with the status message when a GPU call failed.
-#define TROUPE_REQUIRE_OK(expr)                                                        \
-  do {                                                                                 \
-    ::troupe::gpu::status troupe_st_ = (expr);                                         \
-    INFO(troupe_st_.message());                                                        \
-    REQUIRE(troupe_st_.ok());                                                          \
+#define TROUPE_REQUIRE_OK(expr)                                                                                        \
+  do {                                                                                                                 \
+    ::troupe::gpu::status troupe_st_ = (expr);                                                                         \
+    INFO(troupe_st_.message());                                                                                        \
+    REQUIRE(troupe_st_.ok());                                                                                          \
   } while (0)
 
-inline float to_float(float x) { return x; }
-inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+inline float to_float(float x) {
+  return x;
+}
+inline float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 template <typename T>
 T from_float(float x) {
   if constexpr (std::is_same_v<T, float>)
@@ -48,7 +52,9 @@ T from_float(float x) {
 
 /// `x` rounded to what T can hold (identity for f32).
 template <typename T>
-float round_to(float x) { return to_float(from_float<T>(x)); }
+float round_to(float x) {
+  return to_float(from_float<T>(x));
+}
 
 template <typename T>
 std::vector<float> rounded(std::vector<float> v) {
@@ -167,10 +173,14 @@ inline void check_same_run(const std::string& what, const std::vector<float>& a,
 
 /// The bound the issue sets: about 1e-2 for bf16 paths, 1e-5 for f32 paths.
 template <typename T>
-constexpr double tolerance() { return std::is_same_v<T, float> ? 1e-5 : 1e-2; }
+constexpr double tolerance() {
+  return std::is_same_v<T, float> ? 1e-5 : 1e-2;
+}
 
 template <typename T>
-std::string type_name() { return std::is_same_v<T, float> ? "f32" : "bf16"; }
+std::string type_name() {
+  return std::is_same_v<T, float> ? "f32" : "bf16";
+}
 
 /// Checks got against ref within T's tolerance, naming what was compared.
 template <typename T>

@@ -20,13 +20,13 @@ using namespace troupe;
 using namespace troupe::ops;
 
 namespace {
-#define BENCH_OK(expr)                                                                 \
-  do {                                                                                 \
-    auto st_ = (expr);                                                                 \
-    if (!st_.ok()) {                                                                   \
-      std::fprintf(stderr, "bench_gpt_cuda: %s\n", st_.message().c_str());             \
-      return 1;                                                                        \
-    }                                                                                  \
+#define BENCH_OK(expr)                                                                                                 \
+  do {                                                                                                                 \
+    auto st_ = (expr);                                                                                                 \
+    if (!st_.ok()) {                                                                                                   \
+      std::fprintf(stderr, "bench_gpt_cuda: %s\n", st_.message().c_str());                                             \
+      return 1;                                                                                                        \
+    }                                                                                                                  \
   } while (0)
 constexpr double peak_flops = 989e12;
 } // namespace

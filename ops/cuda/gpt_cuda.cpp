@@ -18,7 +18,9 @@ namespace troupe::ops {
 namespace {
 constexpr std::int64_t align_elems = 128; // 512 bytes of f32, 256 of bf16
 
-std::int64_t round_up(std::int64_t n) { return (n + align_elems - 1) / align_elems * align_elems; }
+std::int64_t round_up(std::int64_t n) {
+  return (n + align_elems - 1) / align_elems * align_elems;
+}
 
 } // namespace
 
@@ -39,13 +41,27 @@ gpt_cuda::~gpt_cuda() {
   }
 }
 
-const gpt_config& gpt_cuda::config() const noexcept { return impl_->cfg; }
-int gpt_cuda::begin() const noexcept { return impl_->begin; }
-int gpt_cuda::end() const noexcept { return impl_->end; }
-cudaStream_t gpt_cuda::stream() const noexcept { return impl_->stream; }
-const std::vector<named_tensor>& gpt_cuda::params() const noexcept { return impl_->param_views; }
-const std::vector<named_tensor>& gpt_cuda::grads() const noexcept { return impl_->grad_views; }
-void gpt_cuda::set_fused_epilogues(bool on) noexcept { impl_->fused = on; }
+const gpt_config& gpt_cuda::config() const noexcept {
+  return impl_->cfg;
+}
+int gpt_cuda::begin() const noexcept {
+  return impl_->begin;
+}
+int gpt_cuda::end() const noexcept {
+  return impl_->end;
+}
+cudaStream_t gpt_cuda::stream() const noexcept {
+  return impl_->stream;
+}
+const std::vector<named_tensor>& gpt_cuda::params() const noexcept {
+  return impl_->param_views;
+}
+const std::vector<named_tensor>& gpt_cuda::grads() const noexcept {
+  return impl_->grad_views;
+}
+void gpt_cuda::set_fused_epilogues(bool on) noexcept {
+  impl_->fused = on;
+}
 std::int64_t gpt_cuda::param_count() const noexcept {
   std::int64_t n = 0;
   for (const auto& p : impl_->params)

@@ -18,11 +18,11 @@ using testing::random_tokens;
 
 namespace {
 
-#define REQUIRE_GPU_OK(expr)                                                           \
-  do {                                                                                 \
-    auto st_ = (expr);                                                                 \
-    INFO(st_.message());                                                               \
-    REQUIRE(st_.ok());                                                                 \
+#define REQUIRE_GPU_OK(expr)                                                                                           \
+  do {                                                                                                                 \
+    auto st_ = (expr);                                                                                                 \
+    INFO(st_.message());                                                                                               \
+    REQUIRE(st_.ok());                                                                                                 \
   } while (0)
 
 gpt_config tiny() {
@@ -149,8 +149,8 @@ TEST_CASE("a training step of the tiny GPT on the GPU matches the CPU gpt_range 
         const double a = std::abs(double(p[j]) - c[j]);
         abs_err = std::isfinite(a) ? std::max(abs_err, a) : INFINITY;
       }
-      CHECK(opt_err <= 1.0);                          // the GPU AdamW is AdamW
-      CHECK(abs_err <= 2.02 * lr * step + 1e-6);      // no weight strays further than sign noise allows
+      CHECK(opt_err <= 1.0);                     // the GPU AdamW is AdamW
+      CHECK(abs_err <= 2.02 * lr * step + 1e-6); // no weight strays further than sign noise allows
       worst_opt = std::max(worst_opt, opt_err), worst_abs = std::max(worst_abs, abs_err);
       if (matrix) {
         double e = rel_err(p, c.data(), c.size()), cs = update_cosine(p, c, start[i]);
@@ -162,9 +162,9 @@ TEST_CASE("a training step of the tiny GPT on the GPU matches the CPU gpt_range 
       start[i] = c;
       gpu_prev[i] = p;
     }
-    MESSAGE("after AdamW: GPU vs double AdamW worst " << worst_opt << " of tolerance; vs CPU: worst |dp| "
-            << worst_abs << " (lr " << lr << "), worst matrix relative error " << worst_matrix
-            << ", worst matrix update cosine " << worst_cos);
+    MESSAGE("after AdamW: GPU vs double AdamW worst " << worst_opt << " of tolerance; vs CPU: worst |dp| " << worst_abs
+                                                      << " (lr " << lr << "), worst matrix relative error "
+                                                      << worst_matrix << ", worst matrix update cosine " << worst_cos);
   }
 }
 

@@ -32,8 +32,8 @@ gpu::status gpt_cuda::impl::block_forward(cuda_slot& s, int li) {
   const bf16* x = s.resid[std::size_t(li)];
   bf16* y = s.resid[std::size_t(li) + 1];
   auto* qkv = scratch.qkv;
-  TROUPE_GPU_TRY(gpu::layer_norm_forward(L.ln1, L.mean1, L.rstd1, x, bw(li, ln1_w), bw(li, ln1_b), BT, C, ln_eps,
-                                         stream));
+  TROUPE_GPU_TRY(
+    gpu::layer_norm_forward(L.ln1, L.mean1, L.rstd1, x, bw(li, ln1_w), bw(li, ln1_b), BT, C, ln_eps, stream));
   if (fused) {
     TROUPE_GPU_TRY(lt.run({BT, 3 * C, C, false, true, 0.0f, cuda::lt_epilogue::bias, L.ln1, bw(li, attn_w), nullptr,
                            qkv, bw(li, attn_b), nullptr},
@@ -57,16 +57,17 @@ gpu::status gpt_cuda::impl::block_forward(cuda_slot& s, int li) {
                            bw(li, proj_b), nullptr},
                           stream));
   } else {
-    TROUPE_CUDA_CHECK(cudaMemcpyAsync(L.x_mid, x, std::size_t(BT) * C * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
+    TROUPE_CUDA_CHECK(
+      cudaMemcpyAsync(L.x_mid, x, std::size_t(BT) * C * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
     TROUPE_GPU_TRY(mm(BT, C, C, false, true, L.att, bw(li, proj_w), L.x_mid, 1.0f));
     TROUPE_GPU_TRY(gpu::bias_add(L.x_mid, bw(li, proj_b), BT, C, stream));
   }
 
-  TROUPE_GPU_TRY(gpu::layer_norm_forward(L.ln2, L.mean2, L.rstd2, L.x_mid, bw(li, ln2_w), bw(li, ln2_b), BT, C,
-                                         ln_eps, stream));
+  TROUPE_GPU_TRY(
+    gpu::layer_norm_forward(L.ln2, L.mean2, L.rstd2, L.x_mid, bw(li, ln2_w), bw(li, ln2_b), BT, C, ln_eps, stream));
   if (fused) {
-    TROUPE_GPU_TRY(lt.run({BT, 4 * C, C, false, true, 0.0f, cuda::lt_epilogue::gelu_bias, L.ln2, bw(li, fc_w),
-                           nullptr, L.act, bw(li, fc_b), L.fc},
+    TROUPE_GPU_TRY(lt.run({BT, 4 * C, C, false, true, 0.0f, cuda::lt_epilogue::gelu_bias, L.ln2, bw(li, fc_w), nullptr,
+                           L.act, bw(li, fc_b), L.fc},
                           stream));
     return lt.run({BT, C, 4 * C, false, true, 1.0f, cuda::lt_epilogue::bias, L.act, bw(li, mlp_w), L.x_mid, y,
                    bw(li, mlp_b), nullptr},
@@ -88,16 +89,16 @@ gpu::status gpt_cuda::impl::block_backward(cuda_slot& s, int li, const bf16* dy,
   auto& S = scratch;
   // MLP: y = x_mid + act W_mlpᵀ + b; d_fc = (dy W_mlp) · gelu'(fc).
   if (fused) {
-    TROUPE_GPU_TRY(lt.run({BT, 4 * C, C, false, false, 0.0f, cuda::lt_epilogue::dgelu, dy, bw(li, mlp_w), nullptr,
-                           k.dbig, nullptr, L.fc},
-                          stream));
+    TROUPE_GPU_TRY(lt.run(
+      {BT, 4 * C, C, false, false, 0.0f, cuda::lt_epilogue::dgelu, dy, bw(li, mlp_w), nullptr, k.dbig, nullptr, L.fc},
+      stream));
   } else {
     TROUPE_GPU_TRY(mm(BT, 4 * C, C, false, false, dy, bw(li, mlp_w), k.dbig));
     TROUPE_GPU_TRY(gpu::gelu_backward(k.dbig, L.fc, k.dbig, std::int64_t(BT) * 4 * C, stream));
   }
   TROUPE_GPU_TRY(mm(BT, C, 4 * C, false, false, k.dbig, bw(li, fc_w), S.dln));
-  TROUPE_GPU_TRY(gpu::layer_norm_backward(k.dmid, bg(li, ln2_w), bg(li, ln2_b), S.dln, L.x_mid, bw(li, ln2_w),
-                                          L.mean2, L.rstd2, BT, C, stream));
+  TROUPE_GPU_TRY(gpu::layer_norm_backward(k.dmid, bg(li, ln2_w), bg(li, ln2_b), S.dln, L.x_mid, bw(li, ln2_w), L.mean2,
+                                          L.rstd2, BT, C, stream));
   TROUPE_GPU_TRY(gpu::accumulate(k.dmid, dy, std::int64_t(BT) * C, stream)); // residual branch
   // Attention: x_mid = x + att W_projᵀ + b.
   TROUPE_GPU_TRY(mm(BT, C, C, false, false, k.dmid, bw(li, proj_w), S.datt));
@@ -111,8 +112,8 @@ gpu::status gpt_cuda::impl::block_backward(cuda_slot& s, int li, const bf16* dy,
   hs.col = 2 * C;
   TROUPE_GPU_TRY(cuda::heads_to_rows(k.dqkv, S.dV, hs, stream));
   TROUPE_GPU_TRY(mm(BT, C, 3 * C, false, false, k.dqkv, bw(li, attn_w), S.dln));
-  TROUPE_GPU_TRY(gpu::layer_norm_backward(dx, bg(li, ln1_w), bg(li, ln1_b), S.dln, x, bw(li, ln1_w), L.mean1,
-                                          L.rstd1, BT, C, stream));
+  TROUPE_GPU_TRY(gpu::layer_norm_backward(dx, bg(li, ln1_w), bg(li, ln1_b), S.dln, x, bw(li, ln1_w), L.mean1, L.rstd1,
+                                          BT, C, stream));
   TROUPE_GPU_TRY(gpu::accumulate(dx, k.dmid, std::int64_t(BT) * C, stream)); // residual branch
   return weights ? block_backward_weight(s, li, dy, k) : gpu::status{};
 }
@@ -138,8 +139,7 @@ gpu::status gpt_cuda::impl::head_forward(cuda_slot& s) {
   TROUPE_GPU_TRY(mm(BT, V, C, false, true, s.lnf, w(h + 2), s.logits));
   TROUPE_GPU_TRY(cuda::fill_tail_columns(s.logits, BT, V, cfg.vocab, -INFINITY, stream));
   gpu::cross_entropy_out out{s.loss, s.row_loss, s.count};
-  return gpu::cross_entropy_forward_backward(out, s.logits, s.logits, s.targets, BT, V, cfg.ignore_index, 1.0f,
-                                             stream);
+  return gpu::cross_entropy_forward_backward(out, s.logits, s.logits, s.targets, BT, V, cfg.ignore_index, 1.0f, stream);
 }
 
 gpu::status gpt_cuda::impl::head_backward(cuda_slot& s, float scale, bf16* dx, bool weights) {

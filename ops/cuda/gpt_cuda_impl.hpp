@@ -48,8 +48,8 @@ struct cuda_slot {
   int mb = -1;
   bool used = false;
   int batch = 0, seq = 0;
-  std::vector<tensor_handle> arena;  ///< owns every buffer below
-  std::vector<bf16*> resid;          ///< resid[l]: block l's input; resid[layers]: the range's output
+  std::vector<tensor_handle> arena; ///< owns every buffer below
+  std::vector<bf16*> resid;         ///< resid[l]: block l's input; resid[layers]: the range's output
   std::vector<cuda_layer> layers;
   std::int32_t *tokens = nullptr, *targets = nullptr;
   bf16 *lnf = nullptr, *logits = nullptr; ///< logits become the loss gradient in place
@@ -62,15 +62,15 @@ struct cuda_slot {
   std::vector<cuda_grad_bufs> kept;
   bool input_done = false;
   float loss_scale = 1.0f;
-  tensor_handle dgrad0_t; ///< handle of dgrad[0]
+  tensor_handle dgrad0_t;      ///< handle of dgrad[0]
   tensor_handle loss_t, out_t; ///< handles of loss [1] and of resid[layers] (whole buffers)
 };
 
 /// Shared scratch of the forward's projections and of backward.
 struct cuda_scratch {
   std::vector<tensor_handle> arena;
-  bf16 *qkv = nullptr, *dres[2] = {nullptr, nullptr}, *dbig = nullptr, *dln = nullptr, *dmid = nullptr,
-       *datt = nullptr, *dO = nullptr, *dQ = nullptr, *dK = nullptr, *dV = nullptr, *dqkv = nullptr;
+  bf16 *qkv = nullptr, *dres[2] = {nullptr, nullptr}, *dbig = nullptr, *dln = nullptr, *dmid = nullptr, *datt = nullptr,
+       *dO = nullptr, *dQ = nullptr, *dK = nullptr, *dV = nullptr, *dqkv = nullptr;
   float* attn_ws = nullptr;
   tensor_handle dres_t[2]; ///< handles of dres[0], dres[1]
 };
@@ -90,7 +90,7 @@ struct gpt_cuda::impl {
   bool fused = true; ///< cuBLASLt epilogues (bias, GELU, residual) instead of separate passes
   std::vector<cuda_param> params;
   std::int64_t total = 0;
-  tensor_handle master, grad, wbf; ///< f32 ×2 and the bf16 compute copy, [total] each
+  tensor_handle master, grad, wbf;                   ///< f32 ×2 and the bf16 compute copy, [total] each
   std::vector<named_tensor> param_views, grad_views; ///< per parameter, into master and grad
   std::vector<cuda_slot> slots;
   cuda_slot eval_slot; ///< evaluate()'s buffers, allocated at its first call

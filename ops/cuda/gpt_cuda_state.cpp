@@ -77,8 +77,8 @@ gpu::status gpt_cuda::download(buffer which, const std::string& name, float* out
   const cuda_param* p = nullptr;
   TROUPE_GPU_TRY(lookup(m, "gpt_cuda::download", name, p));
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  TROUPE_CUDA_CHECK(cudaMemcpy(out, buffer_at(m, which, *p), std::size_t(p->numel) * sizeof(float),
-                               cudaMemcpyDeviceToHost));
+  TROUPE_CUDA_CHECK(
+    cudaMemcpy(out, buffer_at(m, which, *p), std::size_t(p->numel) * sizeof(float), cudaMemcpyDeviceToHost));
   return {};
 }
 
@@ -87,8 +87,7 @@ gpu::status gpt_cuda::upload(buffer which, const std::string& name, const float*
   const cuda_param* p = nullptr;
   TROUPE_GPU_TRY(lookup(m, "gpt_cuda::upload", name, p));
   float* dst = buffer_at(m, which, *p);
-  TROUPE_CUDA_CHECK(
-      cudaMemcpyAsync(dst, in, std::size_t(p->numel) * sizeof(float), cudaMemcpyHostToDevice, m.stream));
+  TROUPE_CUDA_CHECK(cudaMemcpyAsync(dst, in, std::size_t(p->numel) * sizeof(float), cudaMemcpyHostToDevice, m.stream));
   if (which == buffer::master)
     TROUPE_GPU_TRY(gpu::convert(m.wbf.data<bf16>() + p->offset, dst, p->numel, m.stream));
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(m.stream)); // `in` may go away after the return

@@ -28,13 +28,12 @@ gpu::status gpt_cuda::impl::check_forward(const char* op, const tensor_handle& i
                                           const tensor_handle& targets) const {
   if (!ready)
     return fail(op, "init() has not succeeded");
-  TROUPE_GPU_TRY(check_input(op, "input", input, first() ? dtype::i32 : dtype::bf16, first() ? 2 : 3, cfg,
-                             max_batch));
+  TROUPE_GPU_TRY(check_input(op, "input", input, first() ? dtype::i32 : dtype::bf16, first() ? 2 : 3, cfg, max_batch));
   if (last()) {
     TROUPE_GPU_TRY(check_input(op, "targets", targets, dtype::i32, 2, cfg, max_batch));
     if (targets.dim(0) != input.dim(0) || targets.dim(1) != input.dim(1))
-      return fail(op, fmt::format("targets {} do not match the input {}", to_string(targets.shape()),
-                                  to_string(input.shape())));
+      return fail(
+        op, fmt::format("targets {} do not match the input {}", to_string(targets.shape()), to_string(input.shape())));
   }
   return {};
 }
@@ -214,8 +213,8 @@ gpu::status gpt_cuda::backward_weight(int mb) {
     for (int li = m.local_layers() - 1; li >= 0; --li)
       TROUPE_GPU_TRY(m.block_backward_weight(*s, li, s->dgrad[std::size_t(li) + 1], s->kept[std::size_t(li)]));
     if (m.first())
-      return gpu::embedding_backward(m.g(0), m.g(1), s->dgrad[0], s->tokens, s->batch * s->seq, s->seq,
-                                     m.cfg.vocab, m.cfg.d_model, m.stream);
+      return gpu::embedding_backward(m.g(0), m.g(1), s->dgrad[0], s->tokens, s->batch * s->seq, s->seq, m.cfg.vocab,
+                                     m.cfg.d_model, m.stream);
     return {};
   };
   auto st = run();

@@ -53,19 +53,26 @@ gpu::status lt_gemm::run(const lt_call& x, cudaStream_t stream) const {
   TROUPE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
   switch (x.epilogue) {
-    case lt_epilogue::none: break;
-    case lt_epilogue::bias: epi = CUBLASLT_EPILOGUE_BIAS; break;
-    case lt_epilogue::gelu_bias: epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
-    case lt_epilogue::dgelu: epi = CUBLASLT_EPILOGUE_DGELU; break;
+  case lt_epilogue::none:
+    break;
+  case lt_epilogue::bias:
+    epi = CUBLASLT_EPILOGUE_BIAS;
+    break;
+  case lt_epilogue::gelu_bias:
+    epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    break;
+  case lt_epilogue::dgelu:
+    epi = CUBLASLT_EPILOGUE_DGELU;
+    break;
   }
   TROUPE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
   if (x.bias)
     TROUPE_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x.bias, sizeof x.bias));
+      cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x.bias, sizeof x.bias));
   if (x.aux && x.epilogue != lt_epilogue::none && x.epilogue != lt_epilogue::bias) {
     std::int64_t ld = x.n;
     TROUPE_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x.aux, sizeof x.aux));
+      cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x.aux, sizeof x.aux));
     TROUPE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
   }
   const auto bf = CUDA_R_16BF;
@@ -87,8 +94,8 @@ gpu::status lt_gemm::run(const lt_call& x, cudaStream_t stream) const {
                                 std::to_string(x.n) + "x" + std::to_string(x.k) + " with this epilogue");
   const float alpha = 1.0f;
   const void* c = x.beta != 0.0f && x.c ? static_cast<const void*>(x.c) : static_cast<const void*>(x.d);
-  TROUPE_CUBLAS_CHECK(cublasLtMatmul(h_, ds.op, &alpha, x.b, ds.a, x.a, ds.b, &x.beta, c, ds.c, x.d, ds.d,
-                                     &heur.algo, ws_, ws_bytes_, stream));
+  TROUPE_CUBLAS_CHECK(cublasLtMatmul(h_, ds.op, &alpha, x.b, ds.a, x.a, ds.b, &x.beta, c, ds.c, x.d, ds.d, &heur.algo,
+                                     ws_, ws_bytes_, stream));
   return {};
 }
 

@@ -37,7 +37,7 @@ gpu::status zeros(const shape_t& shape, device dev, device_stream s, tensor_hand
     out = tensor_handle::empty(shape, dtype::f32, dev);
   } catch (const std::exception& e) {
     return gpu::status::failure(
-        fmt::format("cannot allocate {} f32 on {}: {}", to_string(shape), to_string(dev), e.what()));
+      fmt::format("cannot allocate {} f32 on {}: {}", to_string(shape), to_string(dev), e.what()));
   }
   TROUPE_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream_of(s)));
   return {};
@@ -74,9 +74,7 @@ void register_cuda_optimizer_kernels() {
       check(zeros(shape, dev, s, t), dev);
       return t;
     };
-    k.zero = [](float* dst, std::int64_t n, device dev, device_stream s) {
-      check(zero(dst, n, dev, s), dev);
-    };
+    k.zero = [](float* dst, std::int64_t n, device dev, device_stream s) { check(zero(dst, n, dev, s), dev); };
     k.download = [](void* host, const void* src, std::size_t bytes, device dev, device_stream s) {
       check(download(host, src, bytes, dev, s), dev);
     };

@@ -30,7 +30,8 @@ runtime_options runtime_options_from_env() {
   runtime_options o;
   o.threads = env_size("TROUPE_THREADS", o.threads);
   o.max_throughput = env_size("TROUPE_MAX_THROUGHPUT", o.max_throughput);
-  if (const char* p = std::getenv("TROUPE_SCHEDULER"); p != nullptr && (std::string{p} == "sharing" || std::string{p} == "stealing"))
+  if (const char* p = std::getenv("TROUPE_SCHEDULER");
+      p != nullptr && (std::string{p} == "sharing" || std::string{p} == "stealing"))
     o.policy = p;
   return o;
 }
@@ -58,8 +59,7 @@ void register_message_types(caf::actor_system_config& cfg) {
 troupe_config::troupe_config(const runtime_options& opts) : opts_(opts) {
   register_message_types(*this);
   add_error_category(troupe_error_category, render_error);
-  auto threads = opts_.threads != 0 ? opts_.threads
-                                    : std::max<std::size_t>(1, std::thread::hardware_concurrency());
+  auto threads = opts_.threads != 0 ? opts_.threads : std::max<std::size_t>(1, std::thread::hardware_concurrency());
   opts_.threads = threads;
   set("scheduler.policy", opts_.policy == "stealing" ? caf::atom("stealing") : caf::atom("sharing"));
   set("scheduler.max-threads", threads);

@@ -41,14 +41,12 @@ TEST_CASE("the environment picks threads and policy, ignoring nonsense") {
 
 TEST_CASE("every payload type is registered under its troupe name") {
   troupe_config cfg;
-  for (const char* name : {"troupe.activation_msg", "troupe.gradient_msg", "troupe.batch_msg",
-                           "troupe.credit_msg", "troupe.peer", "troupe.connect_msg", "troupe.run_summary",
-                           "troupe.failure_msg", "troupe.checkpoint_msg", "troupe.attention_task_msg",
-                           "troupe.attention_result_msg"})
+  for (const char* name : {"troupe.activation_msg", "troupe.gradient_msg", "troupe.batch_msg", "troupe.credit_msg",
+                           "troupe.peer", "troupe.connect_msg", "troupe.run_summary", "troupe.failure_msg",
+                           "troupe.checkpoint_msg", "troupe.attention_task_msg", "troupe.attention_result_msg"})
     CHECK_MESSAGE(cfg.value_factories_by_name.count(name) == 1, name);
   // Message types declared for later work are not registered until something sends them.
-  for (const char* name : {"troupe.grads_msg", "troupe.params_msg", "troupe.sync_msg",
-                           "troupe.trace_batch_msg"})
+  for (const char* name : {"troupe.grads_msg", "troupe.params_msg", "troupe.sync_msg", "troupe.trace_batch_msg"})
     CHECK_MESSAGE(cfg.value_factories_by_name.count(name) == 0, name);
 }
 
@@ -67,12 +65,14 @@ TEST_CASE("a tensor handle sent to another actor shares its bytes instead of cop
   auto t = tensor_handle::zeros({4, 8});
   t.data<float>()[3] = 42.0f;
   // (CAF 0.17 trips UBSan when a function actor takes no arguments: pass one.)
-  auto echo = sys.spawn([](caf::event_based_actor*, int) -> caf::behavior {
-    return {[](forward_atom, const activation_msg& m) {
-      m.activation.data<float>()[5] = 7.0f;  // the sender sees this write: same bytes
-      return gradient_msg{m.step, m.microbatch, m.hop, m.activation, m.route};
-    }};
-  }, 0);
+  auto echo = sys.spawn(
+    [](caf::event_based_actor*, int) -> caf::behavior {
+      return {[](forward_atom, const activation_msg& m) {
+        m.activation.data<float>()[5] = 7.0f; // the sender sees this write: same bytes
+        return gradient_msg{m.step, m.microbatch, m.hop, m.activation, m.route};
+      }};
+    },
+    0);
   caf::scoped_actor self{sys};
   self->request(echo, caf::infinite, forward_atom::value, activation_msg{3, 1, 0, t, route_t{{2, 0}, {3, 1}}})
     .receive(

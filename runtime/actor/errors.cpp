@@ -7,23 +7,32 @@ namespace troupe {
 
 const char* to_string(errc e) noexcept {
   switch (e) {
-    case errc::none: return "none";
-    case errc::invalid_graph: return "invalid_graph";
-    case errc::plugin_load_failed: return "plugin_load_failed";
-    case errc::unknown_actor_type: return "unknown_actor_type";
-    case errc::spawn_failed: return "spawn_failed";
-    case errc::actor_failed: return "actor_failed";
-    case errc::io_failed: return "io_failed";
-    case errc::invalid_argument: return "invalid_argument";
-    case errc::interrupted: return "interrupted";
-    case errc::malformed_frame: return "malformed_frame";
+  case errc::none:
+    return "none";
+  case errc::invalid_graph:
+    return "invalid_graph";
+  case errc::plugin_load_failed:
+    return "plugin_load_failed";
+  case errc::unknown_actor_type:
+    return "unknown_actor_type";
+  case errc::spawn_failed:
+    return "spawn_failed";
+  case errc::actor_failed:
+    return "actor_failed";
+  case errc::io_failed:
+    return "io_failed";
+  case errc::invalid_argument:
+    return "invalid_argument";
+  case errc::interrupted:
+    return "interrupted";
+  case errc::malformed_frame:
+    return "malformed_frame";
   }
   return "unknown";
 }
 
 caf::error make_error(errc e, std::string what) {
-  return caf::error{static_cast<std::uint8_t>(e), troupe_error_category,
-                    caf::make_message(std::move(what))};
+  return caf::error{static_cast<std::uint8_t>(e), troupe_error_category, caf::make_message(std::move(what))};
 }
 
 std::string error_message(const caf::error& e) {
@@ -64,7 +73,8 @@ std::string plain_json_error(const std::string& what) {
       s.erase(0, end + 2);
   if (s.starts_with("key '") && s.ends_with("' not found"))
     return fmt::format("the field \"{}\" is missing", s.substr(5, s.size() - 5 - 11));
-  if (s.starts_with("parse error at ")) { // "parse error at line 1, column 1: syntax error while parsing value - invalid literal; last read: 'x'"
+  // "parse error at line 1, column 1: syntax error while parsing value - invalid literal; last read: 'x'"
+  if (s.starts_with("parse error at ")) {
     auto colon = s.find(": ");
     auto where = s.substr(15, colon == std::string::npos ? std::string::npos : colon - 15);
     std::string reason;

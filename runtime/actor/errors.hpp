@@ -15,15 +15,15 @@ namespace troupe {
 /// Runtime error codes carried in caf::error with category `troupe_error_category`.
 enum class errc : std::uint8_t {
   none = 0,
-  invalid_graph,        ///< a graph file or `--set` override failed validation
-  plugin_load_failed,   ///< dlopen/dlsym of a plugin failed
-  unknown_actor_type,   ///< a graph names an actor type that is not registered
-  spawn_failed,         ///< an actor factory returned an error
-  actor_failed,         ///< an actor reported a failure or exited abnormally
-  io_failed,            ///< a file could not be read or written
-  invalid_argument,     ///< a bad value reached a runtime API
-  interrupted,          ///< the user stopped the run (SIGINT, SIGTERM)
-  malformed_frame,      ///< a frame from another process could not be decoded (runtime/transport/wire.hpp)
+  invalid_graph,      ///< a graph file or `--set` override failed validation
+  plugin_load_failed, ///< dlopen/dlsym of a plugin failed
+  unknown_actor_type, ///< a graph names an actor type that is not registered
+  spawn_failed,       ///< an actor factory returned an error
+  actor_failed,       ///< an actor reported a failure or exited abnormally
+  io_failed,          ///< a file could not be read or written
+  invalid_argument,   ///< a bad value reached a runtime API
+  interrupted,        ///< the user stopped the run (SIGINT, SIGTERM)
+  malformed_frame,    ///< a frame from another process could not be decoded (runtime/transport/wire.hpp)
 };
 
 /// The category atom of troupe's caf::error values.
@@ -68,8 +68,8 @@ std::string to_string(const source_pos& p);
 /// One problem in a graph: where, which key path, and what was expected.
 struct diagnostic {
   source_pos pos;
-  std::string path;     ///< `pipeline.schedule`, `actors[2].type`; empty for the whole file
-  std::string message;  ///< what is wrong and what to do
+  std::string path;    ///< `pipeline.schedule`, `actors[2].type`; empty for the whole file
+  std::string message; ///< what is wrong and what to do
 };
 
 /// `tiny.yaml:4:11: pipeline.schedule: unknown schedule '1fb1' (...)`.

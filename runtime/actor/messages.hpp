@@ -98,7 +98,7 @@ using step_t = std::int64_t;
 /// hop (the loss). Each goes to its own actor, so one of the two may be undefined.
 struct batch_msg {
   step_t step = 0;
-  std::int32_t microbatch = 0;  ///< sequence number within the step (0, 1, ... across all routes)
+  std::int32_t microbatch = 0; ///< sequence number within the step (0, 1, ... across all routes)
   tensor_handle tokens;
   tensor_handle targets{};
   route_t route;
@@ -111,12 +111,11 @@ struct batch_msg {
   tensor_handle round_documents{};
 };
 
-
 /// Activations flowing forward between stages, `[batch, context, d_model]`.
 struct activation_msg {
   step_t step = 0;
   std::int32_t microbatch = 0;
-  std::int32_t hop = 0;  ///< the position on `route` of the receiver, which consumes it
+  std::int32_t hop = 0; ///< the position on `route` of the receiver, which consumes it
   tensor_handle activation;
   route_t route;
   /// Set when `activation` is on a device and still being written by the
@@ -135,10 +134,10 @@ struct activation_msg {
 struct gradient_msg {
   step_t step = 0;
   std::int32_t microbatch = 0;
-  std::int32_t hop = 0;  ///< the position on `route` of the receiver (whose forward made the activation)
+  std::int32_t hop = 0; ///< the position on `route` of the receiver (whose forward made the activation)
   tensor_handle gradient;
   route_t route;
-  device_fence_ptr ready = nullptr;  ///< as activation_msg::ready
+  device_fence_ptr ready = nullptr; ///< as activation_msg::ready
 };
 
 /// A bucket of a stage's gradients, complete for `step`, to its all-reduce peer
@@ -148,7 +147,7 @@ struct gradient_msg {
 struct bucket_msg {
   step_t step = 0;
   std::int32_t bucket = 0;
-  std::vector<tensor_handle> tensors;  ///< f32, in bucket order
+  std::vector<tensor_handle> tensors; ///< f32, in bucket order
   /// With ZeRO: the bucket's parameters, in the same order (the optimizer shard
   /// updates its slice of them and all-gathers the rest into them).
   std::vector<tensor_handle> params;
@@ -160,7 +159,7 @@ struct ring_msg {
   step_t step = 0;
   std::int32_t bucket = 0;
   std::int32_t phase = 0;
-  tensor_handle chunk;  ///< f32 (or bf16: data_parallel.wire) [chunk elements], a copy the sender no longer touches
+  tensor_handle chunk; ///< f32 (or bf16: data_parallel.wire) [chunk elements], a copy the sender no longer touches
 };
 
 /// `(attention_atom, attention_task_msg)`: a core-attention shard for an attention
@@ -213,15 +212,15 @@ struct peer {
   std::string name;
   std::string type;
   caf::actor handle;
-  channel_dir dir = channel_dir::out;  ///< `out`: this actor sends to `handle`
-  std::int32_t credits = 0;            ///< the channel's `credits:` (0 = policy decides)
+  channel_dir dir = channel_dir::out; ///< `out`: this actor sends to `handle`
+  std::int32_t credits = 0;           ///< the channel's `credits:` (0 = policy decides)
 };
 
 /// Sent by the runner before start: who the actor is and whom it talks to.
 struct connect_msg {
   std::string self;
-  std::vector<peer> peers;      ///< one per channel touching `self`, graph order
-  std::vector<peer> directory;  ///< every actor of the graph (dir = out)
+  std::vector<peer> peers;     ///< one per channel touching `self`, graph order
+  std::vector<peer> directory; ///< every actor of the graph (dir = out)
 };
 
 /// What an actor reports with `done_atom`. NaN marks an unknown number.
@@ -229,19 +228,19 @@ struct connect_msg {
 /// reported (by the actor that reports them), and takes the wall time itself.
 struct run_summary {
   std::string actor;
-  step_t steps = 0;               ///< optimizer steps this actor completed
-  std::int64_t tokens = 0;        ///< training tokens it consumed (count them once: the loss stage)
-  double train_loss = std::numeric_limits<double>::quiet_NaN();  ///< mean over the last step
-  double val_loss = std::numeric_limits<double>::quiet_NaN();    ///< last validation pass
+  step_t steps = 0;        ///< optimizer steps this actor completed
+  std::int64_t tokens = 0; ///< training tokens it consumed (count them once: the loss stage)
+  double train_loss = std::numeric_limits<double>::quiet_NaN(); ///< mean over the last step
+  double val_loss = std::numeric_limits<double>::quiet_NaN();   ///< last validation pass
   /// The same pass on a path of fewer stages (SkipPipe's `skip.path_length`, #14); NaN when none ran.
   double val_loss_short = std::numeric_limits<double>::quiet_NaN();
-  std::vector<double> losses;     ///< train loss per step, when recorded
+  std::vector<double> losses; ///< train loss per step, when recorded
   /// Bytes of model state it holds (f32 parameters, gradients, optimizer
   /// state); -1 for an actor that holds none (the loader, an all-reduce peer).
   std::int64_t params_bytes = -1;
   std::int64_t grads_bytes = -1;
   std::int64_t optimizer_bytes = -1;
-  std::int64_t bytes_sent = 0;    ///< tensor bytes it sent to other actors over the run
+  std::int64_t bytes_sent = 0; ///< tensor bytes it sent to other actors over the run
 };
 
 /// An actor wrote its part of the checkpoint after optimizer step `step`
@@ -250,13 +249,13 @@ struct run_summary {
 struct checkpoint_msg {
   std::string actor;
   step_t step = 0;
-  std::string file;  ///< what it wrote, relative to the checkpoint folder
+  std::string file; ///< what it wrote, relative to the checkpoint folder
 };
 
 /// Why an actor gave up (sent with `failed_atom`).
 struct failure_msg {
   std::string actor;
-  std::string what;  ///< where and what, for the user
+  std::string what; ///< where and what, for the user
 };
 
 // CAF inspection: field lists for to_string and for the wire between processes
@@ -269,8 +268,8 @@ typename Inspector::result_type inspect(Inspector& f, batch_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, activation_msg& x) {
-  return f(caf::meta::type_name("activation_msg"), x.step, x.microbatch, x.hop, x.activation, x.route,
-           x.documents, x.round_documents, x.targets);
+  return f(caf::meta::type_name("activation_msg"), x.step, x.microbatch, x.hop, x.activation, x.route, x.documents,
+           x.round_documents, x.targets);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, attention_key& x) {
@@ -314,9 +313,10 @@ typename Inspector::result_type inspect(Inspector& f, step_plan_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, hop& x) {
   return f(caf::meta::type_name("hop"), x.actor, x.chunk, caf::meta::load_callback([&] {
-             return x.actor >= 0 && x.chunk >= 0 ? caf::error{}
-                                                 : make_error(errc::malformed_frame, "route hop " + std::to_string(x.actor) +
-                                                                                       "." + std::to_string(x.chunk));
+             return x.actor >= 0 && x.chunk >= 0
+                      ? caf::error{}
+                      : make_error(errc::malformed_frame,
+                                   "route hop " + std::to_string(x.actor) + "." + std::to_string(x.chunk));
            }));
 }
 template <class Inspector>
@@ -329,8 +329,8 @@ typename Inspector::result_type inspect(Inspector& f, connect_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_summary& x) {
-  return f(caf::meta::type_name("run_summary"), x.actor, x.steps, x.tokens, x.train_loss, x.val_loss,
-           x.val_loss_short, x.losses, x.params_bytes, x.grads_bytes, x.optimizer_bytes, x.bytes_sent);
+  return f(caf::meta::type_name("run_summary"), x.actor, x.steps, x.tokens, x.train_loss, x.val_loss, x.val_loss_short,
+           x.losses, x.params_bytes, x.grads_bytes, x.optimizer_bytes, x.bytes_sent);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, checkpoint_msg& x) {

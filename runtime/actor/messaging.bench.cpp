@@ -27,7 +27,7 @@ struct bench_args {
   std::int64_t messages = 2'000'000;
   std::int64_t round_trips = 200'000;
   int runs = 5;
-  int window = 256;  ///< messages in flight before the sender waits for credit
+  int window = 256; ///< messages in flight before the sender waits for credit
   std::size_t threads = 0;
 };
 
@@ -39,7 +39,7 @@ caf::behavior sink(caf::event_based_actor* self, std::int64_t total, int window,
   int batch = std::max(1, window / 2);
   return {
     [=](forward_atom, const activation_msg& m) {
-      *bytes += static_cast<std::int64_t>(m.activation.nbytes());  // touch the handle, not the data
+      *bytes += static_cast<std::int64_t>(m.activation.nbytes()); // touch the handle, not the data
       if (++*seen % batch == 0 || *seen == total)
         self->send(caf::actor_cast<caf::actor>(self->current_sender()), credit_atom::value,
                    credit_msg{static_cast<std::int32_t>(*seen % batch == 0 ? batch : *seen % batch)});
@@ -89,7 +89,9 @@ caf::behavior ponger(caf::event_based_actor* self, std::string /*name*/) {
 caf::behavior pinger(caf::event_based_actor* self, caf::actor peer, std::int64_t total, caf::actor reply_to) {
   auto handle = tensor_handle::empty({64, 128});
   return {
-    [=](start_atom) { self->send(peer, forward_atom::value, activation_msg{0, 0, 0, handle, {}}); },
+    [=](start_atom) {
+      self->send(peer, forward_atom::value, activation_msg{0, 0, 0, handle, {}});
+    },
     [=](backward_atom, const gradient_msg& g) {
       if (g.step + 1 == total) {
         self->send(reply_to, done_atom::value, total);
@@ -102,7 +104,7 @@ caf::behavior pinger(caf::event_based_actor* self, caf::actor peer, std::int64_t
 
 double latency_run(caf::actor_system& sys, const bench_args& a) {
   caf::scoped_actor self{sys};
-  auto pong = sys.spawn(ponger, std::string{"pong"});  // an argument: CAF 0.17 trips UBSan without one
+  auto pong = sys.spawn(ponger, std::string{"pong"}); // an argument: CAF 0.17 trips UBSan without one
   auto ping = sys.spawn(pinger, pong, a.round_trips, caf::actor_cast<caf::actor>(self));
   auto t0 = clock_type::now();
   self->send(ping, start_atom::value);
@@ -128,11 +130,16 @@ bench_args parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     long long v = std::atoll(argv[i + 1]);
-    if (k == "--messages") a.messages = v;
-    else if (k == "--round-trips") a.round_trips = v;
-    else if (k == "--runs") a.runs = static_cast<int>(v);
-    else if (k == "--window") a.window = static_cast<int>(v);
-    else if (k == "--threads") a.threads = static_cast<std::size_t>(v);
+    if (k == "--messages")
+      a.messages = v;
+    else if (k == "--round-trips")
+      a.round_trips = v;
+    else if (k == "--runs")
+      a.runs = static_cast<int>(v);
+    else if (k == "--window")
+      a.window = static_cast<int>(v);
+    else if (k == "--threads")
+      a.threads = static_cast<std::size_t>(v);
     else {
       fmt::print(stderr, "bench_messaging: unknown option {}\n", k);
       std::exit(2);
@@ -150,7 +157,7 @@ int main(int argc, char** argv) {
     opts.threads = a.threads;
   troupe_config cfg{opts};
   caf::actor_system sys{cfg};
-  throughput_run(sys, {.messages = 100'000, .window = a.window});  // warm the pools and threads
+  throughput_run(sys, {.messages = 100'000, .window = a.window}); // warm the pools and threads
   latency_run(sys, {.round_trips = 10'000});
   std::vector<double> rates, rtts;
   for (int r = 0; r < a.runs; ++r) {
@@ -163,9 +170,8 @@ int main(int argc, char** argv) {
              CAF_MAJOR_VERSION, CAF_MINOR_VERSION, CAF_PATCH_VERSION, cfg.options().policy, cfg.options().threads,
              cfg.options().max_throughput, a.runs);
   fmt::print("{:<34} {:>12} {:>12} {:>12} {:>10}\n", "measure", "median", "best", "worst", "target");
-  fmt::print("{:<34} {:>12.3f} {:>12.3f} {:>12.3f} {:>10}\n",
-             fmt::format("throughput, M msgs/s (window {})", a.window), t.median / 1e6, t.best / 1e6,
-             t.worst / 1e6, ">= 1.0");
+  fmt::print("{:<34} {:>12.3f} {:>12.3f} {:>12.3f} {:>10}\n", fmt::format("throughput, M msgs/s (window {})", a.window),
+             t.median / 1e6, t.best / 1e6, t.worst / 1e6, ">= 1.0");
   fmt::print("{:<34} {:>12.2f} {:>12.2f} {:>12.2f} {:>10}\n", "round trip, us", l.median, l.best, l.worst, "< 5.0");
   bool ok = t.median >= 1e6 && l.median < 5.0;
   fmt::print("targets {}\n", ok ? "met" : "NOT met");

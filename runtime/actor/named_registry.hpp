@@ -27,7 +27,7 @@ class named_registry {
 public:
   struct entry {
     std::string name;
-    std::string summary;  ///< one line for `--help` listings
+    std::string summary; ///< one line for `--help` listings
     Factory factory;
   };
 
@@ -75,9 +75,7 @@ public:
   }
 
   /// The registered name nearest to `name` by edit distance, when close enough.
-  std::optional<std::string> suggest(std::string_view name) const {
-    return nearest_name(name, names());
-  }
+  std::optional<std::string> suggest(std::string_view name) const { return nearest_name(name, names()); }
 
   /// Removes `name` (tests use it to undo registrations); false when absent.
   bool remove(std::string_view name) {

@@ -35,17 +35,17 @@ using replica_lost_atom = caf::atom_constant<caf::atom("replost")>;
 /// What a stage hands its sync actor after an inner step.
 struct outer_local_msg {
   enum kind_t : std::int32_t { start = 0, prepare = 1, perform = 2 };
-  step_t step = 0;            ///< inner steps done
-  std::int32_t fragment = 0;  ///< -1 with `start`: every fragment
+  step_t step = 0;           ///< inner steps done
+  std::int32_t fragment = 0; ///< -1 with `start`: every fragment
   std::int32_t kind = start;
-  std::vector<std::vector<float>> values;  ///< one list per fragment it is about
+  std::vector<std::vector<float>> values; ///< one list per fragment it is about
 };
 
 /// One message of a fragment's exchange between the sync actors of one
 /// position, as it travels (schedulers/sync/sync_policy.hpp, schedulers/sync/quantize.hpp):
 /// from `replica`, in the policy's round `round`, about its piece `piece`.
 struct outer_part_msg {
-  step_t step = 0;  ///< the inner step it was prepared after
+  step_t step = 0; ///< the inner step it was prepared after
   std::int32_t fragment = 0, replica = 0, round = 0, piece = 0, format = 0;
   std::int64_t values = 0, cols = 0;
   std::vector<std::uint8_t> data;
@@ -65,12 +65,13 @@ typename Inspector::result_type inspect(Inspector& f, outer_local_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, outer_part_msg& x) {
-  return f(caf::meta::type_name("outer_part_msg"), x.step, x.fragment, x.replica, x.round, x.piece, x.format,
-           x.values, x.cols, x.data, x.scales, caf::meta::load_callback([&] {
+  return f(caf::meta::type_name("outer_part_msg"), x.step, x.fragment, x.replica, x.round, x.piece, x.format, x.values,
+           x.cols, x.data, x.scales, caf::meta::load_callback([&] {
              return x.fragment >= 0 && x.replica >= 0 && x.round >= 0 && x.piece >= 0 && x.values >= 0 && x.cols >= 0
                       ? caf::error{}
                       : make_error(errc::malformed_frame, "outer part of fragment " + std::to_string(x.fragment) +
-                                                            " from replica " + std::to_string(x.replica) + " malformed");
+                                                            " from replica " + std::to_string(x.replica) +
+                                                            " malformed");
            }));
 }
 template <class Inspector>

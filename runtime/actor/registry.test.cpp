@@ -19,7 +19,7 @@ TEST_CASE("the nearest name is offered only when it is a plausible typo") {
   CHECK(nearest_name("gpip", known) == "gpipe");
   CHECK(nearest_name("interleaved", known) == "interleaved_1f1b");
   CHECK(nearest_name("quantum", known) == std::nullopt);
-  CHECK(nearest_name("gpipe", known) == std::nullopt);  // an exact name needs no suggestion
+  CHECK(nearest_name("gpipe", known) == std::nullopt); // an exact name needs no suggestion
   CHECK(nearest_name("x", {}) == std::nullopt);
 }
 
@@ -76,12 +76,10 @@ TEST_CASE("an actor type's role and a section's expander reach the loader throug
   load_options o;
   o.check_corpus = false;
   auto r = load_graph_text(
-      "model: {layers: 2, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1}\ntrain: {steps: 1}\n", "g.yaml",
-      o);
+    "model: {layers: 2, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1}\ntrain: {steps: 1}\n", "g.yaml", o);
   // The default graph was expanded, and its entry holds layers by its type's role.
   REQUIRE(r.errors.size() == 1);
-  CHECK(r.errors[0].message ==
-        "registry_role_type 'only' needs 'layers: [first, end)' (the blocks it holds)");
+  CHECK(r.errors[0].message == "registry_role_type 'only' needs 'layers: [first, end)' (the blocks it holds)");
   section_expander_registry().remove("pipeline");
   actor_registry().remove("registry_role_type");
 }

@@ -30,7 +30,7 @@ struct step_plan_msg {
   std::int32_t hops = 0;
   std::int64_t tokens = 0;
   std::int32_t participants = 1;
-  std::int32_t reducer = 0;  ///< actor index (graph order)
+  std::int32_t reducer = 0; ///< actor index (graph order)
 };
 
 /// Prints a route as `3.0 4.0 5.1` (actor.chunk per hop).

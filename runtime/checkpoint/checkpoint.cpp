@@ -46,10 +46,10 @@ std::optional<std::int64_t> folder_step(const std::string& name) {
 /// A step folder's checkpoint.json.
 struct manifest {
   std::int64_t step = 0;
-  std::map<std::string, std::string> parts;  ///< actor -> file
-  std::int64_t every = 0;                     ///< 0: not recorded
+  std::map<std::string, std::string> parts; ///< actor -> file
+  std::int64_t every = 0;                   ///< 0: not recorded
   int keep = 0;
-  std::int64_t steps = 0;                     ///< the run's train.steps; 0: not recorded
+  std::int64_t steps = 0; ///< the run's train.steps; 0: not recorded
 };
 
 /// The step folder's manifest, or an error naming it.
@@ -66,7 +66,8 @@ caf::expected<manifest> read_manifest(const fs::path& folder) {
     return manifest{j.at("step").get<std::int64_t>(), j.at("parts").get<std::map<std::string, std::string>>(),
                     j.value("every", std::int64_t{0}), j.value("keep", 0), j.value("steps", std::int64_t{0})};
   } catch (const std::exception& e) {
-    return make_error(errc::invalid_argument, fmt::format("{}: malformed: {}", path.string(), plain_json_error(e.what())));
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: malformed: {}", path.string(), plain_json_error(e.what())));
   }
 }
 
@@ -148,8 +149,8 @@ caf::expected<safetensors_file> read_checkpoint_part(const fs::path& folder, con
 
 checkpoint_tracker::checkpoint_tracker(fs::path dir, std::vector<std::string> actors, int keep, std::int64_t every,
                                        std::int64_t steps)
-  : dir_(std::move(dir)), actors_(actors.begin(), actors.end()), keep_(std::max(1, keep)), every_(every),
-    steps_(steps) {}
+    : dir_(std::move(dir)), actors_(actors.begin(), actors.end()), keep_(std::max(1, keep)), every_(every),
+      steps_(steps) {}
 
 bool checkpoint_tracker::on_report(const std::string& actor, std::int64_t step, const std::string& file) {
   if (!actors_.count(actor) || step <= last_)
@@ -210,8 +211,8 @@ caf::error checkpoint_tracker::prune(std::int64_t upto) const {
     remove.push_back(complete[i].second);
   for (const auto& p : remove)
     if (fs::remove_all(p, ec); ec)
-      return make_error(errc::io_failed, fmt::format("{}: cannot remove an old checkpoint: {}", p.string(),
-                                                     ec.message()));
+      return make_error(errc::io_failed,
+                        fmt::format("{}: cannot remove an old checkpoint: {}", p.string(), ec.message()));
   return {};
 }
 
@@ -240,15 +241,15 @@ checkpoint_dir_lock& checkpoint_dir_lock::operator=(checkpoint_dir_lock&& other)
 
 checkpoint_dir_lock::~checkpoint_dir_lock() {
   if (fd_ >= 0)
-    ::close(fd_);  // releases the flock
+    ::close(fd_); // releases the flock
 }
 
 caf::expected<checkpoint_dir_lock> checkpoint_dir_lock::acquire(const fs::path& dir) {
   auto path = dir / "lock";
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0)
-    return make_error(errc::io_failed, fmt::format("{}: cannot create the lock file: {}", path.string(),
-                                                   std::strerror(errno)));
+    return make_error(errc::io_failed,
+                      fmt::format("{}: cannot create the lock file: {}", path.string(), std::strerror(errno)));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     int why = errno;
     std::string holder(256, '\0');
@@ -270,8 +271,8 @@ caf::expected<checkpoint_dir_lock> checkpoint_dir_lock::acquire(const fs::path& 
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, who.data(), who.size(), 0) != static_cast<ssize_t>(who.size())) {
     int why = errno;
     ::close(fd);
-    return make_error(errc::io_failed, fmt::format("{}: cannot write the lock file: {}", path.string(),
-                                                   std::strerror(why)));
+    return make_error(errc::io_failed,
+                      fmt::format("{}: cannot write the lock file: {}", path.string(), std::strerror(why)));
   }
   checkpoint_dir_lock l;
   l.fd_ = fd;
@@ -299,7 +300,8 @@ caf::expected<checkpoint_dir_lock> open_checkpoint_dir(const graph_spec& g, bool
     std::string latest;
     if (std::ifstream in{c.dir_path / "latest"}; in && std::getline(in, latest))
       latest = fmt::format(", 'latest' names {}", latest);
-    auto steps = std::count_if(earlier.begin(), earlier.end(), [](const fs::path& p) { return p.filename() != "latest"; });
+    auto steps =
+      std::count_if(earlier.begin(), earlier.end(), [](const fs::path& p) { return p.filename() != "latest"; });
     return make_error(errc::invalid_argument,
                       fmt::format("{}: holds an earlier run's checkpoints ({} step folder{}{}); a fresh run here would "
                                   "mix its steps with them: --resume {} to continue that run, --restart to remove "
@@ -308,8 +310,8 @@ caf::expected<checkpoint_dir_lock> open_checkpoint_dir(const graph_spec& g, bool
   }
   for (const auto& p : earlier)
     if (fs::remove_all(p, ec); ec)
-      return make_error(errc::io_failed, fmt::format("{}: cannot remove an earlier run's checkpoint: {}",
-                                                     p.string(), ec.message()));
+      return make_error(errc::io_failed,
+                        fmt::format("{}: cannot remove an earlier run's checkpoint: {}", p.string(), ec.message()));
   return lock;
 }
 
@@ -363,7 +365,8 @@ std::optional<std::string> first_non_finite(const safetensors_file& f) {
     auto n = t.value.numel();
     auto say = [&](std::int64_t i, bool nan) {
       return fmt::format("tensor '{}' holds {} at element {} (the file was damaged, or the run that wrote it "
-                         "diverged)", t.name, nan ? "NaN" : "Inf", i);
+                         "diverged)",
+                         t.name, nan ? "NaN" : "Inf", i);
     };
     if (t.value.type() == dtype::f32) {
       const float* v = t.value.data<float>();
@@ -438,8 +441,7 @@ caf::expected<resume_point> open_resume(const fs::path& dir, const graph_spec& g
 namespace {
 
 caf::error init_error(const graph_spec& g, const std::string& what) {
-  return make_error(errc::invalid_argument,
-                    fmt::format("{}: train.init: {}", to_string(g.train.init_pos), what));
+  return make_error(errc::invalid_argument, fmt::format("{}: train.init: {}", to_string(g.train.init_pos), what));
 }
 
 /// The step folder train.init names, with its manifest.
@@ -482,11 +484,10 @@ caf::expected<std::filesystem::path> find_init_part(const graph_spec& g, const a
     seen.push_back(fmt::format("{} layers {} (d_model {}, {} layers in all)", actor, get("layers"),
                                get("model.d_model"), get("model.layers")));
   }
-  return init_error(
-      g, fmt::format("{} holds no stage with layers {} of this model (d_model {}, {} layers in all); "
-                     "its stages: {}. A warm start needs the same model cut into the same stages",
-                     rp.folder.string(), want["layers"], want["model.d_model"], want["model.layers"],
-                     seen.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(seen, "; "))));
+  return init_error(g, fmt::format("{} holds no stage with layers {} of this model (d_model {}, {} layers in all); "
+                                   "its stages: {}. A warm start needs the same model cut into the same stages",
+                                   rp.folder.string(), want["layers"], want["model.d_model"], want["model.layers"],
+                                   seen.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(seen, "; "))));
 }
 
 caf::expected<init_plan> check_init(const graph_spec& g) {

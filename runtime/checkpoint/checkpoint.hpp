@@ -77,8 +77,8 @@ caf::expected<safetensors_file> read_checkpoint_part(const std::filesystem::path
 struct checkpoint_commit {
   std::int64_t step = 0;
   std::filesystem::path folder;
-  std::uint64_t bytes = 0;  ///< the parts' sizes together
-  double write_ms = 0;      ///< the slowest part: from its writer starting to its report arriving
+  std::uint64_t bytes = 0; ///< the parts' sizes together
+  double write_ms = 0;     ///< the slowest part: from its writer starting to its report arriving
 };
 
 /// The runner's bookkeeping: which actors reported which step, committing a
@@ -115,7 +115,7 @@ public:
 
 private:
   struct pending {
-    std::map<std::string, std::string> files;  ///< actor -> file
+    std::map<std::string, std::string> files; ///< actor -> file
     std::chrono::system_clock::time_point last_arrival;
     double slowest_ms = 0;
   };
@@ -162,13 +162,13 @@ caf::expected<checkpoint_dir_lock> open_checkpoint_dir(const graph_spec& g, bool
 
 /// Where a run resumes from.
 struct resume_point {
-  std::filesystem::path folder;  ///< the complete step folder
-  std::int64_t step = 0;         ///< optimizer steps it holds
-  std::filesystem::path dir;     ///< the checkpoint.dir it is in (the step folder's parent)
+  std::filesystem::path folder; ///< the complete step folder
+  std::int64_t step = 0;        ///< optimizer steps it holds
+  std::filesystem::path dir;    ///< the checkpoint.dir it is in (the step folder's parent)
   /// The settings of the run that wrote it (checkpoint.json); 0 when it did not record them.
   std::int64_t every = 0;
   int keep = 0;
-  std::int64_t steps = 0;  ///< its train.steps (the learning-rate schedule's length); 0 when not recorded
+  std::int64_t steps = 0; ///< its train.steps (the learning-rate schedule's length); 0 when not recorded
 };
 
 /// Finds the checkpoint `dir` names (DIR/latest, or a step folder itself) and
@@ -198,7 +198,7 @@ caf::expected<std::filesystem::path> find_init_part(const graph_spec& g, const a
 /// checkpoint's step with, per actor, the part it starts from.
 struct init_plan {
   resume_point from;
-  std::map<std::string, std::filesystem::path> parts;  ///< actor -> part file
+  std::map<std::string, std::filesystem::path> parts; ///< actor -> part file
 };
 caf::expected<init_plan> check_init(const graph_spec& g);
 

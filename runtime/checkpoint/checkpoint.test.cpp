@@ -64,14 +64,16 @@ graph_spec load(const std::string& text, const fs::path& dir) {
 
 /// What `a` writes after `step` steps of a fresh model: a stage its parameters
 /// (no optimizer state before the first update), the loader its position.
-std::pair<std::vector<named_handle>, std::map<std::string, std::string>> part_of(const graph_spec& g,
-                                                                                 const actor_spec& a,
-                                                                                 std::int64_t step) {
+std::pair<std::vector<named_handle>, std::map<std::string, std::string>>
+part_of(const graph_spec& g, const actor_spec& a, std::int64_t step) {
   auto md = checkpoint_identity(g, a);
   std::vector<named_handle> tensors;
   if (a.role.holds_layers) {
-    ops::gpt_config cfg{.layers = g.model.layers, .d_model = g.model.d_model, .heads = g.model.heads,
-                        .context = g.model.context, .vocab = g.model.vocab};
+    ops::gpt_config cfg{.layers = g.model.layers,
+                        .d_model = g.model.d_model,
+                        .heads = g.model.heads,
+                        .context = g.model.context,
+                        .vocab = g.model.vocab};
     for (auto r : a.layers)
       for (const auto& p : ops::gpt_param_specs(cfg, r.begin, r.end))
         tensors.push_back({p.name, tensor_handle::zeros(p.shape)});
@@ -89,7 +91,7 @@ TEST_CASE("checkpoints fall every `every` steps and after the last step, never w
   CHECK(checkpoint_due(8, 8, 20));
   CHECK(checkpoint_due(16, 8, 20));
   CHECK_FALSE(checkpoint_due(12, 8, 20));
-  CHECK(checkpoint_due(20, 8, 20));   // the last step, though 20 % 8 != 0
+  CHECK(checkpoint_due(20, 8, 20)); // the last step, though 20 % 8 != 0
   CHECK(checkpoint_due(16, 8, 16));
   CHECK_FALSE(checkpoint_due(0, 8, 20));
   CHECK_FALSE(checkpoint_due(20, 0, 20));
@@ -101,7 +103,7 @@ TEST_CASE("a checkpoint is complete only when every checkpointing actor reported
   CHECK_FALSE(write_and_report(t, dir, "loader", 8));
   CHECK_FALSE(write_and_report(t, dir, "s0", 8));
   CHECK_FALSE(t.on_report("stranger", 8, "x.safetensors")); // not one of the list: ignored
-  CHECK_FALSE(write_and_report(t, dir, "loader", 16));        // runs ahead: a later step
+  CHECK_FALSE(write_and_report(t, dir, "loader", 16));      // runs ahead: a later step
   CHECK_FALSE(fs::exists(dir / "latest"));
   CHECK(write_and_report(t, dir, "s1", 8));
   auto c = t.commit(8);
@@ -115,7 +117,7 @@ TEST_CASE("a checkpoint is complete only when every checkpointing actor reported
   CHECK(fs::exists(dir / "step-000008" / "checkpoint.json"));
   CHECK(t.last_committed() == 8);
   CHECK_FALSE(t.on_report("s0", 8, "s0.safetensors")); // a repeat of a committed step
-  CHECK_FALSE(t.commit(16));                              // s0 and s1 have not reported 16
+  CHECK_FALSE(t.commit(16));                           // s0 and s1 have not reported 16
   CHECK(read_text(dir / "latest") == "step-000008\n");
   fs::remove_all(dir);
 }
@@ -170,8 +172,8 @@ TEST_CASE("a part that fails leaves the other parts alone; the runner discards t
 TEST_CASE("pruning keeps the newest keep complete checkpoints and leaves later folders alone") {
   auto dir = fresh_dir("prune");
   checkpoint_tracker t(dir, {"s0"}, 2);
-  write_checkpoint_part(dir, 6, "s0", {}, {});   // incomplete and older: removed
-  write_checkpoint_part(dir, 40, "s0", {}, {});  // incomplete and newer: kept (in progress)
+  write_checkpoint_part(dir, 6, "s0", {}, {});  // incomplete and older: removed
+  write_checkpoint_part(dir, 40, "s0", {}, {}); // incomplete and newer: kept (in progress)
   for (std::int64_t step : {8, 16, 24, 32}) {
     REQUIRE(write_and_report(t, dir, "s0", step));
     REQUIRE(t.commit(step));
@@ -242,8 +244,8 @@ TEST_CASE("resuming checks the checkpoint against the graph and names what diffe
   auto reshaped = open_resume(dir, g);
   REQUIRE_FALSE(reshaped);
   CHECK(error_message(reshaped.error())
-            .find("s1.safetensors: tensor '" + part->tensors.front().name +
-                  "' is f32 [3] in the checkpoint but f32 [16] in the graph's model") != std::string::npos);
+          .find("s1.safetensors: tensor '" + part->tensors.front().name +
+                "' is f32 [3] in the checkpoint but f32 [16] in the graph's model") != std::string::npos);
   fs::resize_file(s1, fs::file_size(s1) - 8);
   auto cut = open_resume(dir, g);
   REQUIRE_FALSE(cut);
@@ -262,7 +264,8 @@ TEST_CASE("resuming checks the checkpoint against the graph and names what diffe
   std::ofstream(dir / "latest") << "step-000024\n"; // its folder was removed
   auto gone = open_resume(dir, g);
   REQUIRE_FALSE(gone);
-  CHECK(error_message(gone.error()).find("latest: names step-000024, which does not exist in " + dir.string() +
-                                         " (complete checkpoints there: step-000008)") != std::string::npos);
+  CHECK(error_message(gone.error())
+          .find("latest: names step-000024, which does not exist in " + dir.string() +
+                " (complete checkpoints there: step-000008)") != std::string::npos);
   fs::remove_all(dir);
 }

@@ -22,11 +22,16 @@ namespace {
 
 const char* st_dtype(dtype t) {
   switch (t) {
-    case dtype::f32: return "F32";
-    case dtype::bf16: return "BF16";
-    case dtype::f16: return "F16";
-    case dtype::i32: return "I32";
-    case dtype::u8: return "U8";
+  case dtype::f32:
+    return "F32";
+  case dtype::bf16:
+    return "BF16";
+  case dtype::f16:
+    return "F16";
+  case dtype::i32:
+    return "I32";
+  case dtype::u8:
+    return "U8";
   }
   return "?";
 }
@@ -44,7 +49,8 @@ caf::error io_error(const std::filesystem::path& p, const std::string& what) {
 
 /// Writes every chunk to a temporary file, fsyncs it, renames it over `path`
 /// and fsyncs the folder, so a crash leaves either the old or the new file.
-caf::error replace_file(const std::filesystem::path& path, const std::vector<std::pair<const void*, std::size_t>>& chunks) {
+caf::error replace_file(const std::filesystem::path& path,
+                        const std::vector<std::pair<const void*, std::size_t>>& chunks) {
   auto tmp = path;
   tmp += fmt::format(".tmp.{}", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -108,9 +114,8 @@ caf::error write_safetensors(const std::filesystem::path& path, const std::vecto
       return make_error(errc::invalid_argument,
                         fmt::format("{}: tensor '{}' is not a CPU tensor", path.string(), t.name));
     std::vector<std::int64_t> shape(t.value.shape().begin(), t.value.shape().end());
-    header[t.name] = {{"dtype", st_dtype(t.value.type())},
-                      {"shape", shape},
-                      {"data_offsets", {offset, offset + t.value.nbytes()}}};
+    header[t.name] = {
+      {"dtype", st_dtype(t.value.type())}, {"shape", shape}, {"data_offsets", {offset, offset + t.value.nbytes()}}};
     offset += t.value.nbytes();
   }
   if (!metadata.empty())

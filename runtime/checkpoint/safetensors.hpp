@@ -25,7 +25,7 @@ struct named_handle {
 
 /// Tensors and string metadata of one safetensors file.
 struct safetensors_file {
-  std::vector<named_handle> tensors;        ///< in file order
+  std::vector<named_handle> tensors; ///< in file order
   std::map<std::string, std::string> metadata;
 
   /// The tensor called `name`, or an undefined handle.
@@ -37,13 +37,13 @@ struct tensor_entry {
   std::string name;
   dtype type = dtype::f32;
   shape_t shape;
-  std::uint64_t offset = 0;  ///< where its bytes start in the data section
+  std::uint64_t offset = 0; ///< where its bytes start in the data section
   std::uint64_t bytes = 0;
 };
 
 /// What a safetensors file holds, known from its header alone.
 struct safetensors_header {
-  std::vector<tensor_entry> tensors;  ///< in header order
+  std::vector<tensor_entry> tensors; ///< in header order
   std::map<std::string, std::string> metadata;
 
   /// The tensor called `name`, or nullptr.

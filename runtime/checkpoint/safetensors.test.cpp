@@ -65,8 +65,8 @@ TEST_CASE("a truncated or garbage file is an error that names the file") {
 
 TEST_CASE("the header alone tells a complete file from a truncated one, and a huge shape allocates nothing") {
   auto dir = temp_dir("header");
-  REQUIRE_FALSE(write_safetensors(dir / "ok.safetensors", {{"w", ramp({2, 64}, 0)}, {"b", ramp({3}, 0)}},
-                                  {{"step", "8"}}));
+  REQUIRE_FALSE(
+    write_safetensors(dir / "ok.safetensors", {{"w", ramp({2, 64}, 0)}, {"b", ramp({3}, 0)}}, {{"step", "8"}}));
   auto h = read_safetensors_header(dir / "ok.safetensors");
   REQUIRE(h);
   REQUIRE(h->tensors.size() == 2);
@@ -79,13 +79,15 @@ TEST_CASE("the header alone tells a complete file from a truncated one, and a hu
   std::filesystem::resize_file(dir / "cut.safetensors", size - 100);
   auto cut = read_safetensors_header(dir / "cut.safetensors");
   REQUIRE_FALSE(cut);
-  CHECK(error_message(cut.error()).find("cut.safetensors: truncated: its header describes 524 bytes of tensor data, "
-                                        "the file holds 424") != std::string::npos);
+  CHECK(error_message(cut.error())
+          .find("cut.safetensors: truncated: its header describes 524 bytes of tensor data, "
+                "the file holds 424") != std::string::npos);
   // A header that claims 2^60 elements is refused from the file's size, not by allocating them.
-  std::string header = R"({"w":{"dtype":"F32","shape":[1073741824,1073741824],"data_offsets":[0,4611686018427387904]}})";
+  std::string header =
+    R"({"w":{"dtype":"F32","shape":[1073741824,1073741824],"data_offsets":[0,4611686018427387904]}})";
   std::uint64_t n = header.size();
   std::ofstream(dir / "huge.safetensors", std::ios::binary)
-      << std::string(reinterpret_cast<const char*>(&n), sizeof n) << header << "tiny";
+    << std::string(reinterpret_cast<const char*>(&n), sizeof n) << header << "tiny";
   auto huge = read_safetensors(dir / "huge.safetensors");
   REQUIRE_FALSE(huge);
   CHECK(error_message(huge.error()).find("truncated") != std::string::npos);
@@ -125,14 +127,15 @@ TEST_CASE("a malformed header says what is wrong in words, without the JSON libr
   auto dir = temp_dir("words");
   auto write = [&](const std::string& name, const std::string& header) {
     std::uint64_t n = header.size();
-    std::ofstream(dir / name, std::ios::binary) << std::string(reinterpret_cast<const char*>(&n), sizeof n) << header
-                                                << "data";
+    std::ofstream(dir / name, std::ios::binary)
+      << std::string(reinterpret_cast<const char*>(&n), sizeof n) << header << "data";
     return read_safetensors_header(dir / name);
   };
   auto no_dtype = write("no_dtype.safetensors", R"({"w":{"shape":[1],"data_offsets":[0,4]}})");
   REQUIRE_FALSE(no_dtype);
-  CHECK(error_message(no_dtype.error()).find("no_dtype.safetensors: malformed header: entry 'w': the field \"dtype\" "
-                                             "is missing") != std::string::npos);
+  CHECK(error_message(no_dtype.error())
+          .find("no_dtype.safetensors: malformed header: entry 'w': the field \"dtype\" "
+                "is missing") != std::string::npos);
   auto not_json = write("not_json.safetensors", "{\"w\": oops}");
   REQUIRE_FALSE(not_json);
   CHECK(error_message(not_json.error()).find("malformed header: syntax error at line 1, column") != std::string::npos);

@@ -13,7 +13,8 @@ namespace troupe {
 
 namespace {
 
-const std::vector<std::string> cluster_keys{"launcher", "nodes", "hosts", "address", "port", "transport", "token_file", "pin"};
+const std::vector<std::string> cluster_keys{"launcher", "nodes",     "hosts",      "address",
+                                            "port",     "transport", "token_file", "pin"};
 const std::vector<std::string> launchers{"local", "ssh", "slurm"};
 const std::vector<std::string> transports{"auto", "tcp", "ucx"};
 
@@ -97,9 +98,10 @@ void parse_cluster(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   }
   r.get_bool(n, "cluster", "pin", c.pin);
   if (c.pin && c.launcher != "local")
-    r.error(n["pin"], "cluster.pin",
-            fmt::format("pinning nodes to CPUs is for the local launcher (this one is '{}'; {} places its own processes)",
-                        c.launcher, c.launcher == "slurm" ? "srun --cpu-bind" : "each host"));
+    r.error(
+      n["pin"], "cluster.pin",
+      fmt::format("pinning nodes to CPUs is for the local launcher (this one is '{}'; {} places its own processes)",
+                  c.launcher, c.launcher == "slurm" ? "srun --cpu-bind" : "each host"));
   if (c.launcher == "ssh" && c.hosts.empty())
     r.error(n, "cluster", "the ssh launcher needs `hosts:`, a list of host names to start the nodes on");
 }
@@ -129,23 +131,25 @@ void check_cluster(parsed_graph& pg, graph_reader& r) {
   int nodes = g.cluster.nodes;
   std::vector<int> used(static_cast<std::size_t>(nodes), 0);
   for (const auto& pa : pg.actors) {
-    if (pa.spec.node.empty() || !g.cluster.present)  // one process: `node:` has nothing to say
+    if (pa.spec.node.empty() || !g.cluster.present) // one process: `node:` has nothing to say
       continue;
     auto where = join_path(pa.path, "node");
     auto idx = node_index(pa.spec.node);
     if (!idx || *idx < 0 || *idx >= nodes)
-      r.error(child(pa.node, "node"), where,
-              fmt::format("node '{}' is not a node of this cluster: expected a number from 0 to {} (cluster.nodes is {})",
-                          pa.spec.node, nodes - 1, nodes));
+      r.error(
+        child(pa.node, "node"), where,
+        fmt::format("node '{}' is not a node of this cluster: expected a number from 0 to {} (cluster.nodes is {})",
+                    pa.spec.node, nodes - 1, nodes));
   }
   for (const auto& a : g.actors)
     if (auto i = g.node_of(a); i >= 0 && i < nodes)
       ++used[static_cast<std::size_t>(i)];
   for (int i = 0; i < nodes; ++i)
     if (used[static_cast<std::size_t>(i)] == 0 && g.cluster.present) {
-      r.error(child(pg.cluster_node, "nodes") ? child(pg.cluster_node, "nodes") : pg.cluster_node, "cluster.nodes",
-              fmt::format("node {} of {} would run no actor: lower cluster.nodes or place an actor there with `node: {}`",
-                          i, nodes, i));
+      r.error(
+        child(pg.cluster_node, "nodes") ? child(pg.cluster_node, "nodes") : pg.cluster_node, "cluster.nodes",
+        fmt::format("node {} of {} would run no actor: lower cluster.nodes or place an actor there with `node: {}`", i,
+                    nodes, i));
       break;
     }
 }

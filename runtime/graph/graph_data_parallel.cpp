@@ -28,8 +28,8 @@ std::optional<std::int64_t> parse_bytes(std::string_view s) {
   while (!unit.empty() && unit.front() == ' ')
     unit.erase(unit.begin());
   static const std::vector<std::pair<std::string, double>> units{
-    {"", 1},         {"B", 1},           {"KB", 1e3},         {"MB", 1e6},        {"GB", 1e9},
-    {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+    {"", 1},     {"B", 1},        {"KB", 1e3},        {"MB", 1e6},
+    {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
   for (const auto& [name, scale] : units)
     if (unit == name)
       return static_cast<std::int64_t>(v * scale + 0.5);
@@ -58,20 +58,20 @@ void parse_data_parallel(parsed_graph& pg, const YAML::Node& n, graph_reader& r)
   if (auto rep = child(n, "replicas"); rep && d.replicas > 1) {
     const auto& p = pg.graph.pipeline;
     if (p.routing != "chain")
-      r.error(rep, "data_parallel.replicas",
-              fmt::format("replicas take the 'chain' routing of their own pipeline (pipeline.routing is '{}')",
-                          p.routing));
+      r.error(
+        rep, "data_parallel.replicas",
+        fmt::format("replicas take the 'chain' routing of their own pipeline (pipeline.routing is '{}')", p.routing));
   }
   r.get_bool(n, "data_parallel", "overlap", d.overlap);
-  if (auto rt = child(n, "route")) {  // routing around stragglers: schedulers/routing/least_loaded.hpp
+  if (auto rt = child(n, "route")) { // routing around stragglers: schedulers/routing/least_loaded.hpp
     auto text = r.as_string(rt, "data_parallel.route");
     if (text && *text != "own" && *text != "least_loaded")
       r.error(rt, "data_parallel.route", fmt::format("unknown route '{}' (known: own, least_loaded)", *text));
     else if (text)
       d.route = *text;
   }
-  if (auto w = child(n, "wire"); w && r.get_string(n, "data_parallel", "wire", d.wire) && d.wire != "f32" &&
-                                  d.wire != "bf16")
+  if (auto w = child(n, "wire");
+      w && r.get_string(n, "data_parallel", "wire", d.wire) && d.wire != "f32" && d.wire != "bf16")
     r.error(w, "data_parallel.wire", fmt::format("expected f32 or bf16, got '{}'", d.wire));
   if (auto z = child(n, "zero")) {
     auto v = r.as_int(z, "data_parallel.zero", 0, 2);

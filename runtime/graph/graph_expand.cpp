@@ -12,8 +12,7 @@ namespace troupe::detail {
 namespace {
 
 /// Runs the expander of `section` when the section is present (or by default).
-void expand_section(parsed_graph& pg, const std::string& section, const section_expander& ex,
-                    graph_reader& r) {
+void expand_section(parsed_graph& pg, const std::string& section, const section_expander& ex, graph_reader& r) {
   auto node = child(pg.root, section);
   if (!node && !(ex.by_default && !pg.has_actors))
     return;
@@ -44,7 +43,7 @@ void expand(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
   std::map<std::string, const parsed_actor*> explicit_by_name;
   for (const auto& pa : pg.actors) {
     if (pa.spec.name.empty())
-      continue;  // already reported
+      continue; // already reported
     auto [first, fresh] = explicit_by_name.emplace(pa.spec.name, &pa);
     if (!fresh) {
       pg.duplicate_actors = true;
@@ -56,7 +55,7 @@ void expand(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
     auto same = std::find_if(g.actors.begin(), g.actors.begin() + static_cast<std::ptrdiff_t>(expanded_count),
                              [&](const actor_spec& a) { return a.name == pa.spec.name; });
     if (same != g.actors.begin() + static_cast<std::ptrdiff_t>(expanded_count)) {
-      actor_spec merged = pa.spec;  // explicit keys win, the rest comes from the shorthand
+      actor_spec merged = pa.spec; // explicit keys win, the rest comes from the shorthand
       if (!pa.has_type)
         merged.type = same->type;
       if (!pa.layers_node)
@@ -72,17 +71,16 @@ void expand(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
     g.actors.push_back(pa.spec);
   }
   for (const auto& pc : pg.channels) {
-    auto same = std::find_if(g.channels.begin(), g.channels.end(), [&](const channel_spec& c) {
-      return c.from == pc.spec.from && c.to == pc.spec.to;
-    });
+    auto same = std::find_if(g.channels.begin(), g.channels.end(),
+                             [&](const channel_spec& c) { return c.from == pc.spec.from && c.to == pc.spec.to; });
     if (same == g.channels.end()) {
       g.channels.push_back(pc.spec);
     } else if (same->expanded) {
       *same = pc.spec;
     } else {
       r.error(pc.from_node, pc.path,
-              fmt::format("duplicate channel from '{}' to '{}' (first defined at {})", pc.spec.from,
-                          pc.spec.to, to_string(same->pos)));
+              fmt::format("duplicate channel from '{}' to '{}' (first defined at {})", pc.spec.from, pc.spec.to,
+                          to_string(same->pos)));
     }
   }
 }

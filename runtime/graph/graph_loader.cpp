@@ -48,7 +48,7 @@ std::size_t first_non_text_byte(std::string_view s) {
 bool diag_before(const diagnostic& a, const diagnostic& b) {
   bool ao = !a.pos.origin.empty(), bo = !b.pos.origin.empty();
   if (ao != bo)
-    return bo;  // file positions first, then command-line overrides
+    return bo; // file positions first, then command-line overrides
   if (a.pos.line != b.pos.line)
     return a.pos.line < b.pos.line;
   return a.pos.col < b.pos.col;
@@ -115,10 +115,11 @@ load_result load_graph_text(std::string_view text, const std::filesystem::path& 
     auto documents = YAML::LoadAll(std::string{text});
     if (documents.size() > 1) { // yaml-cpp's Load would keep the first and drop the rest unseen
       auto m = documents[1].Mark();
-      res.errors.push_back(diagnostic{source_pos{name, m.is_null() ? 0 : m.line + 1, m.is_null() ? 0 : m.column + 1, {}},
-                                      "", fmt::format("the file holds {} YAML documents (a '---' line starts "
-                                                      "another); a graph file is one document",
-                                                      documents.size())});
+      res.errors.push_back(
+        diagnostic{source_pos{name, m.is_null() ? 0 : m.line + 1, m.is_null() ? 0 : m.column + 1, {}}, "",
+                   fmt::format("the file holds {} YAML documents (a '---' line starts "
+                               "another); a graph file is one document",
+                               documents.size())});
       return res;
     }
     if (!documents.empty())
@@ -129,7 +130,7 @@ load_result load_graph_text(std::string_view text, const std::filesystem::path& 
     return res;
   } catch (const YAML::ParserException& e) {
     res.errors.push_back(
-        diagnostic{source_pos{name, e.mark.line + 1, e.mark.column + 1, {}}, "", "YAML syntax error: " + e.msg});
+      diagnostic{source_pos{name, e.mark.line + 1, e.mark.column + 1, {}}, "", "YAML syntax error: " + e.msg});
     return res;
   } catch (const YAML::Exception& e) {
     return fail("YAML error: " + e.msg);
@@ -149,7 +150,7 @@ load_result load_graph_text(std::string_view text, const std::filesystem::path& 
     detail::parse_sections(pg, r);
     load_plugins(pg, opts, r);
     auto vocab = opts.vocabulary ? opts.vocabulary() : make_vocabulary();
-    detail::check_local_update(pg, r);  // before expanders read the method's settings
+    detail::check_local_update(pg, r); // before expanders read the method's settings
     detail::expand(pg, vocab, r);
     detail::check_names(pg, vocab, r);
     detail::check_policy_options(pg, vocab, r);
@@ -186,8 +187,8 @@ load_result load_graph(const std::filesystem::path& file, const load_options& op
   while (in.read(buf, sizeof buf) || in.gcount() > 0) {
     text.append(buf, static_cast<std::size_t>(in.gcount()));
     if (text.size() > max_graph_bytes)
-      return fail(fmt::format("the file is larger than {} MiB; a graph file is short YAML text",
-                              max_graph_bytes >> 20));
+      return fail(
+        fmt::format("the file is larger than {} MiB; a graph file is short YAML text", max_graph_bytes >> 20));
   }
   return load_graph_text(text, file, opts);
 }

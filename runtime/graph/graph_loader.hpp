@@ -32,7 +32,7 @@ struct actor_type_info {
 /// actors yet, where the section is, and a way to report an error at one of its keys.
 struct section_expansion {
   graph_spec& graph;
-  source_pos where;  ///< the section (the file's start when it is absent): expanded entries point here
+  source_pos where; ///< the section (the file's start when it is absent): expanded entries point here
   /// Reports `message` at `SECTION.key`, positioned at that key (at the section when the key is absent).
   std::function<void(std::string_view key, std::string message)> error;
 };
@@ -86,7 +86,7 @@ struct load_options {
 
 /// A loaded graph, or every reason it was rejected.
 struct load_result {
-  std::optional<graph_spec> graph;  ///< set exactly when `errors` is empty
+  std::optional<graph_spec> graph; ///< set exactly when `errors` is empty
   diagnostics errors;
   bool ok() const noexcept { return graph.has_value(); }
 };
@@ -96,8 +96,7 @@ load_result load_graph(const std::filesystem::path& file, const load_options& op
 
 /// The same for text already in memory; `file` names it in diagnostics and its
 /// folder resolves relative paths.
-load_result load_graph_text(std::string_view text, const std::filesystem::path& file,
-                            const load_options& opts = {});
+load_result load_graph_text(std::string_view text, const std::filesystem::path& file, const load_options& opts = {});
 
 /// Where `corpus: kjv` lives: `$TROUPE_DATA/kjv.txt` when TROUPE_DATA is set,
 /// else `data/kjv.txt` under the repository root (found upward from the current

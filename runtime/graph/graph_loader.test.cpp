@@ -60,7 +60,8 @@ TEST_CASE("the shorthand of the issue loads into typed specs with defaults fille
   CHECK(g.tokens_per_step() == 12 * 8 * 64);
 }
 
-TEST_CASE("a pipeline expands into a loader, stages with even contiguous layers, a chain of channels and the targets' channel") {
+TEST_CASE(
+  "a pipeline expands into a loader, stages with even contiguous layers, a chain of channels and the targets' channel") {
   auto r = load(R"(model: {layers: 7, d_model: 64, heads: 4, context: 16}
 data: {batch: 2}
 train: {steps: 1}
@@ -188,9 +189,10 @@ TEST_CASE("a missing corpus file is an error that names the file") {
 }
 
 TEST_CASE("a corpus path is resolved against the graph file's folder") {
-  auto dir = std::filesystem::temp_directory_path() / (std::string{"troupe_loader_test"} + "_" + std::to_string(::getpid()));
+  auto dir =
+    std::filesystem::temp_directory_path() / (std::string{"troupe_loader_test"} + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  std::ofstream words{dir / "words.txt"};  // long enough for context 4 and a 10% validation split
+  std::ofstream words{dir / "words.txt"}; // long enough for context 4 and a 10% validation split
   for (int i = 0; i < 4; ++i)
     words << "in the beginning was the word\n";
   words.close();
@@ -208,7 +210,7 @@ TEST_CASE("trace.file and checkpoint.dir are resolved against the graph file's f
   o.overrides = {"checkpoint.dir=ckpt"};
   auto r = load_graph_text(std::string{tiny} + "checkpoint: {dir: x, every: 2}\n", "runs/g.yaml", o);
   REQUIRE_MESSAGE(r.ok(), errors(r));
-  CHECK(r.graph->trace.file == "runs/tiny-gpt.json");  // as written
+  CHECK(r.graph->trace.file == "runs/tiny-gpt.json"); // as written
   CHECK(r.graph->trace.file_path == std::filesystem::path{"runs/runs/tiny-gpt.json"});
   CHECK(r.graph->checkpoint.dir_path == std::filesystem::path{"runs/ckpt"});
   o.overrides = {"trace.file=/tmp/t.json"};
@@ -221,7 +223,9 @@ TEST_CASE("empty, comment-only and binary files are rejected without a crash") {
   CHECK(errors(load("")) == "g.yaml: the file is empty (a graph needs model, data and train sections; see "
                             "examples/tiny-gpt.yaml)\n");
   CHECK(load("# nothing here\n").errors.size() == 1);
-  std::string binary{"\x7f" "ELF\x02\x01\x01\0\0\0", 10};
+  std::string binary{"\x7f"
+                     "ELF\x02\x01\x01\0\0\0",
+                     10};
   CHECK(errors(load(binary)) == "g.yaml: not a text file (byte 0x00 at offset 7); a graph file is YAML text\n");
   CHECK(errors(load("model: [1, 2\n")).starts_with("g.yaml:2:1: YAML syntax error"));
 }
@@ -249,8 +253,9 @@ TEST_CASE("a custom vocabulary admits plugin actor types and checks their keys")
   REQUIRE(r.errors.size() == 2);
   CHECK(to_string(r.errors[0]) == "g.yaml:6:27: actors[1].cuont: unknown key 'cuont' for actor type 'echo' (did "
                                   "you mean 'count'? known: name, type, node, layers, count)");
-  CHECK(to_string(r.errors[1]).starts_with("g.yaml:7:21: actors[2].type: unknown actor type 'ehco' (did you "
-                                           "mean 'echo'?"));
+  CHECK(to_string(r.errors[1])
+          .starts_with("g.yaml:7:21: actors[2].type: unknown actor type 'ehco' (did you "
+                       "mean 'echo'?"));
   CHECK(load(text, no_corpus()).errors.size() == 3);
 }
 
@@ -304,8 +309,8 @@ TEST_CASE("the graph keeps where each key was written, for checks outside the lo
   CHECK(to_string(g.where("model.vocab")) == "g.yaml:1:67");
   CHECK(to_string(g.where("pipeline.schedule")) == "g.yaml:4:50");
   CHECK(to_string(g.where("pipeline.stages")) == "--set pipeline.stages=2");
-  CHECK(to_string(g.where("model.precision")) == "g.yaml:1:11");  // not written: its section
-  CHECK(to_string(g.where("checkpoint.dir")) == "g.yaml");         // no such section: the file
+  CHECK(to_string(g.where("model.precision")) == "g.yaml:1:11"); // not written: its section
+  CHECK(to_string(g.where("checkpoint.dir")) == "g.yaml");       // no such section: the file
 }
 
 namespace {
@@ -325,7 +330,7 @@ TEST_CASE("data_parallel replicas expand to the grid r0s0 .. r1s1 with a ring of
   const auto& g = *r.graph;
   CHECK(g.data_parallel.replicas == 2);
   CHECK(g.data_parallel.bucket == 512000);
-  CHECK(g.tokens_per_step() == 2 * 3 * 4 * 16);  // the global batch
+  CHECK(g.tokens_per_step() == 2 * 3 * 4 * 16); // the global batch
   std::vector<std::string> stages;
   for (const auto& a : g.actors)
     if (a.type == "pipeline_stage")
@@ -353,7 +358,7 @@ TEST_CASE("data_parallel replicas expand to the grid r0s0 .. r1s1 with a ring of
     std::string e{edge};
     CHECK_MESSAGE(has(e.substr(0, e.find('>')), e.substr(e.find('>') + 1)), e);
   }
-  CHECK_FALSE(has("r0s0", "r1s1"));  // replicas share no activations
+  CHECK_FALSE(has("r0s0", "r1s1")); // replicas share no activations
 }
 
 TEST_CASE("one replica keeps the plain stage names and no all-reduce peers") {

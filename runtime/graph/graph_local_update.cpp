@@ -40,7 +40,9 @@ namespace {
 const std::vector<std::string> section_keys{"algorithm", "replica_groups"};
 
 /// `periods` of `periods.params`.
-std::string_view head_of(std::string_view key) { return key.substr(0, key.find('.')); }
+std::string_view head_of(std::string_view key) {
+  return key.substr(0, key.find('.'));
+}
 
 /// The options of `m` whose key is `top` or under it (`periods` -> `periods.params`, ...).
 std::vector<const option_spec*> under(const local_update_method_info& m, std::string_view top) {
@@ -81,7 +83,7 @@ std::vector<std::string> owners_of(const std::vector<local_update_method_info>& 
 /// Reports each rule `l` breaks at the key it is about (the section when absent).
 void report(const YAML::Node& n, const std::vector<local_update_problem>& problems, graph_reader& r) {
   for (const auto& p : problems) {
-    YAML::Node at;  // the key the rule is about, else the section (reset: yaml-cpp's `=` writes into the node)
+    YAML::Node at; // the key the rule is about, else the section (reset: yaml-cpp's `=` writes into the node)
     at.reset(n);
     for (std::string_view rest = p.key; !rest.empty();) {
       auto dot = rest.find('.');
@@ -148,10 +150,12 @@ void parse_local_update(parsed_graph& pg, const YAML::Node& n, graph_reader& r) 
   }
   pg.local_update_node.reset(n);
   const std::string path = "local_update";
-  if (pg.graph.data.deal != "in_order") // rounds of one microbatch per replica; local-update replicas run their own steps
-    r.error(n, path, fmt::format("data.deal '{}' deals each round's sequences over the replicas; local-update replicas "
-                                 "each draw their own (use data.deal: in_order)",
-                                 pg.graph.data.deal));
+  if (pg.graph.data.deal !=
+      "in_order") // rounds of one microbatch per replica; local-update replicas run their own steps
+    r.error(n, path,
+            fmt::format("data.deal '{}' deals each round's sequences over the replicas; local-update replicas "
+                        "each draw their own (use data.deal: in_order)",
+                        pg.graph.data.deal));
   // Any name here: check_local_update says whether it is known, once plugins are loaded.
   if (auto a = child(n, "algorithm"))
     if (auto text = r.as_string(a, "local_update.algorithm")) {
@@ -217,17 +221,17 @@ void check_local_update(parsed_graph& pg, graph_reader& r) {
     return;
   for (const auto& o : chosen->options)
     if (!o.fallback.empty())
-      l.options.emplace(o.key, o.fallback);  // keeps what was written
+      l.options.emplace(o.key, o.fallback); // keeps what was written
   set_shared(l);
   if (chosen->configure)
     chosen->configure(l);
   if (!good)
-    return;  // the rules between values need each value read
+    return; // the rules between values need each value read
   const auto& g = pg.graph;
   if (chosen->problems)
-    report(n, chosen->problems(l, {std::max(g.data_parallel.replicas, 1), g.data_parallel.zero,
-                                   g.pipeline.virtual_stages}),
-           r);
+    report(
+      n, chosen->problems(l, {std::max(g.data_parallel.replicas, 1), g.data_parallel.zero, g.pipeline.virtual_stages}),
+      r);
   check_groups(pg, n, r);
 }
 

@@ -51,7 +51,7 @@ TEST_CASE("local_update takes each paper's defaults when a key is absent") {
   CHECK(l.outer.momentum == 0.9);
   CHECK(l.outer.nesterov);
   CHECK(l.quantize == "none");
-  CHECK(load_with("{algorithm: noloco}").graph->local_update.sync_every == 50);  // NoLoCo paper
+  CHECK(load_with("{algorithm: noloco}").graph->local_update.sync_every == 50); // NoLoCo paper
   CHECK(load_with("{algorithm: streaming_diloco}").graph->local_update.sync_every == 100);
   // Every built-in method loads; SparseLoCo's outer settings are α = 1 and β = 0.95.
   for (auto algo : {"diloco", "streaming_diloco", "noloco", "desloc", "sparseloco"}) {
@@ -62,7 +62,7 @@ TEST_CASE("local_update takes each paper's defaults when a key is absent") {
   REQUIRE(s.ok());
   CHECK(s.graph->local_update.outer.lr == 1.0);
   CHECK(s.graph->local_update.outer.momentum == 0.95);
-  auto n = load_with("{algorithm: noloco}");  // NoLoCo's paper: lr 0.7, momentum 0.5
+  auto n = load_with("{algorithm: noloco}"); // NoLoCo's paper: lr 0.7, momentum 0.5
   REQUIRE(n.ok());
   CHECK(n.graph->local_update.outer.momentum == 0.5);
   // DES-LOC averages on its periods: it has no outer optimizer to set.
@@ -93,7 +93,7 @@ TEST_CASE("streaming rules: H divides by P, tau is below H/P, alpha is in [0, 1]
   l.delay = 0, l.sync_every = 7;
   CHECK(has_problem(l, 2, "sync_every"));
   l.sync_every = 1;
-  CHECK(has_problem(l, 2, "fragments"));  // one fragment at a time: P ≤ H
+  CHECK(has_problem(l, 2, "fragments")); // one fragment at a time: P ≤ H
   l.sync_every = 6;
   for (double a : {0.0, 0.5, 1.0}) {
     l.alpha = a;
@@ -156,17 +156,14 @@ bool has_channel(const graph_spec& g, std::string_view from, std::string_view to
 /// property the shorthand reads (routes across replicas) set from its key.
 void register_test_method() {
   sched::method_settings settings{
-    {sched::sync_every_option(7),
-     int_setting_spec("every_other", "exchange every other round (a test key)", 1, 1, 10),
+    {sched::sync_every_option(7), int_setting_spec("every_other", "exchange every other round (a test key)", 1, 1, 10),
      choice_setting_spec("spread", "send microbatches on to other replicas", {"no", "yes"})},
     [](local_update_spec& l) { l.routes_across_replicas = sched::option_text(l, "spread") == "yes"; },
     nullptr};
-  sched::register_sync_method("test_periodic",
-                              {"a test's periodic average", [](const local_update_spec&) {
-                                 return sched::param_fragments(1);
-                               },
-                               [](const local_update_spec& s) { return sched::periodic_schedule({s.sync_every}); },
-                               nullptr, settings});
+  sched::register_sync_method(
+    "test_periodic",
+    {"a test's periodic average", [](const local_update_spec&) { return sched::param_fragments(1); },
+     [](const local_update_spec& s) { return sched::periodic_schedule({s.sync_every}); }, nullptr, settings});
 }
 
 } // namespace
@@ -182,10 +179,10 @@ TEST_CASE("a key of one method is refused for another at its position, and its o
   CHECK(ok.graph->local_update.fragments == 2);
   // Ill-typed and unknown keys name what was expected, where they are written.
   auto typed = load_with("{algorithm: streaming_diloco, fragments: two, fragmnets: 2}");
-  CHECK(to_string(typed.errors).find("g.yaml:5:56: local_update.fragments: expected an integer") !=
-        std::string::npos);
-  CHECK(to_string(typed.errors).find("g.yaml:5:61: local_update.fragmnets: unknown key 'fragmnets' (did you mean "
-                                     "'fragments'?") != std::string::npos);
+  CHECK(to_string(typed.errors).find("g.yaml:5:56: local_update.fragments: expected an integer") != std::string::npos);
+  CHECK(to_string(typed.errors)
+          .find("g.yaml:5:61: local_update.fragmnets: unknown key 'fragmnets' (did you mean "
+                "'fragments'?") != std::string::npos);
   auto nested = load_with("{algorithm: desloc, periods: {params: 4, moments: 8}}");
   CHECK(to_string(nested.errors).find("local_update.periods.moments: unknown key 'moments'") != std::string::npos);
 }
@@ -194,10 +191,10 @@ TEST_CASE("the method's defaults fill its options, and check's output loads agai
   auto d = load_with("{algorithm: desloc, periods: {params: 4}}");
   REQUIRE_MESSAGE(d.ok(), to_string(d.errors));
   const auto& l = d.graph->local_update;
-  CHECK(l.period_momentum == 12);  // K_u = 3·K_x
+  CHECK(l.period_momentum == 12); // K_u = 3·K_x
   CHECK(l.options.at("periods.variance") == "24");
   CHECK(l.options.at("quantize") == "none");
-  CHECK_FALSE(l.options.contains("sync_every"));  // DES-LOC's H is its parameter period
+  CHECK_FALSE(l.options.contains("sync_every")); // DES-LOC's H is its parameter period
   auto again = load_graph_text(to_yaml(*d.graph), "again.yaml", [] {
     load_options o;
     o.check_corpus = false;
@@ -212,7 +209,7 @@ TEST_CASE("a method registered outside the loader has its own keys read and chec
   auto r = load_with("{algorithm: test_periodic, every_other: 3}");
   REQUIRE_MESSAGE(r.ok(), to_string(r.errors));
   CHECK(r.graph->local_update.options.at("every_other") == "3");
-  CHECK(r.graph->local_update.sync_every == 7);  // its own default
+  CHECK(r.graph->local_update.sync_every == 7); // its own default
   auto high = load_with("{algorithm: test_periodic, every_other: 11}");
   CHECK(to_string(high.errors) == "g.yaml:5:55: local_update.every_other: must be at most 10, got 11\n");
   auto foreign = load_with("{algorithm: diloco, every_other: 3}");
@@ -220,8 +217,9 @@ TEST_CASE("a method registered outside the loader has its own keys read and chec
         "g.yaml:5:48: local_update.every_other: 'every_other' is a setting of test_periodic, not of algorithm "
         "'diloco'\n");
   auto theirs = load_with("{algorithm: test_periodic, outer: {lr: 0.5}}");
-  CHECK(to_string(theirs.errors).find("'outer' is a setting of diloco, streaming_diloco, noloco, sparseloco, not "
-                                      "of algorithm 'test_periodic'") != std::string::npos);
+  CHECK(to_string(theirs.errors)
+          .find("'outer' is a setting of diloco, streaming_diloco, noloco, sparseloco, not "
+                "of algorithm 'test_periodic'") != std::string::npos);
 }
 
 TEST_CASE("a method's registered property, not its name, gives stages channels to the other replicas") {
@@ -234,10 +232,10 @@ TEST_CASE("a method's registered property, not its name, gives stages channels t
   };
   load_options o;
   o.check_corpus = false;
-  for (auto [lu, across] : {std::pair{"{algorithm: test_periodic, spread: yes}", true},
-                            std::pair{"{algorithm: test_periodic, spread: no}", false},
-                            std::pair{"{algorithm: noloco, route: random}", true},
-                            std::pair{"{algorithm: noloco, route: chain}", false}}) {
+  for (auto [lu, across] :
+       {std::pair{"{algorithm: test_periodic, spread: yes}", true},
+        std::pair{"{algorithm: test_periodic, spread: no}", false},
+        std::pair{"{algorithm: noloco, route: random}", true}, std::pair{"{algorithm: noloco, route: chain}", false}}) {
     auto r = load_graph_text(text(lu), "g.yaml", o);
     REQUIRE_MESSAGE(r.ok(), lu, ": ", to_string(r.errors));
     CHECK_MESSAGE(r.graph->local_update.routes_across_replicas == across, lu);

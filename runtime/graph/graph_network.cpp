@@ -103,17 +103,14 @@ void read_csv(network_section& net, const YAML::Node& at, graph_reader& r) {
     if (!bandwidth)
       r.error_at(where(3), "network.csv", error_message(bandwidth.error()));
     if (cells[0] == cells[1])
-      r.error_at(where(1), "network.csv",
-                 fmt::format("a link from '{}' to itself: use within_location", cells[0]));
+      r.error_at(where(1), "network.csv", fmt::format("a link from '{}' to itself: use within_location", cells[0]));
     if (!latency || !bandwidth || cells[0] == cells[1])
       continue;
-    set_link(net, location_index(net, cells[0], true), location_index(net, cells[1], true),
-             {*latency, *bandwidth});
+    set_link(net, location_index(net, cells[0], true), location_index(net, cells[1], true), {*latency, *bandwidth});
   }
 }
 
-void read_inline(network_section& net, const YAML::Node& locations, const YAML::Node& links,
-                 graph_reader& r) {
+void read_inline(network_section& net, const YAML::Node& locations, const YAML::Node& links, graph_reader& r) {
   if (locations && !locations.IsSequence())
     r.error(locations, "network.locations",
             fmt::format("expected a list of location names, got {}", describe(locations)));
@@ -125,10 +122,9 @@ void read_inline(network_section& net, const YAML::Node& locations, const YAML::
     return;
   if (!links.IsSequence()) {
     r.error(
-        links, "network.links",
-        fmt::format(
-            "expected a list of links such as {{between: [a, b], latency: 20ms, bandwidth: 1Gbit/s}}, got {}",
-            describe(links)));
+      links, "network.links",
+      fmt::format("expected a list of links such as {{between: [a, b], latency: 20ms, bandwidth: 1Gbit/s}}, got {}",
+                  describe(links)));
     return;
   }
   for (std::size_t i = 0; i < links.size(); ++i) {
@@ -195,18 +191,17 @@ void read_placement(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   const int stages = pg.graph.pipeline.stages, nodes = pg.graph.network.nodes();
   if (!n.IsSequence() || static_cast<int>(n.size()) != stages) {
     r.error(n, "skip.placement",
-            fmt::format(
-                "expected `search` or a list of {} lists of network nodes (one per stage position), got {}",
-                stages, describe(n)));
+            fmt::format("expected `search` or a list of {} lists of network nodes (one per stage position), got {}",
+                        stages, describe(n)));
     return;
   }
   std::vector<int> seen(static_cast<std::size_t>(std::max(nodes, 0)), -1);
   for (std::size_t s = 0; s < n.size(); ++s) {
     auto path = index_path("skip.placement", s);
     if (!n[s].IsSequence() || n[s].size() == 0) {
-      r.error(n[s], path,
-              fmt::format("expected a list of network nodes (numbers from 0 to {}), got {}", nodes - 1,
-                          describe(n[s])));
+      r.error(
+        n[s], path,
+        fmt::format("expected a list of network nodes (numbers from 0 to {}), got {}", nodes - 1, describe(n[s])));
       continue;
     }
     std::vector<int> at;
@@ -232,13 +227,11 @@ void parse_network(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   net.pos = r.pos(n, "network");
   if (!r.check_map(n, "network", network_keys))
     return;
-  auto preset = child(n, "preset"), csv = child(n, "csv"), locations = child(n, "locations"),
-       links = child(n, "links");
+  auto preset = child(n, "preset"), csv = child(n, "csv"), locations = child(n, "locations"), links = child(n, "links");
   if (int sources = !!preset + !!csv + !!(locations || links); sources != 1) {
     r.error(n, "network",
-            sources == 0
-                ? "describe the links with one of `preset:`, `csv:` or `locations:` and `links:`"
-                : "give the links once: `preset:`, `csv:` or `locations:` and `links:`, not several");
+            sources == 0 ? "describe the links with one of `preset:`, `csv:` or `locations:` and `links:`"
+                         : "give the links once: `preset:`, `csv:` or `locations:` and `links:`, not several");
     return;
   }
   if (preset && r.get_string(n, "network", "preset", net.preset)) {
@@ -248,8 +241,7 @@ void parse_network(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
       net.within = p->within;
     } else {
       r.error(preset, "network.preset",
-              fmt::format("unknown network preset '{}' {}", net.preset,
-                          choices(net.preset, network_preset_names())));
+              fmt::format("unknown network preset '{}' {}", net.preset, choices(net.preset, network_preset_names())));
     }
   }
   if (csv && r.get_string(n, "network", "csv", net.csv)) {
@@ -258,8 +250,7 @@ void parse_network(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   }
   if (locations || links)
     read_inline(net, locations, links, r);
-  if (auto w = child(n, "within_location");
-      w && r.check_map(w, "network.within_location", {"latency", "bandwidth"}))
+  if (auto w = child(n, "within_location"); w && r.check_map(w, "network.within_location", {"latency", "bandwidth"}))
     read_link(w, "network.within_location", net.within, r);
   if (auto o = child(n, "overhead"))
     read_quantity(o, "network.overhead", net.overhead, net::parse_duration, r);
@@ -283,19 +274,17 @@ void parse_skip(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     return;
   const int stages = pg.graph.pipeline.stages;
   if (!pg.graph.network.present)
-    r.error(
-        n, "skip",
-        "SkipPipe plans paths over a network: add a `network:` section (preset, csv or links, and nodes)");
+    r.error(n, "skip",
+            "SkipPipe plans paths over a network: add a `network:` section (preset, csv or links, and nodes)");
   r.require(n, "skip", "path_length");
   if (auto l = child(n, "path_length")) {
     if (auto v = r.as_int(l, "skip.path_length", 1, 1 << 20)) {
       skip.path_length = static_cast<int>(*v);
       if (skip.path_length < 2 || skip.path_length > stages)
         r.error(l, "skip.path_length",
-                fmt::format(
-                    "a path visits stage 0 and at least one more, at most pipeline.stages: expected 2 to {}, "
-                    "got {}",
-                    stages, skip.path_length));
+                fmt::format("a path visits stage 0 and at least one more, at most pipeline.stages: expected 2 to {}, "
+                            "got {}",
+                            stages, skip.path_length));
     }
   }
   r.get_int(n, "skip", "memory", skip.memory, 1, 1 << 20);
@@ -311,9 +300,8 @@ void parse_skip(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   if (r.get_int(n, "skip", "seed", seed, 0, std::numeric_limits<std::int64_t>::max()))
     skip.seed = static_cast<std::uint64_t>(seed);
   if (const auto& net = pg.graph.network; net.present && net.nodes() > 0 && net.nodes() < stages)
-    r.error(
-        n, "skip",
-        fmt::format("{} network nodes cannot hold {} stage positions (network.nodes)", net.nodes(), stages));
+    r.error(n, "skip",
+            fmt::format("{} network nodes cannot hold {} stage positions (network.nodes)", net.nodes(), stages));
   if (auto p = child(n, "placement"))
     read_placement(pg, p, r);
 }

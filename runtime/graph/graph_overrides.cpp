@@ -121,8 +121,7 @@ void apply_one(YAML::Node root, const std::string& arg, graph_reader& r) {
     } else {
       auto idx = std::get<std::size_t>((*path)[i]);
       if (!cur.IsSequence() || idx >= cur.size()) {
-        fail(fmt::format("cannot set '{}': '{}' has no entry [{}]", key, here,
-                         idx));
+        fail(fmt::format("cannot set '{}': '{}' has no entry [{}]", key, here, idx));
         return;
       }
       if (last) {

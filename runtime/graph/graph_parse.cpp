@@ -18,9 +18,9 @@ using namespace troupe::limits;
 const std::vector<std::string> model_keys{"layers", "d_model", "heads", "context", "vocab", "precision"};
 const std::vector<std::string> data_keys{"corpus", "batch", "seed", "val_fraction", "documents", "deal"};
 const std::vector<std::string> train_keys{"steps",      "lr",           "weight_decay", "warmup",
-                                          "eval_every", "eval_batches", "grad_clip",  "init"};
-const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual",
-                                             "table",  "policy",       "device",   "routing", "wire"};
+                                          "eval_every", "eval_batches", "grad_clip",    "init"};
+const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual", "table",
+                                             "policy", "device",       "routing",  "wire"};
 const std::vector<std::string> trace_keys{"file"};
 const std::vector<std::string> channel_keys{"from", "to", "credits", "bandwidth", "latency", "network"};
 
@@ -44,12 +44,12 @@ void parse_model(const YAML::Node& n, model_spec& m, graph_reader& r) {
       r.error(p, "model.precision", fmt::format("unknown precision '{}' {}", *s, choices(*s, {"f32", "bf16"})));
   }
   if (m.d_model > 0 && m.heads > 0 && m.d_model % m.heads != 0) {
-    int divisor = m.heads;  // the largest head count not above `heads` that divides d_model
+    int divisor = m.heads; // the largest head count not above `heads` that divides d_model
     while (divisor > 1 && m.d_model % divisor != 0)
       --divisor;
     r.error(n["d_model"], "model.d_model",
-            fmt::format("d_model {} is not divisible by heads {} (try d_model {} or heads {})", m.d_model,
-                        m.heads, (m.d_model / m.heads + 1) * m.heads, divisor));
+            fmt::format("d_model {} is not divisible by heads {} (try d_model {} or heads {})", m.d_model, m.heads,
+                        (m.d_model / m.heads + 1) * m.heads, divisor));
   }
 }
 
@@ -72,8 +72,8 @@ void parse_data(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     r.error(docs, "data.documents",
             fmt::format("unknown document source '{}' {}", d.documents, choices(d.documents, sources)));
   const std::vector<std::string> deals{"in_order", "heaviest_first"};
-  if (auto deal = child(n, "deal"); deal && r.get_string(n, "data", "deal", d.deal) &&
-                                    std::find(deals.begin(), deals.end(), d.deal) == deals.end())
+  if (auto deal = child(n, "deal");
+      deal && r.get_string(n, "data", "deal", d.deal) && std::find(deals.begin(), deals.end(), d.deal) == deals.end())
     r.error(deal, "data.deal", fmt::format("unknown deal '{}' {}", d.deal, choices(d.deal, deals)));
 }
 
@@ -91,7 +91,7 @@ void parse_train(const YAML::Node& n, train_spec& t, graph_reader& r) {
   r.get_int(n, "train", "eval_batches", t.eval_batches, 1, 1 << 20);
   r.get_double(n, "train", "grad_clip", t.grad_clip, 0.0, 1e6);
   if (auto init = child(n, "init"); init && r.get_string(n, "train", "init", t.init))
-    t.init_pos = r.pos(init, "train.init");  // as_string refuses an empty name
+    t.init_pos = r.pos(init, "train.init"); // as_string refuses an empty name
 }
 
 /// Reads `map.device` into `out` when present; reports a string that names no device.
@@ -101,7 +101,7 @@ void parse_device_key(const YAML::Node& map, const std::string& path, std::strin
     return;
   const std::vector<std::string> known{"cpu", "cuda", "cuda:N"};
   auto hint = out.starts_with("gpu") ? fmt::format("(did you mean 'cuda'? known: {})", join(known)) // not 'cpu'
-                                      : choices(out, known);
+                                     : choices(out, known);
   r.error(n, join_path(path, "device"),
           fmt::format("unknown device '{}' {}; N is a device index (cuda:0, cuda:1, ...)", out, hint));
 }
@@ -123,21 +123,21 @@ void parse_routing(parsed_graph& pg, const YAML::Node& pipeline, graph_reader& r
             fmt::format("expected a routing policy's name or {{policy: NAME, ...its settings}}, got {}", describe(n)));
     return;
   }
-  pg.routing_node.reset(n);  // keys beside policy and paths are the policy's: checked once plugins are loaded
+  pg.routing_node.reset(n); // keys beside policy and paths are the policy's: checked once plugins are loaded
   r.get_string(n, "pipeline.routing", "policy", p.routing);
   auto paths = child(n, "paths");
   if (!paths)
     return;
   if (!paths.IsSequence() || paths.size() == 0) {
-    r.error(paths, "pipeline.routing.paths", fmt::format("expected a list of paths (each a list of stage names), got {}",
-                                                         describe(paths)));
+    r.error(paths, "pipeline.routing.paths",
+            fmt::format("expected a list of paths (each a list of stage names), got {}", describe(paths)));
     return;
   }
   for (std::size_t i = 0; i < paths.size(); ++i) {
     auto path = index_path("pipeline.routing.paths", i);
     if (!paths[i].IsSequence() || paths[i].size() == 0) {
-      r.error(paths[i], path, fmt::format("expected a list of stage names such as [s0, s2, s3], got {}",
-                                          describe(paths[i])));
+      r.error(paths[i], path,
+              fmt::format("expected a list of stage names such as [s0, s2, s3], got {}", describe(paths[i])));
       continue;
     }
     std::vector<std::string> names;
@@ -165,7 +165,8 @@ void parse_pipeline(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   if (pg.policy_node)
     parse_policy_options(pg.policy_node, "pipeline.policy", p.policy, r);
   parse_device_key(n, "pipeline", p.device, r);
-  if (auto w = child(n, "wire"); w && r.get_string(n, "pipeline", "wire", p.wire) && p.wire != "f32" && p.wire != "bf16")
+  if (auto w = child(n, "wire");
+      w && r.get_string(n, "pipeline", "wire", p.wire) && p.wire != "f32" && p.wire != "bf16")
     r.error(w, "pipeline.wire", fmt::format("expected f32 or bf16, got '{}'", p.wire));
   parse_routing(pg, n, r);
 }
@@ -302,9 +303,9 @@ void record_key_positions(const YAML::Node& n, const std::string& path, graph_sp
 } // namespace
 
 const std::vector<std::string>& section_names() {
-  static const std::vector<std::string> names{"model",      "data",    "train",   "pipeline", "data_parallel", "trace",
-                                              "checkpoint", "cluster", "plugins", "actors",   "channels",      "sim",
-                                              "devices",    "local_update", "network", "skip", "attention"};
+  static const std::vector<std::string> names{
+    "model",  "data",     "train", "pipeline", "data_parallel", "trace",   "checkpoint", "cluster",  "plugins",
+    "actors", "channels", "sim",   "devices",  "local_update",  "network", "skip",       "attention"};
   return names;
 }
 

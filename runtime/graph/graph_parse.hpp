@@ -16,7 +16,7 @@ namespace troupe::detail {
 /// An `actors:` entry as written, with where its keys were.
 struct parsed_actor {
   actor_spec spec;
-  std::string path;        ///< `actors[2]`
+  std::string path; ///< `actors[2]`
   bool has_type = false;
   YAML::Node node{YAML::NodeType::Undefined}, name_node{YAML::NodeType::Undefined},
     type_node{YAML::NodeType::Undefined}, layers_node{YAML::NodeType::Undefined},
@@ -26,7 +26,7 @@ struct parsed_actor {
 /// A `channels:` entry as written.
 struct parsed_channel {
   channel_spec spec;
-  std::string path;        ///< `channels[1]`
+  std::string path; ///< `channels[1]`
   YAML::Node from_node{YAML::NodeType::Undefined}, to_node{YAML::NodeType::Undefined};
 };
 
@@ -38,16 +38,18 @@ struct parsed_graph {
   std::vector<parsed_actor> actors;     ///< explicit entries, in file order
   std::vector<parsed_channel> channels; ///< explicit entries, in file order
   YAML::Node schedule_node{YAML::NodeType::Undefined}, table_node{YAML::NodeType::Undefined},
-    policy_node{YAML::NodeType::Undefined},
-    corpus_node{YAML::NodeType::Undefined}, pipeline_node{YAML::NodeType::Undefined},
-    cluster_node{YAML::NodeType::Undefined}, sim_device_node{YAML::NodeType::Undefined},
-    algorithm_node{YAML::NodeType::Undefined},  ///< local_update.algorithm: known once plugins are loaded
+    policy_node{YAML::NodeType::Undefined}, corpus_node{YAML::NodeType::Undefined},
+    pipeline_node{YAML::NodeType::Undefined}, cluster_node{YAML::NodeType::Undefined},
+    sim_device_node{YAML::NodeType::Undefined},
+    algorithm_node{YAML::NodeType::Undefined}, ///< local_update.algorithm: known once plugins are loaded
     local_update_node{YAML::NodeType::Undefined},
-    routing_node{YAML::NodeType::Undefined};  ///< `pipeline.routing` as a mapping: the policy's settings  ///< its keys are the method's: checked once plugins are loaded
-  std::vector<YAML::Node> sim_base_nodes;  ///< each `devices:` entry's `base` (or the entry)
+    routing_node{
+      YAML::NodeType::
+        Undefined}; ///< `pipeline.routing` as a mapping: the policy's settings  ///< its keys are the method's: checked once plugins are loaded
+  std::vector<YAML::Node> sim_base_nodes; ///< each `devices:` entry's `base` (or the entry)
   std::vector<YAML::Node> plugin_nodes;
-  std::filesystem::path base_dir;       ///< the graph file's folder
-  bool duplicate_actors = false;        ///< reported; layer coverage is then not checked
+  std::filesystem::path base_dir; ///< the graph file's folder
+  bool duplicate_actors = false;  ///< reported; layer coverage is then not checked
 
   /// A path written in the graph file (or a --set value): relative ones are
   /// relative to the graph file's folder, for every key that names a file.

@@ -11,8 +11,9 @@ namespace troupe::detail {
 void parse_policy_options(const YAML::Node& n, const std::string& path, std::map<std::string, std::string>& out,
                           graph_reader& r) {
   if (!n.IsMap()) {
-    r.error(n, path, fmt::format("expected a mapping of the schedule's options such as {{max_in_flight: 3}}, got {}",
-                                 describe(n)));
+    r.error(
+      n, path,
+      fmt::format("expected a mapping of the schedule's options such as {{max_in_flight: 3}}, got {}", describe(n)));
     return;
   }
   for (auto it = n.begin(); it != n.end(); ++it) {
@@ -62,7 +63,7 @@ bool read_option(const YAML::Node& map, const std::string& path, std::string_vie
       else
         out[o.key] = *text;
     }
-    return true;  // a bad name leaves the default: the rules between values still hold
+    return true; // a bad name leaves the default: the rules between values still hold
   }
   return true;
 }
@@ -81,9 +82,9 @@ void check_options(const YAML::Node& n, const std::string& path, const std::stri
     const auto& key = it->first.Scalar();
     if (std::find(known.begin(), known.end(), key) == known.end()) {
       r.error(it->first, join_path(path, key),
-              known.empty() ? fmt::format("unknown option '{}': schedule '{}' takes no options", key, schedule)
-                            : fmt::format("unknown option '{}' for schedule '{}' {}", key, schedule,
-                                          choices(key, known)));
+              known.empty()
+                ? fmt::format("unknown option '{}': schedule '{}' takes no options", key, schedule)
+                : fmt::format("unknown option '{}' for schedule '{}' {}", key, schedule, choices(key, known)));
       continue;
     }
     if (vocab.check_schedule_option)
@@ -98,7 +99,7 @@ void check_options(const YAML::Node& n, const std::string& path, const std::stri
 void check_policy_options(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
   const auto& schedule = pg.graph.pipeline.schedule;
   if (std::find(vocab.schedules.begin(), vocab.schedules.end(), schedule) == vocab.schedules.end())
-    return;  // reported as an unknown schedule
+    return; // reported as an unknown schedule
   if (pg.policy_node && pg.policy_node.IsMap())
     check_options(pg.policy_node, "pipeline.policy", schedule, vocab, r);
   for (const auto& pa : pg.actors) {
@@ -117,7 +118,7 @@ void check_routing_options(parsed_graph& pg, const graph_vocabulary& vocab, grap
   auto& p = pg.graph.pipeline;
   const std::string path = "pipeline.routing";
   auto known = vocab.routing_options.find(p.routing);
-  if (known == vocab.routing_options.end()) {  // an unknown policy is reported by the router's check
+  if (known == vocab.routing_options.end()) { // an unknown policy is reported by the router's check
     if (pg.routing_node)
       r.check_map(pg.routing_node, path, {"policy", "paths"});
     return;
@@ -137,7 +138,7 @@ void check_routing_options(parsed_graph& pg, const graph_vocabulary& vocab, grap
   }
   for (const auto& o : known->second)
     if (!o.fallback.empty())
-      p.routing_options.emplace(o.key, o.fallback);  // keeps what was written
+      p.routing_options.emplace(o.key, o.fallback); // keeps what was written
 }
 
 } // namespace troupe::detail

@@ -45,10 +45,14 @@ std::string choices(std::string_view word, const std::vector<std::string>& known
 
 std::string describe(const YAML::Node& n) {
   switch (n.Type()) {
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Scalar: return fmt::format("'{}'", n.Scalar());
-    default: return "nothing";
+  case YAML::NodeType::Sequence:
+    return "a list";
+  case YAML::NodeType::Map:
+    return "a mapping";
+  case YAML::NodeType::Scalar:
+    return fmt::format("'{}'", n.Scalar());
+  default:
+    return "nothing";
   }
 }
 
@@ -72,7 +76,7 @@ source_pos graph_reader::pos(const YAML::Node& n, std::string_view path) const {
 }
 
 void graph_reader::error(const YAML::Node& n, std::string path, std::string message) {
-  auto where = pos(n, path);  // before `path` is moved from
+  auto where = pos(n, path); // before `path` is moved from
   error_at(std::move(where), std::move(path), std::move(message));
 }
 
@@ -80,8 +84,7 @@ void graph_reader::error_at(source_pos p, std::string path, std::string message)
   out_.push_back(diagnostic{std::move(p), std::move(path), std::move(message)});
 }
 
-bool graph_reader::check_map(const YAML::Node& n, const std::string& path,
-                             const std::vector<std::string>& known) {
+bool graph_reader::check_map(const YAML::Node& n, const std::string& path, const std::vector<std::string>& known) {
   if (!n.IsMap()) {
     error(n, path, fmt::format("expected a mapping with keys {}, got {}", join(known), describe(n)));
     return false;
@@ -128,15 +131,16 @@ void check_tags(const YAML::Node& n, const std::string& path, graph_reader& r) {
     }
 }
 
-std::optional<std::int64_t> graph_reader::as_int(const YAML::Node& n, const std::string& path,
-                                                 std::int64_t lo, std::int64_t hi) {
+std::optional<std::int64_t> graph_reader::as_int(const YAML::Node& n, const std::string& path, std::int64_t lo,
+                                                 std::int64_t hi) {
   long long v = 0;
   if (!n.IsScalar() || !YAML::convert<long long>::decode(n, v)) {
     error(n, path, fmt::format("expected an integer, got {}", describe(n)));
     return std::nullopt;
   }
   if (n.Tag() == "!") { // "2": the user wrote a string
-    error(n, path, fmt::format("expected an integer, got the quoted string \"{}\" (write it without quotes)", n.Scalar()));
+    error(n, path,
+          fmt::format("expected an integer, got the quoted string \"{}\" (write it without quotes)", n.Scalar()));
     return std::nullopt;
   }
   if (v < lo) {
@@ -158,15 +162,17 @@ std::optional<std::string> graph_reader::as_string(const YAML::Node& n, const st
   // "t\0x.json" would open `t`: a name or path is printable text.
   for (std::size_t i = 0; i < n.Scalar().size(); ++i)
     if (auto c = static_cast<unsigned char>(n.Scalar()[i]); c < 0x20 || c == 0x7f) {
-      error(n, path, fmt::format("holds a control character (byte 0x{:02x} at offset {}); names and paths are "
-                                 "printable text", c, i));
+      error(n, path,
+            fmt::format("holds a control character (byte 0x{:02x} at offset {}); names and paths are "
+                        "printable text",
+                        c, i));
       return std::nullopt;
     }
   return n.Scalar();
 }
 
-bool graph_reader::get_int(const YAML::Node& map, const std::string& path, std::string_view key,
-                           std::int64_t& out, std::int64_t lo, std::int64_t hi) {
+bool graph_reader::get_int(const YAML::Node& map, const std::string& path, std::string_view key, std::int64_t& out,
+                           std::int64_t lo, std::int64_t hi) {
   YAML::Node n = map[std::string{key}];
   if (!n)
     return true;
@@ -176,8 +182,8 @@ bool graph_reader::get_int(const YAML::Node& map, const std::string& path, std::
   return v.has_value();
 }
 
-bool graph_reader::get_int(const YAML::Node& map, const std::string& path, std::string_view key, int& out,
-                           int lo, int hi) {
+bool graph_reader::get_int(const YAML::Node& map, const std::string& path, std::string_view key, int& out, int lo,
+                           int hi) {
   std::int64_t v = out;
   if (!get_int(map, path, key, v, lo, hi))
     return false;
@@ -185,8 +191,8 @@ bool graph_reader::get_int(const YAML::Node& map, const std::string& path, std::
   return true;
 }
 
-bool graph_reader::get_double(const YAML::Node& map, const std::string& path, std::string_view key,
-                              double& out, double lo, double hi) {
+bool graph_reader::get_double(const YAML::Node& map, const std::string& path, std::string_view key, double& out,
+                              double lo, double hi) {
   YAML::Node n = map[std::string{key}];
   if (!n)
     return true;
@@ -197,7 +203,8 @@ bool graph_reader::get_double(const YAML::Node& map, const std::string& path, st
     return false;
   }
   if (n.Tag() == "!") { // "0.5": the user wrote a string
-    error(n, kpath, fmt::format("expected a number, got the quoted string \"{}\" (write it without quotes)", n.Scalar()));
+    error(n, kpath,
+          fmt::format("expected a number, got the quoted string \"{}\" (write it without quotes)", n.Scalar()));
     return false;
   }
   if (v < lo || v > hi) {
@@ -208,8 +215,7 @@ bool graph_reader::get_double(const YAML::Node& map, const std::string& path, st
   return true;
 }
 
-bool graph_reader::get_string(const YAML::Node& map, const std::string& path, std::string_view key,
-                              std::string& out) {
+bool graph_reader::get_string(const YAML::Node& map, const std::string& path, std::string_view key, std::string& out) {
   YAML::Node n = map[std::string{key}];
   if (!n)
     return true;

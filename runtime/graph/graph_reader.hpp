@@ -40,20 +40,19 @@ public:
 
   /// Reads an integer in [lo, hi] from `map[key]` when present; false (and a
   /// diagnostic) when present but wrong.
-  bool get_int(const YAML::Node& map, const std::string& path, std::string_view key, std::int64_t& out,
-               std::int64_t lo, std::int64_t hi);
+  bool get_int(const YAML::Node& map, const std::string& path, std::string_view key, std::int64_t& out, std::int64_t lo,
+               std::int64_t hi);
   bool get_int(const YAML::Node& map, const std::string& path, std::string_view key, int& out, int lo, int hi);
   /// Reads a number in [lo, hi] from `map[key]` when present.
-  bool get_double(const YAML::Node& map, const std::string& path, std::string_view key, double& out,
-                  double lo, double hi);
+  bool get_double(const YAML::Node& map, const std::string& path, std::string_view key, double& out, double lo,
+                  double hi);
   /// Reads a string (any scalar) from `map[key]` when present.
   bool get_string(const YAML::Node& map, const std::string& path, std::string_view key, std::string& out);
   /// Reads `true` or `false` from `map[key]` when present.
   bool get_bool(const YAML::Node& map, const std::string& path, std::string_view key, bool& out);
 
   /// Reads a scalar as an integer in [lo, hi].
-  std::optional<std::int64_t> as_int(const YAML::Node& n, const std::string& path, std::int64_t lo,
-                                     std::int64_t hi);
+  std::optional<std::int64_t> as_int(const YAML::Node& n, const std::string& path, std::int64_t lo, std::int64_t hi);
   /// Reads any scalar as a string (a non-empty one).
   std::optional<std::string> as_string(const YAML::Node& n, const std::string& path);
 

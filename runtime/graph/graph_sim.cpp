@@ -12,9 +12,9 @@ namespace troupe::detail {
 
 namespace {
 
-const std::vector<std::string> sim_keys{"device",         "tensor_parallel", "data_parallel",  "devices_per_node",
-                                        "nodes_per_site", "recompute",       "count_head",     "gradient_bytes",
-                                        "links"};
+const std::vector<std::string> sim_keys{"device",           "tensor_parallel", "data_parallel",
+                                        "devices_per_node", "nodes_per_site",  "recompute",
+                                        "count_head",       "gradient_bytes",  "links"};
 const std::vector<std::string> link_levels{"within_node", "between_nodes", "wide_area"};
 const std::vector<std::string> link_keys{"latency", "bandwidth"};
 const std::vector<std::string> device_keys{"base",         "peak_tflops",        "memory_gbps",
@@ -82,7 +82,7 @@ void parse_device(const std::string& name, const std::string& path, const YAML::
   r.get_double(n, path, "shared_slowdown", d.shared_slowdown, 0.0, 10.0);
   if (d.base.empty())
     for (const char* key : {"peak_tflops", "memory_gbps", "memory_gb"})
-      r.require(n, path, key);  // nothing to take them from
+      r.require(n, path, key); // nothing to take them from
 }
 
 /// True when `sim.device` names a device file rather than a preset or a `devices:` entry.
@@ -111,13 +111,12 @@ void read_device_file(parsed_graph& pg, const YAML::Node& at, graph_reader& r) {
     r.error(at, "sim.device", fmt::format("cannot read the device file '{}'", path.string()));
     return;
   } catch (const YAML::ParserException& e) {
-    fr.error_at(source_pos{path.string(), e.mark.line + 1, e.mark.column + 1, {}}, "",
-                "YAML syntax error: " + e.msg);
+    fr.error_at(source_pos{path.string(), e.mark.line + 1, e.mark.column + 1, {}}, "", "YAML syntax error: " + e.msg);
     return;
   }
   if (!root.IsMap()) {
-    fr.error(root, "", fmt::format("a device file is a mapping (name, peak_tflops, memory_gbps, ...), got {}",
-                                   describe(root)));
+    fr.error(root, "",
+             fmt::format("a device file is a mapping (name, peak_tflops, memory_gbps, ...), got {}", describe(root)));
     return;
   }
   // The file's own keys besides a device's: its name and calibration's raw measurements.
@@ -139,8 +138,8 @@ void parse_sim(parsed_graph& pg, const YAML::Node& n, const YAML::Node& devices,
   s.present = true;
   if (devices) {
     if (!devices.IsMap()) {
-      r.error(devices, "devices", fmt::format("expected a mapping of device names to descriptions, got {}",
-                                              describe(devices)));
+      r.error(devices, "devices",
+              fmt::format("expected a mapping of device names to descriptions, got {}", describe(devices)));
     } else {
       for (auto it = devices.begin(); it != devices.end(); ++it) {
         auto name = r.as_string(it->first, "devices");
@@ -182,7 +181,6 @@ void parse_sim(parsed_graph& pg, const YAML::Node& n, const YAML::Node& devices,
       parse_link_level(l, "sim.links.between_nodes", s.between_nodes, r);
     if (auto l = child(links, "wide_area"))
       parse_link_level(l, "sim.links.wide_area", s.wide_area, r);
-
   }
 }
 
@@ -193,8 +191,8 @@ void check_sim(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r)
   auto known = vocab.sim_devices;
   for (std::size_t i = 0; i < s.devices.size(); ++i) {
     const auto& d = s.devices[i];
-    if (!d.base.empty() && std::find(vocab.sim_devices.begin(), vocab.sim_devices.end(), d.base) ==
-                             vocab.sim_devices.end())
+    if (!d.base.empty() &&
+        std::find(vocab.sim_devices.begin(), vocab.sim_devices.end(), d.base) == vocab.sim_devices.end())
       r.error(pg.sim_base_nodes[i], join_path(join_path("devices", d.name), "base"),
               fmt::format("unknown device preset '{}' {}", d.base, device_choices(d.base, vocab.sim_devices)));
     known.push_back(d.name);

@@ -63,16 +63,16 @@ const std::vector<std::string>& builtin_schedule_names() {
 }
 
 struct graph_spec::directory {
-  std::unordered_map<std::string, int> index;  ///< name -> position in actors
-  std::size_t size = 0;                         ///< actors indexed: actors[0, size)
-  std::string last;                             ///< actors[size - 1].name when indexed (a check that they are still those)
-  std::unordered_multimap<std::string, int> from;  ///< a channel's `from` -> its position in channels
-  std::size_t channels = 0;                     ///< channels indexed: channels[0, channels)
-  std::string last_channel;                     ///< from + ' ' + to of the last one indexed
+  std::unordered_map<std::string, int> index; ///< name -> position in actors
+  std::size_t size = 0;                       ///< actors indexed: actors[0, size)
+  std::string last; ///< actors[size - 1].name when indexed (a check that they are still those)
+  std::unordered_multimap<std::string, int> from; ///< a channel's `from` -> its position in channels
+  std::size_t channels = 0;                       ///< channels indexed: channels[0, channels)
+  std::string last_channel;                       ///< from + ' ' + to of the last one indexed
 };
 
 namespace {
-std::mutex directory_mutex;  // lookups may come from several threads (a node's actors as they spawn)
+std::mutex directory_mutex; // lookups may come from several threads (a node's actors as they spawn)
 }
 
 const graph_spec::directory& graph_spec::indexed() const {
@@ -172,11 +172,11 @@ bool graph_spec::skip_runs() const noexcept {
 std::string to_yaml(const graph_spec& g) {
   std::string out = fmt::format("# {}, expanded\n", g.file.string());
   const auto& m = g.model;
-  out += fmt::format("model: {{layers: {}, d_model: {}, heads: {}, context: {}, vocab: {}, precision: {}}}\n",
-                     m.layers, m.d_model, m.heads, m.context, m.vocab, to_string(m.precision));
+  out += fmt::format("model: {{layers: {}, d_model: {}, heads: {}, context: {}, vocab: {}, precision: {}}}\n", m.layers,
+                     m.d_model, m.heads, m.context, m.vocab, to_string(m.precision));
   const auto& d = g.data;
-  out += fmt::format("data: {{corpus: {}, batch: {}, seed: {}, val_fraction: {}", scalar(d.corpus), d.batch,
-                     d.seed, d.val_fraction);
+  out += fmt::format("data: {{corpus: {}, batch: {}, seed: {}, val_fraction: {}", scalar(d.corpus), d.batch, d.seed,
+                     d.val_fraction);
   out += d.documents == "none" ? "}" : fmt::format(", documents: {}}}", d.documents);
   out += d.corpus_path.empty() ? "\n" : fmt::format("  # {}\n", d.corpus_path.string());
   const auto& t = g.train;
@@ -210,9 +210,8 @@ std::string to_yaml(const graph_spec& g) {
   }
   out += "}\n";
   if (g.data_parallel.present)
-    out += fmt::format("data_parallel: {{replicas: {}, bucket: {}, zero: {}, overlap: {}}}\n",
-                       g.data_parallel.replicas, g.data_parallel.bucket, g.data_parallel.zero,
-                       g.data_parallel.overlap);
+    out += fmt::format("data_parallel: {{replicas: {}, bucket: {}, zero: {}, overlap: {}}}\n", g.data_parallel.replicas,
+                       g.data_parallel.bucket, g.data_parallel.zero, g.data_parallel.overlap);
   out += detail::local_update_yaml(g.local_update);
   if (!g.trace.file.empty())
     out += fmt::format("trace: {{file: {}}}\n", scalar(g.trace.file));

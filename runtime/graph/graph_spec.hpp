@@ -22,21 +22,21 @@ namespace troupe {
 
 /// The GPT-2 style decoder: `model: {layers, d_model, heads, context, vocab, precision}`.
 struct model_spec {
-  int layers = 0;   ///< transformer blocks (required)
-  int d_model = 0;  ///< embedding width (required, divisible by heads)
-  int heads = 0;    ///< attention heads (required)
-  int context = 0;  ///< sequence length in tokens (required)
-  int vocab = 256;  ///< byte-level by default
-  dtype precision = dtype::f32;  ///< f32 or bf16
+  int layers = 0;               ///< transformer blocks (required)
+  int d_model = 0;              ///< embedding width (required, divisible by heads)
+  int heads = 0;                ///< attention heads (required)
+  int context = 0;              ///< sequence length in tokens (required)
+  int vocab = 256;              ///< byte-level by default
+  dtype precision = dtype::f32; ///< f32 or bf16
 };
 
 /// `data: {corpus, batch, seed, val_fraction, documents}`.
 struct data_spec {
-  std::string corpus = "kjv";   ///< `kjv` or a path (relative to the graph file's folder)
-  std::filesystem::path corpus_path;  ///< the resolved, existing file
-  int batch = 0;                ///< sequences per microbatch (required)
+  std::string corpus = "kjv";        ///< `kjv` or a path (relative to the graph file's folder)
+  std::filesystem::path corpus_path; ///< the resolved, existing file
+  int batch = 0;                     ///< sequences per microbatch (required)
   std::uint64_t seed = 1;
-  double val_fraction = 0.1;    ///< tail of the corpus held out for validation, in [0, 0.5]
+  double val_fraction = 0.1; ///< tail of the corpus held out for validation, in [0, 0.5]
   /// How the corpus is cut into documents, whose tokens attend only within their
   /// document (actors/documents.hpp): `none` (one causal window), `chapters`
   /// (the corpus's header lines: the KJV's chapters) or `long_tail` (synthetic lengths).
@@ -55,38 +55,38 @@ struct attention_spec {
   /// 0: `in_place`, every stage actor also serves the stages of its position (its
   /// replicas); N > 0: N separate server actors serve every stage.
   int servers = 0;
-  int nano_batches = 2;    ///< a microbatch's sequences split in this many, ping-ponged
-  double tolerance = 0.1;  ///< the planner balances pairs to within (1 ± tolerance) × average
+  int nano_batches = 2;   ///< a microbatch's sequences split in this many, ping-ponged
+  double tolerance = 0.1; ///< the planner balances pairs to within (1 ± tolerance) × average
   source_pos pos;
 };
 
 /// `train: {steps, lr, weight_decay, warmup, eval_every, eval_batches, grad_clip, init}`.
 struct train_spec {
-  std::int64_t steps = 0;       ///< optimizer steps (required)
+  std::int64_t steps = 0; ///< optimizer steps (required)
   double lr = 3.0e-4;
   double weight_decay = 0.0;
-  std::int64_t warmup = 0;      ///< linear warm-up steps
-  std::int64_t eval_every = 0;  ///< steps between validation passes; 0 = only at the end
-  int eval_batches = 8;         ///< microbatches per validation pass
-  double grad_clip = 1.0;       ///< global gradient-norm clip; 0 = off
+  std::int64_t warmup = 0;     ///< linear warm-up steps
+  std::int64_t eval_every = 0; ///< steps between validation passes; 0 = only at the end
+  int eval_batches = 8;        ///< microbatches per validation pass
+  double grad_clip = 1.0;      ///< global gradient-norm clip; 0 = off
   /// A warm start: a checkpoint (its folder with `latest`, or one step folder)
   /// whose stage weights the run starts from, with fresh optimizer state at step
   /// 0 (DiLoCo's protocol: pretrain, then train locally). Empty = random weights.
   std::string init;
-  std::filesystem::path init_path;  ///< `init` resolved against the graph file's folder
-  source_pos init_pos;              ///< where `init` is written
+  std::filesystem::path init_path; ///< `init` resolved against the graph file's folder
+  source_pos init_pos;             ///< where `init` is written
 };
 
 /// `pipeline: {stages, microbatches, schedule, virtual, table, policy, device}`. With no
 /// `pipeline:` section a run is one stage with one microbatch.
 struct pipeline_spec {
-  bool present = false;         ///< the file has a `pipeline:` section
+  bool present = false; ///< the file has a `pipeline:` section
   int stages = 1;
   int microbatches = 1;
-  std::string schedule = "1f1b";  ///< a name from graph_vocabulary::schedules
-  int virtual_stages = 1;       ///< YAML key `virtual`: model chunks per stage actor (interleaved)
-  std::string table;            ///< YAML key `table`: the action CSV for `schedule: table`
-  std::filesystem::path table_path;  ///< `table` resolved against the graph file's folder
+  std::string schedule = "1f1b";    ///< a name from graph_vocabulary::schedules
+  int virtual_stages = 1;           ///< YAML key `virtual`: model chunks per stage actor (interleaved)
+  std::string table;                ///< YAML key `table`: the action CSV for `schedule: table`
+  std::filesystem::path table_path; ///< `table` resolved against the graph file's folder
   /// YAML key `policy`: the schedule's options (`{max_in_flight: 3}`), checked
   /// against the keys the schedule declares; a stage's own `policy:` overrides them.
   std::map<std::string, std::string> policy;
@@ -100,20 +100,20 @@ struct pipeline_spec {
   /// YAML key `routing`: the routing policy that gives each microbatch its route
   /// (`chain`, or `{policy: paths, paths: [[s0, s2, s1, s3], [s0, s3]]}`).
   std::string routing = "chain";
-  std::vector<std::vector<std::string>> paths;  ///< `routing.paths`: stage names per path
+  std::vector<std::vector<std::string>> paths; ///< `routing.paths`: stage names per path
   /// `routing: {policy: NAME, KEY: VALUE}`: the settings the policy registered, each written or its default.
   std::map<std::string, std::string> routing_options;
-  source_pos routing_pos;                       ///< where `routing` is written (the section if not)
+  source_pos routing_pos; ///< where `routing` is written (the section if not)
 };
 
 /// `data_parallel: {replicas, bucket, zero}`: R replicas of the pipeline, each
 /// position's replicas reducing their gradients through a ring of all-reduce
 /// peers. Without the section a run is one replica.
 struct data_parallel_spec {
-  bool present = false;           ///< the file has a `data_parallel:` section
-  int replicas = 1;               ///< R: a step's global batch is R × data.batch × pipeline.microbatches
-  std::int64_t bucket = 4 << 20;  ///< gradient bytes per bucket (`4MB`, `512KB` or a number of bytes)
-  int zero = 0;                   ///< ZeRO stage: 0 (plain all-reduce) for now
+  bool present = false;          ///< the file has a `data_parallel:` section
+  int replicas = 1;              ///< R: a step's global batch is R × data.batch × pipeline.microbatches
+  std::int64_t bucket = 4 << 20; ///< gradient bytes per bucket (`4MB`, `512KB` or a number of bytes)
+  int zero = 0;                  ///< ZeRO stage: 0 (plain all-reduce) for now
   /// Reduce each bucket as soon as backward has written it (true), or all of them
   /// once the step's backward is done (false: the baseline overlap is measured against).
   bool overlap = true;
@@ -130,8 +130,8 @@ struct data_parallel_spec {
 
 /// `trace: {file}`: where the Chrome-trace JSON goes; empty = no trace.
 struct trace_spec {
-  std::string file;                 ///< as written
-  std::filesystem::path file_path;  ///< `file` resolved against the graph file's folder, like every path in it
+  std::string file;                ///< as written
+  std::filesystem::path file_path; ///< `file` resolved against the graph file's folder, like every path in it
 };
 
 /// `cluster: {launcher, nodes, hosts, address, port, transport, token_file}`:
@@ -139,14 +139,14 @@ struct trace_spec {
 /// a graph runs in one process.
 struct cluster_spec {
   bool present = false;
-  std::string launcher = "local";     ///< local, ssh or slurm
-  int nodes = 1;                      ///< node processes; stages spread evenly unless an actor names its `node:`
-  std::vector<std::string> hosts;     ///< ssh: one host per node (cycled when fewer)
+  std::string launcher = "local";    ///< local, ssh or slurm
+  int nodes = 1;                     ///< node processes; stages spread evenly unless an actor names its `node:`
+  std::vector<std::string> hosts;    ///< ssh: one host per node (cycled when fewer)
   std::string address = "127.0.0.1"; ///< where the coordinator listens (and only there)
-  int port = 0;                       ///< 0 = any free port
-  std::string transport = "auto";     ///< tensor bytes between nodes: ucx, tcp or auto
-  std::string token_file;             ///< the shared token; empty = $TROUPE_TOKEN, else one made per launch
-  std::filesystem::path token_path;   ///< `token_file` resolved against the graph file's folder
+  int port = 0;                      ///< 0 = any free port
+  std::string transport = "auto";    ///< tensor bytes between nodes: ucx, tcp or auto
+  std::string token_file;            ///< the shared token; empty = $TROUPE_TOKEN, else one made per launch
+  std::filesystem::path token_path;  ///< `token_file` resolved against the graph file's folder
   /// Local launcher: node i runs only on the i-th CPU this process may use (mod
   /// their count), so each emulated device is one core.
   bool pin = false;
@@ -157,11 +157,11 @@ struct cluster_spec {
 /// steps; a checkpoint is taken after every `every` steps and after the last one
 /// (checkpoint_due), named by the steps completed, `DIR/step-000016`.
 struct checkpoint_spec {
-  bool present = false;          ///< the file has a `checkpoint:` section
-  std::string dir;               ///< as written
-  std::filesystem::path dir_path;  ///< `dir` resolved against the graph file's folder
-  std::int64_t every = 0;        ///< optimizer steps between checkpoints; 0 = none
-  int keep = 2;                  ///< complete checkpoints kept; older ones are removed
+  bool present = false;           ///< the file has a `checkpoint:` section
+  std::string dir;                ///< as written
+  std::filesystem::path dir_path; ///< `dir` resolved against the graph file's folder
+  std::int64_t every = 0;         ///< optimizer steps between checkpoints; 0 = none
+  int keep = 2;                   ///< complete checkpoints kept; older ones are removed
   /// Set by `troupe run --resume`, not by the file: the complete checkpoint
   /// folder every actor restores from, and the steps it holds (0 = a fresh run).
   std::filesystem::path resume_folder;
@@ -170,8 +170,8 @@ struct checkpoint_spec {
 
 /// One link level of `sim.links`: a negative value takes the device's default.
 struct sim_link_spec {
-  double latency = -1;    ///< seconds per message
-  double bandwidth = -1;  ///< bytes/s per device and direction; 0 = unlimited
+  double latency = -1;   ///< seconds per message
+  double bandwidth = -1; ///< bytes/s per device and direction; 0 = unlimited
 };
 
 /// A `devices:` entry: a device for `troupe sim`, written out or based on a
@@ -180,20 +180,20 @@ struct sim_link_spec {
 /// required without one; the ends, overheads and cores default to none).
 struct sim_device_spec {
   std::string name;
-  std::string base;             ///< a preset name, or empty
-  double peak_f32 = -1;         ///< `peak_tflops: {f32, tf32, bf16}`, stored in FLOP/s
+  std::string base;     ///< a preset name, or empty
+  double peak_f32 = -1; ///< `peak_tflops: {f32, tf32, bf16}`, stored in FLOP/s
   double peak_tf32 = -1;
   double peak_bf16 = -1;
-  double memory_bandwidth = -1; ///< `memory_gbps`, stored in bytes/s
-  double memory_bytes = -1;     ///< `memory_gb`, stored in bytes
-  double matmul = -1, attention = -1, elementwise = -1;  ///< `efficiency: {...}` in (0, 1]
-  double head = -1;             ///< `efficiency: {head}`: the output head's, on its logits FLOPs
-  double backward_ratio = -1;   ///< a layer's backward over its forward
-  double embedding_forward = -1, embedding_backward = -1;  ///< `embedding_ns: {forward, backward}` per value, in s
-  double action_overhead = -1;  ///< `action_overhead_us`, stored in seconds
-  double optimizer_per_param = -1;  ///< `optimizer_ns_per_param`, stored in seconds
-  int cores = -1;               ///< cores a node's stage actors share; 0 = a device each
-  double shared_slowdown = -1;  ///< how much longer an op takes with every core busy
+  double memory_bandwidth = -1;                         ///< `memory_gbps`, stored in bytes/s
+  double memory_bytes = -1;                             ///< `memory_gb`, stored in bytes
+  double matmul = -1, attention = -1, elementwise = -1; ///< `efficiency: {...}` in (0, 1]
+  double head = -1;           ///< `efficiency: {head}`: the output head's, on its logits FLOPs
+  double backward_ratio = -1; ///< a layer's backward over its forward
+  double embedding_forward = -1, embedding_backward = -1; ///< `embedding_ns: {forward, backward}` per value, in s
+  double action_overhead = -1;                            ///< `action_overhead_us`, stored in seconds
+  double optimizer_per_param = -1;                        ///< `optimizer_ns_per_param`, stored in seconds
+  int cores = -1;                                         ///< cores a node's stage actors share; 0 = a device each
+  double shared_slowdown = -1;                            ///< how much longer an op takes with every core busy
   source_pos pos;
 };
 
@@ -208,19 +208,19 @@ struct sim_spec {
   int tensor_parallel = 1;
   int data_parallel = 1;
   int devices_per_node = 8;
-  bool recompute = false;      ///< full activation recomputation (Megatron's `--recompute-granularity full`)
-  bool count_head = true;      ///< the last stage also runs the output head; false gives equal stages
-  double gradient_bytes = 4;   ///< per parameter in the data-parallel all-reduce
-  sim_link_spec within_node, between_nodes;  ///< `links: {within_node, between_nodes}`
-  sim_link_spec wide_area;     ///< `links: {wide_area}`: between sites
-  int nodes_per_site = 0;      ///< nodes of one site (datacenter); 0: one site holds every node
-  std::vector<sim_device_spec> devices;      ///< the `devices:` section
+  bool recompute = false;    ///< full activation recomputation (Megatron's `--recompute-granularity full`)
+  bool count_head = true;    ///< the last stage also runs the output head; false gives equal stages
+  double gradient_bytes = 4; ///< per parameter in the data-parallel all-reduce
+  sim_link_spec within_node, between_nodes; ///< `links: {within_node, between_nodes}`
+  sim_link_spec wide_area;                  ///< `links: {wide_area}`: between sites
+  int nodes_per_site = 0;                   ///< nodes of one site (datacenter); 0: one site holds every node
+  std::vector<sim_device_spec> devices;     ///< the `devices:` section
 };
 
 /// A link between two locations: a message of n bytes takes latency + n / bandwidth.
 struct network_link {
-  double latency = -1;    ///< seconds, one way; negative = not described
-  double bandwidth = 0;   ///< bytes/s; 0 = unlimited
+  double latency = -1;  ///< seconds, one way; negative = not described
+  double bandwidth = 0; ///< bytes/s; 0 = unlimited
 };
 
 /// `network:`: where each network node is and the links between locations,
@@ -229,14 +229,14 @@ struct network_link {
 /// (`troupe plan paths`) and, as `link(a, b)`, an emulated channel between nodes.
 struct network_section {
   bool present = false;
-  std::string preset;                 ///< a preset's name, or empty
-  std::string csv;                    ///< as written
-  std::filesystem::path csv_path;     ///< `csv` resolved against the graph file's folder
+  std::string preset;             ///< a preset's name, or empty
+  std::string csv;                ///< as written
+  std::filesystem::path csv_path; ///< `csv` resolved against the graph file's folder
   std::vector<std::string> locations;
-  std::vector<std::vector<network_link>> links;  ///< [i][j] between locations i != j, symmetric
-  network_link within{1e-3, 2.0 * (1 << 30)};    ///< `within_location`: SkipPipe's same-cluster (1 ms, 2 GiB/s)
-  double overhead = 0;                ///< seconds added to every hop between nodes (SkipPipe's 0.35 s of copies)
-  std::vector<int> node_locations;    ///< network node -> location index
+  std::vector<std::vector<network_link>> links; ///< [i][j] between locations i != j, symmetric
+  network_link within{1e-3, 2.0 * (1 << 30)};   ///< `within_location`: SkipPipe's same-cluster (1 ms, 2 GiB/s)
+  double overhead = 0;             ///< seconds added to every hop between nodes (SkipPipe's 0.35 s of copies)
+  std::vector<int> node_locations; ///< network node -> location index
   source_pos pos;
   int nodes() const { return static_cast<int>(node_locations.size()); }
   /// The link from node `a` to node `b` (within a location when they share one).
@@ -246,14 +246,14 @@ struct network_section {
 /// `skip:`: SkipPipe's partial and reordered paths (schedulers/planners/skippipe_planner.hpp).
 struct skip_spec {
   bool present = false;
-  int path_length = 0;     ///< L: stages each microbatch visits, stage 0 first (required)
-  int memory = 3;          ///< microbatches a node past stage 0 holds in one iteration
-  int max_per_stage = 0;   ///< microbatches a stage past 0 serves; 0 = memory × nodes of the smallest position
-  int swaps = 2;           ///< visits below the furthest stage reached (SkipPipe: 2)
-  int swap_distance = 1;   ///< how far below (SkipPipe: 1)
-  int max_jump = 4;        ///< how far past the furthest reached one hop goes (SkipPipe: 4)
-  std::string planner = "skippipe";  ///< skippipe, full (chains planned), chains (DT-FM's fixed chains) or random
-  std::vector<std::vector<int>> placement;  ///< network nodes per stage position; empty = searched
+  int path_length = 0;   ///< L: stages each microbatch visits, stage 0 first (required)
+  int memory = 3;        ///< microbatches a node past stage 0 holds in one iteration
+  int max_per_stage = 0; ///< microbatches a stage past 0 serves; 0 = memory × nodes of the smallest position
+  int swaps = 2;         ///< visits below the furthest stage reached (SkipPipe: 2)
+  int swap_distance = 1; ///< how far below (SkipPipe: 1)
+  int max_jump = 4;      ///< how far past the furthest reached one hop goes (SkipPipe: 4)
+  std::string planner = "skippipe";        ///< skippipe, full (chains planned), chains (DT-FM's fixed chains) or random
+  std::vector<std::vector<int>> placement; ///< network nodes per stage position; empty = searched
   std::uint64_t seed = 1;
   source_pos pos;
 };
@@ -267,14 +267,14 @@ struct layer_range {
 
 struct actor_spec;
 struct graph_spec;
-struct safetensors_header;  // runtime/checkpoint/safetensors.hpp
+struct safetensors_header; // runtime/checkpoint/safetensors.hpp
 
 /// Where a cluster launch puts an actor whose entry names no `node:`.
 enum class actor_placement : std::uint8_t {
-  first_node,        ///< node 0
-  by_position,       ///< pipeline positions spread evenly over the nodes, in rank order
-  with_first_stage,  ///< on the node of the pipeline's first position (a feeder beside what it feeds)
-  with_stage,        ///< on the node of the layer holder its `stage:` key names (a helper beside its stage)
+  first_node,       ///< node 0
+  by_position,      ///< pipeline positions spread evenly over the nodes, in rank order
+  with_first_stage, ///< on the node of the pipeline's first position (a feeder beside what it feeds)
+  with_stage,       ///< on the node of the layer holder its `stage:` key names (a helper beside its stage)
 };
 
 /// What an actor type's entries are to the graph loader, placement and
@@ -304,38 +304,38 @@ struct actor_role {
 struct actor_spec {
   std::string name;
   std::string type;
-  std::string node;              ///< where it runs (cluster launches); empty = this process
-  std::vector<layer_range> layers;  ///< `layers: [a, b]` or `[[a, b], [c, d]]` (types that hold layers)
-  std::string device;            ///< layer holders: cpu, cuda or cuda:N (pipeline.device unless set)
-  int rank = -1;                 ///< layer holders: position in the pipeline (by first layer); else -1
-  int replica = 0;               ///< layer holders: which data-parallel replica (`r1s0` is replica 1)
-  actor_role role;               ///< its type's role, as registered (set by the loader)
-  std::map<std::string, YAML::Node> params;  ///< every other key, as written
-  bool expanded = false;         ///< made by the shorthand, not written explicitly
-  source_pos pos;                ///< where the entry starts (or the shorthand section)
+  std::string node;                         ///< where it runs (cluster launches); empty = this process
+  std::vector<layer_range> layers;          ///< `layers: [a, b]` or `[[a, b], [c, d]]` (types that hold layers)
+  std::string device;                       ///< layer holders: cpu, cuda or cuda:N (pipeline.device unless set)
+  int rank = -1;                            ///< layer holders: position in the pipeline (by first layer); else -1
+  int replica = 0;                          ///< layer holders: which data-parallel replica (`r1s0` is replica 1)
+  actor_role role;                          ///< its type's role, as registered (set by the loader)
+  std::map<std::string, YAML::Node> params; ///< every other key, as written
+  bool expanded = false;                    ///< made by the shorthand, not written explicitly
+  source_pos pos;                           ///< where the entry starts (or the shorthand section)
 };
 
 /// A directed edge `from -> to` between two actors.
 struct channel_spec {
   std::string from;
   std::string to;
-  int credits = 0;               ///< messages in flight it allows; 0 = the receiver's policy decides
-  double bandwidth = 0;          ///< emulated link, bytes/s, both directions; 0 = unlimited
-  double latency = 0;            ///< emulated one-way latency, seconds
+  int credits = 0;      ///< messages in flight it allows; 0 = the receiver's policy decides
+  double bandwidth = 0; ///< emulated link, bytes/s, both directions; 0 = unlimited
+  double latency = 0;   ///< emulated one-way latency, seconds
   bool expanded = false;
   source_pos pos;
 };
 
 /// A plugin library named in `plugins:`.
 struct plugin_spec {
-  std::string path;              ///< as written
-  std::filesystem::path resolved;  ///< relative paths resolved against the graph file's folder
+  std::string path;               ///< as written
+  std::filesystem::path resolved; ///< relative paths resolved against the graph file's folder
   source_pos pos;
 };
 
 /// The whole validated, expanded graph.
 struct graph_spec {
-  std::filesystem::path file;    ///< the graph file as given
+  std::filesystem::path file; ///< the graph file as given
   model_spec model;
   data_spec data;
   train_spec train;
@@ -350,7 +350,7 @@ struct graph_spec {
   skip_spec skip;
   attention_spec attention;
   std::vector<plugin_spec> plugins;
-  std::vector<actor_spec> actors;    ///< expanded and explicit, explicit overriding by name
+  std::vector<actor_spec> actors; ///< expanded and explicit, explicit overriding by name
   std::vector<channel_spec> channels;
   /// Where each key of the file's mappings was written, by key path
   /// (`model.vocab`, `pipeline.table`), or the `--set` that wrote it: how checks

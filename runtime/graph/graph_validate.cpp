@@ -62,24 +62,24 @@ void check_coverage(parsed_graph& pg, const graph_vocabulary& vocab, graph_reade
     auto [n, path] = layers_site(pg, *h.actor);
     if (h.range.end > layers)
       r.error(n, path,
-              fmt::format("layers {} of '{}' exceed model.layers {} (blocks are numbered 0 to {})",
-                          range_text(h.range), h.actor->name, layers, layers - 1));
+              fmt::format("layers {} of '{}' exceed model.layers {} (blocks are numbered 0 to {})", range_text(h.range),
+                          h.actor->name, layers, layers - 1));
     if (prev && h.range.begin < prev->range.end)
       r.error(n, path,
               fmt::format("layers {} of '{}' overlap layers {} of '{}'", range_text(h.range), h.actor->name,
                           range_text(prev->range), prev->actor->name));
     else if (h.range.begin > covered && h.range.begin < layers)
       r.error(n, path,
-              fmt::format("layers [{}, {}) are held by no {} (the gap ends where '{}' starts)",
-                          covered, h.range.begin, holder_types(vocab), h.actor->name));
+              fmt::format("layers [{}, {}) are held by no {} (the gap ends where '{}' starts)", covered, h.range.begin,
+                          holder_types(vocab), h.actor->name));
     covered = std::max(covered, h.range.end);
     prev = &h;
   }
   if (covered < layers) {
     auto [n, path] = layers_site(pg, *prev->actor);
     r.error(n, path,
-            fmt::format("layers [{}, {}) are held by no {} (model.layers is {}; '{}' ends at {})",
-                        covered, layers, holder_types(vocab), layers, prev->actor->name, covered));
+            fmt::format("layers [{}, {}) are held by no {} (model.layers is {}; '{}' ends at {})", covered, layers,
+                        holder_types(vocab), layers, prev->actor->name, covered));
   }
 }
 
@@ -99,7 +99,7 @@ void check_stage_layers(parsed_graph& pg, const graph_vocabulary& vocab, graph_r
       bool written = std::any_of(pg.actors.begin(), pg.actors.end(),
                                  [&](const parsed_actor& pa) { return pa.spec.name == a.name && pa.layers_node; });
       if (written)
-        continue;  // its `layers:` is already reported as malformed
+        continue; // its `layers:` is already reported as malformed
       auto [n, path] = layers_site(pg, a);
       r.error(n, path.substr(0, path.rfind('.')),
               fmt::format("{} '{}' needs 'layers: [first, end)' (the blocks it holds)", a.type, a.name));
@@ -114,14 +114,14 @@ void check_stage_layers(parsed_graph& pg, const graph_vocabulary& vocab, graph_r
             replicas == 1 ? fmt::format("pipeline.stages is {} but the graph has {} {} actors", g.pipeline.stages,
                                         stages.size(), holder_types(vocab))
                           : fmt::format("pipeline.stages is {} with {} replicas, so {} {} actors, but the graph has {}",
-                                        g.pipeline.stages, replicas, g.pipeline.stages * replicas,
-                                        holder_types(vocab), stages.size()));
+                                        g.pipeline.stages, replicas, g.pipeline.stages * replicas, holder_types(vocab),
+                                        stages.size()));
   }
   if (!g.pipeline.present)
     g.pipeline.stages = std::max<int>(1, static_cast<int>(stages.size()) / replicas);
   int layers = g.model.layers;
   if (layers <= 0 || all.empty() || pg.duplicate_actors)
-    return;  // model.layers, or which stage holds what, is already in doubt
+    return; // model.layers, or which stage holds what, is already in doubt
   // Each replica holds the whole model once: the checks run per replica.
   for (int rep = 0; rep < replicas; ++rep) {
     std::vector<held> mine;
@@ -157,8 +157,7 @@ void check_devices(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader
     for (const auto& pa : pg.actors)
       if (pa.spec.name == a.name && pa.device_node)
         r.error(pa.device_node, join_path(pa.path, "device"),
-                fmt::format("only {} actors run on a device ('{}' is a {})", holder_types(vocab), a.name,
-                            a.type));
+                fmt::format("only {} actors run on a device ('{}' is a {})", holder_types(vocab), a.name, a.type));
   }
 }
 
@@ -166,7 +165,8 @@ void check_channels(parsed_graph& pg, graph_reader& r) {
   auto names = actor_names(pg.graph);
   auto known = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
   for (const auto& pc : pg.channels) {
-    for (auto [name, node, key] : {std::tuple{pc.spec.from, pc.from_node, "from"}, std::tuple{pc.spec.to, pc.to_node, "to"}})
+    for (auto [name, node, key] :
+         {std::tuple{pc.spec.from, pc.from_node, "from"}, std::tuple{pc.spec.to, pc.to_node, "to"}})
       if (!known(name))
         r.error(node, join_path(pc.path, key), fmt::format("no actor named '{}' {}", name, choices(name, names)));
     if (pc.spec.from == pc.spec.to)
@@ -194,7 +194,7 @@ void check_corpus(parsed_graph& pg, graph_reader& r) {
       auto what = !std::filesystem::exists(st)        ? std::string{"does not exist"}
                   : std::filesystem::is_directory(st) ? std::string{"is a directory, not a text file"}
                   : std::filesystem::is_fifo(st)      ? std::string{"is a FIFO (a pipe), not a text file"}
-                                                      : std::string{"is a device or other special file, not a text file"};
+                                                 : std::string{"is a device or other special file, not a text file"};
       r.error(at, "data.corpus",
               fmt::format("corpus file '{}' {} (a path is relative to the graph file's folder; "
                           "'kjv' names the default corpus)",
@@ -266,7 +266,7 @@ void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& 
     const auto* merged = pg.graph.find_actor(pa.spec.name);
     std::string type = merged ? merged->type : pa.spec.type;
     if (type.empty())
-      continue;  // reported as missing
+      continue; // reported as missing
     auto info = vocab.actor_types.find(type);
     if (info == vocab.actor_types.end()) {
       r.error(pa.type_node, join_path(pa.path, "type"),
@@ -275,7 +275,7 @@ void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& 
     }
     auto keys = common_actor_keys;
     if (info->second.role.holds_layers)
-      keys.push_back("device");  // typed like `layers`, but only layer holders run on a device
+      keys.push_back("device"); // typed like `layers`, but only layer holders run on a device
     keys.insert(keys.end(), info->second.keys.begin(), info->second.keys.end());
     for (const auto& [k, v] : pa.spec.params)
       if (std::find(keys.begin(), keys.end(), k) == keys.end())

@@ -104,8 +104,7 @@ network_preset geo12() {
   const auto n = p.locations.size();
   p.links.assign(n, std::vector<network_link>(n));
   auto index = [&](const char* name) {
-    return static_cast<std::size_t>(std::find(p.locations.begin(), p.locations.end(), name) -
-                                    p.locations.begin());
+    return static_cast<std::size_t>(std::find(p.locations.begin(), p.locations.end(), name) - p.locations.begin());
   };
   for (const auto& m : geo12_links) {
     network_link l{m.delay_ms * 1e-3, m.gib_per_s * gib};

@@ -23,20 +23,24 @@ struct option_spec {
   /// The value when the key is absent, as written in a graph file; empty when it
   /// follows from other settings (the summary says how).
   std::string fallback;
-  double low = 0, high = 0;           ///< integer and number: the range, ends included
-  std::vector<std::string> choices;   ///< choice: the names it takes
+  double low = 0, high = 0;         ///< integer and number: the range, ends included
+  std::vector<std::string> choices; ///< choice: the names it takes
 };
 
 /// An integer setting in [low, high].
 inline option_spec int_setting_spec(std::string key, std::string summary, std::int64_t fallback, std::int64_t low,
                                     std::int64_t high) {
-  return {std::move(key), option_spec::kind::integer, std::move(summary), std::to_string(fallback),
-          static_cast<double>(low), static_cast<double>(high), {}};
+  return {std::move(key),
+          option_spec::kind::integer,
+          std::move(summary),
+          std::to_string(fallback),
+          static_cast<double>(low),
+          static_cast<double>(high),
+          {}};
 }
 
 /// A number setting in [low, high] (its finer rules may come from the component's checks).
-inline option_spec number_setting_spec(std::string key, std::string summary, double fallback, double low,
-                                       double high) {
+inline option_spec number_setting_spec(std::string key, std::string summary, double fallback, double low, double high) {
   return {std::move(key), option_spec::kind::number, std::move(summary), fmt::format("{}", fallback), low, high, {}};
 }
 

@@ -56,7 +56,8 @@ caf::error check_output_path(const fs::path& path) {
       for (unsigned char d : path.native())
         shown += d < 0x20 || d == 0x7f ? fmt::format("\\x{:02x}", d) : std::string(1, static_cast<char>(d));
       return make_error(errc::io_failed, fmt::format("{}: cannot write: the name holds a control character "
-                                                     "(byte 0x{:02x}); a file name is printable text", shown, c));
+                                                     "(byte 0x{:02x}); a file name is printable text",
+                                                     shown, c));
     }
   if (auto err = make_folders(path.parent_path(), path))
     return err;

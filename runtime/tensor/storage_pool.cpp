@@ -15,9 +15,7 @@ namespace {
 /// 64-byte aligned host memory (a cache line; enough for AVX-512 loads).
 class cpu_allocator final : public device_allocator {
 public:
-  void* allocate(std::size_t bytes) override {
-    return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  }
+  void* allocate(std::size_t bytes) override { return std::aligned_alloc(64, (bytes + 63) / 64 * 64); }
   void deallocate(void* p, std::size_t) noexcept override { std::free(p); }
 };
 

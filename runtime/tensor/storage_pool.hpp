@@ -26,8 +26,7 @@ public:
 private:
   friend class storage_pool;
   friend class storage_ref;
-  storage(storage_pool* pool, void* data, std::size_t bytes) noexcept
-    : pool_(pool), data_(data), bytes_(bytes) {}
+  storage(storage_pool* pool, void* data, std::size_t bytes) noexcept : pool_(pool), data_(data), bytes_(bytes) {}
   storage_pool* pool_;
   void* data_;
   std::size_t bytes_;

@@ -10,7 +10,7 @@
 namespace troupe {
 
 shape_t::shape_t(std::initializer_list<std::int64_t> dims)
-  : shape_t(std::span<const std::int64_t>(dims.begin(), dims.size())) {}
+    : shape_t(std::span<const std::int64_t>(dims.begin(), dims.size())) {}
 
 shape_t::shape_t(std::span<const std::int64_t> dims) {
   if (dims.size() > max_rank)

@@ -79,9 +79,7 @@ public:
   tensor_handle slice(std::int64_t begin, std::int64_t end) const;
 
   /// True when both handles view the same bytes.
-  bool same_bytes(const tensor_handle& o) const noexcept {
-    return storage_ == o.storage_ && offset_ == o.offset_;
-  }
+  bool same_bytes(const tensor_handle& o) const noexcept { return storage_ == o.storage_ && offset_ == o.offset_; }
 
 private:
   storage_ref storage_;

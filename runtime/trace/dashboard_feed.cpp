@@ -28,7 +28,7 @@ nlohmann::json optional_number(const std::optional<double>& v) {
 } // namespace
 
 dashboard_feed::dashboard_feed(std::string title, bool live, std::size_t max_spans, std::int64_t tokens_per_step)
-  : title_(std::move(title)), live_(live), max_spans_(std::max<std::size_t>(max_spans, 1024)) {
+    : title_(std::move(title)), live_(live), max_spans_(std::max<std::size_t>(max_spans, 1024)) {
   meter_.tokens_per_step = tokens_per_step;
 }
 
@@ -132,7 +132,7 @@ void dashboard_feed::update_stats(std::int64_t window_ns) {
   nlohmann::json j;
   j["now"] = us(now_ns_);
   j["window_s"] = live_ && !finished_ ? static_cast<double>(window_ns) * 1e-9
-                                       : static_cast<double>(stats_.end_ns - stats_.begin_ns) * 1e-9;
+                                      : static_cast<double>(stats_.end_ns - stats_.begin_ns) * 1e-9;
   j["bubble"] = optional_number(stats_.bubble_fraction);
   j["step"] = stats_.last_step;
   j["loss"] = optional_number(stats_.loss);
@@ -143,12 +143,15 @@ void dashboard_feed::update_stats(std::int64_t window_ns) {
   j["spans_total"] = base_ + data_.spans.size();
   auto& actors = j["actors"] = nlohmann::json::array();
   for (const auto& a : stats_.actors)
-    actors.push_back({{"id", a.actor.id}, {"busy", number(a.busy_fraction)}, {"mailbox", a.mailbox},
-                      {"spans", a.spans}, {"bytes_sent", a.bytes_sent}});
+    actors.push_back({{"id", a.actor.id},
+                      {"busy", number(a.busy_fraction)},
+                      {"mailbox", a.mailbox},
+                      {"spans", a.spans},
+                      {"bytes_sent", a.bytes_sent}});
   auto& chans = j["channels"] = nlohmann::json::array();
   for (const auto& c : stats_.channels)
-    chans.push_back({{"from", c.from}, {"to", c.to}, {"messages", c.messages}, {"bytes", c.bytes},
-                     {"in_flight", c.in_flight}});
+    chans.push_back(
+      {{"from", c.from}, {"to", c.to}, {"messages", c.messages}, {"bytes", c.bytes}, {"in_flight", c.in_flight}});
   stats_frame_ = std::move(j);
 }
 
@@ -171,7 +174,7 @@ std::string dashboard_feed::next_frame(feed_cursor& c, std::size_t max_spans, bo
   auto end = base_ + data_.spans.size();
   auto upto = std::min<std::uint64_t>(end, c.span + max_spans);
   if (upto > c.span) {
-    auto& s = out["spans"] = nlohmann::json::array();  // six numbers a span, one flat array
+    auto& s = out["spans"] = nlohmann::json::array(); // six numbers a span, one flat array
     s.get_ref<nlohmann::json::array_t&>().reserve(6 * (upto - c.span));
     for (auto i = c.span; i < upto; ++i) {
       const auto& x = data_.spans[i - base_];

@@ -14,9 +14,9 @@ namespace troupe {
 
 /// Where one viewer is in the feed.
 struct feed_cursor {
-  std::uint64_t span = 0;     ///< absolute index of the next span to send
+  std::uint64_t span = 0; ///< absolute index of the next span to send
   std::size_t counter = 0;
-  std::size_t actors = 0;     ///< actors already sent
+  std::size_t actors = 0; ///< actors already sent
   bool hello = false;
   bool finished_sent = false;
 };
@@ -59,18 +59,18 @@ private:
   bool finished_ = false;
   std::size_t max_spans_;
   trace_snapshot data_;
-  std::uint64_t base_ = 0;  ///< absolute index of data_.spans[0]
+  std::uint64_t base_ = 0; ///< absolute index of data_.spans[0]
   /// (poll time, absolute index of its first span): a span delivered by a poll
   /// ended before it, so the recent window only needs the recent polls' spans.
   std::vector<std::pair<std::int64_t, std::uint64_t>> polls_;
-  std::map<std::pair<std::uint16_t, std::uint16_t>, channel_summary> edges_;  ///< every channel seen
+  std::map<std::pair<std::uint16_t, std::uint16_t>, channel_summary> edges_; ///< every channel seen
   trace_recorder::cursor cursor_;
-  std::map<std::pair<int, std::uint16_t>, std::uint16_t> ingested_ids_;  ///< (node, its id) -> id here
-  std::map<int, std::uint64_t> node_dropped_;  ///< each node's reported total
-  std::uint64_t ingest_dropped_ = 0;           ///< spans of unknown actors, or past the id space
+  std::map<std::pair<int, std::uint16_t>, std::uint16_t> ingested_ids_; ///< (node, its id) -> id here
+  std::map<int, std::uint64_t> node_dropped_;                           ///< each node's reported total
+  std::uint64_t ingest_dropped_ = 0; ///< spans of unknown actors, or past the id space
   throughput_meter meter_;
   trace_summary stats_;
-  nlohmann::json stats_frame_;  ///< the latest stats, sent with every frame (null before the first)
+  nlohmann::json stats_frame_; ///< the latest stats, sent with every frame (null before the first)
   std::int64_t now_ns_ = 0;
 };
 

@@ -33,13 +33,13 @@ struct dashboard_server::impl {
   asio::steady_timer poll_timer{ioc};
   dashboard_feed feed;
   bool live;
-  bool from_recorder;  ///< live from this process's recorder, not ingested
+  bool from_recorder; ///< live from this process's recorder, not ingested
   std::thread thread;
-  std::set<std::shared_ptr<void>> sessions;  // kept alive until stop()
+  std::set<std::shared_ptr<void>> sessions; // kept alive until stop()
 
   impl(dashboard_options o, bool is_live, bool recorder)
-    : opts(std::move(o)), feed(opts.title, is_live, opts.max_spans, opts.tokens_per_step), live(is_live),
-      from_recorder(recorder) {}
+      : opts(std::move(o)), feed(opts.title, is_live, opts.max_spans, opts.tokens_per_step), live(is_live),
+        from_recorder(recorder) {}
 
   /// Brings the live feed up to date: polls the recorder, or moves the clock on.
   void refresh() {
@@ -57,12 +57,18 @@ namespace {
 
 std::string_view mime_of(const std::filesystem::path& p) {
   auto e = p.extension().string();
-  if (e == ".html") return "text/html; charset=utf-8";
-  if (e == ".js" || e == ".mjs") return "text/javascript; charset=utf-8";
-  if (e == ".css") return "text/css; charset=utf-8";
-  if (e == ".svg") return "image/svg+xml";
-  if (e == ".png") return "image/png";
-  if (e == ".json" || e == ".map") return "application/json";
+  if (e == ".html")
+    return "text/html; charset=utf-8";
+  if (e == ".js" || e == ".mjs")
+    return "text/javascript; charset=utf-8";
+  if (e == ".css")
+    return "text/css; charset=utf-8";
+  if (e == ".svg")
+    return "image/svg+xml";
+  if (e == ".png")
+    return "image/png";
+  if (e == ".json" || e == ".map")
+    return "application/json";
   return "application/octet-stream";
 }
 
@@ -93,7 +99,7 @@ public:
   }
 
 private:
-  void read() {  // viewers send nothing we need; reading handles pings and close
+  void read() { // viewers send nothing we need; reading handles pings and close
     ws_.async_read(in_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec)
         return self->close();
@@ -114,7 +120,7 @@ private:
       if (more)
         return self->push();
       if (self->srv_.feed.finished() && self->cursor_.finished_sent)
-        return;  // a finished trace is all sent: nothing more will come
+        return; // a finished trace is all sent: nothing more will come
       self->timer_.expires_after(self->srv_.opts.interval);
       self->timer_.async_wait([self](beast::error_code e) {
         if (!e)
@@ -212,7 +218,7 @@ private:
 void dashboard_server::impl::accept() {
   acceptor.async_accept([this](beast::error_code ec, tcp::socket s) {
     if (ec)
-      return;  // closed by stop()
+      return; // closed by stop()
     std::make_shared<http_session>(std::move(s), *this)->read();
     accept();
   });
@@ -280,15 +286,14 @@ caf::expected<std::unique_ptr<dashboard_server::impl>> listen(std::unique_ptr<da
     tcp::resolver res{p->ioc};
     auto r = res.resolve(addr->first, std::to_string(addr->second), ec);
     if (ec || r.empty())
-      return make_error(errc::invalid_argument,
-                        fmt::format("dashboard address '{}': cannot resolve '{}': {}", p->opts.address,
-                                    addr->first, ec.message()));
+      return make_error(errc::invalid_argument, fmt::format("dashboard address '{}': cannot resolve '{}': {}",
+                                                            p->opts.address, addr->first, ec.message()));
     ip = r.begin()->endpoint().address();
   }
   tcp::endpoint ep{ip, addr->second};
   auto fail = [&](const char* what) {
-    return make_error(errc::io_failed, fmt::format("dashboard on {}:{}: {}: {}", ip.to_string(), addr->second,
-                                                   what, ec.message()));
+    return make_error(errc::io_failed,
+                      fmt::format("dashboard on {}:{}: {}: {}", ip.to_string(), addr->second, what, ec.message()));
   };
   if (p->acceptor.open(ep.protocol(), ec); ec)
     return fail("cannot open a socket");
@@ -310,7 +315,7 @@ dashboard_server::dashboard_server(std::unique_ptr<impl> p) : impl_(std::move(p)
 }
 
 caf::expected<std::unique_ptr<dashboard_server>> dashboard_server::start(std::unique_ptr<impl> fresh,
-                                                                        trace_snapshot* finished) {
+                                                                         trace_snapshot* finished) {
   auto p = listen(std::move(fresh));
   if (!p)
     return p.error();
@@ -414,13 +419,13 @@ std::string prometheus_metrics(const trace_summary& s) {
   out += "# HELP troupe_actor_busy_fraction Share of the recent window an actor spent working.\n"
          "# TYPE troupe_actor_busy_fraction gauge\n";
   for (const auto& a : s.actors)
-    out += fmt::format("troupe_actor_busy_fraction{{actor=\"{}\",type=\"{}\",node=\"{}\"}} {}\n",
-                       label(a.actor.name), label(a.actor.type), a.actor.node, a.busy_fraction);
+    out += fmt::format("troupe_actor_busy_fraction{{actor=\"{}\",type=\"{}\",node=\"{}\"}} {}\n", label(a.actor.name),
+                       label(a.actor.type), a.actor.node, a.busy_fraction);
   out += "# HELP troupe_actor_mailbox_depth Messages waiting for an actor.\n"
          "# TYPE troupe_actor_mailbox_depth gauge\n";
   for (const auto& a : s.actors)
-    out += fmt::format("troupe_actor_mailbox_depth{{actor=\"{}\",type=\"{}\",node=\"{}\"}} {}\n",
-                       label(a.actor.name), label(a.actor.type), a.actor.node, a.mailbox);
+    out += fmt::format("troupe_actor_mailbox_depth{{actor=\"{}\",type=\"{}\",node=\"{}\"}} {}\n", label(a.actor.name),
+                       label(a.actor.type), a.actor.node, a.mailbox);
   out += "# HELP troupe_actor_bytes_sent Tensor bytes an actor sent over the summarised window.\n"
          "# TYPE troupe_actor_bytes_sent gauge\n";
   for (const auto& a : s.actors)

@@ -20,12 +20,12 @@ struct dashboard_options {
   /// `HOST:PORT`, `HOST`, `:PORT` or `PORT`; the host defaults to 127.0.0.1 and
   /// the port to 8080 (0 picks a free one). All interfaces only when asked (`0.0.0.0`).
   std::string address = "127.0.0.1:8080";
-  std::filesystem::path static_dir;     ///< the built front end (index.html, app.js, app.css)
-  std::string title;                    ///< shown on the page (the graph file)
-  std::int64_t tokens_per_step = 0;     ///< for tokens/s from the loss samples (live)
-  std::size_t max_spans = 1 << 20;      ///< spans kept for new viewers; older ones are dropped
-  std::chrono::milliseconds interval{250};      ///< how often live data is polled and pushed
-  std::chrono::milliseconds stats_window{10'000};  ///< busy fractions over this much recent time (live)
+  std::filesystem::path static_dir;               ///< the built front end (index.html, app.js, app.css)
+  std::string title;                              ///< shown on the page (the graph file)
+  std::int64_t tokens_per_step = 0;               ///< for tokens/s from the loss samples (live)
+  std::size_t max_spans = 1 << 20;                ///< spans kept for new viewers; older ones are dropped
+  std::chrono::milliseconds interval{250};        ///< how often live data is polled and pushed
+  std::chrono::milliseconds stats_window{10'000}; ///< busy fractions over this much recent time (live)
 };
 
 /// The resolved `{host, port}` of an address text, or errc::invalid_argument.

@@ -27,8 +27,7 @@ namespace {
 trace_snapshot synthetic(std::size_t actors, std::size_t spans) {
   trace_snapshot t;
   for (std::size_t a = 0; a < actors; ++a)
-    t.actors.push_back(
-        {static_cast<std::uint16_t>(a), "stage" + std::to_string(a), "pipeline_stage", 0, "stage"});
+    t.actors.push_back({static_cast<std::uint16_t>(a), "stage" + std::to_string(a), "pipeline_stage", 0, "stage"});
   for (std::size_t i = 0; i < spans; ++i) {
     span s;
     s.actor = static_cast<std::uint16_t>(i % actors);
@@ -44,7 +43,8 @@ trace_snapshot synthetic(std::size_t actors, std::size_t spans) {
 }
 
 struct fixture_dir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / (std::string{"troupe-dash-test"} + "_" + std::to_string(::getpid()));
+  std::filesystem::path path =
+    std::filesystem::temp_directory_path() / (std::string{"troupe-dash-test"} + "_" + std::to_string(::getpid()));
   fixture_dir() {
     std::filesystem::create_directories(path);
     std::ofstream(path / "index.html") << "<!doctype html><title>troupe</title>";
@@ -174,7 +174,7 @@ TEST_CASE("batches ingested from two nodes keep their actors apart and drop span
       b.spans.push_back(s);
     }
     span orphan;
-    orphan.actor = 7;  // named by no batch
+    orphan.actor = 7; // named by no batch
     b.spans.insert(b.spans.end(), 5, orphan);
     b.dropped = 3 + static_cast<std::uint64_t>(node);
     (*srv)->ingest(node, b);
@@ -186,7 +186,7 @@ TEST_CASE("batches ingested from two nodes keep their actors apart and drop span
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     m = http_request((*srv)->url(), http::verb::get, "/metrics").body();
   }
-  CHECK(m.find("troupe_trace_dropped_spans_total 17") != std::string::npos);  // 3 + 4 reported, 10 orphans
+  CHECK(m.find("troupe_trace_dropped_spans_total 17") != std::string::npos); // 3 + 4 reported, 10 orphans
   CHECK(m.find(R"(troupe_actor_busy_fraction{actor="to s2",type="channel",node="0"})") != std::string::npos);
   CHECK(m.find(R"(troupe_actor_busy_fraction{actor="to s2",type="channel",node="1"})") != std::string::npos);
   CHECK(m.find(R"(troupe_actor_busy_fraction{actor="s2",type="pipeline_stage",node="1"})") != std::string::npos);

@@ -10,8 +10,7 @@ const auto trace_epoch = std::chrono::steady_clock::now();
 }
 
 std::int64_t trace_now() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - trace_epoch)
-    .count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - trace_epoch).count();
 }
 
 std::int64_t trace_epoch_ns() noexcept {
@@ -20,18 +19,30 @@ std::int64_t trace_epoch_ns() noexcept {
 
 std::string_view to_string(span_kind k) noexcept {
   switch (k) {
-    case span_kind::forward: return "forward";
-    case span_kind::backward_input: return "backward_input";
-    case span_kind::backward_weight: return "backward_weight";
-    case span_kind::backward: return "backward";
-    case span_kind::send: return "send";
-    case span_kind::receive: return "receive";
-    case span_kind::optimizer: return "optimizer";
-    case span_kind::idle: return "idle";
-    case span_kind::eval: return "eval";
-    case span_kind::sync: return "sync";
-    case span_kind::other: return "other";
-    case span_kind::attention: return "attention";
+  case span_kind::forward:
+    return "forward";
+  case span_kind::backward_input:
+    return "backward_input";
+  case span_kind::backward_weight:
+    return "backward_weight";
+  case span_kind::backward:
+    return "backward";
+  case span_kind::send:
+    return "send";
+  case span_kind::receive:
+    return "receive";
+  case span_kind::optimizer:
+    return "optimizer";
+  case span_kind::idle:
+    return "idle";
+  case span_kind::eval:
+    return "eval";
+  case span_kind::sync:
+    return "sync";
+  case span_kind::other:
+    return "other";
+  case span_kind::attention:
+    return "attention";
   }
   return "other";
 }

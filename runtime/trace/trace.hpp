@@ -18,10 +18,18 @@ namespace troupe {
 
 /// What an actor was doing during a span.
 enum class span_kind : std::uint8_t {
-  forward, backward_input, backward_weight, backward, send, receive, optimizer, idle, eval,
-  sync,  ///< a gradient bucket's all-reduce, from its arrival at the peer to its sum going back
-  attention,  ///< a core-attention shard run for a stage (an attention server's work, #15)
-  other       ///< the last: readers check kinds against it
+  forward,
+  backward_input,
+  backward_weight,
+  backward,
+  send,
+  receive,
+  optimizer,
+  idle,
+  eval,
+  sync,      ///< a gradient bucket's all-reduce, from its arrival at the peer to its sum going back
+  attention, ///< a core-attention shard run for a stage (an attention server's work, #15)
+  other      ///< the last: readers check kinds against it
 };
 
 /// `forward`, `backward_input`, …
@@ -31,14 +39,14 @@ std::string_view to_string(span_kind k) noexcept;
 struct span {
   std::int64_t begin_ns = 0;
   std::int64_t end_ns = 0;
-  std::uint64_t bytes = 0;    ///< bytes sent or received, where that applies
-  std::uint64_t flow = 0;     ///< nonzero links a send to its receive
+  std::uint64_t bytes = 0; ///< bytes sent or received, where that applies
+  std::uint64_t flow = 0;  ///< nonzero links a send to its receive
   std::int32_t step = -1;
   std::int32_t microbatch = -1;
-  std::uint16_t actor = 0;    ///< id from trace_recorder::register_actor
+  std::uint16_t actor = 0; ///< id from trace_recorder::register_actor
   span_kind kind = span_kind::other;
-  std::uint8_t flow_end = 0;  ///< 1 when this span receives `flow`
-  std::uint32_t mailbox = 0;  ///< mailbox depth when the span began
+  std::uint8_t flow_end = 0; ///< 1 when this span receives `flow`
+  std::uint32_t mailbox = 0; ///< mailbox depth when the span began
 };
 
 /// A sampled value: loss, tokens/s, bubble fraction.
@@ -55,7 +63,7 @@ struct actor_info {
   std::string name;
   std::string type;
   int node;
-  std::string role = {};  ///< what summaries make of it (stage_role, or empty), as its type declares
+  std::string role = {}; ///< what summaries make of it (stage_role, or empty), as its type declares
 };
 
 /// The trace role of a pipeline position: the bubble fraction and the action
@@ -113,7 +121,7 @@ public:
   struct cursor {
     std::vector<std::uint64_t> positions;
     std::size_t counters = 0;
-    std::uint64_t missed = 0;  ///< spans a ring overwrote before this reader took them
+    std::uint64_t missed = 0; ///< spans a ring overwrote before this reader took them
   };
   void collect(cursor& c, std::vector<span>& out, std::vector<counter_sample>* counters = nullptr) const;
 

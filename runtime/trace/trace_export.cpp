@@ -16,15 +16,23 @@ std::string json_string(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20)
-          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-        else
-          out += c;
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    default:
+      if (static_cast<unsigned char>(c) < 0x20)
+        out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+      else
+        out += c;
     }
   }
   return out + "\"";
@@ -33,7 +41,7 @@ std::string json_string(std::string_view s) {
 /// Trace Event timestamps are microseconds; keep nanosecond precision as
 /// decimals: the whole microseconds and the nanoseconds after them, for "{}.{:03}".
 std::pair<std::int64_t, std::int64_t> micros(std::int64_t ns) {
-  auto us = ns >= 0 ? ns / 1000 : -((-ns + 999) / 1000);  // floor, so the decimals are never negative
+  auto us = ns >= 0 ? ns / 1000 : -((-ns + 999) / 1000); // floor, so the decimals are never negative
   return {us, ns - us * 1000};
 }
 
@@ -48,7 +56,7 @@ trace_snapshot snapshot_trace() {
   trace_snapshot t;
   trace_recorder::cursor c;
   r.collect(c, t.spans, &t.counters);
-  t.actors = r.actors();  // after the spans: every span's actor is named
+  t.actors = r.actors(); // after the spans: every span's actor is named
   t.dropped = c.missed;
   return t;
 }
@@ -93,15 +101,16 @@ void chrome_json_events::add_span(const span& s, int pid) {
   fmt::format_to(out, R"({{"ph":"X","name":"{})", name);
   if (s.microbatch >= 0)
     fmt::format_to(out, " mb{}", s.microbatch);
-  fmt::format_to(out, R"(","cat":"{}","pid":{},"tid":{},"ts":{}.{:03},"dur":{}.{:03},)"
-                      R"("args":{{"step":{},"microbatch":{},"bytes":{},"mailbox":{}}}}})",
+  fmt::format_to(out,
+                 R"(","cat":"{}","pid":{},"tid":{},"ts":{}.{:03},"dur":{}.{:03},)"
+                 R"("args":{{"step":{},"microbatch":{},"bytes":{},"mailbox":{}}}}})",
                  cat, pid, s.actor, ts.first, ts.second, dur.first, dur.second, s.step, s.microbatch, s.bytes,
                  s.mailbox);
   if (s.flow != 0) {
     separate();
-    fmt::format_to(out, R"({{"ph":"{}","name":"microbatch","cat":"message","id":{},"pid":{},"tid":{},"ts":{}.{:03}{}}})",
-                   s.flow_end ? "f" : "s", s.flow, pid, s.actor, ts.first, ts.second,
-                   s.flow_end ? R"(,"bp":"e")" : "");
+    fmt::format_to(out,
+                   R"({{"ph":"{}","name":"microbatch","cat":"message","id":{},"pid":{},"tid":{},"ts":{}.{:03}{}}})",
+                   s.flow_end ? "f" : "s", s.flow, pid, s.actor, ts.first, ts.second, s.flow_end ? R"(,"bp":"e")" : "");
   }
 }
 

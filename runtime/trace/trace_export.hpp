@@ -15,8 +15,8 @@ struct trace_snapshot {
   std::vector<span> spans;
   std::vector<counter_sample> counters;
   std::uint64_t dropped = 0;
-  bool cut_short = false;  ///< read from a file whose writer stopped mid-event (a crash): its last event is lost
-  std::int64_t epoch_ns = -1;  ///< the steady clock at time 0, when the file records it
+  bool cut_short = false;     ///< read from a file whose writer stopped mid-event (a crash): its last event is lost
+  std::int64_t epoch_ns = -1; ///< the steady clock at time 0, when the file records it
 };
 
 /// Chrome Trace Event JSON a piece at a time, so a file can grow while a run

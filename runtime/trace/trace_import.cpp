@@ -58,7 +58,7 @@ void infer_counter_steps(trace_snapshot& t) {
     m.second = best = std::max(best, m.second);
   for (auto& c : t.counters) {
     if (c.step != INT32_MIN)
-      continue;  // written with its step
+      continue; // written with its step
     auto it = std::upper_bound(marks.begin(), marks.end(), std::pair{c.t_ns, INT32_MAX});
     c.step = it == marks.begin() ? -1 : std::prev(it)->second;
   }
@@ -114,8 +114,8 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
   trace_snapshot t;
   t.cut_short = cut_short;
   std::map<std::uint16_t, actor_info> actors;
-  std::set<std::uint16_t> has_role;  // actors whose thread_name says their role
-  std::map<std::pair<int, int>, std::size_t> last_x;  // (pid, tid) -> index of its latest X span
+  std::set<std::uint16_t> has_role;                  // actors whose thread_name says their role
+  std::map<std::pair<int, int>, std::size_t> last_x; // (pid, tid) -> index of its latest X span
   std::size_t index = 0;
   try {
     for (const auto& ev : *events) {
@@ -150,13 +150,13 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
         if (it == last_x.end())
           return make_error(errc::invalid_argument, fmt::format("{}: a flow event before any span", where()));
         auto& s = t.spans[it->second];
-        s.flow = ev.at("id").is_string() ? std::stoull(ev.at("id").get<std::string>())
-                                         : ev.at("id").get<std::uint64_t>();
+        s.flow =
+          ev.at("id").is_string() ? std::stoull(ev.at("id").get<std::string>()) : ev.at("id").get<std::uint64_t>();
         s.flow_end = ph == "f";
       } else if (ph == "C") {
         // Traces older than the `step` argument get their steps inferred below.
-        t.counters.push_back({ns_of(ev.at("ts")), ev.at("name").get<std::string>(),
-                              arg<double>(ev, "value", 0.0), arg<std::int32_t>(ev, "step", INT32_MIN)});
+        t.counters.push_back({ns_of(ev.at("ts")), ev.at("name").get<std::string>(), arg<double>(ev, "value", 0.0),
+                              arg<std::int32_t>(ev, "step", INT32_MIN)});
       }
     }
     if (doc.is_object() && doc.contains("otherData")) {
@@ -164,8 +164,8 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
       t.epoch_ns = doc["otherData"].value("epoch_ns", std::int64_t{-1});
     }
   } catch (const std::exception& e) {
-    return make_error(errc::invalid_argument,
-                      fmt::format("{}: traceEvents[{}]: malformed event: {}", origin, index - 1, plain_json_error(e.what())));
+    return make_error(errc::invalid_argument, fmt::format("{}: traceEvents[{}]: malformed event: {}", origin, index - 1,
+                                                          plain_json_error(e.what())));
   }
   for (auto& [id, a] : actors) {
     if (has_role.count(id) && !a.type.empty())
@@ -198,8 +198,7 @@ std::vector<std::filesystem::path> node_files(const std::filesystem::path& path)
   std::vector<std::filesystem::path> out;
   std::error_code ec;
   for (int node = 0;; ++node) {
-    auto f = path.parent_path() /
-             fmt::format("{}.node{}{}", path.stem().string(), node, path.extension().string());
+    auto f = path.parent_path() / fmt::format("{}.node{}{}", path.stem().string(), node, path.extension().string());
     if (!std::filesystem::exists(f, ec))
       return out;
     out.push_back(f);
@@ -269,8 +268,10 @@ caf::expected<trace_snapshot> read_chrome_trace(const std::filesystem::path& pat
     return make_error(errc::invalid_argument,
                       fmt::format("{}: is a device or other special file, not a trace file", path.string()));
   if (auto size = std::filesystem::file_size(path, ec); !ec && size > max_trace_bytes)
-    return make_error(errc::invalid_argument, fmt::format("{}: {} bytes is more than a trace file holds (the limit is {} "
-                                                   "GiB)", path.string(), size, max_trace_bytes >> 30));
+    return make_error(errc::invalid_argument,
+                      fmt::format("{}: {} bytes is more than a trace file holds (the limit is {} "
+                                  "GiB)",
+                                  path.string(), size, max_trace_bytes >> 30));
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return make_error(errc::io_failed, fmt::format("{}: cannot open the trace file", path.string()));

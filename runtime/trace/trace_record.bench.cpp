@@ -31,7 +31,7 @@ int main() {
   auto a = r.register_actor("bench", std::string{stage_role});
   constexpr int n = 2'000'000;
   r.disable();
-  ns_per_span(n / 10, a);  // warm up
+  ns_per_span(n / 10, a); // warm up
   double off = ns_per_span(n, a);
   r.enable(1 << 16);
   ns_per_span(n / 10, a);
@@ -69,6 +69,7 @@ int main() {
   auto bytes = std::filesystem::file_size(file);
   std::filesystem::remove(file);
   double per = write_ns / (per_flush * flushes);
-  std::printf("trace file: %.0f ns per span written (%.0f bytes each); tiny-gpt's ~1,500 spans/s cost %.2f%% of a core\n",
-              per, static_cast<double>(bytes) / (per_flush * flushes), 1500 * per / 1e7);
+  std::printf(
+    "trace file: %.0f ns per span written (%.0f bytes each); tiny-gpt's ~1,500 spans/s cost %.2f%% of a core\n", per,
+    static_cast<double>(bytes) / (per_flush * flushes), 1500 * per / 1e7);
 }

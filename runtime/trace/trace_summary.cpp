@@ -46,23 +46,33 @@ std::string seconds(std::int64_t ns) {
 
 char action_letter(span_kind k) noexcept {
   switch (k) {
-    case span_kind::forward: return 'F';
-    case span_kind::backward_input: return 'I';
-    case span_kind::backward_weight: return 'W';
-    case span_kind::backward: return 'B';
-    default: return 0;
+  case span_kind::forward:
+    return 'F';
+  case span_kind::backward_input:
+    return 'I';
+  case span_kind::backward_weight:
+    return 'W';
+  case span_kind::backward:
+    return 'B';
+  default:
+    return 0;
   }
 }
 
 bool is_busy(const span& s) noexcept {
   switch (s.kind) {
-    case span_kind::forward: case span_kind::backward_input: case span_kind::backward_weight:
-    case span_kind::backward: case span_kind::optimizer: case span_kind::eval:
-      return true;
-    case span_kind::send: case span_kind::receive:
-      return s.end_ns > s.begin_ns;
-    default:
-      return false;
+  case span_kind::forward:
+  case span_kind::backward_input:
+  case span_kind::backward_weight:
+  case span_kind::backward:
+  case span_kind::optimizer:
+  case span_kind::eval:
+    return true;
+  case span_kind::send:
+  case span_kind::receive:
+    return s.end_ns > s.begin_ns;
+  default:
+    return false;
   }
 }
 
@@ -88,18 +98,22 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns, std::int6
   std::vector<std::int64_t> last_mailbox_t(n, INT64_MIN);
   out.actors.resize(n);
   for (std::size_t i = 0; i < n; ++i)
-    out.actors[i].actor = i < t.actors.size() ? t.actors[i] : actor_info{static_cast<std::uint16_t>(i),
-                                                                          fmt::format("actor{}", i), "", 0};
+    out.actors[i].actor =
+      i < t.actors.size() ? t.actors[i] : actor_info{static_cast<std::uint16_t>(i), fmt::format("actor{}", i), "", 0};
 
   // Flows: sends by id, then matched receives give channels.
-  struct sent { std::uint16_t actor; std::uint64_t bytes; std::int64_t t; };
+  struct sent {
+    std::uint16_t actor;
+    std::uint64_t bytes;
+    std::int64_t t;
+  };
   std::unordered_map<std::uint64_t, sent> sends;
   for (const auto& s : t.spans)
     if (s.flow != 0 && !s.flow_end)
       sends[s.flow] = {s.actor, s.bytes, s.begin_ns};
   std::map<std::pair<std::uint16_t, std::uint16_t>, channel_summary> chans;
-  std::map<std::pair<std::uint16_t, std::uint64_t>, std::uint16_t> route_to;  // (sender, route) -> receiver
-  std::unordered_map<std::uint64_t, std::int64_t> received;                    // flow -> receive time
+  std::map<std::pair<std::uint16_t, std::uint64_t>, std::uint16_t> route_to; // (sender, route) -> receiver
+  std::unordered_map<std::uint64_t, std::int64_t> received;                  // flow -> receive time
   for (const auto& s : t.spans) {
     if (s.flow == 0 || !s.flow_end)
       continue;
@@ -171,8 +185,8 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns, std::int6
       std::sort(v.begin(), v.end(), [](const span* a, const span* b) { return a->begin_ns < b->begin_ns; });
       stage_order o{key.first, rank[key.first], key.second, {}};
       for (const auto* s : v)
-        o.actions += fmt::format("{}{}{}{}", o.actions.empty() ? "" : " ", o.rank, action_letter(s->kind),
-                                 s->microbatch);
+        o.actions +=
+          fmt::format("{}{}{}{}", o.actions.empty() ? "" : " ", o.rank, action_letter(s->kind), s->microbatch);
       out.orders.push_back(std::move(o));
     }
     std::stable_sort(out.orders.begin(), out.orders.end(),
@@ -211,7 +225,7 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns, std::int6
 
 std::vector<distinct_order> distinct_orders(const std::vector<stage_order>& orders) {
   std::vector<distinct_order> out;
-  std::map<std::pair<std::uint16_t, std::string_view>, std::size_t> seen;  // (actor, actions) -> index in out
+  std::map<std::pair<std::uint16_t, std::string_view>, std::size_t> seen; // (actor, actions) -> index in out
   for (const auto& o : orders) {
     auto [it, fresh] = seen.emplace(std::pair{o.actor, std::string_view{o.actions}}, out.size());
     if (fresh)
@@ -247,8 +261,8 @@ std::string to_text(const trace_summary& s) {
                                 seconds(s.end_ns - s.begin_ns));
   out += s.dropped ? fmt::format(" ({} spans dropped: a ring filled before they were written)", s.dropped) : "";
   out += s.cut_short ? "\nthe file ends mid-event (the run was killed): read up to its last whole event\n" : "\n";
-  out += fmt::format("\n{:<16} {:<16} {:>9} {:>9} {:>7} {:>9} {:>7} {:>8}\n", "actor", "type", "busy s",
-                     "idle s", "busy %", "bubble %", "spans", "mailbox");
+  out += fmt::format("\n{:<16} {:<16} {:>9} {:>9} {:>7} {:>9} {:>7} {:>8}\n", "actor", "type", "busy s", "idle s",
+                     "busy %", "bubble %", "spans", "mailbox");
   for (const auto& a : s.actors) {
     bool stage = a.actor.role == stage_role;
     out += fmt::format("{:<16} {:<16} {:>9} {:>9} {:>7.1f} {:>9} {:>7} {:>8}\n", a.actor.name, a.actor.type,
@@ -259,9 +273,9 @@ std::string to_text(const trace_summary& s) {
   out += "busy: compute (forward, backward, optimizer, eval) and timed sends, first compute span to last\n"
          "bubble %: a pipeline stage's idle share of that window (other actors wait by design: no bubble)\n"
          "mailbox: the most data messages waiting for the actor at once, counted as it took one (it included)\n";
-  out += fmt::format("\npipeline bubble fraction: {}\n",
-                     s.bubble_fraction ? fmt::format("{:.1f}%", 100 * *s.bubble_fraction)
-                                       : std::string{"- (no actor has the stage role)"});
+  out +=
+    fmt::format("\npipeline bubble fraction: {}\n", s.bubble_fraction ? fmt::format("{:.1f}%", 100 * *s.bubble_fraction)
+                                                                      : std::string{"- (no actor has the stage role)"});
   out += fmt::format("last step {}: loss {}, val loss {}{}, tokens/s {}\n", s.last_step + 1, opt(s.loss, "{:.4f}"),
                      opt(s.val_loss, "{:.4f}"), s.val_loss ? fmt::format(" (after step {})", s.val_step + 1) : "",
                      opt(s.tokens_per_s, "{:.0f}"));

@@ -18,13 +18,14 @@ namespace troupe {
 /// One actor's share of a time window.
 struct actor_summary {
   actor_info actor;
-  std::int64_t busy_ns = 0;      ///< union of compute spans (and timed sends) inside the window
-  std::int64_t idle_ns = 0;      ///< the rest of the window
-  double busy_fraction = 0;      ///< busy / window
-  std::size_t spans = 0;         ///< spans that touch the window
-  std::uint32_t mailbox = 0;     ///< latest recorded depth, or messages sent to it and not yet received
-  std::uint32_t mailbox_max = 0; ///< deepest recorded in the window: data messages waiting as one was taken, it included
-  std::uint64_t bytes_sent = 0;  ///< bytes of its send spans inside the window
+  std::int64_t busy_ns = 0;  ///< union of compute spans (and timed sends) inside the window
+  std::int64_t idle_ns = 0;  ///< the rest of the window
+  double busy_fraction = 0;  ///< busy / window
+  std::size_t spans = 0;     ///< spans that touch the window
+  std::uint32_t mailbox = 0; ///< latest recorded depth, or messages sent to it and not yet received
+  std::uint32_t mailbox_max =
+    0;                          ///< deepest recorded in the window: data messages waiting as one was taken, it included
+  std::uint64_t bytes_sent = 0; ///< bytes of its send spans inside the window
   /// Bytes of model state it holds, from its `held:ACTOR:KIND` counters
   /// (record_held); -1 for an actor that recorded none.
   std::int64_t params_bytes = -1, grads_bytes = -1, optimizer_bytes = -1;
@@ -34,15 +35,15 @@ struct actor_summary {
 struct channel_summary {
   std::uint16_t from = 0;
   std::uint16_t to = 0;
-  std::size_t messages = 0;     ///< received messages
+  std::size_t messages = 0; ///< received messages
   std::uint64_t bytes = 0;
-  std::uint32_t in_flight = 0;  ///< sent, not received yet
+  std::uint32_t in_flight = 0; ///< sent, not received yet
 };
 
 /// The actions one stage ran in one step, as text: `0F0 0F1 0B0 …`.
 struct stage_order {
   std::uint16_t actor = 0;
-  int rank = 0;                 ///< position among the actors with the stage role
+  int rank = 0; ///< position among the actors with the stage role
   std::int32_t step = 0;
   std::string actions;
 };
@@ -51,7 +52,7 @@ struct stage_order {
 struct distinct_order {
   std::uint16_t actor = 0;
   int rank = 0;
-  std::vector<std::int32_t> steps;  ///< ascending, 0-based
+  std::vector<std::int32_t> steps; ///< ascending, 0-based
   std::string actions;
 };
 
@@ -64,7 +65,7 @@ std::string step_ranges(const std::vector<std::int32_t>& steps);
 
 /// Everything `troupe trace summarize` prints and the dashboard shows.
 struct trace_summary {
-  std::int64_t begin_ns = 0;    ///< the window: first to last compute span, or as asked
+  std::int64_t begin_ns = 0; ///< the window: first to last compute span, or as asked
   std::int64_t end_ns = 0;
   std::vector<actor_summary> actors;
   std::vector<channel_summary> channels;
@@ -72,7 +73,7 @@ struct trace_summary {
   /// 1 - Σ stage busy / (stages × window), over the actors with stage_role;
   /// none without such actors (another actor's idle time is no bubble).
   std::optional<double> bubble_fraction;
-  std::int32_t last_step = -1;  ///< highest step with a loss
+  std::int32_t last_step = -1; ///< highest step with a loss
   std::optional<double> loss, val_loss, tokens_per_s;
   /// With replicas: each one's latest loss over its own microbatches (`loss:rN` counters), by replica.
   std::map<int, double> replica_loss;
@@ -82,10 +83,10 @@ struct trace_summary {
     double steps = 0, bytes = 0;
   };
   std::map<std::string, outer_progress> outer;
-  std::int32_t val_step = -1;   ///< the step val_loss was measured after
+  std::int32_t val_step = -1; ///< the step val_loss was measured after
   std::size_t span_count = 0;
   std::uint64_t dropped = 0;
-  bool cut_short = false;       ///< the trace file ended mid-event (the run was killed)
+  bool cut_short = false; ///< the trace file ended mid-event (the run was killed)
 };
 
 /// Summarises `t` over `[from_ns, to_ns)`; a negative bound means "from the

@@ -31,14 +31,20 @@ span flow(std::uint16_t actor, std::int64_t t, std::uint64_t id, bool end) {
 /// Two stages, GPipe-like over two microbatches: s0 busy 60 of 100 ns, s1 busy 40.
 trace_snapshot two_stages() {
   trace_snapshot t;
-  t.actors = {{0, "s0", "pipeline_stage", 0, "stage"}, {1, "s1", "pipeline_stage", 0, "stage"},
-              {2, "loader", "data_loader", 0}};
-  t.spans = {make(0, span_kind::forward, 0, 10, 0, 0),     make(0, span_kind::forward, 10, 20, 0, 1),
-             make(1, span_kind::forward, 20, 30, 0, 0),    make(1, span_kind::backward, 30, 40, 0, 0),
-             make(1, span_kind::forward, 40, 50, 0, 1),    make(1, span_kind::backward, 50, 60, 0, 1),
-             make(0, span_kind::backward, 60, 80, 0, 0),   make(0, span_kind::backward, 80, 90, 0, 1),
-             make(0, span_kind::optimizer, 90, 100, 0, -1), flow(0, 10, 5, false),
-             flow(1, 20, 5, true),                         flow(0, 20, 9, false)};
+  t.actors = {
+    {0, "s0", "pipeline_stage", 0, "stage"}, {1, "s1", "pipeline_stage", 0, "stage"}, {2, "loader", "data_loader", 0}};
+  t.spans = {make(0, span_kind::forward, 0, 10, 0, 0),
+             make(0, span_kind::forward, 10, 20, 0, 1),
+             make(1, span_kind::forward, 20, 30, 0, 0),
+             make(1, span_kind::backward, 30, 40, 0, 0),
+             make(1, span_kind::forward, 40, 50, 0, 1),
+             make(1, span_kind::backward, 50, 60, 0, 1),
+             make(0, span_kind::backward, 60, 80, 0, 0),
+             make(0, span_kind::backward, 80, 90, 0, 1),
+             make(0, span_kind::optimizer, 90, 100, 0, -1),
+             flow(0, 10, 5, false),
+             flow(1, 20, 5, true),
+             flow(0, 20, 9, false)};
   t.counters = {{95, "loss", 2.5, 0}};
   return t;
 }
@@ -64,7 +70,7 @@ TEST_CASE("stages are the actors whose trace role is stage, whatever their type 
   auto s = summarize(t);
   CHECK(*s.bubble_fraction == doctest::Approx(0.5));
   CHECK(s.orders.size() == 2);
-  t.actors[1].role.clear();  // no longer a stage: the bubble is s0's idle share alone
+  t.actors[1].role.clear(); // no longer a stage: the bubble is s0's idle share alone
   s = summarize(t);
   CHECK(*s.bubble_fraction == doctest::Approx(0.4));
   REQUIRE(s.orders.size() == 1);
@@ -94,7 +100,7 @@ TEST_CASE("each distinct action order of a stage prints once, with the steps tha
       t.spans.push_back(s);
     }
   auto s = summarize(t);
-  CHECK(s.orders.size() == 12);  // per stage and step, as before
+  CHECK(s.orders.size() == 12); // per stage and step, as before
   auto d = distinct_orders(s.orders);
   REQUIRE(d.size() == 3);
   CHECK(d[0].actions == "0F0 0F1 0B0 0B1");
@@ -120,9 +126,10 @@ TEST_CASE("steps print as 1-based ranges") {
   CHECK(step_ranges({0, 1}) == "steps 1-2");
 }
 
-TEST_CASE("only pipeline stages have a bubble: the loader's idle time is not one, and the mailbox column is explained") {
+TEST_CASE(
+  "only pipeline stages have a bubble: the loader's idle time is not one, and the mailbox column is explained") {
   auto t = two_stages();
-  t.spans[0].mailbox = 3, t.spans[1].mailbox = 1;  // s0 took a message while two more waited
+  t.spans[0].mailbox = 3, t.spans[1].mailbox = 1; // s0 took a message while two more waited
   auto s = summarize(t);
   CHECK(s.actors[0].mailbox_max == 3);
   auto text = to_text(s);
@@ -149,8 +156,8 @@ TEST_CASE("a trace file's validation losses read back with their steps, the one 
   auto t = two_stages();
   for (auto& s : t.spans)
     s.begin_ns += 1000, s.end_ns += 1000;
-  t.spans.push_back(make(1, span_kind::eval, 0, 5, -1, 0));   // the validation before training
-  t.spans.push_back(make(1, span_kind::eval, 1101, 1105, 0, 0));  // after step 1
+  t.spans.push_back(make(1, span_kind::eval, 0, 5, -1, 0));      // the validation before training
+  t.spans.push_back(make(1, span_kind::eval, 1101, 1105, 0, 0)); // after step 1
   t.counters = {{6, "val_loss", 5.5, -1}, {1095, "loss", 2.5, 0}, {1106, "val_loss", 2.7, 0}};
   auto back = parse_chrome_trace(to_chrome_json(t), "val.json");
   REQUIRE(back);
@@ -215,7 +222,7 @@ TEST_CASE("an exported trace reads back with its actors, spans, flows and counte
   CHECK(back->actors[2].role.empty());
   CHECK(back->spans.size() == t.spans.size());
   CHECK(back->counters.size() == 1);
-  CHECK(back->counters[0].step == 0);  // from the optimizer span begun before it
+  CHECK(back->counters[0].step == 0); // from the optimizer span begun before it
   auto a = summarize(t), b = summarize(*back);
   CHECK(*b.bubble_fraction == doctest::Approx(*a.bubble_fraction));
   CHECK(b.orders[0].actions == a.orders[0].actions);

@@ -55,8 +55,7 @@ caf::expected<std::unique_ptr<trace_writer>> trace_writer::open(const std::files
                                                                 std::chrono::milliseconds interval) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
-    return make_error(errc::io_failed,
-                      fmt::format("{}: cannot write trace: {}", path.string(), std::strerror(errno)));
+    return make_error(errc::io_failed, fmt::format("{}: cannot write trace: {}", path.string(), std::strerror(errno)));
   std::unique_ptr<trace_writer> w{new trace_writer(path, fd, tokens_per_step)};
   auto head = chrome_json_head();
   w->body_end_ = w->file_end_ = head.size();
@@ -146,8 +145,8 @@ void trace_writer::append(std::string events) {
 caf::error trace_writer::restore_if_moved() {
   struct stat open_st {
   }, path_st{};
-  if (::fstat(fd_, &open_st) == 0 && ::stat(path_.c_str(), &path_st) == 0 &&
-      open_st.st_dev == path_st.st_dev && open_st.st_ino == path_st.st_ino)
+  if (::fstat(fd_, &open_st) == 0 && ::stat(path_.c_str(), &path_st) == 0 && open_st.st_dev == path_st.st_dev &&
+      open_st.st_ino == path_st.st_ino)
     return {};
   // Removed or replaced while the run went on: write it again from what is open.
   auto tmp = path_;
@@ -162,8 +161,7 @@ caf::error trace_writer::restore_if_moved() {
     return fail(std::strerror(errno));
   std::string buf(1 << 20, '\0');
   for (std::uint64_t at = 0; at < file_end_;) {
-    auto n =
-        ::pread(fd_, buf.data(), std::min<std::uint64_t>(buf.size(), file_end_ - at), static_cast<off_t>(at));
+    auto n = ::pread(fd_, buf.data(), std::min<std::uint64_t>(buf.size(), file_end_ - at), static_cast<off_t>(at));
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0 || !write_at(out, std::string_view{buf.data(), static_cast<std::size_t>(n)}, at)) {
@@ -192,7 +190,8 @@ caf::error trace_writer::finish() {
   if (!err)
     err = restore_if_moved();
   if (::close(std::exchange(fd_, -1)) != 0 && !err)
-    err = make_error(errc::io_failed, fmt::format("{}: writing trace failed: {}", path_.string(), std::strerror(errno)));
+    err =
+      make_error(errc::io_failed, fmt::format("{}: writing trace failed: {}", path_.string(), std::strerror(errno)));
   return err;
 }
 

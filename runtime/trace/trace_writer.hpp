@@ -37,9 +37,9 @@ public:
   /// `interval`. `tokens_per_step` > 0 adds a `tokens_per_s` sample after
   /// every `loss` sample. Recording must be on. An error names the path and
   /// the OS's reason.
-  static caf::expected<std::unique_ptr<trace_writer>>
-  open(const std::filesystem::path& path, std::int64_t tokens_per_step,
-       std::chrono::milliseconds interval = default_interval);
+  static caf::expected<std::unique_ptr<trace_writer>> open(const std::filesystem::path& path,
+                                                           std::int64_t tokens_per_step,
+                                                           std::chrono::milliseconds interval = default_interval);
   ~trace_writer();
   trace_writer(const trace_writer&) = delete;
   trace_writer& operator=(const trace_writer&) = delete;

@@ -60,8 +60,7 @@ struct streamed_run {
 void record_step(std::uint16_t actor, int n, int step) {
   for (int i = 0; i < n; ++i) {
     span s;
-    s.actor = actor, s.kind = i % 2 ? span_kind::backward : span_kind::forward, s.step = step,
-    s.microbatch = i;
+    s.actor = actor, s.kind = i % 2 ? span_kind::backward : span_kind::forward, s.step = step, s.microbatch = i;
     s.begin_ns = (std::int64_t{step} * 1'000'000 + i) * 1000, s.end_ns = s.begin_ns + 500;
     trace_recorder::global().record(s);
   }
@@ -95,8 +94,7 @@ TEST_CASE("a streamed trace keeps every span of a run that records many times wh
   CHECK(doc.at("otherData").at("dropped_spans") == 0);
 }
 
-TEST_CASE(
-    "a thread that records more than the default ring of 65,536 spans loses none to a writer that keeps up") {
+TEST_CASE("a thread that records more than the default ring of 65,536 spans loses none to a writer that keeps up") {
   streamed_run run{"default.json", std::size_t{1} << 16}; // the default ring, what `troupe run` uses
   auto& [r, file, w, a] = run;
   std::thread t([&] { // one thread, 200,000 spans: three times its ring
@@ -115,7 +113,7 @@ TEST_CASE(
   REQUIRE(back);
   CHECK(back->spans.size() == 200'000);
   CHECK(back->dropped == 0);
-  CHECK(w->cpu_ns() > 0);  // what the writing cost, for deploy/bench/bench_trace_overhead.sh
+  CHECK(w->cpu_ns() > 0); // what the writing cost, for deploy/bench/bench_trace_overhead.sh
 }
 
 TEST_CASE("the file is complete JSON after every flush, and a file cut mid-event reads up to its last whole "
@@ -129,8 +127,7 @@ TEST_CASE("the file is complete JSON after every flush, and a file cut mid-event
     w->flush();
     text = slurp(file);
     auto doc = nlohmann::json::parse(text); // what a crash right now would leave
-    CHECK(doc.at("traceEvents").size() ==
-          2 /* thread name, sort index */ + 1 /* process */ + 10u * (step + 1));
+    CHECK(doc.at("traceEvents").size() == 2 /* thread name, sort index */ + 1 /* process */ + 10u * (step + 1));
   }
   // A writer killed inside its next write: part of an event, or of the closing lines.
   auto last_event = text.rfind("\n{");
@@ -145,8 +142,7 @@ TEST_CASE("the file is complete JSON after every flush, and a file cut mid-event
     CHECK(to_text(summarize(*back)).find("the file ends mid-event") != std::string::npos);
   }
   // New events half-written over the old closing lines, whose end is still there.
-  auto overwritten =
-      text.substr(0, text.rfind("\n]")) + ",\n{\"ph\":\"X\",\"na" + text.substr(text.size() - 20);
+  auto overwritten = text.substr(0, text.rfind("\n]")) + ",\n{\"ph\":\"X\",\"na" + text.substr(text.size() - 20);
   auto back = parse_chrome_trace(overwritten, "over.json");
   REQUIRE(back);
   CHECK(back->spans.size() == 30);

@@ -80,8 +80,12 @@ int peer_main(transport_kind kind, std::uint16_t port, link_model link) {
 }
 
 pid_t spawn_peer(const char* self, transport_kind kind, std::uint16_t port, link_model link) {
-  std::vector<std::string> args = {self, "--peer", std::string(to_string(kind)), std::to_string(port),
-                                   fmt::format("{}", link.bytes_per_s), fmt::format("{}", link.latency_s)};
+  std::vector<std::string> args = {self,
+                                   "--peer",
+                                   std::string(to_string(kind)),
+                                   std::to_string(port),
+                                   fmt::format("{}", link.bytes_per_s),
+                                   fmt::format("{}", link.latency_s)};
   std::vector<char*> argv;
   for (auto& a : args)
     argv.push_back(a.data());
@@ -179,14 +183,15 @@ int main(int argc, char** argv) {
                      link_model{std::stod(argv[4]), std::stod(argv[5])});
   int runs = argc > 1 ? std::max(5, std::atoi(argv[1])) : 7;
   std::vector<row> rows = {{transport_kind::tcp, {}, 64'000'000, 4}};
-  if (auto ucx = parse_transport("ucx"); ucx && listen(server_options{transport_kind::ucx, "127.0.0.1", 0, token, {}, {}}, {}))
+  if (auto ucx = parse_transport("ucx");
+      ucx && listen(server_options{transport_kind::ucx, "127.0.0.1", 0, token, {}, {}}, {}))
     rows.push_back({transport_kind::ucx, {}, 64'000'000, 4});
   else
     fmt::print("ucx: not available here\n");
   rows.push_back({transport_kind::tcp, {125e6, 1e-3}, 8'000'000, 4});
   fmt::print("two processes on one machine; bandwidth: median of {} runs of 4 frames; round trips: median\n", runs);
-  fmt::print("{:<9} {:<16} {:>9} {:>10} {:>12} {:>12} {:>12}\n", "transport", "emulated link", "frame",
-             "GB/s", "rtt 64B us", "rtt 4KiB us", "rtt 4KiB-blob");
+  fmt::print("{:<9} {:<16} {:>9} {:>10} {:>12} {:>12} {:>12}\n", "transport", "emulated link", "frame", "GB/s",
+             "rtt 64B us", "rtt 4KiB us", "rtt 4KiB-blob");
   for (auto& r : rows)
     measure(argv[0], r, runs);
   return 0;

@@ -60,8 +60,7 @@ caf::expected<transport_kind> parse_transport(std::string_view name) {
   if (name == "ucx")
     return transport_kind::ucx;
   if (name != "auto")
-    return make_error(errc::invalid_argument,
-                      fmt::format("unknown transport '{}' (known: auto, tcp, ucx)", name));
+    return make_error(errc::invalid_argument, fmt::format("unknown transport '{}' (known: auto, tcp, ucx)", name));
   auto why = detail::ucx_unavailable_reason();
   if (!why)
     return transport_kind::ucx;
@@ -72,10 +71,9 @@ caf::expected<transport_kind> parse_transport(std::string_view name) {
 
 caf::expected<double> parse_bandwidth(std::string_view text) {
   // Decimal units, as network links are rated.
-  static constexpr unit units[] = {
-    {"bit/s", 1.0 / 8}, {"Kbit/s", 1e3 / 8}, {"kbit/s", 1e3 / 8}, {"Mbit/s", 1e6 / 8},
-    {"Gbit/s", 1e9 / 8}, {"Tbit/s", 1e12 / 8}, {"B/s", 1},          {"KB/s", 1e3},
-    {"kB/s", 1e3},       {"MB/s", 1e6},        {"GB/s", 1e9},       {"TB/s", 1e12}};
+  static constexpr unit units[] = {{"bit/s", 1.0 / 8},  {"Kbit/s", 1e3 / 8},  {"kbit/s", 1e3 / 8}, {"Mbit/s", 1e6 / 8},
+                                   {"Gbit/s", 1e9 / 8}, {"Tbit/s", 1e12 / 8}, {"B/s", 1},          {"KB/s", 1e3},
+                                   {"kB/s", 1e3},       {"MB/s", 1e6},        {"GB/s", 1e9},       {"TB/s", 1e12}};
   auto r = parse_quantity(text, units, "bandwidth", "10Gbit/s, 1.5GB/s, 200MB/s");
   if (r && *r <= 0)
     return make_error(errc::invalid_argument,

@@ -40,9 +40,9 @@ caf::expected<double> parse_duration(std::string_view text);
 
 /// One message on the wire: a tag, small encoded fields, and bulk tensor bytes.
 struct frame {
-  std::uint16_t kind = 0;            ///< what `meta` encodes (the caller's tag)
-  std::vector<std::byte> meta;       ///< encoded fields, at most max_meta_bytes
-  std::vector<tensor_handle> blobs;  ///< contiguous CPU tensors, sent as raw bytes
+  std::uint16_t kind = 0;           ///< what `meta` encodes (the caller's tag)
+  std::vector<std::byte> meta;      ///< encoded fields, at most max_meta_bytes
+  std::vector<tensor_handle> blobs; ///< contiguous CPU tensors, sent as raw bytes
 };
 
 /// Limits a receiver enforces before allocating anything.
@@ -88,7 +88,7 @@ struct handlers {
 /// connection that sends malformed or oversized frames. Never crashes on input.
 class server {
 public:
-  virtual ~server() = default;  ///< stops listening, closes every connection, joins threads
+  virtual ~server() = default; ///< stops listening, closes every connection, joins threads
   /// The bound port (useful when 0 was asked for).
   virtual std::uint16_t port() const = 0;
   /// The address it listens on, as given.
@@ -97,11 +97,11 @@ public:
 
 struct server_options {
   transport_kind kind = transport_kind::tcp;
-  std::string address = "127.0.0.1";  ///< listen only here
-  std::uint16_t port = 0;             ///< 0 = any free port
-  std::string token;                  ///< shared secret every connection must present
-  std::function<void(std::string)> log;  ///< refused and rejected connections, one line each
-  link_model link;  ///< applied to what this side sends on every accepted connection
+  std::string address = "127.0.0.1";    ///< listen only here
+  std::uint16_t port = 0;               ///< 0 = any free port
+  std::string token;                    ///< shared secret every connection must present
+  std::function<void(std::string)> log; ///< refused and rejected connections, one line each
+  link_model link;                      ///< applied to what this side sends on every accepted connection
 };
 
 caf::expected<std::unique_ptr<server>> listen(server_options opts, handlers h);
@@ -111,7 +111,7 @@ struct connect_options {
   std::string host;
   std::uint16_t port = 0;
   std::string token;
-  link_model link;  ///< applied to what this side sends
+  link_model link; ///< applied to what this side sends
   std::chrono::milliseconds timeout{10'000};
 };
 

@@ -78,8 +78,7 @@ private:
 /// A listening TCP socket bound to `host:port` only; `port` is updated to the bound one.
 caf::expected<fd_t> listen_socket(const std::string& host, std::uint16_t& port);
 /// Connects with TCP_NODELAY set, giving up after `timeout`.
-caf::expected<fd_t> connect_socket(const std::string& host, std::uint16_t port,
-                                   std::chrono::milliseconds timeout);
+caf::expected<fd_t> connect_socket(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
 /// Sets TCP_NODELAY.
 void set_nodelay(int fd);
 /// "127.0.0.1:40112" (IPv6 in brackets).

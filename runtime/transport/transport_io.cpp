@@ -45,8 +45,8 @@ read_result read_exact(int fd, void* p, std::size_t n, int timeout_ms, const cha
     } else if (r == 0) {
       if (got == 0)
         return {read_status::eof, fmt::format("end of stream before the {}", what)};
-      return {read_status::bad, fmt::format("truncated frame: end of stream after {} of {} bytes of the {}",
-                                            got, n, what)};
+      return {read_status::bad,
+              fmt::format("truncated frame: end of stream after {} of {} bytes of the {}", got, n, what)};
     } else if (errno != EINTR) {
       return {read_status::failed, fmt::format("{} while reading the {}", std::strerror(errno), what)};
     }
@@ -62,8 +62,7 @@ read_result read_frame(int fd, const limits& lim, header& h, frame& f, int timeo
   if (!decode_header(head, lim, h, error))
     return {read_status::bad, error};
   std::vector<std::uint64_t> sizes(h.blob_count); // at most lim.blobs, checked above
-  if (auto r = read_exact(fd, sizes.data(), sizes.size() * 8, timeout_ms, "blob sizes");
-      r.status != read_status::ok)
+  if (auto r = read_exact(fd, sizes.data(), sizes.size() * 8, timeout_ms, "blob sizes"); r.status != read_status::ok)
     return mid_frame(r);
   for (std::size_t i = 0; i < sizes.size(); ++i)
     if (!check_blob_size(sizes[i], i, error))
@@ -167,8 +166,8 @@ std::vector<iovec> slice_iov(std::span<const iovec> iov, std::size_t begin, std:
 void check_sendable(const frame& f) {
   for (std::size_t i = 0; i < f.blobs.size(); ++i)
     if (f.blobs[i].defined() && !f.blobs[i].device().is_cpu())
-      throw std::invalid_argument(fmt::format("connection::send: blob {} is on {}; only CPU tensors are sent",
-                                              i, to_string(f.blobs[i].device())));
+      throw std::invalid_argument(fmt::format("connection::send: blob {} is on {}; only CPU tensors are sent", i,
+                                              to_string(f.blobs[i].device())));
 }
 
 } // namespace troupe::net::detail

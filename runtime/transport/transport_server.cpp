@@ -29,8 +29,8 @@ std::string text_of(const std::vector<std::byte>& b) {
 class socket_server final : public server {
 public:
   socket_server(server_options opts, fd_t listener, std::uint16_t port, accept_factory make)
-    : opts_(std::move(opts)), listener_(std::move(listener)), port_(port), make_(std::move(make)),
-      wake_(::eventfd(0, EFD_CLOEXEC)) {
+      : opts_(std::move(opts)), listener_(std::move(listener)), port_(port), make_(std::move(make)),
+        wake_(::eventfd(0, EFD_CLOEXEC)) {
     thread_ = std::thread([this] { accept_loop(); });
   }
 
@@ -106,8 +106,7 @@ bool accept_hello(int fd, const server_options& opts, const std::string& peer, c
     if (auto err = welcome(welcome_meta))
       return refuse(error_message(err));
   if (auto err = write_control(fd, frame_type::welcome, 0, welcome_meta)) {
-    log_line(opts,
-             fmt::format("rejected connection from {}: {} while answering the hello", peer, error_message(err)));
+    log_line(opts, fmt::format("rejected connection from {}: {} while answering the hello", peer, error_message(err)));
     return false;
   }
   return true;
@@ -127,8 +126,8 @@ caf::expected<std::vector<std::byte>> send_hello(int fd, const connect_options& 
   if (h.type == frame_type::refusal)
     return make_error(errc::io_failed, fmt::format("{} refused the connection: {}", where, text_of(f.meta)));
   if (h.type != frame_type::welcome)
-    return make_error(errc::io_failed, fmt::format("{} answered the hello with frame type {}", where,
-                                                   static_cast<int>(h.type)));
+    return make_error(errc::io_failed,
+                      fmt::format("{} answered the hello with frame type {}", where, static_cast<int>(h.type)));
   return std::move(f.meta);
 }
 

@@ -166,8 +166,7 @@ caf::expected<fd_t> listen_socket(const std::string& host, std::uint16_t& port) 
   return make_error(errc::io_failed, fmt::format("cannot listen on {}:{}: {}", host, port, last));
 }
 
-caf::expected<fd_t> connect_socket(const std::string& host, std::uint16_t port,
-                                   std::chrono::milliseconds timeout) {
+caf::expected<fd_t> connect_socket(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout) {
   auto res = resolve(host, port, false);
   if (!res)
     return res.error();

@@ -24,10 +24,9 @@ constexpr std::size_t direct_limit = 64 * 1024; // send() writes frames up to th
 /// so it must not be destroyed from inside one of its own handlers.
 class tcp_connection final : public connection_base {
 public:
-  tcp_connection(fd_t fd, std::string peer, handlers h, link_model link,
-                 std::shared_ptr<const server_options> accept)
-    : connection_base(std::move(peer), std::move(h)), fd_(std::move(fd)), pacer_(link),
-      accept_(std::move(accept)), authenticated_(!accept_) {
+  tcp_connection(fd_t fd, std::string peer, handlers h, link_model link, std::shared_ptr<const server_options> accept)
+      : connection_base(std::move(peer), std::move(h)), fd_(std::move(fd)), pacer_(link), accept_(std::move(accept)),
+        authenticated_(!accept_) {
     sender_ = std::thread([this] { send_loop(); });
     receiver_ = std::thread([this] { receive_loop(); });
   }
@@ -215,7 +214,7 @@ private:
   std::deque<queued> queue_;
   bool closing_ = false;
   bool writing_ = false; // a thread is writing a frame: others wait (order)
-  bool dead_ = false; // the receiver ended: nothing more goes out either
+  bool dead_ = false;    // the receiver ended: nothing more goes out either
   bool authenticated_;
   clock::time_point close_deadline_{};
   std::optional<std::string> send_error_; ///< why sending failed

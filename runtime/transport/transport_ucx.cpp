@@ -55,10 +55,10 @@ std::chrono::microseconds idle_spin() {
 struct tx_frame {
   frame f;
   clock::time_point at;
-  std::vector<std::byte> head;                       ///< header, sizes and meta: part 0
-  std::vector<std::pair<void*, std::size_t>> parts;  ///< buffer and size of each part
-  std::vector<std::size_t> tags;                     ///< part index on the wire
-  std::vector<std::size_t> ends;                     ///< bytes up to the end of each part
+  std::vector<std::byte> head;                      ///< header, sizes and meta: part 0
+  std::vector<std::pair<void*, std::size_t>> parts; ///< buffer and size of each part
+  std::vector<std::size_t> tags;                    ///< part index on the wire
+  std::vector<std::size_t> ends;                    ///< bytes up to the end of each part
   std::size_t posted = 0;
   int pending = 0;
   bool scheduled = false;
@@ -83,10 +83,9 @@ void on_sent(void* req, ucs_status_t status, void* user) {
 /// so it must not be destroyed from inside one of its own handlers.
 class ucx_connection final : public connection_base {
 public:
-  ucx_connection(fd_t sock, std::string peer, handlers h, link_model link,
-                 std::shared_ptr<const server_options> accept)
-    : connection_base(std::move(peer), std::move(h)), sock_(std::move(sock)), wake_(::eventfd(0, EFD_CLOEXEC)),
-      pacer_(link), accept_(std::move(accept)) {
+  ucx_connection(fd_t sock, std::string peer, handlers h, link_model link, std::shared_ptr<const server_options> accept)
+      : connection_base(std::move(peer), std::move(h)), sock_(std::move(sock)), wake_(::eventfd(0, EFD_CLOEXEC)),
+        pacer_(link), accept_(std::move(accept)) {
     if (accept_)
       start(); // the thread authenticates first
   }
@@ -265,7 +264,8 @@ private:
     timespec ts{};
     timespec* timeout = nullptr;
     if (until != clock::time_point::max()) {
-      auto ns = std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(until - clock::now()).count());
+      auto ns =
+        std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(until - clock::now()).count());
       ts = {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
       timeout = &ts;
     }
@@ -345,7 +345,8 @@ private:
         auto [buf, len] = t.parts[t.posted];
         auto* r = ucp_tag_send_nbx(ucx_.ep, buf, len, ucx_tag(tx_seq_, t.tags[t.posted]), &p);
         if (UCS_PTR_IS_ERR(r)) {
-          fail(fmt::format("sending to {} failed: {}", peer_, TROUPE_UCX_FAILURE(UCS_PTR_STATUS(r), "ucp_tag_send_nbx")));
+          fail(
+            fmt::format("sending to {} failed: {}", peer_, TROUPE_UCX_FAILURE(UCS_PTR_STATUS(r), "ucp_tag_send_nbx")));
           return any;
         }
         t.pending += r != nullptr;

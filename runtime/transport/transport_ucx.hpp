@@ -82,9 +82,9 @@ private:
   bool start_frame(std::optional<failure>& fail);
 
   ucp_worker_h worker_ = nullptr;
-  std::vector<std::byte> head_;  ///< room for the largest header message
+  std::vector<std::byte> head_; ///< room for the largest header message
   slot head_slot_;
-  std::vector<slot> blobs_;      ///< max_blobs of them: posted receives point here
+  std::vector<slot> blobs_; ///< max_blobs of them: posted receives point here
   std::vector<std::uint64_t> sizes_;
   frame frame_;
   bool in_header_ = true;

@@ -36,7 +36,7 @@ void detail::frame_out::tensor(const tensor_handle& device_or_host, const device
 
 void detail::frame_out::list(const void* p, std::size_t n, dtype type) {
   auto t = tensor_handle::empty({static_cast<std::int64_t>(n)}, type);
-  if (n != 0)  // an empty list has no pointer to copy from
+  if (n != 0) // an empty list has no pointer to copy from
     std::memcpy(t.raw(), p, t.nbytes());
   header(t);
   f.blobs.push_back(std::move(t));

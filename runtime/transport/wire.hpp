@@ -71,13 +71,13 @@ inline constexpr bool is_type_name = std::is_same_v<T, caf::meta::type_name_t>;
 
 /// A number copied as its bytes (bool is a checked flag instead).
 template <class T>
-inline constexpr bool is_number = std::is_arithmetic_v<T> && !std::is_same_v<T, bool> &&
-                                  !std::is_same_v<T, long double>;
+inline constexpr bool is_number =
+  std::is_arithmetic_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, long double>;
 
 /// Lists of these travel as tensors of this dtype.
 template <class T>
-inline constexpr bool is_tensor_list = std::is_same_v<T, float> || std::is_same_v<T, std::int32_t> ||
-                                       std::is_same_v<T, std::uint8_t>;
+inline constexpr bool is_tensor_list =
+  std::is_same_v<T, float> || std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::uint8_t>;
 template <class T>
 constexpr dtype dtype_of() {
   if constexpr (std::is_same_v<T, float>)
@@ -99,7 +99,7 @@ concept has_fence = requires(const T& x) {
 /// size_out over the same values), or only counts them.
 struct frame_out {
   net::frame& f;
-  std::byte* at;  ///< the next byte of f.meta to write
+  std::byte* at; ///< the next byte of f.meta to write
   [[gnu::always_inline]] void bytes(const void* p, std::size_t n) {
     if (n != 0)
       std::memcpy(at, p, n);
@@ -115,8 +115,8 @@ private:
 };
 
 struct size_out {
-  std::size_t meta = 0;   ///< bytes of meta
-  std::size_t blobs = 0;  ///< tensor payloads
+  std::size_t meta = 0;  ///< bytes of meta
+  std::size_t blobs = 0; ///< tensor payloads
   void bytes(const void*, std::size_t n) { meta += n; }
   void tensor(const tensor_handle& t, const device_fence*) {
     meta += 1 + (t.defined() ? 2 + 8 * static_cast<std::size_t>(t.rank()) : 0);
@@ -171,7 +171,7 @@ private:
       inspect(*this, const_cast<T&>(x));
       ready_ = outer;
     } else
-      inspect(*this, const_cast<T&>(x));  // a type with no inspect() and no wire form stops here
+      inspect(*this, const_cast<T&>(x)); // a type with no inspect() and no wire form stops here
   }
 
   template <class T, class A>
@@ -260,7 +260,7 @@ private:
   bool get(T& x) {
     using V = std::remove_const_t<T>;
     if constexpr (detail::is_type_name<V>) {
-      if (depth_ < path_.size())  // deeper than that, the outer types say enough
+      if (depth_ < path_.size()) // deeper than that, the outer types say enough
         path_[depth_] = {x.value, index_};
       ++depth_;
       index_ = no_index;
@@ -306,7 +306,7 @@ private:
       if (!get(n))
         return false;
       std::size_t each = detail::is_number<T> ? sizeof(T) : std::max<std::size_t>(1, min_size<T>());
-      if (n > left_ / each)  // before allocating: a forged count cannot make it reserve more than the frame holds
+      if (n > left_ / each) // before allocating: a forged count cannot make it reserve more than the frame holds
         return fail("a count larger than the message");
       v.resize(n);
       if constexpr (detail::is_number<T>)
@@ -324,7 +324,7 @@ private:
   [[gnu::always_inline]] bool take(void* out, std::size_t n) {
     if (n > left_)
       return fail("truncated message");
-    if (n != 0)  // an empty list's data() may be null
+    if (n != 0) // an empty list's data() may be null
       std::memcpy(out, p_, n);
     p_ += n, left_ -= n;
     return true;
@@ -342,13 +342,13 @@ private:
   static constexpr std::size_t no_index = static_cast<std::size_t>(-1);
   struct place {
     const char* type;
-    std::size_t index;  ///< its position in a list, or no_index
+    std::size_t index; ///< its position in a list, or no_index
   };
   const net::frame& f_;
   const std::byte* p_;
   std::size_t left_;
   std::size_t next_blob_ = 0;
-  std::size_t index_ = no_index;  ///< the list position of the value being read
+  std::size_t index_ = no_index; ///< the list position of the value being read
   std::array<place, 8> path_{};  ///< the types being read, outermost first (no allocation per frame)
   std::size_t depth_ = 0;
   std::string what_, where_;

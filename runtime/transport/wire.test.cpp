@@ -96,7 +96,7 @@ TEST_CASE("a field added to a message's inspect() crosses processes with no chan
   // The size walk is the same walk: the grown message is the old one plus its new fields.
   probe::reading old{m.step, m.name, m.points, m.values};
   auto grown = wire::size_of(m), before = wire::size_of(old);
-  CHECK(grown.meta == before.meta + (1 + 2 + 8) + (4 + 2 * 8) + 1 + 1);  // weights as a tensor, history inline
+  CHECK(grown.meta == before.meta + (1 + 2 + 8) + (4 + 2 * 8) + 1 + 1); // weights as a tensor, history inline
   CHECK(grown.blobs == before.blobs + 1);
   CHECK(f.meta.size() == grown.meta);
   CHECK(f.blobs.size() == grown.blobs);
@@ -104,7 +104,7 @@ TEST_CASE("a field added to a message's inspect() crosses processes with no chan
 
 TEST_CASE("a list of floats travels as one tensor payload, and small sizes come from the same description") {
   probe::reading_grown m;
-  m.weights.assign(1 << 20, 0.5f);  // 4 MiB: past meta's 1 MiB, so it must go as a blob
+  m.weights.assign(1 << 20, 0.5f); // 4 MiB: past meta's 1 MiB, so it must go as a blob
   auto f = wire::encode<probe::table>(m);
   CHECK(f.meta.size() < 64);
   REQUIRE(f.blobs.size() == 1);
@@ -117,17 +117,18 @@ TEST_CASE("a damaged frame is an error that says what went wrong and where") {
   probe::reading m{3, "ab", {{1, 2}, {3, 4}}, {}};
   auto f = wire::encode<probe::table>(m);
   auto cut = f;
-  cut.meta.resize(cut.meta.size() - 3);  // into the second point's y: fewer bytes than two points take
+  cut.meta.resize(cut.meta.size() - 3); // into the second point's y: fewer bytes than two points take
   CHECK(what(wire::decode<probe::table, probe::reading>(cut)) ==
         "a count larger than the message (in reading, at byte 18)");
-  cut.meta.resize(cut.meta.size() + 2);  // only the tensor's flag missing
+  cut.meta.resize(cut.meta.size() + 2); // only the tensor's flag missing
   CHECK(what(wire::decode<probe::table, probe::reading>(cut)) == "truncated message (in reading, at byte 34)");
   auto left = f;
   std::int32_t minus = -5;
-  std::memcpy(left.meta.data() + 8 + 4 + 2 + 4, &minus, 4);  // the first point's x
-  CHECK(what(wire::decode<probe::table, probe::reading>(left)) == "a point left of 0 (in reading > point[0], at byte 26)");
+  std::memcpy(left.meta.data() + 8 + 4 + 2 + 4, &minus, 4); // the first point's x
+  CHECK(what(wire::decode<probe::table, probe::reading>(left)) ==
+        "a point left of 0 (in reading > point[0], at byte 26)");
   auto forged = f;
-  forged.meta[8 + 4 + 2] = std::byte{0xff};  // the point count's low byte: 255 points in 17 bytes
+  forged.meta[8 + 4 + 2] = std::byte{0xff}; // the point count's low byte: 255 points in 17 bytes
   CHECK(what(wire::decode<probe::table, probe::reading>(forged)) ==
         "a count larger than the message (in reading, at byte 18)");
   CHECK(what(wire::decode<probe::table, probe::reading_grown>(f)) == "expected frame kind 8, got 7");

@@ -14,7 +14,9 @@
 
 namespace troupe::sched {
 
-std::int64_t causal_pairs(std::int64_t q, std::int64_t kv) { return q * kv - q * (q - 1) / 2; }
+std::int64_t causal_pairs(std::int64_t q, std::int64_t kv) {
+  return q * kv - q * (q - 1) / 2;
+}
 
 namespace {
 
@@ -53,8 +55,12 @@ struct candidate {
 
 } // namespace
 
-double attention_plan::imbalance_before() const { return ratio(before); }
-double attention_plan::imbalance_after() const { return ratio(after); }
+double attention_plan::imbalance_before() const {
+  return ratio(before);
+}
+double attention_plan::imbalance_after() const {
+  return ratio(after);
+}
 
 attention_plan plan_attention(const std::vector<attention_document>& docs, const attention_plan_options& opts) {
   if (opts.servers < 1)
@@ -64,7 +70,7 @@ attention_plan plan_attention(const std::vector<attention_document>& docs, const
   const auto n = static_cast<std::size_t>(opts.servers);
   attention_plan plan;
   std::vector<std::int64_t> load(n, 0);
-  std::vector<std::map<int, std::int64_t>> held(n);  // server -> document -> key prefix it has
+  std::vector<std::map<int, std::int64_t>> held(n); // server -> document -> key prefix it has
   for (std::size_t i = 0; i < docs.size(); ++i) {
     const auto& d = docs[i];
     if (d.length < 1)

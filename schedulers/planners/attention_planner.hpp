@@ -30,7 +30,7 @@ struct attention_document {
 
 struct attention_plan_options {
   int servers = 1;
-  double tolerance = 0.1;  ///< stop once every server is within (1 ± tolerance) × the average
+  double tolerance = 0.1; ///< stop once every server is within (1 ± tolerance) × the average
   /// Relative bytes a moved shard sends per query token (q there, the output
   /// back) and per key token (k and v, once per destination and document).
   double query_bytes = 2, kv_bytes = 2;
@@ -41,15 +41,15 @@ struct attention_move {
   int doc = 0;
   std::int64_t q = 0, kv = 0;
   int from = 0, to = 0;
-  double bytes = 0;  ///< what the move sends (attention_plan_options' units)
+  double bytes = 0; ///< what the move sends (attention_plan_options' units)
 };
 
 struct attention_plan {
-  std::vector<std::int64_t> before, after;  ///< pairs per server
-  std::vector<attention_shard> shards;      ///< every task, after the moves
-  std::vector<attention_move> moves;        ///< in the order made
-  double bytes = 0;                         ///< Σ over the moves
-  double imbalance_before() const;          ///< max / average pairs
+  std::vector<std::int64_t> before, after; ///< pairs per server
+  std::vector<attention_shard> shards;     ///< every task, after the moves
+  std::vector<attention_move> moves;       ///< in the order made
+  double bytes = 0;                        ///< Σ over the moves
+  double imbalance_before() const;         ///< max / average pairs
   double imbalance_after() const;
 };
 

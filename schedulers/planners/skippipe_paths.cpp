@@ -107,8 +107,8 @@ double alone_time(const path_problem& pr, const path_agent& a, const std::vector
   return t;
 }
 
-std::optional<std::string> check_path(const placement& p, const path_rules& rules,
-                                      const std::vector<int>& nodes, int start, int nodes_total) {
+std::optional<std::string> check_path(const placement& p, const path_rules& rules, const std::vector<int>& nodes,
+                                      int start, int nodes_total) {
   auto stage = stage_of(p, nodes_total);
   if (nodes.empty() || nodes.front() != start)
     return fmt::format("does not start on its start node {}", start);
@@ -131,8 +131,8 @@ std::optional<std::string> check_path(const placement& p, const path_rules& rule
                            rules.max_jump);
       frontier = s;
     } else if (frontier - s > rules.swap_distance || ++swaps > rules.swaps) {
-      return fmt::format("swaps back to stage {} from {} beyond the limits (distance {}, {} swaps)", s,
-                         frontier, rules.swap_distance, rules.swaps);
+      return fmt::format("swaps back to stage {} from {} beyond the limits (distance {}, {} swaps)", s, frontier,
+                         rules.swap_distance, rules.swaps);
     }
   }
   return std::nullopt;
@@ -296,15 +296,13 @@ full_pipeline plan_dtfm(const path_problem& pr, const placement& p, std::size_t 
   for (std::size_t m = 0; m < microbatches; ++m) {
     std::size_t k = m % std::max<std::size_t>(chains, 1);
     int start = chain[k].front();
-    out.agents.push_back(
-        {static_cast<int>(m), start, dealt[k]++ * pr.forward[static_cast<std::size_t>(start)]});
+    out.agents.push_back({static_cast<int>(m), start, dealt[k]++ * pr.forward[static_cast<std::size_t>(start)]});
     out.paths.push_back({static_cast<int>(m), chain[k]});
   }
   return out;
 }
 
-expected<std::vector<planned_path>> plan_random(const path_problem& pr, const placement& p,
-                                                const path_rules& rules,
+expected<std::vector<planned_path>> plan_random(const path_problem& pr, const placement& p, const path_rules& rules,
                                                 const std::vector<path_agent>& agents, std::uint64_t seed) {
   std::mt19937_64 rng{seed};
   std::vector<int> later(p.size() - 1);

@@ -98,8 +98,8 @@ agent_plan time_path(const path_problem& pr, const path_agent& a, const std::vec
 
 /// The time-aware A*: partial paths ordered by the end of their last forward plus
 /// the backward they are sure to need; a complete path by its exact finish.
-std::optional<agent_plan> a_star(const path_problem& pr, const std::vector<int>& stage,
-                                 const path_rules& rules, const path_agent& a, const agent_constraints& c) {
+std::optional<agent_plan> a_star(const path_problem& pr, const std::vector<int>& stage, const path_rules& rules,
+                                 const path_agent& a, const agent_constraints& c) {
   struct item {
     double priority;
     double t;    // the last forward's end
@@ -128,8 +128,7 @@ std::optional<agent_plan> a_star(const path_problem& pr, const std::vector<int>&
     const int last = it.nodes.back();
     for (int v = 0; v < pr.nodes(); ++v) {
       int frontier = it.frontier, swaps = it.swaps;
-      if (c.nodes.count(v) || c.stages.count(stage[v]) ||
-          !may_visit(stage, rules, it.nodes, v, frontier, swaps))
+      if (c.nodes.count(v) || c.stages.count(stage[v]) || !may_visit(stage, rules, it.nodes, v, frontier, swaps))
         continue;
       double begin = start_at(c, v, it.t + pr.delay[last][v], pr.forward[v]);
       double t = begin + pr.forward[v];
@@ -161,10 +160,8 @@ struct conflict {
 
 class planner {
 public:
-  planner(const path_problem& pr, const placement& p, const path_rules& rules,
-          const std::vector<path_agent>& agents)
-      : pr_(pr), rules_(rules), agents_(agents), stage_(stage_of(p, pr.nodes())),
-        stages_(static_cast<int>(p.size())) {}
+  planner(const path_problem& pr, const placement& p, const path_rules& rules, const std::vector<path_agent>& agents)
+      : pr_(pr), rules_(rules), agents_(agents), stage_(stage_of(p, pr.nodes())), stages_(static_cast<int>(p.size())) {}
 
   std::optional<ct_node> root() {
     ct_node n;
@@ -434,10 +431,9 @@ expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, co
       break;
   }
   if (!feasible)
-    return make_sched_error(
-        fmt::format("no plan keeps node memory {} and stage capacity {} ({} conflict-tree nodes "
-                    "searched): raise skip.memory or skip.max_per_stage",
-                    rules.memory, rules.max_per_stage, result.expansions));
+    return make_sched_error(fmt::format("no plan keeps node memory {} and stage capacity {} ({} conflict-tree nodes "
+                                        "searched): raise skip.memory or skip.max_per_stage",
+                                        rules.memory, rules.max_per_stage, result.expansions));
   result.paths = pl.paths(*feasible);
   result.planned_s = simulate_iteration(pr, agents, result.paths).time;
   if (!collision_aware)

@@ -87,8 +87,8 @@ double alone_time(const path_problem& pr, const path_agent& a, const std::vector
 
 /// Why `nodes` breaks the rules for an agent starting on `start` (starts on it,
 /// L stages, none twice, swaps and jumps within limits), or nullopt.
-std::optional<std::string> check_path(const placement& p, const path_rules& rules,
-                                      const std::vector<int>& nodes, int start, int nodes_total);
+std::optional<std::string> check_path(const placement& p, const path_rules& rules, const std::vector<int>& nodes,
+                                      int start, int nodes_total);
 
 /// Why `paths` together exceed a node's memory or a stage's capacity, or nullopt.
 std::optional<std::string> check_capacity(const placement& p, const path_rules& rules,
@@ -116,18 +116,18 @@ iteration_result simulate_iteration(const path_problem& pr, const std::vector<pa
 /// A plan and what the search did.
 struct path_plan {
   std::vector<planned_path> paths;
-  double planned_s = 0;  ///< simulate_iteration's time
-  int expansions = 0;    ///< conflict-tree nodes expanded
+  double planned_s = 0;   ///< simulate_iteration's time
+  int expansions = 0;     ///< conflict-tree nodes expanded
   bool cut_short = false; ///< the deadline stopped the search: the best plan found by then
 };
 
 /// Where a search stands, for a progress line.
 struct search_progress {
-  int phase = 1;        ///< 1..4 (plan_skippipe's phases)
+  int phase = 1;         ///< 1..4 (plan_skippipe's phases)
   const char* what = ""; ///< the phase in words
-  long done = 0;        ///< work done in the phase
-  long of = 0;          ///< the phase's budget; 0: it ends when a round stops helping
-  double best_s = 0;    ///< the best plan's iteration time so far (0: none yet)
+  long done = 0;         ///< work done in the phase
+  long of = 0;           ///< the phase's budget; 0: it ends when a round stops helping
+  double best_s = 0;     ///< the best plan's iteration time so far (0: none yet)
 };
 
 /// How long a search may go on, and who hears how it goes.
@@ -150,8 +150,8 @@ struct search_limits {
 /// search moves each microbatch to the allowed path that shortens the simulated
 /// iteration most (within memory and capacity), in rounds while one helps.
 expected<path_plan> plan_skippipe(const path_problem& pr, const placement& p, const path_rules& rules,
-                                  const std::vector<path_agent>& agents, bool collision_aware,
-                                  int budget = 4000, const search_limits& limits = {});
+                                  const std::vector<path_agent>& agents, bool collision_aware, int budget = 4000,
+                                  const search_limits& limits = {});
 
 /// The full pipeline: every microbatch visits every stage in order, on the chain of
 /// its start node's index (DT-FM: chain i takes node i mod size of each position).
@@ -172,8 +172,7 @@ full_pipeline plan_dtfm(const path_problem& pr, const placement& p, std::size_t 
 
 /// Random skipping (DT-FM with skips): each agent in turn takes L-1 random stages
 /// in increasing order and a random node of each, among those with room left.
-expected<std::vector<planned_path>> plan_random(const path_problem& pr, const placement& p,
-                                                const path_rules& rules,
+expected<std::vector<planned_path>> plan_random(const path_problem& pr, const placement& p, const path_rules& rules,
                                                 const std::vector<path_agent>& agents, std::uint64_t seed);
 
 } // namespace troupe::sched

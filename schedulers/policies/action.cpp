@@ -49,8 +49,8 @@ std::string printable(std::string_view text) {
 
 expected<action> parse_action(std::string_view text) {
   auto bad = [&](std::string_view why) {
-    return make_sched_error(fmt::format("'{}' is not an action ({}; expected <stage><F|B|I|W><microbatch>, e.g. 2F0)",
-                                        printable(text), why));
+    return make_sched_error(
+      fmt::format("'{}' is not an action ({}; expected <stage><F|B|I|W><microbatch>, e.g. 2F0)", printable(text), why));
   };
   action a;
   std::size_t n = read_number(text, a.stage);
@@ -59,11 +59,20 @@ expected<action> parse_action(std::string_view text) {
   if (n == text.size())
     return bad("no kind letter");
   switch (text[n]) {
-    case 'F': a.kind = op_kind::forward; break;
-    case 'B': a.kind = op_kind::backward; break;
-    case 'I': a.kind = op_kind::input_grad; break;
-    case 'W': a.kind = op_kind::weight_grad; break;
-    default: return bad(fmt::format("unknown kind '{}'", printable(text.substr(n, 1))));
+  case 'F':
+    a.kind = op_kind::forward;
+    break;
+  case 'B':
+    a.kind = op_kind::backward;
+    break;
+  case 'I':
+    a.kind = op_kind::input_grad;
+    break;
+  case 'W':
+    a.kind = op_kind::weight_grad;
+    break;
+  default:
+    return bad(fmt::format("unknown kind '{}'", printable(text.substr(n, 1))));
   }
   auto rest = text.substr(n + 1);
   std::size_t k = read_number(rest, a.microbatch);

@@ -39,13 +39,23 @@ struct action {
 };
 
 /// Shorthands: `fwd(2, 0)` is `2F0`.
-inline action fwd(int stage, int mb) { return {op_kind::forward, stage, mb}; }
-inline action bwd(int stage, int mb) { return {op_kind::backward, stage, mb}; }
-inline action igrad(int stage, int mb) { return {op_kind::input_grad, stage, mb}; }
-inline action wgrad(int stage, int mb) { return {op_kind::weight_grad, stage, mb}; }
+inline action fwd(int stage, int mb) {
+  return {op_kind::forward, stage, mb};
+}
+inline action bwd(int stage, int mb) {
+  return {op_kind::backward, stage, mb};
+}
+inline action igrad(int stage, int mb) {
+  return {op_kind::input_grad, stage, mb};
+}
+inline action wgrad(int stage, int mb) {
+  return {op_kind::weight_grad, stage, mb};
+}
 
 /// True for B and I: the passes that send a gradient upstream.
-inline bool is_backward_input(op_kind k) { return k == op_kind::backward || k == op_kind::input_grad; }
+inline bool is_backward_input(op_kind k) {
+  return k == op_kind::backward || k == op_kind::input_grad;
+}
 
 /// Prints `<stage><F|I|W|B><microbatch>`, e.g. `2F0`, `1W3`.
 std::string to_string(const action& a);

@@ -4,7 +4,7 @@
 namespace troupe::sched {
 
 guided_policy::guided_policy(std::string name, std::vector<action> order, int in_flight_limit, bool split)
-  : name_(std::move(name)), order_(std::move(order)), in_flight_limit_(in_flight_limit), split_(split) {}
+    : name_(std::move(name)), order_(std::move(order)), in_flight_limit_(in_flight_limit), split_(split) {}
 
 std::optional<action> guided_policy::next(const stage_queue& q) {
   if (q.step() != step_) {

@@ -27,7 +27,7 @@ private:
   std::vector<action> order_;
   int in_flight_limit_;
   bool split_;
-  std::size_t cursor_ = 0;  // every action before it has started
+  std::size_t cursor_ = 0; // every action before it has started
   std::uint64_t step_ = 0;
 };
 

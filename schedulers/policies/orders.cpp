@@ -33,7 +33,7 @@ namespace {
 
 int interleaved_warmup(int rank, int p, int m, int v) {
   int total = m * v;
-  if (m == p)  // Megatron: with one group of microbatches, every forward is warm-up
+  if (m == p) // Megatron: with one group of microbatches, every forward is warm-up
     return total;
   return std::min((p - rank - 1) * 2 + (v - 1) * p, total);
 }
@@ -60,7 +60,8 @@ expected<std::vector<action>> interleaved_order(int rank, int p, int m, int v) {
     return make_sched_error(fmt::format("interleaved_1f1b: virtual chunks must be at least 1, got {}", v));
   if (m % p != 0)
     return make_sched_error(fmt::format("interleaved_1f1b: microbatches ({}) must be a multiple of stages ({}), "
-                                        "as in Megatron-LM's interleaved schedule", m, p));
+                                        "as in Megatron-LM's interleaved schedule",
+                                        m, p));
   int total = m * v;
   int warm = interleaved_warmup(rank, p, m, v);
   std::vector<action> out;
@@ -77,7 +78,7 @@ expected<std::vector<action>> interleaved_order(int rank, int p, int m, int v) {
 
 std::vector<action> zb_h1_order(int rank, int ranks, int m) {
   int warm = std::min(ranks - rank, m);
-  int defer = rank;  // W_k runs after I_{k+rank}: later ranks defer more, so I passes go up sooner
+  int defer = rank; // W_k runs after I_{k+rank}: later ranks defer more, so I passes go up sooner
   std::vector<action> out;
   for (int k = 0; k < warm; ++k)
     out.push_back(fwd(rank, k));

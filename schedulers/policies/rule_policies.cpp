@@ -69,7 +69,7 @@ std::optional<action> pick(const stage_queue& q, op_kind kind, Key&& key_of) {
     const auto& ready = kind == op_kind::forward       ? q.ready_forward(c)
                         : kind == op_kind::weight_grad ? q.deferred_weight(c)
                                                        : q.ready_backward(c);
-    for (int mb : ready) {  // every one: interleaved's keys are places in the rank's sequence, not numbers
+    for (int mb : ready) { // every one: interleaved's keys are places in the rank's sequence, not numbers
       key k = key_of(c, mb);
       if (!best_key || k < *best_key) {
         best_key = k;
@@ -80,7 +80,9 @@ std::optional<action> pick(const stage_queue& q, op_kind kind, Key&& key_of) {
   return best;
 }
 
-key by_microbatch(int, int mb) { return {0, 0, mb}; }
+key by_microbatch(int, int mb) {
+  return {0, 0, mb};
+}
 
 /// True when the rank could take another forward (in flight < `bound`) and the
 /// step's plan says one is still to come: then a ready backward waits for it.
@@ -96,7 +98,8 @@ expected<void> check_shape(std::string_view name, const policy_params& p, bool i
     return make_sched_error(fmt::format("{}: rank {} is outside 0..{}", name, p.rank, p.ranks - 1));
   if (!interleaved && p.chunks != 1)
     return make_sched_error(fmt::format("{}: runs one model chunk per rank, not {} (use interleaved_1f1b for "
-                                        "virtual stages)", name, p.chunks));
+                                        "virtual stages)",
+                                        name, p.chunks));
   return {};
 }
 
@@ -113,7 +116,7 @@ public:
   }
 
 private:
-  int bound_;  // 0: none, all forwards may be held
+  int bound_; // 0: none, all forwards may be held
 };
 
 class one_f_one_b final : public stage_policy {
@@ -123,12 +126,12 @@ public:
   int in_flight_limit() const override { return declared_; }
   std::optional<action> next(const stage_queue& q) override {
     if (auto again = pick_held_forward(q))
-      return again;  // a microbatch held here already (SkipPipe's head on stage 0): no more memory
+      return again; // a microbatch held here already (SkipPipe's head on stage 0): no more memory
     auto f = pick(q, op_kind::forward, by_microbatch);
     if (f && admits(q, *f))
       return f;
     if (!paths_ && forward_coming(q, declared_))
-      return std::nullopt;  // hold the backward: the forward it would delay is on its way
+      return std::nullopt; // hold the backward: the forward it would delay is on its way
     return pick(q, op_kind::backward, by_microbatch);
   }
 
@@ -154,8 +157,8 @@ private:
     return std::nullopt;
   }
 
-  int bound_;     // from options; 0: the hops left on the microbatch's own route (p - r on a chain)
-  int declared_;  // what in_flight_limit reports: bound_, p - r, or 0 on paths (credits then never bind)
+  int bound_;    // from options; 0: the hops left on the microbatch's own route (p - r on a chain)
+  int declared_; // what in_flight_limit reports: bound_, p - r, or 0 on paths (credits then never bind)
   // Paths skip and reorder stages, so a held backward could wait for a forward
   // that waits on this rank's own slots: no holds there.
   bool paths_;
@@ -178,7 +181,7 @@ public:
       if (auto f = pick(q, op_kind::forward, forward_key); f && !awaits_earlier_forward(q, *f, forward_key))
         return f;
     if (forward_coming(q, bound_))
-      return std::nullopt;  // hold the backward for the coming forward, as 1F1B does
+      return std::nullopt; // hold the backward for the coming forward, as 1F1B does
     return pick(q, op_kind::backward, [&](int c, int mb) {
       int n = place(q, mb);
       return key{n / p, -c, n};
@@ -266,7 +269,7 @@ public:
     auto w = pick(q, op_kind::weight_grad, by_microbatch);
     bool due = w && q.deferred_weight_count() >= deferred_cap(q, *w);
     if (forward_coming(q, declared_))
-      return due ? w : std::nullopt;  // hold the I for the coming forward; run a due W in the wait
+      return due ? w : std::nullopt; // hold the I for the coming forward; run a due W in the wait
     auto i = pick(q, op_kind::input_grad, by_microbatch);
     if (i && q.deferred_weight_count() < deferred_cap(q, *i))
       return i;
@@ -283,7 +286,7 @@ private:
   }
 
   int bound_, declared_;
-  int weight_bound_;  // from options; 0: hop_index + 1 (r + 1 on a chain)
+  int weight_bound_; // from options; 0: hop_index + 1 (r + 1 on a chain)
 };
 
 } // namespace
@@ -319,7 +322,7 @@ expected<policy_ptr> make_one_f_one_b(const policy_params& p) {
 }
 
 expected<int> interleaved_bound(const policy_params& p) {
-  int warm_up = (p.ranks - p.rank - 1) * 2 + (p.chunks - 1) * p.ranks;  // Megatron-LM's
+  int warm_up = (p.ranks - p.rank - 1) * 2 + (p.chunks - 1) * p.ranks; // Megatron-LM's
   return int_setting("interleaved_1f1b", p, "max_in_flight", 1, warm_up + 1);
 }
 
@@ -331,7 +334,8 @@ expected<policy_ptr> make_interleaved_1f1b(const policy_params& p) {
     return bound.error();
   if (p.routed && *bound < p.chunks)
     return make_sched_error(fmt::format("interleaved_1f1b: routed across replicas, max_in_flight ({}) must hold a "
-                                        "microbatch's {} chunks", *bound, p.chunks));
+                                        "microbatch's {} chunks",
+                                        *bound, p.chunks));
   return policy_ptr{new interleaved(*bound, p.routed)};
 }
 

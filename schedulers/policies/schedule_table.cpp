@@ -50,8 +50,8 @@ expected<schedule_table> load_table(const std::string& path, std::string_view or
   while (in.read(buf, sizeof buf) || in.gcount() > 0) {
     text.append(buf, static_cast<std::size_t>(in.gcount()));
     if (text.size() > max_table_bytes)
-      return make_sched_error(fmt::format("{}: larger than {} MiB; a schedule table is one short line per rank",
-                                          origin, max_table_bytes >> 20));
+      return make_sched_error(fmt::format("{}: larger than {} MiB; a schedule table is one short line per rank", origin,
+                                          max_table_bytes >> 20));
   }
   if (in.bad())
     return make_sched_error(fmt::format("{}: cannot read the schedule table: {}", origin, std::strerror(errno)));
@@ -95,17 +95,19 @@ std::vector<action> dependencies(const action& a, int stages, bool split) {
   std::vector<action> deps;
   op_kind back = split ? op_kind::input_grad : op_kind::backward;
   switch (a.kind) {
-    case op_kind::forward:
-      if (a.stage > 0)
-        deps.push_back(fwd(a.stage - 1, a.microbatch));
-      break;
-    case op_kind::backward:
-    case op_kind::input_grad:
-      deps.push_back(fwd(a.stage, a.microbatch));
-      if (a.stage + 1 < stages)
-        deps.push_back({back, a.stage + 1, a.microbatch});
-      break;
-    case op_kind::weight_grad: deps.push_back(igrad(a.stage, a.microbatch)); break;
+  case op_kind::forward:
+    if (a.stage > 0)
+      deps.push_back(fwd(a.stage - 1, a.microbatch));
+    break;
+  case op_kind::backward:
+  case op_kind::input_grad:
+    deps.push_back(fwd(a.stage, a.microbatch));
+    if (a.stage + 1 < stages)
+      deps.push_back({back, a.stage + 1, a.microbatch});
+    break;
+  case op_kind::weight_grad:
+    deps.push_back(igrad(a.stage, a.microbatch));
+    break;
   }
   return deps;
 }
@@ -120,11 +122,11 @@ expected<void> check_rows(const schedule_table& t, int p, int m, int v, bool spl
                                             "rank {} runs stages {} + c*{}, c < {})",
                                             where(r, i, a), a.stage, r, p, v, r, r, p, v));
       if (a.microbatch >= m)
-        return make_sched_error(fmt::format("{}: microbatch {} is out of range (there are {}: 0..{})",
-                                            where(r, i, a), a.microbatch, m, m - 1));
+        return make_sched_error(fmt::format("{}: microbatch {} is out of range (there are {}: 0..{})", where(r, i, a),
+                                            a.microbatch, m, m - 1));
       if (split && a.kind == op_kind::backward)
-        return make_sched_error(fmt::format("{}: a whole backward B in a table that splits backwards into I and W",
-                                            where(r, i, a)));
+        return make_sched_error(
+          fmt::format("{}: a whole backward B in a table that splits backwards into I and W", where(r, i, a)));
       if (auto it = seen.find(a); it != seen.end())
         return make_sched_error(fmt::format("{}: duplicate of action {}", where(r, i, a), it->second + 1));
       seen.emplace(a, i);
@@ -145,8 +147,8 @@ expected<void> check_rows(const schedule_table& t, int p, int m, int v, bool spl
       for (int mb = 0; mb < m; ++mb)
         for (auto k : kinds)
           if (action want{k, r + c * p, mb}; !seen.contains(want))
-            return make_sched_error(fmt::format("rank {}: microbatch {} of stage {} is missing {}", r, mb, want.stage,
-                                                to_string(want)));
+            return make_sched_error(
+              fmt::format("rank {}: microbatch {} of stage {} is missing {}", r, mb, want.stage, to_string(want)));
   }
   return {};
 }

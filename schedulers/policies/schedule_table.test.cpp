@@ -48,7 +48,9 @@ TEST_CASE("a binary table is refused as not text, and a malformed action is quot
   REQUIRE(!binary);
   CHECK(binary.error().message == "image.csv: not a text file (byte 0x1a at offset 6); a schedule table is text, "
                                   "one line of actions per rank such as 0F0 0F1 0B0 0B1");
-  auto latin1 = parse_table("0F0 0\xe9\xff" "0\n", "latin1.csv");
+  auto latin1 = parse_table("0F0 0\xe9\xff"
+                            "0\n",
+                            "latin1.csv");
   REQUIRE(!latin1);
   CHECK(contains(latin1.error().message, "'0\\xe9\\xff0' is not an action (unknown kind '\\xe9'"));
   auto prose = parse_table(std::string(100, 'a'), "prose.csv");
@@ -137,7 +139,7 @@ TEST_CASE("the table policy replays a file and refuses a broken one when it is m
     out << "0F0 0F1 0B0 0B1\n1F0 1B0\n";
   }
   params.ranks = 2;
-  auto uneven = make_policy("table", params);  // m comes from the rows, so they must agree
+  auto uneven = make_policy("table", params); // m comes from the rows, so they must agree
   REQUIRE(!uneven);
   CHECK(contains(uneven.error().message, "rank 1 runs forwards for microbatches {0} but rank 0 for {0, 1}"));
   params.table_file = "/nonexistent/schedule.csv";

@@ -22,8 +22,8 @@ constexpr int next_replicas_key = std::numeric_limits<int>::max();
 } // namespace
 
 stage_core::stage_core(stage_core_config cfg, policy_ptr policy, stage_core_hooks hooks)
-  : cfg_(std::move(cfg)), policy_(std::move(policy)), hooks_(std::move(hooks)),
-    queue_(cfg_.rank, cfg_.ranks, 0, cfg_.chunks) {
+    : cfg_(std::move(cfg)), policy_(std::move(policy)), hooks_(std::move(hooks)),
+      queue_(cfg_.rank, cfg_.ranks, 0, cfg_.chunks) {
   if (!policy_)
     throw std::invalid_argument(fmt::format("{}: no stage policy", cfg_.name));
   work_.resize(static_cast<std::size_t>(cfg_.chunks));
@@ -37,7 +37,7 @@ void stage_core::on_credit(int from, int count, const load_report& load) {
   if (chooser_.holds(from)) {
     chooser_.grant(from, count, load);
     queue_.grant(next_replicas_key, count);
-    queue_.grant(from, count);  // its own count too, for the later chunks that retrace to it
+    queue_.grant(from, count); // its own count too, for the later chunks that retrace to it
   } else {
     queue_.grant(from, count);
   }
@@ -45,7 +45,8 @@ void stage_core::on_credit(int from, int count, const load_report& load) {
 
 void stage_core::on_hops(std::int64_t step, int, int count) {
   if (step < step_)
-    throw std::runtime_error(fmt::format("{}: hops reported for step {}, already done (at {})", cfg_.name, step, step_));
+    throw std::runtime_error(
+      fmt::format("{}: hops reported for step {}, already done (at {})", cfg_.name, step, step_));
   auto& h = reported_hops_[step];
   ++h.heard, h.sum += count;
   if (step == step_)
@@ -98,8 +99,8 @@ int stage_core::credits_granted() const noexcept {
 }
 
 void throw_bad_slot(const std::string& who, int chunk, int mb, int chunks) {
-  throw std::runtime_error(fmt::format("{}: message for chunk {} microbatch {}, but this stage holds {} chunks", who,
-                                       chunk, mb, chunks));
+  throw std::runtime_error(
+    fmt::format("{}: message for chunk {} microbatch {}, but this stage holds {} chunks", who, chunk, mb, chunks));
 }
 
 stage_core::work& stage_core::slot(int chunk, int mb) {
@@ -141,8 +142,8 @@ void stage_core::release_held() {
 
 void stage_core::on_plan(const step_plan_msg& m) {
   if (m.step < step_ || plans_.contains(m.step))
-    throw std::runtime_error(fmt::format("{}: a second plan for step {}, or one for a step already done (at {})",
-                                         cfg_.name, m.step, step_));
+    throw std::runtime_error(
+      fmt::format("{}: a second plan for step {}, or one for a step already done (at {})", cfg_.name, m.step, step_));
   plans_[m.step] = m;
   if (m.step == step_)
     apply_plan();
@@ -179,8 +180,8 @@ void stage_core::push_input(int c, int mb) {
 
 void stage_core::on_batch(const msg_meta& m, bool tokens, bool targets) {
   if (m.route.empty())
-    throw std::runtime_error(fmt::format("{}: a batch for step {} microbatch {} without a route", cfg_.name, m.step,
-                                         m.microbatch));
+    throw std::runtime_error(
+      fmt::format("{}: a batch for step {} microbatch {} without a route", cfg_.name, m.step, m.microbatch));
   int last = static_cast<int>(m.route.size()) - 1;
   if (targets) {
     int c = chunk_of_hop(m.route, last);
@@ -229,8 +230,8 @@ std::optional<stage_task> stage_core::begin() {
   if (!a)
     return std::nullopt;
   if (auto r = queue_.start(*a); !r)
-    throw std::runtime_error(fmt::format("{}: policy {} chose {}: {}", cfg_.name, policy_->name(), to_string(*a),
-                                         r.error().message));
+    throw std::runtime_error(
+      fmt::format("{}: policy {} chose {}: {}", cfg_.name, policy_->name(), to_string(*a), r.error().message));
   int c = queue_.chunk_of(a->stage);
   auto& w = slot(c, a->microbatch);
   stage_task t{*a, c, w.hop, w.hop + 1 == static_cast<int>(w.route.size()), step_};
@@ -249,7 +250,7 @@ std::optional<stage_task> stage_core::begin() {
         if (to < 0)
           throw std::runtime_error(fmt::format("{}: a forward started with no credit at any next replica", cfg_.name));
         chooser_.take(to);
-        queue_.grant(back >= 0 ? next_replicas_key : to, -1);  // the queue took the other count's credit
+        queue_.grant(back >= 0 ? next_replicas_key : to, -1); // the queue took the other count's credit
         next.actor = to;
         ++sent_[to];
       }
@@ -337,8 +338,8 @@ void stage_core::maybe_reduce(std::int64_t step) {
   if (r == norms_.end() || plan == plans_.end() || r->second.heard < plan->second.participants)
     return;
   if (plan->second.reducer != cfg_.actor)
-    throw std::runtime_error(fmt::format("{}: gradient norms for step {} reached a stage that is not its reducer",
-                                         cfg_.name, step));
+    throw std::runtime_error(
+      fmt::format("{}: gradient norms for step {} reached a stage that is not its reducer", cfg_.name, step));
   if (hooks_.clip)
     for (int to : r->second.from)
       hooks_.clip(to, step, r->second.sum);
@@ -366,7 +367,7 @@ void stage_core::finish_step(double total_sq) {
     for (auto& w : chunk_work)
       w.hop = -1, w.targets = false;
   if (hooks_.exchange && !hooks_.exchange(step_ + 1)) {
-    awaiting_exchange_ = true;  // the next step's messages stay held until the parameters are rewritten
+    awaiting_exchange_ = true; // the next step's messages stay held until the parameters are rewritten
     return;
   }
   advance_step();

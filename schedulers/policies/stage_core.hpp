@@ -36,20 +36,20 @@ T& chunk_slot(std::vector<std::vector<T>>& slots, int chunk, int mb, const std::
 struct msg_meta {
   std::int64_t step = 0;
   int microbatch = 0;
-  int hop = 0;  ///< the receiver's position on `route`
+  int hop = 0; ///< the receiver's position on `route`
   route_t route;
 };
 
 /// What one stage needs to know to schedule: who it is, not who its neighbours are.
 struct stage_core_config {
   std::string name;
-  int actor = 0;   ///< this stage's index in the graph's actor list (what routes name)
-  int rank = 0;    ///< its position among the stage actors (virtual stage ids, policy budgets)
+  int actor = 0; ///< this stage's index in the graph's actor list (what routes name)
+  int rank = 0;  ///< its position among the stage actors (virtual stage ids, policy budgets)
   int ranks = 1;
   int chunks = 1;
   int router = -1; ///< the actor that sends batches (whose credits a batch's start returns)
   std::int64_t steps = 1;
-  bool reduce_norm = false;  ///< end each step with the global-norm reduction over the plan's participants
+  bool reduce_norm = false; ///< end each step with the global-norm reduction over the plan's participants
   /// Credits granted to each sender of inputs; 0 means default_credits of the policy's bound.
   std::map<int, int> input_credits;
   /// Routing around stragglers (`data_parallel.route: least_loaded`): the
@@ -61,15 +61,15 @@ struct stage_core_config {
   /// them from messages: each of these many senders (the previous position's
   /// replicas) reports how many microbatches of the step it sent here.
   int hop_reporters = 0;
-  bool targets_travel = false;  ///< the loss hop's targets come with its activation
+  bool targets_travel = false; ///< the loss hop's targets come with its activation
 };
 
 /// One started action and what the compute side needs to run it.
 struct stage_task {
   action what;
   int chunk = 0;
-  int hop = 0;             ///< the microbatch's position on its route here
-  bool loss = false;       ///< the route's last hop: a forward computes the loss, a backward starts from it
+  int hop = 0;       ///< the microbatch's position on its route here
+  bool loss = false; ///< the route's last hop: a forward computes the loss, a backward starts from it
   std::int64_t step = 0;
 };
 
@@ -77,15 +77,15 @@ struct stage_task {
 /// them, the simulator delivers them after a latency), the compute at the step
 /// boundary, and the clock. Unset functions do nothing (and `clock` reads 0).
 struct stage_core_hooks {
-  std::function<double()> clock;  ///< seconds on any fixed origin: steady in the actor, simulated in the driver
+  std::function<double()> clock; ///< seconds on any fixed origin: steady in the actor, simulated in the driver
   /// A forward's output to the next hop's actor; `to` may be this actor (a local
   /// hand-off: keep the output for chunk route[hop] here; the core has queued it).
   std::function<void(int to, const msg_meta&)> forward;
   /// A backward's input gradient to the previous hop's actor (or this one, as for forward).
   std::function<void(int to, const msg_meta&)> backward;
-  std::function<void(int to, int count)> credit;                          ///< credits granted to a sender
-  std::function<void(int reducer, std::int64_t step, double sq)> norm;    ///< this stage's Σ g² to the reducer
-  std::function<void(int to, std::int64_t step, double total_sq)> clip;   ///< reducer -> participant: the total
+  std::function<void(int to, int count)> credit;                        ///< credits granted to a sender
+  std::function<void(int reducer, std::int64_t step, double sq)> norm;  ///< this stage's Σ g² to the reducer
+  std::function<void(int to, std::int64_t step, double total_sq)> clip; ///< reducer -> participant: the total
   /// With next_replicas: this stage sent `to` `count` microbatches in `step` (sent to every next replica, 0 too).
   std::function<void(int to, std::int64_t step, int count)> hops;
   /// The step's gradients are complete here: start what must finish before they
@@ -168,8 +168,8 @@ public:
 private:
   struct work {
     route_t route;
-    int hop = -1;          ///< -1 until its input arrives
-    bool targets = false;  ///< the loss hop's targets arrived
+    int hop = -1;         ///< -1 until its input arrives
+    bool targets = false; ///< the loss hop's targets arrived
   };
   double now() const { return hooks_.clock ? hooks_.clock() : 0.0; }
   work& slot(int chunk, int mb);
@@ -194,29 +194,29 @@ private:
   stage_queue queue_;
   std::int64_t step_ = 0;
   std::int64_t step_tokens_ = 0;
-  std::vector<std::vector<work>> work_;  ///< [chunk][microbatch], reused across steps
+  std::vector<std::vector<work>> work_; ///< [chunk][microbatch], reused across steps
   std::vector<std::function<void()>> held_;
   std::size_t max_held_ = 0;
-  std::map<std::int64_t, step_plan_msg> plans_;  ///< plans of this and later steps
+  std::map<std::int64_t, step_plan_msg> plans_; ///< plans of this and later steps
   struct reduction {
     int heard = 0;
     double sum = 0;
     std::vector<int> from;
   };
-  std::map<std::int64_t, reduction> norms_;  ///< reducer: step -> norms heard
-  std::map<std::int64_t, double> totals_;    ///< participant: step -> global Σ g²
+  std::map<std::int64_t, reduction> norms_; ///< reducer: step -> norms heard
+  std::map<std::int64_t, double> totals_;   ///< participant: step -> global Σ g²
   bool awaiting_total_ = false;
   bool awaiting_sync_ = false;
   // Routing around stragglers: where this step's outputs went, and the hops senders reported.
   least_loaded_chooser chooser_;
-  std::map<int, int> sent_;          ///< next replica -> microbatches sent this step
-  int forwarded_ = 0;                ///< outputs sent this step
-  bool reported_ = false;            ///< this step's counts went out
+  std::map<int, int> sent_; ///< next replica -> microbatches sent this step
+  int forwarded_ = 0;       ///< outputs sent this step
+  bool reported_ = false;   ///< this step's counts went out
   struct hop_count {
     int heard = 0;
     int sum = 0;
   };
-  std::map<std::int64_t, hop_count> reported_hops_;  ///< step -> counts heard from senders
+  std::map<std::int64_t, hop_count> reported_hops_; ///< step -> counts heard from senders
   bool awaiting_exchange_ = false;
 };
 

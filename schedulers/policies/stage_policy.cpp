@@ -49,8 +49,8 @@ expected<policy_ptr> make_table(const policy_params& p) {
     table = std::move(*loaded);
   }
   if (static_cast<int>(table.size()) != p.ranks)
-    return make_sched_error(fmt::format("table: the table has {} rank lines but the pipeline has {} ranks",
-                                        table.size(), p.ranks));
+    return make_sched_error(
+      fmt::format("table: the table has {} rank lines but the pipeline has {} ranks", table.size(), p.ranks));
   auto first = microbatches_of(table[0]);
   for (std::size_t r = 1; r < table.size(); ++r)
     if (microbatches_of(table[r]) != first)
@@ -81,12 +81,14 @@ struct registry {
     entries["gpipe"] = {"all forwards first, a backward when no forward is ready (Huang et al. 2019)", make_gpipe,
                         rule_options(false)};
     entries["1f1b"] = {"a ready forward while fewer than stages - rank are in flight, else a ready backward "
-                       "(PipeDream-Flush / Megatron-LM)", make_one_f_one_b, rule_options(false)};
+                       "(PipeDream-Flush / Megatron-LM)",
+                       make_one_f_one_b, rule_options(false)};
     entries["interleaved_1f1b"] = {"1F1B over v model chunks per rank placed round-robin, within Megatron's "
-                                   "warm-up + 1 in flight (Narayanan et al. 2021)", make_interleaved_1f1b,
-                                   rule_options(false)};
+                                   "warm-up + 1 in flight (Narayanan et al. 2021)",
+                                   make_interleaved_1f1b, rule_options(false)};
     entries["zb_h1"] = {"backward split into I and W, W deferred into idle time (at most rank + 1), 1F1B's memory "
-                        "(Qi et al. 2023)", make_zb_h1, rule_options(true)};
+                        "(Qi et al. 2023)",
+                        make_zb_h1, rule_options(true)};
     entries["table"] = {"replays an explicit per-rank action list from a file", make_table, {}};
   }
 };
@@ -145,8 +147,7 @@ expected<void> check_policy_option(std::string_view name, std::string_view key, 
 }
 
 policy_option int_option(std::string key, std::string summary, int low) {
-  return {std::move(key), std::move(summary), fmt::format("an integer of at least {}", low),
-          [low](std::string_view v) {
+  return {std::move(key), std::move(summary), fmt::format("an integer of at least {}", low), [low](std::string_view v) {
             int x = 0;
             auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
             return ec == std::errc{} && ptr == v.data() + v.size() && x >= low;
@@ -162,8 +163,8 @@ expected<int> int_setting(std::string_view policy, const policy_params& params, 
   int x = 0;
   auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
   if (ec != std::errc{} || ptr != v.data() + v.size() || x < low)
-    return make_sched_error(fmt::format("{}: option {} must be an integer of at least {}, not '{}'", policy, key, low,
-                                        v));
+    return make_sched_error(
+      fmt::format("{}: option {} must be an integer of at least {}, not '{}'", policy, key, low, v));
   return x;
 }
 

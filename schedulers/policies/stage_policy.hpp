@@ -21,8 +21,8 @@ namespace troupe::sched {
 /// router tells the stage per step, and the queue holds what came).
 struct policy_params {
   int rank = 0;
-  int ranks = 1;         ///< p: pipeline ranks (stage actors)
-  int chunks = 1;        ///< v: model chunks per rank (interleaved schedules)
+  int ranks = 1;  ///< p: pipeline ranks (stage actors)
+  int chunks = 1; ///< v: model chunks per rank (interleaved schedules)
   /// Routes are paths that skip and reorder stages (SkipPipe): a microbatch's
   /// hops left here depend on its own path, not on the rank.
   bool paths = false;
@@ -42,8 +42,8 @@ struct policy_params {
 /// A setting a policy reads from policy_params::options.
 struct policy_option {
   std::string key;
-  std::string summary;   ///< what it does
-  std::string expected;  ///< what a value must be, e.g. "an integer of at least 1"
+  std::string summary;  ///< what it does
+  std::string expected; ///< what a value must be, e.g. "an integer of at least 1"
   /// Whether `value` is acceptable; null accepts any.
   std::function<bool(std::string_view value)> accepts;
 };

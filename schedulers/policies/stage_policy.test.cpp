@@ -117,38 +117,38 @@ TEST_CASE("every rule policy runs microbatch 3 when its input came before microb
       CHECK(*a == fwd(1, mb));
       run(q, *a);
     }
-    REQUIRE(q.push_forward(1, 3));  // 2 was routed elsewhere, or is late
+    REQUIRE(q.push_forward(1, 3)); // 2 was routed elsewhere, or is late
     auto a = p->next(q);
     CAPTURE(name);
     REQUIRE(a);
-    CHECK(*a == fwd(1, 3));  // the list says 1F2 next, and would wait for it
+    CHECK(*a == fwd(1, 3)); // the list says 1F2 next, and would wait for it
   }
-  stage_queue q(0, 4, 8, 2);  // interleaved: the first chunk's inputs come from the router
+  stage_queue q(0, 4, 8, 2); // interleaved: the first chunk's inputs come from the router
   REQUIRE(q.push_forward(0, 1));
   auto a = policy("interleaved_1f1b", 0, 4, 2)->next(q);
   REQUIRE(a);
-  CHECK(*a == fwd(0, 1));  // Megatron's list starts with 0F0
+  CHECK(*a == fwd(0, 1)); // Megatron's list starts with 0F0
 }
 
 TEST_CASE("1F1B holds a ready backward for a forward the step's plan still announces, and runs it once none is") {
-  stage_queue q(1, 4, 0);  // rank 1 warms up with three forwards in the published order
-  q.expect(3);             // the router's plan: three microbatches visit this rank this step
+  stage_queue q(1, 4, 0); // rank 1 warms up with three forwards in the published order
+  q.expect(3);            // the router's plan: three microbatches visit this rank this step
   REQUIRE(q.push_forward(1, 0));
   REQUIRE(q.push_forward(1, 1));
   auto p = policy("1f1b", 1, 4);
-  run(q, *p->next(q));  // 1F0
-  run(q, *p->next(q));  // 1F1
+  run(q, *p->next(q)); // 1F0
+  run(q, *p->next(q)); // 1F1
   REQUIRE(q.push_backward(1, 0));
   CHECK(q.forwards_to_come() == 1);
-  CHECK(!p->next(q));  // 1B0 would delay 1F2, which ranks 2 and 3 wait on
-  q.expect(2);          // a step of two: nothing else comes, so the backward runs
+  CHECK(!p->next(q)); // 1B0 would delay 1F2, which ranks 2 and 3 wait on
+  q.expect(2);        // a step of two: nothing else comes, so the backward runs
   auto a = p->next(q);
   REQUIRE(a);
-  CHECK(*a == bwd(1, 0));  // the list of a 3-microbatch step says 1F2 before 1B0
+  CHECK(*a == bwd(1, 0)); // the list of a 3-microbatch step says 1F2 before 1B0
 }
 
 TEST_CASE("ZB-H1 holds a ready I for a coming forward, and runs a W in that wait once r + 1 are deferred") {
-  stage_queue q(2, 4, 0);  // rank 2: at most 2 in flight, 3 W deferred
+  stage_queue q(2, 4, 0); // rank 2: at most 2 in flight, 3 W deferred
   q.expect(5);
   auto p = policy("zb_h1", 2, 4);
   auto next_is = [&](const action& want) {
@@ -160,44 +160,44 @@ TEST_CASE("ZB-H1 holds a ready I for a coming forward, and runs a W in that wait
   REQUIRE(q.push_forward(2, 0));
   REQUIRE(q.push_forward(2, 1));
   next_is(fwd(2, 0));
-  next_is(fwd(2, 1));  // the bound is reached
+  next_is(fwd(2, 1)); // the bound is reached
   REQUIRE(q.push_backward(2, 0));
-  next_is(igrad(2, 0));  // at the bound the I runs
+  next_is(igrad(2, 0)); // at the bound the I runs
   REQUIRE(q.push_backward(2, 1));
-  CHECK(!p->next(q));  // 2I1 and 2W0 would delay 2F2, still to come
+  CHECK(!p->next(q)); // 2I1 and 2W0 would delay 2F2, still to come
   REQUIRE(q.push_forward(2, 2));
   next_is(fwd(2, 2));
   next_is(igrad(2, 1));
   REQUIRE(q.push_forward(2, 3));
   next_is(fwd(2, 3));
   REQUIRE(q.push_backward(2, 2));
-  next_is(igrad(2, 2));  // W0, W1 and W2 are deferred now: r + 1
+  next_is(igrad(2, 2)); // W0, W1 and W2 are deferred now: r + 1
   // 2F4 is still to come, and 2I3 cannot start before a W: the W runs in the
   // wait, where the published order runs it after 2F4.
   next_is(wgrad(2, 0));
   REQUIRE(q.push_backward(2, 3));
-  CHECK(!p->next(q));  // two deferred: 2I3 waits for 2F4 again, and no W is due
+  CHECK(!p->next(q)); // two deferred: 2I3 waits for 2F4 again, and no W is due
 }
 
 TEST_CASE("GPipe runs a backward while a forward is late, and the interleaved rule a later group's") {
-  stage_queue q(3, 4, 8);  // the last stage: its backward is ready when its forward ends
+  stage_queue q(3, 4, 8); // the last stage: its backward is ready when its forward ends
   REQUIRE(q.push_forward(3, 0));
   auto gp = policy("gpipe", 3, 4);
-  run(q, *gp->next(q));  // 3F0
+  run(q, *gp->next(q)); // 3F0
   auto a = gp->next(q);
   REQUIRE(a);
-  CHECK(*a == bwd(3, 0));  // the list has every forward first and would wait for 3F1
+  CHECK(*a == bwd(3, 0)); // the list has every forward first and would wait for 3F1
 
-  stage_queue iq(3, 4, 0, 2);  // rank 3: chunk 1 is the last virtual stage
-  iq.expect(2);                // this step routes only microbatch 0 here (both chunks)
+  stage_queue iq(3, 4, 0, 2); // rank 3: chunk 1 is the last virtual stage
+  iq.expect(2);               // this step routes only microbatch 0 here (both chunks)
   auto il = policy("interleaved_1f1b", 3, 4, 2);
   REQUIRE(iq.push_forward(3, 0));
-  run(iq, *il->next(iq));  // 3F0, then its chunk-1 input arrives
+  run(iq, *il->next(iq)); // 3F0, then its chunk-1 input arrives
   REQUIRE(iq.push_forward(7, 0));
-  run(iq, *il->next(iq));  // 7F0: the loss; 7B0 is ready
+  run(iq, *il->next(iq)); // 7F0: the loss; 7B0 is ready
   a = il->next(iq);
   REQUIRE(a);
-  CHECK(*a == bwd(7, 0));  // Megatron's list runs 3F1 3F2 3F3 7F1 first; none of them comes
+  CHECK(*a == bwd(7, 0)); // Megatron's list runs 3F1 3F2 3F3 7F1 first; none of them comes
 }
 
 namespace {
@@ -216,12 +216,12 @@ TEST_CASE("1F1B on SkipPipe's stage 0 holds at most a path's hops of microbatche
   // 3 stages: the embedding's forward has 4 hops left (3 stages and the head).
   policy_params params;
   params.ranks = 4, params.rank = 0, params.chunks = 2;
-  CHECK_FALSE(make_policy("1f1b", params));  // two chunks on a chain: interleaved's, not 1F1B's
+  CHECK_FALSE(make_policy("1f1b", params)); // two chunks on a chain: interleaved's, not 1F1B's
   params.paths = true;
   auto made = make_policy("1f1b", params);
   REQUIRE(made);
   auto& policy = **made;
-  CHECK(policy.in_flight_limit() == 0);  // credits do not bind: bounds differ per microbatch
+  CHECK(policy.in_flight_limit() == 0); // credits do not bind: bounds differ per microbatch
   stage_queue q(0, 4, 0, 2);
   q.expect(12);
   for (int mb = 0; mb < 6; ++mb)
@@ -229,7 +229,7 @@ TEST_CASE("1F1B on SkipPipe's stage 0 holds at most a path's hops of microbatche
   for (int mb = 0; mb < 4; ++mb)
     run_action(q, policy.next(q));
   CHECK(q.held_within(4) == 4);
-  CHECK_FALSE(policy.next(q));  // microbatch 4 waits: 4 are held
+  CHECK_FALSE(policy.next(q)); // microbatch 4 waits: 4 are held
   // Microbatch 0 comes back for its head: held already, so it runs at the bound.
   REQUIRE(q.push_forward(4, 0, hop_info{3, 1, -1}));
   auto head = policy.next(q);
@@ -237,14 +237,14 @@ TEST_CASE("1F1B on SkipPipe's stage 0 holds at most a path's hops of microbatche
   CHECK(*head == fwd(4, 0));
   run_action(q, head);
   CHECK(q.held_within(4) == 4);  // one microbatch on two chunks counts once
-  run_action(q, policy.next(q));  // the head's backward (the loss is computed here)
+  run_action(q, policy.next(q)); // the head's backward (the loss is computed here)
   CHECK_FALSE(policy.next(q));   // still 4 held until the embedding's backward
   REQUIRE(q.push_backward(0, 0));
   auto back = policy.next(q);
   REQUIRE(back);
   CHECK(back->kind == op_kind::backward);
   run_action(q, back);
-  CHECK(policy.next(q) == fwd(0, 4));  // a slot is free again
+  CHECK(policy.next(q) == fwd(0, 4)); // a slot is free again
 }
 
 TEST_CASE("1F1B on paths lets a microbatch near its end pass those that started here early") {

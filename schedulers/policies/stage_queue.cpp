@@ -9,7 +9,7 @@
 namespace troupe::sched {
 
 stage_queue::stage_queue(int rank, int ranks, int microbatches, int chunks)
-  : rank_(rank), ranks_(ranks), fixed_microbatches_(microbatches), chunks_(chunks) {
+    : rank_(rank), ranks_(ranks), fixed_microbatches_(microbatches), chunks_(chunks) {
   reset();
   step_ = 0;
 }
@@ -118,7 +118,7 @@ int stage_queue::held_within(int hops) const {
   for (const auto& c : chunks_state_)
     n = std::max(n, c.flags.size());
   int held = 0;
-  for (std::size_t i = 0; i < n; ++i)  // by microbatch, so one held on two chunks counts once
+  for (std::size_t i = 0; i < n; ++i) // by microbatch, so one held on two chunks counts once
     held += std::any_of(chunks_state_.begin(), chunks_state_.end(), [&](const chunk_state& c) {
       return i < c.flags.size() && (c.flags[i] & f_started) && !(c.flags[i] & b_done) && c.info[i].hops_left <= hops;
     });
@@ -157,8 +157,8 @@ expected<void> stage_queue::push_backward(int stage, int mb) {
     return ok;
   auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(stage))];
   if (!(flags(bwd(stage, mb)) & f_done))
-    return make_sched_error(fmt::format("rank {}: gradient for {} arrived before its forward finished", rank_,
-                                        to_string(bwd(stage, mb))));
+    return make_sched_error(
+      fmt::format("rank {}: gradient for {} arrived before its forward finished", rank_, to_string(bwd(stage, mb))));
   auto& f = c.flags[static_cast<std::size_t>(mb)];
   if (f & b_arrived)
     return make_sched_error(fmt::format("rank {}: duplicate gradient for {}", rank_, to_string(bwd(stage, mb))));
@@ -170,10 +170,13 @@ expected<void> stage_queue::push_backward(int stage, int mb) {
 bool stage_queue::is_ready(const action& a) const {
   auto f = flags(a);
   switch (a.kind) {
-    case op_kind::forward: return (f & f_arrived) && !(f & f_started) && has_credit(*info(a));
-    case op_kind::backward:
-    case op_kind::input_grad: return (f & b_arrived) && !(f & b_started);
-    case op_kind::weight_grad: return (f & b_done) && !(f & w_started);
+  case op_kind::forward:
+    return (f & f_arrived) && !(f & f_started) && has_credit(*info(a));
+  case op_kind::backward:
+  case op_kind::input_grad:
+    return (f & b_arrived) && !(f & b_started);
+  case op_kind::weight_grad:
+    return (f & b_done) && !(f & w_started);
   }
   return false;
 }
@@ -181,10 +184,13 @@ bool stage_queue::is_ready(const action& a) const {
 bool stage_queue::is_started(const action& a) const {
   auto f = flags(a);
   switch (a.kind) {
-    case op_kind::forward: return f & f_started;
-    case op_kind::backward:
-    case op_kind::input_grad: return f & b_started;
-    case op_kind::weight_grad: return f & w_started;
+  case op_kind::forward:
+    return f & f_started;
+  case op_kind::backward:
+  case op_kind::input_grad:
+    return f & b_started;
+  case op_kind::weight_grad:
+    return f & w_started;
   }
   return false;
 }
@@ -192,10 +198,13 @@ bool stage_queue::is_started(const action& a) const {
 bool stage_queue::is_done(const action& a) const {
   auto f = flags(a);
   switch (a.kind) {
-    case op_kind::forward: return f & f_done;
-    case op_kind::input_grad: return f & b_done;
-    case op_kind::backward:
-    case op_kind::weight_grad: return f & w_done;
+  case op_kind::forward:
+    return f & f_done;
+  case op_kind::input_grad:
+    return f & b_done;
+  case op_kind::backward:
+  case op_kind::weight_grad:
+    return f & w_done;
   }
   return false;
 }
@@ -204,8 +213,8 @@ expected<void> stage_queue::start(const action& a) {
   if (auto ok = check(a.stage, a.microbatch, "start"); !ok)
     return ok;
   if (running_)
-    return make_sched_error(fmt::format("rank {}: cannot start {} while {} runs", rank_, to_string(a),
-                                        to_string(*running_)));
+    return make_sched_error(
+      fmt::format("rank {}: cannot start {} while {} runs", rank_, to_string(a), to_string(*running_)));
   if (!is_ready(a))
     return make_sched_error(fmt::format("rank {}: {} is not ready (its input has not arrived, its receiver has "
                                         "no credit, or it already ran)",
@@ -213,26 +222,26 @@ expected<void> stage_queue::start(const action& a) {
   auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))];
   auto& f = c.flags[static_cast<std::size_t>(a.microbatch)];
   switch (a.kind) {
-    case op_kind::forward:
-      f |= f_started;
-      c.ready_f.erase(a.microbatch);
-      c.started_f.push_back(a.microbatch);
-      ++c.in_flight;
-      ++in_flight_total_;
-      if (int next = c.info[static_cast<std::size_t>(a.microbatch)].next_actor; next >= 0) {
-        --credits_[next]; // the output's buffer at the receiver is now spoken for
-        refresh_credit_gates();
-      }
-      break;
-    case op_kind::backward:
-    case op_kind::input_grad:
-      f |= b_started;
-      c.ready_b.erase(a.microbatch);
-      break;
-    case op_kind::weight_grad:
-      f |= w_started;
-      c.ready_w.erase(a.microbatch);
-      break;
+  case op_kind::forward:
+    f |= f_started;
+    c.ready_f.erase(a.microbatch);
+    c.started_f.push_back(a.microbatch);
+    ++c.in_flight;
+    ++in_flight_total_;
+    if (int next = c.info[static_cast<std::size_t>(a.microbatch)].next_actor; next >= 0) {
+      --credits_[next]; // the output's buffer at the receiver is now spoken for
+      refresh_credit_gates();
+    }
+    break;
+  case op_kind::backward:
+  case op_kind::input_grad:
+    f |= b_started;
+    c.ready_b.erase(a.microbatch);
+    break;
+  case op_kind::weight_grad:
+    f |= w_started;
+    c.ready_w.erase(a.microbatch);
+    break;
   }
   running_ = a;
   started_at_ = now_;
@@ -250,31 +259,31 @@ expected<void> stage_queue::finish(const action& a) {
   auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))];
   auto& f = c.flags[static_cast<std::size_t>(a.microbatch)];
   switch (a.kind) {
-    case op_kind::forward:
-      f |= f_done;
-      if (c.info[static_cast<std::size_t>(a.microbatch)].hops_left == 1) { // the loss gradient is computed locally
-        f |= b_arrived;
-        c.ready_b.insert(a.microbatch);
-      }
-      break;
-    case op_kind::backward:
-      f |= b_done | w_started | w_done;
-      --c.in_flight;
-      --in_flight_total_;
-      ++c.completed;
-      ++complete_;
-      break;
-    case op_kind::input_grad:
-      f |= b_done;
-      --c.in_flight;
-      --in_flight_total_;
-      c.ready_w.insert(a.microbatch);
-      break;
-    case op_kind::weight_grad:
-      f |= w_done;
-      ++c.completed;
-      ++complete_;
-      break;
+  case op_kind::forward:
+    f |= f_done;
+    if (c.info[static_cast<std::size_t>(a.microbatch)].hops_left == 1) { // the loss gradient is computed locally
+      f |= b_arrived;
+      c.ready_b.insert(a.microbatch);
+    }
+    break;
+  case op_kind::backward:
+    f |= b_done | w_started | w_done;
+    --c.in_flight;
+    --in_flight_total_;
+    ++c.completed;
+    ++complete_;
+    break;
+  case op_kind::input_grad:
+    f |= b_done;
+    --c.in_flight;
+    --in_flight_total_;
+    c.ready_w.insert(a.microbatch);
+    break;
+  case op_kind::weight_grad:
+    f |= w_done;
+    ++c.completed;
+    ++complete_;
+    break;
   }
   return {};
 }

@@ -15,8 +15,8 @@ namespace troupe::sched {
 
 /// Where a forward sits on its microbatch's route, as the message carries it.
 struct hop_info {
-  int hop = 0;         ///< position on the route (0: the first hop)
-  int hops_left = 1;   ///< hops from this one to the route's end, this one included (1: it computes the loss)
+  int hop = 0;       ///< position on the route (0: the first hop)
+  int hops_left = 1; ///< hops from this one to the route's end, this one included (1: it computes the loss)
   /// The actor that receives this forward's output and must have granted a
   /// credit for it (its index in the graph); -1 when none is needed (the loss
   /// hop, or the next hop on this same actor).
@@ -146,14 +146,20 @@ public:
 
 private:
   enum flag : std::uint8_t {
-    f_arrived = 1, f_started = 2, f_done = 4, b_arrived = 8,
-    b_started = 16, b_done = 32, w_started = 64, w_done = 128,
+    f_arrived = 1,
+    f_started = 2,
+    f_done = 4,
+    b_arrived = 8,
+    b_started = 16,
+    b_done = 32,
+    w_started = 64,
+    w_done = 128,
   };
   struct chunk_state {
-    std::vector<std::uint8_t> flags;  // per microbatch
-    std::vector<hop_info> info;       // per microbatch, set when its input arrives
+    std::vector<std::uint8_t> flags; // per microbatch
+    std::vector<hop_info> info;      // per microbatch, set when its input arrives
     std::set<int> ready_f, blocked_f, ready_b, ready_w;
-    std::vector<int> started_f;       // forwards started this step, in start order
+    std::vector<int> started_f; // forwards started this step, in start order
     int in_flight = 0;
     int completed = 0;
   };
@@ -170,7 +176,7 @@ private:
   std::map<int, int> credits_;
   int in_flight_total_ = 0;
   int complete_ = 0;
-  int arrived_ = 0;  // forward inputs pushed this step
+  int arrived_ = 0; // forward inputs pushed this step
   std::optional<action> running_;
   double now_ = 0, started_at_ = 0, idle_since_ = 0;
   double cost_sum_[4] = {0, 0, 0, 0};

@@ -15,7 +15,7 @@ TEST_CASE("a forward is ready once its input arrives and counts as in flight unt
   CHECK(q.in_flight() == 1);
   CHECK(!q.is_ready(fwd(1, 0)));
   REQUIRE(q.finish(fwd(1, 0)));
-  CHECK(!q.is_ready(bwd(1, 0)));  // not the last stage: the gradient comes from downstream
+  CHECK(!q.is_ready(bwd(1, 0))); // not the last stage: the gradient comes from downstream
   REQUIRE(q.push_backward(1, 0));
   REQUIRE(q.start(bwd(1, 0)));
   REQUIRE(q.finish(bwd(1, 0)));
@@ -69,13 +69,13 @@ TEST_CASE("the queue refuses impossible bookkeeping with a message naming the ra
   CHECK(foreign.error().message.find("rank 1") != std::string::npos);
   CHECK(!q.push_forward(1, 5));
   REQUIRE(q.push_forward(1, 0));
-  CHECK(!q.push_forward(1, 0));            // duplicate
-  CHECK(!q.push_backward(1, 1));           // gradient before its forward
-  CHECK(!q.start(fwd(1, 1)));              // not ready
+  CHECK(!q.push_forward(1, 0));  // duplicate
+  CHECK(!q.push_backward(1, 1)); // gradient before its forward
+  CHECK(!q.start(fwd(1, 1)));    // not ready
   REQUIRE(q.start(fwd(1, 0)));
   REQUIRE(q.push_forward(1, 1));
-  CHECK(!q.start(fwd(1, 1)));              // something runs already
-  CHECK(!q.finish(fwd(1, 1)));             // not the running action
+  CHECK(!q.start(fwd(1, 1)));  // something runs already
+  CHECK(!q.finish(fwd(1, 1))); // not the running action
 }
 
 TEST_CASE("reset starts a new step and measured costs survive it") {
@@ -86,7 +86,7 @@ TEST_CASE("reset starts a new step and measured costs survive it") {
   q.set_now(3.0);
   REQUIRE(q.finish(fwd(0, 0)));
   CHECK(q.mean_cost(op_kind::forward) == doctest::Approx(2.0));
-  CHECK(q.mean_cost(op_kind::weight_grad) == doctest::Approx(2.0));  // falls back to the overall mean
+  CHECK(q.mean_cost(op_kind::weight_grad) == doctest::Approx(2.0)); // falls back to the overall mean
   auto step = q.step();
   q.reset();
   CHECK(q.step() == step + 1);

@@ -38,25 +38,25 @@ int main(int argc, char** argv) {
     for (int p : {2, 4})
       for (int m : {8, 32})
         for (int bound0 : {0, 4})
-        for (int slow_at : p > 2 ? std::vector<int>{0, p / 2, p - 1} : std::vector<int>{0, p - 1}) {
-          std::string slow = fmt::format("r1s{}", slow_at);
-          double tps[4];
-          int i = 0;
-          for (const char* route : {"own", "least_loaded"})
-            for (bool slowed : {false, true}) {
-              auto c = shape(p, m, steps, policy, route, bound0);
-              if (slowed)
-                c.slowdown[slow] = 2.0;
-              auto r = simulate_cluster(c);
-              if (!r) {
-                fmt::print(stderr, "{}\n", r.error().message);
-                return 1;
+          for (int slow_at : p > 2 ? std::vector<int>{0, p / 2, p - 1} : std::vector<int>{0, p - 1}) {
+            std::string slow = fmt::format("r1s{}", slow_at);
+            double tps[4];
+            int i = 0;
+            for (const char* route : {"own", "least_loaded"})
+              for (bool slowed : {false, true}) {
+                auto c = shape(p, m, steps, policy, route, bound0);
+                if (slowed)
+                  c.slowdown[slow] = 2.0;
+                auto r = simulate_cluster(c);
+                if (!r) {
+                  fmt::print(stderr, "{}\n", r.error().message);
+                  return 1;
+                }
+                tps[i++] = r->tokens_per_s();
               }
-              tps[i++] = r->tokens_per_s();
-            }
-          fmt::print("{:<6} {:>2} {:>3} {:>6} {:<6} {:>11.1f}% {:>11.1f}% {:>11.1f}% {:>11.1f}%\n", policy, p, m,
-                     bound0 ? std::to_string(bound0) : "-", slow, 100.0,
-                     100 * tps[1] / tps[0], 100 * tps[2] / tps[0], 100 * tps[3] / tps[0]);
-        }
+            fmt::print("{:<6} {:>2} {:>3} {:>6} {:<6} {:>11.1f}% {:>11.1f}% {:>11.1f}% {:>11.1f}%\n", policy, p, m,
+                       bound0 ? std::to_string(bound0) : "-", slow, 100.0, 100 * tps[1] / tps[0], 100 * tps[2] / tps[0],
+                       100 * tps[3] / tps[0]);
+          }
   return 0;
 }

@@ -13,8 +13,8 @@ namespace troupe::sched {
 /// What a receiver tells its senders with every credit: the work it holds and
 /// what a microbatch costs it, both measured (seconds). Zero means not measured yet.
 struct load_report {
-  double backlog_s = 0;  ///< waiting forwards (F + B each) and the backwards owed for activations held (B each)
-  double cost_s = 0;     ///< one microbatch here: mean forward + mean backward
+  double backlog_s = 0; ///< waiting forwards (F + B each) and the backwards owed for activations held (B each)
+  double cost_s = 0;    ///< one microbatch here: mean forward + mean backward
 };
 
 /// A stage's load as its queue shows it, by its own measured costs.

@@ -26,21 +26,21 @@ cluster_config four_replicas(const char* route, int microbatches = 8, int steps 
 
 TEST_CASE("least_loaded keeps a microbatch on its own replica unless another finishes it half a microbatch sooner") {
   least_loaded_chooser c({10, 11, 12});
-  CHECK(c.pick(11) == -1);  // no credit anywhere
+  CHECK(c.pick(11) == -1); // no credit anywhere
   for (int a : {10, 11, 12})
     c.grant(a, 2, {});
-  CHECK(c.pick(11) == 11);  // nothing measured: the route's own hop
+  CHECK(c.pick(11) == 11); // nothing measured: the route's own hop
   c.grant(10, 0, {4.0, 1.0});
   c.grant(12, 0, {1.0, 1.0});
   c.grant(11, 0, {0.5, 2.0});
-  CHECK(c.pick(11) == 11);  // 0.5 + 2 = 2.5 is within half a microbatch (1) of 12's 1 + 1 = 2
+  CHECK(c.pick(11) == 11); // 0.5 + 2 = 2.5 is within half a microbatch (1) of 12's 1 + 1 = 2
   c.grant(11, 0, {3.0, 2.0});
-  CHECK(c.pick(11) == 12);  // 3 + 2 = 5 is not: 12 finishes it at 2
-  c.take(12);               // one more sent there since its report: 1 + 2 = 3
+  CHECK(c.pick(11) == 12); // 3 + 2 = 5 is not: 12 finishes it at 2
+  c.take(12);              // one more sent there since its report: 1 + 2 = 3
   CHECK(c.pick(11) == 12);
   c.take(12);
   CHECK(c.credits(12) == 0);
-  CHECK(c.pick(11) == 11);  // 12 has no credit left; 10 (4 + 1 = 5) is no sooner than the own 5
+  CHECK(c.pick(11) == 11); // 12 has no credit left; 10 (4 + 1 = 5) is no sooner than the own 5
   CHECK(c.pick(10) == 10);
 }
 
@@ -77,8 +77,8 @@ TEST_CASE("one replica's stage 2x slower: own routing falls to about half, least
   CHECK(plain->tokens_per_s() == doctest::Approx(plain_default->tokens_per_s()).epsilon(1e-9));
   CHECK(own_share < 0.55);
   CHECK(ll_share >= 0.80);
-  CHECK(ll_share <= 0.875 + 1e-9);  // the slow stage does at most its share of the last position's work
-  CHECK(unslowed_ll->tokens_per_s() >= 0.95 * plain->tokens_per_s());  // without a straggler it costs little
+  CHECK(ll_share <= 0.875 + 1e-9); // the slow stage does at most its share of the last position's work
+  CHECK(unslowed_ll->tokens_per_s() >= 0.95 * plain->tokens_per_s()); // without a straggler it costs little
 
   // Every microbatch visits each position once; the slow stage took fewer, the others more.
   const int per_actor = 32 * 4;
@@ -105,7 +105,8 @@ TEST_CASE("with 1F1B's own bounds least_loaded still gains over own on a slow la
   REQUIRE(plain);
   REQUIRE(own);
   REQUIRE(ll);
-  MESSAGE("own ", own->tokens_per_s() / plain->tokens_per_s(), ", least_loaded ", ll->tokens_per_s() / plain->tokens_per_s());
+  MESSAGE("own ", own->tokens_per_s() / plain->tokens_per_s(), ", least_loaded ",
+          ll->tokens_per_s() / plain->tokens_per_s());
   CHECK(ll->tokens_per_s() >= 1.3 * own->tokens_per_s());
 }
 

@@ -7,7 +7,7 @@
 namespace troupe::sched {
 
 router_core::router_core(router_config cfg, routing_ptr policy)
-  : cfg_(std::move(cfg)), policy_(std::move(policy)), step_(cfg_.first_step) {
+    : cfg_(std::move(cfg)), policy_(std::move(policy)), step_(cfg_.first_step) {
   eval_routes_ = policy_->eval_routes();
   if (!done())
     plan_step();
@@ -27,7 +27,7 @@ void router_core::drop_replica(int r) {
   for (int s = 0; s < replicas; ++s)
     if (!lost_[static_cast<std::size_t>(s)]) {
       if (r == 0)
-        eval_routes_ = {policy_->route(0, s, s)};  // the chain of the first replica still here
+        eval_routes_ = {policy_->route(0, s, s)}; // the chain of the first replica still here
       return;
     }
   throw std::invalid_argument("router: every replica has left the run");
@@ -71,7 +71,7 @@ std::optional<emission> router_core::next() {
   --credits_[head];
   if (tail != head)
     --credits_[tail];
-  bool first = !planned_;  // the step's first microbatch made: its plans go with it
+  bool first = !planned_; // the step's first microbatch made: its plans go with it
   planned_ = true;
   if (first && cfg_.independent_replicas)
     plan_replicas(e);
@@ -105,7 +105,7 @@ void router_core::plan_replicas(emission& e) const {
     int head = -1;
     for (int rep = first; rep < first + group && rep < replicas; ++rep) {
       if (!lost_.empty() && lost_[static_cast<std::size_t>(rep)])
-        continue;  // left the run
+        continue; // left the run
       for (std::size_t k = static_cast<std::size_t>(rep); k < routes_.size(); k += static_cast<std::size_t>(replicas)) {
         head = head < 0 ? routes_[k].front().actor : head;
         for (const auto& h : routes_[k])

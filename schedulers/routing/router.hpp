@@ -15,12 +15,12 @@ namespace troupe::sched {
 
 /// What a router needs to know about the run.
 struct router_config {
-  std::vector<int> stage_actors;     ///< every stage actor (graph indices): each gets a plan per step
-  int microbatches = 1;              ///< per step and replica
-  std::int64_t steps = 1;            ///< the run ends after this step
-  std::int64_t first_step = 0;       ///< where a resumed run starts
+  std::vector<int> stage_actors; ///< every stage actor (graph indices): each gets a plan per step
+  int microbatches = 1;          ///< per step and replica
+  std::int64_t steps = 1;        ///< the run ends after this step
+  std::int64_t first_step = 0;   ///< where a resumed run starts
   std::int64_t tokens_per_microbatch = 1;
-  int replicas = 1;                  ///< data-parallel replicas: a step emits replicas × microbatches
+  int replicas = 1; ///< data-parallel replicas: a step emits replicas × microbatches
   /// Routing around stragglers: stages that learn a step's hops from their
   /// senders (their plan says -1), and targets that go with the tokens to the
   /// first hop (the loss stage is chosen on the way) instead of to the route's last.
@@ -48,8 +48,8 @@ struct router_config {
 /// sequences one replica of batch R·b would, in the same order.
 struct emission {
   std::int64_t step = 0;
-  int microbatch = 0;                ///< within the step and its replica
-  std::int64_t sequence = 0;         ///< within the run
+  int microbatch = 0;        ///< within the step and its replica
+  std::int64_t sequence = 0; ///< within the run
   route_t route;
   /// The step's plan for every stage actor, set on a step's first microbatch
   /// (send them before it): stage actor index -> plan.
@@ -98,10 +98,10 @@ private:
   std::int64_t step_ = 0;
   int microbatch_ = 0;
   std::int64_t emitted_ = 0;
-  std::vector<route_t> routes_;   ///< this step's, by microbatch
+  std::vector<route_t> routes_; ///< this step's, by microbatch
   std::vector<route_t> eval_routes_;
-  std::vector<bool> lost_;        ///< by replica: left the run
-  bool planned_ = false;          ///< this step's plans went out (with its first microbatch made)
+  std::vector<bool> lost_; ///< by replica: left the run
+  bool planned_ = false;   ///< this step's plans went out (with its first microbatch made)
   /// Moves past the microbatches of replicas that left.
   void skip_lost();
   void advance();
@@ -114,12 +114,16 @@ namespace troupe::sched {
 /// Credits a stage grants a sender whose channel sets no `credits:`: its
 /// policy's in-flight bound (`limit`, at least 2 buffers, so a sender can work
 /// one ahead), or 8 for a policy without a bound (0).
-inline int default_credits(int limit) { return limit > 0 ? (limit < 2 ? 2 : limit) : 8; }
+inline int default_credits(int limit) {
+  return limit > 0 ? (limit < 2 ? 2 : limit) : 8;
+}
 
 /// Credits the loss stage grants the router for targets when the channel sets
 /// none: targets are small, and the router must run a pipeline's depth ahead of
 /// the loss, so 4 per stage actor.
-inline int default_target_credits(int stage_actors) { return 4 * stage_actors; }
+inline int default_target_credits(int stage_actors) {
+  return 4 * stage_actors;
+}
 
 /// The credits stage actor `me` grants on a `chain` route when the graph sets
 /// no `credits:`: each sender of its inputs 0 (the policy's default), the

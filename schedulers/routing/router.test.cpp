@@ -61,17 +61,17 @@ TEST_CASE("the router emits only what its receivers' credits allow, tokens and t
   router_config c{{1, 2, 3}, 4, 2, 0, 10};
   auto policy = make_routing("chain", stages(3));
   router_core r(c, std::move(*policy));
-  CHECK(!r.next());  // no credit yet
+  CHECK(!r.next()); // no credit yet
   r.grant(1, 2);
-  CHECK(!r.next());  // the first hop has credit, the loss hop (targets) not
+  CHECK(!r.next()); // the first hop has credit, the loss hop (targets) not
   r.grant(3, 1);
   auto e = r.next();
   REQUIRE(e);
   CHECK(e->microbatch == 0);
-  CHECK(!r.next());  // the targets' credit is spent
+  CHECK(!r.next()); // the targets' credit is spent
   r.grant(3, 5);
   REQUIRE(r.next());
-  CHECK(!r.next());  // the first hop's two credits are spent
+  CHECK(!r.next()); // the first hop's two credits are spent
   CHECK(r.credits(1) == 0);
   CHECK(r.credits(3) == 4);
 }
@@ -94,8 +94,8 @@ TEST_CASE("each step's first microbatch carries every stage's plan, counting the
   }
   CHECK(r.done());
   REQUIRE(hops.size() == 2);
-  CHECK(hops[0] == std::map<int, int>{{1, 3}, {2, 2}, {3, 1}, {4, 3}});  // paths 0, 1, 0
-  CHECK(hops[1] == std::map<int, int>{{1, 3}, {2, 1}, {3, 2}, {4, 3}});  // paths 1, 0, 1
+  CHECK(hops[0] == std::map<int, int>{{1, 3}, {2, 2}, {3, 1}, {4, 3}}); // paths 0, 1, 0
+  CHECK(hops[1] == std::map<int, int>{{1, 3}, {2, 1}, {3, 2}, {4, 3}}); // paths 1, 0, 1
 }
 
 TEST_CASE("with replicas a step goes round them: replica k mod R, microbatch k div R, global tokens in the plans") {
@@ -137,31 +137,31 @@ TEST_CASE("a replica that leaves local-update training: its microbatches and pla
   routing_params rp;
   rp.layers = 2;
   rp.replicas = 2;
-  for (int r = 0; r < 2; ++r)  // r0s0 = 1, r0s1 = 2, r1s0 = 3, r1s1 = 4
+  for (int r = 0; r < 2; ++r) // r0s0 = 1, r0s1 = 2, r1s0 = 3, r1s1 = 4
     for (int s = 0; s < 2; ++s)
       rp.stages.push_back({1 + 2 * r + s, fmt::format("r{}s{}", r, s), {{s, s + 1}}, r});
-  router_config rc{{1, 2, 3, 4}, 2, 3, 0, 10, 2};  // 2 microbatches a replica, 3 steps, 2 replicas
+  router_config rc{{1, 2, 3, 4}, 2, 3, 0, 10, 2}; // 2 microbatches a replica, 3 steps, 2 replicas
   rc.independent_replicas = true;
   auto policy = make_routing("chain", rp);
   REQUIRE(policy);
   router_core router(rc, std::move(*policy));
   for (int a : {1, 2, 3, 4})
     router.grant(a, 100);
-  auto first = router.next();  // step 0, replica 0: plans for both replicas
+  auto first = router.next(); // step 0, replica 0: plans for both replicas
   REQUIRE(first);
   CHECK(first->plans.size() == 4);
-  router.drop_replica(0);  // evaluation moves to replica 1's chain
+  router.drop_replica(0); // evaluation moves to replica 1's chain
   CHECK(router.eval_route().front().actor == 3);
   int made = 0, ends = 0;
   while (auto e = router.next()) {
     ++made;
     ends += e->step_end;
-    CHECK(e->route.front().actor == 3);  // replica 1 only
+    CHECK(e->route.front().actor == 3); // replica 1 only
     for (const auto& [actor, plan] : e->plans)
-      CHECK(actor >= 3);                 // no plans for the stages that left
+      CHECK(actor >= 3); // no plans for the stages that left
   }
   CHECK(router.done());
-  CHECK(made == 2 + 2 + 2);  // replica 1's 2 of step 0, then of steps 1 and 2
-  CHECK(ends == 3);          // every step still ends, on replica 1's last microbatch
-  CHECK_THROWS_AS(router.drop_replica(1), std::invalid_argument);  // not the last one
+  CHECK(made == 2 + 2 + 2); // replica 1's 2 of step 0, then of steps 1 and 2
+  CHECK(ends == 3);         // every step still ends, on replica 1's last microbatch
+  CHECK_THROWS_AS(router.drop_replica(1), std::invalid_argument); // not the last one
 }

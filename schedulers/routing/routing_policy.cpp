@@ -74,8 +74,8 @@ expected<hop> parse_hop(const routing_params& p, const std::string& text) {
   for (const auto& s : p.stages) {
     if (s.name == text)
       return s.chunks.size() == 1 ? expected<hop>{hop{s.actor, 0}}
-                                  : make_sched_error(fmt::format("paths: '{}' holds {} chunks; name one as {}.C",
-                                                                 text, s.chunks.size(), text));
+                                  : make_sched_error(fmt::format("paths: '{}' holds {} chunks; name one as {}.C", text,
+                                                                 s.chunks.size(), text));
     if (dot != std::string::npos && s.name == text.substr(0, dot)) {
       int c = -1;
       try {
@@ -139,14 +139,14 @@ expected<route_t> layer_order_route(const routing_params& p, int replica) {
   for (const auto& s : p.stages)
     if (s.replica == replica)
       for (std::size_t c = 0; c < s.chunks.size(); ++c)
-      all.push_back({s.chunks[c], hop{s.actor, static_cast<std::int32_t>(c)}});
+        all.push_back({s.chunks[c], hop{s.actor, static_cast<std::int32_t>(c)}});
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   route_t r;
   int next = 0;
   for (const auto& [layers, h] : all) {
     if (layers.first != next)
-      return make_sched_error(fmt::format("chain: layers [{}, {}) are held by no stage, or by two", next,
-                                          layers.first));
+      return make_sched_error(
+        fmt::format("chain: layers [{}, {}) are held by no stage, or by two", next, layers.first));
     next = layers.second;
     r.push_back(h);
   }
@@ -161,8 +161,8 @@ expected<void> check_route(const route_t& r, const routing_params& p) {
   std::set<std::pair<int, int>> seen;
   for (const auto& h : r) {
     if (!layers_of(p, h))
-      return make_sched_error(fmt::format("route {}: actor {} chunk {} is no pipeline stage chunk",
-                                          route_names(p, r), h.actor, h.chunk));
+      return make_sched_error(
+        fmt::format("route {}: actor {} chunk {} is no pipeline stage chunk", route_names(p, r), h.actor, h.chunk));
     if (!seen.insert({h.actor, h.chunk}).second)
       return make_sched_error(fmt::format("route {}: visits {} twice", route_names(p, r), hop_name(p, h)));
   }
@@ -193,8 +193,8 @@ std::string route_text(const routing_params& params, const route_t& r) {
 expected<routing_ptr> make_routing(std::string_view name, const routing_params& params) {
   if (auto e = the_registry().find(name))
     return e->factory(params);
-  return make_sched_error(fmt::format("unknown routing policy '{}' (known: {})", name,
-                                      fmt::join(routing_names(), ", ")));
+  return make_sched_error(
+    fmt::format("unknown routing policy '{}' (known: {})", name, fmt::join(routing_names(), ", ")));
 }
 
 namespace {

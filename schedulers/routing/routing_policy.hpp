@@ -18,19 +18,19 @@ namespace troupe::sched {
 
 /// A stage actor as a router sees it.
 struct route_stage {
-  int actor = 0;                              ///< index in the graph's actor list
+  int actor = 0; ///< index in the graph's actor list
   std::string name;
-  std::vector<std::pair<int, int>> chunks;    ///< layers [begin, end) of each model chunk
-  int replica = 0;                            ///< its data-parallel replica (each holds the whole model)
+  std::vector<std::pair<int, int>> chunks; ///< layers [begin, end) of each model chunk
+  int replica = 0;                         ///< its data-parallel replica (each holds the whole model)
 };
 
 /// Everything a routing-policy factory may use.
 struct routing_params {
-  std::vector<route_stage> stages;            ///< every stage actor of the graph
-  int layers = 0;                             ///< model.layers
+  std::vector<route_stage> stages; ///< every stage actor of the graph
+  int layers = 0;                  ///< model.layers
   /// For `paths`: each path as actor names (`s2`, or `s2.1` for chunk 1 of s2).
   std::vector<std::vector<std::string>> paths;
-  std::map<std::string, std::string> options;  ///< free-form settings for plugin policies
+  std::map<std::string, std::string> options; ///< free-form settings for plugin policies
   /// Data-parallel replicas: a step's microbatch k (0 .. replicas × microbatches - 1,
   /// the `microbatch` route() is given) belongs to replica k mod replicas.
   int replicas = 1;

@@ -12,8 +12,7 @@ namespace {
 
 class skippipe_routing : public routing_policy {
 public:
-  skippipe_routing(std::vector<route_t> paths, route_t full)
-      : paths_(std::move(paths)), full_(std::move(full)) {}
+  skippipe_routing(std::vector<route_t> paths, route_t full) : paths_(std::move(paths)), full_(std::move(full)) {}
   std::string_view name() const override { return "skippipe"; }
   route_t route(std::int64_t, int microbatch, std::int64_t) override {
     return paths_[static_cast<std::size_t>(microbatch) % paths_.size()];
@@ -39,18 +38,16 @@ expected<routing_ptr> make_skippipe_routing(const routing_params& p) {
     return chains.error();
   const auto& first = chains->front();
   if (first.size() < 3 || first.front().actor != first.back().actor)
-    return make_sched_error(
-        fmt::format("skippipe routing: each replica's chain must start and end on stage 0 "
-                    "(the embedding, then the head as its second chunk), got {}",
-                    route_text(p, first)));
+    return make_sched_error(fmt::format("skippipe routing: each replica's chain must start and end on stage 0 "
+                                        "(the embedding, then the head as its second chunk), got {}",
+                                        route_text(p, first)));
   const int positions = static_cast<int>(first.size()) - 1; // the head chunk is stage 0 again
   std::map<std::pair<int, int>, int> where; // (actor, chunk) -> place in its chain (the head chunk: last)
   for (std::size_t rep = 0; rep < chains->size(); ++rep) {
     const auto& c = (*chains)[rep];
     if (static_cast<int>(c.size()) != positions + 1 || c.front().actor != c.back().actor)
-      return make_sched_error(
-          fmt::format("skippipe routing: replica {}'s chain {} differs from replica 0's {}", rep,
-                      route_text(p, c), route_text(p, first)));
+      return make_sched_error(fmt::format("skippipe routing: replica {}'s chain {} differs from replica 0's {}", rep,
+                                          route_text(p, c), route_text(p, first)));
     for (std::size_t i = 0; i < c.size(); ++i)
       where[{c[i].actor, c[i].chunk}] = static_cast<int>(i);
   }
@@ -73,8 +70,7 @@ expected<routing_ptr> make_skippipe_routing(const routing_params& p) {
       return make_sched_error(fmt::format("skippipe routing: path {} {}: {}", k, route_text(p, *r), why));
     };
     if (static_cast<int>(r->size()) != length + 1)
-      return fail(
-          fmt::format("visits {} stages, path_length is {}", static_cast<int>(r->size()) - 1, length));
+      return fail(fmt::format("visits {} stages, path_length is {}", static_cast<int>(r->size()) - 1, length));
     auto start = where.find({r->front().actor, r->front().chunk});
     auto end = where.find({r->back().actor, r->back().chunk});
     if (start == where.end() || start->second != 0)

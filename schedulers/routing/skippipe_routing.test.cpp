@@ -38,8 +38,7 @@ std::string refusal(const routing_params& rp) {
 } // namespace
 
 TEST_CASE("skippipe routes follow the planned path of each microbatch of a step, back to its start's head") {
-  auto p = make_skippipe_routing(
-      grid({{"r0s0.0", "r1s2", "r0s1", "r0s0.1"}, {"r1s0.0", "r0s3", "r1s1", "r1s0.1"}}));
+  auto p = make_skippipe_routing(grid({{"r0s0.0", "r1s2", "r0s1", "r0s0.1"}, {"r1s0.0", "r0s3", "r1s1", "r1s0.1"}}));
   REQUIRE(p);
   CHECK((*p)->route(0, 0, 0) == route_t{{1, 0}, {7, 0}, {2, 0}, {1, 1}});
   CHECK((*p)->route(0, 1, 1) == route_t{{5, 0}, {4, 0}, {6, 0}, {5, 1}});
@@ -52,8 +51,7 @@ TEST_CASE("skippipe routes follow the planned path of each microbatch of a step,
 }
 
 TEST_CASE("a router on skippipe routes plans every stage's hops, the unvisited ones none") {
-  auto p = make_skippipe_routing(
-      grid({{"r0s0.0", "r1s2", "r0s1", "r0s0.1"}, {"r1s0.0", "r0s3", "r1s1", "r1s0.1"}}));
+  auto p = make_skippipe_routing(grid({{"r0s0.0", "r1s2", "r0s1", "r0s0.1"}, {"r1s0.0", "r0s3", "r1s1", "r1s0.1"}}));
   REQUIRE(p);
   router_config cfg;
   for (int a = 1; a <= 8; ++a)
@@ -73,17 +71,13 @@ TEST_CASE("a router on skippipe routes plans every stage's hops, the unvisited o
 }
 
 TEST_CASE("skippipe refuses paths that break SkipPipe's invariants, naming the path") {
-  CHECK(refusal(grid({{"r0s0.0", "r0s1", "r0s0.1"}})).find("visits 2 stages, path_length is 3") !=
-        std::string::npos);
-  CHECK(refusal(grid({{"r0s1", "r0s2", "r0s3", "r0s0.1"}})).find("must start at stage 0") !=
-        std::string::npos);
-  CHECK(refusal(grid({{"r0s0.0", "r0s1", "r0s2", "r1s0.1"}}))
-            .find("must end at the head of the stage 0 it started on") != std::string::npos);
-  CHECK(refusal(grid({{"r0s0.0", "r0s2", "r1s2", "r0s0.1"}})).find("visits stage 2 twice") !=
-        std::string::npos);
-  CHECK(refusal(grid({{"r0s0.0", "r1s0.0", "r0s2", "r0s0.1"}})).find("visits stage 0 twice") !=
-        std::string::npos);
-  CHECK(refusal(grid({{"r0s0.0", "r0s9", "r0s2", "r0s0.1"}})).find("no pipeline stage 'r0s9'") !=
-        std::string::npos);
+  CHECK(refusal(grid({{"r0s0.0", "r0s1", "r0s0.1"}})).find("visits 2 stages, path_length is 3") != std::string::npos);
+  CHECK(refusal(grid({{"r0s1", "r0s2", "r0s3", "r0s0.1"}})).find("must start at stage 0") != std::string::npos);
+  CHECK(
+    refusal(grid({{"r0s0.0", "r0s1", "r0s2", "r1s0.1"}})).find("must end at the head of the stage 0 it started on") !=
+    std::string::npos);
+  CHECK(refusal(grid({{"r0s0.0", "r0s2", "r1s2", "r0s0.1"}})).find("visits stage 2 twice") != std::string::npos);
+  CHECK(refusal(grid({{"r0s0.0", "r1s0.0", "r0s2", "r0s0.1"}})).find("visits stage 0 twice") != std::string::npos);
+  CHECK(refusal(grid({{"r0s0.0", "r0s9", "r0s2", "r0s0.1"}})).find("no pipeline stage 'r0s9'") != std::string::npos);
   CHECK(refusal(grid({})).find("no planned paths") != std::string::npos);
 }

@@ -7,8 +7,7 @@
 
 namespace troupe::sched {
 
-attention_costs attention_costs_of(const transformer_shape& m, const cost_settings& s,
-                                   const link_spec& link) {
+attention_costs attention_costs_of(const transformer_shape& m, const cost_settings& s, const link_spec& link) {
   const auto& d = s.device;
   const double t = s.tensor_parallel, peak = d.peak(s.dtype), h = m.hidden;
   const double value = s.dtype == "f32" ? 4.0 : 2.0;
@@ -43,8 +42,7 @@ std::vector<double> bytes_by_server(const attention_plan& plan, std::size_t serv
 
 } // namespace
 
-round_time price_round(const round_documents& docs, const attention_costs& c, bool in_place,
-                       double tolerance) {
+round_time price_round(const round_documents& docs, const attention_costs& c, bool in_place, double tolerance) {
   const std::size_t replicas = docs.size(), nanos = docs.empty() ? 0 : docs.front().size();
   round_time out;
   out.before.assign(replicas, 0);

@@ -49,7 +49,6 @@ struct round_time {
 /// nano-batches on it (with one nano-batch, exposed); every replica waits for
 /// the slowest server, whose answers it needs. The backward moves twice the
 /// bytes (q, k, v, the output gradient there; their gradients back).
-round_time price_round(const round_documents& docs, const attention_costs& c, bool in_place,
-                       double tolerance);
+round_time price_round(const round_documents& docs, const attention_costs& c, bool in_place, double tolerance);
 
 } // namespace troupe::sched

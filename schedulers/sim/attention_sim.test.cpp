@@ -75,8 +75,7 @@ TEST_CASE("one document spread over many servers can cost more than it saves on 
 }
 
 TEST_CASE("uniform documents take the same time colocated and in place, moving nothing") {
-  round_documents docs(
-      8, std::vector<std::vector<std::int64_t>>(2, std::vector<std::int64_t>{8192, 8192, 16384}));
+  round_documents docs(8, std::vector<std::vector<std::int64_t>>(2, std::vector<std::int64_t>{8192, 8192, 16384}));
   const auto c = a100_costs();
   auto colocated = price_round(docs, c, false, 0.1);
   auto in_place = price_round(docs, c, true, 0.1);

@@ -25,8 +25,8 @@ TEST_CASE("10,000 simulated devices run 10 steps in under 8 GB") {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   double rss_gb = static_cast<double>(u.ru_maxrss) / 1024 / 1024;
-  MESSAGE(fmt::format("{} devices, {} events in {:.2f} s ({:.3g} events/s), peak RSS {:.2f} GB", r->devices,
-                      r->events, r->wall_s, r->events / r->wall_s, rss_gb));
+  MESSAGE(fmt::format("{} devices, {} events in {:.2f} s ({:.3g} events/s), peak RSS {:.2f} GB", r->devices, r->events,
+                      r->wall_s, r->events / r->wall_s, rss_gb));
   CHECK(r->devices == 10000);
   CHECK(rss_gb < 8);
   WARN(r->wall_s < 60);

@@ -31,7 +31,7 @@ double peak_rss_mb() {
 
 cluster_config grid(int stages, int replicas, int steps) {
   cluster_config c;
-  c.model = {32, 2048, 16, 2048, 51200, 2};  // examples/sim/10k_devices.yaml
+  c.model = {32, 2048, 16, 2048, 51200, 2}; // examples/sim/10k_devices.yaml
   c.costs.device = *device_preset("h100_sxm");
   c.costs.network = default_network("h100_sxm");
   c.replicas = replicas;

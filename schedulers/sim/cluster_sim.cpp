@@ -56,14 +56,13 @@ void cluster::pump(int r) {
     });
     if (tail != head && !least_loaded_)
       deliver(self, tail, 0, [this, tail, id, step, mb] {
-        admitted(tail, step,
-                 [this, tail, id, step, mb] { stage(tail).on_batch(meta(id, step, mb, 0), false, true); });
+        admitted(tail, step, [this, tail, id, step, mb] { stage(tail).on_batch(meta(id, step, mb, 0), false, true); });
       });
   }
 }
 
 void cluster::compute(int a, double work, event_fn done) {
-  last_work_ = std::max(last_work_, now_ + work);  // exact on devices of their own (the skip case)
+  last_work_ = std::max(last_work_, now_ + work); // exact on devices of their own (the skip case)
   if (hosts_.empty()) {
     events_.post(now_ + work, std::move(done));
     return;
@@ -92,7 +91,7 @@ void cluster::replan(std::size_t node) {
   events_.post(now_ + std::max(first, 0.0) / host_rate(h), [this, node, g = ++h.generation] {
     auto& h = hosts_[node];
     if (h.generation != g)
-      return;  // a job started or ended since: replanned
+      return; // a job started or ended since: replanned
     advance(h);
     // Every job within rounding of its end finishes now, in the order they started.
     std::vector<event_fn> done;
@@ -126,25 +125,34 @@ expected<void> cluster::start_work(int a) {
   auto& peak = peak_in_flight_[static_cast<std::size_t>(a)];
   peak = std::max(peak, q.in_flight());
   int pos = position_of(a);
-  const auto& cc = (task->loss ? head_costs_ : costs_)[static_cast<std::size_t>(pos)][static_cast<std::size_t>(task->chunk)];
+  const auto& cc =
+    (task->loss ? head_costs_ : costs_)[static_cast<std::size_t>(pos)][static_cast<std::size_t>(task->chunk)];
   double cost = 0;
   switch (task->what.kind) {
-    case op_kind::forward: cost = cc.forward; break;
-    case op_kind::backward: cost = cc.backward; break;
-    case op_kind::input_grad: cost = cc.backward - cc.weight; break;
-    case op_kind::weight_grad: cost = cc.weight; break;
+  case op_kind::forward:
+    cost = cc.forward;
+    break;
+  case op_kind::backward:
+    cost = cc.backward;
+    break;
+  case op_kind::input_grad:
+    cost = cc.backward - cc.weight;
+    break;
+  case op_kind::weight_grad:
+    cost = cc.weight;
+    break;
   }
   if (c_.action_cost)
-    cost = c_.action_cost(replica_of(a), pos, task->step, task->what.microbatch,
-                          static_cast<char>(task->what.kind), cost);
+    cost =
+      c_.action_cost(replica_of(a), pos, task->step, task->what.microbatch, static_cast<char>(task->what.kind), cost);
   cost = cost * slowdown_[static_cast<std::size_t>(a)] + c_.costs.device.action_overhead;
   forwards_[static_cast<std::size_t>(a)] += task->what.kind == op_kind::forward;
   busy_[static_cast<std::size_t>(a)] += cost;
   // The span ends when the compute does: at once known on a device of its own, later on shared cores.
   compute(a, cost, [this, a, t = *task, begin = now_] {
     if (traced(replica_of(a)))
-      c_.on_span({replica_of(a), position_of(a), static_cast<char>(t.what.kind), t.step, t.what.microbatch, begin,
-                  now_});
+      c_.on_span(
+        {replica_of(a), position_of(a), static_cast<char>(t.what.kind), t.step, t.what.microbatch, begin, now_});
     stage(a).finish(t);
     touch(a);
   });
@@ -265,7 +273,8 @@ cluster_config equal_stage_cluster(int stages, int replicas, int microbatches, i
 expected<cluster_result> simulate_cluster(const cluster_config& c) {
   if (c.stages.empty() || c.replicas < 1 || c.microbatches < 1 || c.steps < 1)
     return make_sched_error(fmt::format("simulate: stages ({}), replicas ({}), microbatches ({}) and steps ({}) must "
-                                        "be at least 1", c.stages.size(), c.replicas, c.microbatches, c.steps));
+                                        "be at least 1",
+                                        c.stages.size(), c.replicas, c.microbatches, c.steps));
   if (c.costs.tensor_parallel < 1 || c.costs.device.peak(c.costs.dtype) <= 0 || c.costs.device.memory_bandwidth <= 0)
     return make_sched_error("simulate: tensor_parallel must be at least 1 and the device's peak and memory "
                             "bandwidth positive");
@@ -274,7 +283,8 @@ expected<cluster_result> simulate_cluster(const cluster_config& c) {
   if (c.skip.present && (c.route != "own" || c.skip.links.size() != slots ||
                          !std::all_of(c.skip.links.begin(), c.skip.links.end(), square)))
     return make_sched_error(fmt::format("simulate: SkipPipe's nodes need route own and {} x {} links (a slot "
-                                        "per stage actor)", slots, slots));
+                                        "per stage actor)",
+                                        slots, slots));
   if (c.route != "own" && c.route != "least_loaded")
     return make_sched_error(fmt::format("simulate: unknown route '{}' (known: own, least_loaded)", c.route));
   const auto v = c.stages.front().chunks.size();
@@ -283,7 +293,8 @@ expected<cluster_result> simulate_cluster(const cluster_config& c) {
   for (const auto& s : c.stages)
     if (s.chunks.size() != v && !c.skip.present)
       return make_sched_error(fmt::format("simulate: every stage needs the same number of chunks ({} has {}, {} has "
-                                          "{})", c.stages.front().name, v, s.name, s.chunks.size()));
+                                          "{})",
+                                          c.stages.front().name, v, s.name, s.chunks.size()));
   return cluster{c}.run();
 }
 

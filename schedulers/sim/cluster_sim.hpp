@@ -23,28 +23,28 @@ struct sim_span {
   int position = 0;
   char kind = 'F';
   std::int64_t step = 0;
-  int microbatch = -1;  ///< -1 for an all-reduce
-  double begin = 0, end = 0;  ///< simulated seconds
+  int microbatch = -1;       ///< -1 for an all-reduce
+  double begin = 0, end = 0; ///< simulated seconds
 };
 
 /// One simulated cluster: `stages` is one replica's stage actors (their names
 /// and model chunks; actor numbers are assigned here), repeated `replicas` times.
 struct cluster_config {
-  transformer_shape model;        ///< model.microbatch is b, sequences per microbatch
-  cost_settings costs;            ///< device, links, tensor parallelism, recomputation
-  int replicas = 1;               ///< d: data-parallel replicas of the whole pipeline
-  int microbatches = 1;           ///< m: per replica per step
+  transformer_shape model; ///< model.microbatch is b, sequences per microbatch
+  cost_settings costs;     ///< device, links, tensor parallelism, recomputation
+  int replicas = 1;        ///< d: data-parallel replicas of the whole pipeline
+  int microbatches = 1;    ///< m: per replica per step
   std::int64_t steps = 1;
-  std::string policy = "1f1b";    ///< the stage policy (a registered name)
+  std::string policy = "1f1b"; ///< the stage policy (a registered name)
   std::map<std::string, std::string> policy_options;
   /// Options of one position's stages (by position), over policy_options.
   std::map<int, std::map<std::string, std::string>> stage_policy_options;
-  std::string routing = "chain";  ///< the routing policy
-  std::vector<std::vector<std::string>> paths;  ///< for `paths`
-  std::vector<route_stage> stages;  ///< one replica, in pipeline order (their `actor` is ignored)
-  double gradient_bytes = 4;      ///< per parameter in the data-parallel all-reduce (f32 main gradients)
-  double activation_bytes = 2;    ///< per value sent between stages (bf16)
-  bool reduce_norm = true;        ///< global-norm clipping: each replica's stages reduce Σg² every step
+  std::string routing = "chain";               ///< the routing policy
+  std::vector<std::vector<std::string>> paths; ///< for `paths`
+  std::vector<route_stage> stages;             ///< one replica, in pipeline order (their `actor` is ignored)
+  double gradient_bytes = 4;                   ///< per parameter in the data-parallel all-reduce (f32 main gradients)
+  double activation_bytes = 2;                 ///< per value sent between stages (bf16)
+  bool reduce_norm = true;                     ///< global-norm clipping: each replica's stages reduce Σg² every step
   /// `own`: a microbatch stays on its replica's chain; `least_loaded`: each
   /// stage sends an output to the replica of the next position likely to finish
   /// it first (data_parallel.route; schedulers/routing/least_loaded.hpp).
@@ -75,7 +75,7 @@ struct cluster_config {
     int path_length = 0;
     /// Between the stage actors of slots a and b (slot = replica · stages + position).
     std::vector<std::vector<link_spec>> links;
-    double hop_overhead = 0;  ///< seconds (SkipPipe's copies between host and GPU)
+    double hop_overhead = 0; ///< seconds (SkipPipe's copies between host and GPU)
   } skip;
 };
 
@@ -83,34 +83,34 @@ struct cluster_config {
 struct position_result {
   std::string name;
   int layers = 0;
-  double busy = 0;            ///< compute seconds, summed over the replicas
-  int peak_in_flight = 0;     ///< most activations held at once, over the replicas
-  double parameters = 0;      ///< of the stage (all t devices together)
-  double memory_bytes = 0;    ///< per device: model states + peak activations
-  double allreduce_s = 0;     ///< one data-parallel ring all-reduce of its gradients
+  double busy = 0;         ///< compute seconds, summed over the replicas
+  int peak_in_flight = 0;  ///< most activations held at once, over the replicas
+  double parameters = 0;   ///< of the stage (all t devices together)
+  double memory_bytes = 0; ///< per device: model states + peak activations
+  double allreduce_s = 0;  ///< one data-parallel ring all-reduce of its gradients
 };
 
 /// What the simulation measured.
 struct cluster_result {
-  double makespan = 0;        ///< simulated seconds of all steps
-  double iteration_s = 0;     ///< makespan / steps
-  double busy = 0;            ///< compute seconds over all stage actors
+  double makespan = 0;    ///< simulated seconds of all steps
+  double iteration_s = 0; ///< makespan / steps
+  double busy = 0;        ///< compute seconds over all stage actors
   /// Idle share of the stage actors' time, 1 - busy / (stage actors x makespan):
   /// the pipeline bubble plus waiting for the data-parallel all-reduce.
   double bubble_fraction = 0;
-  double sync_wait_s = 0;     ///< per step: gradients complete everywhere -> all-reduces done (critical path)
+  double sync_wait_s = 0; ///< per step: gradients complete everywhere -> all-reduces done (critical path)
   int stage_actors = 0;
-  std::int64_t devices = 0;   ///< stage actors x t
+  std::int64_t devices = 0; ///< stage actors x t
   std::int64_t tokens_per_step = 0;
-  double flops_per_step = 0;        ///< Megatron's count (with the recomputed forward when recomputing)
-  double model_flops_per_step = 0;  ///< without recomputation (for MFU)
+  double flops_per_step = 0;       ///< Megatron's count (with the recomputed forward when recomputing)
+  double model_flops_per_step = 0; ///< without recomputation (for MFU)
   double parameters = 0;
-  double peak_flops = 0;            ///< per device, in the settings' dtype
+  double peak_flops = 0; ///< per device, in the settings' dtype
   std::uint64_t events = 0;
   std::uint64_t messages = 0;
-  double p2p_bytes = 0;             ///< activations and gradients between stages
-  double allreduce_bytes = 0;       ///< bytes each device sends in the step's all-reduces, summed
-  double wall_s = 0;                ///< real seconds the simulation took
+  double p2p_bytes = 0;       ///< activations and gradients between stages
+  double allreduce_bytes = 0; ///< bytes each device sends in the step's all-reduces, summed
+  double wall_s = 0;          ///< real seconds the simulation took
   std::vector<position_result> positions;
   /// Forwards each stage actor ran over the run, by name (`r0s1`): where routing sent the work.
   std::map<std::string, int> forwards;

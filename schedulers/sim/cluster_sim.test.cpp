@@ -64,7 +64,7 @@ TEST_CASE("The data-parallel ring adds 2(n-1)/n gradient bytes/bandwidth + 2(n-1
   auto alone = simulate_cluster(c);
   REQUIRE(alone);
   for (int n : {2, 8, 32}) {
-    c.replicas = n;  // 8 replicas fill a node; 32 span four
+    c.replicas = n; // 8 replicas fill a node; 32 span four
     auto r = simulate_cluster(c);
     REQUIRE_MESSAGE(r, r.error().message);
     double bytes = 4 * stage_parameters(c.model, c.model.layers, true);
@@ -80,7 +80,7 @@ TEST_CASE("The ring's slowest link is the widest boundary its replicas cross: no
   auto c = equal_stages(1, 1);
   const link_spec node{5e-6, 300e9}, nodes{1e-5, 25e9}, wide{30e-3, 1.25e9};
   c.costs.network = {8, node, nodes, wide};
-  c.replicas = 32;  // devices 0..31: four nodes of 8
+  c.replicas = 32; // devices 0..31: four nodes of 8
   double bytes = 4 * stage_parameters(c.model, c.model.layers, true);
   auto ring = [&](const link_spec& l) { return 2.0 * 31 / 32 * bytes / l.bandwidth + 2.0 * 31 * l.latency; };
   for (auto [per_site, slowest] : {std::pair{0, nodes}, {4, nodes}, {2, wide}, {1, wide}}) {
@@ -90,7 +90,7 @@ TEST_CASE("The ring's slowest link is the widest boundary its replicas cross: no
     CHECK_MESSAGE(r->positions[0].allreduce_s == doctest::Approx(ring(slowest)).epsilon(1e-12), per_site);
     CHECK(r->sync_wait_s == doctest::Approx(ring(slowest)).epsilon(1e-9));
   }
-  c.replicas = 8;  // one node, whatever the sites
+  c.replicas = 8; // one node, whatever the sites
   c.costs.network.nodes_per_site = 1;
   auto r = simulate_cluster(c);
   REQUIRE(r);

@@ -59,7 +59,7 @@ expected<void> cluster::build() {
       policy_params pp;
       pp.rank = s, pp.ranks = p_, pp.chunks = v, pp.options = c_.policy_options, pp.paths = skip_;
       if (auto own = c_.stage_policy_options.find(s); own != c_.stage_policy_options.end())
-        for (const auto& [k, val] : own->second)  // a position's own options win, as a stage's `policy:` does
+        for (const auto& [k, val] : own->second) // a position's own options win, as a stage's `policy:` does
           pp.options[k] = val;
       auto policy = make_policy(c_.policy, pp);
       if (!policy)
@@ -68,7 +68,7 @@ expected<void> cluster::build() {
       cc.name = fmt::format("r{}s{}", r, s);
       cc.actor = me, cc.rank = s, cc.ranks = p_, cc.chunks = v, cc.router = router, cc.steps = c_.steps;
       cc.reduce_norm = c_.reduce_norm;
-      cc.input_credits = chain_input_credits(chain, me, router, p_);  // as a graph without `credits:`
+      cc.input_credits = chain_input_credits(chain, me, router, p_); // as a graph without `credits:`
       if (skip_) {
         // A path may come from any node: every stage actor may send here, the router to stage 0.
         cc.input_credits.clear();
@@ -99,21 +99,20 @@ expected<void> cluster::build() {
         if (to == me)
           return;
         p2p_bytes_ += message_bytes_;
-        deliver(me, to, message_bytes_, [this, to, step = msg.step, mb = msg.microbatch, hop = msg.hop,
-                                         id = intern(me, msg.route)] {
-          admitted(to, step,
-                   [this, to, id, step, mb, hop] { stage(to).on_activation(meta(id, step, mb, hop)); });
-        });
+        deliver(me, to, message_bytes_,
+                [this, to, step = msg.step, mb = msg.microbatch, hop = msg.hop, id = intern(me, msg.route)] {
+                  admitted(to, step,
+                           [this, to, id, step, mb, hop] { stage(to).on_activation(meta(id, step, mb, hop)); });
+                });
       };
       hk.backward = [this, me](int to, const msg_meta& msg) {
         if (to == me)
           return;
         p2p_bytes_ += message_bytes_;
-        deliver(me, to, message_bytes_, [this, to, step = msg.step, mb = msg.microbatch, hop = msg.hop,
-                                         id = intern(me, msg.route)] {
-          admitted(to, step,
-                   [this, to, id, step, mb, hop] { stage(to).on_gradient(meta(id, step, mb, hop)); });
-        });
+        deliver(me, to, message_bytes_,
+                [this, to, step = msg.step, mb = msg.microbatch, hop = msg.hop, id = intern(me, msg.route)] {
+                  admitted(to, step, [this, to, id, step, mb, hop] { stage(to).on_gradient(meta(id, step, mb, hop)); });
+                });
       };
       hk.credit = [this, me](int to, int count) {
         deliver(me, to, 0, [this, to, me, count, load = stage(me).load()] {

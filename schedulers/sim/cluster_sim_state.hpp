@@ -32,7 +32,7 @@ public:
 private:
   int actor(int replica, int position) const { return replica * (p_ + 1) + 1 + position; }
   int replica_of(int a) const { return a / (p_ + 1); }
-  int position_of(int a) const { return a % (p_ + 1) - 1; }  // -1 for a router
+  int position_of(int a) const { return a % (p_ + 1) - 1; } // -1 for a router
   /// An actor's first device, devices numbered as Megatron ranks them:
   /// tensor-parallel fastest, then data-parallel, then pipeline.
   std::int64_t device_of(int a) const {
@@ -51,7 +51,7 @@ private:
       return 0;
     if (skip_) {
       if (position_of(from) < 0 || position_of(to) < 0)
-        return 0;  // the data loader sits with every start node
+        return 0; // the data loader sits with every start node
       return c_.skip.links[slot(from)][slot(to)].time(bytes) + (bytes > 0 ? c_.skip.hop_overhead : 0.0);
     }
     bool remote = node_of(from) != node_of(to);
@@ -96,7 +96,8 @@ private:
   }
   stage_core& stage(int a) { return *stages_[static_cast<std::size_t>(a)]; }
   bool traced(int replica) const {
-    return c_.on_span && static_cast<std::size_t>(replica) < c_.traced.size() && c_.traced[static_cast<std::size_t>(replica)];
+    return c_.on_span && static_cast<std::size_t>(replica) < c_.traced.size() &&
+           c_.traced[static_cast<std::size_t>(replica)];
   }
   /// The number of `route` among the routes seen so far (a replica's chain is
   /// one); `sender`'s last route is tried first (a stage sends along few).
@@ -104,7 +105,7 @@ private:
     int& last = last_route_[static_cast<std::size_t>(sender)];
     if (last >= 0 && routes_[static_cast<std::size_t>(last)].route == route)
       return last;
-    std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the hops
+    std::uint64_t h = 1469598103934665603ull; // FNV-1a over the hops
     for (const auto& x : route)
       h = (h ^ static_cast<std::uint32_t>(x.actor) ^ (static_cast<std::uint64_t>(x.chunk) << 32)) * 1099511628211ull;
     auto& ids = route_ids_[h];
@@ -132,30 +133,30 @@ private:
   int p_, d_;
   double now_ = 0;
   event_queue events_;
-  std::vector<std::unique_ptr<stage_core>> stages_;  ///< by actor (null for routers)
-  std::vector<std::unique_ptr<router_core>> routers_;  ///< by replica
-  std::vector<std::uint64_t> dirty_;  ///< bitmap: actors that heard something this instant
+  std::vector<std::unique_ptr<stage_core>> stages_;   ///< by actor (null for routers)
+  std::vector<std::unique_ptr<router_core>> routers_; ///< by replica
+  std::vector<std::uint64_t> dirty_;                  ///< bitmap: actors that heard something this instant
   std::size_t dirty_count_ = 0;
-  std::vector<int> work_;              ///< the previous instant's dirty actors, being served
-  std::vector<double> busy_;           ///< by actor
-  std::vector<double> slowdown_;       ///< by actor: its compute's factor
-  std::vector<int> forwards_;          ///< by actor
+  std::vector<int> work_;        ///< the previous instant's dirty actors, being served
+  std::vector<double> busy_;     ///< by actor
+  std::vector<double> slowdown_; ///< by actor: its compute's factor
+  std::vector<int> forwards_;    ///< by actor
   bool least_loaded_ = c_.route == "least_loaded";
   bool skip_ = c_.skip.present;
-  std::vector<int> peak_in_flight_;    ///< by actor
-  std::vector<std::vector<chunk_costs>> costs_, head_costs_;  ///< by position, chunk
-  std::vector<double> allreduce_;      ///< by position: one ring all-reduce
-  std::vector<double> params_;         ///< by position: the stage's parameters (embeddings on the ends)
-  std::vector<int> joined_;            ///< by position: replicas whose gradients are complete this step
-  int positions_synced_ = 0;           ///< positions whose all-reduce finished this step
-  std::int64_t synced_steps_ = 0;      ///< steps whose every all-reduce finished
-  double last_complete_ = 0;           ///< when the step's last gradients completed
+  std::vector<int> peak_in_flight_;                          ///< by actor
+  std::vector<std::vector<chunk_costs>> costs_, head_costs_; ///< by position, chunk
+  std::vector<double> allreduce_;                            ///< by position: one ring all-reduce
+  std::vector<double> params_;    ///< by position: the stage's parameters (embeddings on the ends)
+  std::vector<int> joined_;       ///< by position: replicas whose gradients are complete this step
+  int positions_synced_ = 0;      ///< positions whose all-reduce finished this step
+  std::int64_t synced_steps_ = 0; ///< steps whose every all-reduce finished
+  double last_complete_ = 0;      ///< when the step's last gradients completed
   double sync_wait_ = 0;
-  double last_work_ = 0;  ///< when the last compute or all-reduce ended
+  double last_work_ = 0; ///< when the last compute or all-reduce ended
   std::uint64_t messages_ = 0;
-  std::deque<msg_meta> routes_;  ///< interned routes (a deque: meta() references stay valid as it grows)
-  std::unordered_map<std::uint64_t, std::vector<int>> route_ids_;  ///< by hash
-  std::vector<int> last_route_;  ///< by actor: the route it sent along last
+  std::deque<msg_meta> routes_; ///< interned routes (a deque: meta() references stay valid as it grows)
+  std::unordered_map<std::uint64_t, std::vector<int>> route_ids_; ///< by hash
+  std::vector<int> last_route_;                                   ///< by actor: the route it sent along last
   double p2p_bytes_ = 0;
   double message_bytes_ = 0;
 
@@ -167,11 +168,11 @@ private:
   /// a start or an end re-plans it (the generation drops the stale one).
   struct host {
     struct job {
-      double work, left;  ///< seconds at full speed: in all, still to do
+      double work, left; ///< seconds at full speed: in all, still to do
       event_fn done;
     };
     std::vector<job> jobs;
-    double since = 0;  ///< when `left` was last brought up to date
+    double since = 0; ///< when `left` was last brought up to date
     std::uint64_t generation = 0;
   };
   double host_rate(const host& h) const {
@@ -185,11 +186,11 @@ private:
   void compute(int a, double work, event_fn done);
   void advance(host& h);
   void replan(std::size_t node);
-  std::unordered_map<std::int64_t, std::size_t> host_of_node_;  ///< by node: index into hosts_
+  std::unordered_map<std::int64_t, std::size_t> host_of_node_; ///< by node: index into hosts_
   std::vector<host> hosts_;
-  std::vector<std::size_t> host_;      ///< by actor: its node's host (with cores)
-  std::vector<double> optimizer_;      ///< by position: one optimizer step
-  std::vector<char> updating_;         ///< by actor: its optimizer step runs
+  std::vector<std::size_t> host_; ///< by actor: its node's host (with cores)
+  std::vector<double> optimizer_; ///< by position: one optimizer step
+  std::vector<char> updating_;    ///< by actor: its optimizer step runs
 };
 
 } // namespace troupe::sched::detail

@@ -57,8 +57,7 @@ expected<device_spec> device_preset(std::string_view name) {
   for (const auto& d : device_presets())
     if (d.name == name)
       return d;
-  return make_sched_error(fmt::format("unknown device '{}' (known: {})", name,
-                                      fmt::join(device_preset_names(), ", ")));
+  return make_sched_error(fmt::format("unknown device '{}' (known: {})", name, fmt::join(device_preset_names(), ", ")));
 }
 
 network_spec default_network(std::string_view device) {
@@ -151,7 +150,7 @@ chunk_costs costs_of(const transformer_shape& m, const cost_settings& s, int lay
     double values = static_cast<double>(m.microbatch) * m.sequence * m.hidden / t;
     c.forward += values * d.embedding_forward;
     c.backward += values * d.embedding_backward;
-    c.weight += values * d.embedding_backward;  // all of it is the table's gradient
+    c.weight += values * d.embedding_backward; // all of it is the table's gradient
   }
   return c;
 }

@@ -16,9 +16,9 @@ namespace troupe::sched {
 
 /// How well a device's kernels reach its peak, per kind of op (0, 1].
 struct op_efficiency {
-  double matmul = 1;       ///< GEMMs: the 24·b·s·h² of a layer and the logits
-  double attention = 1;    ///< QKᵀ and softmax·V: the 4·b·s²·h of a layer
-  double elementwise = 1;  ///< memory-bound ops (layer norm, GELU, softmax, dropout), as a share of memory bandwidth
+  double matmul = 1;      ///< GEMMs: the 24·b·s·h² of a layer and the logits
+  double attention = 1;   ///< QKᵀ and softmax·V: the 4·b·s²·h of a layer
+  double elementwise = 1; ///< memory-bound ops (layer norm, GELU, softmax, dropout), as a share of memory bandwidth
   /// The output head (final norm, logits, softmax and loss) on its 2·b·s·h·V
   /// FLOPs; 0: the matmul efficiency (the presets count only the logits GEMM).
   double head = 0;
@@ -27,11 +27,11 @@ struct op_efficiency {
 /// One device: peak dense FLOP/s per dtype, memory bandwidth and capacity.
 struct device_spec {
   std::string name;
-  double peak_f32 = 0;   ///< FLOP/s
-  double peak_tf32 = 0;  ///< FLOP/s
-  double peak_bf16 = 0;  ///< FLOP/s (f16 is the same on these parts)
-  double memory_bandwidth = 0;  ///< bytes/s
-  double memory_bytes = 0;      ///< capacity
+  double peak_f32 = 0;         ///< FLOP/s
+  double peak_tf32 = 0;        ///< FLOP/s
+  double peak_bf16 = 0;        ///< FLOP/s (f16 is the same on these parts)
+  double memory_bandwidth = 0; ///< bytes/s
+  double memory_bytes = 0;     ///< capacity
   op_efficiency efficiency;
   /// A layer's backward over its forward: 2 for twice the FLOPs (the presets);
   /// measured kernels differ (a calibrated CPU's is what it timed).
@@ -65,8 +65,8 @@ expected<device_spec> device_preset(std::string_view name);
 
 /// A link: a message of n bytes takes latency + n / bandwidth. Bandwidth 0 is unlimited.
 struct link_spec {
-  double latency = 0;    ///< seconds
-  double bandwidth = 0;  ///< bytes/s, per direction, per device
+  double latency = 0;   ///< seconds
+  double bandwidth = 0; ///< bytes/s, per direction, per device
   double time(double bytes) const { return latency + (bandwidth > 0 ? bytes / bandwidth : 0.0); }
 };
 
@@ -78,11 +78,9 @@ struct network_spec {
   link_spec within_node{};
   link_spec between_nodes{};
   link_spec wide_area{};
-  int nodes_per_site = 0;  ///< 0: one site holds every node
+  int nodes_per_site = 0; ///< 0: one site holds every node
   std::int64_t node_of(std::int64_t device) const { return device / std::max(devices_per_node, 1); }
-  std::int64_t site_of(std::int64_t device) const {
-    return nodes_per_site > 0 ? node_of(device) / nodes_per_site : 0;
-  }
+  std::int64_t site_of(std::int64_t device) const { return nodes_per_site > 0 ? node_of(device) / nodes_per_site : 0; }
   /// The link between two devices: the level of the first boundary they cross.
   const link_spec& between(std::int64_t a, std::int64_t b) const {
     return site_of(a) != site_of(b) ? wide_area : node_of(a) != node_of(b) ? between_nodes : within_node;
@@ -100,12 +98,12 @@ double ring_allreduce_time(int n, double bytes, const link_spec& link);
 
 /// The GPT of ops/ (ops/gpt.hpp) as the FLOP formulas see it.
 struct transformer_shape {
-  int layers = 0;      ///< l
-  int hidden = 0;      ///< h
-  int heads = 0;       ///< a
-  int sequence = 0;    ///< s
-  int vocab = 0;       ///< V
-  int microbatch = 1;  ///< b: sequences per microbatch
+  int layers = 0;     ///< l
+  int hidden = 0;     ///< h
+  int heads = 0;      ///< a
+  int sequence = 0;   ///< s
+  int vocab = 0;      ///< V
+  int microbatch = 1; ///< b: sequences per microbatch
 };
 
 /// Forward FLOPs of one layer for one microbatch: 24·b·s·h² (QKV, projection
@@ -139,7 +137,7 @@ double stage_parameters(const transformer_shape& m, int layers, bool embedding);
 /// What a stage's chunk costs, in seconds, per microbatch, on `t` devices of one node.
 struct chunk_costs {
   double forward = 0;
-  double backward = 0;  ///< B = I + W (with recomputation: includes the recomputed forward)
+  double backward = 0; ///< B = I + W (with recomputation: includes the recomputed forward)
   /// W when backward is split (I = backward - weight): half of the backward
   /// without recomputation, so F = I = W on one device, as Qi et al. 2023 assume.
   double weight = 0;
@@ -150,9 +148,9 @@ struct cost_settings {
   device_spec device;
   network_spec network;
   std::string dtype = "bf16";
-  int tensor_parallel = 1;  ///< t: the stage's layers are split over t devices of one node
-  bool recompute = false;   ///< full activation recomputation: the backward runs the forward again
-  bool count_head = true;   ///< the loss stage also runs the output head (logits)
+  int tensor_parallel = 1; ///< t: the stage's layers are split over t devices of one node
+  bool recompute = false;  ///< full activation recomputation: the backward runs the forward again
+  bool count_head = true;  ///< the loss stage also runs the output head (logits)
 };
 
 /// A layer's forward on t devices: FLOPs / t at peak x efficiency, its
@@ -160,8 +158,7 @@ struct cost_settings {
 /// forward, two backward: Shoeybi et al. 2019, Fig. 4) on the node's links;
 /// its backward the device's backward_ratio of that compute. `head` adds the
 /// output head, `embedding` the embedding lookup (device.embedding_*).
-chunk_costs costs_of(const transformer_shape& m, const cost_settings& s, int layers, bool head,
-                     bool embedding = false);
+chunk_costs costs_of(const transformer_shape& m, const cost_settings& s, int layers, bool head, bool embedding = false);
 
 /// The time of one tensor-parallel all-reduce of a layer's output (0 for t = 1).
 double tensor_parallel_allreduce(const transformer_shape& m, const cost_settings& s);

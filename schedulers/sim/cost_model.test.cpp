@@ -26,7 +26,8 @@ TEST_CASE("A layer's forward FLOPs are 24bsh^2 + 4bs^2h, counted by hand") {
 }
 
 TEST_CASE("An iteration's layers and head add up to Megatron's 96 B s l h^2 (1 + s/6h + V/16lh)") {
-  for (auto m : {gpt3(), transformer_shape{128, 25600, 160, 2048, 51200, 1}, transformer_shape{4, 128, 4, 64, 256, 12}}) {
+  for (auto m :
+       {gpt3(), transformer_shape{128, 25600, 160, 2048, 51200, 1}, transformer_shape{4, 128, 4, 64, 256, 12}}) {
     const std::int64_t batch = 1536;
     transformer_shape one = m;
     one.microbatch = 1;
@@ -86,7 +87,7 @@ TEST_CASE("A calibrated device's backward ratio, head efficiency and embedding e
   device_spec d{"cpu", 1e11, 1e11, 1e11, 2e10, 1e10, {1, 1, 1}};
   cost_settings s{d, network_spec{}, "f32", 1, false, true};
   auto plain = costs_of(m, s, 1, false);
-  CHECK(plain.backward == doctest::Approx(2 * plain.forward));  // the presets' 2 x forward
+  CHECK(plain.backward == doctest::Approx(2 * plain.forward)); // the presets' 2 x forward
   s.device.backward_ratio = 2.5;
   CHECK(costs_of(m, s, 1, false).backward == doctest::Approx(2.5 * plain.forward));
   // The head at its own efficiency: half the rate is twice the time.

@@ -20,7 +20,7 @@ class event_fn {
 public:
   event_fn() = default;
   template <class F, class D = std::decay_t<F>, class = std::enable_if_t<!std::is_same_v<D, event_fn>>>
-  event_fn(F&& f) {  // NOLINT: implicit, as std::function
+  event_fn(F&& f) { // NOLINT: implicit, as std::function
     if constexpr (sizeof(D) <= capacity && alignof(D) <= alignof(std::max_align_t) &&
                   std::is_nothrow_move_constructible_v<D>) {
       ::new (static_cast<void*>(buf_)) D(std::forward<F>(f));
@@ -32,7 +32,7 @@ public:
   }
   event_fn(event_fn&& o) noexcept : ops_(o.ops_) {
     if (ops_)
-      ops_->move(buf_, o.buf_);  // leaves nothing in `o` to destroy
+      ops_->move(buf_, o.buf_); // leaves nothing in `o` to destroy
     o.ops_ = nullptr;
   }
   event_fn& operator=(event_fn&& o) noexcept {
@@ -54,22 +54,20 @@ private:
   static constexpr std::size_t capacity = 64;
   struct ops {
     void (*call)(void*);
-    void (*move)(void* to, void* from);  ///< move-constructs at `to`, destroys `from`
+    void (*move)(void* to, void* from); ///< move-constructs at `to`, destroys `from`
     void (*destroy)(void*);
   };
   template <class D>
-  static constexpr ops inplace_ops{
-    [](void* p) { (*static_cast<D*>(p))(); },
-    [](void* to, void* from) {
-      ::new (to) D(std::move(*static_cast<D*>(from)));
-      static_cast<D*>(from)->~D();
-    },
-    [](void* p) { static_cast<D*>(p)->~D(); }};
+  static constexpr ops inplace_ops{[](void* p) { (*static_cast<D*>(p))(); },
+                                   [](void* to, void* from) {
+                                     ::new (to) D(std::move(*static_cast<D*>(from)));
+                                     static_cast<D*>(from)->~D();
+                                   },
+                                   [](void* p) { static_cast<D*>(p)->~D(); }};
   template <class D>
-  static constexpr ops heap_ops{
-    [](void* p) { (**static_cast<D**>(p))(); },
-    [](void* to, void* from) { ::new (to) D*(*static_cast<D**>(from)); },
-    [](void* p) { delete *static_cast<D**>(p); }};
+  static constexpr ops heap_ops{[](void* p) { (**static_cast<D**>(p))(); },
+                                [](void* to, void* from) { ::new (to) D*(*static_cast<D**>(from)); },
+                                [](void* p) { delete *static_cast<D**>(p); }};
   void reset() {
     if (ops_)
       ops_->destroy(buf_);
@@ -141,7 +139,7 @@ public:
 
 private:
   static constexpr std::uint32_t none = 0xffffffffu;
-  static constexpr std::uint32_t block_bits = 12;  ///< 4,096 nodes a block
+  static constexpr std::uint32_t block_bits = 12; ///< 4,096 nodes a block
   struct node {
     event_fn f;
     std::uint32_t next = none;
@@ -162,10 +160,10 @@ private:
   }
 
   std::map<double, bucket> buckets_;
-  std::map<double, bucket>::iterator cached_;  ///< the bucket posted to last (times repeat in runs)
+  std::map<double, bucket>::iterator cached_; ///< the bucket posted to last (times repeat in runs)
   bool cached_valid_ = false;
   std::vector<std::unique_ptr<node[]>> blocks_;
-  std::vector<std::uint32_t> free_;  ///< nodes run and ready for reuse (most recent first: warm in cache)
+  std::vector<std::uint32_t> free_; ///< nodes run and ready for reuse (most recent first: warm in cache)
   std::uint32_t used_ = 0;
   std::size_t size_ = 0;
   std::uint64_t ran_ = 0;

@@ -33,10 +33,18 @@ double factor(const std::vector<double>& f, int i) {
 double operation_cost(const sim_config& c, int rank, const action& a) {
   double base = 0;
   switch (a.kind) {
-    case op_kind::forward: base = c.forward_cost; break;
-    case op_kind::backward: base = c.backward_cost; break;
-    case op_kind::input_grad: base = c.backward_cost - c.weight_cost; break;
-    case op_kind::weight_grad: base = c.weight_cost; break;
+  case op_kind::forward:
+    base = c.forward_cost;
+    break;
+  case op_kind::backward:
+    base = c.backward_cost;
+    break;
+  case op_kind::input_grad:
+    base = c.backward_cost - c.weight_cost;
+    break;
+  case op_kind::weight_grad:
+    base = c.weight_cost;
+    break;
   }
   base /= std::max(c.chunks, 1);
   double cost = base * factor(c.rank_slowdown, rank) * factor(c.microbatch_slowdown, a.microbatch);
@@ -45,7 +53,7 @@ double operation_cost(const sim_config& c, int rank, const action& a) {
     key = splitmix64(key ^ static_cast<std::uint64_t>(a.stage));
     key = splitmix64(key ^ static_cast<std::uint64_t>(static_cast<unsigned char>(a.kind)));
     key = splitmix64(key ^ static_cast<std::uint64_t>(a.microbatch));
-    double u = static_cast<double>(key >> 11) * 0x1.0p-53;  // [0, 1)
+    double u = static_cast<double>(key >> 11) * 0x1.0p-53; // [0, 1)
     cost *= 1.0 + c.jitter * (2.0 * u - 1.0);
   }
   return cost;
@@ -55,15 +63,14 @@ double theoretical_bubble(int p, int m, int v) {
   return static_cast<double>(p - 1) / (static_cast<double>(v) * m + p - 1);
 }
 
-
 // The driver: a router (routing policy `chain`) and one stage_core per rank,
 // exactly as the actors hold them, with messages delayed by `latency` and the
 // cost model standing in for compute. Actor 0 is the router, rank r is actor r + 1.
 expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
   const int p = c.ranks, m = c.microbatches, v = c.chunks;
   if (p < 1 || m < 1 || v < 1)
-    return make_sched_error(fmt::format("simulate: ranks ({}), microbatches ({}) and chunks ({}) must be at least 1",
-                                        p, m, v));
+    return make_sched_error(
+      fmt::format("simulate: ranks ({}), microbatches ({}) and chunks ({}) must be at least 1", p, m, v));
   if (c.forward_cost <= 0 || c.backward_cost <= 0 || c.weight_cost < 0 || c.latency < 0 || c.jitter < 0 ||
       c.jitter >= 1)
     return make_sched_error(fmt::format("simulate: costs must be positive (F={} B={} W={}), latency non-negative "
@@ -80,7 +87,8 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
   }
   if (any_split && c.weight_cost >= c.backward_cost)
     return make_sched_error(fmt::format("simulate: a split backward needs W < B so that I = B - W is positive "
-                                        "(B={}, W={})", c.backward_cost, c.weight_cost));
+                                        "(B={}, W={})",
+                                        c.backward_cost, c.weight_cost));
 
   constexpr int router_actor = 0;
   auto actor_of = [](int rank) { return rank + 1; };
@@ -150,8 +158,8 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
     hk.clip = [&, me](int to, std::int64_t step, double total) {
       send(me, to, [&, to, step, total] { stage(to).on_clip(step, total); });
     };
-    stages.push_back(std::make_unique<stage_core>(std::move(cc), std::move(policies[static_cast<std::size_t>(r)]),
-                                                  std::move(hk)));
+    stages.push_back(
+      std::make_unique<stage_core>(std::move(cc), std::move(policies[static_cast<std::size_t>(r)]), std::move(hk)));
   }
 
   // The router emits what its credits allow: plans first, then tokens and targets.
@@ -167,7 +175,7 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
     }
   };
 
-  std::vector<double> wake(p, -1);  // the wake-up each rank has pending
+  std::vector<double> wake(p, -1); // the wake-up each rank has pending
   try {
     for (auto& s : stages)
       s->start();
@@ -182,7 +190,7 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
         if (!task) {
           if (auto w = s.wake_in(); w && *w > 0 && now + *w != wake[r]) {
             wake[r] = now + *w;
-            events.post(now + *w, [] {});  // only a reason to ask the policies again
+            events.post(now + *w, [] {}); // only a reason to ask the policies again
           }
           continue;
         }
@@ -190,7 +198,8 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
         int limit = out.in_flight_limit[r];
         if (limit > 0 && q.in_flight() > limit)
           return make_sched_error(fmt::format("simulate at t={}: policy {} on rank {} holds {} activations, over "
-                                              "its bound {}", now, s.policy().name(), r, q.in_flight(), limit));
+                                              "its bound {}",
+                                              now, s.policy().name(), r, q.in_flight(), limit));
         out.peak_in_flight[r] = std::max(out.peak_in_flight[r], q.in_flight());
         out.peak_deferred_weight[r] = std::max(out.peak_deferred_weight[r], q.deferred_weight_count());
         out.orders[r].push_back(task->what);
@@ -209,8 +218,7 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
   std::string stuck;
   for (int r = 0; r < p; ++r)
     if (!stages[static_cast<std::size_t>(r)]->training_done())
-      stuck += fmt::format("{}rank {} after {} actions (last: {})", stuck.empty() ? "" : "; ", r,
-                           out.orders[r].size(),
+      stuck += fmt::format("{}rank {} after {} actions (last: {})", stuck.empty() ? "" : "; ", r, out.orders[r].size(),
                            out.orders[r].empty() ? std::string{"none"} : to_string(out.orders[r].back()));
   if (!stuck.empty())
     return make_sched_error(fmt::format("simulate: the pipeline stalled with work left: {}", stuck));

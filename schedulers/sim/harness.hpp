@@ -20,18 +20,18 @@ namespace troupe::sched {
 /// of (seed, stage, kind, microbatch), so an operation costs the same whatever
 /// order a policy runs it in: two policies compared on one seed face the same work.
 struct sim_config {
-  int ranks = 4;         ///< p
-  int microbatches = 8;  ///< m
-  int chunks = 1;        ///< v, model chunks per rank
+  int ranks = 4;        ///< p
+  int microbatches = 8; ///< m
+  int chunks = 1;       ///< v, model chunks per rank
   /// F, B = I + W and W: one microbatch through all of a rank's layers (the papers'
   /// convention: B = 2F, and I = W = F when split). With v chunks a chunk costs 1/v of it.
   double forward_cost = 1;
   double backward_cost = 2;
-  double weight_cost = 1;  ///< W when the policy splits backward (then I = B - W)
-  double latency = 0;        ///< per message between ranks
-  std::vector<double> rank_slowdown;        ///< factor per rank (missing entries are 1)
-  std::vector<double> microbatch_slowdown;  ///< factor per microbatch (missing entries are 1)
-  double jitter = 0;                        ///< relative half-width of the uniform jitter
+  double weight_cost = 1;                  ///< W when the policy splits backward (then I = B - W)
+  double latency = 0;                      ///< per message between ranks
+  std::vector<double> rank_slowdown;       ///< factor per rank (missing entries are 1)
+  std::vector<double> microbatch_slowdown; ///< factor per microbatch (missing entries are 1)
+  double jitter = 0;                       ///< relative half-width of the uniform jitter
   std::uint64_t seed = 0;
 };
 
@@ -44,16 +44,16 @@ struct timed_action {
 
 /// What a simulated step did.
 struct sim_result {
-  std::vector<std::vector<action>> orders;          ///< per rank, in execution order
-  std::vector<std::vector<timed_action>> timeline;  ///< per rank
-  double makespan = 0;                              ///< time the last action ended
-  double busy = 0;                                  ///< summed durations over all ranks
+  std::vector<std::vector<action>> orders;         ///< per rank, in execution order
+  std::vector<std::vector<timed_action>> timeline; ///< per rank
+  double makespan = 0;                             ///< time the last action ended
+  double busy = 0;                                 ///< summed durations over all ranks
   /// Idle share of the ranks' time: 1 - busy / (ranks * makespan). With no
   /// latency GPipe and 1F1B reach (p-1)/(m+p-1) for any F:B ratio.
   double bubble_fraction = 0;
-  std::vector<int> peak_in_flight;     ///< most activations held at once, per rank
-  std::vector<int> in_flight_limit;    ///< each rank's policy bound (0 = none)
-  std::vector<int> peak_deferred_weight;  ///< most deferred W passes at once, per rank
+  std::vector<int> peak_in_flight;       ///< most activations held at once, per rank
+  std::vector<int> in_flight_limit;      ///< each rank's policy bound (0 = none)
+  std::vector<int> peak_deferred_weight; ///< most deferred W passes at once, per rank
 };
 
 /// Makes rank r's policy.

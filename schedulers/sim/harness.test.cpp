@@ -32,7 +32,7 @@ std::string order_text(const sim_result& r, int rank) {
 std::vector<int> peak_from_timeline(const sim_result& r) {
   std::vector<int> peaks;
   for (const auto& rank : r.timeline) {
-    std::vector<std::pair<double, int>> events;  // a release sorts before a take at one instant
+    std::vector<std::pair<double, int>> events; // a release sorts before a take at one instant
     for (const auto& t : rank) {
       if (t.what.kind == op_kind::forward)
         events.push_back({t.start, +1});
@@ -53,7 +53,7 @@ std::vector<int> peak_from_timeline(const sim_result& r) {
 std::vector<int> deferred_peak_from_timeline(const sim_result& r) {
   std::vector<int> peaks;
   for (const auto& rank : r.timeline) {
-    std::vector<std::pair<double, int>> events;  // (time, -change): an addition sorts first
+    std::vector<std::pair<double, int>> events; // (time, -change): an addition sorts first
     for (const auto& t : rank) {
       if (t.what.kind == op_kind::input_grad)
         events.push_back({t.end, -1});
@@ -72,7 +72,7 @@ std::vector<int> deferred_peak_from_timeline(const sim_result& r) {
 } // namespace
 
 TEST_CASE("1F1B with 4 stages and 8 microbatches runs the canonical order on every rank") {
-  for (double b : {1.0, 2.0}) {  // equal F and B, and B = 2F as in the papers
+  for (double b : {1.0, 2.0}) { // equal F and B, and B = 2F as in the papers
     auto r = simulate(shape(4, 8, 1, 1, b), "1f1b");
     REQUIRE(r);
     CHECK(order_text(*r, 0) == "0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0F6 0B3 0F7 0B4 0B5 0B6 0B7");
@@ -122,13 +122,13 @@ TEST_CASE("interleaving v chunks divides the bubble time by v") {
 
 TEST_CASE("ZB-H1 leaves a third of 1F1B's idle time when F, I and W cost the same") {
   for (auto [p, m] : {std::pair{4, 8}, {4, 16}, {8, 16}, {2, 4}}) {
-    auto one = simulate(shape(p, m), "1f1b");  // B = I + W = 2
+    auto one = simulate(shape(p, m), "1f1b"); // B = I + W = 2
     auto zb = simulate(shape(p, m), "zb_h1");
     REQUIRE(one);
     REQUIRE(zb);
     double busy = m * 3.0;
     CHECK((zb->makespan - busy) * 3 == doctest::Approx(one->makespan - busy));
-    CHECK(zb->makespan - busy == doctest::Approx(p - 1));  // (p-1)(F + I - W), Qi et al. 2023
+    CHECK(zb->makespan - busy == doctest::Approx(p - 1)); // (p-1)(F + I - W), Qi et al. 2023
     CHECK(zb->bubble_fraction < 0.45 * one->bubble_fraction);
   }
 }
@@ -155,7 +155,7 @@ TEST_CASE("the rules reproduce the published GPipe and 1F1B orders under equal c
 
 TEST_CASE("the ZB-H1 rule reproduces the published order and its 0.1111 bubble within its bounds") {
   for (auto [p, m] : {std::pair{4, 8}, {2, 4}, {2, 6}, {4, 4}, {8, 16}}) {
-    auto zb = simulate(shape(p, m), "zb_h1");  // F, I, W = 1, 1, 1
+    auto zb = simulate(shape(p, m), "zb_h1"); // F, I, W = 1, 1, 1
     REQUIRE(zb);
     for (int r = 0; r < p; ++r) {
       CAPTURE(p);
@@ -168,7 +168,7 @@ TEST_CASE("the ZB-H1 rule reproduces the published order and its 0.1111 bubble w
   }
   auto zb = simulate(shape(4, 8), "zb_h1");
   REQUIRE(zb);
-  CHECK(zb->bubble_fraction == doctest::Approx(1.0 / 9));  // 0.1111: 3 idle units per rank in 27
+  CHECK(zb->bubble_fraction == doctest::Approx(1.0 / 9)); // 0.1111: 3 idle units per rank in 27
   CHECK(zb->peak_in_flight == std::vector<int>{4, 3, 2, 1});
   CHECK(zb->peak_deferred_weight == std::vector<int>{1, 2, 3, 4});
   CHECK(deferred_peak_from_timeline(*zb) == std::vector<int>{1, 2, 3, 4});
@@ -195,7 +195,7 @@ TEST_CASE("the interleaved rule reproduces Megatron-LM's order at 4 stages, 8 mi
 TEST_CASE("no rule policy holds an order list, and one object serves steps of any microbatch count") {
   for (std::string name : {"gpipe", "1f1b", "zb_h1", "interleaved_1f1b"}) {
     int v = name == "interleaved_1f1b" ? 2 : 1;
-    std::vector<policy_ptr> kept;  // one policy per rank, reused for every step
+    std::vector<policy_ptr> kept; // one policy per rank, reused for every step
     for (int r = 0; r < 4; ++r) {
       policy_params params;
       params.rank = r, params.ranks = 4, params.chunks = v;
@@ -206,7 +206,7 @@ TEST_CASE("no rule policy holds an order list, and one object serves steps of an
     }
     for (int m : {8, 4, 12, 8}) {
       auto r = simulate(shape(4, m, v), [&](int rank) -> expected<policy_ptr> {
-        struct borrowed : stage_policy {  // forwards to the kept object
+        struct borrowed : stage_policy { // forwards to the kept object
           stage_policy* p;
           explicit borrowed(stage_policy* x) : p(x) {}
           std::string_view name() const override { return p->name(); }
@@ -291,7 +291,7 @@ TEST_CASE("slow ranks, slow microbatches and latency stretch the step") {
   lat.latency = 0.5;
   auto l = simulate(lat, "1f1b");
   REQUIRE(l);
-  CHECK(l->makespan >= base->makespan + 2 * 3 * 0.5);  // the first microbatch crosses 3 links twice
+  CHECK(l->makespan >= base->makespan + 2 * 3 * 0.5); // the first microbatch crosses 3 links twice
 }
 
 namespace {
@@ -348,11 +348,11 @@ TEST_CASE("the harness reports a stalled pipeline instead of hanging") {
 TEST_CASE("bad pipeline shapes and costs are rejected before anything runs") {
   CHECK(!simulate(shape(0, 8), "1f1b"));
   CHECK(!simulate(shape(4, 8, 1, -1), "1f1b"));
-  CHECK(!simulate(shape(4, 8, 1, 1, 1, 1), "zb_h1"));  // I = B - W would be 0
+  CHECK(!simulate(shape(4, 8, 1, 1, 1, 1), "zb_h1")); // I = B - W would be 0
 }
 
 TEST_CASE("the interleaved rule runs microbatch counts that are not a multiple of the stages") {
-  auto r = simulate(shape(4, 6, 2), "interleaved_1f1b");  // Megatron's list needs m % p == 0; the rule does not
+  auto r = simulate(shape(4, 6, 2), "interleaved_1f1b"); // Megatron's list needs m % p == 0; the rule does not
   REQUIRE(r);
   for (int rank = 0; rank < 4; ++rank)
     CHECK(r->peak_in_flight[rank] <= r->in_flight_limit[rank]);

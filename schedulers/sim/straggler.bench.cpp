@@ -18,10 +18,18 @@ int main(int argc, char** argv) {
     int p, m, v;
   };
   const shape shapes[] = {
-    {"gpipe", 4, 8, 1},  {"gpipe", 4, 16, 1},  {"gpipe", 8, 16, 1},
-    {"1f1b", 4, 8, 1},   {"1f1b", 4, 16, 1},   {"1f1b", 8, 16, 1},
-    {"zb_h1", 4, 8, 1},  {"zb_h1", 4, 16, 1},  {"zb_h1", 8, 16, 1},
-    {"interleaved_1f1b", 4, 8, 2}, {"interleaved_1f1b", 4, 16, 2}, {"interleaved_1f1b", 8, 16, 2},
+    {"gpipe", 4, 8, 1},
+    {"gpipe", 4, 16, 1},
+    {"gpipe", 8, 16, 1},
+    {"1f1b", 4, 8, 1},
+    {"1f1b", 4, 16, 1},
+    {"1f1b", 8, 16, 1},
+    {"zb_h1", 4, 8, 1},
+    {"zb_h1", 4, 16, 1},
+    {"zb_h1", 8, 16, 1},
+    {"interleaved_1f1b", 4, 8, 2},
+    {"interleaved_1f1b", 4, 16, 2},
+    {"interleaved_1f1b", 8, 16, 2},
   };
   fmt::print("costs F=1 B=2 (I=1 W=1), no latency, {} seeds; medians; gain = 1 - emergent / replayed\n\n", seeds);
   fmt::print("{:<17} {:>2} {:>3} {:>2}  {:<25} {:>9} {:>9} {:>8} {:>12}\n", "policy", "p", "m", "v", "scenario",
@@ -37,9 +45,8 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "{}: {}\n", s.policy, r.error().message);
         return 1;
       }
-      fmt::print("{:<17} {:>2} {:>3} {:>2}  {:<25} {:>9.3f} {:>9.3f} {:>7.2f}% {:>5}/{:>3}/{:>3}\n", s.policy, s.p,
-                 s.m, s.v, scenario.name, r->policy_median, r->replay_median, 100 * r->gain(), r->wins, r->ties,
-                 r->losses);
+      fmt::print("{:<17} {:>2} {:>3} {:>2}  {:<25} {:>9.3f} {:>9.3f} {:>7.2f}% {:>5}/{:>3}/{:>3}\n", s.policy, s.p, s.m,
+                 s.v, scenario.name, r->policy_median, r->replay_median, 100 * r->gain(), r->wins, r->ties, r->losses);
     }
   }
   return 0;

@@ -65,8 +65,7 @@ expected<schedule_table> canonical_table(const sim_config& base, std::string_vie
 }
 
 expected<replay_comparison> compare_with_replay(const sim_config& base, std::string_view policy,
-                                                const straggler_scenario& scenario, int seeds,
-                                                policy_params params) {
+                                                const straggler_scenario& scenario, int seeds, policy_params params) {
   auto table = canonical_table(base, policy, params);
   if (!table)
     return table.error();

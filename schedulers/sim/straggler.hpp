@@ -34,10 +34,10 @@ struct replay_comparison {
   std::string policy;
   std::string scenario;
   int seeds = 0;
-  double policy_median = 0;  ///< median makespan of the policy (its emergent schedule)
-  double replay_median = 0;  ///< median makespan of the static replay
-  int wins = 0, ties = 0, losses = 0;  ///< per seed, policy versus replay
-  double worst = 0;        ///< largest per-seed relative loss (policy/replay - 1), 0 if none
+  double policy_median = 0;           ///< median makespan of the policy (its emergent schedule)
+  double replay_median = 0;           ///< median makespan of the static replay
+  int wins = 0, ties = 0, losses = 0; ///< per seed, policy versus replay
+  double worst = 0;                   ///< largest per-seed relative loss (policy/replay - 1), 0 if none
   /// Relative time saved by the policy: 1 - policy_median / replay_median.
   double gain() const { return replay_median > 0 ? 1.0 - policy_median / replay_median : 0.0; }
 };

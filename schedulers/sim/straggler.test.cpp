@@ -51,7 +51,7 @@ TEST_CASE("the four straggler scenarios perturb the costs they name, differently
     CHECK(f >= 1.0);
     CHECK(f <= 3.0);
   }
-  CHECK(scenarios[3].apply(base, 1).microbatch_slowdown == a);  // the same seed, the same costs
+  CHECK(scenarios[3].apply(base, 1).microbatch_slowdown == a); // the same seed, the same costs
 }
 
 TEST_CASE("the comparison reports median makespans of the emergent and the replayed schedule") {
@@ -59,7 +59,7 @@ TEST_CASE("the comparison reports median makespans of the emergent and the repla
   REQUIRE(r);
   CHECK(r->seeds == 20);
   CHECK(r->wins + r->ties + r->losses == 20);
-  CHECK(r->policy_median > 28.5);  // slower than the unperturbed 28.5
+  CHECK(r->policy_median > 28.5); // slower than the unperturbed 28.5
   CHECK(r->policy_median == doctest::Approx(r->replay_median).epsilon(0.01));
 }
 
@@ -67,7 +67,7 @@ TEST_CASE("ZB-H1 fills the wait for a slow microbatch with deferred weight gradi
   auto r = compare_with_replay(shape(4, 8, 1, 0), "zb_h1", standard_scenarios()[2], 100);
   REQUIRE(r);
   CHECK(r->gain() > 0.005);
-  CHECK(r->wins > r->losses);  // a W run in a wait can delay the input that ends it
+  CHECK(r->wins > r->losses); // a W run in a wait can delay the input that ends it
 }
 
 TEST_CASE("a naive backward-first rule loses to the static order when one rank is slow") {
@@ -101,10 +101,20 @@ TEST_CASE("every rule policy finishes every step under heavy jitter and random s
     int p, m, v;
   };
   const shape_of shapes[] = {
-    {"gpipe", 4, 8, 1},  {"1f1b", 2, 4, 1},  {"1f1b", 4, 3, 1},  {"1f1b", 4, 8, 1},
-    {"1f1b", 8, 16, 1},  {"zb_h1", 2, 4, 1}, {"zb_h1", 4, 3, 1}, {"zb_h1", 4, 8, 1},
-    {"zb_h1", 8, 16, 1}, {"interleaved_1f1b", 2, 4, 2}, {"interleaved_1f1b", 4, 6, 2},
-    {"interleaved_1f1b", 4, 8, 2}, {"interleaved_1f1b", 4, 8, 3}, {"interleaved_1f1b", 8, 16, 2},
+    {"gpipe", 4, 8, 1},
+    {"1f1b", 2, 4, 1},
+    {"1f1b", 4, 3, 1},
+    {"1f1b", 4, 8, 1},
+    {"1f1b", 8, 16, 1},
+    {"zb_h1", 2, 4, 1},
+    {"zb_h1", 4, 3, 1},
+    {"zb_h1", 4, 8, 1},
+    {"zb_h1", 8, 16, 1},
+    {"interleaved_1f1b", 2, 4, 2},
+    {"interleaved_1f1b", 4, 6, 2},
+    {"interleaved_1f1b", 4, 8, 2},
+    {"interleaved_1f1b", 4, 8, 3},
+    {"interleaved_1f1b", 8, 16, 2},
   };
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<double> slow(1.0, 10.0), rank_slow(1.0, 3.0), latency(0.0, 0.5);
@@ -112,9 +122,9 @@ TEST_CASE("every rule policy finishes every step under heavy jitter and random s
   for (const auto& s : shapes)
     for (std::uint64_t seed = 0; seed < 150; ++seed) {
       sim_config c = shape(s.p, s.m, s.v, latency(rng));
-      c.jitter = 0.9;  // each operation 0.1x to 1.9x its cost
+      c.jitter = 0.9; // each operation 0.1x to 1.9x its cost
       c.seed = seed;
-      for (int mb = 0; mb < s.m; ++mb)  // a few microbatches up to 10x slower
+      for (int mb = 0; mb < s.m; ++mb) // a few microbatches up to 10x slower
         c.microbatch_slowdown.push_back(rng() % 4 == 0 ? slow(rng) : 1.0);
       for (int r = 0; r < s.p; ++r)
         c.rank_slowdown.push_back(rng() % 4 == 0 ? rank_slow(rng) : 1.0);

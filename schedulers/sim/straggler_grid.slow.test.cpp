@@ -18,9 +18,17 @@ struct shape {
 };
 
 const shape grid[] = {
-  {"gpipe", 4, 8, 1},  {"gpipe", 4, 16, 1},  {"gpipe", 8, 16, 1},  {"1f1b", 4, 8, 1},
-  {"1f1b", 4, 16, 1},  {"1f1b", 8, 16, 1},   {"zb_h1", 4, 8, 1},   {"zb_h1", 4, 16, 1},
-  {"zb_h1", 8, 16, 1}, {"interleaved_1f1b", 4, 8, 2}, {"interleaved_1f1b", 4, 16, 2},
+  {"gpipe", 4, 8, 1},
+  {"gpipe", 4, 16, 1},
+  {"gpipe", 8, 16, 1},
+  {"1f1b", 4, 8, 1},
+  {"1f1b", 4, 16, 1},
+  {"1f1b", 8, 16, 1},
+  {"zb_h1", 4, 8, 1},
+  {"zb_h1", 4, 16, 1},
+  {"zb_h1", 8, 16, 1},
+  {"interleaved_1f1b", 4, 8, 2},
+  {"interleaved_1f1b", 4, 16, 2},
   {"interleaved_1f1b", 8, 16, 2},
 };
 

@@ -27,8 +27,8 @@ sync_sim_result empty_result(std::size_t replicas) {
 sync_sim_result run_noloco(const sync_sim_config& c) {
   auto n = static_cast<std::size_t>(c.values);
   auto r_count = static_cast<std::size_t>(c.replicas);
-  std::vector<std::vector<float>> fast(r_count, std::vector<float>(n, c.start)), slow = fast,
-    momentum(r_count, std::vector<float>(n, 0.0f));
+  std::vector<std::vector<float>> fast(r_count, std::vector<float>(n, c.start)),
+    slow = fast, momentum(r_count, std::vector<float>(n, 0.0f));
   auto out = empty_result(r_count);
   auto record_slow = [&](int step) {
     for (std::size_t r = 0; r < r_count; ++r)
@@ -44,16 +44,18 @@ sync_sim_result run_noloco(const sync_sim_config& c) {
     if ((step + 1) % c.spec.sync_every != 0)
       continue;
     auto groups = noloco_groups(c.replicas, c.spec.group, step + 1, c.seed);
-    auto fast_before = fast, slow_before = slow;  // every member reads the values as they were sent
+    auto fast_before = fast, slow_before = slow; // every member reads the values as they were sent
     for (const auto& g : groups) {
       std::vector<std::span<const float>> f, s;
       for (int m : g)
-        f.emplace_back(fast_before[static_cast<std::size_t>(m)]), s.emplace_back(slow_before[static_cast<std::size_t>(m)]);
+        f.emplace_back(fast_before[static_cast<std::size_t>(m)]),
+          s.emplace_back(slow_before[static_cast<std::size_t>(m)]);
       for (int m : g) {
         auto i = static_cast<std::size_t>(m);
         noloco_outer_step(f, s, momentum[i], slow[i], fast[i], c.spec.outer.lr, c.spec.outer.momentum);
         // It sent its fast and slow weights to each other member of its group, and no one else.
-        out.bytes_sent[i] += static_cast<std::int64_t>(2 * n * sizeof(float)) * (static_cast<std::int64_t>(g.size()) - 1);
+        out.bytes_sent[i] +=
+          static_cast<std::int64_t>(2 * n * sizeof(float)) * (static_cast<std::int64_t>(g.size()) - 1);
       }
     }
     out.groups[step + 1] = std::move(groups);
@@ -73,8 +75,8 @@ sync_sim_result run_sync_sim(const sync_sim_config& c) {
     return run_noloco(c);
   }
   if (c.spec.algorithm != "diloco" && c.spec.algorithm != "streaming_diloco")
-    throw std::invalid_argument(fmt::format("troupe sync runs diloco, streaming_diloco and noloco; '{}' is not built yet",
-                                            c.spec.algorithm));
+    throw std::invalid_argument(
+      fmt::format("troupe sync runs diloco, streaming_diloco and noloco; '{}' is not built yet", c.spec.algorithm));
   if (c.replicas < 1 || c.values < 1 || c.steps < 0)
     throw std::invalid_argument("run_sync_sim: replicas and values must be at least 1, steps at least 0");
   auto format = parse_wire_format(c.spec.quantize);
@@ -95,7 +97,7 @@ sync_sim_result run_sync_sim(const sync_sim_config& c) {
         out.global[r][step].push_back(policy[r].global(f).front());
   };
   record_global(0);
-  std::map<int, std::vector<float>> in_flight;  // fragment -> the averaged pseudo-gradient on its way
+  std::map<int, std::vector<float>> in_flight; // fragment -> the averaged pseudo-gradient on its way
   for (int step = 0; step < c.steps; ++step) {
     for (std::size_t r = 0; r < r_count; ++r) {
       auto& h = out.history[r].emplace_back();
@@ -111,7 +113,7 @@ sync_sim_result run_sync_sim(const sync_sim_config& c) {
       events.push_back(pol.after_inner_step());
     bool performed = false;
     for (std::size_t k = 0; k < events.front().size(); ++k) {
-      auto ev = events.front()[k];  // every replica keeps the same schedule
+      auto ev = events.front()[k]; // every replica keeps the same schedule
       auto f = static_cast<std::size_t>(ev.fragment);
       if (ev.what == fragment_event::kind::prepare) {
         std::vector<quantized_rows> parts;

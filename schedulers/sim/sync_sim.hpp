@@ -22,16 +22,16 @@ struct sync_sim_config {
     auto it = grad_of.find(r);
     return it != grad_of.end() ? it->second : grad + static_cast<float>(r) * grad_spread;
   }
-  local_update_spec spec;     ///< algorithm, H, P, τ, α, outer optimizer, quantize
+  local_update_spec spec; ///< algorithm, H, P, τ, α, outer optimizer, quantize
   int replicas = 2;
-  int values = 1;             ///< weights per fragment (1: torchft's 1×1 layers)
+  int values = 1; ///< weights per fragment (1: torchft's 1×1 layers)
   float start = 1.0f;
   float inner_lr = 1.0f;
   float grad = 2.0f;
-  float grad_spread = 0.0f;   ///< replica r's gradient is grad + r·grad_spread (so replicas drift apart)
-  std::map<int, float> grad_of;  ///< replicas whose gradient is given here instead
-  int steps = 16;             ///< inner steps
-  std::uint64_t seed = 1;     ///< noloco: the groups' seed
+  float grad_spread = 0.0f;     ///< replica r's gradient is grad + r·grad_spread (so replicas drift apart)
+  std::map<int, float> grad_of; ///< replicas whose gradient is given here instead
+  int steps = 16;               ///< inner steps
+  std::uint64_t seed = 1;       ///< noloco: the groups' seed
 };
 
 struct sync_sim_result {

@@ -82,9 +82,11 @@ TEST_CASE("one fragment goes every H/P steps, round robin, each prepared tau ste
     for (auto e : p.after_inner_step()) {
       seen.push_back(fmt::format("{}{}@{}", e.what == fragment_event::kind::prepare ? "P" : "A", e.fragment, step));
       if (e.what == fragment_event::kind::perform)
-        p.perform(e.fragment, zero, local);  // the round robin moves on with each exchange applied (torchft's manager step)
+        p.perform(e.fragment, zero,
+                  local); // the round robin moves on with each exchange applied (torchft's manager step)
     }
-  CHECK(fmt::format("{}", fmt::join(seen, " ")) == "P0@2 A0@4 P1@6 A1@8 P2@10 A2@12 P0@14 A0@16 P1@18 A1@20 P2@22 A2@24");
+  CHECK(fmt::format("{}", fmt::join(seen, " ")) ==
+        "P0@2 A0@4 P1@6 A1@8 P2@10 A2@12 P0@14 A0@16 P1@18 A1@20 P2@22 A2@24");
 }
 
 TEST_CASE("DiLoCo with one replica, H = 1 and outer SGD lr 1 without momentum is plain training") {
@@ -93,7 +95,7 @@ TEST_CASE("DiLoCo with one replica, H = 1 and outer SGD lr 1 without momentum is
   c.replicas = 1, c.steps = 9, c.grad = 0.375f;
   auto r = run_sync_sim(c);
   for (int s = 0; s < c.steps; ++s)
-    CHECK(r.history[0][static_cast<std::size_t>(s)][0] == 1.0f - 0.375f * static_cast<float>(s));  // exact
+    CHECK(r.history[0][static_cast<std::size_t>(s)][0] == 1.0f - 0.375f * static_cast<float>(s)); // exact
   CHECK(r.exchanges == 9);
 }
 
@@ -110,12 +112,12 @@ TEST_CASE("the quantized exchange sends fewer bytes and stays within its roundin
     CHECK(r.history[0].back()[0] == doctest::Approx(plain.history[0].back()[0]).epsilon(1e-5));
   }
   c.spec.quantize = "int8";
-  CHECK(run_sync_sim(c).bytes_sent[0] == 2 * (1000 + 4));  // 2 exchanges of 1000 int8 values and a row scale
+  CHECK(run_sync_sim(c).bytes_sent[0] == 2 * (1000 + 4)); // 2 exchanges of 1000 int8 values and a row scale
 }
 
 TEST_CASE("troupe sync's engine refuses what the policy cannot run") {
   auto c = torchft_mock(0, 0);
-  c.spec.delay = 3;  // not below H/P = 3
+  c.spec.delay = 3; // not below H/P = 3
   CHECK_THROWS_AS(run_sync_sim(c), std::invalid_argument);
   c = torchft_mock(0, 0);
   c.spec.algorithm = "sparseloco";
@@ -128,9 +130,9 @@ sync_sim_config noloco(int replicas, int steps) {
   sync_sim_config c;
   c.spec.algorithm = "noloco";
   c.spec.sync_every = 3, c.spec.group = 2;
-  c.spec.outer = {.lr = 0.7, .momentum = 0.5, .nesterov = false};  // the NoLoCo paper's values
+  c.spec.outer = {.lr = 0.7, .momentum = 0.5, .nesterov = false}; // the NoLoCo paper's values
   c.replicas = replicas, c.values = 4, c.steps = steps;
-  c.grad = 1, c.grad_spread = 0.5f;  // replicas drift apart
+  c.grad = 1, c.grad_spread = 0.5f; // replicas drift apart
   return c;
 }
 
@@ -141,7 +143,7 @@ TEST_CASE("NoLoCo uses no collective: a replica sends only to its group, the sam
   CHECK(small.exchanges == 4);
   CHECK(small.groups.size() == 4);
   for (auto b : small.bytes_sent)
-    CHECK(b == 4 * 2 * 4 * 4);  // 4 exchanges x (fast + slow) x 4 values x 4 bytes, to 1 partner
+    CHECK(b == 4 * 2 * 4 * 4); // 4 exchanges x (fast + slow) x 4 values x 4 bytes, to 1 partner
   for (auto b : big.bytes_sent)
     CHECK(b == small.bytes_sent.front());
 }
@@ -151,12 +153,12 @@ TEST_CASE("a NoLoCo replica's values after an exchange depend on its group alone
   auto base = run_sync_sim(c);
   const auto& g = base.groups.at(3);
   int me = g[0][0], partner = g[0][1], outsider = g[1][0];
-  c.grad_of[outsider] = 100;  // another group's member takes wild steps
+  c.grad_of[outsider] = 100; // another group's member takes wild steps
   auto changed_outside = run_sync_sim(c);
-  CHECK(changed_outside.groups.at(3) == g);  // the groups come from the step and the seed alone
+  CHECK(changed_outside.groups.at(3) == g); // the groups come from the step and the seed alone
   CHECK(changed_outside.history[static_cast<std::size_t>(me)] == base.history[static_cast<std::size_t>(me)]);
   c.grad_of.clear();
-  c.grad_of[partner] = 100;  // my own partner's steps do reach me
+  c.grad_of[partner] = 100; // my own partner's steps do reach me
   auto changed_inside = run_sync_sim(c);
   CHECK(changed_inside.history[static_cast<std::size_t>(me)].back() !=
         base.history[static_cast<std::size_t>(me)].back());

@@ -15,7 +15,7 @@ namespace {
 
 constexpr int max_period = 1'000'000'000;
 constexpr int max_count = 1 << 20;
-constexpr double unbounded = 1e9;  // the finer rules say what is allowed (problems)
+constexpr double unbounded = 1e9; // the finer rules say what is allowed (problems)
 
 /// The options of the DiLoCo family: sync_every, the outer optimizer and quantize.
 std::vector<option_spec> local_sgd_options(int sync_every, const outer_optimizer_spec& outer) {
@@ -29,16 +29,15 @@ std::vector<option_spec> local_sgd_options(int sync_every, const outer_optimizer
 } // namespace
 
 option_spec sync_every_option(int fallback) {
-  return int_setting_spec("sync_every", "H: inner steps each replica takes between exchanges", fallback, 1,
-                          max_period);
+  return int_setting_spec("sync_every", "H: inner steps each replica takes between exchanges", fallback, 1, max_period);
 }
 
 std::vector<option_spec> outer_options(const outer_optimizer_spec& fallback) {
-  return {number_setting_spec("outer.lr", "the outer step's learning rate (above 0)", fallback.lr, -unbounded,
-                              unbounded),
-          number_setting_spec("outer.momentum", "the outer step's momentum (from 0 to below 1)", fallback.momentum,
-                              -unbounded, unbounded),
-          bool_setting_spec("outer.nesterov", "Nesterov momentum in the outer step", fallback.nesterov)};
+  return {
+    number_setting_spec("outer.lr", "the outer step's learning rate (above 0)", fallback.lr, -unbounded, unbounded),
+    number_setting_spec("outer.momentum", "the outer step's momentum (from 0 to below 1)", fallback.momentum,
+                        -unbounded, unbounded),
+    bool_setting_spec("outer.nesterov", "Nesterov momentum in the outer step", fallback.nesterov)};
 }
 
 option_spec quantize_option() {
@@ -64,7 +63,9 @@ const std::string& option_text(const local_update_spec& spec, const std::string&
   return it->second;
 }
 
-int option_int(const local_update_spec& spec, const std::string& key) { return std::stoi(option_text(spec, key)); }
+int option_int(const local_update_spec& spec, const std::string& key) {
+  return std::stoi(option_text(spec, key));
+}
 
 double option_number(const local_update_spec& spec, const std::string& key) {
   return std::stod(option_text(spec, key));
@@ -79,10 +80,10 @@ method_settings diloco_settings() {
 method_settings streaming_diloco_settings() {
   // Streaming DiLoCo (Douillard et al. 2025, arXiv 2501.18512): H = 100.
   auto options = local_sgd_options(100, {});
-  options.push_back(int_setting_spec("fragments", "P: fragments, one exchanged every H/P steps round robin", 1, 1,
-                                     max_count));
-  options.push_back(int_setting_spec("delay", "τ: steps a fragment's exchange overlaps before it is applied", 0, 0,
-                                     max_period));
+  options.push_back(
+    int_setting_spec("fragments", "P: fragments, one exchanged every H/P steps round robin", 1, 1, max_count));
+  options.push_back(
+    int_setting_spec("delay", "τ: steps a fragment's exchange overlaps before it is applied", 0, 0, max_period));
   options.push_back(number_setting_spec(
     "alpha", "α: the new global is mixed toward the local parameters (0: the new global)", 0, -unbounded, unbounded));
   auto configure = [](local_update_spec& l) {
@@ -116,8 +117,8 @@ method_settings noloco_settings() {
   // NoLoCo (Kolehmainen et al. 2025, arXiv 2506.10911, and jkolehm/noloco's
   // outer_lr/outer_momentum): H = 50, lr 0.7, momentum 0.5; its step is its own.
   auto options = local_sgd_options(50, {0.7, 0.5, false});
-  options.push_back(int_setting_spec("group", "replicas averaged together at each exchange (paper: 2)", 2, 1,
-                                     max_count));
+  options.push_back(
+    int_setting_spec("group", "replicas averaged together at each exchange (paper: 2)", 2, 1, max_count));
   options.push_back(choice_setting_spec(
     "route", "random: each microbatch goes on to a random replica of the next stage; chain: it stays",
     {"random", "chain"}));
@@ -152,13 +153,13 @@ method_settings desloc_settings() {
     int_setting_spec("periods.variance", "K_v: between averages of Adam's second moment (default 6·K_x)", 0, 1,
                      max_period),
     quantize_option()};
-  options[1].fallback.clear(), options[2].fallback.clear();  // they follow K_x
+  options[1].fallback.clear(), options[2].fallback.clear(); // they follow K_x
   auto configure = [](local_update_spec& l) {
     l.period_params = option_int(l, "periods.params");
     l.options.emplace("periods.momentum", std::to_string(3 * l.period_params));
     l.options.emplace("periods.variance", std::to_string(6 * l.period_params));
     l.period_momentum = option_int(l, "periods.momentum"), l.period_variance = option_int(l, "periods.variance");
-    l.sync_every = l.period_params;  // the parameter period is its H
+    l.sync_every = l.period_params; // the parameter period is its H
   };
   auto problems = [](const local_update_spec&, const local_update_context& c) {
     std::vector<local_update_problem> out;
@@ -174,15 +175,15 @@ method_settings sparseloco_settings() {
   // SparseLoCo (Sarfi et al. 2025, arXiv 2508.15706): α = 1 (`lr`) and the
   // error-feedback decay β = 0.95 (`momentum`); H = 50, the example.
   auto options = local_sgd_options(50, {1.0, 0.95, false});
-  options.pop_back();  // its values travel as top-k in 2 bits, not quantized rows
+  options.pop_back(); // its values travel as top-k in 2 bits, not quantized rows
   options.push_back(number_setting_spec("density", "the share of each chunk's entries sent (paper: 1–3%)", 0.02,
                                         -unbounded, unbounded));
   auto configure = [](local_update_spec& l) { l.density = option_number(l, "density"); };
   auto problems = [](const local_update_spec& l, const local_update_context&) {
     auto out = outer_problems(l);
     if (!(l.density > 0 && l.density <= 1))
-      out.push_back({"density", fmt::format("must be above 0 and at most 1 (the share of each chunk sent), got {}",
-                                            l.density)});
+      out.push_back(
+        {"density", fmt::format("must be above 0 and at most 1 (the share of each chunk sent), got {}", l.density)});
     return out;
   };
   return {std::move(options), configure, problems};

@@ -48,8 +48,8 @@ std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
 
 std::vector<std::vector<int>> noloco_groups(int replicas, int group, std::int64_t step, std::uint64_t seed) {
   if (replicas < 1 || group < 1 || replicas % group != 0)
-    throw std::invalid_argument(fmt::format("noloco_groups: groups of {} do not partition {} replicas", group,
-                                            replicas));
+    throw std::invalid_argument(
+      fmt::format("noloco_groups: groups of {} do not partition {} replicas", group, replicas));
   int n_groups = replicas / group;
   auto p = permutation(replicas, mix(seed, static_cast<std::uint64_t>(step)));
   std::vector<std::vector<int>> out(static_cast<std::size_t>(n_groups));
@@ -63,8 +63,8 @@ std::vector<std::vector<int>> noloco_groups(int replicas, int group, std::int64_
 std::vector<int> noloco_route(int replicas, int boundary, std::int64_t sequence, std::uint64_t seed) {
   if (replicas < 1 || boundary < 0)
     throw std::invalid_argument(fmt::format("noloco_route: {} replicas, boundary {}", replicas, boundary));
-  return permutation(replicas, mix(mix(seed, static_cast<std::uint64_t>(sequence)) + 1,
-                                   static_cast<std::uint64_t>(boundary)));
+  return permutation(replicas,
+                     mix(mix(seed, static_cast<std::uint64_t>(sequence)) + 1, static_cast<std::uint64_t>(boundary)));
 }
 
 namespace {
@@ -77,7 +77,7 @@ public:
   route_t eval_route() override { return chains_.front(); }
   route_t route(std::int64_t, int microbatch, std::int64_t sequence) override {
     auto replicas = static_cast<int>(chains_.size());
-    int at = microbatch % replicas;  // the replica whose data it is: it starts there
+    int at = microbatch % replicas; // the replica whose data it is: it starts there
     std::int64_t key = sequence / replicas;
     route_t r;
     for (std::size_t b = 0; b < chains_.front().size(); ++b) {
@@ -103,8 +103,8 @@ expected<routing_ptr> make_noloco_routing(const routing_params& p) {
   for (std::size_t rep = 0; rep < chains.size(); ++rep) {
     const auto& r = chains[rep];
     if (r.size() != chains.front().size())
-      return make_sched_error(fmt::format("noloco routing: replica {} has {} hops, replica 0 {}", rep, r.size(),
-                                          chains.front().size()));
+      return make_sched_error(
+        fmt::format("noloco routing: replica {} has {} hops, replica 0 {}", rep, r.size(), chains.front().size()));
     for (const auto& h : r)
       for (const auto& s : p.stages)
         if (s.actor == h.actor && s.chunks.size() != 1)
@@ -123,9 +123,9 @@ expected<routing_ptr> make_noloco_routing(const routing_params& p) {
   return routing_ptr{new noloco_routing(std::move(chains), seed)};
 }
 
-void noloco_outer_step(const std::vector<std::span<const float>>& fast,
-                       const std::vector<std::span<const float>>& slow, std::span<float> momentum,
-                       std::span<float> slow_i, std::span<float> fast_i, double lr, double mu) {
+void noloco_outer_step(const std::vector<std::span<const float>>& fast, const std::vector<std::span<const float>>& slow,
+                       std::span<float> momentum, std::span<float> slow_i, std::span<float> fast_i, double lr,
+                       double mu) {
   if (fast.empty() || fast.size() != slow.size())
     throw std::invalid_argument("noloco_outer_step: a group needs fast and slow values of each member");
   auto n = momentum.size();
@@ -136,7 +136,7 @@ void noloco_outer_step(const std::vector<std::span<const float>>& fast,
     throw std::invalid_argument("noloco_outer_step: this replica's values differ in size");
   auto members = static_cast<double>(fast.size());
   for (std::size_t j = 0; j < n; ++j) {
-    double delta = 0, slow_mean = 0;  // mean_g(θ − φ), mean_g(φ)
+    double delta = 0, slow_mean = 0; // mean_g(θ − φ), mean_g(φ)
     for (std::size_t k = 0; k < fast.size(); ++k)
       delta += static_cast<double>(fast[k][j]) - slow[k][j], slow_mean += slow[k][j];
     delta /= members, slow_mean /= members;

@@ -41,8 +41,8 @@ expected<routing_ptr> make_noloco_routing(const routing_params& p);
 /// `m ← μ·m + lr·mean_g(θ − φ) + lr·(mean_g(φ) − φ_i)`; `φ_i ← φ_i + m`; `θ_i ← φ_i`.
 /// `fast` and `slow` hold the group's values (member-major, this replica's
 /// among them at `self`); `momentum`, `slow_i` and `fast_i` are this replica's.
-void noloco_outer_step(const std::vector<std::span<const float>>& fast,
-                       const std::vector<std::span<const float>>& slow, std::span<float> momentum,
-                       std::span<float> slow_i, std::span<float> fast_i, double lr, double mu);
+void noloco_outer_step(const std::vector<std::span<const float>>& fast, const std::vector<std::span<const float>>& slow,
+                       std::span<float> momentum, std::span<float> slow_i, std::span<float> fast_i, double lr,
+                       double mu);
 
 } // namespace troupe::sched

@@ -27,7 +27,7 @@ TEST_CASE("NoLoCo's groups partition the replicas into groups of the configured 
         for (int r : g) {
           CHECK(r >= 0);
           CHECK(r < replicas);
-          CHECK(seen.insert(r).second);  // in exactly one group
+          CHECK(seen.insert(r).second); // in exactly one group
         }
       }
       CHECK(static_cast<int>(seen.size()) == replicas);
@@ -45,7 +45,7 @@ TEST_CASE("every replica derives the same groups, and they change with the step"
   int changed = 0;
   for (std::int64_t step = 50; step <= 1000; step += 50)
     changed += noloco_groups(8, 2, step, 7) != noloco_groups(8, 2, step - 50, 7);
-  CHECK(changed >= 15);  // of 20 exchanges; 105 ways to pair 8 replicas
+  CHECK(changed >= 15); // of 20 exchanges; 105 ways to pair 8 replicas
   // Each replica meets every other one over time: the averaging mixes the whole population.
   std::set<std::pair<int, int>> met;
   for (std::int64_t step = 0; step < 5000; step += 50)
@@ -60,11 +60,11 @@ TEST_CASE("each stage boundary's random route is a bijection, different per boun
     for (int boundary = 0; boundary < 3; ++boundary) {
       auto r = noloco_route(8, boundary, seq, 3);
       std::set<int> to(r.begin(), r.end());
-      CHECK(to.size() == 8);  // no two replicas send to the same next replica
+      CHECK(to.size() == 8); // no two replicas send to the same next replica
       CHECK(*to.begin() == 0);
       CHECK(*to.rbegin() == 7);
       differ += boundary > 0 && r != noloco_route(8, boundary - 1, seq, 3);
-      CHECK(noloco_route(8, boundary, seq, 3) == r);  // the sender and the receiver agree
+      CHECK(noloco_route(8, boundary, seq, 3) == r); // the sender and the receiver agree
     }
   CHECK(differ >= 95);
 }
@@ -94,22 +94,22 @@ TEST_CASE("NoLoCo's routing policy: each round of microbatches crosses every bou
   const int microbatches = 4, per_step = 3 * microbatches;
   int crossed = 0;
   for (std::int64_t step = 0; step < 3; ++step) {
-    std::map<int, int> hops;  // actor -> microbatches it sees this step
+    std::map<int, int> hops; // actor -> microbatches it sees this step
     for (int k = 0; k < per_step; ++k) {
       auto seq = step * per_step + k;
       auto r = (*policy)->route(step, k, seq);
       REQUIRE(r.size() == 3);
-      CHECK(r.front().actor == (k % 3) * 3);  // it starts on its own replica's first stage
+      CHECK(r.front().actor == (k % 3) * 3); // it starts on its own replica's first stage
       for (int b = 0; b < 3; ++b) {
-        CHECK(r[static_cast<std::size_t>(b)].actor % 3 == b);  // position b, some replica
+        CHECK(r[static_cast<std::size_t>(b)].actor % 3 == b); // position b, some replica
         ++hops[r[static_cast<std::size_t>(b)].actor];
       }
       crossed += r.back().actor / 3 != k % 3;
-      CHECK((*policy)->route(step, k, seq) == r);  // the same on every call: the gradient returns this way
+      CHECK((*policy)->route(step, k, seq) == r); // the same on every call: the gradient returns this way
     }
     for (auto [actor, n] : hops)
-      CHECK(n == microbatches);  // a bijection per round: every stage gets its own share
+      CHECK(n == microbatches); // a bijection per round: every stage gets its own share
     CHECK(hops.size() == 9);
   }
-  CHECK(crossed > 0);  // the routes do leave their replica
+  CHECK(crossed > 0); // the routes do leave their replica
 }

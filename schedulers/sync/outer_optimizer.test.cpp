@@ -24,8 +24,8 @@ TEST_CASE("outer SGD with Nesterov momentum takes torch's steps") {
 TEST_CASE("outer SGD without Nesterov steps along the buffer, and without momentum along the gradient") {
   outer_sgd heavy({.lr = 0.5, .momentum = 0.5, .nesterov = false}, 1);
   std::vector<float> p{0.0f};
-  heavy.step(p, std::vector<float>{2.0f});  // buf 2: p -= 1
-  heavy.step(p, std::vector<float>{2.0f});  // buf 3: p -= 1.5
+  heavy.step(p, std::vector<float>{2.0f}); // buf 2: p -= 1
+  heavy.step(p, std::vector<float>{2.0f}); // buf 3: p -= 1.5
   CHECK(p[0] == -2.5f);
   outer_sgd plain({.lr = 2, .momentum = 0, .nesterov = true}, 2);
   std::vector<float> q{1.0f, 1.0f};
@@ -51,11 +51,11 @@ TEST_CASE("DiLoCo applies the replicas' mean pseudo-gradient to the saved global
   streaming_diloco r0(s, {{1.0f}}), r1(s, {{1.0f}});
   CHECK(r0.after_inner_step().empty());
   auto ev = r0.after_inner_step();
-  REQUIRE(ev.size() == 2);  // prepare and perform in one step when τ = 0
-  std::vector<float> l0{0.0f}, l1{4.0f};  // the replicas drifted apart
-  auto avg = mean({r0.prepare(0, l0), r1.prepare(0, l1)});  // (1 − 0 + 1 − 4) / 2 = −1
+  REQUIRE(ev.size() == 2);                                 // prepare and perform in one step when τ = 0
+  std::vector<float> l0{0.0f}, l1{4.0f};                   // the replicas drifted apart
+  auto avg = mean({r0.prepare(0, l0), r1.prepare(0, l1)}); // (1 − 0 + 1 − 4) / 2 = −1
   r0.perform(0, avg, l0);
-  CHECK(r0.global(0)[0] == 2.0f);  // 1 − 1·(−1)
-  CHECK(l0[0] == 2.0f);            // α = 0: the local values become the new global
+  CHECK(r0.global(0)[0] == 2.0f); // 1 − 1·(−1)
+  CHECK(l0[0] == 2.0f);           // α = 0: the local values become the new global
   CHECK(r0.exchanges() == 1);
 }

@@ -34,11 +34,15 @@ const std::array<float, 127>& fp8_table() {
 
 std::size_t bytes_per_value(wire_format f) {
   switch (f) {
-  case wire_format::f32: return 4;
-  case wire_format::bf16: return 2;
+  case wire_format::f32:
+    return 4;
+  case wire_format::bf16:
+    return 2;
   case wire_format::int8:
-  case wire_format::fp8: return 1;
-  case wire_format::sparse2: break;  // not per value: schedulers/sync/sparseloco.cpp
+  case wire_format::fp8:
+    return 1;
+  case wire_format::sparse2:
+    break; // not per value: schedulers/sync/sparseloco.cpp
   }
   return 4;
 }
@@ -56,9 +60,12 @@ float decode(const quantized_rows& q, std::int64_t i, float scale) {
     std::memcpy(&b, p, 2);
     return from_bf16(b);
   }
-  case wire_format::int8: return static_cast<float>(static_cast<std::int8_t>(*p)) / scale;
-  case wire_format::fp8: return from_fp8_e4m3(*p) / scale;
-  case wire_format::sparse2: break;
+  case wire_format::int8:
+    return static_cast<float>(static_cast<std::int8_t>(*p)) / scale;
+  case wire_format::fp8:
+    return from_fp8_e4m3(*p) / scale;
+  case wire_format::sparse2:
+    break;
   }
   return 0;
 }
@@ -81,7 +88,7 @@ std::uint8_t to_fp8_e4m3(float v) {
   if (std::isnan(v))
     return 0x7f;
   std::uint8_t sign = std::signbit(v) ? 0x80 : 0;
-  float a = std::min(std::fabs(v), fp8_max);  // saturate, as torch's fp8 casts in torchft's quantizer do
+  float a = std::min(std::fabs(v), fp8_max); // saturate, as torch's fp8 casts in torchft's quantizer do
   const auto& t = fp8_table();
   auto hi = std::lower_bound(t.begin(), t.end(), a);
   if (hi == t.begin())
@@ -90,8 +97,8 @@ std::uint8_t to_fp8_e4m3(float v) {
   if (hi == t.end())
     return static_cast<std::uint8_t>(sign | (lo - t.begin()));
   float dlo = a - *lo, dhi = *hi - a;
-  auto code = static_cast<std::uint8_t>((dlo < dhi || (dlo == dhi && ((lo - t.begin()) & 1) == 0) ? lo : hi) -
-                                        t.begin());
+  auto code =
+    static_cast<std::uint8_t>((dlo < dhi || (dlo == dhi && ((lo - t.begin()) & 1) == 0) ? lo : hi) - t.begin());
   return static_cast<std::uint8_t>(sign | code);
 }
 
@@ -106,7 +113,7 @@ std::uint16_t to_bf16(float v) {
   auto bits = std::bit_cast<std::uint32_t>(v);
   if (std::isnan(v))
     return static_cast<std::uint16_t>((bits >> 16) | 0x40);
-  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
+  bits += 0x7fff + ((bits >> 16) & 1); // round to nearest even
   return static_cast<std::uint16_t>(bits >> 16);
 }
 
@@ -138,18 +145,23 @@ quantized_rows quantize_rows(std::span<const float> x, std::int64_t cols, wire_f
     }
     for (float v : row) {
       switch (f) {
-      case wire_format::f32: std::memcpy(out, &v, 4), out += 4; break;
+      case wire_format::f32:
+        std::memcpy(out, &v, 4), out += 4;
+        break;
       case wire_format::bf16: {
         auto b = to_bf16(v);
         std::memcpy(out, &b, 2), out += 2;
         break;
       }
       case wire_format::int8:
-        *out++ = static_cast<std::uint8_t>(static_cast<std::int8_t>(
-          std::clamp(std::nearbyint(v * scale), -int8_max, int8_max)));
+        *out++ = static_cast<std::uint8_t>(
+          static_cast<std::int8_t>(std::clamp(std::nearbyint(v * scale), -int8_max, int8_max)));
         break;
-      case wire_format::fp8: *out++ = to_fp8_e4m3(v * scale); break;
-      case wire_format::sparse2: break;
+      case wire_format::fp8:
+        *out++ = to_fp8_e4m3(v * scale);
+        break;
+      case wire_format::sparse2:
+        break;
       }
     }
   }
@@ -166,8 +178,8 @@ expected<void> check_rows(const quantized_rows& q) {
   auto rows = static_cast<std::size_t>((q.values + q.cols - 1) / q.cols);
   auto want_scales = q.format == wire_format::int8 || q.format == wire_format::fp8 ? rows : 0;
   if (q.data.size() != static_cast<std::size_t>(q.values) * bytes_per_value(q.format) || q.scales.size() != want_scales)
-    return make_sched_error(fmt::format("{} bytes and {} scales for {} values in rows of {} (format {})",
-                                        q.data.size(), q.scales.size(), q.values, q.cols, static_cast<int>(q.format)));
+    return make_sched_error(fmt::format("{} bytes and {} scales for {} values in rows of {} (format {})", q.data.size(),
+                                        q.scales.size(), q.values, q.cols, static_cast<int>(q.format)));
   return {};
 }
 

@@ -19,7 +19,7 @@ std::vector<float> random_values(std::size_t n, unsigned seed) {
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> x(n);
   for (auto& v : x)
-    v = d(gen) * std::exp(d(gen));  // a spread of magnitudes
+    v = d(gen) * std::exp(d(gen)); // a spread of magnitudes
   return x;
 }
 
@@ -28,16 +28,16 @@ std::vector<float> random_values(std::size_t n, unsigned seed) {
 TEST_CASE("fp8 e4m3 codes round trip and round to the nearest value") {
   for (int c = 0; c < 256; ++c) {
     if ((c & 0x7f) == 0x7f)
-      continue;  // NaN
+      continue; // NaN
     auto code = static_cast<std::uint8_t>(c);
     float v = from_fp8_e4m3(code);
     if (v == 0.0f)
-      continue;  // +0 and -0
+      continue; // +0 and -0
     CHECK(to_fp8_e4m3(v) == code);
   }
   CHECK(from_fp8_e4m3(0x7e) == 448.0f);
-  CHECK(to_fp8_e4m3(1000.0f) == 0x7e);         // saturates
-  CHECK(from_fp8_e4m3(to_fp8_e4m3(1.0625f)) == 1.0f);  // a tie goes to the even code
+  CHECK(to_fp8_e4m3(1000.0f) == 0x7e);                // saturates
+  CHECK(from_fp8_e4m3(to_fp8_e4m3(1.0625f)) == 1.0f); // a tie goes to the even code
   CHECK(from_fp8_e4m3(to_fp8_e4m3(1.07f)) == 1.125f);
   CHECK(std::isnan(from_fp8_e4m3(0xff)));
 }
@@ -57,17 +57,28 @@ TEST_CASE("each format stays within its rounding bound, reduced in f32") {
       for (std::size_t i = r0; i < std::min(x.size(), r0 + cols); ++i) {
         float err = std::fabs(back[i] - x[i]), bound = 0;
         switch (f) {
-        case wire_format::f32: bound = 0; break;
-        case wire_format::bf16: bound = std::fabs(x[i]) * 0x1p-8f; break;
-        case wire_format::int8: bound = absmax * (0.5f / 127.0f) * 1.0001f; break;
+        case wire_format::f32:
+          bound = 0;
+          break;
+        case wire_format::bf16:
+          bound = std::fabs(x[i]) * 0x1p-8f;
+          break;
+        case wire_format::int8:
+          bound = absmax * (0.5f / 127.0f) * 1.0001f;
+          break;
         // 3 mantissa bits: half an ulp is 2^-4 of the value; below the normal range, of 2^-6·absmax/448·8.
-        case wire_format::fp8: bound = std::max(std::fabs(x[i]) * 0x1p-4f, absmax / 448.0f * 0x1p-10f) * 1.0001f; break;
-        case wire_format::sparse2: break;  // not made by quantize_rows: sparseloco.test.cpp
+        case wire_format::fp8:
+          bound = std::max(std::fabs(x[i]) * 0x1p-4f, absmax / 448.0f * 0x1p-10f) * 1.0001f;
+          break;
+        case wire_format::sparse2:
+          break; // not made by quantize_rows: sparseloco.test.cpp
         }
         CHECK(err <= bound);
       }
     }
-    std::size_t want = x.size() * (f == wire_format::f32 ? 4 : f == wire_format::bf16 ? 2 : 1) +
+    std::size_t want = x.size() * (f == wire_format::f32    ? 4
+                                   : f == wire_format::bf16 ? 2
+                                                            : 1) +
                        (f == wire_format::int8 || f == wire_format::fp8 ? 17 * sizeof(float) : 0);
     CHECK(q.wire_bytes() == want);
   }

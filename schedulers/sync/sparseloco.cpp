@@ -16,10 +16,14 @@ namespace {
 /// The header: k, the entries kept of each full chunk.
 constexpr std::size_t header_bytes = 4;
 
-std::int64_t chunk_keep(std::int64_t k_full, std::int64_t len) { return std::min(k_full, len); }
+std::int64_t chunk_keep(std::int64_t k_full, std::int64_t len) {
+  return std::min(k_full, len);
+}
 
 /// Bytes of one chunk's part: k u16 indices and k 2-bit codes.
-std::size_t chunk_bytes(std::int64_t k) { return static_cast<std::size_t>(2 * k + (k + 3) / 4); }
+std::size_t chunk_bytes(std::int64_t k) {
+  return static_cast<std::size_t>(2 * k + (k + 3) / 4);
+}
 
 std::int64_t read_k(const quantized_rows& q) {
   std::uint32_t k = 0;
@@ -141,8 +145,8 @@ sparseloco::sparseloco(std::vector<float> start, double density, double beta, do
 
 quantized_rows sparseloco::prepare(std::span<const float> local) {
   if (local.size() != global_.size())
-    throw std::invalid_argument(fmt::format("sparseloco::prepare: {} local values for {}", local.size(),
-                                            global_.size()));
+    throw std::invalid_argument(
+      fmt::format("sparseloco::prepare: {} local values for {}", local.size(), global_.size()));
   for (std::size_t i = 0; i < local.size(); ++i)
     error_[i] = static_cast<float>(beta_ * error_[i]) + (global_[i] - local[i]);
   auto sent = sparse_topk_2bit(error_, density_);
@@ -155,8 +159,8 @@ quantized_rows sparseloco::prepare(std::span<const float> local) {
 
 void sparseloco::perform(const std::vector<quantized_rows>& parts, std::span<float> local) {
   if (local.size() != global_.size())
-    throw std::invalid_argument(fmt::format("sparseloco::perform: {} local values for {}", local.size(),
-                                            global_.size()));
+    throw std::invalid_argument(
+      fmt::format("sparseloco::perform: {} local values for {}", local.size(), global_.size()));
   auto mean = reduce_mean(parts);
   for (std::size_t i = 0; i < global_.size(); ++i) {
     global_[i] = static_cast<float>(global_[i] - lr_ * mean[i]);

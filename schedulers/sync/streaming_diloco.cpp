@@ -34,10 +34,10 @@ streaming_diloco::streaming_diloco(const local_update_spec& spec, std::vector<st
     : spec_(spec), schedule_(make_fragment_schedule(spec)), global_(std::move(start)) {
   int p = spec.algorithm == "streaming_diloco" ? spec.fragments : 1;
   if (static_cast<int>(global_.size()) != p)
-    throw std::invalid_argument(fmt::format("streaming_diloco: {} fragments of values for {} fragments",
-                                            global_.size(), p));
+    throw std::invalid_argument(
+      fmt::format("streaming_diloco: {} fragments of values for {} fragments", global_.size(), p));
   if (spec.algorithm != "streaming_diloco")
-    spec_.delay = 0, spec_.alpha = 0;  // plain DiLoCo: the whole model at once
+    spec_.delay = 0, spec_.alpha = 0; // plain DiLoCo: the whole model at once
   for (const auto& g : global_)
     outer_.emplace_back(spec.outer, g.size());
 }
@@ -52,10 +52,10 @@ std::vector<float> streaming_diloco::prepare(int f, std::span<const float> local
 void streaming_diloco::perform(int f, std::span<const float> averaged, std::span<float> local) {
   auto& g = global_.at(static_cast<std::size_t>(f));
   if (local.size() != g.size())
-    throw std::invalid_argument(fmt::format("streaming_diloco::perform: {} local values for a fragment of {}",
-                                            local.size(), g.size()));
-  outer_[static_cast<std::size_t>(f)].step(g, averaged);  // from the saved global: the new global
-  mix(local, g, 1.0 - spec_.alpha);  // local + (1−α)(global − local) = global + α(local − global)
+    throw std::invalid_argument(
+      fmt::format("streaming_diloco::perform: {} local values for a fragment of {}", local.size(), g.size()));
+  outer_[static_cast<std::size_t>(f)].step(g, averaged); // from the saved global: the new global
+  mix(local, g, 1.0 - spec_.alpha); // local + (1−α)(global − local) = global + α(local − global)
   ++exchanges_;
 }
 

@@ -55,21 +55,20 @@ private:
 /// the mean is the new value).
 class averaging_policy : public sync_policy {
 public:
-  averaging_policy(const sync_setup& s, bool outer_step)
-      : setup_(s), format_(format_of(s.spec)) {
+  averaging_policy(const sync_setup& s, bool outer_step) : setup_(s), format_(format_of(s.spec)) {
     if (outer_step)
       diloco_.emplace(s.spec, s.start);
   }
   std::vector<sync_send> prepare(int f, std::int64_t, std::span<const float> local) override {
     if (auto it = ex_.find(f); it != ex_.end() && !it->second.taken())
       throw std::invalid_argument(fmt::format("{}: fragment {} prepared twice", setup_.spec.algorithm, f));
-    auto& ex = ex_.insert_or_assign(f, mean_exchange(all_replicas(setup_.replicas), setup_.replica, format_,
-                                                     sync_row_values))
-                 .first->second;
+    auto& ex =
+      ex_.insert_or_assign(f, mean_exchange(all_replicas(setup_.replicas), setup_.replica, format_, sync_row_values))
+        .first->second;
     for (int r : lost_)
-      ex.lose(r);  // before it starts: nothing to send again
+      ex.lose(r); // before it starts: nothing to send again
     if (diloco_)
-      return ex.start(diloco_->prepare(f, local));  // the pseudo-gradient global − local
+      return ex.start(diloco_->prepare(f, local)); // the pseudo-gradient global − local
     return ex.start(local);
   }
   std::vector<sync_send> receive(int f, int from, int round, int piece, quantized_rows part) override {
@@ -80,12 +79,12 @@ public:
     return it != ex_.end() && it->second.done() && !it->second.taken();
   }
   void perform(int f, std::span<float> local) override {
-    auto mean = under_way(ex_, f, "averaging").take();  // kept: members that learn of a loss later still ask it
+    auto mean = under_way(ex_, f, "averaging").take(); // kept: members that learn of a loss later still ask it
     if (mean.size() != local.size())
-      throw std::invalid_argument(fmt::format("{}: {} averaged values for {} local ones", setup_.spec.algorithm,
-                                              mean.size(), local.size()));
+      throw std::invalid_argument(
+        fmt::format("{}: {} averaged values for {} local ones", setup_.spec.algorithm, mean.size(), local.size()));
     if (diloco_)
-      diloco_->perform(f, mean, local);  // outer SGD from the saved global, then α mixing
+      diloco_->perform(f, mean, local); // outer SGD from the saved global, then α mixing
     else
       std::copy(mean.begin(), mean.end(), local.begin());
     ++exchanges_;
@@ -94,7 +93,7 @@ public:
   std::vector<sync_send> lose(int r) override {
     lost_.push_back(r);
     std::vector<sync_send> out;
-    for (auto& [f, ex] : ex_)  // the exchange under way, and the last one applied
+    for (auto& [f, ex] : ex_) // the exchange under way, and the last one applied
       for (auto& s : ex.lose(r)) {
         s.fragment = f;
         out.push_back(std::move(s));
@@ -119,7 +118,7 @@ class gathering_policy : public sync_policy {
 public:
   std::vector<sync_send> receive(int f, int from, int, int, quantized_rows part) override {
     if (std::find(lost_.begin(), lost_.end(), from) != lost_.end())
-      return {};  // a lost member's last part, late: left out
+      return {}; // a lost member's last part, late: left out
     if (f != 0 || members_.empty())
       throw std::invalid_argument(fmt::format("{}: a part of fragment {} with no exchange under way", name_, f));
     auto i = index_of(from);
@@ -142,7 +141,7 @@ public:
   void perform(int, std::span<float> local) override {
     if (!ready(0))
       throw std::logic_error(fmt::format("{}: performed before every member's part arrived", name_));
-    std::vector<quantized_rows> parts;  // in member order
+    std::vector<quantized_rows> parts; // in member order
     for (auto& p : parts_)
       parts.push_back(std::move(*p));
     apply(parts, local);
@@ -203,8 +202,8 @@ private:
 class noloco_policy : public gathering_policy {
 public:
   explicit noloco_policy(const sync_setup& s)
-      : gathering_policy(s, "noloco"), format_(format_of(s.spec)), slow_(s.start.at(0)),
-        momentum_(slow_.size(), 0.0f) {}
+      : gathering_policy(s, "noloco"), format_(format_of(s.spec)), slow_(s.start.at(0)), momentum_(slow_.size(), 0.0f) {
+  }
   std::vector<sync_send> prepare(int f, std::int64_t step, std::span<const float> local) override {
     if (f != 0 || local.size() != slow_.size())
       throw std::invalid_argument(fmt::format("noloco: fragment {} of {} values prepared", f, local.size()));
@@ -264,34 +263,31 @@ void register_builtin_sync_methods(const std::function<void(std::string, sync_me
     return std::make_unique<fragment_schedule_of>(s);
   };
   auto whole = [](const local_update_spec&) { return param_fragments(1); };
-  register_sync_method("diloco", {"DiLoCo: H inner steps, the averaged pseudo-gradient, an outer Nesterov step",
-                                  whole, fragment_sched,
-                                  [](const sync_setup& s) { return std::make_unique<averaging_policy>(s, true); },
-                                  diloco_settings()});
+  register_sync_method(
+    "diloco", {"DiLoCo: H inner steps, the averaged pseudo-gradient, an outer Nesterov step", whole, fragment_sched,
+               [](const sync_setup& s) { return std::make_unique<averaging_policy>(s, true); }, diloco_settings()});
   register_sync_method("streaming_diloco",
                        {"Streaming DiLoCo: P fragments round robin, exchanged τ steps early, mixed by α",
                         [](const local_update_spec& s) { return param_fragments(s.fragments); }, fragment_sched,
                         [](const sync_setup& s) { return std::make_unique<averaging_policy>(s, true); },
                         streaming_diloco_settings()});
-  register_sync_method("noloco", {"NoLoCo: groups from a seeded permutation, no collective", whole, fragment_sched,
-                                  [](const sync_setup& s) { return std::make_unique<noloco_policy>(s); },
-                                  noloco_settings()});
+  register_sync_method("noloco",
+                       {"NoLoCo: groups from a seeded permutation, no collective", whole, fragment_sched,
+                        [](const sync_setup& s) { return std::make_unique<noloco_policy>(s); }, noloco_settings()});
+  register_sync_method("desloc", {"DES-LOC: parameters, first and second moments averaged on their own periods",
+                                  [](const local_update_spec&) {
+                                    return std::vector<fragment_plan>{{fragment_content::params, 0, 1},
+                                                                      {fragment_content::exp_avg, 0, 1},
+                                                                      {fragment_content::exp_avg_sq, 0, 1}};
+                                  },
+                                  [](const local_update_spec& s) {
+                                    return periodic_schedule({s.period_params, s.period_momentum, s.period_variance});
+                                  },
+                                  [](const sync_setup& s) { return std::make_unique<averaging_policy>(s, false); },
+                                  desloc_settings()});
   register_sync_method(
-    "desloc",
-    {"DES-LOC: parameters, first and second moments averaged on their own periods",
-     [](const local_update_spec&) {
-       return std::vector<fragment_plan>{{fragment_content::params, 0, 1},
-                                         {fragment_content::exp_avg, 0, 1},
-                                         {fragment_content::exp_avg_sq, 0, 1}};
-     },
-     [](const local_update_spec& s) {
-       return periodic_schedule({s.period_params, s.period_momentum, s.period_variance});
-     },
-     [](const sync_setup& s) { return std::make_unique<averaging_policy>(s, false); }, desloc_settings()});
-  register_sync_method("sparseloco", {"SparseLoCo: error feedback, top-k per chunk in 2 bits, a sparse all-gather",
-                                      whole, fragment_sched,
-                                      [](const sync_setup& s) { return std::make_unique<sparseloco_policy>(s); },
-                                      sparseloco_settings()});
+    "sparseloco", {"SparseLoCo: error feedback, top-k per chunk in 2 bits, a sparse all-gather", whole, fragment_sched,
+                   [](const sync_setup& s) { return std::make_unique<sparseloco_policy>(s); }, sparseloco_settings()});
 }
 
 } // namespace troupe::sched

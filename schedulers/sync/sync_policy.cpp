@@ -22,7 +22,7 @@ struct registry {
 
 registry& methods() {
   static registry* r = [] {
-    auto* made = new registry;  // never destroyed: plugins' methods point into their libraries
+    auto* made = new registry; // never destroyed: plugins' methods point into their libraries
     register_builtin_sync_methods([made](std::string name, sync_method m) {
       made->order.push_back(name);
       made->methods[std::move(name)] = std::move(m);
@@ -118,7 +118,7 @@ std::size_t mean_exchange::index_of(int replica) const {
 std::size_t mean_exchange::owner(std::size_t c) const {
   if (alive_[c])
     return c;
-  for (std::size_t m = 0; m < alive_.size(); ++m)  // a lost member's chunks: the lowest member still here
+  for (std::size_t m = 0; m < alive_.size(); ++m) // a lost member's chunks: the lowest member still here
     if (alive_[m])
       return m;
   return self_;
@@ -176,7 +176,7 @@ std::vector<sync_send> mean_exchange::receive(int from, int round, int piece, qu
       parts_[c][i] = std::move(part);
     return reduce_ready();
   }
-  if (!have_[c]) {  // the first mean of a chunk counts (after a loss the new owner's may follow)
+  if (!have_[c]) { // the first mean of a chunk counts (after a loss the new owner's may follow)
     accumulate(part, std::span<float>(mean_).subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b)));
     have_[c] = true;
   }
@@ -188,7 +188,7 @@ std::vector<sync_send> mean_exchange::reduce_ready() {
   for (std::size_t c = 0; c < members_.size(); ++c) {
     if (reduced_[c] || owner(c) != self_)
       continue;
-    std::vector<quantized_rows> parts;  // in member order: the same sums on every replica
+    std::vector<quantized_rows> parts; // in member order: the same sums on every replica
     bool all = true;
     for (std::size_t m = 0; m < members_.size() && all; ++m)
       if (alive_[m]) {
@@ -228,7 +228,7 @@ std::vector<sync_send> mean_exchange::lose(int replica) {
       if (auto o = owner(c); o != before[c]) {
         if (o == self_)
           parts_[c][self_] = own_[c];
-        else  // again: it may have gone to the lost member, and the new owner needs every part
+        else // again: it may have gone to the lost member, and the new owner needs every part
           out.push_back({members_[o], 0, static_cast<int>(c), own_[c]});
       }
   if (values_ >= 0) {

@@ -54,14 +54,14 @@ struct sync_send {
   int round = 0;
   int piece = 0;
   quantized_rows payload;
-  int fragment = -1;  ///< whose exchange: -1, the fragment of the call (set by lose, which answers for all)
+  int fragment = -1; ///< whose exchange: -1, the fragment of the call (set by lose, which answers for all)
 };
 
 /// What a policy is made from.
 struct sync_setup {
   local_update_spec spec;
   int replica = 0, replicas = 1;
-  std::uint64_t seed = 0;  ///< the graph's data.seed (NoLoCo's groups)
+  std::uint64_t seed = 0; ///< the graph's data.seed (NoLoCo's groups)
   /// Each fragment's values at the start (empty for moments: they start at zero).
   std::vector<std::vector<float>> start;
 };
@@ -152,9 +152,9 @@ private:
   wire_format format_;
   std::int64_t row_, values_ = -1;
   std::vector<bool> alive_;
-  std::vector<quantized_rows> own_;                             ///< this member's part of each chunk
-  std::vector<std::vector<std::optional<quantized_rows>>> parts_;  ///< [chunk][member]: parts for their owner
-  std::vector<bool> reduced_, have_;                             ///< chunks averaged here; chunks of the mean filled in
+  std::vector<quantized_rows> own_;                               ///< this member's part of each chunk
+  std::vector<std::vector<std::optional<quantized_rows>>> parts_; ///< [chunk][member]: parts for their owner
+  std::vector<bool> reduced_, have_; ///< chunks averaged here; chunks of the mean filled in
   std::vector<float> mean_;
   bool taken_ = false;
 };

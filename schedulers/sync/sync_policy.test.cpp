@@ -90,7 +90,7 @@ TEST_CASE("the mean exchange gives every member the f32 mean, each sending 2(n-1
     std::vector<std::vector<float>> x;
     for (int r = 0; r < members; ++r)
       x.push_back(random_values(n, 10 + static_cast<unsigned>(r)));
-    std::vector<float> want(n, 0.0f);  // summed in member order, then divided: what every member must get
+    std::vector<float> want(n, 0.0f); // summed in member order, then divided: what every member must get
     for (const auto& v : x)
       for (std::size_t i = 0; i < n; ++i)
         want[i] += v[i];
@@ -110,10 +110,10 @@ TEST_CASE("the mean exchange gives every member the f32 mean, each sending 2(n-1
     for (const auto& m : queue)
       sent[static_cast<std::size_t>(m.from)] += m.send.payload.wire_bytes();
     while (!queue.empty()) {
-      auto m = std::move(queue.back());  // the last sent first: the rounds interleave
+      auto m = std::move(queue.back()); // the last sent first: the rounds interleave
       queue.pop_back();
-      for (auto& s : ex[static_cast<std::size_t>(m.to)].receive(m.from, m.send.round, m.send.piece,
-                                                              std::move(m.send.payload))) {
+      for (auto& s :
+           ex[static_cast<std::size_t>(m.to)].receive(m.from, m.send.round, m.send.piece, std::move(m.send.payload))) {
         sent[static_cast<std::size_t>(m.to)] += s.payload.wire_bytes();
         queue.push_front({m.to, s.to, std::move(s)});
       }
@@ -136,21 +136,21 @@ TEST_CASE("the mean exchange refuses a forged message and takes a repeated part 
   mean_exchange a({0, 1}, 0, wire_format::f32, 4);
   auto out = a.start(std::vector<float>(8, 1.0f));
   REQUIRE(out.size() == 1);
-  CHECK(out.front().piece == 1);  // its part of member 1's chunk, to member 1
+  CHECK(out.front().piece == 1); // its part of member 1's chunk, to member 1
   auto part = quantize_rows(std::vector<float>(4, 2.0f), 4, wire_format::f32);
-  CHECK_THROWS_AS(a.receive(2, 0, 0, part), std::invalid_argument);      // not a member
-  CHECK_THROWS_AS(a.receive(1, 5, 0, part), std::invalid_argument);      // no such round
-  CHECK_THROWS_AS(a.receive(1, 0, 7, part), std::invalid_argument);      // no such piece
+  CHECK_THROWS_AS(a.receive(2, 0, 0, part), std::invalid_argument); // not a member
+  CHECK_THROWS_AS(a.receive(1, 5, 0, part), std::invalid_argument); // no such round
+  CHECK_THROWS_AS(a.receive(1, 0, 7, part), std::invalid_argument); // no such piece
   auto wrong = quantize_rows(std::vector<float>(3, 2.0f), 4, wire_format::f32);
-  CHECK_THROWS_AS(a.receive(1, 0, 0, wrong), std::invalid_argument);     // not the chunk's size
+  CHECK_THROWS_AS(a.receive(1, 0, 0, wrong), std::invalid_argument); // not the chunk's size
   auto forged = part;
   forged.data.pop_back();
-  CHECK_THROWS_AS(a.receive(1, 0, 0, forged), std::invalid_argument);    // data short of its values
-  auto more = a.receive(1, 0, 0, part);                                  // this member's chunk is reduced
+  CHECK_THROWS_AS(a.receive(1, 0, 0, forged), std::invalid_argument); // data short of its values
+  auto more = a.receive(1, 0, 0, part);                               // this member's chunk is reduced
   REQUIRE(more.size() == 1);
   CHECK(more.front().round == 1);
   CHECK(more.front().piece == 0);
-  CHECK(a.receive(1, 0, 0, part).empty());                               // the same part again: nothing new
+  CHECK(a.receive(1, 0, 0, part).empty()); // the same part again: nothing new
   CHECK_FALSE(a.done());
   a.receive(1, 1, 1, part);
   CHECK(a.done());
@@ -176,23 +176,23 @@ TEST_CASE("the mean exchange goes on without a member lost at any point, every s
       for (auto& s : ex[static_cast<std::size_t>(r)].start(x[static_cast<std::size_t>(r)]))
         queue.push_back({r, s.to, std::move(s)});
     int delivered = 0;
-    std::set<int> told;  // survivors that know of the loss
+    std::set<int> told; // survivors that know of the loss
     auto deliver = [&](message m) {
       if (m.to == 3 && delivered >= cut)
-        return;  // to the dead member: dropped
-      for (auto& s : ex[static_cast<std::size_t>(m.to)].receive(m.from, m.send.round, m.send.piece,
-                                                                  std::move(m.send.payload)))
+        return; // to the dead member: dropped
+      for (auto& s :
+           ex[static_cast<std::size_t>(m.to)].receive(m.from, m.send.round, m.send.piece, std::move(m.send.payload)))
         queue.push_back({m.to, s.to, std::move(s)});
     };
     while (!queue.empty()) {
       auto m = std::move(queue.front());
       queue.pop_front();
       if (m.from == 3 && delivered >= cut)
-        continue;  // the dead member's messages not yet out are lost
+        continue; // the dead member's messages not yet out are lost
       deliver(std::move(m));
       ++delivered;
       if (delivered >= cut)
-        for (int r : {2, 0, 1})  // told one at a time, in between deliveries
+        for (int r : {2, 0, 1}) // told one at a time, in between deliveries
           if (!told.count(r)) {
             told.insert(r);
             for (auto& s : ex[static_cast<std::size_t>(r)].lose(3))
@@ -260,7 +260,7 @@ TEST_CASE("DiLoCo's policy applies the outer step to the mean pseudo-gradient, t
     CHECK(local[static_cast<std::size_t>(r)] == want[static_cast<std::size_t>(r)]);
     CHECK(policies[static_cast<std::size_t>(r)]->exchanges() == 1);
   }
-  CHECK(msgs.size() == 2 * replicas * (replicas - 1));  // two rounds, each member to each other
+  CHECK(msgs.size() == 2 * replicas * (replicas - 1)); // two rounds, each member to each other
 }
 
 TEST_CASE("NoLoCo's policy talks to its group only and takes the group's outer step") {
@@ -276,13 +276,13 @@ TEST_CASE("NoLoCo's policy talks to its group only and takes the group's outer s
   auto before = local;
   auto groups = noloco_groups(replicas, 2, 5, 7);
   auto msgs = exchange(policies, 0, 5, local);
-  CHECK(msgs.size() == static_cast<std::size_t>(replicas));  // each to its one partner: no collective
+  CHECK(msgs.size() == static_cast<std::size_t>(replicas)); // each to its one partner: no collective
   for (const auto& m : msgs) {
     bool together = false;
     for (const auto& g : groups)
       together |= std::count(g.begin(), g.end(), m.from) && std::count(g.begin(), g.end(), m.to);
     CHECK(together);
-    CHECK(m.send.payload.wire_bytes() == 2 * n * sizeof(float));  // fast and slow weights
+    CHECK(m.send.payload.wire_bytes() == 2 * n * sizeof(float)); // fast and slow weights
   }
   for (const auto& g : groups)
     for (int r : g) {
@@ -318,7 +318,7 @@ TEST_CASE("SparseLoCo's part keeps the top entries of each chunk in 2 bits, and 
       }
     }
     CHECK(kept == std::min<std::size_t>(static_cast<std::size_t>(k), len));
-    CHECK(smallest_kept >= largest_dropped);  // the largest magnitudes, nothing else
+    CHECK(smallest_kept >= largest_dropped); // the largest magnitudes, nothing else
   }
   // Per chunk k u16 indices, k 2-bit codes and two f32 scales; a 4-byte header. The last chunk (100 values) keeps 82 too.
   CHECK(q.wire_bytes() == 4 + 3 * (2 * 82 + 21) + 3 * 2 * 4);
@@ -336,7 +336,7 @@ TEST_CASE("SparseLoCo's part keeps the top entries of each chunk in 2 bits, and 
   for (std::size_t i = 0; i < local.size(); ++i)
     CHECK(s.error()[i] + decoded[i] == doctest::Approx(drift[i]).epsilon(1e-6));
   auto e1 = s.error();
-  auto sent2 = s.prepare(local);  // the same drift again: e ← 0.95·e + Δ
+  auto sent2 = s.prepare(local); // the same drift again: e ← 0.95·e + Δ
   std::vector<float> decoded2(local.size(), 0.0f);
   accumulate(sent2, decoded2);
   for (std::size_t i = 0; i < local.size(); ++i)
@@ -364,10 +364,10 @@ TEST_CASE("SparseLoCo's policy applies the mean of every replica's sparse part t
   std::vector<float> want(n);
   math[0].perform(parts, want);
   auto msgs = exchange(policies, 0, 4, local);
-  CHECK(msgs.size() == replicas * (replicas - 1));  // a sparse all-gather
+  CHECK(msgs.size() == replicas * (replicas - 1)); // a sparse all-gather
   for (int r = 0; r < replicas; ++r) {
     CHECK(local[static_cast<std::size_t>(r)] == want);
-    CHECK(bytes_of(msgs, r) * 30 < n * 4 * (replicas - 1));  // far below the dense pseudo-gradient
+    CHECK(bytes_of(msgs, r) * 30 < n * 4 * (replicas - 1)); // far below the dense pseudo-gradient
   }
 }
 
@@ -381,7 +381,7 @@ TEST_CASE("DES-LOC averages parameters and each moment on its own period") {
   CHECK(plan[1].content == fragment_content::exp_avg);
   CHECK(plan[2].content == fragment_content::exp_avg_sq);
   auto schedule = m->schedule(spec);
-  std::map<int, std::vector<int>> due;  // fragment -> steps it was exchanged after
+  std::map<int, std::vector<int>> due; // fragment -> steps it was exchanged after
   for (int step = 1; step <= 24; ++step)
     for (auto e : schedule->after_inner_step())
       if (e.what == fragment_event::kind::perform)
@@ -409,7 +409,8 @@ TEST_CASE("a method registered at run time is found by name and exchanges like a
   register_sync_method("test_average", {"average the parameters every H steps",
                                         [](const local_update_spec&) { return param_fragments(1); },
                                         [](const local_update_spec& s) { return periodic_schedule({s.sync_every}); },
-                                        desloc->make, {{sync_every_option(500)}, nullptr, nullptr}});
+                                        desloc->make,
+                                        {{sync_every_option(500)}, nullptr, nullptr}});
   REQUIRE(find_sync_method("test_average") != nullptr);
   CHECK(sync_method_names().back() == "test_average");
   local_update_spec spec;

@@ -15,15 +15,15 @@ namespace troupe::sched {
 struct shard_param {
   std::string name;
   std::int64_t elements = 0;
-  bool decays = false;  ///< AdamW decays it (a matrix or an embedding, rank >= 2)
+  bool decays = false; ///< AdamW decays it (a matrix or an embedding, rank >= 2)
 };
 
 /// A run of one parameter's elements inside a shard's slice.
 struct shard_segment {
-  int bucket = 0;            ///< the bucket (make_buckets order)
-  int tensor = 0;            ///< the parameter's place in that bucket
-  std::int64_t offset = 0;   ///< its first element within the parameter
-  std::int64_t flat = 0;     ///< its first element within the bucket's flat buffer
+  int bucket = 0;          ///< the bucket (make_buckets order)
+  int tensor = 0;          ///< the parameter's place in that bucket
+  std::int64_t offset = 0; ///< its first element within the parameter
+  std::int64_t flat = 0;   ///< its first element within the bucket's flat buffer
   std::int64_t elements = 0;
 };
 
@@ -39,11 +39,11 @@ struct shard_segment {
 /// ceil(P/members) or fewer of each bucket (DeepSpeed pads its flat group once
 /// instead; the ring's cut keeps a bucket's reduce-scatter and the ownership the same).
 struct shard_layout {
-  std::vector<std::vector<param_ref>> buckets;   ///< parameters of each bucket
-  std::vector<std::int64_t> bucket_elements;     ///< parameter elements of each bucket
-  std::vector<shard_segment> segments;           ///< this shard's runs, bucket by bucket
-  std::vector<std::string> names;                ///< a name per segment: `PARAM[begin:end]`
-  std::vector<bool> decays;                      ///< per segment
+  std::vector<std::vector<param_ref>> buckets; ///< parameters of each bucket
+  std::vector<std::int64_t> bucket_elements;   ///< parameter elements of each bucket
+  std::vector<shard_segment> segments;         ///< this shard's runs, bucket by bucket
+  std::vector<std::string> names;              ///< a name per segment: `PARAM[begin:end]`
+  std::vector<bool> decays;                    ///< per segment
   int members = 1;
   int rank = 0;
   /// Elements this shard owns.

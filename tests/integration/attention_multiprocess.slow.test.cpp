@@ -26,7 +26,7 @@ TEST_CASE("attention servers across 2 node processes follow the one-process colo
   const std::string docs = " --set data.documents=long_tail --set data.deal=heaviest_first";
   auto [one, one_out] = losses("run" + docs, "colocated");
   auto [in_place, in_place_out] =
-      losses("launch --set cluster.nodes=2 --set attention.servers=in_place" + docs, "in_place");
+    losses("launch --set cluster.nodes=2 --set attention.servers=in_place" + docs, "in_place");
   auto [apart, apart_out] = losses("launch --set cluster.nodes=2 --set attention.servers=2" + docs, "apart");
   REQUIRE(one.size() == 4);
   for (const auto* got : {&in_place, &apart}) {

@@ -12,8 +12,7 @@ using namespace troupe::testing;
 
 namespace {
 
-constexpr int layers = 2, d_model = 32, context = 64, batch = 4, microbatches = 2, replicas = 2, stages = 2,
-              steps = 20;
+constexpr int layers = 2, d_model = 32, context = 64, batch = 4, microbatches = 2, replicas = 2, stages = 2, steps = 20;
 
 struct traced_run {
   std::vector<double> losses;

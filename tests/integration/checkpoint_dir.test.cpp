@@ -21,7 +21,7 @@ TEST_CASE("a second run into a checkpoint folder in use is refused with exit 2, 
     INFO("stderr: ", err);
     CHECK(err.find((dir / "ckpt").string() + ": another run is writing checkpoints here (pid " +
                    std::to_string(first.pid) + " on host ") != std::string::npos);
-    CHECK(first.wait(0ms) == -1);  // the first goes on (until it is killed here)
+    CHECK(first.wait(0ms) == -1); // the first goes on (until it is killed here)
   }
   fs::remove_all(dir);
 }
@@ -39,17 +39,19 @@ TEST_CASE("a fresh run over an earlier run's checkpoints is refused unless --res
     troupe_process p{dir, {"run", graph, "--no-trace", "--steps", "4"}};
     CHECK(p.wait(60s) == 2);
     auto err = slurp(p.err);
-    CHECK(err == "troupe run: " + ckpt.string() + ": holds an earlier run's checkpoints (2 step folders, 'latest' "
-                 "names step-000008); a fresh run here would mix its steps with them: --resume " + ckpt.string() +
-                 " to continue that run, --restart to remove them and start over, or another checkpoint.dir\n");
+    CHECK(err == "troupe run: " + ckpt.string() +
+                   ": holds an earlier run's checkpoints (2 step folders, 'latest' "
+                   "names step-000008); a fresh run here would mix its steps with them: --resume " +
+                   ckpt.string() +
+                   " to continue that run, --restart to remove them and start over, or another checkpoint.dir\n");
     CHECK(slurp(p.out).empty());
-    CHECK(slurp(ckpt / "latest") == "step-000008\n");  // untouched
+    CHECK(slurp(ckpt / "latest") == "step-000008\n"); // untouched
   }
   {
     troupe_process p{dir, {"run", graph, "--no-trace", "--steps", "4", "--restart"}};
     CHECK(p.wait(120s) == 0);
     CHECK(slurp(ckpt / "latest") == "step-000004\n");
-    CHECK_FALSE(fs::exists(ckpt / "step-000008"));  // the earlier run's steps are gone, not mixed in
+    CHECK_FALSE(fs::exists(ckpt / "step-000008")); // the earlier run's steps are gone, not mixed in
   }
   {
     troupe_process p{dir, {"run", graph, "--no-trace", "--resume", ckpt.string()}};
@@ -76,7 +78,7 @@ TEST_CASE("a save that fails on a full disk removes its partial step folder and 
   auto dir = small_pipeline_graph("ckpt_full", 8, "checkpoint: {dir: tiny, every: 4}\n");
   auto mnt = dir / "tiny";
   {
-    small_tmpfs disk{mnt, "64k"};  // room for the lock file, not for one part of the first checkpoint
+    small_tmpfs disk{mnt, "64k"}; // room for the lock file, not for one part of the first checkpoint
     if (!disk.mounted) {
       MESSAGE("skipped: mounting a small tmpfs needs root");
       return;
@@ -86,7 +88,7 @@ TEST_CASE("a save that fails on a full disk removes its partial step folder and 
     auto err = slurp(p.err);
     INFO("stderr: ", err);
     CHECK(err.find("No space left on device") != std::string::npos);
-    CHECK(err.find("previous") == std::string::npos);  // there is no previous file or checkpoint
+    CHECK(err.find("previous") == std::string::npos); // there is no previous file or checkpoint
     CHECK(err.find("intact") == std::string::npos);
     CHECK_FALSE(fs::exists(mnt / "step-000004"));
     CHECK_FALSE(fs::exists(mnt / "latest"));

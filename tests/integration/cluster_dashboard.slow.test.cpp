@@ -29,8 +29,8 @@ namespace {
 
 /// What a dashboard viewer has seen so far.
 struct viewer {
-  std::map<int, nlohmann::json> actors;  ///< by the feed's id
-  std::map<int, std::size_t> spans;      ///< per actor id
+  std::map<int, nlohmann::json> actors; ///< by the feed's id
+  std::map<int, std::size_t> spans;     ///< per actor id
   /// The first forward of step 0, microbatch 0, per actor: [begin, end] in µs.
   std::map<int, std::pair<double, double>> first_forward;
   bool finished = false;
@@ -83,12 +83,13 @@ namespace {
 /// With `probe_clocks` the nodes act as if on other machines: their clock
 /// offsets are estimated from probes rather than known to be zero.
 void watch_launch(bool probe_clocks) {
-  auto dir = small_pipeline_graph(probe_clocks ? "cdash_probe" : "cdash", 10000000,
-                                  "cluster: {launcher: local, nodes: 2}\n");
+  auto dir =
+    small_pipeline_graph(probe_clocks ? "cdash_probe" : "cdash", 10000000, "cluster: {launcher: local, nodes: 2}\n");
   if (probe_clocks)
-    ::setenv("TROUPE_CLOCK_DOMAIN", "", 1);  // inherited by the launch and its nodes
-  troupe_process launch{dir, {"launch", (dir / "graph.yaml").string(), "--dashboard", "127.0.0.1:0", "--trace",
-                              (dir / "trace.json").string()}};
+    ::setenv("TROUPE_CLOCK_DOMAIN", "", 1); // inherited by the launch and its nodes
+  troupe_process launch{
+    dir,
+    {"launch", (dir / "graph.yaml").string(), "--dashboard", "127.0.0.1:0", "--trace", (dir / "trace.json").string()}};
   ::unsetenv("TROUPE_CLOCK_DOMAIN");
   auto url = launch.wait_for(R"(dashboard: (http://127\.0\.0\.1:\d+/))");
   feed_connection feed{url};
@@ -125,14 +126,15 @@ void watch_launch(bool probe_clocks) {
   double tolerance_us = 0;
   if (probe_clocks)
     for (int node : {0, 1}) {
-      auto within = launch.wait_for("node " + std::to_string(node) + R"( \(.*\) has its own clock: .* ms from this one, within ([0-9.]+) ms)");
-      tolerance_us += std::stod(within) * 1000 + 1000;  // and the printed rounding, generously
+      auto within = launch.wait_for("node " + std::to_string(node) +
+                                    R"( \(.*\) has its own clock: .* ms from this one, within ([0-9.]+) ms)");
+      tolerance_us += std::stod(within) * 1000 + 1000; // and the printed rounding, generously
     }
   read_until([&] { return v.first_forward.count(v.id_of("s2", 1)) && v.first_forward.count(v.id_of("s1", 0)); }, 30s);
   auto s1 = v.first_forward.at(v.id_of("s1", 0)), s2 = v.first_forward.at(v.id_of("s2", 1));
   CAPTURE(tolerance_us);
   CHECK(s2.first >= s1.second - tolerance_us);
-  CHECK(s2.first - s1.second < 5e6);  // and not seconds later either
+  CHECK(s2.first - s1.second < 5e6); // and not seconds later either
   // /metrics lists the actors of both nodes while the run goes on.
   std::string metrics;
   auto deadline = std::chrono::steady_clock::now() + 30s;
@@ -142,10 +144,8 @@ void watch_launch(bool probe_clocks) {
       break;
     std::this_thread::sleep_for(300ms);
   }
-  CHECK(metrics.find(R"(troupe_actor_busy_fraction{actor="s0",type="pipeline_stage",node="0"})") !=
-        std::string::npos);
-  CHECK(metrics.find(R"(troupe_actor_busy_fraction{actor="s3",type="pipeline_stage",node="1"})") !=
-        std::string::npos);
+  CHECK(metrics.find(R"(troupe_actor_busy_fraction{actor="s0",type="pipeline_stage",node="0"})") != std::string::npos);
+  CHECK(metrics.find(R"(troupe_actor_busy_fraction{actor="s3",type="pipeline_stage",node="1"})") != std::string::npos);
   // Stopping the launch finishes the feed, and each node still wrote its own trace.
   REQUIRE(::kill(launch.pid, SIGINT) == 0);
   read_until([&] { return v.finished; }, 30s);

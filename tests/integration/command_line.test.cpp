@@ -57,20 +57,18 @@ TEST_CASE("troupe --version and troupe version print the version") {
 TEST_CASE("troupe help CMD prints what troupe CMD --help prints, listing the command's flags") {
   auto dir = scratch("help");
   const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> commands{
-      {{"check"}, {"FILE", "--set", "--steps"}},
-      {{"run"},
-       {"FILE", "--set", "--steps", "--summary-json", "--resume", "--restart", "--threads", "--timeout",
-        "--trace", "--no-trace", "--trace-buffer", "--dashboard"}},
-      {{"launch"},
-       {"FILE", "--set", "--steps", "--summary-json", "--resume", "--restart", "--threads", "--timeout",
-        "--trace", "--no-trace", "--trace-buffer", "--dashboard"}},
-      {{"node"},
-       {"--coordinator", "--node", "--token-file", "--token-stdin", "--transport", "--listen", "--threads"}},
-      {{"schedule"},
-       {"--policy", "--plugin", "--stages", "--microbatches", "--compare", "--json", "--save-table"}},
-      {{"trace"}, {"summarize"}},
-      {{"trace", "summarize"}, {"TRACE", "--no-order"}},
-      {{"dash"}, {"TRACE", "--dashboard"}},
+    {{"check"}, {"FILE", "--set", "--steps"}},
+    {{"run"},
+     {"FILE", "--set", "--steps", "--summary-json", "--resume", "--restart", "--threads", "--timeout", "--trace",
+      "--no-trace", "--trace-buffer", "--dashboard"}},
+    {{"launch"},
+     {"FILE", "--set", "--steps", "--summary-json", "--resume", "--restart", "--threads", "--timeout", "--trace",
+      "--no-trace", "--trace-buffer", "--dashboard"}},
+    {{"node"}, {"--coordinator", "--node", "--token-file", "--token-stdin", "--transport", "--listen", "--threads"}},
+    {{"schedule"}, {"--policy", "--plugin", "--stages", "--microbatches", "--compare", "--json", "--save-table"}},
+    {{"trace"}, {"summarize"}},
+    {{"trace", "summarize"}, {"TRACE", "--no-order"}},
+    {{"dash"}, {"TRACE", "--dashboard"}},
   };
   for (const auto& [command, flags] : commands) {
     auto name = command.size() == 1 ? command[0] : command[0] + " " + command[1];
@@ -103,9 +101,8 @@ TEST_CASE("troupe check takes --steps like run and launch") {
   CHECK(run_to_end(dir, {"check", "examples/two-stage.yaml", "--steps", "7"}, 30s) == 0);
   CHECK(has(slurp(dir / "out.txt"), "train: {steps: 7,"));
   CHECK(run_to_end(dir, {"check", "examples/two-stage.yaml", "--steps", "0"}, 30s) == 2);
-  CHECK(slurp(dir / "err.txt") ==
-        "troupe check: --steps: expected an integer from 1 to 1000000000000, got '0'\n"
-        "(see `troupe check --help`)\n");
+  CHECK(slurp(dir / "err.txt") == "troupe check: --steps: expected an integer from 1 to 1000000000000, got '0'\n"
+                                  "(see `troupe check --help`)\n");
   fs::remove_all(dir);
 }
 
@@ -126,9 +123,8 @@ TEST_CASE("--trace with --no-trace is refused naming both, before anything runs"
 TEST_CASE("run, launch and dash take the same --dashboard flag with the same check") {
   auto dir = small_pipeline_graph("dashboard_flag", 2);
   auto graph = (dir / "graph.yaml").string(), trace = (dir / "t.json").string();
-  const std::string refused =
-      "--dashboard: expected an address HOST:PORT, :PORT or PORT with a port from 0 to "
-      "65535 (:0 picks a free one), got 'foo'";
+  const std::string refused = "--dashboard: expected an address HOST:PORT, :PORT or PORT with a port from 0 to "
+                              "65535 (:0 picks a free one), got 'foo'";
   for (const auto& args : {std::vector<std::string>{"run", graph, "--dashboard", "foo"},
                            std::vector<std::string>{"launch", graph, "--dashboard", "foo"},
                            std::vector<std::string>{"dash", trace, "--dashboard", "foo"}}) {
@@ -154,8 +150,8 @@ TEST_CASE("run, launch and dash take the same --dashboard flag with the same che
 }
 
 TEST_CASE("launch --threads reaches every node, and trace.file is relative to the graph file there too") {
-  auto dir = small_pipeline_graph("launch_threads", 30,
-                                  "cluster: {launcher: local, nodes: 2}\ntrace: {file: traces/t.json}\n");
+  auto dir =
+    small_pipeline_graph("launch_threads", 30, "cluster: {launcher: local, nodes: 2}\ntrace: {file: traces/t.json}\n");
   auto elsewhere = dir / "elsewhere";
   fs::create_directories(elsewhere);
   std::optional<troupe_process> launch;
@@ -183,10 +179,9 @@ TEST_CASE("launch --threads reaches every node, and trace.file is relative to th
   fs::remove_all(dir);
 }
 
-TEST_CASE(
-    "trace.file is relative to the graph file's folder like checkpoint.dir; --trace to the current folder") {
-  auto dir = small_pipeline_graph("trace_paths", 2,
-                                  "trace: {file: traces/t.json}\ncheckpoint: {dir: ckpt, every: 2}\n");
+TEST_CASE("trace.file is relative to the graph file's folder like checkpoint.dir; --trace to the current folder") {
+  auto dir =
+    small_pipeline_graph("trace_paths", 2, "trace: {file: traces/t.json}\ncheckpoint: {dir: ckpt, every: 2}\n");
   auto graph = (dir / "graph.yaml").string();
   auto elsewhere = dir / "elsewhere";
   fs::create_directories(elsewhere);
@@ -285,7 +280,8 @@ TEST_CASE("a local-update run shorter than its exchange period says that the rep
   fs::remove_all(dir);
 }
 
-TEST_CASE("a graph past this machine's memory: check refuses it (warns --for sim), run refuses before anything is built") {
+TEST_CASE(
+  "a graph past this machine's memory: check refuses it (warns --for sim), run refuses before anything is built") {
   // d_model 100000 passed check and died at run with std::bad_alloc naming actor 'stage'.
   auto dir = scratch("memory");
   std::ofstream{dir / "g.yaml"} << "model: {layers: 4, d_model: 100000, heads: 4, context: 16}\n"
@@ -312,13 +308,15 @@ TEST_CASE("check refuses a SkipPipe graph that run refuses (warns --for plan), a
   auto dir = scratch("geo20");
   auto nodes = "examples/skippipe-geo20.yaml:14:10: ";
   CHECK(run_to_end(dir, {"check", "examples/skippipe-geo20.yaml"}) == 2);
-  CHECK(has(slurp(dir / "err.txt"), std::string{nodes} + "network.nodes: a run places one stage actor on each network "
-                                        "node, so SkipPipe runs need pipeline.stages × data_parallel.replicas = 6 "
-                                        "nodes, not 20"));
+  CHECK(has(slurp(dir / "err.txt"), std::string{nodes} +
+                                      "network.nodes: a run places one stage actor on each network "
+                                      "node, so SkipPipe runs need pipeline.stages × data_parallel.replicas = 6 "
+                                      "nodes, not 20"));
   CHECK(run_to_end(dir, {"check", "examples/skippipe-geo20.yaml", "--for", "plan"}) == 0); // plan paths and sim take it
-  CHECK(has(slurp(dir / "err.txt"), std::string{nodes} + "warning: a run places one stage actor on each network "
-                                        "node, so SkipPipe runs need pipeline.stages × data_parallel.replicas = 6 "
-                                        "nodes, not 20"));
+  CHECK(has(slurp(dir / "err.txt"), std::string{nodes} +
+                                      "warning: a run places one stage actor on each network "
+                                      "node, so SkipPipe runs need pipeline.stages × data_parallel.replicas = 6 "
+                                      "nodes, not 20"));
   auto json = run_to_end(dir, {"check", "examples/skippipe-geo20.yaml", "--json"});
   CHECK(json == 2);
   CHECK(has(slurp(dir / "out.txt"), "\"path\": \"network.nodes\""));

@@ -40,9 +40,9 @@ struct graph {
   std::string schedule = "1f1b";
   int stages = 2;
   int batch = 2;
-  std::string data;      ///< more `data:` keys (", documents: long_tail")
-  std::string pipeline;  ///< more `pipeline:` keys (", wire: bf16")
-  std::string extra;     ///< more sections, one per line
+  std::string data;     ///< more `data:` keys (", documents: long_tail")
+  std::string pipeline; ///< more `pipeline:` keys (", wire: bf16")
+  std::string extra;    ///< more sections, one per line
 };
 
 /// GPipe's order over the interleaved placement (2 stages × 2 chunks), as a
@@ -89,13 +89,12 @@ pipeline: {{stages: {}, microbatches: 4, schedule: {}{}}}
 
 const std::string replicas2 = "data_parallel: {replicas: 2, bucket: 16KB}\n";
 
-
 /// What a run of a graph gave: its per-step losses, or why it did not run.
 struct outcome {
-  bool refused = false;        ///< `troupe check` refused it
-  std::string refusal;         ///< the first error, `file:line:col: path: message`
-  bool positioned = false;     ///< that error names a line or an override
-  std::optional<std::string> failed;  ///< accepted, then the run failed: its output
+  bool refused = false;              ///< `troupe check` refused it
+  std::string refusal;               ///< the first error, `file:line:col: path: message`
+  bool positioned = false;           ///< that error names a line or an override
+  std::optional<std::string> failed; ///< accepted, then the run failed: its output
   std::vector<double> losses;
 };
 
@@ -161,7 +160,7 @@ struct verdict {
 /// One mechanism: how the schedule's graph gets it, and the property that checks it.
 struct mechanism {
   std::string name;
-  std::string property;  ///< what the matrix says it checked
+  std::string property; ///< what the matrix says it checked
   std::function<graph(const std::string& schedule)> make;
   std::function<verdict(runner&, const std::string& schedule, const outcome& got)> check;
   std::string verb = "run";
@@ -180,8 +179,8 @@ verdict equals(runner& r, const graph& ref, const outcome& got, double tol, cons
 /// curve (a schedule only reorders the same arithmetic): gpipe against 1F1B,
 /// interleaved against GPipe's order over its two chunks per stage, the others
 /// against gpipe.
-std::function<verdict(runner&, const std::string&, const outcome&)> schedule_invariant(
-  std::function<graph(const std::string&)> make) {
+std::function<verdict(runner&, const std::string&, const outcome&)>
+schedule_invariant(std::function<graph(const std::string&)> make) {
   return [make](runner& r, const std::string& s, const outcome& got) {
     auto other = s == "gpipe" ? "1f1b" : s == "interleaved" ? "gpipe_interleaved" : "gpipe";
     return equals(r, make(other), got, 1e-5);
@@ -207,42 +206,39 @@ std::vector<mechanism> mechanisms() {
                      return equals(r, ref, got, 1e-5);
                    }});
   }
-  out.push_back({"least_loaded", "= the replicas' own chains",
-                 [](const std::string& s) {
-                   return with(s, "data_parallel: {replicas: 2, bucket: 16KB, route: least_loaded}\n");
-                 },
-                 [](runner& r, const std::string& s, const outcome& got) {
-                   return equals(r, with(s, replicas2), got, 1e-5);
-                 }});
+  out.push_back(
+    {"least_loaded", "= the replicas' own chains",
+     [](const std::string& s) { return with(s, "data_parallel: {replicas: 2, bucket: 16KB, route: least_loaded}\n"); },
+     [](runner& r, const std::string& s, const outcome& got) { return equals(r, with(s, replicas2), got, 1e-5); }});
   for (std::string method : {"diloco", "streaming_diloco", "noloco", "desloc", "sparseloco"}) {
     std::string lu = method == "streaming_diloco" ? "{algorithm: streaming_diloco, sync_every: 2, fragments: 2}"
-                     : method == "desloc"         ? "{algorithm: desloc, periods: {params: 2, momentum: 2, variance: 4}}"
-                                                  : fmt::format("{{algorithm: {}, sync_every: 2}}", method);
+                     : method == "desloc" ? "{algorithm: desloc, periods: {params: 2, momentum: 2, variance: 4}}"
+                                          : fmt::format("{{algorithm: {}, sync_every: 2}}", method);
     auto make = [lu](const std::string& s) { return with(s, replicas2 + "local_update: " + lu + "\n"); };
     out.push_back({method, "schedule-invariant", make, schedule_invariant(make)});
   }
   auto skip = [](const std::string& s, int length) { // full paths (the `full` planner) keep every stage in order
     return with(s,
-                fmt::format("data_parallel: {{replicas: 2}}\n{}skip: {{path_length: {}, memory: {}{}}}\n", skip_network8,
-                            length, length < 4 ? 3 : 8, length < 4 ? "" : ", planner: full"),
+                fmt::format("data_parallel: {{replicas: 2}}\n{}skip: {{path_length: {}, memory: {}{}}}\n",
+                            skip_network8, length, length < 4 ? 3 : 8, length < 4 ? "" : ", planner: full"),
                 "", 4);
   };
   // Skipping changes the arithmetic, so no run without it equals it; its machinery
   // (planned routes across replicas, the head apart on stage 0) is checked by
   // the same graph with full paths, which must equal data parallelism without
   // skip. Another schedule runs the same paths and microbatches: gpipe's curve.
-  out.push_back({"skip paths", "its full-path twin = DDP; = gpipe's paths",
-                 [skip](const std::string& s) { return skip(s, 3); },
-                 [skip](runner& r, const std::string& s, const outcome& got) {
-                   const auto& full = r.run(skip(s, 4));
-                   if (full.refused || full.failed)
-                     return verdict{false, "the full-path twin did not run: " + (full.refused ? full.refusal : *full.failed)};
-                   auto twin = equals(r, with(s, "data_parallel: {replicas: 2}\n", "", 4), full, 1e-5);
-                   if (s == "gpipe" || !twin.ok)
-                     return twin;
-                   auto same = equals(r, skip("gpipe", 3), got, 1e-6);
-                   return verdict{same.ok, "twin: " + twin.detail + "; against gpipe: " + same.detail};
-                 }});
+  out.push_back(
+    {"skip paths", "its full-path twin = DDP; = gpipe's paths", [skip](const std::string& s) { return skip(s, 3); },
+     [skip](runner& r, const std::string& s, const outcome& got) {
+       const auto& full = r.run(skip(s, 4));
+       if (full.refused || full.failed)
+         return verdict{false, "the full-path twin did not run: " + (full.refused ? full.refusal : *full.failed)};
+       auto twin = equals(r, with(s, "data_parallel: {replicas: 2}\n", "", 4), full, 1e-5);
+       if (s == "gpipe" || !twin.ok)
+         return twin;
+       auto same = equals(r, skip("gpipe", 3), got, 1e-6);
+       return verdict{same.ok, "twin: " + twin.detail + "; against gpipe: " + same.detail};
+     }});
   out.push_back({"attention servers", "= colocated attention",
                  [](const std::string& s) {
                    return with(s, replicas2 + "attention: {servers: in_place, nano_batches: 2}\n",
@@ -255,49 +251,46 @@ std::vector<mechanism> mechanisms() {
   out.push_back({"documents", "schedule-invariant", docs, schedule_invariant(docs)});
   out.push_back({"launch across processes", "= one process",
                  [](const std::string& s) { return with(s, "cluster: {launcher: local, nodes: 2}\n"); },
-                 [](runner& r, const std::string& s, const outcome& got) {
-                   return equals(r, with(s, ""), got, 1e-5);
-                 },
+                 [](runner& r, const std::string& s, const outcome& got) { return equals(r, with(s, ""), got, 1e-5); },
                  "launch"});
-  out.push_back({"checkpoint/resume", "resumed = uninterrupted",
-                 [](const std::string& s) { return with(s, ""); },
-                 [](runner& r, const std::string& s, const outcome& got) -> verdict {
-                   auto ck = r.dir() / ("ck_" + s);
-                   auto g = with(s, fmt::format("checkpoint: {{dir: {}, every: 3}}\n", ck.string()));
-                   const auto& full = r.run(g);
-                   if (full.refused || full.failed)
-                     return {false, "the checkpointed run did not run: " + (full.refused ? full.refusal : *full.failed)};
-                   const auto& resumed = r.run(g, "run", "--resume " + (ck / "step-000003").string());
-                   if (resumed.refused || resumed.failed)
-                     return {false, "the resumed run failed: " + (resumed.refused ? resumed.refusal : *resumed.failed)};
-                   std::vector<double> tail(full.losses.begin() + std::min<std::size_t>(3, full.losses.size()),
-                                            full.losses.end());
-                   auto w = worst(resumed.losses, tail);
-                   auto v = worst(full.losses, got.losses); // checkpointing changes nothing
-                   return {w <= 1e-6 && v <= 1e-6,
-                           fmt::format("resumed {:.2e}, with checkpoints against without {:.2e} (limit 1e-6)", w, v)};
-                 }});
-  out.push_back({"wire bf16", "within 1% of f32",
-                 [](const std::string& s) {
-                   auto g = with(s, "");
-                   g.pipeline = ", wire: bf16";
-                   return g;
-                 },
-                 [](runner& r, const std::string& s, const outcome& got) {
-                   return equals(r, with(s, ""), got, 1e-2);
-                 }});
+  out.push_back(
+    {"checkpoint/resume", "resumed = uninterrupted", [](const std::string& s) { return with(s, ""); },
+     [](runner& r, const std::string& s, const outcome& got) -> verdict {
+       auto ck = r.dir() / ("ck_" + s);
+       auto g = with(s, fmt::format("checkpoint: {{dir: {}, every: 3}}\n", ck.string()));
+       const auto& full = r.run(g);
+       if (full.refused || full.failed)
+         return {false, "the checkpointed run did not run: " + (full.refused ? full.refusal : *full.failed)};
+       const auto& resumed = r.run(g, "run", "--resume " + (ck / "step-000003").string());
+       if (resumed.refused || resumed.failed)
+         return {false, "the resumed run failed: " + (resumed.refused ? resumed.refusal : *resumed.failed)};
+       std::vector<double> tail(full.losses.begin() + std::min<std::size_t>(3, full.losses.size()), full.losses.end());
+       auto w = worst(resumed.losses, tail);
+       auto v = worst(full.losses, got.losses); // checkpointing changes nothing
+       return {w <= 1e-6 && v <= 1e-6,
+               fmt::format("resumed {:.2e}, with checkpoints against without {:.2e} (limit 1e-6)", w, v)};
+     }});
+  out.push_back(
+    {"wire bf16", "within 1% of f32",
+     [](const std::string& s) {
+       auto g = with(s, "");
+       g.pipeline = ", wire: bf16";
+       return g;
+     },
+     [](runner& r, const std::string& s, const outcome& got) { return equals(r, with(s, ""), got, 1e-2); }});
   return out;
 }
 
 /// The README's copy of the matrix sits between these lines.
-const std::string begin_marker = "<!-- composability matrix: written by tests/integration/composability.slow.test.cpp -->";
+const std::string begin_marker =
+  "<!-- composability matrix: written by tests/integration/composability.slow.test.cpp -->";
 const std::string end_marker = "<!-- end of composability matrix -->";
 
 } // namespace
 
 TEST_CASE("every schedule with every mechanism passes its property or is refused at check with its place") {
   runner r;
-  std::map<std::string, int> reasons;  // refusal -> its footnote number
+  std::map<std::string, int> reasons; // refusal -> its footnote number
   std::vector<std::string> rows;
   int passed = 0, refused = 0;
   // TROUPE_MATRIX_ONLY=skip runs only the rows whose mechanism names it (while
@@ -327,7 +320,8 @@ TEST_CASE("every schedule with every mechanism passes its property or is refused
     }
     rows.push_back(row + " " + m.property + " |");
   }
-  std::string table = "| mechanism | gpipe | 1f1b | interleaved | zb_h1 | property checked |\n|---|---|---|---|---|---|\n";
+  std::string table =
+    "| mechanism | gpipe | 1f1b | interleaved | zb_h1 | property checked |\n|---|---|---|---|---|---|\n";
   for (const auto& row : rows)
     table += row + "\n";
   std::vector<std::pair<int, std::string>> notes;

@@ -56,7 +56,7 @@ TEST_CASE("R replicas of batch b follow the loss curve of one replica of batch R
       auto got = run(graph_text(replicas, stages, batch));
       check_same_curve(got.losses, ref);
       REQUIRE(got.val_loss);
-      CHECK(*got.val_loss == doctest::Approx(*one.val_loss).epsilon(1e-5)); // the same validation batches
+      CHECK(*got.val_loss == doctest::Approx(*one.val_loss).epsilon(1e-5));   // the same validation batches
       CHECK(got.tokens == ref.size() * replicas * batch * microbatches * 32); // the global batch, counted once
       // Replicas of different sizes are not the same run: one replica of batch b differs.
       auto small = run(graph_text(1, stages, batch)).losses;
@@ -83,7 +83,7 @@ TEST_CASE("ZeRO 1 and 2: R replicas of batch b follow one replica of batch R*b t
 
 /// The spans of one in-process run of `text`, and the trace ids of its actors by name.
 std::pair<std::vector<span>, std::map<std::string, std::uint16_t>> traced_run(const std::string& text,
-                                                                             std::size_t threads = 0) {
+                                                                              std::size_t threads = 0) {
   auto t = testing::record_trace([&] { run(text, threads); });
   return {std::move(t.spans), std::move(t.ids)};
 }
@@ -122,8 +122,8 @@ std::pair<int, double> overlapped_steps(const std::string& text) {
   std::map<std::int32_t, std::int64_t> first_ring_send, last_backward_end;
   for (const auto& s : spans) {
     if (s.actor == id["r0s0_ar"] && s.kind == span_kind::send)
-      first_ring_send[s.step] = first_ring_send.contains(s.step) ? std::min(first_ring_send[s.step], s.begin_ns)
-                                                                 : s.begin_ns;
+      first_ring_send[s.step] =
+        first_ring_send.contains(s.step) ? std::min(first_ring_send[s.step], s.begin_ns) : s.begin_ns;
     if (s.actor == id["r0s0"] && s.kind == span_kind::backward)
       last_backward_end[s.step] = std::max(last_backward_end[s.step], s.end_ns);
   }
@@ -155,7 +155,8 @@ TEST_CASE("buckets are reduced while the backward still runs: the peer starts be
   CHECK(after == 0);
 }
 
-TEST_CASE("replicas across 2 and 4 processes follow the one-process loss curve of one replica of batch R*b, ZeRO 0 to 2") {
+TEST_CASE(
+  "replicas across 2 and 4 processes follow the one-process loss curve of one replica of batch R*b, ZeRO 0 to 2") {
   auto dir = fs::temp_directory_path() / ("troupe_ddp_mp_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -177,8 +178,8 @@ TEST_CASE("replicas across 2 and 4 processes follow the one-process loss curve o
     CAPTURE(nodes);
     CAPTURE(zero);
     std::ofstream{dir / "ref.yaml"} << graph_text(1, stages, replicas * batch);
-    std::ofstream{dir / "ddp.yaml"} << graph_text(replicas, stages, batch, fmt::format("cluster: {{nodes: {}}}\n", nodes),
-                                                  64, zero);
+    std::ofstream{dir / "ddp.yaml"} << graph_text(replicas, stages, batch,
+                                                  fmt::format("cluster: {{nodes: {}}}\n", nodes), 64, zero);
     REQUIRE(sh(troupe_exe() + " run " + (dir / "ref.yaml").string() + " --no-trace --summary-json " +
                (dir / "ref.json").string() + " > /dev/null") == 0);
     REQUIRE(sh(troupe_exe() + " launch " + (dir / "ddp.yaml").string() + " --no-trace --summary-json " +

@@ -19,7 +19,7 @@ namespace troupe::testing {
 
 constexpr int dp_steps = 20;
 constexpr int dp_microbatches = 2;
-constexpr int dp_batch = 2;  ///< per replica
+constexpr int dp_batch = 2; ///< per replica
 
 /// 4 layers, `stages` stages of 1F1B over 2 microbatches of `batch_size`, 20
 /// steps; with `replicas` > 1 a data_parallel section (64KB buckets, ZeRO stage `zero`).

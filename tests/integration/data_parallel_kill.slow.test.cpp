@@ -31,8 +31,8 @@ TEST_CASE("killing the node of a DDP replica ends the launch within 5 seconds wi
                                     << "cluster: {launcher: local, nodes: 2}\n";
   troupe_process launch{dir, {"launch", (dir / "graph.yaml").string()}};
   auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
-  launch.wait_for(R"(step\s+\d+/100000)");  // training, with the all-reduce between the nodes, is under way
-  std::this_thread::sleep_for(300ms);        // mid-run: some steps in, a ring likely in flight
+  launch.wait_for(R"(step\s+\d+/100000)"); // training, with the all-reduce between the nodes, is under way
+  std::this_thread::sleep_for(300ms);      // mid-run: some steps in, a ring likely in flight
   auto [code, took, err] = kill_node(launch, coordinator, 1);
   MESSAGE("the launch ended " << took << " s after the kill with exit code " << code << ": " << err);
   CHECK(code == 1);
@@ -40,7 +40,7 @@ TEST_CASE("killing the node of a DDP replica ends the launch within 5 seconds wi
   CHECK(err.find("lost node 1") != std::string::npos);
   for (const char* actor : {"r1s0", "r1s1", "r1s0_ar", "r1s1_ar"})
     CHECK(err.find(actor) != std::string::npos);
-  CHECK(err.find("r0s0,") == std::string::npos);  // the survivors are not named as lost
+  CHECK(err.find("r0s0,") == std::string::npos); // the survivors are not named as lost
   std::this_thread::sleep_for(200ms);
   CHECK(processes_with("--coordinator " + coordinator).empty());
   fs::remove_all(dir);

@@ -54,5 +54,5 @@ TEST_CASE("DDP with data_parallel.wire: bf16 sends half the bytes and stays with
   REQUIRE(bf16.val_loss);
   CHECK(std::isfinite(*bf16.val_loss));
   CHECK(*bf16.val_loss == doctest::Approx(*f32.val_loss).epsilon(1e-2));
-  CHECK(*bf16.val_loss != *f32.val_loss);  // the wire did change what the replicas summed
+  CHECK(*bf16.val_loss != *f32.val_loss); // the wire did change what the replicas summed
 }

@@ -16,8 +16,8 @@ TEST_CASE("masks cross processes: 2 nodes with documents follow the one-process 
   auto graph = (dir / "graph.yaml").string();
   auto losses = [&](const std::string& args, const std::string& name) {
     auto summary = dir / (name + ".json");
-    REQUIRE(sh(troupe_exe() + " " + args + " " + graph + " --no-trace --summary-json " + summary.string() +
-               " > " + (dir / (name + ".txt")).string() + " 2>&1") == 0);
+    REQUIRE(sh(troupe_exe() + " " + args + " " + graph + " --no-trace --summary-json " + summary.string() + " > " +
+               (dir / (name + ".txt")).string() + " 2>&1") == 0);
     return summary_losses(summary);
   };
   auto one = losses("run --set data.documents=long_tail", "one");

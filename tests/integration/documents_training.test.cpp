@@ -47,7 +47,8 @@ double first_step_loss(document_source source, bool masked) {
 } // namespace
 
 TEST_CASE("a two-stage run with documents starts at the document-masked loss of the same batches") {
-  for (auto [name, source] : {std::pair{"long_tail", document_source::long_tail}, {"chapters", document_source::chapters}}) {
+  for (auto [name, source] :
+       {std::pair{"long_tail", document_source::long_tail}, {"chapters", document_source::chapters}}) {
     CAPTURE(name);
     auto masked = first_step_loss(source, true), causal = first_step_loss(source, false);
     INFO("masked " << masked << ", causal " << causal);

@@ -48,10 +48,10 @@ TEST_CASE("the tiny example with its stages on a GPU follows the CPU loss curve 
     MESSAGE("no CUDA device: GPU check skipped");
     return;
   }
-  for (auto schedule : {std::vector<std::string>{}, // the example as it is: 4 stages, 1F1B
-                        std::vector<std::string>{"pipeline.schedule=zb_h1"},
-                        std::vector<std::string>{"pipeline.stages=2", "pipeline.schedule=interleaved_1f1b",
-                                                 "pipeline.virtual=2"}}) {
+  for (auto schedule :
+       {std::vector<std::string>{}, // the example as it is: 4 stages, 1F1B
+        std::vector<std::string>{"pipeline.schedule=zb_h1"},
+        std::vector<std::string>{"pipeline.stages=2", "pipeline.schedule=interleaved_1f1b", "pipeline.virtual=2"}}) {
     auto cpu = run(schedule);
     schedule.push_back("pipeline.device=cuda");
     auto gpu = run(schedule);
@@ -70,8 +70,7 @@ TEST_CASE("the tiny example with its stages on a GPU follows the CPU loss curve 
     REQUIRE(cpu.val_loss);
     REQUIRE(gpu.val_loss);
     CHECK(std::abs(*gpu.val_loss - *cpu.val_loss) <= 2e-2 * *cpu.val_loss);
-    MESSAGE("final loss cpu ", cpu.losses.back(), " gpu ", gpu.losses.back(),
-            "; worst relative step difference ", worst, "; ms/step cpu ", cpu.ms_per_step().value_or(0),
-            " gpu ", gpu.ms_per_step().value_or(0));
+    MESSAGE("final loss cpu ", cpu.losses.back(), " gpu ", gpu.losses.back(), "; worst relative step difference ",
+            worst, "; ms/step cpu ", cpu.ms_per_step().value_or(0), " gpu ", gpu.ms_per_step().value_or(0));
   }
 }

@@ -50,8 +50,9 @@ TEST_CASE("Ctrl-C stops troupe run cleanly: exit 130, the trace written, the las
   REQUIRE(std::regex_search(err, m, std::regex{R"(step-(\d+), is intact)"}));
   auto last = std::stol(m[1].str());
   CHECK(last >= 20);
-  troupe_process resumed{dir, {"run", (dir / "graph.yaml").string(), "--resume", (dir / "ckpt").string(),
-                               "--steps", std::to_string(last + 5), "--no-trace"}};
+  troupe_process resumed{dir,
+                         {"run", (dir / "graph.yaml").string(), "--resume", (dir / "ckpt").string(), "--steps",
+                          std::to_string(last + 5), "--no-trace"}};
   CHECK(resumed.wait(60s) == 0);
   CHECK(slurp(resumed.out).find("resuming from " + (dir / "ckpt" / m[0].str().substr(0, 11)).string()) !=
         std::string::npos);
@@ -79,7 +80,7 @@ TEST_CASE("Ctrl-C to a launch's whole process group stops every node cleanly and
   CHECK(launch.wait(30s) == 130);
   auto err = slurp(launch.err);
   CHECK(err.find("troupe launch: interrupted by SIGINT before the run finished") != std::string::npos);
-  CHECK(err.find("lost node") == std::string::npos);  // the nodes stopped because they were told to
+  CHECK(err.find("lost node") == std::string::npos); // the nodes stopped because they were told to
   CHECK(err.find("is intact (--resume " + (dir / "ckpt").string() + ")") != std::string::npos);
   check_trace(dir / "trace.node0.json");
   check_trace(dir / "trace.node1.json");

@@ -63,7 +63,8 @@ TEST_CASE("troupe check and troupe run name the kernel target and OpenBLAS core;
   fs::remove_all(dir);
 }
 
-TEST_CASE("a TROUPE_CPU_TARGET this CPU does not run stops check, run, launch and node with exit 2, listing the valid ones") {
+TEST_CASE(
+  "a TROUPE_CPU_TARGET this CPU does not run stops check, run, launch and node with exit 2, listing the valid ones") {
   auto dir = small_pipeline_graph("kernel_target_bad", 2);
   auto graph = (dir / "graph.yaml").string();
   for (const char* bad : {"avx9000", "AVX-512"}) {
@@ -78,8 +79,7 @@ TEST_CASE("a TROUPE_CPU_TARGET this CPU does not run stops check, run, launch an
       CHECK(run_to_end(dir, args, 30s) == 2);
       CHECK(slurp(dir / "out.txt").empty());
       CHECK(slurp(dir / "err.txt") == "troupe " + args.front() + ": TROUPE_CPU_TARGET: CPU kernel target '" + bad +
-                                          "' is not one this processor and build run (valid: " + valid_targets() +
-                                          ")\n");
+                                        "' is not one this processor and build run (valid: " + valid_targets() + ")\n");
     }
   }
   fs::remove_all(dir);

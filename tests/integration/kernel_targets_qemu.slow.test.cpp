@@ -26,13 +26,13 @@ TEST_CASE("under qemu's Haswell CPU (no AVX-512) the default build trains on avx
     return;
   }
   auto dir = small_pipeline_graph("kernel_qemu", 2);
-  scoped_env best{"TROUPE_CPU_TARGET", nullptr};  // the emulated CPU alone decides
+  scoped_env best{"TROUPE_CPU_TARGET", nullptr}; // the emulated CPU alone decides
   const std::string args = " run " + (dir / "graph.yaml").string() + " --no-trace --timeout 900 --summary-json ";
   // qemu warns on stderr about Haswell features its TCG lacks (pcid, x2apic, ...): harmless, kept in err.txt.
   int code = sh("qemu-x86_64 -cpu Haswell " + troupe_exe() + args + (dir / "emulated.json").string() + " > " +
                 (dir / "out.txt").string() + " 2> " + (dir / "err.txt").string());
   INFO(slurp(dir / "out.txt") << slurp(dir / "err.txt"));
-  REQUIRE(code == 0);  // 132 would be SIGILL: an instruction the CPU lacks
+  REQUIRE(code == 0); // 132 would be SIGILL: an instruction the CPU lacks
   auto emulated = nlohmann::json::parse(slurp(dir / "emulated.json"));
   CHECK(emulated.at("kernel_target") == "avx2");
   CHECK(emulated.at("blas_core") == "Haswell");

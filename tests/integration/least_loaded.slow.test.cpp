@@ -38,7 +38,7 @@ actors:
 
 struct traced {
   std::vector<double> losses;
-  std::map<std::string, int> forwards;  ///< training forwards per stage actor
+  std::map<std::string, int> forwards; ///< training forwards per stage actor
 };
 
 traced run(const std::string& text) {
@@ -48,7 +48,7 @@ traced run(const std::string& text) {
   INFO(to_string(loaded.errors));
   REQUIRE(loaded.ok());
   auto o = runtime_options_from_env();
-  o.threads = 10;  // a sleeping (slow) stage must not hold up the others' worker
+  o.threads = 10; // a sleeping (slow) stage must not hold up the others' worker
   troupe_config cfg{o};
   traced out;
   auto t = record_trace([&] {
@@ -62,7 +62,7 @@ traced run(const std::string& text) {
   for (const auto& [n, id] : t.ids)
     name[id] = n;
   for (const auto& s : t.spans)
-    if (s.kind == span_kind::forward && s.step >= 0 && name[s.actor].size() == 4)  // r{i}s{j}
+    if (s.kind == span_kind::forward && s.step >= 0 && name[s.actor].size() == 4) // r{i}s{j}
       ++out.forwards[name[s.actor]];
   return out;
 }
@@ -107,7 +107,7 @@ TEST_CASE("least_loaded under interleaved_1f1b moves first chunks off a slow sta
     CAPTURE(i);
     CHECK(std::fabs(ll.losses[i] - own.losses[i]) <= 1e-6 * std::fabs(own.losses[i]));
   }
-  const int per_replica = steps * microbatches * 2;  // both chunks
+  const int per_replica = steps * microbatches * 2; // both chunks
   int s1 = 0;
   for (int r = 0; r < 4; ++r) {
     CHECK(ll.forwards[fmt::format("r{}s0", r)] == per_replica);

@@ -87,7 +87,7 @@ TEST_CASE("DiLoCo with H = 1, one replica and outer SGD lr 1 without momentum eq
     worst = std::max(worst, rel);
     exact += diloco.losses[i] == plain.losses[i];
   }
-  CHECK(exact >= 2);  // the first steps, before any rounding can have entered
+  CHECK(exact >= 2); // the first steps, before any rounding can have entered
   REQUIRE(diloco.val_loss);
   CHECK(std::fabs(*diloco.val_loss - *plain.val_loss) <= 1e-6 * *plain.val_loss);
   MESSAGE(exact, " of ", steps, " losses bit-equal, largest relative difference ", worst);
@@ -130,23 +130,24 @@ TEST_CASE("4 replicas of every method train, their losses reproducible from the 
 TEST_CASE("a sync actor reduce-scatters and all-gathers its pseudo-gradient once every H/P steps, and nothing else") {
   constexpr int replicas = 4, h = 4;
   ops::gpt_config cfg{2, 32, 2, 16, 256};
-  auto values = ops::gpt_parameter_count(cfg, 0, 1);  // r0s0 holds the embeddings and block 0
+  auto values = ops::gpt_parameter_count(cfg, 0, 1); // r0s0 holds the embeddings and block 0
   // Replica 0 owns the first rows·1/R rows of 1024 values: it sends the rest of its
   // pseudo-gradient to their owners, then its averaged rows to the R − 1 others.
   auto rows = (values + 1023) / 1024, own_rows = rows / replicas;
   auto own = std::min<std::int64_t>(values, own_rows * 1024);
-  auto diloco = sent_by_step(graph_text(replicas, fmt::format("{{algorithm: diloco, sync_every: {}}}", h)), "r0s0_sync");
+  auto diloco =
+    sent_by_step(graph_text(replicas, fmt::format("{{algorithm: diloco, sync_every: {}}}", h)), "r0s0_sync");
   REQUIRE(diloco.size() == steps / h);
   for (const auto& [step, bytes] : diloco) {
     CAPTURE(step);
-    CHECK((step % h) == 0);  // after steps 4, 8, 12
+    CHECK((step % h) == 0); // after steps 4, 8, 12
     CHECK(bytes == static_cast<std::uint64_t>(((values - own) + (replicas - 1) * own) * 4));
   }
-  auto int8 = sent_by_step(graph_text(replicas, fmt::format("{{algorithm: diloco, sync_every: {}, quantize: int8}}", h)),
-                           "r0s0_sync");
-  for (const auto& [step, bytes] : int8)  // a byte per value and an f32 scale per row
-    CHECK(bytes == static_cast<std::uint64_t>((values - own) + 4 * (rows - own_rows) +
-                                              (replicas - 1) * (own + 4 * own_rows)));
+  auto int8 = sent_by_step(
+    graph_text(replicas, fmt::format("{{algorithm: diloco, sync_every: {}, quantize: int8}}", h)), "r0s0_sync");
+  for (const auto& [step, bytes] : int8) // a byte per value and an f32 scale per row
+    CHECK(bytes ==
+          static_cast<std::uint64_t>((values - own) + 4 * (rows - own_rows) + (replicas - 1) * (own + 4 * own_rows)));
   // DDP's ring sends 2(R-1)/R of the gradient bytes every step.
   double ddp = 2.0 * (replicas - 1) / replicas * static_cast<double>(values) * 4 * steps;
   std::uint64_t total = 0, total8 = 0;
@@ -168,15 +169,15 @@ TEST_CASE("NoLoCo exchanges with its group only, and its activations cross repli
   REQUIRE(sent.size() == steps / h);
   for (const auto& [step, bytes] : sent) {
     CAPTURE(step);
-    CHECK(messages[step] == 1);                                      // one message, to its one partner: no collective
-    CHECK(bytes == static_cast<std::uint64_t>(2 * values * 4));      // its fast and slow weights
+    CHECK(messages[step] == 1);                                 // one message, to its one partner: no collective
+    CHECK(bytes == static_cast<std::uint64_t>(2 * values * 4)); // its fast and slow weights
   }
   // With random routes a stage takes other replicas' microbatches (numbered in the
   // whole step: replica k mod R's data), yet each step exactly its own share of them.
   auto [spans, ids] = traced(graph_text(replicas, "{algorithm: noloco, sync_every: 4, group: 2}"));
   for (int r = 0; r < replicas; ++r) {
     auto name = fmt::format("r{}s1", r);
-    std::map<std::int32_t, std::set<int>> got;  // step -> microbatches whose activation arrived
+    std::map<std::int32_t, std::set<int>> got; // step -> microbatches whose activation arrived
     for (const auto& s : spans)
       if (s.actor == ids[name] && s.kind == span_kind::receive && s.flow != 0 && s.step >= 0)
         got[s.step].insert(s.microbatch);
@@ -184,7 +185,7 @@ TEST_CASE("NoLoCo exchanges with its group only, and its activations cross repli
     REQUIRE(got.size() >= static_cast<std::size_t>(steps));
     int foreign = 0;
     for (const auto& [step, mbs] : got) {
-      CHECK(mbs.size() >= 2);  // its 2 microbatches
+      CHECK(mbs.size() >= 2); // its 2 microbatches
       for (int mb : mbs)
         foreign += mb % replicas != r;
     }
@@ -193,13 +194,13 @@ TEST_CASE("NoLoCo exchanges with its group only, and its activations cross repli
 }
 
 TEST_CASE("DES-LOC sends parameters, first and second moments each on its own period") {
-  auto sent = sent_by_step(graph_text(4, "{algorithm: desloc, periods: {params: 2, momentum: 4, variance: 8}}"),
-                           "r0s0_sync");
+  auto sent =
+    sent_by_step(graph_text(4, "{algorithm: desloc, periods: {params: 2, momentum: 4, variance: 8}}"), "r0s0_sync");
   REQUIRE(sent.size() == steps / 2);
-  auto p = sent.at(2);  // parameters alone
-  CHECK(sent.at(4) == 2 * p);   // parameters and first moments
+  auto p = sent.at(2);        // parameters alone
+  CHECK(sent.at(4) == 2 * p); // parameters and first moments
   CHECK(sent.at(6) == p);
-  CHECK(sent.at(8) == 3 * p);   // all three
+  CHECK(sent.at(8) == 3 * p); // all three
   CHECK(sent.at(12) == 2 * p);
 }
 
@@ -208,8 +209,8 @@ TEST_CASE("SparseLoCo sends a sparse part to every other replica, a small share 
   ops::gpt_config cfg{2, 32, 2, 16, 256};
   auto values = ops::gpt_parameter_count(cfg, 0, 1);
   std::map<std::int32_t, int> messages;
-  auto sent = sent_by_step(graph_text(replicas, "{algorithm: sparseloco, sync_every: 4, density: 0.02}"), "r0s0_sync",
-                           &messages);
+  auto sent =
+    sent_by_step(graph_text(replicas, "{algorithm: sparseloco, sync_every: 4, density: 0.02}"), "r0s0_sync", &messages);
   REQUIRE(sent.size() == steps / 4);
   for (const auto& [step, bytes] : sent) {
     CHECK(messages[step] == replicas - 1);

@@ -38,10 +38,10 @@ void lose_a_replica(const std::string& local_update, int replicas) {
                                     << "cluster: {launcher: local, nodes: " << replicas << "}\n";
   troupe_process launch{dir, {"launch", (dir / "graph.yaml").string(), "--no-trace"}};
   auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
-  launch.wait_for(R"(step\s+\d+/3000)");  // training is under way, exchanges between the nodes included
+  launch.wait_for(R"(step\s+\d+/3000)"); // training is under way, exchanges between the nodes included
   std::this_thread::sleep_for(300ms);
   auto [code, took, err] = kill_node(launch, coordinator, 1);
-  if (code == -1) {  // still training after 10 s (a loaded machine): it goes on, as it should
+  if (code == -1) { // still training after 10 s (a loaded machine): it goes on, as it should
     code = launch.wait(120s);
     err = slurp(launch.err);
   }
@@ -52,7 +52,7 @@ void lose_a_replica(const std::string& local_update, int replicas) {
   CHECK(err.find("lost node 1") != std::string::npos);
   CHECK(err.find("replica 1 leaves the run (r1s0, r1s1, r1s0_sync, r1s1_sync)") != std::string::npos);
   CHECK(err.find("goes on with replica") != std::string::npos);
-  CHECK(out.find(fmt::format("{} steps in", steps)) != std::string::npos);  // every step, by the replicas left
+  CHECK(out.find(fmt::format("{} steps in", steps)) != std::string::npos); // every step, by the replicas left
   std::this_thread::sleep_for(200ms);
   CHECK(processes_with("--coordinator " + coordinator).empty());
   fs::remove_all(dir);

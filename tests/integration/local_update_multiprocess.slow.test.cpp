@@ -64,9 +64,9 @@ TEST_CASE("every method across 2 processes gives the one-process curve, reproduc
     check_same_curve(two, one);
     auto again = losses(dir, graph(replicas, lu, 2), "launch");
     if (std::string(lu).find("noloco") == std::string::npos)
-      CHECK(again == two);  // the seed reproduces it, to the bit
+      CHECK(again == two); // the seed reproduces it, to the bit
     else
-      check_same_curve(again, two);  // random routes: gradients summed in arrival order, equal to rounding
+      check_same_curve(again, two); // random routes: gradients summed in arrival order, equal to rounding
   }
   fs::remove_all(dir);
 }

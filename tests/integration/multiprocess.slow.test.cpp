@@ -48,10 +48,10 @@ TEST_CASE("a pipeline split across 2 and 4 processes gives the one-process loss 
   for (int nodes : {2, 4}) {
     CAPTURE(nodes);
     auto summary = dir / ("nodes" + std::to_string(nodes) + ".json");
-    REQUIRE(sh(troupe_exe() + " launch " + (dir / "graph.yaml").string() + " --set cluster.nodes=" +
-               std::to_string(nodes) + " --summary-json " + summary.string() + " --trace " +
+    REQUIRE(sh(troupe_exe() + " launch " + (dir / "graph.yaml").string() +
+               " --set cluster.nodes=" + std::to_string(nodes) + " --summary-json " + summary.string() + " --trace " +
                (dir / "trace.json").string() + " > " + (dir / "launch.txt").string() + " 2>&1") == 0);
-    for (int i = 0; i < nodes; ++i) {  // each node's own trace, valid JSON with its spans
+    for (int i = 0; i < nodes; ++i) { // each node's own trace, valid JSON with its spans
       auto t = nlohmann::json::parse(slurp(dir / ("trace.node" + std::to_string(i) + ".json")));
       CHECK(t.at("traceEvents").size() > 10);
     }
@@ -72,7 +72,7 @@ TEST_CASE("routes that skip and reorder stages train the same in one process and
     g << "pipeline: {stages: 4, microbatches: 3, schedule: 1f1b, routing: {policy: paths, paths: [[s0, s2, s1, s3], "
          "[s0, s3]]}}\n";
   }
-  auto text = slurp(dir / "graph.yaml");  // the helper's own pipeline line goes: the last one is ours
+  auto text = slurp(dir / "graph.yaml"); // the helper's own pipeline line goes: the last one is ours
   auto first = text.find("pipeline:");
   text.erase(first, text.find('\n', first) - first + 1);
   std::ofstream{dir / "graph.yaml"} << text;
@@ -80,7 +80,7 @@ TEST_CASE("routes that skip and reorder stages train the same in one process and
              (dir / "one.json").string() + " > " + (dir / "run.txt").string() + " 2>&1") == 0);
   auto one = summary_losses(dir / "one.json");
   REQUIRE(one.size() == 8);
-  CHECK(one.back() < one.front() - 0.3);  // it learns
+  CHECK(one.back() < one.front() - 0.3); // it learns
   REQUIRE(sh(troupe_exe() + " launch " + (dir / "graph.yaml").string() + " --set cluster.nodes=2 --no-trace " +
              "--summary-json " + (dir / "two.json").string() + " > " + (dir / "launch.txt").string() + " 2>&1") == 0);
   auto two = summary_losses(dir / "two.json");
@@ -91,7 +91,8 @@ TEST_CASE("routes that skip and reorder stages train the same in one process and
 }
 
 TEST_CASE("a launched run writes checkpoints that a launched or one-process resume continues exactly") {
-  auto dir = make_graph("resume", 12, "cluster: {launcher: local, nodes: 2}\ncheckpoint: {dir: ckpt, every: 4, keep: 3}\n");
+  auto dir =
+    make_graph("resume", 12, "cluster: {launcher: local, nodes: 2}\ncheckpoint: {dir: ckpt, every: 4, keep: 3}\n");
   auto graph = (dir / "graph.yaml").string();
   REQUIRE(sh(troupe_exe() + " launch " + graph + " --summary-json " + (dir / "full.json").string() + " > " +
              (dir / "full.txt").string() + " 2>&1") == 0);
@@ -119,7 +120,7 @@ TEST_CASE("killing a node's process stops the launch within 5 seconds, naming th
   auto dir = make_graph("kill", 100000, "cluster: {launcher: local, nodes: 2}\n");
   troupe_process launch{dir, {"launch", (dir / "graph.yaml").string()}};
   auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
-  launch.wait_for(R"(step\s+\d+/100000)");  // training is under way
+  launch.wait_for(R"(step\s+\d+/100000)"); // training is under way
   auto [code, took, err] = kill_node(launch, coordinator, 1);
   MESSAGE("the launch ended " << took << " s after the kill with exit code " << code);
   CHECK(code == 1);
@@ -139,7 +140,7 @@ TEST_CASE("a node that stops answering is declared lost within 5 seconds and the
   auto node1 = processes_with("--coordinator " + coordinator + " --node 1");
   REQUIRE(node1.size() == 1);
   auto stopped = std::chrono::steady_clock::now();
-  REQUIRE(::kill(node1[0], SIGSTOP) == 0);  // alive, connected, silent
+  REQUIRE(::kill(node1[0], SIGSTOP) == 0); // alive, connected, silent
   launch.wait_for("lost node 1", 10s);
   auto noticed = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
   int code = launch.wait(15s);
@@ -158,10 +159,12 @@ TEST_CASE("a node that stops answering is declared lost within 5 seconds and the
 
 TEST_CASE("garbage and a wrong token sent to the coordinator are refused, logged, and the run still completes") {
   auto dir = make_graph("garbage", 400, "cluster: {launcher: local, nodes: 2}\n");
-  troupe_process launch{dir, {"launch", (dir / "graph.yaml").string(), "--summary-json", (dir / "summary.json").string()}};
+  troupe_process launch{dir,
+                        {"launch", (dir / "graph.yaml").string(), "--summary-json", (dir / "summary.json").string()}};
   auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
   auto port = static_cast<std::uint16_t>(std::stoi(coordinator.substr(coordinator.rfind(':') + 1)));
-  auto node_port = static_cast<std::uint16_t>(std::stoi(launch.wait_for(R"(node 1: channels listen on 127\.0\.0\.1:(\d+))")));
+  auto node_port =
+    static_cast<std::uint16_t>(std::stoi(launch.wait_for(R"(node 1: channels listen on 127\.0\.0\.1:(\d+))")));
   // Random bytes and a truncated header, from raw sockets, to the coordinator
   // and to a node's channel port.
   std::mt19937 rng{42};
@@ -183,8 +186,8 @@ TEST_CASE("garbage and a wrong token sent to the coordinator are refused, logged
   troupe::net::handlers h;
   h.on_frame = [](troupe::net::connection&, troupe::net::frame&&) {};
   h.on_close = [](troupe::net::connection&, std::string) {};
-  auto intruder = troupe::net::connect({troupe::net::transport_kind::tcp, "127.0.0.1", port, "not-the-token", {}, 5000ms},
-                                       std::move(h));
+  auto intruder = troupe::net::connect(
+    {troupe::net::transport_kind::tcp, "127.0.0.1", port, "not-the-token", {}, 5000ms}, std::move(h));
   REQUIRE_FALSE(intruder);
   CHECK(troupe::error_message(intruder.error()).find("refused the connection: wrong token") != std::string::npos);
   CHECK(launch.wait(120s) == 0);

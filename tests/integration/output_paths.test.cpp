@@ -36,7 +36,7 @@ TEST_CASE("an unwritable --trace, --summary-json or --save-table is exit 2 befor
                            under_file}) == 2);
     CHECK(slurp(dir / "err.txt").find(under_file + ": cannot write: Not a directory") != std::string::npos);
   }
-  CHECK(slurp(dir / "out.txt").find("steps in") == std::string::npos);  // nothing trained
+  CHECK(slurp(dir / "out.txt").find("steps in") == std::string::npos); // nothing trained
   fs::remove_all(dir);
 }
 
@@ -66,8 +66,7 @@ TEST_CASE("a summary that cannot be written at the end (a full device) fails the
   // /dev/full opens for writing, so the check before the run passes; the bytes fail at the flush.
   auto dir = small_pipeline_graph("summary_full", 2);
   CHECK(run_to_end(dir, {"run", (dir / "graph.yaml").string(), "--no-trace", "--summary-json", "/dev/full"}) == 1);
-  CHECK(slurp(dir / "err.txt") ==
-        "troupe run: cannot write the summary to '/dev/full': No space left on device\n");
+  CHECK(slurp(dir / "err.txt") == "troupe run: cannot write the summary to '/dev/full': No space left on device\n");
   fs::remove_all(dir);
 }
 
@@ -78,14 +77,14 @@ TEST_CASE("two outputs that name one file, or a file in the checkpoint folder, a
     auto trace = (dir / "t.json").string(), summary = (dir / "." / "t.json").string();
     CHECK(run_to_end(dir, {"run", graph, "--trace", trace, "--summary-json", summary}) == 2);
     CHECK(slurp(dir / "err.txt") == "troupe run: '" + trace + "' and '" + summary +
-                                         "' name one file: each output (the trace, --summary-json) needs its own, "
-                                         "or one overwrites the other\n");
+                                      "' name one file: each output (the trace, --summary-json) needs its own, "
+                                      "or one overwrites the other\n");
   }
   SUBCASE("the summary in the checkpoint folder") {
     CHECK(run_to_end(dir, {"run", graph, "--no-trace", "--summary-json", (dir / "ckpt" / "latest").string()}) == 2);
     CHECK(slurp(dir / "err.txt") == "troupe run: '" + (dir / "ckpt" / "latest").string() +
-                                         "' is in the checkpoint folder '" + (dir / "ckpt").string() +
-                                         "', which the run keeps for its checkpoints; write it elsewhere\n");
+                                      "' is in the checkpoint folder '" + (dir / "ckpt").string() +
+                                      "', which the run keeps for its checkpoints; write it elsewhere\n");
   }
   CHECK(slurp(dir / "out.txt").empty());
   fs::remove_all(dir);

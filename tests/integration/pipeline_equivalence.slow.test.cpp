@@ -73,8 +73,14 @@ TEST_CASE("1, 2 and 4 stage actors under every schedule follow the one-stage los
     std::string schedule;
     int virt = 1;
   };
-  for (const auto& c : std::vector<config>{{2, "1f1b"}, {2, "gpipe"}, {2, "interleaved_1f1b", 2}, {4, "1f1b"},
-                                           {4, "gpipe"}, {4, "zb_h1"}, {4, "table"}, {2, "zb_h1"}}) {
+  for (const auto& c : std::vector<config>{{2, "1f1b"},
+                                           {2, "gpipe"},
+                                           {2, "interleaved_1f1b", 2},
+                                           {4, "1f1b"},
+                                           {4, "gpipe"},
+                                           {4, "zb_h1"},
+                                           {4, "table"},
+                                           {2, "zb_h1"}}) {
     auto got = losses_of(run(c.stages, c.schedule, c.virt));
     INFO(c.schedule, " with ", c.stages, " stages");
     REQUIRE(got.size() == ref.size());

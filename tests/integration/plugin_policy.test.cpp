@@ -71,10 +71,10 @@ TEST_CASE("without the plugin, troupe check rejects the policy name and lists th
 }
 
 TEST_CASE("replicas train with a local-update method that a plugin registers, exchanging every H steps") {
-  auto loaded = load_graph_for_cli("examples/plugin/periodic_average.yaml",
-                                   {"plugins=[" + plugin_path("periodic_average") + "]", "train.steps=8",
-                                    "train.eval_every=0", "train.eval_batches=2", "train.warmup=2",
-                                    "local_update.sync_every=4"});
+  auto loaded =
+    load_graph_for_cli("examples/plugin/periodic_average.yaml",
+                       {"plugins=[" + plugin_path("periodic_average") + "]", "train.steps=8", "train.eval_every=0",
+                        "train.eval_batches=2", "train.warmup=2", "local_update.sync_every=4"});
   INFO(to_string(loaded.errors));
   REQUIRE(loaded.ok());
   CHECK(loaded.graph->local_update.algorithm == "periodic_average");

@@ -18,8 +18,7 @@ namespace {
 
 /// 2 stages over `replicas` replicas of ZeRO stage `zero`, with `local_update` when given.
 std::string grouped(int replicas, int zero, const std::string& local_update) {
-  return dp_graph(replicas, 2, dp_batch, local_update.empty() ? "" : "local_update: " + local_update + "\n", 64,
-                  zero);
+  return dp_graph(replicas, 2, dp_batch, local_update.empty() ? "" : "local_update: " + local_update + "\n", 64, zero);
 }
 
 load_result load(const std::string& text) {
@@ -38,8 +37,9 @@ TEST_CASE("one replica group of ZeRO with DiLoCo at H = 1, outer lr 1 and no mom
       2, zero, "{algorithm: diloco, sync_every: 1, outer: {lr: 1, momentum: 0, nesterov: false}, replica_groups: 1}"));
     check_same_curve(one_group.losses, zero_alone.losses);
     // The exchange is applied, not skipped: an outer lr of 0.5 halves every update.
-    auto half = run_in_process(grouped(
-      2, zero, "{algorithm: diloco, sync_every: 1, outer: {lr: 0.5, momentum: 0, nesterov: false}, replica_groups: 1}"));
+    auto half = run_in_process(
+      grouped(2, zero,
+              "{algorithm: diloco, sync_every: 1, outer: {lr: 0.5, momentum: 0, nesterov: false}, replica_groups: 1}"));
     CHECK(std::fabs(half.losses.back() - zero_alone.losses.back()) > 1e-4 * zero_alone.losses.back());
   }
 }
@@ -78,8 +78,9 @@ TEST_CASE("replica groups keep their rings inside and join the same place of eve
 TEST_CASE("replica groups that cannot be formed are refused at the key that says why") {
   auto uneven = load(grouped(4, 0, "{algorithm: diloco, replica_groups: 3}"));
   REQUIRE(!uneven.ok());
-  CHECK(to_string(uneven.errors).find("local_update.replica_groups: 3 groups do not cut data_parallel.replicas (4) "
-                                      "into equal groups") != std::string::npos);
+  CHECK(to_string(uneven.errors)
+          .find("local_update.replica_groups: 3 groups do not cut data_parallel.replicas (4) "
+                "into equal groups") != std::string::npos);
   auto alone = load(grouped(2, 1, "{algorithm: diloco}"));
   REQUIRE(!alone.ok());
   CHECK(to_string(alone.errors).find("set local_update.replica_groups below data_parallel.replicas (2)") !=

@@ -168,8 +168,8 @@ TEST_CASE("a run killed after its step-16 checkpoint resumes onto the uninterrup
 
   auto killed_dir = f.dir / "killed";
   fs::create_directories(killed_dir);
-  auto pid = f.spawn({"run", f.graph.string(), "--no-trace", "--set", "checkpoint.dir=" + killed_dir.string()},
-                     "killed");
+  auto pid =
+    f.spawn({"run", f.graph.string(), "--no-trace", "--set", "checkpoint.dir=" + killed_dir.string()}, "killed");
   bool killed = kill_after(pid, killed_dir, "step-000016");
   INFO("the killed run's output: ", f.text("killed.out"));
   CHECK_MESSAGE(killed, "the run ended before it could be killed at step 16");
@@ -177,16 +177,15 @@ TEST_CASE("a run killed after its step-16 checkpoint resumes onto the uninterrup
   REQUIRE(fs::exists(killed_dir / "step-000008" / "checkpoint.json")); // keep: 2
 
   // From a folder named directly, into a second folder, so the first stays as it was.
-  auto from8 = f.train({"--resume", (killed_dir / "step-000008").string(), "--set",
-                        "checkpoint.dir=" + (f.dir / "from8").string()},
-                       "from8");
+  auto from8 = f.train(
+    {"--resume", (killed_dir / "step-000008").string(), "--set", "checkpoint.dir=" + (f.dir / "from8").string()},
+    "from8");
   CHECK(from8.at("first_step") == 8);
   REQUIRE(losses(from8).size() == 16);
   auto diff8 = max_rel_diff(ref, losses(from8));
 
   // From `latest` (step 16), writing on into the killed run's folder.
-  auto from16 = f.train({"--resume", killed_dir.string(), "--set", "checkpoint.dir=" + killed_dir.string()},
-                        "from16");
+  auto from16 = f.train({"--resume", killed_dir.string(), "--set", "checkpoint.dir=" + killed_dir.string()}, "from16");
   CHECK(from16.at("first_step") == 16);
   CHECK(from16.at("steps") == 8);
   REQUIRE(losses(from16).size() == 8);
@@ -238,18 +237,20 @@ TEST_CASE("a missing or mismatching --resume folder is refused with exit code 2 
 
   f.train({"--steps", "8"}, "short"); // writes ckpt/step-000008 next to the graph
   REQUIRE(fs::exists(f.dir / "ckpt" / "latest"));
-  rc = f.run({"run", f.graph.string(), "--no-trace", "--resume", (f.dir / "ckpt").string(), "--set",
-              "model.d_model=64"},
-             "wider");
+  rc =
+    f.run({"run", f.graph.string(), "--no-trace", "--resume", (f.dir / "ckpt").string(), "--set", "model.d_model=64"},
+          "wider");
   CHECK(rc == 2);
-  CHECK(f.text("wider.err").find("step-000008/s0.safetensors: model.d_model is 32 in the checkpoint but 64 in the "
-                                 "graph") != std::string::npos);
-  rc = f.run({"run", f.graph.string(), "--no-trace", "--resume", (f.dir / "ckpt").string(), "--set",
-              "pipeline.stages=4"},
-             "deeper");
+  CHECK(f.text("wider.err")
+          .find("step-000008/s0.safetensors: model.d_model is 32 in the checkpoint but 64 in the "
+                "graph") != std::string::npos);
+  rc =
+    f.run({"run", f.graph.string(), "--no-trace", "--resume", (f.dir / "ckpt").string(), "--set", "pipeline.stages=4"},
+          "deeper");
   CHECK(rc == 2);
-  CHECK(f.text("deeper.err").find("the checkpoint has parts for loader, s0, s1 but the graph's checkpointing "
-                                  "actors are loader, s0, s1, s2, s3") != std::string::npos);
+  CHECK(f.text("deeper.err")
+          .find("the checkpoint has parts for loader, s0, s1 but the graph's checkpointing "
+                "actors are loader, s0, s1, s2, s3") != std::string::npos);
   CHECK(f.text("deeper.out").empty()); // nothing ran
 }
 
@@ -263,8 +264,8 @@ TEST_CASE("a run whose length is not a multiple of checkpoint.every still saves 
   CHECK(f.text("odd/latest") == "step-000013\n");
   REQUIRE(fs::exists(ckpt / "step-000013" / "checkpoint.json"));
   // Training on from the last step (a longer run) starts exactly there.
-  auto more = f.train({"--resume", ckpt.string(), "--steps", "16", "--set", "checkpoint.dir=" + ckpt.string()},
-                      "odd_more");
+  auto more =
+    f.train({"--resume", ckpt.string(), "--steps", "16", "--set", "checkpoint.dir=" + ckpt.string()}, "odd_more");
   CHECK(more.at("first_step") == 13);
   CHECK(more.at("steps") == 3);
   CHECK(f.text("odd/latest") == "step-000016\n");
@@ -275,7 +276,7 @@ TEST_CASE("a truncated checkpoint part is refused before anything runs, with exi
   f.train({"--steps", "8"}, "short");
   auto part = f.dir / "ckpt" / "step-000008" / "s1.safetensors";
   REQUIRE(fs::exists(part));
-  fs::resize_file(part, fs::file_size(part) / 2);  // a copy that lost its end
+  fs::resize_file(part, fs::file_size(part) / 2); // a copy that lost its end
   int rc = f.run({"run", f.graph.string(), "--no-trace", "--resume", (f.dir / "ckpt").string()}, "truncated");
   auto err = f.text("truncated.err");
   INFO("stderr: ", err);
@@ -294,7 +295,7 @@ TEST_CASE("a checkpoint tensor of the wrong shape is refused before anything run
   bool replaced = false;
   for (auto& t : file->tensors)
     if (t.name == "h.0.ln_1.weight") {
-      t.value = troupe::tensor_handle::zeros({16});  // d_model is 32
+      t.value = troupe::tensor_handle::zeros({16}); // d_model is 32
       replaced = true;
     }
   REQUIRE(replaced);
@@ -304,7 +305,7 @@ TEST_CASE("a checkpoint tensor of the wrong shape is refused before anything run
   INFO("stderr: ", err);
   CHECK(rc == 2);
   CHECK(err.find(part.string() + ": tensor 'h.0.ln_1.weight' is f32 [16] in the checkpoint but f32 [32] in the "
-                 "graph's model") != std::string::npos);
+                                 "graph's model") != std::string::npos);
   CHECK(err.find("did not accept connect") == std::string::npos);
   CHECK(f.text("reshaped.out").empty());
 }
@@ -312,7 +313,7 @@ TEST_CASE("a checkpoint tensor of the wrong shape is refused before anything run
 TEST_CASE("a 'latest' that names a missing step folder is refused saying so, and lists the complete ones") {
   fixture f;
   f.train({"--steps", "8"}, "short");
-  std::ofstream(f.dir / "ckpt" / "latest") << "step-000016\n";  // its folder was removed by hand
+  std::ofstream(f.dir / "ckpt" / "latest") << "step-000016\n"; // its folder was removed by hand
   int rc = f.run({"run", f.graph.string(), "--no-trace", "--resume", (f.dir / "ckpt").string()}, "gone");
   auto err = f.text("gone.err");
   INFO("stderr: ", err);
@@ -348,9 +349,9 @@ TEST_CASE("a resumed run keeps saving where its checkpoint came from, as often, 
   CHECK(f.text("elsewhere/latest") == "step-000012\n");
   CHECK(fs::exists(ckpt / "step-000012" / "checkpoint.json"));
   // Told otherwise, it obeys.
-  rc = f.run({"run", plain.string(), "--no-trace", "--steps", "16", "--resume", ckpt.string(), "--set",
-              "checkpoint.every=0"},
-             "unsaved");
+  rc = f.run(
+    {"run", plain.string(), "--no-trace", "--steps", "16", "--resume", ckpt.string(), "--set", "checkpoint.every=0"},
+    "unsaved");
   REQUIRE(rc == 0);
   CHECK(f.text("unsaved.out").find("saving no checkpoints") != std::string::npos);
   CHECK(f.text("elsewhere/latest") == "step-000012\n");
@@ -359,8 +360,8 @@ TEST_CASE("a resumed run keeps saving where its checkpoint came from, as often, 
 TEST_CASE("resuming a run that already reached train.steps says there is nothing to do") {
   fixture f;
   f.train({"--steps", "8"}, "short");
-  int rc = f.run({"run", f.graph.string(), "--no-trace", "--steps", "8", "--resume", (f.dir / "ckpt").string()},
-                 "finished");
+  int rc =
+    f.run({"run", f.graph.string(), "--no-trace", "--steps", "8", "--resume", (f.dir / "ckpt").string()}, "finished");
   auto out = f.text("finished.out");
   INFO("stdout: ", out, "\nstderr: ", f.text("finished.err"));
   CHECK(rc == 0);
@@ -395,8 +396,8 @@ TEST_CASE("a checkpoint tensor holding NaN or Inf is refused before anything run
 TEST_CASE("resuming with other steps than the checkpoint's run says that the learning-rate schedule changes") {
   fixture f;
   f.train({"--steps", "8"}, "short");
-  REQUIRE(f.run({"run", f.graph.string(), "--no-trace", "--steps", "10", "--resume", (f.dir / "ckpt").string(),
-                 "--set", "checkpoint.every=0"},
+  REQUIRE(f.run({"run", f.graph.string(), "--no-trace", "--steps", "10", "--resume", (f.dir / "ckpt").string(), "--set",
+                 "checkpoint.every=0"},
                 "longer") == 0);
   auto out = f.text("longer.out");
   INFO("stdout: ", out);

@@ -34,7 +34,8 @@ struct run_trace {
 
 /// Calls `run` (which runs a graph here) with the recorder reset and enabled
 /// around it, and returns what it recorded.
-template <class Run> run_trace record_trace(Run&& run) {
+template <class Run>
+run_trace record_trace(Run&& run) {
   auto& tr = trace_recorder::global();
   tr.reset();
   tr.enable(1 << 18);

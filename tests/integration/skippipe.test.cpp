@@ -139,8 +139,7 @@ TEST_CASE("each microbatch runs forward and backward on exactly the stages of it
   CHECK(std::isfinite(*t.result.val_loss_short));
   CHECK(*t.result.val_loss_short != *t.result.val_loss);
   CHECK(*t.result.val_loss < std::log(256.0)); // it trained
-  MESSAGE("val loss ", *t.result.val_loss, ", on a path of ", path_length, " stages ",
-          *t.result.val_loss_short);
+  MESSAGE("val loss ", *t.result.val_loss, ", on a path of ", path_length, " stages ", *t.result.val_loss_short);
 }
 
 TEST_CASE("the full planner runs every stage in order on each path, and validates once") {
@@ -187,6 +186,5 @@ TEST_CASE("SkipPipe graphs that cannot run say why, where") {
   auto why = sys.render(r.error());
   CAPTURE(why);
   CHECK(why.find("skippipe.yaml:") != std::string::npos);
-  CHECK(why.find("SkipPipe runs need pipeline.stages × data_parallel.replicas = 8 nodes, not 9") !=
-        std::string::npos);
+  CHECK(why.find("SkipPipe runs need pipeline.stages × data_parallel.replicas = 8 nodes, not 9") != std::string::npos);
 }

@@ -93,7 +93,9 @@ int peak_held(const std::map<std::pair<int, int>, held>& passes) {
   return peak;
 }
 
-bool is_stage0(const std::string& actor) { return actor.ends_with("s0"); }
+bool is_stage0(const std::string& actor) {
+  return actor.ends_with("s0");
+}
 
 } // namespace
 
@@ -109,7 +111,7 @@ TEST_CASE("SkipPipe's paths under 1f1b give gpipe's losses, start microbatches a
     CAPTURE(i);
     CHECK(std::fabs(one.result.losses[i] - gpipe.result.losses[i]) <= 1e-6 * std::fabs(gpipe.result.losses[i]));
   }
-  CHECK(gpipe.result.losses.back() < gpipe.result.losses.front());  // it trained
+  CHECK(gpipe.result.losses.back() < gpipe.result.losses.front()); // it trained
 
   int stage0 = 0;
   for (const auto* t : {&gpipe, &one}) {
@@ -120,11 +122,11 @@ TEST_CASE("SkipPipe's paths under 1f1b give gpipe's losses, start microbatches a
       int peak = peak_held(passes);
       MESSAGE(actor, std::string{is_1f1b ? " under 1f1b" : " under gpipe"}, " held at most ", peak, " microbatches");
       if (!is_stage0(actor)) {
-        CHECK(peak <= memory);  // skip.memory: the plan routes no more through a node past stage 0
+        CHECK(peak <= memory); // skip.memory: the plan routes no more through a node past stage 0
         continue;
       }
       stage0 += is_1f1b;
-      CHECK(passes.size() == steps * microbatches);  // each start node's own microbatches
+      CHECK(passes.size() == steps * microbatches); // each start node's own microbatches
       // Interleaving, step by step: the embedding's forward is each microbatch's
       // first here; under 1F1B some backward ends before the last of them starts.
       for (int step = 0; step < steps; ++step) {
@@ -134,12 +136,12 @@ TEST_CASE("SkipPipe's paths under 1f1b give gpipe's losses, start microbatches a
           if (key.first == step)
             last_embedding = std::max(last_embedding, h.first_forward),
             first_backward = std::min(first_backward, h.first_backward_end);
-        CHECK((first_backward < last_embedding) == is_1f1b);  // gpipe runs every forward it can first
+        CHECK((first_backward < last_embedding) == is_1f1b); // gpipe runs every forward it can first
       }
       // 1F1B holds a microbatch only while fewer than its hops left (path_length
       // + 1 with the head) are held; GPipe holds all of its node's microbatches.
       CHECK(peak == (is_1f1b ? path_length + 1 : microbatches));
     }
   }
-  CHECK(stage0 == 2);  // both stage-0 nodes were traced
+  CHECK(stage0 == 2); // both stage-0 nodes were traced
 }

@@ -33,15 +33,17 @@ std::string read(const std::filesystem::path& p) {
 TEST_CASE("200 steps of the tiny example lower the loss, validate, trace and summarize the run") {
   const char* build = std::getenv("TROUPE_BUILD_DIR");
   REQUIRE(build);
-  auto dir = std::filesystem::temp_directory_path() / (std::string{"troupe_tiny_example"} + "_" + std::to_string(::getpid()));
+  auto dir =
+    std::filesystem::temp_directory_path() / (std::string{"troupe_tiny_example"} + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   auto summary = dir / "summary.json", trace = dir / "trace.json", out = dir / "stdout.txt";
   // --timeout makes troupe itself fail past 8 minutes: about 50 s on a quiet 2-core AMD EPYC
   // (250 ms/step), and 2.3x that beside the browser test under `ctest -j2`.
-  auto cmd = std::string{build} + "/deploy/troupe run examples/tiny-gpt.yaml --steps 200 --set train.eval_every=100 "
-             "--set train.warmup=20 --timeout 480 --trace " + trace.string() + " --summary-json " + summary.string() +
-             " > " + out.string();
+  auto cmd = std::string{build} +
+             "/deploy/troupe run examples/tiny-gpt.yaml --steps 200 --set train.eval_every=100 "
+             "--set train.warmup=20 --timeout 480 --trace " +
+             trace.string() + " --summary-json " + summary.string() + " > " + out.string();
   int status = std::system(cmd.c_str());
   auto text = read(out);
   INFO(text);

@@ -49,8 +49,7 @@ fs::path graph(const std::string& name, long steps) {
   // A small model over many microbatches: many spans a second.
   std::ofstream{dir / "graph.yaml"} << "model: {layers: 4, d_model: 16, heads: 2, context: 8, vocab: 256}\n"
                                     << "data: {corpus: kjv, batch: " << microbatches << ", seed: 3}\n"
-                                    << "train: {steps: " << steps
-                                    << ", lr: 1.0e-3, warmup: 2, eval_batches: 1}\n"
+                                    << "train: {steps: " << steps << ", lr: 1.0e-3, warmup: 2, eval_batches: 1}\n"
                                     << "pipeline: {stages: " << stages << ", microbatches: " << microbatches
                                     << ", schedule: 1f1b}\n";
   return dir;
@@ -100,8 +99,7 @@ TEST_CASE("the trace of a run on one thread that records more than 65,536 spans 
   fs::remove_all(dir);
 }
 
-TEST_CASE(
-    "a run killed half-way leaves a trace of every step it finished, which troupe trace summarize reads") {
+TEST_CASE("a run killed half-way leaves a trace of every step it finished, which troupe trace summarize reads") {
   auto dir = graph("killed", 1'000'000);
   auto file = dir / "trace.json";
   troupe_process run{dir, {"run", (dir / "graph.yaml").string(), "--trace", file.string()}};

@@ -55,8 +55,8 @@ struct troupe_process {
   troupe_process(const fs::path& dir, std::vector<std::string> args, bool own_group = false, bool as_nobody = false)
       : out(dir / "out.txt"), err(dir / "err.txt") {
     args.insert(args.begin(), troupe_exe());
-    std::ofstream{out}, std::ofstream{err};  // emptied here: wait_for never reads an earlier process's output
-    std::fflush(stdout), std::fflush(stderr);  // or the child's freopen writes our buffered output again
+    std::ofstream{out}, std::ofstream{err};   // emptied here: wait_for never reads an earlier process's output
+    std::fflush(stdout), std::fflush(stderr); // or the child's freopen writes our buffered output again
     pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
@@ -75,7 +75,7 @@ struct troupe_process {
       std::_Exit(127);
     }
     if (own_group)
-      ::setpgid(pid, pid);  // in both, so a signal sent right away finds the group
+      ::setpgid(pid, pid); // in both, so a signal sent right away finds the group
   }
   /// Waits for `pattern` in stdout (or stderr); the first match's first group.
   std::string wait_for(const std::string& pattern, std::chrono::seconds limit = 60s) {
@@ -196,9 +196,9 @@ inline std::vector<pid_t> processes_with(const std::string& needle) {
 
 /// How a launch ended after one of its node processes was killed.
 struct lost_node_outcome {
-  int code = -1;         ///< the launch's exit code (-1: still running after 10 s)
-  double seconds = 0;    ///< from the kill to the launch's end
-  std::string err;       ///< its stderr
+  int code = -1;      ///< the launch's exit code (-1: still running after 10 s)
+  double seconds = 0; ///< from the kill to the launch's end
+  std::string err;    ///< its stderr
 };
 
 /// SIGKILLs node `node` of the running `launch` (whose coordinator listens on

@@ -23,8 +23,8 @@ int run_unprivileged(const fs::path& dir, std::vector<std::string> args, const f
 TEST_CASE("a corpus the user may not read fails check and run with a positioned error, exit 2") {
   auto dir = small_pipeline_graph("unreadable_corpus", 4);
   // The graph and its folder are readable by anyone; only the corpus is closed.
-  fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                         fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
+                         fs::perms::others_exec);
   std::ofstream{dir / "graph.yaml"} << "model: {layers: 4, d_model: 32, heads: 2, context: 16, vocab: 256}\n"
                                     << "data: {corpus: closed.txt, batch: 4}\n"
                                     << "train: {steps: 4}\n"

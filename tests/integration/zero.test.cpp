@@ -83,79 +83,80 @@ TEST_CASE("for the main example's model, reported and predicted memory equal ZeR
     int replicas, zero;
   };
   for (auto [replicas, zero] : {config{2, 0}, config{2, 1}, config{4, 2}}) {
-      CAPTURE(replicas);
-      CAPTURE(zero);
-      auto text = fmt::format(R"(model:    {{{}}}
+    CAPTURE(replicas);
+    CAPTURE(zero);
+    auto text = fmt::format(R"(model:    {{{}}}
 data:     {{corpus: kjv, batch: 1, seed: 1}}
 train:    {{steps: 1, lr: 1.0e-3, warmup: 1, eval_batches: 1}}
 pipeline: {{stages: 4, microbatches: 4, schedule: 1f1b}}
 data_parallel: {{replicas: {}, zero: {}}}
 )",
-                              model[1].str(), replicas, zero);
-      load_options opts;
-      opts.vocabulary = troupe_vocabulary;
-      auto g = load_graph_text(text, "tiny.yaml", opts);
-      REQUIRE(g.ok());
-      auto& tr = trace_recorder::global(); // traced, for what /metrics shows
-      tr.reset();
-      tr.enable(1 << 18);
-      auto r = run_in_process(text);
-      tr.disable();
-      auto metrics = prometheus_metrics(summarize(snapshot_trace()));
-      tr.reset();
-      // `troupe check` prints the same prediction, from the graph alone.
-      auto file = fs::temp_directory_path() / ("troupe_zero_check_" + std::to_string(::getpid()) + ".yaml");
-      std::ofstream{file} << text;
-      auto out = file.string() + ".out";
-      REQUIRE(sh(troupe_exe() + " check " + file.string() + " > " + out) == 0);
-      auto printed = slurp(out);
-      fs::remove(file), fs::remove(out);
-      for (const auto& a : g.graph->actors) {
-        if (!a.role.holds_layers)
-          continue;
-        CAPTURE(a.name);
-        // Ψ of this position: f32 parameters 4Ψ, gradients 4Ψ, AdamW moments 8Ψ.
-        std::int64_t psi = 0;
-        for (const auto& l : a.layers)
-          psi += ops::gpt_parameter_count(cfg, l.begin, l.end);
-        REQUIRE(psi % replicas == 0); // every tensor of this model divides by 4: Ψ/R is exact
-        auto predicted = predict_held(*g.graph, a);
-        CHECK(printed.find(fmt::format("#   {} params {} grads {} optimizer {}\n", a.name, predicted.stage.params,
-                                       predicted.stage.grads, predicted.stage.optimizer)) != std::string::npos);
-        if (zero > 0)
-          CHECK(printed.find(fmt::format("#   {}_os params {} grads {} optimizer {}\n", a.name, predicted.shard.params,
-                                         predicted.shard.grads, predicted.shard.optimizer)) != std::string::npos);
-        const auto& stage = summary_of(r, a.name);
-        CHECK(stage.params_bytes == predicted.stage.params);
-        CHECK(stage.grads_bytes == predicted.stage.grads);
-        CHECK(stage.optimizer_bytes == predicted.stage.optimizer);
-        CHECK(stage.params_bytes == 4 * psi);
-        // The backward's accumulation buffer; ZeRO-2 gives it back once the step's
-        // parameters are gathered, so between steps (when a run reports) it holds none.
-        CHECK(stage.grads_bytes == (zero == 2 ? 0 : 4 * psi));
-        if (zero == 0) {
-          CHECK(stage.optimizer_bytes == 8 * psi);
-          continue;
-        }
-        const auto& shard = summary_of(r, a.name + "_os");
-        for (const auto& [kind, v] : {std::pair{"params", shard.params_bytes}, std::pair{"grads", shard.grads_bytes},
-                                      std::pair{"optimizer", shard.optimizer_bytes}})
-          CHECK(metrics.find(fmt::format("troupe_actor_memory_bytes{{actor=\"{}_os\",type=\"optimizer_shard\",node=\"0\","
-                                         "kind=\"{}\"}} {}\n",
-                                         a.name, kind, v)) != std::string::npos);
-        CHECK(metrics.find(fmt::format("troupe_actor_bytes_sent{{actor=\"{}_os\",type=\"optimizer_shard\",node=\"0\"}} {}\n",
-                                       a.name, shard.bytes_sent)) != std::string::npos);
-        CHECK(shard.params_bytes == predicted.shard.params);
-        CHECK(shard.grads_bytes == predicted.shard.grads);
-        CHECK(shard.optimizer_bytes == predicted.shard.optimizer);
-        CHECK(stage.optimizer_bytes == 0);
-        CHECK(shard.optimizer_bytes == 8 * psi / replicas); // stage 1: 4Ψ + 4Ψ + 8Ψ/R
-        CHECK(shard.grads_bytes == (zero == 2 ? 4 * psi / replicas : 0)); // stage 2: the gradient slice 4Ψ/R
-        // ZeRO's formulas: stage 1 4Ψ + 4Ψ + 8Ψ/R, stage 2 4Ψ + 12Ψ/R.
-        CHECK(stage.params_bytes + stage.grads_bytes + shard.optimizer_bytes + shard.grads_bytes ==
-              (zero == 2 ? 4 * psi + 12 * psi / replicas : 8 * psi + 8 * psi / replicas));
+                            model[1].str(), replicas, zero);
+    load_options opts;
+    opts.vocabulary = troupe_vocabulary;
+    auto g = load_graph_text(text, "tiny.yaml", opts);
+    REQUIRE(g.ok());
+    auto& tr = trace_recorder::global(); // traced, for what /metrics shows
+    tr.reset();
+    tr.enable(1 << 18);
+    auto r = run_in_process(text);
+    tr.disable();
+    auto metrics = prometheus_metrics(summarize(snapshot_trace()));
+    tr.reset();
+    // `troupe check` prints the same prediction, from the graph alone.
+    auto file = fs::temp_directory_path() / ("troupe_zero_check_" + std::to_string(::getpid()) + ".yaml");
+    std::ofstream{file} << text;
+    auto out = file.string() + ".out";
+    REQUIRE(sh(troupe_exe() + " check " + file.string() + " > " + out) == 0);
+    auto printed = slurp(out);
+    fs::remove(file), fs::remove(out);
+    for (const auto& a : g.graph->actors) {
+      if (!a.role.holds_layers)
+        continue;
+      CAPTURE(a.name);
+      // Ψ of this position: f32 parameters 4Ψ, gradients 4Ψ, AdamW moments 8Ψ.
+      std::int64_t psi = 0;
+      for (const auto& l : a.layers)
+        psi += ops::gpt_parameter_count(cfg, l.begin, l.end);
+      REQUIRE(psi % replicas == 0); // every tensor of this model divides by 4: Ψ/R is exact
+      auto predicted = predict_held(*g.graph, a);
+      CHECK(printed.find(fmt::format("#   {} params {} grads {} optimizer {}\n", a.name, predicted.stage.params,
+                                     predicted.stage.grads, predicted.stage.optimizer)) != std::string::npos);
+      if (zero > 0)
+        CHECK(printed.find(fmt::format("#   {}_os params {} grads {} optimizer {}\n", a.name, predicted.shard.params,
+                                       predicted.shard.grads, predicted.shard.optimizer)) != std::string::npos);
+      const auto& stage = summary_of(r, a.name);
+      CHECK(stage.params_bytes == predicted.stage.params);
+      CHECK(stage.grads_bytes == predicted.stage.grads);
+      CHECK(stage.optimizer_bytes == predicted.stage.optimizer);
+      CHECK(stage.params_bytes == 4 * psi);
+      // The backward's accumulation buffer; ZeRO-2 gives it back once the step's
+      // parameters are gathered, so between steps (when a run reports) it holds none.
+      CHECK(stage.grads_bytes == (zero == 2 ? 0 : 4 * psi));
+      if (zero == 0) {
+        CHECK(stage.optimizer_bytes == 8 * psi);
+        continue;
       }
+      const auto& shard = summary_of(r, a.name + "_os");
+      for (const auto& [kind, v] : {std::pair{"params", shard.params_bytes}, std::pair{"grads", shard.grads_bytes},
+                                    std::pair{"optimizer", shard.optimizer_bytes}})
+        CHECK(metrics.find(fmt::format("troupe_actor_memory_bytes{{actor=\"{}_os\",type=\"optimizer_shard\",node=\"0\","
+                                       "kind=\"{}\"}} {}\n",
+                                       a.name, kind, v)) != std::string::npos);
+      CHECK(
+        metrics.find(fmt::format("troupe_actor_bytes_sent{{actor=\"{}_os\",type=\"optimizer_shard\",node=\"0\"}} {}\n",
+                                 a.name, shard.bytes_sent)) != std::string::npos);
+      CHECK(shard.params_bytes == predicted.shard.params);
+      CHECK(shard.grads_bytes == predicted.shard.grads);
+      CHECK(shard.optimizer_bytes == predicted.shard.optimizer);
+      CHECK(stage.optimizer_bytes == 0);
+      CHECK(shard.optimizer_bytes == 8 * psi / replicas);               // stage 1: 4Ψ + 4Ψ + 8Ψ/R
+      CHECK(shard.grads_bytes == (zero == 2 ? 4 * psi / replicas : 0)); // stage 2: the gradient slice 4Ψ/R
+      // ZeRO's formulas: stage 1 4Ψ + 4Ψ + 8Ψ/R, stage 2 4Ψ + 12Ψ/R.
+      CHECK(stage.params_bytes + stage.grads_bytes + shard.optimizer_bytes + shard.grads_bytes ==
+            (zero == 2 ? 4 * psi + 12 * psi / replicas : 8 * psi + 8 * psi / replicas));
     }
+  }
 }
 
 TEST_CASE("a ZeRO-2 run resumed from its sharded checkpoint continues the uninterrupted curve") {
@@ -164,8 +165,8 @@ TEST_CASE("a ZeRO-2 run resumed from its sharded checkpoint continues the uninte
   fs::create_directories(dir);
   std::ofstream{dir / "zero.yaml"} << dp_graph(2, 2, dp_batch, "checkpoint: {dir: ckpt, every: 10}\n", 64, 2);
   auto run = [&](const std::string& args, const std::string& tag) {
-    auto cmd = fmt::format("cd {} && {} run zero.yaml --no-trace --summary-json {}.json {} > {}.txt 2>&1",
-                           dir.string(), troupe_exe(), tag, args, tag);
+    auto cmd = fmt::format("cd {} && {} run zero.yaml --no-trace --summary-json {}.json {} > {}.txt 2>&1", dir.string(),
+                           troupe_exe(), tag, args, tag);
     INFO(slurp(dir / (tag + ".txt")));
     REQUIRE(sh(cmd) == 0);
     return summary_losses(dir / (tag + ".json"));
@@ -178,7 +179,7 @@ TEST_CASE("a ZeRO-2 run resumed from its sharded checkpoint continues the uninte
   check_same_curve(resumed, std::vector<double>(full.begin() + 10, full.end()));
   // Without the shards' moments the curve differs: a fresh optimizer state is not the same run.
   fs::remove(dir / "ckpt" / "step-000010" / "r1s0_os.safetensors");
-  CHECK(sh(fmt::format("cd {} && {} run zero.yaml --no-trace --resume ckpt/step-000010 > broken.txt 2>&1",
-                       dir.string(), troupe_exe())) != 0);
+  CHECK(sh(fmt::format("cd {} && {} run zero.yaml --no-trace --resume ckpt/step-000010 > broken.txt 2>&1", dir.string(),
+                       troupe_exe())) != 0);
   fs::remove_all(dir);
 }

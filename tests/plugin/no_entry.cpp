@@ -1,2 +1,4 @@
 // A shared library that is not a troupe plugin: it lacks troupe_register_plugin.
-extern "C" int troupe_not_a_plugin() { return 42; }
+extern "C" int troupe_not_a_plugin() {
+  return 42;
+}

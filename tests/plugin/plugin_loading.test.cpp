@@ -51,7 +51,7 @@ TEST_CASE("a plugin named relative to the graph file registers an actor type tha
   CHECK(r.graph->plugins.at(0).resolved == lib);
   auto loaded = loaded_plugins().size();
   CHECK(loaded >= 1);
-  CHECK(load_with(lib.string(), actors, graph_file).ok());  // loading again changes nothing
+  CHECK(load_with(lib.string(), actors, graph_file).ok()); // loading again changes nothing
   CHECK(loaded_plugins().size() == loaded);
 
   troupe_config cfg;
@@ -59,7 +59,7 @@ TEST_CASE("a plugin named relative to the graph file registers an actor type tha
   auto run = run_graph(sys, *r.graph);
   REQUIRE_MESSAGE(run, error_message(run.error()));
   CHECK(run->steps == 7);
-  CHECK(run->tokens == 2);  // p and q each saw the one channel between them
+  CHECK(run->tokens == 2); // p and q each saw the one channel between them
 }
 
 TEST_CASE("a plugin's own check rejects its bad keys") {
@@ -75,8 +75,8 @@ TEST_CASE("libraries that are missing, not libraries, or not plugins are reporte
   REQUIRE(r.errors.size() == 2);
   CHECK(to_string(r.errors[0]) == "g.yaml:4:11: plugins[0]: cannot load plugin '" + no_entry.string() +
                                     "': it does not export `extern \"C\" void troupe_register_plugin()`");
-  CHECK(to_string(r.errors[1]) ==
-        "g.yaml:4:" + std::to_string(13 + no_entry.string().size()) + ": plugins[1]: cannot load plugin 'missing.so': no such file");
+  CHECK(to_string(r.errors[1]) == "g.yaml:4:" + std::to_string(13 + no_entry.string().size()) +
+                                    ": plugins[1]: cannot load plugin 'missing.so': no such file");
   auto text = fs::temp_directory_path() / ("troupe_not_a_library_" + std::to_string(::getpid()) + ".so");
   {
     std::ofstream out{text};

@@ -11,7 +11,7 @@ caf::behavior plugin_echo(caf::event_based_actor* self, troupe::run_summary summ
   return {
     [=](troupe::connect_atom, const troupe::connect_msg& m) {
       auto s = summary;
-      s.tokens = static_cast<std::int64_t>(m.peers.size());  // lets the test see its channels arrived
+      s.tokens = static_cast<std::int64_t>(m.peers.size()); // lets the test see its channels arrived
       self->send(runner, troupe::done_atom::value, s);
       return caf::ok_atom::value;
     },

@@ -88,9 +88,7 @@ public:
     return {host_scalar(loss), nullptr, {}};
   }
 
-  stage_tensor backward(int mb, const stage_tensor& grad_out) override {
-    return run_backward(mb, grad_out, false);
-  }
+  stage_tensor backward(int mb, const stage_tensor& grad_out) override { return run_backward(mb, grad_out, false); }
   stage_tensor backward_input(int mb, const stage_tensor& grad_out) override {
     return run_backward(mb, grad_out, true);
   }
@@ -111,8 +109,8 @@ public:
     if (!is_last())
       return publish(out); // the next evaluate reuses `out`'s buffer
     float loss = 0;
-    check(cuda(cudaMemcpyAsync(&loss, out.raw(), sizeof loss, cudaMemcpyDeviceToHost, model_.stream()),
-               "cudaMemcpyAsync"));
+    check(
+      cuda(cudaMemcpyAsync(&loss, out.raw(), sizeof loss, cudaMemcpyDeviceToHost, model_.stream()), "cudaMemcpyAsync"));
     check(model_.synchronize());
     return {host_scalar(loss), nullptr, {}};
   }
@@ -165,7 +163,7 @@ public:
     auto layout = param_layout();
     if (params.size() != layout.size())
       throw std::invalid_argument(
-          fmt::format("load_params: {} parameters for a model of {}", params.size(), layout.size()));
+        fmt::format("load_params: {} parameters for a model of {}", params.size(), layout.size()));
     for (std::size_t i = 0; i < layout.size(); ++i)
       if (!(params[i].shape() == layout[i].shape) || params[i].type() != dtype::f32)
         throw std::invalid_argument(fmt::format("load_params: '{}' is {} {}, the model's is f32 {}", layout[i].name,
@@ -291,9 +289,8 @@ caf::expected<int> cuda_devices() {
   int n = 0;
   if (auto e = cudaGetDeviceCount(&n); e != cudaSuccess) {
     (void)cudaGetLastError();
-    return make_error(errc::spawn_failed,
-                      fmt::format("no CUDA device is available (cudaGetDeviceCount: {} ({}))",
-                                  cudaGetErrorName(e), cudaGetErrorString(e)));
+    return make_error(errc::spawn_failed, fmt::format("no CUDA device is available (cudaGetDeviceCount: {} ({}))",
+                                                      cudaGetErrorName(e), cudaGetErrorString(e)));
   }
   return n;
 }

@@ -18,12 +18,12 @@ using namespace troupe;
 
 namespace {
 
-#define REQUIRE_GPU_OR_SKIP()                                                                                \
-  do {                                                                                                       \
-    if (!gpu::cuda_available()) {                                                                            \
-      MESSAGE("no CUDA device: GPU check skipped");                                                          \
-      return;                                                                                                \
-    }                                                                                                        \
+#define REQUIRE_GPU_OR_SKIP()                                                                                          \
+  do {                                                                                                                 \
+    if (!gpu::cuda_available()) {                                                                                      \
+      MESSAGE("no CUDA device: GPU check skipped");                                                                    \
+      return;                                                                                                          \
+    }                                                                                                                  \
   } while (0)
 
 constexpr int batch = 4, microbatches = 3;
@@ -62,7 +62,7 @@ chain_result run_chain(stage_model& front, stage_model& back) {
   CHECK(front.in_flight() == microbatches);
   for (int mb = 0; mb < microbatches; ++mb)
     r.losses.push_back(
-        back.forward(mb, acts[static_cast<std::size_t>(mb)], random_tokens(20 + mb)).value.data<float>()[0]);
+      back.forward(mb, acts[static_cast<std::size_t>(mb)], random_tokens(20 + mb)).value.data<float>()[0]);
   auto scale = tensor_handle::empty({1});
   scale.data<float>()[0] = 1.0f / microbatches;
   for (int mb = microbatches - 1; mb >= 0; --mb) {
@@ -86,11 +86,9 @@ void check_close(const chain_result& got, const chain_result& ref, const char* w
     CHECK(std::abs(got.losses[i] - ref.losses[i]) <= 2e-2 * std::abs(ref.losses[i]));
   }
   CHECK(std::abs(got.eval_loss - ref.eval_loss) <= 2e-2 * std::abs(ref.eval_loss));
-  CHECK(std::abs(got.grad_sq - ref.grad_sq) <=
-        1e-1 * ref.grad_sq); // a sum of squares: twice the norm's error
-  MESSAGE(what << ": loss " << got.losses[0] << " (cpu " << ref.losses[0] << "), eval " << got.eval_loss
-               << " (cpu " << ref.eval_loss << "), grad_sq " << got.grad_sq << " (cpu " << ref.grad_sq
-               << ")");
+  CHECK(std::abs(got.grad_sq - ref.grad_sq) <= 1e-1 * ref.grad_sq); // a sum of squares: twice the norm's error
+  MESSAGE(what << ": loss " << got.losses[0] << " (cpu " << ref.losses[0] << "), eval " << got.eval_loss << " (cpu "
+               << ref.eval_loss << "), grad_sq " << got.grad_sq << " (cpu " << ref.grad_sq << ")");
 }
 
 /// A host f32 tensor's values (the masters and AdamW moments a model hands out).

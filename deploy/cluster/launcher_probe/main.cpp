@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   char host[256] = "?";
   ::gethostname(host, sizeof host - 1);
   const char* nodename = std::getenv("SLURMD_NODENAME") ? std::getenv("SLURMD_NODENAME") : host;
-  std::printf("probe %s started\n", index.c_str());  // the launcher prefixes and forwards these
+  std::printf("probe %s started\n", index.c_str()); // the launcher prefixes and forwards these
   std::fflush(stdout);
   std::fprintf(stderr, "probe %s on stderr\n", index.c_str());
 
