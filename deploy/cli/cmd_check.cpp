@@ -59,9 +59,6 @@ std::string predicted_memory(const graph_spec& g) {
   return out;
 }
 
-/// `troupe check --json`: the verdict as one object on stdout, valid or not:
-/// {"valid", "errors": [{file, line, column, origin, path, message}], and when
-/// valid "parameters", "memory" (with data_parallel) and "graph" (the expanded YAML)}.
 /// What `troupe run` refuses of a graph that plan and sim take: the SkipPipe
 /// graph whose network has more nodes than a run has stage actors, and an
 /// estimate past this machine's memory. Each one's position and words.
@@ -74,28 +71,27 @@ std::vector<diagnostic> run_refusals(const graph_spec& g, const std::string& fil
   return out;
 }
 
+/// One problem as `troupe check --json` lists it.
+nlohmann::json diagnostic_json(const diagnostic& d) {
+  return {{"file", d.pos.file},     {"line", d.pos.line}, {"column", d.pos.col},
+          {"origin", d.pos.origin}, {"path", d.path},     {"message", d.message}};
+}
+
+/// `troupe check --json`: the verdict as one object on stdout, valid or not:
+/// {"valid", "errors": [{file, line, column, origin, path, message}], and when
+/// valid "parameters", "memory" (with data_parallel) and "graph" (the expanded YAML)}.
 int check_json(const graph_args& a, bool for_run) {
   auto res = load_graph_for_cli(a.file, a.overrides());
   nlohmann::json errors = nlohmann::json::array();
   for (const auto& d : res.errors)
-    errors.push_back({{"file", d.pos.file},
-                      {"line", d.pos.line},
-                      {"column", d.pos.col},
-                      {"origin", d.pos.origin},
-                      {"path", d.path},
-                      {"message", d.message}});
+    errors.push_back(diagnostic_json(d));
   if (res.ok() && !res.graph->train.init.empty())
     if (auto init = check_init(*res.graph); !init) {
       const auto& at = res.graph->train.init_pos;
       auto message = error_message(init.error());
       if (auto prefix = to_string(at) + ": train.init: "; message.starts_with(prefix))
         message.erase(0, prefix.size()); // the position has fields of its own here
-      errors.push_back({{"file", at.file},
-                        {"line", at.line},
-                        {"column", at.col},
-                        {"origin", at.origin},
-                        {"path", "train.init"},
-                        {"message", message}});
+      errors.push_back(diagnostic_json({at, "train.init", message}));
       res.graph.reset();
     }
   nlohmann::json warnings = nlohmann::json::array();
@@ -105,12 +101,7 @@ int check_json(const graph_args& a, bool for_run) {
         warnings.push_back(d.message);
         continue;
       }
-      errors.push_back({{"file", d.pos.file},
-                        {"line", d.pos.line},
-                        {"column", d.pos.col},
-                        {"origin", d.pos.origin},
-                        {"path", d.path},
-                        {"message", d.message}});
+      errors.push_back(diagnostic_json(d));
       res.graph.reset();
     }
   nlohmann::json out{{"valid", res.ok()},

@@ -112,25 +112,37 @@ TEST_CASE("one agent alone costs exactly the closed form, on the cheapest path t
   }
 }
 
-/// A tight instance: 20 nodes on 12 locations, 6 positions, paths of 4, memory 3,
-/// three microbatches per stage-0 node (15 agents, 45 visits: every stage full).
-struct tight_instance {
+/// A random instance: `nodes` nodes on `locations` locations, `stages` positions,
+/// paths of `path_length`, memory 3, stage capacity 9, `per_start` microbatches
+/// per stage-0 node.
+struct instance {
   path_problem pr;
   placement p;
   path_rules rules;
   std::vector<path_agent> agents;
-  explicit tight_instance(std::uint64_t seed)
-      : pr(random_problem(20, 6, 12, seed)), p(search_placement(pr, 0.1, seed, 4)) {
-    rules.path_length = 4;
+  instance(std::uint64_t seed, int nodes, int stages, int locations, int path_length, int per_start)
+      : pr(random_problem(nodes, stages, locations, seed)), p(search_placement(pr, 0.1, seed, 4)) {
+    rules.path_length = path_length;
     rules.memory = 3;
     rules.max_per_stage = 9;
-    agents = make_agents(pr, p, 3);
+    agents = make_agents(pr, p, per_start);
   }
 };
 
+/// 20 nodes on 12 locations, 6 positions, paths of 4, three microbatches per
+/// stage-0 node (15 agents, 45 visits: every stage full).
+instance tight_instance(std::uint64_t seed) {
+  return {seed, 20, 6, 12, 4, 3};
+}
+
+/// 14 nodes on 6 locations, 4 positions, paths of 3, two microbatches per stage-0 node.
+instance small_instance(std::uint64_t seed) {
+  return {seed, 14, 4, 6, 3, 2};
+}
+
 TEST_CASE("every plan keeps the path rules, node memory and stage capacity") {
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
-    auto [pr, p, rules, agents] = tight_instance{seed};
+    auto [pr, p, rules, agents] = tight_instance(seed);
     for (bool aware : {false, true}) {
       CAPTURE(seed);
       CAPTURE(aware);
@@ -145,25 +157,9 @@ TEST_CASE("every plan keeps the path rules, node memory and stage capacity") {
   }
 }
 
-/// A small instance: 14 nodes on 6 locations, 4 positions, paths of 3, memory 3, two
-/// microbatches per stage-0 node.
-struct small_instance {
-  path_problem pr;
-  placement p;
-  path_rules rules;
-  std::vector<path_agent> agents;
-  explicit small_instance(std::uint64_t seed)
-      : pr(random_problem(14, 4, 6, seed)), p(search_placement(pr, 0.1, seed, 4)) {
-    rules.path_length = 3;
-    rules.memory = 3;
-    rules.max_per_stage = 9;
-    agents = make_agents(pr, p, 2);
-  }
-};
-
 TEST_CASE("the collision-aware plan is never slower than the plan that ignores collisions") {
   for (std::uint64_t seed = 11; seed <= 14; ++seed) {
-    auto [pr, p, rules, agents] = small_instance{seed};
+    auto [pr, p, rules, agents] = small_instance(seed);
     auto blind = plan_skippipe(pr, p, rules, agents, false, 400);
     auto aware = plan_skippipe(pr, p, rules, agents, true, 400);
     REQUIRE(blind);
@@ -175,7 +171,7 @@ TEST_CASE("the collision-aware plan is never slower than the plan that ignores c
 TEST_CASE("no microbatch of a collision-aware plan can take another path and shorten the iteration") {
   for (std::uint64_t seed = 21; seed <= 23; ++seed) {
     CAPTURE(seed);
-    auto [pr, p, rules, agents] = small_instance{seed};
+    auto [pr, p, rules, agents] = small_instance(seed);
     auto plan = plan_skippipe(pr, p, rules, agents, true, 400);
     REQUIRE(plan);
     for (std::size_t a = 0; a < plan->paths.size(); ++a)
@@ -191,7 +187,7 @@ TEST_CASE("no microbatch of a collision-aware plan can take another path and sho
 TEST_CASE("a search past its deadline stops with a valid plan no better than the full search's, and says so") {
   for (std::uint64_t seed = 31; seed <= 33; ++seed) {
     CAPTURE(seed);
-    auto [pr, p, rules, agents] = tight_instance{seed};
+    auto [pr, p, rules, agents] = tight_instance(seed);
     auto full = plan_skippipe(pr, p, rules, agents, true, 600);
     REQUIRE(full);
     CHECK_FALSE(full->cut_short);
