@@ -17,7 +17,7 @@
 #include "runtime/actor/messages.hpp"
 #include "runtime/actor/outer_messages.hpp"
 #include "runtime/trace/trace.hpp"
-#include "schedulers/sync/sync_policy.hpp"
+#include "schedulers/sync/sync_peer.hpp"
 
 namespace troupe {
 
@@ -36,14 +36,7 @@ struct sync_settings {
 struct outer_sync_state {
   std::vector<caf::actor> actors;
   caf::actor runner;
-  std::unique_ptr<sched::sync_policy> policy;
-  std::map<int, step_t> prepared; ///< fragment -> the step of its exchange under way
-  std::map<int, step_t> exchange; ///< fragment -> the step of its policy's exchange (under way, or the last applied)
-  std::vector<int> lost;          ///< replicas that left the run (elastic)
-  std::map<int, std::pair<step_t, std::vector<float>>> perform;        ///< fragment -> the stage's values to update
-  std::map<std::pair<step_t, int>, std::vector<outer_part_msg>> early; ///< messages before their prepare
-  std::int64_t bytes_sent = 0;
-  long performed = 0;
+  std::optional<sched::sync_peer> peer; ///< the policy and its bookkeeping
   bool done_sent = false;
   std::uint16_t trace_id = 0;
   static inline const char* name = "outer_sync";
@@ -58,139 +51,87 @@ void report_done(sync_actor* self, const sync_settings& cfg) {
   st.done_sent = true;
   run_summary s;
   s.actor = cfg.name;
-  s.bytes_sent = st.bytes_sent;
+  s.bytes_sent = st.peer->bytes_sent();
   self->send(st.runner, done_atom::value, std::move(s));
 }
 
-sched::quantized_rows from_wire(outer_part_msg m) {
-  sched::quantized_rows q;
-  q.format = static_cast<sched::wire_format>(m.format);
-  q.values = m.values, q.cols = m.cols, q.data = std::move(m.data), q.scales = std::move(m.scales);
-  return q;
-}
-
-void send_all(sync_actor* self, const sync_settings& cfg, step_t step, int f, std::vector<sched::sync_send> sends) {
+void send_all(sync_actor* self, const sync_settings& cfg, std::vector<sched::sync_part> parts) {
   auto& st = self->state;
-  for (auto& m : sends) {
-    if (m.to < 0 || m.to >= cfg.replicas || m.to == cfg.replica)
-      throw std::runtime_error(fmt::format("{}: its policy sends to replica {} of {}", cfg.name, m.to, cfg.replicas));
-    if (std::find(st.lost.begin(), st.lost.end(), m.to) != st.lost.end())
-      continue; // left the run
-    auto bytes = m.payload.wire_bytes();
+  for (auto& m : parts) {
+    auto& q = m.payload;
     span s;
-    s.actor = st.trace_id, s.kind = span_kind::send, s.step = static_cast<std::int32_t>(step);
-    s.microbatch = f, s.bytes = bytes;
+    s.actor = st.trace_id, s.kind = span_kind::send, s.step = static_cast<std::int32_t>(m.step);
+    s.microbatch = m.fragment, s.bytes = q.wire_bytes();
     s.begin_ns = s.end_ns = trace_now();
     trace_recorder::global().record(s);
-    st.bytes_sent += static_cast<std::int64_t>(bytes);
-    auto& q = m.payload;
     self->send(st.actors.at(static_cast<std::size_t>(cfg.peers[static_cast<std::size_t>(m.to)])),
                outer_part_atom::value,
-               outer_part_msg{step, f, cfg.replica, m.round, m.piece, static_cast<std::int32_t>(q.format), q.values,
-                              q.cols, std::move(q.data), std::move(q.scales)});
+               outer_part_msg{m.step, m.fragment, cfg.replica, m.round, m.piece, static_cast<std::int32_t>(q.format),
+                              q.values, q.cols, std::move(q.data), std::move(q.scales)});
   }
 }
 
-/// Applies fragment `f`'s exchange once the policy has all it needs and the stage performs.
-void maybe_apply(sync_actor* self, const sync_settings& cfg, int f) {
+/// Applies each exchange the policy has all it needs for and the stage performed.
+void apply_ready(sync_actor* self, const sync_settings& cfg) {
   auto& st = self->state;
-  auto it = st.perform.find(f);
-  if (it == st.perform.end() || !st.policy->ready(f))
-    return;
-  auto [step, local] = std::move(it->second);
-  st.perform.erase(it);
-  st.prepared.erase(f);
-  span s;
-  s.actor = st.trace_id, s.kind = span_kind::sync, s.step = static_cast<std::int32_t>(step), s.microbatch = f;
-  s.begin_ns = trace_now();
-  st.policy->perform(f, local);
-  s.end_ns = trace_now();
-  s.bytes = local.size() * sizeof(float);
-  trace_recorder::global().record(s);
-  self->send(st.actors.at(static_cast<std::size_t>(cfg.stage)), outer_done_atom::value,
-             outer_result_msg{step, f, std::move(local)});
-  ++st.performed;
-  // The outer steps and exchange bytes so far: the dashboard's table, /metrics.
-  auto& tr = trace_recorder::global();
-  tr.count("outer:" + cfg.name + ":steps", static_cast<double>(st.performed), static_cast<std::int32_t>(step) - 1);
-  tr.count("outer:" + cfg.name + ":bytes", static_cast<double>(st.bytes_sent), static_cast<std::int32_t>(step) - 1);
-  if (st.performed >= cfg.exchanges)
-    report_done(self, cfg);
+  for (int f : st.peer->applicable()) {
+    span s;
+    s.actor = st.trace_id, s.kind = span_kind::sync, s.microbatch = f;
+    s.begin_ns = trace_now();
+    auto [step, local] = st.peer->apply(f);
+    s.end_ns = trace_now();
+    s.step = static_cast<std::int32_t>(step);
+    s.bytes = local.size() * sizeof(float);
+    trace_recorder::global().record(s);
+    self->send(st.actors.at(static_cast<std::size_t>(cfg.stage)), outer_done_atom::value,
+               outer_result_msg{step, f, std::move(local)});
+    // The outer steps and exchange bytes so far: the dashboard's table, /metrics.
+    auto& tr = trace_recorder::global();
+    auto performed = st.peer->performed();
+    tr.count("outer:" + cfg.name + ":steps", static_cast<double>(performed), static_cast<std::int32_t>(step) - 1);
+    tr.count("outer:" + cfg.name + ":bytes", static_cast<double>(st.peer->bytes_sent()),
+             static_cast<std::int32_t>(step) - 1);
+    if (performed >= cfg.exchanges)
+      report_done(self, cfg);
+  }
 }
 
 void on_part(sync_actor* self, const sync_settings& cfg, outer_part_msg m) {
-  auto& st = self->state;
-  auto it = st.exchange.find(m.fragment);
-  if (it == st.exchange.end() || it->second < m.step) {
-    st.early[{m.step, m.fragment}].push_back(std::move(m)); // this replica has not prepared it yet
-    return;
-  }
-  if (it->second > m.step)
-    return; // an exchange this replica applied and replaced since: a lost member's, or a repeat after a loss
-  if (m.replica < 0 || m.replica >= cfg.replicas || m.replica == cfg.replica)
-    throw std::runtime_error(fmt::format("{}: a message from replica {} of {}", cfg.name, m.replica, cfg.replicas));
-  int f = m.fragment, from = m.replica, round = m.round, piece = m.piece;
-  auto step = m.step;
-  send_all(self, cfg, step, f, st.policy->receive(f, from, round, piece, from_wire(std::move(m))));
-  maybe_apply(self, cfg, f);
+  sched::sync_part p{m.step, m.fragment, m.replica, cfg.replica, m.round, m.piece, {}};
+  p.payload.format = static_cast<sched::wire_format>(m.format);
+  p.payload.values = m.values, p.payload.cols = m.cols;
+  p.payload.data = std::move(m.data), p.payload.scales = std::move(m.scales);
+  send_all(self, cfg, self->state.peer->receive(std::move(p)));
+  apply_ready(self, cfg);
 }
 
 /// A replica left the run (its node was lost): the policy stops waiting for it.
 void on_lost(sync_actor* self, const sync_settings& cfg, int replica) {
-  auto& st = self->state;
-  if (replica == cfg.replica || std::find(st.lost.begin(), st.lost.end(), replica) != st.lost.end())
-    return;
-  st.lost.push_back(replica);
-  if (!st.policy)
-    return; // before the start values: nothing under way
-  auto sends = st.policy->lose(replica);
-  std::map<int, std::vector<sched::sync_send>> by_fragment;
-  for (auto& s : sends)
-    by_fragment[s.fragment].push_back(std::move(s));
-  for (auto& [f, list] : by_fragment)
-    send_all(self, cfg, st.exchange.at(f), f, std::move(list));
-  for (const auto& [f, step] : st.exchange)
-    maybe_apply(self, cfg, f);
+  send_all(self, cfg, self->state.peer->lose(replica));
+  apply_ready(self, cfg);
 }
 
 void on_local(sync_actor* self, const sync_settings& cfg, outer_local_msg& m) {
-  auto& st = self->state;
+  auto& peer = *self->state.peer;
   if (m.kind == outer_local_msg::start) {
     const auto* method = sched::find_sync_method(cfg.spec.algorithm);
     if (!method)
       throw std::runtime_error(fmt::format("{}: no local-update method '{}'", cfg.name, cfg.spec.algorithm));
-    st.policy = method->make(sched::sync_setup{cfg.spec, cfg.replica, cfg.replicas, cfg.seed, std::move(m.values)});
-    for (int r : st.lost)
-      st.policy->lose(r); // heard of before the start: nothing was under way
+    peer.start(*method, sched::sync_setup{cfg.spec, cfg.replica, cfg.replicas, cfg.seed, std::move(m.values)});
     return;
   }
-  if (!st.policy || m.values.size() != 1)
+  if (m.values.size() != 1)
     throw std::runtime_error(fmt::format("{}: fragment values before the start values", cfg.name));
-  auto& local = m.values.front();
-  if (m.kind == outer_local_msg::perform) {
-    if (!st.prepared.contains(m.fragment))
-      throw std::runtime_error(
-        fmt::format("{}: fragment {} performed at step {} before it was prepared", cfg.name, m.fragment, m.step));
-    st.perform.insert_or_assign(m.fragment, std::make_pair(m.step, std::move(local)));
-    maybe_apply(self, cfg, m.fragment);
-    return;
-  }
-  if (st.prepared.contains(m.fragment))
-    throw std::runtime_error(fmt::format("{}: fragment {} prepared at step {} while its exchange of step {} is under "
-                                         "way",
-                                         cfg.name, m.fragment, m.step, st.prepared.at(m.fragment)));
-  st.prepared[m.fragment] = m.step;
-  st.exchange[m.fragment] = m.step;
-  send_all(self, cfg, m.step, m.fragment, st.policy->prepare(m.fragment, m.step, local));
-  auto early = st.early.extract({m.step, m.fragment});
-  if (!early.empty())
-    for (auto& p : early.mapped())
-      on_part(self, cfg, std::move(p));
-  maybe_apply(self, cfg, m.fragment);
+  if (m.kind == outer_local_msg::perform)
+    peer.perform(m.step, m.fragment, std::move(m.values.front()));
+  else
+    send_all(self, cfg, peer.prepare(m.step, m.fragment, m.values.front()));
+  apply_ready(self, cfg);
 }
 
 caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner) {
   self->state.runner = std::move(runner);
+  self->state.peer.emplace(cfg.name, cfg.replica, cfg.replicas);
   self->state.trace_id = trace_recorder::global().register_actor(cfg.name, "outer_sync");
   auto guarded = [self, cfg](auto&& f) {
     try {

@@ -101,8 +101,7 @@ private:
       total += t.numel();
     std::vector<tensor_handle> out;
     for (const auto& t : params) {
-      auto piece = std::min<std::int64_t>(plan.pieces - 1, before * plan.pieces / std::max<std::int64_t>(total, 1));
-      if (piece == plan.piece)
+      if (sched::param_piece(before, total, plan.pieces) == plan.piece)
         out.push_back(t);
       before += t.numel();
     }

@@ -23,6 +23,7 @@
 #include "deploy/run/run_graph.hpp"
 #include "deploy/cli/sim_calibrate.hpp"
 #include "deploy/cli/sim_attention.hpp"
+#include "deploy/cli/sim_local_update.hpp"
 #include "deploy/cli/sim_skippipe.hpp"
 #include "runtime/trace/trace_export.hpp"
 #include "schedulers/sim/cluster_sim.hpp"
@@ -106,6 +107,7 @@ expected<cluster_config> make_config(const graph_spec& g, std::int64_t steps) {
   c.policy = g.pipeline.schedule;
   c.policy_options = g.pipeline.policy;
   c.routing = g.pipeline.routing;
+  c.route = g.data_parallel.present ? g.data_parallel.route : "own";
   c.paths = g.pipeline.paths;
   c.gradient_bytes = s.gradient_bytes;
   c.activation_bytes = g.model.precision == dtype::bf16 ? 2 : 4;
@@ -243,11 +245,19 @@ void print_text(const std::string& file, const cluster_config& c, const cluster_
   fmt::print("stage actors ({}): busy {:.4f}, bubble {:.4f} (idle: pipeline bubble and waiting for the "
              "all-reduce)\n",
              r.stage_actors, 1 - r.bubble_fraction, r.bubble_fraction);
+  const int ring = c.outer.present ? std::max(c.outer.group, 1) : c.replicas; // replicas that all-reduce every step
   fmt::print("routers ({}): emit only; data-parallel rings ({} of {} replicas): {:.6g} s per step on the critical "
              "path\n",
-             c.replicas, c.stages.size(), c.replicas, r.sync_wait_s);
+             c.replicas, c.stages.size() * static_cast<std::size_t>(c.replicas / ring), ring, r.sync_wait_s);
   fmt::print("bytes per step: {:.4g} GB between stages, {:.4g} GB in all-reduces\n", r.p2p_bytes / gb,
              r.allreduce_bytes / gb);
+  if (c.outer.present) {
+    const auto& o = r.outer;
+    fmt::print("local_update {}: {} outer steps a stage; per outer step {:.4g} MB from every outer_sync, "
+               "{:.6g} s from prepare to applied, {:.6g} s a stage waits for it\n",
+               c.outer.spec.algorithm, o.exchanges, o.exchanges > 0 ? o.bytes / static_cast<double>(o.exchanges) / 1e6 : 0.0,
+               o.exchange_s, o.wait_s);
+  }
   fmt::print("{:<12} {:>6} {:>8} {:>8} {:>10} {:>12} {:>14}\n", "position", "layers", "busy", "bubble", "in flight",
              "memory GB", "all-reduce s");
   const std::size_t n = r.positions.size();
@@ -278,7 +288,7 @@ nlohmann::json to_json(const cluster_config& c, const cluster_result& r) {
                          {"memory_gb", p.memory_bytes / gb},
                          {"allreduce_s", p.allreduce_s}});
   }
-  return {{"device", c.costs.device.name},
+  nlohmann::json out = {{"device", c.costs.device.name},
           {"devices", r.devices},
           {"stages", c.stages.size()},
           {"replicas", c.replicas},
@@ -298,6 +308,18 @@ nlohmann::json to_json(const cluster_config& c, const cluster_result& r) {
           {"events_per_s", r.events / std::max(r.wall_s, 1e-9)},
           {"wall_s", r.wall_s},
           {"max_rss_mb", peak_rss() / 1e6}};
+  if (c.outer.present) {
+    const auto& o = r.outer;
+    out["local_update"] = {{"algorithm", c.outer.spec.algorithm},
+                           {"exchanges", o.exchanges},
+                           {"bytes", o.bytes},
+                           {"bytes_per_exchange", o.exchanges > 0 ? o.bytes / static_cast<double>(o.exchanges) : 0.0},
+                           {"bytes_by_actor", o.bytes_by_actor},
+                           {"exchange_s", o.exchange_s},
+                           {"wait_s", o.wait_s},
+                           {"makespan_s", r.makespan}};
+  }
+  return out;
 }
 
 struct sim_args {
@@ -324,10 +346,8 @@ diagnostics unpriced_sections(const graph_spec& g) {
                           "every step, which is not what this graph runs); remove it to simulate the rest, or "
                           "measure it with `troupe run`"});
   };
-  if (g.local_update.present)
-    refuse("local_update", "local-update training (exchanges every H steps, fragments, overlap, compression)");
-  if (g.data_parallel.route == "least_loaded")
-    refuse("data_parallel.route", "least_loaded routing");
+  if (g.local_update.present && g.local_update.routes_across_replicas)
+    refuse("local_update.route", fmt::format("{}'s activations to other replicas' stages", g.local_update.algorithm));
   if (g.data_parallel.zero > 0)
     refuse("data_parallel.zero", "ZeRO's reduce-scatter and all-gather");
   return out;
@@ -372,6 +392,9 @@ int simulate_file(const sim_args& a) {
     fmt::print(stderr, "troupe sim: {}\n", config.error().message);
     return bad_input;
   }
+  configure_local_update(*loaded.graph, *config);
+  if (loaded.graph->cluster.present && loaded.graph->cluster.pin)
+    config->costs.device.cores = 1; // each node process on one core of its own
   if (cores >= 0)
     config->costs.device.cores = cores;
   if (loaded.graph->skip.present) { // SkipPipe: network nodes following planned paths

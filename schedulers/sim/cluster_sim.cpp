@@ -13,23 +13,27 @@ double cluster_result::tflops_per_device() const {
 namespace detail {
 
 void cluster::gradients_complete(int a) {
-  int s = position_of(a);
-  last_complete_ = std::max(last_complete_, now_);
-  if (++joined_[static_cast<std::size_t>(s)] < d_)
+  const int s = position_of(a), g = group_of(a);
+  const auto gi = static_cast<std::size_t>(g);
+  last_complete_[gi] = std::max(last_complete_[gi], now_);
+  auto& joined = joined_[gi * static_cast<std::size_t>(p_) + static_cast<std::size_t>(s)];
+  if (++joined < group_)
     return;
-  joined_[static_cast<std::size_t>(s)] = 0;
-  for (int r = 0; r < d_ && d_ > 1; ++r)
+  joined = 0;
+  for (int r = g * group_; r < (g + 1) * group_ && group_ > 1; ++r)
     if (traced(r))
       c_.on_span({r, s, 'S', stage(a).step(), -1, now_, now_ + allreduce_[static_cast<std::size_t>(s)]});
-  events_.post(now_ + allreduce_[static_cast<std::size_t>(s)], [this] {
-    if (++positions_synced_ < p_)
+  events_.post(now_ + allreduce_[static_cast<std::size_t>(s)], [this, g, gi] {
+    if (++positions_synced_[gi] < p_)
       return;
-    positions_synced_ = 0;
-    sync_wait_ += now_ - last_complete_;
+    positions_synced_[gi] = 0;
+    sync_wait_ += now_ - last_complete_[gi];
     last_work_ = now_;
-    ++synced_steps_;
-    for (int r = 0; r < static_cast<int>(routers_.size()); ++r)
+    ++synced_steps_[gi];
+    for (int r = g * group_; r < (g + 1) * group_ && !skip_; ++r)
       touch(r * (p_ + 1));
+    if (skip_)
+      touch(0);
   });
 }
 
@@ -38,7 +42,8 @@ void cluster::pump(int r) {
   auto& router = *routers_[static_cast<std::size_t>(r)];
   const int self = r * (p_ + 1);
   const int per_step = c_.microbatches * (skip_ ? d_ : 1);
-  while (!router.done() && router.emitted() / per_step <= synced_steps_) {
+  const auto synced = synced_steps_[static_cast<std::size_t>(skip_ ? 0 : r / group_)];
+  while (!router.done() && router.emitted() / per_step <= synced) {
     auto e = router.next();
     if (!e)
       break;
@@ -191,7 +196,8 @@ expected<cluster_result> cluster::run() {
   for (int a = 0; a < static_cast<int>(stages_.size()); ++a)
     if (stages_[static_cast<std::size_t>(a)] && !stage(a).training_done())
       return make_sched_error(fmt::format("the pipeline stalled with work left: {} at step {} ({} steps synced)",
-                                          stage(a).config().name, stage(a).step(), synced_steps_));
+                                          stage(a).config().name, stage(a).step(),
+                                          synced_steps_[static_cast<std::size_t>(group_of(a))]));
 
   cluster_result out;
   const auto& m = c_.model;
@@ -209,7 +215,7 @@ expected<cluster_result> cluster::run() {
   out.events = events_.ran();
   out.messages = messages_;
   out.p2p_bytes = p2p_bytes_ / static_cast<double>(c_.steps);
-  out.sync_wait_s = sync_wait_ / static_cast<double>(c_.steps);
+  out.sync_wait_s = sync_wait_ / static_cast<double>(c_.steps) / static_cast<double>(synced_steps_.size());
   const double t = c_.costs.tensor_parallel;
   for (int s = 0; s < p_; ++s) {
     position_result pr;
@@ -234,13 +240,15 @@ expected<cluster_result> cluster::run() {
                     : pr.peak_in_flight * per_chunk_layers * layer_activation_bytes(m, c_.costs.tensor_parallel);
     pr.memory_bytes = 16.0 * pr.parameters / t + acts;
     pr.allreduce_s = allreduce_[static_cast<std::size_t>(s)];
-    if (d_ > 1)
-      out.allreduce_bytes += 2.0 * (d_ - 1) / d_ * pr.parameters * c_.gradient_bytes * d_;
+    if (group_ > 1)
+      out.allreduce_bytes += 2.0 * (group_ - 1) / group_ * pr.parameters * c_.gradient_bytes * d_;
     out.positions.push_back(std::move(pr));
   }
   for (int a = 0; a < static_cast<int>(stages_.size()); ++a)
     if (stages_[static_cast<std::size_t>(a)])
       out.forwards[stage(a).config().name] = forwards_[static_cast<std::size_t>(a)];
+  if (outer_)
+    outer_->report(out);
   out.bubble_fraction = out.makespan > 0 ? 1.0 - out.busy / (out.stage_actors * out.makespan) : 0.0;
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count();
   return out;
@@ -285,6 +293,12 @@ expected<cluster_result> simulate_cluster(const cluster_config& c) {
     return make_sched_error(fmt::format("simulate: SkipPipe's nodes need route own and {} x {} links (a slot "
                                         "per stage actor)",
                                         slots, slots));
+  if (!c.nodes.empty() && c.nodes.size() != slots)
+    return make_sched_error(fmt::format("simulate: {} nodes given for {} stage actors", c.nodes.size(), slots));
+  if (c.outer.present && (c.skip.present || c.route != "own" || c.outer.group < 1 || c.replicas % c.outer.group != 0))
+    return make_sched_error(fmt::format("simulate: local_update needs route own, no skip, and replica groups of "
+                                        "equal size ({} replicas in groups of {})",
+                                        c.replicas, c.outer.group));
   if (c.route != "own" && c.route != "least_loaded")
     return make_sched_error(fmt::format("simulate: unknown route '{}' (known: own, least_loaded)", c.route));
   const auto v = c.stages.front().chunks.size();

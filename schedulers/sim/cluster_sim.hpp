@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/graph/local_update_spec.hpp"
 #include "schedulers/sim/cost_model.hpp"
 #include "schedulers/expected.hpp"
 #include "schedulers/routing/routing_policy.hpp"
@@ -49,6 +50,10 @@ struct cluster_config {
   /// stage sends an output to the replica of the next position likely to finish
   /// it first (data_parallel.route; schedulers/routing/least_loaded.hpp).
   std::string route = "own";
+  /// By slot (replica · stages + position): the node process of each stage
+  /// actor, whose cores its compute shares (a launched graph's placement);
+  /// empty: devices_per_node consecutive devices make a node.
+  std::vector<int> nodes;
   /// Compute of a stage actor (`r1s1`) this many times slower: an emulated slow device.
   std::map<std::string, double> slowdown;
   /// When set, the cost of a compute action (kind F, B, I or W) of `microbatch`
@@ -77,6 +82,31 @@ struct cluster_config {
     std::vector<std::vector<link_spec>> links;
     double hop_overhead = 0; ///< seconds (SkipPipe's copies between host and GPU)
   } skip;
+  /// Local-update training (#13), when `present`: no all-reduce across
+  /// replica groups every step; after each update every stage follows its
+  /// method's schedule and its outer_sync peer exchanges with the peers of the
+  /// same place in the other groups (schedulers/sim/outer_sim.hpp).
+  struct local_update {
+    bool present = false;
+    local_update_spec spec;
+    std::uint64_t seed = 0; ///< data.seed (NoLoCo's groups)
+    int group = 1;          ///< replicas per replica group: a ring all-reduce inside every step
+    /// By position: its parameter tensors' sizes in the stage's order (what
+    /// fragments cut); a position without a list has the cost model's count.
+    std::vector<std::vector<std::int64_t>> tensors;
+    /// The link a part crosses from the outer_sync of (from, position) to that
+    /// of (to, position), by replica; parts on links of one `key` queue behind
+    /// each other (one emulated connection). Unset: the network's level
+    /// between the stages' devices, a link per pair.
+    struct link {
+      std::string key;
+      link_spec spec;
+    };
+    std::function<link(int position, int from, int to)> link_of;
+    /// A peer holds at most this many values per position: a larger stage is
+    /// exchanged as a proportionally smaller one, its bytes scaled back up.
+    std::int64_t max_values = std::int64_t{1} << 22;
+  } outer;
 };
 
 /// What one pipeline position (the same stage in every replica) did.
@@ -112,6 +142,14 @@ struct cluster_result {
   double allreduce_bytes = 0; ///< bytes each device sends in the step's all-reduces, summed
   double wall_s = 0;          ///< real seconds the simulation took
   std::vector<position_result> positions;
+  /// Local-update exchanges (cluster_config::outer).
+  struct outer_exchanges {
+    long exchanges = 0;       ///< outer steps each stage took (fragment exchanges applied)
+    double bytes = 0;         ///< bytes every outer_sync sent over the run
+    double exchange_s = 0;    ///< mean time from a fragment's prepare to its exchange being applied
+    double wait_s = 0;        ///< mean time a stage waited at a perform for its exchange
+    std::map<std::string, double> bytes_by_actor; ///< `r0s1_sync`: what each outer_sync sent
+  } outer;
   /// Forwards each stage actor ran over the run, by name (`r0s1`): where routing sent the work.
   std::map<std::string, int> forwards;
   /// FLOP/s per device as Megatron counts them (flops_per_step), in TFLOP/s.

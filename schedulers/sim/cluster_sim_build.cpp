@@ -15,8 +15,13 @@ expected<void> cluster::build() {
   slowdown_.assign(static_cast<std::size_t>(n), 1.0);
   forwards_.assign(static_cast<std::size_t>(n), 0);
   peak_in_flight_.assign(static_cast<std::size_t>(n), 0);
-  joined_.assign(static_cast<std::size_t>(p_), 0);
+  const auto groups = static_cast<std::size_t>(d_ / group_);
+  joined_.assign(groups * static_cast<std::size_t>(p_), 0);
+  positions_synced_.assign(groups, 0);
+  synced_steps_.assign(groups, 0);
+  last_complete_.assign(groups, 0.0);
   updating_.assign(static_cast<std::size_t>(n), 0);
+  after_update_.resize(static_cast<std::size_t>(n));
   if (c_.costs.device.cores > 0) {
     host_.assign(static_cast<std::size_t>(n), 0);
     for (int a = 0; a < n; ++a) {
@@ -42,10 +47,27 @@ expected<void> cluster::build() {
     params_.push_back(stage_parameters(m, layers, embedding));
     optimizer_.push_back(params_.back() / c_.costs.tensor_parallel * c_.costs.device.optimizer_per_param);
     double grad = params_.back() * c_.gradient_bytes / c_.costs.tensor_parallel;
-    // The ring of one tensor-parallel slice over the d replicas, whose devices
-    // are consecutive: its slowest link is the level of the widest boundary
-    // between the first replica and the last (a node's, then a site's).
-    allreduce_.push_back(skip_ ? 0.0 : ring_allreduce_time(d_, grad, link(actor(0, s), actor(d_ - 1, s))));
+    // The ring of one tensor-parallel slice over a group's replicas (every
+    // replica without local_update), whose devices are consecutive: its slowest
+    // link is the level of the widest boundary between the first replica and
+    // the last (a node's, then a site's).
+    allreduce_.push_back(skip_ ? 0.0 : ring_allreduce_time(group_, grad, link(actor(0, s), actor(group_ - 1, s))));
+  }
+  if (c_.outer.present) {
+    outer_sim::hooks oh;
+    oh.now = [this] { return now_; };
+    oh.post = [this](double at, event_fn f) { events_.post(at, std::move(f)); };
+    oh.compute = [this](int r, int s, double work, event_fn done) { compute(actor(r, s), work, std::move(done)); };
+    oh.exchanged = [this](int r, int s) {
+      stage(actor(r, s)).on_exchanged();
+      touch(actor(r, s));
+    };
+    oh.network = [this](int s, int from, int to) { return link(actor(from, s), actor(to, s)); };
+    try {
+      outer_ = std::make_unique<outer_sim>(c_, params_, std::move(oh));
+    } catch (const std::exception& e) {
+      return make_sched_error(fmt::format("local_update: {}", e.what()));
+    }
   }
   if (auto ok = build_routers(); !ok)
     return ok;
@@ -142,8 +164,17 @@ expected<void> cluster::build() {
           busy_[static_cast<std::size_t>(me)] += optimizer_[static_cast<std::size_t>(s)];
           compute(me, optimizer_[static_cast<std::size_t>(s)], [this, me] {
             updating_[static_cast<std::size_t>(me)] = 0;
+            for (auto& f : std::exchange(after_update_[static_cast<std::size_t>(me)], {}))
+              f();
             touch(me);
           });
+        };
+      // Local-update training: the method's events after each update, its exchanges once the update has ended.
+      if (outer_)
+        hk.exchange = [this, me, r, s](std::int64_t steps_done) {
+          bool go_on = outer_->due(r, s, steps_done);
+          after_update(me, [this, r, s] { outer_->run(r, s); });
+          return go_on;
         };
       stages_[static_cast<std::size_t>(me)] =
         std::make_unique<stage_core>(std::move(cc), std::move(*policy), std::move(hk));

@@ -15,6 +15,7 @@
 
 #include "schedulers/sim/cluster_sim.hpp"
 #include "schedulers/sim/event_queue.hpp"
+#include "schedulers/sim/outer_sim.hpp"
 #include "schedulers/routing/router.hpp"
 #include "schedulers/routing/skippipe_routing.hpp"
 #include "schedulers/policies/stage_core.hpp"
@@ -39,7 +40,11 @@ private:
     int s = std::max(position_of(a), 0);
     return (static_cast<std::int64_t>(s) * d_ + replica_of(a)) * c_.costs.tensor_parallel;
   }
-  std::int64_t node_of(int a) const { return c_.costs.network.node_of(device_of(a)); }
+  std::int64_t node_of(int a) const {
+    if (!c_.nodes.empty() && position_of(a) >= 0)
+      return c_.nodes[slot(a)];
+    return c_.costs.network.node_of(device_of(a));
+  }
   /// A stage actor's place on the grid, replica by replica (its network node's, with skip).
   std::size_t slot(int a) const { return static_cast<std::size_t>(replica_of(a) * p_ + position_of(a)); }
   const link_spec& link(int from, int to) const { return c_.costs.network.between(device_of(from), device_of(to)); }
@@ -147,10 +152,22 @@ private:
   std::vector<std::vector<chunk_costs>> costs_, head_costs_; ///< by position, chunk
   std::vector<double> allreduce_;                            ///< by position: one ring all-reduce
   std::vector<double> params_;    ///< by position: the stage's parameters (embeddings on the ends)
-  std::vector<int> joined_;       ///< by position: replicas whose gradients are complete this step
-  int positions_synced_ = 0;      ///< positions whose all-reduce finished this step
-  std::int64_t synced_steps_ = 0; ///< steps whose every all-reduce finished
-  double last_complete_ = 0;      ///< when the step's last gradients completed
+  /// Replicas that all-reduce every step: all of them, or a replica group's under local_update.
+  int group_ = c_.outer.present ? std::max(c_.outer.group, 1) : d_;
+  int group_of(int a) const { return replica_of(a) / group_; }
+  std::vector<int> joined_;                ///< by group * p + position: replicas whose gradients are complete this step
+  std::vector<int> positions_synced_;      ///< by group: positions whose all-reduce finished this step
+  std::vector<std::int64_t> synced_steps_; ///< by group: steps whose every all-reduce finished
+  std::vector<double> last_complete_;      ///< by group: when the step's last gradients completed
+  std::unique_ptr<outer_sim> outer_;       ///< local-update exchanges
+  std::vector<std::vector<event_fn>> after_update_; ///< by actor: what waits for its optimizer step to end
+  /// Runs `f` once actor `a`'s optimizer step has ended (now when none runs).
+  void after_update(int a, event_fn f) {
+    if (updating_[static_cast<std::size_t>(a)])
+      after_update_[static_cast<std::size_t>(a)].push_back(std::move(f));
+    else
+      f();
+  }
   double sync_wait_ = 0;
   double last_work_ = 0; ///< when the last compute or all-reduce ended
   std::uint64_t messages_ = 0;

@@ -8,6 +8,7 @@
 // in (sync_builtin.cpp) or from a plugin (examples/plugin/periodic_average.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -109,6 +110,13 @@ void register_sync_method(std::string name, sync_method method);
 const sync_method* find_sync_method(std::string_view name);
 /// Registered names: the built-in ones, then plugins' in registration order.
 std::vector<std::string> sync_method_names();
+
+/// The piece of `pieces` a parameter tensor belongs to when `before` of the
+/// stage's `total` values come before it: contiguous runs of tensors of about
+/// equal size (torchft's fragments are model pieces; each stage cuts its own).
+inline int param_piece(std::int64_t before, std::int64_t total, int pieces) {
+  return static_cast<int>(std::min<std::int64_t>(pieces - 1, before * pieces / std::max<std::int64_t>(total, 1)));
+}
 
 /// Fragments of the stage's parameters only, `pieces` of them.
 std::vector<fragment_plan> param_fragments(int pieces = 1);

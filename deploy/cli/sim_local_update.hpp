@@ -1,0 +1,17 @@
+// `troupe sim` on a graph with a `local_update:` section (#13, #25): the
+// method, its replica groups, each stage's parameter tensors (what fragments
+// cut) and the emulated links between the outer_sync actors, as a run has them;
+// and what else of a run's placement the simulated clock prices.
+#pragma once
+
+#include "runtime/graph/graph_spec.hpp"
+#include "schedulers/sim/cluster_sim.hpp"
+
+namespace troupe::cli {
+
+/// Sets `c.outer` from the graph's local_update section (nothing without one),
+/// `c.nodes` from its cluster (the node process of every stage actor) and
+/// `c.slowdown` from its stages' `slowdown:`.
+void configure_local_update(const graph_spec& g, sched::cluster_config& c);
+
+} // namespace troupe::cli
