@@ -255,8 +255,8 @@ void print_text(const std::string& file, const cluster_config& c, const cluster_
     const auto& o = r.outer;
     fmt::print("local_update {}: {} outer steps a stage; per outer step {:.4g} MB from every outer_sync, "
                "{:.6g} s from prepare to applied, {:.6g} s a stage waits for it\n",
-               c.outer.spec.algorithm, o.exchanges, o.exchanges > 0 ? o.bytes / static_cast<double>(o.exchanges) / 1e6 : 0.0,
-               o.exchange_s, o.wait_s);
+               c.outer.spec.algorithm, o.exchanges,
+               o.exchanges > 0 ? o.bytes / static_cast<double>(o.exchanges) / 1e6 : 0.0, o.exchange_s, o.wait_s);
   }
   fmt::print("{:<12} {:>6} {:>8} {:>8} {:>10} {:>12} {:>14}\n", "position", "layers", "busy", "bubble", "in flight",
              "memory GB", "all-reduce s");
@@ -289,25 +289,25 @@ nlohmann::json to_json(const cluster_config& c, const cluster_result& r) {
                          {"allreduce_s", p.allreduce_s}});
   }
   nlohmann::json out = {{"device", c.costs.device.name},
-          {"devices", r.devices},
-          {"stages", c.stages.size()},
-          {"replicas", c.replicas},
-          {"tensor_parallel", c.costs.tensor_parallel},
-          {"schedule", c.policy},
-          {"params_b", r.parameters / 1e9},
-          {"iteration_s", r.iteration_s},
-          {"tokens_per_s", r.tokens_per_s()},
-          {"tflops_per_device", r.tflops_per_device()},
-          {"mfu", r.mfu()},
-          {"bubble", r.bubble_fraction},
-          {"sync_wait_s", r.sync_wait_s},
-          {"memory_per_device_gb", memory / gb},
-          {"positions", positions},
-          {"events", r.events},
-          {"messages", r.messages},
-          {"events_per_s", r.events / std::max(r.wall_s, 1e-9)},
-          {"wall_s", r.wall_s},
-          {"max_rss_mb", peak_rss() / 1e6}};
+                        {"devices", r.devices},
+                        {"stages", c.stages.size()},
+                        {"replicas", c.replicas},
+                        {"tensor_parallel", c.costs.tensor_parallel},
+                        {"schedule", c.policy},
+                        {"params_b", r.parameters / 1e9},
+                        {"iteration_s", r.iteration_s},
+                        {"tokens_per_s", r.tokens_per_s()},
+                        {"tflops_per_device", r.tflops_per_device()},
+                        {"mfu", r.mfu()},
+                        {"bubble", r.bubble_fraction},
+                        {"sync_wait_s", r.sync_wait_s},
+                        {"memory_per_device_gb", memory / gb},
+                        {"positions", positions},
+                        {"events", r.events},
+                        {"messages", r.messages},
+                        {"events_per_s", r.events / std::max(r.wall_s, 1e-9)},
+                        {"wall_s", r.wall_s},
+                        {"max_rss_mb", peak_rss() / 1e6}};
   if (c.outer.present) {
     const auto& o = r.outer;
     out["local_update"] = {{"algorithm", c.outer.spec.algorithm},

@@ -50,7 +50,9 @@ nlohmann::json sim(const std::string& file, int steps = 8) {
   return nlohmann::json::parse(r.out);
 }
 
-double bytes_of(const nlohmann::json& j) { return j["local_update"]["bytes"].get<double>(); }
+double bytes_of(const nlohmann::json& j) {
+  return j["local_update"]["bytes"].get<double>();
+}
 
 } // namespace
 
@@ -92,7 +94,7 @@ TEST_CASE("troupe sim sends what the method's wire format sends: bf16 half of f3
   CHECK(int8 > f32 / 4);
   CHECK(int8 == doctest::Approx(f32 / 4 * (1 + 4.0 / 1024)).epsilon(0.02)); // a 4-byte scale per 1024 values
   auto streaming = sim(graph_file("{algorithm: streaming_diloco, sync_every: 4, fragments: 2, delay: 1}"));
-  CHECK(streaming["local_update"]["exchanges"] == 4); // a fragment every H / P steps
+  CHECK(streaming["local_update"]["exchanges"] == 4);               // a fragment every H / P steps
   CHECK(bytes_of(streaming) == doctest::Approx(f32).epsilon(0.01)); // each the half of the stage it holds
   auto sparse = bytes_of(sim(graph_file("{algorithm: sparseloco, sync_every: 4, density: 0.05}")));
   CHECK(sparse < f32 / 10);
@@ -136,5 +138,16 @@ actors:
   auto own = sim(file("own", 3), 4);
   auto least = sim(file("least_loaded", 3), 4);
   CHECK(own["iteration_s"].get<double>() > 1.5 * plain["iteration_s"].get<double>()); // the straggler is priced
-  CHECK(least["iteration_s"].get<double>() < 0.9 * own["iteration_s"].get<double>());  // and routed around
+  CHECK(least["iteration_s"].get<double>() < 0.9 * own["iteration_s"].get<double>()); // and routed around
+}
+
+TEST_CASE("troupe sim runs NoLoCo's groups on chains and refuses its random routes at their key") {
+  auto chain = sim(graph_file("{algorithm: noloco, sync_every: 4, route: chain}"));
+  CHECK(chain["local_update"]["exchanges"] == 2);
+  CHECK(bytes_of(chain) > 0);
+  auto file = graph_file("{algorithm: noloco, sync_every: 4}");
+  auto random = run_troupe("sim " + file);
+  CHECK(random.code == 2);
+  CHECK(random.has(file + ":6:"));
+  CHECK(random.has("local_update.route: noloco's activations to other replicas' stages"));
 }

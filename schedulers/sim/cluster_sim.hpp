@@ -144,10 +144,10 @@ struct cluster_result {
   std::vector<position_result> positions;
   /// Local-update exchanges (cluster_config::outer).
   struct outer_exchanges {
-    long exchanges = 0;       ///< outer steps each stage took (fragment exchanges applied)
-    double bytes = 0;         ///< bytes every outer_sync sent over the run
-    double exchange_s = 0;    ///< mean time from a fragment's prepare to its exchange being applied
-    double wait_s = 0;        ///< mean time a stage waited at a perform for its exchange
+    long exchanges = 0;                           ///< outer steps each stage took (fragment exchanges applied)
+    double bytes = 0;                             ///< bytes every outer_sync sent over the run
+    double exchange_s = 0;                        ///< mean time from a fragment's prepare to its exchange being applied
+    double wait_s = 0;                            ///< mean time a stage waited at a perform for its exchange
     std::map<std::string, double> bytes_by_actor; ///< `r0s1_sync`: what each outer_sync sent
   } outer;
   /// Forwards each stage actor ran over the run, by name (`r0s1`): where routing sent the work.

@@ -151,7 +151,7 @@ private:
   std::vector<int> peak_in_flight_;                          ///< by actor
   std::vector<std::vector<chunk_costs>> costs_, head_costs_; ///< by position, chunk
   std::vector<double> allreduce_;                            ///< by position: one ring all-reduce
-  std::vector<double> params_;    ///< by position: the stage's parameters (embeddings on the ends)
+  std::vector<double> params_; ///< by position: the stage's parameters (embeddings on the ends)
   /// Replicas that all-reduce every step: all of them, or a replica group's under local_update.
   int group_ = c_.outer.present ? std::max(c_.outer.group, 1) : d_;
   int group_of(int a) const { return replica_of(a) / group_; }

@@ -14,13 +14,14 @@ namespace troupe::sched::detail {
 
 /// One stage's outer_sync: its peer, its schedule and the values it exchanges.
 struct outer_sim::peer {
+  peer(sync_peer s, std::unique_ptr<sync_schedule> sch) : sync(std::move(s)), schedule(std::move(sch)) {}
   sync_peer sync;
   std::unique_ptr<sync_schedule> schedule;
-  std::vector<std::vector<float>> values;  ///< by fragment: the stage's (simulated) values
-  std::vector<fragment_event> due;         ///< found by due(), run by run()
-  std::int64_t step = 0;                   ///< the steps done at the last update
-  std::map<int, double> prepared_at;       ///< fragment -> when its exchange was prepared
-  int waiting = 0;                         ///< performs whose exchange is not applied yet
+  std::vector<std::vector<float>> values; ///< by fragment: the stage's (simulated) values
+  std::vector<fragment_event> due;        ///< found by due(), run by run()
+  std::int64_t step = 0;                  ///< the steps done at the last update
+  std::map<int, double> prepared_at;      ///< fragment -> when its exchange was prepared
+  int waiting = 0;                        ///< performs whose exchange is not applied yet
   double waiting_since = 0;
 };
 
@@ -59,7 +60,7 @@ outer_sim::outer_sim(const cluster_config& c, const std::vector<double>& params,
   std::vector<std::vector<std::int64_t>> sizes;
   for (int s = 0; s < p_; ++s) {
     auto tensors = static_cast<std::size_t>(s) < o.tensors.size() ? o.tensors[static_cast<std::size_t>(s)]
-                                                                   : std::vector<std::int64_t>{};
+                                                                  : std::vector<std::int64_t>{};
     if (tensors.empty()) // the cost model's count in 64 tensors of about equal size
       for (int k = 0; k < 64; ++k)
         tensors.push_back(static_cast<std::int64_t>(std::llround(params[static_cast<std::size_t>(s)] * (k + 1) / 64)) -
@@ -76,7 +77,7 @@ outer_sim::outer_sim(const cluster_config& c, const std::vector<double>& params,
   for (int r = 0; r < c.replicas; ++r)
     for (int s = 0; s < p_; ++s) {
       auto name = fmt::format("r{}s{}_sync", r, s);
-      auto pr = std::make_unique<peer>(peer{sync_peer{name, r / group_, groups}, method->schedule(o.spec), {}, {}});
+      auto pr = std::make_unique<peer>(sync_peer{name, r / group_, groups}, method->schedule(o.spec));
       sync_setup setup{o.spec, r / group_, groups, o.seed, {}};
       for (auto n : sizes[static_cast<std::size_t>(s)]) {
         pr->values.emplace_back(static_cast<std::size_t>(n), 0.0f);
@@ -115,14 +116,15 @@ void outer_sim::run(int replica, int position) {
     // The inner steps moved the values: a pseudo-gradient of the sizes that
     // travel (a top-k, a row's scale), different every exchange.
     for (std::size_t i = 0; i < v.size(); ++i)
-      v[i] += 1e-3f * static_cast<float>(static_cast<int>((i * 2654435761u + static_cast<std::size_t>(pr.step)) % 2001) - 1000) / 1000.0f;
+      v[i] +=
+        1e-3f *
+        static_cast<float>(static_cast<int>((i * 2654435761u + static_cast<std::size_t>(pr.step)) % 2001) - 1000) /
+        1000.0f;
     pr.prepared_at[e.fragment] = h_.now();
     // The outer_sync reads and encodes the fragment before its parts leave.
     h_.compute(replica, position, per_value * static_cast<double>(v.size()),
-               [this, replica, position, f = e.fragment] {
-                 auto& q = at(replica, position);
-                 send(replica, position, q.sync.prepare(q.step, f, q.values[static_cast<std::size_t>(f)]));
-                 try_apply(replica, position);
+               [this, replica, position, parts = pr.sync.prepare(pr.step, e.fragment, v)]() mutable {
+                 send(replica, position, std::move(parts));
                });
   }
   try_apply(replica, position);

@@ -53,7 +53,8 @@ void sync_peer::perform(std::int64_t step, int f, std::vector<float> local) {
   if (!policy_)
     throw std::runtime_error(fmt::format("{}: fragment values before the start values", name_));
   if (!prepared_.contains(f))
-    throw std::runtime_error(fmt::format("{}: fragment {} performed at step {} before it was prepared", name_, f, step));
+    throw std::runtime_error(
+      fmt::format("{}: fragment {} performed at step {} before it was prepared", name_, f, step));
   perform_.insert_or_assign(f, std::make_pair(step, std::move(local)));
 }
 

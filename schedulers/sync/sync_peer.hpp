@@ -60,7 +60,7 @@ private:
   std::map<int, std::int64_t> prepared_; ///< fragment -> the step of its exchange under way
   std::map<int, std::int64_t> exchange_; ///< fragment -> the step of its policy's exchange (under way, or last applied)
   std::vector<int> lost_;                ///< replicas that left the run (elastic)
-  std::map<int, std::pair<std::int64_t, std::vector<float>>> perform_; ///< fragment -> the stage's values to update
+  std::map<int, std::pair<std::int64_t, std::vector<float>>> perform_;   ///< fragment -> the stage's values to update
   std::map<std::pair<std::int64_t, int>, std::vector<sync_part>> early_; ///< parts before their prepare
   std::int64_t bytes_sent_ = 0;
   long performed_ = 0;
