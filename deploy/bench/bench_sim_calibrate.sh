@@ -40,42 +40,11 @@ declare -A flags=(
 )
 declare -A label=([main]="main example (tiny-gpt.yaml)" [p1]="1 stage" [p2]="2 stages" [p4]="4 stages")
 
-# One timed run under the lock: its ms/step, and how many cores other programs
-# kept busy meanwhile (all CPU time in /proc/stat over the run, less this run's
-# own). A run starts once other programs keep under BENCH_QUIET cores busy
-# (or after BENCH_WAIT seconds), and one that shared the cores with more than
-# that is retried (up to BENCH_TRIES times, the least disturbed kept): this
-# machine's other work slows the real run and nothing in the simulation.
-quiet=${BENCH_QUIET:-0.3}
-tries=${BENCH_TRIES:-3}
-wait_s=${BENCH_WAIT:-300}
-others_now() {  # cores other programs keep busy over one second (this script idles meanwhile)
-  local b0 b1
-  b0=$(awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat)
-  sleep 1
-  b1=$(awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat)
-  echo "$(( (b1 - b0) * 100 / $(getconf CLK_TCK) ))"
-}
-wait_quiet() {  # before taking the lock: while others keep more than `quiet` cores busy, up to wait_s
-  local waited=0
-  while (( $(others_now) > $(awk -v q="$quiet" 'BEGIN { print int(q * 100) }') && waited < wait_s )); do
-    ((waited += 1))
-  done
-}
-timed_run() {  # OUT_JSON ARGS...
-  local out=$1 hz busy0 busy1 t0 t1
-  shift
-  hz=$(getconf CLK_TCK)
-  busy0=$(awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat)
-  t0=$(date +%s.%N)
-  /usr/bin/time -f '%U %S' -o "$out.cpu" "$@" --summary-json "$out" > "$out.log"
-  t1=$(date +%s.%N)
-  busy1=$(awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat)
-  read -r user sys < "$out.cpu"
-  awk -v b="$((busy1 - busy0))" -v hz="$hz" -v u="$user" -v s="$sys" -v w="$(echo "$t1 - $t0" | bc)" \
-    'BEGIN { o = (b / hz - u - s) / w; printf "%.2f\n", o < 0 ? 0 : o }' > "$out.others"
-}
-export -f timed_run
+# Each timed run (bench_quiet.sh) waits for the other programs on this machine
+# to keep under BENCH_QUIET cores busy, and one that shared them with more is
+# retried (up to BENCH_TRIES times, the least disturbed kept).
+# shellcheck source=deploy/bench/bench_quiet.sh
+source "$here/deploy/bench/bench_quiet.sh"
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "machine: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores; load average before: $load_before"
@@ -94,20 +63,9 @@ for ((r = 0; r < runs; ++r)); do
   for row in "${rows[@]}"; do
     trace=(--no-trace)
     [[ $row == main ]] && trace=(--trace "$tmp/main-trace.json")
-    best=""
-    for ((k = 0; k < tries; ++k)); do
-      out="$tmp/try-$row-$r-$k.json"
-      wait_quiet
-      # shellcheck disable=SC2086  # the flags are words
-      flock "$lock" bash -c 'timed_run "$@"' _ "$out" "$troupe" run examples/tiny-gpt.yaml --steps "$steps" \
-        ${flags[$row]} "${trace[@]}"
-      if [[ -z $best ]] || awk -v a="$(cat "$out.others")" -v b="$(cat "$best.others")" 'BEGIN { exit !(a < b) }'; then
-        best=$out
-      fi
-      awk -v a="$(cat "$best.others")" -v q="$quiet" 'BEGIN { exit !(a <= q) }' && break
-    done
-    cp "$best" "$tmp/run-$row-$r.json"
-    cp "$best.others" "$tmp/run-$row-$r.others"
+    # shellcheck disable=SC2086  # the flags are words
+    least_disturbed_run "$tmp/run-$row-$r.json" "$troupe" run examples/tiny-gpt.yaml --steps "$steps" \
+      ${flags[$row]} "${trace[@]}"
   done
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -10,7 +10,8 @@
 # (median) against simulated, their ratio, and the outer bytes of each. Writes
 # the table with the CPU, load and commit to --results.
 #   deploy/bench/bench_sim_local_update.sh [--runs N] [--steps N] [--sync-every H] [--results FILE]
-# Environment: TROUPE (the binary), BENCH_LOCK (held around every timed step, default /work/bench.lock).
+# Environment: TROUPE (the binary), BENCH_LOCK (held around every timed step,
+# default /work/bench.lock), BENCH_QUIET, BENCH_TRIES, BENCH_WAIT (bench_quiet.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
@@ -32,6 +33,11 @@ lock=${BENCH_LOCK:-/work/bench.lock}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 H=$sync_every
+# Each real run waits for the other programs on this machine to keep under
+# BENCH_QUIET cores busy, and one that shared them with more is retried (up
+# to BENCH_TRIES times, the least disturbed kept); the table says how busy.
+# shellcheck source=deploy/bench/bench_quiet.sh
+source "$here/deploy/bench/bench_quiet.sh"
 
 # Rows: name, the local_update line.
 rows=(diloco streaming)
@@ -42,7 +48,7 @@ declare -A method=(
 graph() { # row
   cat <<YAML
 model:    {layers: 4, d_model: 128, heads: 4, context: 64, vocab: 256}
-data:     {corpus: $here/data/kjv.txt, batch: 6, seed: 3}
+data:     {corpus: kjv, batch: 6, seed: 3}
 train:    {steps: $steps, lr: 1.0e-3, weight_decay: 0.1, warmup: 10, eval_every: 0, eval_batches: 1}
 pipeline: {stages: 2, microbatches: 2, schedule: 1f1b}
 data_parallel: {replicas: 2}
@@ -70,9 +76,8 @@ done
 for ((r = 0; r < runs; ++r)); do
   for row in "${rows[@]}"; do
     out="$tmp/run-$row-$r.json"
-    flock "$lock" timeout 900 "$troupe" launch "$tmp/$row.yaml" --no-trace --summary-json "$out" >"$tmp/run-$row-$r.log" 2>&1 ||
-      { tail -20 "$tmp/run-$row-$r.log" >&2; exit 1; }
-    echo "$row, run $((r + 1)): $(field "$out" ms_per_step) ms/step" >&2
+    least_disturbed_run "$out" timeout 900 "$troupe" launch "$tmp/$row.yaml" --no-trace
+    echo "$row, run $((r + 1)): $(field "$out" ms_per_step) ms/step, other programs kept $(cat "$out.others") cores busy" >&2
   done
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -89,13 +94,14 @@ print(f"`deploy/bench/bench_sim_local_update.sh --runs {runs} --steps {steps} --
       "of this machine. Training time: from the start to the last actor's done (real: median of the runs).\n")
 print(f"- machine: {cpu}, {cores} cores; load (1, 5, 15 min) {before} before, {after} after")
 print(f"- commit {commit}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n")
-print("| method | real s (median) | real s, each run | simulated s | simulated / real | outer steps | real bytes, r0 outer_syncs | simulated |")
+print("| method | real s (median) | real s, each run [cores other programs used] | simulated s | simulated / real | outer steps | real bytes, r0 outer_syncs | simulated |")
 print("|---|---|---|---|---|---|---|---|")
 worst = 0
 for row in rows:
     sim = json.load(open(f"{tmp}/sim-{row}.json"))
     real = [json.load(open(f"{tmp}/run-{row}-{r}.json")) for r in range(runs)]
     secs = [j["ms_per_step"] * steps / 1000 for j in real]
+    others = [open(f"{tmp}/run-{row}-{r}.json.others").read().strip() for r in range(runs)]
     med = statistics.median(secs)
     simulated = sim["iteration_s"] * steps
     ratio = simulated / med
@@ -103,7 +109,7 @@ for row in rows:
     lu = sim["local_update"]
     rb = sum(v for k, v in real[0]["bytes_sent"].items() if k.startswith("r0") and k.endswith("_sync"))
     sb = sum(v for k, v in lu["bytes_by_actor"].items() if k.startswith("r0"))
-    print(f"| {row} | {med:.2f} | {' '.join(f'{s:.2f}' for s in secs)} | {simulated:.2f} | {ratio:.3f} | "
+    print(f"| {row} | {med:.2f} | {', '.join(f'{s:.2f} [{o}]' for s, o in zip(secs, others))} | {simulated:.2f} | {ratio:.3f} | "
           f"{lu['exchanges']} | {rb:,.0f} | {sb:,.0f} |")
 print(f"\nworst |simulated / real - 1|: {100 * worst:.1f}%")
 PY
