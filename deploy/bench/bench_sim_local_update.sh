@@ -7,7 +7,8 @@
 # --calibrate --cores 1`), simulates each graph with it, then launches it for
 # real RUNS times (the methods alternating) and prints the training time (from
 # the start to the last actor's done: the summary's ms_per_step x steps) real
-# (median) against simulated, their ratio, and the outer bytes of each. Writes
+# (median) against simulated, their ratio, and the outer bytes of each; and
+# what each DiLoCo exchange adds to the run, real against simulated. Writes
 # the table with the CPU, load and commit to --results.
 #   deploy/bench/bench_sim_local_update.sh [--runs N] [--steps N] [--sync-every H] [--results FILE]
 # Environment: TROUPE (the binary), BENCH_LOCK (held around every timed step,
@@ -40,9 +41,13 @@ H=$sync_every
 source "$here/deploy/bench/bench_quiet.sh"
 
 # Rows: name, the local_update line.
-rows=(diloco streaming)
+# diloco_once exchanges once, after the last step: what diloco's other
+# exchanges add to it is their cost on the critical path, the load's effect on
+# the compute (which calibration cannot foresee) taken out.
+rows=(diloco diloco_once streaming)
 declare -A method=(
   [diloco]="{algorithm: diloco, sync_every: $H}"
+  [diloco_once]="{algorithm: diloco, sync_every: $steps}"
   [streaming]="{algorithm: streaming_diloco, sync_every: $H, fragments: 2, delay: 1, quantize: int8}"
 )
 graph() { # row
@@ -69,6 +74,7 @@ commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!deploy/resu
 echo "machine: ${cpu:-unknown CPU}, $(nproc) cores, load $load_before; commit $commit" >&2
 
 for row in "${rows[@]}"; do graph "$row" >"$tmp/$row.yaml"; done
+wait_quiet
 flock "$lock" "$troupe" sim --calibrate "$tmp/diloco.yaml" --cores 1 --out "$tmp/calibrated.yaml" >"$tmp/calibrate.txt"
 for row in "${rows[@]}"; do
   "$troupe" sim "$tmp/$row.yaml" --device "$tmp/calibrated.yaml" --steps "$steps" --json >"$tmp/sim-$row.json"
@@ -112,4 +118,16 @@ for row in rows:
     print(f"| {row} | {med:.2f} | {', '.join(f'{s:.2f} [{o}]' for s, o in zip(secs, others))} | {simulated:.2f} | {ratio:.3f} | "
           f"{lu['exchanges']} | {rb:,.0f} | {sb:,.0f} |")
 print(f"\nworst |simulated / real - 1|: {100 * worst:.1f}%")
+if "diloco" in rows and "diloco_once" in rows:
+    def total(row, r=None):
+        if r is None:
+            return json.load(open(f"{tmp}/sim-{row}.json"))["iteration_s"] * steps
+        return json.load(open(f"{tmp}/run-{row}-{r}.json"))["ms_per_step"] * steps / 1000
+    n = json.load(open(f"{tmp}/sim-diloco.json"))["local_update"]["exchanges"] - 1
+    real = [(total("diloco", r) - total("diloco_once", r)) / n for r in range(runs)]
+    sim = (total("diloco") - total("diloco_once")) / n
+    med = statistics.median(real)
+    print(f"\nWhat each of diloco's {n} exchanges before the last adds to the run (diloco less diloco_once, run by run): "
+          f"real {med:.3f} s (median; {', '.join(f'{x:.3f}' for x in real)}), simulated {sim:.3f} s, "
+          f"simulated / real {sim / med:.3f}")
 PY

@@ -2,7 +2,8 @@
 // `sim:` section's data-parallel replicas and runs the real stage and router
 // cores under a simulated clock with a cost model (schedulers/sim/cluster_sim.hpp);
 // a `skip:` graph's planned paths (sim_skippipe.cpp) and core attention from
-// documents, colocated or on in-place servers (sim_attention.cpp), likewise.
+// documents, colocated or on in-place servers (sim_attention.cpp), and a
+// local_update: graph's outer exchanges (sim_local_update.cpp), likewise.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -454,7 +455,8 @@ command_action define_sim(CLI::App& app) {
            "a simulated clock, with a cost model for compute, links and all-reduces (no CAF, no compute). A "
            "skip: graph runs SkipPipe's planned paths over its network: links, against the plan's estimate and the "
            "full pipeline; with attention: or data.documents: long_tail, each replica's documents set its core "
-           "attention, colocated against in-place attention servers.",
+           "attention, colocated against in-place attention servers; with local_update:, every stage's outer_sync "
+           "runs its method's peer code, its parts over the channels' emulated links.",
            std::string{"Exit codes: 0 success, 1 the simulation failed, 2 bad input.\n"} + paths_help);
   app.add_option("FILE", a->file,
                  "the graph file (YAML); with --calibrate, whose model sizes to time (default: "
@@ -484,7 +486,7 @@ command_action define_sim(CLI::App& app) {
     ->option_text("K");
   app.add_flag("--json", a->json,
                "print one JSON object: iteration_s, tflops_per_device, mfu, devices, params_b, "
-               "events, events_per_s, wall_s, ...");
+               "events, events_per_s, wall_s, ..., and local_update's exchanges, bytes and times");
   app.add_option("--trace", a->trace, "write a Chrome/Perfetto trace of the simulated run (the dashboard opens it)")
     ->option_text("OUT.json");
   add_count(app, "--trace-actors", a->trace_actors, 1, 65535,

@@ -85,6 +85,16 @@ TEST_CASE("troupe sim of an exchange is the hand computation: two latencies and 
   CHECK(lu["exchange_s"].get<double>() == doctest::Approx(2 * latency + per_member / bandwidth).epsilon(0.005));
 }
 
+TEST_CASE("troupe sim exchanges a stage too large to hold as a smaller one: still 4 bytes a parameter per member") {
+  // 2 layers of d_model 1536: about 57M parameters, over the 4M values a peer holds.
+  auto j = sim(graph_file("{algorithm: diloco, sync_every: 4}") + " --set model.d_model=1536 --set model.heads=12", 4);
+  const auto& lu = j["local_update"];
+  REQUIRE(lu["exchanges"] == 1);
+  double replica0 = lu["bytes_by_actor"]["r0s0_sync"].get<double>() + lu["bytes_by_actor"]["r0s1_sync"].get<double>();
+  CHECK(replica0 == doctest::Approx(4 * j["params_b"].get<double>() * 1e9).epsilon(0.01));
+  CHECK(lu["exchange_s"].get<double>() > replica0 / 2 / bandwidth); // each position's half of it, at least
+}
+
 TEST_CASE("troupe sim sends what the method's wire format sends: bf16 half of f32, int8 a quarter and a scale per "
           "row, P fragments each 1/P of the stage") {
   auto f32 = bytes_of(sim(graph_file("{algorithm: diloco, sync_every: 4}")));

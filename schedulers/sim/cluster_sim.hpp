@@ -103,8 +103,9 @@ struct cluster_config {
       link_spec spec;
     };
     std::function<link(int position, int from, int to)> link_of;
-    /// A peer holds at most this many values per position: a larger stage is
-    /// exchanged as a proportionally smaller one, its bytes scaled back up.
+    /// A peer holds at most this many values, and all peers together 4 times
+    /// as many (a peer at least 16 rows of 1024): a larger stage is exchanged
+    /// as a proportionally smaller one, its bytes and compute scaled back up.
     std::int64_t max_values = std::int64_t{1} << 22;
   } outer;
 };

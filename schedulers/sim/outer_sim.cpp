@@ -47,6 +47,15 @@ std::vector<std::int64_t> fragment_sizes(const std::vector<fragment_plan>& plan,
   return out;
 }
 
+/// The inner steps moved the values: a pseudo-gradient of the sizes that travel
+/// (a top-k, a row's scale), different every exchange, in [-1e-3, 1e-3].
+void drift(std::vector<float>& v, std::int64_t step) {
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    auto k = static_cast<int>((i * 2654435761u + static_cast<std::size_t>(step)) % 2001);
+    v[i] += 1e-6f * static_cast<float>(k - 1000);
+  }
+}
+
 } // namespace
 
 outer_sim::outer_sim(const cluster_config& c, const std::vector<double>& params, hooks h)
@@ -57,22 +66,27 @@ outer_sim::outer_sim(const cluster_config& c, const std::vector<double>& params,
     throw std::invalid_argument(fmt::format("no local-update method '{}'", o.spec.algorithm));
   const auto plan = method->fragments(o.spec);
   const int groups = c.replicas / group_;
+  // Each peer holds a few copies of its values (the stage's, the saved global,
+  // momentum, the exchange's parts): at most max_values each, and all of them
+  // together at most max_values x 4, a peer never under 16 rows.
+  const std::int64_t peers = static_cast<std::int64_t>(c.replicas) * p_;
+  const std::int64_t cap = std::max<std::int64_t>(std::min(o.max_values, 4 * o.max_values / peers), 16 * 1024);
   std::vector<std::vector<std::int64_t>> sizes;
   for (int s = 0; s < p_; ++s) {
     auto tensors = static_cast<std::size_t>(s) < o.tensors.size() ? o.tensors[static_cast<std::size_t>(s)]
                                                                   : std::vector<std::int64_t>{};
+    const double n = params[static_cast<std::size_t>(s)];
     if (tensors.empty()) // the cost model's count in 64 tensors of about equal size
       for (int k = 0; k < 64; ++k)
-        tensors.push_back(static_cast<std::int64_t>(std::llround(params[static_cast<std::size_t>(s)] * (k + 1) / 64)) -
-                          static_cast<std::int64_t>(std::llround(params[static_cast<std::size_t>(s)] * k / 64)));
+        tensors.push_back(std::llround(n * (k + 1) / 64) - std::llround(n * k / 64));
     std::int64_t total = 0;
-    for (auto n : tensors)
-      total += n;
-    double scale = total > o.max_values ? static_cast<double>(total) / static_cast<double>(o.max_values) : 1.0;
+    for (auto t : tensors)
+      total += t;
+    double scale = total > cap ? static_cast<double>(total) / static_cast<double>(cap) : 1.0;
     scale_.push_back(scale);
     auto& sz = sizes.emplace_back(fragment_sizes(plan, tensors));
-    for (auto& n : sz)
-      n = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(static_cast<double>(n) / scale)));
+    for (auto& f : sz)
+      f = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(static_cast<double>(f) / scale)));
   }
   for (int r = 0; r < c.replicas; ++r)
     for (int s = 0; s < p_; ++s) {
@@ -113,13 +127,7 @@ void outer_sim::run(int replica, int position) {
       pr.sync.perform(pr.step, e.fragment, v);
       continue;
     }
-    // The inner steps moved the values: a pseudo-gradient of the sizes that
-    // travel (a top-k, a row's scale), different every exchange.
-    for (std::size_t i = 0; i < v.size(); ++i)
-      v[i] +=
-        1e-3f *
-        static_cast<float>(static_cast<int>((i * 2654435761u + static_cast<std::size_t>(pr.step)) % 2001) - 1000) /
-        1000.0f;
+    drift(v, pr.step);
     pr.prepared_at[e.fragment] = h_.now();
     // The outer_sync reads and encodes the fragment before its parts leave.
     h_.compute(replica, position, per_value * static_cast<double>(v.size()),
