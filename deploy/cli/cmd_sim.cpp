@@ -247,9 +247,13 @@ void print_text(const std::string& file, const cluster_config& c, const cluster_
              "all-reduce)\n",
              r.stage_actors, 1 - r.bubble_fraction, r.bubble_fraction);
   const int ring = c.outer.present ? std::max(c.outer.group, 1) : c.replicas; // replicas that all-reduce every step
-  fmt::print("routers ({}): emit only; data-parallel rings ({} of {} replicas): {:.6g} s per step on the critical "
-             "path\n",
-             c.replicas, c.stages.size() * static_cast<std::size_t>(c.replicas / ring), ring, r.sync_wait_s);
+  if (ring > 1 || !c.outer.present)
+    fmt::print("routers ({}): emit only; data-parallel rings ({} of {} replicas): {:.6g} s per step on the critical "
+               "path\n",
+               c.replicas, c.stages.size() * static_cast<std::size_t>(c.replicas / ring), ring, r.sync_wait_s);
+  else
+    fmt::print("routers ({}): emit only; no data-parallel ring (each replica trains on its own between exchanges)\n",
+               c.replicas);
   fmt::print("bytes per step: {:.4g} GB between stages, {:.4g} GB in all-reduces\n", r.p2p_bytes / gb,
              r.allreduce_bytes / gb);
   if (c.outer.present) {
