@@ -351,6 +351,8 @@ diagnostics unpriced_sections(const graph_spec& g) {
                           "every step, which is not what this graph runs); remove it to simulate the rest, or "
                           "measure it with `troupe run`"});
   };
+  if (g.local_update.present && (g.skip.present || simulates_attention(g)))
+    refuse("local_update", fmt::format("local-update training beside {}", g.skip.present ? "skip paths" : "attention"));
   if (g.local_update.present && g.local_update.routes_across_replicas)
     refuse("local_update.route", fmt::format("{}'s activations to other replicas' stages", g.local_update.algorithm));
   if (g.data_parallel.zero > 0)
@@ -397,9 +399,6 @@ int simulate_file(const sim_args& a) {
     fmt::print(stderr, "troupe sim: {}\n", config.error().message);
     return bad_input;
   }
-  configure_local_update(*loaded.graph, *config);
-  if (loaded.graph->cluster.present && loaded.graph->cluster.pin)
-    config->costs.device.cores = 1; // each node process on one core of its own
   if (cores >= 0)
     config->costs.device.cores = cores;
   if (loaded.graph->skip.present) { // SkipPipe: network nodes following planned paths
@@ -419,6 +418,9 @@ int simulate_file(const sim_args& a) {
     }
     return simulate_attention(file, *loaded.graph, *config, json);
   }
+  set_run_sections(*loaded.graph, *config);
+  if (loaded.graph->cluster.present && loaded.graph->cluster.pin && cores < 0)
+    config->costs.device.cores = 1; // each node process on one core of its own
   std::unique_ptr<sim_trace> trace;
   if (!trace_path.empty()) {
     config->traced = sample_replicas(config->replicas, static_cast<int>(config->stages.size()), trace_actors);

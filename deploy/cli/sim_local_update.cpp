@@ -20,7 +20,7 @@ const actor_spec* stage_at(const graph_spec& g, int r, int s) {
 
 } // namespace
 
-void configure_local_update(const graph_spec& g, sched::cluster_config& c) {
+void set_run_sections(const graph_spec& g, sched::cluster_config& c) {
   const int p = static_cast<int>(c.stages.size());
   if (g.cluster.present) {
     c.nodes.clear();

@@ -9,9 +9,10 @@
 
 namespace troupe::cli {
 
-/// Sets `c.outer` from the graph's local_update section (nothing without one),
-/// `c.nodes` from its cluster (the node process of every stage actor) and
-/// `c.slowdown` from its stages' `slowdown:`.
-void configure_local_update(const graph_spec& g, sched::cluster_config& c);
+/// Sets what else of a run of `g` the plain simulation prices (not a skip: or
+/// attention graph's): `c.outer` from its local_update section (nothing
+/// without one), `c.nodes` from its cluster (the node process of every stage
+/// actor) and `c.slowdown` from its stages' `slowdown:`.
+void set_run_sections(const graph_spec& g, sched::cluster_config& c);
 
 } // namespace troupe::cli

@@ -151,7 +151,7 @@ actors:
   CHECK(least["iteration_s"].get<double>() < 0.9 * own["iteration_s"].get<double>()); // and routed around
 }
 
-TEST_CASE("troupe sim runs NoLoCo's groups on chains and refuses its random routes at their key") {
+TEST_CASE("troupe sim runs NoLoCo's groups on chains and refuses its random routes, and skip paths, at their key") {
   auto chain = sim(graph_file("{algorithm: noloco, sync_every: 4, route: chain}"));
   CHECK(chain["local_update"]["exchanges"] == 2);
   CHECK(bytes_of(chain) > 0);
@@ -160,4 +160,7 @@ TEST_CASE("troupe sim runs NoLoCo's groups on chains and refuses its random rout
   CHECK(random.code == 2);
   CHECK(random.has(file + ":6:"));
   CHECK(random.has("local_update.route: noloco's activations to other replicas' stages"));
+  auto skip = run_troupe("sim examples/skippipe-run.yaml --set local_update.algorithm=diloco");
+  CHECK(skip.code == 2); // SkipPipe's paths are simulated without the exchanges: refused, not ignored
+  CHECK(skip.has("local_update: local-update training beside skip paths is not priced"));
 }
