@@ -47,8 +47,7 @@ void parse_attention(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   auto refuse = [&](const std::string& why) { r.error(n, "attention", why); };
   if (g.skip.present)
     refuse("attention servers with SkipPipe paths (skip:) are not supported");
-  if (g.local_update.present)
-    refuse("attention servers with local-update training (local_update:) are not supported");
+  // (A local-update method's routes across replicas are refused in check_local_update, once they are known.)
   if (g.data_parallel.route != "own")
     refuse(fmt::format("attention servers plan each round over the replicas' own chains; data_parallel.route '{}' "
                        "routes microbatches elsewhere",

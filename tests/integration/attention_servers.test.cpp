@@ -118,3 +118,38 @@ TEST_CASE("zb_h1 with attention servers: the input-gradient half in pieces, each
     CHECK(served(r.trace, "attention0").first > 0);
   }
 }
+
+TEST_CASE("local-update replicas with attention servers and documents give the colocated curve") {
+  // Each replica trains on its own and exchanges every 2 steps; the servers
+  // still plan each round over every replica's documents (the router emits
+  // replica by replica, so a round's microbatches line up).
+  auto text = [](const std::string& method, const std::string& attention) {
+    return fmt::format(R"(model:    {{layers: {}, d_model: {}, heads: 4, context: {}, vocab: 256}}
+data:     {{corpus: kjv, batch: {}, seed: 5, documents: long_tail}}
+train:    {{steps: 8, lr: 2.0e-3, warmup: 2, eval_batches: 1}}
+pipeline: {{stages: {}, microbatches: {}, schedule: 1f1b}}
+data_parallel: {{replicas: {}}}
+local_update: {}
+{})",
+                       layers, d_model, context, batch, stages, microbatches, replicas, method, attention);
+  };
+  for (std::string method :
+       {"{algorithm: diloco, sync_every: 2}", "{algorithm: streaming_diloco, sync_every: 2, fragments: 2}",
+        "{algorithm: noloco, sync_every: 2, route: chain}", "{algorithm: sparseloco, sync_every: 2}"}) {
+    CAPTURE(method);
+    auto colocated = run_graph_text(text(method, ""), "lu.yaml").losses;
+    REQUIRE(colocated.size() == 8);
+    for (std::string attention : {"attention: {servers: in_place, nano_batches: 2}", "attention: {servers: 2}"}) {
+      CAPTURE(attention);
+      std::vector<double> got;
+      auto trace = record_trace([&] { got = run_graph_text(text(method, attention), "lu.yaml").losses; });
+      REQUIRE(got.size() == 8);
+      // The servers ran the attention: separate ones, or replica 1's stages serving replica 0's heavy documents.
+      CHECK(served(trace, attention.find("in_place") != std::string::npos ? "r1s0" : "attention1").first > 0);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        CAPTURE(i);
+        CHECK(std::abs(got[i] - colocated[i]) <= 1e-5 * colocated[i]);
+      }
+    }
+  }
+}
