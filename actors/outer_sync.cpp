@@ -191,8 +191,9 @@ void resume(sync_actor* self, const sync_settings& cfg) {
     by_fragment[s.fragment].push_back(std::move(s));
   for (auto& [f, list] : by_fragment) {
     if (!st.prepared.contains(f))
-      throw std::runtime_error(fmt::format("{}: its method restarts an exchange of fragment {}, which was not under way",
-                                           cfg.ck.resume_file(cfg.name), f));
+      throw std::runtime_error(
+        fmt::format("{}: its method restarts an exchange of fragment {}, which was not under way",
+                    cfg.ck.resume_file(cfg.name), f));
     send_all(self, cfg, st.prepared.at(f), f, std::move(list));
   }
   for (const auto& [f, step] : std::map{st.prepared}) { // parts of other replicas that came before the start values
@@ -344,8 +345,15 @@ caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx) {
     return make_error(errc::invalid_argument, fmt::format("{}: needs a `stage:` it serves", ctx.spec.name));
   const int group = g.sync_group_size(), place = stage->replica % group;
   auto where = sync_place_of(g, *stage);
-  sync_settings cfg{ctx.spec.name, g.index_of(stage->name), where.replica, where.replicas, {}, g.local_update,
-                    g.data.seed,   0,                       part_checkpointing::of(g, ctx.spec)};
+  sync_settings cfg{ctx.spec.name,
+                    g.index_of(stage->name),
+                    where.replica,
+                    where.replicas,
+                    {},
+                    g.local_update,
+                    g.data.seed,
+                    0,
+                    part_checkpointing::of(g, ctx.spec)};
   for (auto s = cfg.ck.resume_step + 1; s <= g.train.steps; ++s)
     cfg.checkpoints += cfg.ck.due(s);
   const auto* method = sched::find_sync_method(g.local_update.algorithm);

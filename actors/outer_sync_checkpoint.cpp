@@ -66,7 +66,8 @@ outer_sync_saved read_outer_sync_part(const safetensors_header& h, const safeten
     auto item = std::string_view{prepared}.substr(at, comma - at);
     auto colon = item.find(':');
     if (colon == std::string_view::npos)
-      throw std::invalid_argument(fmt::format("'outer.prepared' in the metadata is '{}', not FRAGMENT:STEP,…", prepared));
+      throw std::invalid_argument(
+        fmt::format("'outer.prepared' in the metadata is '{}', not FRAGMENT:STEP,…", prepared));
     out.prepared[static_cast<int>(number("outer.prepared", item.substr(0, colon)))] =
       number("outer.prepared", item.substr(colon + 1));
     at = comma + 1;
@@ -98,8 +99,7 @@ sync_place sync_place_of(const graph_spec& g, const actor_spec& stage) {
 std::map<std::string, std::string> outer_sync_identity(const graph_spec& g, const actor_spec& a) {
   std::map<std::string, std::string> id{{"local_update.algorithm", g.local_update.algorithm},
                                         {"data_parallel.replicas", std::to_string(g.data_parallel.replicas)},
-                                        {"local_update.replica_groups",
-                                         std::to_string(g.local_update.replica_groups)}};
+                                        {"local_update.replica_groups", std::to_string(g.local_update.replica_groups)}};
   for (const auto& [key, value] : g.local_update.options) // the method's settings: its schedule and its state
     id["local_update." + key] = value;
   if (const auto* stage = g.served_stage(a))

@@ -39,7 +39,8 @@ public:
                                                t.name, to_string(t.value.device())));
     schedule_ = method->schedule(spec_);
     for (step_t s = 0; s < resumed_; ++s)
-      schedule_->after_inner_step(); // a resumed run: the schedule's counts as they were (exchanges are the sync actor's)
+      schedule_
+        ->after_inner_step(); // a resumed run: the schedule's counts as they were (exchanges are the sync actor's)
     fragments_ = method->fragments(spec_);
     outer_local_msg start{0, -1, outer_local_msg::start, {}};
     for (int f = 0; f < static_cast<int>(fragments_.size()); ++f)
@@ -61,7 +62,8 @@ public:
     }
     // After this step's performs, so its sync actor saves the state they leave.
     if (checkpoint_due(steps_done, host_.config().checkpoint_every, host_.config().steps))
-      host_.send(sync_, caf::make_message(outer_atom::value, outer_local_msg{steps_done, -1, outer_local_msg::save, {}}));
+      host_.send(sync_,
+                 caf::make_message(outer_atom::value, outer_local_msg{steps_done, -1, outer_local_msg::save, {}}));
     return !wait;
   }
 

@@ -107,8 +107,8 @@ public:
       int f = std::stoi(name.substr(9));
       if (f < 0 || f >= static_cast<int>(setup_.start.size()) ||
           (diloco_ && values.size() != diloco_->global(f).size()))
-        throw std::invalid_argument(fmt::format("'{}' holds {} values, not an exchange of this stage", name,
-                                                values.size()));
+        throw std::invalid_argument(
+          fmt::format("'{}' holds {} values, not an exchange of this stage", name, values.size()));
       for (auto& m : start(f, values)) {
         m.fragment = f;
         out.push_back(std::move(m));
