@@ -11,14 +11,11 @@
 #include <filesystem>
 #include <functional>
 
-#include <caf/actor_system.hpp>
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "deploy/run/run_graph.hpp"
-#include "runtime/actor/actor_system.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
-#include "runtime/graph/graph_loader.hpp"
+#include "tests/integration/run_text.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -70,12 +67,7 @@ checkpoint:    {{dir: {}, every: 1, keep: 20}}
 };
 
 graph_spec load(const std::string& text) {
-  load_options opts;
-  opts.vocabulary = troupe_vocabulary;
-  auto loaded = load_graph_text(text, "local_update_resume.yaml", opts);
-  INFO(to_string(loaded.errors));
-  REQUIRE(loaded.ok());
-  return *loaded.graph;
+  return testing::load_graph_or_fail(text, "local_update_resume.yaml");
 }
 
 /// Runs `text`, resumed from the step folder `from` when given, as `troupe run --resume` does.
@@ -87,12 +79,7 @@ run_result run(const std::string& text, const fs::path& from = {}) {
     REQUIRE(point);
     g.checkpoint.resume_folder = point->folder, g.checkpoint.resume_step = point->step;
   }
-  troupe_config cfg{runtime_options_from_env()};
-  caf::actor_system sys{cfg};
-  auto r = run_graph(sys, g);
-  INFO(text, r ? std::string{} : sys.render(r.error()));
-  REQUIRE(r);
-  return *r;
+  return testing::run_graph_or_fail(g);
 }
 
 /// The largest relative difference between `tail` and the end of `full`.
