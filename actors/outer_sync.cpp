@@ -3,7 +3,8 @@
 // when the stage prepares a fragment it sends what the policy says to the
 // outer_sync actors of the replicas the policy names; it passes their messages
 // to the policy; when the exchange is complete and the stage performs, it hands
-// the stage its new values. No global loop, no ring every step.
+// the stage its new values. No global loop, no ring every step. At each
+// checkpoint it writes its method's state as its own part (#25 item 4).
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -13,9 +14,11 @@
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
+#include "actors/outer_sync_checkpoint.hpp"
 #include "actors/zero_shard_state.hpp"
 #include "runtime/actor/messages.hpp"
 #include "runtime/actor/outer_messages.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/trace/trace.hpp"
 #include "schedulers/sync/sync_policy.hpp"
 
@@ -31,6 +34,8 @@ struct sync_settings {
   local_update_spec spec;
   std::uint64_t seed = 0; ///< data.seed (NoLoCo's groups)
   long exchanges = 0;     ///< performs due in the whole run: it reports done after the last
+  part_checkpointing ck;
+  long checkpoints = 0; ///< parts due in this run: it reports done after the last of these too
 };
 
 struct outer_sync_state {
@@ -44,6 +49,9 @@ struct outer_sync_state {
   std::map<std::pair<step_t, int>, std::vector<outer_part_msg>> early; ///< messages before their prepare
   std::int64_t bytes_sent = 0;
   long performed = 0;
+  std::optional<outer_sync_saved> resumed; ///< the part resumed from, until the start values make the policy
+  std::optional<step_t> save_at;           ///< a checkpoint due once the performs of its step are applied
+  long saved = 0;                          ///< parts written in this run
   bool done_sent = false;
   std::uint16_t trace_id = 0;
   static inline const char* name = "outer_sync";
@@ -53,7 +61,7 @@ using sync_actor = caf::stateful_actor<outer_sync_state>;
 
 void report_done(sync_actor* self, const sync_settings& cfg) {
   auto& st = self->state;
-  if (st.done_sent)
+  if (st.done_sent || st.performed < cfg.exchanges || st.saved < cfg.checkpoints)
     return;
   st.done_sent = true;
   run_summary s;
@@ -91,6 +99,20 @@ void send_all(sync_actor* self, const sync_settings& cfg, step_t step, int f, st
   }
 }
 
+/// Writes the checkpoint part that is due once no perform of its step waits:
+/// the method's state, the exchanges performed and those under way (an
+/// exchange prepared τ steps ahead is saved by its method and starts again on a resume).
+void maybe_save(sync_actor* self, const sync_settings& cfg) {
+  auto& st = self->state;
+  if (!st.save_at || !st.perform.empty())
+    return;
+  auto step = *std::exchange(st.save_at, std::nullopt);
+  outer_sync_saved saved{st.policy->save(), st.performed, st.prepared};
+  auto file = cfg.ck.write(cfg.name, step, outer_sync_tensors(saved.state), outer_sync_metadata(saved));
+  ++st.saved;
+  self->send(st.runner, checkpoint_atom::value, checkpoint_msg{cfg.name, step, std::move(file)});
+}
+
 /// Applies fragment `f`'s exchange once the policy has all it needs and the stage performs.
 void maybe_apply(sync_actor* self, const sync_settings& cfg, int f) {
   auto& st = self->state;
@@ -114,14 +136,14 @@ void maybe_apply(sync_actor* self, const sync_settings& cfg, int f) {
   auto& tr = trace_recorder::global();
   tr.count("outer:" + cfg.name + ":steps", static_cast<double>(st.performed), static_cast<std::int32_t>(step) - 1);
   tr.count("outer:" + cfg.name + ":bytes", static_cast<double>(st.bytes_sent), static_cast<std::int32_t>(step) - 1);
-  if (st.performed >= cfg.exchanges)
-    report_done(self, cfg);
+  maybe_save(self, cfg);
+  report_done(self, cfg);
 }
 
 void on_part(sync_actor* self, const sync_settings& cfg, outer_part_msg m) {
   auto& st = self->state;
   auto it = st.exchange.find(m.fragment);
-  if (it == st.exchange.end() || it->second < m.step) {
+  if (!st.policy || it == st.exchange.end() || it->second < m.step) {
     st.early[{m.step, m.fragment}].push_back(std::move(m)); // this replica has not prepared it yet
     return;
   }
@@ -153,6 +175,35 @@ void on_lost(sync_actor* self, const sync_settings& cfg, int replica) {
     maybe_apply(self, cfg, f);
 }
 
+/// A resumed run: the method takes up its saved state, and the exchanges that
+/// were under way start again (every replica resumes from the same step).
+void resume(sync_actor* self, const sync_settings& cfg) {
+  auto& st = self->state;
+  std::vector<sched::sync_send> sends;
+  try {
+    sends = st.policy->restore(st.resumed->state);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("{}: {}", cfg.ck.resume_file(cfg.name), e.what()));
+  }
+  st.resumed.reset();
+  std::map<int, std::vector<sched::sync_send>> by_fragment;
+  for (auto& s : sends)
+    by_fragment[s.fragment].push_back(std::move(s));
+  for (auto& [f, list] : by_fragment) {
+    if (!st.prepared.contains(f))
+      throw std::runtime_error(
+        fmt::format("{}: its method restarts an exchange of fragment {}, which was not under way",
+                    cfg.ck.resume_file(cfg.name), f));
+    send_all(self, cfg, st.prepared.at(f), f, std::move(list));
+  }
+  for (const auto& [f, step] : std::map{st.prepared}) { // parts of other replicas that came before the start values
+    auto early = st.early.extract({step, f});
+    if (!early.empty())
+      for (auto& p : early.mapped())
+        on_part(self, cfg, std::move(p));
+  }
+}
+
 void on_local(sync_actor* self, const sync_settings& cfg, outer_local_msg& m) {
   auto& st = self->state;
   if (m.kind == outer_local_msg::start) {
@@ -162,6 +213,18 @@ void on_local(sync_actor* self, const sync_settings& cfg, outer_local_msg& m) {
     st.policy = method->make(sched::sync_setup{cfg.spec, cfg.replica, cfg.replicas, cfg.seed, std::move(m.values)});
     for (int r : st.lost)
       st.policy->lose(r); // heard of before the start: nothing was under way
+    if (st.resumed)
+      resume(self, cfg);
+    return;
+  }
+  if (m.kind == outer_local_msg::save) {
+    if (st.save_at)
+      throw std::runtime_error(fmt::format("{}: the checkpoint after step {} asked for while the one after step {} "
+                                           "waits",
+                                           cfg.name, m.step, *st.save_at));
+    st.save_at = m.step;
+    maybe_save(self, cfg);
+    report_done(self, cfg);
     return;
   }
   if (!st.policy || m.values.size() != 1)
@@ -204,12 +267,22 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
     [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
       for (const auto& p : m.directory)
         self->state.actors.push_back(p.handle);
+      auto part = cfg.ck.read(cfg.name);
+      if (!part)
+        return part.error();
+      if (*part) {
+        auto& st = self->state;
+        try {
+          st.resumed = read_outer_sync_part(header_of(**part), &**part);
+        } catch (const std::exception& e) {
+          return make_error(errc::invalid_argument, fmt::format("{}: {}", cfg.ck.resume_file(cfg.name), e.what()));
+        }
+        st.performed = st.resumed->performed;
+        st.prepared = st.exchange = st.resumed->prepared;
+      }
       return caf::ok_atom::value;
     },
-    [=](start_atom) {
-      if (cfg.exchanges == 0) // nothing to exchange in this run
-        report_done(self, cfg);
-    },
+    [=](start_atom) { report_done(self, cfg); }, // when nothing is to be exchanged or saved in this run
     [=](outer_atom, outer_local_msg& m) { guarded([&] { on_local(self, cfg, m); }); },
     [=](outer_part_atom, outer_part_msg& m) {
       trace_recorder::global().message_received(self->state.trace_id);
@@ -236,10 +309,6 @@ actor_type_info outer_sync_info() {
       std::find_if(g.actors.begin(), g.actors.end(), [](const actor_spec& x) { return x.type == "outer_sync"; });
     if (!g.local_update.present || &a != &*first)
       return; // what follows is said once
-    if (g.checkpoint.present)
-      out.push_back({g.where("checkpoint"), "checkpoint",
-                     "local_update keeps its saved global and outer momentum outside the checkpoints so far: a "
-                     "resumed run would lose them"});
     if (g.pipeline.device != "cpu")
       out.push_back({g.where("pipeline.device"), "pipeline.device",
                      fmt::format("local_update trains CPU stages so far, not '{}'", g.pipeline.device)});
@@ -264,6 +333,8 @@ actor_type_info outer_sync_info() {
                                    g.local_update.fragments, fewest, smallest->name, fewest)});
     }
   };
+  info.role.checkpoint_identity = outer_sync_identity;
+  info.role.check_checkpoint_part = check_outer_sync_part;
   return info;
 }
 
@@ -272,17 +343,19 @@ caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx) {
   const auto* stage = g.served_stage(ctx.spec);
   if (!stage)
     return make_error(errc::invalid_argument, fmt::format("{}: needs a `stage:` it serves", ctx.spec.name));
-  // With replica groups the method runs between the groups: this actor speaks
-  // for its group, with the replicas of the same place in the other groups.
   const int group = g.sync_group_size(), place = stage->replica % group;
+  auto where = sync_place_of(g, *stage);
   sync_settings cfg{ctx.spec.name,
                     g.index_of(stage->name),
-                    stage->replica / group,
-                    std::max(g.data_parallel.replicas, 1) / group,
+                    where.replica,
+                    where.replicas,
                     {},
                     g.local_update,
                     g.data.seed,
-                    0};
+                    0,
+                    part_checkpointing::of(g, ctx.spec)};
+  for (auto s = cfg.ck.resume_step + 1; s <= g.train.steps; ++s)
+    cfg.checkpoints += cfg.ck.due(s);
   const auto* method = sched::find_sync_method(g.local_update.algorithm);
   if (!method)
     return make_error(errc::invalid_argument,
