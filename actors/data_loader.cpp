@@ -553,7 +553,12 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
     return make_error(errc::invalid_argument, to_string(*d));
   cfg.attention = g.attention.present;
   cfg.heaviest_first = g.data.deal == "heaviest_first";
-  cfg.rounds = (cfg.attention || cfg.heaviest_first) && !g.local_update.present;
+  // A round is one microbatch of every replica, read together: attention servers
+  // plan each round over all its masks (the router emits replica by replica, so
+  // local-update replicas' rounds line up too), and heaviest_first deals it. A
+  // local-update run without servers reads per microbatch: a replica that
+  // leaves the run (local_update_kill) would leave its share of a round unread.
+  cfg.rounds = cfg.attention || (cfg.heaviest_first && !g.local_update.present);
   cfg.routing = routing_of(g);
   cfg.routing_params = routing_params_of(g);
   if (auto what = check_routes(g, ctx.spec)) // checked at load too; here for graphs built in code

@@ -105,8 +105,8 @@ void gathered(shard_actor* self, const shard_settings& cfg, flight_it it) {
   st.gathered = 0;
   self->send(st.actors.at(static_cast<std::size_t>(cfg.stage)), updated_atom::value, step);
   if (cfg.ck.due(step + 1))
-    if (auto file = cfg.ck.write(*st.shard, step + 1, cfg.name))
-      self->send(st.runner, checkpoint_atom::value, checkpoint_msg{cfg.name, step + 1, *file});
+    self->send(st.runner, checkpoint_atom::value,
+               checkpoint_msg{cfg.name, step + 1, cfg.ck.write(*st.shard, step + 1, cfg.name)});
   if (step + 1 >= cfg.steps)
     report_done(self, cfg);
 }
@@ -236,8 +236,7 @@ caf::expected<caf::actor> spawn_optimizer_shard(spawn_context& ctx) {
   auto shard = std::make_unique<zero_shard>(g, *ring->stage, ring->rank, ring->stage_index);
   // Parts built first and moved in: GCC 12 reports a false "may be used
   // uninitialized" on the name when a later part of one aggregate may throw.
-  zero_checkpointing ck{g.checkpoint.dir_path,      g.checkpoint.every,       g.train.steps,
-                        g.checkpoint.resume_folder, g.checkpoint.resume_step, checkpoint_identity(g, ctx.spec)};
+  zero_checkpointing ck{part_checkpointing::of(g, ctx.spec)};
   ring_settings peer{ctx.spec.name, ring->stage_index, ring->next_index, g.sync_group_size(), ring->rank};
   shard_settings cfg{std::move(peer), g.train.steps, std::move(ck)};
   return caf::actor{ctx.system.spawn(optimizer_shard, std::move(cfg), std::move(shard), ctx.runner)};

@@ -3,7 +3,8 @@
 // when the stage prepares a fragment it sends what the policy says to the
 // outer_sync actors of the replicas the policy names; it passes their messages
 // to the policy; when the exchange is complete and the stage performs, it hands
-// the stage its new values. No global loop, no ring every step.
+// the stage its new values. No global loop, no ring every step. At each
+// checkpoint it writes its method's state as its own part (#25 item 4).
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -13,9 +14,11 @@
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
+#include "actors/outer_sync_checkpoint.hpp"
 #include "actors/zero_shard_state.hpp"
 #include "runtime/actor/messages.hpp"
 #include "runtime/actor/outer_messages.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/trace/trace.hpp"
 #include "schedulers/sync/sync_peer.hpp"
 
@@ -31,12 +34,17 @@ struct sync_settings {
   local_update_spec spec;
   std::uint64_t seed = 0; ///< data.seed (NoLoCo's groups)
   long exchanges = 0;     ///< performs due in the whole run: it reports done after the last
+  part_checkpointing ck;
+  long checkpoints = 0; ///< parts due in this run: it reports done after the last of these too
 };
 
 struct outer_sync_state {
   std::vector<caf::actor> actors;
   caf::actor runner;
-  std::optional<sched::sync_peer> peer; ///< the policy and its bookkeeping
+  std::optional<sched::sync_peer> peer;     ///< the policy and its bookkeeping
+  std::optional<sched::sync_state> resumed; ///< the method's saved state, until the start values make the policy
+  std::optional<step_t> save_at;            ///< a checkpoint due once the performs of its step are applied
+  long saved = 0;                           ///< parts written in this run
   bool done_sent = false;
   std::uint16_t trace_id = 0;
   static inline const char* name = "outer_sync";
@@ -46,7 +54,7 @@ using sync_actor = caf::stateful_actor<outer_sync_state>;
 
 void report_done(sync_actor* self, const sync_settings& cfg) {
   auto& st = self->state;
-  if (st.done_sent)
+  if (st.done_sent || st.peer->performed() < cfg.exchanges || st.saved < cfg.checkpoints)
     return;
   st.done_sent = true;
   run_summary s;
@@ -71,6 +79,20 @@ void send_all(sync_actor* self, const sync_settings& cfg, std::vector<sched::syn
   }
 }
 
+/// Writes the checkpoint part that is due once no perform of its step waits:
+/// the method's state, the exchanges performed and those under way (an
+/// exchange prepared τ steps ahead is saved by its method and starts again on a resume).
+void maybe_save(sync_actor* self, const sync_settings& cfg) {
+  auto& st = self->state;
+  if (!st.save_at || st.peer->performs_waiting())
+    return;
+  auto step = *std::exchange(st.save_at, std::nullopt);
+  outer_sync_saved saved{st.peer->save(), st.peer->performed(), st.peer->prepared()};
+  auto file = cfg.ck.write(cfg.name, step, outer_sync_tensors(saved.state), outer_sync_metadata(saved));
+  ++st.saved;
+  self->send(st.runner, checkpoint_atom::value, checkpoint_msg{cfg.name, step, std::move(file)});
+}
+
 /// Applies each exchange the policy has all it needs for and the stage performed.
 void apply_ready(sync_actor* self, const sync_settings& cfg) {
   auto& st = self->state;
@@ -87,12 +109,12 @@ void apply_ready(sync_actor* self, const sync_settings& cfg) {
                outer_result_msg{step, f, std::move(local)});
     // The outer steps and exchange bytes so far: the dashboard's table, /metrics.
     auto& tr = trace_recorder::global();
-    auto performed = st.peer->performed();
-    tr.count("outer:" + cfg.name + ":steps", static_cast<double>(performed), static_cast<std::int32_t>(step) - 1);
+    tr.count("outer:" + cfg.name + ":steps", static_cast<double>(st.peer->performed()),
+             static_cast<std::int32_t>(step) - 1);
     tr.count("outer:" + cfg.name + ":bytes", static_cast<double>(st.peer->bytes_sent()),
              static_cast<std::int32_t>(step) - 1);
-    if (performed >= cfg.exchanges)
-      report_done(self, cfg);
+    maybe_save(self, cfg);
+    report_done(self, cfg);
   }
 }
 
@@ -112,12 +134,34 @@ void on_lost(sync_actor* self, const sync_settings& cfg, int replica) {
 }
 
 void on_local(sync_actor* self, const sync_settings& cfg, outer_local_msg& m) {
-  auto& peer = *self->state.peer;
+  auto& st = self->state;
+  auto& peer = *st.peer;
   if (m.kind == outer_local_msg::start) {
     const auto* method = sched::find_sync_method(cfg.spec.algorithm);
     if (!method)
       throw std::runtime_error(fmt::format("{}: no local-update method '{}'", cfg.name, cfg.spec.algorithm));
-    peer.start(*method, sched::sync_setup{cfg.spec, cfg.replica, cfg.replicas, cfg.seed, std::move(m.values)});
+    sched::sync_setup setup{cfg.spec, cfg.replica, cfg.replicas, cfg.seed, std::move(m.values)};
+    std::vector<sched::sync_part> sends;
+    const bool resumed = st.resumed.has_value();
+    try { // a resumed run: the method takes up its saved state, the exchanges under way start again
+      sends = peer.start(*method, std::move(setup), std::exchange(st.resumed, std::nullopt));
+    } catch (const std::exception& e) {
+      if (!resumed)
+        throw;
+      throw std::runtime_error(fmt::format("{}: {}", cfg.ck.resume_file(cfg.name), e.what()));
+    }
+    send_all(self, cfg, std::move(sends));
+    apply_ready(self, cfg);
+    return;
+  }
+  if (m.kind == outer_local_msg::save) {
+    if (st.save_at)
+      throw std::runtime_error(fmt::format("{}: the checkpoint after step {} asked for while the one after step {} "
+                                           "waits",
+                                           cfg.name, m.step, *st.save_at));
+    st.save_at = m.step;
+    maybe_save(self, cfg);
+    report_done(self, cfg);
     return;
   }
   if (m.values.size() != 1)
@@ -145,12 +189,22 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
     [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
       for (const auto& p : m.directory)
         self->state.actors.push_back(p.handle);
+      auto part = cfg.ck.read(cfg.name);
+      if (!part)
+        return part.error();
+      if (*part) {
+        auto& st = self->state;
+        try {
+          auto saved = read_outer_sync_part(header_of(**part), &**part);
+          st.peer->resume_at(saved.performed, std::move(saved.prepared));
+          st.resumed = std::move(saved.state);
+        } catch (const std::exception& e) {
+          return make_error(errc::invalid_argument, fmt::format("{}: {}", cfg.ck.resume_file(cfg.name), e.what()));
+        }
+      }
       return caf::ok_atom::value;
     },
-    [=](start_atom) {
-      if (cfg.exchanges == 0) // nothing to exchange in this run
-        report_done(self, cfg);
-    },
+    [=](start_atom) { report_done(self, cfg); }, // when nothing is to be exchanged or saved in this run
     [=](outer_atom, outer_local_msg& m) { guarded([&] { on_local(self, cfg, m); }); },
     [=](outer_part_atom, outer_part_msg& m) {
       trace_recorder::global().message_received(self->state.trace_id);
@@ -177,10 +231,6 @@ actor_type_info outer_sync_info() {
       std::find_if(g.actors.begin(), g.actors.end(), [](const actor_spec& x) { return x.type == "outer_sync"; });
     if (!g.local_update.present || &a != &*first)
       return; // what follows is said once
-    if (g.checkpoint.present)
-      out.push_back({g.where("checkpoint"), "checkpoint",
-                     "local_update keeps its saved global and outer momentum outside the checkpoints so far: a "
-                     "resumed run would lose them"});
     if (g.pipeline.device != "cpu")
       out.push_back({g.where("pipeline.device"), "pipeline.device",
                      fmt::format("local_update trains CPU stages so far, not '{}'", g.pipeline.device)});
@@ -205,6 +255,8 @@ actor_type_info outer_sync_info() {
                                    g.local_update.fragments, fewest, smallest->name, fewest)});
     }
   };
+  info.role.checkpoint_identity = outer_sync_identity;
+  info.role.check_checkpoint_part = check_outer_sync_part;
   return info;
 }
 
@@ -213,17 +265,19 @@ caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx) {
   const auto* stage = g.served_stage(ctx.spec);
   if (!stage)
     return make_error(errc::invalid_argument, fmt::format("{}: needs a `stage:` it serves", ctx.spec.name));
-  // With replica groups the method runs between the groups: this actor speaks
-  // for its group, with the replicas of the same place in the other groups.
   const int group = g.sync_group_size(), place = stage->replica % group;
+  auto where = sync_place_of(g, *stage);
   sync_settings cfg{ctx.spec.name,
                     g.index_of(stage->name),
-                    stage->replica / group,
-                    std::max(g.data_parallel.replicas, 1) / group,
+                    where.replica,
+                    where.replicas,
                     {},
                     g.local_update,
                     g.data.seed,
-                    0};
+                    0,
+                    part_checkpointing::of(g, ctx.spec)};
+  for (auto s = cfg.ck.resume_step + 1; s <= g.train.steps; ++s)
+    cfg.checkpoints += cfg.ck.due(s);
   const auto* method = sched::find_sync_method(g.local_update.algorithm);
   if (!method)
     return make_error(errc::invalid_argument,

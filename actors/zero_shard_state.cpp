@@ -206,28 +206,15 @@ caf::error zero_shard::restore(const safetensors_file& f, const std::string& fil
   return {};
 }
 
-bool zero_checkpointing::due(std::int64_t steps_done) const {
-  return !dir.empty() && checkpoint_due(steps_done, every, steps);
-}
-
-std::optional<std::string> zero_checkpointing::write(const zero_shard& s, std::int64_t steps_done,
-                                                     const std::string& actor) const {
-  auto md = identity;
-  md.merge(s.checkpoint_metadata());
-  auto file = write_checkpoint_part(dir, steps_done, actor, s.checkpoint_tensors(), std::move(md));
-  if (!file)
-    throw std::runtime_error(
-      fmt::format("checkpoint after step {} failed: {}", steps_done, error_message(file.error())));
-  return *file;
+std::string zero_checkpointing::write(const zero_shard& s, std::int64_t steps_done, const std::string& actor) const {
+  return part_checkpointing::write(actor, steps_done, s.checkpoint_tensors(), s.checkpoint_metadata());
 }
 
 caf::error zero_checkpointing::restore(zero_shard& s, const std::string& actor) const {
-  if (resume_folder.empty())
-    return {};
-  auto f = read_checkpoint_part(resume_folder, actor, resume_step);
+  auto f = read(actor);
   if (!f)
     return f.error();
-  return s.restore(*f, (resume_folder / checkpoint_part_name(actor)).string());
+  return *f ? s.restore(**f, resume_file(actor)) : caf::error{};
 }
 
 caf::expected<zero_ring> zero_ring_of(const graph_spec& g, const actor_spec& shard) {

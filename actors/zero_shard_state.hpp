@@ -14,6 +14,7 @@
 #include <caf/expected.hpp>
 
 #include "ops/adamw.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 #include "runtime/graph/graph_spec.hpp"
 #include "runtime/tensor/tensor_handle.hpp"
@@ -92,16 +93,9 @@ private:
 };
 
 /// Where a shard's checkpoints go and what it resumes from.
-struct zero_checkpointing {
-  std::filesystem::path dir;
-  std::int64_t every = 0, steps = 0;
-  std::filesystem::path resume_folder;
-  std::int64_t resume_step = 0;
-  std::map<std::string, std::string> identity;
-
-  bool due(std::int64_t steps_done) const;
-  /// Writes the part after `steps_done` steps; the file name, or nullopt (throws on a failed write).
-  std::optional<std::string> write(const zero_shard& s, std::int64_t steps_done, const std::string& actor) const;
+struct zero_checkpointing : part_checkpointing {
+  /// Writes the part after `steps_done` steps; the file name (throws on a failed write).
+  std::string write(const zero_shard& s, std::int64_t steps_done, const std::string& actor) const;
   /// Loads the part being resumed, if any.
   caf::error restore(zero_shard& s, const std::string& actor) const;
 };

@@ -16,8 +16,9 @@ bench_packages=(python3-torch python3-numpy hyperfine)
 # Extra packages for the test suite only: `deploy/setup.sh --test`. The launcher
 # tests start a two-node SLURM cluster and an sshd on this machine (tests/cluster/);
 # qemu-user runs troupe on an emulated CPU without AVX-512 (kernel_targets_qemu);
-# clang-format checks the tree's layout (setup.clang_format).
-test_packages=(slurm-wlm munge openssh-server openssh-client qemu-user clang-format)
+# clang-format checks the tree's layout (setup.clang_format); python3-numpy runs the
+# independent GPT-2 that reads `troupe export`'s file (tests/hf/gpt2_numpy.py).
+test_packages=(slurm-wlm munge openssh-server openssh-client qemu-user clang-format python3-numpy)
 
 want=("${packages[@]}")
 [[ " $* " == *" --bench "* ]] && want+=("${bench_packages[@]}")

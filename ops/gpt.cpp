@@ -95,6 +95,7 @@ void gpt_range::impl::release(mb_cache& c) {
   c.d_emb = {};
   c.targets = {};
   c.layer = -1;
+  c.weights_later = false;
   c.used = false;
   c.mb = -1;
 }

@@ -111,13 +111,16 @@ public:
   /// post-attention and then either the next layer's pre-attention (returns its
   /// qkv, `done` false) or ends the forward (returns what forward returns, `done` true).
   tensor_handle forward_resume(int mb, const tensor_handle& att, bool& done);
-  /// The fused backward's first piece: the head (last range) and the top layer's
+  /// The backward's first piece: the head (last range) and the top layer's
   /// post-attention; returns that layer's gradient wrt core attention's output [B, T, C].
-  tensor_handle backward_begin(int mb, const tensor_handle& grad_out = {});
+  /// `weights`: the fused backward, weight gradients in each piece; false: the
+  /// input-gradient half in pieces (zero-bubble "I"), backward_weight(mb) after it.
+  tensor_handle backward_begin(int mb, const tensor_handle& grad_out = {}, bool weights = true);
   /// Takes the waiting layer's d_qkv [B, T, 3C] (core attention's backward), runs
-  /// its pre-attention backward and weight gradients, then either the next lower
-  /// layer's post-attention (returns its d_att, `done` false) or ends the backward
-  /// (returns what backward returns, `done` true; the cache is released).
+  /// its pre-attention backward and (fused) weight gradients, then either the next
+  /// lower layer's post-attention (returns its d_att, `done` false) or ends the
+  /// backward (returns what backward returns, `done` true; the cache is released,
+  /// or kept for backward_weight after the input-gradient half).
   tensor_handle backward_resume(int mb, const tensor_handle& d_qkv, bool& done);
 
   /// Forward without caching (evaluation). The last range returns the loss [1] when

@@ -48,9 +48,10 @@ struct mb_cache {
   int mb = -1;
   bool used = false;
   bool input_done = false;
-  long batch = 0, seq = 0; ///< the forward's input shape, which backward's gradient must match
-  int layer = -1;          ///< split forward or backward (gpt_range::forward_begin): the layer waiting for attention
-  tensor_handle targets;   ///< split forward of the last range: the loss's targets, until the head runs
+  long batch = 0, seq = 0;    ///< the forward's input shape, which backward's gradient must match
+  int layer = -1;             ///< split forward or backward (gpt_range::forward_begin): the layer waiting for attention
+  bool weights_later = false; ///< a backward in pieces that leaves the weight gradients to backward_weight
+  tensor_handle targets;      ///< split forward of the last range: the loss's targets, until the head runs
   tensor_handle tokens, d_emb;
   std::vector<layer_cache> layers;
   head_cache head;

@@ -58,16 +58,18 @@ tensor_handle gpt_range::forward_resume(int mb, const tensor_handle& att, bool& 
   }
 }
 
-tensor_handle gpt_range::backward_begin(int mb, const tensor_handle& grad_out) {
+tensor_handle gpt_range::backward_begin(int mb, const tensor_handle& grad_out, bool weights) {
   constexpr auto op = "gpt_range::backward_begin";
   auto& m = *impl_;
-  m.ensure_grads();
+  if (weights)
+    m.ensure_grads();
   auto& c = m.find(mb, op);
   require(c.layer < 0 && !c.input_done, op,
           fmt::format("microbatch {} has no finished forward to go back through", mb));
   m.check_grad_out(c, grad_out, op);
   try {
-    auto dx = m.last() ? m.head_backward(c, grad_out, true) : grad_out;
+    c.weights_later = !weights;
+    auto dx = m.last() ? m.head_backward(c, grad_out, weights) : grad_out;
     c.layer = m.local_layers() - 1;
     return m.block_backward_post_attention(c.layer, dx, c.layers[std::size_t(c.layer)]);
   } catch (...) {
@@ -87,12 +89,21 @@ tensor_handle gpt_range::backward_resume(int mb, const tensor_handle& d_qkv, boo
     auto& lc = c.layers[std::size_t(li)];
     lc.d_qkv = d_qkv;
     auto dx = m.block_backward_pre_attention(li, lc);
-    m.block_backward_weight(li, lc);
-    m.done(m.block_base(li), m.block_base(li + 1));
+    if (!c.weights_later) {
+      m.block_backward_weight(li, lc);
+      m.done(m.block_base(li), m.block_base(li + 1));
+    }
     done = li == 0;
     if (!done) {
       c.layer = li - 1;
       return m.block_backward_post_attention(li - 1, dx, c.layers[std::size_t(li - 1)]);
+    }
+    if (c.weights_later) { // as backward_input ends: backward_weight takes it from here
+      c.layer = -1;
+      c.input_done = true;
+      if (m.first())
+        c.d_emb = dx, dx = {};
+      return dx;
     }
     if (m.first()) {
       embedding_backward_weight(dx, c.tokens, m.grads[0].value, m.grads[1].value);

@@ -35,6 +35,8 @@ std::vector<float> flat(const tensor_handle& t) {
 
 } // namespace
 
+// fused: weight gradients in the backward's pieces; else the input-gradient half
+// in pieces (zero-bubble "I", as zb_h1 runs it with attention servers), then backward_weight.
 TEST_CASE("a forward and backward in pieces around core attention equal the whole ones, bit for bit") {
   gpt_config cfg;
   cfg.layers = 3, cfg.d_model = 32, cfg.heads = 4, cfg.context = 16, cfg.vocab = 40;
@@ -42,9 +44,17 @@ TEST_CASE("a forward and backward in pieces around core attention equal the whol
   const long B = 2, T = 12;
   auto tokens = random_i32(B, T, cfg.vocab, rng), targets = random_i32(B, T, cfg.vocab, rng);
   auto docs = two_documents(B, T);
-  for (auto [begin, end] : {std::pair{0, 3}, {0, 2}, {1, 3}, {1, 2}}) {
+  for (auto [begin, end, fused] : {std::tuple{0, 3, true},
+                                   {0, 2, true},
+                                   {1, 3, true},
+                                   {1, 2, true},
+                                   {0, 3, false},
+                                   {0, 2, false},
+                                   {1, 3, false},
+                                   {1, 2, false}}) {
     CAPTURE(begin);
     CAPTURE(end);
+    CAPTURE(fused);
     gpt_range whole(cfg, begin, end), split(cfg, begin, end);
     const bool first = begin == 0, last = end == cfg.layers;
     std::normal_distribution<float> n(0.0f, 1.0f);
@@ -79,7 +89,7 @@ TEST_CASE("a forward and backward in pieces around core attention equal the whol
         grad.data<float>()[i] = n(rng);
     }
     auto dx_whole = whole.backward(3, grad);
-    auto d_att = split.backward_begin(3, grad);
+    auto d_att = split.backward_begin(3, grad, fused);
     tensor_handle dx_split;
     done = false;
     for (std::size_t li = saved.size(); !done;) {
@@ -87,6 +97,13 @@ TEST_CASE("a forward and backward in pieces around core attention equal the whol
       --li;
       auto d_qkv = core_attention_backward(d_att, qkvs[li], saved[li], cfg.heads);
       dx_split = d_att = split.backward_resume(3, d_qkv, done);
+    }
+    if (!fused) { // no weight gradient yet: the microbatch waits for its W
+      CHECK(split.in_flight() == 1);
+      for (const auto& g : split.grads())
+        for (float v : flat(g.value))
+          REQUIRE(v == 0.0f);
+      split.backward_weight(3);
     }
     CHECK(split.in_flight() == 0);
     CHECK(dx_split.defined() == !first);

@@ -12,6 +12,7 @@
 #include "actors/stage/stage_engine.hpp"
 #include "actors/boundary/step_boundary.hpp"
 #include "runtime/actor/outer_messages.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/graph/graph_spec.hpp"
 #include "schedulers/sync/sync_policy.hpp"
 
@@ -37,6 +38,9 @@ public:
           throw std::runtime_error(fmt::format("{}: local_update runs on CPU stages only so far ({} is on {})", name,
                                                t.name, to_string(t.value.device())));
     schedule_ = method->schedule(spec_);
+    for (step_t s = 0; s < resumed_; ++s)
+      schedule_
+        ->after_inner_step(); // a resumed run: the schedule's counts as they were (exchanges are the sync actor's)
     fragments_ = method->fragments(spec_);
     outer_local_msg start{0, -1, outer_local_msg::start, {}};
     for (int f = 0; f < static_cast<int>(fragments_.size()); ++f)
@@ -56,8 +60,14 @@ public:
       if (perform)
         ++waiting_, wait = true;
     }
+    // After this step's performs, so its sync actor saves the state they leave.
+    if (checkpoint_due(steps_done, host_.config().checkpoint_every, host_.config().steps))
+      host_.send(sync_,
+                 caf::make_message(outer_atom::value, outer_local_msg{steps_done, -1, outer_local_msg::save, {}}));
     return !wait;
   }
+
+  void resume_at(step_t steps_done) override { resumed_ = steps_done; }
 
   bool receive(const caf::message& msg) override {
     if (!msg.match_elements<outer_done_atom, outer_result_msg>())
@@ -101,7 +111,7 @@ private:
       total += t.numel();
     std::vector<tensor_handle> out;
     for (const auto& t : params) {
-      if (sched::param_piece(before, total, plan.pieces) == plan.piece)
+      if (sched::piece_of(before, total, plan.pieces) == plan.piece)
         out.push_back(t);
       before += t.numel();
     }
@@ -121,6 +131,7 @@ private:
   std::unique_ptr<sched::sync_schedule> schedule_;
   std::vector<sched::fragment_plan> fragments_; ///< what each fragment holds (the method's plan)
   int waiting_ = 0;                             ///< performs sent, results not yet back
+  step_t resumed_ = 0;                          ///< the step a resumed run starts at
 };
 
 } // namespace

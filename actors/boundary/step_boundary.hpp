@@ -99,6 +99,8 @@ public:
                              const std::string& file) {
     return {};
   }
+  /// The stage resumes after `steps_done` steps (once restored, before start()).
+  virtual void resume_at(step_t steps_done) {}
   /// Bytes of optimizer state it holds.
   virtual std::int64_t optimizer_bytes() const { return 0; }
   /// The live state of kind `kind` (see stage_host::optimizer_state); nullopt when it keeps none.

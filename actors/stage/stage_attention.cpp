@@ -184,11 +184,12 @@ void stage_attention::start_forward(step_t step, int chunk, int mb, ops::gpt_ran
   }
 }
 
-void stage_attention::start_backward(step_t step, int chunk, int mb, ops::gpt_range& range, const tensor_handle& grad) {
+void stage_attention::start_backward(step_t step, int chunk, int mb, ops::gpt_range& range, const tensor_handle& grad,
+                                     bool weights) {
   auto round = rounds_.find({chunk, mb});
   if (round == rounds_.end())
     throw std::runtime_error(fmt::format("microbatch {}: a backward without its forward's round", mb));
-  busy_ = true, backward_ = true;
+  busy_ = true, backward_ = true, weights_ = weights;
   step_ = step, chunk_ = chunk, mb_ = mb, range_ = &range;
   auto masks = std::move(round->second);
   rounds_.erase(round);
@@ -205,9 +206,9 @@ void stage_attention::start_backward(step_t step, int chunk, int mb, ops::gpt_ra
     } else {
       g = rows(grad, n.r0, n.r1);
     }
-    hooks_.begin_backward_piece(++piece_runs_[0] == cfg_.nano_batches);
-    n.piece = range.backward_begin(n.slot, g);
-    hooks_.end_backward_piece();
+    piece_begins(0);
+    n.piece = range.backward_begin(n.slot, g, weights_);
+    piece_ends();
     n.pieces = 1;
     n.layer = layers - 1;
     dispatch(n);
@@ -226,15 +227,41 @@ void stage_attention::resume(nano& n) {
     }
     return;
   }
-  hooks_.begin_backward_piece(++piece_runs_.at(std::size_t(n.pieces)) == cfg_.nano_batches);
+  piece_begins(n.pieces);
   auto out = range_->backward_resume(n.slot, n.acc, done);
-  hooks_.end_backward_piece();
+  piece_ends();
   ++n.pieces;
   if (!done) {
     n.piece = std::move(out), --n.layer;
     dispatch(n);
-  } else {
-    n.done = true, n.out = std::move(out);
+    return;
+  }
+  n.done = true, n.out = std::move(out);
+  if (!weights_)
+    weights_due_[{chunk_, mb_}].push_back(n.slot);
+}
+
+void stage_attention::piece_begins(int piece) {
+  // Only a fused backward's pieces compute weight gradients.
+  if (weights_)
+    hooks_.begin_backward_piece(++piece_runs_.at(std::size_t(piece)) == cfg_.nano_batches);
+}
+
+void stage_attention::piece_ends() {
+  if (weights_)
+    hooks_.end_backward_piece();
+}
+
+void stage_attention::backward_weight(int chunk, int mb, ops::gpt_range& range) {
+  auto due = weights_due_.find({chunk, mb});
+  if (due == weights_due_.end())
+    throw std::runtime_error(fmt::format("microbatch {}: a weight-gradient pass without its input-gradient half", mb));
+  auto slots = std::move(due->second);
+  weights_due_.erase(due);
+  for (std::size_t k = 0; k < slots.size(); ++k) {
+    hooks_.begin_backward_piece(k + 1 == slots.size());
+    range.backward_weight(slots[k]);
+    hooks_.end_backward_piece();
   }
 }
 

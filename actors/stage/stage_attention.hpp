@@ -73,8 +73,15 @@ public:
   /// run now. `targets`: the loss chunk's; input.round_documents: the round's masks.
   void start_forward(step_t step, int chunk, int mb, ops::gpt_range& range, const stage_tensor& input,
                      const tensor_handle& targets);
-  /// Starts its fused backward from `grad` (the loss chunk: the loss gradient [1]).
-  void start_backward(step_t step, int chunk, int mb, ops::gpt_range& range, const tensor_handle& grad);
+  /// Starts its backward from `grad` (the loss chunk: the loss gradient [1]):
+  /// fused (`weights`), or its input-gradient half, whose weight gradients
+  /// backward_weight computes later (zero-bubble "I" and "W": zb_h1).
+  void start_backward(step_t step, int chunk, int mb, ops::gpt_range& range, const tensor_handle& grad,
+                      bool weights = true);
+  /// The weight-gradient half of microbatch `mb` on `range` (chunk `chunk`), after
+  /// its input-gradient half: each nano-batch's, with the backward-piece hooks
+  /// around each (`last` on the last). Runs here at once: no attention is involved.
+  void backward_weight(int chunk, int mb, ops::gpt_range& range);
   /// A microbatch is in pieces.
   bool busy() const noexcept { return busy_; }
   /// Runs the next ready piece; false when none is ready (attention is away).
@@ -114,6 +121,9 @@ private:
   void dispatch(nano& n);
   void absorb(nano& n, const attention_key& key, const attention_result_msg& r);
   void resume(nano& n);
+  /// Around a backward piece that every nano-batch runs (`piece` k: the k-th of each).
+  void piece_begins(int piece);
+  void piece_ends();
   attention_key key_of(const nano& n, int shard_index) const;
   /// Shard `shard_index` of `n` as a task: its q, k, v (forward) or dout (backward) rows.
   attention_task_msg task_of(const nano& n, int shard_index) const;
@@ -123,6 +133,7 @@ private:
   attention_server_state server_;
   // The running microbatch.
   bool busy_ = false, backward_ = false;
+  bool weights_ = true; ///< backward: fused, or the input-gradient half
   step_t step_ = 0;
   int chunk_ = 0, mb_ = 0;
   long batch_ = 0, seq_ = 0;
@@ -133,6 +144,8 @@ private:
   stage_tensor input_;                     ///< forward: its masks go on with the output
   /// The round's masks of each microbatch whose backward is to come: (chunk, mb) -> masks.
   std::map<std::pair<int, int>, tensor_handle> rounds_;
+  /// The nano-batches' gpt_range slots of each microbatch whose weight gradients are to come: (chunk, mb) -> slots.
+  std::map<std::pair<int, int>, std::vector<int>> weights_due_;
   std::vector<std::int64_t> pairs_before_, pairs_after_;
 };
 

@@ -125,6 +125,8 @@ caf::error stage_engine::restore(const safetensors_file& f, step_t steps_done, c
   for (auto& b : boundaries_)
     if (auto err = b->restore(f, opt_steps, file))
       return err;
+  for (auto& b : boundaries_)
+    b->resume_at(steps_done);
   core_->resume_at(steps_done);
   return {};
 }

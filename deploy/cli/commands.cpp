@@ -70,6 +70,8 @@ constexpr auto table = std::to_array<command>({
   {"plan", "plan SkipPipe paths over a graph's network, or core attention across servers (DistCA)", define_plan},
   {"trace", "summarize a trace: busy, idle and bubble per actor, action order per stage", define_trace},
   {"dash", "serve the dashboard on a finished trace", define_dash},
+  {"export", "write a checkpoint's weights as safetensors with Hugging Face's names", define_export},
+  {"sample", "continue a prompt with a checkpoint's model", define_sample},
   {"version", "print the version (also troupe --version)", define_version},
   {"help", "explain a command (also troupe COMMAND --help)", define_help},
 });

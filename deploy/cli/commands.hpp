@@ -51,6 +51,9 @@ command_action define_plan(CLI::App& app);
 command_action define_plan_attention(CLI::App& app);
 command_action define_trace(CLI::App& app);
 command_action define_dash(CLI::App& app);
+/// `troupe export` and `troupe sample` (deploy/cli/cmd_export.cpp, cmd_sample.cpp).
+command_action define_export(CLI::App& app);
+command_action define_sample(CLI::App& app);
 
 /// Whether every non-empty path in `paths` can be written as an output file
 /// (runtime/graph/output_path.hpp), asked before a command starts its work. False

@@ -4,7 +4,8 @@
 //
 //  - `(outer_atom, outer_local_msg)`       stage -> its sync actor actor: the start
 //                                          values (once), a fragment to prepare
-//                                          or to perform the exchange with
+//                                          or to perform the exchange with, or
+//                                          that a checkpoint is due (`save`)
 //  - `(outer_part_atom, outer_part_msg)`   sync actor -> the sync actors of other
 //                                          replicas at its position, as its policy says
 //  - `(outer_done_atom, outer_result_msg)` sync actor -> its stage: the fragment's
@@ -34,9 +35,11 @@ using replica_lost_atom = caf::atom_constant<caf::atom("replost")>;
 
 /// What a stage hands its sync actor after an inner step.
 struct outer_local_msg {
-  enum kind_t : std::int32_t { start = 0, prepare = 1, perform = 2 };
+  /// `save`: the checkpoint after `step` inner steps is due; the sync actor
+  /// writes its part once the performs of that step are applied.
+  enum kind_t : std::int32_t { start = 0, prepare = 1, perform = 2, save = 3 };
   step_t step = 0;           ///< inner steps done
-  std::int32_t fragment = 0; ///< -1 with `start`: every fragment
+  std::int32_t fragment = 0; ///< -1 with `start` (every fragment) and `save`
   std::int32_t kind = start;
   std::vector<std::vector<float>> values; ///< one list per fragment it is about
 };

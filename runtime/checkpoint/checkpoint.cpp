@@ -147,6 +147,40 @@ caf::expected<safetensors_file> read_checkpoint_part(const fs::path& folder, con
   return f;
 }
 
+part_checkpointing part_checkpointing::of(const graph_spec& g, const actor_spec& a) {
+  return {g.checkpoint.dir_path,      g.checkpoint.every,       g.train.steps,
+          g.checkpoint.resume_folder, g.checkpoint.resume_step, checkpoint_identity(g, a)};
+}
+
+bool part_checkpointing::due(std::int64_t steps_done) const {
+  return !dir.empty() && checkpoint_due(steps_done, every, steps);
+}
+
+std::string part_checkpointing::write(const std::string& actor, std::int64_t steps_done,
+                                      const std::vector<named_handle>& tensors,
+                                      std::map<std::string, std::string> metadata) const {
+  auto md = identity;
+  md.merge(metadata);
+  auto file = write_checkpoint_part(dir, steps_done, actor, tensors, std::move(md));
+  if (!file)
+    throw std::runtime_error(
+      fmt::format("checkpoint after step {} failed: {}", steps_done, error_message(file.error())));
+  return *file;
+}
+
+caf::expected<std::optional<safetensors_file>> part_checkpointing::read(const std::string& actor) const {
+  if (resume_folder.empty())
+    return std::optional<safetensors_file>{};
+  auto f = read_checkpoint_part(resume_folder, actor, resume_step);
+  if (!f)
+    return f.error();
+  return std::optional<safetensors_file>{std::move(*f)};
+}
+
+std::string part_checkpointing::resume_file(const std::string& actor) const {
+  return (resume_folder / checkpoint_part_name(actor)).string();
+}
+
 checkpoint_tracker::checkpoint_tracker(fs::path dir, std::vector<std::string> actors, int keep, std::int64_t every,
                                        std::int64_t steps)
     : dir_(std::move(dir)), actors_(actors.begin(), actors.end()), keep_(std::max(1, keep)), every_(every),

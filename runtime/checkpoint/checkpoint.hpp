@@ -73,6 +73,30 @@ caf::expected<std::string> write_checkpoint_part(const std::filesystem::path& di
 caf::expected<safetensors_file> read_checkpoint_part(const std::filesystem::path& folder, const std::string& actor,
                                                      std::int64_t step);
 
+/// One actor's share of a run's checkpoints, for actors that write a part of
+/// their own beside the stages (a ZeRO optimizer shard, a local-update sync
+/// actor): where parts go, when, and the part a resumed run starts from.
+struct part_checkpointing {
+  std::filesystem::path dir; ///< checkpoint.dir; empty: nothing is saved
+  std::int64_t every = 0, steps = 0;
+  std::filesystem::path resume_folder; ///< the step folder resumed from; empty: a fresh start
+  std::int64_t resume_step = 0;
+  std::map<std::string, std::string> identity; ///< checkpoint_identity of the actor
+
+  /// The settings of `g` for its actor `a`.
+  static part_checkpointing of(const graph_spec& g, const actor_spec& a);
+  /// Whether a part is due once `steps_done` steps are done (checkpoint_due).
+  bool due(std::int64_t steps_done) const;
+  /// Writes `actor`'s part after `steps_done` steps, the identity added to
+  /// `metadata`; returns its file name. Throws std::runtime_error on a failed write.
+  std::string write(const std::string& actor, std::int64_t steps_done, const std::vector<named_handle>& tensors,
+                    std::map<std::string, std::string> metadata) const;
+  /// `actor`'s part of the checkpoint being resumed; nullopt on a fresh start.
+  caf::expected<std::optional<safetensors_file>> read(const std::string& actor) const;
+  /// The path of that part, for messages.
+  std::string resume_file(const std::string& actor) const;
+};
+
 /// A checkpoint that became complete.
 struct checkpoint_commit {
   std::int64_t step = 0;

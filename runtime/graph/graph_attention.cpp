@@ -41,17 +41,13 @@ void parse_attention(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     r.error(nb, "attention.nano_batches",
             fmt::format("{} nano-batches split a microbatch's sequences, but data.batch is {}", a.nano_batches,
                         g.data.batch));
-  // What the pieces of a layer cannot run with: a split backward (zero-bubble's I
-  // and W), paths and routes that mix replicas, device stages.
+  // What the pieces of a layer cannot run with: paths and routes that mix
+  // replicas, device stages. (A split backward, zero-bubble's I and W, runs its
+  // I in pieces and each nano-batch's W after it: stage_attention::backward_weight.)
   auto refuse = [&](const std::string& why) { r.error(n, "attention", why); };
-  if (g.pipeline.schedule.starts_with("zb") || g.pipeline.schedule == "table")
-    refuse(fmt::format("attention servers need a fused backward; pipeline.schedule '{}' splits or replays it "
-                       "(use 1f1b, gpipe or interleaved_1f1b)",
-                       g.pipeline.schedule));
   if (g.skip.present)
     refuse("attention servers with SkipPipe paths (skip:) are not supported");
-  if (g.local_update.present)
-    refuse("attention servers with local-update training (local_update:) are not supported");
+  // (A local-update method's routes across replicas are refused in check_local_update, once they are known.)
   if (g.data_parallel.route != "own")
     refuse(fmt::format("attention servers plan each round over the replicas' own chains; data_parallel.route '{}' "
                        "routes microbatches elsewhere",

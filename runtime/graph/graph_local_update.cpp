@@ -225,6 +225,13 @@ void check_local_update(parsed_graph& pg, graph_reader& r) {
   set_shared(l);
   if (chosen->configure)
     chosen->configure(l);
+  if (l.routes_across_replicas && pg.graph.attention.present && pg.graph.data_parallel.replicas > 1) {
+    auto route = child(n, "route");
+    r.error(route ? route : n, route ? "local_update.route" : "local_update",
+            fmt::format("attention servers plan each round over the replicas' own chains; {}'s routes cross "
+                        "replicas (use route: chain)",
+                        l.algorithm));
+  }
   if (!good)
     return; // the rules between values need each value read
   const auto& g = pg.graph;

@@ -6,9 +6,15 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +22,7 @@
 #include "runtime/transport/transport.hpp"
 #include "runtime/transport/transport_inbox.hpp"
 #include "runtime/transport/transport_detail.hpp"
+#include "runtime/transport/transport_ucx.hpp"
 
 extern char** environ;
 
@@ -175,4 +182,143 @@ TEST_CASE("a child process killed mid-stream ends its connection with a reason, 
     CHECK((why.find("closed the connection") != std::string::npos || why.find("end of stream") != std::string::npos ||
            why.find("failed") != std::string::npos));
   }
+}
+
+namespace {
+
+/// This process's stdout and stderr (and its children's) go to a file until
+/// text() puts them back and returns what was written.
+class captured_output {
+public:
+  captured_output() {
+    std::fflush(stdout), std::fflush(stderr);
+    saved_out_ = ::dup(1), saved_err_ = ::dup(2);
+    int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    REQUIRE(fd >= 0);
+    ::dup2(fd, 1), ::dup2(fd, 2), ::close(fd);
+  }
+  ~captured_output() { restore(); }
+  std::string text() {
+    restore();
+    std::stringstream all;
+    all << std::ifstream{path_}.rdbuf();
+    ::unlink(path_.c_str());
+    return all.str();
+  }
+
+private:
+  void restore() {
+    if (saved_out_ < 0)
+      return;
+    std::fflush(stdout), std::fflush(stderr);
+    ::dup2(saved_out_, 1), ::dup2(saved_err_, 2);
+    ::close(saved_out_), ::close(saved_err_);
+    saved_out_ = saved_err_ = -1;
+  }
+  std::string path_ = "/tmp/troupe-capture-" + std::to_string(::getpid()) + ".txt";
+  int saved_out_ = -1, saved_err_ = -1;
+};
+
+} // namespace
+
+// A peer on this host: its endpoint has no peer error mode (it would rule out
+// shared memory), so the send UCX cannot release is left without its warning.
+TEST_CASE("a UCX connection to a peer killed while sends are out ends without UCX's leak warnings") {
+  if (auto why = detail::ucx_unavailable_reason()) {
+    MESSAGE("not run: ", *why);
+    return;
+  }
+  std::string said;
+  {
+    captured_output out;
+    {
+      inbox in;
+      auto s = serve(transport_kind::ucx, in);
+      auto pid = spawn_child(transport_kind::ucx, s->port(), "hang");
+      REQUIRE(in.wait([&] { return in.frames.size() >= 3; }));
+      for (std::uint16_t k = 0; k < 16; ++k) { // far more than goes out before the kill
+        frame f;
+        f.kind = k;
+        f.blobs = {filled(big, static_cast<std::uint8_t>(k))};
+        in.conn->send(std::move(f));
+      }
+      ::kill(pid, SIGKILL);
+      CHECK(wait_exit(pid) == 128 + SIGKILL);
+      REQUIRE(in.wait([&] { return in.closes.size() == 1; }));
+    } // the connection and the server are gone: their workers destroyed
+    said = out.text();
+  }
+  CAPTURE(said);
+  CHECK(said.find("mpool") == std::string::npos);
+  CHECK(said.find("was not returned") == std::string::npos);
+}
+
+// A peer on another host, played by a second worker of this process whose
+// endpoints are made as for a remote peer: the peer error mode lets a forced
+// close complete the send that was out (with an error), so no request is left
+// for UCX to warn about when the worker goes.
+TEST_CASE("a UCX send out to a lost peer on another host completes when the endpoint is force-closed") {
+  if (auto why = detail::ucx_unavailable_reason()) {
+    MESSAGE("not run: ", *why);
+    return;
+  }
+  std::string said;
+  ucs_status_t status = UCS_INPROGRESS;
+  {
+    captured_output out;
+    detail::ucx_worker a, b;
+    std::vector<std::byte> address_a, address_b;
+    REQUIRE(!a.create());
+    REQUIRE(!b.create());
+    REQUIRE(!a.address(address_a));
+    REQUIRE(!b.address(address_b));
+    auto on_error = [](void* arg, ucp_ep_h, ucs_status_t) { *static_cast<bool*>(arg) = true; };
+    bool a_failed = false, b_failed = false;
+    REQUIRE(!a.connect(address_b, on_error, &a_failed, false));
+    REQUIRE(!b.connect(address_a, on_error, &b_failed, false));
+    CHECK(a.peer_mode);
+    auto payload = filled(big, 7);
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = [](void* req, ucs_status_t s, void* user) {
+      *static_cast<ucs_status_t*>(user) = s;
+      ucp_request_free(req);
+    };
+    p.user_data = &status;
+    auto* req = ucp_tag_send_nbx(a.ep, payload.data<std::uint8_t>(), big, detail::ucx_tag(1, 0), &p);
+    REQUIRE(UCS_PTR_IS_PTR(req)); // a rendezvous: it waits for the receiver, which never posts
+    for (int i = 0; i < 200; ++i)
+      ucp_worker_progress(a.worker), ucp_worker_progress(b.worker);
+    b.reset(); // the peer's process is gone
+    // What ucx_connection::teardown does before it resets a worker whose peer is lost.
+    auto until = std::chrono::steady_clock::now() + 5s;
+    while (status == UCS_INPROGRESS && std::chrono::steady_clock::now() < until)
+      ucp_worker_progress(a.worker);
+    a.reset(true);
+    said = out.text();
+  }
+  CAPTURE(said);
+  CHECK(status != UCS_INPROGRESS);
+  CHECK(status != UCS_OK);
+  CHECK(said.find("was not returned") == std::string::npos);
+}
+
+TEST_CASE("a loopback connection's peer is on this host; a socket that is not connected is not") {
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0), client = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(listener >= 0);
+  REQUIRE(client >= 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof at;
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  REQUIRE(::listen(listener, 1) == 0);
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&at), &len) == 0);
+  CHECK(!detail::same_host(client));
+  REQUIRE(::connect(client, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  int server = ::accept(listener, nullptr, nullptr);
+  REQUIRE(server >= 0);
+  CHECK(detail::same_host(client));
+  CHECK(detail::same_host(server));
+  ::close(server), ::close(client), ::close(listener);
 }

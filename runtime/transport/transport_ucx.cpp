@@ -3,6 +3,7 @@
 // cma) between processes on one machine and TCP across machines.
 #include "runtime/transport/transport_ucx.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -119,7 +120,7 @@ public:
     std::vector<std::byte> mine;
     auto err = ucx_.address(mine);
     if (!err)
-      err = ucx_.connect(*welcome, &on_ep_error, this);
+      err = ucx_.connect(*welcome, &on_ep_error, this, same_host(sock_.get()));
     if (!err)
       err = write_control(sock_.get(), frame_type::address, 0, mine);
     return err ? cannot(err) : caf::error{};
@@ -187,7 +188,7 @@ private:
     if (r.status == read_status::ok && h.type != frame_type::address)
       r = {read_status::bad, fmt::format("expected its UCX address, got frame type {}", static_cast<int>(h.type))};
     if (r.status == read_status::ok)
-      if (auto err = ucx_.connect(f.meta, &on_ep_error, this))
+      if (auto err = ucx_.connect(f.meta, &on_ep_error, this, same_host(sock_.get())))
         r = {read_status::bad, error_message(err)};
     if (r.status != read_status::ok)
       log_line(*accept_, fmt::format("rejected connection from {}: {}", peer_, r.what));
@@ -430,7 +431,19 @@ private:
   /// which no callback can run) and only then drops the frames.
   void teardown() {
     rx_.cancel();
-    ucx_.reset();
+    if (failure_ && ucx_.peer_mode) {
+      // Once UCX sees the endpoint fail (the peer's tcp connection reset, or its
+      // keepalive), it completes every send still out on it with an error, so
+      // none is left for the worker's end to warn about. The bootstrap socket's
+      // end usually tells us first: wait for that, bounded.
+      auto until = clock::now() + std::chrono::seconds(1);
+      auto out = [&] {
+        return std::any_of(in_flight_.begin(), in_flight_.end(), [](auto& t) { return t->pending > 0; });
+      };
+      while (out() && clock::now() < until)
+        ucp_worker_progress(ucx_.worker);
+    }
+    ucx_.reset(failure_.has_value());
     in_flight_.clear();
     to_post_.clear();
     std::lock_guard lock{mtx_};

@@ -27,26 +27,6 @@ struct outer_sim::peer {
 
 namespace {
 
-/// Fragment sizes of one position: each plan's share of `tensors` (parameters
-/// cut as outer_exchange cuts them, moments whole).
-std::vector<std::int64_t> fragment_sizes(const std::vector<fragment_plan>& plan,
-                                         const std::vector<std::int64_t>& tensors) {
-  std::int64_t total = 0;
-  for (auto n : tensors)
-    total += n;
-  std::vector<std::int64_t> out;
-  for (const auto& f : plan) {
-    std::int64_t n = 0, before = 0;
-    for (auto t : tensors) {
-      if (f.content != fragment_content::params || param_piece(before, total, f.pieces) == f.piece)
-        n += t;
-      before += t;
-    }
-    out.push_back(n);
-  }
-  return out;
-}
-
 /// The inner steps moved the values: a pseudo-gradient of the sizes that travel
 /// (a top-k, a row's scale), different every exchange, in [-1e-3, 1e-3].
 void drift(std::vector<float>& v, std::int64_t step) {
@@ -84,9 +64,13 @@ outer_sim::outer_sim(const cluster_config& c, const std::vector<double>& params,
       total += t;
     double scale = total > cap ? static_cast<double>(total) / static_cast<double>(cap) : 1.0;
     scale_.push_back(scale);
-    auto& sz = sizes.emplace_back(fragment_sizes(plan, tensors));
-    for (auto& f : sz)
-      f = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(static_cast<double>(f) / scale)));
+    auto& sz = sizes.emplace_back();
+    auto values = fragment_sizes(plan, tensors);
+    for (std::size_t f = 0; f < plan.size(); ++f) {
+      // Moments start empty in a run, then travel as large as the parameters.
+      double n = plan[f].content == fragment_content::params ? static_cast<double>(values[f]) : total;
+      sz.push_back(std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(n / scale))));
+    }
   }
   for (int r = 0; r < c.replicas; ++r)
     for (int s = 0; s < p_; ++s) {

@@ -31,6 +31,12 @@ void outer_sgd::step(std::span<float> params, std::span<const float> grad) {
   }
 }
 
+void outer_sgd::load(std::vector<float> momentum, long steps) {
+  same_size(momentum.size(), buf_.size(), "outer_sgd::load momentum");
+  buf_ = std::move(momentum);
+  steps_ = steps;
+}
+
 void pseudo_gradient(std::span<const float> global, std::span<const float> local, std::span<float> out) {
   same_size(global.size(), local.size(), "pseudo_gradient");
   same_size(out.size(), local.size(), "pseudo_gradient out");

@@ -24,6 +24,8 @@ public:
   long steps() const noexcept { return steps_; }
   /// The momentum buffer (zero before the first step).
   const std::vector<float>& momentum() const noexcept { return buf_; }
+  /// Takes up a saved momentum buffer and step count (a resumed run).
+  void load(std::vector<float> momentum, long steps);
 
 private:
   outer_optimizer_spec spec_;

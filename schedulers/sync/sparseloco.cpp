@@ -168,4 +168,15 @@ void sparseloco::perform(const std::vector<quantized_rows>& parts, std::span<flo
   }
 }
 
+void sparseloco::save(sync_state& s) const {
+  s.values["global"] = global_;
+  s.values["error"] = error_;
+}
+
+void sparseloco::restore(const sync_state& s) {
+  const auto& g = s.take("global", global_.size());
+  error_ = s.take("error", error_.size());
+  global_ = g;
+}
+
 } // namespace troupe::sched

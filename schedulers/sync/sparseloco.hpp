@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "schedulers/sync/quantize.hpp"
+#include "schedulers/sync/sync_state.hpp"
 
 namespace troupe::sched {
 
@@ -47,6 +48,10 @@ public:
 
   const std::vector<float>& global() const noexcept { return global_; }
   const std::vector<float>& error() const noexcept { return error_; }
+  /// Adds `global` and the error feedback `error` to `s`; restore() takes them
+  /// up (throws std::invalid_argument when they do not fit).
+  void save(sync_state& s) const;
+  void restore(const sync_state& s);
 
 private:
   std::vector<float> global_, error_;

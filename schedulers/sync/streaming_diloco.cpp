@@ -59,4 +59,26 @@ void streaming_diloco::perform(int f, std::span<const float> averaged, std::span
   ++exchanges_;
 }
 
+void streaming_diloco::save(sync_state& s) const {
+  for (std::size_t f = 0; f < global_.size(); ++f) {
+    s.values[fmt::format("global.{}", f)] = global_[f];
+    s.values[fmt::format("momentum.{}", f)] = outer_[f].momentum();
+    s.counts[fmt::format("outer_steps.{}", f)] = outer_[f].steps();
+  }
+  s.counts["exchanges"] = exchanges_;
+}
+
+void streaming_diloco::restore(const sync_state& s) {
+  auto global = global_; // everything checked before anything changes
+  std::vector<outer_sgd> outer;
+  for (std::size_t f = 0; f < global_.size(); ++f) {
+    global[f] = s.take(fmt::format("global.{}", f), global_[f].size());
+    outer.emplace_back(spec_.outer, global_[f].size());
+    outer.back().load(s.take(fmt::format("momentum.{}", f), global_[f].size()),
+                      static_cast<long>(s.count(fmt::format("outer_steps.{}", f))));
+  }
+  exchanges_ = static_cast<long>(s.count("exchanges"));
+  global_ = std::move(global), outer_ = std::move(outer);
+}
+
 } // namespace troupe::sched

@@ -8,6 +8,7 @@
 
 #include "runtime/graph/local_update_spec.hpp"
 #include "schedulers/sync/outer_optimizer.hpp"
+#include "schedulers/sync/sync_state.hpp"
 
 namespace troupe::sched {
 
@@ -66,6 +67,13 @@ public:
   int fragments() const noexcept { return static_cast<int>(global_.size()); }
   /// Exchanges performed so far (torchft's manager step).
   long exchanges() const noexcept { return exchanges_; }
+
+  /// Adds its state to `s`: each fragment's saved global (`global.F`), outer
+  /// momentum (`momentum.F`) and outer steps (`outer_steps.F`), and `exchanges`.
+  void save(sync_state& s) const;
+  /// Takes up what save() wrote, for fragments of the sizes it was made with;
+  /// throws std::invalid_argument naming what does not fit.
+  void restore(const sync_state& s);
 
 private:
   local_update_spec spec_;

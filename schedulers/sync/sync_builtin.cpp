@@ -62,14 +62,9 @@ public:
   std::vector<sync_send> prepare(int f, std::int64_t, std::span<const float> local) override {
     if (auto it = ex_.find(f); it != ex_.end() && !it->second.taken())
       throw std::invalid_argument(fmt::format("{}: fragment {} prepared twice", setup_.spec.algorithm, f));
-    auto& ex =
-      ex_.insert_or_assign(f, mean_exchange(all_replicas(setup_.replicas), setup_.replica, format_, sync_row_values))
-        .first->second;
-    for (int r : lost_)
-      ex.lose(r); // before it starts: nothing to send again
     if (diloco_)
-      return ex.start(diloco_->prepare(f, local)); // the pseudo-gradient global − local
-    return ex.start(local);
+      return start(f, diloco_->prepare(f, local)); // the pseudo-gradient global − local
+    return start(f, {local.begin(), local.end()});
   }
   std::vector<sync_send> receive(int f, int from, int round, int piece, quantized_rows part) override {
     return under_way(ex_, f, "averaging").receive(from, round, piece, std::move(part));
@@ -87,7 +82,39 @@ public:
       diloco_->perform(f, mean, local); // outer SGD from the saved global, then α mixing
     else
       std::copy(mean.begin(), mean.end(), local.begin());
+    input_.erase(f);
     ++exchanges_;
+  }
+  /// The saved globals and outer momentum (DiLoCo), the count, and the input
+  /// of each exchange under way (`exchange.F`).
+  sync_state save() const override {
+    sync_state s;
+    if (diloco_)
+      diloco_->save(s);
+    s.counts["performed"] = exchanges_;
+    for (const auto& [f, values] : input_)
+      s.values[fmt::format("exchange.{}", f)] = values;
+    return s;
+  }
+  std::vector<sync_send> restore(const sync_state& s) override {
+    if (diloco_)
+      diloco_->restore(s);
+    exchanges_ = static_cast<long>(s.count("performed"));
+    std::vector<sync_send> out;
+    for (const auto& [name, values] : s.values) {
+      if (!name.starts_with("exchange."))
+        continue;
+      int f = std::stoi(name.substr(9));
+      if (f < 0 || f >= static_cast<int>(setup_.start.size()) ||
+          (diloco_ && values.size() != diloco_->global(f).size()))
+        throw std::invalid_argument(
+          fmt::format("'{}' holds {} values, not an exchange of this stage", name, values.size()));
+      for (auto& m : start(f, values)) {
+        m.fragment = f;
+        out.push_back(std::move(m));
+      }
+    }
+    return out;
   }
   long exchanges() const override { return exchanges_; }
   std::vector<sync_send> lose(int r) override {
@@ -102,10 +129,21 @@ public:
   }
 
 private:
+  /// Starts fragment `f`'s exchange of `values` (kept until it is performed, for a checkpoint).
+  std::vector<sync_send> start(int f, std::vector<float> values) {
+    auto& ex =
+      ex_.insert_or_assign(f, mean_exchange(all_replicas(setup_.replicas), setup_.replica, format_, sync_row_values))
+        .first->second;
+    for (int r : lost_)
+      ex.lose(r); // before it starts: nothing to send again
+    return ex.start(input_.insert_or_assign(f, std::move(values)).first->second);
+  }
+
   sync_setup setup_;
   wire_format format_;
   std::optional<streaming_diloco> diloco_;
   std::map<int, mean_exchange> ex_;
+  std::map<int, std::vector<float>> input_; ///< fragment -> what this replica put into its exchange under way
   std::vector<int> lost_;
   long exchanges_ = 0;
 };
@@ -149,9 +187,27 @@ public:
     ++exchanges_;
   }
   long exchanges() const override { return exchanges_; }
+  /// Its exchanges prepare and perform after the same inner step, so none is
+  /// under way between steps, where checkpoints fall.
+  sync_state save() const override {
+    if (!members_.empty())
+      throw std::logic_error(fmt::format("{}: a checkpoint while an exchange is under way", name_));
+    sync_state s;
+    s.counts["performed"] = exchanges_;
+    save_own(s);
+    return s;
+  }
+  std::vector<sync_send> restore(const sync_state& s) override {
+    restore_own(s);
+    exchanges_ = static_cast<long>(s.count("performed"));
+    return {};
+  }
 
 protected:
   gathering_policy(const sync_setup& s, const char* name) : setup_(s), name_(name) {}
+  /// What the method keeps across exchanges, into and out of a checkpoint.
+  virtual void save_own(sync_state& s) const = 0;
+  virtual void restore_own(const sync_state& s) = 0;
   /// Starts an exchange among `members` (this replica among them, lost ones
   /// left out here) with this replica's `part` of `values` values: what to send.
   std::vector<sync_send> gather(std::vector<int> members, quantized_rows part) {
@@ -231,6 +287,15 @@ private:
       fast.emplace_back(d.data(), n), slow.emplace_back(d.data() + n, n);
     noloco_outer_step(fast, slow, momentum_, slow_, local, setup_.spec.outer.lr, setup_.spec.outer.momentum);
   }
+  void save_own(sync_state& s) const override {
+    s.values["slow"] = slow_;
+    s.values["momentum"] = momentum_;
+  }
+  void restore_own(const sync_state& s) override {
+    const auto& slow = s.take("slow", slow_.size());
+    momentum_ = s.take("momentum", momentum_.size());
+    slow_ = slow;
+  }
 
   wire_format format_;
   std::vector<float> slow_, momentum_;
@@ -252,6 +317,8 @@ public:
 
 private:
   void apply(std::vector<quantized_rows>& parts, std::span<float> local) override { math_.perform(parts, local); }
+  void save_own(sync_state& s) const override { math_.save(s); }
+  void restore_own(const sync_state& s) override { math_.restore(s); }
 
   sparseloco math_;
 };

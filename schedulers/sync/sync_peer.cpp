@@ -11,11 +11,37 @@ namespace troupe::sched {
 sync_peer::sync_peer(std::string name, int replica, int replicas)
     : name_(std::move(name)), replica_(replica), replicas_(replicas) {}
 
-void sync_peer::start(const sync_method& method, sync_setup setup) {
+void sync_peer::resume_at(long performed, std::map<int, std::int64_t> prepared) {
+  performed_ = performed;
+  prepared_ = exchange_ = std::move(prepared);
+}
+
+std::vector<sync_part> sync_peer::start(const sync_method& method, sync_setup setup,
+                                        const std::optional<sync_state>& saved) {
   setup.replica = replica_, setup.replicas = replicas_;
   policy_ = method.make(setup);
   for (int r : lost_)
     policy_->lose(r); // heard of before the start: nothing was under way
+  if (!saved)
+    return {};
+  // A resumed run: the exchanges that were under way start again (every replica resumes from the same step).
+  std::vector<sync_part> out;
+  for (auto& s : policy_->restore(*saved)) {
+    int f = s.fragment;
+    if (!prepared_.contains(f))
+      throw std::runtime_error(
+        fmt::format("its method restarts an exchange of fragment {}, which was not under way", f));
+    for (auto& p : outgoing(prepared_.at(f), f, {std::move(s)}))
+      out.push_back(std::move(p));
+  }
+  for (const auto& [f, step] : std::map{prepared_}) { // parts of other replicas that came before the start values
+    auto early = early_.extract({step, f});
+    if (!early.empty())
+      for (auto& p : early.mapped())
+        for (auto& s : receive(std::move(p)))
+          out.push_back(std::move(s));
+  }
+  return out;
 }
 
 std::vector<sync_part> sync_peer::outgoing(std::int64_t step, int f, std::vector<sync_send> sends) {
@@ -60,7 +86,7 @@ void sync_peer::perform(std::int64_t step, int f, std::vector<float> local) {
 
 std::vector<sync_part> sync_peer::receive(sync_part m) {
   auto it = exchange_.find(m.fragment);
-  if (it == exchange_.end() || it->second < m.step) {
+  if (!policy_ || it == exchange_.end() || it->second < m.step) {
     early_[{m.step, m.fragment}].push_back(std::move(m)); // this replica has not prepared it yet
     return {};
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,9 +32,21 @@ public:
   /// Replica `replica` of `replicas`; `name` prefixes its errors.
   sync_peer(std::string name, int replica, int replicas);
 
+  /// A resumed run, before start(): the exchanges performed and those that
+  /// were under way (by fragment, their step) when the checkpoint was taken.
+  void resume_at(long performed, std::map<int, std::int64_t> prepared);
   /// The stage's start values arrived: makes the method's policy (from `setup`,
-  /// whose replica and replicas are this peer's).
-  void start(const sync_method& method, sync_setup setup);
+  /// whose replica and replicas are this peer's) and, resumed, has it take up
+  /// `saved` (what to send: the exchanges under way start again; then the
+  /// parts of other replicas that came before).
+  std::vector<sync_part> start(const sync_method& method, sync_setup setup,
+                               const std::optional<sync_state>& saved = std::nullopt);
+  /// The method's state, for a checkpoint part.
+  sync_state save() const { return policy_->save(); }
+  /// Exchanges under way, by fragment: their step.
+  const std::map<int, std::int64_t>& prepared() const noexcept { return prepared_; }
+  /// Whether a perform of the stage waits for its exchange.
+  bool performs_waiting() const noexcept { return !perform_.empty(); }
   /// The stage's values of fragment `f` after inner step `step`: what to send.
   std::vector<sync_part> prepare(std::int64_t step, int f, std::span<const float> local);
   /// The stage waits for fragment `f`'s exchange with these values to update.

@@ -86,6 +86,28 @@ std::vector<fragment_plan> param_fragments(int pieces) {
   return out;
 }
 
+int piece_of(std::int64_t before, std::int64_t total, int pieces) {
+  return static_cast<int>(std::min<std::int64_t>(pieces - 1, before * pieces / std::max<std::int64_t>(total, 1)));
+}
+
+std::vector<std::size_t> fragment_sizes(const std::vector<fragment_plan>& plan,
+                                        const std::vector<std::int64_t>& tensors) {
+  std::int64_t total = 0;
+  for (auto n : tensors)
+    total += n;
+  std::vector<std::size_t> out;
+  for (const auto& f : plan) {
+    std::int64_t n = 0, before = 0;
+    if (f.content == fragment_content::params)
+      for (auto t : tensors) {
+        n += piece_of(before, total, f.pieces) == f.piece ? t : 0;
+        before += t;
+      }
+    out.push_back(static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
 std::unique_ptr<sync_schedule> periodic_schedule(std::vector<int> every) {
   return std::make_unique<periodic>(std::move(every));
 }

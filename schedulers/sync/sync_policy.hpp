@@ -8,7 +8,6 @@
 // in (sync_builtin.cpp) or from a plugin (examples/plugin/periodic_average.cpp).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -22,6 +21,7 @@
 #include "schedulers/sync/method_settings.hpp"
 #include "schedulers/sync/quantize.hpp"
 #include "schedulers/sync/streaming_diloco.hpp"
+#include "schedulers/sync/sync_state.hpp"
 
 namespace troupe::sched {
 
@@ -90,6 +90,20 @@ public:
   /// that now go to another member). By default a method cannot go on without
   /// every replica, and says so.
   virtual std::vector<sync_send> lose(int r);
+
+  /// Its whole state for a checkpoint (#25 item 4), taken between inner steps
+  /// once every perform due so far is applied: what it keeps across exchanges
+  /// (saved globals, outer momentum, error feedback, counts) and, for an
+  /// exchange prepared and not yet performed (Streaming DiLoCo's overlap τ),
+  /// what this replica put into it. Replicas lost so far are not saved: a
+  /// resumed run starts with every replica.
+  virtual sync_state save() const = 0;
+  /// Takes up a state save() gave, on a policy just made for the same graph
+  /// (its start values give way to the saved ones). Every replica resumes from
+  /// the same step, so exchanges that were under way start again: what to send
+  /// for them, each with its `fragment`. Throws std::invalid_argument saying
+  /// what does not fit.
+  virtual std::vector<sync_send> restore(const sync_state& s) = 0;
 };
 
 /// A local-update method: how a stage cuts its state, when fragments are
@@ -111,15 +125,15 @@ const sync_method* find_sync_method(std::string_view name);
 /// Registered names: the built-in ones, then plugins' in registration order.
 std::vector<std::string> sync_method_names();
 
-/// The piece of `pieces` a parameter tensor belongs to when `before` of the
-/// stage's `total` values come before it: contiguous runs of tensors of about
-/// equal size (torchft's fragments are model pieces; each stage cuts its own).
-inline int param_piece(std::int64_t before, std::int64_t total, int pieces) {
-  return static_cast<int>(std::min<std::int64_t>(pieces - 1, before * pieces / std::max<std::int64_t>(total, 1)));
-}
-
 /// Fragments of the stage's parameters only, `pieces` of them.
 std::vector<fragment_plan> param_fragments(int pieces = 1);
+/// The piece of `pieces` that a stage tensor belongs to, `before` values of
+/// the stage's `total` coming ahead of it: runs of about equal size.
+int piece_of(std::int64_t before, std::int64_t total, int pieces);
+/// How many values each fragment of `plan` starts with on a stage whose
+/// tensors hold `tensors` values each, in order (moments start empty).
+std::vector<std::size_t> fragment_sizes(const std::vector<fragment_plan>& plan,
+                                        const std::vector<std::int64_t>& tensors);
 /// Every fragment exchanged every `every` inner steps, all at once (prepare and perform).
 std::unique_ptr<sync_schedule> periodic_schedule(std::vector<int> every);
 

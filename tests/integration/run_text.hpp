@@ -13,20 +13,29 @@
 
 namespace troupe::testing {
 
-/// Loads `text` (named `name` in errors) with troupe's vocabulary and runs it;
-/// a load error or a failed run fails the test, with what went wrong.
-inline run_result run_graph_text(const std::string& text, const std::string& name) {
+/// Loads `text` (named `name` in errors) with troupe's vocabulary; a load error fails the test.
+inline graph_spec load_graph_or_fail(const std::string& text, const std::string& name) {
   load_options opts;
   opts.vocabulary = troupe_vocabulary;
   auto loaded = load_graph_text(text, name, opts);
   INFO(to_string(loaded.errors));
   REQUIRE(loaded.ok());
+  return *loaded.graph;
+}
+
+/// Runs `g` in a fresh actor system; a failed run fails the test, with what went wrong.
+inline run_result run_graph_or_fail(const graph_spec& g) {
   troupe_config cfg;
   caf::actor_system sys{cfg};
-  auto r = run_graph(sys, *loaded.graph);
+  auto r = run_graph(sys, g);
   INFO((r ? std::string{} : sys.render(r.error())));
   REQUIRE(r);
   return *r;
+}
+
+/// Loads `text` (named `name` in errors) and runs it.
+inline run_result run_graph_text(const std::string& text, const std::string& name) {
+  return run_graph_or_fail(load_graph_or_fail(text, name));
 }
 
 } // namespace troupe::testing
