@@ -34,14 +34,17 @@ std::vector<sync_part> sync_peer::start(const sync_method& method, sync_setup se
     for (auto& p : outgoing(prepared_.at(f), f, {std::move(s)}))
       out.push_back(std::move(p));
   }
-  for (const auto& [f, step] : std::map{prepared_}) { // parts of other replicas that came before the start values
-    auto early = early_.extract({step, f});
-    if (!early.empty())
-      for (auto& p : early.mapped())
-        for (auto& s : receive(std::move(p)))
-          out.push_back(std::move(s));
-  }
+  for (const auto& [f, step] : std::map{prepared_}) // parts of other replicas that came before the start values
+    replay_early(step, f, out);
   return out;
+}
+
+void sync_peer::replay_early(std::int64_t step, int f, std::vector<sync_part>& out) {
+  auto early = early_.extract({step, f});
+  if (!early.empty())
+    for (auto& p : early.mapped())
+      for (auto& s : receive(std::move(p)))
+        out.push_back(std::move(s));
 }
 
 std::vector<sync_part> sync_peer::outgoing(std::int64_t step, int f, std::vector<sync_send> sends) {
@@ -67,11 +70,7 @@ std::vector<sync_part> sync_peer::prepare(std::int64_t step, int f, std::span<co
   prepared_[f] = step;
   exchange_[f] = step;
   auto out = outgoing(step, f, policy_->prepare(f, step, local));
-  auto early = early_.extract({step, f});
-  if (!early.empty())
-    for (auto& p : early.mapped())
-      for (auto& s : receive(std::move(p)))
-        out.push_back(std::move(s));
+  replay_early(step, f, out);
   return out;
 }
 

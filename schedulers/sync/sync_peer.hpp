@@ -66,6 +66,8 @@ public:
 private:
   /// The policy's sends of fragment `f`'s exchange of `step`, less those to lost replicas, counted.
   std::vector<sync_part> outgoing(std::int64_t step, int f, std::vector<sync_send> sends);
+  /// The parts of fragment `f`'s exchange of `step` that came before it was prepared, received now: into `out`.
+  void replay_early(std::int64_t step, int f, std::vector<sync_part>& out);
 
   std::string name_;
   int replica_, replicas_;
