@@ -102,8 +102,8 @@ void expand_pipeline(section_expansion& e) {
   // that the last chunk, which computes the loss, is back on stage 0).
   sched::policy_params shape;
   shape.ranks = p.stages, shape.chunks = p.virtual_stages, shape.options = p.policy;
-  const auto placement = p.virtual_stages > 1 ? sched::policy_placement(p.schedule, shape)
-                                              : sched::chunk_placement::round_robin;
+  const auto placement =
+    p.virtual_stages > 1 ? sched::policy_placement(p.schedule, shape) : sched::chunk_placement::round_robin;
   const bool v_shape = placement == sched::chunk_placement::v_shape && p.stages > 1;
   const int loss_rank = sched::rank_of_stage(chunks - 1, p.stages, placement);
   // The grid: R replicas of the S positions, `r1s0` (plain `s0` with one replica).

@@ -167,7 +167,7 @@ nlohmann::json run_json(const sim_config& c, std::string_view policy, const sim_
               {"orders", orders},
               {"makespan", r.makespan},
               {"peak_in_flight", r.peak_in_flight},
-                     {"in_flight_limit", r.in_flight_limit},
+              {"in_flight_limit", r.in_flight_limit},
               {"peak_deferred_weight", r.peak_deferred_weight}});
   if (timeline)
     out["timeline"] = times;
