@@ -22,13 +22,6 @@ using namespace troupe;
 
 namespace {
 
-/// The chain a router makes of `rp`'s stages: every microbatch's route.
-sched::route_t router_chain(const sched::routing_params& rp) {
-  auto chain = sched::make_routing("chain", rp);
-  REQUIRE(chain);
-  return (*chain)->route(0, 0, 0);
-}
-
 constexpr int batch = 1, context = 8;
 
 /// What each rank started, and when.
@@ -93,12 +86,12 @@ started run_engines(const sched::sim_config& c, const std::string& policy) {
   rc.microbatches = c.microbatches, rc.tokens_per_microbatch = batch * context;
   auto chain = sched::make_routing("chain", rp);
   REQUIRE(chain);
+  const route_t route = (*chain)->route(0, 0, 0); // every microbatch's
   sched::router_core router(rc, std::move(*chain));
 
   std::vector<std::unique_ptr<stage_engine>> engines;
   std::vector<std::uint16_t> ids;
   auto engine = [&](int actor) -> stage_engine& { return *engines.at(static_cast<std::size_t>(actor - 1)); };
-  const auto chain = router_chain(rp);
   std::vector<std::optional<sched::action>> started_now(static_cast<std::size_t>(p));
   for (int r = 0; r < p; ++r) {
     stage_config s;
@@ -107,9 +100,9 @@ started run_engines(const sched::sim_config& c, const std::string& policy) {
     s.policy = policy;
     s.model.layers = p * v, s.model.d_model = 16, s.model.heads = 2, s.model.context = context, s.model.vocab = 256;
     s.layers = layers_of(r);
-    s.loss = chain.back().actor == r + 1;
+    s.loss = route.back().actor == r + 1;
     // What pipeline_stage's make_stage_config gives channels without `credits:`.
-    s.input_credits = sched::chain_input_credits(chain, r + 1, 0, p);
+    s.input_credits = sched::chain_input_credits(route, r + 1, 0, p);
     // The engine reads the clock before it starts an action and after its compute:
     // in simulated time the compute took the cost model's duration, so policies
     // that time their patience from measured costs see what the harness sees.
