@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <ranges>
@@ -51,7 +52,7 @@ struct schedule_cli {
   std::vector<std::string> plugins, slow, slow_mb, options;
   std::string costs = "1,2,1", save_table, compare;
   double activation_bytes = 1 << 20; ///< one microbatch's activation (or gradient) between ranks
-  bool timeline = false, json = false, comparing = false;
+  bool timeline = false, json = false, comparing = false, virtual_given = false;
 };
 
 int bad(const std::string& message) {
@@ -212,6 +213,17 @@ int compare(const sim_config& c, std::string_view policy, const policy_params& p
   return ok;
 }
 
+/// The first of `counts` chunks per rank that policy `name` runs at `params`' shape, or why none.
+expected<int> runnable_chunks(const std::string& name, policy_params params, std::initializer_list<int> counts) {
+  expected<policy_ptr> made = make_sched_error("no chunk count to try");
+  for (int v : counts) {
+    params.chunks = v;
+    if ((made = make_policy(name, params)))
+      return v;
+  }
+  return made.error();
+}
+
 /// `--policy all`: every registered policy at this shape, side by side. One that
 /// cannot run --virtual chunks runs the first count it can of 2 (the V shapes) and 1.
 int compare_policies(const sim_config& c, const policy_params& params, bool json, double bytes) {
@@ -222,17 +234,11 @@ int compare_policies(const sim_config& c, const policy_params& params, bool json
                c.ranks, c.microbatches, c.forward_cost, c.backward_cost, c.weight_cost, c.latency, "policy", "chunks",
                "bubble", "rate", "peak activations (microbatches)", "messages", "bytes");
   for (const auto& name : policy_names()) {
-    std::string why;
     sim_config run = c;
     policy_params p = params;
-    for (int v : {c.chunks, 2, 1}) {
-      run.chunks = p.chunks = v;
-      auto made = make_policy(name, p);
-      why = made ? "" : made.error().message;
-      if (made)
-        break;
-    }
-    auto r = why.empty() ? simulate(run, name, p) : expected<sim_result>{make_sched_error(why)};
+    auto chunks = runnable_chunks(name, p, {c.chunks, 2, 1});
+    run.chunks = p.chunks = chunks ? *chunks : c.chunks;
+    auto r = chunks ? simulate(run, name, p) : expected<sim_result>{chunks.error()};
     if (!r) {
       if (json)
         rows.push_back({{"policy", name}, {"skipped", r.error().message}});
@@ -295,6 +301,9 @@ int run_schedule(schedule_cli& a) {
                              s, c.microbatches - 1));
   // Policy names and parameters are checked before anything runs, so they count as bad input.
   params.ranks = c.ranks;
+  if (!a.virtual_given) // the V shapes run two chunks without being told
+    if (auto v = runnable_chunks(policy, params, {1, 2}))
+      c.chunks = *v;
   params.chunks = c.chunks;
   if (policy == "all" && (seeds > 0 || !save_table.empty()))
     return bad("--policy all runs every policy side by side; --compare and --save-table need one policy");
@@ -361,9 +370,10 @@ command_action define_schedule(CLI::App& app) {
             "microbatches per step m (as in a graph file)")
     ->option_text("M")
     ->required();
-  add_count(app, "--virtual", a->c.chunks, 1, limits::max_virtual,
-            "model chunks per rank (interleaved_1f1b), default 1")
-    ->option_text("V");
+  auto* virt = add_count(app, "--virtual", a->c.chunks, 1, limits::max_virtual,
+                         "model chunks per rank (interleaved_1f1b; zbv, v_half and\n"
+                         "v_min run 2), default 1, or 2 for a policy that runs only 2")
+                 ->option_text("V");
   app
     .add_option("--costs", a->costs,
                 "a rank's forward, backward (= I + W) and weight-gradient cost\n"
@@ -413,7 +423,10 @@ command_action define_schedule(CLI::App& app) {
                "...]}, \"makespan\", \"bubble\", \"peak_in_flight\", ...}, or with\n"
                "--compare {\"shape\", \"seeds\", \"records\": [{\"scenario\",\n"
                "\"policy\", \"emergent\", \"replayed\", ...}]}");
-  return [a] { return run_schedule(*a); };
+  return [a, virt] {
+    a->virtual_given = virt->count() > 0;
+    return run_schedule(*a);
+  };
 }
 
 } // namespace troupe::cli
