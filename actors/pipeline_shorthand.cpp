@@ -10,6 +10,7 @@
 
 #include "actors/builtin.hpp"
 #include "actors/skippipe_plan.hpp"
+#include "schedulers/policies/stage_policy.hpp"
 
 namespace troupe {
 
@@ -97,6 +98,14 @@ void expand_pipeline(section_expansion& e) {
     return;
   }
   auto ranges = split_layers(std::max(g.model.layers, chunks), chunks);
+  // The schedule says where each rank's chunks sit (round-robin, or V-shaped so
+  // that the last chunk, which computes the loss, is back on stage 0).
+  sched::policy_params shape;
+  shape.ranks = p.stages, shape.chunks = p.virtual_stages, shape.options = p.policy;
+  const auto placement =
+    p.virtual_stages > 1 ? sched::policy_placement(p.schedule, shape) : sched::chunk_placement::round_robin;
+  const bool v_shape = placement == sched::chunk_placement::v_shape && p.stages > 1;
+  const int loss_rank = sched::rank_of_stage(chunks - 1, p.stages, placement);
   // The grid: R replicas of the S positions, `r1s0` (plain `s0` with one replica).
   int replicas = std::max(g.data_parallel.replicas, 1);
   auto stage = [&](int r, int s) { return grid_stage_name(g, r, s); };
@@ -108,8 +117,8 @@ void expand_pipeline(section_expansion& e) {
       st.replica = r;
       st.expanded = true;
       st.pos = e.where;
-      for (int c = s; c < chunks; c += p.stages)
-        st.layers.push_back(ranges[static_cast<std::size_t>(c)]);
+      for (int c = 0; c < p.virtual_stages; ++c)
+        st.layers.push_back(ranges[static_cast<std::size_t>(sched::virtual_stage(s, p.stages, c, placement))]);
       g.actors.push_back(std::move(st));
     }
   auto edge = [&](std::string from, std::string to) {
@@ -127,11 +136,13 @@ void expand_pipeline(section_expansion& e) {
   for (int r = 0; r < replicas && !skip; ++r) {
     auto last = stage(r, p.stages - 1);
     edge("loader", stage(r, 0));
-    if (p.stages > 1)
-      edge("loader", last); // the targets go to the stage that computes the loss
+    if (loss_rank != 0)
+      edge("loader", stage(r, loss_rank)); // the targets go to the stage that computes the loss
     for (int s = 0; s + 1 < p.stages; ++s)
       edge(stage(r, s), stage(r, s + 1));
-    if (p.virtual_stages > 1 && p.stages > 1)
+    for (int s = p.stages - 1; v_shape && s > 0; --s)
+      edge(stage(r, s), stage(r, s - 1)); // V-shaped chunks come back down the ranks
+    if (p.virtual_stages > 1 && p.stages > 1 && !v_shape)
       edge(last, stage(r, 0)); // interleaved chunks wrap around
   }
   const auto& lu = g.local_update;

@@ -6,6 +6,8 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <queue>
 
 #include <doctest/doctest.h>
@@ -38,11 +40,12 @@ sched::op_kind kind_of(span_kind k) {
   }
 }
 
-/// Runs one step of `c` (one chunk per rank) on real stage engines: actor 0 is a
-/// router (routing policy chain), rank r is actor r + 1, credits are the graph
-/// defaults. The engines read the simulated clock; every message arrives after
-/// c.latency, an action's outputs after its cost (sched::operation_cost), and
-/// the order each rank ran comes from the engines' trace spans.
+/// Runs one step of `c` (c.chunks per rank, placed as the policy says) on real
+/// stage engines: actor 0 is a router (routing policy chain), rank r is actor
+/// r + 1, credits are the graph defaults. The engines read the simulated clock;
+/// every message arrives after c.latency, an action's outputs after its cost
+/// (sched::operation_cost); the trace spans say that each rank ran an action,
+/// the rank's queue which one it started.
 started run_engines(const sched::sim_config& c, const std::string& policy) {
   const int p = c.ranks;
   auto& tracer = trace_recorder::global();
@@ -63,37 +66,50 @@ started run_engines(const sched::sim_config& c, const std::string& policy) {
   std::vector<std::function<void()>> at_end;
   auto post = [&](double t, std::function<void()> f) { events.push({t, seq++, std::move(f)}); };
 
+  const int v = c.chunks;
+  sched::policy_params shape;
+  shape.ranks = p, shape.chunks = v;
+  const auto placement = sched::policy_placement(policy, shape);
+  auto layers_of = [&](int r) { // layer s is virtual stage s
+    std::vector<std::pair<int, int>> out;
+    for (int k = 0; k < v; ++k)
+      out.emplace_back(sched::virtual_stage(r, p, k, placement), sched::virtual_stage(r, p, k, placement) + 1);
+    return out;
+  };
   sched::routing_params rp;
-  rp.layers = p;
+  rp.layers = p * v;
   for (int r = 0; r < p; ++r)
-    rp.stages.push_back({r + 1, fmt::format("s{}", r), {{r, r + 1}}});
+    rp.stages.push_back({r + 1, fmt::format("s{}", r), layers_of(r)});
   sched::router_config rc;
   for (int r = 0; r < p; ++r)
     rc.stage_actors.push_back(r + 1);
   rc.microbatches = c.microbatches, rc.tokens_per_microbatch = batch * context;
   auto chain = sched::make_routing("chain", rp);
   REQUIRE(chain);
+  const route_t route = (*chain)->route(0, 0, 0); // every microbatch's
   sched::router_core router(rc, std::move(*chain));
 
   std::vector<std::unique_ptr<stage_engine>> engines;
   std::vector<std::uint16_t> ids;
   auto engine = [&](int actor) -> stage_engine& { return *engines.at(static_cast<std::size_t>(actor - 1)); };
+  std::vector<std::optional<sched::action>> started_now(static_cast<std::size_t>(p));
   for (int r = 0; r < p; ++r) {
     stage_config s;
     s.name = fmt::format("s{}", r);
-    s.actor = r + 1, s.rank = r, s.ranks = p, s.router = 0, s.steps = 1, s.grad_clip = 1.0, s.policy = policy;
-    s.model.layers = p, s.model.d_model = 16, s.model.heads = 2, s.model.context = context, s.model.vocab = 256;
-    s.layers = {{r, r + 1}};
-    s.loss = r == p - 1;
-    if (r == 0 || r == p - 1) // what pipeline_stage's make_stage_config gives channels without `credits:`
-      s.input_credits[0] = r == p - 1 && r != 0 ? sched::default_target_credits(p) : 0;
-    if (r > 0)
-      s.input_credits[r] = 0;
+    s.actor = r + 1, s.rank = r, s.ranks = p, s.chunks = v, s.router = 0, s.steps = 1, s.grad_clip = 1.0;
+    s.policy = policy;
+    s.model.layers = p * v, s.model.d_model = 16, s.model.heads = 2, s.model.context = context, s.model.vocab = 256;
+    s.layers = layers_of(r);
+    s.loss = route.back().actor == r + 1;
+    // What pipeline_stage's make_stage_config gives channels without `credits:`.
+    s.input_credits = sched::chain_input_credits(route, r + 1, 0, p);
     // The engine reads the clock before it starts an action and after its compute:
     // in simulated time the compute took the cost model's duration, so policies
     // that time their patience from measured costs see what the harness sees.
     s.clock = [&, r] {
       const auto& q = engines.at(static_cast<std::size_t>(r))->core().queue();
+      if (in_action && q.running())
+        started_now[static_cast<std::size_t>(r)] = *q.running();
       return in_action && q.running() ? now + sched::operation_cost(c, r, *q.running()) : now;
     };
     stage_outbox out; // credits leave when a forward starts, outputs when the action ends
@@ -163,6 +179,11 @@ started run_engines(const sched::sim_config& c, const std::string& policy) {
       for (const auto& s : spans)
         if (s.actor == ids[static_cast<std::size_t>(r)] && s.kind != span_kind::idle && s.kind != span_kind::optimizer)
           a = {kind_of(s.kind), r, s.microbatch};
+      if (auto& q = started_now[static_cast<std::size_t>(r)]; q) { // the stage: which chunk ran
+        CHECK(q->kind == a.kind);
+        CHECK(q->microbatch == a.microbatch);
+        a = *std::exchange(q, std::nullopt);
+      }
       double end = now + sched::operation_cost(c, r, a);
       for (auto& f : at_end)
         post(end + c.latency, std::move(f));
@@ -206,9 +227,9 @@ void check_same(const sched::sim_config& c, const std::string& policy) {
   }
 }
 
-sched::sim_config shape(int p, int m) {
+sched::sim_config shape(int p, int m, int chunks = 1) {
   sched::sim_config c;
-  c.ranks = p, c.microbatches = m;
+  c.ranks = p, c.microbatches = m, c.chunks = chunks;
   return c;
 }
 
@@ -225,6 +246,16 @@ TEST_CASE("the stage engines and the harness run the same actions at the same ti
     for (const auto& [a, t] : got[static_cast<std::size_t>(r)])
       order.push_back(a);
     CHECK(order == sched::one_f_one_b_order(r, 4, 8));
+  }
+}
+
+TEST_CASE("the V-shaped and interleaved schedules run the same actions at the same times on engines and harness") {
+  for (std::string policy : {"zbv", "v_half", "v_min", "interleaved_1f1b"}) {
+    INFO(policy);
+    check_same(shape(4, 8, 2), policy);
+    auto c = shape(2, 6, 2);
+    c.jitter = 0.3, c.seed = 7, c.latency = 0.1;
+    check_same(c, policy);
   }
 }
 

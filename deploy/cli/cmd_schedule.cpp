@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <ranges>
@@ -50,7 +51,8 @@ struct schedule_cli {
   policy_params params;
   std::vector<std::string> plugins, slow, slow_mb, options;
   std::string costs = "1,2,1", save_table, compare;
-  bool timeline = false, json = false, comparing = false;
+  double activation_bytes = 1 << 20; ///< one microbatch's activation (or gradient) between ranks
+  bool timeline = false, json = false, comparing = false, virtual_given = false;
 };
 
 int bad(const std::string& message) {
@@ -87,7 +89,19 @@ bool parse_costs(std::string_view value, sim_config& c) {
          c.weight_cost >= 0 && std::isfinite(c.forward_cost + c.backward_cost + c.weight_cost);
 }
 
-void print_run(const sim_config& c, std::string_view policy, const sim_result& r, bool timeline) {
+/// Each rank's peak activations in microbatches' worth: a chunk holds 1/v of a rank's layers.
+std::vector<double> peak_activations(const sim_config& c, const sim_result& r) {
+  std::vector<double> out;
+  for (int n : r.peak_in_flight)
+    out.push_back(static_cast<double>(n) / c.chunks);
+  return out;
+}
+
+double pipeline_bytes(const sim_result& r, double activation_bytes) {
+  return static_cast<double>(r.pipeline_messages) * activation_bytes;
+}
+
+void print_run(const sim_config& c, std::string_view policy, const sim_result& r, bool timeline, double bytes) {
   fmt::print("schedule: {}, {} stages x {} chunk{}, {} microbatches, costs F={} B={} W={}, latency {}\n", policy,
              c.ranks, c.chunks, c.chunks == 1 ? "" : "s", c.microbatches, c.forward_cost, c.backward_cost,
              c.weight_cost, c.latency);
@@ -105,6 +119,10 @@ void print_run(const sim_config& c, std::string_view policy, const sim_result& r
   if (policy == "gpipe" || policy == "1f1b" || policy == "interleaved_1f1b")
     fmt::print("; theory without latency or stragglers (p-1)/(v*m+p-1) = {:.4f}",
                theoretical_bubble(c.ranks, c.microbatches, c.chunks));
+  fmt::print("\nbubble rate: {:.4f} (longest rank span / work per rank - 1, as Qi et al. count it)", r.bubble_rate);
+  fmt::print("\npeak activations per rank: {} microbatches", fmt::join(peak_activations(c, r), " "));
+  fmt::print("\npipeline traffic per step: {} messages between ranks, {:g} bytes", r.pipeline_messages,
+             pipeline_bytes(r, bytes));
   fmt::print("\npeak in flight per rank: {}", fmt::join(r.peak_in_flight, " "));
   fmt::print(" (bounds: {})\n", fmt::join(r.in_flight_limit, " "));
   bool split = false;
@@ -122,7 +140,17 @@ nlohmann::json shape_json(const sim_config& c) {
           {"costs", {{"forward", c.forward_cost}, {"backward", c.backward_cost}, {"weight", c.weight_cost}}}};
 }
 
-nlohmann::json run_json(const sim_config& c, std::string_view policy, const sim_result& r, bool timeline) {
+/// The trade-offs of one run: bubble, memory and traffic.
+nlohmann::json tradeoffs_json(const sim_config& c, const sim_result& r, double bytes) {
+  return {{"bubble", r.bubble_fraction},
+          {"bubble_rate", r.bubble_rate},
+          {"peak_activations", peak_activations(c, r)},
+          {"pipeline_messages", r.pipeline_messages},
+          {"pipeline_bytes", pipeline_bytes(r, bytes)}};
+}
+
+nlohmann::json run_json(const sim_config& c, std::string_view policy, const sim_result& r, bool timeline,
+                        double bytes) {
   nlohmann::json orders = nlohmann::json::object(), times = nlohmann::json::object();
   for (int rank = 0; rank < c.ranks; ++rank) {
     auto& row = orders[std::to_string(rank)] = nlohmann::json::array();
@@ -134,14 +162,14 @@ nlohmann::json run_json(const sim_config& c, std::string_view policy, const sim_
         t.push_back({{"action", to_string(x.what)}, {"start", x.start}, {"end", x.end}});
     }
   }
-  nlohmann::json out{{"policy", policy},
-                     {"shape", shape_json(c)},
-                     {"orders", orders},
-                     {"makespan", r.makespan},
-                     {"bubble", r.bubble_fraction},
-                     {"peak_in_flight", r.peak_in_flight},
-                     {"in_flight_limit", r.in_flight_limit},
-                     {"peak_deferred_weight", r.peak_deferred_weight}};
+  nlohmann::json out = tradeoffs_json(c, r, bytes);
+  out.update({{"policy", policy},
+              {"shape", shape_json(c)},
+              {"orders", orders},
+              {"makespan", r.makespan},
+              {"peak_in_flight", r.peak_in_flight},
+              {"in_flight_limit", r.in_flight_limit},
+              {"peak_deferred_weight", r.peak_deferred_weight}});
   if (timeline)
     out["timeline"] = times;
   return out;
@@ -185,6 +213,54 @@ int compare(const sim_config& c, std::string_view policy, const policy_params& p
   return ok;
 }
 
+/// The first of `counts` chunks per rank that policy `name` runs at `params`' shape, or why none.
+expected<int> runnable_chunks(const std::string& name, policy_params params, std::initializer_list<int> counts) {
+  expected<policy_ptr> made = make_sched_error("no chunk count to try");
+  for (int v : counts) {
+    params.chunks = v;
+    if ((made = make_policy(name, params)))
+      return v;
+  }
+  return made.error();
+}
+
+/// `--policy all`: every registered policy at this shape, side by side. One that
+/// cannot run --virtual chunks runs the first count it can of 2 (the V shapes) and 1.
+int compare_policies(const sim_config& c, const policy_params& params, bool json, double bytes) {
+  nlohmann::json rows = nlohmann::json::array();
+  if (!json)
+    fmt::print("every policy at {} stages x {} microbatches, costs F={} B={} W={}, latency {}\n"
+               "{:<18} {:>6} {:>8} {:>8}  {:<30} {:>8} {:>12}\n",
+               c.ranks, c.microbatches, c.forward_cost, c.backward_cost, c.weight_cost, c.latency, "policy", "chunks",
+               "bubble", "rate", "peak activations (microbatches)", "messages", "bytes");
+  for (const auto& name : policy_names()) {
+    sim_config run = c;
+    policy_params p = params;
+    auto chunks = runnable_chunks(name, p, {c.chunks, 2, 1});
+    run.chunks = p.chunks = chunks ? *chunks : c.chunks;
+    auto r = chunks ? simulate(run, name, p) : expected<sim_result>{chunks.error()};
+    if (!r) {
+      if (json)
+        rows.push_back({{"policy", name}, {"skipped", r.error().message}});
+      else
+        fmt::print("{:<18} skipped: {}\n", name, r.error().message);
+      continue;
+    }
+    if (json) {
+      auto row = tradeoffs_json(run, *r, bytes);
+      row.update({{"policy", name}, {"chunks", run.chunks}, {"makespan", r->makespan}});
+      rows.push_back(std::move(row));
+    } else {
+      fmt::print("{:<18} {:>6} {:>8.4f} {:>8.4f}  {:<30} {:>8} {:>12.4g}\n", name, run.chunks, r->bubble_fraction,
+                 r->bubble_rate, fmt::format("{}", fmt::join(peak_activations(run, *r), " ")), r->pipeline_messages,
+                 pipeline_bytes(*r, bytes));
+    }
+  }
+  if (json)
+    fmt::print("{}\n", nlohmann::json{{"shape", shape_json(c)}, {"policies", rows}}.dump(2));
+  return ok;
+}
+
 int run_schedule(schedule_cli& a) {
   auto& c = a.c;
   auto& params = a.params;
@@ -225,7 +301,14 @@ int run_schedule(schedule_cli& a) {
                              s, c.microbatches - 1));
   // Policy names and parameters are checked before anything runs, so they count as bad input.
   params.ranks = c.ranks;
+  if (!a.virtual_given) // the V shapes run two chunks without being told
+    if (auto v = runnable_chunks(policy, params, {1, 2}))
+      c.chunks = *v;
   params.chunks = c.chunks;
+  if (policy == "all" && (seeds > 0 || !save_table.empty()))
+    return bad("--policy all runs every policy side by side; --compare and --save-table need one policy");
+  if (policy == "all")
+    return compare_policies(c, params, json, a.activation_bytes);
   if (auto probe = make_policy(policy, params); !probe)
     return bad(probe.error().message);
   if (!outputs_writable("schedule", {save_table}))
@@ -243,9 +326,9 @@ int run_schedule(schedule_cli& a) {
                            "are too large to add up; scale them down",
                            r->makespan));
   if (json)
-    fmt::print("{}\n", run_json(c, policy, *r, timeline).dump(2));
+    fmt::print("{}\n", run_json(c, policy, *r, timeline, a.activation_bytes).dump(2));
   else
-    print_run(c, policy, *r, timeline);
+    print_run(c, policy, *r, timeline, a.activation_bytes);
   if (!save_table.empty()) {
     std::FILE* out = std::fopen(save_table.c_str(), "w");
     if (!out) {
@@ -269,7 +352,11 @@ command_action define_schedule(CLI::App& app) {
   a->c.ranks = 0;
   a->c.microbatches = 0;
   describe(app, schedule_description, schedule_footer);
-  app.add_option("--policy", a->policy, "gpipe, 1f1b, interleaved_1f1b, zb_h1, table (or a plugin's)")
+  app
+    .add_option("--policy", a->policy,
+                "gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv, v_half, v_min, table\n"
+                "(or a plugin's); `all`: each one's bubble, peak activations\n"
+                "and pipeline traffic side by side")
     ->option_text("P")
     ->required();
   app.add_option("--plugin", a->plugins, "load a plugin first, so its policies can be named (repeatable)")
@@ -283,14 +370,19 @@ command_action define_schedule(CLI::App& app) {
             "microbatches per step m (as in a graph file)")
     ->option_text("M")
     ->required();
-  add_count(app, "--virtual", a->c.chunks, 1, limits::max_virtual,
-            "model chunks per rank (interleaved_1f1b), default 1")
-    ->option_text("V");
+  auto* virt = add_count(app, "--virtual", a->c.chunks, 1, limits::max_virtual,
+                         "model chunks per rank (interleaved_1f1b; zbv, v_half and\n"
+                         "v_min run 2), default 1, or 2 for a policy that runs only 2")
+                 ->option_text("V");
   app
     .add_option("--costs", a->costs,
                 "a rank's forward, backward (= I + W) and weight-gradient cost\n"
                 "for one microbatch, default 1,2,1 (a chunk costs 1/V of it)")
     ->option_text("F,B,W");
+  add_number(app, "--activation-bytes", a->activation_bytes, 0, HUGE_VAL, false,
+             "bytes of one microbatch's activation (and gradient) sent\n"
+             "between ranks, for the pipeline traffic; default 1048576")
+    ->option_text("B");
   add_number(app, "--latency", a->c.latency, 0, HUGE_VAL, false, "time a message takes between ranks, default 0")
     ->option_text("L");
   auto repeatable = [&](const char* name, std::vector<std::string>& out, const char* text, const char* help) {
@@ -331,7 +423,10 @@ command_action define_schedule(CLI::App& app) {
                "...]}, \"makespan\", \"bubble\", \"peak_in_flight\", ...}, or with\n"
                "--compare {\"shape\", \"seeds\", \"records\": [{\"scenario\",\n"
                "\"policy\", \"emergent\", \"replayed\", ...}]}");
-  return [a] { return run_schedule(*a); };
+  return [a, virt] {
+    a->virtual_given = virt->count() > 0;
+    return run_schedule(*a);
+  };
 }
 
 } // namespace troupe::cli

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <sys/wait.h>
 #include <vector>
@@ -58,7 +59,7 @@ TEST_CASE("troupe schedule takes stragglers, replays tables and compares with th
 TEST_CASE("troupe schedule refuses bad input with exit code 2 and a reason") {
   auto unknown = run_troupe("schedule --policy 1f1c --stages 4 --microbatches 8");
   CHECK(unknown.code == 2);
-  CHECK(has(unknown, "unknown policy '1f1c' (known: 1f1b, gpipe, interleaved_1f1b, table, zb_h1"));
+  CHECK(has(unknown, "unknown policy '1f1c' (known: 1f1b, gpipe, interleaved_1f1b, table, v_half, v_min, zb_h1, zbv"));
   CHECK(run_troupe("schedule --policy 1f1b --stages 4").code == 2);
   CHECK(run_troupe("schedule --policy 1f1b --stages 4 --microbatches 8 --slow 9:2").code == 2);
   CHECK(run_troupe("schedule --policy 1f1b --stages 4 --microbatches 8 --costs 1,2").code == 2);
@@ -139,4 +140,32 @@ TEST_CASE("the example plugin builds out of the tree with the README's command a
   CHECK(r.code == 0);
   CHECK(has(r, "rank 1: 1F0 1B0"));
   std::filesystem::remove_all(out);
+}
+
+TEST_CASE("troupe schedule --policy all sets every policy's bubble, activations and traffic side by side") {
+  auto text = run_troupe("schedule --policy all --stages 4 --microbatches 8");
+  CHECK(text.code == 0);
+  CHECK(has(text, "peak activations (microbatches)"));
+  CHECK(has(text, "table              skipped: table: no schedule given"));
+  auto r = run_troupe("schedule --policy all --stages 4 --microbatches 8 --activation-bytes 1000 --json");
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  std::map<std::string, nlohmann::json> by;
+  for (const auto& row : j["policies"])
+    by[row["policy"]] = row;
+  REQUIRE(by.contains("zbv"));
+  REQUIRE(by.contains("1f1b"));
+  CHECK(by["zbv"]["chunks"] == 2);
+  CHECK(by["zbv"]["bubble_rate"].get<double>() <= 0.05);
+  CHECK(by["1f1b"]["bubble_rate"].get<double>() == doctest::Approx(3.0 / 8));
+  CHECK(by["1f1b"]["peak_activations"] == nlohmann::json{4, 3, 2, 1});
+  CHECK(by["zbv"]["peak_activations"] == nlohmann::json{4, 4, 4, 4});
+  CHECK(by["v_min"]["peak_activations"] == nlohmann::json{2, 2, 2, 2});
+  CHECK(by["zbv"]["pipeline_bytes"].get<double>() == 2 * by["1f1b"]["pipeline_bytes"].get<double>());
+  CHECK(by["1f1b"]["pipeline_messages"] == 2 * 8 * 3);
+  auto one = run_troupe("schedule --policy zbv --stages 4 --microbatches 8 --json"); // two chunks untold
+  REQUIRE(one.code == 0);
+  CHECK(nlohmann::json::parse(one.out)["bubble_rate"].get<double>() <= 0.05);
+  auto bad = run_troupe("schedule --policy all --stages 4 --microbatches 8 --compare 3");
+  CHECK(bad.code == 2);
 }

@@ -45,6 +45,12 @@ graph_vocabulary troupe_vocabulary() {
         return o.expected;
     return std::nullopt;
   };
+  v.check_schedule_shape = [](const std::string& schedule, int stages, int chunks) -> std::optional<std::string> {
+    sched::policy_params p;
+    p.ranks = stages, p.chunks = chunks;
+    auto made = sched::make_policy(schedule, p);
+    return made ? std::nullopt : std::optional{made.error().message};
+  };
   for (const auto& name : sched::routing_names())
     v.routing_options[name] = sched::routing_options(name);
   v.sim_devices = sched::device_preset_names();

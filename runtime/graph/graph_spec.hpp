@@ -400,7 +400,7 @@ private:
   const directory& indexed() const;
 };
 
-/// The schedule names every build knows: gpipe, 1f1b, interleaved_1f1b, zb_h1, table.
+/// The schedule names every build knows: gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv, v_half, v_min, table.
 const std::vector<std::string>& builtin_schedule_names();
 
 /// The `cluster:` line of to_yaml (empty when the section is absent).

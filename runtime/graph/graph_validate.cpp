@@ -245,11 +245,19 @@ void check_schedule_files(parsed_graph& pg, graph_reader& r) {
       r.error(pg.table_node, "pipeline.table",
               fmt::format("schedule table '{}' does not exist (relative to the graph file's folder)", p.table));
   }
-  if (p.virtual_stages > 1 && p.schedule != "interleaved_1f1b" && p.schedule != "table") // a table names chunks
-    r.error(child(pg.pipeline_node, "virtual"), "pipeline.virtual",
-            fmt::format("only the interleaved_1f1b and table schedules run several chunks per stage (the "
-                        "schedule is '{}')",
-                        p.schedule));
+}
+
+/// Why the schedule cannot run `virtual` chunks per stage, if it cannot; a table names its own chunks.
+std::optional<std::string> schedule_shape_problem(const pipeline_spec& p, const graph_vocabulary& vocab) {
+  if (p.schedule == "table")
+    return std::nullopt;
+  if (vocab.check_schedule_shape)
+    return vocab.check_schedule_shape(p.schedule, p.stages, p.virtual_stages);
+  if (p.virtual_stages > 1 && p.schedule != "interleaved_1f1b")
+    return fmt::format("only the interleaved_1f1b and table schedules run several chunks per stage (the schedule is "
+                       "'{}')",
+                       p.schedule);
+  return std::nullopt;
 }
 
 } // namespace
@@ -259,6 +267,10 @@ void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& 
   if (std::find(vocab.schedules.begin(), vocab.schedules.end(), p.schedule) == vocab.schedules.end())
     r.error(pg.schedule_node, "pipeline.schedule",
             fmt::format("unknown schedule '{}' {}", p.schedule, choices(p.schedule, vocab.schedules)));
+  else if (auto why = schedule_shape_problem(p, vocab)) {
+    auto at = child(pg.pipeline_node, "virtual");
+    r.error(at ? at : pg.schedule_node, "pipeline.virtual", *why);
+  }
   std::vector<std::string> types;
   for (const auto& [name, info] : vocab.actor_types)
     types.push_back(name);

@@ -21,8 +21,8 @@ enum class op_kind : char { forward = 'F', backward = 'B', input_grad = 'I', wei
 ///
 /// `stage` is the model-chunk (virtual stage) index as printed, not the rank:
 /// with p ranks and v chunks per rank, chunk c of rank r is virtual stage
-/// r + c*p (round-robin placement, Narayanan et al. 2021). Without
-/// interleaving the stage equals the rank.
+/// r + c*p (round-robin placement, Narayanan et al. 2021) or its V-shaped
+/// mirror (chunk_placement). Without interleaving the stage equals the rank.
 struct action {
   op_kind kind = op_kind::forward;
   int stage = 0;
@@ -37,6 +37,24 @@ struct action {
     return static_cast<char>(a.kind) <=> static_cast<char>(b.kind);
   }
 };
+
+/// Where a rank's model chunks sit along the pipeline. Round-robin (Narayanan
+/// et al. 2021): chunk c of rank r is virtual stage r + c*p. V-shaped (Qi et
+/// al. 2023, ZB-V): odd chunks run the ranks backwards, chunk c of rank r is
+/// c*p + r for even c and c*p + p - 1 - r for odd c, so with two chunks rank r
+/// holds stages r and 2p - 1 - r and the last chunk returns to rank 0.
+enum class chunk_placement { round_robin, v_shape };
+
+/// The virtual stage of chunk `chunk` of rank `rank` out of `ranks`.
+inline int virtual_stage(int rank, int ranks, int chunk, chunk_placement placement) {
+  bool back = placement == chunk_placement::v_shape && chunk % 2 == 1;
+  return chunk * ranks + (back ? ranks - 1 - rank : rank);
+}
+
+/// The rank that holds virtual stage `stage` (its chunk is stage / ranks).
+inline int rank_of_stage(int stage, int ranks, chunk_placement placement) {
+  return virtual_stage(stage % ranks, ranks, stage / ranks, placement) - stage / ranks * ranks;
+}
 
 /// Shorthands: `fwd(2, 0)` is `2F0`.
 inline action fwd(int stage, int mb) {

@@ -23,7 +23,7 @@ constexpr int next_replicas_key = std::numeric_limits<int>::max();
 
 stage_core::stage_core(stage_core_config cfg, policy_ptr policy, stage_core_hooks hooks)
     : cfg_(std::move(cfg)), policy_(std::move(policy)), hooks_(std::move(hooks)),
-      queue_(cfg_.rank, cfg_.ranks, 0, cfg_.chunks) {
+      queue_(cfg_.rank, cfg_.ranks, 0, cfg_.chunks, policy_ ? policy_->placement() : chunk_placement::round_robin) {
   if (!policy_)
     throw std::invalid_argument(fmt::format("{}: no stage policy", cfg_.name));
   work_.resize(static_cast<std::size_t>(cfg_.chunks));

@@ -1,5 +1,6 @@
 // The policy registry (names, summaries, option keys) and `table`; the rule
-// policies gpipe, 1f1b, interleaved_1f1b and zb_h1 live in rule_policies.cpp.
+// policies gpipe, 1f1b, interleaved_1f1b and zb_h1 live in rule_policies.cpp,
+// the V-shaped zbv, v_half and v_min in v_policies.cpp.
 #include "schedulers/policies/stage_policy.hpp"
 
 #include <charconv>
@@ -12,6 +13,7 @@
 #include "schedulers/policies/guided_policy.hpp"
 #include "schedulers/policies/rule_policies.hpp"
 #include "schedulers/policies/schedule_table.hpp"
+#include "schedulers/policies/v_policies.hpp"
 
 namespace troupe::sched {
 
@@ -89,6 +91,13 @@ struct registry {
     entries["zb_h1"] = {"backward split into I and W, W deferred into idle time (at most rank + 1), 1F1B's memory "
                         "(Qi et al. 2023)",
                         make_zb_h1, rule_options(true)};
+    entries["zbv"] = {"ZB-V: two chunks per rank in a V, backward split into I and W, W filling idle time, 1F1B's "
+                      "memory (Qi et al. 2023)",
+                      make_zbv, v_options()};
+    entries["v_half"] = {"the V rule within (p+2)//2 microbatches' activations, half of 1F1B's (Qi et al. 2024)",
+                         make_v_half, v_options()};
+    entries["v_min"] = {"the V rule within (p+4)//3 microbatches' activations, a third of 1F1B's (Qi et al. 2024)",
+                        make_v_min, v_options()};
     entries["table"] = {"replays an explicit per-rank action list from a file", make_table, {}};
   }
 };
@@ -119,6 +128,12 @@ expected<policy_ptr> make_policy(std::string_view name, const policy_params& par
     if (auto ok = check_policy_option(name, key, value); !ok)
       return ok.error();
   return factory(params);
+}
+
+chunk_placement policy_placement(std::string_view name, policy_params params) {
+  params.rank = 0;
+  auto made = make_policy(name, params);
+  return made ? (*made)->placement() : chunk_placement::round_robin;
 }
 
 void register_policy(std::string name, std::string summary, policy_factory factory,

@@ -69,6 +69,9 @@ public:
   virtual std::string_view name() const = 0;
   /// True when the policy splits backward into I and W (zb_h1); otherwise it runs B.
   virtual bool splits_backward() const { return false; }
+  /// Where the rank's chunks sit along the pipeline: the graph's expansion lays
+  /// the layers out so, and the queue names virtual stages so (chunk_placement).
+  virtual chunk_placement placement() const { return chunk_placement::round_robin; }
   /// The most activations (queue.in_flight(), all chunks) the policy ever holds; 0 means unbounded.
   virtual int in_flight_limit() const = 0;
   /// The action to run now, or std::nullopt to wait.
@@ -88,6 +91,10 @@ using policy_factory = std::function<expected<policy_ptr>(const policy_params&)>
 /// Makes the policy registered as `name` for one rank. Unknown names fail with
 /// the list of valid ones; bad parameters fail saying which and why.
 expected<policy_ptr> make_policy(std::string_view name, const policy_params& params);
+
+/// The chunk placement of policy `name` for `params`' shape (asked of the
+/// policy made for rank 0); round-robin when it cannot be made.
+chunk_placement policy_placement(std::string_view name, policy_params params);
 
 /// Adds (or replaces) a policy under `name` with the options it reads; plugins
 /// call this when loaded. Thread-safe.

@@ -8,8 +8,8 @@
 
 namespace troupe::sched {
 
-stage_queue::stage_queue(int rank, int ranks, int microbatches, int chunks)
-    : rank_(rank), ranks_(ranks), fixed_microbatches_(microbatches), chunks_(chunks) {
+stage_queue::stage_queue(int rank, int ranks, int microbatches, int chunks, chunk_placement placement)
+    : rank_(rank), ranks_(ranks), fixed_microbatches_(microbatches), chunks_(chunks), placement_(placement) {
   reset();
   step_ = 0;
 }

@@ -28,7 +28,8 @@ struct hop_info {
 ///
 /// Chunk c of rank r is virtual stage r + c*p (round-robin placement,
 /// Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on
-/// GPU Clusters Using Megatron-LM"); `action::stage` names it. Microbatches are
+/// GPU Clusters Using Megatron-LM") or, for a V-shaped policy, its mirror on
+/// odd chunks (chunk_placement); `action::stage` names it. Microbatches are
 /// the step's sequence numbers (any non-negative ints); how many visit this
 /// rank is not known in advance but told by the step's plan (`expect`). The
 /// actor drives it:
@@ -51,18 +52,22 @@ class stage_queue {
 public:
   /// `microbatches` > 0 fixes every step at that many microbatches per chunk on
   /// a chain (hop = stage), for harnesses and tests; 0 leaves each step's size to expect().
-  stage_queue(int rank, int ranks, int microbatches, int chunks = 1);
+  stage_queue(int rank, int ranks, int microbatches, int chunks = 1,
+              chunk_placement placement = chunk_placement::round_robin);
 
   int rank() const { return rank_; }
   int ranks() const { return ranks_; }
   int chunks() const { return chunks_; }
+  chunk_placement placement() const { return placement_; }
   /// Virtual stages in the whole pipeline: ranks * chunks.
   int stages() const { return ranks_ * chunks_; }
-  /// Virtual stage index of local chunk `chunk`: rank + chunk * ranks.
-  int stage_of(int chunk) const { return rank_ + chunk * ranks_; }
+  /// Virtual stage index of local chunk `chunk`: rank + chunk * ranks, or its V-shaped mirror.
+  int stage_of(int chunk) const { return virtual_stage(rank_, ranks_, chunk, placement_); }
   /// Local chunk of virtual stage `stage` (which this rank must own).
   int chunk_of(int stage) const { return stage / ranks_; }
-  bool owns(int stage) const { return stage >= 0 && stage < stages() && stage % ranks_ == rank_; }
+  bool owns(int stage) const {
+    return stage >= 0 && stage < stages() && rank_of_stage(stage, ranks_, placement_) == rank_;
+  }
   /// Counts reset() calls, so a policy can notice a new step.
   std::uint64_t step() const { return step_; }
 
@@ -171,6 +176,7 @@ private:
   void refresh_credit_gates();
 
   int rank_, ranks_, fixed_microbatches_, chunks_;
+  chunk_placement placement_;
   int planned_ = -1;
   std::vector<chunk_state> chunks_state_;
   std::map<int, int> credits_;

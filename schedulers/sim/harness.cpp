@@ -94,10 +94,11 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
   auto actor_of = [](int rank) { return rank + 1; };
   routing_params rp;
   rp.layers = p * v;
+  const auto placement = policies.front()->placement(); // layer s is virtual stage s
   for (int r = 0; r < p; ++r) {
     route_stage st{actor_of(r), fmt::format("s{}", r), {}};
     for (int k = 0; k < v; ++k)
-      st.chunks.emplace_back(r + k * p, r + k * p + 1);
+      st.chunks.emplace_back(virtual_stage(r, p, k, placement), virtual_stage(r, p, k, placement) + 1);
     rp.stages.push_back(std::move(st));
   }
   auto routing = make_routing("chain", rp);
@@ -138,11 +139,11 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
     hk.clock = [&now] { return now; };
     hk.forward = [&, me](int to, const msg_meta& msg) {
       if (to != me)
-        send(me, to, [&, to, msg] { stage(to).on_activation(msg); });
+        ++out.pipeline_messages, send(me, to, [&, to, msg] { stage(to).on_activation(msg); });
     };
     hk.backward = [&, me](int to, const msg_meta& msg) {
       if (to != me)
-        send(me, to, [&, to, msg] { stage(to).on_gradient(msg); });
+        ++out.pipeline_messages, send(me, to, [&, to, msg] { stage(to).on_gradient(msg); });
     };
     hk.credit = [&, me](int to, int count) {
       send(me, to, [&, to, me, count] {
@@ -223,6 +224,11 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
   if (!stuck.empty())
     return make_sched_error(fmt::format("simulate: the pipeline stalled with work left: {}", stuck));
   out.bubble_fraction = out.makespan > 0 ? 1.0 - out.busy / (p * out.makespan) : 0.0;
+  double longest = 0;
+  for (const auto& t : out.timeline)
+    if (!t.empty()) // finish order: the first action to end started first, a rank running one at a time
+      longest = std::max(longest, t.back().end - t.front().start);
+  out.bubble_rate = out.busy > 0 ? longest / (out.busy / p) - 1.0 : 0.0;
   return out;
 }
 

@@ -51,6 +51,15 @@ struct sim_result {
   /// Idle share of the ranks' time: 1 - busy / (ranks * makespan). With no
   /// latency GPipe and 1F1B reach (p-1)/(m+p-1) for any F:B ratio.
   double bubble_fraction = 0;
+  /// The papers' bubble rate (Qi et al. 2023 and 2024): the longest time a rank
+  /// spends from its first action's start to its last's end, over the mean work
+  /// per rank, minus 1. A step's start-up skew (rank r cannot start before its
+  /// input passed r ranks) is not counted: steps tile it when the optimizer does
+  /// not wait for them all. With equal costs 1F1B has (p-1)/m, ZB-H1 (p-1)/3m.
+  double bubble_rate = 0;
+  /// Activations and gradients sent between ranks (local hand-offs between a
+  /// rank's own chunks not counted): the step's pipeline traffic in microbatch-sized messages.
+  long pipeline_messages = 0;
   std::vector<int> peak_in_flight;       ///< most activations held at once, per rank
   std::vector<int> in_flight_limit;      ///< each rank's policy bound (0 = none)
   std::vector<int> peak_deferred_weight; ///< most deferred W passes at once, per rank
