@@ -65,6 +65,11 @@ void apply_overrides(YAML::Node root, const std::vector<std::string>& overrides,
 /// Reads the sections of `root` into `pg.graph` and the explicit entries.
 void parse_sections(parsed_graph& pg, graph_reader& r);
 
+/// The `data:` section: its source kind and that kind's settings (runtime/graph/graph_data.cpp).
+void parse_data(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
+/// The data file: a readable regular file, then the kind's check of its contents.
+void check_data(parsed_graph& pg, graph_reader& r);
+
 /// The `cluster:` section (runtime/graph/graph_cluster.cpp).
 void parse_cluster(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
 /// A channel's `bandwidth:` and `latency:` (runtime/graph/graph_cluster.cpp).
