@@ -51,7 +51,7 @@ sched::expected<sched::routing_ptr> make_loader_routing(const std::string& name,
 
 struct loader_settings {
   std::string name;
-  std::shared_ptr<const graph_spec> graph; ///< its data source is opened at start
+  std::shared_ptr<const graph_spec> graph;           ///< its data source is opened at start
   document_source documents = document_source::none; ///< data.documents: batches carry masks when set
   int context = 0;
   double val_fraction = 0.1;

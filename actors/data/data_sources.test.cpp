@@ -102,7 +102,7 @@ TEST_CASE("a uint16 and a uint32 token file, and llm.c's headered file, give the
 
 TEST_CASE("documents end after the end-of-text id of a token file") {
   temp_dir d;
-  write_tokens<std::uint16_t>(d.path / "a.bin", some_tokens(5000, 300, 299));
+  write_tokens<std::uint16_t>(d.path / "a.bin", some_tokens(5000, 299, 299)); // 299 only as the end of text
   auto r = load(fmt::format("{{tokens: {}, eot: 299, documents: eot, batch: 2}}", (d.path / "a.bin").string()));
   INFO(to_string(r.errors));
   REQUIRE(r.ok());
@@ -119,6 +119,7 @@ TEST_CASE("bad token files are refused at their key, naming the file and what is
   auto tokens = some_tokens(5000, 256);
   tokens[1234] = 400;
   write_tokens<std::uint16_t>(d.path / "bad.bin", tokens);
+  write_tokens<std::uint16_t>(d.path / "good.bin", some_tokens(5000, 256));
   struct bad_case {
     std::string data, key, message;
   };
@@ -129,10 +130,11 @@ TEST_CASE("bad token files are refused at their key, naming the file and what is
          {"{tokens: bad.bin, vocab: 256, batch: 2}", "data.tokens",
           "token file 'bad.bin': token 400 at index 1234 (byte 2468) is not below data.vocab 256"},
          {"{tokens: bad.bin, vocab: 512, batch: 2}", "data.vocab", "does not fit model.vocab 300"},
-         {"{tokens: bad.bin, dtype: uint32, batch: 2}", "data.tokens", "at index 0 (byte 0) is not below model.vocab 300"},
-         {"{tokens: bad.bin, eot: 300, batch: 2}", "data.eot", "end-of-text id 300 is not below model.vocab 300"},
-         {"{tokens: bad.bin, dtype: int8, batch: 2}", "data.dtype", "unknown dtype 'int8'"},
-         {"{tokens: bad.bin, field: text, batch: 2}", "data.field", "is a setting of data source 'jsonl'"},
+         {"{tokens: bad.bin, dtype: uint32, batch: 2}", "data.tokens",
+          "at index 0 (byte 0) is not below model.vocab 300"},
+         {"{tokens: good.bin, eot: 300, batch: 2}", "data.eot", "end-of-text id 300 is not below model.vocab 300"},
+         {"{tokens: good.bin, dtype: int8, batch: 2}", "data.dtype", "unknown dtype 'int8'"},
+         {"{tokens: good.bin, field: text, batch: 2}", "data.field", "is a setting of data source 'jsonl'"},
          {"{tokens: ., batch: 2}", "data.tokens", "is a directory, not a token file"},
          {"{tokens: /dev/zero, batch: 2}", "data.tokens", "is a device or other special file"},
        }) {

@@ -89,8 +89,12 @@ void check_jsonl(const graph_spec& g, diagnostics& out) {
 data_source_kind jsonl_source_kind() {
   auto options = tokenizer_options();
   options.insert(options.begin(), text_setting_spec("field", "the field of each record that holds its text", "text"));
-  return {{"jsonl", "jsonl", "JSON lines, one record a line, whose text field is tokenized", std::move(options),
-           {"eot"}, check_jsonl},
+  return {{"jsonl",
+           "jsonl",
+           "JSON lines, one record a line, whose text field is tokenized",
+           std::move(options),
+           {"eot"},
+           check_jsonl},
           open_jsonl};
 }
 

@@ -41,8 +41,8 @@ mapped_file::~mapped_file() {
     ::close(fd_);
 }
 
-void mapped_file::for_each_data(
-  std::size_t begin, const std::function<bool(std::size_t, std::span<const std::uint8_t>)>& visit) const {
+void mapped_file::for_each_data(std::size_t begin,
+                                const std::function<bool(std::size_t, std::span<const std::uint8_t>)>& visit) const {
   constexpr std::size_t piece = std::size_t{64} << 20;
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   for (std::size_t at = begin; at < size_;) {

@@ -124,9 +124,12 @@ token_corpus::token_corpus(const std::filesystem::path& path, int context, doubl
     : token_corpus(opened_source{std::make_unique<byte_stream>(path), nullptr}, context, val_fraction, seed) {}
 
 data_source_kind text_source_kind() {
-  return {{"text", "corpus",
+  return {{"text",
+           "corpus",
            "a text file (`kjv`: the King James Bible) read as bytes, or through a SentencePiece tokenizer",
-           tokenizer_options(), {"chapters"}, check_text},
+           tokenizer_options(),
+           {"chapters"},
+           check_text},
           open_text};
 }
 

@@ -47,8 +47,8 @@ std::optional<token_layout> layout_of(const mapped_file& f, const std::string& d
     if ((h[0] == llmc_gpt2_magic && h[1] == 1) || (h[0] == llmc_llama3_magic && h[1] == 7)) {
       std::size_t width = h[0] == llmc_gpt2_magic ? 2 : 4;
       if (width != l.width) {
-        why = fmt::format("token file '{}' has llm.c's header for uint{} tokens, but data.dtype is {}", name,
-                          width * 8, dtype);
+        why = fmt::format("token file '{}' has llm.c's header for uint{} tokens, but data.dtype is {}", name, width * 8,
+                          dtype);
         return std::nullopt;
       }
       l.header = llmc_header_bytes;
@@ -182,8 +182,8 @@ opened_source open_tokens(const graph_spec& g) {
 }
 
 /// One file's checks: its layout, its ids against the vocabulary, its length against the context.
-void check_file(const graph_spec& g, const std::filesystem::path& path, const std::string& name,
-                const std::string& key, bool held_out, diagnostics& out) {
+void check_file(const graph_spec& g, const std::filesystem::path& path, const std::string& name, const std::string& key,
+                bool held_out, diagnostics& out) {
   auto where = g.where(key);
   std::error_code ec;
   if (auto st = std::filesystem::status(path, ec); !std::filesystem::is_regular_file(st)) {
@@ -201,23 +201,23 @@ void check_file(const graph_spec& g, const std::filesystem::path& path, const st
       return;
     }
     if (auto bad = first_bad_token(f, *l, vocab_of(g))) {
-      out.push_back({where, key,
-                     fmt::format("token file '{}': token {} at index {} (byte {}) is not below {} {}", name,
-                                 bad->second, bad->first, l->header + bad->first * l->width, vocab_key(g),
-                                 vocab_of(g))});
+      out.push_back(
+        {where, key,
+         fmt::format("token file '{}': token {} at index {} (byte {}) is not below {} {}", name, bad->second,
+                     bad->first, l->header + bad->first * l->width, vocab_key(g), vocab_of(g))});
       return;
     }
     auto need = static_cast<std::size_t>(g.model.context) + 1;
-    auto train = held_out ? static_cast<std::size_t>(static_cast<double>(l->count) * (1.0 - g.data.val_fraction))
-                          : l->count;
+    auto train =
+      held_out ? static_cast<std::size_t>(static_cast<double>(l->count) * (1.0 - g.data.val_fraction)) : l->count;
     if (train < need || (held_out && l->count - train < need))
-      out.push_back({where, key,
-                     fmt::format("token file '{}' holds {} tokens: too short for context {}{} (each part needs "
-                                 "context + 1 = {} tokens)",
-                                 name, l->count, g.model.context,
-                                 held_out ? fmt::format(" with a {:.0f}% validation split", g.data.val_fraction * 100)
-                                          : "",
-                                 need)});
+      out.push_back(
+        {where, key,
+         fmt::format("token file '{}' holds {} tokens: too short for context {}{} (each part needs "
+                     "context + 1 = {} tokens)",
+                     name, l->count, g.model.context,
+                     held_out ? fmt::format(" with a {:.0f}% validation split", g.data.val_fraction * 100) : "",
+                     need)});
   } catch (const std::exception& e) {
     out.push_back({where, key, e.what()});
   }
@@ -248,18 +248,18 @@ void check_tokens(const graph_spec& g, diagnostics& out) {
 
 data_source_kind token_file_source_kind() {
   auto vocab = int_setting_spec("vocab", "the vocabulary the ids come from (default: model.vocab)", 0, 2, 1ll << 32);
-  auto eot = int_setting_spec("eot", "the end-of-text id: documents end after it (`documents: eot`)", 0, 0,
-                              (1ll << 32) - 1);
+  auto eot =
+    int_setting_spec("eot", "the end-of-text id: documents end after it (`documents: eot`)", 0, 0, (1ll << 32) - 1);
   vocab.fallback.clear(), eot.fallback.clear();
-  return {{"tokens",
-           "tokens",
-           "a file of token ids as nanoGPT and llm.c write them (uint16 or uint32, little-endian), memory-mapped",
-           {choice_setting_spec("dtype", "the width of a token id", {"uint16", "uint32"}), vocab,
-            file_setting_spec("val_tokens", "a token file to validate on (default: the last val_fraction of tokens)"),
-            eot},
-           {"eot"},
-           check_tokens},
-          open_tokens};
+  return {
+    {"tokens",
+     "tokens",
+     "a file of token ids as nanoGPT and llm.c write them (uint16 or uint32, little-endian), memory-mapped",
+     {choice_setting_spec("dtype", "the width of a token id", {"uint16", "uint32"}), vocab,
+      file_setting_spec("val_tokens", "a token file to validate on (default: the last val_fraction of tokens)"), eot},
+     {"eot"},
+     check_tokens},
+    open_tokens};
 }
 
 } // namespace troupe

@@ -54,8 +54,7 @@ std::string train_type(const graph_spec& g) {
 }
 
 /// Loads a model file; the SentencePiece status text on failure.
-std::unique_ptr<sentencepiece::SentencePieceProcessor> load_model(const std::filesystem::path& file,
-                                                                  std::string& why) {
+std::unique_ptr<sentencepiece::SentencePieceProcessor> load_model(const std::filesystem::path& file, std::string& why) {
   auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
   if (std::error_code ec; !std::filesystem::is_regular_file(file, ec)) {
     why = std::filesystem::exists(file, ec) ? "not a regular file" : "no such file";
@@ -63,6 +62,7 @@ std::unique_ptr<sentencepiece::SentencePieceProcessor> load_model(const std::fil
   }
   if (auto st = sp->Load(file.string()); !st.ok()) {
     why = st.ToString();
+    why.erase(why.find_last_not_of(" \n") + 1);
     return nullptr;
   }
   return sp;
@@ -110,12 +110,13 @@ private:
 
 std::vector<option_spec> tokenizer_options() {
   auto vocab = int_setting_spec("tokenizer.train.vocab",
-                                "train a SentencePiece model of this many pieces on the corpus (once: it is cached)",
-                                0, 2, 1 << 20);
+                                "train a SentencePiece model of this many pieces on the corpus (once: it is cached)", 0,
+                                2, 1 << 20);
   auto type = choice_setting_spec("tokenizer.train.type", "the SentencePiece model type to train", {"bpe", "unigram"});
   vocab.fallback.clear(), type.fallback.clear(); // absent: bytes, and a graph's expanded form stays as written
   return {file_setting_spec("tokenizer.model", "a SentencePiece model file (.model) that tokenizes the text"), vocab,
-          type, file_setting_spec("tokenizer.cache", "the folder a trained model is cached in (default: beside the corpus)")};
+          type,
+          file_setting_spec("tokenizer.cache", "the folder a trained model is cached in (default: beside the corpus)")};
 }
 
 bool uses_sentencepiece(const graph_spec& g) {
@@ -128,8 +129,8 @@ void check_tokenizer(const graph_spec& g, diagnostics& out) {
   bool trains = train != nullptr;
   const int vocab = g.model.vocab;
   if (model && trains) {
-    out.push_back({g.where("data.tokenizer"), "data.tokenizer",
-                   "give either 'model: FILE' or 'train: {vocab: N}', not both"});
+    out.push_back(
+      {g.where("data.tokenizer"), "data.tokenizer", "give either 'model: FILE' or 'train: {vocab: N}', not both"});
     return;
   }
   if (model) {
@@ -185,7 +186,8 @@ std::unique_ptr<tokenizer> make_tokenizer(const graph_spec& g, const text_pieces
         throw std::runtime_error(fmt::format("{}: cannot cache the trained tokenizer", tmp.string()));
       std::filesystem::rename(tmp, file, ec); // atomic: a concurrent run reads a whole model or none
       if (ec)
-        throw std::runtime_error(fmt::format("{}: cannot cache the trained tokenizer: {}", file.string(), ec.message()));
+        throw std::runtime_error(
+          fmt::format("{}: cannot cache the trained tokenizer: {}", file.string(), ec.message()));
     }
   }
   std::string why;

@@ -61,14 +61,18 @@ void read_nested(const YAML::Node& map, const std::string& path, const std::stri
   std::vector<std::string> below;
   for (const auto& o : kind.options)
     if (o.key.starts_with(full + "."))
-      below.push_back(std::string{head_of(std::string_view{o.key}.substr(full.size() + 1))});
+      if (auto h = std::string{head_of(std::string_view{o.key}.substr(full.size() + 1))};
+          std::find(below.begin(), below.end(), h) == below.end())
+        below.push_back(h);
   auto v = child(map, key);
   auto kpath = join_path(path, key);
   if (below.empty()) {
     std::vector<std::string> known;
     for (const auto& o : kind.options)
-      if (o.key.starts_with(prefix + ".") && o.key.find('.', prefix.size() + 1) == std::string::npos)
-        known.push_back(o.key.substr(prefix.size() + 1));
+      if (o.key.starts_with(prefix + "."))
+        if (auto h = std::string{head_of(std::string_view{o.key}.substr(prefix.size() + 1))};
+            std::find(known.begin(), known.end(), h) == known.end())
+          known.push_back(h);
     r.error(v, kpath, fmt::format("unknown key '{}' {}", key, choices(key, known)));
     return;
   }
@@ -93,6 +97,26 @@ std::vector<std::string> owners_of(const std::vector<data_source_info>& kinds, s
 
 void parse_data(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   auto& d = pg.graph.data;
+  pg.data_node.reset(n);
+  if (!n.IsMap())
+    return; // reported by parse_data_source, with the keys it knows
+  r.require(n, "data", "batch");
+  r.get_int(n, "data", "batch", d.batch, 1, max_batch);
+  std::int64_t seed = static_cast<std::int64_t>(d.seed);
+  if (r.get_int(n, "data", "seed", seed, 0, std::numeric_limits<std::int64_t>::max()))
+    d.seed = static_cast<std::uint64_t>(seed);
+  r.get_double(n, "data", "val_fraction", d.val_fraction, 0.0, 0.5);
+  const std::vector<std::string> deals{"in_order", "heaviest_first"};
+  if (auto deal = child(n, "deal");
+      deal && r.get_string(n, "data", "deal", d.deal) && std::find(deals.begin(), deals.end(), d.deal) == deals.end())
+    r.error(deal, "data.deal", fmt::format("unknown deal '{}' {}", d.deal, choices(d.deal, deals)));
+}
+
+void parse_data_source(parsed_graph& pg, graph_reader& r) {
+  auto& d = pg.graph.data;
+  const YAML::Node& n = pg.data_node;
+  if (!n)
+    return; // a missing section is reported with the others
   auto kinds = data_sources();
   std::vector<std::string> known = common_keys;
   for (const auto& k : kinds) {
@@ -111,6 +135,7 @@ void parse_data(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     for (const auto& k : kinds)
       if (it->first.IsScalar() && it->first.Scalar() == k.key) {
         if (kind && kind != &k)
+          pg.data_conflict = true,
           r.error(it->first, join_path("data", k.key),
                   fmt::format("a run reads one data source: '{}' and '{}' are both written", kind->key, k.key));
         else
@@ -157,18 +182,12 @@ void parse_data(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     if (auto v = d.options.find(o.key); o.file && v != d.options.end())
       v->second = pg.resolve(v->second).string();
   }
-  r.require(n, "data", "batch");
   if (auto file = child(n, kind->key)) {
     r.get_string(n, "data", kind->key, d.corpus);
     pg.corpus_node.reset(file);
   } else if (kind->key != "corpus") { // only the byte corpus has a default file
     r.error(n, join_path("data", kind->key), fmt::format("missing required key '{}'", kind->key));
   }
-  r.get_int(n, "data", "batch", d.batch, 1, max_batch);
-  std::int64_t seed = static_cast<std::int64_t>(d.seed);
-  if (r.get_int(n, "data", "seed", seed, 0, std::numeric_limits<std::int64_t>::max()))
-    d.seed = static_cast<std::uint64_t>(seed);
-  r.get_double(n, "data", "val_fraction", d.val_fraction, 0.0, 0.5);
   // The names actors/documents.hpp reads (document_source_names()) that this kind cuts.
   std::vector<std::string> sources{"none", "long_tail"};
   sources.insert(sources.end(), kind->documents.begin(), kind->documents.end());
@@ -177,18 +196,17 @@ void parse_data(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
     r.error(docs, "data.documents",
             fmt::format("data source '{}' cannot cut documents '{}' {}", kind->name, d.documents,
                         choices(d.documents, sources)));
-  const std::vector<std::string> deals{"in_order", "heaviest_first"};
-  if (auto deal = child(n, "deal");
-      deal && r.get_string(n, "data", "deal", d.deal) && std::find(deals.begin(), deals.end(), d.deal) == deals.end())
-    r.error(deal, "data.deal", fmt::format("unknown deal '{}' {}", d.deal, choices(d.deal, deals)));
 }
 
 void check_data(parsed_graph& pg, graph_reader& r) {
   auto& d = pg.graph.data;
+  if (pg.data_conflict)
+    return; // which file to check is not known
   auto path = join_path("data", d.source_key);
   YAML::Node at = pg.corpus_node ? pg.corpus_node : child(pg.root, "data");
   std::error_code ec;
-  auto noun = d.source_key + " file"; // "corpus file", "tokens file", "jsonl file"
+  auto noun =
+    d.source_key == "tokens" ? std::string{"token file"} : d.source_key + " file"; // "corpus file", "jsonl file"
   if (d.source_key == "corpus" && d.corpus == "kjv") {
     d.corpus_path = default_corpus_path();
     if (!std::filesystem::is_regular_file(d.corpus_path, ec)) {
@@ -205,8 +223,9 @@ void check_data(parsed_graph& pg, graph_reader& r) {
       auto kind = d.source_key == "tokens" ? "token" : "text";
       auto what = !std::filesystem::exists(st)        ? std::string{"does not exist"}
                   : std::filesystem::is_directory(st) ? fmt::format("is a directory, not a {} file", kind)
-                  : std::filesystem::is_fifo(st)      ? fmt::format("is a FIFO (a pipe), not a {} file", kind)
-                                                 : fmt::format("is a device or other special file, not a {} file", kind);
+                  : std::filesystem::is_fifo(st)
+                    ? fmt::format("is a FIFO (a pipe), not a {} file", kind)
+                    : fmt::format("is a device or other special file, not a {} file", kind);
       r.error(at, path,
               fmt::format("{} '{}' {} (a path is relative to the graph file's folder{})", noun, d.corpus, what,
                           d.source_key == "corpus" ? "; 'kjv' names the default corpus" : ""));

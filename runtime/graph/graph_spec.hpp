@@ -40,7 +40,7 @@ struct data_spec {
   /// The source's own settings (`dtype`, `tokenizer.model`, ...), each written or
   /// its default, as text; files resolved against the graph file's folder.
   std::map<std::string, std::string> options;
-  int batch = 0;                     ///< sequences per microbatch (required)
+  int batch = 0; ///< sequences per microbatch (required)
   std::uint64_t seed = 1;
   double val_fraction = 0.1; ///< tail of the corpus held out for validation, in [0, 0.5]
   /// How the corpus is cut into documents, whose tokens attend only within their
