@@ -84,6 +84,19 @@ void read_nested(const YAML::Node& map, const std::string& path, const std::stri
       read_nested(v, kpath, it->first.Scalar(), full, kind, out, r);
 }
 
+/// The keys `data:` takes with `kind`: its file key and settings, the shared keys, the other kinds' file keys.
+std::vector<std::string> keys_of(const data_source_info& kind, const std::vector<data_source_info>& kinds) {
+  std::vector<std::string> out{kind.key};
+  for (const auto& o : kind.options)
+    if (auto h = std::string{head_of(o.key)}; std::find(out.begin(), out.end(), h) == out.end())
+      out.push_back(h);
+  out.insert(out.end(), common_keys.begin(), common_keys.end());
+  for (const auto& k : kinds)
+    if (&k != &kind)
+      out.push_back(k.key);
+  return out;
+}
+
 /// The kinds whose options include the top-level key `key`.
 std::vector<std::string> owners_of(const std::vector<data_source_info>& kinds, std::string_view key) {
   std::vector<std::string> out;
@@ -174,7 +187,8 @@ void parse_data_source(parsed_graph& pg, graph_reader& r) {
               fmt::format("'{}' is a setting of data source {}, not of '{}' ({}: FILE)", key, fmt::join(owners, ", "),
                           kind->name, kind->key));
     else
-      r.error(it->first, join_path("data", key), fmt::format("unknown key '{}' {}", key, choices(key, known)));
+      r.error(it->first, join_path("data", key),
+              fmt::format("unknown key '{}' {}", key, choices(key, keys_of(*kind, kinds))));
   }
   for (const auto& o : kind->options) {
     if (!o.fallback.empty())
@@ -189,13 +203,17 @@ void parse_data_source(parsed_graph& pg, graph_reader& r) {
     r.error(n, join_path("data", kind->key), fmt::format("missing required key '{}'", kind->key));
   }
   // The names actors/documents.hpp reads (document_source_names()) that this kind cuts.
-  std::vector<std::string> sources{"none", "long_tail"};
+  std::vector<std::string> sources{"none"};
   sources.insert(sources.end(), kind->documents.begin(), kind->documents.end());
+  sources.push_back("long_tail");
+  const std::vector<std::string> every{"none", "chapters", "long_tail", "eot"};
   if (auto docs = child(n, "documents"); docs && r.get_string(n, "data", "documents", d.documents) &&
                                          std::find(sources.begin(), sources.end(), d.documents) == sources.end())
     r.error(docs, "data.documents",
-            fmt::format("data source '{}' cannot cut documents '{}' {}", kind->name, d.documents,
-                        choices(d.documents, sources)));
+            std::find(every.begin(), every.end(), d.documents) == every.end()
+              ? fmt::format("unknown document source '{}' {}", d.documents, choices(d.documents, sources))
+              : fmt::format("data source '{}' cannot cut documents '{}' {}", kind->name, d.documents,
+                            choices(d.documents, sources)));
 }
 
 void check_data(parsed_graph& pg, graph_reader& r) {
