@@ -10,21 +10,14 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "actors/builtin.hpp"
 #include "actors/data/token_corpus.hpp"
 #include "actors/data/tokenizer.hpp"
-#include "runtime/actor/registry.hpp"
+#include "tests/data_graph.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() / fmt::format("troupe_sources_{}", ::getpid());
-  temp_dir() { fs::remove_all(path), fs::create_directories(path); }
-  ~temp_dir() { fs::remove_all(path); }
-};
 
 /// Token ids 0 .. vocab - 1 from a xorshift, with `eot` after every 50th when given.
 std::vector<std::uint32_t> some_tokens(std::size_t n, std::uint32_t vocab, std::int64_t eot = -1) {
@@ -51,17 +44,6 @@ void write_tokens(const fs::path& p, const std::vector<std::uint32_t>& tokens, b
   }
 }
 
-load_result load(const std::string& data, int vocab = 300, const fs::path& dir = fs::temp_directory_path()) {
-  register_builtin_actors();
-  load_options opts;
-  opts.vocabulary = [] { return make_vocabulary(); };
-  auto text = fmt::format("model: {{layers: 2, d_model: 32, heads: 2, context: 16, vocab: {}}}\n"
-                          "data: {}\n"
-                          "train: {{steps: 2}}\n",
-                          vocab, data);
-  return load_graph_text(text, dir / "g.yaml", opts);
-}
-
 std::vector<std::int32_t> row(const tensor_handle& h, int r, int n) {
   return {h.data<std::int32_t>() + r * n, h.data<std::int32_t>() + (r + 1) * n};
 }
@@ -85,14 +67,15 @@ void check_windows(const graph_spec& g, const std::vector<std::uint32_t>& tokens
 } // namespace
 
 TEST_CASE("a uint16 and a uint32 token file, and llm.c's headered file, give the file's tokens") {
-  temp_dir d;
+  testing::scratch_dir d{"sources"};
   auto tokens = some_tokens(5000, 300);
   write_tokens<std::uint16_t>(d.path / "a.bin", tokens);
   write_tokens<std::uint32_t>(d.path / "b.bin", tokens);
   write_tokens<std::uint16_t>(d.path / "c.bin", tokens, true);
   for (auto [file, dtype] : {std::pair{"a.bin", "uint16"}, {"b.bin", "uint32"}, {"c.bin", "uint16"}}) {
     CAPTURE(file);
-    auto r = load(fmt::format("{{tokens: {}, dtype: {}, vocab: 300, batch: 2}}", (d.path / file).string(), dtype));
+    auto r = testing::load_data_graph(
+      fmt::format("{{tokens: {}, dtype: {}, vocab: 300, batch: 2}}", (d.path / file).string(), dtype), d.path);
     INFO(to_string(r.errors));
     REQUIRE(r.ok());
     CHECK(r.graph->data.source == "tokens");
@@ -101,9 +84,10 @@ TEST_CASE("a uint16 and a uint32 token file, and llm.c's headered file, give the
 }
 
 TEST_CASE("documents end after the end-of-text id of a token file") {
-  temp_dir d;
+  testing::scratch_dir d{"sources"};
   write_tokens<std::uint16_t>(d.path / "a.bin", some_tokens(5000, 299, 299)); // 299 only as the end of text
-  auto r = load(fmt::format("{{tokens: {}, eot: 299, documents: eot, batch: 2}}", (d.path / "a.bin").string()));
+  auto r = testing::load_data_graph(
+    fmt::format("{{tokens: {}, eot: 299, documents: eot, batch: 2}}", (d.path / "a.bin").string()), d.path);
   INFO(to_string(r.errors));
   REQUIRE(r.ok());
   token_corpus c(open_data_source(*r.graph), 16, 0.1, 1);
@@ -113,7 +97,7 @@ TEST_CASE("documents end after the end-of-text id of a token file") {
 }
 
 TEST_CASE("bad token files are refused at their key, naming the file and what is wrong") {
-  temp_dir d;
+  testing::scratch_dir d{"sources"};
   std::ofstream(d.path / "empty.bin");
   std::ofstream(d.path / "odd.bin") << "abcde";
   auto tokens = some_tokens(5000, 256);
@@ -139,7 +123,7 @@ TEST_CASE("bad token files are refused at their key, naming the file and what is
          {"{tokens: /dev/zero, batch: 2}", "data.tokens", "is a device or other special file"},
        }) {
     CAPTURE(c.data);
-    auto r = load(c.data, 300, d.path);
+    auto r = testing::load_data_graph(c.data, d.path);
     REQUIRE(r.errors.size() == 1);
     CHECK(r.errors[0].path == c.key);
     CHECK(r.errors[0].pos.line == 2);
@@ -148,14 +132,14 @@ TEST_CASE("bad token files are refused at their key, naming the file and what is
 }
 
 TEST_CASE("a sparse 10 GB token file is checked without reading it: quickly and in little memory") {
-  temp_dir d;
+  testing::scratch_dir d{"sources"};
   auto p = d.path / "huge.bin";
   std::ofstream(p).close();
   fs::resize_file(p, std::uintmax_t{10} << 30); // truncate: a hole, no blocks on disk
   rusage before{};
   ::getrusage(RUSAGE_SELF, &before);
   auto start = std::chrono::steady_clock::now();
-  auto r = load(fmt::format("{{tokens: {}, batch: 2}}", p.string()));
+  auto r = testing::load_data_graph(fmt::format("{{tokens: {}, batch: 2}}", p.string()), d.path);
   auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   rusage after{};
   ::getrusage(RUSAGE_SELF, &after);
@@ -168,10 +152,11 @@ TEST_CASE("a sparse 10 GB token file is checked without reading it: quickly and 
 }
 
 TEST_CASE("JSON lines give each record's text field, one document each, and a bad line is refused with its number") {
-  temp_dir d;
+  testing::scratch_dir d{"sources"};
   std::ofstream(d.path / "a.jsonl") << "{\"text\": \"In the beginning God created the heaven and the earth.\", "
                                        "\"id\": 1}\n\n{\"id\": 2, \"text\": \"And the earth was without form.\"}\n";
-  auto r = load(fmt::format("{{jsonl: {}, batch: 2, val_fraction: 0.5}}", (d.path / "a.jsonl").string()));
+  auto r = testing::load_data_graph(
+    fmt::format("{{jsonl: {}, batch: 2, val_fraction: 0.5}}", (d.path / "a.jsonl").string()), d.path);
   INFO(to_string(r.errors));
   REQUIRE(r.ok());
   auto opened = open_data_source(*r.graph);
@@ -188,7 +173,7 @@ TEST_CASE("JSON lines give each record's text field, one document each, and a ba
   for (auto [file, message] : {std::pair{"b.jsonl", "line 2 has no text field 'text'"},
                                {"c.jsonl", "line 2 is not JSON"},
                                {"e.jsonl", "jsonl file 'e.jsonl' is empty"}}) {
-    auto bad = load(fmt::format("{{jsonl: {}, batch: 2}}", file), 300, d.path);
+    auto bad = testing::load_data_graph(fmt::format("{{jsonl: {}, batch: 2}}", file), d.path);
     REQUIRE(bad.errors.size() == 1);
     CHECK(bad.errors[0].path == "data.jsonl");
     CHECK(bad.errors[0].message.find(message) != std::string::npos);

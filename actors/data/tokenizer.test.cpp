@@ -7,21 +7,14 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "actors/builtin.hpp"
 #include "actors/data/token_corpus.hpp"
 #include "actors/data/tokenizer.hpp"
-#include "runtime/actor/registry.hpp"
+#include "tests/data_graph.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() / fmt::format("troupe_tokenizer_{}", ::getpid());
-  temp_dir() { fs::remove_all(path), fs::create_directories(path); }
-  ~temp_dir() { fs::remove_all(path); }
-};
 
 /// Some word-like text: words of two or three syllables drawn by a xorshift, in
 /// lines, with a chapter header every 40 lines.
@@ -42,17 +35,6 @@ void write_text(const fs::path& p, int lines) {
   }
 }
 
-load_result load(const std::string& data, const fs::path& dir, int vocab = 300) {
-  register_builtin_actors();
-  load_options opts;
-  opts.vocabulary = [] { return make_vocabulary(); };
-  auto text = fmt::format("model: {{layers: 2, d_model: 32, heads: 2, context: 16, vocab: {}}}\n"
-                          "data: {}\n"
-                          "train: {{steps: 2}}\n",
-                          vocab, data);
-  return load_graph_text(text, dir / "g.yaml", opts);
-}
-
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -61,11 +43,11 @@ std::string slurp(const fs::path& p) {
 } // namespace
 
 TEST_CASE("a tokenizer trained on the corpus is deterministic, cached by the corpus's hash and reused") {
-  temp_dir d;
+  testing::scratch_dir d{"tokenizer"};
   write_text(d.path / "corpus.txt", 400);
   fs::create_directories(d.path / "one"), fs::create_directories(d.path / "two");
   auto graph = [&](const std::string& cache, int vocab) {
-    auto r = load(
+    auto r = testing::load_data_graph(
       fmt::format("{{corpus: corpus.txt, tokenizer: {{train: {{vocab: {}}}, cache: {}}}, batch: 2}}", vocab, cache),
       d.path);
     INFO(to_string(r.errors));
@@ -102,10 +84,11 @@ TEST_CASE("a tokenizer trained on the corpus is deterministic, cached by the cor
 }
 
 TEST_CASE("a tokenizer model that does not load or does not fit model.vocab is refused at its key") {
-  temp_dir d;
+  testing::scratch_dir d{"tokenizer"};
   write_text(d.path / "corpus.txt", 400);
   std::ofstream(d.path / "junk.model") << "not a model";
-  auto trained = load("{corpus: corpus.txt, tokenizer: {train: {vocab: 250}, cache: .}, batch: 2}", d.path);
+  auto trained =
+    testing::load_data_graph("{corpus: corpus.txt, tokenizer: {train: {vocab: 250}, cache: .}, batch: 2}", d.path);
   REQUIRE(trained.ok());
   open_data_source(*trained.graph);
   fs::copy_file(trained_model_path(*trained.graph), d.path / "good.model");
@@ -127,7 +110,7 @@ TEST_CASE("a tokenizer model that does not load or does not fit model.vocab is r
          {"{corpus: corpus.txt, batch: 2}", "model.vocab", "vocab 200 is too small for the byte-level corpus", 200},
        }) {
     CAPTURE(c.data);
-    auto r = load(c.data, d.path, c.vocab);
+    auto r = testing::load_data_graph(c.data, d.path, c.vocab);
     REQUIRE(r.errors.size() == 1);
     CHECK(r.errors[0].path == c.key);
     CHECK_MESSAGE(r.errors[0].message.find(c.message) != std::string::npos, r.errors[0].message);

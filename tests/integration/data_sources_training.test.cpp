@@ -11,17 +11,12 @@
 #include <fmt/format.h>
 
 #include "tests/integration/run_text.hpp"
+#include "tests/data_graph.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() / fmt::format("troupe_data_sources_{}", ::getpid());
-  temp_dir() { fs::remove_all(path), fs::create_directories(path); }
-  ~temp_dir() { fs::remove_all(path); }
-};
 
 /// Words from a xorshift, so every kind has text with some structure to learn.
 std::string some_text(int lines, std::uint64_t seed) {
@@ -78,7 +73,7 @@ void trains_and_resumes(const std::string& data, const fs::path& dir, const std:
 } // namespace
 
 TEST_CASE("a token file trains over two replicas and two stages, and resumes exactly") {
-  temp_dir d;
+  testing::scratch_dir d{"data_sources"};
   auto text = some_text(600, 1);
   {
     std::ofstream out(d.path / "train.bin", std::ios::binary);
@@ -94,7 +89,7 @@ TEST_CASE("a token file trains over two replicas and two stages, and resumes exa
 }
 
 TEST_CASE("JSON lines train and resume exactly") {
-  temp_dir d;
+  testing::scratch_dir d{"data_sources"};
   {
     std::ofstream out(d.path / "records.jsonl");
     for (int i = 0; i < 200; ++i) {
@@ -107,7 +102,7 @@ TEST_CASE("JSON lines train and resume exactly") {
 }
 
 TEST_CASE("a text with a SentencePiece tokenizer trained on it trains and resumes exactly") {
-  temp_dir d;
+  testing::scratch_dir d{"data_sources"};
   std::ofstream(d.path / "corpus.txt") << some_text(1500, 7);
   trains_and_resumes("{corpus: corpus.txt, tokenizer: {train: {vocab: 80}}, batch: 4}", d.path);
 }
