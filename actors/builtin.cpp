@@ -1,6 +1,7 @@
 // The list of built-in actor types: one registration line per type.
 #include "actors/builtin.hpp"
 
+#include "actors/data/token_source.hpp"
 #include "schedulers/sync/sync_policy.hpp"
 
 namespace troupe {
@@ -8,7 +9,17 @@ namespace troupe {
 void register_builtin_actors() {
   static const bool once = [] {
     register_actor_type("data_loader", {spawn_data_loader, data_loader_info()},
-                        "byte-level batches from the corpus, sent on the first stage's credit");
+                        "batches from the data source, sent on the first stage's credit");
+    // The data source kinds: one registration line each; `data:` accepts each one's key and settings.
+    register_data_source(text_source_kind());
+    register_data_source(token_file_source_kind());
+    register_data_source(jsonl_source_kind());
+    set_data_sources([] {
+      std::vector<data_source_info> out;
+      for (const auto& k : registered_data_sources())
+        out.push_back(k.info);
+      return out;
+    });
     register_actor_type("pipeline_stage", {spawn_pipeline_stage, pipeline_stage_info()},
                         "a contiguous range of GPT layers with its optimizer shard and schedule policy");
     register_actor_type("allreduce_peer", {spawn_allreduce_peer, allreduce_peer_info()},

@@ -1,6 +1,6 @@
-// The data_loader actor: byte-level microbatches from the corpus, sent when the
-// first stage grants credit, with validation batches at each evaluation point,
-// and its corpus position in every checkpoint.
+// The data_loader actor: microbatches from the graph's data source (a text
+// corpus, a token file, JSON lines), sent when the first stage grants credit,
+// with validation batches at each evaluation point, and its position in every checkpoint.
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
-#include "actors/byte_corpus.hpp"
+#include "actors/data/token_corpus.hpp"
 #include "actors/skippipe_plan.hpp"
 #include "runtime/actor/messages.hpp"
 #include "runtime/actor/outer_messages.hpp"
@@ -51,7 +51,7 @@ sched::expected<sched::routing_ptr> make_loader_routing(const std::string& name,
 
 struct loader_settings {
   std::string name;
-  std::filesystem::path corpus;
+  std::shared_ptr<const graph_spec> graph;           ///< its data source is opened at start
   document_source documents = document_source::none; ///< data.documents: batches carry masks when set
   int context = 0;
   double val_fraction = 0.1;
@@ -84,7 +84,7 @@ struct loader_settings {
 };
 
 struct data_loader_state {
-  std::optional<byte_corpus> corpus;
+  std::optional<token_corpus> corpus;
   std::optional<sched::router_core> router;
   caf::actor runner;
   std::vector<caf::actor> actors;       ///< every actor of the graph, by index
@@ -367,10 +367,10 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
     [=](start_atom) {
       auto& st = self->state;
       try {
-        st.corpus.emplace(cfg.corpus, cfg.context, cfg.val_fraction, cfg.seed);
+        st.corpus.emplace(open_data_source(*cfg.graph), cfg.context, cfg.val_fraction, cfg.seed);
         st.corpus->set_documents(cfg.documents);
       } catch (const std::exception& e) {
-        fail(self, cfg, e.what());
+        fail(self, cfg, fmt::format("{}: {}", cfg.graph->data.corpus_path.string(), e.what()));
         return;
       }
       st.corpus->seek(st.resume_position);
@@ -486,6 +486,10 @@ actor_type_info data_loader_info() {
                                           {"pipeline.microbatches", std::to_string(g.pipeline.microbatches)}};
     if (g.data.documents != "none") // other masks, another run
       id["data.documents"] = g.data.documents;
+    if (g.data.source != "text") // other tokens, another run
+      id["data.source"] = g.data.source;
+    for (const auto& [key, value] : g.data.options)
+      id["data." + key] = value;
     if (g.data_parallel.replicas > 1) // a step hands out replicas × microbatches
       id["data_parallel.replicas"] = std::to_string(g.data_parallel.replicas);
     return id;
@@ -515,12 +519,6 @@ actor_type_info data_loader_info() {
                                      g.data.documents, s.name, s.device)});
           break;
         }
-    // Its tokens are the corpus's bytes: an embedding of fewer rows cannot take them.
-    if (g.model.vocab < 256)
-      out.push_back({g.where("model.vocab"), "model.vocab",
-                     fmt::format("vocab {} is too small for the byte-level corpus '{}': its tokens are bytes 0 to "
-                                 "255, so vocab must be at least 256",
-                                 g.model.vocab, g.data.corpus)});
   };
   return info;
 }
@@ -529,7 +527,7 @@ caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx) {
   const auto& g = ctx.graph;
   loader_settings cfg;
   cfg.name = ctx.spec.name;
-  cfg.corpus = g.data.corpus_path;
+  cfg.graph = std::make_shared<const graph_spec>(g);
   cfg.documents = parse_document_source(g.data.documents).value_or(document_source::none); // checked at load
   cfg.context = g.model.context;
   cfg.val_fraction = g.data.val_fraction;

@@ -9,7 +9,7 @@
 namespace troupe {
 
 const std::vector<std::string>& document_source_names() {
-  static const std::vector<std::string> names{"none", "chapters", "long_tail"};
+  static const std::vector<std::string> names{"none", "chapters", "long_tail", "eot"};
   return names;
 }
 
@@ -25,7 +25,7 @@ std::string_view to_string(document_source s) {
   return document_source_names()[static_cast<std::size_t>(s)];
 }
 
-std::vector<std::size_t> chapter_starts(const std::vector<std::uint8_t>& bytes) {
+std::vector<std::size_t> chapter_starts(std::span<const std::uint8_t> bytes) {
   std::vector<std::size_t> starts{0};
   bool after_blank = true, text_seen = false; // leading blank lines belong to the first document
   for (std::size_t i = 0; i < bytes.size();) {

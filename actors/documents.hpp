@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,7 @@ enum class document_source {
   chapters,  ///< the corpus's own boundaries: a header line (not indented, after a blank line) starts one,
              ///< the KJV's chapters ("Genesis 1"): 1189 of them, 1 to 14 KB
   long_tail, ///< synthetic lengths from a capped Pareto law (document_lengths_long_tail)
+  eot,       ///< the source's end-of-text marks: a token file's `eot:` id, each JSON-lines record
 };
 
 /// The names `data.documents` accepts, in document_source order.
@@ -26,7 +28,7 @@ std::string_view to_string(document_source s);
 
 /// Offsets (ascending, the first 0) where a chapter header line starts in `bytes`:
 /// a line at column 0 that is not blank and follows a blank line or the start.
-std::vector<std::size_t> chapter_starts(const std::vector<std::uint8_t>& bytes);
+std::vector<std::size_t> chapter_starts(std::span<const std::uint8_t> bytes);
 
 /// Document lengths in tokens, long-tailed like the pre-training mixes DistCA
 /// balances (Zhuang et al. 2025, arXiv:2510.18121, §2: most documents short, a

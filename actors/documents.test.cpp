@@ -9,14 +9,14 @@
 
 #include <doctest/doctest.h>
 
-#include "actors/byte_corpus.hpp"
+#include "actors/data/token_corpus.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "runtime/graph/graph_loader.hpp"
 
 using namespace troupe;
 
 TEST_CASE("the KJV's documents are its 1189 chapters, each starting at its header line") {
-  byte_corpus c(default_corpus_path(), 64, 0.1, 1);
+  token_corpus c(default_corpus_path(), 64, 0.1, 1);
   c.set_documents(document_source::chapters);
   const auto& starts = c.document_starts();
   CHECK(starts.size() == 1189);
@@ -78,7 +78,7 @@ TEST_CASE("a window's mask gives each token the start of its document, as the bo
 }
 
 TEST_CASE("batches carry document masks only when the corpus has documents") {
-  byte_corpus c(default_corpus_path(), 128, 0.1, 5);
+  token_corpus c(default_corpus_path(), 128, 0.1, 5);
   token_batch b;
   c.next_train(4, b);
   CHECK_FALSE(b.documents.defined());

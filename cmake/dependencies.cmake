@@ -49,6 +49,11 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx)
 add_library(troupe::ucx ALIAS PkgConfig::UCX)
 
+# SentencePiece (Debian's libsentencepiece-dev): the tokenizer a text or JSON-lines
+# data source loads or trains (actors/data/tokenizer.cpp), found through pkg-config.
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+add_library(troupe::sentencepiece ALIAS PkgConfig::SENTENCEPIECE)
+
 # Google Highway (Debian's libhwy-dev): the CPU kernels are written once and compiled
 # for every SIMD target; the best one the processor supports is chosen at run time.
 pkg_check_modules(HWY REQUIRED IMPORTED_TARGET libhwy)

@@ -7,7 +7,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 packages=(
   build-essential cmake ninja-build pkg-config git
   libcaf-dev libyaml-cpp-dev libfmt-dev doctest-dev nlohmann-json3-dev libcli11-dev
-  libopenblas-dev libhwy-dev libboost-dev libboost-system-dev libucx-dev
+  libopenblas-dev libhwy-dev libboost-dev libboost-system-dev libucx-dev libsentencepiece-dev
   bible-kjv
   chromium
 )

@@ -150,6 +150,7 @@ load_result load_graph_text(std::string_view text, const std::filesystem::path& 
     detail::parse_sections(pg, r);
     load_plugins(pg, opts, r);
     auto vocab = opts.vocabulary ? opts.vocabulary() : make_vocabulary();
+    detail::parse_data_source(pg, r);  // the kinds plugins registered count too
     detail::check_local_update(pg, r); // before expanders read the method's settings
     detail::expand(pg, vocab, r);
     detail::check_names(pg, vocab, r);

@@ -16,7 +16,6 @@ namespace {
 using namespace troupe::limits;
 
 const std::vector<std::string> model_keys{"layers", "d_model", "heads", "context", "vocab", "precision"};
-const std::vector<std::string> data_keys{"corpus", "batch", "seed", "val_fraction", "documents", "deal"};
 const std::vector<std::string> train_keys{"steps",      "lr",           "weight_decay", "warmup",
                                           "eval_every", "eval_batches", "grad_clip",    "init"};
 const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual", "table",
@@ -51,30 +50,6 @@ void parse_model(const YAML::Node& n, model_spec& m, graph_reader& r) {
             fmt::format("d_model {} is not divisible by heads {} (try d_model {} or heads {})", m.d_model, m.heads,
                         (m.d_model / m.heads + 1) * m.heads, divisor));
   }
-}
-
-void parse_data(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
-  auto& d = pg.graph.data;
-  if (!r.check_map(n, "data", data_keys))
-    return;
-  r.require(n, "data", "batch");
-  r.get_string(n, "data", "corpus", d.corpus);
-  pg.corpus_node.reset(child(n, "corpus"));
-  r.get_int(n, "data", "batch", d.batch, 1, max_batch);
-  std::int64_t seed = static_cast<std::int64_t>(d.seed);
-  if (r.get_int(n, "data", "seed", seed, 0, std::numeric_limits<std::int64_t>::max()))
-    d.seed = static_cast<std::uint64_t>(seed);
-  r.get_double(n, "data", "val_fraction", d.val_fraction, 0.0, 0.5);
-  // The names actors/documents.hpp reads (document_source_names()).
-  const std::vector<std::string> sources{"none", "chapters", "long_tail"};
-  if (auto docs = child(n, "documents"); docs && r.get_string(n, "data", "documents", d.documents) &&
-                                         std::find(sources.begin(), sources.end(), d.documents) == sources.end())
-    r.error(docs, "data.documents",
-            fmt::format("unknown document source '{}' {}", d.documents, choices(d.documents, sources)));
-  const std::vector<std::string> deals{"in_order", "heaviest_first"};
-  if (auto deal = child(n, "deal");
-      deal && r.get_string(n, "data", "deal", d.deal) && std::find(deals.begin(), deals.end(), d.deal) == deals.end())
-    r.error(deal, "data.deal", fmt::format("unknown deal '{}' {}", d.deal, choices(d.deal, deals)));
 }
 
 void parse_train(const YAML::Node& n, train_spec& t, graph_reader& r) {

@@ -48,8 +48,10 @@ struct parsed_graph {
         Undefined}; ///< `pipeline.routing` as a mapping: the policy's settings  ///< its keys are the method's: checked once plugins are loaded
   std::vector<YAML::Node> sim_base_nodes; ///< each `devices:` entry's `base` (or the entry)
   std::vector<YAML::Node> plugin_nodes;
-  std::filesystem::path base_dir; ///< the graph file's folder
-  bool duplicate_actors = false;  ///< reported; layer coverage is then not checked
+  std::filesystem::path base_dir;                  ///< the graph file's folder
+  bool duplicate_actors = false;                   ///< reported; layer coverage is then not checked
+  YAML::Node data_node{YAML::NodeType::Undefined}; ///< the `data:` section: its source is read after plugins load
+  bool data_conflict = false;                      ///< `data:` names two sources (reported); no file is checked
 
   /// A path written in the graph file (or a --set value): relative ones are
   /// relative to the graph file's folder, for every key that names a file.
@@ -64,6 +66,13 @@ void apply_overrides(YAML::Node root, const std::vector<std::string>& overrides,
 
 /// Reads the sections of `root` into `pg.graph` and the explicit entries.
 void parse_sections(parsed_graph& pg, graph_reader& r);
+
+/// The `data:` keys every source shares (runtime/graph/graph_data.cpp).
+void parse_data(parsed_graph& pg, const YAML::Node& n, graph_reader& r);
+/// Its source kind and that kind's settings: once plugins have registered theirs.
+void parse_data_source(parsed_graph& pg, graph_reader& r);
+/// The data file: a readable regular file, then the kind's check of its contents.
+void check_data(parsed_graph& pg, graph_reader& r);
 
 /// The `cluster:` section (runtime/graph/graph_cluster.cpp).
 void parse_cluster(parsed_graph& pg, const YAML::Node& n, graph_reader& r);

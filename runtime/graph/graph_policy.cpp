@@ -64,6 +64,12 @@ bool read_option(const YAML::Node& map, const std::string& path, std::string_vie
         out[o.key] = *text;
     }
     return true; // a bad name leaves the default: the rules between values still hold
+  case option_spec::kind::text:
+    if (auto text = r.as_string(n, kpath)) {
+      out[o.key] = *text;
+      return true;
+    }
+    return false;
   }
   return true;
 }

@@ -176,8 +176,10 @@ std::string to_yaml(const graph_spec& g) {
   out += fmt::format("model: {{layers: {}, d_model: {}, heads: {}, context: {}, vocab: {}, precision: {}}}\n", m.layers,
                      m.d_model, m.heads, m.context, m.vocab, to_string(m.precision));
   const auto& d = g.data;
-  out += fmt::format("data: {{corpus: {}, batch: {}, seed: {}, val_fraction: {}", scalar(d.corpus), d.batch, d.seed,
-                     d.val_fraction);
+  out += fmt::format("data: {{{}: {}", d.source_key, scalar(d.corpus));
+  for (const auto& [key, value] : d.options) // the source's own settings (nested ones by their dotted path)
+    out += fmt::format(", {}: {}", key, scalar(value));
+  out += fmt::format(", batch: {}, seed: {}, val_fraction: {}", d.batch, d.seed, d.val_fraction);
   out += d.documents == "none" ? "}" : fmt::format(", documents: {}}}", d.documents);
   out += d.corpus_path.empty() ? "\n" : fmt::format("  # {}\n", d.corpus_path.string());
   const auto& t = g.train;

@@ -30,16 +30,23 @@ struct model_spec {
   dtype precision = dtype::f32; ///< f32 or bf16
 };
 
-/// `data: {corpus, batch, seed, val_fraction, documents}`.
+/// `data: {corpus | tokens | jsonl, batch, seed, val_fraction, documents, deal, ...}`:
+/// the data source kind is the one whose key is written (runtime/graph/data_source_spec.hpp).
 struct data_spec {
-  std::string corpus = "kjv";        ///< `kjv` or a path (relative to the graph file's folder)
+  std::string source = "text";       ///< the data source kind: `text` (bytes or a tokenizer), `tokens`, `jsonl`
+  std::string source_key = "corpus"; ///< the key that selects it and names its file
+  std::string corpus = "kjv";        ///< that file as written: `kjv` or a path (relative to the graph file's folder)
   std::filesystem::path corpus_path; ///< the resolved, existing file
-  int batch = 0;                     ///< sequences per microbatch (required)
+  /// The source's own settings (`dtype`, `tokenizer.model`, ...), each written or
+  /// its default, as text; files resolved against the graph file's folder.
+  std::map<std::string, std::string> options;
+  int batch = 0; ///< sequences per microbatch (required)
   std::uint64_t seed = 1;
   double val_fraction = 0.1; ///< tail of the corpus held out for validation, in [0, 0.5]
   /// How the corpus is cut into documents, whose tokens attend only within their
   /// document (actors/documents.hpp): `none` (one causal window), `chapters`
-  /// (the corpus's header lines: the KJV's chapters) or `long_tail` (synthetic lengths).
+  /// (the corpus's header lines: the KJV's chapters), `eot` (a token file's
+  /// end-of-text id, a JSON-lines record) or `long_tail` (synthetic lengths).
   std::string documents = "none";
   /// How a step's sequences are dealt to the replicas: `in_order` (the corpus's
   /// order), or `heaviest_first`: each round's sequences (one microbatch per

@@ -2,9 +2,6 @@
 // actors whose role holds layers, channel ends, and the files a graph refers
 // to (corpus, schedule table).
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 
 #include <fmt/format.h>
 
@@ -174,62 +171,6 @@ void check_channels(parsed_graph& pg, graph_reader& r) {
   }
 }
 
-void check_corpus(parsed_graph& pg, graph_reader& r) {
-  auto& d = pg.graph.data;
-  YAML::Node at = pg.corpus_node ? pg.corpus_node : child(pg.root, "data");
-  std::error_code ec;
-  if (d.corpus == "kjv") {
-    d.corpus_path = default_corpus_path();
-    if (!std::filesystem::is_regular_file(d.corpus_path, ec)) {
-      r.error(at, "data.corpus",
-              fmt::format("the King James Bible corpus is missing (looked for {}): run deploy/setup.sh, or "
-                          "set TROUPE_DATA to a folder holding kjv.txt",
-                          d.corpus_path.string()));
-      return;
-    }
-  } else {
-    d.corpus_path = pg.resolve(d.corpus);
-    if (auto st = std::filesystem::status(d.corpus_path, ec); !std::filesystem::is_regular_file(st)) {
-      // Say what is there: a folder, /dev/zero or a FIFO is not "missing".
-      auto what = !std::filesystem::exists(st)        ? std::string{"does not exist"}
-                  : std::filesystem::is_directory(st) ? std::string{"is a directory, not a text file"}
-                  : std::filesystem::is_fifo(st)      ? std::string{"is a FIFO (a pipe), not a text file"}
-                                                 : std::string{"is a device or other special file, not a text file"};
-      r.error(at, "data.corpus",
-              fmt::format("corpus file '{}' {} (a path is relative to the graph file's folder; "
-                          "'kjv' names the default corpus)",
-                          d.corpus, what));
-      return;
-    }
-  }
-  // Open it as the data loader will: existing is not enough (chmod 000, an
-  // unprivileged user), and a run that cannot read it has nothing to train on.
-  if (std::ifstream in{d.corpus_path, std::ios::binary}; !in) {
-    r.error(at, "data.corpus",
-            fmt::format("corpus file '{}' cannot be read: {}", d.corpus == "kjv" ? d.corpus_path.string() : d.corpus,
-                        std::strerror(errno)));
-    return;
-  }
-  auto size = std::filesystem::file_size(d.corpus_path, ec);
-  if (ec)
-    return;
-  // The split byte_corpus makes: both parts need one window of context + 1 bytes.
-  auto need = static_cast<std::uintmax_t>(pg.graph.model.context) + 1;
-  auto train = static_cast<std::uintmax_t>(static_cast<double>(size) * (1.0 - d.val_fraction));
-  if (size >= 2 * need + 2 && train >= need && size - train < need) { // the corpus is long enough; the share is not
-    auto vf = child(child(pg.root, "data"), "val_fraction");
-    r.error(vf ? vf : at, vf ? "data.val_fraction" : "data.corpus",
-            fmt::format("a validation share of {:g} leaves {} of the corpus's {} bytes for validation, and it needs "
-                        "context + 1 = {}: use val_fraction {:.2g} or more",
-                        d.val_fraction, size - train, size, need,
-                        std::min(0.5, static_cast<double>(need + 1) / static_cast<double>(size))));
-  } else if (train < need || size - train < need)
-    r.error(at, "data.corpus",
-            fmt::format("corpus file '{}' holds {} bytes: too short for context {} with a {:.0f}% validation "
-                        "split (each part needs context + 1 = {} bytes)",
-                        d.corpus, size, pg.graph.model.context, d.val_fraction * 100, need));
-}
-
 void check_schedule_files(parsed_graph& pg, graph_reader& r) {
   auto& p = pg.graph.pipeline;
   if (p.schedule == "table" && p.table.empty())
@@ -316,7 +257,7 @@ void validate(parsed_graph& pg, const graph_vocabulary& vocab, const load_option
   check_cluster(pg, r);
   check_init_key(pg, r);
   if (opts.check_corpus)
-    check_corpus(pg, r);
+    check_data(pg, r);
 }
 
 } // namespace troupe::detail

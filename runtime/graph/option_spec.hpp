@@ -15,7 +15,7 @@ namespace troupe {
 
 /// A setting's key, the values it takes, what it does and its default.
 struct option_spec {
-  enum class kind { integer, number, boolean, choice };
+  enum class kind { integer, number, boolean, choice, text };
   /// `fragments`, or `periods.params` for a key of a nested mapping (`periods: {params: 16}`).
   std::string key;
   kind type = kind::integer;
@@ -25,6 +25,7 @@ struct option_spec {
   std::string fallback;
   double low = 0, high = 0;         ///< integer and number: the range, ends included
   std::vector<std::string> choices; ///< choice: the names it takes
+  bool file = false;                ///< text: names a file, resolved against the graph file's folder
 };
 
 /// An integer setting in [low, high].
@@ -55,6 +56,19 @@ inline option_spec choice_setting_spec(std::string key, std::string summary, std
   return {std::move(key), option_spec::kind::choice, std::move(summary), std::move(first), 0, 0, std::move(choices)};
 }
 
+/// A setting whose value is text: a name, or a file (`path`: resolved against
+/// the graph file's folder when read). No default unless `fallback` is given.
+inline option_spec text_setting_spec(std::string key, std::string summary, std::string fallback = {}) {
+  return {std::move(key), option_spec::kind::text, std::move(summary), std::move(fallback), 0, 0, {}};
+}
+
+/// A setting that names a file: its value is stored resolved against the graph file's folder.
+inline option_spec file_setting_spec(std::string key, std::string summary) {
+  auto o = text_setting_spec(std::move(key), std::move(summary));
+  o.file = true;
+  return o;
+}
+
 /// What a value of `o` must be, for listings: "an integer from 1 to 1048576".
 inline std::string describe_values(const option_spec& o) {
   switch (o.type) {
@@ -66,6 +80,8 @@ inline std::string describe_values(const option_spec& o) {
     return "true or false";
   case option_spec::kind::choice:
     return fmt::format("one of {}", fmt::join(o.choices, ", "));
+  case option_spec::kind::text:
+    return "text";
   }
   return {};
 }

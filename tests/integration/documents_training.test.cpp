@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "actors/byte_corpus.hpp"
+#include "actors/data/token_corpus.hpp"
 #include "ops/gpt.hpp"
 #include "tests/integration/run_text.hpp"
 
@@ -33,7 +33,7 @@ double first_step_loss(document_source source, bool masked) {
   cfg.layers = 2, cfg.d_model = 32, cfg.heads = 2, cfg.context = context, cfg.vocab = 256;
   cfg.seed = 4; // the stages seed the model with data.seed
   ops::gpt_range model(cfg, 0, cfg.layers);
-  byte_corpus corpus(default_corpus_path(), context, 0.1, 4);
+  token_corpus corpus(default_corpus_path(), context, 0.1, 4);
   corpus.set_documents(source);
   double sum = 0;
   for (int mb = 0; mb < microbatches; ++mb) {

@@ -1,5 +1,5 @@
 // The byte corpus: deterministic shuffling, a fixed validation split, resumable position.
-#include "actors/byte_corpus.hpp"
+#include "actors/data/token_corpus.hpp"
 
 #include <cstdio>
 #include <fstream>
@@ -29,7 +29,7 @@ std::vector<int> flat(const tensor_handle& h) {
 } // namespace
 
 TEST_CASE("targets are the tokens shifted by one byte") {
-  byte_corpus c(write_corpus(5000), 16, 0.1, 1);
+  token_corpus c(write_corpus(5000), 16, 0.1, 1);
   token_batch b;
   c.next_train(4, b);
   for (int s = 0; s < 4; ++s)
@@ -39,7 +39,7 @@ TEST_CASE("targets are the tokens shifted by one byte") {
 
 TEST_CASE("the same seed gives the same batches and another seed different ones") {
   auto path = write_corpus(20000);
-  byte_corpus a(path, 32, 0.1, 7), b(path, 32, 0.1, 7), c(path, 32, 0.1, 8);
+  token_corpus a(path, 32, 0.1, 7), b(path, 32, 0.1, 7), c(path, 32, 0.1, 8);
   token_batch x, y, z;
   a.next_train(8, x);
   b.next_train(8, y);
@@ -49,7 +49,7 @@ TEST_CASE("the same seed gives the same batches and another seed different ones"
 }
 
 TEST_CASE("an epoch visits every training window exactly once") {
-  byte_corpus c(write_corpus(3000), 10, 0.2, 3);
+  token_corpus c(write_corpus(3000), 10, 0.2, 3);
   std::set<std::vector<int>> seen;
   token_batch b;
   for (std::size_t i = 0; i < c.train_windows(); ++i) {
@@ -62,7 +62,7 @@ TEST_CASE("an epoch visits every training window exactly once") {
 
 TEST_CASE("seeking to a position resumes the exact stream") {
   auto path = write_corpus(8000);
-  byte_corpus a(path, 16, 0.1, 5), b(path, 16, 0.1, 5);
+  token_corpus a(path, 16, 0.1, 5), b(path, 16, 0.1, 5);
   token_batch x, y;
   for (int i = 0; i < 30; ++i)
     a.next_train(6, x);
@@ -74,7 +74,7 @@ TEST_CASE("seeking to a position resumes the exact stream") {
 
 TEST_CASE("validation batches come from the held-out tail and never change") {
   auto path = write_corpus(10000);
-  byte_corpus c(path, 16, 0.1, 5);
+  token_corpus c(path, 16, 0.1, 5);
   token_batch v1, v2, t;
   c.validation(2, 4, v1);
   for (int i = 0; i < 10; ++i)
@@ -84,14 +84,14 @@ TEST_CASE("validation batches come from the held-out tail and never change") {
 }
 
 TEST_CASE("a missing or too-short corpus is an error naming the file") {
-  CHECK_THROWS_WITH_AS(byte_corpus("/nonexistent/kjv.txt", 64, 0.1, 1), doctest::Contains("/nonexistent/kjv.txt"),
+  CHECK_THROWS_WITH_AS(token_corpus("/nonexistent/kjv.txt", 64, 0.1, 1), doctest::Contains("/nonexistent/kjv.txt"),
                        std::runtime_error);
-  CHECK_THROWS_WITH_AS(byte_corpus(write_corpus(50), 64, 0.1, 1), doctest::Contains("too short"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(token_corpus(write_corpus(50), 64, 0.1, 1), doctest::Contains("too short"), std::runtime_error);
 }
 
 TEST_CASE("a saved position resumes the stream across epoch boundaries and validation does not move it") {
   auto path = write_corpus(3000);
-  byte_corpus a(path, 16, 0.1, 9);
+  token_corpus a(path, 16, 0.1, 9);
   token_batch x, y, v;
   auto windows = a.train_windows();
   while (a.position() < 2 * windows + windows / 2) { // into the third epoch
@@ -101,7 +101,7 @@ TEST_CASE("a saved position resumes the stream across epoch boundaries and valid
   auto saved = a.position();
   a.validation(0, 8, v);
   CHECK(a.position() == saved);
-  byte_corpus b(path, 16, 0.1, 9); // a fresh process: no epoch shuffled yet
+  token_corpus b(path, 16, 0.1, 9); // a fresh process: no epoch shuffled yet
   b.seek(saved);
   for (std::size_t i = 0; i < windows / 7 + 2; ++i) { // past the next epoch boundary
     a.next_train(7, x);

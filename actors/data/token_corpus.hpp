@@ -1,11 +1,12 @@
-// A byte-level corpus cut into fixed-length windows: a training split shuffled
-// per epoch by seed, and a held-out validation split read in a fixed order.
+// A data source's tokens cut into fixed-length windows: a training split
+// shuffled per epoch by seed, and a held-out validation split read in a fixed order.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <vector>
 
+#include "actors/data/token_source.hpp"
 #include "actors/documents.hpp"
 #include "runtime/tensor/tensor_handle.hpp"
 
@@ -20,20 +21,22 @@ struct token_batch {
   tensor_handle documents;
 };
 
-/// The corpus as bytes (vocabulary 256). Sequence `i` of an epoch is window
+/// The windows of a source's streams. Sequence `i` of an epoch is window
 /// `perm[i]`; the position is a single counter, so a checkpoint stores one number.
-class byte_corpus {
+class token_corpus {
 public:
-  /// Reads `path`; the last `val_fraction` of the bytes is held out.
-  /// Throws std::runtime_error naming the file when it is missing, unreadable
-  /// or too short for even one training and one validation window.
-  byte_corpus(const std::filesystem::path& path, int context, double val_fraction, std::uint64_t seed);
+  /// Windows of `context` + 1 tokens over `source`: the last `val_fraction` of its
+  /// training stream is held out, unless it has a validation stream of its own.
+  /// Throws std::runtime_error when a split is too short for even one window.
+  token_corpus(opened_source source, int context, double val_fraction, std::uint64_t seed);
+  /// The text file at `path` read as bytes (the `corpus:` source without a tokenizer).
+  token_corpus(const std::filesystem::path& path, int context, double val_fraction, std::uint64_t seed);
 
-  /// Cuts the corpus into documents from `source` (long_tail draws from the
+  /// Cuts the streams into documents from `source` (long_tail draws from the
   /// corpus's seed); batches then carry their masks. The default is none.
   void set_documents(document_source source);
   document_source documents() const noexcept { return documents_; }
-  /// Where each document starts (offsets into the corpus, ascending).
+  /// Where each document of the training stream starts (offsets, ascending).
   const std::vector<std::size_t>& document_starts() const noexcept { return starts_; }
 
   /// Fills the next `batch` training sequences into `out` (allocated on first use).
@@ -48,23 +51,28 @@ public:
 
   std::size_t train_windows() const noexcept { return train_windows_; }
   std::size_t val_windows() const noexcept { return val_windows_; }
-  std::size_t bytes() const noexcept { return bytes_.size(); }
+  /// Tokens of the training stream (both splits when validation is its tail).
+  std::size_t tokens() const noexcept { return source_.train->size(); }
 
 private:
   void shuffle_epoch(std::uint64_t epoch);
-  void copy_window(std::size_t start, token_batch& out, int row) const;
+  void copy_window(const token_stream& stream, const std::vector<std::size_t>& starts, std::size_t start,
+                   token_batch& out, int row) const;
+  const token_stream& val_stream() const { return source_.validation ? *source_.validation : *source_.train; }
 
-  std::vector<std::uint8_t> bytes_;
+  opened_source source_;
   int context_;
   std::uint64_t seed_;
-  std::size_t train_bytes_;
+  std::size_t train_tokens_; ///< the training split: the first tokens of the training stream
+  std::size_t val_begin_;    ///< where the validation split starts in val_stream()
   std::size_t train_windows_;
   std::size_t val_windows_;
   std::uint64_t position_ = 0;
   std::uint64_t epoch_ = ~std::uint64_t{0};
   std::vector<std::uint32_t> perm_;
   document_source documents_ = document_source::none;
-  std::vector<std::size_t> starts_;
+  std::vector<std::size_t> starts_;     ///< of the training stream
+  std::vector<std::size_t> val_starts_; ///< of a separate validation stream
 };
 
 } // namespace troupe
