@@ -1,7 +1,6 @@
 // The data sources through the graph loader, as `troupe check` and the data
 // loader see them: token files (plain and with llm.c's header), JSON lines and
 // SentencePiece text give the file's tokens, and bad data is refused at its key.
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sys/resource.h>
@@ -131,21 +130,19 @@ TEST_CASE("bad token files are refused at their key, naming the file and what is
   }
 }
 
-TEST_CASE("a sparse 10 GB token file is checked without reading it: quickly and in little memory") {
+// Not timed (speed belongs in benchmarks): the memory bound is what reading it whole would break.
+TEST_CASE("a sparse 10 GB token file is checked without reading it: in little memory") {
   testing::scratch_dir d{"sources"};
   auto p = d.path / "huge.bin";
   std::ofstream(p).close();
   fs::resize_file(p, std::uintmax_t{10} << 30); // truncate: a hole, no blocks on disk
   rusage before{};
   ::getrusage(RUSAGE_SELF, &before);
-  auto start = std::chrono::steady_clock::now();
   auto r = testing::load_data_graph(fmt::format("{{tokens: {}, batch: 2}}", p.string()), d.path);
-  auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   rusage after{};
   ::getrusage(RUSAGE_SELF, &after);
   INFO(to_string(r.errors));
   CHECK(r.ok()); // zeros are token 0: a valid (if dull) file
-  CHECK(seconds < 2.0);
   CHECK(after.ru_maxrss - before.ru_maxrss < 64 * 1024); // KiB: reading it whole would take 10 GB
   token_corpus c(open_data_source(*r.graph), 16, 0.1, 1);
   CHECK(c.tokens() == (std::size_t{5} << 30));
