@@ -18,6 +18,7 @@
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/actor/errors.hpp"
 #include "actors/stage/pipeline_messages.hpp"
+#include "runtime/trace/hang_watch.hpp"
 #include "runtime/trace/trace.hpp"
 
 namespace troupe {
@@ -472,7 +473,12 @@ bool stage_engine::run_one() {
 void stage_engine::compute(const sched::stage_task& t) {
   const auto& a = t.what;
   scoped_span s(trace_id, span_of(a.kind), static_cast<std::int32_t>(t.step), a.microbatch);
+  activity_board::global().run(trace_id, span_of(a.kind), static_cast<std::int32_t>(t.step), a.microbatch, t.chunk);
   auto t0 = trace_now();
+  if (t.step == cfg_.stall_step) { // a stuck device, once
+    cfg_.stall_step = -1;
+    std::this_thread::sleep_for(std::chrono::duration<double>(cfg_.stall_s));
+  }
   auto& w = slot(t.chunk, a.microbatch);
   auto& model = chunk(t.chunk);
   stage_tensor out;
@@ -503,6 +509,7 @@ void stage_engine::compute(const sched::stage_task& t) {
     std::this_thread::sleep_for(std::chrono::nanoseconds(
       static_cast<std::int64_t>(static_cast<double>(trace_now() - t0) * (cfg_.slowdown - 1.0))));
   compute_ns_ += trace_now() - t0;
+  step_busy_ns_[t.step] += trace_now() - t0;
   if (out.defined())
     s.get().bytes = out.value.nbytes();
   output_ = std::move(out); // the core sends it along the route when it finishes the action

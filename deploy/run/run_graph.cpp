@@ -15,6 +15,8 @@
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/actor/registry.hpp"
+#include "runtime/trace/hang_watch.hpp"
+#include "runtime/trace/step_stats.hpp"
 #include "kernels/cpu/target.hpp"
 #include "schedulers/sim/cost_model.hpp"
 #include "schedulers/policies/stage_policy.hpp"
@@ -105,7 +107,8 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
     stop_all();
     return err;
   }
-  // 3. start, 4. collect reports
+  // 3. start, 4. collect reports, while the hang detector watches every handler
+  hang_watch hangs{g.trace.hang_after_s, 0};
   auto started = clock_type::now();
   auto last_done = started;
   actors.start(self);
@@ -205,6 +208,15 @@ nlohmann::json summary_json(const run_result& r, const parameter_count& paramete
       memory[s.actor] = {{"params", s.params_bytes}, {"grads", s.grads_bytes}, {"optimizer", s.optimizer_bytes}};
     sent[s.actor] = s.bytes_sent;
   }
+  // The stages' step times, each against the other stages' at the same step.
+  std::vector<step_times> steps;
+  for (const auto& s : r.summaries)
+    if (!s.step_busy_ns.empty()) {
+      auto& t = steps.emplace_back(step_times{s.actor, std::string{stage_role}, {}});
+      for (std::size_t i = 0; i < s.step_busy_ns.size(); ++i)
+        if (s.step_busy_ns[i] > 0) // a routed stage may sit a step out
+          t.busy[static_cast<std::int32_t>(r.first_step + static_cast<std::int64_t>(i))] = s.step_busy_ns[i];
+    }
   auto text = [](const std::string& v) { return v.empty() ? nlohmann::json(nullptr) : nlohmann::json(v); };
   return {{"steps", r.steps},
           {"tokens_per_s", num(r.tokens_per_s())},
@@ -217,6 +229,7 @@ nlohmann::json summary_json(const run_result& r, const parameter_count& paramete
           {"parameters", to_json(parameters)},
           {"memory", memory},
           {"bytes_sent", sent},
+          {"stragglers", to_json(analyze_step_times(steps))},
           {"kernel_target", text(r.kernel_target)},
           {"blas_core", text(r.blas_core)}};
 }

@@ -96,7 +96,8 @@ private:
 };
 
 /// `{"steps":…, "tokens_per_s":…, "ms_per_step":…, "train_loss":…, "val_loss":…,
-/// "val_loss_short":… (SkipPipe), "first_step":…, "losses": […], "parameters": {"total":…, "per_actor": {…}}}`,
+/// "val_loss_short":… (SkipPipe), "first_step":…, "losses": […], "parameters": {"total":…, "per_actor": {…}},
+/// "stragglers": the stages' step times (runtime/trace/step_stats.hpp's to_json)}`,
 /// null where unknown; `steps` counts this run's.
 nlohmann::json summary_json(const run_result& r, const parameter_count& parameters);
 

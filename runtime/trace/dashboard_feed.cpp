@@ -148,6 +148,7 @@ void dashboard_feed::update_stats(std::int64_t window_ns) {
                       {"mailbox", a.mailbox},
                       {"spans", a.spans},
                       {"bytes_sent", a.bytes_sent}});
+  j["stragglers"] = to_json(stats_.stragglers);
   auto& chans = j["channels"] = nlohmann::json::array();
   for (const auto& c : stats_.channels)
     chans.push_back(
