@@ -120,6 +120,7 @@ void maybe_done(stage_actor* self) {
               held); // the trace's latest, as the summary says (ZeRO-2 gave its gradients back since the start)
   s.params_bytes = held.params, s.grads_bytes = held.grads, s.optimizer_bytes = held.optimizer;
   s.bytes_sent = st.bytes_sent;
+  s.position = e.config().rank;
   for (auto [step, ns] : e.step_busy_ns())
     if (step >= st.first_step) {
       s.step_busy_ns.resize(static_cast<std::size_t>(step - st.first_step + 1), 0);
@@ -518,7 +519,7 @@ caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx) {
   // Named in the trace here, not when the actor first runs (later, on a worker
   // thread): every actor of the graph is named before any is connected, so each
   // finds the others' trace ids to count their mailboxes.
-  auto id = trace_recorder::global().register_actor(cfg.name, "pipeline_stage", 0, std::string{stage_role});
+  auto id = trace_recorder::global().register_actor(cfg.name, "pipeline_stage", 0, std::string{stage_role}, cfg.rank);
   auto self = ctx.system.spawn(pipeline_stage, std::move(cfg), ctx.runner, tokens, std::move(ck), id);
   return caf::actor{self};
 }

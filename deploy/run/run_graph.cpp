@@ -208,11 +208,11 @@ nlohmann::json summary_json(const run_result& r, const parameter_count& paramete
       memory[s.actor] = {{"params", s.params_bytes}, {"grads", s.grads_bytes}, {"optimizer", s.optimizer_bytes}};
     sent[s.actor] = s.bytes_sent;
   }
-  // The stages' step times, each against the other stages' at the same step.
+  // The stages' step times, each against its peers' at the same step.
   std::vector<step_times> steps;
   for (const auto& s : r.summaries)
     if (!s.step_busy_ns.empty()) {
-      auto& t = steps.emplace_back(step_times{s.actor, std::string{stage_role}, {}});
+      auto& t = steps.emplace_back(step_times{s.actor, std::string{stage_role}, s.position, {}});
       for (std::size_t i = 0; i < s.step_busy_ns.size(); ++i)
         if (s.step_busy_ns[i] > 0) // a routed stage may sit a step out
           t.busy[static_cast<std::int32_t>(r.first_step + static_cast<std::int64_t>(i))] = s.step_busy_ns[i];

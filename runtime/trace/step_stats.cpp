@@ -33,22 +33,31 @@ straggler_report analyze_step_times(const std::vector<step_times>& in, const ste
     st.actor = a.actor;
     st.steps = a.busy.size();
     std::vector<double> ms;
-    bool first = true;
     for (auto [step, ns] : a.busy) {
       ms.push_back(static_cast<double>(ns) * 1e-6);
       // The peers' median at this step: a slow actor is slow against the
       // others doing the same kind of work at the same time, whatever the step costs.
-      std::vector<double> peers;
+      std::vector<double> peers, same_position;
       for (std::size_t j = 0; j < in.size(); ++j)
         if (j != i && in[j].role == a.role)
-          if (auto p = in[j].busy.find(step); p != in[j].busy.end())
+          if (auto p = in[j].busy.find(step); p != in[j].busy.end()) {
             peers.push_back(static_cast<double>(p->second));
+            if (a.position >= 0 && in[j].position == a.position)
+              same_position.push_back(static_cast<double>(p->second));
+          }
+      if (!same_position.empty())
+        peers = std::move(same_position);
       double med = median_of(std::move(peers));
       double ratio = med > 0 ? static_cast<double>(ns) / med : 1.0;
-      if (ratio > o.stall_above * (first ? 1.0 : st.ewma)) // a spike against the actor's own level
+      // A spike against the actor's own level is a stall, and it enters the
+      // EWMA clipped at that bound: one stall lifts the EWMA by at most
+      // alpha × (stall_above - 1) × level (0.3 at level 1), so it stays a
+      // one-off however long it lasted, while a lasting slowdown climbs in
+      // a few steps (3x: 1.69 after two steps, 2.9 after ten).
+      double bound = o.stall_above * st.ewma;
+      if (ratio > bound)
         st.stalls.push_back(step);
-      st.ewma = first ? ratio : o.alpha * ratio + (1 - o.alpha) * st.ewma;
-      first = false;
+      st.ewma = o.alpha * std::min(ratio, bound) + (1 - o.alpha) * st.ewma;
       st.peak_ratio = std::max(st.peak_ratio, ratio);
       st.above += st.ewma > o.chronic_above;
     }
@@ -57,9 +66,7 @@ straggler_report analyze_step_times(const std::vector<step_times>& in, const ste
       st.max_ms = *std::max_element(ms.begin(), ms.end());
       st.median_ms = median_of(ms);
     }
-    // A one-off stall lifts the EWMA for about ln(ratio - 1) / ln(1 / (1 - alpha))
-    // steps (alpha 0.3: 6 steps for a 10x stall, 13 for 100x); a chronic
-    // straggler keeps it up for most of the run.
+    // Chronic: the EWMA stayed up for at least half the actor's steps.
     st.chronic = st.steps > 0 && 2 * st.above >= st.steps;
     out.actors.push_back(std::move(st));
   }
@@ -90,7 +97,7 @@ std::vector<step_times> step_times_of(const trace_snapshot& t, std::int64_t from
   }
   std::vector<step_times> out;
   for (auto& [id, a] : by_actor) {
-    a.actor = t.actors[id].name, a.role = t.actors[id].role;
+    a.actor = t.actors[id].name, a.role = t.actors[id].role, a.position = t.actors[id].position;
     for (auto step : cut[id])
       a.busy.erase(step);
     out.push_back(std::move(a));

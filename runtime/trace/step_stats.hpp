@@ -17,7 +17,8 @@ namespace troupe {
 /// One actor's busy time in each step it worked in.
 struct step_times {
   std::string actor;
-  std::string role;                          ///< its peers are the actors with the same role
+  std::string role;  ///< its peers have the same role,
+  int position = -1; ///< and the same position when any other has it (the replicas of a pipeline stage)
   std::map<std::int32_t, std::int64_t> busy; ///< step (0-based) -> ns of forward and backward actions
 };
 
@@ -34,7 +35,7 @@ struct actor_step_stats {
   std::string actor;
   std::size_t steps = 0; ///< steps measured
   double min_ms = 0, median_ms = 0, max_ms = 0;
-  double ewma = 1;                  ///< EWMA of step time / peers' median, after the last step
+  double ewma = 1;                  ///< EWMA of step time / peers' median (from 1, stalls clipped), after the last step
   double peak_ratio = 1;            ///< the largest single-step ratio
   std::size_t above = 0;            ///< steps after which the EWMA was above chronic_above
   bool chronic = false;             ///< the EWMA stayed above chronic_above for at least half its steps
@@ -49,7 +50,10 @@ struct straggler_report {
 };
 
 /// Computes the report. An actor's peers at a step are the other actors of
-/// its role that worked in that step; a step with no peer gives ratio 1.
+/// its role and position that worked in that step (a stage's replicas), or
+/// without such, those of its role (the other stages of a single pipeline,
+/// whose work may differ: the first holds the embedding, the last the head);
+/// a step with no peer gives ratio 1.
 straggler_report analyze_step_times(const std::vector<step_times>& in, const step_stats_options& o = {});
 
 /// Each actor's busy time per step from a trace's forward and backward spans

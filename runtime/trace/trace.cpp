@@ -68,10 +68,11 @@ void trace_recorder::enable(std::size_t spans_per_thread) {
   enabled_.store(true, std::memory_order_relaxed);
 }
 
-std::uint16_t trace_recorder::register_actor(std::string name, std::string type, int node, std::string role) {
+std::uint16_t trace_recorder::register_actor(std::string name, std::string type, int node, std::string role,
+                                             int position) {
   std::lock_guard guard{mtx_};
   auto id = static_cast<std::uint16_t>(actors_.size());
-  actors_.push_back({id, std::move(name), std::move(type), node, std::move(role)});
+  actors_.push_back({id, std::move(name), std::move(type), node, std::move(role), position});
   return id;
 }
 
