@@ -100,7 +100,8 @@ void fail(stage_actor* self, const std::string& what) {
   if (st.failed)
     return;
   st.failed = true;
-  self->send(st.runner, failed_atom::value, failure_msg{st.engine ? st.engine->config().name : "stage", what});
+  self->send(st.runner, failed_atom::value,
+             failure_msg{st.engine ? st.engine->config().name : "stage", what, st.engine ? st.engine->step() : -1});
 }
 
 void maybe_done(stage_actor* self) {

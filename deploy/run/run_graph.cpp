@@ -133,12 +133,14 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
         if (auto err = checkpoints.on_report(m, res))
           failure = std::move(err);
       },
-      [&](failed_atom, failure_msg& f) { failure = fmt::format("actor '{}' failed: {}", f.actor, f.what); },
+      [&](failed_atom, failure_msg& f) {
+        failure = fmt::format("{} failed: {}", describe_actor(g, f.actor, f.step), f.what);
+      },
       [&](caf::down_msg& d) {
         actors.alive.erase(d.source);
         auto who = actors.names.count(d.source) ? actors.names[d.source] : std::string{"?"};
         if (d.reason || !done.count(who))
-          failure = fmt::format("actor '{}' exited before reporting done: {}", who,
+          failure = fmt::format("{} exited before reporting done: {}", describe_actor(g, who),
                                 d.reason ? error_text(sys, d.reason) : std::string{"normal exit"});
       },
       caf::after(std::chrono::milliseconds(100)) >> [] {});
@@ -192,6 +194,18 @@ caf::error run_checkpoints::interrupted(int sig, std::size_t done, std::size_t a
                                                 : sig == SIGINT ? "SIGINT"
                                                                 : "a signal",
                                                 done, actors)));
+}
+
+std::string describe_actor(const graph_spec& g, const std::string& name, step_t step) {
+  std::vector<std::string> parts;
+  if (const auto* a = g.find_actor(name)) {
+    parts.push_back(fmt::format("node {}", g.node_of(*a)));
+    if (a->role.holds_layers)
+      parts.push_back(fmt::format("replica {}, position {}", a->replica, a->rank));
+  }
+  if (step >= 0)
+    parts.push_back(fmt::format("in step {}", step + 1));
+  return fmt::format("actor '{}'{}", name, parts.empty() ? "" : fmt::format(" ({})", fmt::join(parts, ", ")));
 }
 
 nlohmann::json summary_json(const run_result& r, const parameter_count& parameters) {

@@ -260,6 +260,7 @@ struct checkpoint_msg {
 struct failure_msg {
   std::string actor;
   std::string what; ///< where and what, for the user
+  step_t step = -1; ///< the 0-based step it was in, where it knows one (-1: none)
 };
 
 // CAF inspection: field lists for to_string and for the wire between processes
@@ -342,7 +343,7 @@ typename Inspector::result_type inspect(Inspector& f, checkpoint_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, failure_msg& x) {
-  return f(caf::meta::type_name("failure_msg"), x.actor, x.what);
+  return f(caf::meta::type_name("failure_msg"), x.actor, x.what, x.step);
 }
 
 } // namespace troupe
