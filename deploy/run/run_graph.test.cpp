@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <caf/all.hpp>
+#include <fmt/format.h>
 
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/actor/registry.hpp"
