@@ -71,7 +71,7 @@ source_pos value_pos(const actor_spec& a, const YAML::Node& value) {
 
 } // namespace
 
-caf::expected<std::pair<step_t, double>> parse_stall(const YAML::Node& n) {
+caf::expected<std::pair<std::int64_t, double>> parse_stall(const YAML::Node& n) {
   auto bad = [&](const std::string& why) {
     return make_error(errc::invalid_argument,
                       fmt::format("expected {{step: N, for: DURATION}} (a device stuck once: the first action of "
@@ -99,7 +99,7 @@ caf::expected<std::pair<step_t, double>> parse_stall(const YAML::Node& n) {
   }
   if (step < 1 || seconds <= 0)
     return bad(step < 1 ? "step is missing" : "for is missing");
-  return std::pair{static_cast<step_t>(step - 1), seconds};
+  return std::pair{step - 1, seconds};
 }
 
 void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics& out) {

@@ -7,6 +7,7 @@
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
+#include "actors/builtin.hpp"
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/actor/registry.hpp"
 #include "schedulers/routing/routing_policy.hpp"
@@ -166,12 +167,13 @@ TEST_CASE("an actor that crashes fails the run instead of hanging it") {
 }
 
 TEST_CASE("a supervision message names the actor, its node, replica, position and step") {
+  register_builtin_actors(); // the `pipeline:` shorthand's stages
   load_options o;
   o.check_corpus = false;
   o.vocabulary = [] { return make_vocabulary(); };
   auto r = load_graph_text("model: {layers: 4, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1}\n"
                            "train: {steps: 10}\npipeline: {stages: 2, microbatches: 2}\n"
-                           "data_parallel: {replicas: 2}\ncluster: {nodes: 2}\n",
+                           "data_parallel: {replicas: 2}\n",
                            "run.yaml", o);
   REQUIRE_MESSAGE(r.ok(), to_string(r.errors));
   const auto& g = *r.graph;

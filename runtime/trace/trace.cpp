@@ -1,6 +1,8 @@
 // The trace recorder: per-thread single-writer ring buffers and their readers.
 #include "runtime/trace/trace.hpp"
 
+#include <time.h>
+
 #include <bit>
 
 namespace troupe {
@@ -11,6 +13,12 @@ const auto trace_epoch = std::chrono::steady_clock::now();
 
 std::int64_t trace_now() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - trace_epoch).count();
+}
+
+std::int64_t thread_cpu_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
 std::int64_t trace_epoch_ns() noexcept {

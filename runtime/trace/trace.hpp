@@ -74,6 +74,9 @@ inline constexpr std::string_view stage_role = "stage";
 /// Nanoseconds on the trace clock (steady, since the recorder started).
 std::int64_t trace_now() noexcept;
 
+/// CPU time of the calling thread (ns): what its work costs, whatever else the machine runs.
+std::int64_t thread_cpu_ns() noexcept;
+
 /// Where trace time 0 lies on the steady clock (ns since its origin). Processes
 /// under one kernel share that clock: adding this puts their trace times on one axis.
 std::int64_t trace_epoch_ns() noexcept;
