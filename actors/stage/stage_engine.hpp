@@ -205,8 +205,9 @@ public:
 
   /// Nanoseconds spent in model compute (forward, backward, optimizer) so far.
   std::int64_t compute_ns() const noexcept { return compute_ns_; }
-  /// Nanoseconds of forward and backward actions in each step, by step: the
-  /// step time the straggler report compares (runtime/trace/step_stats.hpp).
+  /// Nanoseconds of forward and backward actions in each step, by step (the
+  /// thread's CPU time plus an emulated device's sleep): the step time the
+  /// straggler report compares (runtime/trace/step_stats.hpp).
   const std::map<step_t, std::int64_t>& step_busy_ns() const noexcept { return step_busy_ns_; }
   std::uint16_t trace_id = 0;
 

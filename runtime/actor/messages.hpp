@@ -241,8 +241,9 @@ struct run_summary {
   std::int64_t grads_bytes = -1;
   std::int64_t optimizer_bytes = -1;
   std::int64_t bytes_sent = 0; ///< tensor bytes it sent to other actors over the run
-  /// A stage's busy time (forward and backward actions) in each step of this
-  /// run, from its first; empty for other actors (runtime/trace/step_stats.hpp).
+  /// A stage's busy time (forward and backward actions: CPU time plus an
+  /// emulated device's sleep) in each step of this run, from its first; empty
+  /// for other actors (runtime/trace/step_stats.hpp).
   std::vector<std::int64_t> step_busy_ns;
   std::int32_t position = -1; ///< a stage's pipeline position: the replicas at it are its peers
 };
