@@ -6,23 +6,10 @@
 
 #include <fmt/format.h>
 
+#include "runtime/trace/median.hpp"
 #include "runtime/trace/trace_summary.hpp"
 
 namespace troupe {
-
-namespace {
-
-double median_of(std::vector<double> v) {
-  if (v.empty())
-    return 0;
-  auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  if (v.size() % 2 == 1)
-    return *mid;
-  return (*mid + *std::max_element(v.begin(), mid)) / 2;
-}
-
-} // namespace
 
 straggler_report analyze_step_times(const std::vector<step_times>& in, const step_stats_options& o) {
   straggler_report out;
@@ -47,7 +34,7 @@ straggler_report analyze_step_times(const std::vector<step_times>& in, const ste
           }
       if (!same_position.empty())
         peers = std::move(same_position);
-      double med = median_of(std::move(peers));
+      double med = median(std::move(peers));
       double ratio = med > 0 ? static_cast<double>(ns) / med : 1.0;
       // A spike against the actor's own level is a stall, and it enters the
       // EWMA clipped at that bound: one stall lifts the EWMA by at most
@@ -64,7 +51,7 @@ straggler_report analyze_step_times(const std::vector<step_times>& in, const ste
     if (!ms.empty()) {
       st.min_ms = *std::min_element(ms.begin(), ms.end());
       st.max_ms = *std::max_element(ms.begin(), ms.end());
-      st.median_ms = median_of(ms);
+      st.median_ms = median(ms);
     }
     // Chronic: the EWMA stayed up for at least half the actor's steps.
     st.chronic = st.steps > 0 && 2 * st.above >= st.steps;
