@@ -32,6 +32,9 @@ actor_type_info attention_server_info();
 /// the graph's pipeline under the simulated clock (the first stage reports it);
 /// a checkpoint part holds the stage's tensors with their shapes and dtypes.
 void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics& out);
+/// A pipeline_stage's `stall: {step: 5, for: 3s}` as (0-based step, seconds),
+/// or why it is not one.
+caf::expected<std::pair<std::int64_t, double>> parse_stall(const YAML::Node& n);
 std::optional<std::string> check_stage_checkpoint(const graph_spec& g, const actor_spec& a,
                                                   const safetensors_header& part);
 

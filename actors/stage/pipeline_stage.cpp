@@ -15,6 +15,7 @@
 #include "actors/stage/stage_engine.hpp"
 #include "schedulers/policies/rule_policies.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/trace/hang_watch.hpp"
 #include "runtime/trace/trace.hpp"
 
 namespace troupe {
@@ -99,7 +100,8 @@ void fail(stage_actor* self, const std::string& what) {
   if (st.failed)
     return;
   st.failed = true;
-  self->send(st.runner, failed_atom::value, failure_msg{st.engine ? st.engine->config().name : "stage", what});
+  self->send(st.runner, failed_atom::value,
+             failure_msg{st.engine ? st.engine->config().name : "stage", what, st.engine ? st.engine->step() : -1});
 }
 
 void maybe_done(stage_actor* self) {
@@ -119,6 +121,12 @@ void maybe_done(stage_actor* self) {
               held); // the trace's latest, as the summary says (ZeRO-2 gave its gradients back since the start)
   s.params_bytes = held.params, s.grads_bytes = held.grads, s.optimizer_bytes = held.optimizer;
   s.bytes_sent = st.bytes_sent;
+  s.position = e.config().rank;
+  for (auto [step, ns] : e.step_busy_ns())
+    if (step >= st.first_step) {
+      s.step_busy_ns.resize(static_cast<std::size_t>(step - st.first_step + 1), 0);
+      s.step_busy_ns.back() = ns;
+    }
   if (loss_stage) {
     s.tokens = st.tokens_per_step * s.steps;
     if (!e.reports().empty())
@@ -149,16 +157,18 @@ void maybe_done(stage_actor* self) {
   self->send(st.runner, done_atom::value, std::move(s));
 }
 
-/// Runs `f` as one message's work: timed, errors turned into a failure report.
-/// `f` returns true when the engine may now have ready work; then one
+/// Runs `f` as one message's work (`what` names the message, a string literal,
+/// for the hang detector): timed, errors turned into a failure report. `f` returns true when the engine may now have ready work; then one
 /// `continue` is queued, behind whatever else already waits in the mailbox, so
 /// the policy decides with everything that has arrived.
 template <class F>
-void handle(stage_actor* self, F&& f) {
+void handle(stage_actor* self, const char* what, F&& f) {
   auto& st = self->state;
   if (st.failed)
     return;
   auto t0 = trace_now();
+  auto id = st.engine ? st.engine->trace_id : std::uint16_t{0xffff};
+  activity_board::global().enter(id, what);
   try {
     if (f(*st.engine) && !st.kick_pending && !st.engine->training_done()) {
       st.kick_pending = true;
@@ -168,6 +178,7 @@ void handle(stage_actor* self, F&& f) {
   } catch (const std::exception& e) {
     fail(self, e.what());
   }
+  activity_board::global().leave(id);
   st.handler_ns += trace_now() - t0;
   if (!st.failed)
     maybe_done(self); // after the accounting, so the final report includes this message's work
@@ -259,7 +270,8 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
   self->set_default_handler([id](caf::scheduled_actor* ptr, caf::message_view& x) -> caf::result<caf::message> {
     trace_recorder::global().message_received(id);
     auto m = x.move_content_to_message();
-    handle(static_cast<stage_actor*>(ptr), [&](stage_engine& e) { return e.on_message(m), true; });
+    handle(static_cast<stage_actor*>(ptr), "step-boundary or control",
+           [&](stage_engine& e) { return e.on_message(m), true; });
     return caf::message{};
   });
   return {
@@ -284,7 +296,7 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
       self->state.started_ns = trace_now();
       if (self->state.engine)
         record_held(self->state.engine->config().name, self->state.engine->held());
-      handle(self, [](stage_engine& e) { return e.start(), true; });
+      handle(self, "start", [](stage_engine& e) { return e.start(), true; });
     },
     [=](forward_atom, const batch_msg& m) {
       span r; // the loader records no flows: a plain receive span with the counted depth
@@ -294,19 +306,19 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
       r.mailbox = trace_recorder::global().message_received(id);
       r.begin_ns = r.end_ns = trace_now();
       trace_recorder::global().record(r);
-      handle(self, [&](stage_engine& e) { return e.on_batch(m, false), true; });
+      handle(self, "batch", [&](stage_engine& e) { return e.on_batch(m, false), true; });
     },
     [=](forward_atom, const activation_msg& m) {
       record_send(id, m.step, m.hop, m.microbatch, 0, m.activation.nbytes(), true);
-      handle(self, [&](stage_engine& e) { return e.on_activation(m, false), true; });
+      handle(self, "activation", [&](stage_engine& e) { return e.on_activation(m, false), true; });
     },
     [=](backward_atom, const gradient_msg& m) {
       record_send(id, m.step, m.hop, m.microbatch, 1, m.gradient.nbytes(), true);
-      handle(self, [&](stage_engine& e) { return e.on_gradient(m), true; });
+      handle(self, "gradient", [&](stage_engine& e) { return e.on_gradient(m), true; });
     },
     [=](continue_atom) {
       self->state.kick_pending = false;
-      handle(self, [self](stage_engine& e) {
+      handle(self, "continue", [self](stage_engine& e) {
         if (e.run_one())
           return true;
         if (auto w = e.wake_in(); w && !self->state.wake_pending) {
@@ -320,7 +332,7 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
     },
     [=](wake_atom) {
       self->state.wake_pending = false;
-      handle(self, [](stage_engine&) { return true; });
+      handle(self, "wake", [](stage_engine&) { return true; });
     },
   };
 }
@@ -387,6 +399,9 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   }
   if (auto s = spec.params.find("slowdown"); s != spec.params.end() && s->second.IsScalar())
     c.slowdown = s->second.as<double>();
+  if (auto s = spec.params.find("stall"); s != spec.params.end()) // checked by check_pipeline_stage
+    if (auto stall = parse_stall(s->second))
+      c.stall_step = stall->first, c.stall_s = stall->second;
   c.steps = g.train.steps;
   c.eval_every = g.train.eval_every;
   c.eval_batches = g.train.eval_batches;
@@ -454,8 +469,9 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
 actor_type_info pipeline_stage_info() {
   actor_type_info info;
   // policy: schedule options of this stage (runtime/graph/graph_policy.cpp checks them);
-  // slowdown: an emulated slow device, each action taking that many times its compute.
-  info.keys = {"policy", "slowdown"};
+  // slowdown: an emulated slow device, each action taking that many times its compute;
+  // stall: {step, for}: a device stuck once, at the first action of that (1-based) step.
+  info.keys = {"policy", "slowdown", "stall"};
   info.role.holds_layers = true;
   info.role.placement = actor_placement::by_position;
   info.check = check_pipeline_stage;
@@ -504,7 +520,7 @@ caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx) {
   // Named in the trace here, not when the actor first runs (later, on a worker
   // thread): every actor of the graph is named before any is connected, so each
   // finds the others' trace ids to count their mailboxes.
-  auto id = trace_recorder::global().register_actor(cfg.name, "pipeline_stage", 0, std::string{stage_role});
+  auto id = trace_recorder::global().register_actor(cfg.name, "pipeline_stage", 0, std::string{stage_role}, cfg.rank);
   auto self = ctx.system.spawn(pipeline_stage, std::move(cfg), ctx.runner, tokens, std::move(ck), id);
   return caf::actor{self};
 }

@@ -14,6 +14,7 @@
 #include "ops/gpt.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 #include "runtime/graph/limits.hpp"
+#include "runtime/transport/transport.hpp"
 #include "schedulers/sim/harness.hpp"
 #include "schedulers/policies/schedule_table.hpp"
 
@@ -60,17 +61,57 @@ std::optional<std::string> table_problem(const graph_spec& g, int ranks, int chu
   return std::nullopt;
 }
 
+/// Where a key's value of actor `a` was written (the actor's own place when unknown).
+source_pos value_pos(const actor_spec& a, const YAML::Node& value) {
+  source_pos at = a.pos;
+  if (!value.Mark().is_null())
+    at.line = value.Mark().line + 1, at.col = value.Mark().column + 1;
+  return at;
+}
+
 } // namespace
 
+caf::expected<std::pair<std::int64_t, double>> parse_stall(const YAML::Node& n) {
+  auto bad = [&](const std::string& why) {
+    return make_error(errc::invalid_argument,
+                      fmt::format("expected {{step: N, for: DURATION}} (a device stuck once: the first action of "
+                                  "1-based step N sleeps that long), {}",
+                                  why));
+  };
+  if (!n.IsMap())
+    return bad("got a scalar or a list");
+  std::int64_t step = 0;
+  double seconds = -1;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    auto key = it->first.IsScalar() ? it->first.Scalar() : std::string{};
+    auto value = it->second.IsScalar() ? it->second.Scalar() : std::string{};
+    if (key == "step") {
+      if (!YAML::convert<std::int64_t>::decode(it->second, step) || step < 1)
+        return bad(fmt::format("got step '{}'", value));
+    } else if (key == "for") {
+      auto d = net::parse_duration(value);
+      if (!d || *d <= 0)
+        return bad(d ? fmt::format("got for '{}' (more than zero)", value) : error_message(d.error()));
+      seconds = *d;
+    } else {
+      return bad(fmt::format("got the key '{}'", key));
+    }
+  }
+  if (step < 1 || seconds <= 0)
+    return bad(step < 1 ? "step is missing" : "for is missing");
+  return std::pair{step - 1, seconds};
+}
+
 void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics& out) {
+  if (auto s = a.params.find("stall"); s != a.params.end())
+    if (auto stall = parse_stall(s->second); !stall) {
+      out.push_back({value_pos(a, s->second), fmt::format("{}.stall", a.name), error_message(stall.error())});
+    }
   if (auto s = a.params.find("slowdown"); s != a.params.end()) {
     double v = 0;
     bool number = s->second.IsScalar() && YAML::convert<double>::decode(s->second, v);
     if (!number || !(v >= 1.0 && v <= 1000.0)) {
-      source_pos at = a.pos;
-      if (!s->second.Mark().is_null())
-        at.line = s->second.Mark().line + 1, at.col = s->second.Mark().column + 1;
-      out.push_back({at, fmt::format("{}.slowdown", a.name),
+      out.push_back({value_pos(a, s->second), fmt::format("{}.slowdown", a.name),
                      fmt::format("expected a factor from 1 to 1000 (an emulated slow device: each action takes "
                                  "this many times its compute), got '{}'",
                                  s->second.IsScalar() ? s->second.Scalar() : std::string{"a collection"})});

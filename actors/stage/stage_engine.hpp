@@ -81,6 +81,11 @@ struct stage_config {
   /// An emulated slow device (the actor's `slowdown:`): each action takes this
   /// many times its compute, the rest spent asleep. 1: as fast as it runs.
   double slowdown = 1.0;
+  /// A stuck device for one step (the actor's `stall: {step, for}`, tests of
+  /// the straggler report and the hang detector): the first action of 0-based
+  /// step `stall_step` sleeps `stall_s` before it computes. -1: never.
+  step_t stall_step = -1;
+  double stall_s = 0;
   /// Core attention on attention servers (#15); no servers: colocated, in one piece.
   stage_attention_config attention;
 };
@@ -200,6 +205,10 @@ public:
 
   /// Nanoseconds spent in model compute (forward, backward, optimizer) so far.
   std::int64_t compute_ns() const noexcept { return compute_ns_; }
+  /// Nanoseconds of forward and backward actions in each step, by step (the
+  /// thread's CPU time plus an emulated device's sleep): the step time the
+  /// straggler report compares (runtime/trace/step_stats.hpp).
+  const std::map<step_t, std::int64_t>& step_busy_ns() const noexcept { return step_busy_ns_; }
   std::uint16_t trace_id = 0;
 
 private:
@@ -267,6 +276,7 @@ private:
   std::vector<std::pair<step_t, double>> val_losses_, short_val_losses_;
   std::vector<step_report> reports_;
   std::int64_t compute_ns_ = 0;
+  std::map<step_t, std::int64_t> step_busy_ns_;
   std::int64_t idle_since_ns_ = -1; ///< when the policy last had nothing to run; -1 when busy
   // Weight-gradient passes, for components that sync during the backward.
   std::map<step_t, int> plan_hops_; ///< step -> hops its plan gives this stage

@@ -65,6 +65,7 @@ nlohmann::json summary_json(const trace_summary& s) {
           {"spans", s.span_count},
           {"cut_short", s.cut_short},
           {"actors", actors},
+          {"stragglers", to_json(s.stragglers)},
           {"orders", orders}};
 }
 

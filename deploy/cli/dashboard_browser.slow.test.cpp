@@ -48,3 +48,7 @@ TEST_CASE(
   "the dashboard draws each replica's loss, what every stage and optimizer shard holds, and the replicas' grid") {
   CHECK(run_browser("replicas") == 0);
 }
+
+TEST_CASE("the dashboard ranks a 3x slow stage first as a chronic straggler and calls a one-step stall a one-off") {
+  CHECK(run_browser("stragglers") == 0);
+}

@@ -59,7 +59,7 @@ typename Inspector::result_type inspect(Inspector& f, counter_sample& x) {
 /// `node` stays out: the coordinator knows which node sent it.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, actor_info& x) {
-  return f(caf::meta::type_name("actor_info"), x.id, x.name, x.type, x.role);
+  return f(caf::meta::type_name("actor_info"), x.id, x.name, x.type, x.role, x.position);
 }
 
 } // namespace troupe

@@ -84,7 +84,13 @@ private:
   std::string describe(int i) const {
     const auto& n = nodes_[static_cast<std::size_t>(i)];
     auto who = n.conn ? fmt::format("node {} ({}, pid {})", i, n.hello.host, n.hello.pid) : fmt::format("node {}", i);
-    return fmt::format("{} running {}", who, fmt::join(n.actors, ", "));
+    std::vector<std::string> actors; // with their replicas: which leave with the node
+    for (const auto& name : n.actors) {
+      const auto* a = g_.find_actor(name);
+      bool replicated = a && a->role.holds_layers && g_.data_parallel.replicas > 1;
+      actors.push_back(replicated ? fmt::format("{} (replica {})", name, a->replica) : name);
+    }
+    return fmt::format("{} running {}", who, fmt::join(actors, ", "));
   }
   int node_of(net::connection* c) const {
     for (std::size_t i = 0; i < nodes_.size(); ++i)
@@ -227,8 +233,9 @@ void coordinator::on_frame(event& e) {
         lost_link |= f.what.find(fmt::format("data connection to node {}:", l)) != std::string::npos;
       if (f.actor.rfind("node ", 0) == 0 && lost_link)
         break;
-      auto why = fmt::format("{} on node {} failed: {}",
-                             f.actor.rfind("node ", 0) == 0 ? f.actor : "actor '" + f.actor + "'", i, f.what);
+      auto why = f.actor.rfind("node ", 0) == 0
+                   ? fmt::format("{} failed: {}", f.actor, f.what)
+                   : fmt::format("{} failed: {}", describe_actor(g_, f.actor, f.step), f.what);
       // A node that lost its channel to another node usually reports it
       // before that node's own loss arrives: wait briefly, so the run's
       // error names the node that died rather than a neighbour.

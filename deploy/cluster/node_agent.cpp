@@ -28,6 +28,7 @@
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/actor/errors.hpp"
+#include "runtime/trace/hang_watch.hpp"
 
 using control_frame = std::shared_ptr<troupe::net::frame>;
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(control_frame)
@@ -97,6 +98,7 @@ private:
   std::shared_ptr<net::connection> ctl_;
   std::atomic<std::uint64_t> spans_acked_{0}; ///< written on the control connection's thread
   std::unique_ptr<span_streamer> streamer_;
+  std::unique_ptr<hang_watch> hangs_; ///< names this node's actors stuck in one handler, from the start
 };
 
 caf::error node_agent::setup(const plan_msg& p) {
@@ -289,6 +291,7 @@ int node_agent::run() {
               ctl_->send(encode(control_kind::ready));
             break;
           case control_kind::start:
+            hangs_ = std::make_unique<hang_watch>(graph_.trace.hang_after_s, o_.node);
             actors_.start(self_);
             break;
           case control_kind::stop:

@@ -15,6 +15,8 @@
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/actor/registry.hpp"
+#include "runtime/trace/hang_watch.hpp"
+#include "runtime/trace/step_stats.hpp"
 #include "kernels/cpu/target.hpp"
 #include "schedulers/sim/cost_model.hpp"
 #include "schedulers/policies/stage_policy.hpp"
@@ -111,7 +113,8 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
     stop_all();
     return err;
   }
-  // 3. start, 4. collect reports
+  // 3. start, 4. collect reports, while the hang detector watches every handler
+  hang_watch hangs{g.trace.hang_after_s, 0};
   auto started = clock_type::now();
   auto last_done = started;
   actors.start(self);
@@ -136,12 +139,14 @@ caf::expected<run_result> run_graph(caf::actor_system& sys, const graph_spec& g,
         if (auto err = checkpoints.on_report(m, res))
           failure = std::move(err);
       },
-      [&](failed_atom, failure_msg& f) { failure = fmt::format("actor '{}' failed: {}", f.actor, f.what); },
+      [&](failed_atom, failure_msg& f) {
+        failure = fmt::format("{} failed: {}", describe_actor(g, f.actor, f.step), f.what);
+      },
       [&](caf::down_msg& d) {
         actors.alive.erase(d.source);
         auto who = actors.names.count(d.source) ? actors.names[d.source] : std::string{"?"};
         if (d.reason || !done.count(who))
-          failure = fmt::format("actor '{}' exited before reporting done: {}", who,
+          failure = fmt::format("{} exited before reporting done: {}", describe_actor(g, who),
                                 d.reason ? error_text(sys, d.reason) : std::string{"normal exit"});
       },
       caf::after(std::chrono::milliseconds(100)) >> [] {});
@@ -197,6 +202,18 @@ caf::error run_checkpoints::interrupted(int sig, std::size_t done, std::size_t a
                                                 done, actors)));
 }
 
+std::string describe_actor(const graph_spec& g, const std::string& name, step_t step) {
+  std::vector<std::string> parts;
+  if (const auto* a = g.find_actor(name)) {
+    parts.push_back(fmt::format("node {}", g.node_of(*a)));
+    if (a->role.holds_layers)
+      parts.push_back(fmt::format("replica {}, position {}", a->replica, a->rank));
+  }
+  if (step >= 0)
+    parts.push_back(fmt::format("in step {}", step + 1));
+  return fmt::format("actor '{}'{}", name, parts.empty() ? "" : fmt::format(" ({})", fmt::join(parts, ", ")));
+}
+
 nlohmann::json summary_json(const run_result& r, const parameter_count& parameters) {
   auto num = [](std::optional<double> v) {
     return v && std::isfinite(*v) ? nlohmann::json(*v) : nlohmann::json(nullptr);
@@ -211,6 +228,15 @@ nlohmann::json summary_json(const run_result& r, const parameter_count& paramete
       memory[s.actor] = {{"params", s.params_bytes}, {"grads", s.grads_bytes}, {"optimizer", s.optimizer_bytes}};
     sent[s.actor] = s.bytes_sent;
   }
+  // The stages' step times, each against its peers' at the same step.
+  std::vector<step_times> steps;
+  for (const auto& s : r.summaries)
+    if (!s.step_busy_ns.empty()) {
+      auto& t = steps.emplace_back(step_times{s.actor, std::string{stage_role}, s.position, {}});
+      for (std::size_t i = 0; i < s.step_busy_ns.size(); ++i)
+        if (s.step_busy_ns[i] > 0) // a routed stage may sit a step out
+          t.busy[static_cast<std::int32_t>(r.first_step + static_cast<std::int64_t>(i))] = s.step_busy_ns[i];
+    }
   auto text = [](const std::string& v) { return v.empty() ? nlohmann::json(nullptr) : nlohmann::json(v); };
   return {{"steps", r.steps},
           {"tokens_per_s", num(r.tokens_per_s())},
@@ -223,6 +249,7 @@ nlohmann::json summary_json(const run_result& r, const parameter_count& paramete
           {"parameters", to_json(parameters)},
           {"memory", memory},
           {"bytes_sent", sent},
+          {"stragglers", to_json(analyze_step_times(steps))},
           {"kernel_target", text(r.kernel_target)},
           {"blas_core", text(r.blas_core)}};
 }

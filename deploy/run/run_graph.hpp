@@ -95,8 +95,13 @@ private:
   std::optional<checkpoint_tracker> tracker_;
 };
 
+/// Who failed, for a supervision message: `actor 'r1s2' (node 1, replica 1,
+/// position 2, in step 6)`, each part where the graph (or `step` >= 0) knows it.
+std::string describe_actor(const graph_spec& g, const std::string& name, step_t step = -1);
+
 /// `{"steps":…, "tokens_per_s":…, "ms_per_step":…, "train_loss":…, "val_loss":…,
-/// "val_loss_short":… (SkipPipe), "first_step":…, "losses": […], "parameters": {"total":…, "per_actor": {…}}}`,
+/// "val_loss_short":… (SkipPipe), "first_step":…, "losses": […], "parameters": {"total":…, "per_actor": {…}},
+/// "stragglers": the stages' step times (runtime/trace/step_stats.hpp's to_json)}`,
 /// null where unknown; `steps` counts this run's.
 nlohmann::json summary_json(const run_result& r, const parameter_count& parameters);
 

@@ -5,7 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <caf/all.hpp>
+#include <fmt/format.h>
 
+#include "actors/builtin.hpp"
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/actor/registry.hpp"
 #include "schedulers/routing/routing_policy.hpp"
@@ -152,7 +154,7 @@ TEST_CASE("an actor's failure report fails the run with its reason") {
   caf::actor_system sys{cfg};
   auto r = run_graph(sys, g);
   REQUIRE_FALSE(r);
-  CHECK(error_message(r.error()) == "actor 'bad' failed: the disk is on fire");
+  CHECK(error_message(r.error()) == "actor 'bad' (node 0) failed: the disk is on fire");
 }
 
 TEST_CASE("an actor that crashes fails the run instead of hanging it") {
@@ -161,7 +163,27 @@ TEST_CASE("an actor that crashes fails the run instead of hanging it") {
   caf::actor_system sys{cfg};
   auto r = run_graph(sys, g);
   REQUIRE_FALSE(r);
-  CHECK(error_message(r.error()).starts_with("actor 'boom' exited before reporting done"));
+  CHECK(error_message(r.error()).starts_with("actor 'boom' (node 0) exited before reporting done"));
+}
+
+TEST_CASE("a supervision message names the actor, its node, replica, position and step") {
+  register_builtin_actors(); // the `pipeline:` shorthand's stages
+  load_options o;
+  o.check_corpus = false;
+  o.vocabulary = [] { return make_vocabulary(); };
+  auto r = load_graph_text("model: {layers: 4, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1}\n"
+                           "train: {steps: 10}\npipeline: {stages: 2, microbatches: 2}\n"
+                           "data_parallel: {replicas: 2}\n",
+                           "run.yaml", o);
+  REQUIRE_MESSAGE(r.ok(), to_string(r.errors));
+  const auto& g = *r.graph;
+  const auto* a = g.find_actor("r1s1");
+  REQUIRE(a);
+  CHECK(describe_actor(g, "r1s1", 5) ==
+        fmt::format("actor 'r1s1' (node {}, replica 1, position 1, in step 6)", g.node_of(*a)));
+  CHECK(describe_actor(g, "r0s0") ==
+        fmt::format("actor 'r0s0' (node {}, replica 0, position 0)", g.node_of(*g.find_actor("r0s0"))));
+  CHECK(describe_actor(g, "nobody", 2) == "actor 'nobody' (in step 3)");
 }
 
 TEST_CASE("a factory error stops the run before anything starts") {

@@ -241,6 +241,11 @@ struct run_summary {
   std::int64_t grads_bytes = -1;
   std::int64_t optimizer_bytes = -1;
   std::int64_t bytes_sent = 0; ///< tensor bytes it sent to other actors over the run
+  /// A stage's busy time (forward and backward actions: CPU time plus an
+  /// emulated device's sleep) in each step of this run, from its first; empty
+  /// for other actors (runtime/trace/step_stats.hpp).
+  std::vector<std::int64_t> step_busy_ns;
+  std::int32_t position = -1; ///< a stage's pipeline position: the replicas at it are its peers
 };
 
 /// An actor wrote its part of the checkpoint after optimizer step `step`
@@ -256,6 +261,7 @@ struct checkpoint_msg {
 struct failure_msg {
   std::string actor;
   std::string what; ///< where and what, for the user
+  step_t step = -1; ///< the 0-based step it was in, where it knows one (-1: none)
 };
 
 // CAF inspection: field lists for to_string and for the wire between processes
@@ -330,7 +336,7 @@ typename Inspector::result_type inspect(Inspector& f, connect_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_summary& x) {
   return f(caf::meta::type_name("run_summary"), x.actor, x.steps, x.tokens, x.train_loss, x.val_loss, x.val_loss_short,
-           x.losses, x.params_bytes, x.grads_bytes, x.optimizer_bytes, x.bytes_sent);
+           x.losses, x.params_bytes, x.grads_bytes, x.optimizer_bytes, x.bytes_sent, x.step_busy_ns, x.position);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, checkpoint_msg& x) {
@@ -338,7 +344,7 @@ typename Inspector::result_type inspect(Inspector& f, checkpoint_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, failure_msg& x) {
-  return f(caf::meta::type_name("failure_msg"), x.actor, x.what);
+  return f(caf::meta::type_name("failure_msg"), x.actor, x.what, x.step);
 }
 
 } // namespace troupe

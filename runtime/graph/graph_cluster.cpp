@@ -107,21 +107,10 @@ void parse_cluster(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
 }
 
 void parse_link(const YAML::Node& c, const std::string& path, channel_spec& out, graph_reader& r) {
-  auto read = [&](const char* key, double& value, auto parse) {
-    auto v = c[key];
-    if (!v)
-      return;
-    auto where = join_path(path, key);
-    auto text = r.as_string(v, where);
-    if (!text)
-      return;
-    if (auto x = parse(*text))
-      value = *x;
-    else
-      r.error(v, where, error_message(x.error()));
-  };
-  read("bandwidth", out.bandwidth, net::parse_bandwidth);
-  read("latency", out.latency, net::parse_duration);
+  if (auto v = child(c, "bandwidth"))
+    read_quantity(v, join_path(path, "bandwidth"), out.bandwidth, net::parse_bandwidth, r);
+  if (auto v = child(c, "latency"))
+    read_quantity(v, join_path(path, "latency"), out.latency, net::parse_duration, r);
 }
 
 void check_cluster(parsed_graph& pg, graph_reader& r) {

@@ -24,18 +24,6 @@ const std::vector<std::string> skip_keys{"path_length", "memory",  "max_per_stag
 const std::vector<std::string> planners{"skippipe", "full", "chains", "random"};
 constexpr int max_network_nodes = 1 << 16;
 
-/// Reads a duration (`5ms`) or a bandwidth (`1Gbit/s`) scalar into `out`.
-template <class Parse>
-void read_quantity(const YAML::Node& n, const std::string& path, double& out, Parse parse, graph_reader& r) {
-  auto text = r.as_string(n, path);
-  if (!text)
-    return;
-  if (auto v = parse(*text))
-    out = *v;
-  else
-    r.error(n, path, error_message(v.error()));
-}
-
 void read_link(const YAML::Node& map, const std::string& path, network_link& out, graph_reader& r) {
   if (auto l = child(map, "latency"))
     read_quantity(l, join_path(path, "latency"), out.latency, net::parse_duration, r);

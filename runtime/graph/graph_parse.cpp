@@ -8,6 +8,7 @@
 
 #include "runtime/tensor/device.hpp"
 #include "runtime/graph/limits.hpp"
+#include "runtime/transport/transport.hpp"
 
 namespace troupe::detail {
 
@@ -20,7 +21,7 @@ const std::vector<std::string> train_keys{"steps",      "lr",           "weight_
                                           "eval_every", "eval_batches", "grad_clip",    "init"};
 const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual", "table",
                                              "policy", "device",       "routing",  "wire"};
-const std::vector<std::string> trace_keys{"file"};
+const std::vector<std::string> trace_keys{"file", "hang_after"};
 const std::vector<std::string> channel_keys{"from", "to", "credits", "bandwidth", "latency", "network"};
 
 void parse_model(const YAML::Node& n, model_spec& m, graph_reader& r) {
@@ -302,9 +303,12 @@ void parse_sections(parsed_graph& pg, graph_reader& r) {
     parse_data_parallel(pg, n, r);
   if (auto n = root["local_update"])
     parse_local_update(pg, n, r);
-  if (auto n = root["trace"]; n && r.check_map(n, "trace", trace_keys))
+  if (auto n = root["trace"]; n && r.check_map(n, "trace", trace_keys)) {
     if (r.get_string(n, "trace", "file", pg.graph.trace.file) && !pg.graph.trace.file.empty())
       pg.graph.trace.file_path = pg.resolve(pg.graph.trace.file);
+    if (auto h = child(n, "hang_after"))
+      read_quantity(h, "trace.hang_after", pg.graph.trace.hang_after_s, net::parse_duration, r);
+  }
   if (auto n = root["cluster"])
     parse_cluster(pg, n, r);
   if (auto n = root["checkpoint"])

@@ -65,6 +65,19 @@ private:
   std::map<std::string, std::string> overrides_;
 };
 
+/// Reads a duration (`5ms`) or a bandwidth (`1Gbit/s`) scalar into `out`
+/// through `parse` (net::parse_duration, net::parse_bandwidth).
+template <class Parse>
+void read_quantity(const YAML::Node& n, const std::string& path, double& out, Parse parse, graph_reader& r) {
+  auto text = r.as_string(n, path);
+  if (!text)
+    return;
+  if (auto v = parse(*text))
+    out = *v;
+  else
+    r.error(n, path, error_message(v.error()));
+}
+
 /// `map[key]` when present, else an undefined node that is safe to keep and
 /// test (yaml-cpp's own missing-key nodes throw when copied into another node).
 YAML::Node child(const YAML::Node& map, std::string_view key);

@@ -135,10 +135,14 @@ struct data_parallel_spec {
   std::string wire = "f32";
 };
 
-/// `trace: {file}`: where the Chrome-trace JSON goes; empty = no trace.
+/// `trace: {file, hang_after}`: where the Chrome-trace JSON goes (empty = no
+/// trace) and when the hang detector names an actor stuck in one handler.
 struct trace_spec {
   std::string file;                ///< as written
   std::filesystem::path file_path; ///< `file` resolved against the graph file's folder, like every path in it
+  /// `hang_after: 2min`-style duration (`120s`): an actor in one handler longer
+  /// than this is named with what it was doing (runtime/trace/hang_watch.hpp); 0s: never.
+  double hang_after_s = 120;
 };
 
 /// `cluster: {launcher, nodes, hosts, address, port, transport, token_file}`:

@@ -50,7 +50,7 @@ void dashboard_feed::ingest(int node, trace_snapshot b) {
       continue;
     auto id = static_cast<std::uint16_t>(data_.actors.size());
     ingested_ids_[key] = id;
-    data_.actors.push_back({id, std::move(a.name), std::move(a.type), node, std::move(a.role)});
+    data_.actors.push_back({id, std::move(a.name), std::move(a.type), node, std::move(a.role), a.position});
   }
   auto known = std::remove_if(b.spans.begin(), b.spans.end(), [&](span& s) {
     auto i = ingested_ids_.find({node, s.actor});
@@ -148,6 +148,7 @@ void dashboard_feed::update_stats(std::int64_t window_ns) {
                       {"mailbox", a.mailbox},
                       {"spans", a.spans},
                       {"bytes_sent", a.bytes_sent}});
+  j["stragglers"] = to_json(stats_.stragglers);
   auto& chans = j["channels"] = nlohmann::json::array();
   for (const auto& c : stats_.channels)
     chans.push_back(

@@ -439,6 +439,25 @@ std::string prometheus_metrics(const trace_summary& s) {
                              std::pair{"optimizer", a.optimizer_bytes}})
         out += fmt::format("troupe_actor_memory_bytes{{actor=\"{}\",type=\"{}\",node=\"{}\",kind=\"{}\"}} {}\n",
                            label(a.actor.name), label(a.actor.type), a.actor.node, kind, v);
+  const auto& st = s.stragglers;
+  out += "# HELP troupe_actor_step_ms Busy time per step (forward and backward actions) over the steps summarised.\n"
+         "# TYPE troupe_actor_step_ms gauge\n";
+  for (const auto& a : st.actors)
+    for (auto [stat, v] : {std::pair{"min", a.min_ms}, std::pair{"median", a.median_ms}, std::pair{"max", a.max_ms}})
+      out += fmt::format("troupe_actor_step_ms{{actor=\"{}\",stat=\"{}\"}} {}\n", label(a.actor), stat, v);
+  out += "# HELP troupe_actor_step_ewma EWMA of an actor's step time over its peers' median (1: as fast as they).\n"
+         "# TYPE troupe_actor_step_ewma gauge\n";
+  for (const auto& a : st.actors)
+    out += fmt::format("troupe_actor_step_ewma{{actor=\"{}\"}} {}\n", label(a.actor), a.ewma);
+  out +=
+    "# HELP troupe_actor_chronic_straggler 1 when the EWMA stayed above its threshold for half the steps or more.\n"
+    "# TYPE troupe_actor_chronic_straggler gauge\n";
+  for (const auto& a : st.actors)
+    out += fmt::format("troupe_actor_chronic_straggler{{actor=\"{}\"}} {}\n", label(a.actor), a.chronic ? 1 : 0);
+  out += "# HELP troupe_straggler_rank Place among the slowest actors (1: the slowest; top-k only).\n"
+         "# TYPE troupe_straggler_rank gauge\n";
+  for (std::size_t i = 0; i < st.top.size(); ++i)
+    out += fmt::format("troupe_straggler_rank{{actor=\"{}\"}} {}\n", label(st.actors[st.top[i]].actor), i + 1);
   out += fmt::format("# HELP troupe_trace_spans Spans the dashboard holds.\n# TYPE troupe_trace_spans gauge\n"
                      "troupe_trace_spans {}\n",
                      s.span_count);

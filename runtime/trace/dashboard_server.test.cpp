@@ -111,6 +111,45 @@ TEST_CASE("the server serves the page and metrics, and nothing but reads") {
   CHECK(http_request(url, http::verb::get, "/api/summary").body().find("stage0") != std::string::npos);
 }
 
+TEST_CASE("/metrics and the feed carry each stage's step times and rank the chronic straggler first") {
+  // Two replicas of two positions, 30 steps: r1s1 takes 3x its replica every
+  // step; r0s0 stalls 20x in step 12 only.
+  trace_snapshot t;
+  const char* names[] = {"r0s0", "r0s1", "r1s0", "r1s1"};
+  for (std::uint16_t a = 0; a < 4; ++a)
+    t.actors.push_back({a, names[a], "pipeline_stage", 0, "stage", a % 2});
+  std::int64_t clock = 0;
+  for (std::int32_t step = 0; step < 30; ++step)
+    for (std::uint16_t a = 0; a < 4; ++a) {
+      span s;
+      s.actor = a, s.kind = span_kind::forward, s.step = step, s.microbatch = 0;
+      auto ms = a == 3 ? 3 : a == 0 && step == 12 ? 20 : 1;
+      s.begin_ns = clock, s.end_ns = clock + ms * 1'000'000;
+      clock = s.end_ns;
+      t.spans.push_back(s);
+    }
+  fixture_dir dir;
+  dashboard_options o;
+  o.address = "127.0.0.1:0";
+  o.static_dir = dir.path;
+  auto srv = dashboard_server::start_snapshot(t, o);
+  REQUIRE(srv);
+  auto m = http_request((*srv)->url(), http::verb::get, "/metrics").body();
+  CHECK(m.find("# TYPE troupe_actor_step_ms gauge") != std::string::npos);
+  CHECK(m.find("troupe_actor_step_ms{actor=\"r1s1\",stat=\"median\"} 3\n") != std::string::npos);
+  CHECK(m.find("troupe_actor_step_ms{actor=\"r0s0\",stat=\"max\"} 20\n") != std::string::npos);
+  CHECK(m.find("troupe_actor_step_ms{actor=\"r0s0\",stat=\"min\"} 1\n") != std::string::npos);
+  CHECK(m.find("troupe_straggler_rank{actor=\"r1s1\"} 1\n") != std::string::npos);
+  CHECK(m.find("troupe_actor_chronic_straggler{actor=\"r1s1\"} 1\n") != std::string::npos);
+  CHECK(m.find("troupe_actor_chronic_straggler{actor=\"r0s0\"} 0\n") != std::string::npos);
+  CHECK(m.find("troupe_actor_step_ewma{actor=\"r1s1\"} 2.9") != std::string::npos);
+  nlohmann::json stats;
+  read_feed((*srv)->url(), t.spans.size(), stats, std::chrono::seconds(10));
+  REQUIRE(stats.contains("stragglers"));
+  CHECK(stats["stragglers"]["top"][0] == "r1s1");
+  CHECK(stats["stragglers"]["actors"]["r0s0"]["stalls"] == nlohmann::json::array({12}));
+}
+
 TEST_CASE("a page that was never built is answered with how to build it") {
   dashboard_options o;
   o.address = "127.0.0.1:0";

@@ -1,6 +1,8 @@
 // The trace recorder: per-thread single-writer ring buffers and their readers.
 #include "runtime/trace/trace.hpp"
 
+#include <time.h>
+
 #include <bit>
 
 namespace troupe {
@@ -11,6 +13,12 @@ const auto trace_epoch = std::chrono::steady_clock::now();
 
 std::int64_t trace_now() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - trace_epoch).count();
+}
+
+std::int64_t thread_cpu_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
 std::int64_t trace_epoch_ns() noexcept {
@@ -68,10 +76,11 @@ void trace_recorder::enable(std::size_t spans_per_thread) {
   enabled_.store(true, std::memory_order_relaxed);
 }
 
-std::uint16_t trace_recorder::register_actor(std::string name, std::string type, int node, std::string role) {
+std::uint16_t trace_recorder::register_actor(std::string name, std::string type, int node, std::string role,
+                                             int position) {
   std::lock_guard guard{mtx_};
   auto id = static_cast<std::uint16_t>(actors_.size());
-  actors_.push_back({id, std::move(name), std::move(type), node, std::move(role)});
+  actors_.push_back({id, std::move(name), std::move(type), node, std::move(role), position});
   return id;
 }
 

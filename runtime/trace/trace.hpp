@@ -64,6 +64,7 @@ struct actor_info {
   std::string type;
   int node;
   std::string role = {}; ///< what summaries make of it (stage_role, or empty), as its type declares
+  int position = -1;     ///< a stage's pipeline position (its rank), whose replicas are its peers; -1: none
 };
 
 /// The trace role of a pipeline position: the bubble fraction and the action
@@ -72,6 +73,9 @@ inline constexpr std::string_view stage_role = "stage";
 
 /// Nanoseconds on the trace clock (steady, since the recorder started).
 std::int64_t trace_now() noexcept;
+
+/// CPU time of the calling thread (ns): what its work costs, whatever else the machine runs.
+std::int64_t thread_cpu_ns() noexcept;
 
 /// Where trace time 0 lies on the steady clock (ns since its origin). Processes
 /// under one kernel share that clock: adding this puts their trace times on one axis.
@@ -89,8 +93,10 @@ public:
   void disable() noexcept { enabled_.store(false, std::memory_order_relaxed); }
   bool enabled() const noexcept { return enabled_.load(std::memory_order_relaxed); }
 
-  /// Names an actor for its spans; `role` is its trace role (stage_role, or empty).
-  std::uint16_t register_actor(std::string name, std::string type, int node = 0, std::string role = {});
+  /// Names an actor for its spans; `role` is its trace role (stage_role, or
+  /// empty) and `position` a stage's place in its pipeline (-1: none).
+  std::uint16_t register_actor(std::string name, std::string type, int node = 0, std::string role = {},
+                               int position = -1);
   std::vector<actor_info> actors() const;
 
   /// Appends a span to the calling thread's buffer (lock-free; a no-op when disabled).

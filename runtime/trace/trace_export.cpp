@@ -81,8 +81,9 @@ void chrome_json_events::add_node(int n) {
 }
 
 void chrome_json_events::add_actor(const actor_info& a) {
-  emit(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":{},"type":{},"role":{}}}}})",
-                   a.node, a.id, json_string(a.name), json_string(a.type), json_string(a.role)));
+  emit(fmt::format(
+    R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":{},"type":{},"role":{},"position":{}}}}})",
+    a.node, a.id, json_string(a.name), json_string(a.type), json_string(a.role), a.position));
   emit(fmt::format(R"({{"ph":"M","name":"thread_sort_index","pid":{},"tid":{},"args":{{"sort_index":{}}}}})", a.node,
                    a.id, a.id));
 }

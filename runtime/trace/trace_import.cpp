@@ -133,6 +133,7 @@ caf::expected<trace_snapshot> parse_chrome_trace(const std::string& text, const 
           a.type = ty->get<std::string>();
         if (auto ro = ev.at("args").find("role"); ro != ev.at("args").end())
           a.role = ro->get<std::string>(), has_role.insert(a.id);
+        a.position = ev.at("args").value("position", -1);
       } else if (ph == "X") {
         span s;
         s.actor = static_cast<std::uint16_t>(tid);

@@ -172,6 +172,7 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns, std::int6
   if (stages > 0)
     out.bubble_fraction = std::clamp(1.0 - stage_busy / stages, 0.0, 1.0);
 
+  out.stragglers = analyze_step_times(step_times_of(t, from_ns, to_ns));
   if (orders) {
     std::map<std::uint16_t, int> rank;
     for (const auto& a : out.actors)
@@ -282,6 +283,7 @@ std::string to_text(const trace_summary& s) {
   auto name = [&](std::uint16_t id) {
     return id < s.actors.size() ? s.actors[id].actor.name : fmt::format("actor{}", id);
   };
+  out += to_text(s.stragglers);
   if (!s.channels.empty()) {
     out += "\nchannels (messages, MB, in flight):\n";
     for (const auto& c : s.channels)

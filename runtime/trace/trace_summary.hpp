@@ -11,6 +11,7 @@
 
 #include <caf/expected.hpp>
 
+#include "runtime/trace/step_stats.hpp"
 #include "runtime/trace/trace_export.hpp"
 
 namespace troupe {
@@ -84,6 +85,9 @@ struct trace_summary {
   };
   std::map<std::string, outer_progress> outer;
   std::int32_t val_step = -1; ///< the step val_loss was measured after
+  /// Busy time per step of the actors with a role, and the slowest of them
+  /// (steps wholly inside the window only).
+  straggler_report stragglers;
   std::size_t span_count = 0;
   std::uint64_t dropped = 0;
   bool cut_short = false; ///< the trace file ended mid-event (the run was killed)

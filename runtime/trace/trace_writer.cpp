@@ -36,13 +36,6 @@ bool write_at(int fd, std::string_view data, std::uint64_t offset) {
   return true;
 }
 
-/// CPU time of the calling thread: what writing costs, whatever else the machine runs.
-std::int64_t thread_cpu_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
-
 } // namespace
 
 trace_writer::trace_writer(std::filesystem::path path, int fd, std::int64_t tokens_per_step)

@@ -4,22 +4,9 @@
 #include <algorithm>
 #include <random>
 
+#include "runtime/trace/median.hpp"
+
 namespace troupe::sched {
-
-namespace {
-
-// The middle value (the mean of the two middle ones for an even count); 0 for none.
-double median(std::vector<double> v) {
-  if (v.empty())
-    return 0;
-  auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  if (v.size() % 2 == 1)
-    return *mid;
-  return (*mid + *std::max_element(v.begin(), mid)) / 2;
-}
-
-} // namespace
 
 std::vector<straggler_scenario> standard_scenarios() {
   return {

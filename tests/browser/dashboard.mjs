@@ -307,12 +307,24 @@ async function openTrace(trace) {
   return { dash, context, profile, page, errors };
 }
 
+/// Closes what openTrace opened, after a screenshot of the page to `shot` and a
+/// check that the page raised no errors.
+async function closeTrace({ dash, context, profile, page, errors }, shot) {
+  await page.screenshot({ path: path.join(outDir, shot), fullPage: true });
+  check(errors.length === 0, `no page errors (${errors.join('; ')})`);
+  await context.close();
+  fs.rmSync(profile, { recursive: true, force: true });
+  dash.proc.kill('SIGINT');
+  await dash.exited;
+}
+
 async function validation() {
   const evalEvery = 10, total = 40, trace = path.join(outDir, 'validation-trace.json');
   const run = await runToEnd(['run', 'examples/tiny-gpt.yaml', '--steps', String(total), '--set',
     `train.eval_every=${evalEvery}`, '--trace', trace]);
   check(run.code === 0, `the run that validates every ${evalEvery} steps exited with 0 (${run.code})\n${run.code ? run.out : ''}`);
-  const { dash, context, profile, page, errors } = await openTrace(trace);
+  const opened = await openTrace(trace);
+  const { page } = opened;
   const want = [0, 10, 20, 30, 40];  // before training, then every 10 steps
   let markers = await waitFor(page, (n) => {
     const m = window.troupeDashboard?.valMarkers() ?? [];
@@ -329,12 +341,7 @@ async function validation() {
   const halfway = markers.slice(1).map((m, i) => ({ x: (m.x + markers[i].x) / 2, y: (m.y + markers[i].y) / 2 }));
   const between = await valColoured(page, halfway, 3);
   check(between.every((n) => n === 0), `no validation line between markers (${between.join(', ')} pixels halfway)`);
-  await page.screenshot({ path: path.join(outDir, 'dashboard-validation.png'), fullPage: true });
-  check(errors.length === 0, `no page errors (${errors.join('; ')})`);
-  await context.close();
-  fs.rmSync(profile, { recursive: true, force: true });
-  dash.proc.kill('SIGINT');
-  await dash.exited;
+  await closeTrace(opened, 'dashboard-validation.png');
 }
 
 /// The actor graph's boxes as drawn: name -> centre, from each box's <g> transform and <rect>.
@@ -396,7 +403,8 @@ async function replicas() {
   const run = await runToEnd(['run', 'examples/ddp.yaml', '--steps', String(total), '--set', 'data_parallel.zero=2',
     '--set', 'train.eval_every=0', '--trace', trace]);
   check(run.code === 0, `the 2-replica ZeRO-2 run exited with 0 (${run.code})\n${run.code ? run.out : ''}`);
-  const { dash, context, profile, page, errors } = await openTrace(trace);
+  const opened = await openTrace(trace);
+  const { page } = opened;
   await waitFor(page, () => window.troupeDashboard?.finished() ?? false, null, 30000);
   await sleep(800);  // the chart draws at most every 0.4 s
   const points = await page.evaluate(() => window.troupeDashboard.replicaLossPoints());
@@ -416,12 +424,7 @@ async function replicas() {
   check(memory.r0s0 && n(memory.r0s0[1]) === 0 && n(memory.r0s0[2]) === 0 && n(memory.r0s0_os[2]) > 0,
     `a ZeRO-2 stage holds parameters only, its shard the optimizer state (${JSON.stringify([memory.r0s0, memory.r0s0_os])})`);
   await checkGrid(page, 2, 2, '_os');
-  await page.screenshot({ path: path.join(outDir, 'dashboard-replicas.png'), fullPage: true });
-  check(errors.length === 0, `no page errors (${errors.join('; ')})`);
-  await context.close();
-  fs.rmSync(profile, { recursive: true, force: true });
-  dash.proc.kill('SIGINT');
-  await dash.exited;
+  await closeTrace(opened, 'dashboard-replicas.png');
   await localUpdate();
 }
 
@@ -434,7 +437,8 @@ async function localUpdate() {
     '--set', 'local_update.sync_every=4', '--set', 'local_update.delay=1', '--set', 'pipeline.microbatches=2',
     '--set', 'train.eval_every=0', '--set', 'train.warmup=2', '--trace', trace]);
   check(run.code === 0, `the 4-replica Streaming DiLoCo run exited with 0 (${run.code})\n${run.code ? run.out : ''}`);
-  const { dash, context, profile, page, errors } = await openTrace(trace);
+  const opened = await openTrace(trace);
+  const { page } = opened;
   await waitFor(page, () => window.troupeDashboard?.finished() ?? false, null, 30000);
   await sleep(800);
   const points = await page.evaluate(() => window.troupeDashboard.replicaLossPoints());
@@ -446,21 +450,41 @@ async function localUpdate() {
   check(Object.keys(outer).length === syncs.length && syncs.every((a) => outer[a] && n(outer[a][0]) === 6 && n(outer[a][1]) > 0),
     `the outer table shows each sync actor's 6 outer steps and the bytes it sent (${JSON.stringify(outer)})`);
   await checkGrid(page, 4, 2, '_sync');
-  await page.screenshot({ path: path.join(outDir, 'dashboard-local-update.png'), fullPage: true });
-  check(errors.length === 0, `no page errors (${errors.join('; ')})`);
-  await context.close();
-  fs.rmSync(profile, { recursive: true, force: true });
-  dash.proc.kill('SIGINT');
-  await dash.exited;
+  await closeTrace(opened, 'dashboard-local-update.png');
+}
+
+/// Stragglers: a 2-replica pipeline whose r1s1 is 3x slow and whose r1s0
+/// stalls once; the "Slowest actors" table ranks r1s1 first as chronic and
+/// calls r1s0's stall a one-off.
+async function stragglers() {
+  const graph = path.join(outDir, 'stragglers.yaml'), trace = path.join(outDir, 'stragglers-trace.json');
+  fs.writeFileSync(graph, ['model: {layers: 4, d_model: 64, heads: 2, context: 16, vocab: 256}',
+    'data: {corpus: kjv, batch: 16, seed: 7}', 'train: {steps: 30, lr: 3.0e-3, warmup: 2, eval_batches: 2}',
+    'pipeline: {stages: 2, microbatches: 4, schedule: 1f1b}', 'data_parallel: {replicas: 2}',
+    'actors:', '  - {name: r1s1, slowdown: 3}', '  - {name: r1s0, stall: {step: 10, for: 0.4s}}', ''].join('\n'));
+  const run = await runToEnd(['run', graph, '--trace', trace]);
+  check(run.code === 0, `the straggler run exited with 0 (${run.code})\n${run.code ? run.out : ''}`);
+  const opened = await openTrace(trace);
+  const { page } = opened;
+  await waitFor(page, () => window.troupeDashboard?.finished() ?? false, null, 30000);
+  await sleep(500);
+  const rows = await page.evaluate(() => window.troupeDashboard.stragglers());
+  check(rows.length === 4, `the table has a row for each of the 4 stages (${JSON.stringify(rows)})`);
+  check(rows[0]?.[0] === 'r1s1' && rows[0]?.[7] === 'chronic', `r1s1 is first and chronic (${JSON.stringify(rows[0])})`);
+  const stalled = rows.find((r) => r[0] === 'r1s0');
+  check(/^one-off stall at step (.*, )?10(,|$)/.test(stalled?.[7] ?? ''), `r1s0's stall is a one-off at step 10 (${JSON.stringify(stalled)})`);
+  check(rows.every((r) => Number(r[2]) <= Number(r[3]) && Number(r[3]) <= Number(r[4])), 'min <= median <= max in every row');
+  await closeTrace(opened, 'dashboard-stragglers.png');
 }
 
 try {
   if (mode === 'live') await live();
+  else if (mode === 'stragglers') await stragglers();
   else if (mode === 'launch') await launchRun();
   else if (mode === 'synthetic') await synthetic();
   else if (mode === 'validation') await validation();
   else if (mode === 'replicas') await replicas();
-  else { console.error('usage: dashboard.mjs live|launch|synthetic|validation --troupe PATH --out DIR [--steps N]'); process.exit(2); }
+  else { console.error('usage: dashboard.mjs live|launch|synthetic|validation|replicas|stragglers --troupe PATH --out DIR [--steps N]'); process.exit(2); }
 } catch (e) {
   failed++;
   console.error(`FAIL: ${e.stack ?? e}`);

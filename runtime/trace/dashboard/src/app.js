@@ -142,21 +142,34 @@ $('follow').addEventListener('change', (e) => timeline.setFollow(e.target.checke
 $('window').addEventListener('change', (e) => { timeline.setWindow(Number(e.target.value)); timeline.setFollow(true); $('follow').checked = true; });
 $('fit').addEventListener('click', () => timeline.fitAll());
 
+/// A table row of `texts`, one cell each.
+function row(texts) {
+  const tr = document.createElement('tr');
+  for (const text of texts) {
+    const td = document.createElement('td');
+    td.textContent = text;
+    tr.append(td);
+  }
+  return tr;
+}
+
+/// The rows of table `id` as drawn: first cell -> the others.
+function tableRows(id) {
+  return Object.fromEntries([...$(id).querySelectorAll('tbody tr')].map((tr) => {
+    const cells = [...tr.children].map((td) => td.textContent);
+    return [cells[0], cells.slice(1)];
+  }));
+}
+
 /// The memory table: one row per actor that reported what it holds, in bytes.
 function drawMemory() {
   const rows = [...model.memory.entries()].sort(([a], [b]) => a.localeCompare(b, undefined, { numeric: true }));
   const num = (v) => (v === undefined || v === null ? '-' : Math.round(v).toLocaleString());
   $('memory').querySelector('tbody').replaceChildren(...rows.map(([actor, m]) => {
-    const tr = document.createElement('tr');
     const total = (m.params ?? 0) + (m.grads ?? 0) + (m.optimizer ?? 0);
     const id = model.actors.find((a) => a.name === actor)?.id;
     const sent = model.stats?.actors?.find((a) => a.id === id)?.bytes_sent;
-    for (const text of [actor, num(m.params), num(m.grads), num(m.optimizer), num(total), num(sent)]) {
-      const td = document.createElement('td');
-      td.textContent = text;
-      tr.append(td);
-    }
-    return tr;
+    return row([actor, num(m.params), num(m.grads), num(m.optimizer), num(total), num(sent)]);
   }));
   $('memory-section').hidden = rows.length === 0;
 }
@@ -165,16 +178,22 @@ function drawMemory() {
 function drawOuter() {
   const rows = [...model.outer.entries()].sort(([a], [b]) => a.localeCompare(b, undefined, { numeric: true }));
   const num = (v) => (v === undefined || v === null ? '-' : Math.round(v).toLocaleString());
-  $('outer').querySelector('tbody').replaceChildren(...rows.map(([actor, o]) => {
-    const tr = document.createElement('tr');
-    for (const text of [actor, num(o.steps), num(o.bytes)]) {
-      const td = document.createElement('td');
-      td.textContent = text;
-      tr.append(td);
-    }
-    return tr;
-  }));
+  $('outer').querySelector('tbody').replaceChildren(...rows.map(([actor, o]) => row([actor, num(o.steps), num(o.bytes)])));
   $('outer-section').hidden = rows.length === 0;
+}
+
+/// The stragglers table: the top-k slowest actors by step time, slowest first.
+function drawStragglers() {
+  const st = model.stats?.stragglers;
+  const top = st?.top ?? [];
+  $('stragglers').querySelector('tbody').replaceChildren(...top.map((name) => {
+    const a = st.actors[name];
+    const verdict = a.chronic ? 'chronic'
+      : a.stalls.length ? `one-off stall at step ${a.stalls.map((s) => s + 1).join(', ')}` : '-';
+    return row([name, String(a.steps), fmt(a.min_ms, 2), fmt(a.median_ms, 2), fmt(a.max_ms, 2), fmt(a.ewma, 2),
+      fmt(a.peak_ratio, 2), verdict]);
+  }));
+  $('stragglers-section').hidden = top.length === 0;
 }
 
 let lastCharts = 0;
@@ -182,7 +201,7 @@ function frame(t) {
   if (timeline.dirty || (timeline.follow && model.live && !model.finished)) timeline.draw();
   if (memoryDirty || (graphDirty && model.memory.size)) { drawMemory(); memoryDirty = false; } // sent: from the stats
   if (outerDirty) { drawOuter(); outerDirty = false; }
-  if (graphDirty) { graph.update(model.actors, model.stats); graphDirty = false; }
+  if (graphDirty) { graph.update(model.actors, model.stats); drawStragglers(); graphDirty = false; }
   if (chartsDirty && t - lastCharts > 400) { charts.update(model.series); chartsDirty = false; lastCharts = t; }
   requestAnimationFrame(frame);
 }
@@ -197,15 +216,11 @@ window.troupeDashboard = {
   /// Points of each replica's own loss line, by replica number.
   replicaLossPoints: () => charts.replicaLossPoints(),
   /// The memory table as drawn: actor -> [params, grads, optimizer, total, sent] as shown.
-  memory: () => Object.fromEntries([...$('memory').querySelectorAll('tbody tr')].map((tr) => {
-    const cells = [...tr.children].map((td) => td.textContent);
-    return [cells[0], cells.slice(1)];
-  })),
+  memory: () => tableRows('memory'),
   /// The outer-exchange table as drawn: sync actor -> [outer steps, bytes sent] as shown.
-  outer: () => Object.fromEntries([...$('outer').querySelectorAll('tbody tr')].map((tr) => {
-    const cells = [...tr.children].map((td) => td.textContent);
-    return [cells[0], cells.slice(1)];
-  })),
+  outer: () => tableRows('outer'),
+  /// The stragglers table as drawn, slowest first: [actor, steps, min, median, max, ewma, peak, verdict].
+  stragglers: () => [...$('stragglers').querySelectorAll('tbody tr')].map((tr) => [...tr.children].map((td) => td.textContent)),
   /// Each validation value's step, value and marker position in the loss chart's canvas.
   valMarkers: () => charts.valMarkers(),
   valColor: VAL_COLOR,

@@ -1,0 +1,67 @@
+// Stragglers and hangs are visible (#26 item 4): a stage made 3x slower and a
+// stage stuck once, told apart in `--summary-json`; and a stage stuck past
+// trace.hang_after, named by the hang detector with its action while the run goes on.
+#include <algorithm>
+#include <string>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/troupe_process.hpp"
+
+using namespace troupe::testing;
+
+TEST_CASE("a 3x slower stage is the chronic straggler ranked first; a stage stuck in one step is a one-off") {
+  // Two replicas of a 4-stage pipeline, 30 steps: r1s2 computes 3x as long in
+  // every action (slowdown); r1s1 sleeps 0.4 s in the first action of step 10.
+  // Both in replica 1: the emulated slowdown sleeps, so replica 0's stages get
+  // more of a busy machine's cores and run each action slower than replica 1's
+  // (up to 1.5x at a load of 10 on 2 cores): a stage of replica 0 compared with
+  // its replica-1 peer would look slow for that alone.
+  auto dir = small_pipeline_graph("stragglers", 30,
+                                  "data_parallel: {replicas: 2}\n"
+                                  "actors:\n"
+                                  "  - {name: r1s2, slowdown: 3}\n"
+                                  "  - {name: r1s1, stall: {step: 10, for: 0.4s}}\n");
+  auto summary = dir / "summary.json";
+  // A bigger batch than the helper's: actions of several ms, so a busy machine's
+  // scheduling noise stays small beside them.
+  REQUIRE(run_to_end(dir, {"run", (dir / "graph.yaml").string(), "--set", "data.batch=16", "--set", "model.d_model=64",
+                           "--no-trace", "--summary-json", summary.string()}) == 0);
+  auto j = nlohmann::json::parse(slurp(summary)).at("stragglers");
+  CAPTURE(j.dump(1));
+  REQUIRE(j.at("top").size() == 5); // the default top 5 of the 8 stages
+  CHECK(j["top"][0] == "r1s2");
+  const auto& slow = j["actors"]["r1s2"];
+  CHECK(slow["chronic"] == true);
+  CHECK(slow["steps"] == 30);
+  CHECK(slow["ewma"].get<double>() > 2.0);
+  CHECK(slow["median_ms"].get<double>() > 2.0 * j["actors"]["r0s2"]["median_ms"].get<double>());
+  const auto& stuck = j["actors"]["r1s1"];
+  CHECK(stuck["chronic"] == false);
+  CHECK(stuck["max_ms"].get<double>() >= 400.0); // the stall is in its step time
+  CHECK(stuck["median_ms"].get<double>() < 100.0);
+  auto stalls = stuck["stalls"].get<std::vector<int>>();
+  CHECK(std::find(stalls.begin(), stalls.end(), 9) != stalls.end()); // 0-based: step 10
+  for (const auto* healthy : {"r1s0", "r1s3"})
+    CHECK(j["actors"][healthy]["chronic"] == false);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a stage stuck past trace.hang_after is named with what it was doing while the run goes on") {
+  auto dir = small_pipeline_graph("hang", 6,
+                                  "trace: {hang_after: 1s}\n"
+                                  "actors:\n"
+                                  "  - {name: s2, stall: {step: 3, for: 4s}}\n");
+  troupe_process run{dir, {"run", (dir / "graph.yaml").string(), "--no-trace"}};
+  auto line = run.wait_for(R"((hang: actor 's2'.*))", 60s);
+  int status = 0;
+  CHECK(::waitpid(run.pid, &status, WNOHANG) == 0); // named while it was still stuck: the run is going
+  CHECK(line.find("(pipeline_stage, node 0) has been in one handler for") != std::string::npos);
+  CHECK(line.find("longer than trace.hang_after (1 s): forward of microbatch 0, step 3, chunk 0") != std::string::npos);
+  CHECK(run.wait(60s) == 0);
+  auto err = slurp(run.err);
+  CHECK(err.find("hang: actor 's2'") == err.rfind("hang: actor 's2'")); // once per stuck handler
+  CHECK(err.find("hang: actor 's1'") == std::string::npos);             // the others only wait: no handler runs
+  fs::remove_all(dir);
+}
