@@ -123,8 +123,24 @@ void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics&
       {g.skip.pos, "skip",
        fmt::format("SkipPipe runs CPU stages for now: '{}' runs on {} (set pipeline.device: cpu)", a.name, a.device)});
   // The schedule is the pipeline's, not one stage's: its first stage checks it, once for all.
+  if (a.rank != 0 || a.replica != 0)
+    return;
+  // A policy that runs only on its replica's chain refuses least_loaded's routes
+  // when the stage is made; say so here, at the key (what run refuses, check refuses).
+  if (g.data_parallel.route == "least_loaded" && g.data_parallel.replicas > 1 && g.pipeline.schedule != "table") {
+    sched::policy_params p;
+    p.ranks = g.pipeline.stages, p.chunks = static_cast<int>(a.layers.size()), p.options = g.pipeline.policy;
+    if (sched::make_policy(g.pipeline.schedule, p)) { // an unknown or misconfigured policy is reported elsewhere
+      p.routed = true;
+      if (auto routed = sched::make_policy(g.pipeline.schedule, p); !routed)
+        out.push_back({g.where("data_parallel.route"), "data_parallel.route",
+                       fmt::format("least_loaded routes microbatches across replicas, which pipeline.schedule "
+                                   "'{}' cannot run: {}",
+                                   g.pipeline.schedule, routed.error().message)});
+    }
+  }
   // With replicas every replica replays the same per-rank lists over its own chain.
-  if (a.rank != 0 || a.replica != 0 || g.pipeline.schedule != "table" || g.pipeline.table_path.empty())
+  if (g.pipeline.schedule != "table" || g.pipeline.table_path.empty())
     return;
   auto ranks = static_cast<int>(std::count_if(g.actors.begin(), g.actors.end(), [&](const actor_spec& s) {
     return s.role.holds_layers && s.replica == a.replica;
