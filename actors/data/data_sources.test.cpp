@@ -142,7 +142,7 @@ TEST_CASE("a sparse 10 GB token file is checked without reading it: in little me
   rusage after{};
   ::getrusage(RUSAGE_SELF, &after);
   INFO(to_string(r.errors));
-  CHECK(r.ok()); // zeros are token 0: a valid (if dull) file
+  CHECK(r.ok());                                         // zeros are token 0: a valid (if dull) file
   CHECK(after.ru_maxrss - before.ru_maxrss < 64 * 1024); // KiB: reading it whole would take 10 GB
   token_corpus c(open_data_source(*r.graph), 16, 0.1, 1);
   CHECK(c.tokens() == (std::size_t{5} << 30));
