@@ -102,8 +102,8 @@ TEST_CASE("counts larger than a spans frame are refused before anything is alloc
   net::frame f = spans_frame(1, 0, 0);
   f.meta.resize(f.meta.size() - 8); // drop the span and counter counts: the actor follows
   // id, a name longer than the frame, type, node, role, position
-  auto actor = wire::write(0, std::uint16_t{0}, huge, std::uint32_t{0}, std::uint32_t{0}, std::uint32_t{0},
-                           std::uint32_t{0});
+  auto actor =
+    wire::write(0, std::uint16_t{0}, huge, std::uint32_t{0}, std::uint32_t{0}, std::uint32_t{0}, std::uint32_t{0});
   f.meta.insert(f.meta.end(), actor.meta.begin(), actor.meta.end());
   CHECK(what(decode<spans_msg>(f)) == "truncated message (in spans_msg > actor_info[0], at byte 26)");
 }
