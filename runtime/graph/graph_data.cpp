@@ -48,6 +48,18 @@ std::string_view head_of(std::string_view key) {
   return key.substr(0, key.find('.'));
 }
 
+/// The distinct first parts of the option keys under `prefix.` (`tokenizer.train.vocab` under `tokenizer`: `train`).
+std::vector<std::string> keys_below(const std::vector<option_spec>& options, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& o : options)
+    if (o.key.starts_with(prefix + ".")) {
+      auto h = std::string{head_of(std::string_view{o.key}.substr(prefix.size() + 1))};
+      if (std::find(out.begin(), out.end(), h) == out.end())
+        out.push_back(h);
+    }
+  return out;
+}
+
 /// Reads the value `v` of `key` (at `path`, the option key `prefix.key`) with the
 /// options of `kind`: a value, or a mapping of nested options (`tokenizer: {model: F}`).
 void read_nested(const YAML::Node& map, const std::string& path, const std::string& key, const std::string& prefix,
@@ -58,22 +70,11 @@ void read_nested(const YAML::Node& map, const std::string& path, const std::stri
       read_option(map, path, key, o, out, r);
       return;
     }
-  std::vector<std::string> below;
-  for (const auto& o : kind.options)
-    if (o.key.starts_with(full + "."))
-      if (auto h = std::string{head_of(std::string_view{o.key}.substr(full.size() + 1))};
-          std::find(below.begin(), below.end(), h) == below.end())
-        below.push_back(h);
+  auto below = keys_below(kind.options, full);
   auto v = child(map, key);
   auto kpath = join_path(path, key);
   if (below.empty()) {
-    std::vector<std::string> known;
-    for (const auto& o : kind.options)
-      if (o.key.starts_with(prefix + "."))
-        if (auto h = std::string{head_of(std::string_view{o.key}.substr(prefix.size() + 1))};
-            std::find(known.begin(), known.end(), h) == known.end())
-          known.push_back(h);
-    r.error(v, kpath, fmt::format("unknown key '{}' {}", key, choices(key, known)));
+    r.error(v, kpath, fmt::format("unknown key '{}' {}", key, choices(key, keys_below(kind.options, prefix))));
     return;
   }
   if (!r.check_map(v, kpath, below))

@@ -34,20 +34,10 @@ std::string some_text(int lines, std::uint64_t seed) {
 
 run_result run(const std::string& graph, const fs::path& dir, const std::string& name, int resume_step = 0,
                const fs::path& from = {}) {
-  load_options opts;
-  opts.vocabulary = troupe_vocabulary;
-  auto loaded = load_graph_text(graph, dir / name, opts);
-  INFO(to_string(loaded.errors));
-  REQUIRE(loaded.ok());
-  auto g = *loaded.graph;
+  auto g = testing::load_graph_or_fail(graph, (dir / name).string());
   if (resume_step > 0)
     g.checkpoint.resume_folder = from / fmt::format("step-{:06d}", resume_step), g.checkpoint.resume_step = resume_step;
-  troupe_config cfg;
-  caf::actor_system sys{cfg};
-  auto r = run_graph(sys, g);
-  INFO((r ? std::string{} : sys.render(r.error())));
-  REQUIRE(r);
-  return *r;
+  return testing::run_graph_or_fail(g);
 }
 
 /// Four steps with a checkpoint every two, then steps 3 and 4 again from the step-2 checkpoint.
