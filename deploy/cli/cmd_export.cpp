@@ -12,6 +12,7 @@
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
 #include "deploy/run/checkpoint_model.hpp"
+#include "kernels/cpu/small_gemm.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 
@@ -54,11 +55,7 @@ bool conv1d(const std::string& name) {
 tensor_handle transposed(const tensor_handle& t) {
   auto rows = t.dim(0), cols = t.dim(1);
   auto out = tensor_handle::empty({cols, rows});
-  const float* in = t.data<float>();
-  float* o = out.data<float>();
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c)
-      o[c * rows + r] = in[r * cols + c];
+  kernels::cpu::transpose(t.data<float>(), rows, cols, cols, out.data<float>(), rows);
   return out;
 }
 
