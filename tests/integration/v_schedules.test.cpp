@@ -3,6 +3,7 @@
 // layers and computes the loss) follow the one-stage loss curve to 1e-5.
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -14,13 +15,20 @@ using namespace troupe::testing;
 
 namespace {
 
-std::string graph(int stages, const std::string& schedule, int virt) {
+std::string graph(int stages, const std::string& schedule, int virt, const std::string& data = "",
+                  const std::string& extra = "") {
   return fmt::format(R"(model: {{layers: 4, d_model: 32, heads: 2, context: 16, vocab: 256}}
-data: {{corpus: kjv, batch: 4, seed: 3}}
+data: {{corpus: kjv, batch: 4, seed: 3{}}}
 train: {{steps: 6, lr: 2.0e-3, warmup: 2, eval_batches: 1}}
 pipeline: {{stages: {}, microbatches: 4, schedule: {}, virtual: {}}}
-)",
-                     stages, schedule, virt);
+{})",
+                     data, stages, schedule, virt, extra);
+}
+
+void check_curve(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i)
+    CHECK(std::fabs(got[i] - want[i]) <= 1e-5 * std::fabs(want[i]));
 }
 
 } // namespace
@@ -31,9 +39,19 @@ TEST_CASE("zbv, v_half and v_min on 2 stages x 2 chunks follow the one-stage los
   for (std::string schedule : {"zbv", "v_half", "v_min"}) {
     INFO(schedule);
     auto v = run_graph_text(graph(2, schedule, 2), "tests/" + schedule + ".yaml");
-    REQUIRE(v.losses.size() == one.losses.size());
-    for (std::size_t i = 0; i < one.losses.size(); ++i)
-      CHECK(std::fabs(v.losses[i] - one.losses[i]) <= 1e-5 * std::fabs(one.losses[i]));
+    check_curve(v.losses, one.losses);
+  }
+}
+
+TEST_CASE("zbv with data parallelism (ZeRO 0 and 2) and with attention servers follows the same mechanisms on gpipe") {
+  const std::string docs = ", documents: long_tail";
+  for (std::string extra :
+       {"data_parallel: {replicas: 2, bucket: 16KB}", "data_parallel: {replicas: 2, bucket: 16KB, zero: 2}",
+        "data_parallel: {replicas: 2, bucket: 16KB}\nattention: {servers: in_place, nano_batches: 2}"}) {
+    INFO(extra);
+    auto want = run_graph_text(graph(2, "gpipe", 1, docs, extra), "tests/gpipe.yaml");
+    auto got = run_graph_text(graph(2, "zbv", 2, docs, extra), "tests/zbv.yaml");
+    check_curve(got.losses, want.losses);
   }
 }
 
