@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
@@ -31,7 +32,8 @@ struct allreduce_peer_state {
   std::vector<caf::actor> actors; ///< every actor of the graph, by index
   std::vector<std::uint16_t> actor_ids;
   caf::actor runner;
-  std::map<std::pair<step_t, int>, ring_flight> flights; ///< (step, bucket) -> its reduction
+  std::unique_ptr<ring_book> ring;         ///< which chunk goes and comes when
+  std::map<ring_key, ring_flight> flights; ///< (step, bucket) -> its values
   std::uint64_t bytes_sent = 0;
   int last_step_reduced = 0; ///< buckets of the run's last step done
   bool done_sent = false;
@@ -40,17 +42,7 @@ struct allreduce_peer_state {
 };
 
 using peer_actor = caf::stateful_actor<allreduce_peer_state>;
-using flight_it = std::map<std::pair<step_t, int>, ring_flight>::iterator;
-
-void send_chunk(peer_actor* self, const peer_settings& cfg, flight_it it, int phase) {
-  auto& st = self->state;
-  auto copy = it->second.chunk(phase, cfg.wire_bf16);
-  record_ring_send(st.trace_id, it->first.first, it->first.second, copy.nbytes());
-  st.bytes_sent += copy.nbytes();
-  trace_recorder::global().message_sent(st.actor_ids.at(static_cast<std::size_t>(cfg.next)));
-  self->send(st.actors.at(static_cast<std::size_t>(cfg.next)), ring_atom::value,
-             ring_msg{it->first.first, it->first.second, phase, std::move(copy)});
-}
+using flight_it = std::map<ring_key, ring_flight>::iterator;
 
 /// Its summary, with the tensor bytes it sent: once, when the run's last step is reduced
 /// (it reported at its start before, so DDP's bytes read 0 in --summary-json).
@@ -83,23 +75,15 @@ void finish(peer_actor* self, const peer_settings& cfg, flight_it it) {
     report_done(self, cfg);
 }
 
-/// Applies every ring message whose turn has come.
-void advance(peer_actor* self, const peer_settings& cfg, flight_it it) {
-  auto& f = it->second;
-  if (!f.flat.defined())
-    return; // the stage has not handed this bucket over yet
-  while (f.apply_next(cfg.name, it->first.first, it->first.second)) {
-    if (f.phase == f.plan.phases()) {
-      finish(self, cfg, it);
-      return;
-    }
-    send_chunk(self, cfg, it, f.phase);
-  }
+/// Sends, applies and finishes what the ring's bookkeeping says.
+void run(peer_actor* self, const peer_settings& cfg, std::vector<ring_book::event> events) {
+  run_ring(self, cfg, std::move(events), [&](const ring_book::event&, flight_it it) { finish(self, cfg, it); });
 }
 
 caf::behavior allreduce_peer(peer_actor* self, peer_settings cfg, caf::actor runner) {
   self->state.runner = std::move(runner);
   self->state.trace_id = trace_recorder::global().register_actor(cfg.name, "allreduce_peer");
+  self->state.ring = std::make_unique<ring_book>(cfg.name, cfg.members, cfg.rank, false);
   return {
     [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
       store_directory(m, self->state.actors, self->state.actor_ids);
@@ -111,15 +95,17 @@ caf::behavior allreduce_peer(peer_actor* self, peer_settings cfg, caf::actor run
     },
     [=](bucket_atom, bucket_msg& m) {
       guarded(self, cfg.name, [&] {
-        auto it = self->state.flights.try_emplace({m.step, static_cast<int>(m.bucket)}).first;
-        it->second.take(std::move(m), cfg.members, cfg.rank);
-        send_chunk(self, cfg, it, 0);
-        advance(self, cfg, it);
+        ring_key k{m.step, static_cast<int>(m.bucket)};
+        auto& f = self->state.flights[k];
+        f.take(std::move(m), cfg.members, cfg.rank);
+        run(self, cfg, self->state.ring->take(k, f.plan.elements));
       });
     },
     [=](ring_atom, ring_msg& m) {
       trace_recorder::global().message_received(self->state.trace_id);
-      guarded(self, cfg.name, [&] { advance(self, cfg, keep_chunk(self->state.flights, m)); });
+      guarded(self, cfg.name, [&] {
+        run(self, cfg, self->state.ring->receive({m.step, m.bucket}, m.phase, std::move(m.chunk)));
+      });
     },
   };
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
@@ -32,8 +33,7 @@ struct shard_settings : ring_settings {
 
 /// One bucket of one step: its flat buffer only while a ring phase needs it.
 struct flight : ring_flight {
-  tensor_handle kept;     ///< the loss bucket: its reduced chunk, kept for the gather
-  bool gathering = false; ///< the slice is updated: the all-gather may go on
+  tensor_handle kept; ///< the loss bucket: its reduced chunk, kept for the gather
 };
 
 struct optimizer_shard_state {
@@ -41,7 +41,8 @@ struct optimizer_shard_state {
   std::vector<std::uint16_t> actor_ids;
   caf::actor runner;
   std::unique_ptr<zero_shard> shard;
-  std::map<std::pair<step_t, int>, flight> flights;
+  std::unique_ptr<ring_book> ring; ///< which chunk goes and comes when
+  std::map<ring_key, flight> flights;
   int gathered = 0; ///< buckets of the current update back in the stage
   std::int64_t bytes_sent = 0;
   bool done_sent = false;
@@ -50,7 +51,7 @@ struct optimizer_shard_state {
 };
 
 using shard_actor = caf::stateful_actor<optimizer_shard_state>;
-using flight_it = std::map<std::pair<step_t, int>, flight>::iterator;
+using flight_it = std::map<ring_key, flight>::iterator;
 
 void report_done(shard_actor* self, const shard_settings& cfg) {
   auto& st = self->state;
@@ -65,20 +66,10 @@ void report_done(shard_actor* self, const shard_settings& cfg) {
   self->send(st.runner, done_atom::value, std::move(s));
 }
 
-void send_chunk(shard_actor* self, const shard_settings& cfg, flight_it it, int phase) {
-  auto& st = self->state;
-  auto copy = it->second.chunk(phase);
-  record_ring_send(st.trace_id, it->first.first, it->first.second, copy.nbytes());
-  st.bytes_sent += static_cast<std::int64_t>(copy.nbytes());
-  trace_recorder::global().message_sent(st.actor_ids.at(static_cast<std::size_t>(cfg.next)));
-  self->send(st.actors.at(static_cast<std::size_t>(cfg.next)), ring_atom::value,
-             ring_msg{it->first.first, it->first.second, phase, std::move(copy)});
-}
-
 /// The reduce-scatter of a bucket is done: the shard keeps its slice, tells the stage.
 void scattered(shard_actor* self, flight_it it) {
   auto& f = it->second;
-  auto b = it->first.second;
+  auto b = it->first.bucket;
   auto& shard = *self->state.shard;
   double sq = 0;
   if (b == shard.loss_bucket()) {
@@ -90,15 +81,15 @@ void scattered(shard_actor* self, flight_it it) {
   }
   f.flat = {};
   self->send(self->state.actors.at(static_cast<std::size_t>(self->state.shard->stage())), reduced_atom::value,
-             it->first.first, static_cast<std::int32_t>(b), sq);
+             it->first.step, static_cast<std::int32_t>(b), sq);
 }
 
 /// The all-gather of a bucket is done: the parameters (and the loss) go into the stage.
 void gathered(shard_actor* self, const shard_settings& cfg, flight_it it) {
   auto& st = self->state;
   auto& f = it->second;
-  f.write_back(it->first.second == st.shard->loss_bucket() ? f.bucket.tensors : f.bucket.params);
-  auto step = it->first.first;
+  f.write_back(it->first.bucket == st.shard->loss_bucket() ? f.bucket.tensors : f.bucket.params);
+  auto step = it->first.step;
   st.flights.erase(it);
   if (++st.gathered < st.shard->buckets())
     return;
@@ -111,44 +102,34 @@ void gathered(shard_actor* self, const shard_settings& cfg, flight_it it) {
     report_done(self, cfg);
 }
 
-/// Applies every ring message whose turn has come.
-void advance(shard_actor* self, const shard_settings& cfg, flight_it it) {
-  auto& f = it->second;
-  auto reduce_phases = f.plan.members - 1;
-  while (f.flat.defined() && (f.phase < reduce_phases || f.gathering)) {
-    if (f.phase == f.plan.phases()) {
+/// Sends, applies, scatters and gathers what the ring's bookkeeping says.
+void run(shard_actor* self, const shard_settings& cfg, std::vector<ring_book::event> events) {
+  run_ring(self, cfg, std::move(events), [&](const ring_book::event& e, flight_it it) {
+    if (e.what == ring_book::kind::scattered)
+      scattered(self, it);
+    else
       gathered(self, cfg, it);
-      return;
-    }
-    if (!f.apply_next(cfg.name, it->first.first, it->first.second))
-      return;
-    if (f.phase < f.plan.phases() && f.phase != reduce_phases)
-      send_chunk(self, cfg, it, f.phase);
-  }
-  if (f.flat.defined() && !f.gathering && f.phase == reduce_phases)
-    scattered(self, it);
+  });
 }
 
 /// The stage's update: AdamW on the slice, then every bucket's all-gather.
 void update(shard_actor* self, const shard_settings& cfg, step_t step, float lr, float clip) {
   auto& st = self->state;
   auto& shard = *st.shard;
+  for (int b = 0; b < shard.buckets(); ++b)
+    if (auto it = st.flights.find({step, b}); it == st.flights.end() || it->second.flat.defined())
+      throw std::runtime_error(
+        fmt::format("{}: asked to update step {} before bucket {} was reduce-scattered", cfg.name, step, b));
   shard.update(lr, clip);
   for (int b = 0; b < shard.buckets(); ++b) {
     auto it = st.flights.find({step, b});
-    if (it == st.flights.end() || it->second.flat.defined() || it->second.phase != it->second.plan.members - 1)
-      throw std::runtime_error(
-        fmt::format("{}: asked to update step {} before bucket {} was reduce-scattered", cfg.name, step, b));
     auto& f = it->second;
     f.flat = tensor_handle::zeros({f.plan.padded()});
     if (b == shard.loss_bucket())
       std::memcpy(f.flat.data<float>() + f.plan.owned_chunk() * f.plan.chunk_elements(), f.kept.raw(), f.kept.nbytes());
     else
       shard.write_parameters(b, f.flat.data<float>());
-    f.gathering = true;
-    if (f.plan.phases() > 0)
-      send_chunk(self, cfg, it, f.plan.members - 1);
-    advance(self, cfg, it);
+    run(self, cfg, st.ring->gather({step, b}));
   }
 }
 
@@ -156,6 +137,7 @@ caf::behavior optimizer_shard(shard_actor* self, shard_settings cfg, std::unique
                               caf::actor runner) {
   self->state.runner = std::move(runner);
   self->state.shard = std::move(shard);
+  self->state.ring = std::make_unique<ring_book>(cfg.name, cfg.members, cfg.rank, true);
   self->state.trace_id = trace_recorder::global().register_actor(cfg.name, "optimizer_shard");
   return {
     [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
@@ -171,20 +153,19 @@ caf::behavior optimizer_shard(shard_actor* self, shard_settings cfg, std::unique
     },
     [=](bucket_atom, bucket_msg& m) {
       guarded(self, cfg.name, [&] {
-        auto key = std::make_pair(m.step, static_cast<int>(m.bucket));
-        auto it = self->state.flights.try_emplace(key).first;
-        auto& f = it->second;
+        ring_key k{m.step, static_cast<int>(m.bucket)};
+        auto& f = self->state.flights[k];
         f.take(std::move(m), cfg.members, cfg.rank);
-        if (key.second != self->state.shard->loss_bucket())
-          self->state.shard->bind_parameters(key.second, f.bucket.params);
-        if (f.plan.members > 1)
-          send_chunk(self, cfg, it, 0);
-        advance(self, cfg, it);
+        if (k.bucket != self->state.shard->loss_bucket())
+          self->state.shard->bind_parameters(k.bucket, f.bucket.params);
+        run(self, cfg, self->state.ring->take(k, f.plan.elements));
       });
     },
     [=](ring_atom, ring_msg& m) {
       trace_recorder::global().message_received(self->state.trace_id);
-      guarded(self, cfg.name, [&] { advance(self, cfg, keep_chunk(self->state.flights, m)); });
+      guarded(self, cfg.name, [&] {
+        run(self, cfg, self->state.ring->receive({m.step, m.bucket}, m.phase, std::move(m.chunk)));
+      });
     },
     [=](shard_step_atom, step_t step, float lr, float clip) {
       guarded(self, cfg.name, [&] {

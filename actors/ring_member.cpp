@@ -76,34 +76,28 @@ tensor_handle ring_flight::chunk(int phase, bool bf16) {
   return copy;
 }
 
-bool ring_flight::apply_next(const std::string& who, step_t step, int b) {
-  auto e = early.find(phase);
-  if (e == early.end())
-    return false;
+void ring_flight::apply(int phase, const tensor_handle& in, const std::string& who, step_t step, int b) {
   auto n = plan.chunk_elements();
-  if (e->second.numel() != n)
-    throw std::runtime_error(fmt::format("{}: ring chunk of {} values for bucket {} of step {}, expected {}", who,
-                                         e->second.numel(), b, step, n));
+  if (in.numel() != n)
+    throw std::runtime_error(
+      fmt::format("{}: ring chunk of {} values for bucket {} of step {}, expected {}", who, in.numel(), b, step, n));
   float* dst = flat.data<float>() + plan.recv_chunk(phase) * n;
-  if (e->second.type() == dtype::bf16) {
-    const auto* in = e->second.data<std::uint16_t>();
+  if (in.type() == dtype::bf16) {
+    const auto* v = in.data<std::uint16_t>();
     if (plan.adds(phase))
       for (std::int64_t i = 0; i < n; ++i)
-        dst[i] += bf16_value(in[i]);
+        dst[i] += bf16_value(v[i]);
     else
       for (std::int64_t i = 0; i < n; ++i)
-        dst[i] = bf16_value(in[i]);
+        dst[i] = bf16_value(v[i]);
   } else {
-    const float* in = e->second.data<float>();
+    const float* v = in.data<float>();
     if (plan.adds(phase))
       for (std::int64_t i = 0; i < n; ++i)
-        dst[i] += in[i];
+        dst[i] += v[i];
     else
-      std::memcpy(dst, in, static_cast<std::size_t>(n) * sizeof(float));
+      std::memcpy(dst, v, static_cast<std::size_t>(n) * sizeof(float));
   }
-  early.erase(e);
-  ++phase;
-  return true;
 }
 
 void store_directory(const connect_msg& m, std::vector<caf::actor>& actors, std::vector<std::uint16_t>& ids) {

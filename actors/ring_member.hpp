@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,8 @@
 #include <caf/send.hpp>
 
 #include "runtime/actor/messages.hpp"
-#include "schedulers/sync/ring_allreduce.hpp"
+#include "runtime/trace/trace.hpp"
+#include "schedulers/sync/ring_peer.hpp"
 
 namespace troupe {
 
@@ -26,13 +28,12 @@ struct ring_settings {
   bool wire_bf16 = false; ///< `data_parallel.wire: bf16`: chunks go as bf16
 };
 
-/// One bucket of one step on its way round the ring.
+/// One bucket of one step on its way round the ring: its values. Which phase
+/// comes next is the ring's bookkeeping (sched::ring_peer, `ring_book`).
 struct ring_flight {
   bucket_msg bucket;  ///< the stage's tensors (empty until it sends them)
   tensor_handle flat; ///< the values being reduced or gathered, padded; empty in between
   sched::ring_plan plan;
-  int phase = 0;                      ///< the next phase to receive
-  std::map<int, tensor_handle> early; ///< phase -> chunk that came before its turn
   std::int64_t started_ns = 0;
 
   /// Takes the stage's bucket: copies its tensors into a fresh flat buffer, zero-padded.
@@ -44,12 +45,15 @@ struct ring_flight {
   /// all-gather the member's own values are rounded alike first, so every member
   /// ends with the same values.
   tensor_handle chunk(int phase, bool bf16 = false);
-  /// Applies the received chunk of the current phase if it is here (added in the
-  /// reduce-scatter, copied in the all-gather; a bf16 chunk widened to f32) and
-  /// moves to the next phase; false when it has not come yet. Throws naming `who`
+  /// Applies `in`, the chunk received in `phase`: added in the reduce-scatter,
+  /// copied in the all-gather; a bf16 chunk widened to f32. Throws naming `who`
   /// on a chunk of the wrong size.
-  bool apply_next(const std::string& who, step_t step, int bucket);
+  void apply(int phase, const tensor_handle& in, const std::string& who, step_t step, int bucket);
 };
+
+/// A ring member's bookkeeping with tensor chunks (schedulers/sync/ring_peer.hpp).
+using ring_book = sched::ring_peer<tensor_handle>;
+using ring_key = sched::ring_key;
 
 /// Runs `f` as one message's work: an exception becomes a failure report to
 /// the actor's runner (`self->state.runner`) naming `name`, and the actor quits.
@@ -63,19 +67,41 @@ void guarded(Actor* self, const std::string& name, F&& f) {
   }
 }
 
-/// A chunk from the previous member, kept under its phase until the bucket's
-/// flight gets there: the flight of (step, bucket) in `flights` (made if new).
-template <class Flights>
-auto keep_chunk(Flights& flights, ring_msg& m) {
-  auto it = flights.try_emplace({m.step, static_cast<int>(m.bucket)}).first;
-  it->second.early[m.phase] = std::move(m.chunk);
-  return it;
-}
-
 /// The graph's actors by index and their trace ids, from a connect message's directory.
 void store_directory(const connect_msg& m, std::vector<caf::actor>& actors, std::vector<std::uint16_t>& ids);
 
 /// A send span of `bytes` for a ring message of `bucket` in `step`.
 void record_ring_send(std::uint16_t actor, step_t step, int bucket, std::uint64_t bytes);
+
+/// Carries out the ring's events for a member whose state (`self->state`)
+/// holds `actors`, `actor_ids`, `trace_id`, `bytes_sent` and `flights` (by
+/// ring_key, a ring_flight or one derived from it): a send goes to the next
+/// member (as bf16 with `wire_bf16`), an apply goes into the flight's values;
+/// every other event goes to `done(event, flight iterator)`.
+template <class Actor, class Done>
+void run_ring(Actor* self, const ring_settings& cfg, std::vector<ring_book::event> events, Done&& done) {
+  auto& st = self->state;
+  for (auto& e : events) {
+    auto it = st.flights.find(e.key);
+    if (it == st.flights.end())
+      throw std::logic_error("ring: an event for a bucket this member does not hold");
+    switch (e.what) {
+    case ring_book::kind::send: {
+      auto copy = it->second.chunk(e.phase, cfg.wire_bf16);
+      record_ring_send(st.trace_id, e.key.step, e.key.bucket, copy.nbytes());
+      st.bytes_sent += static_cast<decltype(st.bytes_sent)>(copy.nbytes());
+      trace_recorder::global().message_sent(st.actor_ids.at(static_cast<std::size_t>(cfg.next)));
+      self->send(st.actors.at(static_cast<std::size_t>(cfg.next)), ring_atom::value,
+                 ring_msg{e.key.step, e.key.bucket, e.phase, std::move(copy)});
+      break;
+    }
+    case ring_book::kind::apply:
+      it->second.apply(e.phase, e.chunk, cfg.name, e.key.step, e.key.bucket);
+      break;
+    default:
+      done(e, it);
+    }
+  }
+}
 
 } // namespace troupe

@@ -12,31 +12,50 @@ using namespace troupe;
 
 namespace {
 
-/// Runs one bucket of `values[m]` round a ring of values.size() members, every
-/// message delivered in phase order; returns each member's reduced values.
+/// Runs one bucket of `values[m]` round a ring of values.size() members as
+/// the actors do (ring_book's events over ring_flight's values), messages
+/// delivered last sent first; returns each member's reduced values.
 std::vector<std::vector<float>> ring_reduce(const std::vector<std::vector<float>>& values, bool bf16,
                                             std::int64_t* bytes_sent = nullptr) {
   const int members = static_cast<int>(values.size());
   std::vector<ring_flight> f(static_cast<std::size_t>(members));
+  std::vector<ring_book> book;
+  struct message {
+    int to, phase;
+    tensor_handle chunk;
+  };
+  std::vector<message> wire;
+  int reduced = 0;
+  auto run = [&](int m, std::vector<ring_book::event> events) {
+    for (auto& e : events)
+      if (e.what == ring_book::kind::send) {
+        auto c = f[std::size_t(m)].chunk(e.phase, bf16);
+        if (bytes_sent)
+          *bytes_sent += static_cast<std::int64_t>(c.nbytes());
+        wire.push_back({(m + 1) % members, e.phase, c});
+      } else if (e.what == ring_book::kind::apply) {
+        f[std::size_t(m)].apply(e.phase, e.chunk, "ring", 0, 0);
+      } else {
+        CHECK(e.what == ring_book::kind::reduced);
+        ++reduced;
+      }
+  };
+  for (int m = 0; m < members; ++m)
+    book.emplace_back("r" + std::to_string(m), members, m, false);
   for (int m = 0; m < members; ++m) {
     auto t = tensor_handle::empty({static_cast<std::int64_t>(values[std::size_t(m)].size())});
     std::memcpy(t.raw(), values[std::size_t(m)].data(), t.nbytes());
     bucket_msg b;
     b.tensors.push_back(t);
     f[std::size_t(m)].take(std::move(b), members, m);
+    run(m, book[std::size_t(m)].take({0, 0}, f[std::size_t(m)].plan.elements));
   }
-  for (int phase = 0; phase < f[0].plan.phases(); ++phase) {
-    std::vector<tensor_handle> sent;
-    for (int m = 0; m < members; ++m)
-      sent.push_back(f[std::size_t(m)].chunk(phase, bf16));
-    for (int m = 0; m < members; ++m) {
-      if (bytes_sent)
-        *bytes_sent += static_cast<std::int64_t>(sent[std::size_t(m)].nbytes());
-      f[std::size_t((m + 1) % members)].early[phase] = sent[std::size_t(m)];
-    }
-    for (int m = 0; m < members; ++m)
-      REQUIRE(f[std::size_t(m)].apply_next("ring", 0, 0));
+  while (!wire.empty()) {
+    auto msg = std::move(wire.back());
+    wire.pop_back();
+    run(msg.to, book[std::size_t(msg.to)].receive({0, 0}, msg.phase, std::move(msg.chunk)));
   }
+  CHECK(reduced == members);
   std::vector<std::vector<float>> out;
   for (int m = 0; m < members; ++m) {
     std::vector<float> v(values[0].size());
