@@ -313,6 +313,9 @@ nlohmann::json to_json(const cluster_config& c, const cluster_result& r) {
                         {"events_per_s", r.events / std::max(r.wall_s, 1e-9)},
                         {"wall_s", r.wall_s},
                         {"max_rss_mb", peak_rss() / 1e6}};
+  if (!r.ring_bytes_by_actor.empty())
+    out["data_parallel"] = {
+      {"zero", c.ring.zero}, {"bytes_per_step", r.allreduce_bytes}, {"bytes_by_actor", r.ring_bytes_by_actor}};
   if (c.outer.present) {
     const auto& o = r.outer;
     out["local_update"] = {{"algorithm", c.outer.spec.algorithm},
@@ -355,8 +358,6 @@ diagnostics unpriced_sections(const graph_spec& g) {
     refuse("local_update", fmt::format("local-update training beside {}", g.skip.present ? "skip paths" : "attention"));
   if (g.local_update.present && g.local_update.routes_across_replicas)
     refuse("local_update.route", fmt::format("{}'s activations to other replicas' stages", g.local_update.algorithm));
-  if (g.data_parallel.zero > 0)
-    refuse("data_parallel.zero", "ZeRO's reduce-scatter and all-gather");
   return out;
 }
 

@@ -18,6 +18,53 @@ const actor_spec* stage_at(const graph_spec& g, int r, int s) {
   return nullptr;
 }
 
+/// The emulated link a message from the helper (`suffix`: `_sync`, `_ar`,
+/// `_os`) of stage (from, s) to that of (to, s) crosses: between node processes
+/// one connection per (node, link) carries every such channel
+/// (deploy/cluster/node_agent.cpp), within one a link actor each. Without
+/// `bandwidth:` or `latency:` on the channel, the sim's network prices it.
+sched::cluster_config::local_update::link helper_link(const graph_spec& g, const sched::cluster_config& c, int s,
+                                                      int from, int to, const std::string& suffix) {
+  const auto* a = stage_at(g, from, s);
+  const auto* b = stage_at(g, to, s);
+  const auto* sa = a ? g.find_actor(a->name + suffix) : nullptr;
+  const auto* sb = b ? g.find_actor(b->name + suffix) : nullptr;
+  if (sa && sb)
+    for (const auto& ch : g.channels)
+      if (ch.from == sa->name && ch.to == sb->name && (ch.bandwidth > 0 || ch.latency > 0)) {
+        int na = g.node_of(*sa), nb = g.node_of(*sb);
+        auto key = na != nb ? fmt::format("node {} > {} at {} B/s, {} s", na, nb, ch.bandwidth, ch.latency)
+                            : fmt::format("{} > {}", ch.from, ch.to);
+        return {key, {ch.latency, ch.bandwidth}};
+      }
+  // Devices as the simulator numbers them: tensor-parallel, then data-parallel, then pipeline.
+  auto device = [&](int r) { return (static_cast<std::int64_t>(s) * c.replicas + r) * c.costs.tensor_parallel; };
+  return {fmt::format("{} > {} at {}{}", from, to, s, suffix), c.costs.network.between(device(from), device(to))};
+}
+
+/// The data-parallel ring (#25): the stage's buckets as grad_buckets cuts them,
+/// from its parameters chunk by chunk, over the ring channels' links.
+void set_data_parallel(const graph_spec& g, sched::cluster_config& c) {
+  const int p = static_cast<int>(c.stages.size());
+  auto& d = c.ring;
+  d.bucket_bytes = g.data_parallel.bucket;
+  d.overlap = g.data_parallel.overlap;
+  d.zero = g.data_parallel.zero;
+  if (g.data_parallel.wire == "bf16" && d.zero == 0) // the all-reduce's chunks go as bf16 (shards send f32)
+    c.gradient_bytes = 2;
+  for (int s = 0; s < p; ++s) {
+    auto& chunks = d.tensors.emplace_back();
+    if (const auto* a = stage_at(g, 0, s))
+      for (const auto& chunk : zero_params(g, *a)) {
+        auto& sizes = chunks.emplace_back();
+        for (const auto& t : chunk)
+          sizes.push_back(t.elements);
+      }
+  }
+  const std::string suffix = d.zero > 0 ? "_os" : "_ar";
+  d.link_of = [&g, &c, suffix](int s, int from, int to) { return helper_link(g, c, s, from, to, suffix); };
+}
+
 } // namespace
 
 void set_run_sections(const graph_spec& g, sched::cluster_config& c) {
@@ -36,6 +83,8 @@ void set_run_sections(const graph_spec& g, sched::cluster_config& c) {
       if (const auto* a = stage_at(g, r, s))
         if (auto f = a->params.find("slowdown"); f != a->params.end() && f->second.IsScalar())
           c.slowdown[fmt::format("r{}s{}", r, s)] = f->second.as<double>();
+  if (g.data_parallel.present)
+    set_data_parallel(g, c);
   if (!g.local_update.present)
     return;
   auto& o = c.outer;
@@ -50,27 +99,7 @@ void set_run_sections(const graph_spec& g, sched::cluster_config& c) {
         for (const auto& t : chunk)
           sizes.push_back(t.elements);
   }
-  // A part from one outer_sync to another crosses their channel's emulated
-  // link: between node processes one connection per (node, link) carries every
-  // such channel (deploy/cluster/node_agent.cpp), within one a link actor each.
-  // Without `bandwidth:` or `latency:`, the sim's network prices it.
-  o.link_of = [&g, &c](int s, int from, int to) -> sched::cluster_config::local_update::link {
-    const auto* a = stage_at(g, from, s);
-    const auto* b = stage_at(g, to, s);
-    const auto* sa = a ? g.find_actor(a->name + "_sync") : nullptr;
-    const auto* sb = b ? g.find_actor(b->name + "_sync") : nullptr;
-    if (sa && sb)
-      for (const auto& ch : g.channels)
-        if (ch.from == sa->name && ch.to == sb->name && (ch.bandwidth > 0 || ch.latency > 0)) {
-          int na = g.node_of(*sa), nb = g.node_of(*sb);
-          auto key = na != nb ? fmt::format("node {} > {} at {} B/s, {} s", na, nb, ch.bandwidth, ch.latency)
-                              : fmt::format("{} > {}", ch.from, ch.to);
-          return {key, {ch.latency, ch.bandwidth}};
-        }
-    // Devices as the simulator numbers them: tensor-parallel, then data-parallel, then pipeline.
-    auto device = [&](int r) { return (static_cast<std::int64_t>(s) * c.replicas + r) * c.costs.tensor_parallel; };
-    return {fmt::format("{} > {} at {}", from, to, s), c.costs.network.between(device(from), device(to))};
-  };
+  o.link_of = [&g, &c](int s, int from, int to) { return helper_link(g, c, s, from, to, "_sync"); };
 }
 
 } // namespace troupe::cli

@@ -1,6 +1,6 @@
 // The cluster driver: every replica's router and stage cores as the actors hold
 // them, messages delayed by their link, compute by the cost model, and each
-// position's data-parallel ring all-reduce at the step boundary.
+// position's data-parallel ring (schedulers/sim/ring_sim.hpp) at the step boundary.
 #include "schedulers/sim/cluster_sim.hpp"
 #include "schedulers/sim/cluster_sim_state.hpp"
 
@@ -12,29 +12,36 @@ double cluster_result::tflops_per_device() const {
 
 namespace detail {
 
-void cluster::gradients_complete(int a) {
-  const int s = position_of(a), g = group_of(a);
-  const auto gi = static_cast<std::size_t>(g);
-  last_complete_[gi] = std::max(last_complete_[gi], now_);
-  auto& joined = joined_[gi * static_cast<std::size_t>(p_) + static_cast<std::size_t>(s)];
-  if (++joined < group_)
+void cluster::boundary_done(int a) {
+  const auto gi = static_cast<std::size_t>(group_of(a));
+  last_complete_[gi] = std::max(last_complete_[gi], sync_since_[static_cast<std::size_t>(a)]);
+  if (++joined_[gi] < group_ * p_) // (with skip, every node of every position)
     return;
-  joined = 0;
-  for (int r = g * group_; r < (g + 1) * group_ && group_ > 1; ++r)
-    if (traced(r))
-      c_.on_span({r, s, 'S', stage(a).step(), -1, now_, now_ + allreduce_[static_cast<std::size_t>(s)]});
-  events_.post(now_ + allreduce_[static_cast<std::size_t>(s)], [this, g, gi] {
-    if (++positions_synced_[gi] < p_)
-      return;
-    positions_synced_[gi] = 0;
-    sync_wait_ += now_ - last_complete_[gi];
-    last_work_ = now_;
-    ++synced_steps_[gi];
-    for (int r = g * group_; r < (g + 1) * group_ && !skip_; ++r)
-      touch(r * (p_ + 1));
-    if (skip_)
-      touch(0);
-  });
+  joined_[gi] = 0;
+  sync_wait_ += now_ - last_complete_[gi];
+  last_complete_[gi] = 0;
+  last_work_ = std::max(last_work_, now_);
+  ++synced_steps_[gi];
+  const int g = static_cast<int>(gi);
+  for (int r = g * group_; r < (g + 1) * group_ && !skip_; ++r)
+    touch(r * (p_ + 1));
+  if (skip_)
+    touch(0);
+}
+
+void cluster::weight_pass(int a, const stage_task& t, double seconds) {
+  if (!ring_ || (t.what.kind != op_kind::backward && t.what.kind != op_kind::weight_grad))
+    return;
+  // As the stage engine tells its buckets: the step's last pass over a chunk
+  // is its planned hops / chunks-th (each route visits each chunk once).
+  const auto ai = static_cast<std::size_t>(a);
+  auto& passes = weight_passes_[ai];
+  if (passes_step_[ai] != t.step)
+    passes_step_[ai] = t.step, passes.assign(passes.size(), 0);
+  const int planned = stage(a).queue().planned();
+  const int per_chunk = planned < 0 ? -1 : planned / static_cast<int>(passes.size());
+  const bool last = ++passes[static_cast<std::size_t>(t.chunk)] == per_chunk;
+  ring_->pass(replica_of(a), position_of(a), t.step, t.chunk, last, seconds);
 }
 
 // The replica's router emits what its credits allow, for steps whose predecessor is synced.
@@ -154,7 +161,10 @@ expected<void> cluster::start_work(int a) {
   forwards_[static_cast<std::size_t>(a)] += task->what.kind == op_kind::forward;
   busy_[static_cast<std::size_t>(a)] += cost;
   // The span ends when the compute does: at once known on a device of its own, later on shared cores.
+  weight_pass(a, *task, cost);
   compute(a, cost, [this, a, t = *task, begin = now_] {
+    if (ring_)
+      ring_->pass_done(replica_of(a), position_of(a), t.step, t.chunk);
     if (traced(replica_of(a)))
       c_.on_span(
         {replica_of(a), position_of(a), static_cast<char>(t.what.kind), t.step, t.what.microbatch, begin, now_});
@@ -239,9 +249,6 @@ expected<cluster_result> cluster::run() {
                         layer_activation_bytes(m, c_.costs.tensor_parallel)
                     : pr.peak_in_flight * per_chunk_layers * layer_activation_bytes(m, c_.costs.tensor_parallel);
     pr.memory_bytes = 16.0 * pr.parameters / t + acts;
-    pr.allreduce_s = allreduce_[static_cast<std::size_t>(s)];
-    if (group_ > 1)
-      out.allreduce_bytes += 2.0 * (group_ - 1) / group_ * pr.parameters * c_.gradient_bytes * d_;
     out.positions.push_back(std::move(pr));
   }
   for (int a = 0; a < static_cast<int>(stages_.size()); ++a)
@@ -249,6 +256,8 @@ expected<cluster_result> cluster::run() {
       out.forwards[stage(a).config().name] = forwards_[static_cast<std::size_t>(a)];
   if (outer_)
     outer_->report(out);
+  if (ring_)
+    ring_->report(out);
   out.bubble_fraction = out.makespan > 0 ? 1.0 - out.busy / (out.stage_actors * out.makespan) : 0.0;
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count();
   return out;

@@ -108,6 +108,30 @@ struct cluster_config {
     /// as a proportionally smaller one, its bytes and compute scaled back up.
     std::int64_t max_values = std::int64_t{1} << 22;
   } outer;
+  /// The data-parallel ring of each position (#25): a stage's gradient buckets
+  /// leave as its last backward pass over each chunk completes them, and each
+  /// goes round the ring by the members' own bookkeeping (schedulers/sync/ring_peer.hpp)
+  /// over links that serialise its chunks (schedulers/sim/ring_sim.hpp).
+  struct data_parallel {
+    std::int64_t bucket_bytes = 4 << 20; ///< f32 gradient bytes per bucket (data_parallel.bucket)
+    bool overlap = true;                 ///< buckets leave during the last pass (else once the step's work is done)
+    /// ZeRO stage (1, 2): the members are optimizer shards; a bucket is
+    /// reduce-scattered, the shard steps its slice (the device's
+    /// optimizer_per_param a value), and the updated parameters are all-gathered.
+    int zero = 0;
+    /// By position, chunk: its parameters' elements in the model's order (what
+    /// buckets cut); a position without a list has the cost model's count.
+    std::vector<std::vector<std::vector<std::int64_t>>> tensors;
+    /// The link a chunk crosses from the ring member of (from, position) to
+    /// that of (to, position); unset: the network's level between their devices.
+    std::function<local_update::link(int position, int from, int to)> link_of;
+    /// A ring of more members runs as a ring of this many, each hop standing
+    /// for (n-1)/(k-1) of the real ring's (its bytes and latency scaled): a
+    /// member still sends 2(n-1)/n of the bucket, in fewer events.
+    int max_members = 16;
+    /// A position cut into more buckets is cut into this many larger ones.
+    int max_buckets = 64;
+  } ring;
 };
 
 /// What one pipeline position (the same stage in every replica) did.
@@ -118,7 +142,9 @@ struct position_result {
   int peak_in_flight = 0;  ///< most activations held at once, over the replicas
   double parameters = 0;   ///< of the stage (all t devices together)
   double memory_bytes = 0; ///< per device: model states + peak activations
-  double allreduce_s = 0;  ///< one data-parallel ring all-reduce of its gradients
+  /// Its ring's time a step: from a stage's first bucket leaving to its last
+  /// coming back (ZeRO: reduce-scattered), the mean over replicas and steps.
+  double allreduce_s = 0;
 };
 
 /// What the simulation measured.
@@ -140,8 +166,10 @@ struct cluster_result {
   std::uint64_t events = 0;
   std::uint64_t messages = 0;
   double p2p_bytes = 0;       ///< activations and gradients between stages
-  double allreduce_bytes = 0; ///< bytes each device sends in the step's all-reduces, summed
-  double wall_s = 0;          ///< real seconds the simulation took
+  double allreduce_bytes = 0; ///< per step: bytes the ring members sent, summed over all of them
+  /// Bytes each ring member sent over the run (`r0s1_ar`, ZeRO `r0s1_os`).
+  std::map<std::string, double> ring_bytes_by_actor;
+  double wall_s = 0; ///< real seconds the simulation took
   std::vector<position_result> positions;
   /// Local-update exchanges (cluster_config::outer).
   struct outer_exchanges {

@@ -1,5 +1,5 @@
 // The cluster driver: equal stages reproduce the schedules' bubble formulas,
-// the data-parallel ring costs what its algorithm sends, and replicas scale.
+// and replicas scale (the data-parallel ring: ring_sim.test.cpp).
 #include "schedulers/sim/cluster_sim.hpp"
 
 #include <doctest/doctest.h>
@@ -56,45 +56,6 @@ TEST_CASE("Equal stages give ZB-H1's bubble (p-1)/(3m+p-1) exactly (F = I = W)")
     REQUIRE_MESSAGE(r, r.error().message);
     CHECK(r->bubble_fraction == doctest::Approx(double(p - 1) / (3 * m + p - 1)).epsilon(1e-12));
   }
-}
-
-TEST_CASE("The data-parallel ring adds 2(n-1)/n gradient bytes/bandwidth + 2(n-1) latencies to a step") {
-  auto c = equal_stages(1, 1);
-  c.costs.network = {8, {5e-6, 300e9}, {1e-5, 25e9}};
-  auto alone = simulate_cluster(c);
-  REQUIRE(alone);
-  for (int n : {2, 8, 32}) {
-    c.replicas = n; // 8 replicas fill a node; 32 span four
-    auto r = simulate_cluster(c);
-    REQUIRE_MESSAGE(r, r.error().message);
-    double bytes = 4 * stage_parameters(c.model, c.model.layers, true);
-    link_spec slowest = n > 8 ? link_spec{1e-5, 25e9} : link_spec{5e-6, 300e9};
-    double ring = 2.0 * (n - 1) / n * bytes / slowest.bandwidth + 2.0 * (n - 1) * slowest.latency;
-    CHECK(r->positions[0].allreduce_s == doctest::Approx(ring).epsilon(1e-12));
-    CHECK(r->iteration_s - alone->iteration_s == doctest::Approx(ring).epsilon(1e-9));
-    CHECK(r->sync_wait_s == doctest::Approx(ring).epsilon(1e-9));
-  }
-}
-
-TEST_CASE("The ring's slowest link is the widest boundary its replicas cross: node, then site (wide area)") {
-  auto c = equal_stages(1, 1);
-  const link_spec node{5e-6, 300e9}, nodes{1e-5, 25e9}, wide{30e-3, 1.25e9};
-  c.costs.network = {8, node, nodes, wide};
-  c.replicas = 32; // devices 0..31: four nodes of 8
-  double bytes = 4 * stage_parameters(c.model, c.model.layers, true);
-  auto ring = [&](const link_spec& l) { return 2.0 * 31 / 32 * bytes / l.bandwidth + 2.0 * 31 * l.latency; };
-  for (auto [per_site, slowest] : {std::pair{0, nodes}, {4, nodes}, {2, wide}, {1, wide}}) {
-    c.costs.network.nodes_per_site = per_site;
-    auto r = simulate_cluster(c);
-    REQUIRE_MESSAGE(r, r.error().message);
-    CHECK_MESSAGE(r->positions[0].allreduce_s == doctest::Approx(ring(slowest)).epsilon(1e-12), per_site);
-    CHECK(r->sync_wait_s == doctest::Approx(ring(slowest)).epsilon(1e-9));
-  }
-  c.replicas = 8; // one node, whatever the sites
-  c.costs.network.nodes_per_site = 1;
-  auto r = simulate_cluster(c);
-  REQUIRE(r);
-  CHECK(r->positions[0].allreduce_s == doctest::Approx(2.0 * 7 / 8 * bytes / node.bandwidth + 14 * node.latency));
 }
 
 TEST_CASE("Replicas run the same schedule in parallel: steps, devices and FLOP/s scale, the bubble stays") {

@@ -16,8 +16,10 @@ expected<void> cluster::build() {
   forwards_.assign(static_cast<std::size_t>(n), 0);
   peak_in_flight_.assign(static_cast<std::size_t>(n), 0);
   const auto groups = static_cast<std::size_t>(d_ / group_);
-  joined_.assign(groups * static_cast<std::size_t>(p_), 0);
-  positions_synced_.assign(groups, 0);
+  joined_.assign(groups, 0);
+  sync_since_.assign(static_cast<std::size_t>(n), 0.0);
+  passes_step_.assign(static_cast<std::size_t>(n), -1);
+  weight_passes_.resize(static_cast<std::size_t>(n));
   synced_steps_.assign(groups, 0);
   last_complete_.assign(groups, 0.0);
   updating_.assign(static_cast<std::size_t>(n), 0);
@@ -46,12 +48,27 @@ expected<void> cluster::build() {
                                  [&](auto ch) { return ch.first == 0 || ch.second == m.layers; });
     params_.push_back(stage_parameters(m, layers, embedding));
     optimizer_.push_back(params_.back() / c_.costs.tensor_parallel * c_.costs.device.optimizer_per_param);
-    double grad = params_.back() * c_.gradient_bytes / c_.costs.tensor_parallel;
-    // The ring of one tensor-parallel slice over a group's replicas (every
-    // replica without local_update), whose devices are consecutive: its slowest
-    // link is the level of the widest boundary between the first replica and
-    // the last (a node's, then a site's).
-    allreduce_.push_back(skip_ ? 0.0 : ring_allreduce_time(group_, grad, link(actor(0, s), actor(group_ - 1, s))));
+  }
+  if (group_ > 1 && !skip_) {
+    ring_sim::hooks rh;
+    rh.now = [this] { return now_; };
+    rh.post = [this](double at, event_fn f) { events_.post(at, std::move(f)); };
+    rh.compute = [this](int r, int s, double work, event_fn done) {
+      busy_[static_cast<std::size_t>(actor(r, s))] += work;
+      compute(actor(r, s), work, std::move(done));
+    };
+    rh.synced = [this](int r, int s, std::int64_t step) { ring_back(actor(r, s), step); };
+    rh.updated = [this](int r, int s, std::int64_t) { update_done(actor(r, s)); };
+    rh.network = [this](int s, int from, int to) { return link(actor(from, s), actor(to, s)); };
+    try {
+      ring_ = std::make_unique<ring_sim>(c_, group_, params_, std::move(rh));
+    } catch (const std::exception& e) {
+      return make_sched_error(fmt::format("data_parallel: {}", e.what()));
+    }
+    for (int a = 0; a < n; ++a)
+      if (position_of(a) >= 0)
+        weight_passes_[static_cast<std::size_t>(a)].assign(
+          c_.stages[static_cast<std::size_t>(position_of(a))].chunks.size(), 0);
   }
   if (c_.outer.present) {
     outer_sim::hooks oh;
@@ -153,21 +170,32 @@ expected<void> cluster::build() {
       hk.clip = [this, me](int to, std::int64_t step, double total) {
         deliver(me, to, 0, [this, to, step, total] { stage(to).on_clip(step, total); });
       };
-      hk.gradients_complete = [this, me](std::int64_t) {
-        gradients_complete(me);
-        return 0.0;
-      };
+      if (ring_) // the step waits for its buckets still out on the ring
+        hk.sync = [this, me, r, s](std::int64_t step) {
+          sync_since_[static_cast<std::size_t>(me)] = now_;
+          if (!ring_->flush(r, s, step))
+            return false;
+          synced_here(me, step);
+          return true;
+        };
+      else
+        hk.gradients_complete = [this, me](std::int64_t) {
+          sync_since_[static_cast<std::size_t>(me)] = now_;
+          boundary_done(me);
+          return 0.0;
+        };
       // The optimizer step: the stage takes no other work until it is done.
-      if (optimizer_[static_cast<std::size_t>(s)] > 0)
+      // With ZeRO its shard steps its slice and all-gathers the parameters back.
+      if (ring_ && c_.ring.zero > 0)
+        hk.update = [this, me, r, s](std::int64_t step, double) {
+          updating_[static_cast<std::size_t>(me)] = 1;
+          ring_->update(r, s, step);
+        };
+      else if (optimizer_[static_cast<std::size_t>(s)] > 0)
         hk.update = [this, me, s](std::int64_t, double) {
           updating_[static_cast<std::size_t>(me)] = 1;
           busy_[static_cast<std::size_t>(me)] += optimizer_[static_cast<std::size_t>(s)];
-          compute(me, optimizer_[static_cast<std::size_t>(s)], [this, me] {
-            updating_[static_cast<std::size_t>(me)] = 0;
-            for (auto& f : std::exchange(after_update_[static_cast<std::size_t>(me)], {}))
-              f();
-            touch(me);
-          });
+          compute(me, optimizer_[static_cast<std::size_t>(s)], [this, me] { end_update(me); });
         };
       // Local-update training: the method's events after each update, its exchanges once the update has ended.
       if (outer_)
@@ -221,8 +249,29 @@ expected<void> cluster::build_routers() {
   return {};
 }
 
-// A stage's gradients for the step are complete: it joins its position's ring.
-// When the last replica joins, the ring runs; when every position's ring is
-// done, the routers may start the next step (the optimizer step needs them all).
+void cluster::synced_here(int a, std::int64_t step) {
+  if (traced(replica_of(a)))
+    c_.on_span({replica_of(a), position_of(a), 'S', step, -1, sync_since_[static_cast<std::size_t>(a)], now_});
+  if (c_.ring.zero == 0) // with ZeRO the boundary ends with the gather
+    boundary_done(a);
+}
+
+void cluster::ring_back(int a, std::int64_t step) {
+  synced_here(a, step);
+  stage(a).on_synced(step);
+  touch(a);
+}
+
+void cluster::end_update(int a) {
+  updating_[static_cast<std::size_t>(a)] = 0;
+  for (auto& f : std::exchange(after_update_[static_cast<std::size_t>(a)], {}))
+    f();
+  touch(a);
+}
+
+void cluster::update_done(int a) {
+  end_update(a);
+  boundary_done(a);
+}
 
 } // namespace troupe::sched::detail

@@ -16,6 +16,7 @@
 #include "schedulers/sim/cluster_sim.hpp"
 #include "schedulers/sim/event_queue.hpp"
 #include "schedulers/sim/outer_sim.hpp"
+#include "schedulers/sim/ring_sim.hpp"
 #include "schedulers/routing/router.hpp"
 #include "schedulers/routing/skippipe_routing.hpp"
 #include "schedulers/policies/stage_core.hpp"
@@ -131,7 +132,18 @@ private:
   expected<void> build_routers();
   void pump(int replica);
   void step_ready(int a);
-  void gradients_complete(int a);
+  /// Stage actor `a` is done with its step's boundary (its ring, or ZeRO's
+  /// gather): when every stage of its replica group is, the routers go on.
+  void boundary_done(int a);
+  /// Every bucket of stage actor `a` is back for `step` (ZeRO: reduce-scattered).
+  void synced_here(int a, std::int64_t step);
+  /// The same, after the stage waited for it: it goes on.
+  void ring_back(int a, std::int64_t step);
+  /// Its optimizer step ended (and, with ZeRO, the gather; update_done ends its boundary too).
+  void end_update(int a);
+  void update_done(int a);
+  /// Before a compute task: tells the ring when it is the step's last weight-gradient pass over its chunk.
+  void weight_pass(int a, const stage_task& t, double seconds);
   expected<void> start_work(int a);
 
   const cluster_config& c_;
@@ -150,16 +162,18 @@ private:
   bool skip_ = c_.skip.present;
   std::vector<int> peak_in_flight_;                          ///< by actor
   std::vector<std::vector<chunk_costs>> costs_, head_costs_; ///< by position, chunk
-  std::vector<double> allreduce_;                            ///< by position: one ring all-reduce
   std::vector<double> params_; ///< by position: the stage's parameters (embeddings on the ends)
   /// Replicas that all-reduce every step: all of them, or a replica group's under local_update.
   int group_ = c_.outer.present ? std::max(c_.outer.group, 1) : d_;
   int group_of(int a) const { return replica_of(a) / group_; }
-  std::vector<int> joined_;                ///< by group * p + position: replicas whose gradients are complete this step
-  std::vector<int> positions_synced_;      ///< by group: positions whose all-reduce finished this step
-  std::vector<std::int64_t> synced_steps_; ///< by group: steps whose every all-reduce finished
-  std::vector<double> last_complete_;      ///< by group: when the step's last gradients completed
-  std::unique_ptr<outer_sim> outer_;       ///< local-update exchanges
+  std::vector<int> joined_;                         ///< by group: stage actors done with this step's boundary
+  std::vector<std::int64_t> synced_steps_;          ///< by group: steps whose every all-reduce finished
+  std::vector<double> last_complete_;               ///< by group: when the step's last gradients completed
+  std::unique_ptr<outer_sim> outer_;                ///< local-update exchanges
+  std::unique_ptr<ring_sim> ring_;                  ///< the data-parallel rings (ZeRO's shards)
+  std::vector<double> sync_since_;                  ///< by actor: when its step's gradients were complete
+  std::vector<std::int64_t> passes_step_;           ///< by actor: the step its weight_passes_ count
+  std::vector<std::vector<int>> weight_passes_;     ///< by actor, chunk: weight-gradient passes begun this step
   std::vector<std::vector<event_fn>> after_update_; ///< by actor: what waits for its optimizer step to end
   /// Runs `f` once actor `a`'s optimizer step has ended (now when none runs).
   void after_update(int a, event_fn f) {

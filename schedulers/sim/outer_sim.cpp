@@ -133,12 +133,8 @@ void outer_sim::send(int replica, int position, std::vector<sync_part> parts) {
       l = c_.outer.link_of(position, replica, to);
     else
       l = {fmt::format("{}>{}/{}", replica, to, position), h_.network(position, replica, to)};
-    // As the transport's link pacer: behind the link's earlier parts, then its bytes and latency.
-    auto& busy = busy_until_[l.key];
-    const double start = std::max(h_.now(), busy);
-    const double wire = l.spec.bandwidth > 0 ? bytes / l.spec.bandwidth : 0.0;
-    busy = start + wire;
-    h_.post(start + wire + l.spec.latency, [this, to, position, part = std::move(part)]() mutable {
+    const double arrives = link_pacer::arrival(links_.link(l.key), l.spec, h_.now(), bytes);
+    h_.post(arrives, [this, to, position, part = std::move(part)]() mutable {
       send(to, position, at(to, position).sync.receive(std::move(part)));
       try_apply(to, position);
     });

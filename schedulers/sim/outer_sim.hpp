@@ -13,6 +13,7 @@
 
 #include "schedulers/sim/cluster_sim.hpp"
 #include "schedulers/sim/event_queue.hpp"
+#include "schedulers/sim/link_pacer.hpp"
 #include "schedulers/sync/sync_peer.hpp"
 
 namespace troupe::sched::detail {
@@ -54,7 +55,7 @@ private:
   int p_, group_;
   std::vector<std::unique_ptr<peer>> peers_; ///< by replica * positions + position
   std::vector<double> scale_;                ///< by position: real values per simulated value
-  std::map<std::string, double> busy_until_; ///< by link key: when its last queued byte leaves
+  link_pacer links_;                         ///< by link key
   double exchange_s_ = 0, wait_s_ = 0;
   long exchanges_timed_ = 0, waits_ = 0;
 };
