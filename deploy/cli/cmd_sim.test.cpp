@@ -84,14 +84,14 @@ TEST_CASE("troupe sim refuses bad sim keys with their positions, and bad flags")
   CHECK(run_troupe("sim --help").code == 0);
 }
 
-TEST_CASE("troupe sim refuses, at its key, every section it would otherwise price as plain DDP") {
-  auto zero = run_troupe("sim examples/zero2.yaml");
-  CHECK(zero.code == 2);
-  CHECK(zero.has("zero2.yaml:13:"));
-  CHECK(zero.has("data_parallel.zero: ZeRO's reduce-scatter and all-gather"));
-  CHECK(zero.has("is not priced under the simulated clock yet"));
+TEST_CASE("troupe sim prices ZeRO's shards instead of refusing data_parallel.zero") {
+  auto zero = sim_json("examples/zero2.yaml --steps 1");
+  CHECK(zero["data_parallel"]["zero"] == 2);
+  const auto& sent = zero["data_parallel"]["bytes_by_actor"];
+  CHECK(sent.size() == 4);
+  CHECK(sent["r1s1_os"].get<double>() > 0);
   CHECK(run_troupe("sim examples/streaming_diloco.yaml --steps 1").code == 0); // local_update is priced
-  CHECK(run_troupe("sim examples/ddp.yaml --steps 1").code == 0);              // the ring it does price
+  CHECK(run_troupe("sim examples/ddp.yaml --steps 1").code == 0);
 }
 
 TEST_CASE("troupe sim repeats the pipeline over the graph's own data_parallel.replicas") {
@@ -145,18 +145,21 @@ TEST_CASE("troupe sim --trace writes a trace whose spans are the simulation's: s
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("troupe sim prices the ring on the widest level its replicas cross: nodes_per_site splits sites") {
+TEST_CASE("troupe sim prices the ring's hops on the levels they cross: nodes_per_site splits sites") {
   // Free links but a wide-area latency: 16 replicas on two nodes of 8. One
-  // site: the ring costs nothing; a node per site: 2(n-1) wide-area latencies.
+  // site: the ring costs next to nothing; a node per site: 2 of its 16 hops
+  // cross sites, and a member's last chunk has come over 2(n-1) = 30
+  // consecutive hops, at most 4 of them wide-area ones.
   const std::string base = equal + " --set data_parallel.replicas=16 --set sim.links.wide_area.latency=0.01 "
                                    "--set sim.links.wide_area.bandwidth=0";
   auto one_site = sim_json(base);
   auto two_sites = sim_json(base + " --set sim.nodes_per_site=1");
   for (int s = 0; s < 4; ++s) {
-    CHECK(one_site["positions"][s]["allreduce_s"].get<double>() == 0);
-    CHECK(two_sites["positions"][s]["allreduce_s"].get<double>() == doctest::Approx(2 * 15 * 0.01).epsilon(1e-12));
+    CHECK(one_site["positions"][s]["allreduce_s"].get<double>() < 1e-4);
+    CHECK(two_sites["positions"][s]["allreduce_s"].get<double>() > 3 * 0.01);
+    CHECK(two_sites["positions"][s]["allreduce_s"].get<double>() < 4 * 0.01 + 1e-4);
   }
-  CHECK(two_sites["sync_wait_s"].get<double>() == doctest::Approx(0.3).epsilon(1e-9));
+  CHECK(two_sites["sync_wait_s"].get<double>() == doctest::Approx(4 * 0.01).epsilon(1e-3));
 }
 
 TEST_CASE("troupe sim runs in-place attention servers at 512 devices in well under a minute, balanced and faster") {
