@@ -50,16 +50,9 @@ expected<void> cluster::build() {
     optimizer_.push_back(params_.back() / c_.costs.tensor_parallel * c_.costs.device.optimizer_per_param);
   }
   if (group_ > 1 && !skip_) {
-    ring_sim::hooks rh;
-    rh.now = [this] { return now_; };
-    rh.post = [this](double at, event_fn f) { events_.post(at, std::move(f)); };
-    rh.compute = [this](int r, int s, double work, event_fn done) {
-      busy_[static_cast<std::size_t>(actor(r, s))] += work;
-      compute(actor(r, s), work, std::move(done));
-    };
+    ring_sim::hooks rh{helpers(true), {}, {}};
     rh.synced = [this](int r, int s, std::int64_t step) { ring_back(actor(r, s), step); };
     rh.updated = [this](int r, int s, std::int64_t) { update_done(actor(r, s)); };
-    rh.network = [this](int s, int from, int to) { return link(actor(from, s), actor(to, s)); };
     try {
       ring_ = std::make_unique<ring_sim>(c_, group_, params_, std::move(rh));
     } catch (const std::exception& e) {
@@ -71,15 +64,11 @@ expected<void> cluster::build() {
           c_.stages[static_cast<std::size_t>(position_of(a))].chunks.size(), 0);
   }
   if (c_.outer.present) {
-    outer_sim::hooks oh;
-    oh.now = [this] { return now_; };
-    oh.post = [this](double at, event_fn f) { events_.post(at, std::move(f)); };
-    oh.compute = [this](int r, int s, double work, event_fn done) { compute(actor(r, s), work, std::move(done)); };
+    outer_sim::hooks oh{helpers(false), {}};
     oh.exchanged = [this](int r, int s) {
       stage(actor(r, s)).on_exchanged();
       touch(actor(r, s));
     };
-    oh.network = [this](int s, int from, int to) { return link(actor(from, s), actor(to, s)); };
     try {
       outer_ = std::make_unique<outer_sim>(c_, params_, std::move(oh));
     } catch (const std::exception& e) {
@@ -247,6 +236,19 @@ expected<void> cluster::build_routers() {
     routers_.push_back(std::make_unique<router_core>(rc, std::move(*routing)));
   }
   return {};
+}
+
+helper_hooks cluster::helpers(bool busy) {
+  helper_hooks h;
+  h.now = [this] { return now_; };
+  h.post = [this](double at, event_fn f) { events_.post(at, std::move(f)); };
+  h.compute = [this, busy](int r, int s, double work, event_fn done) {
+    if (busy) // the shard's step is the stage's optimizer step
+      busy_[static_cast<std::size_t>(actor(r, s))] += work;
+    compute(actor(r, s), work, std::move(done));
+  };
+  h.network = [this](int s, int from, int to) { return link(actor(from, s), actor(to, s)); };
+  return h;
 }
 
 void cluster::synced_here(int a, std::int64_t step) {

@@ -135,6 +135,8 @@ private:
   /// Stage actor `a` is done with its step's boundary (its ring, or ZeRO's
   /// gather): when every stage of its replica group is, the routers go on.
   void boundary_done(int a);
+  /// The clock, compute (counted as the stage's busy time with `busy`) and network for a stage's helpers.
+  helper_hooks helpers(bool busy);
   /// Every bucket of stage actor `a` is back for `step` (ZeRO: reduce-scattered).
   void synced_here(int a, std::int64_t step);
   /// The same, after the stage waited for it: it goes on.

@@ -21,15 +21,9 @@ namespace troupe::sched::detail {
 /// The outer_sync peers of a cluster and the links between them.
 class outer_sim {
 public:
-  struct hooks {
-    std::function<double()> now;
-    std::function<void(double at, event_fn)> post;
-    /// `work` seconds of the outer_sync's compute beside stage (replica, position), then `done`.
-    std::function<void(int replica, int position, double work, event_fn done)> compute;
+  struct hooks : helper_hooks {
     /// The exchanges stage (replica, position) waited for are applied: it takes its next step.
     std::function<void(int replica, int position)> exchanged;
-    /// The network's link between the devices of stages (from, position) and (to, position).
-    std::function<link_spec(int position, int from, int to)> network;
   };
   /// For `replicas` replicas of the positions whose parameters `params` counts
   /// (the cost model's, when c.outer.tensors has no list for a position).

@@ -23,17 +23,11 @@ namespace troupe::sched::detail {
 
 class ring_sim {
 public:
-  struct hooks {
-    std::function<double()> now;
-    std::function<void(double at, event_fn)> post;
-    /// `work` seconds of compute beside stage (replica, position), then `done` (the shard's step).
-    std::function<void(int replica, int position, double work, event_fn done)> compute;
+  struct hooks : helper_hooks { // compute: the shard's step
     /// Every bucket of stage (replica, position) is back (ZeRO: reduce-scattered) for `step`.
     std::function<void(int replica, int position, std::int64_t step)> synced;
     /// ZeRO: every bucket's updated parameters of `step` are back in stage (replica, position).
     std::function<void(int replica, int position, std::int64_t step)> updated;
-    /// The network's link between the devices of stages (from, position) and (to, position).
-    std::function<link_spec(int position, int from, int to)> network;
   };
   /// Rings of `group` consecutive replicas over the positions whose parameters
   /// `params` counts (the cost model's, when c.ring.tensors has no list).
