@@ -59,3 +59,25 @@ TEST_CASE("troupe sim's ring members send a real run's bytes, actor by actor: DD
     }
   }
 }
+
+TEST_CASE("troupe sim's ring crosses the emulated links of its channels, its chunks queued on them") {
+  constexpr double bandwidth = 10e6 / 8, latency = 0.05; // 10 Mbit/s, 50 ms
+  std::string links = "\nchannels:\n";
+  for (int s = 0; s < 2; ++s)
+    for (auto [a, b] : {std::pair{0, 1}, {1, 0}})
+      links += fmt::format("  - {{from: r{}s{}_ar, to: r{}s{}_ar, bandwidth: 10Mbit/s, latency: 50ms}}\n", a, s, b, s);
+  auto file = graph_file("ddp_links", "");
+  std::ofstream{file, std::ios::app} << links;
+  auto s = run_troupe(fmt::format("sim {} --steps 3 --json", file));
+  REQUIRE_MESSAGE(s.code == 0, s.out);
+  auto j = nlohmann::json::parse(s.out);
+  for (int p = 0; p < 2; ++p) {
+    // Each member's chunks leave one after another on its link: a step's bytes
+    // over the bandwidth, and the last one's latency, at least.
+    const double step_bytes = j["data_parallel"]["bytes_by_actor"][fmt::format("r0s{}_ar", p)].get<double>() / 3;
+    const double ring = j["positions"][p]["allreduce_s"].get<double>();
+    CHECK(ring >= step_bytes / bandwidth + latency);
+    CHECK(ring < step_bytes / bandwidth + 2 * latency * 8); // a few buckets' latencies, not each chunk's
+  }
+  CHECK(j["sync_wait_s"].get<double>() > 2 * latency);
+}
