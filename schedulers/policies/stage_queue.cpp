@@ -33,7 +33,19 @@ void stage_queue::reset() {
 
 namespace {
 int slot(op_kind k) {
-  return k == op_kind::forward ? 0 : k == op_kind::backward ? 1 : k == op_kind::input_grad ? 2 : 3;
+  switch (k) {
+  case op_kind::forward:
+    return 0;
+  case op_kind::backward:
+    return 1;
+  case op_kind::input_grad:
+    return 2;
+  case op_kind::weight_grad:
+    return 3;
+  case op_kind::overlap:
+    return 4;
+  }
+  return 0;
 }
 } // namespace
 
@@ -43,7 +55,7 @@ double stage_queue::mean_cost(op_kind kind) const {
     return cost_sum_[i] / cost_count_[i];
   double sum = 0;
   int n = 0;
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < kinds; ++k) {
     sum += cost_sum_[k];
     n += cost_count_[k];
   }
@@ -168,6 +180,10 @@ expected<void> stage_queue::push_backward(int stage, int mb) {
 }
 
 bool stage_queue::is_ready(const action& a) const {
+  if (a.kind == op_kind::overlap) {
+    auto p = parts(a);
+    return chunk_of(a.stage) != chunk_of(a.back_stage) && is_ready(p.part[0]) && is_ready(p.part[1]);
+  }
   auto f = flags(a);
   switch (a.kind) {
   case op_kind::forward:
@@ -177,11 +193,15 @@ bool stage_queue::is_ready(const action& a) const {
     return (f & b_arrived) && !(f & b_started);
   case op_kind::weight_grad:
     return (f & b_done) && !(f & w_started);
+  case op_kind::overlap: // its parts, above
+    break;
   }
   return false;
 }
 
 bool stage_queue::is_started(const action& a) const {
+  if (a.kind == op_kind::overlap)
+    return std::ranges::all_of(parts(a), [&](const action& x) { return is_started(x); });
   auto f = flags(a);
   switch (a.kind) {
   case op_kind::forward:
@@ -191,11 +211,15 @@ bool stage_queue::is_started(const action& a) const {
     return f & b_started;
   case op_kind::weight_grad:
     return f & w_started;
+  case op_kind::overlap: // its parts, above
+    break;
   }
   return false;
 }
 
 bool stage_queue::is_done(const action& a) const {
+  if (a.kind == op_kind::overlap)
+    return std::ranges::all_of(parts(a), [&](const action& x) { return is_done(x); });
   auto f = flags(a);
   switch (a.kind) {
   case op_kind::forward:
@@ -205,13 +229,16 @@ bool stage_queue::is_done(const action& a) const {
   case op_kind::backward:
   case op_kind::weight_grad:
     return f & w_done;
+  case op_kind::overlap: // its parts, above
+    break;
   }
   return false;
 }
 
 expected<void> stage_queue::start(const action& a) {
-  if (auto ok = check(a.stage, a.microbatch, "start"); !ok)
-    return ok;
+  for (const auto& x : parts(a))
+    if (auto ok = check(x.stage, x.microbatch, "start"); !ok)
+      return ok;
   if (running_)
     return make_sched_error(
       fmt::format("rank {}: cannot start {} while {} runs", rank_, to_string(a), to_string(*running_)));
@@ -219,6 +246,14 @@ expected<void> stage_queue::start(const action& a) {
     return make_sched_error(fmt::format("rank {}: {} is not ready (its input has not arrived, its receiver has "
                                         "no credit, or it already ran)",
                                         rank_, to_string(a)));
+  for (const auto& x : parts(a))
+    start_part(x);
+  running_ = a;
+  started_at_ = now_;
+  return {};
+}
+
+void stage_queue::start_part(const action& a) {
   auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))];
   auto& f = c.flags[static_cast<std::size_t>(a.microbatch)];
   switch (a.kind) {
@@ -242,10 +277,9 @@ expected<void> stage_queue::start(const action& a) {
     f |= w_started;
     c.ready_w.erase(a.microbatch);
     break;
+  case op_kind::overlap: // start() passes its parts
+    break;
   }
-  running_ = a;
-  started_at_ = now_;
-  return {};
 }
 
 expected<void> stage_queue::finish(const action& a) {
@@ -256,6 +290,12 @@ expected<void> stage_queue::finish(const action& a) {
   cost_sum_[slot(a.kind)] += now_ - started_at_;
   ++cost_count_[slot(a.kind)];
   idle_since_ = now_;
+  for (const auto& x : parts(a))
+    finish_part(x);
+  return {};
+}
+
+void stage_queue::finish_part(const action& a) {
   auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))];
   auto& f = c.flags[static_cast<std::size_t>(a.microbatch)];
   switch (a.kind) {
@@ -284,8 +324,9 @@ expected<void> stage_queue::finish(const action& a) {
     ++c.completed;
     ++complete_;
     break;
+  case op_kind::overlap: // finish() passes its parts
+    break;
   }
-  return {};
 }
 
 } // namespace troupe::sched

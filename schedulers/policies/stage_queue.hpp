@@ -85,7 +85,9 @@ public:
   expected<void> push_forward(int stage, int microbatch, std::optional<hop_info> info = std::nullopt);
   /// An output gradient for (stage, mb) arrived.
   expected<void> push_backward(int stage, int microbatch);
-  /// The rank begins `a`; fails unless `a` is ready (see is_ready) and nothing else runs.
+  /// The rank begins `a`; fails unless `a` is ready (see is_ready) and nothing
+  /// else runs. An F&B starts its forward and its backward, which must be on
+  /// two different chunks; finish() finishes both.
   expected<void> start(const action& a);
   /// The running action `a` completed.
   expected<void> finish(const action& a);
@@ -174,6 +176,10 @@ private:
   bool has_credit(const hop_info& i) const { return i.next_actor < 0 || credits(i.next_actor) > 0; }
   /// Moves forwards between ready and blocked as credits change.
   void refresh_credit_gates();
+  /// start() and finish() of one pass (an F&B has two).
+  void start_part(const action& a);
+  void finish_part(const action& a);
+  static constexpr int kinds = 5; // cost slots: F, B, I, W, F&B
 
   int rank_, ranks_, fixed_microbatches_, chunks_;
   chunk_placement placement_;
@@ -185,8 +191,8 @@ private:
   int arrived_ = 0; // forward inputs pushed this step
   std::optional<action> running_;
   double now_ = 0, started_at_ = 0, idle_since_ = 0;
-  double cost_sum_[4] = {0, 0, 0, 0};
-  int cost_count_[4] = {0, 0, 0, 0};
+  double cost_sum_[kinds] = {};
+  int cost_count_[kinds] = {};
   std::uint64_t step_ = 0;
 };
 
