@@ -19,7 +19,7 @@
 // and the last p backwards of the step (the cool-down) run as I, their W left
 // to fill the waits that follow; all others run whole, inside an F&B where one
 // is ready. With equal costs this gives DeepSeek's phases on every rank
-// (v_policies.test.cpp checks them at 4 ranks x 16 microbatches).
+// (dualpipev.test.cpp checks them at 4 ranks x 16 microbatches).
 #include "schedulers/policies/v_policies.hpp"
 
 #include <optional>

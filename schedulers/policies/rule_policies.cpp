@@ -97,8 +97,8 @@ expected<void> check_shape(std::string_view name, const policy_params& p, bool i
   if (p.rank < 0 || p.rank >= p.ranks)
     return make_sched_error(fmt::format("{}: rank {} is outside 0..{}", name, p.rank, p.ranks - 1));
   if (!interleaved && p.chunks != 1)
-    return make_sched_error(fmt::format("{}: runs one model chunk per rank, not {} (interleaved_1f1b, zbv, v_half "
-                                        "and v_min run several)",
+    return make_sched_error(fmt::format("{}: runs one model chunk per rank, not {} (interleaved_1f1b, zbv, "
+                                        "dualpipev, v_half and v_min run several)",
                                         name, p.chunks));
   return {};
 }
