@@ -26,6 +26,7 @@ void stage_queue::reset() {
   in_flight_total_ = 0;
   complete_ = 0;
   arrived_ = 0;
+  arrivals_ = 0;
   running_.reset();
   idle_since_ = now_;
   ++step_;
@@ -137,6 +138,17 @@ int stage_queue::held_within(int hops) const {
   return held;
 }
 
+int stage_queue::arrival(const action& a) const {
+  if (a.kind == op_kind::overlap)
+    return std::max(arrival(parts(a).part[0]), arrival(parts(a).part[1]));
+  auto f = flags(a);
+  auto i = static_cast<std::size_t>(a.microbatch);
+  const auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))];
+  if (a.kind == op_kind::forward)
+    return f & f_arrived ? c.arrival_f[i] : -1;
+  return f & b_arrived ? c.arrival_b[i] : -1;
+}
+
 int stage_queue::hop_index(const action& a) const {
   auto i = info(a);
   return i ? i->hop : a.stage;
@@ -153,12 +165,13 @@ expected<void> stage_queue::push_forward(int stage, int mb, std::optional<hop_in
   auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(stage))];
   auto i = static_cast<std::size_t>(mb);
   if (i >= c.flags.size())
-    c.flags.resize(i + 1, 0), c.info.resize(i + 1);
+    c.flags.resize(i + 1, 0), c.info.resize(i + 1), c.arrival_f.resize(i + 1), c.arrival_b.resize(i + 1);
   auto& f = c.flags[i];
   if (f & f_arrived)
     return make_sched_error(fmt::format("rank {}: duplicate activation for {}", rank_, to_string(fwd(stage, mb))));
   f |= f_arrived;
   ++arrived_;
+  c.arrival_f[i] = arrivals_++;
   c.info[i] = given ? *given : hop_info{stage, stages() - stage, -1};
   (has_credit(c.info[i]) ? c.ready_f : c.blocked_f).insert(mb);
   return {};
@@ -175,6 +188,7 @@ expected<void> stage_queue::push_backward(int stage, int mb) {
   if (f & b_arrived)
     return make_sched_error(fmt::format("rank {}: duplicate gradient for {}", rank_, to_string(bwd(stage, mb))));
   f |= b_arrived;
+  c.arrival_b[static_cast<std::size_t>(mb)] = arrivals_++;
   c.ready_b.insert(mb);
   return {};
 }
@@ -303,6 +317,7 @@ void stage_queue::finish_part(const action& a) {
     f |= f_done;
     if (c.info[static_cast<std::size_t>(a.microbatch)].hops_left == 1) { // the loss gradient is computed locally
       f |= b_arrived;
+      c.arrival_b[static_cast<std::size_t>(a.microbatch)] = arrivals_++;
       c.ready_b.insert(a.microbatch);
     }
     break;

@@ -137,6 +137,10 @@ public:
   bool is_started(const action& a) const;
   /// True once `a` has finished. A finished B also counts as finished I and W.
   bool is_done(const action& a) const;
+  /// When `a`'s input arrived this step, as a count of the inputs (activations
+  /// and gradients) that arrived here before it; -1 if it has not. A W's input
+  /// is its I's. Policies that run what arrived first compare these.
+  int arrival(const action& a) const;
   /// Where `a`'s microbatch is on its route here (known once its input arrived; else the chain's).
   int hop_index(const action& a) const;
   /// Hops from `a`'s to its route's end, `a`'s included: p - r on a chain.
@@ -163,8 +167,9 @@ private:
     w_done = 128,
   };
   struct chunk_state {
-    std::vector<std::uint8_t> flags; // per microbatch
-    std::vector<hop_info> info;      // per microbatch, set when its input arrives
+    std::vector<std::uint8_t> flags;       // per microbatch
+    std::vector<hop_info> info;            // per microbatch, set when its input arrives
+    std::vector<int> arrival_f, arrival_b; // per microbatch: arrivals_ when its activation, its gradient came
     std::set<int> ready_f, blocked_f, ready_b, ready_w;
     std::vector<int> started_f; // forwards started this step, in start order
     int in_flight = 0;
@@ -188,7 +193,8 @@ private:
   std::map<int, int> credits_;
   int in_flight_total_ = 0;
   int complete_ = 0;
-  int arrived_ = 0; // forward inputs pushed this step
+  int arrived_ = 0;  // forward inputs pushed this step
+  int arrivals_ = 0; // activations and gradients pushed this step (a loss gradient when its forward ends)
   std::optional<action> running_;
   double now_ = 0, started_at_ = 0, idle_since_ = 0;
   double cost_sum_[kinds] = {};

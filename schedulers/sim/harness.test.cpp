@@ -192,6 +192,31 @@ TEST_CASE("the interleaved rule reproduces Megatron-LM's order at 4 stages, 8 mi
   }
 }
 
+TEST_CASE("the interleaved rule, deciding from what has arrived, runs Megatron-LM's order when all costs are equal") {
+  // F = B: no sort key of Megatron's groups of p, yet the same actions in the same order.
+  for (auto [p, m, v] : {std::tuple{2, 4, 2},
+                         {2, 8, 2},
+                         {3, 6, 2},
+                         {4, 8, 2},
+                         {4, 12, 2},
+                         {4, 16, 2},
+                         {4, 8, 3},
+                         {4, 8, 4},
+                         {8, 16, 2},
+                         {8, 32, 2},
+                         {8, 16, 3}}) {
+    auto il = simulate(shape(p, m, v, 1, 1), "interleaved_1f1b");
+    REQUIRE(il);
+    for (int r = 0; r < p; ++r) {
+      CAPTURE(p);
+      CAPTURE(m);
+      CAPTURE(v);
+      CAPTURE(r);
+      CHECK(il->orders[r] == *interleaved_order(r, p, m, v));
+    }
+  }
+}
+
 TEST_CASE("no rule policy holds an order list, and one object serves steps of any microbatch count") {
   for (std::string name : {"gpipe", "1f1b", "zb_h1", "interleaved_1f1b"}) {
     int v = name == "interleaved_1f1b" ? 2 : 1;
