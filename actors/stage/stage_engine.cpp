@@ -9,6 +9,7 @@
 #include <chrono>
 #include <stdexcept>
 #include <thread>
+#include <span>
 #include <utility>
 
 #include <fmt/format.h>
@@ -23,9 +24,7 @@
 
 namespace troupe {
 
-using detail::loss_grad;
 using detail::span_of;
-using detail::take;
 
 namespace {
 double steady_seconds() {
@@ -60,7 +59,7 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
   h.clock = cfg_.clock ? cfg_.clock : std::function<double()>{steady_seconds};
   // A local hand-off keeps the output here, as the input (or gradient) of the chunk of the next (previous) hop.
   auto hand_off = [this](int to, const sched::msg_meta& m, stage_tensor tensors::*local, auto send) {
-    auto out = std::exchange(output_, {});
+    auto out = std::exchange(outputs_[local == &tensors::input ? 0 : 1], {});
     if (to == cfg_.actor)
       slot(m.route[static_cast<std::size_t>(m.hop)].chunk, m.microbatch).*local = std::move(out);
     else
@@ -286,7 +285,8 @@ held_bytes stage_engine::held() const {
 
 /// Before a weight-gradient pass: whether it is the step's last over its chunk
 /// (each route of a replica visits each chunk once, so a chunk sees hops / chunks).
-bool stage_engine::begin_weight_pass(const sched::stage_task& t) {
+bool stage_engine::begin_weight_pass(const sched::stage_task& task) {
+  const auto& t = task.parts.empty() ? task : task.parts.back(); // an F&B's backward
   if (t.what.kind != sched::op_kind::backward && t.what.kind != sched::op_kind::weight_grad)
     return false;
   if (passes_step_ != t.step)
@@ -454,6 +454,10 @@ bool stage_engine::run_one() {
     idle_since_ns_ = -1;
   }
   bool weight_pass = begin_weight_pass(*t);
+  if (attention_ && !t->parts.empty())
+    throw std::runtime_error(fmt::format("{}: policy {} fuses forwards with backwards (F&B), which attention "
+                                         "servers do not run in pieces; choose another policy",
+                                         cfg_.name, cfg_.policy));
   if (attention_) {
     pieces_task_ = *t, pieces_weight_pass_ = weight_pass;
     if (weight_pass)
@@ -482,31 +486,11 @@ void stage_engine::compute(const sched::stage_task& t) {
     std::this_thread::sleep_for(std::chrono::duration<double>(cfg_.stall_s));
     device_ns += trace_now() - t0;
   }
-  auto& w = slot(t.chunk, a.microbatch);
-  auto& model = chunk(t.chunk);
-  stage_tensor out;
-  if (a.kind == sched::op_kind::forward) {
-    auto input = take(w.input, "input", cfg_.name);
-    if (t.loss) {
-      auto loss = model.forward(a.microbatch, input, w.targets);
-      record_loss(t, w, loss.value.data<float>()[0]);
-    } else {
-      out = model.forward(a.microbatch, input, {});
-    }
-  } else if (a.kind == sched::op_kind::weight_grad) {
-    model.backward_weight(a.microbatch);
-  } else {
-    stage_tensor g;
-    if (t.loss) { // d(step loss)/d(this microbatch's mean loss): its share of the step's tokens
-      auto tokens = core_->step_tokens();
-      if (tokens <= 0)
-        throw std::runtime_error(fmt::format("{}: step {} has no tokens in its plan", cfg_.name, t.step));
-      g.value = loss_grad(w.targets.numel(), tokens);
-      w.targets = {};
-    } else {
-      g = take(w.grad, "gradient", cfg_.name);
-    }
-    out = a.kind == sched::op_kind::backward ? model.backward(a.microbatch, g) : model.backward_input(a.microbatch, g);
+  std::uint64_t bytes = 0;
+  for (const auto& pass : t.parts.empty() ? std::span(&t, 1) : std::span(t.parts)) { // an F&B: forward, then backward
+    auto out = run_pass(pass);
+    bytes += out.defined() ? out.value.nbytes() : 0;
+    outputs_[pass.what.kind == sched::op_kind::forward ? 0 : 1] = std::move(out); // the core sends them on
   }
   if (cfg_.slowdown > 1.0) { // an emulated slow device: the rest of the action's time, asleep
     auto d = static_cast<std::int64_t>(static_cast<double>(trace_now() - t0 - device_ns) * (cfg_.slowdown - 1.0));
@@ -518,19 +502,7 @@ void stage_engine::compute(const sched::stage_task& t) {
   // emulated device's, which other threads of a busy machine do not inflate
   // (wall time did, 3-5x at a load of 10 on 2 cores, more than a 3x straggler).
   step_busy_ns_[t.step] += thread_cpu_ns() - cpu0 + device_ns;
-  if (out.defined())
-    s.get().bytes = out.value.nbytes();
-  output_ = std::move(out); // the core sends it along the route when it finishes the action
-}
-
-void stage_engine::record_loss(const sched::stage_task& t, const tensors& w, double v) {
-  if (!std::isfinite(v))
-    throw std::runtime_error(fmt::format("{}: the loss is {} at step {} microbatch {} (lr {:.3g}); lower "
-                                         "train.lr or raise train.warmup",
-                                         cfg_.name, v, t.step, t.what.microbatch, cfg_.lr.at(t.step)));
-  loss_sum_ += v * static_cast<double>(w.targets.numel());
-  own_loss_sum_ += v * static_cast<double>(w.targets.numel());
-  own_tokens_ += w.targets.numel();
+  s.get().bytes = bytes;
 }
 
 double stage_engine::gradients_complete(step_t step) {

@@ -220,6 +220,8 @@ private:
   };
   tensors& slot(int chunk, int mb);
   void compute(const sched::stage_task& t);
+  /// Runs one pass (not an F&B) and returns its output (an activation, a gradient, or none).
+  stage_tensor run_pass(const sched::stage_task& t);
   /// With attention servers: starts `t` in pieces (stage_attention).
   void start_pieces(const sched::stage_task& t);
   /// The microbatch in pieces is done: its output goes along the route.
@@ -257,12 +259,14 @@ private:
   std::unique_ptr<sched::stage_core> core_;
   /// This step's tensors by [chunk][microbatch]; the vectors are reused across steps.
   std::vector<std::vector<tensors>> work_;
-  stage_tensor output_;                        ///< the running action's output, until the core sends it
-  std::unique_ptr<stage_attention> attention_; ///< attention servers: actions run in pieces
-  sched::stage_task pieces_task_;              ///< the action in pieces
-  bool pieces_weight_pass_ = false;            ///< it is a weight-gradient pass
-  bool pass_last_ = false;                     ///< the pass is the step's last over its chunk
-  std::map<int, tensor_handle> eval_targets_;  ///< eval batch -> targets
+  /// The running action's outputs until the core sends them: [0] the
+  /// activation a forward sends on, [1] the gradient a backward sends back (an F&B has both).
+  stage_tensor outputs_[2];
+  std::unique_ptr<stage_attention> attention_;                  ///< attention servers: actions run in pieces
+  sched::stage_task pieces_task_;                               ///< the action in pieces
+  bool pieces_weight_pass_ = false;                             ///< it is a weight-gradient pass
+  bool pass_last_ = false;                                      ///< the pass is the step's last over its chunk
+  std::map<int, tensor_handle> eval_targets_;                   ///< eval batch -> targets
   std::map<int, std::pair<route_t, stage_tensor>> eval_inputs_; ///< eval batch -> activation (arrived first)
   double loss_sum_ = 0;                                         ///< Σ loss × tokens over the step's microbatches
   /// This replica's own share of them (before any sum over replicas): its loss curve.

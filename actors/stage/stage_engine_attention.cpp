@@ -52,7 +52,7 @@ void stage_engine::finish_pieces() {
     out = {};
   }
   if (out.defined())
-    output_ = std::move(out);
+    outputs_[t.what.kind == sched::op_kind::forward ? 0 : 1] = std::move(out);
   core_->finish(t);
 }
 

@@ -25,6 +25,8 @@ inline span_kind span_of(sched::op_kind k) {
     return span_kind::backward_input;
   case sched::op_kind::weight_grad:
     return span_kind::backward_weight;
+  case sched::op_kind::overlap:
+    return span_kind::forward_backward;
   }
   return span_kind::other;
 }

@@ -80,13 +80,17 @@ bool parse_slowdown(std::string_view text, std::vector<double>& factors, int cou
   return true;
 }
 
-/// `F,B,W`: three finite numbers, F and B positive, W not negative.
+/// `F,B,W[,FB]`: three or four finite numbers, F and B positive, W not
+/// negative, FB (an F&B action, dualpipev's; default F + B) positive.
 bool parse_costs(std::string_view value, sim_config& c) {
   auto a = value.find(','), b = value.find(',', a == value.npos ? a : a + 1);
-  return a != value.npos && b != value.npos && parse_number(value.substr(0, a), c.forward_cost) &&
+  auto d = b == value.npos ? b : value.find(',', b + 1);
+  bool fb = d == value.npos ||
+            (parse_number(value.substr(d + 1), c.overlap_cost) && c.overlap_cost > 0 && std::isfinite(c.overlap_cost));
+  return a != value.npos && b != value.npos && fb && parse_number(value.substr(0, a), c.forward_cost) &&
          parse_number(value.substr(a + 1, b - a - 1), c.backward_cost) &&
-         parse_number(value.substr(b + 1), c.weight_cost) && c.forward_cost > 0 && c.backward_cost > 0 &&
-         c.weight_cost >= 0 && std::isfinite(c.forward_cost + c.backward_cost + c.weight_cost);
+         parse_number(value.substr(b + 1, d == value.npos ? d : d - b - 1), c.weight_cost) && c.forward_cost > 0 &&
+         c.backward_cost > 0 && c.weight_cost >= 0 && std::isfinite(c.forward_cost + c.backward_cost + c.weight_cost);
 }
 
 /// Each rank's peak activations in microbatches' worth: a chunk holds 1/v of a rank's layers.
@@ -102,9 +106,9 @@ double pipeline_bytes(const sim_result& r, double activation_bytes) {
 }
 
 void print_run(const sim_config& c, std::string_view policy, const sim_result& r, bool timeline, double bytes) {
-  fmt::print("schedule: {}, {} stages x {} chunk{}, {} microbatches, costs F={} B={} W={}, latency {}\n", policy,
+  fmt::print("schedule: {}, {} stages x {} chunk{}, {} microbatches, costs F={} B={} W={} F&B={}, latency {}\n", policy,
              c.ranks, c.chunks, c.chunks == 1 ? "" : "s", c.microbatches, c.forward_cost, c.backward_cost,
-             c.weight_cost, c.latency);
+             c.weight_cost, c.overlap_cost > 0 ? c.overlap_cost : c.forward_cost + c.backward_cost, c.latency);
   for (int rank = 0; rank < c.ranks; ++rank)
     fmt::print("rank {}: {}\n", rank, to_string(std::span<const action>(r.orders[rank])));
   if (timeline)
@@ -137,7 +141,11 @@ nlohmann::json shape_json(const sim_config& c) {
           {"microbatches", c.microbatches},
           {"chunks", c.chunks},
           {"latency", c.latency},
-          {"costs", {{"forward", c.forward_cost}, {"backward", c.backward_cost}, {"weight", c.weight_cost}}}};
+          {"costs",
+           {{"forward", c.forward_cost},
+            {"backward", c.backward_cost},
+            {"weight", c.weight_cost},
+            {"forward_backward", c.overlap_cost > 0 ? c.overlap_cost : c.forward_cost + c.backward_cost}}}};
 }
 
 /// The trade-offs of one run: bubble, memory and traffic.
@@ -272,7 +280,9 @@ int run_schedule(schedule_cli& a) {
     if (auto err = load_plugin(lib))
       return bad(fmt::format("--plugin: {}", error_message(err)));
   if (!parse_costs(a.costs, c))
-    return bad(fmt::format("--costs: expected three finite numbers F,B,W, F and B positive, got '{}'", a.costs));
+    return bad(fmt::format("--costs: expected three or four finite numbers F,B,W[,FB], F, B and FB positive, got "
+                           "'{}'",
+                           a.costs));
   for (const auto& o : a.options) {
     auto eq = o.find('=');
     if (eq == std::string::npos || eq == 0)
@@ -377,8 +387,10 @@ command_action define_schedule(CLI::App& app) {
   app
     .add_option("--costs", a->costs,
                 "a rank's forward, backward (= I + W) and weight-gradient cost\n"
-                "for one microbatch, default 1,2,1 (a chunk costs 1/V of it)")
-    ->option_text("F,B,W");
+                "for one microbatch, and optionally an F&B's (dualpipev's fused\n"
+                "forward and backward, default F + B); default 1,2,1 (a chunk\n"
+                "costs 1/V of it)")
+    ->option_text("F,B,W[,FB]");
   add_number(app, "--activation-bytes", a->activation_bytes, 0, HUGE_VAL, false,
              "bytes of one microbatch's activation (and gradient) sent\n"
              "between ranks, for the pipeline traffic; default 1048576")

@@ -179,6 +179,7 @@ public:
                : s.kind == 'B' ? span_kind::backward
                : s.kind == 'I' ? span_kind::backward_input
                : s.kind == 'W' ? span_kind::backward_weight
+               : s.kind == '&' ? span_kind::forward_backward
                                : span_kind::sync;
     events_.add_span(out, nodes_[row]);
     if (++spans_ % 4096 == 0)

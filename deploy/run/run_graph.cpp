@@ -47,9 +47,10 @@ graph_vocabulary troupe_vocabulary() {
         return o.expected;
     return std::nullopt;
   };
-  v.check_schedule_shape = [](const std::string& schedule, int stages, int chunks) -> std::optional<std::string> {
+  v.check_schedule_shape = [](const std::string& schedule, int stages, int chunks,
+                              int microbatches) -> std::optional<std::string> {
     sched::policy_params p;
-    p.ranks = stages, p.chunks = chunks;
+    p.ranks = stages, p.chunks = chunks, p.microbatches = microbatches;
     auto made = sched::make_policy(schedule, p);
     return made ? std::nullopt : std::optional{made.error().message};
   };

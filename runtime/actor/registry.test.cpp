@@ -50,7 +50,7 @@ TEST_CASE("registered actor types join the loader's vocabulary with their keys")
   REQUIRE(v.actor_types.count("registry_test_type") == 1);
   CHECK(v.actor_types["registry_test_type"].keys == std::vector<std::string>{"rate"});
   CHECK(v.schedules == std::vector<std::string>{"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "v_half", "v_min",
-                                                "table", "my_schedule"});
+                                                "dualpipev", "table", "my_schedule"});
   actor_registry().remove("registry_test_type");
 }
 

@@ -61,9 +61,10 @@ struct graph_vocabulary {
                                            const std::string& value)>
     check_schedule_option;
   /// Whether a schedule runs `chunks` model chunks per stage on `stages`
-  /// stages: std::nullopt when it does, else why not. Unset: only
-  /// interleaved_1f1b and table run several.
-  std::function<std::optional<std::string>(const std::string& schedule, int stages, int chunks)> check_schedule_shape;
+  /// stages with `microbatches` per step (0: not asked): std::nullopt when it
+  /// does, else why not. Unset: only interleaved_1f1b and table run several.
+  std::function<std::optional<std::string>(const std::string& schedule, int stages, int chunks, int microbatches)>
+    check_schedule_shape;
   /// The settings each routing policy reads (`pipeline.routing: {policy: NAME, KEY: VALUE}`).
   std::map<std::string, std::vector<option_spec>> routing_options;
   /// The device presets `sim.device` and a `devices:` entry's `base` may name

@@ -58,8 +58,8 @@ std::string layers_text(const std::vector<layer_range>& ls) {
 } // namespace
 
 const std::vector<std::string>& builtin_schedule_names() {
-  static const std::vector<std::string> names{"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "v_half",
-                                              "v_min", "table"};
+  static const std::vector<std::string> names{"gpipe",  "1f1b",  "interleaved_1f1b", "zb_h1", "zbv",
+                                              "v_half", "v_min", "dualpipev",        "table"};
   return names;
 }
 

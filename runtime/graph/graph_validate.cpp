@@ -188,12 +188,16 @@ void check_schedule_files(parsed_graph& pg, graph_reader& r) {
   }
 }
 
-/// Why the schedule cannot run `virtual` chunks per stage, if it cannot; a table names its own chunks.
-std::optional<std::string> schedule_shape_problem(const pipeline_spec& p, const graph_vocabulary& vocab) {
+/// Why the schedule cannot run `virtual` chunks per stage (or, with
+/// `microbatches`, that many per step), if it cannot; a table names its own chunks.
+std::optional<std::string> schedule_shape_problem(const pipeline_spec& p, const graph_vocabulary& vocab,
+                                                  int microbatches = 0) {
   if (p.schedule == "table")
     return std::nullopt;
   if (vocab.check_schedule_shape)
-    return vocab.check_schedule_shape(p.schedule, p.stages, p.virtual_stages);
+    return vocab.check_schedule_shape(p.schedule, p.stages, p.virtual_stages, microbatches);
+  if (microbatches > 0)
+    return std::nullopt;
   if (p.virtual_stages > 1 && p.schedule != "interleaved_1f1b")
     return fmt::format("only the interleaved_1f1b and table schedules run several chunks per stage (the schedule is "
                        "'{}')",
@@ -211,6 +215,9 @@ void check_names(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& 
   else if (auto why = schedule_shape_problem(p, vocab)) {
     auto at = child(pg.pipeline_node, "virtual");
     r.error(at ? at : pg.schedule_node, "pipeline.virtual", *why);
+  } else if (auto few = schedule_shape_problem(p, vocab, p.microbatches)) { // dualpipev: at least 2 x stages
+    auto at = child(pg.pipeline_node, "microbatches");
+    r.error(at ? at : pg.schedule_node, "pipeline.microbatches", *few);
   }
   std::vector<std::string> types;
   for (const auto& [name, info] : vocab.actor_types)

@@ -47,6 +47,8 @@ std::string_view to_string(span_kind k) noexcept {
     return "eval";
   case span_kind::sync:
     return "sync";
+  case span_kind::forward_backward:
+    return "forward_backward";
   case span_kind::other:
     return "other";
   case span_kind::attention:

@@ -29,7 +29,10 @@ enum class span_kind : std::uint8_t {
   eval,
   sync,      ///< a gradient bucket's all-reduce, from its arrival at the peer to its sum going back
   attention, ///< a core-attention shard run for a stage (an attention server's work, #15)
-  other      ///< the last: readers check kinds against it
+  /// An F&B action: one microbatch's forward fused with another's backward
+  /// (dualpipev); the span's microbatch is the forward's.
+  forward_backward,
+  other ///< the last: readers check kinds against it
 };
 
 /// `forward`, `backward_input`, …

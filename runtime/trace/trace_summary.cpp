@@ -54,6 +54,8 @@ char action_letter(span_kind k) noexcept {
     return 'W';
   case span_kind::backward:
     return 'B';
+  case span_kind::forward_backward:
+    return '&';
   default:
     return 0;
   }
@@ -65,6 +67,7 @@ bool is_busy(const span& s) noexcept {
   case span_kind::backward_input:
   case span_kind::backward_weight:
   case span_kind::backward:
+  case span_kind::forward_backward:
   case span_kind::optimizer:
   case span_kind::eval:
     return true;

@@ -101,7 +101,7 @@ trace_summary summarize(const trace_snapshot& t, std::int64_t from_ns = -1, std:
 /// The summary as the text `troupe trace summarize` prints.
 std::string to_text(const trace_summary& s);
 
-/// `F`, `I`, `W`, `B` for compute kinds, 0 for the rest.
+/// `F`, `I`, `W`, `B` for compute kinds, `&` for an F&B (its forward's microbatch), 0 for the rest.
 char action_letter(span_kind k) noexcept;
 
 /// True for spans that count as work (forward, backward parts, optimizer, eval, timed sends).

@@ -8,6 +8,8 @@
 namespace troupe::sched {
 
 std::string to_string(const action& a) {
+  if (a.kind == op_kind::overlap)
+    return fmt::format("{}F{}&{}B{}", a.stage, a.microbatch, a.back_stage, a.back_microbatch);
   return fmt::format("{}{}{}", a.stage, static_cast<char>(a.kind), a.microbatch);
 }
 
@@ -49,9 +51,16 @@ std::string printable(std::string_view text) {
 
 expected<action> parse_action(std::string_view text) {
   auto bad = [&](std::string_view why) {
-    return make_sched_error(
-      fmt::format("'{}' is not an action ({}; expected <stage><F|B|I|W><microbatch>, e.g. 2F0)", printable(text), why));
+    return make_sched_error(fmt::format(
+      "'{}' is not an action ({}; expected <stage><F|B|I|W><microbatch>, e.g. 2F0, or an F&B such as 1F4&6B0)",
+      printable(text), why));
   };
+  if (auto amp = text.find('&'); amp != std::string_view::npos) {
+    auto f = parse_action(text.substr(0, amp)), b = parse_action(text.substr(amp + 1));
+    if (!f || !b || f->kind != op_kind::forward || b->kind != op_kind::backward)
+      return bad("an F&B joins a forward and a backward");
+    return overlap(*f, *b);
+  }
   action a;
   std::size_t n = read_number(text, a.stage);
   if (n == 0)

@@ -34,3 +34,14 @@ TEST_CASE("malformed actions are rejected saying what is wrong") {
   REQUIRE(!list);
   CHECK(list.error().message.find("action 3") != std::string::npos);
 }
+
+TEST_CASE("an F&B prints as its forward and backward joined by & and parses back") {
+  auto a = overlap(fwd(1, 4), bwd(6, 0));
+  CHECK(to_string(a) == "1F4&6B0");
+  auto parsed = parse_action("1F4&6B0");
+  REQUIRE(parsed);
+  CHECK(*parsed == a);
+  CHECK(parts(a).count == 2);
+  CHECK(parts(a).part[1] == bwd(6, 0));
+  CHECK(parse_action("1F4&6W0").error().message.find("joins a forward and a backward") != std::string::npos);
+}

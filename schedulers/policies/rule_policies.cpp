@@ -97,8 +97,8 @@ expected<void> check_shape(std::string_view name, const policy_params& p, bool i
   if (p.rank < 0 || p.rank >= p.ranks)
     return make_sched_error(fmt::format("{}: rank {} is outside 0..{}", name, p.rank, p.ranks - 1));
   if (!interleaved && p.chunks != 1)
-    return make_sched_error(fmt::format("{}: runs one model chunk per rank, not {} (interleaved_1f1b, zbv, v_half "
-                                        "and v_min run several)",
+    return make_sched_error(fmt::format("{}: runs one model chunk per rank, not {} (interleaved_1f1b, zbv, "
+                                        "dualpipev, v_half and v_min run several)",
                                         name, p.chunks));
   return {};
 }
@@ -172,26 +172,74 @@ public:
   std::optional<action> next(const stage_queue& q) override {
     if (routed_)
       return next_routed(q);
-    const int p = q.ranks();
-    auto forward_key = [&](int c, int mb) {
-      int n = place(q, mb);
-      return key{n / p, c, n};
+    auto forward_key = [&](int c, int mb) { // one that would take the oldest's room sorts last
+      action f = fwd(q.stage_of(c), mb);
+      key k = first_come(q, f);
+      return leaves_room(q, f) && (q.hop_index(f) > 0 || lap_has_room(q)) ? k : key{2, k.chunk, k.mb};
     };
-    if (q.in_flight() < bound_)
-      if (auto f = pick(q, op_kind::forward, forward_key); f && !awaits_earlier_forward(q, *f, forward_key))
-        return f;
-    if (forward_coming(q, bound_))
+    auto f = pick(q, op_kind::forward, forward_key);
+    if (f && q.in_flight() < bound_ && forward_key(q.chunk_of(f->stage), f->microbatch).group < 2)
+      return f;
+    if ((!f || leaves_room(q, *f)) && forward_coming(q, bound_))
       return std::nullopt; // hold the backward for the coming forward, as 1F1B does
-    return pick(q, op_kind::backward, [&](int c, int mb) {
-      int n = place(q, mb);
-      return key{n / p, -c, n};
-    });
+    return pick(q, op_kind::backward, [&](int c, int mb) { return first_come(q, bwd(q.stage_of(c), mb)); });
   }
 
 private:
-  // Routed across replicas, the ranks' groups of p are not the same microbatches
-  // (rank 1 may group one replica's microbatch 0 with the other's 1), and the
-  // reservation above deadlocks: each of two ranks waits for a later chunk that
+  // The rule decides from what has arrived: no sort key of Megatron's groups
+  // and no wait for one forward while another is ready. What arrived first
+  // runs first; a loss gradient (made here when the last chunk's forward ends)
+  // goes before gradients that came in, as it starts its microbatch's way back
+  // through every rank. Rank 0 lets the router's microbatches onto their first
+  // chunk p at a time: a batch of p enters, and the next only once the batch
+  // started its last chunk here (lap_has_room). Entering whenever nothing
+  // else was ready (later chunks first) lost 3.9% of the median and up to 12.5%
+  // on a seed to the replay with one rank 1.5x slower at 4x8x2, later chunks
+  // waiting behind new entries; a gate on the second chunk only stalled at
+  // 4x8x3. With equal costs this is Megatron-LM's
+  // order (harness.test.cpp, F = B and B = 2F, 11 shapes); under the four
+  // straggler scenarios at 4x8x2, 4x16x2, 8x16x2 and 4x8x3 it ties its replay
+  // on every seed: a chain's ranks receive in the order the rank before them
+  // ran, so first come is the replay's order. Dropping the hold below did not
+  // help (8x16x2: -1.3% with a slow microbatch, +0.15% with costs 1-3x).
+  //
+  // leaves_room keeps a slot here for each unstarted chunk of the rank's
+  // oldest unfinished microbatch. Every rank keeps that room for the same
+  // microbatch (a chain starts first chunks in the order they arrive), so it
+  // reaches its loss, its backwards free memory everywhere, and the next
+  // oldest goes on: no rank fills up with first chunks while a later chunk
+  // waits for a slot. (The stress test in straggler.test.cpp also passes
+  // without it; the argument holds for arrival orders it does not draw.)
+  static key first_come(const stage_queue& q, const action& a) {
+    if (a.kind == op_kind::forward)
+      return key{0, q.arrival(a), a.microbatch};
+    return key{q.hops_left(a) == 1 ? 0 : 1, q.arrival(a), a.microbatch};
+  }
+
+  /// Whether the router's next microbatch may start its first chunk here: while
+  /// the batch of p now entering is incomplete, or once it started its last chunk.
+  static bool lap_has_room(const stage_queue& q) {
+    auto entered = static_cast<int>(q.started_forwards(0).size());
+    return entered % q.ranks() != 0 || entered == static_cast<int>(q.started_forwards(q.chunks() - 1).size());
+  }
+
+  bool leaves_room(const stage_queue& q, const action& f) const {
+    for (int mb : q.started_forwards(0)) {
+      int unstarted = 0;
+      bool finished = true;
+      for (int c = 0; c < q.chunks(); ++c) {
+        unstarted += q.is_started(fwd(q.stage_of(c), mb)) ? 0 : 1;
+        finished = finished && q.is_done(bwd(q.stage_of(c), mb));
+      }
+      if (!finished)
+        return mb == f.microbatch || q.in_flight() + 1 + unstarted <= bound_;
+    }
+    return true;
+  }
+
+  // Routed across replicas, the ranks do not see the same microbatches in the
+  // same order (rank 1 may take one replica's microbatch 0 with the other's 1),
+  // and reserving for groups of p deadlocked (Megatron's closed-form key, before): each of two ranks waits for a later chunk that
   // the other runs only after the chunk it holds back (seen with 2 stages x 3
   // chunks x 2 replicas). So a first chunk starts only when the rank has room
   // for all of its chunks and for the later chunks it has already reserved.
@@ -217,38 +265,11 @@ private:
     return q.in_flight() + reserved + q.chunks() <= bound_;
   }
 
-  // Groups of p are taken from the rank's own sequence, the order in which its
-  // first chunks started, not from microbatch numbers: on a replica's chain
-  // with arrivals in order the two agree (Megatron-LM's order), but routed
-  // across replicas (least_loaded) a rank's microbatches are any subset of the
-  // step's numbers, and by number a group could hold more than p of them. Rank
-  // p - 1 would then fill its bound with first chunks of one group while the
-  // later chunk that leads to its loss waits for a slot: a deadlock.
-  /// `mb`'s place in the rank's sequence; a first chunk not yet started takes the next place.
+  /// `mb`'s place in the rank's own sequence (the order its first chunks
+  /// started); a first chunk not yet started takes the next place.
   static int place(const stage_queue& q, int mb) {
     const auto& order = q.started_forwards(0);
     return static_cast<int>(std::find(order.begin(), order.end(), mb) - order.begin());
-  }
-
-  // True when a forward with a smaller key is on its way: a later chunk's input
-  // for a microbatch whose earlier chunk ran here. Running `f` first could take
-  // the last in-flight slot that forward needs, and only it leads to a
-  // backward (every rank would wait: a deadlock). A first chunk's inputs come
-  // from the router, and none is awaited: any that is ready may run. The wait
-  // presumes that input comes here: routes across replicas send a microbatch's
-  // later chunks back to the stages that ran its first (stage_core::retrace).
-  template <class Key>
-  static bool awaits_earlier_forward(const stage_queue& q, const action& f, Key&& key_of) {
-    const key limit = key_of(q.chunk_of(f.stage), f.microbatch);
-    const auto& order = q.started_forwards(0);
-    for (int c = 1; c < q.chunks(); ++c)
-      for (std::size_t n = 0; n < order.size() && static_cast<int>(n) / q.ranks() <= limit.group; ++n) {
-        action a = fwd(q.stage_of(c), order[n]);
-        if (key_of(c, order[n]) < limit && q.is_started(fwd(q.stage_of(c - 1), order[n])) && !q.is_ready(a) &&
-            !q.is_started(a))
-          return true;
-      }
-    return false;
   }
 
   int bound_;

@@ -108,6 +108,8 @@ std::vector<action> dependencies(const action& a, int stages, bool split) {
   case op_kind::weight_grad:
     deps.push_back(igrad(a.stage, a.microbatch));
     break;
+  case op_kind::overlap: // refused by check_rows
+    break;
   }
   return deps;
 }
@@ -124,6 +126,10 @@ expected<void> check_rows(const schedule_table& t, int p, int m, int v, bool spl
       if (a.microbatch >= m)
         return make_sched_error(fmt::format("{}: microbatch {} is out of range (there are {}: 0..{})", where(r, i, a),
                                             a.microbatch, m, m - 1));
+      if (a.kind == op_kind::overlap)
+        return make_sched_error(fmt::format("{}: an F&B (dualpipev's fused forward and backward) is not replayed by "
+                                            "`table`",
+                                            where(r, i, a)));
       if (split && a.kind == op_kind::backward)
         return make_sched_error(
           fmt::format("{}: a whole backward B in a table that splits backwards into I and W", where(r, i, a)));

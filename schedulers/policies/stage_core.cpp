@@ -232,10 +232,20 @@ std::optional<stage_task> stage_core::begin() {
   if (auto r = queue_.start(*a); !r)
     throw std::runtime_error(
       fmt::format("{}: policy {} chose {}: {}", cfg_.name, policy_->name(), to_string(*a), r.error().message));
-  int c = queue_.chunk_of(a->stage);
-  auto& w = slot(c, a->microbatch);
-  stage_task t{*a, c, w.hop, w.hop + 1 == static_cast<int>(w.route.size()), step_};
-  if (a->kind == op_kind::forward) {
+  if (a->kind != op_kind::overlap)
+    return started(*a);
+  auto p = parts(*a);
+  stage_task t = started(p.part[0]);
+  t.parts = {t, started(p.part[1])};
+  t.what = *a;
+  return t;
+}
+
+stage_task stage_core::started(const action& a) {
+  int c = queue_.chunk_of(a.stage);
+  auto& w = slot(c, a.microbatch);
+  stage_task t{a, c, w.hop, w.hop + 1 == static_cast<int>(w.route.size()), step_};
+  if (a.kind == op_kind::forward) {
     // The input's buffer is free once the forward starts: give its sender the credit back.
     return_credit(w.hop == 0 ? cfg_.router : w.route[static_cast<std::size_t>(w.hop - 1)].actor);
     if (t.loss && w.hop != 0 && !cfg_.targets_travel)
@@ -270,6 +280,14 @@ void stage_core::finish(const stage_task& t) {
     for (const auto& [from, n] : cfg_.input_credits)
       if (from != cfg_.router && from != cfg_.actor)
         hooks_.credit(from, 0);
+  if (t.parts.empty())
+    send_output(t);
+  for (const auto& part : t.parts) // an F&B: the forward's activation, then the backward's gradient
+    send_output(part);
+  maybe_finish_step();
+}
+
+void stage_core::send_output(const stage_task& t) {
   const auto& route = slot(t.chunk, t.what.microbatch).route;
   if (t.what.kind == op_kind::forward && !t.loss) {
     msg_meta m{step_, t.what.microbatch, t.hop + 1, route};
@@ -288,7 +306,6 @@ void stage_core::finish(const stage_task& t) {
     if (to == cfg_.actor)
       on_gradient(m);
   }
-  maybe_finish_step();
 }
 
 void stage_core::maybe_finish_step() {

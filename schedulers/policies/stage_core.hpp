@@ -71,6 +71,9 @@ struct stage_task {
   int hop = 0;       ///< the microbatch's position on its route here
   bool loss = false; ///< the route's last hop: a forward computes the loss, a backward starts from it
   std::int64_t step = 0;
+  /// An F&B's forward and backward, each as a task of its own (the fields
+  /// above are the forward's); empty for every other action.
+  std::vector<stage_task> parts{};
 };
 
 /// Where the core's decisions go: messages to other actors (the actor sends
@@ -173,6 +176,10 @@ private:
   };
   double now() const { return hooks_.clock ? hooks_.clock() : 0.0; }
   work& slot(int chunk, int mb);
+  /// The task of one started pass (not an F&B): returns its input's credit and picks where its output goes.
+  stage_task started(const action& a);
+  /// Sends a finished pass's output (an activation or a gradient) along its route.
+  void send_output(const stage_task& t);
   void push_input(int chunk, int mb);
   /// The replica of the next position that ran an earlier chunk of the route
   /// whose hop `hop` is next, or -1 on its first chunk (the load chooses).

@@ -98,6 +98,13 @@ struct registry {
                          make_v_half, v_options()};
     entries["v_min"] = {"the V rule within (p+4)//3 microbatches' activations, a third of 1F1B's (Qi et al. 2024)",
                         make_v_min, v_options()};
+    entries["dualpipev"] = {"DualPipeV: two chunks per rank in a V, a forward fused with the other chunk's backward "
+                            "(F&B) where a rank holds both, 2p + 1 chunk activations (DeepSeek 2025)",
+                            make_dualpipev,
+                            {int_option("max_in_flight",
+                                        "most chunk activations held between actions "
+                                        "(one more during an F&B)",
+                                        2)}};
     entries["table"] = {"replays an explicit per-rank action list from a file", make_table, {}};
   }
 };

@@ -23,6 +23,9 @@ struct policy_params {
   int rank = 0;
   int ranks = 1;  ///< p: pipeline ranks (stage actors)
   int chunks = 1; ///< v: model chunks per rank (interleaved schedules)
+  /// Microbatches per step when the caller knows them (a graph's check, the
+  /// harness), for policies that need a least number (dualpipev); 0: unknown.
+  int microbatches = 0;
   /// Routes are paths that skip and reorder stages (SkipPipe): a microbatch's
   /// hops left here depend on its own path, not on the rank.
   bool paths = false;

@@ -130,6 +130,33 @@ TEST_CASE("every rule policy runs microbatch 3 when its input came before microb
   CHECK(*a == fwd(0, 1)); // Megatron's list starts with 0F0
 }
 
+TEST_CASE("interleaved 1F1B runs the forward whose input arrived first, whatever Megatron's groups say") {
+  // Rank 1 of 4 with two chunks has run its first chunk for microbatches 0-3.
+  // Megatron's order runs 5F0 (group 0's second chunk) before 1F4 (group 1);
+  // the rule runs whichever input is here first.
+  for (bool later_chunk_first : {true, false}) {
+    stage_queue q(1, 4, 8, 2);
+    auto p = policy("interleaved_1f1b", 1, 4, 2);
+    for (int mb = 0; mb < 4; ++mb) {
+      REQUIRE(q.push_forward(1, mb));
+      run(q, fwd(1, mb));
+    }
+    if (later_chunk_first) {
+      REQUIRE(q.push_forward(5, 0));
+      REQUIRE(q.push_forward(1, 4));
+    } else {
+      REQUIRE(q.push_forward(1, 4));
+      REQUIRE(q.push_forward(5, 0));
+    }
+    CHECK(q.arrival(fwd(1, 4)) == (later_chunk_first ? 5 : 4));
+    CHECK(q.arrival(fwd(5, 1)) == -1);
+    auto a = p->next(q);
+    REQUIRE(a);
+    CAPTURE(later_chunk_first);
+    CHECK(*a == (later_chunk_first ? fwd(5, 0) : fwd(1, 4)));
+  }
+}
+
 TEST_CASE("1F1B holds a ready backward for a forward the step's plan still announces, and runs it once none is") {
   stage_queue q(1, 4, 0); // rank 1 warms up with three forwards in the published order
   q.expect(3);            // the router's plan: three microbatches visit this rank this step

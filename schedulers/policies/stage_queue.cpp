@@ -26,6 +26,7 @@ void stage_queue::reset() {
   in_flight_total_ = 0;
   complete_ = 0;
   arrived_ = 0;
+  arrivals_ = 0;
   running_.reset();
   idle_since_ = now_;
   ++step_;
@@ -33,7 +34,19 @@ void stage_queue::reset() {
 
 namespace {
 int slot(op_kind k) {
-  return k == op_kind::forward ? 0 : k == op_kind::backward ? 1 : k == op_kind::input_grad ? 2 : 3;
+  switch (k) {
+  case op_kind::forward:
+    return 0;
+  case op_kind::backward:
+    return 1;
+  case op_kind::input_grad:
+    return 2;
+  case op_kind::weight_grad:
+    return 3;
+  case op_kind::overlap:
+    return 4;
+  }
+  return 0;
 }
 } // namespace
 
@@ -43,7 +56,7 @@ double stage_queue::mean_cost(op_kind kind) const {
     return cost_sum_[i] / cost_count_[i];
   double sum = 0;
   int n = 0;
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < kinds; ++k) {
     sum += cost_sum_[k];
     n += cost_count_[k];
   }
@@ -125,6 +138,17 @@ int stage_queue::held_within(int hops) const {
   return held;
 }
 
+int stage_queue::arrival(const action& a) const {
+  if (a.kind == op_kind::overlap)
+    return std::max(arrival(parts(a).part[0]), arrival(parts(a).part[1]));
+  auto f = flags(a);
+  auto i = static_cast<std::size_t>(a.microbatch);
+  const auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))];
+  if (a.kind == op_kind::forward)
+    return f & f_arrived ? c.arrival_f[i] : -1;
+  return f & b_arrived ? c.arrival_b[i] : -1;
+}
+
 int stage_queue::hop_index(const action& a) const {
   auto i = info(a);
   return i ? i->hop : a.stage;
@@ -141,12 +165,13 @@ expected<void> stage_queue::push_forward(int stage, int mb, std::optional<hop_in
   auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(stage))];
   auto i = static_cast<std::size_t>(mb);
   if (i >= c.flags.size())
-    c.flags.resize(i + 1, 0), c.info.resize(i + 1);
+    c.flags.resize(i + 1, 0), c.info.resize(i + 1), c.arrival_f.resize(i + 1), c.arrival_b.resize(i + 1);
   auto& f = c.flags[i];
   if (f & f_arrived)
     return make_sched_error(fmt::format("rank {}: duplicate activation for {}", rank_, to_string(fwd(stage, mb))));
   f |= f_arrived;
   ++arrived_;
+  c.arrival_f[i] = arrivals_++;
   c.info[i] = given ? *given : hop_info{stage, stages() - stage, -1};
   (has_credit(c.info[i]) ? c.ready_f : c.blocked_f).insert(mb);
   return {};
@@ -163,11 +188,16 @@ expected<void> stage_queue::push_backward(int stage, int mb) {
   if (f & b_arrived)
     return make_sched_error(fmt::format("rank {}: duplicate gradient for {}", rank_, to_string(bwd(stage, mb))));
   f |= b_arrived;
+  c.arrival_b[static_cast<std::size_t>(mb)] = arrivals_++;
   c.ready_b.insert(mb);
   return {};
 }
 
 bool stage_queue::is_ready(const action& a) const {
+  if (a.kind == op_kind::overlap) {
+    auto p = parts(a);
+    return chunk_of(a.stage) != chunk_of(a.back_stage) && is_ready(p.part[0]) && is_ready(p.part[1]);
+  }
   auto f = flags(a);
   switch (a.kind) {
   case op_kind::forward:
@@ -177,11 +207,15 @@ bool stage_queue::is_ready(const action& a) const {
     return (f & b_arrived) && !(f & b_started);
   case op_kind::weight_grad:
     return (f & b_done) && !(f & w_started);
+  case op_kind::overlap: // its parts, above
+    break;
   }
   return false;
 }
 
 bool stage_queue::is_started(const action& a) const {
+  if (a.kind == op_kind::overlap)
+    return std::ranges::all_of(parts(a), [&](const action& x) { return is_started(x); });
   auto f = flags(a);
   switch (a.kind) {
   case op_kind::forward:
@@ -191,11 +225,15 @@ bool stage_queue::is_started(const action& a) const {
     return f & b_started;
   case op_kind::weight_grad:
     return f & w_started;
+  case op_kind::overlap: // its parts, above
+    break;
   }
   return false;
 }
 
 bool stage_queue::is_done(const action& a) const {
+  if (a.kind == op_kind::overlap)
+    return std::ranges::all_of(parts(a), [&](const action& x) { return is_done(x); });
   auto f = flags(a);
   switch (a.kind) {
   case op_kind::forward:
@@ -205,13 +243,16 @@ bool stage_queue::is_done(const action& a) const {
   case op_kind::backward:
   case op_kind::weight_grad:
     return f & w_done;
+  case op_kind::overlap: // its parts, above
+    break;
   }
   return false;
 }
 
 expected<void> stage_queue::start(const action& a) {
-  if (auto ok = check(a.stage, a.microbatch, "start"); !ok)
-    return ok;
+  for (const auto& x : parts(a))
+    if (auto ok = check(x.stage, x.microbatch, "start"); !ok)
+      return ok;
   if (running_)
     return make_sched_error(
       fmt::format("rank {}: cannot start {} while {} runs", rank_, to_string(a), to_string(*running_)));
@@ -219,6 +260,14 @@ expected<void> stage_queue::start(const action& a) {
     return make_sched_error(fmt::format("rank {}: {} is not ready (its input has not arrived, its receiver has "
                                         "no credit, or it already ran)",
                                         rank_, to_string(a)));
+  for (const auto& x : parts(a))
+    start_part(x);
+  running_ = a;
+  started_at_ = now_;
+  return {};
+}
+
+void stage_queue::start_part(const action& a) {
   auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))];
   auto& f = c.flags[static_cast<std::size_t>(a.microbatch)];
   switch (a.kind) {
@@ -242,10 +291,9 @@ expected<void> stage_queue::start(const action& a) {
     f |= w_started;
     c.ready_w.erase(a.microbatch);
     break;
+  case op_kind::overlap: // start() passes its parts
+    break;
   }
-  running_ = a;
-  started_at_ = now_;
-  return {};
 }
 
 expected<void> stage_queue::finish(const action& a) {
@@ -256,6 +304,12 @@ expected<void> stage_queue::finish(const action& a) {
   cost_sum_[slot(a.kind)] += now_ - started_at_;
   ++cost_count_[slot(a.kind)];
   idle_since_ = now_;
+  for (const auto& x : parts(a))
+    finish_part(x);
+  return {};
+}
+
+void stage_queue::finish_part(const action& a) {
   auto& c = chunks_state_[static_cast<std::size_t>(chunk_of(a.stage))];
   auto& f = c.flags[static_cast<std::size_t>(a.microbatch)];
   switch (a.kind) {
@@ -263,6 +317,7 @@ expected<void> stage_queue::finish(const action& a) {
     f |= f_done;
     if (c.info[static_cast<std::size_t>(a.microbatch)].hops_left == 1) { // the loss gradient is computed locally
       f |= b_arrived;
+      c.arrival_b[static_cast<std::size_t>(a.microbatch)] = arrivals_++;
       c.ready_b.insert(a.microbatch);
     }
     break;
@@ -284,8 +339,9 @@ expected<void> stage_queue::finish(const action& a) {
     ++c.completed;
     ++complete_;
     break;
+  case op_kind::overlap: // finish() passes its parts
+    break;
   }
-  return {};
 }
 
 } // namespace troupe::sched

@@ -85,7 +85,9 @@ public:
   expected<void> push_forward(int stage, int microbatch, std::optional<hop_info> info = std::nullopt);
   /// An output gradient for (stage, mb) arrived.
   expected<void> push_backward(int stage, int microbatch);
-  /// The rank begins `a`; fails unless `a` is ready (see is_ready) and nothing else runs.
+  /// The rank begins `a`; fails unless `a` is ready (see is_ready) and nothing
+  /// else runs. An F&B starts its forward and its backward, which must be on
+  /// two different chunks; finish() finishes both.
   expected<void> start(const action& a);
   /// The running action `a` completed.
   expected<void> finish(const action& a);
@@ -135,6 +137,10 @@ public:
   bool is_started(const action& a) const;
   /// True once `a` has finished. A finished B also counts as finished I and W.
   bool is_done(const action& a) const;
+  /// When `a`'s input arrived this step, as a count of the inputs (activations
+  /// and gradients) that arrived here before it; -1 if it has not. A W's input
+  /// is its I's. Policies that run what arrived first compare these.
+  int arrival(const action& a) const;
   /// Where `a`'s microbatch is on its route here (known once its input arrived; else the chain's).
   int hop_index(const action& a) const;
   /// Hops from `a`'s to its route's end, `a`'s included: p - r on a chain.
@@ -161,8 +167,9 @@ private:
     w_done = 128,
   };
   struct chunk_state {
-    std::vector<std::uint8_t> flags; // per microbatch
-    std::vector<hop_info> info;      // per microbatch, set when its input arrives
+    std::vector<std::uint8_t> flags;       // per microbatch
+    std::vector<hop_info> info;            // per microbatch, set when its input arrives
+    std::vector<int> arrival_f, arrival_b; // per microbatch: arrivals_ when its activation, its gradient came
     std::set<int> ready_f, blocked_f, ready_b, ready_w;
     std::vector<int> started_f; // forwards started this step, in start order
     int in_flight = 0;
@@ -174,6 +181,10 @@ private:
   bool has_credit(const hop_info& i) const { return i.next_actor < 0 || credits(i.next_actor) > 0; }
   /// Moves forwards between ready and blocked as credits change.
   void refresh_credit_gates();
+  /// start() and finish() of one pass (an F&B has two).
+  void start_part(const action& a);
+  void finish_part(const action& a);
+  static constexpr int kinds = 5; // cost slots: F, B, I, W, F&B
 
   int rank_, ranks_, fixed_microbatches_, chunks_;
   chunk_placement placement_;
@@ -182,11 +193,12 @@ private:
   std::map<int, int> credits_;
   int in_flight_total_ = 0;
   int complete_ = 0;
-  int arrived_ = 0; // forward inputs pushed this step
+  int arrived_ = 0;  // forward inputs pushed this step
+  int arrivals_ = 0; // activations and gradients pushed this step (a loss gradient when its forward ends)
   std::optional<action> running_;
   double now_ = 0, started_at_ = 0, idle_since_ = 0;
-  double cost_sum_[4] = {0, 0, 0, 0};
-  int cost_count_[4] = {0, 0, 0, 0};
+  double cost_sum_[kinds] = {};
+  int cost_count_[kinds] = {};
   std::uint64_t step_ = 0;
 };
 

@@ -19,6 +19,12 @@ expected<policy_ptr> make_v_half(const policy_params& params);
 /// V-Min: the V rule within (p + 4) // 3 microbatches' worth of activations per rank.
 expected<policy_ptr> make_v_min(const policy_params& params);
 
+/// DualPipeV (DeepSeek 2025): two chunks per rank in a V, a forward of one
+/// chunk fused with a backward of the other (one F&B action) wherever the rank
+/// holds both, 2p chunk activations between actions (2p + 1 during an F&B).
+/// Needs at least 2p microbatches per step (refused when params.microbatches says fewer).
+expected<policy_ptr> make_dualpipev(const policy_params& params);
+
 /// The options the V policies read: `max_in_flight` and `max_deferred_weight`.
 std::vector<policy_option> v_options();
 

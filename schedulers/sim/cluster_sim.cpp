@@ -4,6 +4,8 @@
 #include "schedulers/sim/cluster_sim.hpp"
 #include "schedulers/sim/cluster_sim_state.hpp"
 
+#include <span>
+
 namespace troupe::sched {
 
 double cluster_result::tflops_per_device() const {
@@ -137,28 +139,30 @@ expected<void> cluster::start_work(int a) {
   auto& peak = peak_in_flight_[static_cast<std::size_t>(a)];
   peak = std::max(peak, q.in_flight());
   int pos = position_of(a);
-  const auto& cc =
-    (task->loss ? head_costs_ : costs_)[static_cast<std::size_t>(pos)][static_cast<std::size_t>(task->chunk)];
+  auto pass_cost = [&](const stage_task& t) {
+    const auto& cc = (t.loss ? head_costs_ : costs_)[static_cast<std::size_t>(pos)][static_cast<std::size_t>(t.chunk)];
+    switch (t.what.kind) {
+    case op_kind::forward:
+      return cc.forward;
+    case op_kind::backward:
+      return cc.backward;
+    case op_kind::input_grad:
+      return cc.backward - cc.weight;
+    case op_kind::weight_grad:
+      return cc.weight;
+    case op_kind::overlap: // its parts, below
+      break;
+    }
+    return 0.0;
+  };
   double cost = 0;
-  switch (task->what.kind) {
-  case op_kind::forward:
-    cost = cc.forward;
-    break;
-  case op_kind::backward:
-    cost = cc.backward;
-    break;
-  case op_kind::input_grad:
-    cost = cc.backward - cc.weight;
-    break;
-  case op_kind::weight_grad:
-    cost = cc.weight;
-    break;
-  }
+  for (const auto& t : task->parts.empty() ? std::span(&*task, 1) : std::span(task->parts)) // an F&B: both passes
+    cost += pass_cost(t);
   if (c_.action_cost)
     cost =
       c_.action_cost(replica_of(a), pos, task->step, task->what.microbatch, static_cast<char>(task->what.kind), cost);
   cost = cost * slowdown_[static_cast<std::size_t>(a)] + c_.costs.device.action_overhead;
-  forwards_[static_cast<std::size_t>(a)] += task->what.kind == op_kind::forward;
+  forwards_[static_cast<std::size_t>(a)] += task->what.kind == op_kind::forward || task->what.kind == op_kind::overlap;
   busy_[static_cast<std::size_t>(a)] += cost;
   // The span ends when the compute does: at once known on a device of its own, later on shared cores.
   weight_pass(a, *task, cost);

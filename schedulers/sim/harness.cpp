@@ -31,6 +31,12 @@ double factor(const std::vector<double>& f, int i) {
 } // namespace
 
 double operation_cost(const sim_config& c, int rank, const action& a) {
+  if (a.kind == op_kind::overlap) { // its parts' costs (slowdowns and jitter included), scaled to the F&B cost
+    double sum = 0;
+    for (const auto& x : parts(a))
+      sum += operation_cost(c, rank, x);
+    return c.overlap_cost > 0 ? sum * c.overlap_cost / (c.forward_cost + c.backward_cost) : sum;
+  }
   double base = 0;
   switch (a.kind) {
   case op_kind::forward:
@@ -44,6 +50,8 @@ double operation_cost(const sim_config& c, int rank, const action& a) {
     break;
   case op_kind::weight_grad:
     base = c.weight_cost;
+    break;
+  case op_kind::overlap: // above
     break;
   }
   base /= std::max(c.chunks, 1);
@@ -71,11 +79,12 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
   if (p < 1 || m < 1 || v < 1)
     return make_sched_error(
       fmt::format("simulate: ranks ({}), microbatches ({}) and chunks ({}) must be at least 1", p, m, v));
-  if (c.forward_cost <= 0 || c.backward_cost <= 0 || c.weight_cost < 0 || c.latency < 0 || c.jitter < 0 ||
-      c.jitter >= 1)
-    return make_sched_error(fmt::format("simulate: costs must be positive (F={} B={} W={}), latency non-negative "
-                                        "({}) and jitter in [0, 1) ({})",
-                                        c.forward_cost, c.backward_cost, c.weight_cost, c.latency, c.jitter));
+  if (c.forward_cost <= 0 || c.backward_cost <= 0 || c.weight_cost < 0 || c.overlap_cost < 0 || c.latency < 0 ||
+      c.jitter < 0 || c.jitter >= 1)
+    return make_sched_error(fmt::format("simulate: costs must be positive (F={} B={} W={} F&B={}), latency "
+                                        "non-negative ({}) and jitter in [0, 1) ({})",
+                                        c.forward_cost, c.backward_cost, c.weight_cost, c.overlap_cost, c.latency,
+                                        c.jitter));
   std::vector<policy_ptr> policies;
   bool any_split = false;
   for (int r = 0; r < p; ++r) {
@@ -235,6 +244,7 @@ expected<sim_result> simulate(const sim_config& c, const policy_maker& make) {
 expected<sim_result> simulate(const sim_config& c, std::string_view name, policy_params base) {
   base.ranks = c.ranks;
   base.chunks = c.chunks;
+  base.microbatches = c.microbatches;
   return simulate(c, [&](int r) {
     policy_params params = base;
     params.rank = r;

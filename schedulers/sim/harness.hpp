@@ -27,7 +27,10 @@ struct sim_config {
   /// convention: B = 2F, and I = W = F when split). With v chunks a chunk costs 1/v of it.
   double forward_cost = 1;
   double backward_cost = 2;
-  double weight_cost = 1;                  ///< W when the policy splits backward (then I = B - W)
+  double weight_cost = 1; ///< W when the policy splits backward (then I = B - W)
+  /// An F&B action (a forward fused with another microbatch's backward) for one
+  /// microbatch's worth, as F and B are; 0 means F + B (no gain from the overlap).
+  double overlap_cost = 0;
   double latency = 0;                      ///< per message between ranks
   std::vector<double> rank_slowdown;       ///< factor per rank (missing entries are 1)
   std::vector<double> microbatch_slowdown; ///< factor per microbatch (missing entries are 1)

@@ -174,22 +174,35 @@ TEST_CASE("the ZB-H1 rule reproduces the published order and its 0.1111 bubble w
   CHECK(deferred_peak_from_timeline(*zb) == std::vector<int>{1, 2, 3, 4});
 }
 
-TEST_CASE("the interleaved rule reproduces Megatron-LM's order at 4 stages, 8 microbatches, 2 chunks") {
-  // Also 4x16x2, 8x16x2 (where the rule, holding a backward while the plan says
-  // a forward is still to come, waits as Megatron does), 4x8x3, 4x8x4 and 2x4x2.
-  // At m = p Megatron runs every forward first, which needs the in-flight bound m.
-  for (auto [p, m, v] : {std::tuple{4, 8, 2}, {4, 16, 2}, {8, 16, 2}, {4, 8, 3}, {4, 8, 4}, {2, 4, 2}}) {
-    auto il = simulate(shape(p, m, v), "interleaved_1f1b");
-    REQUIRE(il);
-    for (int r = 0; r < p; ++r) {
-      CAPTURE(p);
-      CAPTURE(m);
-      CAPTURE(v);
-      CAPTURE(r);
-      CHECK(il->orders[r] == *interleaved_order(r, p, m, v));
-      CHECK(il->peak_in_flight[r] <= interleaved_in_flight_limit(r, p, m, v));
+TEST_CASE("the interleaved rule, deciding from what has arrived, runs Megatron-LM's order when all costs are equal") {
+  // No sort key of Megatron's groups of p, yet the same actions in the same
+  // order, at F = B and at B = 2F. At 4x16x2 and 8x16x2 rank 0 waits for a
+  // later chunk as Megatron does: the next p microbatches enter only once the
+  // last p started their last chunk. At m = p every forward runs first.
+  for (double b : {1.0, 2.0})
+    for (auto [p, m, v] : {std::tuple{2, 4, 2},
+                           {2, 8, 2},
+                           {3, 6, 2},
+                           {4, 8, 2},
+                           {4, 12, 2},
+                           {4, 16, 2},
+                           {4, 8, 3},
+                           {4, 8, 4},
+                           {8, 16, 2},
+                           {8, 32, 2},
+                           {8, 16, 3}}) {
+      auto il = simulate(shape(p, m, v, 1, b), "interleaved_1f1b");
+      REQUIRE(il);
+      for (int r = 0; r < p; ++r) {
+        CAPTURE(b);
+        CAPTURE(p);
+        CAPTURE(m);
+        CAPTURE(v);
+        CAPTURE(r);
+        CHECK(il->orders[r] == *interleaved_order(r, p, m, v));
+        CHECK(il->peak_in_flight[r] <= interleaved_in_flight_limit(r, p, m, v));
+      }
     }
-  }
 }
 
 TEST_CASE("no rule policy holds an order list, and one object serves steps of any microbatch count") {

@@ -1,4 +1,4 @@
-// The V-shaped schedules train as real actors: zbv, v_half and v_min on 2
+// The V-shaped schedules train as real actors: zbv, v_half, v_min and dualpipev on 2
 // stages of two chunks each (stage 0 holds the first and last quarter of the
 // layers and computes the loss) follow the one-stage loss curve to 1e-5.
 #include <cmath>
@@ -33,10 +33,10 @@ void check_curve(const std::vector<double>& got, const std::vector<double>& want
 
 } // namespace
 
-TEST_CASE("zbv, v_half and v_min on 2 stages x 2 chunks follow the one-stage loss curve to 1e-5") {
+TEST_CASE("zbv, v_half, v_min and dualpipev on 2 stages x 2 chunks follow the one-stage loss curve to 1e-5") {
   auto one = run_graph_text(graph(1, "gpipe", 1), "tests/one_stage.yaml");
   REQUIRE(one.losses.size() == 6);
-  for (std::string schedule : {"zbv", "v_half", "v_min"}) {
+  for (std::string schedule : {"zbv", "v_half", "v_min", "dualpipev"}) { // dualpipev's F&B fuses real passes
     INFO(schedule);
     auto v = run_graph_text(graph(2, schedule, 2), "tests/" + schedule + ".yaml");
     check_curve(v.losses, one.losses);
@@ -73,4 +73,9 @@ TEST_CASE("a V-shaped schedule lays its chunks out in a V and refuses one chunk 
   REQUIRE(!one.ok());
   CHECK(to_string(one.errors).find("tests/v_min.yaml:4:") != std::string::npos);
   CHECK(to_string(one.errors).find("two model chunks per rank") != std::string::npos);
+  auto few = load_graph_text(graph(3, "dualpipev", 2), "tests/dualpipev.yaml", opts); // 4 microbatches < 2 x 3
+  REQUIRE(!few.ok());
+  CHECK(to_string(few.errors).find("tests/dualpipev.yaml:4:") != std::string::npos);
+  CHECK(to_string(few.errors).find("pipeline.microbatches: dualpipev: needs at least 2 x stages = 6") !=
+        std::string::npos);
 }
