@@ -1,13 +1,16 @@
 // The actor types every troupe build provides, registered by one explicit call.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
 
 #include <caf/expected.hpp>
 
+#include "ops/gpt.hpp"
 #include "runtime/actor/registry.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 
 namespace troupe {
 
@@ -37,6 +40,17 @@ void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics&
 caf::expected<std::pair<std::int64_t, double>> parse_stall(const YAML::Node& n);
 std::optional<std::string> check_stage_checkpoint(const graph_spec& g, const actor_spec& a,
                                                   const safetensors_header& part);
+/// The model's shape as the graph gives it, and the parameters of each of
+/// `a`'s layer ranges (actors/stage/stage_init_file.cpp).
+ops::gpt_config stage_model_shape(const graph_spec& g);
+std::vector<std::vector<ops::gpt_param_spec>> stage_param_specs(const graph_spec& g, const actor_spec& a);
+/// A warm start from a Hugging Face weights file: whether `file` holds the
+/// parameters of `a`'s layers (the role's check_init_file), and those
+/// parameters under troupe's names as a part stage_engine::load_weights takes.
+std::optional<std::string> check_stage_init_file(const graph_spec& g, const actor_spec& a,
+                                                 const std::filesystem::path& file);
+caf::expected<safetensors_file> read_stage_init_file(const graph_spec& g, const actor_spec& a,
+                                                     const std::filesystem::path& file);
 
 /// The `pipeline:` shorthand: a data_loader, `stages` pipeline_stage actors with
 /// even contiguous layers (every p-th chunk with `virtual:`), and their chain of channels.

@@ -16,6 +16,7 @@
 
 #include "actors/builtin.hpp"
 #include "actors/data/token_corpus.hpp"
+#include "actors/data/tokenizer.hpp"
 #include "actors/skippipe_plan.hpp"
 #include "runtime/actor/messages.hpp"
 #include "runtime/actor/outer_messages.hpp"
@@ -147,7 +148,14 @@ caf::error write_checkpoint(loader_actor* self, const loader_settings& cfg, step
   md["position"] = std::to_string(st.corpus->position());
   md["epoch"] = std::to_string(st.corpus->position() / st.corpus->train_windows());
   md["sent"] = std::to_string(st.sent);
-  auto file = write_checkpoint_part(cfg.checkpoint_dir, steps, cfg.name, {}, std::move(md));
+  // The tokenizer travels with the weights: `troupe sample` reads and writes the run's text with it.
+  std::vector<named_handle> tensors;
+  if (const auto& model = st.corpus->tokenizer_model(); !model.empty()) {
+    auto bytes = tensor_handle::empty({static_cast<std::int64_t>(model.size())}, dtype::u8);
+    std::copy(model.begin(), model.end(), static_cast<char*>(bytes.raw()));
+    tensors.push_back({tokenizer_tensor, bytes});
+  }
+  auto file = write_checkpoint_part(cfg.checkpoint_dir, steps, cfg.name, tensors, std::move(md));
   if (!file)
     return file.error();
   self->send(st.runner, checkpoint_atom::value, checkpoint_msg{cfg.name, steps, *file});

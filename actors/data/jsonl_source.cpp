@@ -66,7 +66,7 @@ opened_source open_jsonl(const graph_spec& g) {
     starts.push_back(tokens.size());
     tok->encode(text, tokens);
   });
-  return {make_tokenized_stream(std::move(tokens), std::move(starts), document_source::eot), nullptr};
+  return {make_tokenized_stream(std::move(tokens), std::move(starts), document_source::eot), nullptr, tok->model()};
 }
 
 void check_jsonl(const graph_spec& g, diagnostics& out) {

@@ -63,7 +63,7 @@ namespace {
 
 opened_source open_text(const graph_spec& g) {
   if (!uses_sentencepiece(g))
-    return {std::make_unique<byte_stream>(g.data.corpus_path), nullptr};
+    return {std::make_unique<byte_stream>(g.data.corpus_path), nullptr, {}};
   mapped_file file(g.data.corpus_path);
   auto text = file.bytes();
   auto chapters = chapter_starts(text);
@@ -82,7 +82,8 @@ opened_source open_text(const graph_spec& g) {
     starts.push_back(tokens.size());
     tok->encode(piece(i), tokens);
   }
-  return {make_tokenized_stream(std::move(tokens), std::move(starts), document_source::chapters), nullptr};
+  return {make_tokenized_stream(std::move(tokens), std::move(starts), document_source::chapters), nullptr,
+          tok->model()};
 }
 
 /// A byte corpus needs a training and a validation window of context + 1 bytes
@@ -121,7 +122,7 @@ void check_text(const graph_spec& g, diagnostics& out) {
 } // namespace
 
 token_corpus::token_corpus(const std::filesystem::path& path, int context, double val_fraction, std::uint64_t seed)
-    : token_corpus(opened_source{std::make_unique<byte_stream>(path), nullptr}, context, val_fraction, seed) {}
+    : token_corpus(opened_source{std::make_unique<byte_stream>(path), nullptr, {}}, context, val_fraction, seed) {}
 
 data_source_kind text_source_kind() {
   return {{"text",

@@ -53,6 +53,8 @@ public:
   std::size_t val_windows() const noexcept { return val_windows_; }
   /// Tokens of the training stream (both splits when validation is its tail).
   std::size_t tokens() const noexcept { return source_.train->size(); }
+  /// The SentencePiece model that made the tokens (serialized); empty: bytes or a token file.
+  const std::string& tokenizer_model() const noexcept { return source_.tokenizer_model; }
 
 private:
   void shuffle_epoch(std::uint64_t epoch);

@@ -36,6 +36,7 @@ public:
 struct opened_source {
   std::unique_ptr<token_stream> train;
   std::unique_ptr<token_stream> validation;
+  std::string tokenizer_model; ///< the SentencePiece model that made the tokens (tokenizer::model()); empty: none
 };
 
 /// Tokens held in memory, cut into documents at `starts` for `data.documents: own`

@@ -19,18 +19,25 @@ namespace troupe {
 
 namespace {
 
-class byte_tokenizer final : public tokenizer {
+class byte_level final : public tokenizer {
 public:
   int vocab() const override { return 256; }
   void encode(std::string_view text, std::vector<std::int32_t>& out) const override {
     for (unsigned char c : text)
       out.push_back(c);
   }
+  std::string decode(std::span<const std::int32_t> ids) const override {
+    std::string out;
+    for (auto id : ids)
+      out.push_back(static_cast<char>(id));
+    return out;
+  }
+  std::string piece(std::int32_t id) const override { return std::string(1, static_cast<char>(id)); }
 };
 
-class sentencepiece_tokenizer final : public tokenizer {
+class sp_tokenizer final : public tokenizer {
 public:
-  explicit sentencepiece_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> p) : sp_(std::move(p)) {}
+  explicit sp_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> p) : sp_(std::move(p)) {}
   int vocab() const override { return sp_->GetPieceSize(); }
   void encode(std::string_view text, std::vector<std::int32_t>& out) const override {
     std::vector<int> ids;
@@ -38,6 +45,14 @@ public:
       throw std::runtime_error(fmt::format("SentencePiece cannot encode the text: {}", st.ToString()));
     out.insert(out.end(), ids.begin(), ids.end());
   }
+  std::string decode(std::span<const std::int32_t> ids) const override {
+    std::string text;
+    if (auto st = sp_->Decode(std::vector<int>(ids.begin(), ids.end()), &text); !st.ok())
+      throw std::runtime_error(fmt::format("SentencePiece cannot decode the tokens: {}", st.ToString()));
+    return text;
+  }
+  std::string piece(std::int32_t id) const override { return sp_->IdToPiece(id); }
+  std::string model() const override { return sp_->serialized_model_proto(); }
 
 private:
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
@@ -164,7 +179,7 @@ std::filesystem::path trained_model_path(const graph_spec& g) {
 
 std::unique_ptr<tokenizer> make_tokenizer(const graph_spec& g, const text_pieces& pieces) {
   if (!uses_sentencepiece(g))
-    return std::make_unique<byte_tokenizer>();
+    return std::make_unique<byte_level>();
   std::filesystem::path file;
   if (const auto* model = option(g, "tokenizer.model")) {
     file = *model;
@@ -194,7 +209,18 @@ std::unique_ptr<tokenizer> make_tokenizer(const graph_spec& g, const text_pieces
   auto sp = load_model(file, why);
   if (!sp)
     throw std::runtime_error(fmt::format("tokenizer model '{}' does not load: {}", file.string(), why));
-  return std::make_unique<sentencepiece_tokenizer>(std::move(sp));
+  return std::make_unique<sp_tokenizer>(std::move(sp));
+}
+
+std::unique_ptr<tokenizer> byte_tokenizer() {
+  return std::make_unique<byte_level>();
+}
+
+std::unique_ptr<tokenizer> sentencepiece_tokenizer(std::string_view model) {
+  auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  if (auto st = sp->LoadFromSerializedProto(model); !st.ok())
+    throw std::runtime_error(fmt::format("the SentencePiece model does not load: {}", st.ToString()));
+  return std::make_unique<sp_tokenizer>(std::move(sp));
 }
 
 } // namespace troupe

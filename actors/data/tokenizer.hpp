@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,7 +28,26 @@ public:
   virtual int vocab() const = 0;
   /// Appends the ids of `text` to `out`.
   virtual void encode(std::string_view text, std::vector<std::int32_t>& out) const = 0;
+  /// The text of `ids` (each below vocab()).
+  virtual std::string decode(std::span<const std::int32_t> ids) const = 0;
+  /// Token `id`'s piece as the tokenizer spells it (`▁the`; a byte tokenizer's byte).
+  virtual std::string piece(std::int32_t id) const = 0;
+  /// The serialized SentencePiece model that sentencepiece_tokenizer() loads
+  /// again; empty for bytes. A checkpoint keeps it so `troupe sample` reads and
+  /// writes the run's text.
+  virtual std::string model() const { return {}; }
 };
+
+/// Bytes as tokens (vocab 256): a byte-level run's tokenizer.
+std::unique_ptr<tokenizer> byte_tokenizer();
+
+/// The u8 tensor of the data loader's checkpoint part that holds the run's
+/// SentencePiece model (tokenizer::model()), when it has one.
+inline constexpr const char* tokenizer_tensor = "tokenizer.model";
+
+/// A SentencePiece tokenizer from a serialized model (tokenizer::model(), or a
+/// `.model` file's bytes). Throws std::runtime_error saying why it does not load.
+std::unique_ptr<tokenizer> sentencepiece_tokenizer(std::string_view model);
 
 /// The `tokenizer.*` keys a text source registers: model, train.vocab, train.type, cache.
 std::vector<option_spec> tokenizer_options();

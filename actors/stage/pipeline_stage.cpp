@@ -2,7 +2,9 @@
 // calls; after every message it lets the engine's policy pick one action.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
+#include <memory>
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
@@ -29,6 +31,8 @@ struct stage_checkpointing {
   std::filesystem::path resume_folder;         ///< empty = a fresh start
   step_t resume_step = 0;
   std::filesystem::path init_part; ///< a warm start's weights (train.init); empty = none
+  /// Reads them: the checkpoint's part, or this stage's tensors of a weights file.
+  std::function<caf::expected<safetensors_file>()> read_init;
 };
 
 struct pipeline_stage_state {
@@ -284,7 +288,7 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
         if (auto err = restore_checkpoint(self, ck))
           return err;
       } else if (!ck.init_part.empty() && self->state.engine) {
-        auto f = read_safetensors(ck.init_part);
+        auto f = ck.read_init();
         if (!f)
           return f.error();
         if (auto err = self->state.engine->load_weights(*f, ck.init_part.string()))
@@ -476,6 +480,7 @@ actor_type_info pipeline_stage_info() {
   info.role.placement = actor_placement::by_position;
   info.check = check_pipeline_stage;
   info.role.check_checkpoint_part = check_stage_checkpoint;
+  info.role.check_init_file = check_stage_init_file;
   info.role.checkpoint_identity = [](const graph_spec& g, const actor_spec& a) {
     const auto& m = g.model;
     std::string layers;
@@ -510,12 +515,19 @@ caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx) {
                          checkpoint_identity(ctx.graph, ctx.spec),
                          ctx.graph.checkpoint.resume_folder,
                          ctx.graph.checkpoint.resume_step,
+                         {},
                          {}};
   if (ck.resume_folder.empty() && !ctx.graph.train.init.empty()) { // a resumed run has its own weights
     auto part = find_init_part(ctx.graph, ctx.spec);
     if (!part)
       return part.error();
     ck.init_part = *part;
+    if (init_is_weights_file(ctx.graph))
+      ck.read_init = [g = std::make_shared<const graph_spec>(ctx.graph), a = ctx.spec, file = *part] {
+        return read_stage_init_file(*g, a, file);
+      };
+    else
+      ck.read_init = [file = *part] { return read_safetensors(file); };
   }
   // Named in the trace here, not when the actor first runs (later, on a worker
   // thread): every actor of the graph is named before any is connected, so each

@@ -151,14 +151,11 @@ void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics&
 
 std::optional<std::string> check_stage_checkpoint(const graph_spec& g, const actor_spec& a,
                                                   const safetensors_header& part) {
-  ops::gpt_config cfg;
-  cfg.layers = g.model.layers, cfg.d_model = g.model.d_model, cfg.heads = g.model.heads;
-  cfg.context = g.model.context, cfg.vocab = g.model.vocab, cfg.head_apart = g.skip_runs();
   // What the stage's models hold (f32 weights on every device), chunk by chunk.
   std::vector<std::vector<param_info>> layouts;
-  for (auto r : a.layers) {
+  for (auto& specs : stage_param_specs(g, a)) {
     auto& chunk = layouts.emplace_back();
-    for (auto& p : ops::gpt_param_specs(cfg, r.begin, r.end))
+    for (auto& p : specs)
       chunk.push_back({std::move(p.name), p.shape, dtype::f32});
   }
   return check_stage_part(part, layouts, ops::adamw::kinds());

@@ -3,6 +3,7 @@
 // tensor names and a config.json that transformers' GPT2LMHeadModel loads.
 #include <filesystem>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -12,7 +13,7 @@
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
 #include "deploy/run/checkpoint_model.hpp"
-#include "kernels/cpu/small_gemm.hpp"
+#include "ops/hf_names.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 
@@ -44,48 +45,12 @@ struct export_cli {
   bool json = false;
 };
 
-/// troupe's Linear weights are [out, in]; GPT-2's Conv1D keeps [in, out].
-bool conv1d(const std::string& name) {
-  for (const char* w : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
-    if (name.ends_with(w))
-      return true;
-  return false;
-}
-
-tensor_handle transposed(const tensor_handle& t) {
-  auto rows = t.dim(0), cols = t.dim(1);
-  auto out = tensor_handle::empty({cols, rows});
-  kernels::cpu::transpose(t.data<float>(), rows, cols, cols, out.data<float>(), rows);
-  return out;
-}
-
-/// A troupe parameter under its Hugging Face GPT-2 name, in GPT-2's layout.
-named_handle hf_gpt2(const ops::named_tensor& p) {
-  if (p.name == "wte" || p.name == "wpe")
-    return {"transformer." + p.name + ".weight", p.value};
-  if (p.name == "lm_head.weight")
-    return {p.name, p.value};
-  return {"transformer." + p.name, conv1d(p.name) ? transposed(p.value) : p.value};
-}
-
-nlohmann::json hf_gpt2_config(const ops::gpt_config& c) {
-  return {{"architectures", {"GPT2LMHeadModel"}},
-          {"model_type", "gpt2"},
-          {"vocab_size", c.vocab},
-          {"n_positions", c.context},
-          {"n_ctx", c.context},
-          {"n_embd", c.d_model},
-          {"n_layer", c.layers},
-          {"n_head", c.heads},
-          {"n_inner", 4 * c.d_model},
-          {"activation_function", "gelu_new"}, // the tanh approximation (ops/gelu.hpp)
-          {"layer_norm_epsilon", 1e-5},
-          {"resid_pdrop", 0.0},
-          {"embd_pdrop", 0.0},
-          {"attn_pdrop", 0.0},
-          {"scale_attn_weights", true},
-          {"tie_word_embeddings", false},
-          {"torch_dtype", "float32"}};
+/// A troupe parameter under its Hugging Face name, in that family's layout.
+named_handle hf_named(const ops::hf_family& f, const ops::named_tensor& p) {
+  auto hf = ops::hf_tensor_of(f, p.name);
+  if (!hf) // every parameter of the family has a rule (ops/hf_names.cpp)
+    throw std::logic_error(fmt::format("no Hugging Face name for '{}' in the {} table", p.name, f.family));
+  return {hf->name, hf->transposed ? ops::transposed(p.value) : p.value};
 }
 
 nlohmann::json troupe_config(const ops::gpt_config& c) {
@@ -114,15 +79,16 @@ int run_export(const export_cli& a) {
     fmt::print(stderr, "troupe export: {}: cannot create the folder: {}\n", out.string(), ec.message());
     return runtime_failure;
   }
+  const auto& family = *ops::find_hf_family("gpt2"); // the one family a checkpoint holds today
   std::vector<named_handle> tensors;
   std::uint64_t bytes = 0;
   for (const auto& p : m->model->params()) {
-    tensors.push_back(a.names == "hf" ? hf_gpt2(p) : named_handle{p.name, p.value});
+    tensors.push_back(a.names == "hf" ? hf_named(family, p) : named_handle{p.name, p.value});
     bytes += tensors.back().value.nbytes();
   }
   std::map<std::string, std::string> metadata{
     {"format", "pt"}, {"source", m->from.folder.string()}, {"step", std::to_string(m->from.step)}};
-  auto config = a.names == "hf" ? hf_gpt2_config(m->config) : troupe_config(m->config);
+  auto config = a.names == "hf" ? ops::hf_config(family, m->config) : troupe_config(m->config);
   if (auto err = write_safetensors(out / "model.safetensors", tensors, metadata)) {
     fmt::print(stderr, "troupe export: {}\n", error_message(err));
     return runtime_failure;

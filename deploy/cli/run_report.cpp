@@ -130,8 +130,11 @@ run_graph_load load_run_graph(const char* cmd, run_args& a, std::chrono::millise
       fmt::print(stderr, "troupe {}: {}\n", cmd, error_message(init.error()));
       return out;
     }
-    fmt::print("starting from the weights of {} (after its step {}; fresh optimizer state, step 0)\n",
-               init->from.folder.string(), init->from.step);
+    if (init->weights_file)
+      fmt::print("starting from the weights in {} (fresh optimizer state, step 0)\n", init->from.folder.string());
+    else
+      fmt::print("starting from the weights of {} (after its step {}; fresh optimizer state, step 0)\n",
+                 init->from.folder.string(), init->from.step);
   }
   if (g.local_update.present)
     if (const auto* method = sched::find_sync_method(g.local_update.algorithm)) {

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "actors/data/tokenizer.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 
@@ -81,8 +82,16 @@ caf::expected<checkpoint_model> load_checkpoint_model(const fs::path& dir) {
     auto header = read_safetensors_header(part);
     if (!header)
       return header.error();
-    if (!header->metadata.count("layers"))
-      continue; // the loader's part, an optimizer shard's, an outer exchange's
+    if (!header->metadata.count("layers")) { // the loader's part, an optimizer shard's, an outer exchange's
+      if (header->find(tokenizer_tensor) && out.tokenizer_model.empty()) {
+        auto file = read_safetensors(part);
+        if (!file)
+          return file.error();
+        auto bytes = file->find(tokenizer_tensor);
+        out.tokenizer_model.assign(static_cast<const char*>(bytes.raw()), bytes.nbytes());
+      }
+      continue;
+    }
     auto c = config_of(part, header->metadata);
     if (!c)
       return c.error();

@@ -20,6 +20,9 @@ struct checkpoint_model {
   ops::gpt_config config;                ///< the model's shape, from the parts' metadata
   std::string source_part;               ///< the part the embeddings came from (the first in actor-name order)
   std::unique_ptr<ops::gpt_range> model; ///< layers [0, layers), embeddings and head included
+  /// The SentencePiece model the run tokenized its text with (serialized, from
+  /// the data loader's part); empty: a byte-level run or a token file's.
+  std::string tokenizer_model;
 
   /// The logits of i32 tokens [B, T] (T ≤ context): f32 [B, T, vocab]. Throws
   /// std::invalid_argument on bad shapes or token ids, as the model does.

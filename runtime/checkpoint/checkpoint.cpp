@@ -480,6 +480,8 @@ caf::error init_error(const graph_spec& g, const std::string& what) {
 
 /// The step folder train.init names, with its manifest.
 caf::expected<std::pair<resume_point, manifest>> open_init(const graph_spec& g) {
+  if (g.train.init_path.extension() == ".safetensors") // a weights file that is not there (init_is_weights_file)
+    return init_error(g, fmt::format("{}: no such weights file", g.train.init_path.string()));
   auto rp = find_checkpoint(g.train.init_path);
   if (!rp)
     return init_error(g, error_message(rp.error()));
@@ -491,7 +493,19 @@ caf::expected<std::pair<resume_point, manifest>> open_init(const graph_spec& g) 
 
 } // namespace
 
+bool init_is_weights_file(const graph_spec& g) {
+  std::error_code ec;
+  return !g.train.init_path.empty() && std::filesystem::is_regular_file(g.train.init_path, ec);
+}
+
 caf::expected<std::filesystem::path> find_init_part(const graph_spec& g, const actor_spec& a) {
+  if (init_is_weights_file(g)) {
+    if (!a.role.check_init_file)
+      return init_error(g, fmt::format("'{}' ({}) cannot start from a weights file", a.name, a.type));
+    if (auto why = a.role.check_init_file(g, a, g.train.init_path))
+      return init_error(g, fmt::format("{} (for '{}')", *why, a.name));
+    return g.train.init_path;
+  }
   auto opened = open_init(g);
   if (!opened)
     return opened.error();
@@ -525,10 +539,15 @@ caf::expected<std::filesystem::path> find_init_part(const graph_spec& g, const a
 }
 
 caf::expected<init_plan> check_init(const graph_spec& g) {
-  auto opened = open_init(g);
-  if (!opened)
-    return opened.error();
-  init_plan plan{opened->first, {}};
+  init_plan plan;
+  if (init_is_weights_file(g)) {
+    plan.from.folder = g.train.init_path, plan.weights_file = true;
+  } else {
+    auto opened = open_init(g);
+    if (!opened)
+      return opened.error();
+    plan.from = opened->first;
+  }
   for (const auto& a : g.actors) {
     if (!a.role.holds_layers)
       continue;

@@ -210,18 +210,24 @@ caf::expected<resume_point> find_checkpoint(const std::filesystem::path& dir);
 /// The error (errc::invalid_argument) names the file and what differs.
 caf::expected<resume_point> open_resume(const std::filesystem::path& dir, const graph_spec& g);
 
+/// Whether `train.init` names a weights file (FILE.safetensors with Hugging
+/// Face's names) rather than a checkpoint folder.
+bool init_is_weights_file(const graph_spec& g);
+
 /// A warm start (`train.init`): the part of the checkpoint `g.train.init_path`
 /// names that holds what layer holder `a` holds (checkpoint_identity: the model's
 /// shape and the layer range), `a`'s own part first, else the first match in
 /// actor-name order, so every replica of a position starts from the same weights.
 /// The error (errc::invalid_argument) starts at train.init's position and lists
-/// what the checkpoint's stage parts hold.
+/// what the checkpoint's stage parts hold. A weights file is its own part for
+/// every layer holder, once the role's check_init_file accepts it.
 caf::expected<std::filesystem::path> find_init_part(const graph_spec& g, const actor_spec& a);
 
 /// find_init_part for every layer holder of `g`, before anything starts; the
 /// checkpoint's step with, per actor, the part it starts from.
 struct init_plan {
-  resume_point from;
+  resume_point from;                                  ///< a weights file: the file, step 0
+  bool weights_file = false;                          ///< init_is_weights_file
   std::map<std::string, std::filesystem::path> parts; ///< actor -> part file
 };
 caf::expected<init_plan> check_init(const graph_spec& g);

@@ -308,6 +308,12 @@ struct actor_role {
   /// nullopt. Unset: the identity alone is checked.
   std::function<std::optional<std::string>(const graph_spec&, const actor_spec&, const safetensors_header&)>
     check_checkpoint_part;
+  /// Checks that a weights file (`train.init: FILE.safetensors`, Hugging Face's
+  /// names) holds what this entry starts from: its tensors, shapes, dtypes and
+  /// the model's shape. What does not fit (a sentence naming the tensor), or
+  /// nullopt. Unset: the type holds nothing a weights file gives.
+  std::function<std::optional<std::string>(const graph_spec&, const actor_spec&, const std::filesystem::path&)>
+    check_init_file;
 };
 
 /// One actor of the graph. Keys the loader knows are typed; the rest stay in

@@ -38,7 +38,8 @@ def load_safetensors(path):
         else:
             arr = np.frombuffer(body[begin:end], dtype=kind)
         out[name] = arr.reshape(t["shape"]).astype(np.float64)
-    return out
+    # Files on the Hub differ on the base model's prefix: read both spellings.
+    return {k if k.startswith(("transformer.", "lm_head.")) else "transformer." + k: v for k, v in out.items()}
 
 
 def layer_norm(x, w, b, eps):

@@ -158,6 +158,17 @@ inline int sh(const std::string& cmd) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/// The validation losses a run printed (replica 0's last stage), as "STEP:LOSS"
+/// with the loss as written ("0:4.9461").
+inline std::vector<std::string> validations(const fs::path& out) {
+  std::vector<std::string> v;
+  std::regex re{R"(validation after step (\d+): loss ([0-9.]+))"};
+  auto text = slurp(out);
+  for (std::sregex_iterator it{text.begin(), text.end(), re}, end; it != end; ++it)
+    v.push_back((*it)[1].str() + ":" + (*it)[2].str());
+  return v;
+}
+
 /// The per-step train losses of a `--summary-json` file.
 inline std::vector<double> summary_losses(const fs::path& summary) {
   auto j = nlohmann::json::parse(slurp(summary));

@@ -11,16 +11,6 @@ using namespace troupe::testing;
 
 namespace {
 
-/// The validation losses replica 0's last stage printed, as written ("4.9461").
-std::vector<std::string> validations(const fs::path& out) {
-  std::vector<std::string> v;
-  std::regex re{R"(validation after step (\d+): loss ([0-9.]+))"};
-  auto text = slurp(out);
-  for (std::sregex_iterator it{text.begin(), text.end(), re}, end; it != end; ++it)
-    v.push_back((*it)[1].str() + ":" + (*it)[2].str());
-  return v;
-}
-
 const char* model = "model: {layers: 2, d_model: 32, heads: 2, context: 16, vocab: 256}\n"
                     "data: {corpus: kjv, batch: 4, seed: 3}\n";
 
