@@ -17,6 +17,7 @@
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/trace/hang_watch.hpp"
 #include "runtime/trace/trace.hpp"
+#include "ops/model_config.hpp"
 
 namespace troupe {
 
@@ -409,13 +410,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     c.eval_routes = 2, c.short_eval_stages = g.skip.path_length; // the full model, then a path of L stages
   c.grad_clip = g.train.grad_clip;
   c.weight_decay = static_cast<float>(g.train.weight_decay);
-  c.model.layers = g.model.layers;
-  c.model.d_model = g.model.d_model;
-  c.model.heads = g.model.heads;
-  c.model.context = g.model.context;
-  c.model.vocab = g.model.vocab;
-  c.model.precision = g.model.precision == dtype::bf16 ? ops::precision::bf16 : ops::precision::f32;
-  c.model.seed = g.data.seed;
+  c.model = ops::model_config(g);
   c.lr.max_lr = static_cast<float>(g.train.lr);
   c.lr.min_lr = static_cast<float>(g.train.lr * 0.1);
   c.lr.warmup = static_cast<long>(g.train.warmup);

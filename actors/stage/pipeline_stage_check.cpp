@@ -17,6 +17,7 @@
 #include "runtime/transport/transport.hpp"
 #include "schedulers/sim/harness.hpp"
 #include "schedulers/policies/schedule_table.hpp"
+#include "ops/model_config.hpp"
 
 namespace troupe {
 
@@ -151,9 +152,7 @@ void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics&
 
 std::optional<std::string> check_stage_checkpoint(const graph_spec& g, const actor_spec& a,
                                                   const safetensors_header& part) {
-  ops::gpt_config cfg;
-  cfg.layers = g.model.layers, cfg.d_model = g.model.d_model, cfg.heads = g.model.heads;
-  cfg.context = g.model.context, cfg.vocab = g.model.vocab, cfg.head_apart = g.skip_runs();
+  const auto cfg = ops::model_config(g);
   // What the stage's models hold (f32 weights on every device), chunk by chunk.
   std::vector<std::vector<param_info>> layouts;
   for (auto r : a.layers) {

@@ -119,6 +119,16 @@ void check_stage_layers(parsed_graph& pg, const graph_vocabulary& vocab, graph_r
   int layers = g.model.layers;
   if (layers <= 0 || all.empty() || pg.duplicate_actors)
     return; // model.layers, or which stage holds what, is already in doubt
+  // A tied head reads the embedding's weight, so one range must hold both (the
+  // embedding's and the head's gradients would otherwise sit on different stages).
+  for (const auto& h : all)
+    if (g.model.tie_embeddings && h.range.begin == 0 && (h.range.end != layers || g.skip_runs())) {
+      r.error_at(g.model.tie_pos, "model.tie_embeddings",
+                 fmt::format("tied embeddings need the embedding and the head in one layer range, but '{}' holds {} "
+                             "of {} layers (use one stage, or tie_embeddings: false)",
+                             h.actor->name, range_text(h.range), layers));
+      break;
+    }
   // Each replica holds the whole model once: the checks run per replica.
   for (int rep = 0; rep < replicas; ++rep) {
     std::vector<held> mine;
