@@ -476,13 +476,23 @@ actor_type_info pipeline_stage_info() {
     std::string layers;
     for (auto r : a.layers)
       layers += fmt::format("{}[{}, {})", layers.empty() ? "" : " ", r.begin, r.end);
-    return std::map<std::string, std::string>{{"model.layers", std::to_string(m.layers)},
-                                              {"model.d_model", std::to_string(m.d_model)},
-                                              {"model.heads", std::to_string(m.heads)},
-                                              {"model.context", std::to_string(m.context)},
-                                              {"model.vocab", std::to_string(m.vocab)},
-                                              {"model.precision", std::string{to_string(m.precision)}},
-                                              {"layers", layers}};
+    std::map<std::string, std::string> id{{"model.layers", std::to_string(m.layers)},
+                                          {"model.d_model", std::to_string(m.d_model)},
+                                          {"model.heads", std::to_string(m.heads)},
+                                          {"model.context", std::to_string(m.context)},
+                                          {"model.vocab", std::to_string(m.vocab)},
+                                          {"model.precision", std::string{to_string(m.precision)}},
+                                          {"layers", layers}};
+    if (m.family != "gpt2") { // gpt2's identity stays as it was, so older checkpoints still match
+      const auto c = ops::model_config(g);
+      id["model.family"] = m.family;
+      id["model.kv_heads"] = std::to_string(ops::kv_heads_of(c));
+      id["model.ffn_hidden"] = std::to_string(ops::ffn_hidden_of(c));
+      id["model.rope_theta"] = fmt::format("{}", c.rope_theta);
+      id["model.tie_embeddings"] = c.tie_embeddings ? "true" : "false";
+      id["model.norm_eps"] = fmt::format("{}", c.norm_eps);
+    }
+    return id;
   };
   return info;
 }

@@ -26,11 +26,11 @@ TEST_CASE("rms norm forward and backward on the GPU match the CPU reference") {
     const std::size_t n = std::size_t(rows) * std::size_t(cols);
     auto x = random_normal(n, 1, 3.0f), w = random_normal(std::size_t(cols), 2), dy = random_normal(n, 3),
          dw0 = random_normal(std::size_t(cols), 4);
-    device_buffer<float> dx_in(x), dwt(w), y(n), rstd(std::size_t(rows)), ddy(dy), dx(n), dw(dw0);
+    device_buffer<float> dx_in(x), dwt(w), y(n), rstd(static_cast<std::size_t>(rows)), ddy(dy), dx(n), dw(dw0);
     TROUPE_REQUIRE_OK(rms_norm_forward(y.get(), rstd.get(), dx_in.get(), dwt.get(), rows, cols, 1e-5f, nullptr));
     TROUPE_REQUIRE_OK(
       rms_norm_backward(dx.get(), dw.get(), ddy.get(), dx_in.get(), dwt.get(), rstd.get(), rows, cols, nullptr));
-    std::vector<float> ry(n), rrs(std::size_t(rows)), rdx(n), rdw = dw0;
+    std::vector<float> ry(n), rrs(static_cast<std::size_t>(rows)), rdx(n), rdw = dw0;
     cpu::rms_norm_forward_reference(x.data(), w.data(), ry.data(), rrs.data(), rows, cols, 1e-5f);
     cpu::rms_norm_backward_input_reference(dy.data(), x.data(), rrs.data(), w.data(), rdx.data(), rows, cols);
     cpu::rms_norm_backward_weight_reference(dy.data(), x.data(), rrs.data(), rdw.data(), rows, cols);
@@ -58,7 +58,7 @@ TEST_CASE("swiglu and rope on the GPU match the CPU references") {
   const int heads = 6, hd = 64, ld = 3 * heads * hd, positions = 128;
   std::vector<float> cos(std::size_t(positions * hd / 2)), sin(cos.size());
   cpu::rope_table(10000.0, hd, positions, cos.data(), sin.data());
-  std::vector<std::int32_t> pos(std::size_t(rows));
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(rows));
   for (int r = 0; r < rows; ++r)
     pos[std::size_t(r)] = r % positions;
   auto x = random_normal(std::size_t(rows) * ld, 7);

@@ -450,4 +450,9 @@ TEST_CASE(
   r = load("model: {family: llama, layers: 2, d_model: 8, heads: 2, context: 4, tie_embeddings: true}\n"
            "data: {batch: 1}\ntrain: {steps: 3}\npipeline: {stages: 1, microbatches: 2}\n");
   CHECK_MESSAGE(r.ok(), errors(r));
+  r = load("model: {family: llama, layers: 2, d_model: 8, heads: 2, context: 4}\n"
+           "data: {batch: 1}\ntrain: {steps: 3}\npipeline: {stages: 2, microbatches: 2, device: cuda}\n");
+  REQUIRE(r.errors.size() == 1);
+  CHECK(to_string(r.errors[0]) ==
+        "g.yaml:4:48: pipeline.device: the llama family runs on the CPU only so far ('s0' is on cuda)");
 }

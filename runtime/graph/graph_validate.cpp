@@ -151,12 +151,28 @@ void check_stage_layers(parsed_graph& pg, const graph_vocabulary& vocab, graph_r
   }
 }
 
+/// Where to point at a layer holder's device: its own `device:`, else pipeline.device.
+std::pair<YAML::Node, std::string> device_site(const parsed_graph& pg, const actor_spec& a) {
+  for (const auto& pa : pg.actors)
+    if (pa.spec.name == a.name && pa.device_node)
+      return {pa.device_node, join_path(pa.path, "device")};
+  auto n = child(pg.pipeline_node, "device");
+  return {n ? n : pg.pipeline_node, "pipeline.device"};
+}
+
 /// Layer holders without a `device:` run on pipeline.device; other actors take none.
 void check_devices(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
   for (auto& a : pg.graph.actors) {
     if (a.role.holds_layers) {
       if (a.device.empty())
         a.device = pg.graph.pipeline.device;
+      // The GPU model (ops/cuda/gpt_cuda) has GPT-2's blocks only; Llama's GPU kernels
+      // (kernels/cuda/llama.cu) are not wired into it yet.
+      if (pg.graph.model.family == "llama" && a.device.starts_with("cuda")) {
+        auto [n, path] = device_site(pg, a);
+        r.error(n, path, fmt::format("the llama family runs on the CPU only so far ('{}' is on {})", a.name, a.device));
+        return; // once: the others would say the same
+      }
       continue;
     }
     if (a.device.empty())
