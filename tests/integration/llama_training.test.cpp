@@ -1,7 +1,6 @@
 // The Llama family trains as real actors: 4 stages follow the one-stage loss curve
-// to 1e-5 with packed documents (rotary positions restarting per document), and the
-// mechanisms beside the pipeline (ZeRO replicas, attention servers, zero-bubble
-// halves) follow the same curve as plain GPipe.
+// to 1e-5 with packed documents, and the mechanisms beside the pipeline (ZeRO
+// replicas, attention servers, zero-bubble halves) follow the same curve as plain GPipe.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -47,8 +46,7 @@ TEST_CASE("a llama graph trains and 4 stages follow the one-stage loss curve to 
   CHECK(std::fabs(tied.losses[5] - one.losses[5]) > 1e-4);
 }
 
-// Attention servers run forward_begin's pieces, which must carry the documents to
-// the rotary positions: they are checked against the plain forward.
+// Attention servers run forward_begin's pieces; the plain forward is what they must match.
 TEST_CASE("llama with ZeRO replicas, attention servers and zero-bubble halves follows plain gpipe's curve") {
   const std::string zero = "data_parallel: {replicas: 2, bucket: 16KB, zero: 2}";
   for (auto [want_extra, got_extra] :
