@@ -106,7 +106,7 @@ status rms_norm_forward(float* y, float* rstd, const float* x, const float* w, i
   if (auto s = check_rows("rms_norm_forward", rows, cols); !s.ok() || rows == 0)
     return s;
   rms_forward<<<(rows + warps_per_block - 1) / warps_per_block, 32 * warps_per_block, 0, stream>>>(y, rstd, x, w, rows,
-                                                                                                  cols, eps);
+                                                                                                   cols, eps);
   TROUPE_CUDA_CHECK_LAUNCH();
   return {};
 }
@@ -117,7 +117,7 @@ status rms_norm_backward(float* dx, float* dw, const float* dy, const float* x, 
     return s;
   const int blocks = std::min(1024, (rows + warps_per_block - 1) / warps_per_block);
   rms_backward<<<blocks, 32 * warps_per_block, std::size_t(cols) * sizeof(float), stream>>>(dx, dw, dy, x, w, rstd,
-                                                                                             rows, cols);
+                                                                                            rows, cols);
   TROUPE_CUDA_CHECK_LAUNCH();
   return {};
 }
