@@ -40,9 +40,7 @@ void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics&
 caf::expected<std::pair<std::int64_t, double>> parse_stall(const YAML::Node& n);
 std::optional<std::string> check_stage_checkpoint(const graph_spec& g, const actor_spec& a,
                                                   const safetensors_header& part);
-/// The model's shape as the graph gives it, and the parameters of each of
-/// `a`'s layer ranges (actors/stage/stage_init_file.cpp).
-ops::gpt_config stage_model_shape(const graph_spec& g);
+/// The parameters of each of `a`'s layer ranges (actors/stage/stage_init_file.cpp).
 std::vector<std::vector<ops::gpt_param_spec>> stage_param_specs(const graph_spec& g, const actor_spec& a);
 /// A warm start from a Hugging Face weights file: whether `file` holds the
 /// parameters of `a`'s layers (the role's check_init_file), and those

@@ -11,6 +11,7 @@
 #include "runtime/actor/errors.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/trace/trace.hpp"
+#include "ops/model_config.hpp"
 
 namespace troupe {
 
@@ -45,9 +46,7 @@ void record_held(const std::string& actor, const held_bytes& h) {
 }
 
 std::vector<std::vector<sched::shard_param>> zero_params(const graph_spec& g, const actor_spec& stage) {
-  ops::gpt_config cfg;
-  cfg.layers = g.model.layers, cfg.d_model = g.model.d_model, cfg.heads = g.model.heads;
-  cfg.context = g.model.context, cfg.vocab = g.model.vocab, cfg.head_apart = g.skip_runs();
+  const auto cfg = ops::model_config(g);
   std::vector<std::vector<sched::shard_param>> out;
   for (const auto& r : stage.layers) {
     auto& chunk = out.emplace_back();

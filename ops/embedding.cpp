@@ -25,14 +25,15 @@ tensor_handle embedding_forward(const tensor_handle& tokens, const tensor_handle
   constexpr auto op = "embedding_forward";
   require_f32(wte, op, "wte");
   const long channels = wte.dim(1);
-  require_f32(wpe, op, "wpe", channels);
-  check_tokens(tokens, wte.dim(0), wpe.dim(0), op);
+  if (wpe.defined())
+    require_f32(wpe, op, "wpe", channels);
+  check_tokens(tokens, wte.dim(0), wpe.defined() ? wpe.dim(0) : tokens.dim(1), op);
   const long b = tokens.dim(0), t = tokens.dim(1);
   auto out = tensor_handle::empty({b, t, channels}, dtype::f32, wte.device());
   switch (wte.device().kind) {
   case device::kind_t::cpu:
-    kernels::cpu::embedding_forward(tokens.data<std::int32_t>(), wte.data<float>(), wpe.data<float>(),
-                                    out.data<float>(), b, t, channels);
+    kernels::cpu::embedding_forward(tokens.data<std::int32_t>(), wte.data<float>(),
+                                    wpe.defined() ? wpe.data<float>() : nullptr, out.data<float>(), b, t, channels);
     return out;
   case device::kind_t::cuda:
     break; // kernels/cuda launchers go here
@@ -45,14 +46,16 @@ void embedding_backward_weight(const tensor_handle& dout, const tensor_handle& t
   constexpr auto op = "embedding_backward_weight";
   require_f32(dwte, op, "dwte");
   const long channels = dwte.dim(1);
-  require_f32(dwpe, op, "dwpe", channels);
-  check_tokens(tokens, dwte.dim(0), dwpe.dim(0), op);
+  if (dwpe.defined())
+    require_f32(dwpe, op, "dwpe", channels);
+  check_tokens(tokens, dwte.dim(0), dwpe.defined() ? dwpe.dim(0) : tokens.dim(1), op);
   require_f32(dout, op, "dout", channels);
   require(dout.numel() == tokens.numel() * channels, op, "dout must be [B, T, C] for tokens [B, T]");
   switch (dwte.device().kind) {
   case device::kind_t::cpu:
     kernels::cpu::embedding_backward(dout.data<float>(), tokens.data<std::int32_t>(), dwte.data<float>(),
-                                     dwpe.data<float>(), tokens.dim(0), tokens.dim(1), channels);
+                                     dwpe.defined() ? dwpe.data<float>() : nullptr, tokens.dim(0), tokens.dim(1),
+                                     channels);
     return;
   case device::kind_t::cuda:
     break;

@@ -18,6 +18,15 @@
 
 namespace troupe::ops {
 
+std::string_view to_string(model_family f) noexcept {
+  return f == model_family::llama ? "llama" : "gpt2";
+}
+
+int llama_ffn_hidden(int d_model) {
+  const int h = 2 * 4 * d_model / 3;
+  return (h + 31) / 32 * 32;
+}
+
 gpt_range::gpt_range(const gpt_config& cfg, int begin, int end) : impl_(new impl) {
   constexpr auto op = "gpt_range";
   std::unique_ptr<impl> guard{impl_};
@@ -26,6 +35,15 @@ gpt_range::gpt_range(const gpt_config& cfg, int begin, int end) : impl_(new impl
   require(cfg.d_model % cfg.heads == 0, op,
           fmt::format("d_model {} is not divisible by heads {}", cfg.d_model, cfg.heads));
   bool head_only = cfg.head_apart && begin == cfg.layers && end == cfg.layers;
+  if (cfg.family == model_family::llama) {
+    const int kv = kv_heads_of(cfg), hd = cfg.d_model / cfg.heads;
+    require(kv > 0 && cfg.heads % kv == 0, op, fmt::format("kv_heads {} does not divide heads {}", kv, cfg.heads));
+    require(hd % 2 == 0, op, fmt::format("the head width {} must be even for rotary positions", hd));
+    require(ffn_hidden_of(cfg) > 0 && cfg.rope_theta > 0 && cfg.norm_eps > 0, op,
+            "ffn_hidden, rope_theta and norm_eps must be positive");
+    require(!cfg.tie_embeddings || (begin == 0 && holds_head(cfg, begin, end)), op,
+            fmt::format("tied embeddings need the embedding and the head in one range, not [{}, {})", begin, end));
+  }
   require(head_only || (0 <= begin && begin < end && end <= cfg.layers), op,
           fmt::format("layer range [{}, {}) is not inside [0, {})", begin, end, cfg.layers));
   impl_->cfg = cfg;
@@ -94,6 +112,7 @@ void gpt_range::impl::release(mb_cache& c) {
   c.tokens = {};
   c.d_emb = {};
   c.targets = {};
+  c.documents = {};
   c.layer = -1;
   c.weights_later = false;
   c.used = false;
@@ -157,7 +176,7 @@ tensor_handle gpt_range::impl::backward(int mb, const tensor_handle& grad_out, b
     }
     if (weights) {
       if (first())
-        embedding_backward_weight(c.d_emb, c.tokens, grads[0].value, grads[1].value), done(0, 2);
+        embed_backward_weight(c);
       release(c);
     }
     return dx;
@@ -183,15 +202,35 @@ tensor_handle gpt_range::impl::embed(mb_cache& c, const tensor_handle& input) {
   if (!first())
     return input;
   c.tokens = input;
-  return embedding_forward(input, params[0].value, params[1].value);
+  return embed_tokens(input);
+}
+
+tensor_handle gpt_range::impl::embed_tokens(const tensor_handle& tokens) const {
+  if (!llama())
+    return embedding_forward(tokens, params[0].value, params[1].value);
+  require(tokens.rank() == 2 && tokens.dim(1) <= cfg.context, "gpt_range",
+          fmt::format("tokens must be [B, T ≤ {}], got {}", cfg.context, to_string(tokens.shape())));
+  return embedding_forward(tokens, params[0].value, {});
+}
+
+void gpt_range::impl::embed_backward_weight(mb_cache& c) {
+  tensor_handle no_positions;
+  embedding_backward_weight(c.d_emb, c.tokens, grads[0].value, llama() ? no_positions : grads[1].value);
+  done(0, embed_params());
+}
+
+tensor_handle gpt_range::impl::final_norm(const tensor_handle& x, head_cache& hc) const {
+  const auto h = head_base();
+  if (llama())
+    return rms_norm_forward(x, params[h].value, hc.rs, cfg.norm_eps);
+  return layer_norm_forward(x, params[h].value, params[h + 1].value, hc.s);
 }
 
 tensor_handle gpt_range::impl::head_forward(mb_cache& c, const tensor_handle& x, const tensor_handle& targets) {
-  auto h = head_base();
   auto& hc = c.head;
   hc.x = x;
-  hc.lnf = layer_norm_forward(x, params[h].value, params[h + 1].value, hc.s);
-  auto logits = linear_forward(hc.lnf, params[h + 2].value, {}, {}, cfg.precision);
+  hc.lnf = final_norm(x, hc);
+  auto logits = linear_forward(hc.lnf, head_w(), {}, {}, cfg.precision);
   float loss = 0;
   hc.dlogits = cross_entropy_backward(logits, targets, 1.0f, cfg.ignore_index, &loss);
   return scalar(loss);
@@ -217,18 +256,22 @@ tensor_handle gpt_range::impl::head_backward(mb_cache& c, const tensor_handle& g
     for (long i = 0; i < c.head.dlogits.numel(); ++i)
       c.head.dlogits.data<float>()[i] *= s;
   auto h = head_base();
-  c.head.d_lnf = linear_backward_input(c.head.dlogits, params[h + 2].value, cfg.precision);
-  auto dx = layer_norm_backward_input(c.head.d_lnf, c.head.x, c.head.s, params[h].value);
+  c.head.d_lnf = linear_backward_input(c.head.dlogits, head_w(), cfg.precision);
+  auto dx = llama() ? rms_norm_backward_input(c.head.d_lnf, c.head.x, c.head.rs, params[h].value)
+                    : layer_norm_backward_input(c.head.d_lnf, c.head.x, c.head.s, params[h].value);
   if (weights)
-    head_backward_weight(c), done(h, h + 3);
+    head_backward_weight(c), done(h, h + head_params());
   return dx;
 }
 
 void gpt_range::impl::head_backward_weight(mb_cache& c) {
   auto h = head_base();
   tensor_handle no_bias;
-  linear_backward_weight(c.head.dlogits, c.head.lnf, grads[h + 2].value, no_bias, 1.0f, cfg.precision);
-  layer_norm_backward_weight(c.head.d_lnf, c.head.x, c.head.s, grads[h].value, grads[h + 1].value);
+  linear_backward_weight(c.head.dlogits, c.head.lnf, head_dw(), no_bias, 1.0f, cfg.precision);
+  if (llama())
+    rms_norm_backward_weight(c.head.d_lnf, c.head.x, c.head.rs, grads[h].value);
+  else
+    layer_norm_backward_weight(c.head.d_lnf, c.head.x, c.head.s, grads[h].value, grads[h + 1].value);
 }
 
 void gpt_range::backward_weight(int mb) {
@@ -239,11 +282,11 @@ void gpt_range::backward_weight(int mb) {
   require(c.input_done, op, fmt::format("backward_input of microbatch {} has not run", mb));
   try {
     if (m.last())
-      m.head_backward_weight(c), m.done(m.head_base(), m.head_base() + 3);
+      m.head_backward_weight(c), m.done(m.head_base(), m.head_base() + m.head_params());
     for (int li = m.local_layers() - 1; li >= 0; --li)
       m.block_backward_weight(li, c.layers[std::size_t(li)]), m.done(m.block_base(li), m.block_base(li + 1));
     if (m.first())
-      embedding_backward_weight(c.d_emb, c.tokens, m.grads[0].value, m.grads[1].value), m.done(0, 2);
+      m.embed_backward_weight(c);
   } catch (...) {
     m.release(c);
     throw;
@@ -261,7 +304,7 @@ tensor_handle gpt_range::evaluate(const tensor_handle& input, const tensor_handl
   const auto& m = *impl_;
   tensor_handle x;
   if (m.first()) {
-    x = embedding_forward(input, m.params[0].value, m.params[1].value);
+    x = m.embed_tokens(input);
   } else {
     check_activation(input, m.cfg, op);
     x = input;
@@ -270,10 +313,9 @@ tensor_handle gpt_range::evaluate(const tensor_handle& input, const tensor_handl
     x = m.block_forward(li, x, nullptr, documents);
   if (!m.last())
     return x;
-  auto h = m.head_base();
-  layer_norm_saved s;
-  auto lnf = layer_norm_forward(x, m.params[h].value, m.params[h + 1].value, s);
-  auto logits = linear_forward(lnf, m.params[h + 2].value, {}, {}, m.cfg.precision);
+  head_cache hc;
+  auto lnf = m.final_norm(x, hc);
+  auto logits = linear_forward(lnf, m.head_w(), {}, {}, m.cfg.precision);
   if (targets.defined())
     return scalar(cross_entropy_forward(logits, targets, m.cfg.ignore_index));
   return logits;

@@ -14,8 +14,18 @@
 
 namespace troupe::ops {
 
-/// Shape and seed of a GPT: pre-norm blocks (layer norm, causal attention, layer
-/// norm, GELU MLP, residuals), final layer norm, untied linear head, cross-entropy.
+/// The block design a gpt_config describes.
+enum class model_family {
+  gpt2,  ///< layer norms, learned positions, GELU MLP, biases (Radford et al. 2019)
+  llama, ///< RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases (Touvron et al. 2023)
+};
+
+/// "gpt2" or "llama".
+std::string_view to_string(model_family f) noexcept;
+
+/// Shape and seed of a GPT: pre-norm blocks (norm, causal attention, norm, MLP,
+/// residuals), final norm, linear head, cross-entropy. `family` picks GPT-2's
+/// parts or Llama's (ops/llama_block.cpp); the fields after it are Llama's only.
 struct gpt_config {
   int layers = 4;
   int d_model = 128;
@@ -31,7 +41,28 @@ struct gpt_config {
   /// gensyn-ai/skippipe communications/llm_subp.py the first stage runs `embed`
   /// and `forward_end` + the loss). The range ending at `layers` then holds blocks only.
   bool head_apart = false;
+  model_family family = model_family::gpt2;
+  int kv_heads = 0;            ///< llama: key/value heads (grouped-query attention), dividing heads; 0: heads
+  int ffn_hidden = 0;          ///< llama: SwiGLU's hidden width; 0: llama_ffn_hidden(d_model)
+  double rope_theta = 10000.0; ///< llama: the rotary base θ
+  bool tie_embeddings = false; ///< llama: the head is the token embedding (one range must hold both)
+  float norm_eps = 1e-5f;      ///< llama: RMSNorm's epsilon
 };
+
+/// Llama's default SwiGLU width for `d_model`: 2/3 of 4·d (keeping the MLP's
+/// parameters those of a 4·d GELU MLP), rounded up to a multiple of 32. Meta's
+/// reference (meta-llama/llama, model.py FeedForward: `int(2 * hidden_dim / 3)` then
+/// rounded up to `multiple_of`) rounds to 256; 32 keeps a small model's width near 8d/3.
+int llama_ffn_hidden(int d_model);
+
+/// cfg.kv_heads, or heads when it is 0.
+inline int kv_heads_of(const gpt_config& cfg) {
+  return cfg.kv_heads > 0 ? cfg.kv_heads : cfg.heads;
+}
+/// cfg.ffn_hidden, or Llama's default width when it is 0.
+inline int ffn_hidden_of(const gpt_config& cfg) {
+  return cfg.ffn_hidden > 0 ? cfg.ffn_hidden : llama_ffn_hidden(cfg.d_model);
+}
 
 /// Whether layers [begin, end) of `cfg` hold the final norm, head and loss:
 /// the range ending at `layers`, or with head_apart only the empty range there.
@@ -106,7 +137,9 @@ public:
   /// embedding (first range) and the first local layer's pre-attention and returns
   /// its qkv [B, T, 3C]; the last range keeps `targets` for the loss. A range
   /// without layers (SkipPipe's head alone) has no attention and is refused.
-  tensor_handle forward_begin(int mb, const tensor_handle& input, const tensor_handle& targets = {});
+  /// `documents`: as forward's (Llama's rotary positions restart per document).
+  tensor_handle forward_begin(int mb, const tensor_handle& input, const tensor_handle& targets = {},
+                              const tensor_handle& documents = {});
   /// Takes the waiting layer's core-attention output att [B, T, C], runs its
   /// post-attention and then either the next layer's pre-attention (returns its
   /// qkv, `done` false) or ends the forward (returns what forward returns, `done` true).

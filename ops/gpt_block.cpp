@@ -14,12 +14,15 @@ tensor_handle gpt_range::impl::block_forward(int li, const tensor_handle& x, lay
                                              const tensor_handle& documents) const {
   layer_cache local;
   layer_cache& k = c ? *c : local;
-  auto qkv = block_pre_attention(li, x, k);
+  auto qkv = block_pre_attention(li, x, k, documents);
   k.att = core_attention_forward(qkv, cfg.heads, k.attn, documents);
   return block_post_attention(li, k.att, k);
 }
 
-tensor_handle gpt_range::impl::block_pre_attention(int li, const tensor_handle& x, layer_cache& k) const {
+tensor_handle gpt_range::impl::block_pre_attention(int li, const tensor_handle& x, layer_cache& k,
+                                                   const tensor_handle& documents) const {
+  if (llama())
+    return llama_pre_attention(li, x, k, documents);
   k.x = x;
   k.ln1 = layer_norm_forward(x, p(li, ln1_w), p(li, ln1_b), k.ln1s);
   k.qkv = qkv_projection_forward(k.ln1, p(li, attn_w), p(li, attn_b), cfg.precision);
@@ -27,6 +30,8 @@ tensor_handle gpt_range::impl::block_pre_attention(int li, const tensor_handle& 
 }
 
 tensor_handle gpt_range::impl::block_post_attention(int li, const tensor_handle& att, layer_cache& k) const {
+  if (llama())
+    return llama_post_attention(li, att, k);
   const auto pr = cfg.precision;
   k.att = att;
   k.x_mid = output_projection_forward(att, p(li, proj_w), p(li, proj_b), k.x, pr); // + residual
@@ -43,6 +48,8 @@ tensor_handle gpt_range::impl::block_backward_input(int li, const tensor_handle&
 }
 
 tensor_handle gpt_range::impl::block_backward_post_attention(int li, const tensor_handle& dy, layer_cache& c) const {
+  if (llama())
+    return llama_backward_post_attention(li, dy, c);
   const auto pr = cfg.precision;
   c.d_out = dy;
   auto d_act = linear_backward_input(dy, p(li, mlp_w), pr);
@@ -53,6 +60,8 @@ tensor_handle gpt_range::impl::block_backward_post_attention(int li, const tenso
 }
 
 tensor_handle gpt_range::impl::block_backward_pre_attention(int li, layer_cache& c) const {
+  if (llama())
+    return llama_backward_pre_attention(li, c);
   c.d_ln1 = qkv_projection_backward_input(c.d_qkv, p(li, attn_w), cfg.precision);
   auto dx = layer_norm_backward_input(c.d_ln1, c.x, c.ln1s, p(li, ln1_w), c.d_mid); // + residual branch
   // Only backward_weight's inputs stay alive.
@@ -63,6 +72,8 @@ tensor_handle gpt_range::impl::block_backward_pre_attention(int li, layer_cache&
 }
 
 void gpt_range::impl::block_backward_weight(int li, layer_cache& c) {
+  if (llama())
+    return llama_backward_weight(li, c);
   const auto pr = cfg.precision;
   linear_backward_weight(c.d_out, c.act, g(li, mlp_w), g(li, mlp_b), 1.0f, pr);
   linear_backward_weight(c.d_fc, c.ln2, g(li, fc_w), g(li, fc_b), 1.0f, pr);

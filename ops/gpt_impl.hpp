@@ -7,10 +7,12 @@
 #include "ops/core_attention.hpp"
 #include "ops/gpt.hpp"
 #include "ops/layer_norm.hpp"
+#include "ops/rms_norm.hpp"
+#include "ops/rope.hpp"
 
 namespace troupe::ops {
 
-/// Position of each parameter within a block's run of the parameter list.
+/// Position of each parameter within a GPT-2 block's run of the parameter list.
 enum block_slot : int {
   ln1_w,
   ln1_b,
@@ -27,20 +29,32 @@ enum block_slot : int {
   block_slots
 };
 
+/// Position of each parameter within a Llama block's run (gpt_param_specs lists their
+/// names). q, k and v are rows of one fused [C + 2·KV, C] weight, gate and up of one
+/// [2H, C] weight (gpt_range::impl::fused), so each takes one matrix product.
+enum llama_slot : int { attn_norm_w, q_w, k_w, v_w, o_w, mlp_norm_w, gate_w, up_w, down_w, llama_slots };
+
+/// A Llama block's fused weights: which of gpt_range::impl::fused's pair per layer.
+enum fused_slot : int { fused_qkv, fused_gate_up, fused_slots };
+
 /// What one block keeps between forward, backward_input and backward_weight.
 struct layer_cache {
   // forward
   tensor_handle x, ln1, qkv, att, x_mid, ln2, fc, act;
   layer_norm_saved ln1s, ln2s;
+  rms_norm_saved rn1, rn2; ///< llama's norms
+  tensor_handle positions; ///< llama: each token's rotary position
   core_attention_saved attn;
   // backward_input, for backward_weight
   tensor_handle d_out, d_fc, d_ln2, d_mid, d_qkv, d_ln1;
+  tensor_handle d_proj; ///< llama: the gradient of the fused q|k|v projection's output
 };
 
 /// What the final norm, head and loss keep.
 struct head_cache {
   tensor_handle x, lnf, dlogits, d_lnf;
   layer_norm_saved s;
+  rms_norm_saved rs; ///< llama's final norm
 };
 
 /// One microbatch's cache slot; slots are reused so a steady state allocates nothing.
@@ -52,6 +66,7 @@ struct mb_cache {
   int layer = -1;             ///< split forward or backward (gpt_range::forward_begin): the layer waiting for attention
   bool weights_later = false; ///< a backward in pieces that leaves the weight gradients to backward_weight
   tensor_handle targets;      ///< split forward of the last range: the loss's targets, until the head runs
+  tensor_handle documents;    ///< split forward: the document mask (llama's rotary positions), until the last layer
   tensor_handle tokens, d_emb;
   std::vector<layer_cache> layers;
   head_cache head;
@@ -68,13 +83,16 @@ struct gpt_range::impl {
   std::function<void(std::size_t, std::size_t)> grads_done; ///< gpt_range::on_grads_done
   /// gpt_range::release_grads: the gradients' shapes while their storage is given back.
   std::vector<shape_t> released_grads;
+  /// llama: per local layer, fused_slots fused weights and their gradients, of which
+  /// params and grads hold row slices (the names a checkpoint and export see).
+  std::vector<tensor_handle> fused, fused_grads;
+  rope_table rope; ///< llama's rotary table up to the context
 
   /// Zeroed gradient buffers again after release_grads, before a backward writes them.
   void ensure_grads() {
     if (released_grads.empty())
       return;
-    for (std::size_t i = 0; i < grads.size(); ++i)
-      grads[i].value = tensor_handle::zeros(released_grads[i]);
+    alloc_grads();
     released_grads.clear();
   }
 
@@ -86,23 +104,51 @@ struct gpt_range::impl {
 
   bool first() const { return begin == 0; }
   bool last() const { return holds_head(cfg, begin, end); }
+  bool llama() const { return cfg.family == model_family::llama; }
   int local_layers() const { return end - begin; }
-  std::size_t block_base(int li) const { return (first() ? 2 : 0) + std::size_t(li) * block_slots; }
+  /// Parameters of the embedding (wte, wpe; llama: embed only), a block, the head
+  /// (norm weight and bias, lm_head; llama: norm, and lm_head unless tied).
+  std::size_t embed_params() const { return llama() ? 1 : 2; }
+  std::size_t block_params() const { return std::size_t(llama() ? int(llama_slots) : int(block_slots)); }
+  std::size_t head_params() const { return llama() ? (cfg.tie_embeddings ? 1 : 2) : 3; }
+  std::size_t block_base(int li) const { return (first() ? embed_params() : 0) + std::size_t(li) * block_params(); }
   std::size_t head_base() const { return block_base(local_layers()); }
-  const tensor_handle& p(int li, block_slot s) const { return params[block_base(li) + s].value; }
-  tensor_handle& g(int li, block_slot s) { return grads[block_base(li) + s].value; }
+  const tensor_handle& p(int li, int s) const { return params[block_base(li) + std::size_t(s)].value; }
+  tensor_handle& g(int li, int s) { return grads[block_base(li) + std::size_t(s)].value; }
+  const tensor_handle& fp(int li, fused_slot s) const { return fused[std::size_t(li * fused_slots + s)]; }
+  tensor_handle& fg(int li, fused_slot s) { return fused_grads[std::size_t(li * fused_slots + s)]; }
+  /// The head's weight: lm_head, or with tied embeddings the token embedding.
+  const tensor_handle& head_w() const {
+    return llama() && cfg.tie_embeddings ? params[0].value : params[head_base() + (llama() ? 1 : 2)].value;
+  }
+  tensor_handle& head_dw() {
+    return llama() && cfg.tie_embeddings ? grads[0].value : grads[head_base() + (llama() ? 1 : 2)].value;
+  }
 
   /// Creates and initialises this range's parameters and zeroed gradients.
   void init_params();
+  /// Zeroed gradients for params (llama's fused weights' as slices of fused ones).
+  void alloc_grads();
+  /// The final norm of x (either family), saving into `hc` for backward.
+  tensor_handle final_norm(const tensor_handle& x, head_cache& hc) const;
 
   /// One block forward; stores intermediates in `c` when non-null. `documents`: the attention mask.
   /// It runs in three parts, so core attention (which has no parameters) could
   /// run elsewhere, on a shard (DistCA's attention servers, ops/core_attention_shard.hpp):
   tensor_handle block_forward(int li, const tensor_handle& x, layer_cache* c, const tensor_handle& documents) const;
   /// pre-attention: layer norm and the q, k, v projection of x → qkv [B, T, 3C];
-  tensor_handle block_pre_attention(int li, const tensor_handle& x, layer_cache& k) const;
+  tensor_handle block_pre_attention(int li, const tensor_handle& x, layer_cache& k,
+                                    const tensor_handle& documents) const;
   /// post-attention: output projection and residual, layer norm, MLP and residual.
   tensor_handle block_post_attention(int li, const tensor_handle& att, layer_cache& k) const;
+  /// Llama's block in the same parts (ops/llama_block.cpp); the block_* methods call
+  /// them for a llama range. `documents` restart the rotary positions per document.
+  tensor_handle llama_pre_attention(int li, const tensor_handle& x, layer_cache& k,
+                                    const tensor_handle& documents) const;
+  tensor_handle llama_post_attention(int li, const tensor_handle& att, layer_cache& k) const;
+  tensor_handle llama_backward_post_attention(int li, const tensor_handle& dy, layer_cache& c) const;
+  tensor_handle llama_backward_pre_attention(int li, layer_cache& c) const;
+  void llama_backward_weight(int li, layer_cache& c);
   /// The backward in the same parts: post-attention from dy to d_att, core
   /// attention, then pre-attention from d_qkv to dx.
   tensor_handle block_backward_input(int li, const tensor_handle& dy, layer_cache& c) const;
@@ -115,6 +161,10 @@ struct gpt_range::impl {
   /// The first block's input: the embedding of the tokens (first range, which keeps
   /// them for backward) or the input activation itself.
   tensor_handle embed(mb_cache& c, const tensor_handle& input);
+  /// The embedding of tokens (GPT-2: token + position; Llama: token only).
+  tensor_handle embed_tokens(const tensor_handle& tokens) const;
+  /// The embedding's weight gradient from c.d_emb, then done() for its parameters.
+  void embed_backward_weight(mb_cache& c);
   /// The last range's final norm, head and loss on x: returns the loss [1].
   tensor_handle head_forward(mb_cache& c, const tensor_handle& x, const tensor_handle& targets);
   /// The head's backward from the loss gradient (undefined: 1); weight gradients with `weights`.

@@ -3,12 +3,12 @@
 #include <fmt/format.h>
 
 #include "ops/dispatch.hpp"
-#include "ops/embedding.hpp"
 #include "ops/gpt_impl.hpp"
 
 namespace troupe::ops {
 
-tensor_handle gpt_range::forward_begin(int mb, const tensor_handle& input, const tensor_handle& targets) {
+tensor_handle gpt_range::forward_begin(int mb, const tensor_handle& input, const tensor_handle& targets,
+                                       const tensor_handle& documents) {
   constexpr auto op = "gpt_range::forward_begin";
   auto& m = *impl_;
   require(m.local_layers() > 0, op, "a range without layers has no core attention to run apart");
@@ -16,8 +16,9 @@ tensor_handle gpt_range::forward_begin(int mb, const tensor_handle& input, const
   try {
     auto x = m.embed(c, input);
     c.targets = targets;
+    c.documents = documents;
     c.layer = 0;
-    return m.block_pre_attention(0, x, c.layers[0]);
+    return m.block_pre_attention(0, x, c.layers[0], documents);
   } catch (...) {
     m.release(c);
     throw;
@@ -44,9 +45,10 @@ tensor_handle gpt_range::forward_resume(int mb, const tensor_handle& att, bool& 
     done = li + 1 == m.local_layers();
     if (!done) {
       c.layer = li + 1;
-      return m.block_pre_attention(li + 1, x, c.layers[std::size_t(li + 1)]);
+      return m.block_pre_attention(li + 1, x, c.layers[std::size_t(li + 1)], c.documents);
     }
     c.layer = -1;
+    c.documents = {};
     if (!m.last())
       return x;
     auto loss = m.head_forward(c, x, c.targets);
@@ -106,8 +108,8 @@ tensor_handle gpt_range::backward_resume(int mb, const tensor_handle& d_qkv, boo
       return dx;
     }
     if (m.first()) {
-      embedding_backward_weight(dx, c.tokens, m.grads[0].value, m.grads[1].value);
-      m.done(0, 2);
+      c.d_emb = dx;
+      m.embed_backward_weight(c);
       dx = {};
     }
     m.release(c);

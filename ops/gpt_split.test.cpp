@@ -35,11 +35,12 @@ std::vector<float> flat(const tensor_handle& t) {
 
 } // namespace
 
+namespace {
+
 // fused: weight gradients in the backward's pieces; else the input-gradient half
 // in pieces (zero-bubble "I", as zb_h1 runs it with attention servers), then backward_weight.
-TEST_CASE("a forward and backward in pieces around core attention equal the whole ones, bit for bit") {
-  gpt_config cfg;
-  cfg.layers = 3, cfg.d_model = 32, cfg.heads = 4, cfg.context = 16, cfg.vocab = 40;
+void check_pieces(const gpt_config& cfg) {
+  CAPTURE(to_string(cfg.family));
   std::mt19937 rng(7);
   const long B = 2, T = 12;
   auto tokens = random_i32(B, T, cfg.vocab, rng), targets = random_i32(B, T, cfg.vocab, rng);
@@ -70,7 +71,7 @@ TEST_CASE("a forward and backward in pieces around core attention equal the whol
     // The pieces, with core attention between them as a server runs it.
     std::vector<core_attention_saved> saved(std::size_t(end - begin));
     std::vector<tensor_handle> qkvs(saved.size());
-    auto qkv = split.forward_begin(3, input, tg);
+    auto qkv = split.forward_begin(3, input, tg, docs);
     bool done = false;
     tensor_handle out_split;
     for (std::size_t li = 0; !done; ++li) {
@@ -114,6 +115,18 @@ TEST_CASE("a forward and backward in pieces around core attention equal the whol
       CHECK(flat(split.grads()[i].value) == flat(whole.grads()[i].value));
     }
   }
+}
+
+} // namespace
+
+// Both families: Llama's pieces carry the documents for its rotary positions.
+TEST_CASE("a forward and backward in pieces around core attention equal the whole ones, bit for bit") {
+  gpt_config gpt2;
+  gpt2.layers = 3, gpt2.d_model = 32, gpt2.heads = 4, gpt2.context = 16, gpt2.vocab = 40;
+  gpt_config llama = gpt2;
+  llama.family = model_family::llama, llama.kv_heads = 2;
+  for (const auto& cfg : {gpt2, llama})
+    check_pieces(cfg);
 }
 
 TEST_CASE("pieces out of order are refused with what is wrong") {

@@ -19,6 +19,7 @@
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/trace/hang_watch.hpp"
 #include "runtime/trace/trace.hpp"
+#include "ops/model_config.hpp"
 
 namespace troupe {
 
@@ -413,13 +414,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     c.eval_routes = 2, c.short_eval_stages = g.skip.path_length; // the full model, then a path of L stages
   c.grad_clip = g.train.grad_clip;
   c.weight_decay = static_cast<float>(g.train.weight_decay);
-  c.model.layers = g.model.layers;
-  c.model.d_model = g.model.d_model;
-  c.model.heads = g.model.heads;
-  c.model.context = g.model.context;
-  c.model.vocab = g.model.vocab;
-  c.model.precision = g.model.precision == dtype::bf16 ? ops::precision::bf16 : ops::precision::f32;
-  c.model.seed = g.data.seed;
+  c.model = ops::model_config(g);
   c.lr.max_lr = static_cast<float>(g.train.lr);
   c.lr.min_lr = static_cast<float>(g.train.lr * 0.1);
   c.lr.warmup = static_cast<long>(g.train.warmup);
@@ -486,13 +481,23 @@ actor_type_info pipeline_stage_info() {
     std::string layers;
     for (auto r : a.layers)
       layers += fmt::format("{}[{}, {})", layers.empty() ? "" : " ", r.begin, r.end);
-    return std::map<std::string, std::string>{{"model.layers", std::to_string(m.layers)},
-                                              {"model.d_model", std::to_string(m.d_model)},
-                                              {"model.heads", std::to_string(m.heads)},
-                                              {"model.context", std::to_string(m.context)},
-                                              {"model.vocab", std::to_string(m.vocab)},
-                                              {"model.precision", std::string{to_string(m.precision)}},
-                                              {"layers", layers}};
+    std::map<std::string, std::string> id{{"model.layers", std::to_string(m.layers)},
+                                          {"model.d_model", std::to_string(m.d_model)},
+                                          {"model.heads", std::to_string(m.heads)},
+                                          {"model.context", std::to_string(m.context)},
+                                          {"model.vocab", std::to_string(m.vocab)},
+                                          {"model.precision", std::string{to_string(m.precision)}},
+                                          {"layers", layers}};
+    if (m.family != "gpt2") { // gpt2's identity stays as it was, so older checkpoints still match
+      const auto c = ops::model_config(g);
+      id["model.family"] = m.family;
+      id["model.kv_heads"] = std::to_string(ops::kv_heads_of(c));
+      id["model.ffn_hidden"] = std::to_string(ops::ffn_hidden_of(c));
+      id["model.rope_theta"] = fmt::format("{}", c.rope_theta);
+      id["model.tie_embeddings"] = c.tie_embeddings ? "true" : "false";
+      id["model.norm_eps"] = fmt::format("{}", c.norm_eps);
+    }
+    return id;
   };
   return info;
 }

@@ -178,7 +178,8 @@ void stage_attention::start_forward(step_t step, int chunk, int mb, ops::gpt_ran
   rounds_[{chunk, mb}] = input.round_documents;
   for (auto& n : nanos_) {
     n.piece = range.forward_begin(n.slot, rows(input.value, n.r0, n.r1),
-                                  targets.defined() ? rows(targets, n.r0, n.r1) : tensor_handle{});
+                                  targets.defined() ? rows(targets, n.r0, n.r1) : tensor_handle{},
+                                  input.documents.defined() ? rows(input.documents, n.r0, n.r1) : tensor_handle{});
     n.layer = 0;
     dispatch(n);
   }

@@ -93,6 +93,39 @@ TEST_CASE(
   CHECK(h.servers[0].held() + h.servers[1].held() > 0); // kept for the backward
 }
 
+// Llama's pieces (grouped-query k, v repeated into the packed qkv) through the
+// servers. Its rotary positions restart per document, which changes only rounding
+// here: RoPE scores depend on position differences, and the mask keeps documents
+// apart. That the pieces carry the documents is checked bit for bit in
+// ops/gpt_split.test.cpp.
+TEST_CASE("a grouped-query llama microbatch with documents in pieces gives the whole forward's output") {
+  harness h;
+  h.cfg.family = ops::model_family::llama, h.cfg.kv_heads = 1;
+  ops::gpt_range range(h.cfg, 0, 2), whole(h.cfg, 0, 2);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> noise(0.0f, 0.3f); // weights large enough that positions matter
+  for (std::size_t i = 0; i < range.params().size(); ++i)
+    for (long j = 0; j < range.params()[i].value.numel(); ++j)
+      whole.params()[i].value.data<float>()[j] = range.params()[i].value.data<float>()[j] += noise(rng);
+  stage_tensor input;
+  input.value = tokens(2, 8, h.cfg.vocab);
+  input.documents = tensor_handle::empty({2, 8}, dtype::i32); // documents [0, 3) and [3, 8) in each row
+  for (long i = 0; i < 16; ++i)
+    input.documents.data<std::int32_t>()[i] = i % 8 < 3 ? 0 : 3;
+  input.round_documents = input.documents.reshape({1, 2, 8});
+  h.att->start_forward(0, 0, 4, range, input, {});
+  while (h.att->busy()) {
+    h.answer([](const attention_key&) { return true; });
+    while (h.att->run_ready()) {
+    }
+  }
+  auto out = h.att->take_output();
+  auto ref = whole.forward(0, input.value, {}, input.documents);
+  REQUIRE(out.value.numel() == ref.numel());
+  for (long i = 0; i < ref.numel(); ++i)
+    CHECK(out.value.data<float>()[i] == doctest::Approx(ref.data<float>()[i]).epsilon(1e-5));
+}
+
 TEST_CASE("an answer nothing waits for, and a backward the server never saw, are refused") {
   harness h;
   attention_result_msg stray{{0, 3, 9, 0, 0, 0, 0, false}};

@@ -26,6 +26,7 @@
 #include "deploy/run/run_graph.hpp"
 #include "kernels/cpu/gemm_f32.hpp"
 #include "ops/adamw.hpp"
+#include "ops/model_config.hpp"
 
 namespace troupe::cli {
 
@@ -369,9 +370,8 @@ int calibrate_machine(const calibrate_args& a) {
       return bad_input;
     }
     const auto& g = *loaded.graph;
-    model.d_model = g.model.d_model, model.heads = g.model.heads, model.context = g.model.context;
-    model.vocab = g.model.vocab;
-    model.precision = g.model.precision == dtype::bf16 ? ops::precision::bf16 : ops::precision::f32;
+    model = ops::model_config(g); // its shape and family; measured on three layers (measure_machine)
+    model.head_apart = false;
     batch = g.data.batch;
   }
   const int cores = a.cores > 0 ? a.cores : detected_cores();

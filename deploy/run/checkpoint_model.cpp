@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <map>
 #include <optional>
 
@@ -48,12 +49,30 @@ caf::expected<ops::gpt_config> config_of(const fs::path& part, const std::map<st
   }
   auto p = md.find("model.precision");
   c.precision = p != md.end() && p->second == "bf16" ? ops::precision::bf16 : ops::precision::f32;
+  if (auto f = md.find("model.family"); f != md.end() && f->second == "llama") { // pipeline_stage's identity
+    c.family = ops::model_family::llama;
+    for (auto [key, field] : {std::pair{"model.kv_heads", &c.kv_heads}, {"model.ffn_hidden", &c.ffn_hidden}}) {
+      auto v = whole(md, key);
+      if (!v)
+        return bad(part, fmt::format("its metadata has no positive whole '{}'", key));
+      *field = *v;
+    }
+    auto number = [&](const char* key, double fallback) {
+      auto it = md.find(key);
+      return it == md.end() ? fallback : std::strtod(it->second.c_str(), nullptr);
+    };
+    c.rope_theta = number("model.rope_theta", c.rope_theta);
+    c.norm_eps = float(number("model.norm_eps", c.norm_eps));
+    auto t = md.find("model.tie_embeddings");
+    c.tie_embeddings = t != md.end() && t->second == "true";
+  }
   return c;
 }
 
 bool same_shape(const ops::gpt_config& a, const ops::gpt_config& b) {
   return a.layers == b.layers && a.d_model == b.d_model && a.heads == b.heads && a.context == b.context &&
-         a.vocab == b.vocab;
+         a.vocab == b.vocab && a.family == b.family && a.kv_heads == b.kv_heads && a.ffn_hidden == b.ffn_hidden &&
+         a.tie_embeddings == b.tie_embeddings;
 }
 
 } // namespace

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "ops/gpt.hpp"
+#include "ops/model_config.hpp"
 
 namespace troupe {
 
@@ -24,13 +25,7 @@ std::string grouped(std::int64_t n) {
 } // namespace
 
 parameter_count count_parameters(const graph_spec& g) {
-  ops::gpt_config cfg;
-  cfg.layers = g.model.layers;
-  cfg.d_model = g.model.d_model;
-  cfg.heads = g.model.heads;
-  cfg.context = g.model.context;
-  cfg.vocab = g.model.vocab;
-  cfg.head_apart = g.skip_runs(); // SkipPipe: stage 0 holds the head (#14)
+  const auto cfg = ops::model_config(g); // SkipPipe: stage 0 holds the head (#14)
   parameter_count p;
   for (const auto& a : g.actors) {
     if (!a.role.holds_layers)

@@ -17,7 +17,10 @@
 #include "kernels/cpu/gemm_f32.hpp"
 #include "kernels/cpu/layer_norm.hpp"
 #include "kernels/cpu/optimizer.hpp"
+#include "kernels/cpu/rms_norm.hpp"
+#include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/small_gemm.hpp"
+#include "kernels/cpu/swiglu.hpp"
 #include "kernels/cpu/testing_targets.hpp"
 #include "runtime/actor/errors.hpp"
 
@@ -348,6 +351,79 @@ TEST_CASE("sgemm_fused matches the reference with its bias, residual and row-sum
         sgemm_reference(ta, tb, m, n, k, -1.5f, a.data(), lda, b.data(), ldb, 1.0f, r.data(), n);
         CHECK(rel_err(c, widen(r)) < 1e-5);
       }
+    }
+  });
+}
+
+TEST_CASE("rms norm forward and both backward halves match their double-precision references") {
+  for_each_target([&] {
+    std::mt19937 rng(15);
+    for (long cols : {45L, 64L, 7L}) {
+      CAPTURE(cols);
+      const long rows = 5, n = rows * cols;
+      auto x = randv(std::size_t(n), rng, 3.0f), w = randv(std::size_t(cols), rng), dy = randv(std::size_t(n), rng),
+           add = randv(std::size_t(n), rng), dw0 = randv(std::size_t(cols), rng);
+      std::vector<float> y(x.size()), r(x.size()), rs(rows), rr(rows), dx(x.size()), dr(x.size());
+      rms_norm_forward(x.data(), w.data(), y.data(), rs.data(), rows, cols, 1e-5f);
+      rms_norm_forward_reference(x.data(), w.data(), r.data(), rr.data(), rows, cols, 1e-5f);
+      CHECK(rel_err(y, widen(r)) < 1e-5);
+      CHECK(rel_err(rs, widen(rr)) < 1e-5);
+      for (const float* a : std::array<const float*, 2>{nullptr, add.data()}) {
+        rms_norm_backward_input(dy.data(), x.data(), rr.data(), w.data(), dx.data(), rows, cols, a);
+        rms_norm_backward_input_reference(dy.data(), x.data(), rr.data(), w.data(), dr.data(), rows, cols, a);
+        CHECK(rel_err(dx, widen(dr)) < 1e-5);
+      }
+      auto dw = dw0, dwr = dw0;
+      rms_norm_backward_weight(dy.data(), x.data(), rr.data(), dw.data(), rows, cols);
+      rms_norm_backward_weight_reference(dy.data(), x.data(), rr.data(), dwr.data(), rows, cols);
+      CHECK(rel_err(dw, widen(dwr)) < 1e-5);
+    }
+  });
+}
+
+TEST_CASE("swiglu forward and backward match their std::exp references, far into both tails") {
+  for_each_target([&] {
+    std::mt19937 rng(16);
+    for (long hidden : {37L, 64L}) {
+      CAPTURE(hidden);
+      const long rows = 3;
+      auto gu = randv(std::size_t(rows * 2 * hidden), rng, 4.0f), dy = randv(std::size_t(rows * hidden), rng);
+      gu[0] = 100.0f, gu[1] = -100.0f, gu[2] = NAN;
+      std::vector<float> y(dy.size()), r(dy.size()), dg(gu.size()), dgr(gu.size());
+      swiglu_forward(gu.data(), y.data(), rows, hidden);
+      swiglu_forward_reference(gu.data(), r.data(), rows, hidden);
+      CHECK(std::isnan(y[2]));
+      swiglu_backward(dy.data(), gu.data(), dg.data(), rows, hidden);
+      swiglu_backward_reference(dy.data(), gu.data(), dgr.data(), rows, hidden);
+      CHECK(std::isnan(dg[2]));
+      CHECK(std::isnan(dg[std::size_t(2 + hidden)]));
+      y[2] = r[2] = dg[2] = dgr[2] = dg[std::size_t(2 + hidden)] = dgr[std::size_t(2 + hidden)] =
+        0; // the rest must match
+      CHECK(rel_err(y, widen(r)) < 1e-5);
+      CHECK(rel_err(dg, widen(dgr)) < 1e-5);
+    }
+  });
+}
+
+TEST_CASE("rope turns each head's halves as its reference does, and the inverse turns them back") {
+  for_each_target([&] {
+    std::mt19937 rng(17);
+    for (long hd : {8L, 34L, 64L}) {
+      CAPTURE(hd);
+      const long rows = 6, heads = 3, ld = heads * hd + 5, positions = 40;
+      std::vector<std::int32_t> pos{0, 1, 7, 39, 2, 0};
+      std::vector<float> cos(std::size_t(positions * hd / 2)), sin(cos.size());
+      rope_table(10000.0, hd, positions, cos.data(), sin.data());
+      auto x = randv(std::size_t(rows * ld), rng), r = x;
+      auto y = x;
+      rope_rotate(y.data(), rows, ld, heads, hd, pos.data(), cos.data(), sin.data(), false);
+      rope_rotate_reference(r.data(), rows, ld, heads, hd, pos.data(), 10000.0, false);
+      CHECK(rel_err(y, widen(r)) < 1e-5);
+      CHECK(y[std::size_t(ld - 1)] == x[std::size_t(ld - 1)]); // past the heads: untouched
+      CHECK(y[1] == x[1]);                                     // position 0: no turn
+      CHECK(y[std::size_t(ld + 1)] != x[std::size_t(ld + 1)]);
+      rope_rotate(y.data(), rows, ld, heads, hd, pos.data(), cos.data(), sin.data(), true);
+      CHECK(rel_err(y, widen(x)) < 1e-5);
     }
   });
 }

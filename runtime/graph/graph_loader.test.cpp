@@ -401,3 +401,58 @@ TEST_CASE("data_parallel.zero puts an optimizer_shard ring beside the stages ins
   }
   CHECK_FALSE(g.find_actor("r0s0_ar"));
 }
+
+TEST_CASE("a llama model loads with its keys' defaults and survives the expanded form") {
+  auto r = load(R"(model: {family: llama, layers: 4, d_model: 64, heads: 4, context: 16, kv_heads: 2}
+data: {batch: 1}
+train: {steps: 3}
+pipeline: {stages: 2, microbatches: 2}
+)");
+  REQUIRE_MESSAGE(r.ok(), errors(r));
+  const auto& m = r.graph->model;
+  CHECK(m.family == "llama");
+  CHECK(m.kv_heads == 2);
+  CHECK(m.ffn_hidden == 0); // ops::llama_ffn_hidden(d_model)
+  CHECK(m.rope_theta == 10000.0);
+  CHECK(!m.tie_embeddings);
+  CHECK(m.norm_eps == doctest::Approx(1e-5));
+  auto text = to_yaml(*r.graph);
+  CHECK(text.find("family: llama") != std::string::npos);
+  auto again = load(text);
+  REQUIRE_MESSAGE(again.ok(), errors(again));
+  CHECK(to_yaml(*again.graph) == text);
+}
+
+TEST_CASE(
+  "a bad family, llama keys given to gpt2, and kv_heads or a tied head that cannot work are positioned errors") {
+  auto tail = "data: {batch: 1}\ntrain: {steps: 3}\n";
+  auto r = load(std::string("model: {family: lama, layers: 2, d_model: 8, heads: 2, context: 4}\n") + tail);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(to_string(r.errors[0]) ==
+        "g.yaml:1:17: model.family: unknown family 'lama' (did you mean 'llama'? known: gpt2, llama)");
+  r = load(std::string("model: {layers: 2, d_model: 8, heads: 2, context: 4, kv_heads: 1, rope_theta: 500}\n") + tail);
+  REQUIRE(r.errors.size() == 2);
+  CHECK(to_string(r.errors[0]).starts_with("g.yaml:1:64: model.kv_heads: kv_heads is a llama key; the gpt2 family"));
+  CHECK(to_string(r.errors[1]).starts_with("g.yaml:1:79: model.rope_theta: rope_theta is a llama key"));
+  r = load(std::string("model: {family: llama, layers: 2, d_model: 24, heads: 4, context: 4, kv_heads: 3}\n") + tail);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(to_string(r.errors[0]) == "g.yaml:1:80: model.kv_heads: kv_heads 3 does not divide heads 4");
+  r = load(std::string("model: {family: llama, layers: 2, d_model: 12, heads: 4, context: 4}\n") + tail);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(to_string(r.errors[0]).find("model.heads: the head width d_model/heads = 3 must be even") != std::string::npos);
+  r = load("model: {family: llama, layers: 2, d_model: 8, heads: 2, context: 4, tie_embeddings: true}\n"
+           "data: {batch: 1}\ntrain: {steps: 3}\npipeline: {stages: 2, microbatches: 2}\n");
+  INFO(errors(r));
+  REQUIRE(r.errors.size() == 1);
+  CHECK(to_string(r.errors[0])
+          .starts_with("g.yaml:1:85: model.tie_embeddings: tied embeddings need the embedding "
+                       "and the head in one layer range"));
+  r = load("model: {family: llama, layers: 2, d_model: 8, heads: 2, context: 4, tie_embeddings: true}\n"
+           "data: {batch: 1}\ntrain: {steps: 3}\npipeline: {stages: 1, microbatches: 2}\n");
+  CHECK_MESSAGE(r.ok(), errors(r));
+  r = load("model: {family: llama, layers: 2, d_model: 8, heads: 2, context: 4}\n"
+           "data: {batch: 1}\ntrain: {steps: 3}\npipeline: {stages: 2, microbatches: 2, device: cuda}\n");
+  REQUIRE(r.errors.size() == 1);
+  CHECK(to_string(r.errors[0]) ==
+        "g.yaml:4:48: pipeline.device: the llama family runs on the CPU only so far ('s0' is on cuda)");
+}

@@ -62,8 +62,10 @@ TEST_CASE("a bad override value is reported against the --set argument") {
 TEST_CASE("an override of an unknown key is an error naming the --set argument and the nearest key") {
   auto r = with({"model.layer=2"});
   REQUIRE(r.errors.size() == 1);
-  CHECK(to_string(r.errors[0]) == "--set model.layer=2: model.layer: unknown key 'layer' (did you mean 'layers'? "
-                                  "known: layers, d_model, heads, context, vocab, precision)");
+  CHECK(to_string(r.errors[0]) ==
+        "--set model.layer=2: model.layer: unknown key 'layer' (did you mean 'layers'? "
+        "known: family, layers, d_model, heads, context, vocab, precision, kv_heads, ffn_hidden, rope_theta, "
+        "tie_embeddings, norm_eps)");
 }
 
 TEST_CASE("malformed overrides are reported, and other errors still are too") {

@@ -16,7 +16,38 @@ namespace {
 
 using namespace troupe::limits;
 
-const std::vector<std::string> model_keys{"layers", "d_model", "heads", "context", "vocab", "precision"};
+const std::vector<std::string> model_keys{"family",     "layers",     "d_model",        "heads",
+                                          "context",    "vocab",      "precision",      "kv_heads",
+                                          "ffn_hidden", "rope_theta", "tie_embeddings", "norm_eps"};
+/// Keys of `model:` that only the llama family reads.
+const std::vector<std::string> llama_keys{"kv_heads", "ffn_hidden", "rope_theta", "tie_embeddings", "norm_eps"};
+
+/// `family` and the llama family's own keys; a llama key given to gpt2 is an error at that key.
+void parse_family(const YAML::Node& n, model_spec& m, graph_reader& r) {
+  if (auto f = child(n, "family");
+      f && r.get_string(n, "model", "family", m.family) && m.family != "gpt2" && m.family != "llama") {
+    r.error(f, "model.family", fmt::format("unknown family '{}' {}", m.family, choices(m.family, {"gpt2", "llama"})));
+    return;
+  }
+  if (m.family != "llama") {
+    for (const auto& k : llama_keys)
+      if (auto v = child(n, k))
+        r.error(v, "model." + k,
+                fmt::format("{} is a llama key; the {} family has none (write family: llama)", k, m.family));
+    return;
+  }
+  r.get_int(n, "model", "kv_heads", m.kv_heads, 1, max_heads);
+  r.get_int(n, "model", "ffn_hidden", m.ffn_hidden, 1, 4 * max_width);
+  r.get_double(n, "model", "rope_theta", m.rope_theta, 1.0, 1e9);
+  r.get_double(n, "model", "norm_eps", m.norm_eps, 1e-12, 1.0);
+  if (auto t = child(n, "tie_embeddings"); t && r.get_bool(n, "model", "tie_embeddings", m.tie_embeddings))
+    m.tie_pos = r.pos(t, "model.tie_embeddings");
+  if (m.kv_heads > 0 && m.heads > 0 && m.heads % m.kv_heads != 0)
+    r.error(n["kv_heads"], "model.kv_heads", fmt::format("kv_heads {} does not divide heads {}", m.kv_heads, m.heads));
+  if (m.d_model > 0 && m.heads > 0 && m.d_model % m.heads == 0 && (m.d_model / m.heads) % 2 != 0)
+    r.error(n["heads"], "model.heads",
+            fmt::format("the head width d_model/heads = {} must be even for rotary positions", m.d_model / m.heads));
+}
 const std::vector<std::string> train_keys{"steps",      "lr",           "weight_decay", "warmup",
                                           "eval_every", "eval_batches", "grad_clip",    "init"};
 const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual", "table",
@@ -43,6 +74,7 @@ void parse_model(const YAML::Node& n, model_spec& m, graph_reader& r) {
     else if (s)
       r.error(p, "model.precision", fmt::format("unknown precision '{}' {}", *s, choices(*s, {"f32", "bf16"})));
   }
+  parse_family(n, m, r);
   if (m.d_model > 0 && m.heads > 0 && m.d_model % m.heads != 0) {
     int divisor = m.heads; // the largest head count not above `heads` that divides d_model
     while (divisor > 1 && m.d_model % divisor != 0)

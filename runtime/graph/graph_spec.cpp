@@ -173,8 +173,15 @@ bool graph_spec::skip_runs() const noexcept {
 std::string to_yaml(const graph_spec& g) {
   std::string out = fmt::format("# {}, expanded\n", g.file.string());
   const auto& m = g.model;
-  out += fmt::format("model: {{layers: {}, d_model: {}, heads: {}, context: {}, vocab: {}, precision: {}}}\n", m.layers,
-                     m.d_model, m.heads, m.context, m.vocab, to_string(m.precision));
+  out += fmt::format("model: {{family: {}, layers: {}, d_model: {}, heads: {}, context: {}, vocab: {}, precision: {}",
+                     m.family, m.layers, m.d_model, m.heads, m.context, m.vocab, to_string(m.precision));
+  if (m.family == "llama") { // ffn_hidden 0: Llama's width rule, left unwritten
+    out += fmt::format(", kv_heads: {}, rope_theta: {}, tie_embeddings: {}, norm_eps: {}",
+                       m.kv_heads > 0 ? m.kv_heads : m.heads, m.rope_theta, m.tie_embeddings, m.norm_eps);
+    if (m.ffn_hidden > 0)
+      out += fmt::format(", ffn_hidden: {}", m.ffn_hidden);
+  }
+  out += "}\n";
   const auto& d = g.data;
   out += fmt::format("data: {{{}: {}", d.source_key, scalar(d.corpus));
   for (const auto& [key, value] : d.options) // the source's own settings (nested ones by their dotted path)

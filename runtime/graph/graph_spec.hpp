@@ -20,14 +20,24 @@
 
 namespace troupe {
 
-/// The GPT-2 style decoder: `model: {layers, d_model, heads, context, vocab, precision}`.
+/// The decoder: `model: {family, layers, d_model, heads, context, vocab, precision}`
+/// and, for `family: llama`, `kv_heads, ffn_hidden, rope_theta, tie_embeddings, norm_eps`
+/// (ops::gpt_config; ops/model_config.hpp turns this into one).
 struct model_spec {
+  std::string family = "gpt2";  ///< gpt2 or llama
   int layers = 0;               ///< transformer blocks (required)
   int d_model = 0;              ///< embedding width (required, divisible by heads)
   int heads = 0;                ///< attention heads (required)
   int context = 0;              ///< sequence length in tokens (required)
   int vocab = 256;              ///< byte-level by default
   dtype precision = dtype::f32; ///< f32 or bf16
+  // llama only: each 0 (or its default) when not written
+  int kv_heads = 0;            ///< key/value heads, dividing heads; 0: heads
+  int ffn_hidden = 0;          ///< SwiGLU width; 0: ops::llama_ffn_hidden(d_model)
+  double rope_theta = 10000.0; ///< rotary base θ
+  bool tie_embeddings = false; ///< the head reuses the token embedding
+  double norm_eps = 1e-5;      ///< RMSNorm's epsilon
+  source_pos tie_pos;          ///< where tie_embeddings was written (checked against the stages)
 };
 
 /// `data: {corpus | tokens | jsonl, batch, seed, val_fraction, documents, deal, ...}`:

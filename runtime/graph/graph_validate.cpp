@@ -119,6 +119,16 @@ void check_stage_layers(parsed_graph& pg, const graph_vocabulary& vocab, graph_r
   int layers = g.model.layers;
   if (layers <= 0 || all.empty() || pg.duplicate_actors)
     return; // model.layers, or which stage holds what, is already in doubt
+  // A tied head reads the embedding's weight, so one range must hold both (the
+  // embedding's and the head's gradients would otherwise sit on different stages).
+  for (const auto& h : all)
+    if (g.model.tie_embeddings && h.range.begin == 0 && (h.range.end != layers || g.skip_runs())) {
+      r.error_at(g.model.tie_pos, "model.tie_embeddings",
+                 fmt::format("tied embeddings need the embedding and the head in one layer range, but '{}' holds {} "
+                             "of {} layers (use one stage, or tie_embeddings: false)",
+                             h.actor->name, range_text(h.range), layers));
+      break;
+    }
   // Each replica holds the whole model once: the checks run per replica.
   for (int rep = 0; rep < replicas; ++rep) {
     std::vector<held> mine;
@@ -141,12 +151,28 @@ void check_stage_layers(parsed_graph& pg, const graph_vocabulary& vocab, graph_r
   }
 }
 
+/// Where to point at a layer holder's device: its own `device:`, else pipeline.device.
+std::pair<YAML::Node, std::string> device_site(const parsed_graph& pg, const actor_spec& a) {
+  for (const auto& pa : pg.actors)
+    if (pa.spec.name == a.name && pa.device_node)
+      return {pa.device_node, join_path(pa.path, "device")};
+  auto n = child(pg.pipeline_node, "device");
+  return {n ? n : pg.pipeline_node, "pipeline.device"};
+}
+
 /// Layer holders without a `device:` run on pipeline.device; other actors take none.
 void check_devices(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
   for (auto& a : pg.graph.actors) {
     if (a.role.holds_layers) {
       if (a.device.empty())
         a.device = pg.graph.pipeline.device;
+      // The GPU model (ops/cuda/gpt_cuda) has GPT-2's blocks only; Llama's GPU kernels
+      // (kernels/cuda/llama.cu) are not wired into it yet.
+      if (pg.graph.model.family == "llama" && a.device.starts_with("cuda")) {
+        auto [n, path] = device_site(pg, a);
+        r.error(n, path, fmt::format("the llama family runs on the CPU only so far ('{}' is on {})", a.name, a.device));
+        return; // once: the others would say the same
+      }
       continue;
     }
     if (a.device.empty())
