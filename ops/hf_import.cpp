@@ -62,9 +62,9 @@ std::optional<std::string> check_config(const hf_family& f, const gpt_config& cf
     auto v = config.find(std::string{k.hf});
     if (v == config.end())
       continue;
-    if (!v->is_number_integer() || v->get<long long>() != cfg.*k.field)
+    if (!v->is_number_integer() || v->get<long long>() != hf_shape_value(cfg, k))
       return fmt::format("{}: {} is {}, but the graph's {} is {}", path.string(), k.hf, v->dump(), k.graph,
-                         cfg.*k.field);
+                         hf_shape_value(cfg, k));
   }
   return std::nullopt;
 }

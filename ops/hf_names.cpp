@@ -1,4 +1,5 @@
-// The Hugging Face tables of troupe's model families (GPT2LMHeadModel), and
+// The Hugging Face tables of troupe's model families (GPT2LMHeadModel,
+// LlamaForCausalLM), and
 // matching a name against a rule's `{}` pattern in either direction.
 #include "ops/hf_names.hpp"
 
@@ -53,9 +54,45 @@ nlohmann::json gpt2_other_config(const gpt_config& c) {
           {"torch_dtype", "float32"}};
 }
 
+// transformers' modeling_llama.py: LlamaForCausalLM = LlamaModel `model` + `lm_head`;
+// every Linear keeps [out, in] as troupe does, and troupe's rotary positions use
+// the same rotate-half layout, so q and k need no permutation.
+constexpr std::array llama_tensors{
+  hf_tensor_rule{"embed_tokens.weight", "model.embed_tokens.weight"},
+  hf_tensor_rule{"layers.{}.input_layernorm.weight", "model.layers.{}.input_layernorm.weight"},
+  hf_tensor_rule{"layers.{}.self_attn.q_proj.weight", "model.layers.{}.self_attn.q_proj.weight"},
+  hf_tensor_rule{"layers.{}.self_attn.k_proj.weight", "model.layers.{}.self_attn.k_proj.weight"},
+  hf_tensor_rule{"layers.{}.self_attn.v_proj.weight", "model.layers.{}.self_attn.v_proj.weight"},
+  hf_tensor_rule{"layers.{}.self_attn.o_proj.weight", "model.layers.{}.self_attn.o_proj.weight"},
+  hf_tensor_rule{"layers.{}.post_attention_layernorm.weight", "model.layers.{}.post_attention_layernorm.weight"},
+  hf_tensor_rule{"layers.{}.mlp.gate_proj.weight", "model.layers.{}.mlp.gate_proj.weight"},
+  hf_tensor_rule{"layers.{}.mlp.up_proj.weight", "model.layers.{}.mlp.up_proj.weight"},
+  hf_tensor_rule{"layers.{}.mlp.down_proj.weight", "model.layers.{}.mlp.down_proj.weight"},
+  hf_tensor_rule{"norm.weight", "model.norm.weight"},
+  hf_tensor_rule{"lm_head.weight", "lm_head.weight"},
+};
+
+constexpr std::array llama_shape{
+  hf_shape_key{"num_hidden_layers", "model.layers", &gpt_config::layers},
+  hf_shape_key{"hidden_size", "model.d_model", &gpt_config::d_model},
+  hf_shape_key{"num_attention_heads", "model.heads", &gpt_config::heads},
+  hf_shape_key{"num_key_value_heads", "model.kv_heads", &gpt_config::kv_heads},
+  hf_shape_key{"intermediate_size", "model.ffn_hidden", &gpt_config::ffn_hidden},
+  hf_shape_key{"vocab_size", "model.vocab", &gpt_config::vocab},
+  hf_shape_key{"max_position_embeddings", "model.context", &gpt_config::context},
+};
+
+nlohmann::json llama_other_config(const gpt_config& c) {
+  return {{"model_type", "llama"},      {"hidden_act", "silu"},       {"head_dim", c.d_model / c.heads},
+          {"rope_theta", c.rope_theta}, {"rms_norm_eps", c.norm_eps}, {"tie_word_embeddings", c.tie_embeddings},
+          {"attention_bias", false},    {"mlp_bias", false},          {"torch_dtype", "float32"}};
+}
+
 const std::array families{
   hf_family{"gpt2", "GPT2LMHeadModel", "transformer.", gpt2_tensors, "lm_head.weight", "wte", gpt2_shape,
             gpt2_other_config},
+  hf_family{"llama", "LlamaForCausalLM", "model.", llama_tensors, "lm_head.weight", "embed_tokens.weight", llama_shape,
+            llama_other_config},
 };
 
 /// The block index `name` has under `pattern` (`{}` standing for it), or -1
@@ -118,10 +155,19 @@ int hf_block_count(const hf_family& f, std::span<const std::string> names) {
   return count;
 }
 
+int hf_shape_value(const gpt_config& c, const hf_shape_key& k) {
+  auto full = c; // llama's 0s stand for their defaults
+  if (full.kv_heads == 0)
+    full.kv_heads = full.heads;
+  if (full.ffn_hidden == 0)
+    full.ffn_hidden = llama_ffn_hidden(full.d_model);
+  return full.*k.field;
+}
+
 nlohmann::json hf_config(const hf_family& f, const gpt_config& c) {
   nlohmann::json out{{"architectures", {std::string{f.architecture}}}};
   for (const auto& k : f.shape_keys)
-    out[std::string{k.hf}] = c.*k.field;
+    out[std::string{k.hf}] = hf_shape_value(c, k);
   out.update(f.other_config(c));
   return out;
 }

@@ -30,8 +30,8 @@ struct hf_shape_key {
   int gpt_config::*field;
 };
 
-/// One family's names, layouts and config keys. A new family (llama) is one
-/// more of these in hf_names.cpp.
+/// One family's names, layouts and config keys (gpt2, llama); a new family is
+/// one more of these in hf_names.cpp.
 struct hf_family {
   std::string_view family;       ///< troupe's model family: `gpt2`
   std::string_view architecture; ///< transformers' class: `GPT2LMHeadModel`
@@ -69,6 +69,9 @@ std::string_view hf_block_pattern(const hf_family& f);
 /// The block count a file's names show: one more than the largest block index
 /// of hf_block_pattern among `names`, with or without the base prefix (0 when none).
 int hf_block_count(const hf_family& f, std::span<const std::string> names);
+
+/// Key `k`'s number in `c`, llama's defaults (kv_heads = heads, ffn_hidden's rule) filled in.
+int hf_shape_value(const gpt_config& c, const hf_shape_key& k);
 
 /// config.json for a model of shape `c`: the architecture, the shape keys and the family's others.
 nlohmann::json hf_config(const hf_family& f, const gpt_config& c);

@@ -53,14 +53,19 @@ named_handle hf_named(const ops::hf_family& f, const ops::named_tensor& p) {
   return {hf->name, hf->transposed ? ops::transposed(p.value) : p.value};
 }
 
+/// The graph's `model:` keys of the checkpoint's model (a Llama's own keys too).
 nlohmann::json troupe_config(const ops::gpt_config& c) {
-  return {{"format", "troupe"},
-          {"layers", c.layers},
-          {"d_model", c.d_model},
-          {"heads", c.heads},
-          {"context", c.context},
-          {"vocab", c.vocab},
-          {"precision", c.precision == ops::precision::bf16 ? "bf16" : "f32"}};
+  nlohmann::json out{{"format", "troupe"}, {"family", ops::to_string(c.family)},
+                     {"layers", c.layers}, {"d_model", c.d_model},
+                     {"heads", c.heads},   {"context", c.context},
+                     {"vocab", c.vocab},   {"precision", c.precision == ops::precision::bf16 ? "bf16" : "f32"}};
+  if (c.family == ops::model_family::llama)
+    out.update({{"kv_heads", c.kv_heads == 0 ? c.heads : c.kv_heads},
+                {"ffn_hidden", c.ffn_hidden == 0 ? ops::llama_ffn_hidden(c.d_model) : c.ffn_hidden},
+                {"rope_theta", c.rope_theta},
+                {"tie_embeddings", c.tie_embeddings},
+                {"norm_eps", c.norm_eps}});
+  return out;
 }
 
 int run_export(const export_cli& a) {
@@ -79,7 +84,7 @@ int run_export(const export_cli& a) {
     fmt::print(stderr, "troupe export: {}: cannot create the folder: {}\n", out.string(), ec.message());
     return runtime_failure;
   }
-  const auto& family = *ops::find_hf_family("gpt2"); // the one family a checkpoint holds today
+  const auto& family = *ops::find_hf_family(ops::to_string(m->config.family));
   std::vector<named_handle> tensors;
   std::uint64_t bytes = 0;
   for (const auto& p : m->model->params()) {

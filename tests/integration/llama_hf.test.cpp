@@ -1,0 +1,124 @@
+// Llama weights leave and arrive under Hugging Face's LlamaForCausalLM names
+// (#27 item 3): an independent NumPy Llama (tests/hf/llama_numpy.py) reading
+// `troupe export --names hf` gives troupe's logits to 1e-4, with grouped-query
+// attention and with a tied head; and `train.init` on that export comes back
+// exactly (a step later every tensor equals a warm start from the checkpoint).
+#include <cmath>
+#include <cstring>
+
+#include "deploy/run/checkpoint_model.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
+#include "tests/integration/troupe_process.hpp"
+
+using namespace troupe::testing;
+
+namespace {
+
+/// DIR/NAME/graph.yaml: a small Llama (`model_extra` added to its keys), `train`, `stages` stages.
+fs::path graph(const fs::path& dir, const std::string& name, const std::string& model_extra, const std::string& train,
+               int stages, const std::string& extra = "") {
+  fs::create_directories(dir / name);
+  std::ofstream{dir / name / "graph.yaml"}
+    << "model: {family: llama, layers: 2, d_model: 32, heads: 4, kv_heads: 2, context: 16, vocab: 256" << model_extra
+    << "}\n"
+    << "data: {corpus: kjv, batch: 4, seed: 3}\n"
+    << "train: {" << train << "}\n"
+    << "pipeline: {stages: " << stages << ", microbatches: 2}\n"
+    << extra;
+  return dir / name / "graph.yaml";
+}
+
+std::string python() {
+  return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+}
+
+std::vector<float> read_f32(const fs::path& p) {
+  auto bytes = slurp(p);
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+} // namespace
+
+TEST_CASE("troupe export --names hf of a Llama: an independent NumPy Llama gives troupe's logits to 1e-4") {
+  auto dir = fs::temp_directory_path() / ("troupe_llama_hf_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  for (auto [name, model_extra, stages] :
+       {std::tuple<std::string, std::string, int>{"untied", "", 2}, {"tied", ", tie_embeddings: true", 1}}) {
+    INFO(name);
+    auto pre = graph(dir, name, model_extra, "steps: 2, lr: 3.0e-3", stages, "checkpoint: {dir: ckpt, every: 2}\n");
+    REQUIRE(run_to_end(dir / name, {"run", pre.string(), "--no-trace"}) == 0);
+    auto out = dir / name / "hf";
+    REQUIRE(
+      run_to_end(dir / name, {"export", (dir / name / "ckpt").string(), "--names", "hf", "--out", out.string()}) == 0);
+    auto config = nlohmann::json::parse(std::ifstream(out / "config.json"));
+    CHECK(config["architectures"][0] == "LlamaForCausalLM");
+    CHECK(config["num_key_value_heads"] == 2);
+    CHECK(config["tie_word_embeddings"] == (name == "tied"));
+    auto file = troupe::read_safetensors(out / "model.safetensors");
+    REQUIRE(file);
+    CHECK(file->find("model.layers.1.self_attn.k_proj.weight").shape() == troupe::shape_t{16, 32}); // 2 kv heads of 8
+    CHECK(file->find("lm_head.weight").defined() == (name == "untied"));
+
+    std::vector<std::int32_t> tokens;
+    for (unsigned char c : std::string("And God said, Let"))
+      tokens.push_back(c);
+    std::string list;
+    for (auto v : tokens)
+      list += (list.empty() ? "" : ",") + std::to_string(v);
+    REQUIRE(sh(fmt::format("{} tests/hf/llama_numpy.py {} {} {}", python(), out.string(), list,
+                           (dir / name / "numpy.bin").string())) == 0);
+    auto theirs = read_f32(dir / name / "numpy.bin");
+    auto m = troupe::load_checkpoint_model(dir / name / "ckpt");
+    REQUIRE(m);
+    auto in = troupe::tensor_handle::empty({1, static_cast<std::int64_t>(tokens.size())}, troupe::dtype::i32);
+    std::copy(tokens.begin(), tokens.end(), in.data<std::int32_t>());
+    auto ours = m->logits(in);
+    REQUIRE(theirs.size() == static_cast<std::size_t>(ours.numel()));
+    double worst = 0, largest = 0;
+    for (std::size_t i = 0; i < theirs.size(); ++i) {
+      worst = std::max(worst, static_cast<double>(std::fabs(theirs[i] - ours.data<float>()[i])));
+      largest = std::max(largest, static_cast<double>(std::fabs(ours.data<float>()[i])));
+    }
+    MESSAGE(fmt::format("{}: largest |logit| {:.3f}, largest difference {:.2e}", name, largest, worst));
+    CHECK(largest > 0.1);
+    CHECK(worst < 1e-4);
+  }
+
+  { // train.init on the export comes back exactly: a step later, a native warm start's tensors
+    const std::string one_step = "steps: 1, lr: 3.0e-3, init: ";
+    const std::string ck = "checkpoint: {dir: ckpt, every: 1}\n";
+    auto hf = graph(dir, "from_hf", "", one_step + "../untied/hf/model.safetensors", 2, ck);
+    auto native = graph(dir, "from_ck", "", one_step + "../untied/ckpt", 2, ck);
+    REQUIRE(run_to_end(dir / "from_hf", {"check", hf.string()}) == 0);
+    REQUIRE(run_to_end(dir / "from_hf", {"run", hf.string(), "--no-trace"}) == 0);
+    REQUIRE(run_to_end(dir / "from_ck", {"run", native.string(), "--no-trace"}) == 0);
+    int compared = 0;
+    for (const auto* part : {"r0s0", "r0s1"}) {
+      auto a =
+        troupe::read_safetensors(dir / "from_hf" / "ckpt" / "step-000001" / (std::string(part) + ".safetensors"));
+      auto b =
+        troupe::read_safetensors(dir / "from_ck" / "ckpt" / "step-000001" / (std::string(part) + ".safetensors"));
+      REQUIRE(a);
+      REQUIRE(b);
+      REQUIRE(a->tensors.size() == b->tensors.size());
+      for (const auto& t : b->tensors) {
+        auto mine = a->find(t.name);
+        REQUIRE_MESSAGE(mine.defined(), t.name);
+        CHECK_MESSAGE(std::memcmp(mine.raw(), t.value.raw(), t.value.nbytes()) == 0, part, " ", t.name);
+        ++compared;
+      }
+    }
+    CHECK(compared > 2 * 9);
+  }
+  { // a GPT-2 graph refuses the Llama file at train.init
+    fs::create_directories(dir / "gpt2");
+    std::ofstream{dir / "gpt2" / "graph.yaml"} << "model: {layers: 2, d_model: 32, heads: 4, context: 16, vocab: 256}\n"
+                                               << "data: {corpus: kjv, batch: 4}\n"
+                                               << "train: {steps: 1, init: ../untied/hf/model.safetensors}\n";
+    CHECK(run_to_end(dir / "gpt2", {"check", (dir / "gpt2" / "graph.yaml").string()}) == 2);
+    CHECK(slurp(dir / "gpt2" / "err.txt").find("train.init") != std::string::npos);
+  }
+  fs::remove_all(dir);
+}
