@@ -10,7 +10,7 @@
 
 namespace troupe::sched {
 
-void register_builtin_sync_methods(const std::function<void(std::string, sync_method)>& add); // sync_builtin.cpp
+void register_builtin_sync_methods(const sync_registrar& add); // sync_builtin.cpp
 
 namespace {
 
