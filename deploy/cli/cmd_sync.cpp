@@ -191,9 +191,9 @@ int run_sync(sync_cli& a) {
   constexpr std::int64_t max_weights = std::int64_t{1} << 25;
   auto fragments = static_cast<std::int64_t>(m->fragments(c.spec).size());
   if (auto weights = std::int64_t{c.replicas} * fragments * c.values; weights > max_weights)
-    return bad(fmt::format("--replicas {} x {} fragments x --values {} = {} weights, over the limit of {}: "
+    return bad(fmt::format("--replicas {} x {} fragment{} x --values {} = {} weights, over the limit of {}: "
                            "use fewer values or replicas",
-                           c.replicas, fragments, c.values, weights, max_weights));
+                           c.replicas, fragments, fragments == 1 ? "" : "s", c.values, weights, max_weights));
   auto problems = sched::local_update_problems(c.spec, {.replicas = c.replicas});
   if (!problems.empty()) {
     std::string all;

@@ -169,7 +169,9 @@ void register_test_method() {
   sched::register_sync_method(
     "test_periodic",
     {"a test's periodic average", [](const local_update_spec&) { return sched::param_fragments(1); },
-     [](const local_update_spec& s) { return sched::periodic_schedule({s.sync_every}); }, nullptr, settings});
+     [](const local_update_spec& s) { return sched::periodic_schedule({s.sync_every}); }, nullptr, settings,
+     // How its microbatches travel when they spread (the loader asks the method, not a name).
+     [](const sched::routing_params& p) { return sched::make_routing("chain", p); }});
 }
 
 } // namespace
@@ -224,7 +226,7 @@ TEST_CASE("a method registered outside the loader has its own keys read and chec
         "'diloco'\n");
   // A key no method has is refused at its position, with the chosen method's keys listed.
   auto unknown = load_with("{algorithm: test_periodic, every: 3}");
-  CHECK(to_string(unknown.errors) == "g.yaml:5:49: local_update.every: unknown key 'every' (known: algorithm, "
+  CHECK(to_string(unknown.errors) == "g.yaml:5:42: local_update.every: unknown key 'every' (known: algorithm, "
                                      "replica_groups, sync_every, every_other, spread)\n");
   auto theirs = load_with("{algorithm: test_periodic, outer: {lr: 0.5}}");
   CHECK(to_string(theirs.errors)

@@ -405,7 +405,7 @@ TEST_CASE("a method registered at run time is found by name and exchanges like a
   CHECK(find_sync_method("no_such_method") == nullptr);
   auto names = sync_method_names();
   CHECK(std::vector<std::string>(names.begin(), names.begin() + 5) ==
-        std::vector<std::string>{"diloco", "streaming_diloco", "noloco", "desloc", "sparseloco"});
+        std::vector<std::string>{"diloco", "streaming_diloco", "noloco", "sparseloco", "desloc"});
   // Plain periodic averaging in a few lines: what examples/plugin/periodic_average.cpp registers.
   const auto* desloc = find_sync_method("desloc");
   register_sync_method("test_average", {"average the parameters every H steps",
