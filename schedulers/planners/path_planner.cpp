@@ -2,7 +2,7 @@
 // the searches of skippipe_planner.hpp (#14, #25 item 3).
 #include "schedulers/planners/path_planner.hpp"
 
-#include <mutex>
+#include "schedulers/named_registry.hpp"
 
 namespace troupe::sched {
 
@@ -16,11 +16,8 @@ path_plan timed(const planner_input& in, std::vector<planned_path> paths) {
   return out;
 }
 
-void register_builtin_planners(std::map<std::string, path_planner, std::less<>>& m, std::vector<std::string>& order) {
-  auto add = [&](std::string name, path_planner p) {
-    order.push_back(name);
-    m[std::move(name)] = std::move(p);
-  };
+void register_builtin_planners(named_registry<path_planner>& r) {
+  auto add = [&](std::string name, path_planner p) { r.add(std::move(name), std::move(p)); };
   add("skippipe", {"SkipPipe's collision-aware search over paths that skip and swap stages",
                    false,
                    {},
@@ -45,16 +42,10 @@ void register_builtin_planners(std::map<std::string, path_planner, std::less<>>&
                  }});
 }
 
-struct registry {
-  std::mutex mu;
-  std::map<std::string, path_planner, std::less<>> planners;
-  std::vector<std::string> order;
-};
-
-registry& planners() {
-  static registry* r = [] {
-    auto* made = new registry; // never destroyed: plugins' planners point into their libraries
-    register_builtin_planners(made->planners, made->order);
+named_registry<path_planner>& planners() {
+  static auto* r = [] {
+    auto* made = new named_registry<path_planner>; // never destroyed: plugins' planners point into their libraries
+    register_builtin_planners(*made);
     return made;
   }();
   return *r;
@@ -63,24 +54,15 @@ registry& planners() {
 } // namespace
 
 void register_path_planner(std::string name, path_planner planner) {
-  auto& r = planners();
-  std::lock_guard lock(r.mu);
-  if (!r.planners.contains(name))
-    r.order.push_back(name);
-  r.planners[std::move(name)] = std::move(planner);
+  planners().add(std::move(name), std::move(planner));
 }
 
 const path_planner* find_path_planner(std::string_view name) {
-  auto& r = planners();
-  std::lock_guard lock(r.mu);
-  auto it = r.planners.find(name);
-  return it == r.planners.end() ? nullptr : &it->second;
+  return planners().find(name);
 }
 
 std::vector<std::string> path_planner_names() {
-  auto& r = planners();
-  std::lock_guard lock(r.mu);
-  return r.order;
+  return planners().names();
 }
 
 path_rules whole_pipeline_rules(const path_rules& rules, int stages, std::size_t agents) {
