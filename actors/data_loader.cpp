@@ -23,31 +23,40 @@
 #include "actors/stage/pipeline_messages.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/trace/trace.hpp"
-#include "schedulers/sync/noloco.hpp"
 #include "schedulers/routing/router.hpp"
 #include "schedulers/routing/skippipe_routing.hpp"
+#include "schedulers/sync/sync_policy.hpp"
 
 namespace troupe {
 
 namespace {
 
-/// The local-update method sends microbatches across replicas (NoLoCo's
-/// `route: random`, #13): random bijections at each boundary, stage-local norms.
+/// The local-update method sends microbatches across replicas (a property its
+/// settings set, #13): its own routing (sync_method::routing) takes them.
 bool method_routes_across(const graph_spec& g) {
   return g.local_update.present && g.local_update.routes_across_replicas && g.data_parallel.replicas > 1;
 }
 
-/// The routing policy the loader runs: the pipeline's, NoLoCo's random routes
-/// (local_update.route, not a pipeline.routing choice) or SkipPipe's planned paths (`skip:`).
-constexpr const char* noloco_routing = "local_update.route random";
+/// The routing policy the loader runs: the pipeline's, the local-update
+/// method's (not a pipeline.routing choice) or SkipPipe's planned paths (`skip:`).
 constexpr const char* skippipe_routing = "skip";
+constexpr std::string_view method_routing = "local_update."; // then the method's name
 std::string routing_of(const graph_spec& g) {
-  return g.skip_runs() ? skippipe_routing : method_routes_across(g) ? noloco_routing : g.pipeline.routing;
+  if (g.skip_runs())
+    return skippipe_routing;
+  return method_routes_across(g) ? std::string{method_routing} + g.local_update.algorithm : g.pipeline.routing;
 }
 sched::expected<sched::routing_ptr> make_loader_routing(const std::string& name, const sched::routing_params& p) {
   if (name == skippipe_routing)
     return sched::make_skippipe_routing(p);
-  return name == noloco_routing ? sched::make_noloco_routing(p) : sched::make_routing(name, p);
+  if (!name.starts_with(method_routing))
+    return sched::make_routing(name, p);
+  auto algorithm = name.substr(method_routing.size());
+  const auto* m = sched::find_sync_method(algorithm);
+  if (!m || !m->routing)
+    return sched::make_sched_error(fmt::format(
+      "local_update.algorithm '{}' sends microbatches across replicas but registers no routing", algorithm));
+  return m->routing(p);
 }
 
 struct loader_settings {

@@ -235,8 +235,14 @@ actor_type_info outer_sync_info() {
       out.push_back({g.where("pipeline.device"), "pipeline.device",
                      fmt::format("local_update trains CPU stages so far, not '{}'", g.pipeline.device)});
     // A fragment is a share of a stage's parameters: more fragments than values leaves them empty
-    // (1,000,000 on a 34k-parameter stage was accepted).
-    if (g.local_update.fragments > 1) {
+    // (1,000,000 on a 34k-parameter stage was accepted). The method's plan says how many it cuts.
+    const auto* method = sched::find_sync_method(g.local_update.algorithm);
+    int pieces = 1;
+    if (method && method->fragments)
+      for (const auto& f : method->fragments(g.local_update))
+        if (f.content == sched::fragment_content::params)
+          pieces = std::max(pieces, f.pieces);
+    if (pieces > 1) {
       const actor_spec* smallest = nullptr;
       std::int64_t fewest = 0;
       for (const auto& x : g.actors)
@@ -249,10 +255,10 @@ actor_type_info outer_sync_info() {
             if (!smallest || n < fewest)
               smallest = st, fewest = n;
           }
-      if (smallest && g.local_update.fragments > fewest)
+      if (smallest && pieces > fewest) // the key the built-in methods cut by; its position when written
         out.push_back({g.where("local_update.fragments"), "local_update.fragments",
                        fmt::format("{} fragments for the {} parameters of stage '{}' leave fragments empty: at most {}",
-                                   g.local_update.fragments, fewest, smallest->name, fewest)});
+                                   pieces, fewest, smallest->name, fewest)});
     }
   };
   info.role.checkpoint_identity = outer_sync_identity;

@@ -1,11 +1,15 @@
 // SkipPipe's plan for a graph: the path problem from the cost model and the
-// network, the placement, the paths skip.planner names and the baselines (#14).
+// network, the placement, the paths of the planner skip.planner names
+// (schedulers/planners/path_planner.hpp) and the baselines (#14).
 #include "actors/skippipe_plan.hpp"
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 #include <fmt/format.h>
 
+#include "schedulers/planners/path_planner.hpp"
 #include "schedulers/sim/cost_model.hpp"
 
 namespace troupe {
@@ -122,60 +126,42 @@ expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines,
     smallest = std::min(smallest, rep.where[s].size());
   rules.max_per_stage = skip.max_per_stage > 0 ? skip.max_per_stage : skip.memory * static_cast<int>(smallest);
   rep.agents = make_agents(*pr, rep.where, g.pipeline.microbatches);
-  // The full pipeline at its best: every stage in order, chains chosen by the same
-  // search with no skipping, no swaps and no bound on what a stage serves in an
-  // iteration (every stage serves every microbatch; a node still holds at most
-  // skip.memory at once, pr.memory); and DT-FM's fixed chains (chain i: node i mod size).
-  path_rules all = rules;
-  all.path_length = g.pipeline.stages;
-  all.swaps = 0;
-  all.max_jump = 1;
-  all.memory = all.max_per_stage = static_cast<int>(rep.agents.size());
+  const auto* planner = find_path_planner(skip.planner);
+  if (!planner)
+    return make_sched_error(fmt::format("unknown skip.planner '{}'", skip.planner));
   auto random_plan = [&](int k) {
     return plan_random(*pr, rep.where, rules, rep.agents, skip.seed + static_cast<std::uint64_t>(k));
   };
-  auto search = [&](const char* name, const path_rules& r, bool aware) {
+  std::map<std::string, expected<path_plan>, std::less<>> searched; // by name: a baseline reuses the planner's
+  auto search = [&](const char* name, const path_rules& r, bool aware) -> expected<path_plan> {
+    if (auto it = searched.find(name); it != searched.end())
+      return it->second;
     search_limits limits;
     limits.deadline = watch.deadline;
     if (watch.progress)
       limits.progress = [&watch, name](const search_progress& p) { watch.progress(name, p); };
     auto found = plan_skippipe(*pr, rep.where, r, rep.agents, aware, 4000, limits);
     rep.cut_short = rep.cut_short || (found && found->cut_short);
+    if (found && aware && &r == &rules) // the collision-aware search over the graph's own rules
+      rep.expansions = found->expansions;
+    searched.emplace(name, found);
     return found;
   };
   // The plan the graph runs first, so a deadline cuts the baselines before it.
-  std::optional<expected<path_plan>> aware;
-  if (skip.planner == "skippipe")
-    aware = search("SkipPipe's paths", rules, true);
-  if (skip.planner == "full" || baselines) {
-    auto full = search("the full pipeline", all, true);
-    if (!full)
-      return full.error();
-    rep.full = full->planned_s;
-    if (skip.planner == "full")
-      rep.paths = full->paths, rep.planned = rep.full;
-  }
-  if (skip.planner == "random") {
-    auto random = random_plan(0);
-    if (!random)
-      return random.error();
-    rep.paths = *random, rep.planned = simulate_iteration(*pr, rep.agents, *random).time;
-  }
-  if (!aware && baselines)
-    aware = search("SkipPipe's paths", rules, true);
-  if (aware) {
-    if (!*aware)
-      return aware->error();
-    rep.expansions = (*aware)->expansions;
-    if (skip.planner == "skippipe")
-      rep.paths = (*aware)->paths, rep.planned = (*aware)->planned_s;
-  }
-  if (skip.planner == "chains") {
-    rep.paths = plan_full(rep.where, rep.agents);
-    rep.planned = simulate_iteration(*pr, rep.agents, rep.paths).time;
-  }
+  auto chosen = planner->plan({*pr, rep.where, rules, rep.agents, skip.seed, skip.planner_options, search});
+  if (!chosen)
+    return chosen.error();
+  rep.paths = chosen->paths, rep.planned = chosen->planned_s;
   if (!baselines)
     return rep;
+  // The full pipeline at its best (chains chosen by the same search), and
+  // SkipPipe's paths, unless the planner's own search found them already.
+  auto full = search("the full pipeline", whole_pipeline_rules(rules, g.pipeline.stages, rep.agents.size()), true);
+  if (!full)
+    return full.error();
+  rep.full = full->planned_s;
+  if (auto aware = search("SkipPipe's paths", rules, true); !aware)
+    return aware.error();
   auto blind = search("the plan without collision awareness", rules, false);
   if (!blind)
     return blind.error();
@@ -194,7 +180,8 @@ expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines,
 }
 
 int skippipe_path_stages(const graph_spec& g) {
-  return g.skip.planner == "full" || g.skip.planner == "chains" ? g.pipeline.stages : g.skip.path_length;
+  const auto* planner = sched::find_path_planner(g.skip.planner);
+  return planner && planner->whole_pipeline ? g.pipeline.stages : g.skip.path_length;
 }
 
 std::vector<int> path_stages(const skippipe_plan& plan, const planned_path& p, int nodes) {

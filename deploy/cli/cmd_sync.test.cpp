@@ -49,19 +49,38 @@ TEST_CASE("troupe sync --json equals torchft's regression fixtures for every (de
 }
 
 TEST_CASE("troupe sync refuses the streaming rules with exit code 2, naming the flag") {
-  auto delay = run_troupe("sync --sync-every 6 --fragments 2 --delay 3");
+  auto delay = run_troupe("sync --algorithm streaming_diloco --sync-every 6 --fragments 2 --delay 3");
   CHECK(delay.code == 2);
   CHECK(delay.has("troupe sync: --delay: delay (3) must be from 0 to below sync_every / fragments (3)"));
-  auto divide = run_troupe("sync --sync-every 7 --fragments 2");
+  auto divide = run_troupe("sync --algorithm streaming_diloco --sync-every 7 --fragments 2");
   CHECK(divide.code == 2);
   CHECK(divide.has("--sync-every: sync_every (7) must divide by fragments (2)"));
-  auto one_at_a_time = run_troupe("sync --sync-every 2 --fragments 3");
+  auto one_at_a_time = run_troupe("sync --algorithm streaming_diloco --sync-every 2 --fragments 3");
   CHECK(one_at_a_time.code == 2);
   CHECK(one_at_a_time.has("--fragments: 3 fragments need sync_every of at least 3"));
   for (const char* alpha : {"-0.5", "1.5"}) {
-    auto a = run_troupe(fmt::format("sync --alpha {}", alpha));
+    auto a = run_troupe(fmt::format("sync --algorithm streaming_diloco --alpha {}", alpha));
     CHECK(a.code == 2);
-    CHECK(a.has(fmt::format("--alpha: expected a number in [0, 1], got '{}'", alpha))); // the range it has
+    CHECK(a.has(fmt::format("--alpha: must be from 0 to 1 (0: the new global, 1: the local parameters), got {}",
+                            alpha))); // the method's own rule
+  }
+  // A flag maps onto a key of the chosen method's schema, checked by it; another method's key is refused.
+  auto typed = run_troupe("sync --algorithm streaming_diloco --set fragments=two");
+  CHECK(typed.code == 2);
+  CHECK(typed.has("--set fragments: expected an integer from 1 to 1048576, got 'two'"));
+  auto foreign = run_troupe("sync --algorithm diloco --group 2");
+  CHECK(foreign.code == 2);
+  CHECK(foreign.has("--group: 'group' is not a setting of diloco (its settings: sync_every, outer.lr, "
+                    "outer.momentum, outer.nesterov, quantize)"));
+  auto set = run_troupe("sync --algorithm streaming_diloco --set fragments=2 --set delay=1 --steps 4");
+  CHECK(set.code == 0);
+  CHECK(set.has("2 fragments of 1 weight, sync_every 6 (a fragment every 3 steps), alpha 0, delay 1, fragments 2"));
+  for (const char* none : {"desloc", "sparseloco"}) {
+    auto no_toy = run_troupe(fmt::format("sync --algorithm {}", none));
+    CHECK(no_toy.code == 2);
+    CHECK(no_toy.has(fmt::format("--algorithm: '{}' has no toy run yet (troupe sync runs diloco, "
+                                 "streaming_diloco, noloco)",
+                                 none)));
   }
   auto lr = run_troupe("sync --outer-lr 0");
   CHECK(lr.code == 2);

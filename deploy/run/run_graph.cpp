@@ -20,6 +20,7 @@
 #include "kernels/cpu/target.hpp"
 #include "schedulers/sim/cost_model.hpp"
 #include "schedulers/policies/stage_policy.hpp"
+#include "schedulers/planners/path_planner.hpp"
 #include "schedulers/routing/routing_policy.hpp"
 
 namespace troupe {
@@ -56,6 +57,9 @@ graph_vocabulary troupe_vocabulary() {
   };
   for (const auto& name : sched::routing_names())
     v.routing_options[name] = sched::routing_options(name);
+  for (const auto& name : sched::path_planner_names())
+    if (const auto* p = sched::find_path_planner(name))
+      v.planners.emplace_back(name, p->options);
   v.sim_devices = sched::device_preset_names();
   return v;
 }

@@ -2,14 +2,18 @@
 // start, collect done reports, and turn failures and crashes into errors.
 #include "deploy/run/run_graph.hpp"
 
+#include <map>
+
 #include <doctest/doctest.h>
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
 #include "actors/builtin.hpp"
+#include "actors/skippipe_plan.hpp"
 #include "runtime/actor/actor_system.hpp"
 #include "runtime/actor/registry.hpp"
+#include "schedulers/planners/path_planner.hpp"
 #include "schedulers/routing/routing_policy.hpp"
 
 namespace {
@@ -206,18 +210,26 @@ TEST_CASE("a run that never finishes ends at its timeout") {
   CHECK(error_message(r.error()) == "the run did not finish within 0.3 s (0 of 1 actors reported done)");
 }
 
+namespace {
+
+/// `text` as g.yaml, checked against what troupe registers (corpus not read).
+load_result load_with_troupe(const std::string& text) {
+  load_options o;
+  o.check_corpus = false;
+  o.vocabulary = troupe_vocabulary;
+  return load_graph_text(text, "g.yaml", o);
+}
+
+} // namespace
+
 TEST_CASE("a routing policy's settings are the ones it registered, refused elsewhere at their positions") {
   sched::register_routing("test_spread", "the plain chain, with a setting of its own",
                           [](const sched::routing_params& p) { return sched::make_routing("chain", p); },
                           {int_setting_spec("spread", "how far microbatches spread (a test key)", 1, 1, 4)});
   auto load = [](std::string_view routing) {
-    load_options o;
-    o.check_corpus = false;
-    o.vocabulary = troupe_vocabulary;
-    return load_graph_text(fmt::format("model: {{layers: 2, d_model: 32, heads: 2, context: 16}}\ndata: {{batch: 2}}\n"
-                                       "train: {{steps: 10}}\npipeline: {{stages: 2, routing: {}}}\n",
-                                       routing),
-                           "g.yaml", o);
+    return load_with_troupe(fmt::format("model: {{layers: 2, d_model: 32, heads: 2, context: 16}}\ndata: {{batch: 2}}\n"
+                                        "train: {{steps: 10}}\npipeline: {{stages: 2, routing: {}}}\n",
+                                        routing));
   };
   auto ok = load("{policy: test_spread, spread: 3}");
   REQUIRE_MESSAGE(ok.ok(), to_string(ok.errors));
@@ -227,4 +239,43 @@ TEST_CASE("a routing policy's settings are the ones it registered, refused elsew
         "g.yaml:4:62: pipeline.routing.spread: must be at most 4, got 9\n");
   CHECK(to_string(load("{policy: chain, spread: 3}").errors) ==
         "g.yaml:4:48: pipeline.routing.spread: unknown key 'spread' (known: policy, paths)\n");
+}
+
+TEST_CASE("a planner's settings are the ones it registered, and skip.planner runs the registered planner") {
+  std::map<std::string, std::string> seen;
+  sched::register_path_planner("test_stride",
+                               {"DT-FM's fixed chains, with a setting of its own",
+                                true,
+                                {int_setting_spec("stride", "how far apart chains start (a test key)", 1, 1, 4)},
+                                [&seen](const sched::planner_input& in) -> sched::expected<sched::path_plan> {
+                                  seen = in.options;
+                                  sched::path_plan out;
+                                  out.paths = sched::plan_full(in.where, in.agents);
+                                  out.planned_s = sched::simulate_iteration(in.problem, in.agents, out.paths).time;
+                                  return out;
+                                }});
+  auto load = [](std::string_view skip) {
+    return load_with_troupe(fmt::format("model: {{layers: 6, d_model: 32, heads: 2, context: 16}}\ndata: {{batch: 4}}\n"
+                                        "train: {{steps: 10}}\npipeline: {{stages: 3, microbatches: 2}}\n"
+                                        "network: {{preset: geo12, nodes: 7}}\nskip: {}\n",
+                                        skip));
+  };
+  auto ok = load("{path_length: 2, planner: test_stride, stride: 2}");
+  REQUIRE_MESSAGE(ok.ok(), to_string(ok.errors));
+  CHECK(ok.graph->skip.planner_options.at("stride") == "2");
+  CHECK(skippipe_path_stages(*ok.graph) == 3); // its paths visit every stage, whatever path_length says
+  auto plan = plan_skippipe_graph(*ok.graph, false, {});
+  REQUIRE(plan);
+  CHECK(seen.at("stride") == "2");
+  CHECK(plan->paths.size() == plan->agents.size());
+  CHECK(plan->planned > 0);
+  CHECK(load("{path_length: 2, planner: test_stride}").graph->skip.planner_options.at("stride") == "1");
+  CHECK(to_string(load("{path_length: 2, planner: test_stride, stride: 9}").errors) ==
+        "g.yaml:6:54: skip.stride: must be at most 4, got 9\n");
+  auto foreign = to_string(load("{path_length: 2, planner: skippipe, stride: 2}").errors);
+  CHECK(foreign.find("g.yaml:6:43: skip.stride: unknown key 'stride' (known: path_length, memory") !=
+        std::string::npos);
+  auto unknown = to_string(load("{path_length: 2, planner: test_strid}").errors);
+  CHECK(unknown.find("skip.planner: unknown planner 'test_strid' (did you mean 'test_stride'? known: skippipe, full, "
+                     "chains, random, test_stride)") != std::string::npos);
 }

@@ -156,6 +156,7 @@ load_result load_graph_text(std::string_view text, const std::filesystem::path& 
     detail::check_names(pg, vocab, r);
     detail::check_policy_options(pg, vocab, r);
     detail::check_routing_options(pg, vocab, r);
+    detail::check_skip_planner(pg, vocab, r);
     detail::check_sim(pg, vocab, r);
     detail::validate(pg, vocab, opts, r);
     if (res.errors.empty())

@@ -67,6 +67,9 @@ struct graph_vocabulary {
     check_schedule_shape;
   /// The settings each routing policy reads (`pipeline.routing: {policy: NAME, KEY: VALUE}`).
   std::map<std::string, std::vector<option_spec>> routing_options;
+  /// The `skip.planner` choices in registration order, with the settings each
+  /// reads under `skip:` beyond the shared keys; empty: any name (checked when planned).
+  std::vector<std::pair<std::string, std::vector<option_spec>>> planners;
   /// The device presets `sim.device` and a `devices:` entry's `base` may name
   /// (schedulers/sim/cost_model.hpp); empty: any name is accepted.
   std::vector<std::string> sim_devices;

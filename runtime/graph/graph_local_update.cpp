@@ -97,24 +97,6 @@ void report(const YAML::Node& n, const std::vector<local_update_problem>& proble
   }
 }
 
-/// Sets the settings every method shares the storage of, from the method's options.
-void set_shared(local_update_spec& l) {
-  auto text = [&](const char* key) -> const std::string* {
-    auto it = l.options.find(key);
-    return it == l.options.end() ? nullptr : &it->second;
-  };
-  if (auto* v = text("sync_every"))
-    l.sync_every = std::stoi(*v);
-  if (auto* v = text("outer.lr"))
-    l.outer.lr = std::stod(*v);
-  if (auto* v = text("outer.momentum"))
-    l.outer.momentum = std::stod(*v);
-  if (auto* v = text("outer.nesterov"))
-    l.outer.nesterov = *v == "true";
-  if (auto* v = text("quantize"))
-    l.quantize = *v;
-}
-
 /// The section's rules beyond the method: replica groups, ZeRO and routes.
 void check_groups(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   // Each group keeps its own optimizer state and its replicas' own chains of stages.
@@ -219,12 +201,7 @@ void check_local_update(parsed_graph& pg, graph_reader& r) {
   }
   if (chosen == methods.end())
     return;
-  for (const auto& o : chosen->options)
-    if (!o.fallback.empty())
-      l.options.emplace(o.key, o.fallback); // keeps what was written
-  set_shared(l);
-  if (chosen->configure)
-    chosen->configure(l);
+  settle_local_update(l, chosen->options, chosen->configure);
   if (l.routes_across_replicas && pg.graph.attention.present && pg.graph.data_parallel.replicas > 1) {
     auto route = child(n, "route");
     r.error(route ? route : n, route ? "local_update.route" : "local_update",

@@ -77,44 +77,46 @@ TEST_CASE("the issue's streaming example loads as written") {
                      "fragments: 2, delay: 5, alpha: 0.5, quantize: int8}");
   REQUIRE_MESSAGE(r.ok(), to_string(r.errors));
   const auto& l = r.graph->local_update;
-  CHECK(l.fragments == 2);
-  CHECK(l.delay == 5);
-  CHECK(l.alpha == 0.5);
+  CHECK(l.options.at("fragments") == "2");
+  CHECK(l.options.at("delay") == "5");
+  CHECK(l.options.at("alpha") == "0.5");
   CHECK(l.quantize == "int8");
 }
 
 TEST_CASE("streaming rules: H divides by P, tau is below H/P, alpha is in [0, 1]") {
   local_update_spec l;
-  l.algorithm = "streaming_diloco", l.sync_every = 6, l.fragments = 2;
+  l.algorithm = "streaming_diloco", l.options = {{"sync_every", "6"}, {"fragments", "2"}};
+  REQUIRE(sched::settle_method_options(l));
   for (int delay = 0; delay < 3; ++delay) {
-    l.delay = delay;
+    l.options["delay"] = std::to_string(delay);
     CHECK(local_update_problems(l, 2).empty());
   }
-  l.delay = 3;
+  l.options["delay"] = "3";
   CHECK(has_problem(l, 2, "delay"));
-  l.delay = 0, l.sync_every = 7;
+  l.options["delay"] = "0", l.sync_every = 7;
   CHECK(has_problem(l, 2, "sync_every"));
   l.sync_every = 1;
   CHECK(has_problem(l, 2, "fragments")); // one fragment at a time: P ≤ H
   l.sync_every = 6;
-  for (double a : {0.0, 0.5, 1.0}) {
-    l.alpha = a;
+  for (const char* a : {"0", "0.5", "1"}) {
+    l.options["alpha"] = a;
     CHECK(local_update_problems(l, 2).empty());
   }
-  for (double a : {-0.1, 1.01}) {
-    l.alpha = a;
+  for (const char* a : {"-0.1", "1.01"}) {
+    l.options["alpha"] = a;
     CHECK(has_problem(l, 2, "alpha"));
   }
 }
 
 TEST_CASE("noloco's groups partition the replicas; the outer step needs lr > 0 and momentum below 1") {
   local_update_spec l;
-  l.algorithm = "noloco", l.group = 2;
+  l.algorithm = "noloco", l.options = {{"group", "2"}};
+  REQUIRE(sched::settle_method_options(l));
   CHECK(local_update_problems(l, 4).empty());
   CHECK(has_problem(l, 3, "group"));
-  l.group = 8;
+  l.options["group"] = "8";
   CHECK(has_problem(l, 4, "group"));
-  l.group = 2, l.outer.lr = 0;
+  l.options["group"] = "2", l.outer.lr = 0;
   CHECK(has_problem(l, 4, "outer.lr"));
   l.outer.lr = 1, l.outer.momentum = 1;
   CHECK(has_problem(l, 4, "outer.momentum"));
@@ -167,7 +169,9 @@ void register_test_method() {
   sched::register_sync_method(
     "test_periodic",
     {"a test's periodic average", [](const local_update_spec&) { return sched::param_fragments(1); },
-     [](const local_update_spec& s) { return sched::periodic_schedule({s.sync_every}); }, nullptr, settings});
+     [](const local_update_spec& s) { return sched::periodic_schedule({s.sync_every}); }, nullptr, settings,
+     // How its microbatches travel when they spread (the loader asks the method, not a name).
+     [](const sched::routing_params& p) { return sched::make_routing("chain", p); }});
 }
 
 } // namespace
@@ -180,7 +184,7 @@ TEST_CASE("a key of one method is refused for another at its position, and its o
         "'noloco'\n");
   auto ok = load_with("{algorithm: streaming_diloco, sync_every: 4, fragments: 2}");
   REQUIRE_MESSAGE(ok.ok(), to_string(ok.errors));
-  CHECK(ok.graph->local_update.fragments == 2);
+  CHECK(ok.graph->local_update.options.at("fragments") == "2");
   // Ill-typed and unknown keys name what was expected, where they are written.
   auto typed = load_with("{algorithm: streaming_diloco, fragments: two, fragmnets: 2}");
   CHECK(to_string(typed.errors).find("g.yaml:5:56: local_update.fragments: expected an integer") != std::string::npos);
@@ -195,7 +199,7 @@ TEST_CASE("the method's defaults fill its options, and check's output loads agai
   auto d = load_with("{algorithm: desloc, periods: {params: 4}}");
   REQUIRE_MESSAGE(d.ok(), to_string(d.errors));
   const auto& l = d.graph->local_update;
-  CHECK(l.period_momentum == 12); // K_u = 3·K_x
+  CHECK(l.options.at("periods.momentum") == "12"); // K_u = 3·K_x
   CHECK(l.options.at("periods.variance") == "24");
   CHECK(l.options.at("quantize") == "none");
   CHECK_FALSE(l.options.contains("sync_every")); // DES-LOC's H is its parameter period
@@ -205,7 +209,7 @@ TEST_CASE("the method's defaults fill its options, and check's output loads agai
     return o;
   }());
   REQUIRE_MESSAGE(again.ok(), to_string(again.errors));
-  CHECK(again.graph->local_update.period_variance == 24);
+  CHECK(again.graph->local_update.options.at("periods.variance") == "24");
 }
 
 TEST_CASE("a method registered outside the loader has its own keys read and checked") {
@@ -220,6 +224,10 @@ TEST_CASE("a method registered outside the loader has its own keys read and chec
   CHECK(to_string(foreign.errors) ==
         "g.yaml:5:48: local_update.every_other: 'every_other' is a setting of test_periodic, not of algorithm "
         "'diloco'\n");
+  // A key no method has is refused at its position, with the chosen method's keys listed.
+  auto unknown = load_with("{algorithm: test_periodic, every: 3}");
+  CHECK(to_string(unknown.errors) == "g.yaml:5:42: local_update.every: unknown key 'every' (known: algorithm, "
+                                     "replica_groups, sync_every, every_other, spread)\n");
   auto theirs = load_with("{algorithm: test_periodic, outer: {lr: 0.5}}");
   CHECK(to_string(theirs.errors)
           .find("'outer' is a setting of diloco, streaming_diloco, noloco, sparseloco, not "

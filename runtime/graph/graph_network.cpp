@@ -21,7 +21,6 @@ const std::vector<std::string> network_keys{"preset",          "csv",      "loca
 const std::vector<std::string> link_keys{"between", "latency", "bandwidth"};
 const std::vector<std::string> skip_keys{"path_length", "memory",  "max_per_stage", "swaps", "swap_distance",
                                          "max_jump",    "planner", "placement",     "seed"};
-const std::vector<std::string> planners{"skippipe", "full", "chains", "random"};
 constexpr int max_network_nodes = 1 << 16;
 
 void read_link(const YAML::Node& map, const std::string& path, network_link& out, graph_reader& r) {
@@ -258,8 +257,11 @@ void parse_skip(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   auto& skip = pg.graph.skip;
   skip.present = true;
   skip.pos = r.pos(n, "skip");
-  if (!r.check_map(n, "skip", skip_keys))
+  if (!n.IsMap()) {
+    r.check_map(n, "skip", skip_keys);
     return;
+  }
+  pg.skip_node.reset(n); // keys beyond skip_keys: the planner's, checked by check_skip_planner
   const int stages = pg.graph.pipeline.stages;
   if (!pg.graph.network.present)
     r.error(n, "skip",
@@ -280,10 +282,7 @@ void parse_skip(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   r.get_int(n, "skip", "swaps", skip.swaps, 0, 1 << 10);
   r.get_int(n, "skip", "swap_distance", skip.swap_distance, 1, 1 << 20);
   r.get_int(n, "skip", "max_jump", skip.max_jump, 1, 1 << 20);
-  if (r.get_string(n, "skip", "planner", skip.planner) &&
-      std::find(planners.begin(), planners.end(), skip.planner) == planners.end())
-    r.error(n["planner"], "skip.planner",
-            fmt::format("unknown planner '{}' {}", skip.planner, choices(skip.planner, planners)));
+  r.get_string(n, "skip", "planner", skip.planner); // a registered one: check_skip_planner
   std::int64_t seed = static_cast<std::int64_t>(skip.seed);
   if (r.get_int(n, "skip", "seed", seed, 0, std::numeric_limits<std::int64_t>::max()))
     skip.seed = static_cast<std::uint64_t>(seed);
@@ -316,6 +315,44 @@ void parse_channel_network(const parsed_graph& pg, const YAML::Node& channel, co
     out.latency = (*ends[0] == *ends[1] ? 0.0 : link.latency + net.overhead);
   if (!child(channel, "bandwidth"))
     out.bandwidth = *ends[0] == *ends[1] ? 0.0 : link.bandwidth;
+}
+
+void check_skip_planner(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
+  auto& skip = pg.graph.skip;
+  const auto& n = pg.skip_node;
+  if (!skip.present || !n)
+    return;
+  auto keys = skip_keys;
+  const std::vector<option_spec>* own = nullptr;
+  if (!vocab.planners.empty()) {
+    std::vector<std::string> names;
+    for (const auto& [name, options] : vocab.planners) {
+      names.push_back(name);
+      if (name == skip.planner)
+        own = &options;
+    }
+    if (!own)
+      r.error(child(n, "planner") ? child(n, "planner") : n, "skip.planner",
+              fmt::format("unknown planner '{}' {}", skip.planner, choices(skip.planner, names)));
+  }
+  if (own)
+    for (const auto& o : *own)
+      keys.push_back(o.key);
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    if (!it->first.IsScalar())
+      continue;
+    const auto& key = it->first.Scalar();
+    auto o = own ? std::find_if(own->begin(), own->end(), [&](const auto& x) { return x.key == key; })
+                 : std::vector<option_spec>::const_iterator{};
+    if (own && o != own->end())
+      read_option(n, "skip", key, *o, skip.planner_options, r);
+    else if (std::find(keys.begin(), keys.end(), key) == keys.end())
+      r.error(it->first, join_path("skip", key), fmt::format("unknown key '{}' {}", key, choices(key, keys)));
+  }
+  if (own)
+    for (const auto& o : *own)
+      if (!o.fallback.empty())
+        skip.planner_options.emplace(o.key, o.fallback); // keeps what was written
 }
 
 } // namespace troupe::detail

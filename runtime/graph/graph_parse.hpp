@@ -43,6 +43,7 @@ struct parsed_graph {
     sim_device_node{YAML::NodeType::Undefined},
     algorithm_node{YAML::NodeType::Undefined}, ///< local_update.algorithm: known once plugins are loaded
     local_update_node{YAML::NodeType::Undefined},
+    skip_node{YAML::NodeType::Undefined}, ///< `skip:`: its planner's keys are checked against the vocabulary
     routing_node{
       YAML::NodeType::
         Undefined}; ///< `pipeline.routing` as a mapping: the policy's settings  ///< its keys are the method's: checked once plugins are loaded
@@ -91,6 +92,9 @@ void check_policy_options(parsed_graph& pg, const graph_vocabulary& vocab, graph
 /// Checks `pipeline.routing`'s settings against the ones the routing policy
 /// registered, at their positions (runtime/graph/graph_policy.cpp).
 void check_routing_options(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
+/// `skip.planner` is a registered planner, and each key of `skip:` is a shared
+/// one or a setting of that planner, read at its position.
+void check_skip_planner(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r);
 
 /// Reads `map[key]` as option `o` says (its type and range), reporting a bad
 /// value at its position; stores the value's text at `out[o.key]`. False when

@@ -273,7 +273,9 @@ struct skip_spec {
   int swaps = 2;         ///< visits below the furthest stage reached (SkipPipe: 2)
   int swap_distance = 1; ///< how far below (SkipPipe: 1)
   int max_jump = 4;      ///< how far past the furthest reached one hop goes (SkipPipe: 4)
-  std::string planner = "skippipe";        ///< skippipe, full (chains planned), chains (DT-FM's fixed chains) or random
+  std::string planner = "skippipe"; ///< a registered planner (schedulers/planners/path_planner.hpp)
+  /// The planner's own settings (the keys it registered), each written or its default, as text.
+  std::map<std::string, std::string> planner_options;
   std::vector<std::vector<int>> placement; ///< network nodes per stage position; empty = searched
   std::uint64_t seed = 1;
   source_pos pos;

@@ -26,7 +26,7 @@ struct outer_optimizer_spec {
 /// replica takes `sync_every` inner steps with its own AdamW before it exchanges anything.
 struct local_update_spec {
   bool present = false;
-  /// A registered sync method: diloco, streaming_diloco, noloco, desloc, sparseloco or a plugin's.
+  /// A registered sync method, built in or a plugin's.
   std::string algorithm = "diloco";
   /// The method's settings as the graph gives them: each key it registered
   /// (`periods.params` for nested ones), written or its default, as text.
@@ -38,28 +38,10 @@ struct local_update_spec {
   /// reduced in f32).
   std::string quantize = "none";
   /// The method sends each microbatch's activation to a replica of the next
-  /// stage other than its own (NoLoCo's random routes): stages take channels to
-  /// every replica of the next position, and a lost replica stops the run.
+  /// stage other than its own (NoLoCo's random routes; set by its configure,
+  /// its sync_method::routing says how): stages take channels to every replica
+  /// of the next position, and a lost replica stops the run.
   bool routes_across_replicas = false;
-  // The built-in methods' typed settings, set from `options` by the method (configure).
-  /// streaming_diloco: P fragments, one exchanged every H/P steps round robin
-  /// (torchft's DiLoCo; H % P == 0).
-  int fragments = 1;
-  /// streaming_diloco: τ, the exchange starts τ steps before it is applied (τ < H/P).
-  int delay = 0;
-  /// streaming_diloco: α, the new global is mixed toward the local parameters
-  /// (torchft's fragment_update_alpha, default 0: the pure new global).
-  double alpha = 0.0;
-  /// noloco: replicas averaged together at each exchange (paper: 2).
-  int group = 2;
-  /// noloco: `random` sends each microbatch's activation to a random replica
-  /// of the next stage (a seeded bijection per boundary); `chain` keeps it.
-  std::string route = "random";
-  /// desloc: the periods (in inner steps) at which parameters, Adam's first
-  /// and second moments are averaged (DES-LOC paper: K_u = 3·K_x, K_v = 6·K_x).
-  int period_params = 16, period_momentum = 48, period_variance = 96;
-  /// sparseloco: the share of each chunk's entries sent (paper: 1–3%).
-  double density = 0.02;
   /// G replica groups (torchft's DiLoCo over HSDP): the data_parallel.replicas
   /// are cut into G groups of replicas / G consecutive replicas that sync every
   /// step inside (a DDP ring, or ZeRO's shards with data_parallel.zero), and the
@@ -99,5 +81,33 @@ struct local_update_method_info {
 /// plugin's method is accepted once it is loaded). Empty until one is installed.
 std::vector<local_update_method_info> local_update_methods();
 void set_local_update_methods(std::function<std::vector<local_update_method_info>()> source);
+
+/// Gives each key of `options` missing from `spec.options` its default, reads
+/// the values every method shares the storage of (sync_every, outer.*,
+/// quantize) from the options, and calls `configure` (when set): what the
+/// graph loader does once a section's keys are read. Inline: the sync methods'
+/// library (schedulers) uses it without linking the graph loader.
+inline void settle_local_update(local_update_spec& spec, const std::vector<option_spec>& options,
+                                const std::function<void(local_update_spec&)>& configure) {
+  for (const auto& o : options)
+    if (!o.fallback.empty())
+      spec.options.emplace(o.key, o.fallback); // keeps what was written
+  auto text = [&](const char* key) -> const std::string* {
+    auto it = spec.options.find(key);
+    return it == spec.options.end() ? nullptr : &it->second;
+  };
+  if (auto* v = text("sync_every"))
+    spec.sync_every = std::stoi(*v);
+  if (auto* v = text("outer.lr"))
+    spec.outer.lr = std::stod(*v);
+  if (auto* v = text("outer.momentum"))
+    spec.outer.momentum = std::stod(*v);
+  if (auto* v = text("outer.nesterov"))
+    spec.outer.nesterov = *v == "true";
+  if (auto* v = text("quantize"))
+    spec.quantize = *v;
+  if (configure)
+    configure(spec);
+}
 
 } // namespace troupe

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,5 +86,10 @@ inline std::string describe_values(const option_spec& o) {
   }
   return {};
 }
+
+/// Why `text` is not a value of `o` ("expected an integer from 1 to 8, got
+/// 'x'"), or nullopt when it is: for values that come from elsewhere than a
+/// graph file (a command line's flags).
+std::optional<std::string> option_value_problem(const option_spec& o, const std::string& text);
 
 } // namespace troupe

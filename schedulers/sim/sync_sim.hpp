@@ -3,51 +3,17 @@
 // them (#13; what `troupe sync` prints).
 #pragma once
 
-#include <cstdint>
-#include <map>
+#include <string>
 #include <vector>
 
-#include "runtime/graph/local_update_spec.hpp"
-#include "schedulers/sync/quantize.hpp"
+#include "schedulers/sync/sync_toy.hpp"
 
 namespace troupe::sched {
 
-/// The toy model: each replica holds `fragments` fragments of `values` weights
-/// starting at `start`; every inner step is plain SGD at `inner_lr` on a fixed
-/// gradient `grad` (torchft/diloco_regression_test.py: MockLinear's gradient 2,
-/// MockOptimizer's `p -= lr·g`).
-struct sync_sim_config {
-  /// Replica r's fixed gradient.
-  float grad_for(int r) const {
-    auto it = grad_of.find(r);
-    return it != grad_of.end() ? it->second : grad + static_cast<float>(r) * grad_spread;
-  }
-  local_update_spec spec; ///< algorithm, H, P, τ, α, outer optimizer, quantize
-  int replicas = 2;
-  int values = 1; ///< weights per fragment (1: torchft's 1×1 layers)
-  float start = 1.0f;
-  float inner_lr = 1.0f;
-  float grad = 2.0f;
-  float grad_spread = 0.0f;     ///< replica r's gradient is grad + r·grad_spread (so replicas drift apart)
-  std::map<int, float> grad_of; ///< replicas whose gradient is given here instead
-  int steps = 16;               ///< inner steps
-  std::uint64_t seed = 1;       ///< noloco: the groups' seed
-};
-
-struct sync_sim_result {
-  /// [replica][inner step][fragment]: the first weight of each fragment before the step.
-  std::vector<std::vector<std::vector<float>>> history;
-  /// [replica]: inner step -> each fragment's saved global (at step 0 and after each exchange).
-  std::vector<std::map<int, std::vector<float>>> global;
-  /// Bytes each replica put on the wire for its pseudo-gradients (quantized form).
-  std::vector<std::int64_t> bytes_sent;
-  long exchanges = 0;
-  /// noloco: inner step -> the groups of the exchange after it.
-  std::map<int, std::vector<std::vector<int>>> groups;
-};
-
-/// Runs `c` (diloco, streaming_diloco or noloco). Throws std::invalid_argument on a
-/// configuration the policy refuses.
+/// Runs `c` with its method's toy run (sync_method::toy). Throws
+/// std::invalid_argument on a method without one or a configuration it refuses.
 sync_sim_result run_sync_sim(const sync_sim_config& c);
+/// The registered methods that have a toy run, in registration order.
+std::vector<std::string> toy_method_names();
 
 } // namespace troupe::sched

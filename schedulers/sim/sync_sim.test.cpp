@@ -24,11 +24,10 @@ const std::pair<int, double> fixture_cases[6] = {{0, 0}, {0, 0.5}, {0, 1}, {1, 0
 sync_sim_config torchft_mock(int delay, double alpha) {
   sync_sim_config c;
   c.spec.algorithm = "streaming_diloco";
-  c.spec.sync_every = 6;
-  c.spec.fragments = 2;
-  c.spec.delay = delay;
-  c.spec.alpha = alpha;
-  c.spec.outer = {.lr = 2, .momentum = 0, .nesterov = false};
+  c.spec.options = {
+    {"sync_every", "6"}, {"fragments", "2"},      {"delay", std::to_string(delay)}, {"alpha", fmt::format("{}", alpha)},
+    {"outer.lr", "2"},   {"outer.momentum", "0"}, {"outer.nesterov", "false"}};
+  REQUIRE(settle_method_options(c.spec));
   c.replicas = 2;
   c.inner_lr = 1;
   c.grad = 2;
@@ -74,7 +73,8 @@ TEST_CASE("streaming DiLoCo's histories equal torchft's six regression fixtures 
 
 TEST_CASE("one fragment goes every H/P steps, round robin, each prepared tau steps before it is applied") {
   auto c = torchft_mock(1, 0);
-  c.spec.sync_every = 12, c.spec.fragments = 3, c.spec.delay = 2;
+  c.spec.options["sync_every"] = "12", c.spec.options["fragments"] = "3", c.spec.options["delay"] = "2";
+  settle_method_options(c.spec);
   streaming_diloco p(c.spec, {{1.0f}, {1.0f}, {1.0f}});
   std::vector<std::string> seen;
   std::vector<float> local{0.0f}, zero{0.0f};
@@ -91,7 +91,8 @@ TEST_CASE("one fragment goes every H/P steps, round robin, each prepared tau ste
 
 TEST_CASE("DiLoCo with one replica, H = 1 and outer SGD lr 1 without momentum is plain training") {
   auto c = torchft_mock(0, 0);
-  c.spec.algorithm = "diloco", c.spec.sync_every = 1, c.spec.outer = {.lr = 1, .momentum = 0, .nesterov = true};
+  c.spec.algorithm = "diloco", c.spec.options.clear(); // one fragment: no streaming settings
+  c.spec.sync_every = 1, c.spec.outer = {.lr = 1, .momentum = 0, .nesterov = true};
   c.replicas = 1, c.steps = 9, c.grad = 0.375f;
   auto r = run_sync_sim(c);
   for (int s = 0; s < c.steps; ++s)
@@ -117,7 +118,8 @@ TEST_CASE("the quantized exchange sends fewer bytes and stays within its roundin
 
 TEST_CASE("troupe sync's engine refuses what the policy cannot run") {
   auto c = torchft_mock(0, 0);
-  c.spec.delay = 3; // not below H/P = 3
+  c.spec.options["delay"] = "3"; // not below H/P = 3
+  settle_method_options(c.spec);
   CHECK_THROWS_AS(run_sync_sim(c), std::invalid_argument);
   c = torchft_mock(0, 0);
   c.spec.algorithm = "sparseloco";
@@ -129,8 +131,8 @@ namespace {
 sync_sim_config noloco(int replicas, int steps) {
   sync_sim_config c;
   c.spec.algorithm = "noloco";
-  c.spec.sync_every = 3, c.spec.group = 2;
-  c.spec.outer = {.lr = 0.7, .momentum = 0.5, .nesterov = false}; // the NoLoCo paper's values
+  c.spec.options = {{"sync_every", "3"}, {"group", "2"}, {"outer.lr", "0.7"}, {"outer.momentum", "0.5"}};
+  settle_method_options(c.spec); // the NoLoCo paper's outer values
   c.replicas = replicas, c.values = 4, c.steps = steps;
   c.grad = 1, c.grad_spread = 0.5f; // replicas drift apart
   return c;

@@ -21,12 +21,21 @@ struct method_settings {
   std::function<std::vector<local_update_problem>(const local_update_spec&, const local_update_context&)> problems;
 };
 
+/// The limits of the built-in methods' counts and periods; numbers whose finer
+/// rules a method checks itself (problems) take ±unbounded.
+constexpr int max_period = 1'000'000'000;
+constexpr int max_count = 1 << 20;
+constexpr double unbounded = 1e9;
+
 /// `sync_every`: H inner steps between exchanges, `fallback` when absent.
 option_spec sync_every_option(int fallback);
 /// `outer.lr`, `outer.momentum`, `outer.nesterov`, with the method's defaults.
 std::vector<option_spec> outer_options(const outer_optimizer_spec& fallback);
 /// `quantize`: how the outer exchange travels (none, bf16, int8, fp8).
 option_spec quantize_option();
+
+/// The options of the DiLoCo family: sync_every, the outer optimizer and quantize.
+std::vector<option_spec> local_sgd_options(int sync_every, const outer_optimizer_spec& outer);
 
 /// The outer optimizer's rules: lr above 0, momentum from 0 to below 1, and sync_every of at least 1.
 std::vector<local_update_problem> outer_problems(const local_update_spec& spec);
@@ -36,12 +45,11 @@ int option_int(const local_update_spec& spec, const std::string& key);
 double option_number(const local_update_spec& spec, const std::string& key);
 const std::string& option_text(const local_update_spec& spec, const std::string& key);
 
-/// The settings of the built-in methods (schedulers/sync/method_settings.cpp).
-method_settings diloco_settings();
-method_settings streaming_diloco_settings();
-method_settings noloco_settings();
-method_settings desloc_settings();
-method_settings sparseloco_settings();
+/// Settles `spec` as the graph loader does for its registered method: each of
+/// the method's keys missing from `spec.options` takes its default, the shared
+/// values (sync_every, outer, quantize) are read from the options and the
+/// method's configure runs. False when no method is registered under the name.
+bool settle_method_options(local_update_spec& spec);
 
 /// The rules of `spec`'s registered method (none for an unknown one), as the
 /// graph loader and `troupe sync` apply them.

@@ -1,4 +1,5 @@
-// NoLoCo's groups, routes and outer step (#13).
+// NoLoCo (#13): its groups, random routes and outer step, its sync policy,
+// settings and toy run, and its registration.
 #include "schedulers/sync/noloco.hpp"
 
 #include <algorithm>
@@ -6,6 +7,8 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+
+#include "schedulers/sync/exchange_policies.hpp"
 
 namespace troupe::sched {
 
@@ -145,6 +148,144 @@ void noloco_outer_step(const std::vector<std::span<const float>>& fast, const st
     slow_i[j] = static_cast<float>(slow_i[j] + m);
     fast_i[j] = slow_i[j];
   }
+}
+
+namespace {
+
+/// NoLoCo (Kolehmainen et al. 2025, arXiv 2506.10911; jkolehm/noloco): no
+/// collective. Every H steps the replicas split into groups from a permutation
+/// seeded by the step; each member sends its fast (local) and slow weights to
+/// the other members of its group only, and takes noloco_outer_step.
+class noloco_policy : public gathering_policy {
+public:
+  explicit noloco_policy(const sync_setup& s)
+      : gathering_policy(s, "noloco"), format_(format_of(s.spec)), group_(option_int(s.spec, "group")),
+        slow_(s.start.at(0)), momentum_(slow_.size(), 0.0f) {}
+  std::vector<sync_send> prepare(int f, std::int64_t step, std::span<const float> local) override {
+    if (f != 0 || local.size() != slow_.size())
+      throw std::invalid_argument(fmt::format("noloco: fragment {} of {} values prepared", f, local.size()));
+    // The groups of all replicas, lost ones included: every member derives the
+    // same ones whether or not it has heard of a loss yet; then the lost leave.
+    std::vector<int> mine;
+    for (auto& group : noloco_groups(setup_.replicas, group_, step, setup_.seed))
+      if (std::find(group.begin(), group.end(), setup_.replica) != group.end())
+        mine = group;
+    std::vector<float> both(local.begin(), local.end());
+    both.insert(both.end(), slow_.begin(), slow_.end());
+    return gather(std::move(mine), quantize_rows(both, sync_row_values, format_));
+  }
+
+private:
+  void apply(std::vector<quantized_rows>& parts, std::span<float> local) override {
+    auto n = slow_.size();
+    std::vector<std::vector<float>> decoded;
+    for (const auto& p : parts) {
+      decoded.emplace_back(2 * n, 0.0f);
+      accumulate(p, decoded.back());
+    }
+    std::vector<std::span<const float>> fast, slow;
+    for (const auto& d : decoded)
+      fast.emplace_back(d.data(), n), slow.emplace_back(d.data() + n, n);
+    noloco_outer_step(fast, slow, momentum_, slow_, local, setup_.spec.outer.lr, setup_.spec.outer.momentum);
+  }
+  void save_own(sync_state& s) const override {
+    s.values["slow"] = slow_;
+    s.values["momentum"] = momentum_;
+  }
+  void restore_own(const sync_state& s) override {
+    const auto& slow = s.take("slow", slow_.size());
+    momentum_ = s.take("momentum", momentum_.size());
+    slow_ = slow;
+  }
+
+  wire_format format_;
+  int group_;
+  std::vector<float> slow_, momentum_;
+};
+
+method_settings settings() {
+  // NoLoCo (Kolehmainen et al. 2025, arXiv 2506.10911, and jkolehm/noloco's
+  // outer_lr/outer_momentum): H = 50, lr 0.7, momentum 0.5; its step is its own.
+  auto options = local_sgd_options(50, {0.7, 0.5, false});
+  options.push_back(
+    int_setting_spec("group", "replicas averaged together at each exchange (paper: 2)", 2, 1, max_count));
+  options.push_back(choice_setting_spec(
+    "route", "random: each microbatch goes on to a random replica of the next stage; chain: it stays",
+    {"random", "chain"}));
+  auto configure = [](local_update_spec& l) { l.routes_across_replicas = option_text(l, "route") == "random"; };
+  auto problems = [](const local_update_spec& l, const local_update_context& c) {
+    auto out = outer_problems(l);
+    int group = option_int(l, "group");
+    if (group < 2 || group > c.replicas || c.replicas % group != 0)
+      out.push_back({"group", fmt::format("groups of {} must partition the {} replica{} (data_parallel.replicas), "
+                                          "at least 2 to a group",
+                                          group, c.replicas, c.replicas == 1 ? "" : "s")});
+    if (l.replica_groups > 0 && l.replica_groups < c.replicas)
+      out.push_back({"replica_groups", "NoLoCo's groups and random routes are its own (local_update.group): leave "
+                                       "replica_groups out"});
+    if (l.routes_across_replicas && c.virtual_stages > 1)
+      out.push_back({"", fmt::format("NoLoCo's random routes take stages of one model chunk each "
+                                     "(pipeline.virtual_stages is {}): use route: chain",
+                                     c.virtual_stages)});
+    return out;
+  };
+  return {std::move(options), configure, problems};
+}
+
+/// NoLoCo on the toy model: fast and slow weights per replica, and every H steps
+/// an outer step within each group of the step's partition (schedulers/sync/noloco.hpp).
+sync_sim_result run_noloco_toy(const sync_sim_config& c) {
+  if (c.replicas < 1 || c.values < 1 || c.steps < 0 || c.spec.sync_every < 1)
+    throw std::invalid_argument("run_sync_sim: replicas, values and sync_every must be at least 1");
+  auto n = static_cast<std::size_t>(c.values);
+  auto r_count = static_cast<std::size_t>(c.replicas);
+  std::vector<std::vector<float>> fast(r_count, std::vector<float>(n, c.start)),
+    slow = fast, momentum(r_count, std::vector<float>(n, 0.0f));
+  auto out = toy_result(r_count);
+  auto record_slow = [&](int step) {
+    for (std::size_t r = 0; r < r_count; ++r)
+      out.global[r][step] = {slow[r].front()};
+  };
+  record_slow(0);
+  for (int step = 0; step < c.steps; ++step) {
+    for (std::size_t r = 0; r < r_count; ++r)
+      out.history[r].push_back({fast[r].front()});
+    for (std::size_t r = 0; r < r_count; ++r)
+      for (auto& v : fast[r])
+        v -= c.inner_lr * c.grad_for(static_cast<int>(r));
+    if ((step + 1) % c.spec.sync_every != 0)
+      continue;
+    auto groups = noloco_groups(c.replicas, option_int(c.spec, "group"), step + 1, c.seed);
+    auto fast_before = fast, slow_before = slow; // every member reads the values as they were sent
+    for (const auto& g : groups) {
+      std::vector<std::span<const float>> f, s;
+      for (int m : g)
+        f.emplace_back(fast_before[static_cast<std::size_t>(m)]),
+          s.emplace_back(slow_before[static_cast<std::size_t>(m)]);
+      for (int m : g) {
+        auto i = static_cast<std::size_t>(m);
+        noloco_outer_step(f, s, momentum[i], slow[i], fast[i], c.spec.outer.lr, c.spec.outer.momentum);
+        // It sent its fast and slow weights to each other member of its group, and no one else.
+        out.bytes_sent[i] +=
+          static_cast<std::int64_t>(2 * n * sizeof(float)) * (static_cast<std::int64_t>(g.size()) - 1);
+      }
+    }
+    out.groups[step + 1] = std::move(groups);
+    ++out.exchanges;
+    if (step + 1 < c.steps)
+      record_slow(step + 1);
+  }
+  return out;
+}
+
+} // namespace
+
+void register_noloco(const sync_registrar& add) {
+  add("noloco", {"NoLoCo: groups from a seeded permutation, no collective",
+                 [](const local_update_spec&) { return param_fragments(1); },
+                 [](const local_update_spec& s) { return periodic_schedule({s.sync_every}); },
+                 [](const sync_setup& s) { return std::make_unique<noloco_policy>(s); }, settings(),
+                 make_noloco_routing, run_noloco_toy});
 }
 
 } // namespace troupe::sched

@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "schedulers/sync/exchange_policies.hpp"
+
 namespace troupe::sched {
 
 namespace {
@@ -177,6 +179,56 @@ void sparseloco::restore(const sync_state& s) {
   const auto& g = s.take("global", global_.size());
   error_ = s.take("error", error_.size());
   global_ = g;
+}
+
+namespace {
+
+/// SparseLoCo (Sarfi et al. 2025, arXiv 2508.15706): each replica's sparse
+/// 2-bit part goes to every other replica (a sparse all-gather), and each
+/// applies the mean of all of them.
+class sparseloco_policy : public gathering_policy {
+public:
+  explicit sparseloco_policy(const sync_setup& s)
+      : gathering_policy(s, "sparseloco"),
+        math_(s.start.at(0), option_number(s.spec, "density"), s.spec.outer.momentum, s.spec.outer.lr) {}
+  std::vector<sync_send> prepare(int f, std::int64_t, std::span<const float> local) override {
+    if (f != 0)
+      throw std::invalid_argument(fmt::format("sparseloco: fragment {} prepared (it has one)", f));
+    return gather(all_replicas(setup_.replicas), math_.prepare(local));
+  }
+
+private:
+  void apply(std::vector<quantized_rows>& parts, std::span<float> local) override { math_.perform(parts, local); }
+  void save_own(sync_state& s) const override { math_.save(s); }
+  void restore_own(const sync_state& s) override { math_.restore(s); }
+
+  sparseloco math_;
+};
+
+method_settings settings() {
+  // SparseLoCo (Sarfi et al. 2025, arXiv 2508.15706): α = 1 (`lr`) and the
+  // error-feedback decay β = 0.95 (`momentum`); H = 50, the example.
+  auto options = local_sgd_options(50, {1.0, 0.95, false});
+  options.pop_back(); // its values travel as top-k in 2 bits, not quantized rows
+  options.push_back(number_setting_spec("density", "the share of each chunk's entries sent (paper: 1–3%)", 0.02,
+                                        -unbounded, unbounded));
+  auto problems = [](const local_update_spec& l, const local_update_context&) {
+    auto out = outer_problems(l);
+    if (double density = option_number(l, "density"); !(density > 0 && density <= 1))
+      out.push_back(
+        {"density", fmt::format("must be above 0 and at most 1 (the share of each chunk sent), got {}", density)});
+    return out;
+  };
+  return {std::move(options), nullptr, problems};
+}
+
+} // namespace
+
+void register_sparseloco(const sync_registrar& add) {
+  add("sparseloco", {"SparseLoCo: error feedback, top-k per chunk in 2 bits, a sparse all-gather",
+                     [](const local_update_spec&) { return param_fragments(1); },
+                     [](const local_update_spec& s) { return periodic_schedule({s.sync_every}); },
+                     [](const sync_setup& s) { return std::make_unique<sparseloco_policy>(s); }, settings()});
 }
 
 } // namespace troupe::sched

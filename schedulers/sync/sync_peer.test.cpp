@@ -16,7 +16,7 @@ namespace {
 std::vector<sync_peer> peers(int n, std::vector<float> start) {
   local_update_spec spec;
   spec.algorithm = "desloc"; // plain averaging: the mean is the new value
-  spec.period_params = spec.period_momentum = spec.period_variance = 1;
+  spec.options = {{"periods.params", "1"}, {"periods.momentum", "1"}, {"periods.variance", "1"}};
   std::vector<sync_peer> out;
   for (int r = 0; r < n; ++r) {
     out.emplace_back("r" + std::to_string(r), r, n);

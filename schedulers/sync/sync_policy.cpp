@@ -3,30 +3,23 @@
 
 #include <algorithm>
 #include <map>
-#include <mutex>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
+#include "schedulers/named_registry.hpp"
+
 namespace troupe::sched {
 
-void register_builtin_sync_methods(const std::function<void(std::string, sync_method)>& add); // sync_builtin.cpp
+void register_builtin_sync_methods(const sync_registrar& add); // sync_builtin.cpp
 
 namespace {
 
-struct registry {
-  std::mutex mu;
-  std::map<std::string, sync_method, std::less<>> methods;
-  std::vector<std::string> order;
-};
-
-registry& methods() {
-  static registry* r = [] {
-    auto* made = new registry; // never destroyed: plugins' methods point into their libraries
-    register_builtin_sync_methods([made](std::string name, sync_method m) {
-      made->order.push_back(name);
-      made->methods[std::move(name)] = std::move(m);
-    });
+named_registry<sync_method>& methods() {
+  static auto* r = [] {
+    auto* made = new named_registry<sync_method>; // never destroyed: plugins' methods point into their libraries
+    register_builtin_sync_methods(
+      [made](std::string name, sync_method m) { made->add(std::move(name), std::move(m)); });
     return made;
   }();
   return *r;
@@ -59,24 +52,15 @@ private:
 } // namespace
 
 void register_sync_method(std::string name, sync_method method) {
-  auto& r = methods();
-  std::lock_guard lock(r.mu);
-  if (!r.methods.contains(name))
-    r.order.push_back(name);
-  r.methods[std::move(name)] = std::move(method);
+  methods().add(std::move(name), std::move(method));
 }
 
 const sync_method* find_sync_method(std::string_view name) {
-  auto& r = methods();
-  std::lock_guard lock(r.mu);
-  auto it = r.methods.find(name);
-  return it == r.methods.end() ? nullptr : &it->second;
+  return methods().find(name);
 }
 
 std::vector<std::string> sync_method_names() {
-  auto& r = methods();
-  std::lock_guard lock(r.mu);
-  return r.order;
+  return methods().names();
 }
 
 std::vector<fragment_plan> param_fragments(int pieces) {

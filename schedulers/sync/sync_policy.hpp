@@ -4,8 +4,9 @@
 // other replicas, and sends what it returns. A stage cuts its training state
 // into fragments as the method's plan says and follows the method's schedule.
 //
-// A new method is one file and one registration (register_sync_method), built
-// in (sync_builtin.cpp) or from a plugin (examples/plugin/periodic_average.cpp).
+// A new method is one file and one registration: built in, a `register_NAME`
+// in its own file and a line in sync_builtin.def; from a plugin, a call of
+// register_sync_method (examples/plugin/periodic_average.cpp).
 #pragma once
 
 #include <cstdint>
@@ -18,10 +19,11 @@
 #include <vector>
 
 #include "runtime/graph/local_update_spec.hpp"
+#include "schedulers/routing/routing_policy.hpp"
 #include "schedulers/sync/method_settings.hpp"
 #include "schedulers/sync/quantize.hpp"
-#include "schedulers/sync/streaming_diloco.hpp"
 #include "schedulers/sync/sync_state.hpp"
+#include "schedulers/sync/sync_toy.hpp"
 
 namespace troupe::sched {
 
@@ -37,6 +39,12 @@ enum class fragment_content { params, exp_avg, exp_avg_sq };
 struct fragment_plan {
   fragment_content content = fragment_content::params;
   int piece = 0, pieces = 1;
+};
+
+/// What a replica does with one fragment after an inner step.
+struct fragment_event {
+  enum class kind { prepare, perform } what;
+  int fragment = 0;
 };
 
 /// When each fragment is exchanged. The stage keeps one (to know when to wait
@@ -115,7 +123,16 @@ struct sync_method {
   std::function<std::unique_ptr<sync_schedule>(const local_update_spec&)> schedule;
   std::function<std::unique_ptr<sync_policy>(const sync_setup&)> make;
   method_settings settings;
+  /// How microbatches travel when the method sends them across replicas
+  /// (local_update_spec::routes_across_replicas, set by its settings); null
+  /// when each replica keeps its own chain.
+  routing_factory routing = nullptr;
+  /// `troupe sync`'s run of the method on its toy model; null: no toy run.
+  std::function<sync_sim_result(const sync_sim_config&)> toy = nullptr;
 };
+
+/// What a built-in method's `register_NAME` (sync_builtin.def) adds itself with.
+using sync_registrar = std::function<void(std::string, sync_method)>;
 
 /// Adds (or replaces) a method under `name` (local_update.algorithm); plugins call
 /// this when loaded. Thread-safe.

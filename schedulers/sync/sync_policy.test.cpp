@@ -17,6 +17,7 @@
 
 #include "schedulers/sync/noloco.hpp"
 #include "schedulers/sync/sparseloco.hpp"
+#include "schedulers/sync/streaming_diloco.hpp"
 
 using namespace troupe;
 using namespace troupe::sched;
@@ -265,7 +266,7 @@ TEST_CASE("DiLoCo's policy applies the outer step to the mean pseudo-gradient, t
 
 TEST_CASE("NoLoCo's policy talks to its group only and takes the group's outer step") {
   local_update_spec spec;
-  spec.algorithm = "noloco", spec.sync_every = 5, spec.group = 2, spec.outer = {0.7, 0.5, false};
+  spec.algorithm = "noloco", spec.sync_every = 5, spec.options["group"] = "2", spec.outer = {0.7, 0.5, false};
   const int replicas = 4;
   const std::size_t n = 500;
   std::vector<std::vector<float>> start{random_values(n, 2)};
@@ -345,7 +346,7 @@ TEST_CASE("SparseLoCo's part keeps the top entries of each chunk in 2 bits, and 
 
 TEST_CASE("SparseLoCo's policy applies the mean of every replica's sparse part to the shared parameters") {
   local_update_spec spec;
-  spec.algorithm = "sparseloco", spec.sync_every = 4, spec.density = 0.02, spec.outer = {1.0, 0.95, false};
+  spec.algorithm = "sparseloco", spec.sync_every = 4, spec.options["density"] = "0.02", spec.outer = {1.0, 0.95, false};
   const int replicas = 4;
   const std::size_t n = 10000;
   std::vector<std::vector<float>> start{random_values(n, 6)};
@@ -375,7 +376,8 @@ TEST_CASE("DES-LOC averages parameters and each moment on its own period") {
   const auto* m = find_sync_method("desloc");
   REQUIRE(m != nullptr);
   local_update_spec spec;
-  spec.algorithm = "desloc", spec.period_params = 2, spec.period_momentum = 6, spec.period_variance = 12;
+  spec.algorithm = "desloc";
+  spec.options = {{"periods.params", "2"}, {"periods.momentum", "6"}, {"periods.variance", "12"}};
   auto plan = m->fragments(spec);
   REQUIRE(plan.size() == 3);
   CHECK(plan[1].content == fragment_content::exp_avg);
@@ -403,7 +405,7 @@ TEST_CASE("a method registered at run time is found by name and exchanges like a
   CHECK(find_sync_method("no_such_method") == nullptr);
   auto names = sync_method_names();
   CHECK(std::vector<std::string>(names.begin(), names.begin() + 5) ==
-        std::vector<std::string>{"diloco", "streaming_diloco", "noloco", "desloc", "sparseloco"});
+        std::vector<std::string>{"diloco", "streaming_diloco", "noloco", "sparseloco", "desloc"});
   // Plain periodic averaging in a few lines: what examples/plugin/periodic_average.cpp registers.
   const auto* desloc = find_sync_method("desloc");
   register_sync_method("test_average", {"average the parameters every H steps",

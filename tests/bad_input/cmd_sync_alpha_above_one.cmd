@@ -1,3 +1,5 @@
 sync
+--algorithm
+streaming_diloco
 --alpha
 2

@@ -110,5 +110,5 @@ TEST_CASE("without the plugin, the local-update method is an unknown algorithm a
   CHECK(status == 2);
   CHECK(out.find("periodic_average.yaml:10:") != std::string::npos);
   CHECK(out.find("unknown algorithm 'periodic_average'") != std::string::npos);
-  CHECK(out.find("known: diloco, streaming_diloco, noloco, desloc, sparseloco") != std::string::npos);
+  CHECK(out.find("known: diloco, streaming_diloco, noloco, sparseloco, desloc") != std::string::npos);
 }
