@@ -115,7 +115,7 @@ TEST_CASE("a span of an unknown kind, one that ends before it begins, or a flag 
     return encode(m);
   };
   CHECK(what(decode<spans_msg>(bad([](span& s) { s.kind = static_cast<span_kind>(200); })))
-          .starts_with("span kind 200 (known: 0 to 11) (in spans_msg > span[0], at byte"));
+          .starts_with("span kind 200 (known: 0 to 12) (in spans_msg > span[0], at byte"));
   CHECK(what(decode<spans_msg>(bad([](span& s) { s.end_ns = s.begin_ns - 1; }))).starts_with("a span that ends"));
   CHECK(what(decode<spans_msg>(bad([](span& s) { s.flow_end = 2; }))).starts_with("a flag of 2 (expected 0 or 1)"));
 }

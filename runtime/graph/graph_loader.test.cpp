@@ -145,7 +145,7 @@ TEST_CASE("an unknown schedule is reported at its position with the nearest name
                 "pipeline: {stages: 2, schedule: 1fb1}\n");
   REQUIRE(r.errors.size() == 1);
   CHECK(to_string(r.errors[0]) == "g.yaml:4:33: pipeline.schedule: unknown schedule '1fb1' (did you mean "
-                                  "'1f1b'? known: gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv, v_half, v_min, table)");
+                                  "'1f1b'? known: gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv, v_half, v_min, dualpipev, table)");
 }
 
 TEST_CASE("all errors of a file are reported together in file order") {

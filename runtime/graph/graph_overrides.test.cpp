@@ -53,7 +53,7 @@ TEST_CASE("a bad override value is reported against the --set argument") {
   REQUIRE(r.errors.size() == 1);
   CHECK(to_string(r.errors[0]) ==
         "--set pipeline.schedule=1fb1: pipeline.schedule: unknown schedule '1fb1' (did "
-        "you mean '1f1b'? known: gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv, v_half, v_min, table)");
+        "you mean '1f1b'? known: gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv, v_half, v_min, dualpipev, table)");
   r = with({"model.heads=3"});
   REQUIRE(r.errors.size() == 1);
   CHECK(to_string(r.errors[0]).starts_with("g.yaml:1:29: model.d_model: d_model 8 is not divisible by heads 3"));

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 
-def load_safetensors(path):
+def load_safetensors(path, base="transformer."):
     with open(path, "rb") as f:
         data = f.read()
     (n,) = struct.unpack("<Q", data[:8])
@@ -38,8 +38,9 @@ def load_safetensors(path):
         else:
             arr = np.frombuffer(body[begin:end], dtype=kind)
         out[name] = arr.reshape(t["shape"]).astype(np.float64)
-    # Files on the Hub differ on the base model's prefix: read both spellings.
-    return {k if k.startswith(("transformer.", "lm_head.")) else "transformer." + k: v for k, v in out.items()}
+    # Files on the Hub differ on the base model's prefix (`base`: GPT-2's
+    # `transformer.`, Llama's `model.`): read both spellings.
+    return {k if k.startswith((base, "lm_head.")) else base + k: v for k, v in out.items()}
 
 
 def layer_norm(x, w, b, eps):

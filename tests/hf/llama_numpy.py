@@ -147,4 +147,4 @@ if __name__ == "__main__":
         folder, tokens, out = sys.argv[1], [int(v) for v in sys.argv[2].split(",")], sys.argv[3]
         cfg = json.load(open(f"{folder}/config.json"))
         assert "LlamaForCausalLM" in cfg.get("architectures", ["LlamaForCausalLM"])
-        logits(cfg, load_safetensors(f"{folder}/model.safetensors"), tokens).astype("<f4").tofile(out)
+        logits(cfg, load_safetensors(f"{folder}/model.safetensors", "model."), tokens).astype("<f4").tofile(out)

@@ -62,7 +62,7 @@ TEST_CASE("troupe export --names hf of a Llama: an independent NumPy Llama gives
     CHECK(file->find("lm_head.weight").defined() == (name == "untied"));
 
     std::vector<std::int32_t> tokens;
-    for (unsigned char c : std::string("And God said, Let"))
+    for (unsigned char c : std::string("And God said, Le"))
       tokens.push_back(c);
     std::string list;
     for (auto v : tokens)
@@ -95,7 +95,7 @@ TEST_CASE("troupe export --names hf of a Llama: an independent NumPy Llama gives
     REQUIRE(run_to_end(dir / "from_hf", {"run", hf.string(), "--no-trace"}) == 0);
     REQUIRE(run_to_end(dir / "from_ck", {"run", native.string(), "--no-trace"}) == 0);
     int compared = 0;
-    for (const auto* part : {"r0s0", "r0s1"}) {
+    for (const auto* part : {"s0", "s1"}) {
       auto a =
         troupe::read_safetensors(dir / "from_hf" / "ckpt" / "step-000001" / (std::string(part) + ".safetensors"));
       auto b =
