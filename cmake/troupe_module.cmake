@@ -39,7 +39,7 @@ function(troupe_add_module name dir)
   if(NOT TROUPE_HAVE_CUDA)
     list(FILTER tests EXCLUDE REGEX "\\.gpu\\.test\\.")
   endif()
-  if(TROUPE_SANITIZE)
+  if(TROUPE_SANITIZE OR TROUPE_TSAN)
     # The sanitizer build runs the quick suite only (deploy/dev.sh test): it compiles
     # no slow test and no benchmark, about a fifth of the test programs.
     list(FILTER tests EXCLUDE REGEX "\\.slow\\.test\\.")
@@ -80,7 +80,7 @@ function(troupe_add_module name dir)
     add_test(NAME ${name}.${base} COMMAND ${exe})
     set_tests_properties(${name}.${base} PROPERTIES
       WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-      ENVIRONMENT "TROUPE_BUILD_DIR=${PROJECT_BINARY_DIR};UBSAN_OPTIONS=${TROUPE_UBSAN_OPTIONS}")
+      ENVIRONMENT "TROUPE_BUILD_DIR=${PROJECT_BINARY_DIR};UBSAN_OPTIONS=${TROUPE_UBSAN_OPTIONS};TSAN_OPTIONS=${TROUPE_TSAN_OPTIONS}")
     if(t MATCHES "\\.slow\\.test\\.")
       set_tests_properties(${name}.${base} PROPERTIES LABELS slow)
     elseif(t MATCHES "\\.gpu\\.test\\.")
