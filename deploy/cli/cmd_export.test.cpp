@@ -19,6 +19,7 @@
 
 #include "deploy/run/checkpoint_model.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
+#include "tests/numpy_reference.hpp"
 #include "tests/troupe_command.hpp"
 
 namespace fs = std::filesystem;
@@ -47,19 +48,6 @@ const trained& checkpoint() {
   return t;
 }
 
-std::vector<float> read_f32(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
-  return v;
-}
-
-/// Debian's Python (with python3-numpy, which `deploy/setup.sh --test` installs) when there is one.
-std::string python() {
-  return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-}
-
 } // namespace
 
 TEST_CASE("troupe export --names hf: an independent NumPy GPT-2 reading the file gives troupe's logits to 1e-4") {
@@ -78,26 +66,10 @@ TEST_CASE("troupe export --names hf: an independent NumPy GPT-2 reading the file
   std::vector<std::int32_t> tokens;
   for (unsigned char c : std::string("In the beginning God created the heaven and the earth."))
     tokens.push_back(c);
-  std::string list;
-  for (auto v : tokens)
-    list += (list.empty() ? "" : ",") + std::to_string(v);
-  auto theirs_file = t.dir / "numpy_logits.bin";
-  auto cmd = fmt::format("{} tests/hf/gpt2_numpy.py {} {} {} 2>&1", python(), out.string(), list, theirs_file.string());
-  REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0,
-                  "the NumPy reference failed (it needs python3-numpy: deploy/setup.sh --test installs it): " << cmd);
-  auto theirs = read_f32(theirs_file);
-
+  auto theirs = troupe::testing::numpy_logits("tests/hf/gpt2_numpy.py", out, tokens, t.dir / "numpy_logits.bin");
   auto m = troupe::load_checkpoint_model(t.ck);
   REQUIRE(m);
-  auto in = troupe::tensor_handle::empty({1, static_cast<std::int64_t>(tokens.size())}, troupe::dtype::i32);
-  std::copy(tokens.begin(), tokens.end(), in.data<std::int32_t>());
-  auto ours = m->logits(in);
-  REQUIRE(theirs.size() == static_cast<std::size_t>(ours.numel()));
-  double worst = 0, largest = 0;
-  for (std::size_t i = 0; i < theirs.size(); ++i) {
-    worst = std::max(worst, static_cast<double>(std::fabs(theirs[i] - ours.data<float>()[i])));
-    largest = std::max(largest, static_cast<double>(std::fabs(ours.data<float>()[i])));
-  }
+  auto [largest, worst] = troupe::testing::compare_logits(theirs, troupe::testing::logits_of(*m, tokens));
   MESSAGE(fmt::format("largest |logit| {:.3f}, largest difference {:.2e}", largest, worst));
   CHECK(largest > 0.1); // a trained model's logits, not zeros
   CHECK(worst < 1e-4);

@@ -10,6 +10,7 @@
 #include "ops/hf_import.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 #include "tests/integration/troupe_process.hpp"
+#include "tests/numpy_reference.hpp"
 
 using namespace troupe::testing;
 
@@ -27,10 +28,6 @@ fs::path graph(const fs::path& dir, const std::string& name, const std::string& 
                                            << "data_parallel: {replicas: " << replicas << "}\n"
                                            << extra;
   return dir / name / "graph.yaml";
-}
-
-std::string python() {
-  return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
 }
 
 } // namespace
@@ -56,22 +53,8 @@ TEST_CASE("train.init takes a Hugging Face GPT-2 file: troupe's export exactly, 
     auto v = validations(dir / "from_hf" / "out.txt");
     REQUIRE(!v.empty());
     CHECK(v[0] == "0:" + before[1].substr(before[1].find(':') + 1)); // the checkpoint's own evaluation
-    int compared = 0;
-    for (const auto* part : {"r0s0", "r0s1", "r1s0", "r1s1"}) {
-      auto a =
-        troupe::read_safetensors(dir / "from_hf" / "ckpt" / "step-000001" / (std::string(part) + ".safetensors"));
-      auto b =
-        troupe::read_safetensors(dir / "from_ck" / "ckpt" / "step-000001" / (std::string(part) + ".safetensors"));
-      REQUIRE(a);
-      REQUIRE(b);
-      REQUIRE(a->tensors.size() == b->tensors.size());
-      for (const auto& t : b->tensors) {
-        auto mine = a->find(t.name);
-        REQUIRE_MESSAGE(mine.defined(), t.name);
-        CHECK_MESSAGE(std::memcmp(mine.raw(), t.value.raw(), t.value.nbytes()) == 0, part, " ", t.name);
-        ++compared;
-      }
-    }
+    int compared = compare_parts(dir / "from_hf" / "ckpt" / "step-000001", dir / "from_ck" / "ckpt" / "step-000001",
+                                 {"r0s0", "r0s1", "r1s0", "r1s1"});
     CHECK(compared > 4 * 10);
   }
   SUBCASE("another cut of the same model takes it too: one stage (each of two replicas)") {
@@ -85,8 +68,8 @@ TEST_CASE("train.init takes a Hugging Face GPT-2 file: troupe's export exactly, 
   }
   SUBCASE("a file troupe did not write: troupe's logits are the NumPy model's to 1e-4") {
     fs::create_directories(dir / "numpy");
-    REQUIRE(
-      sh(fmt::format("{} tests/hf/gpt2_write_numpy.py {} 2 32 2 16 256 11", python(), (dir / "numpy").string())) == 0);
+    REQUIRE(sh(fmt::format("{} tests/hf/gpt2_write_numpy.py {} 2 32 2 16 256 11", numpy_python(),
+                           (dir / "numpy").string())) == 0);
     auto file = dir / "numpy" / "model.safetensors";
     auto run = graph(dir, "from_numpy", "steps: 1, lr: 3.0e-3, init: ../numpy/model.safetensors", 2, 2);
     REQUIRE(run_to_end(dir / "from_numpy", {"check", run.string()}) == 0);
@@ -101,23 +84,8 @@ TEST_CASE("train.init takes a Hugging Face GPT-2 file: troupe's export exactly, 
     for (std::size_t i = 0; i < specs.size(); ++i)
       std::memcpy(m.params()[i].value.raw(), (*weights)[i].value.raw(), (*weights)[i].value.nbytes());
     std::vector<std::int32_t> tokens{73, 110, 32, 116, 104, 101, 32, 98, 101, 103, 105, 110, 110, 105, 110, 103};
-    auto in = troupe::tensor_handle::empty({1, 16}, troupe::dtype::i32);
-    std::copy(tokens.begin(), tokens.end(), in.data<std::int32_t>());
-    auto ours = m.evaluate(in);
-    std::string list;
-    for (auto t : tokens)
-      list += (list.empty() ? "" : ",") + std::to_string(t);
-    REQUIRE(sh(fmt::format("{} tests/hf/gpt2_numpy.py {} {} {}", python(), (dir / "numpy").string(), list,
-                           (dir / "numpy" / "logits.bin").string())) == 0);
-    auto bytes = slurp(dir / "numpy" / "logits.bin");
-    REQUIRE(bytes.size() == static_cast<std::size_t>(ours.numel()) * 4);
-    double worst = 0, largest = 0;
-    for (std::int64_t i = 0; i < ours.numel(); ++i) {
-      float theirs;
-      std::memcpy(&theirs, bytes.data() + i * 4, 4);
-      worst = std::max(worst, double(std::fabs(theirs - ours.data<float>()[i])));
-      largest = std::max(largest, double(std::fabs(theirs)));
-    }
+    auto theirs = numpy_logits("tests/hf/gpt2_numpy.py", dir / "numpy", tokens, dir / "numpy" / "logits.bin");
+    auto [largest, worst] = compare_logits(theirs, logits_of(m, tokens));
     MESSAGE(fmt::format("largest |logit| {:.3f}, largest difference {:.2e}", largest, worst));
     CHECK(largest > 0.1);
     CHECK(worst < 1e-4);

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "deploy/run/checkpoint_model.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 #include "tests/integration/troupe_process.hpp"
+#include "tests/numpy_reference.hpp"
 
 using namespace troupe::testing;
 
@@ -26,17 +26,6 @@ fs::path graph(const fs::path& dir, const std::string& name, const std::string& 
     << "pipeline: {stages: " << stages << ", microbatches: 2}\n"
     << extra;
   return dir / name / "graph.yaml";
-}
-
-std::string python() {
-  return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-}
-
-std::vector<float> read_f32(const fs::path& p) {
-  auto bytes = slurp(p);
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
-  return v;
 }
 
 } // namespace
@@ -64,23 +53,10 @@ TEST_CASE("troupe export --names hf of a Llama: an independent NumPy Llama gives
     std::vector<std::int32_t> tokens;
     for (unsigned char c : std::string("And God said, Le"))
       tokens.push_back(c);
-    std::string list;
-    for (auto v : tokens)
-      list += (list.empty() ? "" : ",") + std::to_string(v);
-    REQUIRE(sh(fmt::format("{} tests/hf/llama_numpy.py {} {} {}", python(), out.string(), list,
-                           (dir / name / "numpy.bin").string())) == 0);
-    auto theirs = read_f32(dir / name / "numpy.bin");
+    auto theirs = numpy_logits("tests/hf/llama_numpy.py", out, tokens, dir / name / "numpy.bin");
     auto m = troupe::load_checkpoint_model(dir / name / "ckpt");
     REQUIRE(m);
-    auto in = troupe::tensor_handle::empty({1, static_cast<std::int64_t>(tokens.size())}, troupe::dtype::i32);
-    std::copy(tokens.begin(), tokens.end(), in.data<std::int32_t>());
-    auto ours = m->logits(in);
-    REQUIRE(theirs.size() == static_cast<std::size_t>(ours.numel()));
-    double worst = 0, largest = 0;
-    for (std::size_t i = 0; i < theirs.size(); ++i) {
-      worst = std::max(worst, static_cast<double>(std::fabs(theirs[i] - ours.data<float>()[i])));
-      largest = std::max(largest, static_cast<double>(std::fabs(ours.data<float>()[i])));
-    }
+    auto [largest, worst] = compare_logits(theirs, logits_of(*m, tokens));
     MESSAGE(fmt::format("{}: largest |logit| {:.3f}, largest difference {:.2e}", name, largest, worst));
     CHECK(largest > 0.1);
     CHECK(worst < 1e-4);
@@ -94,22 +70,8 @@ TEST_CASE("troupe export --names hf of a Llama: an independent NumPy Llama gives
     REQUIRE(run_to_end(dir / "from_hf", {"check", hf.string()}) == 0);
     REQUIRE(run_to_end(dir / "from_hf", {"run", hf.string(), "--no-trace"}) == 0);
     REQUIRE(run_to_end(dir / "from_ck", {"run", native.string(), "--no-trace"}) == 0);
-    int compared = 0;
-    for (const auto* part : {"s0", "s1"}) {
-      auto a =
-        troupe::read_safetensors(dir / "from_hf" / "ckpt" / "step-000001" / (std::string(part) + ".safetensors"));
-      auto b =
-        troupe::read_safetensors(dir / "from_ck" / "ckpt" / "step-000001" / (std::string(part) + ".safetensors"));
-      REQUIRE(a);
-      REQUIRE(b);
-      REQUIRE(a->tensors.size() == b->tensors.size());
-      for (const auto& t : b->tensors) {
-        auto mine = a->find(t.name);
-        REQUIRE_MESSAGE(mine.defined(), t.name);
-        CHECK_MESSAGE(std::memcmp(mine.raw(), t.value.raw(), t.value.nbytes()) == 0, part, " ", t.name);
-        ++compared;
-      }
-    }
+    int compared =
+      compare_parts(dir / "from_hf" / "ckpt" / "step-000001", dir / "from_ck" / "ckpt" / "step-000001", {"s0", "s1"});
     CHECK(compared > 2 * 9);
   }
   { // a GPT-2 graph refuses the Llama file at train.init
