@@ -59,7 +59,9 @@ TEST_CASE("troupe schedule takes stragglers, replays tables and compares with th
 TEST_CASE("troupe schedule refuses bad input with exit code 2 and a reason") {
   auto unknown = run_troupe("schedule --policy 1f1c --stages 4 --microbatches 8");
   CHECK(unknown.code == 2);
-  CHECK(has(unknown, "unknown policy '1f1c' (known: 1f1b, dualpipev, gpipe, interleaved_1f1b, table, v_half, v_min, zb_h1, zbv"));
+  CHECK(
+    has(unknown,
+        "unknown policy '1f1c' (known: 1f1b, dualpipev, gpipe, interleaved_1f1b, table, v_half, v_min, zb_h1, zbv"));
   CHECK(run_troupe("schedule --policy 1f1b --stages 4").code == 2);
   CHECK(run_troupe("schedule --policy 1f1b --stages 4 --microbatches 8 --slow 9:2").code == 2);
   CHECK(run_troupe("schedule --policy 1f1b --stages 4 --microbatches 8 --costs 1,2").code == 2);

@@ -144,8 +144,9 @@ TEST_CASE("an unknown schedule is reported at its position with the nearest name
   auto r = load("model: {layers: 4, d_model: 8, heads: 2, context: 4}\ndata: {batch: 1}\ntrain: {steps: 3}\n"
                 "pipeline: {stages: 2, schedule: 1fb1}\n");
   REQUIRE(r.errors.size() == 1);
-  CHECK(to_string(r.errors[0]) == "g.yaml:4:33: pipeline.schedule: unknown schedule '1fb1' (did you mean "
-                                  "'1f1b'? known: gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv, v_half, v_min, dualpipev, table)");
+  CHECK(to_string(r.errors[0]) ==
+        "g.yaml:4:33: pipeline.schedule: unknown schedule '1fb1' (did you mean "
+        "'1f1b'? known: gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv, v_half, v_min, dualpipev, table)");
 }
 
 TEST_CASE("all errors of a file are reported together in file order") {
