@@ -58,6 +58,31 @@ bool same_bits(const tensor_handle& a, const tensor_handle& b) {
 
 } // namespace
 
+TEST_CASE("the Llama table names every parameter once, in LlamaForCausalLM's names, with the defaults filled in") {
+  auto c = small();
+  c.family = model_family::llama, c.kv_heads = 1; // ffn_hidden 0: llama_ffn_hidden(d_model)
+  for (bool tied : {false, true}) {
+    c.tie_embeddings = tied;
+    const auto& llama = *find_hf_family("llama");
+    auto specs = gpt_param_specs(c, 0, c.layers);
+    std::set<std::string> names;
+    for (const auto& p : specs) {
+      auto hf = hf_tensor_of(llama, p.name);
+      REQUIRE_MESSAGE(hf, p.name);
+      CHECK(!hf->transposed); // Linear keeps [out, in] on both sides
+      names.insert(hf->name);
+    }
+    CHECK(names.size() == specs.size());
+    CHECK(names.contains("model.layers.1.self_attn.k_proj.weight"));
+    CHECK(names.contains("lm_head.weight") == !tied);
+    auto config = hf_config(llama, c);
+    CHECK(config["architectures"][0] == "LlamaForCausalLM");
+    CHECK(config["num_key_value_heads"] == 1);
+    CHECK(config["intermediate_size"] == llama_ffn_hidden(c.d_model));
+    CHECK(config["tie_word_embeddings"] == tied);
+  }
+}
+
 TEST_CASE("the GPT-2 table names every parameter once, in GPT2LMHeadModel's names and layouts") {
   auto specs = gpt_param_specs(small(), 0, 3);
   std::set<std::string> names;
@@ -76,7 +101,7 @@ TEST_CASE("the GPT-2 table names every parameter once, in GPT2LMHeadModel's name
   CHECK(!hf_tensor_of(gpt2(), "h.2.ln_1.bias")->transposed);
   CHECK(hf_tensor_of(gpt2(), "wte")->name == "transformer.wte.weight");
   CHECK(!hf_tensor_of(gpt2(), "h.x.ln_1.bias"));
-  CHECK(find_hf_family("llama") == nullptr);
+  CHECK(find_hf_family("mamba") == nullptr);
   auto config = hf_config(gpt2(), small());
   CHECK(config["architectures"][0] == "GPT2LMHeadModel");
   CHECK(config["n_layer"] == 3);
