@@ -57,3 +57,28 @@ TEST_CASE("llama with ZeRO replicas, attention servers and zero-bubble halves fo
     check_curve(got.losses, want.losses);
   }
 }
+
+// Local update over Llama stages: DiLoCo with H = 1, one replica and an outer SGD
+// step of lr 1 without momentum is plain training (tests/integration/local_update.test.cpp
+// checks the same for GPT-2); 2 replicas of Streaming DiLoCo learn.
+TEST_CASE("llama under local update: DiLoCo H = 1, outer lr 1, no momentum = plain training; streaming learns") {
+  auto plain = run_graph_text(graph(2, "1f1b"), "tests/llama_plain.yaml");
+  auto diloco = run_graph_text(
+    graph(2, "1f1b", "", "local_update: {algorithm: diloco, sync_every: 1, outer: {lr: 1, momentum: 0}}"),
+    "tests/llama_diloco.yaml");
+  REQUIRE(diloco.losses.size() == plain.losses.size());
+  for (std::size_t i = 0; i < plain.losses.size(); ++i)
+    CHECK(std::fabs(diloco.losses[i] - plain.losses[i]) <= 1e-6 * std::fabs(plain.losses[i]));
+  // The outer step is really taken: at outer lr 0.5 the curve leaves plain training's.
+  auto half = run_graph_text(
+    graph(2, "1f1b", "", "local_update: {algorithm: diloco, sync_every: 1, outer: {lr: 0.5, momentum: 0}}"),
+    "tests/llama_diloco_half.yaml");
+  REQUIRE(half.losses.size() == plain.losses.size());
+  CHECK(std::fabs(half.losses.back() - plain.losses.back()) > 1e-4);
+  auto streaming = run_graph_text(graph(2, "1f1b", "",
+                                        "data_parallel: {replicas: 2}\n"
+                                        "local_update: {algorithm: streaming_diloco, sync_every: 2, fragments: 2}"),
+                                  "tests/llama_streaming.yaml");
+  REQUIRE(streaming.losses.size() == 6);
+  CHECK(streaming.losses.back() < streaming.losses.front() - 0.1);
+}
