@@ -139,6 +139,18 @@ void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics&
                                    g.pipeline.schedule, routed.error().message)});
     }
   }
+  // An F&B action is one task of two passes, which attention servers cannot split
+  // at each layer's core attention (the engine refuses it; check says so first).
+  if (g.attention.present && g.pipeline.schedule != "table") {
+    sched::policy_params p;
+    p.ranks = g.pipeline.stages, p.chunks = static_cast<int>(a.layers.size()), p.options = g.pipeline.policy;
+    p.microbatches = g.pipeline.microbatches;
+    if (auto policy = sched::make_policy(g.pipeline.schedule, p); policy && (*policy)->fuses_forward_backward())
+      out.push_back({g.attention.pos, "attention",
+                     fmt::format("pipeline.schedule '{}' fuses forwards with backwards (F&B), which attention "
+                                 "servers do not run in pieces; choose another schedule",
+                                 g.pipeline.schedule)});
+  }
   // With replicas every replica replays the same per-rank lists over its own chain.
   if (g.pipeline.schedule != "table" || g.pipeline.table_path.empty())
     return;

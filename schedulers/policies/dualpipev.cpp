@@ -40,6 +40,7 @@ public:
   explicit dualpipev(int bound) : bound_(bound) {}
   std::string_view name() const override { return "dualpipev"; }
   bool splits_backward() const override { return true; }
+  bool fuses_forward_backward() const override { return true; }
   chunk_placement placement() const override { return chunk_placement::v_shape; }
   int in_flight_limit() const override { return bound_ + 1; }
 

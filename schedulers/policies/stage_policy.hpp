@@ -72,6 +72,9 @@ public:
   virtual std::string_view name() const = 0;
   /// True when the policy splits backward into I and W (zb_h1); otherwise it runs B.
   virtual bool splits_backward() const { return false; }
+  /// True when the policy may return an F&B action (a forward fused with another
+  /// microbatch's backward, as dualpipev does), which attention servers cannot run in pieces.
+  virtual bool fuses_forward_backward() const { return false; }
   /// Where the rank's chunks sit along the pipeline: the graph's expansion lays
   /// the layers out so, and the queue names virtual stages so (chunk_placement).
   virtual chunk_placement placement() const { return chunk_placement::round_robin; }
