@@ -145,14 +145,12 @@ void expand_pipeline(section_expansion& e) {
     if (p.virtual_stages > 1 && p.stages > 1 && !v_shape)
       edge(last, stage(r, 0)); // interleaved chunks wrap around
   }
-  const auto& lu = g.local_update;
   // A method that routes across replicas (NoLoCo's random routes) and least_loaded
   // routing: any replica to any replica at each boundary (the channels a launched
   // run sends over). Interleaved, the last position's chunks wrap to the first of
   // any replica too.
-  bool across = (lu.present && lu.routes_across_replicas) || g.data_parallel.route == "least_loaded";
   bool wraps = p.virtual_stages > 1 && p.stages > 1;
-  if (across && replicas > 1)
+  if (g.routes_across_replicas())
     for (int s = 0; s + 1 < p.stages || (wraps && s + 1 == p.stages); ++s)
       for (int r = 0; r < replicas; ++r)
         for (int to = 0; to < replicas; ++to)

@@ -429,7 +429,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     for (auto it = own->second.begin(); it != own->second.end(); ++it) // a stage's own options win
       if (it->first.IsScalar() && it->second.IsScalar())
         c.policy_params.options[it->first.Scalar()] = it->second.Scalar();
-  c.policy_params.routed = g.data_parallel.route == "least_loaded" && g.data_parallel.replicas > 1;
+  c.policy_params.routed = g.routes_across_replicas();
   if (c.policy_params.routed && c.chunks > 1 && c.policy == "interleaved_1f1b") {
     // Each message from a stage that waits here unstarted is one the sender
     // holds in flight: grant every stage sender the largest bound (rank 0's),

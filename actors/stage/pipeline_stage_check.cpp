@@ -125,18 +125,27 @@ void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics&
   // The schedule is the pipeline's, not one stage's: its first stage checks it, once for all.
   if (a.rank != 0 || a.replica != 0)
     return;
-  // A policy that runs only on its replica's chain refuses least_loaded's routes
+  // A policy that runs only on its replica's chain refuses routes across replicas
   // when the stage is made; say so here, at the key (what run refuses, check refuses).
-  if (g.data_parallel.route == "least_loaded" && g.data_parallel.replicas > 1 && g.pipeline.schedule != "table") {
+  bool least = g.data_parallel.route == "least_loaded";
+  std::string route_key = least ? "data_parallel.route" : "local_update.route";
+  std::string router = least ? "least_loaded" : g.local_update.algorithm;
+  if (g.routes_across_replicas() && g.pipeline.schedule == "table")
+    out.push_back({g.where("pipeline.schedule"), "pipeline.schedule",
+                   fmt::format("a table replays a fixed order of each rank's microbatches, while {}'s routes ({}) "
+                               "bring a rank other replicas' microbatches in an order no file can know before the "
+                               "run (use a rule policy such as 1f1b or interleaved_1f1b)",
+                               router, route_key)});
+  if (g.routes_across_replicas() && g.pipeline.schedule != "table") {
     sched::policy_params p;
     p.ranks = g.pipeline.stages, p.chunks = static_cast<int>(a.layers.size()), p.options = g.pipeline.policy;
     if (sched::make_policy(g.pipeline.schedule, p)) { // an unknown or misconfigured policy is reported elsewhere
       p.routed = true;
       if (auto routed = sched::make_policy(g.pipeline.schedule, p); !routed)
-        out.push_back({g.where("data_parallel.route"), "data_parallel.route",
-                       fmt::format("least_loaded routes microbatches across replicas, which pipeline.schedule "
-                                   "'{}' cannot run: {}",
-                                   g.pipeline.schedule, routed.error().message)});
+        out.push_back({g.where(route_key), route_key,
+                       fmt::format("{} routes microbatches across replicas, which pipeline.schedule '{}' cannot "
+                                   "run: {}",
+                                   router, g.pipeline.schedule, routed.error().message)});
     }
   }
   // An F&B action is one task of two passes, which attention servers cannot split

@@ -213,9 +213,7 @@ void check_local_update(parsed_graph& pg, graph_reader& r) {
     return; // the rules between values need each value read
   const auto& g = pg.graph;
   if (chosen->problems)
-    report(
-      n, chosen->problems(l, {std::max(g.data_parallel.replicas, 1), g.data_parallel.zero, g.pipeline.virtual_stages}),
-      r);
+    report(n, chosen->problems(l, {std::max(g.data_parallel.replicas, 1), g.data_parallel.zero}), r);
   check_groups(pg, n, r);
 }
 

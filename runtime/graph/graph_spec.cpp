@@ -170,6 +170,11 @@ bool graph_spec::skip_runs() const noexcept {
          network.nodes() == pipeline.stages * std::max(data_parallel.replicas, 1);
 }
 
+bool graph_spec::routes_across_replicas() const noexcept {
+  return data_parallel.replicas > 1 &&
+         (data_parallel.route == "least_loaded" || (local_update.present && local_update.routes_across_replicas));
+}
+
 std::string to_yaml(const graph_spec& g) {
   std::string out = fmt::format("# {}, expanded\n", g.file.string());
   const auto& m = g.model;

@@ -416,6 +416,9 @@ struct graph_spec {
   /// being replica i of position s. Other `skip:` graphs can be planned
   /// (`troupe plan paths`) but not run.
   bool skip_runs() const noexcept;
+  /// Microbatches move between replicas at stage boundaries: least_loaded
+  /// routing, or a local-update method's own routes (NoLoCo's random ones).
+  bool routes_across_replicas() const noexcept;
 
   /// What the lookups above keep between calls (graph_spec.cpp): actor names to
   /// indices and channels by their `from`, extended as the lists grow, rebuilt

@@ -58,9 +58,8 @@ struct local_update_problem {
 
 /// What of the rest of the graph a method's rules may look at.
 struct local_update_context {
-  int replicas = 1;       ///< data_parallel.replicas
-  int zero = 0;           ///< data_parallel.zero
-  int virtual_stages = 1; ///< pipeline.virtual_stages
+  int replicas = 1; ///< data_parallel.replicas
+  int zero = 0;     ///< data_parallel.zero
 };
 
 /// What the graph loader knows of a local-update method: the keys it reads and

@@ -82,10 +82,21 @@ public:
     auto replicas = static_cast<int>(chains_.size());
     int at = microbatch % replicas; // the replica whose data it is: it starts there
     std::int64_t key = sequence / replicas;
+    const auto& own = chains_.front();
     route_t r;
-    for (std::size_t b = 0; b < chains_.front().size(); ++b) {
-      if (b > 0)
+    std::vector<int> replica_of; // by hop: the replica that runs it
+    for (std::size_t b = 0; b < own.size(); ++b) {
+      // A later chunk of a position already on the route returns to the replica
+      // that ran the earlier one, as least_loaded's do (stage_core::retrace):
+      // the interleaved rule reserves a rank's slots for the later chunks of
+      // the microbatches whose first chunk it ran (rule_policies.cpp, next_routed).
+      auto earlier = std::find_if(own.begin(), own.begin() + static_cast<std::ptrdiff_t>(b),
+                                  [&](const hop& h) { return h.actor == own[b].actor; });
+      if (earlier != own.begin() + static_cast<std::ptrdiff_t>(b))
+        at = replica_of[static_cast<std::size_t>(earlier - own.begin())];
+      else if (b > 0)
         at = noloco_route(replicas, static_cast<int>(b - 1), key, seed_)[static_cast<std::size_t>(at)];
+      replica_of.push_back(at);
       r.push_back(chains_[static_cast<std::size_t>(at)][b]);
     }
     return r;
@@ -108,12 +119,12 @@ expected<routing_ptr> make_noloco_routing(const routing_params& p) {
     if (r.size() != chains.front().size())
       return make_sched_error(
         fmt::format("noloco routing: replica {} has {} hops, replica 0 {}", rep, r.size(), chains.front().size()));
-    for (const auto& h : r)
-      for (const auto& s : p.stages)
-        if (s.actor == h.actor && s.chunks.size() != 1)
-          return make_sched_error(fmt::format("noloco routing: stage '{}' holds {} model chunks; random routes "
-                                              "take stages of one chunk each",
-                                              s.name, s.chunks.size()));
+    for (std::size_t b = 0; b < r.size(); ++b)
+      for (std::size_t j = 0; j < b; ++j) // each replica's positions in the same order, chunk by chunk
+        if ((r[j].actor == r[b].actor) != (chains.front()[j].actor == chains.front()[b].actor))
+          return make_sched_error(fmt::format("noloco routing: replica {}'s chunks sit at other positions than "
+                                              "replica 0's",
+                                              rep));
   }
   std::uint64_t seed = 1;
   if (auto it = p.options.find("seed"); it != p.options.end()) {
@@ -223,10 +234,6 @@ method_settings settings() {
     if (l.replica_groups > 0 && l.replica_groups < c.replicas)
       out.push_back({"replica_groups", "NoLoCo's groups and random routes are its own (local_update.group): leave "
                                        "replica_groups out"});
-    if (l.routes_across_replicas && c.virtual_stages > 1)
-      out.push_back({"", fmt::format("NoLoCo's random routes take stages of one model chunk each "
-                                     "(pipeline.virtual_stages is {}): use route: chain",
-                                     c.virtual_stages)});
     return out;
   };
   return {std::move(options), configure, problems};

@@ -32,7 +32,10 @@ std::vector<int> noloco_route(int replicas, int boundary, std::int64_t sequence,
 /// microbatches of all replicas take one bijection per boundary and every stage
 /// gets as many microbatches as its own chain would give it. The gradient
 /// returns along the same route. `options["seed"]` seeds it (data.seed).
-/// Stages of one model chunk each, the same layers at each position in every replica.
+/// Stages holding several chunks (interleaved): the random bijections pick the
+/// replica of each position on the first chunk's way; a later chunk returns to
+/// the replica of its position that ran the earlier one, so every rank sees the
+/// later chunks of exactly the microbatches whose first chunk it ran.
 expected<routing_ptr> make_noloco_routing(const routing_params& p);
 
 /// NoLoCo's outer step for one replica i of a group, per value (the reference

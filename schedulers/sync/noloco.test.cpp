@@ -113,3 +113,46 @@ TEST_CASE("NoLoCo's routing policy: each round of microbatches crosses every bou
   }
   CHECK(crossed > 0); // the routes do leave their replica
 }
+
+TEST_CASE("NoLoCo's routes over interleaved chunks cross replicas on the first lap and retrace it on the later ones") {
+  // 2 replicas of 2 positions x 2 chunks (interleaved: position s holds layers
+  // [2s, 2s+2) and [4+2s, 6+2s)); actors numbered replica * 2 + position.
+  routing_params p;
+  p.layers = 8, p.replicas = 2;
+  for (int r = 0; r < 2; ++r)
+    for (int s = 0; s < 2; ++s)
+      p.stages.push_back({r * 2 + s, fmt::format("r{}s{}", r, s), {{2 * s, 2 * s + 2}, {4 + 2 * s, 6 + 2 * s}}, r});
+  p.options.emplace("seed", std::string("5"));
+  auto policy = make_noloco_routing(p);
+  REQUIRE(policy.has_value());
+  const int microbatches = 4, per_step = 2 * microbatches;
+  int crossed = 0;
+  std::set<std::vector<int>> shapes; // the replicas a route visits, hop by hop
+  for (std::int64_t step = 0; step < 8; ++step) {
+    std::map<std::pair<int, int>, int> hops; // (actor, chunk) -> microbatches it sees this step
+    for (int k = 0; k < per_step; ++k) {
+      auto seq = step * per_step + k;
+      auto r = (*policy)->route(step, k, seq);
+      REQUIRE(r.size() == 4);
+      std::vector<int> replicas;
+      for (int b = 0; b < 4; ++b) {
+        const auto& h = r[static_cast<std::size_t>(b)];
+        CHECK(h.actor % 2 == b % 2); // position b mod 2, some replica
+        CHECK(h.chunk == b / 2);     // chunk 0 on the first lap, 1 on the second
+        ++hops[{h.actor, h.chunk}];
+        replicas.push_back(h.actor / 2);
+      }
+      CHECK(replicas[0] == k % 2);       // it starts on its own replica's first stage
+      CHECK(replicas[2] == replicas[0]); // chunk 1 of position 0 where chunk 0 ran
+      CHECK(replicas[3] == replicas[1]); // and of position 1
+      crossed += replicas[1] != replicas[0];
+      shapes.insert(replicas);
+    }
+    for (auto [where, n] : hops)
+      CHECK(n == microbatches); // a bijection per round: every chunk of every stage gets its own share
+    CHECK(hops.size() == 8);
+  }
+  CHECK(crossed > 0);            // the first lap leaves its replica,
+  CHECK(crossed < 8 * per_step); // and not always
+  CHECK(shapes.size() == 4);     // both starts, each staying or crossing
+}

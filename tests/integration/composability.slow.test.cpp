@@ -72,13 +72,16 @@ fs::path work_dir() {
 }
 
 /// `interleaved` is interleaved 1F1B over 2 chunks per stage; `gpipe_interleaved`
-/// is GPipe's order over the same placement, replayed as a table.
+/// is GPipe's order over the same placement, replayed as a table;
+/// `interleaved_bounded` is interleaved 1F1B holding at most 2 microbatches' chunks.
 std::string text_of(const graph& g) {
   std::string schedule = g.schedule;
   if (g.schedule == "interleaved")
     schedule = "interleaved_1f1b, virtual: 2";
   else if (g.schedule == "gpipe_interleaved")
     schedule = "table, virtual: 2, table: " + gpipe_interleaved_table(work_dir());
+  else if (g.schedule == "interleaved_bounded") // another order over the same chunks: first chunks wait for room
+    schedule = "interleaved_1f1b, virtual: 2, policy: {max_in_flight: 2}";
   return fmt::format(R"(model:    {{layers: 8, d_model: 32, heads: 2, context: 16, vocab: 256}}
 data:     {{corpus: kjv, batch: {}, seed: 5{}}}
 train:    {{steps: {}, lr: 2.0e-3, warmup: 2, eval_batches: 1}}
@@ -177,12 +180,13 @@ verdict equals(runner& r, const graph& ref, const outcome& got, double tol, cons
 
 /// The same mechanism on the same placement under another order gives the same
 /// curve (a schedule only reorders the same arithmetic): gpipe against 1F1B,
-/// interleaved against GPipe's order over its two chunks per stage, the others
-/// against gpipe.
+/// interleaved against `interleaved_other` over its two chunks per stage (GPipe's
+/// order replayed as a table, unless routes cross replicas, which no table can
+/// replay), the others against gpipe.
 std::function<verdict(runner&, const std::string&, const outcome&)>
-schedule_invariant(std::function<graph(const std::string&)> make) {
-  return [make](runner& r, const std::string& s, const outcome& got) {
-    auto other = s == "gpipe" ? "1f1b" : s == "interleaved" ? "gpipe_interleaved" : "gpipe";
+schedule_invariant(std::function<graph(const std::string&)> make, std::string interleaved_other = "gpipe_interleaved") {
+  return [make, interleaved_other](runner& r, const std::string& s, const outcome& got) {
+    auto other = s == "gpipe" ? "1f1b" : s == "interleaved" ? interleaved_other : "gpipe";
     return equals(r, make(other), got, 1e-5);
   };
 }
@@ -215,7 +219,27 @@ std::vector<mechanism> mechanisms() {
                      : method == "desloc" ? "{algorithm: desloc, periods: {params: 2, momentum: 2, variance: 4}}"
                                           : fmt::format("{{algorithm: {}, sync_every: 2}}", method);
     auto make = [lu](const std::string& s) { return with(s, replicas2 + "local_update: " + lu + "\n"); };
-    out.push_back({method, "schedule-invariant", make, schedule_invariant(make)});
+    if (method != "noloco") {
+      out.push_back({method, "schedule-invariant", make, schedule_invariant(make)});
+      continue;
+    }
+    // NoLoCo's random routes cross replicas at every boundary (interleaved: on
+    // the first chunk's way, the later chunks retracing it). Its curve must also
+    // leave the one whose microbatches stay on their replica's own chain, or
+    // the routes were not taken.
+    auto invariant = schedule_invariant(make, "interleaved_bounded");
+    out.push_back({method, "schedule-invariant; ≠ route: chain", make,
+                   [make, invariant](runner& r, const std::string& s, const outcome& got) {
+                     auto v = invariant(r, s, got);
+                     auto chain = make(s);
+                     chain.extra.replace(chain.extra.find("sync_every: 2}"), 14, "sync_every: 2, route: chain}");
+                     const auto& own = r.run(chain);
+                     if (own.refused || own.failed)
+                       return verdict{false, "its route: chain twin did not run"};
+                     auto apart = worst(got.losses, own.losses);
+                     return verdict{v.ok && apart > 1e-4,
+                                    fmt::format("{}; against route: chain {:.2e} (must exceed 1e-4)", v.detail, apart)};
+                   }});
   }
   auto skip = [](const std::string& s, int length) { // full paths (the `full` planner) keep every stage in order
     return with(s,

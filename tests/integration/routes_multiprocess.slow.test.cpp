@@ -1,7 +1,8 @@
 // Routes that cross replicas, launched over node processes (#25 item 4):
-// SkipPipe's planned paths (under gpipe and 1f1b) and least_loaded routing send a microbatch to
-// another replica's stage at a hop, over a channel between nodes; a launched run
-// must give the one-process run's losses.
+// SkipPipe's planned paths (under gpipe and 1f1b), least_loaded routing and
+// NoLoCo's random routes (over interleaved chunks) send a microbatch to another
+// replica's stage at a hop, over a channel between nodes; a launched run must
+// give the one-process run's losses.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -69,4 +70,23 @@ actors:
   REQUIRE(r.launched.size() == r.one.size());
   for (std::size_t i = 0; i < r.one.size(); ++i)
     CHECK(std::fabs(r.launched[i] - r.one[i]) <= 1e-5 * std::fabs(r.one[i])); // float summation order
+}
+
+TEST_CASE("NoLoCo's random routes over interleaved chunks launched over two node processes give the one-process "
+          "losses") {
+  // Each replica on its own node: a first chunk's hop to the other replica, and
+  // the later chunk's wrap back to the replica that ran it, cross between the nodes.
+  const std::string graph = R"(model:    {layers: 8, d_model: 32, heads: 2, context: 16, vocab: 256}
+data:     {corpus: kjv, batch: 2, seed: 5}
+train:    {steps: 6, lr: 2.0e-3, warmup: 2, eval_batches: 1}
+pipeline: {stages: 2, microbatches: 4, schedule: interleaved_1f1b, virtual: 2}
+data_parallel: {replicas: 2, bucket: 16KB}
+local_update: {algorithm: noloco, sync_every: 2, route: random}
+)";
+  auto r = run_one_and_launched("noloco_interleaved_mp", graph);
+  INFO(r.launched_out);
+  REQUIRE(r.one.size() == 6);
+  REQUIRE(r.launched.size() == r.one.size());
+  for (std::size_t i = 0; i < r.one.size(); ++i)
+    CHECK(std::fabs(r.launched[i] - r.one[i]) <= 1e-5 * std::fabs(r.one[i])); // arrival order of the sums
 }
