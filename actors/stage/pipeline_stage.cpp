@@ -14,6 +14,7 @@
 #include "actors/skippipe_plan.hpp"
 #include "runtime/actor/messages.hpp"
 #include "actors/stage/pipeline_messages.hpp"
+#include "actors/data/tokenizer.hpp"
 #include "actors/stage/stage_engine.hpp"
 #include "schedulers/policies/rule_policies.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
@@ -74,8 +75,8 @@ void print_progress(stage_actor* self) {
   auto now = trace_now();
   while (st.vals_printed < vals.size()) {
     auto [step, loss] = vals[st.vals_printed];
-    fmt::print("{}: validation after step {}: loss {:.4f} ({:.3f} bits/byte)", e.config().name, step + 1, loss,
-               loss / std::log(2.0));
+    fmt::print("{}: validation after step {}: loss {:.4f} ({:.3f} bits/{})", e.config().name, step + 1, loss,
+               loss / std::log(2.0), e.config().byte_tokens ? "byte" : "token");
     if (st.vals_printed < shorter.size()) // SkipPipe: the model with fewer layers beside the full one
       fmt::print("; on a path of {} stages: loss {:.4f} (perplexity {:.3f} against {:.3f})",
                  e.config().short_eval_stages, shorter[st.vals_printed].second,
@@ -411,7 +412,8 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
   c.eval_every = g.train.eval_every;
   c.eval_batches = g.train.eval_batches;
   if (g.skip_runs() && skippipe_path_stages(g) < g.pipeline.stages)
-    c.eval_routes = 2, c.short_eval_stages = g.skip.path_length; // the full model, then a path of L stages
+    c.eval_routes = 2, c.short_eval_stages = g.skip.path_length;       // the full model, then a path of L stages
+  c.byte_tokens = g.data.source != "tokens" && !uses_sentencepiece(g); // token files and SentencePiece: ids
   c.grad_clip = g.train.grad_clip;
   c.weight_decay = static_cast<float>(g.train.weight_decay);
   c.model = ops::model_config(g);

@@ -46,6 +46,7 @@ struct stage_config {
   /// a path of L stages (#14).
   int eval_routes = 1;
   int short_eval_stages = 0; ///< the stages the second route visits (for the report)
+  bool byte_tokens = true;   ///< a token is a byte of text (a loss reads as bits/byte; else bits/token)
   double grad_clip = 1.0;    ///< global-norm clip; 0 = off
   float weight_decay = 0.1f; ///< AdamW's decoupled weight decay (matrices and embeddings)
   ops::gpt_config model;

@@ -27,6 +27,9 @@ TEST_CASE("troupe sample reads and writes a SentencePiece run's text with its to
                                        "train: {steps: 6, lr: 1.0e-2, eval_batches: 1}\n"
                                        "checkpoint: {dir: ckpt, every: 6}\n";
   REQUIRE(run_to_end(dir, {"run", (dir / "graph.yaml").string(), "--no-trace"}) == 0);
+  auto run_out = slurp(dir / "out.txt"); // a loss per SentencePiece id, not per byte of text
+  CHECK(run_out.find("bits/token)") != std::string::npos);
+  CHECK(run_out.find("bits/byte") == std::string::npos);
   auto ck = (dir / "ckpt").string();
   auto sample = [&](std::vector<std::string> extra) {
     std::vector<std::string> args{"sample", ck, "--prompt", "and the word", "--json"};
