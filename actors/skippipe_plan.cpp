@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "ops/gpt.hpp"
+#include "ops/model_config.hpp"
 #include "schedulers/planners/path_planner.hpp"
 #include "schedulers/sim/cost_model.hpp"
 
@@ -37,11 +39,17 @@ expected<device_spec> plan_device(const sim_spec& s) {
   return d;
 }
 
-transformer_shape shape_of(const graph_spec& g) {
-  return {g.model.layers, g.model.d_model, g.model.heads, g.model.context, g.model.vocab, g.data.batch};
-}
-
 } // namespace
+
+transformer_shape transformer_shape_of(const graph_spec& g) {
+  transformer_shape m{g.model.layers, g.model.d_model, g.model.heads, g.model.context, g.model.vocab, g.data.batch};
+  if (g.model.family == "llama") {
+    auto c = ops::model_config(g);
+    m.kv_hidden = g.model.d_model / g.model.heads * ops::kv_heads_of(c), m.ffn = ops::ffn_hidden_of(c);
+    m.gated = true;
+  }
+  return m;
+}
 
 std::optional<diagnostic> skippipe_not_runnable(const graph_spec& g) {
   if (!g.skip.present || g.skip_runs())
@@ -80,7 +88,7 @@ expected<path_problem> skippipe_problem(const graph_spec& g) {
   cs.device = *device;
   cs.dtype = g.model.precision == dtype::bf16 ? "bf16" : "f32";
   const int layers = std::max(g.model.layers / g.pipeline.stages, 1);
-  const double forward = costs_of(shape_of(g), cs, layers, false).forward;
+  const double forward = costs_of(transformer_shape_of(g), cs, layers, false).forward;
   const double bytes =
     double(g.model.d_model) * g.model.context * g.data.batch * (g.model.precision == dtype::bf16 ? 2 : 4);
   path_problem pr;
@@ -111,7 +119,8 @@ expected<skippipe_plan> plan_skippipe_graph(const graph_spec& g, bool baselines,
   } else {
     // DT-FM's weight of the data-parallel cost against the pipeline's: a position's
     // gradient bytes over the activation bytes its microbatches send (SkipPipe's FACTOR).
-    double grads = 4 * stage_parameters(shape_of(g), std::max(g.model.layers / g.pipeline.stages, 1), false);
+    double grads =
+      4 * stage_parameters(transformer_shape_of(g), std::max(g.model.layers / g.pipeline.stages, 1), false);
     double acts = 4.0 * g.model.d_model * g.model.context * g.data.batch * g.pipeline.microbatches;
     rep.where = search_placement(*pr, grads / acts, skip.seed);
   }

@@ -13,6 +13,7 @@
 
 #include "runtime/graph/graph_spec.hpp"
 #include "schedulers/planners/skippipe_planner.hpp"
+#include "schedulers/sim/cost_model.hpp"
 
 namespace troupe {
 
@@ -37,6 +38,10 @@ struct skippipe_watch {
   std::optional<std::chrono::steady_clock::time_point> deadline;
   std::function<void(std::string_view search, const sched::search_progress&)> progress;
 };
+
+/// The graph's model as the cost model sees it: its family's widths, so Llama's
+/// grouped-query k and v and its gated MLP are priced as they run (planner and `troupe sim`).
+sched::transformer_shape transformer_shape_of(const graph_spec& g);
 
 /// What SkipPipe plans on, from the graph: a node's forward from the cost model
 /// (model.layers / pipeline.stages layers on sim.device) and each hop's delay as

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/builtin.hpp"
+#include "actors/skippipe_plan.hpp"
 #include "deploy/cli/commands.hpp"
 #include "deploy/cli/flags.hpp"
 #include "deploy/run/run_graph.hpp"
@@ -80,7 +81,7 @@ double peak_rss() {
 expected<cluster_config> make_config(const graph_spec& g, std::int64_t steps) {
   cluster_config c;
   const auto& s = g.sim;
-  c.model = {g.model.layers, g.model.d_model, g.model.heads, g.model.context, g.model.vocab, g.data.batch};
+  c.model = transformer_shape_of(g);
   auto device = resolve_device(s);
   if (!device)
     return device.error();

@@ -201,3 +201,14 @@ TEST_CASE("troupe sim states a small model's size and rate in units that fit, no
   CHECK(r.has("FLOP/s (model FLOPs)"));
   CHECK(r.has(" us, ")); // an iteration of about a microsecond, not 1.07e-06 s
 }
+
+TEST_CASE("troupe sim sizes a Llama graph as it runs: its parameters are the ones troupe check counts") {
+  // Grouped-query k and v (2 of 4 heads) and a gated MLP of 512: GPT-2's formulas would give another count.
+  const std::string llama = " --set model.family=llama --set model.kv_heads=2 --set model.ffn_hidden=512";
+  auto j = sim_json(equal + llama);
+  auto check = run_troupe("check examples/sim/equal_stages.yaml --json" + llama);
+  REQUIRE_MESSAGE(check.code == 0, check.out);
+  auto counted = nlohmann::json::parse(check.out)["parameters"]["total"].get<double>();
+  CHECK(counted == 4'854'016); // 8 × (256·(512 + 256) + 3·256·512 + 2·256) + 2·256·256 + 256
+  CHECK(j["params_b"].get<double>() * 1e9 == doctest::Approx(counted).epsilon(1e-12));
+}

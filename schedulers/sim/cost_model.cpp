@@ -89,9 +89,14 @@ double ring_allreduce_time(int n, double bytes, const link_spec& link) {
   return steps / n * (link.bandwidth > 0 ? bytes / link.bandwidth : 0.0) + steps * link.latency;
 }
 
+double layer_matmul_params(const transformer_shape& m) {
+  double h = m.hidden, kv = m.kv_hidden > 0 ? m.kv_hidden : h, f = m.ffn > 0 ? m.ffn : 4 * h;
+  return h * (2 * h + 2 * kv) + (m.gated ? 3 : 2) * h * f;
+}
+
 layer_flops layer_forward_flops(const transformer_shape& m) {
   double b = m.microbatch, s = m.sequence, h = m.hidden;
-  return {24 * b * s * h * h, 4 * b * s * s * h};
+  return {2 * b * s * layer_matmul_params(m), 4 * b * s * s * h};
 }
 
 double head_forward_flops(const transformer_shape& m) {
@@ -104,20 +109,31 @@ double layer_activation_bytes(const transformer_shape& m, int t) {
 }
 
 double iteration_flops(const transformer_shape& m, std::int64_t batch, bool recompute) {
-  double B = static_cast<double>(batch), s = m.sequence, l = m.layers, h = m.hidden, V = m.vocab;
-  if (recompute)
-    return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
-  return 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+  if (!m.gated) {
+    double B = static_cast<double>(batch), s = m.sequence, l = m.layers, h = m.hidden, V = m.vocab;
+    if (recompute)
+      return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+    return 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+  }
+  // The same count for any block: 4 (or 3) forwards of every layer and 3 of the head, per sequence.
+  auto one = m;
+  one.microbatch = 1;
+  return static_cast<double>(batch) *
+         ((recompute ? 4 : 3) * m.layers * layer_forward_flops(one).total() + 3 * head_forward_flops(one));
 }
 
 double parameter_count(const transformer_shape& m) {
   double l = m.layers, h = m.hidden, V = m.vocab, s = m.sequence;
+  if (m.gated)
+    return stage_parameters(m, m.layers, true) + h + V * h;
   return 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
 }
 
 double stage_parameters(const transformer_shape& m, int layers, bool embedding) {
-  double h = m.hidden;
-  return layers * (12 * h * h + 13 * h) + (embedding ? (static_cast<double>(m.vocab) + m.sequence) * h : 0.0);
+  double h = m.hidden, V = m.vocab;
+  if (m.gated)
+    return layers * (layer_matmul_params(m) + 2 * h) + (embedding ? V * h : 0.0);
+  return layers * (12 * h * h + 13 * h) + (embedding ? (V + m.sequence) * h : 0.0);
 }
 
 double tensor_parallel_allreduce(const transformer_shape& m, const cost_settings& s) {

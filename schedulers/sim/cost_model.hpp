@@ -104,11 +104,19 @@ struct transformer_shape {
   int sequence = 0;   ///< s
   int vocab = 0;      ///< V
   int microbatch = 1; ///< b: sequences per microbatch
+  int kv_hidden = 0;  ///< the width of k and of v (grouped-query attention: h·kv_heads/a); 0: h
+  int ffn = 0;        ///< the MLP's hidden width f; 0: 4h
+  bool gated = false; ///< Llama's block: a gated MLP (gate, up and down), RMSNorm, no biases, no positions
 };
 
-/// Forward FLOPs of one layer for one microbatch: 24·b·s·h² (QKV, projection
-/// and the 4h MLP, 2 FLOPs per multiply-add) + 4·b·s²·h (QKᵀ and attention
-/// over values) (Narayanan et al. 2021, §5.1). Split as matmul and attention.
+/// Weights of one layer's matrix products: h·(2h + 2·kv) for q, k, v and the
+/// projection, plus 2·h·f for GPT-2's MLP or 3·h·f for a gated one (12h² for GPT-2).
+double layer_matmul_params(const transformer_shape& m);
+
+/// Forward FLOPs of one layer for one microbatch: 2·b·s·layer_matmul_params
+/// (24·b·s·h² for GPT-2: QKV, projection and the 4h MLP, 2 FLOPs per
+/// multiply-add) + 4·b·s²·h (QKᵀ and attention over values) (Narayanan et al.
+/// 2021, §5.1). Split as matmul and attention.
 struct layer_flops {
   double matmul = 0;
   double attention = 0;
@@ -126,12 +134,15 @@ double layer_activation_bytes(const transformer_shape& m, int t = 1);
 /// FLOPs of one iteration of `batch` sequences (B = b · microbatches · replicas):
 /// with full recomputation 96·B·s·l·h²(1 + s/6h + V/16lh) (Narayanan et al.
 /// 2021, eq. 3: what Megatron's TFLOP/s count); without, 72·B·s·l·h²(1 + s/6h + V/12lh)
-/// (the model FLOPs of MFU). Both are 4 (or 3) forwards of every layer plus 3 of the head.
+/// (the model FLOPs of MFU). Both are 4 (or 3) forwards of every layer plus 3 of
+/// the head, which is how a gated (Llama) shape is counted.
 double iteration_flops(const transformer_shape& m, std::int64_t batch, bool recompute);
 
-/// Parameters: 12·l·h²·(1 + 13/12h + (V + s)/12lh) (Narayanan et al. 2021, §5.1).
+/// Parameters: 12·l·h²·(1 + 13/12h + (V + s)/12lh) (Narayanan et al. 2021, §5.1);
+/// a gated (Llama) model: its blocks, the embedding, the final norm and an untied head.
 double parameter_count(const transformer_shape& m);
-/// Parameters of `layers` blocks (12h² + 13h each), plus the embeddings when `embedding`.
+/// Parameters of `layers` blocks (12h² + 13h each for GPT-2; a gated block's
+/// products and its two norms), plus the embeddings when `embedding` (Llama's has no positions).
 double stage_parameters(const transformer_shape& m, int layers, bool embedding);
 
 /// What a stage's chunk costs, in seconds, per microbatch, on `t` devices of one node.

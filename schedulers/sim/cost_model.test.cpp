@@ -45,6 +45,27 @@ TEST_CASE("Parameters follow 12lh^2(1 + 13/12h + (V + s)/12lh): GPT-3 is 175B, M
   CHECK(stage_parameters(m, m.layers, true) == doctest::Approx(parameter_count(m)));
 }
 
+TEST_CASE("A Llama shape counts its grouped-query k and v and its gated MLP: Llama 2's 7B and 70B to the parameter") {
+  // Touvron et al. 2023 (Llama 2), Hugging Face configs: 7B l 32, h 4096, 32 heads
+  // (k, v full width), f 11008; 70B l 80, h 8192, 8 of 64 heads for k and v
+  // (width 1024), f 28672; V 32000, untied head. 6,738,415,616 and 68,976,648,192.
+  transformer_shape seven{32, 4096, 32, 4096, 32000, 1, 4096, 11008, true};
+  transformer_shape seventy{80, 8192, 64, 4096, 32000, 1, 1024, 28672, true};
+  CHECK(parameter_count(seven) == 6'738'415'616.0);
+  CHECK(parameter_count(seventy) == 68'976'648'192.0);
+  // Forward FLOPs: two per weight of the products, per token, and the same attention as GPT-2.
+  double b = 1, s = 4096, h = 8192;
+  auto f = layer_forward_flops(seventy);
+  CHECK(f.matmul == doctest::Approx(2 * b * s * (h * (2 * h + 2 * 1024) + 3 * h * 28672)));
+  CHECK(f.attention == doctest::Approx(4 * b * s * s * h));
+  // The defaults are GPT-2's block: 12h² weights, 24bsh² FLOPs.
+  transformer_shape gpt{2, 64, 4, 32, 256, 3};
+  CHECK(layer_matmul_params(gpt) == 12.0 * 64 * 64);
+  CHECK(iteration_flops(seven, 8, false) ==
+        doctest::Approx(8 * (3 * 32 * layer_forward_flops({32, 4096, 32, 4096, 32000, 1, 4096, 11008, true}).total() +
+                             3 * head_forward_flops(seven))));
+}
+
 TEST_CASE("A ring all-reduce costs 2(n-1)/n bytes/bandwidth + 2(n-1) latencies") {
   link_spec ib{1e-5, 25e9};
   CHECK(ring_allreduce_time(4, 1e9, ib) == doctest::Approx(1.5 * 1e9 / 25e9 + 6 * 1e-5));
