@@ -27,16 +27,21 @@ data_parallel: {replicas: 2}
 )" + skip_network8 + R"(skip: {path_length: 3, memory: 3}
 )";
 
+/// The launched run's six losses are the one-process run's, each to `tolerance` (relative).
+void same_losses(const one_and_launched& r, double tolerance) {
+  REQUIRE(r.one.size() == 6);
+  REQUIRE(r.launched.size() == r.one.size());
+  for (std::size_t i = 0; i < r.one.size(); ++i)
+    CHECK(std::fabs(r.launched[i] - r.one[i]) <= tolerance * std::fabs(r.one[i]));
+}
+
 } // namespace
 
 TEST_CASE("SkipPipe's paths launched over two node processes give the one-process losses") {
   auto r = run_one_and_launched("skip_mp", skip_graph);
   INFO(r.launched_out);
   CHECK(r.launched_out.find("validation on a path of 3 of 4 stages") != std::string::npos); // the paths ran
-  REQUIRE(r.one.size() == 6);
-  REQUIRE(r.launched.size() == r.one.size());
-  for (std::size_t i = 0; i < r.one.size(); ++i)
-    CHECK(std::fabs(r.launched[i] - r.one[i]) <= 1e-6 * std::fabs(r.one[i]));
+  same_losses(r, 1e-6);
 }
 
 TEST_CASE("SkipPipe's paths under 1f1b launched over two node processes give the one-process losses") {
@@ -48,10 +53,7 @@ TEST_CASE("SkipPipe's paths under 1f1b launched over two node processes give the
   auto r = run_one_and_launched("skip_1f1b_mp", graph);
   INFO(r.launched_out);
   CHECK(r.launched_out.find("validation on a path of 3 of 4 stages") != std::string::npos);
-  REQUIRE(r.one.size() == 6);
-  REQUIRE(r.launched.size() == r.one.size());
-  for (std::size_t i = 0; i < r.one.size(); ++i)
-    CHECK(std::fabs(r.launched[i] - r.one[i]) <= 1e-6 * std::fabs(r.one[i]));
+  same_losses(r, 1e-6);
 }
 
 TEST_CASE("least_loaded routing launched over two node processes gives the one-process losses") {
@@ -66,10 +68,7 @@ actors:
 )";
   auto r = run_one_and_launched("least_loaded_mp", graph);
   INFO(r.launched_out);
-  REQUIRE(r.one.size() == 6);
-  REQUIRE(r.launched.size() == r.one.size());
-  for (std::size_t i = 0; i < r.one.size(); ++i)
-    CHECK(std::fabs(r.launched[i] - r.one[i]) <= 1e-5 * std::fabs(r.one[i])); // float summation order
+  same_losses(r, 1e-5); // float summation order
 }
 
 TEST_CASE("NoLoCo's random routes over interleaved chunks launched over two node processes give the one-process "
@@ -85,8 +84,5 @@ local_update: {algorithm: noloco, sync_every: 2, route: random}
 )";
   auto r = run_one_and_launched("noloco_interleaved_mp", graph);
   INFO(r.launched_out);
-  REQUIRE(r.one.size() == 6);
-  REQUIRE(r.launched.size() == r.one.size());
-  for (std::size_t i = 0; i < r.one.size(); ++i)
-    CHECK(std::fabs(r.launched[i] - r.one[i]) <= 1e-5 * std::fabs(r.one[i])); // arrival order of the sums
+  same_losses(r, 1e-5); // arrival order of the sums
 }
