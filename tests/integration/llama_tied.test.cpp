@@ -1,7 +1,8 @@
 // Tied embeddings across pipeline stages (#27): the embedding's stage and the
 // head's each keep a copy of the tied matrix and add each other's gradient of it
 // at every step boundary (actors/boundary/tied_embeddings.cpp). 2 and 4 stages,
-// interleaved and V-shaped chunks, and DDP replicas follow the one-stage curve,
+// interleaved and V-shaped chunks, attention servers, and DDP replicas (routed
+// across replicas or not) follow the one-stage curve,
 // where there is one matrix, to 1e-5 with clipping on (so the matrix is counted
 // once in the norm); the copies stay bit-identical; a resumed run follows the
 // uninterrupted one to 1e-6.
@@ -48,18 +49,21 @@ double largest_difference(const std::vector<double>& got, const std::vector<doub
 
 } // namespace
 
-TEST_CASE("tied llama on 2 and 4 stages, interleaved and V-shaped, follows tied on 1 stage to 1e-5") {
+TEST_CASE("tied llama on 2 and 4 stages, interleaved, V-shaped and with attention servers, follows tied on 1 stage "
+          "to 1e-5") {
   auto one = run_graph_text(graph(1, "schedule: gpipe"), "tests/tied1.yaml");
   REQUIRE(one.losses.size() == 6);
   CHECK(one.losses.back() < one.losses.front() - 0.1); // it learns
-  for (auto [stages, pipeline] : {std::pair<int, std::string>{2, "schedule: 1f1b"},
-                                  {4, "schedule: 1f1b"},
-                                  {2, "schedule: interleaved_1f1b, virtual: 2"},
-                                  {2, "schedule: dualpipev, virtual: 2"}}) { // V: both copies on stage 0
-    INFO(stages, " ", pipeline);
-    auto got = run_graph_text(graph(stages, pipeline), "tests/tied.yaml");
+  for (auto [stages, pipeline, extra] :
+       {std::tuple<int, std::string, std::string>{2, "schedule: 1f1b", ""},
+        {4, "schedule: 1f1b", ""},
+        {2, "schedule: interleaved_1f1b, virtual: 2", ""},
+        {2, "schedule: dualpipev, virtual: 2", ""}, // V: both copies on stage 0, added in place
+        {2, "schedule: zb_h1", "attention: {servers: in_place, nano_batches: 2}"}}) {
+    INFO(stages, " ", pipeline, " ", extra);
+    auto got = run_graph_text(graph(stages, pipeline, extra), "tests/tied.yaml");
     auto worst = largest_difference(got.losses, one.losses);
-    MESSAGE(fmt::format("{} stages, {}: largest relative difference {:.2e}", stages, pipeline, worst));
+    MESSAGE(fmt::format("{} stages, {} {}: largest relative difference {:.2e}", stages, pipeline, extra, worst));
     CHECK(worst <= 1e-5);
   }
 }
