@@ -147,4 +147,13 @@ step_boundary_type local_optimizer_boundary(); ///< actors/boundary/local_optimi
 step_boundary_type outer_exchange_boundary();  ///< actors/boundary/outer_exchange.cpp
 void register_builtin_step_boundaries();
 
+/// A copy of a tied matrix that stage `stage` holds (actors/boundary/tied_embeddings.cpp):
+/// its parameter's name, and whether the global norm counts it (the embedding's
+/// copy is counted, the head's is not). None without tied embeddings apart.
+struct tied_copy {
+  std::string name;
+  bool counted = true;
+};
+std::vector<tied_copy> tied_copies_on(const graph_spec& g, const actor_spec& stage);
+
 } // namespace troupe

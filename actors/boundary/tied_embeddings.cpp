@@ -7,6 +7,9 @@
 // finalize_model_grads.py) reduces over the data-parallel replicas first
 // (finish_grad_sync), then all-reduces the word embeddings' gradients between
 // the first and the last pipeline stage (_allreduce_word_embedding_grads).
+// Here too it sits below the DDP ring in the stack, so it adds the replicas'
+// sums; above ZeRO's shards, which take each copy in a bucket of its own only
+// once the two are summed, and count the second copy in no norm.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -30,12 +33,13 @@ constexpr const char* copy_name = "lm_head.weight";           ///< its copy on t
 /// stage's own when it holds both in different chunks (V-shaped chunks).
 struct tied_options {
   int twin = -1;
+  bool zero = false; ///< ZeRO's shards take the summed gradients and count the norm (zero_shards.cpp)
 };
 
 class tied_embeddings final : public step_boundary {
 public:
   tied_embeddings(stage_host& host, const boundary_choice& c)
-      : host_(host), twin_(std::any_cast<tied_options>(c.options).twin) {
+      : host_(host), opt_(std::any_cast<tied_options>(c.options)) {
     const auto& models = host_.models();
     for (std::size_t k = 0; k < models.size(); ++k) {
       if (!models[k]->device().is_cpu()) // the sum below reads host memory
@@ -65,7 +69,8 @@ public:
     auto own = grad(mine());
     auto sent = tensor_handle::empty(own.shape());
     std::memcpy(sent.data<float>(), own.data<float>(), own.nbytes()); // the twin reads it while this one adds
-    host_.send(twin_, caf::make_message(tied_atom::value, tied_grad_msg{step, host_.config().actor, std::move(sent)}));
+    host_.send(opt_.twin,
+               caf::make_message(tied_atom::value, tied_grad_msg{step, host_.config().actor, std::move(sent)}));
     waiting_ = step;
     return take(step);
   }
@@ -75,9 +80,9 @@ public:
       return false;
     const auto& msg = m.get_as<tied_grad_msg>(1);
     const auto& name = host_.config().name;
-    if (msg.from != twin_)
+    if (msg.from != opt_.twin)
       throw std::runtime_error(
-        fmt::format("{}: a tied-embedding gradient from actor {}, whose twin is actor {}", name, msg.from, twin_));
+        fmt::format("{}: a tied-embedding gradient from actor {}, whose twin is actor {}", name, msg.from, opt_.twin));
     if (!(msg.grad.shape() == grad(mine()).shape()))
       throw std::runtime_error(fmt::format("{}: the tied-embedding gradient of step {} is {}, the matrix {}", name,
                                            msg.step, to_string(msg.grad.shape()), to_string(grad(mine()).shape())));
@@ -89,9 +94,9 @@ public:
   }
 
   /// The two copies hold the same gradient: the embedding's stage counts it in
-  /// the global norm, the head's leaves its copy out.
+  /// the global norm, the head's leaves its copy out (with ZeRO its shards do).
   std::optional<double> norm_share(step_t) override {
-    if (copy_.chunk < 0 || host_.config().grad_clip <= 0)
+    if (copy_.chunk < 0 || host_.config().grad_clip <= 0 || opt_.zero)
       return std::nullopt;
     double sq = 0, copy = 0;
     for (const auto& m : host_.models())
@@ -109,7 +114,11 @@ private:
   };
   const place& mine() const { return embedding_.chunk >= 0 ? embedding_ : copy_; }
   tensor_handle grad(const place& p) const {
-    return host_.models()[static_cast<std::size_t>(p.chunk)]->grads()[p.param].value;
+    const auto& g = host_.models()[static_cast<std::size_t>(p.chunk)]->grads()[p.param];
+    if (!g.value.defined()) // ZeRO-2 gave it back, and no backward ran here this step
+      throw std::runtime_error(
+        fmt::format("{}: no gradient of '{}' to exchange with its twin this step", host_.config().name, g.name));
+    return g.value;
   }
   /// to += from, element by element (a + b = b + a exactly: both copies get the same sum).
   static void add(tensor_handle& to, const tensor_handle& from) {
@@ -131,7 +140,7 @@ private:
   }
 
   stage_host& host_;
-  int twin_;
+  tied_options opt_;
   place embedding_, copy_;                  ///< where each copy sits here (chunk -1: not on this stage)
   step_t waiting_ = -1;                     ///< the step whose twin's gradient this stage waits for
   std::map<step_t, tensor_handle> arrived_; ///< the twin's gradients, by step (it may be first)
@@ -149,6 +158,18 @@ std::pair<bool, bool> copies_of(const graph_spec& g, const actor_spec& a) {
 
 } // namespace
 
+std::vector<tied_copy> tied_copies_on(const graph_spec& g, const actor_spec& stage) {
+  if (!g.model.tie_embeddings)
+    return {};
+  auto [embedding, copy] = copies_of(g, stage);
+  std::vector<tied_copy> out;
+  if (embedding)
+    out.push_back({embedding_name, true});
+  if (copy)
+    out.push_back({copy_name, false});
+  return out;
+}
+
 step_boundary_type tied_embeddings_boundary() {
   return {"tied_embeddings",
           [](const graph_spec& g, const actor_spec& stage) -> std::optional<boundary_choice> {
@@ -157,13 +178,14 @@ step_boundary_type tied_embeddings_boundary() {
             auto [embedding, copy] = copies_of(g, stage);
             if (!embedding && !copy)
               return std::nullopt; // a middle stage, or one range that holds both
+            const bool zero = g.data_parallel.zero > 0;
             if (embedding && copy)
-              return boundary_choice{{}, -1, tied_options{g.index_of(stage.name)}};
+              return boundary_choice{{}, -1, tied_options{g.index_of(stage.name), zero}};
             for (const auto& a : g.actors) // the twin: the other copy's stage in the same replica
               if (a.role.holds_layers && a.replica == stage.replica && a.name != stage.name) {
                 auto [e, c] = copies_of(g, a);
                 if (embedding ? c : e)
-                  return boundary_choice{{}, -1, tied_options{g.index_of(a.name)}};
+                  return boundary_choice{{}, -1, tied_options{g.index_of(a.name), zero}};
               }
             throw std::invalid_argument(fmt::format(
               "{}: tied embeddings, but no stage of replica {} holds the other copy", stage.name, stage.replica));

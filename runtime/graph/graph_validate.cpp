@@ -121,8 +121,9 @@ void check_stage_layers(parsed_graph& pg, const graph_vocabulary& vocab, graph_r
     return; // model.layers, or which stage holds what, is already in doubt
   // Tied embeddings: a head apart from the embedding keeps a copy of the tied
   // matrix, which the two stages keep equal by adding each other's gradient of
-  // it after the replicas' sum (actors/boundary/tied_embeddings.cpp). What would
-  // give the two copies different updates is refused.
+  // it, after the DDP ring's sum or before ZeRO's shards take it
+  // (actors/boundary/tied_embeddings.cpp). What would give the two copies
+  // different updates is refused.
   if (g.model.tie_embeddings) {
     bool apart =
       std::none_of(all.begin(), all.end(), [&](const auto& h) { return h.range.begin == 0 && h.range.end == layers; });
@@ -131,12 +132,6 @@ void check_stage_layers(parsed_graph& pg, const graph_vocabulary& vocab, graph_r
       refuse("tied embeddings with SkipPipe's paths (skip:): a path may leave out a stage, and the head sits "
              "apart from the embedding on a range of its own, whose copy of the tied matrix no exchange keeps "
              "equal on every path (use tie_embeddings: false)");
-    else if (apart && g.data_parallel.zero > 0)
-      refuse(fmt::format("tied embeddings across stages with data_parallel.zero: {}: ZeRO's optimizer shards update "
-                         "each copy of the tied matrix from slices reduce-scattered before the two stages could add "
-                         "each other's gradient, so the copies would drift apart (use zero: 0, one stage, or "
-                         "tie_embeddings: false)",
-                         g.data_parallel.zero));
     else if (apart && g.local_update.present)
       refuse("tied embeddings across stages with local_update: each stage's outer exchange averages its own "
              "fragments with its own peers, so the two copies of the tied matrix would meet different averages (use "

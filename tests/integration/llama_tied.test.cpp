@@ -1,11 +1,11 @@
 // Tied embeddings across pipeline stages (#27): the embedding's stage and the
 // head's each keep a copy of the tied matrix and add each other's gradient of it
 // at every step boundary (actors/boundary/tied_embeddings.cpp). 2 and 4 stages,
-// interleaved and V-shaped chunks, attention servers, and DDP replicas (routed
-// across replicas or not) follow the one-stage curve,
-// where there is one matrix, to 1e-5 with clipping on (so the matrix is counted
-// once in the norm); the copies stay bit-identical; a resumed run follows the
-// uninterrupted one to 1e-6.
+// interleaved and V-shaped chunks, attention servers, DDP replicas (routed
+// across replicas or not) and ZeRO follow the one-stage curve, where there is
+// one matrix, to 1e-5 with clipping on (so the matrix is counted once in the
+// norm); the copies stay bit-identical; a resumed run follows the uninterrupted
+// one to 1e-6.
 #include <unistd.h>
 
 #include <cmath>
@@ -80,6 +80,44 @@ TEST_CASE("tied llama on 2 and 4 stages with 2 DDP replicas, routed or not, foll
     MESSAGE(fmt::format("{} stages x 2 replicas{}: largest relative difference {:.2e}", stages, route, worst));
     CHECK(worst <= 1e-5);
   }
+}
+
+// ZeRO: the copies are summed before the shards take them, each in a bucket of
+// its own, and the second copy is in no shard's norm.
+TEST_CASE("tied llama on 2 and 4 stages with ZeRO-1 and ZeRO-2 over 2 replicas follows tied on 1 stage with the same "
+          "ZeRO to 1e-5") {
+  for (int zero : {1, 2}) {
+    const auto dp = fmt::format("data_parallel: {{replicas: 2, bucket: 16KB, zero: {}}}", zero);
+    auto one = run_graph_text(graph(1, "schedule: gpipe", dp), "tests/tied1_zero.yaml");
+    for (int stages : {2, 4}) {
+      auto got = run_graph_text(graph(stages, "schedule: 1f1b", dp), "tests/tied_zero.yaml");
+      auto worst = largest_difference(got.losses, one.losses);
+      MESSAGE(fmt::format("{} stages x 2 replicas, ZeRO-{}: largest relative difference {:.2e}", stages, zero, worst));
+      CHECK(worst <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("under ZeRO over 3 replicas the tied matrix's copies are bit-identical in every replica's checkpoint") {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("troupe-tied-zero-{}", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "tied.yaml") << graph(2, "schedule: 1f1b", "data_parallel: {replicas: 3, bucket: 16KB, zero: 1}");
+  auto ck = dir / "ck";
+  REQUIRE(run_to_end(dir, {"run", (dir / "tied.yaml").string(), "--no-trace", "--set", "train.steps=4", "--set",
+                           "checkpoint.dir=" + ck.string(), "--set", "checkpoint.every=4"}) == 0);
+  auto embedding = read_safetensors(ck / "step-000004" / "r0s0.safetensors");
+  REQUIRE(embedding);
+  auto want = embedding->find("embed_tokens.weight");
+  REQUIRE(want.defined());
+  for (const auto* part : {"r0s0", "r1s0", "r2s0", "r0s1", "r1s1", "r2s1"}) {
+    auto f = read_safetensors(ck / "step-000004" / (std::string(part) + ".safetensors"));
+    REQUIRE_MESSAGE(f, part);
+    auto got = f->find(std::string(part).ends_with("s1") ? "lm_head.weight" : "embed_tokens.weight");
+    REQUIRE_MESSAGE(got.defined(), part);
+    CHECK_MESSAGE(std::memcmp(got.raw(), want.raw(), want.nbytes()) == 0, part);
+  }
+  fs::remove_all(dir);
 }
 
 TEST_CASE("the tied matrix's copies are bit-identical in the checkpoint, and a resumed tied run follows the "
