@@ -133,9 +133,9 @@ void check_stage_layers(parsed_graph& pg, const graph_vocabulary& vocab, graph_r
              "apart from the embedding on a range of its own, whose copy of the tied matrix no exchange keeps "
              "equal on every path (use tie_embeddings: false)");
     else if (apart && g.local_update.present)
-      refuse("tied embeddings across stages with local_update: each stage's outer exchange averages its own "
-             "fragments with its own peers, so the two copies of the tied matrix would meet different averages (use "
-             "one stage, or tie_embeddings: false)");
+      refuse("tied embeddings across stages with local_update: each stage's outer exchange schedules and "
+             "averages its own fragments (with its own peers under NoLoCo), so nothing keeps the two copies' outer "
+             "steps equal (use one stage, or tie_embeddings: false)");
   }
   // Each replica holds the whole model once: the checks run per replica.
   for (int rep = 0; rep < replicas; ++rep) {
