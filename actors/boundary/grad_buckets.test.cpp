@@ -117,3 +117,25 @@ TEST_CASE("a ZeRO-2 stage that ran no backward in a step sends zero gradients, n
     }
   }
 }
+
+TEST_CASE("a parameter cut alone waits in a bucket of its own until the flush, while the others go during the pass") {
+  ops::gpt_config cfg{2, 32, 2, 8, 64};
+  ops::gpt_range range(cfg, 0, 2);
+  std::vector<std::unique_ptr<stage_model>> models;
+  models.push_back(make_cpu_stage_model(range));
+  std::vector<bucket_msg> sent;
+  grad_buckets b(models, 16 << 10, {}, [&](bucket_msg m) { sent.push_back(std::move(m)); }, true, {"lm_head.weight"});
+  const int alone = b.bucket_holding("lm_head.weight");
+  REQUIRE(alone == static_cast<int>(b.size()) - 1); // after the others
+  REQUIRE(b.layout().back().size() == 1);
+  auto [x, y] = tokens();
+  models[0]->forward(0, {x, nullptr}, y);
+  b.begin_pass(0, 0, true);
+  models[0]->backward(0, {});
+  b.end_pass();
+  CHECK(sent.size() == b.size() - 1);
+  CHECK(std::none_of(sent.begin(), sent.end(), [&](const bucket_msg& m) { return m.bucket == alone; }));
+  CHECK_FALSE(b.flush(0));
+  REQUIRE(sent.size() == b.size());
+  CHECK(sent.back().bucket == alone);
+}
