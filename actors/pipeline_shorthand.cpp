@@ -144,6 +144,8 @@ void expand_pipeline(section_expansion& e) {
       edge(stage(r, s), stage(r, s - 1)); // V-shaped chunks come back down the ranks
     if (p.virtual_stages > 1 && p.stages > 1 && !v_shape)
       edge(last, stage(r, 0)); // interleaved chunks wrap around
+    else if (g.model.tie_embeddings && loss_rank != 0)
+      edge(stage(r, loss_rank), stage(r, 0)); // the head's stage and the embedding's add each other's gradient
   }
   // A method that routes across replicas (NoLoCo's random routes) and least_loaded
   // routing: any replica to any replica at each boundary (the channels a launched

@@ -34,6 +34,7 @@ enum class data_kind : std::uint16_t {
   outer_part,
   attention_task,
   attention_result,
+  tied_grad,
 };
 
 /// What each kind carries. A new data-plane message is one line here (its
@@ -51,7 +52,8 @@ using data_table = wire::table<
   wire::entry<data_kind::hops, hops_atom, step_t, std::int32_t, std::int32_t>, // step, from, count
   wire::entry<data_kind::outer_part, outer_part_atom, outer_part_msg>,         // a pseudo-gradient to another replica
   wire::entry<data_kind::attention_task, attention_atom, attention_task_msg>,  // a shard to an attention server
-  wire::entry<data_kind::attention_result, attention_atom, attention_result_msg>>; // the server's answer
+  wire::entry<data_kind::attention_result, attention_atom, attention_result_msg>, // the server's answer
+  wire::entry<data_kind::tied_grad, tied_atom, tied_grad_msg>>; // a tied embedding's gradient to its twin stage
 
 /// The frame that carries `(Atom::value, xs...)` to actor `dest` (its index in
 /// graph_spec::actors): `encode(3, forward_atom{}, m)`.

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/boundary/step_boundary.hpp"
 #include "ops/gpt.hpp"
 #include "ops/grad_clip.hpp"
 #include "runtime/actor/errors.hpp"
@@ -56,6 +57,17 @@ std::vector<std::vector<sched::shard_param>> zero_params(const graph_spec& g, co
   return out;
 }
 
+sched::shard_layout stage_shard_layout(const graph_spec& g, const actor_spec& stage, int members, int rank) {
+  auto params = zero_params(g, stage);
+  std::vector<sched::param_ref> alone;
+  for (const auto& t : tied_copies_on(g, stage))
+    for (std::size_t c = 0; c < params.size(); ++c)
+      for (std::size_t i = 0; i < params[c].size(); ++i)
+        if (params[c][i].name == t.name)
+          alone.push_back({static_cast<int>(c), static_cast<int>(i)});
+  return sched::make_shard_layout(params, g.data_parallel.bucket, members, rank, alone);
+}
+
 zero_prediction predict_held(const graph_spec& g, const actor_spec& stage) {
   auto params = zero_params(g, stage);
   auto psi = elements_of(params);
@@ -66,7 +78,7 @@ zero_prediction predict_held(const graph_spec& g, const actor_spec& stage) {
   p.stage.optimizer = g.data_parallel.zero == 0 ? kinds * f32 * psi : 0;
   if (g.data_parallel.zero > 0) {
     auto members = g.sync_group_size();
-    auto slice = sched::make_shard_layout(params, g.data_parallel.bucket, members, stage.replica % members).elements();
+    auto slice = stage_shard_layout(g, stage, members, stage.replica % members).elements();
     p.shard.optimizer = kinds * f32 * slice;
     p.shard.grads = g.data_parallel.zero == 2 ? f32 * slice : 0;
   }
@@ -75,7 +87,7 @@ zero_prediction predict_held(const graph_spec& g, const actor_spec& stage) {
 
 zero_shard::zero_shard(const graph_spec& g, const actor_spec& stage, int rank, int stage_index)
     : zero_(g.data_parallel.zero), stage_index_(stage_index), loss_(holds_loss(g, stage)) {
-  layout_ = sched::make_shard_layout(zero_params(g, stage), g.data_parallel.bucket, g.sync_group_size(), rank);
+  layout_ = stage_shard_layout(g, stage, g.sync_group_size(), rank);
   std::vector<ops::named_tensor> shapes;
   std::int64_t at = 0;
   for (std::size_t i = 0; i < layout_.segments.size(); ++i) {

@@ -33,6 +33,10 @@ void record_held(const std::string& actor, const held_bytes& h);
 
 /// The stage's parameters as ZeRO partitions them (one list per model chunk).
 std::vector<std::vector<sched::shard_param>> zero_params(const graph_spec& g, const actor_spec& stage);
+/// The stage's layout under ZeRO over `members` replicas, for the shard of `rank`:
+/// the buckets its zero_shards component cuts, a tied matrix's copies each in a
+/// bucket of its own (actors/boundary/zero_shards.cpp).
+sched::shard_layout stage_shard_layout(const graph_spec& g, const actor_spec& stage, int members, int rank);
 
 /// What the stage and the shard of `stage` hold by design, from the graph alone
 /// (what `troupe check` prints and a run reports): the stage 4Ψ of parameters,

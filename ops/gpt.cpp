@@ -41,8 +41,6 @@ gpt_range::gpt_range(const gpt_config& cfg, int begin, int end) : impl_(new impl
     require(hd % 2 == 0, op, fmt::format("the head width {} must be even for rotary positions", hd));
     require(ffn_hidden_of(cfg) > 0 && cfg.rope_theta > 0 && cfg.norm_eps > 0, op,
             "ffn_hidden, rope_theta and norm_eps must be positive");
-    require(!cfg.tie_embeddings || (begin == 0 && holds_head(cfg, begin, end)), op,
-            fmt::format("tied embeddings need the embedding and the head in one range, not [{}, {})", begin, end));
   }
   require(head_only || (0 <= begin && begin < end && end <= cfg.layers), op,
           fmt::format("layer range [{}, {}) is not inside [0, {})", begin, end, cfg.layers));

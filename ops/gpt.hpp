@@ -45,7 +45,7 @@ struct gpt_config {
   int kv_heads = 0;            ///< llama: key/value heads (grouped-query attention), dividing heads; 0: heads
   int ffn_hidden = 0;          ///< llama: SwiGLU's hidden width; 0: llama_ffn_hidden(d_model)
   double rope_theta = 10000.0; ///< llama: the rotary base θ
-  bool tie_embeddings = false; ///< llama: the head is the token embedding (one range must hold both)
+  bool tie_embeddings = false; ///< llama: the head is the token embedding (a range apart keeps a copy)
   float norm_eps = 1e-5f;      ///< llama: RMSNorm's epsilon
 };
 

@@ -107,23 +107,25 @@ struct gpt_range::impl {
   bool llama() const { return cfg.family == model_family::llama; }
   int local_layers() const { return end - begin; }
   /// Parameters of the embedding (wte, wpe; llama: embed only), a block, the head
-  /// (norm weight and bias, lm_head; llama: norm, and lm_head unless tied).
+  /// (norm weight and bias, lm_head; llama: norm, and lm_head unless tied in this range).
   std::size_t embed_params() const { return llama() ? 1 : 2; }
   std::size_t block_params() const { return std::size_t(llama() ? int(llama_slots) : int(block_slots)); }
-  std::size_t head_params() const { return llama() ? (cfg.tie_embeddings ? 1 : 2) : 3; }
+  std::size_t head_params() const { return llama() ? (tied_here() ? 1 : 2) : 3; }
+  /// The head reads the embedding of this very range (tied, and the range holds both).
+  bool tied_here() const { return llama() && cfg.tie_embeddings && first(); }
   std::size_t block_base(int li) const { return (first() ? embed_params() : 0) + std::size_t(li) * block_params(); }
   std::size_t head_base() const { return block_base(local_layers()); }
   const tensor_handle& p(int li, int s) const { return params[block_base(li) + std::size_t(s)].value; }
   tensor_handle& g(int li, int s) { return grads[block_base(li) + std::size_t(s)].value; }
   const tensor_handle& fp(int li, fused_slot s) const { return fused[std::size_t(li * fused_slots + s)]; }
   tensor_handle& fg(int li, fused_slot s) { return fused_grads[std::size_t(li * fused_slots + s)]; }
-  /// The head's weight: lm_head, or with tied embeddings the token embedding.
+  /// The head's weight: lm_head, or with tied embeddings the token embedding (a
+  /// range without the embedding holds a copy as lm_head, kept equal to it by
+  /// the stages' exchange of their gradients, actors/boundary/tied_embeddings.cpp).
   const tensor_handle& head_w() const {
-    return llama() && cfg.tie_embeddings ? params[0].value : params[head_base() + (llama() ? 1 : 2)].value;
+    return tied_here() ? params[0].value : params[head_base() + (llama() ? 1 : 2)].value;
   }
-  tensor_handle& head_dw() {
-    return llama() && cfg.tie_embeddings ? grads[0].value : grads[head_base() + (llama() ? 1 : 2)].value;
-  }
+  tensor_handle& head_dw() { return tied_here() ? grads[0].value : grads[head_base() + (llama() ? 1 : 2)].value; }
 
   /// Creates and initialises this range's parameters and zeroed gradients.
   void init_params();

@@ -57,7 +57,8 @@ namespace {
 ///   layers.{i}.mlp.{gate,up}_proj.weight      [H, C]       H = ffn_hidden
 ///   layers.{i}.mlp.down_proj.weight           [C, H]
 ///   norm.weight                               [C]          (last range)
-///   lm_head.weight                            [vocab, C]   (last range, untied only)
+///   lm_head.weight                            [vocab, C]   (last range; tied: a copy of
+///                                                           the embedding when the range lacks it)
 /// The rotary layout is HF's "rotate half", so q and k weights need no permutation.
 /// Initialised as GPT-2's: normal 0.02, norms 1, the residual projections (o, down)
 /// scaled by 1/√(2·layers).
@@ -83,7 +84,7 @@ void llama_specs(const gpt_config& cfg, int begin, int end, std::vector<gpt_para
   }
   if (holds_head(cfg, begin, end)) {
     add("norm.weight", {c}, 0, 1.0f);
-    if (!cfg.tie_embeddings)
+    if (!cfg.tie_embeddings || begin != 0) // tied: a copy of the embedding, drawn as it (drawn_as)
       add("lm_head.weight", {cfg.vocab, c}, std0, 0);
   }
 }
@@ -179,6 +180,14 @@ std::vector<shape_t> fused_shapes(const gpt_range::impl& m) {
   }
   return out;
 }
+
+/// The name whose random stream draws parameter `name`: its own, except that a
+/// tied head's copy (on a range without the embedding) draws the embedding's
+/// values, so the two copies start equal.
+std::string_view drawn_as(const gpt_config& cfg, std::string_view name) {
+  bool copy = cfg.family == model_family::llama && cfg.tie_embeddings && name == "lm_head.weight";
+  return copy ? "embed_tokens.weight" : name;
+}
 } // namespace
 
 void gpt_range::impl::init_params() {
@@ -189,7 +198,7 @@ void gpt_range::impl::init_params() {
     auto& p = specs[i];
     auto t = f ? f->slice(row, row + p.shape[0]) : tensor_handle::empty(p.shape);
     if (p.stddev > 0)
-      fill_normal(t, cfg.seed, p.name, p.stddev);
+      fill_normal(t, cfg.seed, drawn_as(cfg, p.name), p.stddev);
     else
       fill_value(t, p.fill);
     params.push_back({std::move(p.name), t});

@@ -85,8 +85,12 @@ std::optional<std::string> locate(const hf_family& f, const gpt_config& cfg, std
       return fmt::format("troupe's parameter '{}' has no name in the {} table", p.name, f.family);
     auto names_of = spellings(f, hf->name);
     const auto* e = find_any(h, names_of);
-    if (!e && p.name == f.head) // a tied head: transformers writes the embedding alone
-      e = find_any(h, spellings(f, hf_tensor_of(f, f.tied_to)->name));
+    // A tied head: transformers writes the embedding alone; and a tied model's
+    // head (a stage's copy, ops/gpt_init.cpp) is the embedding even where the file
+    // has a head of its own, so both copies start equal.
+    if ((!e || cfg.tie_embeddings) && p.name == f.head)
+      if (const auto* tied = find_any(h, spellings(f, hf_tensor_of(f, f.tied_to)->name)); tied || !e)
+        e = tied;
     if (!e)
       return fmt::format("the file has no tensor '{}'{} (troupe's '{}')", names_of.front(),
                          names_of.size() > 1 ? fmt::format(" nor '{}'", names_of.back()) : std::string{}, p.name);

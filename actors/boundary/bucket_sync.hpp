@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "actors/boundary/grad_buckets.hpp"
 #include "actors/stage/stage_engine.hpp"
@@ -20,6 +22,12 @@ struct bucket_options {
   /// The ring's first member: it counts the (summed, hence equal) gradients in
   /// the global norm for its whole ring.
   bool first = true;
+  /// Parameters whose gradient a component above rewrites at the step boundary
+  /// (a tied matrix, actors/boundary/tied_embeddings.cpp): each goes in a bucket
+  /// of its own, once the step's backward is done.
+  std::vector<std::string> alone = {};
+  /// Of those, the ones the global norm leaves out (a tied matrix's second copy).
+  std::vector<std::string> uncounted = {};
 };
 
 /// The bucketed part of a sync component; `peer` serves this stage.
@@ -32,7 +40,8 @@ public:
       loss = [&host] { return host.loss_sum(); };
     buckets_ = std::make_unique<grad_buckets>(
       host.models(), opt_.bucket_bytes, std::move(loss),
-      [this](bucket_msg m) { host_.send(peer_, caf::make_message(bucket_atom::value, std::move(m))); }, opt_.zero > 0);
+      [this](bucket_msg m) { host_.send(peer_, caf::make_message(bucket_atom::value, std::move(m))); }, opt_.zero > 0,
+      opt_.alone);
   }
   void begin_pass(step_t step, int chunk, bool last) override {
     buckets_->begin_pass(step, chunk, last && opt_.overlap);

@@ -9,7 +9,8 @@
 namespace troupe {
 
 grad_buckets::grad_buckets(const std::vector<std::unique_ptr<stage_model>>& models, std::int64_t bucket_bytes,
-                           std::function<double()> loss_sum, send_fn send, bool zero)
+                           std::function<double()> loss_sum, send_fn send, bool zero,
+                           const std::vector<std::string>& alone)
     : models_(models), loss_sum_(std::move(loss_sum)), send_(std::move(send)) {
   std::vector<std::vector<std::int64_t>> bytes;
   for (const auto& m : models_) {
@@ -17,7 +18,15 @@ grad_buckets::grad_buckets(const std::vector<std::unique_ptr<stage_model>>& mode
     for (const auto& g : m->grads())
       b.push_back(static_cast<std::int64_t>(g.value.nbytes()));
   }
-  layout_ = sched::make_buckets(bytes, bucket_bytes);
+  std::vector<sched::param_ref> own; // the `alone` parameters
+  for (const auto& name : alone)
+    for (std::size_t c = 0; c < models_.size(); ++c)
+      for (std::size_t i = 0; i < models_[c]->grads().size(); ++i)
+        if (models_[c]->grads()[i].name == name)
+          own.push_back({static_cast<int>(c), static_cast<int>(i)});
+  layout_ = sched::make_buckets(bytes, bucket_bytes, own);
+  deferred_.assign(layout_.size() - own.size(), false);
+  deferred_.resize(layout_.size(), true);
   bucket_of_.resize(models_.size());
   for (std::size_t c = 0; c < models_.size(); ++c)
     bucket_of_[c].assign(models_[c]->grads().size(), -1);
@@ -39,8 +48,10 @@ grad_buckets::grad_buckets(const std::vector<std::unique_ptr<stage_model>>& mode
     }
   if (loss_sum_ && !buckets_.empty()) {
     loss_ = tensor_handle::empty({1});
-    if (zero)
+    if (zero) {
       buckets_.emplace_back(); // a bucket of its own, sent when the step's backward is done
+      deferred_.push_back(false);
+    }
     buckets_.back().tensors.push_back(loss_);
   }
   for (std::size_t c = 0; c < models_.size(); ++c)
@@ -69,7 +80,7 @@ void grad_buckets::grads_done(int chunk, std::size_t first, std::size_t end) {
   // From the last parameter down, as the buckets run: they complete in their order.
   for (auto i = std::min(end, owner.size()); i-- > first;) {
     auto& b = buckets_[static_cast<std::size_t>(owner[i])];
-    if (--b.pending == 0 && !b.sent)
+    if (--b.pending == 0 && !b.sent && !deferred_[static_cast<std::size_t>(owner[i])])
       send(owner[i]);
   }
 }
@@ -114,6 +125,14 @@ void grad_buckets::drop_grads() {
   for (std::size_t b = 0; b < layout_.size(); ++b)
     for (std::size_t i = 0; i < layout_[b].size(); ++i)
       buckets_[b].tensors[i] = {};
+}
+
+int grad_buckets::bucket_holding(std::string_view name) const {
+  for (std::size_t b = 0; b < layout_.size(); ++b)
+    for (const auto& p : layout_[b])
+      if (models_[static_cast<std::size_t>(p.chunk)]->grads()[static_cast<std::size_t>(p.index)].name == name)
+        return static_cast<int>(b);
+  return -1;
 }
 
 double grad_buckets::loss_sum() const {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "actors/stage/stage_model.hpp"
@@ -30,9 +32,12 @@ public:
   /// reads the stage's Σ loss × tokens when it computes the loss (else empty).
   /// With `zero` (the ring is of ZeRO's optimizer shards) the loss goes alone
   /// in one more bucket, so a shard's slice holds parameters only, and each
-  /// bucket carries its parameters too.
+  /// bucket carries its parameters too. The parameters named in `alone` (whose
+  /// gradient a component above rewrites at the step boundary: a tied matrix)
+  /// go each in a bucket of its own, after the others, sent only by flush().
   grad_buckets(const std::vector<std::unique_ptr<stage_model>>& models, std::int64_t bucket_bytes,
-               std::function<double()> loss_sum, send_fn send, bool zero = false);
+               std::function<double()> loss_sum, send_fn send, bool zero = false,
+               const std::vector<std::string>& alone = {});
 
   std::size_t size() const noexcept { return buckets_.size(); }
   /// Parameters of each bucket (sched::param_ref: chunk, index).
@@ -47,6 +52,8 @@ public:
   bool flush(std::int64_t step);
   /// The peer gave bucket `b` of `step` back; true when it was the step's last.
   bool on_reduced(std::int64_t step, int b);
+  /// The bucket that holds parameter `name` (of any chunk), or -1.
+  int bucket_holding(std::string_view name) const;
   /// The step's Σ loss × tokens over all replicas (once every bucket is back).
   double loss_sum() const;
   /// Lets go of the gradient buffers (each bucket takes the model's live ones
@@ -70,6 +77,7 @@ private:
   std::vector<std::vector<sched::param_ref>> layout_;
   std::vector<std::vector<int>> bucket_of_; ///< [chunk][param] -> bucket
   std::vector<bucket> buckets_;
+  std::vector<bool> deferred_;                    ///< [bucket]: a bucket of `alone`, sent only by flush()
   std::vector<std::vector<shape_t>> grad_shapes_; ///< [bucket][i]: zeros when a model holds none (ZeRO-2)
   tensor_handle loss_;                            ///< f32 [1] in the last bucket, on the loss stage
   std::int64_t step_ = -1;

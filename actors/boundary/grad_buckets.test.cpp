@@ -19,13 +19,28 @@ std::pair<tensor_handle, tensor_handle> tokens() {
   return {x, y};
 }
 
+/// A stage of one CPU chunk: a 2-layer GPT-2 range.
+struct one_chunk {
+  ops::gpt_range range{ops::gpt_config{2, 32, 2, 8, 64}, 0, 2};
+  std::vector<std::unique_ptr<stage_model>> models;
+  one_chunk() { models.push_back(make_cpu_stage_model(range)); }
+};
+
+/// Microbatch `mb` forward and backward through the chunk, its backward a pass of `b` (`last`: the step's last).
+void backward_pass(one_chunk& stage, grad_buckets& b, int mb, bool last) {
+  auto [x, y] = tokens();
+  stage.models[0]->forward(mb, {x, nullptr}, y);
+  b.begin_pass(0, 0, last);
+  stage.models[0]->backward(mb, {});
+  b.end_pass();
+}
+
 } // namespace
 
 TEST_CASE("buckets go to the peer while the last backward pass writes them, in backward's order") {
-  ops::gpt_config cfg{2, 32, 2, 8, 64};
-  ops::gpt_range range(cfg, 0, 2);
-  std::vector<std::unique_ptr<stage_model>> models;
-  models.push_back(make_cpu_stage_model(range));
+  one_chunk stage;
+  auto& range = stage.range;
+  auto& models = stage.models;
   std::vector<bucket_msg> sent;
   int params_with_grad_at_send = -1; // how many gradients were nonzero when the first bucket left
   double loss = 0;
@@ -42,18 +57,11 @@ TEST_CASE("buckets go to the peer while the last backward pass writes them, in b
   REQUIRE(b.size() > 2);
   CHECK(b.layout().front().front().index == static_cast<int>(range.params().size()) - 1); // the head first
   CHECK(b.layout().back().back().index == 0);                                             // the embeddings last
-  auto [x, y] = tokens();
-  auto run_pass = [&](int mb, bool last) {
-    models[0]->forward(mb, {x, nullptr}, y);
-    b.begin_pass(0, 0, last);
-    models[0]->backward(mb, {});
-    b.end_pass();
-  };
-  run_pass(0, false);
+  backward_pass(stage, b, 0, false);
   CHECK(sent.empty()); // another pass over these layers follows: nothing is final yet
   range.zero_grads();
   loss = 42.0;
-  run_pass(1, true);
+  backward_pass(stage, b, 1, true);
   REQUIRE(sent.size() == b.size());
   CHECK(params_with_grad_at_send < static_cast<int>(range.params().size())); // sent before backward wrote them all
   for (std::size_t i = 0; i < sent.size(); ++i)
@@ -69,10 +77,8 @@ TEST_CASE("buckets go to the peer while the last backward pass writes them, in b
 }
 
 TEST_CASE("buckets no pass sent (a device model, a late plan) go when the step's work is done") {
-  ops::gpt_config cfg{2, 32, 2, 8, 64};
-  ops::gpt_range range(cfg, 0, 2);
-  std::vector<std::unique_ptr<stage_model>> models;
-  models.push_back(make_cpu_stage_model(range));
+  one_chunk stage;
+  auto& models = stage.models;
   int sent = 0;
   grad_buckets b(models, 1 << 30, {}, [&](bucket_msg) { ++sent; });
   REQUIRE(b.size() == 1);
@@ -85,10 +91,8 @@ TEST_CASE("a ZeRO-2 stage that ran no backward in a step sends zero gradients, n
   // least_loaded may send a replica's stage no microbatch of a step; after
   // ZeRO-2 released its gradients it has none, and an empty handle in a bucket
   // crashed the optimizer shard's copy (SIGSEGV in ring_flight::take).
-  ops::gpt_config cfg{2, 32, 2, 8, 64};
-  ops::gpt_range range(cfg, 0, 2);
-  std::vector<std::unique_ptr<stage_model>> models;
-  models.push_back(make_cpu_stage_model(range));
+  one_chunk stage;
+  auto& models = stage.models;
   std::vector<bucket_msg> sent;
   grad_buckets b(
     models, 16 << 10, {}, [&](bucket_msg m) { sent.push_back(std::move(m)); }, true);
@@ -116,4 +120,20 @@ TEST_CASE("a ZeRO-2 stage that ran no backward in a step sends zero gradients, n
       CHECK(std::all_of(t.data<float>(), t.data<float>() + t.numel(), [](float v) { return v == 0.0f; }));
     }
   }
+}
+
+TEST_CASE("a parameter cut alone waits in a bucket of its own until the flush, while the others go during the pass") {
+  one_chunk stage;
+  auto& models = stage.models;
+  std::vector<bucket_msg> sent;
+  grad_buckets b(models, 16 << 10, {}, [&](bucket_msg m) { sent.push_back(std::move(m)); }, true, {"lm_head.weight"});
+  const int alone = b.bucket_holding("lm_head.weight");
+  REQUIRE(alone == static_cast<int>(b.size()) - 1); // after the others
+  REQUIRE(b.layout().back().size() == 1);
+  backward_pass(stage, b, 0, true);
+  CHECK(sent.size() == b.size() - 1);
+  CHECK(std::none_of(sent.begin(), sent.end(), [&](const bucket_msg& m) { return m.bucket == alone; }));
+  CHECK_FALSE(b.flush(0));
+  REQUIRE(sent.size() == b.size());
+  CHECK(sent.back().bucket == alone);
 }

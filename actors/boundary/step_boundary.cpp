@@ -35,6 +35,7 @@ void ensure_builtins() {
 
 void register_builtin_step_boundaries() {
   add_type(ddp_ring_boundary());
+  add_type(tied_embeddings_boundary()); // below the ring (it adds the summed gradients), above ZeRO's shards
   add_type(zero_shards_boundary());
   add_type(local_optimizer_boundary());
   add_type(outer_exchange_boundary());

@@ -69,8 +69,10 @@ public:
   /// pass over that chunk follows in the step; ends with end_pass().
   virtual void begin_pass(step_t step, int chunk, bool last) {}
   virtual void end_pass() {}
-  /// The step's backward work is done here. True when nothing must be waited
-  /// for; otherwise the component calls host.synced(step) when it is.
+  /// The step's backward work is done here, and so are the syncs of the
+  /// components above it in the stack (it sees the gradients they left). True
+  /// when nothing must be waited for; otherwise the component calls
+  /// host.synced(step) when it is.
   virtual bool sync(step_t step) { return true; }
   /// This stage's share of the global Σ g², when the component decides it (the
   /// first component that answers wins; none: the stage's own gradients).
@@ -139,9 +141,19 @@ std::vector<std::unique_ptr<step_boundary>> make_step_boundaries(stage_host& hos
 
 /// The built-in components, in stack order (actors/boundary/step_boundary.cpp registers them).
 step_boundary_type ddp_ring_boundary();        ///< actors/boundary/ddp_ring.cpp
+step_boundary_type tied_embeddings_boundary(); ///< actors/boundary/tied_embeddings.cpp
 step_boundary_type zero_shards_boundary();     ///< actors/boundary/zero_shards.cpp
 step_boundary_type local_optimizer_boundary(); ///< actors/boundary/local_optimizer.cpp
 step_boundary_type outer_exchange_boundary();  ///< actors/boundary/outer_exchange.cpp
 void register_builtin_step_boundaries();
+
+/// A copy of a tied matrix that stage `stage` holds (actors/boundary/tied_embeddings.cpp):
+/// its parameter's name, and whether the global norm counts it (the embedding's
+/// copy is counted, the head's is not). None without tied embeddings apart.
+struct tied_copy {
+  std::string name;
+  bool counted = true;
+};
+std::vector<tied_copy> tied_copies_on(const graph_spec& g, const actor_spec& stage);
 
 } // namespace troupe

@@ -2,6 +2,8 @@
 // reduce-scattered to optimizer shards that own a slice of the optimizer state
 // each; after the global norm the stage asks its shard to update and runs
 // nothing until the updated parameters are gathered back into it.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "actors/boundary/bucket_sync.hpp"
@@ -14,7 +16,10 @@ namespace {
 
 class zero_shards final : public bucket_sync {
 public:
-  using bucket_sync::bucket_sync;
+  zero_shards(stage_host& host, const boundary_choice& c) : bucket_sync(host, c) {
+    for (const auto& name : opt_.uncounted)
+      uncounted_.push_back(buckets_->bucket_holding(name));
+  }
   std::string_view type() const override { return "zero_shards"; }
 
   /// Every replica's shard holds a different slice: each counts its own.
@@ -32,7 +37,8 @@ public:
   bool receive(const caf::message& m) override {
     if (m.match_elements<reduced_atom, step_t, std::int32_t, double>()) {
       auto step = m.get_as<step_t>(1);
-      slice_sq_ += m.get_as<double>(3);
+      if (std::find(uncounted_.begin(), uncounted_.end(), m.get_as<std::int32_t>(2)) == uncounted_.end())
+        slice_sq_ += m.get_as<double>(3);
       if (buckets_->on_reduced(step, m.get_as<std::int32_t>(2)))
         host_.synced(step);
       return true;
@@ -66,8 +72,9 @@ public:
   }
 
 private:
-  double slice_sq_ = 0; ///< Σ g² of the shard's slices this step
-  step_t asked_ = -1;   ///< the step whose update the shard is making
+  double slice_sq_ = 0;        ///< Σ g² of the shard's slices this step
+  std::vector<int> uncounted_; ///< buckets the global norm leaves out (a tied matrix's second copy)
+  step_t asked_ = -1;          ///< the step whose update the shard is making
 };
 
 } // namespace
@@ -78,8 +85,15 @@ step_boundary_type zero_shards_boundary() {
             int peer = helper_of(g, "optimizer_shard", stage.name);
             if (peer < 0)
               return std::nullopt;
-            return boundary_choice{
-              {}, peer, bucket_options{g.data_parallel.bucket, g.data_parallel.overlap, g.data_parallel.zero}};
+            bucket_options o{g.data_parallel.bucket, g.data_parallel.overlap, g.data_parallel.zero};
+            // Tied embeddings: the copies' gradients are summed before the shards
+            // take them, and the second copy is counted once, by its twin's shards.
+            for (const auto& t : tied_copies_on(g, stage)) {
+              o.alone.push_back(t.name);
+              if (!t.counted)
+                o.uncounted.push_back(t.name);
+            }
+            return boundary_choice{{}, peer, std::move(o)};
           },
           [](stage_host& host, const boundary_choice& c) -> std::unique_ptr<step_boundary> {
             return std::make_unique<zero_shards>(host, c);

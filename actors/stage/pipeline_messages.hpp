@@ -1,8 +1,15 @@
 // Verbs the pipeline actors add to runtime/actor/messages.hpp: evaluation traffic,
-// the per-step gradient-norm reduction and an actor's own "run the next action".
+// the per-step gradient-norm reduction, an actor's own "run the next action", and
+// the tied-embedding gradients two stages exchange.
 #pragma once
 
+#include <string>
+
 #include <caf/atom.hpp>
+#include <caf/meta/load_callback.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "runtime/actor/messages.hpp"
 
 namespace troupe {
 
@@ -23,6 +30,27 @@ using hops_atom = caf::atom_constant<caf::atom("hops")>;
 
 /// `(wake_atom)`: a stage's delayed reminder to ask its policy again.
 using wake_atom = caf::atom_constant<caf::atom("wake")>;
+
+/// `(tied_atom, tied_grad_msg)`: tied embeddings across stages
+/// (actors/boundary/tied_embeddings.cpp): the stage holding the token embedding
+/// and the one holding the head's copy of it each send the other their gradient
+/// of the tied matrix for `step`, once the replicas' sum is in, and add the one
+/// they receive.
+using tied_atom = caf::atom_constant<caf::atom("tied")>;
+struct tied_grad_msg {
+  step_t step = 0;
+  std::int32_t from = 0; ///< the sender's actor index
+  tensor_handle grad;    ///< f32 [vocab, d_model], a copy the sender no longer touches
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tied_grad_msg& x) {
+  return f(caf::meta::type_name("tied_grad_msg"), x.step, x.from, x.grad, caf::meta::load_callback([&] {
+             return x.step >= 0 && x.from >= 0 && x.grad.defined() && x.grad.type() == dtype::f32 && x.grad.rank() == 2
+                      ? caf::error{}
+                      : make_error(errc::malformed_frame, "tied-embedding gradient of step " + std::to_string(x.step) +
+                                                            " without f32 [vocab, d_model] values");
+           }));
+}
 
 /// Links a send span to its receive span in traces: unique per message
 /// (`stage` is the receiver's virtual stage: rank + chunk · ranks).

@@ -99,10 +99,8 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
   };
   h.gradients_complete = [this](std::int64_t step) { return gradients_complete(step); };
   h.sync = [this](std::int64_t step) {
-    syncs_out_ = 0;
-    for (auto& b : boundaries_)
-      syncs_out_ += !b->sync(step);
-    return syncs_out_ == 0;
+    next_sync_ = 0, syncing_ = true;
+    return run_syncs(step);
   };
   h.update = [this](std::int64_t step, double total_sq) { update(step, total_sq); };
   h.exchange = [this](std::int64_t steps_done) {
@@ -221,8 +219,16 @@ void stage_engine::send(int to, caf::message m) {
   out_.send(to, std::move(m));
 }
 
+bool stage_engine::run_syncs(step_t step) {
+  while (next_sync_ < boundaries_.size())
+    if (!boundaries_[next_sync_++]->sync(step))
+      return false;
+  syncing_ = false;
+  return true;
+}
+
 void stage_engine::synced(step_t step) {
-  if (syncs_out_ > 0 && --syncs_out_ == 0)
+  if (syncing_ && run_syncs(step))
     core_->on_synced(step);
 }
 

@@ -289,7 +289,13 @@ private:
   step_t passes_step_ = -1;
   bool begin_weight_pass(const sched::stage_task& t);
   void end_weight_pass();
-  int syncs_out_ = 0; ///< components whose sync of this step is still running
+  /// Runs the stack's syncs of `step` from next_sync_ on, in order: each starts
+  /// once the one above it is done, so it sees the gradients that one left (the
+  /// tied embeddings' exchange adds the twin's gradient to the replicas' sum).
+  /// True when the last is done.
+  bool run_syncs(step_t step);
+  std::size_t next_sync_ = 0; ///< the component whose sync runs next
+  bool syncing_ = false;      ///< a sync of this step is still running
   // An update a component applies elsewhere (ZeRO): nothing runs here until it is back.
   bool hold_for_params(std::function<void()> replay);
   step_t awaiting_update_ = -1;                    ///< the step whose update is out, or -1

@@ -1,6 +1,8 @@
 // Buckets and the ring all-reduce's chunk order (schedulers/sync/ring_allreduce.hpp).
 #include "schedulers/sync/ring_allreduce.hpp"
 
+#include <algorithm>
+
 namespace troupe::sched {
 
 namespace {
@@ -10,12 +12,14 @@ int wrap(int i, int n) {
 } // namespace
 
 std::vector<std::vector<param_ref>> make_buckets(const std::vector<std::vector<std::int64_t>>& bytes,
-                                                 std::int64_t bucket_bytes) {
+                                                 std::int64_t bucket_bytes, const std::vector<param_ref>& alone) {
   std::vector<std::vector<param_ref>> out;
   std::vector<param_ref> open;
   std::int64_t held = 0;
   for (int c = static_cast<int>(bytes.size()) - 1; c >= 0; --c)
     for (int i = static_cast<int>(bytes[static_cast<std::size_t>(c)].size()) - 1; i >= 0; --i) {
+      if (std::find(alone.begin(), alone.end(), param_ref{c, i}) != alone.end())
+        continue;
       open.push_back({c, i});
       held += bytes[static_cast<std::size_t>(c)][static_cast<std::size_t>(i)];
       if (held >= bucket_bytes)
@@ -23,6 +27,8 @@ std::vector<std::vector<param_ref>> make_buckets(const std::vector<std::vector<s
     }
   if (!open.empty())
     out.push_back(std::move(open));
+  for (const auto& p : alone)
+    out.push_back({p});
   return out;
 }
 

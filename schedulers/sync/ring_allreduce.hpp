@@ -20,8 +20,10 @@ struct param_ref {
 /// first (the head before the blocks, the blocks from the top, the embeddings
 /// last). A bucket closes once it holds at least `bucket_bytes`; a parameter is
 /// never split. `bytes[c][i]` is the gradient size of parameter i of chunk c.
+/// The parameters of `alone` (a tied matrix's copies, whose gradients are final
+/// only at the step boundary) go each in a bucket of its own, after the others.
 std::vector<std::vector<param_ref>> make_buckets(const std::vector<std::vector<std::int64_t>>& bytes,
-                                                 std::int64_t bucket_bytes);
+                                                 std::int64_t bucket_bytes, const std::vector<param_ref>& alone = {});
 
 /// The ring all-reduce of one bucket of `elements` values among `members`, as
 /// member `rank` runs it. The bucket is padded with zeros to a multiple of

@@ -69,3 +69,13 @@ TEST_CASE("buckets follow backward's order and close once they reach the bucket 
   REQUIRE(one.size() == 1);
   CHECK(one[0].size() == 5);
 }
+
+TEST_CASE("parameters cut alone (a tied matrix's copies) go each in a bucket of their own, after the others") {
+  std::vector<std::vector<std::int64_t>> bytes{{10, 20, 30}, {40, 50}};
+  auto b = make_buckets(bytes, 60, {{0, 0}, {1, 1}});
+  REQUIRE(b.size() == 4);
+  CHECK(b[0] == std::vector<param_ref>{{1, 0}, {0, 2}}); // 70: the others close as before, without the two
+  CHECK(b[1] == std::vector<param_ref>{{0, 1}});
+  CHECK(b[2] == std::vector<param_ref>{{0, 0}});
+  CHECK(b[3] == std::vector<param_ref>{{1, 1}});
+}

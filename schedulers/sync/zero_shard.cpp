@@ -15,7 +15,7 @@ std::int64_t shard_layout::elements() const {
 }
 
 shard_layout make_shard_layout(const std::vector<std::vector<shard_param>>& chunks, std::int64_t bucket_bytes,
-                               int members, int rank) {
+                               int members, int rank, const std::vector<param_ref>& alone) {
   shard_layout out;
   out.members = members, out.rank = rank;
   std::vector<std::vector<std::int64_t>> bytes;
@@ -24,7 +24,7 @@ shard_layout make_shard_layout(const std::vector<std::vector<shard_param>>& chun
     for (const auto& p : c)
       b.push_back(p.elements * 4);
   }
-  out.buckets = make_buckets(bytes, bucket_bytes);
+  out.buckets = make_buckets(bytes, bucket_bytes, alone);
   for (std::size_t b = 0; b < out.buckets.size(); ++b) {
     std::int64_t total = 0;
     for (const auto& r : out.buckets[b])

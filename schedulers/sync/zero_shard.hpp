@@ -51,8 +51,9 @@ struct shard_layout {
 };
 
 /// The layout over `chunks` (one list of parameters per model chunk, in the
-/// model's order; f32 gradients of 4 bytes an element).
+/// model's order; f32 gradients of 4 bytes an element), with the parameters of
+/// `alone` each in a bucket of its own, as the stage cuts them (make_buckets).
 shard_layout make_shard_layout(const std::vector<std::vector<shard_param>>& chunks, std::int64_t bucket_bytes,
-                               int members, int rank);
+                               int members, int rank, const std::vector<param_ref>& alone = {});
 
 } // namespace troupe::sched

@@ -1,8 +1,9 @@
 // Llama weights leave and arrive under Hugging Face's LlamaForCausalLM names
 // (#27 item 3): an independent NumPy Llama (tests/hf/llama_numpy.py) reading
 // `troupe export --names hf` gives troupe's logits to 1e-4, with grouped-query
-// attention and with a tied head; and `train.init` on that export comes back
-// exactly (a step later every tensor equals a warm start from the checkpoint).
+// attention and with a tied head on 2 stages (written as embed_tokens alone);
+// and `train.init` on an export comes back exactly (a step later every tensor
+// equals a warm start from the checkpoint), a tied one into both copies.
 #include <cmath>
 #include <cstring>
 
@@ -34,7 +35,8 @@ TEST_CASE("troupe export --names hf of a Llama: an independent NumPy Llama gives
   auto dir = fs::temp_directory_path() / ("troupe_llama_hf_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   for (auto [name, model_extra, stages] :
-       {std::tuple<std::string, std::string, int>{"untied", "", 2}, {"tied", ", tie_embeddings: true", 1}}) {
+       {std::tuple<std::string, std::string, int>{"untied", "", 2},
+        {"tied", ", tie_embeddings: true", 2}}) { // tied: the head's stage keeps a copy
     INFO(name);
     auto pre = graph(dir, name, model_extra, "steps: 2, lr: 3.0e-3", stages, "checkpoint: {dir: ckpt, every: 2}\n");
     REQUIRE(run_to_end(dir / name, {"run", pre.string(), "--no-trace"}) == 0);
@@ -73,6 +75,24 @@ TEST_CASE("troupe export --names hf of a Llama: an independent NumPy Llama gives
     int compared =
       compare_parts(dir / "from_hf" / "ckpt" / "step-000001", dir / "from_ck" / "ckpt" / "step-000001", {"s0", "s1"});
     CHECK(compared > 2 * 9);
+  }
+  { // a tied export (embed_tokens alone) fills both copies of a tied 2-stage graph: a step later, as natively
+    const std::string one_step = "steps: 1, lr: 3.0e-3, init: ";
+    const std::string ck = "checkpoint: {dir: ckpt, every: 1}\n";
+    const std::string tied = ", tie_embeddings: true";
+    auto hf = graph(dir, "tied_from_hf", tied, one_step + "../tied/hf/model.safetensors", 2, ck);
+    auto native = graph(dir, "tied_from_ck", tied, one_step + "../tied/ckpt", 2, ck);
+    REQUIRE(run_to_end(dir / "tied_from_hf", {"run", hf.string(), "--no-trace"}) == 0);
+    REQUIRE(run_to_end(dir / "tied_from_ck", {"run", native.string(), "--no-trace"}) == 0);
+    auto step1 = [&](const char* name) { return dir / name / "ckpt" / "step-000001"; };
+    CHECK(compare_parts(step1("tied_from_hf"), step1("tied_from_ck"), {"s0", "s1"}) > 2 * 9);
+    auto s0 = troupe::read_safetensors(step1("tied_from_hf") / "s0.safetensors");
+    auto s1 = troupe::read_safetensors(step1("tied_from_hf") / "s1.safetensors");
+    REQUIRE(s0);
+    REQUIRE(s1);
+    auto embedding = s0->find("embed_tokens.weight"), copy = s1->find("lm_head.weight");
+    REQUIRE(copy.defined());
+    CHECK(std::memcmp(embedding.raw(), copy.raw(), copy.nbytes()) == 0);
   }
   { // a GPT-2 graph refuses the Llama file at train.init
     fs::create_directories(dir / "gpt2");
