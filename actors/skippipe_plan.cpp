@@ -46,7 +46,7 @@ transformer_shape transformer_shape_of(const graph_spec& g) {
   if (g.model.family == "llama") {
     auto c = ops::model_config(g);
     m.kv_hidden = g.model.d_model / g.model.heads * ops::kv_heads_of(c), m.ffn = ops::ffn_hidden_of(c);
-    m.gated = true;
+    m.gated = true, m.tied = g.model.tie_embeddings;
   }
   return m;
 }

@@ -211,4 +211,7 @@ TEST_CASE("troupe sim sizes a Llama graph as it runs: its parameters are the one
   auto counted = nlohmann::json::parse(check.out)["parameters"]["total"].get<double>();
   CHECK(counted == 4'854'016); // 8 × (256·(512 + 256) + 3·256·512 + 2·256) + 2·256·256 + 256
   CHECK(j["params_b"].get<double>() * 1e9 == doctest::Approx(counted).epsilon(1e-12));
+  // A tied head is the embedding: one matrix fewer, however the stages hold copies of it.
+  auto tied = sim_json(equal + llama + " --set model.tie_embeddings=true");
+  CHECK(tied["params_b"].get<double>() * 1e9 == doctest::Approx(counted - 256 * 256).epsilon(1e-12));
 }

@@ -125,7 +125,7 @@ double iteration_flops(const transformer_shape& m, std::int64_t batch, bool reco
 double parameter_count(const transformer_shape& m) {
   double l = m.layers, h = m.hidden, V = m.vocab, s = m.sequence;
   if (m.gated)
-    return stage_parameters(m, m.layers, true) + h + V * h;
+    return stage_parameters(m, m.layers, true) + h + (m.tied ? 0.0 : V * h);
   return 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
 }
 

@@ -107,6 +107,7 @@ struct transformer_shape {
   int kv_hidden = 0;  ///< the width of k and of v (grouped-query attention: h·kv_heads/a); 0: h
   int ffn = 0;        ///< the MLP's hidden width f; 0: 4h
   bool gated = false; ///< Llama's block: a gated MLP (gate, up and down), RMSNorm, no biases, no positions
+  bool tied = false;  ///< the head reuses the embedding (counted once)
 };
 
 /// Weights of one layer's matrix products: h·(2h + 2·kv) for q, k, v and the
@@ -139,7 +140,7 @@ double layer_activation_bytes(const transformer_shape& m, int t = 1);
 double iteration_flops(const transformer_shape& m, std::int64_t batch, bool recompute);
 
 /// Parameters: 12·l·h²·(1 + 13/12h + (V + s)/12lh) (Narayanan et al. 2021, §5.1);
-/// a gated (Llama) model: its blocks, the embedding, the final norm and an untied head.
+/// a gated (Llama) model: its blocks, the embedding, the final norm and, untied, the head.
 double parameter_count(const transformer_shape& m);
 /// Parameters of `layers` blocks (12h² + 13h each for GPT-2; a gated block's
 /// products and its two norms), plus the embeddings when `embedding` (Llama's has no positions).
