@@ -19,6 +19,10 @@ step() { echo "tsan: $(date +%H:%M:%S) $*"; }
 sudo_cmd=()
 [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
 
+# 0. The packages, the dashboard and the corpus (data/kjv.txt) the tests read.
+step "setup: deploy/setup.sh"
+deploy/setup.sh
+
 # 1. CAF with -fsanitize=thread. Debian's libcaf is uninstrumented: TSan cannot see the
 #    synchronisation inside it and reports races in CAF's own reference counts.
 if [[ -f $prefix/lib/libcaf_core.so && -f $prefix/include/caf/all.hpp ]]; then
