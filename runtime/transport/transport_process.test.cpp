@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -90,7 +91,7 @@ int child_main(const char* spec) {
     for (;;)
       pause();
   std::unique_lock l{m};
-  if (!cv.wait_for(l, 20s, [&] { return answered; }))
+  if (!cv.wait_for(l, 20s * static_cast<long>(sanitizer_time_factor), [&] { return answered; }))
     return 4;
   return answer_ok ? 0 : 5;
 }
@@ -102,7 +103,20 @@ const bool child_ran = [] {
   return false;
 }();
 
-pid_t spawn_child(transport_kind kind, std::uint16_t port, const char* mode) {
+/// A child process, killed and reaped if it goes out of scope unwaited: a
+/// failed REQUIRE must not leave a "hang" child behind for ctest to wait on.
+struct child {
+  pid_t pid = -1;
+  explicit child(pid_t p) : pid(p) {}
+  child(const child&) = delete;
+  child& operator=(const child&) = delete;
+  ~child() {
+    if (pid > 0)
+      ::kill(pid, SIGKILL), ::waitpid(pid, nullptr, 0);
+  }
+};
+
+child spawn_child(transport_kind kind, std::uint16_t port, const char* mode) {
   auto spec = "TROUPE_TRANSPORT_CHILD=" + std::string(to_string(kind)) + " " + std::to_string(port) + " " + mode;
   std::vector<char*> env;
   for (char** e = environ; *e; ++e)
@@ -113,12 +127,12 @@ pid_t spawn_child(transport_kind kind, std::uint16_t port, const char* mode) {
   char* argv[] = {exe, nullptr};
   pid_t pid = -1;
   REQUIRE(posix_spawn(&pid, exe, nullptr, nullptr, argv, env.data()) == 0);
-  return pid;
+  return child{pid};
 }
 
-int wait_exit(pid_t pid) {
+int wait_exit(child& c) {
   int status = 0;
-  waitpid(pid, &status, 0);
+  waitpid(std::exchange(c.pid, -1), &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -144,7 +158,7 @@ TEST_CASE("frames with an 8 MiB blob cross from a child process and an answer go
     CAPTURE(to_string(kind));
     inbox in;
     auto s = serve(kind, in);
-    auto pid = spawn_child(kind, s->port(), "answer");
+    auto kid = spawn_child(kind, s->port(), "answer");
     REQUIRE(in.wait([&] { return in.frames.size() == 10; }));
     for (std::uint16_t k = 0; k < 10; ++k) {
       auto& f = in.frames[k];
@@ -158,7 +172,7 @@ TEST_CASE("frames with an 8 MiB blob cross from a child process and an answer go
     answer.kind = 99;
     answer.blobs = {filled(3u << 20, 42)};
     in.conn->send(std::move(answer));
-    CHECK(wait_exit(pid) == 0);
+    CHECK(wait_exit(kid) == 0);
     REQUIRE(in.wait([&] { return in.closes.size() == 1; }));
     CHECK(in.closes[0].find("closed the connection") != std::string::npos);
   }
@@ -169,10 +183,10 @@ TEST_CASE("a child process killed mid-stream ends its connection with a reason, 
     CAPTURE(to_string(kind));
     inbox in;
     auto s = serve(kind, in);
-    auto pid = spawn_child(kind, s->port(), "hang");
+    auto kid = spawn_child(kind, s->port(), "hang");
     REQUIRE(in.wait([&] { return in.frames.size() >= 3; }));
-    ::kill(pid, SIGKILL);
-    CHECK(wait_exit(pid) == 128 + SIGKILL);
+    ::kill(kid.pid, SIGKILL);
+    CHECK(wait_exit(kid) == 128 + SIGKILL);
     REQUIRE(in.wait([&] { return in.closes.size() == 1; }));
     auto& why = in.closes[0];
     CAPTURE(why);
@@ -234,7 +248,7 @@ TEST_CASE("a UCX connection to a peer killed while sends are out ends without UC
     {
       inbox in;
       auto s = serve(transport_kind::ucx, in);
-      auto pid = spawn_child(transport_kind::ucx, s->port(), "hang");
+      auto kid = spawn_child(transport_kind::ucx, s->port(), "hang");
       REQUIRE(in.wait([&] { return in.frames.size() >= 3; }));
       for (std::uint16_t k = 0; k < 16; ++k) { // far more than goes out before the kill
         frame f;
@@ -242,8 +256,8 @@ TEST_CASE("a UCX connection to a peer killed while sends are out ends without UC
         f.blobs = {filled(big, static_cast<std::uint8_t>(k))};
         in.conn->send(std::move(f));
       }
-      ::kill(pid, SIGKILL);
-      CHECK(wait_exit(pid) == 128 + SIGKILL);
+      ::kill(kid.pid, SIGKILL);
+      CHECK(wait_exit(kid) == 128 + SIGKILL);
       REQUIRE(in.wait([&] { return in.closes.size() == 1; }));
     } // the connection and the server are gone: their workers destroyed
     said = out.text();
