@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -38,6 +39,10 @@ from this process (nodes stream their spans to it, lanes say their node).)";
 constexpr const char* launch_footer = R"(Output files (--summary-json, each node's trace) and the checkpoint folder are
 checked before any node starts; the checkpoint folder is locked for the run.
 
+With `cluster.restart: N`, a run that loses a node (its process exits, or it
+stops answering) stops every node and starts again on fresh node processes from
+its latest complete checkpoint, at most N times, saying so in one line each time.
+
 Ctrl-C (SIGINT) or SIGTERM stops every node cleanly (traces written, the last
 checkpoint named); a second Ctrl-C ends at once.
 
@@ -57,6 +62,7 @@ int launch(run_args& ra) {
     return bad_input;
   const auto& trace = ra.trace;
   cluster::coordinator_options o;
+  const run_args as_given = ra; // each restart loads the graph again from these, resuming
   auto loaded = load_run_graph("launch", ra, o.timeout);
   if (!loaded.graph)
     return loaded.exit_code;
@@ -105,10 +111,42 @@ int launch(run_args& ra) {
   interrupt_guard stop_on_signal;
   o.interrupt = &interrupt_guard::signal();
   auto result = cluster::run_coordinator(g, o);
+  // cluster.restart: a run that lost a node starts again on fresh node
+  // processes from its latest complete checkpoint (torchrun's --max-restarts).
+  std::optional<graph_spec> again; // the graph of the latest restart
+  std::int64_t restarts = 0;
+  while (!result && is_error(result.error(), errc::node_lost) && restarts < g.cluster.restart &&
+         interrupt_guard::signal().load() == 0) {
+    ++restarts;
+    auto from = find_checkpoint(g.checkpoint.dir_path);
+    if (!from) { // lost before the first checkpoint was complete
+      fmt::print(stderr, "troupe launch: restart {} of {}: no checkpoint in {} is complete yet ({}); starting over\n",
+                 restarts, g.cluster.restart, g.checkpoint.dir_path.string(), error_message(from.error()));
+    } else {
+      fmt::print(stderr, "troupe launch: restart {} of {}: resuming from {} after step {}\n", restarts,
+                 g.cluster.restart, from->folder.string(), from->step);
+    }
+    std::fflush(stderr);
+    run_args next = as_given;
+    if (from)
+      next.resume = g.checkpoint.dir_path.string();
+    auto reloaded = load_run_graph("launch", next, o.timeout);
+    if (!reloaded.graph) {
+      if (reloaded.exit_code == ok) // the checkpoint is the last step: the run had finished
+        break;
+      return reloaded.exit_code;
+    }
+    again = std::move(reloaded.graph);
+    o.overrides = next.graph.overrides();
+    o.resume = next.resume.empty() ? std::string{} : std::filesystem::absolute(next.resume).string();
+    result = cluster::run_coordinator(*again, o);
+  }
+  if (result)
+    result->restarts = restarts;
   auto trace_err = (*tracing)->finish();
   if (trace_err)
     fmt::print(stderr, "troupe launch: {}\n", error_message(trace_err));
-  auto rc = report_run("launch", g, ra.graph.file, result, ra.summary);
+  auto rc = report_run("launch", again ? *again : g, ra.graph.file, result, ra.summary);
   return rc == ok && trace_err ? runtime_failure : rc;
 }
 

@@ -118,13 +118,15 @@ private:
   /// replicas it ran, when it ran nothing else and one is left; otherwise the run fails.
   void lose_node(int i, const std::string& why);
   std::set<int> lost_nodes_, lost_replicas_;
-  /// Records the run's first failure and says so at once (the run then stops).
-  void fail(std::string why) {
+  /// Records the run's first failure and says so at once (the run then stops);
+  /// `lost`: a node was lost (a launch may restart the run, cluster.restart).
+  void fail(std::string why, bool lost = false) {
     if (!failure_.empty())
       return;
     fmt::print(stderr, "troupe launch: {}; stopping every node\n", why);
     std::fflush(stderr);
     failure_ = std::move(why);
+    failure_lost_node_ = lost;
   }
   void shut_down();
 
@@ -136,6 +138,7 @@ private:
   std::unique_ptr<launched_nodes> launched_;
   phase phase_ = phase::joining;
   std::string failure_;
+  bool failure_lost_node_ = false;
   std::vector<std::pair<std::string, clock_type::time_point>> deferred_; ///< nodes' reports, held back
   run_result result_;
   run_checkpoints checkpoints_; ///< written by the nodes' actors, completed here (a shared file system)
@@ -281,7 +284,7 @@ void coordinator::lose_node(int i, const std::string& why) {
   std::set<int> gone = lost_replicas_;
   gone.insert(reps.begin(), reps.end());
   if (!elastic || reps.empty() || static_cast<int>(gone.size()) >= replicas) {
-    fail(fmt::format("lost {}: {}", describe(i), why));
+    fail(fmt::format("lost {}: {}", describe(i), why), true);
     return;
   }
   // Every actor of those replicas leaves (some may run on other nodes, stranded).
@@ -428,7 +431,7 @@ caf::expected<run_result> coordinator::run() {
     }
     check_liveness();
     if (!deferred_.empty() && clock_type::now() > deferred_.front().second)
-      fail(deferred_.front().first);
+      fail(deferred_.front().first, true); // a node's channel to another one broke
     auto all = [&](auto pred) { return std::all_of(nodes_.begin(), nodes_.end(), pred); };
     if (phase_ == phase::joining && all([](const node_state& n) { return n.conn != nullptr; })) {
       for (const auto& n : nodes_)
@@ -464,7 +467,8 @@ caf::expected<run_result> coordinator::run() {
   if (signal != 0 && failure_.empty())
     return checkpoints_.interrupted(signal, done_.size(), g_.actors.size());
   if (!failure_.empty())
-    return make_error(errc::actor_failed, checkpoints_.explain_failure(failure_));
+    return make_error(failure_lost_node_ ? errc::node_lost : errc::actor_failed,
+                      checkpoints_.explain_failure(failure_));
   result_.first_step = g_.checkpoint.resume_step;
   result_.seconds = std::chrono::duration<double>(last_done_ - started_).count();
   aggregate(result_);

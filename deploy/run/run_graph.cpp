@@ -250,6 +250,7 @@ nlohmann::json summary_json(const run_result& r, const parameter_count& paramete
           {"val_loss", num(r.val_loss)},
           {"val_loss_short", num(r.val_loss_short)},
           {"first_step", r.first_step},
+          {"restarts", r.restarts},
           {"losses", losses},
           {"parameters", to_json(parameters)},
           {"memory", memory},

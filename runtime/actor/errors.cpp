@@ -27,6 +27,8 @@ const char* to_string(errc e) noexcept {
     return "interrupted";
   case errc::malformed_frame:
     return "malformed_frame";
+  case errc::node_lost:
+    return "node_lost";
   }
   return "unknown";
 }

@@ -24,6 +24,7 @@ enum class errc : std::uint8_t {
   invalid_argument,   ///< a bad value reached a runtime API
   interrupted,        ///< the user stopped the run (SIGINT, SIGTERM)
   malformed_frame,    ///< a frame from another process could not be decoded (runtime/transport/wire.hpp)
+  node_lost,          ///< a launched run lost a node process it could not go on without
 };
 
 /// The category atom of troupe's caf::error values.

@@ -13,8 +13,8 @@ namespace troupe {
 
 namespace {
 
-const std::vector<std::string> cluster_keys{"launcher", "nodes",     "hosts",      "address",
-                                            "port",     "transport", "token_file", "pin"};
+const std::vector<std::string> cluster_keys{"launcher",  "nodes",      "hosts", "address", "port",
+                                            "transport", "token_file", "pin",   "restart"};
 const std::vector<std::string> launchers{"local", "ssh", "slurm"};
 const std::vector<std::string> transports{"auto", "tcp", "ucx"};
 
@@ -66,6 +66,8 @@ std::string cluster_yaml(const cluster_spec& c) {
     out += fmt::format(", token_file: {}", c.token_file);
   if (c.pin)
     out += ", pin: true";
+  if (c.restart > 0)
+    out += fmt::format(", restart: {}", c.restart);
   return out + "}\n";
 }
 
@@ -102,6 +104,7 @@ void parse_cluster(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
       n["pin"], "cluster.pin",
       fmt::format("pinning nodes to CPUs is for the local launcher (this one is '{}'; {} places its own processes)",
                   c.launcher, c.launcher == "slurm" ? "srun --cpu-bind" : "each host"));
+  r.get_int(n, "cluster", "restart", c.restart, 0, 1000);
   if (c.launcher == "ssh" && c.hosts.empty())
     r.error(n, "cluster", "the ssh launcher needs `hosts:`, a list of host names to start the nodes on");
 }
@@ -117,6 +120,12 @@ void check_cluster(parsed_graph& pg, graph_reader& r) {
   auto& g = pg.graph;
   if (!g.cluster.present) // one process: nothing to place (and node_of is O(actors) a call)
     return;
+  if (g.cluster.restart > 0 && (g.checkpoint.every <= 0 || g.checkpoint.dir.empty()))
+    r.error(child(pg.cluster_node, "restart"), "cluster.restart",
+            fmt::format("restarting a run that lost a node resumes it from its latest checkpoint: give "
+                        "`checkpoint: {{dir: DIR, every: N}}` (without checkpoints each of the {} restart{} would "
+                        "start over)",
+                        g.cluster.restart, g.cluster.restart == 1 ? "" : "s"));
   int nodes = g.cluster.nodes;
   std::vector<int> used(static_cast<std::size_t>(nodes), 0);
   for (const auto& pa : pg.actors) {

@@ -171,6 +171,9 @@ struct cluster_spec {
   /// Local launcher: node i runs only on the i-th CPU this process may use (mod
   /// their count), so each emulated device is one core.
   bool pin = false;
+  /// `troupe launch` restarts a run that lost a node, at most this many times,
+  /// from the latest complete checkpoint (checkpoint.every is then required).
+  int restart = 0;
 };
 
 /// `checkpoint: {dir, every, keep}`: where and how often a run saves its state

@@ -1,0 +1,107 @@
+// `cluster.restart: N` (#26): a DDP launch that loses a node starts again on
+// fresh node processes from its latest complete checkpoint, and ends with the
+// losses an uninterrupted run of the same graph gives (resume is exact).
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/troupe_process.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using namespace troupe::testing;
+
+namespace {
+
+// Two replicas of a 2-stage pipeline, one replica per node process; long
+// enough (about 5 s) that the kill lands mid-run.
+const char* graph = "model: {layers: 4, d_model: 32, heads: 2, context: 16, vocab: 256}\n"
+                    "data: {corpus: kjv, batch: 4, seed: 7}\n"
+                    "train: {steps: 600, lr: 3.0e-3, warmup: 2, eval_batches: 2}\n"
+                    "pipeline: {stages: 2, microbatches: 4, schedule: 1f1b}\n"
+                    "data_parallel: {replicas: 2, bucket: 64KB}\n"
+                    "checkpoint: {dir: ck, every: 20}\n";
+
+} // namespace
+
+TEST_CASE("a launch that loses a node restarts from its latest checkpoint and ends with the uninterrupted losses") {
+  auto dir = fs::temp_directory_path() / ("troupe_launch_restart_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "one");
+  fs::create_directories(dir / "launched");
+  // checkpoint.dir is beside each graph file: one folder each.
+  std::ofstream{dir / "one" / "g.yaml"} << graph;
+  std::ofstream{dir / "launched" / "g.yaml"} << graph << "cluster: {launcher: local, nodes: 2, restart: 1}\n";
+  REQUIRE(run_to_end(dir / "one", {"run", (dir / "one" / "g.yaml").string(), "--no-trace", "--summary-json",
+                                   (dir / "one.json").string()}) == 0);
+  auto one = summary_losses(dir / "one.json");
+  REQUIRE(one.size() == 600);
+
+  troupe_process launch{dir / "launched",
+                        {"launch", (dir / "launched" / "g.yaml").string(), "--no-trace", "--summary-json",
+                         (dir / "launched.json").string()}};
+  auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
+  launch.wait_for(R"(checkpoint step (100) ->)"); // some checkpoints in: the kill lands between two
+  auto pids = processes_with("--coordinator " + coordinator + " --node 1");
+  REQUIRE(pids.size() == 1);
+  ::kill(pids[0], SIGKILL);
+  int code = launch.wait(120s);
+  auto err = slurp(launch.err);
+  CAPTURE(err);
+  REQUIRE(code == 0);
+  CHECK(err.find("lost node 1") != std::string::npos);
+  std::smatch m;
+  REQUIRE(std::regex_search(err, m, std::regex(R"(restart 1 of 1: resuming from \S+step-(\d+) after step (\d+))")));
+  long from = std::stol(m[2]);
+  CHECK(from >= 100);
+  CHECK(from % 20 == 0);
+  CHECK(from < 600);
+
+  auto summary = nlohmann::json::parse(std::ifstream{dir / "launched.json"});
+  CHECK(summary["restarts"] == 1);
+  CHECK(summary["first_step"] == from);
+  auto launched = summary_losses(dir / "launched.json");
+  REQUIRE(launched.size() == static_cast<std::size_t>(600 - from));
+  // The restarted attempt's steps are the uninterrupted run's: the checkpoint
+  // held everything the step after it needs.
+  double worst = 0;
+  for (std::size_t i = 0; i < launched.size(); ++i)
+    worst = std::max(worst, std::abs(launched[i] - one[static_cast<std::size_t>(from) + i]));
+  MESSAGE("restarted after step " << from << "; largest loss difference against the uninterrupted run: " << worst);
+  CHECK(worst <= 1e-5);
+  // No node of either attempt is left (each attempt has a coordinator of its own).
+  std::this_thread::sleep_for(200ms);
+  auto out = slurp(launch.out);
+  std::regex coordinators{R"(coordinator on (127\.0\.0\.1:\d+))"};
+  int attempts = 0;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), coordinators); it != std::sregex_iterator(); ++it) {
+    ++attempts;
+    CHECK(processes_with("--coordinator " + (*it)[1].str()).empty());
+  }
+  CHECK(attempts == 2);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("without cluster.restart the same loss ends the launch, naming the checkpoint to resume from") {
+  auto dir = fs::temp_directory_path() / ("troupe_launch_no_restart_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream{dir / "g.yaml"} << graph << "cluster: {launcher: local, nodes: 2}\n";
+  troupe_process launch{dir, {"launch", (dir / "g.yaml").string(), "--no-trace"}};
+  auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
+  launch.wait_for(R"(checkpoint step (40) ->)");
+  auto [code, took, err] = kill_node(launch, coordinator, 1);
+  CHECK(code == 1);
+  CHECK(err.find("restart 1 of") == std::string::npos);
+  CHECK(err.find("is intact (--resume") != std::string::npos);
+  fs::remove_all(dir);
+}
