@@ -55,6 +55,7 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
   sched::stage_core_config cc{cfg_.name,   cfg_.actor, cfg_.rank,          cfg_.ranks,        cfg_.chunks,
                               cfg_.router, cfg_.steps, cfg_.grad_clip > 0, cfg_.input_credits};
   cc.next_replicas = cfg_.next_replicas, cc.hop_reporters = cfg_.hop_reporters, cc.targets_travel = cfg_.targets_travel;
+  cc.post_validate = cfg_.post_validate && cfg_.grad_clip > 0;
   sched::stage_core_hooks h;
   h.clock = cfg_.clock ? cfg_.clock : std::function<double()>{steady_seconds};
   // A local hand-off keeps the output here, as the input (or gradient) of the chunk of the next (previous) hop.
@@ -103,6 +104,7 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
     return run_syncs(step);
   };
   h.update = [this](std::int64_t step, double total_sq) { update(step, total_sq); };
+  h.update_early = [this](std::int64_t step) { update_early(step); };
   h.exchange = [this](std::int64_t steps_done) {
     if (awaiting_update_ >= 0) { // the exchange reads the updated parameters: once they are back
       pending_exchange_ = steps_done;
@@ -527,23 +529,39 @@ double stage_engine::gradients_complete(step_t step) {
 }
 
 void stage_engine::update(step_t step, double total_sq) {
+  // When the global norm reached this stage, before the optimizer span below
+  // (with post-validation the step's first optimizer span began before it).
+  if (cfg_.grad_clip > 0 && trace_recorder::global().enabled())
+    trace_recorder::global().count(fmt::format("grad_norm:{}", cfg_.name), std::sqrt(total_sq),
+                                   static_cast<std::int32_t>(step));
   scoped_span s(trace_id, span_kind::optimizer, static_cast<std::int32_t>(step));
   auto t0 = trace_now();
   auto tokens = core_->step_tokens();
   step_report rep{step, 0, 0, cfg_.lr.at(step)};
   float clip = 1.0f;
+  bool early = std::exchange(early_step_, -1) == step;
   if (cfg_.grad_clip > 0) {
     rep.grad_norm = std::sqrt(total_sq);
-    if (!std::isfinite(rep.grad_norm))
+    if (!std::isfinite(rep.grad_norm)) {
+      if (early)
+        applier().validated(false); // the parameters before the step: nothing is lost
       throw std::runtime_error(fmt::format("{}: the gradient norm is {} at step {} (lr {:.3g}); lower train.lr "
                                            "or raise train.warmup",
                                            cfg_.name, rep.grad_norm, step, rep.lr));
+    }
     clip = std::min(ops::clip_factor(rep.grad_norm, cfg_.grad_clip), 1.0f);
   }
   bool done = true;
-  for (auto& b : boundaries_)
-    if (b->applies_update())
-      done = b->apply(step, rep.lr, clip);
+  if (early && clip >= 1.0f) {
+    applier().validated(true); // the unclipped update was the right one
+  } else {
+    if (early) { // the clip binds: back to before the step, then the clipped update, as synchronous clipping makes it
+      applier().validated(false);
+      rep.rolled_back = true;
+      ++rollbacks_;
+    }
+    done = applier().apply(step, rep.lr, clip);
+  }
   compute_ns_ += trace_now() - t0;
   for (auto& chunk_work : work_)
     for (auto& w : chunk_work)
@@ -556,12 +574,34 @@ void stage_engine::update(step_t step, double total_sq) {
   finish_update(rep, tokens);
 }
 
+void stage_engine::update_early(step_t step) {
+  scoped_span s(trace_id, span_kind::optimizer, static_cast<std::int32_t>(step));
+  auto t0 = trace_now();
+  auto& b = applier();
+  if (!b.apply_early(step, cfg_.lr.at(step)))
+    throw std::runtime_error(fmt::format("{}: train.clip: post_validate steps before the global norm and may roll "
+                                         "back, which the step-boundary component {} cannot (its update runs "
+                                         "elsewhere); use clip: sync",
+                                         cfg_.name, b.type()));
+  early_step_ = step;
+  compute_ns_ += trace_now() - t0;
+}
+
+step_boundary& stage_engine::applier() {
+  for (auto& b : boundaries_)
+    if (b->applies_update())
+      return *b;
+  throw std::logic_error(fmt::format("{}: no step-boundary component applies the update", cfg_.name));
+}
+
 void stage_engine::finish_update(const step_report& r, std::int64_t tokens) {
   auto rep = r;
   rep.loss = tokens > 0 ? loss_sum_ / static_cast<double>(tokens) : 0.0;
   if (cfg_.loss && cfg_.replica == 0) {
     reports_.push_back(rep);
     trace_recorder::global().count("loss", rep.loss, static_cast<std::int32_t>(rep.step));
+    if (cfg_.post_validate) // steps rolled back so far (every stage rolls back the same ones)
+      trace_recorder::global().count("rollbacks", static_cast<double>(rollbacks_), static_cast<std::int32_t>(rep.step));
   }
   report_replica_loss(rep.step);
   loss_sum_ = 0;

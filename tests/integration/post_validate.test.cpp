@@ -1,0 +1,87 @@
+// Optimizer post-validation (`train.clip: post_validate`) as real actors: zb_h1
+// and zbv on 2 stages step before the global norm is back, roll back and redo
+// the steps where the clip binds, and follow synchronous clipping's loss curve.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include "tests/integration/run_text.hpp"
+#include "tests/integration/run_trace.hpp"
+
+using namespace troupe;
+using namespace troupe::testing;
+
+namespace {
+
+constexpr int steps = 8;
+
+// lr and grad_clip chosen so that the clip binds on some steps and not on
+// others (the norm falls from about X early on to about Y after warm-up).
+std::string graph(const std::string& schedule, int virt, const std::string& clip) {
+  return fmt::format(R"(model: {{layers: 4, d_model: 32, heads: 2, context: 16, vocab: 256}}
+data: {{corpus: kjv, batch: 4, seed: 3}}
+train: {{steps: {}, lr: 3.0e-3, warmup: 2, eval_batches: 1, grad_clip: 1.2, clip: {}}}
+pipeline: {{stages: 2, microbatches: 4, schedule: {}, virtual: {}}}
+)",
+                     steps, clip, schedule, virt);
+}
+
+/// Steps in which `stage` began an optimizer span before the global norm reached it
+/// (its `grad_norm:STAGE` counter, recorded as the total arrives).
+int early_steps(const run_trace& t, const std::string& stage) {
+  std::map<std::int32_t, std::int64_t> first_optimizer, total_at;
+  auto id = t.ids.at(stage);
+  for (const auto& s : t.spans)
+    if (s.actor == id && s.kind == span_kind::optimizer && s.step >= 0) {
+      auto [it, fresh] = first_optimizer.try_emplace(s.step, s.begin_ns);
+      it->second = std::min(it->second, s.begin_ns);
+    }
+  for (const auto& c : t.counters)
+    if (c.name == "grad_norm:" + stage)
+      total_at[c.step] = c.t_ns;
+  int early = 0;
+  for (auto [step, at] : total_at)
+    if (auto o = first_optimizer.find(step); o != first_optimizer.end() && o->second < at)
+      ++early;
+  CHECK(total_at.size() == steps);
+  return early;
+}
+
+} // namespace
+
+TEST_CASE("post_validate on zb_h1 and zbv follows synchronous clipping to 1e-6 and rolls back the steps the clip binds") {
+  for (auto [schedule, virt] : {std::pair{"zb_h1", 1}, std::pair{"zbv", 2}}) {
+    INFO(schedule);
+    auto sync = run_traced(load_graph_or_fail(graph(schedule, virt, "sync"), "tests/sync.yaml"));
+    auto post = run_traced(load_graph_or_fail(graph(schedule, virt, "post_validate"), "tests/post_validate.yaml"));
+    REQUIRE(sync.result.losses.size() == steps);
+    REQUIRE(post.result.losses.size() == steps);
+    for (std::size_t i = 0; i < steps; ++i)
+      CHECK(std::fabs(post.result.losses[i] - sync.result.losses[i]) <= 1e-6 * std::fabs(sync.result.losses[i]));
+    CHECK(post.result.val_loss.value_or(-1) == doctest::Approx(sync.result.val_loss.value_or(-2)).epsilon(1e-6));
+    // The clip binds on some steps, not all: rollbacks really ran, and so did kept early updates.
+    CHECK(post.result.rollbacks > 0);
+    CHECK(post.result.rollbacks < steps);
+    CHECK(sync.result.rollbacks == 0);
+    // s0 holds the route's head and reduces; s1 stepped before its total came back, in every step,
+    // and never does with synchronous clipping.
+    CHECK(early_steps(post.trace, "s1") == steps);
+    CHECK(early_steps(sync.trace, "s1") == 0);
+  }
+}
+
+TEST_CASE("post_validate is refused with ZeRO's optimizer shards, which cannot roll back") {
+  load_options opts;
+  opts.vocabulary = troupe_vocabulary;
+  auto loaded = load_graph_text(graph("zb_h1", 1, "post_validate") + "data_parallel: {replicas: 2, zero: 1}\n",
+                                "tests/post_validate_zero.yaml", opts);
+  REQUIRE(!loaded.ok());
+  CHECK(to_string(loaded.errors).find("tests/post_validate_zero.yaml:3:") != std::string::npos);
+  CHECK(to_string(loaded.errors).find("keep no copy to roll back to") != std::string::npos);
+}
