@@ -64,9 +64,7 @@ struct chain {
   /// A message as the actor takes it: held by admit() when it belongs to a later step.
   void deliver(int to, const msg_meta& m, bool activation) {
     mail.push_back([this, to, m, activation] {
-      auto run = [this, to, m, activation] {
-        activation ? stage(to).on_activation(m) : stage(to).on_gradient(m);
-      };
+      auto run = [this, to, m, activation] { activation ? stage(to).on_activation(m) : stage(to).on_gradient(m); };
       if (stage(to).admit(m.step, false, run))
         run();
     });
