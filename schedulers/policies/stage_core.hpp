@@ -50,12 +50,6 @@ struct stage_core_config {
   int router = -1; ///< the actor that sends batches (whose credits a batch's start returns)
   std::int64_t steps = 1;
   bool reduce_norm = false; ///< end each step with the global-norm reduction over the plan's participants
-  /// Optimizer post-validation (`train.clip: post_validate`): with the reduction,
-  /// apply the update as soon as the gradients are final (hooks::update_early)
-  /// instead of after the total; hooks::update still follows with the total and
-  /// validates it. The stage admits no work of the next step in between, so a
-  /// rolled-back step never reaches another step's work.
-  bool post_validate = false;
   /// Credits granted to each sender of inputs; 0 means default_credits of the policy's bound.
   std::map<int, int> input_credits;
   /// Routing around stragglers (`data_parallel.route: least_loaded`): the
@@ -68,6 +62,12 @@ struct stage_core_config {
   /// replicas) reports how many microbatches of the step it sent here.
   int hop_reporters = 0;
   bool targets_travel = false; ///< the loss hop's targets come with its activation
+  /// Optimizer post-validation (`train.clip: post_validate`): with the reduction,
+  /// apply the update as soon as the gradients are final (hooks::update_early)
+  /// instead of after the total; hooks::update still follows with the total and
+  /// validates it. The stage admits no work of the next step in between, so a
+  /// rolled-back step never reaches another step's work.
+  bool post_validate = false;
 };
 
 /// One started action and what the compute side needs to run it.
