@@ -21,12 +21,12 @@ namespace {
 
 constexpr int steps = 8;
 
-// lr and grad_clip chosen so that the clip binds on some steps and not on
-// others (the norm falls from about X early on to about Y after warm-up).
+// grad_clip chosen so that the clip binds on some steps and not on others:
+// the global norm is 3.64 and 2.24 in steps 0 and 1, then 1.45 to 1.59.
 std::string graph(const std::string& schedule, int virt, const std::string& clip) {
   return fmt::format(R"(model: {{layers: 4, d_model: 32, heads: 2, context: 16, vocab: 256}}
 data: {{corpus: kjv, batch: 4, seed: 3}}
-train: {{steps: {}, lr: 3.0e-3, warmup: 2, eval_batches: 1, grad_clip: 1.2, clip: {}}}
+train: {{steps: {}, lr: 3.0e-3, warmup: 2, eval_batches: 1, grad_clip: 2.0, clip: {}}}
 pipeline: {{stages: 2, microbatches: 4, schedule: {}, virtual: {}}}
 )",
                      steps, clip, schedule, virt);
@@ -57,7 +57,7 @@ int early_steps(const run_trace& t, const std::string& stage) {
 
 TEST_CASE(
   "post_validate on zb_h1 and zbv follows synchronous clipping to 1e-6 and rolls back the steps the clip binds") {
-  for (auto [schedule, virt] : {std::pair{"zb_h1", 1}, std::pair{"zbv", 2}}) {
+  for (auto [schedule, virt] : {std::pair<std::string, int>{"zb_h1", 1}, std::pair<std::string, int>{"zbv", 2}}) {
     INFO(schedule);
     auto sync = run_traced(load_graph_or_fail(graph(schedule, virt, "sync"), "tests/sync.yaml"));
     auto post = run_traced(load_graph_or_fail(graph(schedule, virt, "post_validate"), "tests/post_validate.yaml"));
@@ -67,7 +67,7 @@ TEST_CASE(
       CHECK(std::fabs(post.result.losses[i] - sync.result.losses[i]) <= 1e-6 * std::fabs(sync.result.losses[i]));
     CHECK(post.result.val_loss.value_or(-1) == doctest::Approx(sync.result.val_loss.value_or(-2)).epsilon(1e-6));
     // The clip binds on some steps, not all: rollbacks really ran, and so did kept early updates.
-    CHECK(post.result.rollbacks > 0);
+    CHECK(post.result.rollbacks == 2); // steps 0 and 1
     CHECK(post.result.rollbacks < steps);
     CHECK(sync.result.rollbacks == 0);
     // s0 holds the route's head and reduces; s1 stepped before its total came back, in every step,
