@@ -1,6 +1,7 @@
 // Optimizer post-validation (`train.clip: post_validate`) as real actors: zb_h1
 // and zbv on 2 stages step before the global norm is back, roll back and redo
-// the steps where the clip binds, and follow synchronous clipping's loss curve.
+// the steps where the clip binds, and follow synchronous clipping's loss curve,
+// alone and with the mechanisms it composes with.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -74,6 +75,21 @@ TEST_CASE(
     // and never does with synchronous clipping.
     CHECK(early_steps(post.trace, "s1") == steps);
     CHECK(early_steps(sync.trace, "s1") == 0);
+  }
+}
+
+TEST_CASE("post_validate composes with DDP replicas, a DiLoCo exchange and attention servers: sync's curve") {
+  for (std::string extra : {"data_parallel: {replicas: 2, bucket: 16KB}\n",
+                            "data_parallel: {replicas: 2}\nlocal_update: {algorithm: diloco, sync_every: 4}\n",
+                            "attention: {servers: in_place, nano_batches: 2}\n"}) {
+    INFO(extra);
+    auto sync = run_graph_text(graph("zb_h1", 1, "sync") + extra, "tests/sync.yaml");
+    auto post = run_graph_text(graph("zb_h1", 1, "post_validate") + extra, "tests/post_validate.yaml");
+    REQUIRE(post.losses.size() == sync.losses.size());
+    for (std::size_t i = 0; i < sync.losses.size(); ++i)
+      CHECK(std::fabs(post.losses[i] - sync.losses[i]) <= 1e-6 * std::fabs(sync.losses[i]));
+    CHECK(post.rollbacks > 0);
+    CHECK(post.rollbacks < steps);
   }
 }
 
