@@ -7,6 +7,7 @@
 #    stage per node, the links between nodes at LATENCIES (seconds), step time
 #    and bubble. The preset prices no optimizer step; AdamW reads and writes
 #    about 28 bytes a parameter, 0.015 ns at the A100's 2 TB/s, priced here.
+#    Then equal stages (no head, free links), the optimizer about a forward.
 # 2. Real runs on this CPU: the tiny GPT on 2 stages x 4 microbatches, runs
 #    alternating, median ms/step, the trace's bubble and the rollbacks.
 # Writes the tables with the CPU, kernel target and commit to --results.
@@ -61,6 +62,26 @@ for s in "${schedules[@]}"; do
   done
 done
 
+# Equal stages (examples/sim/equal_stages.yaml's: no head, free links), AdamW priced.
+cat >"$tmp/equal.yaml" <<'YAML'
+model:    {layers: 8, d_model: 256, heads: 4, context: 128, vocab: 256, precision: bf16}
+data:     {batch: 1}
+train:    {steps: 4}
+pipeline: {stages: 4, microbatches: 8, schedule: zb_h1}
+devices:  {a100_adamw: {base: a100_80gb, optimizer_ns_per_param: 0.2}}
+sim:
+  device: a100_adamw
+  count_head: false
+  links: {within_node: {latency: 0, bandwidth: 0}, between_nodes: {latency: 0, bandwidth: 0}}
+YAML
+for s in "${schedules[@]}"; do
+  for c in "${clips[@]}"; do
+    # shellcheck disable=SC2046
+    "$troupe" sim "$tmp/equal.yaml" --json --set pipeline.schedule="$s" --set pipeline.virtual="$(virtual "$s")" \
+      $(clip_keys "$c") >"$tmp/equal-$s-$c.json"
+  done
+done
+
 cat >"$tmp/real.yaml" <<'YAML'
 model:    {layers: 4, d_model: 128, heads: 4, context: 64, vocab: 256}
 data:     {corpus: kjv, batch: 8, seed: 1}
@@ -106,6 +127,14 @@ for s in schedules:
             j = json.load(open(f"{tmp}/sim-{s}-{c}-{l}.json"))
             cells.append(f"{1e3 * j['iteration_s']:.3f} ({j['bubble']:.4f})")
         print(f"| {s} | {c} | " + " | ".join(cells) + " |")
+print("\n## Simulated: equal stages (4 x 8 microbatches, 2 layers d_model 256 each, no head, free links; "
+      "AdamW at 0.2 ns a parameter)\n")
+print("| schedule | clip | step time us | bubble |")
+print("|---|---|---|---|")
+for s in schedules:
+    for c in clips:
+        j = json.load(open(f"{tmp}/equal-{s}-{c}.json"))
+        print(f"| {s} | {c} | {1e6 * j['iteration_s']:.3f} | {j['bubble']:.4f} |")
 print(f"\n## Real: the tiny GPT (4 layers, d_model 128) on 2 stages x 4 microbatches, {steps} steps, this CPU\n")
 print("Runs alternate; ms/step and the trace's bubble fraction are medians over the runs; rollbacks: steps "
       "post-validation rolled back and redid clipped (grad_clip 1.0, lr 3e-3).\n")
