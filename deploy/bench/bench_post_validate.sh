@@ -43,6 +43,13 @@ clip_keys() { # clip -> --set arguments
   esac
 }
 virtual() { [[ $1 == zbv ]] && echo 2 || echo 1; }
+simulate() { # graph out schedule clip [more troupe sim arguments]
+  local graph=$1 out=$2 s=$3 c=$4
+  shift 4
+  # shellcheck disable=SC2046
+  "$troupe" sim "$graph" --json --set pipeline.schedule="$s" --set pipeline.virtual="$(virtual "$s")" \
+    $(clip_keys "$c") "$@" >"$out"
+}
 
 cat >"$tmp/sim.yaml" <<'YAML'
 model:    {layers: 24, d_model: 1024, heads: 16, context: 1024, vocab: 50304, precision: bf16}
@@ -55,9 +62,7 @@ YAML
 for s in "${schedules[@]}"; do
   for c in "${clips[@]}"; do
     for l in $latencies; do
-      # shellcheck disable=SC2046
-      "$troupe" sim "$tmp/sim.yaml" --json --steps 8 --set pipeline.schedule="$s" --set pipeline.virtual="$(virtual "$s")" \
-        $(clip_keys "$c") --set sim.links.between_nodes.latency="$l" >"$tmp/sim-$s-$c-$l.json"
+      simulate "$tmp/sim.yaml" "$tmp/sim-$s-$c-$l.json" "$s" "$c" --steps 8 --set sim.links.between_nodes.latency="$l"
     done
   done
 done
@@ -76,9 +81,7 @@ sim:
 YAML
 for s in "${schedules[@]}"; do
   for c in "${clips[@]}"; do
-    # shellcheck disable=SC2046
-    "$troupe" sim "$tmp/equal.yaml" --json --set pipeline.schedule="$s" --set pipeline.virtual="$(virtual "$s")" \
-      $(clip_keys "$c") >"$tmp/equal-$s-$c.json"
+    simulate "$tmp/equal.yaml" "$tmp/equal-$s-$c.json" "$s" "$c"
   done
 done
 
