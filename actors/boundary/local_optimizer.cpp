@@ -1,7 +1,9 @@
 // The step-boundary component that applies the update on the stage itself:
 // AdamW over each model chunk's parameters, its state saved with the stage's
 // checkpoint. The bottom of every stack but ZeRO's (whose shards update).
+// With post-validation it steps before the global norm and can roll back.
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -36,6 +38,46 @@ public:
       m.zero_grads();
     }
     return true;
+  }
+
+  // Post-validation keeps host copies of the parameters and the optimizer state
+  // (3 floats a parameter with AdamW, in buffers reused every step); the
+  // gradients stay in place (AdamW reads them only) until the verdict.
+  bool apply_early(step_t, float lr) override {
+    const auto& models = host_.models();
+    kept_.resize(models.size());
+    for (std::size_t k = 0; k < models.size(); ++k) {
+      auto& m = *models[k];
+      auto& keep = kept_[k];
+      auto params = m.host_params();
+      keep.params.resize(params.size());
+      for (std::size_t i = 0; i < params.size(); ++i)
+        copy_into(keep.params[i], params[i].value);
+      auto st = optimizers_[k]->state(); // empty before the first update
+      keep.state.tensors.resize(st.tensors.size());
+      for (std::size_t i = 0; i < st.tensors.size(); ++i) {
+        keep.state.tensors[i].name = st.tensors[i].name;
+        copy_into(keep.state.tensors[i].value, st.tensors[i].value);
+      }
+      keep.state.steps = st.steps;
+      optimizers_[k]->step(m.params(), m.grads(), lr);
+      m.params_updated();
+    }
+    return true;
+  }
+
+  void validated(bool keep) override {
+    const auto& models = host_.models();
+    for (std::size_t k = 0; k < models.size() && k < kept_.size(); ++k) {
+      auto& m = *models[k];
+      if (keep) {
+        m.zero_grads();
+        continue;
+      }
+      m.load_params(kept_[k].params);
+      m.params_updated();
+      optimizers_[k]->load_state(kept_[k].state);
+    }
   }
 
   std::vector<std::string> state_kinds() const override { return ops::adamw::kinds(); }
@@ -95,8 +137,22 @@ public:
   }
 
 private:
+  /// A deep host copy of `from` in `to`, whose buffer is reused when the shape fits.
+  static void copy_into(tensor_handle& to, const tensor_handle& from) {
+    auto host = copy_to_host(from);
+    if (!to.defined() || !(to.shape() == host.shape()) || to.type() != host.type())
+      to = tensor_handle::empty(host.shape(), host.type());
+    std::memcpy(to.raw(), host.raw(), host.nbytes());
+  }
+
   stage_host& host_;
   std::vector<std::unique_ptr<ops::optimizer>> optimizers_;
+  /// What apply_early() overwrote, per chunk: for validated() to put back.
+  struct kept {
+    std::vector<tensor_handle> params;
+    ops::optimizer_state state;
+  };
+  std::vector<kept> kept_;
 };
 
 } // namespace

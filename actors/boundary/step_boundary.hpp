@@ -83,6 +83,15 @@ public:
   /// by `clip` (1: not clipped). True when done; otherwise host.applied(step)
   /// follows and the stage runs nothing meanwhile.
   virtual bool apply(step_t step, float lr, float clip) { return true; }
+  /// Optimizer post-validation (`train.clip: post_validate`): applies the update
+  /// of `step` unclipped before the global norm is known, keeping the
+  /// parameters and optimizer state it overwrites, and the gradients. False when
+  /// this component cannot (its update runs elsewhere); validated() follows.
+  virtual bool apply_early(step_t step, float lr) { return false; }
+  /// The norm of the step apply_early() ran is in. `keep`: the update stands
+  /// and the gradients go. Otherwise the parameters and optimizer state are put
+  /// back as they were before it, and the gradients stay for apply() to redo it.
+  virtual void validated(bool keep) {}
   /// After the update that completes `steps_done` steps, before the next step's
   /// work. True when nothing must be waited for; otherwise host.exchanged() follows.
   virtual bool after_update(step_t steps_done) { return true; }

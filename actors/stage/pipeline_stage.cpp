@@ -143,6 +143,10 @@ void maybe_done(stage_actor* self) {
     for (const auto& r : e.reports())
       s.losses.push_back(r.loss);
   }
+  s.rollbacks = e.rollbacks();
+  if (loss_stage && e.config().post_validate)
+    fmt::print("{}: post-validation rolled back and redid {} of {} steps (the clip bound)\n", s.actor, s.rollbacks,
+               s.steps);
   if (const auto* a = e.attention(); a && e.config().replica == 0 && !a->pairs_before().empty()) {
     // The balance the planner gave this position's rounds (every replica plans the same).
     auto ratio = [](const std::vector<std::int64_t>& v) {
@@ -417,6 +421,7 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     c.eval_routes = 2, c.short_eval_stages = g.skip.path_length;       // the full model, then a path of L stages
   c.byte_tokens = g.data.source != "tokens" && !uses_sentencepiece(g); // token files and SentencePiece: ids
   c.grad_clip = g.train.grad_clip;
+  c.post_validate = g.train.clip == "post_validate";
   c.weight_decay = static_cast<float>(g.train.weight_decay);
   c.model = ops::model_config(g);
   c.lr.max_lr = static_cast<float>(g.train.lr);

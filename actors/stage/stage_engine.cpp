@@ -55,6 +55,7 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
   sched::stage_core_config cc{cfg_.name,   cfg_.actor, cfg_.rank,          cfg_.ranks,        cfg_.chunks,
                               cfg_.router, cfg_.steps, cfg_.grad_clip > 0, cfg_.input_credits};
   cc.next_replicas = cfg_.next_replicas, cc.hop_reporters = cfg_.hop_reporters, cc.targets_travel = cfg_.targets_travel;
+  cc.post_validate = cfg_.post_validate && cfg_.grad_clip > 0;
   sched::stage_core_hooks h;
   h.clock = cfg_.clock ? cfg_.clock : std::function<double()>{steady_seconds};
   // A local hand-off keeps the output here, as the input (or gradient) of the chunk of the next (previous) hop.
@@ -103,6 +104,7 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
     return run_syncs(step);
   };
   h.update = [this](std::int64_t step, double total_sq) { update(step, total_sq); };
+  h.update_early = [this](std::int64_t step) { update_early(step); };
   h.exchange = [this](std::int64_t steps_done) {
     if (awaiting_update_ >= 0) { // the exchange reads the updated parameters: once they are back
       pending_exchange_ = steps_done;
@@ -509,62 +511,6 @@ void stage_engine::compute(const sched::stage_task& t) {
   // (wall time did, 3-5x at a load of 10 on 2 cores, more than a 3x straggler).
   step_busy_ns_[t.step] += thread_cpu_ns() - cpu0 + device_ns;
   s.get().bytes = bytes;
-}
-
-double stage_engine::gradients_complete(step_t step) {
-  plan_hops_.erase(step);
-  std::optional<double> share;
-  for (auto& b : boundaries_) // every one is asked: a component may reset its count
-    if (auto s = b->norm_share(step); s && !share)
-      share = s;
-  if (share)
-    return *share;
-  double own_sq = 0; // the stage's own gradients
-  if (cfg_.grad_clip > 0)
-    for (auto& m : models_)
-      own_sq += m->grad_sq_norm();
-  return own_sq;
-}
-
-void stage_engine::update(step_t step, double total_sq) {
-  scoped_span s(trace_id, span_kind::optimizer, static_cast<std::int32_t>(step));
-  auto t0 = trace_now();
-  auto tokens = core_->step_tokens();
-  step_report rep{step, 0, 0, cfg_.lr.at(step)};
-  float clip = 1.0f;
-  if (cfg_.grad_clip > 0) {
-    rep.grad_norm = std::sqrt(total_sq);
-    if (!std::isfinite(rep.grad_norm))
-      throw std::runtime_error(fmt::format("{}: the gradient norm is {} at step {} (lr {:.3g}); lower train.lr "
-                                           "or raise train.warmup",
-                                           cfg_.name, rep.grad_norm, step, rep.lr));
-    clip = std::min(ops::clip_factor(rep.grad_norm, cfg_.grad_clip), 1.0f);
-  }
-  bool done = true;
-  for (auto& b : boundaries_)
-    if (b->applies_update())
-      done = b->apply(step, rep.lr, clip);
-  compute_ns_ += trace_now() - t0;
-  for (auto& chunk_work : work_)
-    for (auto& w : chunk_work)
-      w = {};
-  if (!done) { // applied elsewhere (ZeRO's shards): nothing runs here until the parameters are back
-    pending_report_ = rep, pending_tokens_ = tokens;
-    awaiting_update_ = step;
-    return;
-  }
-  finish_update(rep, tokens);
-}
-
-void stage_engine::finish_update(const step_report& r, std::int64_t tokens) {
-  auto rep = r;
-  rep.loss = tokens > 0 ? loss_sum_ / static_cast<double>(tokens) : 0.0;
-  if (cfg_.loss && cfg_.replica == 0) {
-    reports_.push_back(rep);
-    trace_recorder::global().count("loss", rep.loss, static_cast<std::int32_t>(rep.step));
-  }
-  report_replica_loss(rep.step);
-  loss_sum_ = 0;
 }
 
 } // namespace troupe

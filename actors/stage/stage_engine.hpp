@@ -48,6 +48,8 @@ struct stage_config {
   int short_eval_stages = 0; ///< the stages the second route visits (for the report)
   bool byte_tokens = true;   ///< a token is a byte of text (a loss reads as bits/byte; else bits/token)
   double grad_clip = 1.0;    ///< global-norm clip; 0 = off
+  /// `train.clip: post_validate`: step before the global norm, roll back and redo clipped when it binds.
+  bool post_validate = false;
   float weight_decay = 0.1f; ///< AdamW's decoupled weight decay (matrices and embeddings)
   ops::gpt_config model;
   ops::warmup_cosine lr;
@@ -115,6 +117,7 @@ struct step_report {
   double loss = 0;      ///< mean training loss over the step's microbatches (last stage)
   double grad_norm = 0; ///< global norm before clipping (0 when clipping is off)
   float lr = 0;
+  bool rolled_back = false; ///< post-validation: the early update was undone and redone clipped
 };
 
 /// A stage's state machine. Feed it messages; it runs one action per `run_one()`.
@@ -136,6 +139,8 @@ public:
   /// The same passes on the second route, when there is one (SkipPipe: a path of L stages).
   const std::vector<std::pair<step_t, double>>& short_val_losses() const noexcept { return short_val_losses_; }
   const std::vector<step_report>& reports() const noexcept { return reports_; }
+  /// Post-validation: steps whose early update this stage rolled back (and redid clipped).
+  std::int64_t rollbacks() const noexcept { return rollbacks_; }
   /// The model chunks this rank owns (chunk c = virtual stage rank + c·ranks).
   const std::vector<std::unique_ptr<stage_model>>& models() const noexcept override { return models_; }
   /// The same chunks as gpt_ranges when they run on the CPU; empty on a device.
@@ -232,6 +237,9 @@ private:
   void run_eval(const route_t& route, int hop, int mb, const stage_tensor& input, step_t step);
   double gradients_complete(step_t step);
   void update(step_t step, double total_sq);
+  /// Post-validation: the update of `step` before the global norm (update() then validates it).
+  void update_early(step_t step);
+  step_boundary& applier();
   /// The update of `step` is applied (now, or when its component says so).
   void finish_update(const step_report& rep, std::int64_t tokens);
   stage_model& chunk(int c) { return *models_[static_cast<std::size_t>(c)]; }
@@ -280,6 +288,8 @@ private:
   std::vector<int> eval_seen_;   ///< by evaluation route: batches whose loss is in
   std::vector<std::pair<step_t, double>> val_losses_, short_val_losses_;
   std::vector<step_report> reports_;
+  step_t early_step_ = -1; ///< post-validation: the step whose update ran before its norm, or -1
+  std::int64_t rollbacks_ = 0;
   std::int64_t compute_ns_ = 0;
   std::map<step_t, std::int64_t> step_busy_ns_;
   std::int64_t idle_since_ns_ = -1; ///< when the policy last had nothing to run; -1 when busy

@@ -99,6 +99,9 @@ struct run_spec {
   double grad_clip = 0;
   int credits = 0; ///< every channel's credits; 0: the defaults
   std::vector<std::vector<sched::action>> table;
+  bool post_validate = false; ///< train.clip: post_validate
+  /// Called on each stage at each step boundary, before its norm (a test's hand on the gradients).
+  std::function<void(stage_engine&, step_t)> at_boundary{};
 };
 
 /// What a run did, as seen from outside the engines.
@@ -111,6 +114,8 @@ struct run_record {
   int max_granted = 0;
   std::map<int, std::vector<int>> hops_per_step; ///< stage -> forwards it ran, per step
   bool finished = false;
+  std::int64_t rollbacks = 0;      ///< post-validation: steps rolled back (the most of any stage)
+  std::vector<std::string> errors; ///< what the engines threw (each went on with its other messages)
 };
 
 sched::routing_params routing_params_of(const run_spec& s) {
@@ -154,6 +159,7 @@ run_record run(const run_spec& s) {
     c.name = fmt::format("s{}", r);
     c.actor = r + 1, c.rank = r, c.ranks = s.ranks, c.chunks = s.chunks, c.router = 0;
     c.steps = s.steps, c.eval_batches = 1, c.grad_clip = s.grad_clip, c.model = model(), c.policy = s.policy;
+    c.post_validate = s.post_validate;
     c.lr.max_lr = 1e-2f, c.lr.min_lr = 1e-3f, c.lr.warmup = 0, c.lr.total = s.steps;
     c.policy_params.table = s.table;
     for (auto [b, e] : rp.stages[static_cast<std::size_t>(r)].chunks) {
@@ -191,6 +197,8 @@ run_record run(const run_spec& s) {
     };
     engines.push_back(std::make_unique<stage_engine>(std::move(c), std::move(out)));
     engines.back()->add_step_boundary(std::make_unique<observer>([&, me](step_t step) {
+      if (s.at_boundary)
+        s.at_boundary(engine(me), step);
       rec.hops_per_step[me - 1].push_back(engine(me).queue().completed(0)); // what this stage ran this step
       if (rec.grads.size() <= static_cast<std::size_t>(step))
         rec.grads.resize(static_cast<std::size_t>(step) + 1);
@@ -222,16 +230,27 @@ run_record run(const run_spec& s) {
   };
   for (int guard = 0; guard < 1000000; ++guard) {
     bool ran = pump();
+    auto attempt = [&](auto&& f) {
+      try {
+        return f();
+      } catch (const std::runtime_error& e) {
+        rec.errors.push_back(e.what());
+        return true;
+      }
+    };
     for (std::size_t i = 0; i < engines.size(); ++i) {
       auto& e = *engines[i];
-      ran |= e.run_one();
+      ran |= attempt([&] { return e.run_one(); });
       rec.max_held = std::max(rec.max_held, e.max_held());
       rec.max_granted = std::max(rec.max_granted, e.credits_granted());
     }
     if (!mail.empty()) {
       auto f = std::move(mail.front());
       mail.pop_front();
-      f();
+      attempt([&] {
+        f();
+        return true;
+      });
       ran = true;
     }
     if (!ran)
@@ -239,8 +258,10 @@ run_record run(const run_spec& s) {
   }
   rec.finished = true;
   for (auto& e : engines) {
-    CHECK_MESSAGE(e->training_done(), e->config().name, " did not finish under ", s.policy);
+    if (rec.errors.empty())
+      CHECK_MESSAGE(e->training_done(), e->config().name, " did not finish under ", s.policy);
     rec.finished &= e->training_done();
+    rec.rollbacks = std::max(rec.rollbacks, e->rollbacks());
     for (const auto& x : e->chunks())
       collect(x.params(), rec.params);
   }
@@ -380,6 +401,67 @@ TEST_CASE("global-norm clipping sends 2(n-1) messages a step, not n(n-1)") {
     CHECK(got.clip_messages == s.steps * (ranks - 1));
     check_same(s);
   }
+}
+
+/// Steps of `r` whose global norm (of the gradients at the boundary, before clipping) makes `clip` bind.
+int binding_steps(const run_record& r, double clip) {
+  int n = 0;
+  for (const auto& step : r.grads) {
+    double sq = 0;
+    for (const auto& [name, g] : step)
+      for (float x : g)
+        sq += static_cast<double>(x) * x;
+    n += ops::clip_factor(std::sqrt(sq), clip) < 1.0f;
+  }
+  return n;
+}
+
+TEST_CASE("post-validation's updates equal synchronous clipping's bit for bit, rolling back where the clip binds") {
+  for (std::string policy : {"zb_h1", "1f1b"}) {
+    CAPTURE(policy);
+    run_spec s;
+    s.ranks = 2, s.steps = 6, s.policy = policy, s.grad_clip = 1e6; // reduces, never binds: the norms unclipped
+    auto free = run(s);
+    std::vector<double> norms;
+    for (const auto& step : free.grads) {
+      double sq = 0;
+      for (const auto& [name, g] : step)
+        for (float x : g)
+          sq += static_cast<double>(x) * x;
+      norms.push_back(std::sqrt(sq));
+    }
+    std::sort(norms.begin(), norms.end());
+    s.grad_clip = norms[norms.size() / 2]; // binds on about half the steps
+    auto sync = run(s);
+    s.post_validate = true;
+    auto post = run(s);
+    int binding = binding_steps(sync, s.grad_clip);
+    REQUIRE(binding > 0);
+    REQUIRE(binding < s.steps);
+    CHECK(sync.rollbacks == 0);
+    CHECK(post.rollbacks == binding);
+    CHECK(max_rel_diff(post.params, sync.params) == 0.0);
+    CHECK(post.errors.empty());
+  }
+}
+
+TEST_CASE("a gradient norm that is not finite rolls the early update back on every stage, then stops with the error") {
+  run_spec s;
+  s.ranks = 2, s.steps = 3, s.grad_clip = 1.0, s.post_validate = true, s.policy = "zb_h1";
+  grad_map before; // every stage's parameters as step 1 found them
+  s.at_boundary = [&](stage_engine& e, step_t step) {
+    if (step != 1)
+      return;
+    for (const auto& x : e.chunks())
+      collect(x.params(), before);
+    if (e.config().rank == 1) // a gradient overflows on the stage that does not reduce
+      e.chunks()[0].grads()[0].value.data<float>()[0] = NAN;
+  };
+  auto r = run(s);
+  REQUIRE(r.errors.size() == 2); // each stage, when the total reaches it
+  for (const auto& e : r.errors)
+    CHECK(e.find("the gradient norm is nan at step 1") != std::string::npos);
+  CHECK(max_rel_diff(r.params, before) == 0.0); // both early updates undone: nothing is lost
 }
 
 TEST_CASE("a NaN loss stops the stage with an error that names the step and what to change") {

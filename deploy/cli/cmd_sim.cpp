@@ -114,6 +114,7 @@ expected<cluster_config> make_config(const graph_spec& g, std::int64_t steps) {
   c.gradient_bytes = s.gradient_bytes;
   c.activation_bytes = g.model.precision == dtype::bf16 ? 2 : 4;
   c.reduce_norm = g.train.grad_clip > 0;
+  c.post_validate = c.reduce_norm && g.train.clip == "post_validate";
   std::vector<const actor_spec*> stages;
   for (const auto& a : g.actors)
     if (a.role.holds_layers && a.replica == 0) // one replica; the simulator repeats it

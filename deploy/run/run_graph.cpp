@@ -87,12 +87,13 @@ std::optional<double> run_result::ms_per_step() const {
 }
 
 void aggregate(run_result& res) {
-  res.steps = 0, res.tokens = 0;
+  res.steps = 0, res.tokens = 0, res.rollbacks = 0;
   res.train_loss.reset(), res.val_loss.reset(), res.val_loss_short.reset();
   step_t loss_steps = -1;
   for (const auto& s : res.summaries) {
     res.steps = std::max(res.steps, s.steps);
     res.tokens += s.tokens;
+    res.rollbacks = std::max(res.rollbacks, s.rollbacks); // every stage rolls back the same steps
     if (!std::isnan(s.train_loss) && s.steps >= loss_steps) {
       res.train_loss = s.train_loss;
       loss_steps = s.steps;
@@ -251,6 +252,7 @@ nlohmann::json summary_json(const run_result& r, const parameter_count& paramete
           {"val_loss_short", num(r.val_loss_short)},
           {"first_step", r.first_step},
           {"restarts", r.restarts},
+          {"rollbacks", r.rollbacks},
           {"losses", losses},
           {"parameters", to_json(parameters)},
           {"memory", memory},

@@ -55,6 +55,7 @@ struct run_result {
   std::vector<double> losses;           ///< train loss per step from first_step on (the loss stage's)
   std::int64_t checkpoints = 0;         ///< checkpoints completed
   std::int64_t restarts = 0;            ///< times `troupe launch` restarted the run after losing a node
+  std::int64_t rollbacks = 0;           ///< post-validation: steps rolled back and redone clipped (any stage's)
   std::vector<run_summary> summaries;   ///< one per actor, in arrival order
   std::string kernel_target;            ///< the CPU kernels' SIMD target where run_graph ran them (this process);
   std::string blas_core;                ///< and OpenBLAS's core; both empty for a launch, whose nodes choose their own

@@ -246,6 +246,9 @@ struct run_summary {
   /// for other actors (runtime/trace/step_stats.hpp).
   std::vector<std::int64_t> step_busy_ns;
   std::int32_t position = -1; ///< a stage's pipeline position: the replicas at it are its peers
+  /// Optimizer post-validation (`train.clip: post_validate`): steps whose early
+  /// update this stage rolled back and redid clipped.
+  std::int64_t rollbacks = 0;
 };
 
 /// An actor wrote its part of the checkpoint after optimizer step `step`
@@ -336,7 +339,8 @@ typename Inspector::result_type inspect(Inspector& f, connect_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_summary& x) {
   return f(caf::meta::type_name("run_summary"), x.actor, x.steps, x.tokens, x.train_loss, x.val_loss, x.val_loss_short,
-           x.losses, x.params_bytes, x.grads_bytes, x.optimizer_bytes, x.bytes_sent, x.step_busy_ns, x.position);
+           x.losses, x.params_bytes, x.grads_bytes, x.optimizer_bytes, x.bytes_sent, x.step_busy_ns, x.position,
+           x.rollbacks);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, checkpoint_msg& x) {

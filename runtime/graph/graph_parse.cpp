@@ -48,8 +48,9 @@ void parse_family(const YAML::Node& n, model_spec& m, graph_reader& r) {
     r.error(n["heads"], "model.heads",
             fmt::format("the head width d_model/heads = {} must be even for rotary positions", m.d_model / m.heads));
 }
-const std::vector<std::string> train_keys{"steps",      "lr",           "weight_decay", "warmup",
-                                          "eval_every", "eval_batches", "grad_clip",    "init"};
+const std::vector<std::string> train_keys{"steps",        "lr",        "weight_decay", "warmup", "eval_every",
+                                          "eval_batches", "grad_clip", "clip",         "init"};
+const std::vector<std::string> clip_modes{"sync", "post_validate"};
 const std::vector<std::string> pipeline_keys{"stages", "microbatches", "schedule", "virtual", "table",
                                              "policy", "device",       "routing",  "wire"};
 const std::vector<std::string> trace_keys{"file", "hang_after"};
@@ -98,6 +99,16 @@ void parse_train(const YAML::Node& n, train_spec& t, graph_reader& r) {
   r.get_int(n, "train", "eval_every", t.eval_every, 0, max_steps);
   r.get_int(n, "train", "eval_batches", t.eval_batches, 1, 1 << 20);
   r.get_double(n, "train", "grad_clip", t.grad_clip, 0.0, 1e6);
+  if (auto c = child(n, "clip"); c && r.get_string(n, "train", "clip", t.clip)) {
+    t.clip_pos = r.pos(c, "train.clip");
+    if (std::find(clip_modes.begin(), clip_modes.end(), t.clip) == clip_modes.end())
+      r.error(c, "train.clip", fmt::format("unknown clip '{}' {}", t.clip, choices(t.clip, clip_modes)));
+    else if (t.clip == "post_validate" && t.grad_clip <= 0)
+      r.error(c, "train.clip",
+              fmt::format("post_validate checks the global gradient norm against train.grad_clip after the "
+                          "optimizer step, and grad_clip is {} (off): set grad_clip above 0, or clip: sync",
+                          t.grad_clip));
+  }
   if (auto init = child(n, "init"); init && r.get_string(n, "train", "init", t.init))
     t.init_pos = r.pos(init, "train.init"); // as_string refuses an empty name
 }

@@ -196,8 +196,8 @@ std::string to_yaml(const graph_spec& g) {
   out += d.corpus_path.empty() ? "\n" : fmt::format("  # {}\n", d.corpus_path.string());
   const auto& t = g.train;
   out += fmt::format("train: {{steps: {}, lr: {}, weight_decay: {}, warmup: {}, eval_every: {}, "
-                     "eval_batches: {}, grad_clip: {}{}}}\n",
-                     t.steps, t.lr, t.weight_decay, t.warmup, t.eval_every, t.eval_batches, t.grad_clip,
+                     "eval_batches: {}, grad_clip: {}, clip: {}{}}}\n",
+                     t.steps, t.lr, t.weight_decay, t.warmup, t.eval_every, t.eval_batches, t.grad_clip, t.clip,
                      t.init.empty() ? std::string{}
                                     : ", init: " + scalar(t.init_path.empty() ? t.init : t.init_path.string()));
   const auto& p = g.pipeline;

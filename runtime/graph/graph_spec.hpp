@@ -77,7 +77,7 @@ struct attention_spec {
   source_pos pos;
 };
 
-/// `train: {steps, lr, weight_decay, warmup, eval_every, eval_batches, grad_clip, init}`.
+/// `train: {steps, lr, weight_decay, warmup, eval_every, eval_batches, grad_clip, clip, init}`.
 struct train_spec {
   std::int64_t steps = 0; ///< optimizer steps (required)
   double lr = 3.0e-4;
@@ -86,6 +86,12 @@ struct train_spec {
   std::int64_t eval_every = 0; ///< steps between validation passes; 0 = only at the end
   int eval_batches = 8;        ///< microbatches per validation pass
   double grad_clip = 1.0;      ///< global gradient-norm clip; 0 = off
+  /// When a stage applies the clip: `sync` waits for the global norm before its
+  /// optimizer step; `post_validate` steps at once, unclipped, and rolls back and
+  /// redoes the step clipped when the norm then exceeds grad_clip (Qi et al.,
+  /// Zero Bubble PP, sec. 4). Needs grad_clip > 0.
+  std::string clip = "sync";
+  source_pos clip_pos; ///< where `clip` is written
   /// A warm start: a checkpoint (its folder with `latest`, or one step folder)
   /// whose stage weights the run starts from, with fresh optimizer state at step
   /// 0 (DiLoCo's protocol: pretrain, then train locally). Empty = random weights.

@@ -289,6 +289,18 @@ void check_init_key(parsed_graph& pg, graph_reader& r) {
   g.train.init_path = pg.resolve(g.train.init);
 }
 
+/// `train.clip: post_validate` rolls a stage's optimizer step back; ZeRO's step
+/// runs on optimizer shards, which keep nothing to roll back to.
+void check_clip(parsed_graph& pg, graph_reader& r) {
+  const auto& g = pg.graph;
+  if (g.train.clip == "post_validate" && g.data_parallel.present && g.data_parallel.zero > 0)
+    r.error_at(g.train.clip_pos, "train.clip",
+               fmt::format("post_validate rolls a stage's optimizer step back when the global norm then exceeds "
+                           "grad_clip, and with data_parallel.zero: {} that step runs on optimizer shards, which "
+                           "keep no copy to roll back to: use clip: sync, or zero: 0",
+                           g.data_parallel.zero));
+}
+
 void validate(parsed_graph& pg, const graph_vocabulary& vocab, const load_options& opts, graph_reader& r) {
   assign_roles(pg, vocab);
   check_stage_layers(pg, vocab, r);
@@ -297,6 +309,7 @@ void validate(parsed_graph& pg, const graph_vocabulary& vocab, const load_option
   check_schedule_files(pg, r);
   check_cluster(pg, r);
   check_init_key(pg, r);
+  check_clip(pg, r);
   if (opts.check_corpus)
     check_data(pg, r);
 }

@@ -334,11 +334,20 @@ void stage_core::reduce_norm() {
   }
   // Global-norm clipping is a reduction: every participant sends its Σ g² to
   // the reducer, which answers each with the total (2(n-1) messages a step).
+  // Post-validation steps meanwhile: the norm goes out first, then the update
+  // runs while it travels (the reducer's own update before it hears its last norm).
   awaiting_total_ = true;
-  if (plan.reducer == cfg_.actor)
+  bool early = cfg_.post_validate && hooks_.update_early;
+  if (plan.reducer == cfg_.actor) {
+    if (early)
+      hooks_.update_early(step_);
     on_norm(step_, own_sq, cfg_.actor);
-  else if (hooks_.norm)
+    return;
+  }
+  if (hooks_.norm)
     hooks_.norm(plan.reducer, step_, own_sq);
+  if (early)
+    hooks_.update_early(step_);
 }
 
 void stage_core::on_norm(std::int64_t step, double sq_norm, int from) {

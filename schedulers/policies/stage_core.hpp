@@ -62,6 +62,12 @@ struct stage_core_config {
   /// replicas) reports how many microbatches of the step it sent here.
   int hop_reporters = 0;
   bool targets_travel = false; ///< the loss hop's targets come with its activation
+  /// Optimizer post-validation (`train.clip: post_validate`): with the reduction,
+  /// apply the update as soon as the gradients are final (hooks::update_early)
+  /// instead of after the total; hooks::update still follows with the total and
+  /// validates it. The stage admits no work of the next step in between, so a
+  /// rolled-back step never reaches another step's work.
+  bool post_validate = false;
 };
 
 /// One started action and what the compute side needs to run it.
@@ -98,8 +104,10 @@ struct stage_core_hooks {
   std::function<bool(std::int64_t step)> sync;
   /// The step's gradients are final: returns this stage's Σ g² (0 without clipping).
   std::function<double(std::int64_t step)> gradients_complete;
-  /// Apply the step's update, given the global Σ g².
+  /// Apply the step's update, given the global Σ g² (after update_early: validate it).
   std::function<void(std::int64_t step, double total_sq)> update;
+  /// With post_validate: apply the step's update unclipped, before the global Σ g² is known.
+  std::function<void(std::int64_t step)> update_early;
   /// Called after the update that completes `steps_done` steps.
   std::function<void(std::int64_t steps_done)> updated;
   /// Called right after that update, before the next step's work is admitted:

@@ -312,6 +312,9 @@ expected<cluster_result> simulate_cluster(const cluster_config& c) {
     return make_sched_error(fmt::format("simulate: local_update needs route own, no skip, and replica groups of "
                                         "equal size ({} replicas in groups of {})",
                                         c.replicas, c.outer.group));
+  if (c.post_validate && c.ring.zero > 0)
+    return make_sched_error("simulate: post_validate rolls a stage's optimizer step back, and ZeRO's shards keep "
+                            "nothing to roll back to");
   if (c.route != "own" && c.route != "least_loaded")
     return make_sched_error(fmt::format("simulate: unknown route '{}' (known: own, least_loaded)", c.route));
   const auto v = c.stages.front().chunks.size();

@@ -46,6 +46,11 @@ struct cluster_config {
   double gradient_bytes = 4;                   ///< per parameter in the data-parallel all-reduce (f32 main gradients)
   double activation_bytes = 2;                 ///< per value sent between stages (bf16)
   bool reduce_norm = true;                     ///< global-norm clipping: each replica's stages reduce Σg² every step
+  /// Optimizer post-validation (`train.clip: post_validate`): with reduce_norm,
+  /// each stage's optimizer step starts when its gradients are final rather
+  /// than when the total comes back. The check always passes here (the
+  /// simulator has no gradients), so no rollback is priced.
+  bool post_validate = false;
   /// `own`: a microbatch stays on its replica's chain; `least_loaded`: each
   /// stage sends an output to the replica of the next position likely to finish
   /// it first (data_parallel.route; schedulers/routing/least_loaded.hpp).

@@ -73,3 +73,25 @@ TEST_CASE("Replicas run the same schedule in parallel: steps, devices and FLOP/s
   CHECK(many->tflops_per_device() == doctest::Approx(one->tflops_per_device()));
   CHECK(many->tokens_per_s() == doctest::Approx(16 * one->tokens_per_s()));
 }
+
+TEST_CASE("ZB-H1's stages wait for the global norm before their optimizer step; post-validation steps in that wait") {
+  // With a vocabulary head on the last stage that stage finishes its step after
+  // stage 0, which reduces: stage 0 waits for its norm before it may step.
+  auto c = equal_stages(4, 8, 1, "zb_h1");
+  c.steps = 4;
+  c.model.vocab = 50304, c.costs.count_head = true;
+  c.costs.device.optimizer_per_param = 2e-10;
+  auto time = [&](bool reduce, bool post) {
+    c.reduce_norm = reduce, c.post_validate = post;
+    auto r = simulate_cluster(c);
+    if (!r)
+      FAIL(r.error().message);
+    return r->iteration_s;
+  };
+  double none = time(false, false), sync = time(true, false), post = time(true, true);
+  CHECK(sync > none * (1 + 1e-3)); // the reduction is on the critical path
+  CHECK(post == doctest::Approx(none).epsilon(1e-12));
+  c.ring.zero = 1;
+  c.post_validate = true;
+  CHECK(!simulate_cluster(c)); // ZeRO's shards keep nothing to roll back to
+}

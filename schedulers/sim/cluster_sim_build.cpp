@@ -96,6 +96,7 @@ expected<void> cluster::build() {
       cc.name = fmt::format("r{}s{}", r, s);
       cc.actor = me, cc.rank = s, cc.ranks = p_, cc.chunks = v, cc.router = router, cc.steps = c_.steps;
       cc.reduce_norm = c_.reduce_norm;
+      cc.post_validate = c_.post_validate;
       cc.input_credits = chain_input_credits(chain, me, router, p_); // as a graph without `credits:`
       if (skip_) {
         // A path may come from any node: every stage actor may send here, the router to stage 0.
@@ -180,12 +181,17 @@ expected<void> cluster::build() {
           updating_[static_cast<std::size_t>(me)] = 1;
           ring_->update(r, s, step);
         };
-      else if (optimizer_[static_cast<std::size_t>(s)] > 0)
-        hk.update = [this, me, s](std::int64_t, double) {
+      else if (optimizer_[static_cast<std::size_t>(s)] > 0) {
+        auto step = [this, me, s] {
           updating_[static_cast<std::size_t>(me)] = 1;
           busy_[static_cast<std::size_t>(me)] += optimizer_[static_cast<std::size_t>(s)];
           compute(me, optimizer_[static_cast<std::size_t>(s)], [this, me] { end_update(me); });
         };
+        if (c_.post_validate) // stepped before the total; its check passes (no gradients here to fail it)
+          hk.update_early = [step](std::int64_t) { step(); };
+        else
+          hk.update = [step](std::int64_t, double) { step(); };
+      }
       // Local-update training: the method's events after each update, its exchanges once the update has ended.
       if (outer_)
         hk.exchange = [this, me, r, s](std::int64_t steps_done) {

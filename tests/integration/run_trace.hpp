@@ -21,6 +21,7 @@ namespace troupe::testing {
 /// What one traced run recorded.
 struct run_trace {
   std::vector<span> spans;
+  std::vector<counter_sample> counters;
   std::map<std::string, std::uint16_t> ids; ///< trace id of each actor, by name
 
   /// The name of each actor, by trace id.
@@ -43,7 +44,7 @@ run_trace record_trace(Run&& run) {
   tr.disable();
   trace_recorder::cursor cur;
   run_trace out;
-  tr.collect(cur, out.spans);
+  tr.collect(cur, out.spans, &out.counters);
   for (const auto& a : tr.actors())
     out.ids[a.name] = a.id;
   return out;

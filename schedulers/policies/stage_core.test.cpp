@@ -1,0 +1,146 @@
+// The stage core's global-norm reduction, driven by hand on a chain of two
+// stages: when each stage applies its update (synchronous clipping, or
+// post-validation's early step) and what waits for the total.
+#include "schedulers/policies/stage_core.hpp"
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "schedulers/routing/router.hpp"
+
+using namespace troupe;
+using namespace troupe::sched;
+
+namespace {
+
+/// Router 0 and stages 1 -> 2 (one chunk each, gpipe), one microbatch a step.
+/// Messages wait in `mail` until settle() delivers them; the reducer's totals
+/// wait in `verdicts` until the test delivers them.
+struct chain {
+  const route_t route{{1, 0}, {2, 0}};
+  std::deque<std::function<void()>> mail, verdicts;
+  std::vector<std::string> log[3]; ///< by actor: "early S" and "update S"
+  std::unique_ptr<stage_core> stages[3];
+
+  explicit chain(bool post_validate) {
+    for (int a = 1; a <= 2; ++a) {
+      stage_core_config cc;
+      cc.name = "s" + std::to_string(a - 1);
+      cc.actor = a, cc.rank = a - 1, cc.ranks = 2, cc.router = 0, cc.steps = 2;
+      cc.reduce_norm = true, cc.post_validate = post_validate;
+      cc.input_credits = chain_input_credits(route, a, 0, 2);
+      policy_params pp;
+      pp.rank = a - 1, pp.ranks = 2;
+      auto policy = make_policy("gpipe", pp);
+      REQUIRE(policy);
+      stage_core_hooks h;
+      h.forward = [this](int to, const msg_meta& m) { deliver(to, m, true); };
+      h.backward = [this](int to, const msg_meta& m) { deliver(to, m, false); };
+      h.credit = [this, a](int to, int n) {
+        if (to > 0)
+          mail.push_back([this, to, a, n] { stage(to).on_credit(a, n); });
+      };
+      h.norm = [this, a](int reducer, std::int64_t step, double sq) {
+        mail.push_back([this, reducer, step, sq, a] { stage(reducer).on_norm(step, sq, a); });
+      };
+      h.clip = [this](int to, std::int64_t step, double total) {
+        verdicts.push_back([this, to, step, total] { stage(to).on_clip(step, total); });
+      };
+      h.gradients_complete = [](std::int64_t) { return 1.0; };
+      h.update = [this, a](std::int64_t step, double) { log[a].push_back("update " + std::to_string(step)); };
+      h.update_early = [this, a](std::int64_t step) { log[a].push_back("early " + std::to_string(step)); };
+      stages[a] = std::make_unique<stage_core>(std::move(cc), std::move(*policy), std::move(h));
+    }
+    for (int a = 1; a <= 2; ++a)
+      stage(a).start();
+  }
+  stage_core& stage(int a) { return *stages[a]; }
+
+  /// A message as the actor takes it: held by admit() when it belongs to a later step.
+  void deliver(int to, const msg_meta& m, bool activation) {
+    mail.push_back([this, to, m, activation] {
+      auto run = [this, to, m, activation] { activation ? stage(to).on_activation(m) : stage(to).on_gradient(m); };
+      if (stage(to).admit(m.step, false, run))
+        run();
+    });
+  }
+  /// The router's plans and batch of `step`.
+  void emit(std::int64_t step) {
+    for (int a = 1; a <= 2; ++a)
+      stage(a).on_plan({step, 1, 16, 2, 1}); // the route's head reduces
+    msg_meta m{step, 0, 0, route};
+    auto tokens = [this, m] { stage(1).on_batch(m, true, false); };
+    auto targets = [this, m] { stage(2).on_batch(m, false, true); };
+    if (stage(1).admit(step, false, tokens))
+      tokens();
+    if (stage(2).admit(step, false, targets))
+      targets();
+  }
+  /// Delivers mail and runs every action that can start, until nothing moves.
+  void settle() {
+    for (bool moved = true; moved;) {
+      moved = false;
+      while (!mail.empty()) {
+        auto f = std::move(mail.front());
+        mail.pop_front();
+        f();
+        moved = true;
+      }
+      for (int a = 1; a <= 2; ++a)
+        if (auto t = stage(a).begin()) {
+          stage(a).finish(*t);
+          moved = true;
+        }
+    }
+  }
+};
+
+} // namespace
+
+TEST_CASE("with post_validate a stage steps before the global norm is back, and runs no later step until it is") {
+  chain c(true);
+  c.emit(0);
+  c.settle();
+  // s1 finished first: it sent its norm and stepped at once; s0 (the reducer) heard it, stepped and validated.
+  CHECK(c.log[2] == std::vector<std::string>{"early 0"});
+  CHECK(c.log[1] == std::vector<std::string>{"early 0", "update 0"});
+  CHECK(c.stage(2).awaiting_total());
+  CHECK(c.stage(1).step() == 1);
+  c.emit(1);
+  c.settle();
+  // Step 1's activation reached s1 and waits there with its targets: the early update may still be rolled back.
+  CHECK(c.stage(2).step() == 0);
+  CHECK(c.stage(2).held_count() >= 1);
+  CHECK(!c.stage(2).begin());
+  REQUIRE(c.verdicts.size() == 1);
+  c.verdicts.front()();
+  c.verdicts.pop_front();
+  CHECK(c.log[2] == std::vector<std::string>{"early 0", "update 0"});
+  c.settle();
+  while (!c.verdicts.empty()) { // step 1's total
+    c.verdicts.front()();
+    c.verdicts.pop_front();
+    c.settle();
+  }
+  CHECK(c.log[2] == std::vector<std::string>{"early 0", "update 0", "early 1", "update 1"});
+  CHECK(c.stage(1).training_done());
+  CHECK(c.stage(2).training_done());
+}
+
+TEST_CASE("with synchronous clipping a stage applies its update only once the global norm is back") {
+  chain c(false);
+  c.emit(0);
+  c.settle();
+  CHECK(c.log[2].empty());
+  CHECK(c.log[1] == std::vector<std::string>{"update 0"});
+  CHECK(c.stage(2).awaiting_total());
+  REQUIRE(c.verdicts.size() == 1);
+  c.verdicts.front()();
+  c.verdicts.pop_front();
+  CHECK(c.log[2] == std::vector<std::string>{"update 0"});
+}
