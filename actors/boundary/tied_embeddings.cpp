@@ -188,6 +188,15 @@ int tied_twin_of(const graph_spec& g, const actor_spec& stage) {
     fmt::format("{}: tied embeddings, but no stage of replica {} holds the other copy", stage.name, stage.replica));
 }
 
+std::map<int, int> tied_norm_pairs(const graph_spec& g) {
+  std::map<int, int> out;
+  for (const auto& a : g.actors)
+    if (a.role.holds_layers)
+      if (int twin = tied_twin_of(g, a), self = g.index_of(a.name); twin >= 0 && twin != self)
+        out[self] = std::min(self, twin);
+  return out;
+}
+
 step_boundary_type tied_embeddings_boundary() {
   return {"tied_embeddings",
           [](const graph_spec& g, const actor_spec& stage) -> std::optional<boundary_choice> {
