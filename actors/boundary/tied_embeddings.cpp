@@ -146,12 +146,15 @@ private:
   std::map<step_t, tensor_handle> arrived_; ///< the twin's gradients, by step (it may be first)
 };
 
-/// The copies a stage's ranges hold: the embedding in a range without the head, the head's copy in one without the embedding.
+/// The copies a stage's ranges hold: the embedding in a range without the head,
+/// the head's copy in one without the embedding. The head is in the range that
+/// ends the model, or under SkipPipe in the empty range there (ops::holds_head).
 std::pair<bool, bool> copies_of(const graph_spec& g, const actor_spec& a) {
   std::pair<bool, bool> out;
   for (const auto& r : a.layers) {
-    out.first |= r.begin == 0 && r.end != g.model.layers;
-    out.second |= r.begin != 0 && r.end == g.model.layers;
+    bool head = r.end == g.model.layers && (!g.skip_runs() || r.begin == r.end);
+    out.first |= r.begin == 0 && !head;
+    out.second |= r.begin != 0 && head;
   }
   return out;
 }
