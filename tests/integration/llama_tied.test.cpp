@@ -39,15 +39,6 @@ pipeline: {{stages: {}, microbatches: 4, {}}}
     stages, pipeline, extra);
 }
 
-/// The largest relative difference between two loss curves of the same length.
-double largest_difference(const std::vector<double>& got, const std::vector<double>& want) {
-  REQUIRE(got.size() == want.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < want.size(); ++i)
-    worst = std::max(worst, std::fabs(got[i] - want[i]) / std::fabs(want[i]));
-  return worst;
-}
-
 } // namespace
 
 TEST_CASE("tied llama on 2 and 4 stages, interleaved, V-shaped and with attention servers, follows tied on 1 stage "

@@ -71,14 +71,6 @@ run_result run(const std::string& text, const fs::path& from = {}) {
   return run_graph_or_fail(g);
 }
 
-double largest_difference(const std::vector<double>& got, const std::vector<double>& want) {
-  REQUIRE(got.size() == want.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < want.size(); ++i)
-    worst = std::max(worst, std::fabs(got[i] - want[i]) / std::fabs(want[i]));
-  return worst;
-}
-
 safetensors_file part(const fs::path& folder, const std::string& name) {
   auto f = read_safetensors(folder / (name + ".safetensors"));
   REQUIRE_MESSAGE(f, (folder / name).string());
