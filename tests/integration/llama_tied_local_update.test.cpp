@@ -42,14 +42,18 @@ const char* const methods[] = {
 
 /// A tied llama on `stages` stages x `replicas`; grad_clip 0.05 binds, so the
 /// matrix must be counted once in each replica's norm.
-std::string graph(int stages, int replicas, const std::string& local_update, const std::string& extra = "") {
+std::string graph(int stages, int replicas, const std::string& local_update, const std::string& extra = "",
+                  const std::string& schedule = "") {
   return fmt::format(
     R"(model: {{family: llama, layers: 4, d_model: 32, heads: 4, kv_heads: 2, context: 16, tie_embeddings: true}}
 data: {{corpus: kjv, batch: 4, seed: 3, documents: long_tail}}
 train: {{steps: {}, lr: 3.0e-3, warmup: 2, eval_batches: 1, grad_clip: 0.05}}
 pipeline: {{stages: {}, microbatches: 4, schedule: {}}}
 {}{}{})",
-    steps, stages, stages == 1 ? "gpipe" : "1f1b",
+    steps, stages,
+    !schedule.empty() ? schedule
+    : stages == 1     ? "gpipe"
+                      : "1f1b",
     replicas > 1 && extra.find("data_parallel") == std::string::npos
       ? fmt::format("data_parallel: {{replicas: {}}}\n", replicas)
       : "",
@@ -79,8 +83,8 @@ safetensors_file part(const fs::path& folder, const std::string& name) {
 
 /// How many of replica `r`'s tensors (the matrix and, with `moments`, its two moments) differ
 /// between its embedding and its head's copy in step folder `folder`.
-int differing_copies(const fs::path& folder, int r, bool moments = true) {
-  auto embedding = part(folder, fmt::format("r{}s0", r)), head = part(folder, fmt::format("r{}s1", r));
+int differing_copies(const fs::path& folder, int r, bool moments = true, int head_stage = 1) {
+  auto embedding = part(folder, fmt::format("r{}s0", r)), head = part(folder, fmt::format("r{}s{}", r, head_stage));
   int differ = 0;
   for (std::string kind : {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."}) {
     if (!moments && !kind.empty())
@@ -183,6 +187,32 @@ TEST_CASE("tied local update on 2 stages x 2 replicas follows tied local update 
     REQUIRE(two.val_loss);
     CHECK(std::fabs(*two.val_loss - *one.val_loss) <= 1e-6 * *one.val_loss);
     MESSAGE(lu, ": 2 stages against 1, largest relative difference ", worst);
+  }
+}
+
+// Interleaved chunks put the head's copy on the last rank's last chunk; V-shaped
+// ones put both copies on stage 0, which copies the embedding's values in place.
+TEST_CASE("with interleaved and V-shaped chunks the copies stay bit-identical and follow tied on 1 stage") {
+  temp_dir tmp;
+  int k = 0;
+  for (auto [schedule, head_stage] :
+       {std::pair<std::string, int>{"interleaved_1f1b, virtual: 2", 1}, {"dualpipev, virtual: 2", 0}}) {
+    for (std::string lu : {methods[0], methods[5]}) {
+      CAPTURE(schedule);
+      CAPTURE(lu);
+      auto ck = tmp.path / fmt::format("c{}", k++);
+      auto one = run(graph(1, 2, lu));
+      auto two = run(graph(2, 2, lu, checkpoint_every_step(ck), schedule));
+      for (int step = 1; step <= steps; ++step)
+        for (int rep = 0; rep < 2; ++rep) {
+          CAPTURE(step);
+          CAPTURE(rep);
+          CHECK(differing_copies(ck / checkpoint_folder_name(step), rep, true, head_stage) == 0);
+        }
+      auto worst = largest_difference(two.losses, one.losses);
+      CHECK(worst <= 1e-6);
+      MESSAGE(schedule, ", ", lu, ": copies bit-identical at every step; against 1 stage ", worst);
+    }
   }
 }
 
