@@ -6,8 +6,6 @@
 // and no momentum is plain tied training; the deterministic methods follow
 // tied on one stage, where there is one matrix; a resumed run follows the
 // uninterrupted one.
-#include <unistd.h>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +17,7 @@
 
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
+#include "tests/data_graph.hpp"
 #include "tests/integration/run_text.hpp"
 
 using namespace troupe;
@@ -98,20 +97,11 @@ int differing_copies(const fs::path& folder, int r, bool moments = true, int hea
   return differ;
 }
 
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() / fmt::format("troupe-tied-lu-{}", ::getpid());
-  temp_dir() {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() { fs::remove_all(path); }
-};
-
 } // namespace
 
 TEST_CASE("under every local-update method each replica's two copies of the tied matrix and their moments are "
           "bit-identical after every step, and the replicas differ") {
-  temp_dir tmp;
+  scratch_dir tmp{"tied_lu"};
   int k = 0;
   for (std::string lu : methods) {
     CAPTURE(lu);
@@ -140,7 +130,7 @@ TEST_CASE("under every local-update method each replica's two copies of the tied
 // torchft's DiLoCo over HSDP: ZeRO's shards inside each group of 2, the outer
 // exchange between the groups; the shards send back both copies alike.
 TEST_CASE("tied DiLoCo between 2 replica groups of ZeRO-1 keeps every replica's copies bit-identical") {
-  temp_dir tmp;
+  scratch_dir tmp{"tied_lu"};
   auto ck = tmp.path / "groups";
   auto r = run(graph(2, 4, "{algorithm: diloco, sync_every: 2, replica_groups: 2}",
                      "data_parallel: {replicas: 4, zero: 1}\n" + checkpoint_every_step(ck)));
@@ -197,7 +187,7 @@ TEST_CASE("tied local update on 2 stages x 2 replicas follows tied local update 
 // Interleaved chunks put the head's copy on the last rank's last chunk; V-shaped
 // ones put both copies on stage 0, which copies the embedding's values in place.
 TEST_CASE("with interleaved and V-shaped chunks the copies stay bit-identical and follow tied on 1 stage") {
-  temp_dir tmp;
+  scratch_dir tmp{"tied_lu"};
   int k = 0;
   for (auto [schedule, head_stage] :
        {std::pair<std::string, int>{"interleaved_1f1b, virtual: 2", 1}, {"dualpipev, virtual: 2", 0}}) {
@@ -224,7 +214,7 @@ TEST_CASE("with interleaved and V-shaped chunks the copies stay bit-identical an
 }
 
 TEST_CASE("a tied local-update run resumed between outer steps follows the uninterrupted one, copies and all") {
-  temp_dir tmp;
+  scratch_dir tmp{"tied_lu"};
   for (std::string lu : {methods[0], methods[1], methods[5]}) {
     CAPTURE(lu);
     auto full_dir = tmp.path / "full", resumed_dir = tmp.path / "resumed";
