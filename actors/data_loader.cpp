@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/boundary/step_boundary.hpp"
 #include "actors/builtin.hpp"
 #include "actors/data/token_corpus.hpp"
 #include "actors/data/tokenizer.hpp"
@@ -363,6 +364,8 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
       rc.independent_replicas = cfg.independent_replicas;
       rc.group_size = cfg.group_size;
       rc.stage_local_norm = cfg.stage_local_norm;
+      if (cfg.stage_local_norm)
+        rc.norm_pairs = tied_norm_pairs(*cfg.graph);
       rc.across_replicas = cfg.routing == skippipe_routing;
       rc.tokens_per_microbatch = static_cast<std::int64_t>(cfg.batch) * cfg.context;
       self->state.router.emplace(std::move(rc), std::move(*policy));

@@ -15,7 +15,7 @@
 
 #include "actors/builtin.hpp"
 #include "actors/outer_sync_checkpoint.hpp"
-#include "actors/zero_shard_state.hpp"
+#include "actors/boundary/step_boundary.hpp"
 #include "runtime/actor/messages.hpp"
 #include "runtime/actor/outer_messages.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
@@ -249,9 +249,8 @@ actor_type_info outer_sync_info() {
         if (x.type == "outer_sync")
           if (const auto* st = g.served_stage(x)) {
             std::int64_t n = 0;
-            for (const auto& chunk : zero_params(g, *st))
-              for (const auto& p : chunk)
-                n += p.elements;
+            for (auto elements : outer_tensor_sizes(g, *st))
+              n += elements;
             if (!smallest || n < fewest)
               smallest = st, fewest = n;
           }

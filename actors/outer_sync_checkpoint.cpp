@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "actors/zero_shard_state.hpp"
+#include "actors/boundary/step_boundary.hpp"
 
 namespace troupe {
 
@@ -117,12 +117,8 @@ std::optional<std::string> check_outer_sync_part(const graph_spec& g, const acto
     auto saved = read_outer_sync_part(part, nullptr);
     // The method made as the run will make it, with zeros of the stage's
     // fragment sizes, takes up the saved state or says why not.
-    std::vector<std::int64_t> tensors;
-    for (const auto& chunk : zero_params(g, *stage))
-      for (const auto& p : chunk)
-        tensors.push_back(p.elements);
     std::vector<std::vector<float>> start;
-    for (auto n : sched::fragment_sizes(method->fragments(g.local_update), tensors))
+    for (auto n : sched::fragment_sizes(method->fragments(g.local_update), outer_tensor_sizes(g, *stage)))
       start.emplace_back(n, 0.0f);
     auto place = sync_place_of(g, *stage);
     method->make({g.local_update, place.replica, place.replicas, g.data.seed, std::move(start)})->restore(saved.state);

@@ -35,6 +35,7 @@ enum class data_kind : std::uint16_t {
   attention_task,
   attention_result,
   tied_grad,
+  tied_value,
 };
 
 /// What each kind carries. A new data-plane message is one line here (its
@@ -53,7 +54,8 @@ using data_table = wire::table<
   wire::entry<data_kind::outer_part, outer_part_atom, outer_part_msg>,         // a pseudo-gradient to another replica
   wire::entry<data_kind::attention_task, attention_atom, attention_task_msg>,  // a shard to an attention server
   wire::entry<data_kind::attention_result, attention_atom, attention_result_msg>, // the server's answer
-  wire::entry<data_kind::tied_grad, tied_atom, tied_grad_msg>>; // a tied embedding's gradient to its twin stage
+  wire::entry<data_kind::tied_grad, tied_atom, tied_grad_msg>,    // a tied embedding's gradient to its twin stage
+  wire::entry<data_kind::tied_value, tied_atom, tied_value_msg>>; // the tied matrix after an outer step, to the head
 
 /// The frame that carries `(Atom::value, xs...)` to actor `dest` (its index in
 /// graph_spec::actors): `encode(3, forward_atom{}, m)`.

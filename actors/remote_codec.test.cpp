@@ -184,7 +184,7 @@ TEST_CASE("every data frame kind round trips, and each damaged copy is refused o
         CHECK(is_error(err, errc::malformed_frame));
     }
   });
-  CHECK(kinds == 15);
+  CHECK(kinds == 16);
   auto stray = remote::encode(9, credit_atom{}, credit_msg{});
   CHECK(error_message(remote::deliver(std::move(stray), local)) == "no actor 9 on this node");
   auto unknown = remote::encode(4, credit_atom{}, credit_msg{});

@@ -164,5 +164,15 @@ struct tied_copy {
   bool counted = true;
 };
 std::vector<tied_copy> tied_copies_on(const graph_spec& g, const actor_spec& stage);
+/// The stage actor (its index) that holds the other copy of the tied matrix:
+/// its own when it holds both (V-shaped chunks); -1 without tied embeddings apart.
+int tied_twin_of(const graph_spec& g, const actor_spec& stage);
+/// Stages that clip by their own norm (NoLoCo's random routes) clip a tied pair
+/// apart by its joint one: each stage actor holding one copy -> the lower index of the pair.
+std::map<int, int> tied_norm_pairs(const graph_spec& g);
+/// The sizes of the tensors that stage `stage`'s outer exchange cuts into
+/// fragments, in chunk and parameter order: its parameters less the head's
+/// tied copy, which follows the embedding's outer steps (actors/boundary/outer_exchange.cpp).
+std::vector<std::int64_t> outer_tensor_sizes(const graph_spec& g, const actor_spec& stage);
 
 } // namespace troupe

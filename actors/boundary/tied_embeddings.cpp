@@ -146,12 +146,15 @@ private:
   std::map<step_t, tensor_handle> arrived_; ///< the twin's gradients, by step (it may be first)
 };
 
-/// The copies a stage's ranges hold: the embedding in a range without the head, the head's copy in one without the embedding.
+/// The copies a stage's ranges hold: the embedding in a range without the head,
+/// the head's copy in one without the embedding. The head is in the range that
+/// ends the model, or under SkipPipe in the empty range there (ops::holds_head).
 std::pair<bool, bool> copies_of(const graph_spec& g, const actor_spec& a) {
   std::pair<bool, bool> out;
   for (const auto& r : a.layers) {
-    out.first |= r.begin == 0 && r.end != g.model.layers;
-    out.second |= r.begin != 0 && r.end == g.model.layers;
+    bool head = r.end == g.model.layers && (!g.skip_runs() || r.begin == r.end);
+    out.first |= r.begin == 0 && !head;
+    out.second |= r.begin != 0 && head;
   }
   return out;
 }
@@ -170,25 +173,40 @@ std::vector<tied_copy> tied_copies_on(const graph_spec& g, const actor_spec& sta
   return out;
 }
 
+int tied_twin_of(const graph_spec& g, const actor_spec& stage) {
+  if (!g.model.tie_embeddings)
+    return -1;
+  auto [embedding, copy] = copies_of(g, stage);
+  if (!embedding && !copy)
+    return -1; // a middle stage, or one range that holds both
+  if (embedding && copy)
+    return g.index_of(stage.name);
+  for (const auto& a : g.actors) // the twin: the other copy's stage in the same replica
+    if (a.role.holds_layers && a.replica == stage.replica && a.name != stage.name) {
+      auto [e, c] = copies_of(g, a);
+      if (embedding ? c : e)
+        return g.index_of(a.name);
+    }
+  throw std::invalid_argument(
+    fmt::format("{}: tied embeddings, but no stage of replica {} holds the other copy", stage.name, stage.replica));
+}
+
+std::map<int, int> tied_norm_pairs(const graph_spec& g) {
+  std::map<int, int> out;
+  for (const auto& a : g.actors)
+    if (a.role.holds_layers)
+      if (int twin = tied_twin_of(g, a), self = g.index_of(a.name); twin >= 0 && twin != self)
+        out[self] = std::min(self, twin);
+  return out;
+}
+
 step_boundary_type tied_embeddings_boundary() {
   return {"tied_embeddings",
           [](const graph_spec& g, const actor_spec& stage) -> std::optional<boundary_choice> {
-            if (!g.model.tie_embeddings)
+            int twin = tied_twin_of(g, stage);
+            if (twin < 0)
               return std::nullopt;
-            auto [embedding, copy] = copies_of(g, stage);
-            if (!embedding && !copy)
-              return std::nullopt; // a middle stage, or one range that holds both
-            const bool zero = g.data_parallel.zero > 0;
-            if (embedding && copy)
-              return boundary_choice{{}, -1, tied_options{g.index_of(stage.name), zero}};
-            for (const auto& a : g.actors) // the twin: the other copy's stage in the same replica
-              if (a.role.holds_layers && a.replica == stage.replica && a.name != stage.name) {
-                auto [e, c] = copies_of(g, a);
-                if (embedding ? c : e)
-                  return boundary_choice{{}, -1, tied_options{g.index_of(a.name), zero}};
-              }
-            throw std::invalid_argument(fmt::format(
-              "{}: tied embeddings, but no stage of replica {} holds the other copy", stage.name, stage.replica));
+            return boundary_choice{{}, -1, tied_options{twin, g.data_parallel.zero > 0}};
           },
           [](stage_host& host, const boundary_choice& c) -> std::unique_ptr<step_boundary> {
             return std::make_unique<tied_embeddings>(host, c);

@@ -1,6 +1,7 @@
 // Verbs the pipeline actors add to runtime/actor/messages.hpp: evaluation traffic,
 // the per-step gradient-norm reduction, an actor's own "run the next action", and
-// the tied-embedding gradients two stages exchange.
+// the tied-embedding gradients two stages exchange (and, under local update,
+// the tied matrix's new values after an outer step).
 #pragma once
 
 #include <string>
@@ -49,6 +50,29 @@ typename Inspector::result_type inspect(Inspector& f, tied_grad_msg& x) {
                       ? caf::error{}
                       : make_error(errc::malformed_frame, "tied-embedding gradient of step " + std::to_string(x.step) +
                                                             " without f32 [vocab, d_model] values");
+           }));
+}
+
+/// `(tied_atom, tied_value_msg)`: tied embeddings across stages under
+/// local_update (actors/boundary/outer_exchange.cpp): after the outer steps of
+/// `step` that rewrote the tied matrix or (DES-LOC) its AdamW moments, the
+/// embedding's stage sends the head's stage their new values, which its copy
+/// takes bit for bit before its next step. A field the step left alone is undefined.
+struct tied_value_msg {
+  step_t step = 0;
+  std::int32_t from = 0;                     ///< the sender's actor index
+  tensor_handle params, exp_avg, exp_avg_sq; ///< f32 [vocab, d_model] copies the sender no longer touches
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tied_value_msg& x) {
+  return f(caf::meta::type_name("tied_value_msg"), x.step, x.from, x.params, x.exp_avg, x.exp_avg_sq,
+           caf::meta::load_callback([&] {
+             for (const auto* t : {&x.params, &x.exp_avg, &x.exp_avg_sq})
+               if (t->defined() && (t->type() != dtype::f32 || t->rank() != 2))
+                 return make_error(errc::malformed_frame, "tied-matrix values of step " + std::to_string(x.step) +
+                                                            " not f32 [vocab, d_model]");
+             return x.step >= 0 && x.from >= 0 ? caf::error{}
+                                               : make_error(errc::malformed_frame, "tied-matrix values malformed");
            }));
 }
 

@@ -262,6 +262,10 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
         st.bytes_sent += x->defined() ? static_cast<std::int64_t>(x->nbytes()) : 0;
     } else if (m.match_elements<tied_atom, tied_grad_msg>()) { // the tied matrix's gradient to the twin stage
       st.bytes_sent += static_cast<std::int64_t>(m.get_as<tied_grad_msg>(1).grad.nbytes());
+    } else if (m.match_elements<tied_atom, tied_value_msg>()) { // the tied matrix after an outer step, to the head
+      const auto& v = m.get_as<tied_value_msg>(1);
+      for (const auto* x : {&v.params, &v.exp_avg, &v.exp_avg_sq})
+        st.bytes_sent += x->defined() ? static_cast<std::int64_t>(x->nbytes()) : 0;
     } else if (m.match_elements<attention_atom, attention_result_msg>()) { // an in-place server's answer
       const auto& r = m.get_as<attention_result_msg>(1);
       for (const auto* x : {&r.out, &r.dq, &r.dk, &r.dv})

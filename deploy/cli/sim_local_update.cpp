@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "actors/boundary/step_boundary.hpp"
 #include "actors/zero_shard_state.hpp"
 
 namespace troupe::cli {
@@ -95,9 +96,7 @@ void set_run_sections(const graph_spec& g, sched::cluster_config& c) {
   for (int s = 0; s < p; ++s) {
     auto& sizes = o.tensors.emplace_back();
     if (const auto* a = stage_at(g, 0, s))
-      for (const auto& chunk : zero_params(g, *a))
-        for (const auto& t : chunk)
-          sizes.push_back(t.elements);
+      sizes = outer_tensor_sizes(g, *a);
   }
   o.link_of = [&g, &c](int s, int from, int to) { return helper_link(g, c, s, from, to, "_sync"); };
 }

@@ -447,11 +447,7 @@ TEST_CASE(
   r = load("model: {family: llama, layers: 2, d_model: 8, heads: 2, context: 4, tie_embeddings: true}\n"
            "data: {batch: 1}\ntrain: {steps: 3}\npipeline: {stages: 2, microbatches: 2}\n"
            "data_parallel: {replicas: 2}\nlocal_update: {algorithm: diloco, sync_every: 2}\n");
-  INFO(errors(r));
-  REQUIRE(r.errors.size() == 1);
-  CHECK(to_string(r.errors[0])
-          .starts_with("g.yaml:1:85: model.tie_embeddings: tied embeddings across stages with local_update: each "
-                       "stage's outer exchange"));
+  CHECK_MESSAGE(r.ok(), errors(r)); // the head's copy follows the embedding's outer steps
   r = load("model: {family: llama, layers: 2, d_model: 8, heads: 2, context: 4, tie_embeddings: true}\n"
            "data: {batch: 1}\ntrain: {steps: 3}\npipeline: {stages: 1, microbatches: 2}\n");
   CHECK_MESSAGE(r.ok(), errors(r));

@@ -40,8 +40,7 @@ void parse_family(const YAML::Node& n, model_spec& m, graph_reader& r) {
   r.get_int(n, "model", "ffn_hidden", m.ffn_hidden, 1, 4 * max_width);
   r.get_double(n, "model", "rope_theta", m.rope_theta, 1.0, 1e9);
   r.get_double(n, "model", "norm_eps", m.norm_eps, 1e-12, 1.0);
-  if (auto t = child(n, "tie_embeddings"); t && r.get_bool(n, "model", "tie_embeddings", m.tie_embeddings))
-    m.tie_pos = r.pos(t, "model.tie_embeddings");
+  r.get_bool(n, "model", "tie_embeddings", m.tie_embeddings);
   if (m.kv_heads > 0 && m.heads > 0 && m.heads % m.kv_heads != 0)
     r.error(n["kv_heads"], "model.kv_heads", fmt::format("kv_heads {} does not divide heads {}", m.kv_heads, m.heads));
   if (m.d_model > 0 && m.heads > 0 && m.d_model % m.heads == 0 && (m.d_model / m.heads) % 2 != 0)

@@ -37,7 +37,6 @@ struct model_spec {
   double rope_theta = 10000.0; ///< rotary base θ
   bool tie_embeddings = false; ///< the head reuses the token embedding
   double norm_eps = 1e-5;      ///< RMSNorm's epsilon
-  source_pos tie_pos;          ///< where tie_embeddings was written (checked against the stages)
 };
 
 /// `data: {corpus | tokens | jsonl, batch, seed, val_fraction, documents, deal, ...}`:

@@ -119,24 +119,13 @@ void check_stage_layers(parsed_graph& pg, const graph_vocabulary& vocab, graph_r
   int layers = g.model.layers;
   if (layers <= 0 || all.empty() || pg.duplicate_actors)
     return; // model.layers, or which stage holds what, is already in doubt
-  // Tied embeddings: a head apart from the embedding keeps a copy of the tied
-  // matrix, which the two stages keep equal by adding each other's gradient of
-  // it, after the DDP ring's sum or before ZeRO's shards take it
-  // (actors/boundary/tied_embeddings.cpp). What would give the two copies
-  // different updates is refused.
-  if (g.model.tie_embeddings) {
-    bool apart =
-      std::none_of(all.begin(), all.end(), [&](const auto& h) { return h.range.begin == 0 && h.range.end == layers; });
-    auto refuse = [&](const std::string& why) { r.error_at(g.model.tie_pos, "model.tie_embeddings", why); };
-    if (g.skip_runs())
-      refuse("tied embeddings with SkipPipe's paths (skip:): a path may leave out a stage, and the head sits "
-             "apart from the embedding on a range of its own, whose copy of the tied matrix no exchange keeps "
-             "equal on every path (use tie_embeddings: false)");
-    else if (apart && g.local_update.present)
-      refuse("tied embeddings across stages with local_update: each stage's outer exchange schedules and "
-             "averages its own fragments (with its own peers under NoLoCo), so nothing keeps the two copies' outer "
-             "steps equal (use one stage, or tie_embeddings: false)");
-  }
+  // Tied embeddings need no check here: a head apart from the embedding keeps a
+  // copy of the tied matrix, which the two stages keep equal by adding each
+  // other's gradient of it, after the DDP ring's sum or before ZeRO's shards
+  // take it (actors/boundary/tied_embeddings.cpp); under local_update the copy
+  // stays out of its stage's outer exchange and takes the embedding's values
+  // after each outer step (actors/boundary/tied_mirror.hpp); SkipPipe's paths
+  // begin and end on one stage 0, which holds both copies and adds them in place.
   // Each replica holds the whole model once: the checks run per replica.
   for (int rep = 0; rep < replicas; ++rep) {
     std::vector<held> mine;

@@ -84,12 +84,16 @@ std::optional<emission> router_core::next() {
         ++hops[h.actor];
     for (int a : cfg_.hops_from_messages)
       hops[a] = -1;
-    for (auto [actor, n] : hops)
+    for (auto [actor, n] : hops) {
+      auto pair = cfg_.norm_pairs.find(actor);
       e.plans.push_back(
-        {actor, cfg_.stage_local_norm
+        {actor, !cfg_.stage_local_norm
+                  ? step_plan_msg{step_, n, cfg_.tokens_per_microbatch * per_step(),
+                                  static_cast<std::int32_t>(hops.size()), routes_.front().front().actor}
+                : pair == cfg_.norm_pairs.end()
                   ? step_plan_msg{step_, n, cfg_.tokens_per_microbatch * cfg_.microbatches, 1, actor}
-                  : step_plan_msg{step_, n, cfg_.tokens_per_microbatch * per_step(),
-                                  static_cast<std::int32_t>(hops.size()), routes_.front().front().actor}});
+                  : step_plan_msg{step_, n, cfg_.tokens_per_microbatch * cfg_.microbatches, 2, pair->second}});
+    }
   }
   ++emitted_;
   advance();

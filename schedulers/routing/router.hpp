@@ -37,6 +37,10 @@ struct router_config {
   /// microbatch, yet nothing is reduced among them: every stage clips by its own
   /// gradient norm and counts the tokens of one replica's batch.
   bool stage_local_norm = false;
+  /// With stage_local_norm: the two stages that hold copies of a tied matrix
+  /// apart (stage actor -> the lower index of the two) clip by their joint norm,
+  /// so both copies take the same clipped gradient.
+  std::map<int, int> norm_pairs{};
   /// SkipPipe's paths (#14) go through any replica's stages: microbatches are
   /// numbered in the whole step, so two replicas' never share an index at a stage.
   bool across_replicas = false;

@@ -5,7 +5,8 @@
 // across replicas or not) and ZeRO follow the one-stage curve, where there is
 // one matrix, to 1e-5 with clipping on (so the matrix is counted once in the
 // norm); the copies stay bit-identical; a resumed run follows the uninterrupted
-// one to 1e-6.
+// one to 1e-6. On SkipPipe's paths stage 0 holds both copies: full paths follow
+// tied DDP, and paths that skip keep the copies bit-identical.
 #include <unistd.h>
 
 #include <cmath>
@@ -36,15 +37,6 @@ train: {{steps: 6, lr: 3.0e-3, warmup: 2, eval_batches: 1, grad_clip: 0.05}}
 pipeline: {{stages: {}, microbatches: 4, {}}}
 {})",
     stages, pipeline, extra);
-}
-
-/// The largest relative difference between two loss curves of the same length.
-double largest_difference(const std::vector<double>& got, const std::vector<double>& want) {
-  REQUIRE(got.size() == want.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < want.size(); ++i)
-    worst = std::max(worst, std::fabs(got[i] - want[i]) / std::fabs(want[i]));
-  return worst;
 }
 
 } // namespace
@@ -172,4 +164,42 @@ TEST_CASE("the tied matrix's copies are bit-identical in the checkpoint, and a r
   MESSAGE(fmt::format("resumed against uninterrupted: largest relative difference {:.2e}", worst));
   CHECK(worst <= 1e-6);
   fs::remove_all(dir);
+}
+
+// SkipPipe: every path starts and ends on one stage 0, which holds the embedding
+// and the head as two chunks ([0, k) and [L, L)), so a microbatch's embedding and
+// head are always on one actor and its copies are added in place, after the ring's
+// sum over the replicas. Full paths must equal DDP without skip.
+TEST_CASE("tied llama on SkipPipe's paths: full paths follow tied DDP, and skipping paths keep the copies "
+          "bit-identical") {
+  const std::string net = "data_parallel: {replicas: 2}\n"
+                          "network:\n  locations: [a, b]\n"
+                          "  links:\n    - {between: [a, b], latency: 0ms, bandwidth: 10GB/s}\n"
+                          "  within_location: {latency: 0ms, bandwidth: 10GB/s}\n"
+                          "  nodes: [a, a, a, a, b, b, b, b]\n";
+  auto ddp = run_graph_text(graph(4, "schedule: gpipe", "data_parallel: {replicas: 2}"), "tests/tied_ddp4.yaml");
+  auto full = run_graph_text(graph(4, "schedule: gpipe", net + "skip: {path_length: 4, memory: 8, planner: full}"),
+                             "tests/tied_skip_full.yaml");
+  auto worst = largest_difference(full.losses, ddp.losses);
+  CHECK(worst <= 1e-5);
+  const fs::path dir = fs::temp_directory_path() / fmt::format("troupe-tied-skip-{}", ::getpid());
+  fs::remove_all(dir);
+  auto skipping = run_graph_text(
+    graph(4, "schedule: gpipe",
+          net + "skip: {path_length: 3, memory: 3}\n" + fmt::format("checkpoint: {{dir: {}, every: 6}}", dir.string())),
+    "tests/tied_skip.yaml");
+  CHECK(skipping.losses.back() < skipping.losses.front() - 0.1);
+  for (const auto* part : {"r0s0", "r1s0"}) {
+    auto f = read_safetensors(dir / "step-000006" / (std::string(part) + ".safetensors"));
+    REQUIRE_MESSAGE(f, part);
+    for (std::string kind : {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."}) {
+      auto e = f->find(kind + "embed_tokens.weight"), h = f->find(kind + "lm_head.weight");
+      REQUIRE_MESSAGE(e.defined(), part, " ", kind);
+      REQUIRE_MESSAGE(h.defined(), part, " ", kind);
+      CHECK_MESSAGE(std::memcmp(e.raw(), h.raw(), e.nbytes()) == 0, part, " ", kind);
+    }
+  }
+  fs::remove_all(dir);
+  MESSAGE(fmt::format("tied SkipPipe, full paths against DDP: {:.2e}; paths of 3 of 4 stages: loss {:.4f} -> {:.4f}",
+                      worst, skipping.losses.front(), skipping.losses.back()));
 }

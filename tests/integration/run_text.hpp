@@ -2,7 +2,10 @@
 // end in this process (a fresh actor system), its result required.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include <caf/actor_system.hpp>
 #include <doctest/doctest.h>
@@ -31,6 +34,15 @@ inline run_result run_graph_or_fail(const graph_spec& g) {
   INFO((r ? std::string{} : sys.render(r.error())));
   REQUIRE(r);
   return *r;
+}
+
+/// The largest relative difference between two loss curves of the same length.
+inline double largest_difference(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    worst = std::max(worst, std::fabs(got[i] - want[i]) / std::fabs(want[i]));
+  return worst;
 }
 
 /// Loads `text` (named `name` in errors) and runs it.
