@@ -113,7 +113,7 @@ double bandwidth(inbox& box, std::size_t size, int count, int runs) {
     std::memcpy(go.meta.data(), &c, 8);
     std::memcpy(go.meta.data() + 8, &s, 8);
     auto t0 = clock_type::now();
-    box.conn->send(std::move(go));
+    box.sender()->send(std::move(go));
     for (int i = 0; i < count; ++i)
       next(box); // dropped at once: the pool reuses its buffer
     auto secs = std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -131,7 +131,7 @@ double round_trip(inbox& box, std::size_t meta, std::size_t blob, int iterations
   std::vector<double> us;
   for (int i = -iterations / 10; i < iterations; ++i) {
     auto t0 = clock_type::now();
-    box.conn->send(f);
+    box.sender()->send(f);
     next(box);
     if (i >= 0)
       us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());

@@ -34,7 +34,7 @@ struct inbox {
   std::deque<frame> frames;
   std::vector<std::string> closes;
   std::vector<std::string> logs;
-  connection* conn = nullptr; ///< where the last frame came from
+  connection* conn = nullptr; ///< where the last frame came from (read it through sender())
   bool echo = false;
 
   handlers make() {
@@ -61,6 +61,14 @@ struct inbox {
       logs.push_back(std::move(line));
       cv.notify_all();
     };
+  }
+
+  /// Where the last frame came from, read under the lock: the connection's
+  /// receive thread writes `conn` at every frame (ThreadSanitizer reported a
+  /// test reading it bare while frames still arrived).
+  connection* sender() {
+    std::lock_guard g{m};
+    return conn;
   }
 
   /// Waits until `p()` holds (checked under the lock); false on timeout (`t`

@@ -171,7 +171,7 @@ TEST_CASE("frames with an 8 MiB blob cross from a child process and an answer go
     frame answer;
     answer.kind = 99;
     answer.blobs = {filled(3u << 20, 42)};
-    in.conn->send(std::move(answer));
+    in.sender()->send(std::move(answer));
     CHECK(wait_exit(kid) == 0);
     REQUIRE(in.wait([&] { return in.closes.size() == 1; }));
     CHECK(in.closes[0].find("closed the connection") != std::string::npos);
@@ -254,7 +254,7 @@ TEST_CASE("a UCX connection to a peer killed while sends are out ends without UC
         frame f;
         f.kind = k;
         f.blobs = {filled(big, static_cast<std::uint8_t>(k))};
-        in.conn->send(std::move(f));
+        in.sender()->send(std::move(f));
       }
       ::kill(kid.pid, SIGKILL);
       CHECK(wait_exit(kid) == 128 + SIGKILL);
