@@ -34,8 +34,9 @@ trained train_tiny_gpt(const fs::path& dir, const char* target) {
   auto summary = dir / "summary.json";
   fs::remove(summary);
   int code = run_to_end(dir,
-                        {"run", "examples/tiny-gpt.yaml", "--steps", "3", "--no-trace", "--timeout", "120",
-                         "--summary-json", summary.string()},
+                        {"run", "examples/tiny-gpt.yaml", "--steps", "3", "--no-trace", "--timeout",
+                         std::to_string(120 * static_cast<long>(troupe::net::sanitizer_time_factor)), "--summary-json",
+                         summary.string()},
                         180s);
   INFO(slurp(dir / "out.txt") << slurp(dir / "err.txt"));
   REQUIRE(code == 0);

@@ -24,6 +24,8 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/transport/transport_inbox.hpp"
+
 namespace troupe::testing {
 
 namespace fs = std::filesystem;
@@ -115,9 +117,11 @@ struct troupe_process {
 };
 
 /// `troupe ARGS...` to the end (at most `limit`), its output in DIR/out.txt and DIR/err.txt: its exit code.
+/// The limit is stretched by sanitizer_time_factor in a sanitized build (the
+/// troupe program it starts is built the same way).
 inline int run_to_end(const fs::path& dir, std::vector<std::string> args, std::chrono::seconds limit = 120s) {
   troupe_process p{dir, std::move(args)};
-  return p.wait(limit);
+  return p.wait(limit * static_cast<long>(troupe::net::sanitizer_time_factor));
 }
 
 /// A tmpfs of `size` (such as "64k") mounted on `dir` for the guard's scope: a
