@@ -10,21 +10,11 @@
 #include <vector>
 
 #include "runtime/transport/transport.hpp"
+#include "tests/sanitizer_time.hpp"
 
 namespace troupe::net {
 
-/// How many times longer a test may wait for the same work in a sanitized
-/// build: ThreadSanitizer checks every byte a 20 MB frame's copy touches, and
-/// its wall-clock bounds failed under deploy/tsan.sh here. Lower bounds (a
-/// paced link takes at least its time) are never scaled; only the waits and
-/// the "not much longer" bounds are.
-#if defined(__SANITIZE_THREAD__)
-inline constexpr double sanitizer_time_factor = 10;
-#elif defined(__SANITIZE_ADDRESS__)
-inline constexpr double sanitizer_time_factor = 3;
-#else
-inline constexpr double sanitizer_time_factor = 1;
-#endif
+using troupe::testing::sanitizer_time_factor;
 
 /// Frames, close reasons and log lines in arrival order. With `echo` set, frames
 /// are sent straight back instead of kept.

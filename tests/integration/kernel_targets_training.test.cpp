@@ -33,11 +33,11 @@ trained train_tiny_gpt(const fs::path& dir, const char* target) {
   scoped_env env{"TROUPE_CPU_TARGET", target};
   auto summary = dir / "summary.json";
   fs::remove(summary);
-  int code = run_to_end(dir,
-                        {"run", "examples/tiny-gpt.yaml", "--steps", "3", "--no-trace", "--timeout",
-                         std::to_string(120 * static_cast<long>(troupe::net::sanitizer_time_factor)), "--summary-json",
-                         summary.string()},
-                        180s);
+  int code =
+    run_to_end(dir,
+               {"run", "examples/tiny-gpt.yaml", "--steps", "3", "--no-trace", "--timeout",
+                std::to_string(120 * static_cast<long>(sanitizer_time_factor)), "--summary-json", summary.string()},
+               180s);
   INFO(slurp(dir / "out.txt") << slurp(dir / "err.txt"));
   REQUIRE(code == 0);
   auto s = nlohmann::json::parse(slurp(summary));

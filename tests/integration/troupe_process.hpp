@@ -24,7 +24,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/transport/transport_inbox.hpp"
+#include "tests/sanitizer_time.hpp"
 
 namespace troupe::testing {
 
@@ -121,7 +121,7 @@ struct troupe_process {
 /// troupe program it starts is built the same way).
 inline int run_to_end(const fs::path& dir, std::vector<std::string> args, std::chrono::seconds limit = 120s) {
   troupe_process p{dir, std::move(args)};
-  return p.wait(limit * static_cast<long>(troupe::net::sanitizer_time_factor));
+  return p.wait(limit * static_cast<long>(sanitizer_time_factor));
 }
 
 /// A tmpfs of `size` (such as "64k") mounted on `dir` for the guard's scope: a
