@@ -111,7 +111,7 @@ mean_exchange::mean_exchange(std::vector<int> members, int self, wire_format for
   alive_.assign(n, true);
   parts_.assign(n, std::vector<std::optional<quantized_rows>>(n));
   reduced_.assign(n, false);
-  have_.assign(n, false);
+  held_.assign(n, std::nullopt);
 }
 
 std::size_t mean_exchange::index_of(int replica) const {
@@ -138,7 +138,7 @@ std::pair<std::int64_t, std::int64_t> mean_exchange::chunk(std::size_t j) const 
 }
 
 bool mean_exchange::done() const noexcept {
-  return values_ >= 0 && std::all_of(have_.begin(), have_.end(), [](bool h) { return h; });
+  return values_ >= 0 && std::all_of(held_.begin(), held_.end(), [](const auto& h) { return h.has_value(); });
 }
 
 std::vector<sync_send> mean_exchange::start(std::span<const float> values) {
@@ -175,6 +175,8 @@ std::vector<sync_send> mean_exchange::receive(int from, int round, int piece, qu
   if (auto ok = check_rows(part); !ok)
     throw std::invalid_argument(
       fmt::format("mean_exchange: a malformed part from replica {}: {}", from, ok.error().message));
+  if (!alive_[i])
+    return {}; // from a member this one knows is lost: too late, its chunks are another's now
   if (round == 0) {
     // A part for this chunk's owner: this member, or this member once it learns
     // that the chunk's owner is gone. A repeat after a loss is the same part.
@@ -182,11 +184,14 @@ std::vector<sync_send> mean_exchange::receive(int from, int round, int piece, qu
       parts_[c][i] = std::move(part);
     return reduce_ready();
   }
-  if (!have_[c]) { // the first mean of a chunk counts (after a loss the new owner's may follow)
+  // A mean of the chunk: from its owner, or, after its owner was lost, from a
+  // member that had the lost owner's mean, reporting it to the new owner. The
+  // first counts: every copy of a chunk's mean is the same bytes.
+  if (!held_[c]) {
     accumulate(part, std::span<float>(mean_).subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b)));
-    have_[c] = true;
+    held_[c] = std::move(part);
   }
-  return {};
+  return reduce_ready();
 }
 
 std::vector<sync_send> mean_exchange::reduce_ready() {
@@ -194,26 +199,28 @@ std::vector<sync_send> mean_exchange::reduce_ready() {
   for (std::size_t c = 0; c < members_.size(); ++c) {
     if (reduced_[c] || owner(c) != self_)
       continue;
-    std::vector<quantized_rows> parts; // in member order: the same sums on every replica
-    bool all = true;
-    for (std::size_t m = 0; m < members_.size() && all; ++m)
-      if (alive_[m]) {
-        all = parts_[c][m].has_value();
-        if (all)
-          parts.push_back(*parts_[c][m]);
-      }
-    if (!all)
-      continue;
-    auto q = quantize_rows(reduce_mean(parts), row_, format_);
-    auto [b, e] = chunk(c);
-    if (!have_[c]) {
+    if (!held_[c]) { // no mean of this chunk anywhere yet: average the living members' parts
+      std::vector<quantized_rows> parts; // in member order: the same sums on every replica
+      bool all = true;
+      for (std::size_t m = 0; m < members_.size() && all; ++m)
+        if (alive_[m]) {
+          all = parts_[c][m].has_value();
+          if (all)
+            parts.push_back(*parts_[c][m]);
+        }
+      if (!all)
+        continue;
+      auto q = quantize_rows(reduce_mean(parts), row_, format_);
+      auto [b, e] = chunk(c);
       accumulate(q, std::span<float>(mean_).subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b)));
-      have_[c] = true;
+      held_[c] = std::move(q);
     }
+    // Once a chunk's mean exists it is the chunk's mean for every member: a lost
+    // owner's, held here or reported by a member that had it, goes out as it is.
     reduced_[c] = true;
     for (std::size_t m = 0; m < members_.size(); ++m)
       if (m != self_ && alive_[m])
-        out.push_back({members_[m], 1, static_cast<int>(c), q});
+        out.push_back({members_[m], 1, static_cast<int>(c), *held_[c]});
   }
   return out;
 }
@@ -232,10 +239,17 @@ std::vector<sync_send> mean_exchange::lose(int replica) {
   if (values_ >= 0)
     for (std::size_t c = 0; c < members_.size(); ++c)
       if (auto o = owner(c); o != before[c]) {
-        if (o == self_)
+        if (o == self_) {
           parts_[c][self_] = own_[c];
-        else // again: it may have gone to the lost member, and the new owner needs every part
+        } else {
+          // The lost owner's mean, if it reached this member, goes first: the
+          // new owner then has it before this member's part, and a mean that one
+          // survivor has (and may already have applied) becomes every survivor's.
+          if (held_[c])
+            out.push_back({members_[o], 1, static_cast<int>(c), *held_[c]});
+          // Then the part again: it may have gone to the lost member, and the new owner needs every part.
           out.push_back({members_[o], 0, static_cast<int>(c), own_[c]});
+        }
       }
   if (values_ >= 0) {
     auto more = reduce_ready();

@@ -164,8 +164,13 @@ std::unique_ptr<sync_schedule> periodic_schedule(std::vector<int> every);
 ///
 /// A member that leaves (lose) passes its chunks to the lowest member still
 /// here; every member sends that owner its part of them again, and owners stop
-/// waiting for the lost member's parts. The exchange stays answerable after
-/// take(), for members that learn of a loss later than this one.
+/// waiting for the lost member's parts. Survivors agree bit for bit whenever
+/// they learn of the loss: a member that already had the lost owner's mean of a
+/// chunk reports it to the new owner ahead of its part, and the new owner sends
+/// that mean on rather than averaging again, so a mean that reached any survivor
+/// (who may have applied it) is every survivor's; messages from a member known
+/// lost are dropped. The exchange stays answerable after take(), for members
+/// that learn of a loss later than this one.
 class mean_exchange {
 public:
   mean_exchange(std::vector<int> members, int self, wire_format format, std::int64_t row);
@@ -193,7 +198,8 @@ private:
   std::vector<bool> alive_;
   std::vector<quantized_rows> own_;                               ///< this member's part of each chunk
   std::vector<std::vector<std::optional<quantized_rows>>> parts_; ///< [chunk][member]: parts for their owner
-  std::vector<bool> reduced_, have_; ///< chunks averaged here; chunks of the mean filled in
+  std::vector<bool> reduced_;                          ///< chunks whose mean this member sent out as their owner
+  std::vector<std::optional<quantized_rows>> held_;    ///< [chunk]: its mean, once here (filled into mean_)
   std::vector<float> mean_;
   bool taken_ = false;
 };
