@@ -278,7 +278,7 @@ TEST_CASE("DiLoCo's policy applies the outer step to the mean pseudo-gradient, t
       local.back()[i] += drift[i];
   }
   // What torchft's DiLoCo does, from the saved global: mean(global − local), one
-  // Nesterov SGD step, then each replica's values mixed to it (α = 0: lerp from its own).
+  // Nesterov SGD step, then each replica's values mixed to it (α = 0: the global).
   std::vector<float> mean_pg(n, 0.0f);
   for (const auto& l : local) {
     auto pg = streaming_diloco(spec, start).prepare(0, l);
@@ -294,6 +294,9 @@ TEST_CASE("DiLoCo's policy applies the outer step to the mean pseudo-gradient, t
   for (int r = 0; r < replicas; ++r) {
     CHECK(local[static_cast<std::size_t>(r)] == want[static_cast<std::size_t>(r)]);
     CHECK(policies[static_cast<std::size_t>(r)]->exchanges() == 1);
+    // α = 0: every replica goes on from the new global itself, bit for bit
+    // (mixing from its own values left each an ulp off, differently).
+    CHECK(std::memcmp(local[static_cast<std::size_t>(r)].data(), local[0].data(), n * sizeof(float)) == 0);
   }
   CHECK(msgs.size() == 2 * replicas * (replicas - 1)); // two rounds, each member to each other
 }
