@@ -4,7 +4,9 @@
 # runs `ctest -L quick` there. Idempotent; run as root (or with sudo available).
 #   deploy/tsan.sh [CTEST_ARGS...]   e.g. deploy/tsan.sh -R runtime   (one part only)
 # Environment: TSAN_CAF_PREFIX (default build-tsan-caf/prefix), JOBS (default nproc),
-# NICE (default 19: the builds and tests take the machine's idle time only; 0 to skip).
+# NICE (default 19: the builds and tests take the machine's idle time only; 0 to skip),
+# TARGETS (default all: e.g. "troupe test_integration_stragglers" builds only what a
+# -R selection runs; the tests that start troupe need the troupe target).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -72,8 +74,10 @@ grep -q "^CAF_CORE_LIBRARY:FILEPATH=$prefix/" build-tsan/CMakeCache.txt || {
   echo "tsan: remove build-tsan/CMakeCache.txt and run again" >&2
   exit 1
 }
-step "troupe: building (45 minutes or more on 2 cores)"
-cmake --build build-tsan -j "$jobs"
+targets=${TARGETS:-all}
+step "troupe: building $targets (45 minutes or more on 2 cores for all)"
+# shellcheck disable=SC2086 # TARGETS is a list of target names
+cmake --build build-tsan -j "$jobs" --target $targets
 
 # 3. The quick suite. A race fails its test (halt_on_error=1 in TSAN_OPTIONS).
 # Tests that start the troupe program (bad_input, examples.check) get no
