@@ -83,9 +83,11 @@ public:
     if (msg.from != opt_.twin)
       throw std::runtime_error(
         fmt::format("{}: a tied-embedding gradient from actor {}, whose twin is actor {}", name, msg.from, opt_.twin));
-    if (!(msg.grad.shape() == grad(mine()).shape()))
+    // Against the matrix, not its gradient: the twin's may come before this
+    // stage's backward of the step, when under ZeRO-2 it has no gradient yet.
+    if (const auto& want = param(mine()).shape(); !(msg.grad.shape() == want))
       throw std::runtime_error(fmt::format("{}: the tied-embedding gradient of step {} is {}, the matrix {}", name,
-                                           msg.step, to_string(msg.grad.shape()), to_string(grad(mine()).shape())));
+                                           msg.step, to_string(msg.grad.shape()), to_string(want)));
     if (!arrived_.emplace(msg.step, msg.grad).second)
       throw std::runtime_error(fmt::format("{}: two tied-embedding gradients for step {}", name, msg.step));
     if (waiting_ == msg.step && take(msg.step))
@@ -113,6 +115,9 @@ private:
     std::size_t param = 0;
   };
   const place& mine() const { return embedding_.chunk >= 0 ? embedding_ : copy_; }
+  const tensor_handle& param(const place& p) const {
+    return host_.models()[static_cast<std::size_t>(p.chunk)]->params()[p.param].value;
+  }
   tensor_handle grad(const place& p) const {
     const auto& g = host_.models()[static_cast<std::size_t>(p.chunk)]->grads()[p.param];
     if (!g.value.defined()) // ZeRO-2 gave it back, and no backward ran here this step

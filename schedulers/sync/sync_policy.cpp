@@ -199,7 +199,7 @@ std::vector<sync_send> mean_exchange::reduce_ready() {
   for (std::size_t c = 0; c < members_.size(); ++c) {
     if (reduced_[c] || owner(c) != self_)
       continue;
-    if (!held_[c]) { // no mean of this chunk anywhere yet: average the living members' parts
+    if (!held_[c]) {                     // no mean of this chunk anywhere yet: average the living members' parts
       std::vector<quantized_rows> parts; // in member order: the same sums on every replica
       bool all = true;
       for (std::size_t m = 0; m < members_.size() && all; ++m)

@@ -198,8 +198,8 @@ private:
   std::vector<bool> alive_;
   std::vector<quantized_rows> own_;                               ///< this member's part of each chunk
   std::vector<std::vector<std::optional<quantized_rows>>> parts_; ///< [chunk][member]: parts for their owner
-  std::vector<bool> reduced_;                          ///< chunks whose mean this member sent out as their owner
-  std::vector<std::optional<quantized_rows>> held_;    ///< [chunk]: its mean, once here (filled into mean_)
+  std::vector<bool> reduced_;                       ///< chunks whose mean this member sent out as their owner
+  std::vector<std::optional<quantized_rows>> held_; ///< [chunk]: its mean, once here (filled into mean_)
   std::vector<float> mean_;
   bool taken_ = false;
 };

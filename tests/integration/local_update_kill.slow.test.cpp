@@ -41,8 +41,8 @@ int same_tensors(const fs::path& a, const fs::path& b) {
     auto u = fb->find(name);
     REQUIRE_MESSAGE(u.defined(), b.string(), " has no ", name);
     REQUIRE(u.nbytes() == t.nbytes());
-    CHECK_MESSAGE(std::memcmp(u.raw(), t.raw(), t.nbytes()) == 0, a.filename().string(), " and ",
-                  b.filename().string(), " differ in ", name);
+    CHECK_MESSAGE(std::memcmp(u.raw(), t.raw(), t.nbytes()) == 0, a.filename().string(), " and ", b.filename().string(),
+                  " differ in ", name);
     ++compared;
   }
   return compared;
@@ -86,8 +86,8 @@ void lose_a_replica(const std::string& local_update, int replicas, bool survivor
     int compared = 0;
     for (const auto* part : {"s0", "s1", "s0_sync", "s1_sync"})
       for (int r = 2; r < replicas; ++r)
-        compared += same_tensors(last / fmt::format("r0{}.safetensors", part),
-                                 last / fmt::format("r{}{}.safetensors", r, part));
+        compared +=
+          same_tensors(last / fmt::format("r0{}.safetensors", part), last / fmt::format("r{}{}.safetensors", r, part));
     MESSAGE(compared, " tensors of the survivors' checkpoints compared, bit for bit");
     CHECK(compared > 8); // each stage's parameters, global and outer momentum
   }
