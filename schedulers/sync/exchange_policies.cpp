@@ -136,44 +136,93 @@ std::unique_ptr<sync_policy> make_averaging_policy(const sync_setup& s, std::uni
   return std::make_unique<averaging_policy>(s, std::move(outer));
 }
 
-std::vector<sync_send> gathering_policy::receive(int f, int from, int, int, quantized_rows part) {
-  if (std::find(lost_.begin(), lost_.end(), from) != lost_.end())
-    return {}; // a lost member's last part, late: left out
+bool gathering_policy::is_lost(int r) const {
+  return std::find(lost_.begin(), lost_.end(), r) != lost_.end();
+}
+
+std::vector<sync_send> gathering_policy::receive(int f, int from, int round, int piece, quantized_rows part) {
+  if (is_lost(from))
+    return {}; // a lost member's last message, late: left out (a survivor that had its part forwards it)
   if (f != 0 || members_.empty())
     throw std::invalid_argument(fmt::format("{}: a part of fragment {} with no exchange under way", name_, f));
+  if (!under_way_)
+    return {}; // about the exchange this member already applied: it needed nothing more
   auto i = index_of(from);
-  if (parts_[i])
+  if (round == 2) { // the sender has no part of lost member `piece`
+    heard_[index_of(piece)][i] = true;
+    return {};
+  }
+  if (round != 0 && round != 1)
+    throw std::invalid_argument(fmt::format("{}: round {} from replica {}", name_, round, from));
+  auto whose = round == 0 ? i : index_of(piece); // round 1: a lost member's part, forwarded by `from`
+  if (round == 0 && parts_[i]) {
+    if (std::any_of(heard_[i].begin(), heard_[i].end(), [](bool h) { return h; }))
+      return {}; // forwarded already by a survivor that heard of its loss before this member did
     throw std::invalid_argument(fmt::format("{}: replica {} sent its part twice", name_, from));
+  }
   if (auto ok = check_rows(part); !ok || part.values != values_)
     throw std::invalid_argument(fmt::format("{}: a malformed part from replica {}: {} values of {} {}", name_, from,
                                             part.values, values_, ok ? "" : ok.error().message));
-  parts_[i] = std::move(part);
+  if (round == 1)
+    heard_[whose][i] = true;
+  if (!parts_[whose])
+    parts_[whose] = std::move(part); // every copy of a member's part is the same bytes
   return {};
+}
+
+std::vector<sync_send> gathering_policy::report(int r) const {
+  auto about = index_of(r);
+  std::vector<sync_send> out;
+  for (int m : members_)
+    if (m != setup_.replica && !is_lost(m)) {
+      if (parts_[about])
+        out.push_back({m, 1, r, *parts_[about], 0});
+      else
+        out.push_back({m, 2, r, quantized_rows{}, 0}); // fragment 0: lose() answers for every fragment
+    }
+  return out;
 }
 
 std::vector<sync_send> gathering_policy::lose(int r) {
+  if (is_lost(r))
+    return {};
   lost_.push_back(r);
-  drop(r);
-  return {};
+  // The exchange under way, or the last one applied (a member still in it may
+  // wait for this one's word): its members learn whether this one has r's part.
+  if (std::find(members_.begin(), members_.end(), r) == members_.end())
+    return {};
+  return report(r);
 }
 
 bool gathering_policy::ready(int) const {
-  return !members_.empty() && std::all_of(parts_.begin(), parts_.end(), [](const auto& p) { return p.has_value(); });
+  if (!under_way_)
+    return false;
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    if (parts_[i])
+      continue;
+    if (!is_lost(members_[i]))
+      return false;
+    for (std::size_t k = 0; k < members_.size(); ++k) // a lost member's part: every living one's word that it has none
+      if (members_[k] != setup_.replica && !is_lost(members_[k]) && !heard_[i][k])
+        return false;
+  }
+  return true;
 }
 
 void gathering_policy::perform(int, std::span<float> local) {
   if (!ready(0))
     throw std::logic_error(fmt::format("{}: performed before every member's part arrived", name_));
-  std::vector<quantized_rows> parts; // in member order
-  for (auto& p : parts_)
-    parts.push_back(std::move(*p));
+  std::vector<quantized_rows> parts; // in member order: a lost member's too where any survivor had it
+  for (const auto& p : parts_)
+    if (p)
+      parts.push_back(*p);
   apply(parts, local);
-  members_.clear(), parts_.clear();
+  under_way_ = false; // members_ and parts_ stay, to answer a loss heard of later
   ++exchanges_;
 }
 
 sync_state gathering_policy::save() const {
-  if (!members_.empty())
+  if (under_way_)
     throw std::logic_error(fmt::format("{}: a checkpoint while an exchange is under way", name_));
   sync_state s;
   s.counts["performed"] = exchanges_;
@@ -188,18 +237,23 @@ std::vector<sync_send> gathering_policy::restore(const sync_state& s) {
 }
 
 std::vector<sync_send> gathering_policy::gather(std::vector<int> members, quantized_rows part) {
-  if (!members_.empty())
+  if (under_way_)
     throw std::invalid_argument(fmt::format("{}: an exchange prepared while one is under way", name_));
   members_ = std::move(members);
-  parts_.assign(members_.size(), std::nullopt);
-  for (int r : lost_)
-    drop(r);
+  auto n = members_.size();
+  parts_.assign(n, std::nullopt);
+  heard_.assign(n, std::vector<bool>(n, false));
   values_ = part.values;
+  under_way_ = true;
   std::vector<sync_send> out;
   for (int m : members_)
-    if (m != setup_.replica)
+    if (m != setup_.replica && !is_lost(m))
       out.push_back({m, 0, 0, part});
   parts_[index_of(setup_.replica)] = std::move(part);
+  for (int m : members_) // members lost before: this one has no part of theirs (it drops their messages)
+    if (is_lost(m))
+      for (auto& s : report(m))
+        out.push_back(std::move(s));
   return out;
 }
 
@@ -208,13 +262,6 @@ std::size_t gathering_policy::index_of(int r) const {
   if (it == members_.end())
     throw std::invalid_argument(fmt::format("{}: a part from replica {}, not of this exchange", name_, r));
   return static_cast<std::size_t>(it - members_.begin());
-}
-
-void gathering_policy::drop(int r) {
-  if (auto it = std::find(members_.begin(), members_.end(), r); it != members_.end()) {
-    parts_.erase(parts_.begin() + (it - members_.begin()));
-    members_.erase(it);
-  }
 }
 
 } // namespace troupe::sched

@@ -39,9 +39,17 @@ public:
 std::unique_ptr<sync_policy> make_averaging_policy(const sync_setup& s, std::unique_ptr<outer_rule> outer);
 
 /// A method whose exchange is one round: each member sends its one part to
-/// the other members it names, and applies what all of them sent. A lost
-/// member is no longer waited for, and its late part is left out. Its
+/// the other members it names, and applies what all of them sent. Its
 /// exchanges prepare and perform after the same inner step.
+///
+/// A lost member is no longer waited for, and survivors agree on whether its
+/// part is in: each survivor that learns of the loss (or starts an exchange
+/// after it) tells the other members of the exchange, forwarding the lost
+/// member's part if it had it (round 1, piece = the lost replica) or saying it
+/// has none (round 2). A survivor applies the exchange once it has every living
+/// member's part and, for each lost one, its part or every living member's word
+/// that it has none; so a part that reached one survivor (which may have applied
+/// it before it heard) reaches all. Messages from a member known lost are dropped.
 class gathering_policy : public sync_policy {
 public:
   std::vector<sync_send> receive(int f, int from, int round, int piece, quantized_rows part) override;
@@ -67,13 +75,17 @@ protected:
 
 private:
   std::size_t index_of(int r) const;
-  void drop(int r);
+  bool is_lost(int r) const;
+  /// What this member tells the others about lost member `r`: its part, or that it has none.
+  std::vector<sync_send> report(int r) const;
 
   const char* name_;
-  std::vector<int> members_, lost_;
-  std::vector<std::optional<quantized_rows>> parts_;
+  std::vector<int> members_, lost_;                  ///< the exchange's members (lost ones too); replicas lost
+  std::vector<std::optional<quantized_rows>> parts_; ///< [member]: its part, once here
+  std::vector<std::vector<bool>> heard_;             ///< [lost member][member]: that one's word about its part
   std::int64_t values_ = 0;
   long exchanges_ = 0;
+  bool under_way_ = false; ///< gathered, not yet applied (members_ and parts_ stay after, for late losses)
 };
 
 } // namespace troupe::sched
