@@ -6,6 +6,7 @@
 
 #include "actors/builtin.hpp"
 #include "actors/stage/stage_attention.hpp"
+#include "runtime/trace/hang_watch.hpp"
 #include "runtime/trace/trace.hpp"
 
 namespace troupe {
@@ -42,6 +43,7 @@ caf::behavior attention_server(server_actor* self, std::string name, caf::actor 
       trace_recorder::global().message_received(id);
       if (st.failed)
         return;
+      handler_scope busy(id, "attention task");
       try {
         attention_result_msg r;
         {

@@ -35,9 +35,11 @@ actor_type_info attention_server_info();
 /// the graph's pipeline under the simulated clock (the first stage reports it);
 /// a checkpoint part holds the stage's tensors with their shapes and dtypes.
 void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics& out);
-/// A pipeline_stage's `stall: {step: 5, for: 3s}` as (0-based step, seconds),
-/// or why it is not one.
+/// A pipeline_stage's or outer_sync's `stall: {step: 5, for: 3s}` as (0-based
+/// step, seconds), or why it is not one.
 caf::expected<std::pair<std::int64_t, double>> parse_stall(const YAML::Node& n);
+/// Adds the positioned error of `a`'s `stall:`, if it has one that is not one.
+void check_stall(const actor_spec& a, diagnostics& out);
 std::optional<std::string> check_stage_checkpoint(const graph_spec& g, const actor_spec& a,
                                                   const safetensors_header& part);
 /// The parameters of each of `a`'s layer ranges (actors/stage/stage_init_file.cpp).

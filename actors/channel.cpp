@@ -7,6 +7,7 @@
 
 #include "actors/stage/pipeline_messages.hpp"
 #include "actors/remote_codec.hpp"
+#include "runtime/trace/hang_watch.hpp"
 #include "runtime/trace/trace.hpp"
 
 namespace troupe {
@@ -29,6 +30,7 @@ caf::behavior channel(channel_actor* self, std::string dest_name, std::uint16_t 
     std::int64_t bytes = 0;
     for (const auto& b : f.blobs)
       bytes += static_cast<std::int64_t>(b.nbytes());
+    handler_scope busy(self->state.trace_id, "send"); // a send that blocks on the transport is a hang too
     scoped_span s(self->state.trace_id, span_kind::send, -1, -1);
     s.get().bytes = static_cast<std::size_t>(bytes);
     self->state.conn->send(std::move(f));

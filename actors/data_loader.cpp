@@ -23,6 +23,7 @@
 #include "runtime/actor/outer_messages.hpp"
 #include "actors/stage/pipeline_messages.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/trace/hang_watch.hpp"
 #include "runtime/trace/trace.hpp"
 #include "schedulers/routing/router.hpp"
 #include "schedulers/routing/skippipe_routing.hpp"
@@ -402,6 +403,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
     },
     [=](credit_atom, const credit_msg& c) {
       auto& st = self->state;
+      handler_scope busy(st.trace_id, "credit");
       st.router->grant(c.from, c.count);
       if (st.corpus)
         pump(self, cfg);

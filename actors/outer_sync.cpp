@@ -6,9 +6,11 @@
 // the stage its new values. No global loop, no ring every step. At each
 // checkpoint it writes its method's state as its own part (#25 item 4).
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
@@ -19,6 +21,7 @@
 #include "runtime/actor/messages.hpp"
 #include "runtime/actor/outer_messages.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/trace/hang_watch.hpp"
 #include "runtime/trace/trace.hpp"
 #include "schedulers/sync/sync_peer.hpp"
 
@@ -36,6 +39,10 @@ struct sync_settings {
   long exchanges = 0;     ///< performs due in the whole run: it reports done after the last
   part_checkpointing ck;
   long checkpoints = 0; ///< parts due in this run: it reports done after the last of these too
+  /// An emulated stuck exchange (`stall: {step, for}`): the handler of the
+  /// first stage values at or after 0-based step `stall_step` sleeps this long first.
+  std::int64_t stall_step = -1;
+  double stall_s = 0;
 };
 
 struct outer_sync_state {
@@ -47,6 +54,7 @@ struct outer_sync_state {
   long saved = 0;                           ///< parts written in this run
   bool done_sent = false;
   std::uint16_t trace_id = 0;
+  std::int64_t stall_step = -1; ///< sync_settings::stall_step until the stall happened
   static inline const char* name = "outer_sync";
 };
 
@@ -166,6 +174,10 @@ void on_local(sync_actor* self, const sync_settings& cfg, outer_local_msg& m) {
   }
   if (m.values.size() != 1)
     throw std::runtime_error(fmt::format("{}: fragment values before the start values", cfg.name));
+  if (auto& s = self->state.stall_step; s >= 0 && m.step >= s) { // once
+    s = -1;
+    std::this_thread::sleep_for(std::chrono::duration<double>(cfg.stall_s));
+  }
   if (m.kind == outer_local_msg::perform)
     peer.perform(m.step, m.fragment, std::move(m.values.front()));
   else
@@ -177,7 +189,9 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
   self->state.runner = std::move(runner);
   self->state.peer.emplace(cfg.name, cfg.replica, cfg.replicas);
   self->state.trace_id = trace_recorder::global().register_actor(cfg.name, "outer_sync");
-  auto guarded = [self, cfg](auto&& f) {
+  self->state.stall_step = cfg.stall_step;
+  auto guarded = [self, cfg](const char* what, auto&& f) {
+    handler_scope busy(self->state.trace_id, what);
     try {
       f();
     } catch (const std::exception& e) {
@@ -205,12 +219,12 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
       return caf::ok_atom::value;
     },
     [=](start_atom) { report_done(self, cfg); }, // when nothing is to be exchanged or saved in this run
-    [=](outer_atom, outer_local_msg& m) { guarded([&] { on_local(self, cfg, m); }); },
+    [=](outer_atom, outer_local_msg& m) { guarded("stage values", [&] { on_local(self, cfg, m); }); },
     [=](outer_part_atom, outer_part_msg& m) {
       trace_recorder::global().message_received(self->state.trace_id);
-      guarded([&] { on_part(self, cfg, std::move(m)); });
+      guarded("exchange part", [&] { on_part(self, cfg, std::move(m)); });
     },
-    [=](replica_lost_atom, std::int32_t replica) { guarded([&] { on_lost(self, cfg, replica); }); },
+    [=](replica_lost_atom, std::int32_t replica) { guarded("replica lost", [&] { on_lost(self, cfg, replica); }); },
   };
 }
 
@@ -223,8 +237,10 @@ void expand_outer_sync(section_expansion& e, int replicas, const std::function<s
 
 actor_type_info outer_sync_info() {
   auto info = stage_helper_info();
+  info.keys.push_back("stall");
   info.check = [](const actor_spec& a, const graph_spec& g, diagnostics& out) {
     check_serves_stage(a, g, out);
+    check_stall(a, out);
     if (!g.local_update.present)
       out.push_back({a.pos, a.name, fmt::format("outer_sync '{}' needs a local_update: section", a.name)});
     auto first =
@@ -283,6 +299,9 @@ caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx) {
                     part_checkpointing::of(g, ctx.spec)};
   for (auto s = cfg.ck.resume_step + 1; s <= g.train.steps; ++s)
     cfg.checkpoints += cfg.ck.due(s);
+  if (auto s = ctx.spec.params.find("stall"); s != ctx.spec.params.end()) // checked by outer_sync_info
+    if (auto stall = parse_stall(s->second))
+      cfg.stall_step = stall->first, cfg.stall_s = stall->second;
   const auto* method = sched::find_sync_method(g.local_update.algorithm);
   if (!method)
     return make_error(errc::invalid_argument,

@@ -13,6 +13,7 @@
 #include <caf/send.hpp>
 
 #include "runtime/actor/messages.hpp"
+#include "runtime/trace/hang_watch.hpp"
 #include "runtime/trace/trace.hpp"
 #include "schedulers/sync/ring_peer.hpp"
 
@@ -55,10 +56,12 @@ struct ring_flight {
 using ring_book = sched::ring_peer<tensor_handle>;
 using ring_key = sched::ring_key;
 
-/// Runs `f` as one message's work: an exception becomes a failure report to
-/// the actor's runner (`self->state.runner`) naming `name`, and the actor quits.
+/// Runs `f` as one message's work (`what` names the message, a string literal,
+/// for the hang detector): an exception becomes a failure report to the
+/// actor's runner (`self->state.runner`) naming `name`, and the actor quits.
 template <class Actor, class F>
-void guarded(Actor* self, const std::string& name, F&& f) {
+void guarded(Actor* self, const std::string& name, const char* what, F&& f) {
+  handler_scope busy(self->state.trace_id, what);
   try {
     f();
   } catch (const std::exception& e) {

@@ -74,8 +74,9 @@ source_pos value_pos(const actor_spec& a, const YAML::Node& value) {
 caf::expected<std::pair<std::int64_t, double>> parse_stall(const YAML::Node& n) {
   auto bad = [&](const std::string& why) {
     return make_error(errc::invalid_argument,
-                      fmt::format("expected {{step: N, for: DURATION}} (a device stuck once: the first action of "
-                                  "1-based step N sleeps that long), {}",
+                      fmt::format("expected {{step: N, for: DURATION}} (stuck once: a stage's first action of "
+                                  "1-based step N, or a sync actor's first stage values from step N on, sleeps that "
+                                  "long), {}",
                                   why));
   };
   if (!n.IsMap())
@@ -102,11 +103,14 @@ caf::expected<std::pair<std::int64_t, double>> parse_stall(const YAML::Node& n) 
   return std::pair{step - 1, seconds};
 }
 
-void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics& out) {
+void check_stall(const actor_spec& a, diagnostics& out) {
   if (auto s = a.params.find("stall"); s != a.params.end())
-    if (auto stall = parse_stall(s->second); !stall) {
+    if (auto stall = parse_stall(s->second); !stall)
       out.push_back({value_pos(a, s->second), fmt::format("{}.stall", a.name), error_message(stall.error())});
-    }
+}
+
+void check_pipeline_stage(const actor_spec& a, const graph_spec& g, diagnostics& out) {
+  check_stall(a, out);
   if (auto s = a.params.find("slowdown"); s != a.params.end()) {
     double v = 0;
     bool number = s->second.IsScalar() && YAML::convert<double>::decode(s->second, v);

@@ -63,6 +63,9 @@ void expand(parsed_graph& pg, const graph_vocabulary& vocab, graph_reader& r) {
       if (!pa.device_node)
         merged.device = same->device;
       merged.replica = same->replica;
+      // Keys the entry does not name keep the shorthand's values (a sync actor's `stage:`).
+      for (const auto& [key, value] : same->params)
+        merged.params.emplace(key, value);
       *same = std::move(merged);
       continue;
     }

@@ -57,6 +57,21 @@ private:
   std::vector<slot> slots_ = std::vector<slot>(max_actors);
 };
 
+/// Actor `id` is in a handler of `message` (a string literal) for the scope's
+/// life: what every actor type's handlers open, so the watcher sees them all.
+class handler_scope {
+public:
+  handler_scope(std::uint16_t id, const char* message) noexcept : id_(id) {
+    activity_board::global().enter(id, message);
+  }
+  ~handler_scope() { activity_board::global().leave(id_); }
+  handler_scope(const handler_scope&) = delete;
+  handler_scope& operator=(const handler_scope&) = delete;
+
+private:
+  std::uint16_t id_;
+};
+
 /// Watches the board from a thread of its own: an actor in one handler for
 /// longer than `after` is reported once per handler through `report`
 /// (stderr by default) with its name, node and what it was doing.

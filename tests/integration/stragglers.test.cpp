@@ -65,3 +65,26 @@ TEST_CASE("a stage stuck past trace.hang_after is named with what it was doing w
   CHECK(err.find("hang: actor 's1'") == std::string::npos);             // the others only wait: no handler runs
   fs::remove_all(dir);
 }
+
+// Every actor type's handlers are watched, not only the stages': a DiLoCo sync
+// actor stuck in one exchange (an emulated stall) is named with its node and
+// the message it was handling, once, while the run goes on and then finishes.
+TEST_CASE("a sync actor stuck past trace.hang_after is named with the message it was handling") {
+  auto dir = small_pipeline_graph("hang_sync", 8,
+                                  "data_parallel: {replicas: 2}\n"
+                                  "local_update: {algorithm: diloco, sync_every: 4}\n"
+                                  "trace: {hang_after: 1s}\n"
+                                  "actors:\n"
+                                  "  - {name: r0s1_sync, stall: {step: 4, for: 4s}}\n");
+  troupe_process run{dir, {"run", (dir / "graph.yaml").string(), "--no-trace"}};
+  auto line = run.wait_for(R"((hang: actor 'r0s1_sync'.*))", 60s);
+  int status = 0;
+  CHECK(::waitpid(run.pid, &status, WNOHANG) == 0); // named while it was still stuck
+  CHECK(line.find("(outer_sync, node 0) has been in one handler for") != std::string::npos);
+  CHECK(line.find("longer than trace.hang_after (1 s): handling a stage values message") != std::string::npos);
+  CHECK(run.wait(60s) == 0);
+  auto err = slurp(run.err);
+  CHECK(err.find("hang: actor 'r0s1_sync'") == err.rfind("hang: actor 'r0s1_sync'")); // once
+  CHECK(err.find("hang: actor 'r1s1_sync'") == std::string::npos); // its peer only waits for its part
+  fs::remove_all(dir);
+}
