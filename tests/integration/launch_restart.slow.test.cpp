@@ -35,7 +35,7 @@ const char* graph = "model: {layers: 4, d_model: 32, heads: 2, context: 16, voca
 /// launched on 2 nodes with `cluster.restart: 1`, killing node `victim` after
 /// the checkpoint of step 100: the launch must restart once and end with the
 /// one-process losses from the step it resumed at.
-void check_restart(const std::string& name, const std::string& graph, int victim) {
+void check_restart(const std::string& name, const std::string& graph, int victim, double tolerance = 1e-5) {
   auto dir = fs::temp_directory_path() / ("troupe_launch_restart_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir / "one");
@@ -80,7 +80,7 @@ void check_restart(const std::string& name, const std::string& graph, int victim
     worst = std::max(worst, std::abs(launched[i] - one[static_cast<std::size_t>(from) + i]));
   MESSAGE(name << ": node " << victim << " lost, restarted after step " << from
                << "; largest loss difference against the uninterrupted run: " << worst);
-  CHECK(worst <= 1e-5);
+  CHECK(worst <= tolerance);
   // No node of either attempt is left (each attempt has a coordinator of its own).
   std::this_thread::sleep_for(200ms);
   auto out = slurp(launch.out);
@@ -112,6 +112,34 @@ TEST_CASE("a DiLoCo launch that loses the loader's node restarts from its checkp
                 "local_update: {algorithm: diloco, sync_every: 10}\n"
                 "checkpoint: {dir: ck, every: 20}\n",
                 0);
+}
+
+// Every data-parallel mechanism that cannot leave a replica behind restarts
+// the same way (#26 Done-when: a kill test for each): ZeRO-2's shards, routes
+// across replicas (least_loaded) and NoLoCo's random routes. After the
+// restart every node resumed from one checkpoint, so the survivors agree by
+// construction; the losses must be the uninterrupted run's.
+TEST_CASE("ZeRO-2, least_loaded and NoLoCo with random routes restart after a lost node with the uninterrupted "
+          "losses") {
+  const std::string base = "model: {layers: 4, d_model: 32, heads: 2, context: 16, vocab: 256}\n"
+                           "data: {corpus: kjv, batch: 4, seed: 7}\n"
+                           "train: {steps: 600, lr: 3.0e-3, warmup: 2, eval_batches: 2}\n"
+                           "pipeline: {stages: 2, microbatches: 4, schedule: 1f1b}\n"
+                           "checkpoint: {dir: ck, every: 20}\n";
+  SUBCASE("zero2") {
+    check_restart("zero2", base + "data_parallel: {replicas: 2, bucket: 64KB, zero: 2}\n", 1);
+  }
+  SUBCASE("least_loaded") {
+    // Which replica runs a microbatch depends on timing, so the ring sums in
+    // another order: 7.6e-6 measured, within the Done-when's 2% by far.
+    check_restart("least_loaded", base + "data_parallel: {replicas: 2, bucket: 64KB, route: least_loaded}\n", 1, 1e-4);
+  }
+  SUBCASE("noloco_random") {
+    check_restart("noloco_random",
+                  base + "data_parallel: {replicas: 2}\n"
+                         "local_update: {algorithm: noloco, sync_every: 10, group: 2, route: random}\n",
+                  1);
+  }
 }
 
 TEST_CASE("without cluster.restart the same loss ends the launch, naming the checkpoint to resume from") {
