@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -81,6 +82,107 @@ std::size_t bytes_of(const std::vector<message>& ms, int from) {
   for (const auto& m : ms)
     b += m.from == from ? m.send.payload.wire_bytes() : 0;
   return b;
+}
+
+/// What each of 4 members does in a lossy delivery: its first messages, what
+/// it sends on a message and on hearing of the loss, and what it does after
+/// each of those (a stage applying an exchange once it is ready).
+struct lossy_calls {
+  std::function<std::vector<sync_send>(int)> start;
+  std::function<std::vector<sync_send>(int, int from, sync_send)> receive;
+  std::function<std::vector<sync_send>(int)> lose;
+  std::function<void(int)> after = [](int) {};
+};
+
+/// Runs 4 members' messages to the end with member `dead` dying after `cut`
+/// deliveries: each (from, to) pair's messages arrive in order, the pairs
+/// interleaved at random (a sync actor's mailbox); what the dead one had not
+/// sent never leaves, and with `late` each message it had sent may still
+/// arrive after its receiver heard of the loss; the survivors hear one at a
+/// time, in a random order, at random moments.
+void lossy_delivery(const lossy_calls& m, int dead, int cut, bool late, std::mt19937& rng) {
+  std::vector<int> survivors;
+  for (int r = 0; r < 4; ++r)
+    if (r != dead)
+      survivors.push_back(r);
+  std::shuffle(survivors.begin(), survivors.end(), rng);
+  std::map<std::pair<int, int>, std::deque<sync_send>> pipes;
+  auto post = [&](int from, std::vector<sync_send> sends) {
+    for (auto& s : sends)
+      pipes[{from, s.to}].push_back(std::move(s));
+    if (from != dead)
+      m.after(from);
+  };
+  for (int r = 0; r < 4; ++r)
+    post(r, m.start(r));
+  int delivered = 0;
+  std::size_t told = 0;
+  bool died = false;
+  auto tell_next = [&] {
+    int r = survivors[told++];
+    post(r, m.lose(r));
+  };
+  for (;;) {
+    if (!died && delivered >= cut) {
+      died = true;
+      for (auto it = pipes.begin(); it != pipes.end();)
+        it = it->first.second == dead || (it->first.first == dead && (!late || rng() % 2)) ? pipes.erase(it)
+                                                                                           : std::next(it);
+    }
+    if (died && told < survivors.size() && rng() % 3 == 0) {
+      tell_next();
+      continue;
+    }
+    std::vector<std::pair<int, int>> open;
+    for (auto& [k, q] : pipes)
+      if (!q.empty() && !(died && k.second == dead))
+        open.push_back(k);
+    if (open.empty()) {
+      if (!died)
+        died = true;
+      else if (told < survivors.size())
+        tell_next();
+      else
+        break;
+      continue;
+    }
+    auto k = open[rng() % open.size()];
+    auto s = std::move(pipes[k].front());
+    pipes[k].pop_front();
+    ++delivered;
+    post(k.second, m.receive(k.second, k.first, std::move(s)));
+  }
+}
+
+/// One exchange of fragment 0 among 4 replicas' policies through
+/// lossy_delivery; a survivor applies it as soon as it is ready, as its stage
+/// would, and still answers what comes after. Returns the survivors' values
+/// after perform; each must have performed.
+std::map<int, std::vector<float>> lossy_exchange(std::vector<std::unique_ptr<sync_policy>>& policies,
+                                                 std::vector<std::vector<float>> locals, int dead, int cut, bool late,
+                                                 std::mt19937& rng) {
+  auto at = [&](int r) -> sync_policy& { return *policies[static_cast<std::size_t>(r)]; };
+  std::set<int> performed;
+  lossy_calls calls{
+    [&](int r) { return at(r).prepare(0, 4, locals[static_cast<std::size_t>(r)]); },
+    [&](int r, int from, sync_send s) { return at(r).receive(0, from, s.round, s.piece, std::move(s.payload)); },
+    [&](int r) { return at(r).lose(dead); },
+    [&](int r) {
+      if (!performed.count(r) && at(r).ready(0)) {
+        at(r).perform(0, locals[static_cast<std::size_t>(r)]);
+        performed.insert(r);
+      }
+    }};
+  lossy_delivery(calls, dead, cut, late, rng);
+  std::map<int, std::vector<float>> out;
+  for (int r = 0; r < 4; ++r) {
+    if (r == dead)
+      continue;
+    CAPTURE(r);
+    REQUIRE(performed.count(r));
+    out[r] = std::move(locals[static_cast<std::size_t>(r)]);
+  }
+  return out;
 }
 
 } // namespace
@@ -160,11 +262,10 @@ TEST_CASE("the mean exchange refuses a forged message and takes a repeated part 
   CHECK_THROWS_AS(a.take(), std::logic_error);
 }
 
-// A loss at any point, with the survivors told at different times and each
-// pair's messages arriving in order but interleaved at random with the others'
-// (a sync actor's mailbox): every survivor must end with the same mean, bit for
-// bit, or their saved globals part ways (#26 item 3). The dead member's last
-// messages may arrive after a survivor has heard of its loss.
+// A loss at any point of the exchange (lossy_delivery: the survivors told at
+// different times, the dead member's last messages arriving late): every
+// survivor must end with the same mean, bit for bit, or their saved globals
+// part ways (#26 item 3).
 TEST_CASE("after a member is lost at any point every survivor ends with the same mean, bit for bit") {
   const std::size_t n = 4 * 1024;
   std::vector<std::vector<float>> x;
@@ -175,62 +276,16 @@ TEST_CASE("after a member is lost at any point every survivor ends with the same
     CAPTURE(seed);
     std::mt19937 rng(seed);
     const int dead = static_cast<int>(seed % 4);
-    std::vector<int> survivors;
-    for (int r = 0; r < 4; ++r)
-      if (r != dead)
-        survivors.push_back(r);
-    std::shuffle(survivors.begin(), survivors.end(), rng); // the order they hear of the loss
-    const int cut = static_cast<int>(rng() % 28);          // messages delivered before the death
+    const int cut = static_cast<int>(rng() % 28); // messages delivered before the death
     std::vector<mean_exchange> ex;
     for (int r = 0; r < 4; ++r)
       ex.emplace_back(std::vector<int>{0, 1, 2, 3}, r, wire_format::f32, sync_row_values);
-    // One FIFO per (from, to) pair; each delivery takes the head of a random non-empty one.
-    std::map<std::pair<int, int>, std::deque<sync_send>> pipes;
-    auto post = [&](int from, std::vector<sync_send> sends) {
-      for (auto& s : sends)
-        pipes[{from, s.to}].push_back(std::move(s));
-    };
-    for (int r = 0; r < 4; ++r)
-      post(r, ex[static_cast<std::size_t>(r)].start(x[static_cast<std::size_t>(r)]));
-    int delivered = 0;
-    std::size_t told = 0;
-    std::set<int> knows;
-    bool died = false;
-    for (;;) {
-      if (!died && delivered >= cut) {
-        died = true;
-        // What the dead member had not yet sent never leaves; what it sent may still arrive, late.
-        for (auto it = pipes.begin(); it != pipes.end();)
-          it = it->first.second == dead || (it->first.first == dead && rng() % 2) ? pipes.erase(it) : std::next(it);
-      }
-      if (died && told < survivors.size() && rng() % 3 == 0) { // the next survivor hears of the loss
-        int r = survivors[told++];
-        knows.insert(r);
-        post(r, ex[static_cast<std::size_t>(r)].lose(dead));
-        continue;
-      }
-      std::vector<std::pair<int, int>> open;
-      for (auto& [k, q] : pipes)
-        if (!q.empty() && !(died && k.second == dead))
-          open.push_back(k);
-      if (open.empty()) {
-        if (!died) {
-          died = true;
-          continue;
-        }
-        if (told == survivors.size())
-          break;
-        int r = survivors[told++];
-        knows.insert(r);
-        post(r, ex[static_cast<std::size_t>(r)].lose(dead));
-        continue;
-      }
-      auto k = open[rng() % open.size()];
-      auto s = std::move(pipes[k].front());
-      pipes[k].pop_front();
-      ++delivered;
-      post(k.second, ex[static_cast<std::size_t>(k.second)].receive(k.first, s.round, s.piece, std::move(s.payload)));
-    }
+    auto at = [&](int r) -> mean_exchange& { return ex[static_cast<std::size_t>(r)]; };
+    lossy_delivery(
+      {[&](int r) { return at(r).start(x[static_cast<std::size_t>(r)]); },
+       [&](int r, int from, sync_send s) { return at(r).receive(from, s.round, s.piece, std::move(s.payload)); },
+       [&](int r) { return at(r).lose(dead); }},
+      dead, cut, true, rng);
     std::vector<std::vector<float>> means;
     for (int r : {0, 1, 2, 3}) {
       if (r == dead)
@@ -407,85 +462,6 @@ TEST_CASE("SparseLoCo's policy applies the mean of every replica's sparse part t
     CHECK(local[static_cast<std::size_t>(r)] == want);
     CHECK(bytes_of(msgs, r) * 30 < n * 4 * (replicas - 1)); // far below the dense pseudo-gradient
   }
-}
-
-/// One exchange of fragment 0 among 4 replicas' policies in which replica
-/// `dead` dies after `cut` deliveries: each (from, to) pair's messages arrive
-/// in order, the pairs interleaved at random; what the dead one had not sent
-/// never leaves, and with `late` each message it had sent may still arrive
-/// after its receiver heard of the loss; the survivors hear one at a time at
-/// random moments. A survivor applies the exchange as soon as it is ready, as
-/// its stage would, and still answers what comes after. Returns the
-/// survivors' values after perform; each must have performed.
-std::map<int, std::vector<float>> lossy_exchange(std::vector<std::unique_ptr<sync_policy>>& policies,
-                                                 std::vector<std::vector<float>> locals, int dead, int cut, bool late,
-                                                 std::mt19937& rng) {
-  std::vector<int> survivors;
-  for (int r = 0; r < 4; ++r)
-    if (r != dead)
-      survivors.push_back(r);
-  std::shuffle(survivors.begin(), survivors.end(), rng);
-  std::map<std::pair<int, int>, std::deque<sync_send>> pipes;
-  auto post = [&](int from, std::vector<sync_send> sends) {
-    for (auto& s : sends)
-      pipes[{from, s.to}].push_back(std::move(s));
-  };
-  auto at = [&](int r) -> sync_policy& { return *policies[static_cast<std::size_t>(r)]; };
-  std::set<int> performed;
-  auto apply_if_ready = [&](int r) {
-    if (r != dead && !performed.count(r) && at(r).ready(0)) {
-      at(r).perform(0, locals[static_cast<std::size_t>(r)]);
-      performed.insert(r);
-    }
-  };
-  for (int r = 0; r < 4; ++r)
-    post(r, at(r).prepare(0, 4, locals[static_cast<std::size_t>(r)]));
-  int delivered = 0;
-  std::size_t told = 0;
-  bool died = false;
-  auto tell_next = [&] {
-    int r = survivors[told++];
-    post(r, at(r).lose(dead));
-    apply_if_ready(r);
-  };
-  for (;;) {
-    if (!died && delivered >= cut) {
-      died = true;
-      for (auto it = pipes.begin(); it != pipes.end();)
-        it = it->first.second == dead || (it->first.first == dead && (!late || rng() % 2)) ? pipes.erase(it)
-                                                                                           : std::next(it);
-    }
-    if (died && told < survivors.size() && rng() % 3 == 0) {
-      tell_next();
-      continue;
-    }
-    std::vector<std::pair<int, int>> open;
-    for (auto& [k, q] : pipes)
-      if (!q.empty() && !(died && k.second == dead))
-        open.push_back(k);
-    if (open.empty()) {
-      if (!died)
-        died = true;
-      else if (told < survivors.size())
-        tell_next();
-      else
-        break;
-      continue;
-    }
-    auto k = open[rng() % open.size()];
-    auto m = std::move(pipes[k].front());
-    pipes[k].pop_front();
-    ++delivered;
-    post(k.second, at(k.second).receive(0, k.first, m.round, m.piece, std::move(m.payload)));
-    apply_if_ready(k.second);
-  }
-  std::map<int, std::vector<float>> out;
-  for (int r : survivors) {
-    CAPTURE(r);
-    REQUIRE(performed.count(r));
-    out[r] = std::move(locals[static_cast<std::size_t>(r)]);
-  }
-  return out;
 }
 
 // #26 item 3: after a replica is lost at any point of an exchange, the
