@@ -94,7 +94,7 @@ caf::behavior allreduce_peer(peer_actor* self, peer_settings cfg, caf::actor run
         report_done(self, cfg);
     },
     [=](bucket_atom, bucket_msg& m) {
-      guarded(self, cfg.name, "bucket", [&] {
+      guarded(self, cfg.name, "bucket", m.step, [&] {
         ring_key k{m.step, static_cast<int>(m.bucket)};
         auto& f = self->state.flights[k];
         f.take(std::move(m), cfg.members, cfg.rank);
@@ -103,7 +103,7 @@ caf::behavior allreduce_peer(peer_actor* self, peer_settings cfg, caf::actor run
     },
     [=](ring_atom, ring_msg& m) {
       trace_recorder::global().message_received(self->state.trace_id);
-      guarded(self, cfg.name, "ring", [&] {
+      guarded(self, cfg.name, "ring", m.step, [&] {
         run(self, cfg, self->state.ring->receive({m.step, m.bucket}, m.phase, std::move(m.chunk)));
       });
     },

@@ -152,7 +152,7 @@ caf::behavior optimizer_shard(shard_actor* self, shard_settings cfg, std::unique
         report_done(self, cfg);
     },
     [=](bucket_atom, bucket_msg& m) {
-      guarded(self, cfg.name, "bucket", [&] {
+      guarded(self, cfg.name, "bucket", m.step, [&] {
         ring_key k{m.step, static_cast<int>(m.bucket)};
         auto& f = self->state.flights[k];
         f.take(std::move(m), cfg.members, cfg.rank);
@@ -163,12 +163,12 @@ caf::behavior optimizer_shard(shard_actor* self, shard_settings cfg, std::unique
     },
     [=](ring_atom, ring_msg& m) {
       trace_recorder::global().message_received(self->state.trace_id);
-      guarded(self, cfg.name, "ring", [&] {
+      guarded(self, cfg.name, "ring", m.step, [&] {
         run(self, cfg, self->state.ring->receive({m.step, m.bucket}, m.phase, std::move(m.chunk)));
       });
     },
     [=](shard_step_atom, step_t step, float lr, float clip) {
-      guarded(self, cfg.name, "shard step", [&] {
+      guarded(self, cfg.name, "shard step", step, [&] {
         scoped_span s(self->state.trace_id, span_kind::optimizer, static_cast<std::int32_t>(step));
         update(self, cfg, step, lr, clip);
       });

@@ -190,12 +190,12 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
   self->state.peer.emplace(cfg.name, cfg.replica, cfg.replicas);
   self->state.trace_id = trace_recorder::global().register_actor(cfg.name, "outer_sync");
   self->state.stall_step = cfg.stall_step;
-  auto guarded = [self, cfg](const char* what, auto&& f) {
+  auto guarded = [self, cfg](const char* what, step_t step, auto&& f) {
     handler_scope busy(self->state.trace_id, what);
     try {
       f();
     } catch (const std::exception& e) {
-      self->send(self->state.runner, failed_atom::value, failure_msg{cfg.name, e.what()});
+      self->send(self->state.runner, failed_atom::value, failure_msg{cfg.name, e.what(), step});
       self->quit();
     }
   };
@@ -219,12 +219,12 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
       return caf::ok_atom::value;
     },
     [=](start_atom) { report_done(self, cfg); }, // when nothing is to be exchanged or saved in this run
-    [=](outer_atom, outer_local_msg& m) { guarded("stage values", [&] { on_local(self, cfg, m); }); },
+    [=](outer_atom, outer_local_msg& m) { guarded("stage values", m.step, [&] { on_local(self, cfg, m); }); },
     [=](outer_part_atom, outer_part_msg& m) {
       trace_recorder::global().message_received(self->state.trace_id);
-      guarded("exchange part", [&] { on_part(self, cfg, std::move(m)); });
+      guarded("exchange part", m.step, [&] { on_part(self, cfg, std::move(m)); });
     },
-    [=](replica_lost_atom, std::int32_t replica) { guarded("replica lost", [&] { on_lost(self, cfg, replica); }); },
+    [=](replica_lost_atom, std::int32_t replica) { guarded("replica lost", -1, [&] { on_lost(self, cfg, replica); }); },
   };
 }
 

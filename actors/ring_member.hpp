@@ -56,16 +56,17 @@ struct ring_flight {
 using ring_book = sched::ring_peer<tensor_handle>;
 using ring_key = sched::ring_key;
 
-/// Runs `f` as one message's work (`what` names the message, a string literal,
-/// for the hang detector): an exception becomes a failure report to the
-/// actor's runner (`self->state.runner`) naming `name`, and the actor quits.
+/// Runs `f` as one message's work of `step` (`what` names the message, a
+/// string literal, for the hang detector): an exception becomes a failure
+/// report to the actor's runner (`self->state.runner`) naming `name` and the
+/// step, and the actor quits.
 template <class Actor, class F>
-void guarded(Actor* self, const std::string& name, const char* what, F&& f) {
+void guarded(Actor* self, const std::string& name, const char* what, step_t step, F&& f) {
   handler_scope busy(self->state.trace_id, what);
   try {
     f();
   } catch (const std::exception& e) {
-    self->send(self->state.runner, failed_atom::value, failure_msg{name, e.what()});
+    self->send(self->state.runner, failed_atom::value, failure_msg{name, e.what(), step});
     self->quit();
   }
 }

@@ -214,6 +214,8 @@ std::string describe_actor(const graph_spec& g, const std::string& name, step_t 
     parts.push_back(fmt::format("node {}", g.node_of(*a)));
     if (a->role.holds_layers)
       parts.push_back(fmt::format("replica {}, position {}", a->replica, a->rank));
+    else if (const auto* s = g.served_stage(*a)) // a stage's helper: all-reduce peer, optimizer shard, sync actor
+      parts.push_back(fmt::format("serving {}: replica {}, position {}", s->name, s->replica, s->rank));
   }
   if (step >= 0)
     parts.push_back(fmt::format("in step {}", step + 1));

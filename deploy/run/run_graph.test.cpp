@@ -188,6 +188,10 @@ TEST_CASE("a supervision message names the actor, its node, replica, position an
   CHECK(describe_actor(g, "r0s0") ==
         fmt::format("actor 'r0s0' (node {}, replica 0, position 0)", g.node_of(*g.find_actor("r0s0"))));
   CHECK(describe_actor(g, "nobody", 2) == "actor 'nobody' (in step 3)");
+  // A stage's helper names the stage it serves, with its replica and position.
+  CHECK(describe_actor(g, "r1s0_ar", 4) == fmt::format("actor 'r1s0_ar' (node {}, serving r1s0: replica 1, position 0, "
+                                                       "in step 5)",
+                                                       g.node_of(*g.find_actor("r1s0_ar"))));
 }
 
 TEST_CASE("a factory error stops the run before anything starts") {
