@@ -298,11 +298,14 @@ void coordinator::lose_node(int i, const std::string& why) {
   for (int r = 0; r < replicas; ++r)
     if (!gone.count(r))
       left.push_back(r);
+  // The loader stops making the lost replicas' microbatches: each step trains on fewer sequences.
+  const auto per_replica = static_cast<long>(g_.data.batch) * g_.pipeline.microbatches;
   fmt::print(stderr,
              "troupe launch: lost {}: {}; replica {} leaves the run ({}); local-update training goes on with "
-             "replica{} {}\n",
+             "replica{} {}, each step's batch shrinking from {} to {} sequences\n",
              describe(i), why, fmt::join(reps, ", "), fmt::join(leaving, ", "), left.size() == 1 ? "" : "s",
-             fmt::join(left, ", "));
+             fmt::join(left, ", "), per_replica * (replicas - static_cast<int>(lost_replicas_.size())),
+             per_replica * static_cast<long>(left.size()));
   std::fflush(stderr);
   lost_nodes_.insert(i);
   n.gone = true;

@@ -78,6 +78,9 @@ void lose_a_replica(const std::string& local_update, int replicas, bool survivor
   CHECK(err.find("lost node 1") != std::string::npos);
   CHECK(err.find("replica 1 leaves the run (r1s0, r1s1, r1s0_sync, r1s1_sync)") != std::string::npos);
   CHECK(err.find("goes on with replica") != std::string::npos);
+  // It says the global batch shrank: batch 2 x 2 microbatches per replica.
+  CHECK(err.find(fmt::format("each step's batch shrinking from {} to {} sequences", 4 * replicas,
+                             4 * (replicas - 1))) != std::string::npos);
   CHECK(out.find(fmt::format("{} steps in", steps)) != std::string::npos); // every step, by the replicas left
   std::this_thread::sleep_for(200ms);
   CHECK(processes_with("--coordinator " + coordinator).empty());
