@@ -40,7 +40,8 @@ TEST_CASE("a 3x slower stage is the chronic straggler ranked first; a stage stuc
   const auto& stuck = j["actors"]["r1s1"];
   CHECK(stuck["chronic"] == false);
   CHECK(stuck["max_ms"].get<double>() >= 400.0); // the stall is in its step time
-  CHECK(stuck["median_ms"].get<double>() < 100.0);
+  // One step held the 0.4 s: its others are far shorter (about 20 ms here, 195 ms under TSan).
+  CHECK(stuck["median_ms"].get<double>() < stuck["max_ms"].get<double>() / 2);
   auto stalls = stuck["stalls"].get<std::vector<int>>();
   CHECK(std::find(stalls.begin(), stalls.end(), 9) != stalls.end()); // 0-based: step 10
   for (const auto* healthy : {"r1s0", "r1s3"})
