@@ -49,43 +49,47 @@ TEST_CASE("a 3x slower stage is the chronic straggler ranked first; a stage stuc
   fs::remove_all(dir);
 }
 
-TEST_CASE("a stage stuck past trace.hang_after is named with what it was doing while the run goes on") {
-  auto dir = small_pipeline_graph("hang", 6,
-                                  "trace: {hang_after: 1s}\n"
-                                  "actors:\n"
-                                  "  - {name: s2, stall: {step: 3, for: 4s}}\n");
+namespace {
+
+/// Runs the graph in `dir` with `stuck` stalled past trace.hang_after (1 s):
+/// it must be named once, while the run still goes, as `(TYPE, node 0) has been
+/// in one handler for …, longer than trace.hang_after (1 s): DOING`, and the run
+/// must finish; `waiting`, which only waits on it, is never named.
+void check_named_hang(const fs::path& dir, const std::string& stuck, const std::string& type, const std::string& doing,
+                      const std::string& waiting) {
   troupe_process run{dir, {"run", (dir / "graph.yaml").string(), "--no-trace"}};
-  auto line = run.wait_for(R"((hang: actor 's2'.*))", 60s);
+  auto line = run.wait_for("(hang: actor '" + stuck + "'.*)", 60s);
   int status = 0;
   CHECK(::waitpid(run.pid, &status, WNOHANG) == 0); // named while it was still stuck: the run is going
-  CHECK(line.find("(pipeline_stage, node 0) has been in one handler for") != std::string::npos);
-  CHECK(line.find("longer than trace.hang_after (1 s): forward of microbatch 0, step 3, chunk 0") != std::string::npos);
+  CHECK(line.find("(" + type + ", node 0) has been in one handler for") != std::string::npos);
+  CHECK(line.find("longer than trace.hang_after (1 s): " + doing) != std::string::npos);
   CHECK(run.wait(60s) == 0);
   auto err = slurp(run.err);
-  CHECK(err.find("hang: actor 's2'") == err.rfind("hang: actor 's2'")); // once per stuck handler
-  CHECK(err.find("hang: actor 's1'") == std::string::npos);             // the others only wait: no handler runs
+  CHECK(err.find("hang: actor '" + stuck + "'") == err.rfind("hang: actor '" + stuck + "'")); // once per handler
+  CHECK(err.find("hang: actor '" + waiting + "'") == std::string::npos); // it only waits: no handler runs
   fs::remove_all(dir);
+}
+
+} // namespace
+
+TEST_CASE("a stage stuck past trace.hang_after is named with what it was doing while the run goes on") {
+  check_named_hang(small_pipeline_graph("hang", 6,
+                                        "trace: {hang_after: 1s}\n"
+                                        "actors:\n"
+                                        "  - {name: s2, stall: {step: 3, for: 4s}}\n"),
+                   "s2", "pipeline_stage", "forward of microbatch 0, step 3, chunk 0", "s1");
 }
 
 // Every actor type's handlers are watched, not only the stages': a DiLoCo sync
 // actor stuck in one exchange (an emulated stall) is named with its node and
-// the message it was handling, once, while the run goes on and then finishes.
+// the message it was handling, once, while the run goes on and then finishes;
+// its peer only waits for its part.
 TEST_CASE("a sync actor stuck past trace.hang_after is named with the message it was handling") {
-  auto dir = small_pipeline_graph("hang_sync", 8,
-                                  "data_parallel: {replicas: 2}\n"
-                                  "local_update: {algorithm: diloco, sync_every: 4}\n"
-                                  "trace: {hang_after: 1s}\n"
-                                  "actors:\n"
-                                  "  - {name: r0s1_sync, stall: {step: 4, for: 4s}}\n");
-  troupe_process run{dir, {"run", (dir / "graph.yaml").string(), "--no-trace"}};
-  auto line = run.wait_for(R"((hang: actor 'r0s1_sync'.*))", 60s);
-  int status = 0;
-  CHECK(::waitpid(run.pid, &status, WNOHANG) == 0); // named while it was still stuck
-  CHECK(line.find("(outer_sync, node 0) has been in one handler for") != std::string::npos);
-  CHECK(line.find("longer than trace.hang_after (1 s): handling a stage values message") != std::string::npos);
-  CHECK(run.wait(60s) == 0);
-  auto err = slurp(run.err);
-  CHECK(err.find("hang: actor 'r0s1_sync'") == err.rfind("hang: actor 'r0s1_sync'")); // once
-  CHECK(err.find("hang: actor 'r1s1_sync'") == std::string::npos); // its peer only waits for its part
-  fs::remove_all(dir);
+  check_named_hang(small_pipeline_graph("hang_sync", 8,
+                                        "data_parallel: {replicas: 2}\n"
+                                        "local_update: {algorithm: diloco, sync_every: 4}\n"
+                                        "trace: {hang_after: 1s}\n"
+                                        "actors:\n"
+                                        "  - {name: r0s1_sync, stall: {step: 4, for: 4s}}\n"),
+                   "r0s1_sync", "outer_sync", "handling a stage values message", "r1s1_sync");
 }
