@@ -177,8 +177,7 @@ void handle(stage_actor* self, const char* what, F&& f) {
   if (st.failed)
     return;
   auto t0 = trace_now();
-  auto id = st.engine ? st.engine->trace_id : std::uint16_t{0xffff};
-  activity_board::global().enter(id, what);
+  handler_scope busy(st.engine ? st.engine->trace_id : std::uint16_t{0xffff}, what);
   try {
     if (f(*st.engine) && !st.kick_pending && !st.engine->training_done()) {
       st.kick_pending = true;
@@ -188,7 +187,6 @@ void handle(stage_actor* self, const char* what, F&& f) {
   } catch (const std::exception& e) {
     fail(self, e.what());
   }
-  activity_board::global().leave(id);
   st.handler_ns += trace_now() - t0;
   if (!st.failed)
     maybe_done(self); // after the accounting, so the final report includes this message's work

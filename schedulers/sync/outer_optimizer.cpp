@@ -44,11 +44,11 @@ void pseudo_gradient(std::span<const float> global, std::span<const float> local
     out[i] = global[i] - local[i];
 }
 
-void mix(std::span<float> params, std::span<const float> local, double alpha) {
-  same_size(params.size(), local.size(), "mix");
+void mix(std::span<const float> global, std::span<float> local, double alpha) {
+  same_size(global.size(), local.size(), "mix");
   auto a = static_cast<float>(alpha);
-  for (std::size_t i = 0; i < params.size(); ++i)
-    params[i] += a * (local[i] - params[i]);
+  for (std::size_t i = 0; i < local.size(); ++i)
+    local[i] = global[i] + a * (local[i] - global[i]);
 }
 
 std::vector<float> mean(const std::vector<std::vector<float>>& parts) {

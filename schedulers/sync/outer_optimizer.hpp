@@ -37,9 +37,10 @@ private:
 /// `_save_grads`: the saved global parameters minus the current local ones).
 void pseudo_gradient(std::span<const float> global, std::span<const float> local, std::span<float> out);
 
-/// `params ← params + α·(local − params)` (torch's lerp, torchft's
-/// `_merge_parameters`): α = 0 keeps the new global, α = 1 the local values.
-void mix(std::span<float> params, std::span<const float> local, double alpha);
+/// `local ← global + α·(local − global)`, lerped from the global as torch's
+/// lerp in torchft's `_merge_parameters` is: α = 0 takes the new global bit for
+/// bit (on every replica alike), α = 1 keeps the local values.
+void mix(std::span<const float> global, std::span<float> local, double alpha);
 
 /// The element-wise mean of `parts` (all of one size), summed in f32 in the
 /// order given and divided by their count.

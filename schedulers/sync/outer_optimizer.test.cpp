@@ -40,8 +40,8 @@ TEST_CASE("the pseudo-gradient is global minus local, averaged over replicas, mi
   CHECK(ga == std::vector<float>{2.0f, -2.0f});
   auto m = mean({ga, gb});
   CHECK(m == std::vector<float>{3.0f, -1.0f});
-  std::vector<float> p{0.0f, 4.0f};
-  mix(p, std::vector<float>{2.0f, 0.0f}, 0.25);
+  std::vector<float> p{2.0f, 0.0f}; // local values, mixed toward the global {0, 4}
+  mix(std::vector<float>{0.0f, 4.0f}, p, 0.25);
   CHECK(p == std::vector<float>{0.5f, 3.0f});
 }
 

@@ -80,13 +80,9 @@ void streaming_diloco::perform(int f, std::span<const float> averaged, std::span
     throw std::invalid_argument(
       fmt::format("streaming_diloco::perform: {} local values for a fragment of {}", local.size(), g.size()));
   outer_[static_cast<std::size_t>(f)].step(g, averaged); // from the saved global: the new global
-  // global + α(local − global), from the global as torchft's _merge_parameters
-  // lerps it: with α = 0 every replica takes the new global bit for bit (mixing
-  // from local, local + (global − local), was off by an ulp, a different one on
-  // each replica).
-  std::vector<float> merged(g.begin(), g.end());
-  mix(merged, local, settings_.alpha);
-  std::copy(merged.begin(), merged.end(), local.begin());
+  // From the global (mixing from local, local + (global − local), was off by
+  // an ulp with α = 0, a different one on each replica).
+  mix(g, local, settings_.alpha);
   ++exchanges_;
 }
 
