@@ -10,9 +10,14 @@
 #include "runtime/trace/hang_watch.hpp"
 #include "runtime/trace/trace.hpp"
 
+using connection_ptr = std::shared_ptr<troupe::net::connection>;
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(connection_ptr)
+
 namespace troupe {
 
 namespace {
+
+using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
 
 struct channel_state {
   std::shared_ptr<net::connection> conn;
@@ -42,10 +47,14 @@ caf::behavior channel(channel_actor* self, std::string dest_name, std::uint16_t 
                                                          caf::to_string(m.content()))});
     return caf::none;
   });
-  return remote::encoders(dest, ship);
+  return remote::encoders(dest, ship, [self](reconnect_atom, const connection_ptr& c) { self->state.conn = c; });
 }
 
 } // namespace
+
+void reconnect_channel(const caf::actor& channel, std::shared_ptr<net::connection> conn) {
+  caf::anon_send(channel, reconnect_atom::value, std::move(conn));
+}
 
 caf::actor spawn_channel(caf::actor_system& sys, std::string dest_name, std::uint16_t dest_index,
                          std::shared_ptr<net::connection> conn, caf::actor runner) {

@@ -20,4 +20,8 @@ namespace troupe {
 caf::actor spawn_channel(caf::actor_system& sys, std::string dest_name, std::uint16_t dest_index,
                          std::shared_ptr<net::connection> conn, caf::actor runner);
 
+/// Points channel `channel` at a new connection to its actor's node (a lost
+/// node that runs again, #26): the messages it takes after this one go there.
+void reconnect_channel(const caf::actor& channel, std::shared_ptr<net::connection> conn);
+
 } // namespace troupe

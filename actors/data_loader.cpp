@@ -336,6 +336,62 @@ void pump(loader_actor* self, const loader_settings& cfg) {
   }
 }
 
+/// A lost replica's node is back (#26): the loader picks the step it rejoins
+/// at (the first, two steps past the one being dealt, after which no exchange
+/// is under way), and the live replica it takes its state from (the lowest);
+/// tells that replica's stages and sync actors and every live sync actor; and
+/// deals the replica's microbatches again from that step. The decision goes to
+/// the runner, which tells the launch.
+void on_back(loader_actor* self, const loader_settings& cfg, int replica) {
+  auto& st = self->state;
+  const auto& g = *cfg.graph;
+  rejoin_msg decision{replica, -1, -1, -1};
+  std::string why;
+  const auto* method = sched::find_sync_method(g.local_update.algorithm);
+  if (!st.router || st.done || st.router->done())
+    why = "the run's last step is being dealt";
+  else if (!method || !method->rejoins)
+    why = fmt::format("local_update.algorithm '{}' cannot take a replica back", g.local_update.algorithm);
+  else if (st.router->in_run(replica))
+    why = fmt::format("replica {} is in the run", replica);
+  else {
+    decision.steps = sched::first_quiet_step(*method, g.local_update, st.router->step() + 2, g.train.steps);
+    for (int r = 0; r < std::max(g.data_parallel.replicas, 1) && decision.donor < 0; ++r)
+      if (r != replica && st.router->in_run(r))
+        decision.donor = r;
+    if (decision.steps < 0)
+      why = "no step is left after which no exchange is under way";
+  }
+  if (!why.empty()) {
+    decision.steps = -1;
+    self->send(st.runner, rejoin_atom::value, decision, why);
+    return;
+  }
+  st.router->add_replica(replica, decision.steps);
+  auto index = [&](const actor_spec& a) { return g.index_of(a.name); };
+  auto counterpart = [&](const actor_spec& a, int r) -> const actor_spec* { // replica r's stage with a's layers
+    for (const auto& b : g.actors)
+      if (b.role.holds_layers && b.replica == r && b.layers == a.layers)
+        return &b;
+    return nullptr;
+  };
+  for (const auto& a : g.actors) {
+    if (a.role.holds_layers && a.replica == replica) // the donor's stage sends it its state
+      if (const auto* d = counterpart(a, decision.donor))
+        send_to(self, index(*d), rejoin_atom::value, rejoin_msg{replica, decision.steps, decision.donor, index(a)});
+    const auto* stage = a.type == "outer_sync" ? g.served_stage(a) : nullptr;
+    if (!stage || stage->replica == replica || !st.router->in_run(stage->replica))
+      continue;
+    int to = -1; // the donor's sync actor sends the joiner's its state
+    if (stage->replica == decision.donor)
+      if (const auto* j = counterpart(*stage, replica))
+        to = helper_of(g, "outer_sync", j->name);
+    send_to(self, index(a), rejoin_atom::value, rejoin_msg{replica, decision.steps, decision.donor, to});
+  }
+  self->send(st.runner, rejoin_atom::value, decision, std::string{});
+  pump(self, cfg);
+}
+
 caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor runner, std::uint16_t trace_id) {
   self->state.runner = std::move(runner);
   self->state.trace_id = trace_id;
@@ -384,6 +440,13 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
       }
       if (st.corpus)
         pump(self, cfg); // a microbatch may have waited on the lost replica's credits
+    },
+    [=](replica_back_atom, std::int32_t replica) {
+      try {
+        on_back(self, cfg, replica);
+      } catch (const std::exception& e) {
+        fail(self, cfg, e.what());
+      }
     },
     [=](start_atom) {
       auto& st = self->state;

@@ -43,6 +43,9 @@ struct sync_settings {
   /// first stage values at or after 0-based step `stall_step` sleeps this long first.
   std::int64_t stall_step = -1;
   double stall_s = 0;
+  /// A lost replica's sync actor in a process that replaces its node (#26): it
+  /// starts from a live replica's state, taking no other message before.
+  bool joining = false;
 };
 
 struct outer_sync_state {
@@ -54,7 +57,9 @@ struct outer_sync_state {
   long saved = 0;                           ///< parts written in this run
   bool done_sent = false;
   std::uint16_t trace_id = 0;
-  std::int64_t stall_step = -1; ///< sync_settings::stall_step until the stall happened
+  std::int64_t stall_step = -1;     ///< sync_settings::stall_step until the stall happened
+  long checkpoints = 0;             ///< parts due in this run (from the joining step on, for a joiner)
+  std::optional<rejoin_msg> donate; ///< a rejoining replica that takes this one's state (#26)
   static inline const char* name = "outer_sync";
 };
 
@@ -62,7 +67,7 @@ using sync_actor = caf::stateful_actor<outer_sync_state>;
 
 void report_done(sync_actor* self, const sync_settings& cfg) {
   auto& st = self->state;
-  if (st.done_sent || st.peer->performed() < cfg.exchanges || st.saved < cfg.checkpoints)
+  if (st.done_sent || st.peer->performed() < cfg.exchanges || st.saved < st.checkpoints)
     return;
   st.done_sent = true;
   run_summary s;
@@ -101,6 +106,38 @@ void maybe_save(sync_actor* self, const sync_settings& cfg) {
   self->send(st.runner, checkpoint_atom::value, checkpoint_msg{cfg.name, step, std::move(file)});
 }
 
+/// Sends the rejoining replica's sync actor this one's state, once every
+/// exchange the stage performs in its first donate->steps steps is applied (#26).
+void maybe_donate(sync_actor* self, const sync_settings& cfg) {
+  auto& st = self->state;
+  if (!st.donate)
+    return;
+  const auto* method = sched::find_sync_method(cfg.spec.algorithm);
+  auto due = sched::performs_through(*method, cfg.spec, st.donate->steps);
+  if (st.peer->performed() > due)
+    throw std::runtime_error(fmt::format("{}: replica {} is to rejoin with this one's state after step {}, but it "
+                                         "applied a later exchange already",
+                                         cfg.name, st.donate->replica, st.donate->steps));
+  if (st.peer->performed() < due || st.peer->performs_waiting() || !st.peer->prepared().empty())
+    return;
+  outer_sync_saved saved{st.peer->save(), st.peer->performed(), st.peer->prepared()};
+  safetensors_file f{outer_sync_tensors(saved.state), outer_sync_metadata(saved)};
+  self->send(st.actors.at(static_cast<std::size_t>(st.donate->to)), state_atom::value,
+             to_state_msg(st.donate->steps, cfg.replica, f));
+  st.donate.reset();
+}
+
+/// A lost replica comes back (#26): in the exchanges after m.steps steps; and
+/// when this replica is the donor, the joiner's sync actor gets its state.
+void on_rejoin(sync_actor* self, const sync_settings& cfg, const rejoin_msg& m) {
+  auto& st = self->state;
+  st.peer->rejoin(m.replica, m.steps);
+  if (m.to >= 0) {
+    st.donate = m;
+    maybe_donate(self, cfg);
+  }
+}
+
 /// Applies each exchange the policy has all it needs for and the stage performed.
 void apply_ready(sync_actor* self, const sync_settings& cfg) {
   auto& st = self->state;
@@ -122,6 +159,7 @@ void apply_ready(sync_actor* self, const sync_settings& cfg) {
     tr.count("outer:" + cfg.name + ":bytes", static_cast<double>(st.peer->bytes_sent()),
              static_cast<std::int32_t>(step) - 1);
     maybe_save(self, cfg);
+    maybe_donate(self, cfg);
     report_done(self, cfg);
   }
 }
@@ -190,6 +228,7 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
   self->state.peer.emplace(cfg.name, cfg.replica, cfg.replicas);
   self->state.trace_id = trace_recorder::global().register_actor(cfg.name, "outer_sync");
   self->state.stall_step = cfg.stall_step;
+  self->state.checkpoints = cfg.checkpoints;
   auto guarded = [self, cfg](const char* what, step_t step, auto&& f) {
     handler_scope busy(self->state.trace_id, what);
     try {
@@ -199,25 +238,28 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
       self->quit();
     }
   };
-  return {
-    [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
-      for (const auto& p : m.directory)
-        self->state.actors.push_back(p.handle);
-      auto part = cfg.ck.read(cfg.name);
-      if (!part)
-        return part.error();
-      if (*part) {
-        auto& st = self->state;
-        try {
-          auto saved = read_outer_sync_part(header_of(**part), &**part);
-          st.peer->resume_at(saved.performed, std::move(saved.prepared));
-          st.resumed = std::move(saved.state);
-        } catch (const std::exception& e) {
-          return make_error(errc::invalid_argument, fmt::format("{}: {}", cfg.ck.resume_file(cfg.name), e.what()));
-        }
+  auto connect = [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
+    for (const auto& p : m.directory)
+      self->state.actors.push_back(p.handle);
+    if (cfg.joining)
+      return caf::ok_atom::value; // its state comes from a live replica
+    auto part = cfg.ck.read(cfg.name);
+    if (!part)
+      return part.error();
+    if (*part) {
+      auto& st = self->state;
+      try {
+        auto saved = read_outer_sync_part(header_of(**part), &**part);
+        st.peer->resume_at(saved.performed, std::move(saved.prepared));
+        st.resumed = std::move(saved.state);
+      } catch (const std::exception& e) {
+        return make_error(errc::invalid_argument, fmt::format("{}: {}", cfg.ck.resume_file(cfg.name), e.what()));
       }
-      return caf::ok_atom::value;
-    },
+    }
+    return caf::ok_atom::value;
+  };
+  caf::behavior running{
+    connect,
     [=](start_atom) { report_done(self, cfg); }, // when nothing is to be exchanged or saved in this run
     [=](outer_atom, outer_local_msg& m) { guarded("stage values", m.step, [&] { on_local(self, cfg, m); }); },
     [=](outer_part_atom, outer_part_msg& m) {
@@ -225,6 +267,32 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
       guarded("exchange part", m.step, [&] { on_part(self, cfg, std::move(m)); });
     },
     [=](replica_lost_atom, std::int32_t replica) { guarded("replica lost", -1, [&] { on_lost(self, cfg, replica); }); },
+    [=](rejoin_atom, const rejoin_msg& m) { guarded("rejoin", m.steps, [&] { on_rejoin(self, cfg, m); }); },
+  };
+  if (!cfg.joining)
+    return running;
+  self->set_default_handler(caf::skip); // everything waits for the state
+  return {
+    connect,
+    [=](state_atom, const state_msg& m) {
+      guarded("replica state", m.steps, [&] {
+        auto& st = self->state;
+        try {
+          auto f = state_file(m);
+          auto saved = read_outer_sync_part(header_of(f), &f);
+          st.peer->resume_at(saved.performed, std::move(saved.prepared));
+          st.resumed = std::move(saved.state);
+        } catch (const std::exception& e) {
+          throw std::runtime_error(
+            fmt::format("{}: replica {}'s state after step {}: {}", cfg.name, m.replica, m.steps, e.what()));
+        }
+        st.checkpoints = 0; // the parts due from the joining step on
+        for (auto s = m.steps + 1; s <= cfg.ck.steps; ++s)
+          st.checkpoints += cfg.ck.due(s);
+        self->set_default_handler(caf::print_and_drop);
+        self->become(running); // the messages that waited are taken now, in order
+      });
+    },
   };
 }
 
@@ -297,6 +365,7 @@ caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx) {
                     g.data.seed,
                     0,
                     part_checkpointing::of(g, ctx.spec)};
+  cfg.joining = g.cluster.joining;
   for (auto s = cfg.ck.resume_step + 1; s <= g.train.steps; ++s)
     cfg.checkpoints += cfg.ck.due(s);
   if (auto s = ctx.spec.params.find("stall"); s != ctx.spec.params.end()) // checked by outer_sync_info

@@ -36,6 +36,8 @@ enum class data_kind : std::uint16_t {
   attention_result,
   tied_grad,
   tied_value,
+  rejoin,
+  state,
 };
 
 /// What each kind carries. A new data-plane message is one line here (its
@@ -54,8 +56,10 @@ using data_table = wire::table<
   wire::entry<data_kind::outer_part, outer_part_atom, outer_part_msg>,         // a pseudo-gradient to another replica
   wire::entry<data_kind::attention_task, attention_atom, attention_task_msg>,  // a shard to an attention server
   wire::entry<data_kind::attention_result, attention_atom, attention_result_msg>, // the server's answer
-  wire::entry<data_kind::tied_grad, tied_atom, tied_grad_msg>,    // a tied embedding's gradient to its twin stage
-  wire::entry<data_kind::tied_value, tied_atom, tied_value_msg>>; // the tied matrix after an outer step, to the head
+  wire::entry<data_kind::tied_grad, tied_atom, tied_grad_msg>,   // a tied embedding's gradient to its twin stage
+  wire::entry<data_kind::tied_value, tied_atom, tied_value_msg>, // the tied matrix after an outer step, to the head
+  wire::entry<data_kind::rejoin, rejoin_atom, rejoin_msg>,       // a lost replica comes back (#26)
+  wire::entry<data_kind::state, state_atom, state_msg>>;         // a live replica's state, to the joiner's
 
 /// The frame that carries `(Atom::value, xs...)` to actor `dest` (its index in
 /// graph_spec::actors): `encode(3, forward_atom{}, m)`.
@@ -69,17 +73,18 @@ template <class Ship, class Atom, class... Ts>
 auto encoder(std::uint16_t dest, Ship ship, std::tuple<Atom, Ts...>*) {
   return [=](Atom, const Ts&... xs) { ship(encode(dest, Atom{}, xs...)); };
 }
-template <class Ship, class... Entries>
-caf::behavior encoders(std::uint16_t dest, Ship ship, wire::table<Entries...>*) {
-  return {encoder(dest, ship, static_cast<typename Entries::values*>(nullptr))...};
+template <class Ship, class... Entries, class... Extra>
+caf::behavior encoders(std::uint16_t dest, Ship ship, wire::table<Entries...>*, Extra... extra) {
+  return {encoder(dest, ship, static_cast<typename Entries::values*>(nullptr))..., std::move(extra)...};
 }
 } // namespace detail
 
 /// One handler per kind of the table: each message it takes is encoded for
-/// actor `dest` and handed to `ship(net::frame)` (a channel's behavior).
-template <class Ship>
-caf::behavior encoders(std::uint16_t dest, Ship ship) {
-  return detail::encoders(dest, std::move(ship), static_cast<data_table*>(nullptr));
+/// actor `dest` and handed to `ship(net::frame)` (a channel's behavior), beside
+/// the `extra` handlers.
+template <class Ship, class... Extra>
+caf::behavior encoders(std::uint16_t dest, Ship ship, Extra... extra) {
+  return detail::encoders(dest, std::move(ship), static_cast<data_table*>(nullptr), std::move(extra)...);
 }
 
 /// Decodes `f` and sends its message to `local(dest)`, anonymously. An error

@@ -10,6 +10,7 @@
 #include <caf/all.hpp>
 
 #include "runtime/actor/actor_system.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 #include "runtime/tensor/testing_fake_device.hpp"
 #include "tests/wire_fuzz.hpp"
 
@@ -184,11 +185,50 @@ TEST_CASE("every data frame kind round trips, and each damaged copy is refused o
         CHECK(is_error(err, errc::malformed_frame));
     }
   });
-  CHECK(kinds == 16);
+  CHECK(kinds == 18);
   auto stray = remote::encode(9, credit_atom{}, credit_msg{});
   CHECK(error_message(remote::deliver(std::move(stray), local)) == "no actor 9 on this node");
   auto unknown = remote::encode(4, credit_atom{}, credit_msg{});
   unknown.kind = 99;
   CHECK(error_message(remote::deliver(std::move(unknown), local)) == "unknown data frame kind 99");
   caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a live replica's state crosses processes as one blob and comes back tensor for tensor") {
+  troupe_config cfg{runtime_options{}};
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  safetensors_file f;
+  auto weights = tensor_handle::empty({3, 4});
+  for (long i = 0; i < weights.numel(); ++i)
+    weights.data<float>()[i] = 0.25f * static_cast<float>(i);
+  auto counts = tensor_handle::empty({5}, dtype::i32);
+  for (int i = 0; i < 5; ++i)
+    counts.data<std::int32_t>()[i] = 7 - i;
+  f.tensors = {{"layer.weight", weights}, {"counts", counts}, {"scalar", tensor_handle::zeros({})}};
+  f.metadata = {{"optimizer.steps", "12"}, {"outer.performed", "3"}};
+  auto m = to_state_msg(12, 2, f);
+  weights.data<float>()[0] = 99.0f; // the message holds a copy: the donor trains on
+  auto local = [&](std::uint16_t dest) { return dest == 4 ? caf::actor{self} : caf::actor{}; };
+  CHECK(!remote::deliver(remote::encode(4, state_atom{}, m), local));
+  self->receive([&](state_atom, const state_msg& x) {
+    CHECK(x.steps == 12);
+    CHECK(x.replica == 2);
+    auto back = state_file(x);
+    REQUIRE(back.tensors.size() == 3);
+    CHECK(back.tensors[0].name == "layer.weight");
+    CHECK(back.tensors[0].value.shape() == shape_t{3, 4});
+    CHECK(back.tensors[0].value.data<float>()[0] == 0.0f);
+    CHECK(back.tensors[0].value.data<float>()[11] == 2.75f);
+    CHECK(back.tensors[1].value.type() == dtype::i32);
+    CHECK(back.tensors[1].value.data<std::int32_t>()[4] == 3);
+    CHECK(back.tensors[2].value.rank() == 0);
+    CHECK(back.metadata == f.metadata);
+  });
+  auto short_blob = m;
+  short_blob.bytes = tensor_handle::empty({10}, dtype::u8);
+  CHECK_THROWS_WITH_AS(state_file(short_blob), doctest::Contains("runs past the 10 bytes"), std::invalid_argument);
+  auto bad_type = m;
+  bad_type.types[1] = 42;
+  CHECK_THROWS_WITH_AS(state_file(bad_type), doctest::Contains("dtype code 42"), std::invalid_argument);
 }

@@ -6,6 +6,7 @@
 // embedding's outer steps instead of taking its own (tied_mirror.hpp).
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -73,6 +74,7 @@ public:
   }
 
   bool after_update(step_t steps_done) override {
+    steps_ = steps_done;
     bool performed = false;
     tied_mirror::touched touched{};
     for (auto e : schedule_->after_inner_step()) {
@@ -98,12 +100,24 @@ public:
     if (checkpoint_due(steps_done, host_.config().checkpoint_every, host_.config().steps))
       host_.send(sync_,
                  caf::make_message(outer_atom::value, outer_local_msg{steps_done, -1, outer_local_msg::save, {}}));
+    if (!performed)
+      maybe_donate();
     return !performed;
   }
 
-  void resume_at(step_t steps_done) override { resumed_ = steps_done; }
+  void resume_at(step_t steps_done) override { resumed_ = steps_ = steps_done; }
 
   bool receive(const caf::message& msg) override {
+    if (msg.match_elements<rejoin_atom, rejoin_msg>()) { // this replica is the donor (#26)
+      const auto& m = msg.get_as<rejoin_msg>(1);
+      if (m.steps < steps_)
+        throw std::runtime_error(fmt::format("{}: replica {} is to rejoin with this stage's state after step {}, but "
+                                             "it has done {} steps already",
+                                             host_.config().name, m.replica, m.steps, steps_));
+      donate_ = m;
+      maybe_donate(); // at that step already, with nothing awaited: its state now
+      return true;
+    }
     if (msg.match_elements<tied_atom, tied_value_msg>()) {
       if (!mirror_)
         throw std::runtime_error(fmt::format("{}: tied-matrix values, but no tied copy here", host_.config().name));
@@ -194,7 +208,19 @@ private:
     if (mirror_ && mirrored_.first >= 0) // the embedding's stage: the head's copy follows
       mirror_->send(mirrored_.first, mirrored_.second);
     mirrored_.first = -1;
+    maybe_donate();
     host_.exchanged();
+  }
+
+  /// The rejoining replica's stage gets this one's state once it has done the
+  /// steps the loader named and their exchanges are applied (before the next
+  /// update: the gradients of the next step's first microbatches change nothing it holds).
+  void maybe_donate() {
+    if (!donate_ || donate_->steps != steps_ || waiting_ > 0)
+      return;
+    host_.send(donate_->to,
+               caf::make_message(state_atom::value, to_state_msg(steps_, host_.config().replica, host_.state())));
+    donate_.reset();
   }
 
   stage_host& host_;
@@ -206,6 +232,8 @@ private:
   std::optional<tied_mirror> mirror_;           ///< with tied embeddings apart
   std::pair<step_t, tied_mirror::touched> mirrored_{-1, {}}; ///< the step whose outer steps the head's copy follows
   step_t resumed_ = 0;                                       ///< the step a resumed run starts at
+  step_t steps_ = 0;                                         ///< inner steps done (after_update's last)
+  std::optional<rejoin_msg> donate_; ///< a rejoining replica that takes this stage's state after donate_->steps
 };
 
 } // namespace

@@ -48,6 +48,10 @@ public:
   /// chunk and parameter order; empty before its first update. Throws when no
   /// component keeps that kind.
   virtual std::vector<tensor_handle> optimizer_state(std::string_view kind) const = 0;
+  /// The stage's whole state as its checkpoint part holds it (parameters,
+  /// optimizer state and step counts; CPU handles share the live storage):
+  /// what a rejoining replica starts from (#26).
+  virtual safetensors_file state() = 0;
 
 protected:
   ~stage_host() = default;

@@ -13,6 +13,7 @@
 #include "actors/builtin.hpp"
 #include "actors/skippipe_plan.hpp"
 #include "runtime/actor/messages.hpp"
+#include "runtime/actor/outer_messages.hpp"
 #include "actors/stage/pipeline_messages.hpp"
 #include "actors/data/tokenizer.hpp"
 #include "actors/stage/stage_engine.hpp"
@@ -35,6 +36,10 @@ struct stage_checkpointing {
   std::filesystem::path init_part; ///< a warm start's weights (train.init); empty = none
   /// Reads them: the checkpoint's part, or this stage's tensors of a weights file.
   std::function<caf::expected<safetensors_file>()> read_init;
+  /// A lost replica's stage in a process that replaces its node (#26): it
+  /// starts from the state a live replica's stage sends it, taking no other
+  /// message before (they wait in the mailbox).
+  bool joining = false;
 };
 
 struct pipeline_stage_state {
@@ -281,31 +286,34 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
   }
   // Every other message goes to the engine as it is (plans, evaluation, credits,
   // the norm reduction, attention, and the step-boundary components' traffic).
-  self->set_default_handler([id](caf::scheduled_actor* ptr, caf::message_view& x) -> caf::result<caf::message> {
+  auto to_engine = [id](caf::scheduled_actor* ptr, caf::message_view& x) -> caf::result<caf::message> {
     trace_recorder::global().message_received(id);
     auto m = x.move_content_to_message();
     handle(static_cast<stage_actor*>(ptr), "step-boundary or control",
            [&](stage_engine& e) { return e.on_message(m), true; });
     return caf::message{};
-  });
-  return {
-    [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
-      for (const auto& p : m.directory) {
-        self->state.actors.push_back(p.handle);
-        self->state.actor_ids.push_back(trace_recorder::global().actor_id(p.name).value_or(0xffff));
-      }
-      if (!ck.resume_folder.empty() && self->state.engine) {
-        if (auto err = restore_checkpoint(self, ck))
-          return err;
-      } else if (!ck.init_part.empty() && self->state.engine) {
-        auto f = ck.read_init();
-        if (!f)
-          return f.error();
-        if (auto err = self->state.engine->load_weights(*f, ck.init_part.string()))
-          return err;
-      }
-      return caf::ok_atom::value;
-    },
+  };
+  auto connect = [=](connect_atom, const connect_msg& m) -> caf::result<caf::ok_atom> {
+    for (const auto& p : m.directory) {
+      self->state.actors.push_back(p.handle);
+      self->state.actor_ids.push_back(trace_recorder::global().actor_id(p.name).value_or(0xffff));
+    }
+    if (ck.joining)
+      return caf::ok_atom::value; // its state comes from a live replica
+    if (!ck.resume_folder.empty() && self->state.engine) {
+      if (auto err = restore_checkpoint(self, ck))
+        return err;
+    } else if (!ck.init_part.empty() && self->state.engine) {
+      auto f = ck.read_init();
+      if (!f)
+        return f.error();
+      if (auto err = self->state.engine->load_weights(*f, ck.init_part.string()))
+        return err;
+    }
+    return caf::ok_atom::value;
+  };
+  caf::behavior running{
+    connect,
     [=](start_atom) {
       self->state.started_ns = trace_now();
       if (self->state.engine)
@@ -347,6 +355,32 @@ caf::behavior pipeline_stage(stage_actor* self, stage_config cfg, caf::actor run
     [=](wake_atom) {
       self->state.wake_pending = false;
       handle(self, "wake", [](stage_engine&) { return true; });
+    },
+  };
+  if (!ck.joining) {
+    self->set_default_handler(to_engine);
+    return running;
+  }
+  self->set_default_handler(caf::skip); // everything waits for the state
+  return {
+    connect,
+    [=](state_atom, const state_msg& m) {
+      auto& st = self->state;
+      if (!st.engine || st.failed)
+        return;
+      auto from = fmt::format("replica {}'s state after step {}", m.replica, m.steps);
+      try {
+        if (auto err = st.engine->restore(state_file(m), m.steps, from)) {
+          fail(self, error_message(err));
+          return;
+        }
+      } catch (const std::exception& e) {
+        fail(self, fmt::format("{}: {}", from, e.what()));
+        return;
+      }
+      st.first_step = m.steps;
+      self->set_default_handler(to_engine);
+      self->become(running); // the messages that waited are taken now, in order
     },
   };
 }
@@ -533,7 +567,8 @@ caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx) {
                          ctx.graph.checkpoint.resume_step,
                          {},
                          {}};
-  if (ck.resume_folder.empty() && !ctx.graph.train.init.empty()) { // a resumed run has its own weights
+  ck.joining = ctx.graph.cluster.joining;
+  if (!ck.joining && ck.resume_folder.empty() && !ctx.graph.train.init.empty()) { // a resumed run has its own weights
     auto part = find_init_part(ctx.graph, ctx.spec);
     if (!part)
       return part.error();

@@ -28,6 +28,13 @@ std::vector<named_handle> stage_engine::checkpoint_tensors() {
   return out;
 }
 
+safetensors_file stage_engine::state() {
+  safetensors_file f;
+  f.tensors = checkpoint_tensors(); // live handles: to_state_msg copies them before the next step
+  f.metadata = checkpoint_metadata();
+  return f;
+}
+
 namespace {
 /// The optimizer steps per chunk that the stack reports (the component that applies the update).
 std::vector<long> stack_optimizer_steps(const std::vector<std::unique_ptr<step_boundary>>& stack, std::size_t chunks) {

@@ -256,6 +256,7 @@ private:
   double loss_sum() const override { return loss_sum_; }
   void set_loss_sum(double v) override { loss_sum_ = v; }
   std::vector<tensor_handle> optimizer_state(std::string_view kind) const override;
+  safetensors_file state() override;
 
   stage_config cfg_;
   stage_outbox out_;

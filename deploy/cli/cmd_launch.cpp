@@ -42,6 +42,9 @@ checked before any node starts; the checkpoint folder is locked for the run.
 With `cluster.restart: N`, a run that loses a node (its process exits, or it
 stops answering) stops every node and starts again on fresh node processes from
 its latest complete checkpoint, at most N times, saying so in one line each time.
+A local-update run whose lost node held only replicas (DiLoCo, Streaming DiLoCo,
+DES-LOC) goes on instead and starts that node alone again: its replicas take a
+live replica's state and rejoin at a step the loader names (at most N restarts).
 
 Ctrl-C (SIGINT) or SIGTERM stops every node cleanly (traces written, the last
 checkpoint named); a second Ctrl-C ends at once.

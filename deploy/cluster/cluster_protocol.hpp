@@ -87,6 +87,10 @@ enum class control_kind : std::uint16_t {
   spans_ack,
   clock,
   replica_lost, ///< coordinator -> nodes: a data-parallel replica left the run (elastic local-update training)
+  node_back,    ///< coordinator -> nodes: a lost node runs again, here: reconnect the channels to its actors
+  reconnected,  ///< node -> coordinator: its channels to that node are reconnected
+  replica_back, ///< coordinator -> nodes: the lost replica's node is back; the loader decides when it rejoins
+  rejoining,    ///< node -> coordinator: the loader's decision (the step, the donor)
 };
 
 struct hello_msg {
@@ -115,6 +119,9 @@ struct plan_msg {
   std::uint64_t trace_buffer = 0;     ///< spans kept per thread
   bool stream_trace = false;          ///< send spans to the coordinator (its live dashboard)
   std::vector<node_address> nodes;    ///< data server of every node, by index
+  /// The node replaces a lost one in a running elastic run (#26): its replica's
+  /// actors wait for a live replica's state instead of starting fresh.
+  bool joining = false;
 };
 
 /// What a node recorded since its last batch, for the coordinator's dashboard.
@@ -177,9 +184,32 @@ struct spans_ack_msg {
   std::uint64_t seq = 0;
 };
 
-/// A data-parallel replica left the run (elastic local-update training).
+/// A data-parallel replica left the run (elastic local-update training), or
+/// its node is back (replica_back_msg).
 struct replica_lost_msg {
   std::int32_t replica = 0;
+};
+struct replica_back_msg {
+  std::int32_t replica = 0;
+};
+
+/// Node `node` runs again, its data server at `at` (coordinator -> nodes); and a
+/// node's answer that its channels to it are reconnected (`at` empty).
+struct node_back_msg {
+  std::int32_t node = 0;
+  node_address at;
+};
+struct reconnected_msg {
+  std::int32_t node = 0;
+};
+
+/// The loader's decision on a replica whose node is back: it trains from step
+/// `step` on with replica `donor`'s state; `step` -1: it cannot rejoin (`why`).
+struct rejoining_msg {
+  std::int32_t replica = 0;
+  std::int64_t step = -1;
+  std::int32_t donor = -1;
+  std::string why;
 };
 
 template <class Inspector>
@@ -193,7 +223,7 @@ typename Inspector::result_type inspect(Inspector& f, node_address& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, plan_msg& x) {
   return f(caf::meta::type_name("plan_msg"), x.graph_file, x.graph_hash, x.overrides, x.resume, x.transport,
-           x.trace_file, x.trace_buffer, x.stream_trace, x.nodes);
+           x.trace_file, x.trace_buffer, x.stream_trace, x.nodes, x.joining);
 }
 /// Only what a batch carries (a file's `cut_short` and `epoch_ns` are the reader's).
 template <class Inspector>
@@ -217,14 +247,48 @@ typename Inspector::result_type inspect(Inspector& f, replica_lost_msg& x) {
            }));
 }
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replica_back_msg& x) {
+  return f(caf::meta::type_name("replica_back_msg"), x.replica, caf::meta::load_callback([&] {
+             return x.replica >= 0
+                      ? caf::error{}
+                      : make_error(errc::malformed_frame, "replica_back names replica " + std::to_string(x.replica));
+           }));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_back_msg& x) {
+  return f(caf::meta::type_name("node_back_msg"), x.node, x.at, caf::meta::load_callback([&] {
+             return x.node >= 0 ? caf::error{}
+                                : make_error(errc::malformed_frame, "node_back names node " + std::to_string(x.node));
+           }));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reconnected_msg& x) {
+  return f(caf::meta::type_name("reconnected_msg"), x.node, caf::meta::load_callback([&] {
+             return x.node >= 0 ? caf::error{}
+                                : make_error(errc::malformed_frame, "reconnected names node " + std::to_string(x.node));
+           }));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rejoining_msg& x) {
+  return f(caf::meta::type_name("rejoining_msg"), x.replica, x.step, x.donor, x.why, caf::meta::load_callback([&] {
+             return x.replica >= 0 && x.step >= -1 && x.donor >= -1
+                      ? caf::error{}
+                      : make_error(errc::malformed_frame,
+                                   "rejoining of replica " + std::to_string(x.replica) + " malformed");
+           }));
+}
+
 /// What each control kind carries (ready, start, stop and heartbeat carry
 /// nothing). A new control message is one line here plus its inspect().
-using control_table =
-  wire::table<wire::entry<control_kind::hello, hello_msg>, wire::entry<control_kind::plan, plan_msg>,
-              wire::entry<control_kind::done, run_summary>, wire::entry<control_kind::failed, failure_msg>,
-              wire::entry<control_kind::checkpoint, checkpoint_msg>, wire::entry<control_kind::spans, spans_msg>,
-              wire::entry<control_kind::spans_ack, spans_ack_msg>, wire::entry<control_kind::clock, clock_msg>,
-              wire::entry<control_kind::replica_lost, replica_lost_msg>>;
+using control_table = wire::table<
+  wire::entry<control_kind::hello, hello_msg>, wire::entry<control_kind::plan, plan_msg>,
+  wire::entry<control_kind::done, run_summary>, wire::entry<control_kind::failed, failure_msg>,
+  wire::entry<control_kind::checkpoint, checkpoint_msg>, wire::entry<control_kind::spans, spans_msg>,
+  wire::entry<control_kind::spans_ack, spans_ack_msg>, wire::entry<control_kind::clock, clock_msg>,
+  wire::entry<control_kind::replica_lost, replica_lost_msg>, wire::entry<control_kind::node_back, node_back_msg>,
+  wire::entry<control_kind::reconnected, reconnected_msg>, wire::entry<control_kind::replica_back, replica_back_msg>,
+  wire::entry<control_kind::rejoining, rejoining_msg>>;
 
 /// The frame of a control message (a type of control_table).
 template <class T>

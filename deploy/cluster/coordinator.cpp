@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -16,6 +17,7 @@
 #include "deploy/cluster/launcher.hpp"
 #include "runtime/actor/errors.hpp"
 #include "runtime/trace/trace.hpp"
+#include "schedulers/sync/sync_policy.hpp"
 
 namespace troupe::cluster {
 
@@ -67,6 +69,16 @@ struct node_state {
   std::vector<std::string> actors; ///< what the graph places there
   bool same_clock = false;         ///< shares this process's steady clock (same kernel)
   clock_estimate clock;            ///< else its offset, from clock probes
+  bool restarted = false;          ///< lost, and started again: its hello is awaited (#26)
+  bool joining = false;            ///< back in the run: its replicas wait for a live replica's state
+};
+
+/// A lost node that runs again, on its way back into an elastic run (#26).
+struct comeback {
+  int node = -1;
+  std::set<int> replicas;     ///< what it runs
+  std::set<int> reconnecting; ///< nodes still reconnecting their channels to it
+  std::set<int> undecided;    ///< replicas the loader has not placed yet
 };
 
 enum class phase { joining, planning, running, over };
@@ -118,6 +130,17 @@ private:
   /// replicas it ran, when it ran nothing else and one is left; otherwise the run fails.
   void lose_node(int i, const std::string& why);
   std::set<int> lost_nodes_, lost_replicas_;
+  std::map<int, std::vector<std::string>> left_actors_; ///< by lost replica: its actors, counted done meanwhile
+  /// Whether a lost elastic node is started again (cluster.restart; a method that takes replicas back).
+  bool may_restart() const;
+  void restart_node(int i);
+  /// The restarted node's frames: its hello, ready, and the others' answers.
+  void on_comeback_ready(int i);
+  void on_reconnected(int from, int node);
+  void on_rejoining(const rejoining_msg& m);
+  std::optional<comeback> comeback_; ///< one at a time
+  int node_restarts_ = 0;
+  plan_msg plan_;
   /// Records the run's first failure and says so at once (the run then stops);
   /// `lost`: a node was lost (a launch may restart the run, cluster.restart).
   void fail(std::string why, bool lost = false) {
@@ -155,9 +178,13 @@ void coordinator::on_hello(event& e) {
     return;
   }
   auto& h = *decoded;
-  if (h.node < 0 || h.node >= static_cast<int>(nodes_.size()) || nodes_[static_cast<std::size_t>(h.node)].conn) {
+  const bool known = h.node >= 0 && h.node < static_cast<int>(nodes_.size());
+  const bool back = known && phase_ == phase::running && nodes_[static_cast<std::size_t>(h.node)].restarted;
+  if (!known || (phase_ == phase::joining ? nodes_[static_cast<std::size_t>(h.node)].conn != nullptr : !back)) {
     fmt::print(stderr, "troupe launch: refused node {} from {}: {}\n", h.node, e.conn->peer(),
-               h.node < 0 || h.node >= static_cast<int>(nodes_.size()) ? "no such node" : "that node already joined");
+               !known                     ? "no such node"
+               : phase_ == phase::joining ? "that node already joined"
+                                          : "the run is under way and that node is not one started again");
     e.conn->close();
     return;
   }
@@ -165,6 +192,21 @@ void coordinator::on_hello(event& e) {
   n.conn = e.conn, n.hello = std::move(h), n.last_heard = clock_type::now();
   n.same_clock = !n.hello.clock_domain.empty() && n.hello.clock_domain == clock_domain_;
   probe_clock(n);
+  if (!back)
+    return;
+  // A lost node started again (#26): its part of the graph, its replicas to wait for a live one's state.
+  n.restarted = false, n.gone = false, n.silent = false, n.ready = false, n.joining = true;
+  plan_.nodes[static_cast<std::size_t>(n.hello.node)] = {n.hello.data_host, n.hello.data_port};
+  auto plan = plan_;
+  plan.joining = true;
+  n.conn->send(encode(plan));
+  for (int r : lost_replicas_) // the replicas still out, which its sync actors leave out too
+    if (!comeback_ || !comeback_->replicas.count(r))
+      n.conn->send(encode(replica_lost_msg{r}));
+  fmt::print(stderr, "troupe launch: node {} ({}, pid {}) is back; replica{} {} will take a live replica's state\n",
+             n.hello.node, n.hello.host, n.hello.pid, comeback_->replicas.size() == 1 ? "" : "s",
+             fmt::join(comeback_->replicas, ", "));
+  std::fflush(stderr);
 }
 
 void coordinator::on_spans(int i, const net::frame& f) {
@@ -198,7 +240,7 @@ void coordinator::on_frame(event& e) {
   auto kind = static_cast<control_kind>(e.f.kind);
   int i = node_of(e.conn);
   if (i < 0) {
-    if (kind == control_kind::hello && phase_ == phase::joining)
+    if (kind == control_kind::hello && (phase_ == phase::joining || phase_ == phase::running))
       on_hello(e);
     else {
       fmt::print(stderr, "troupe launch: rejected a frame from {}: it has not joined as a node\n", e.conn->peer());
@@ -221,6 +263,14 @@ void coordinator::on_frame(event& e) {
       break;
     case control_kind::ready:
       n.ready = true;
+      if (n.joining)
+        on_comeback_ready(i);
+      break;
+    case control_kind::reconnected:
+      on_reconnected(i, decode_or_throw<reconnected_msg>(e.f).node);
+      break;
+    case control_kind::rejoining:
+      on_rejoining(decode_or_throw<rejoining_msg>(e.f));
       break;
     case control_kind::done: {
       auto s = decode_or_throw<run_summary>(e.f);
@@ -291,7 +341,8 @@ void coordinator::lose_node(int i, const std::string& why) {
   std::vector<std::string> leaving;
   for (const auto& a : g_.actors)
     if ((a.role.holds_layers || a.type == "outer_sync") && reps.count(replica_of(a))) {
-      done_.insert(a.name);
+      if (done_.insert(a.name).second)
+        left_actors_[replica_of(a)].push_back(a.name);
       leaving.push_back(a.name);
     }
   std::vector<int> left;
@@ -318,6 +369,96 @@ void coordinator::lose_node(int i, const std::string& why) {
   std::erase_if(deferred_, [&](const auto& d) {
     return d.first.find(fmt::format("data connection to node {}:", i)) != std::string::npos;
   });
+  if (comeback_ && comeback_->node == i)
+    comeback_.reset(); // lost again on its way back
+  if (comeback_)       // one comeback at a time: this one stays out
+    return;
+  if (may_restart()) {
+    comeback_ = comeback{i, reps, {}, {}};
+    restart_node(i);
+  }
+}
+
+bool coordinator::may_restart() const {
+  const auto* method = sched::find_sync_method(g_.local_update.algorithm);
+  return launched_ && method && method->rejoins && node_restarts_ < g_.cluster.restart && phase_ == phase::running;
+}
+
+void coordinator::restart_node(int i) {
+  auto& n = nodes_[static_cast<std::size_t>(i)];
+  ++node_restarts_;
+  if (auto err = launched_->restart(i)) {
+    fmt::print(stderr, "troupe launch: cannot start node {} again: {}; the run goes on without it\n", i,
+               error_message(err));
+    std::fflush(stderr);
+    comeback_.reset();
+    return;
+  }
+  fmt::print(stderr, "troupe launch: starting node {} again (restart {} of {})\n", i, node_restarts_,
+             g_.cluster.restart);
+  std::fflush(stderr);
+  n.conn = nullptr, n.restarted = true;
+}
+
+void coordinator::on_comeback_ready(int i) {
+  if (!comeback_ || comeback_->node != i)
+    throw malformed_input(fmt::format("node {} got ready while no comeback of it was under way", i));
+  auto& n = nodes_[static_cast<std::size_t>(i)];
+  n.joining = false;
+  n.conn->send(encode(control_kind::start)); // its actors wait for their state
+  node_back_msg back{i, plan_.nodes[static_cast<std::size_t>(i)]};
+  for (std::size_t j = 0; j < nodes_.size(); ++j)
+    if (static_cast<int>(j) != i && nodes_[j].conn && !nodes_[j].gone) {
+      comeback_->reconnecting.insert(static_cast<int>(j));
+      nodes_[j].conn->send(encode(back));
+    }
+  on_reconnected(-1, i); // none to wait for: go on
+}
+
+void coordinator::on_reconnected(int from, int node) {
+  if (!comeback_ || comeback_->node != node)
+    return; // it was lost again meanwhile
+  comeback_->reconnecting.erase(from);
+  if (!comeback_->reconnecting.empty() || !comeback_->undecided.empty())
+    return;
+  comeback_->undecided = comeback_->replicas; // every channel to it is new: the loader decides
+  for (int r : comeback_->replicas)
+    for (auto& other : nodes_)
+      if (other.conn && !other.gone && &other != &nodes_[static_cast<std::size_t>(node)])
+        other.conn->send(encode(replica_back_msg{r}));
+}
+
+void coordinator::on_rejoining(const rejoining_msg& m) {
+  if (!comeback_ || !comeback_->undecided.erase(m.replica))
+    throw malformed_input(fmt::format("a rejoin of replica {} that no comeback asked for", m.replica));
+  const int node = comeback_->node;
+  auto& n = nodes_[static_cast<std::size_t>(node)];
+  const auto per_replica = static_cast<long>(g_.data.batch) * g_.pipeline.microbatches;
+  const int replicas = std::max(g_.data_parallel.replicas, 1);
+  if (m.step < 0) {
+    fmt::print(stderr, "troupe launch: replica {} cannot rejoin: {}; node {} stops, the run goes on without it\n",
+               m.replica, m.why, node);
+    std::fflush(stderr);
+    n.gone = true; // its exit is no loss
+    n.conn->send(encode(control_kind::stop));
+  } else {
+    auto before = per_replica * (replicas - static_cast<int>(lost_replicas_.size()));
+    lost_replicas_.erase(m.replica);
+    for (const auto& name : left_actors_[m.replica]) // they report done at the end again
+      done_.erase(name);
+    left_actors_.erase(m.replica);
+    fmt::print(stderr,
+               "troupe launch: replica {} rejoins at step {} with replica {}'s parameters, optimizer state and outer "
+               "state (no checkpoint read); each step's batch grows from {} to {} sequences\n",
+               m.replica, m.step + 1, m.donor, before,
+               per_replica * (replicas - static_cast<int>(lost_replicas_.size())));
+    std::fflush(stderr);
+  }
+  if (comeback_->undecided.empty()) {
+    if (m.step >= 0)
+      lost_nodes_.erase(node);
+    comeback_.reset();
+  }
 }
 
 void coordinator::check_liveness() {
@@ -407,7 +548,7 @@ caf::expected<run_result> coordinator::run() {
   }
   launched_ = std::move(*launched);
   auto began = clock_type::now();
-  plan_msg plan;
+  auto& plan = plan_;
   plan.graph_file = std::filesystem::absolute(o_.graph_file).string();
   plan.graph_hash = file_hash(plan.graph_file);
   plan.overrides = o_.overrides;

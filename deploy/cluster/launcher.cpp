@@ -15,6 +15,10 @@ caf::expected<std::unique_ptr<launched_nodes>> launch_slurm(const launch_request
 
 launched_nodes::~launched_nodes() = default;
 
+caf::error launched_nodes::restart(int node) {
+  return make_error(errc::spawn_failed, fmt::format("this launcher cannot start node {} again on its own", node));
+}
+
 caf::expected<std::unique_ptr<launched_nodes>> launch_nodes(std::string_view launcher, const launch_request& r) {
   auto bad = [&](std::string what) {
     return make_error(errc::invalid_argument, fmt::format("{} launcher: {}", launcher, what));

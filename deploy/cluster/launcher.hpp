@@ -59,6 +59,10 @@ public:
   /// exit code, or 128 + the signal that killed it. Under slurm, every node
   /// reports srun's status once srun ends (srun kills all tasks when one fails).
   virtual std::optional<int> exit_status(int node) = 0;
+  /// Starts node `node` again, as it was started, after its process ended (an
+  /// elastic run takes its replicas back, #26); exit_status then follows the new
+  /// one. An error when this launcher cannot (slurm: srun's tasks end together).
+  virtual caf::error restart(int node);
 };
 
 /// The launcher names launch_nodes accepts.

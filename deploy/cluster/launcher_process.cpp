@@ -122,7 +122,9 @@ std::vector<std::string> node_command(const launch_request& r, std::optional<int
 }
 
 process_set::process_set(std::string launcher, const launch_request& r)
-    : launcher_(std::move(launcher)), nodes_(r.nodes), grace_(r.term_grace), sink_(r.output) {
+    : launcher_(std::move(launcher)), nodes_(r.nodes), grace_(r.term_grace), sink_(r.output),
+      child_of_(static_cast<std::size_t>(std::max(r.nodes, 0)), -1),
+      specs_(static_cast<std::size_t>(std::max(r.nodes, 0))) {
   if (::pipe2(wake_, O_CLOEXEC) != 0)
     wake_[0] = wake_[1] = -1;
 }
@@ -130,6 +132,7 @@ process_set::process_set(std::string launcher, const launch_request& r)
 process_set::~process_set() {
   terminate();
   if (reader_.joinable()) { // the reader drains what the children left in their pipes, then ends
+    stop_ = true;
     char c = 'x';
     [[maybe_unused]] auto n = ::write(wake_[1], &c, 1);
     reader_.join();
@@ -208,10 +211,44 @@ caf::error process_set::start(const child_spec& spec) {
   {
     std::lock_guard guard{mutex_};
     children_.push_back({pid, in[1], std::nullopt});
+    auto index = static_cast<int>(children_.size()) - 1;
+    for (int n = 0; n < nodes_; ++n) // under srun one child serves every node
+      if (spec.srun_labels || n == spec.node) {
+        child_of_[static_cast<std::size_t>(n)] = index;
+        specs_[static_cast<std::size_t>(n)] = spec;
+      }
   }
-  streams_.push_back({out[0], spec.node, 1, spec.srun_labels, {}});
-  streams_.push_back({err[0], spec.node, 2, spec.srun_labels, {}});
+  {
+    std::lock_guard guard{streams_mutex_};
+    streams_.push_back({out[0], spec.node, 1, spec.srun_labels, {}});
+    streams_.push_back({err[0], spec.node, 2, spec.srun_labels, {}});
+  }
+  if (reader_.joinable()) { // the reader takes up the new streams
+    char c = '+';
+    [[maybe_unused]] auto n = ::write(wake_[1], &c, 1);
+  }
   return {};
+}
+
+caf::error process_set::restart(int node) {
+  child_spec spec;
+  {
+    std::lock_guard guard{mutex_};
+    if (node < 0 || node >= nodes_ || child_of_[static_cast<std::size_t>(node)] < 0)
+      return make_error(errc::invalid_argument, fmt::format("{} launcher: no node {} to start again", launcher_, node));
+    auto& c = children_[static_cast<std::size_t>(child_of_[static_cast<std::size_t>(node)])];
+    reap(c, false);
+    if (!c.status && !specs_[static_cast<std::size_t>(node)].srun_labels) {
+      ::kill(c.pid, SIGKILL); // lost while it still runs (it stopped answering, or is just dying): ended first
+      reap(c, true);
+    }
+    spec = specs_[static_cast<std::size_t>(node)];
+  }
+  if (spec.srun_labels)
+    return make_error(errc::spawn_failed, fmt::format("{} launcher: srun's tasks end together; node {} cannot start "
+                                                      "again on its own",
+                                                      launcher_, node));
+  return start(spec);
 }
 
 void process_set::start_reader() {
@@ -279,7 +316,10 @@ std::optional<int> process_set::exit_status(int node) {
   std::lock_guard guard{mutex_};
   if (node < 0 || node >= nodes_ || children_.empty())
     return std::nullopt;
-  auto& c = children_.size() == static_cast<std::size_t>(nodes_) ? children_[node] : children_.front();
+  auto index = child_of_[static_cast<std::size_t>(node)];
+  if (index < 0)
+    return std::nullopt;
+  auto& c = children_[static_cast<std::size_t>(index)];
   reap(c, false);
   return c.status;
 }
@@ -311,12 +351,15 @@ void process_set::read_output() {
   while (std::chrono::steady_clock::now() < stop_by) { // a grandchild that keeps writing cannot hold us
     std::vector<pollfd> fds;
     std::vector<stream*> owners;
-    for (auto& s : streams_)
-      if (s.fd >= 0) {
-        fds.push_back({s.fd, POLLIN, 0});
-        owners.push_back(&s);
-      }
-    if (fds.empty())
+    {
+      std::lock_guard guard{streams_mutex_};
+      for (auto& s : streams_)
+        if (s.fd >= 0) {
+          fds.push_back({s.fd, POLLIN, 0});
+          owners.push_back(&s);
+        }
+    }
+    if (fds.empty() && (stopping || stop_))
       return;
     if (!stopping)
       fds.push_back({wake_[0], POLLIN, 0});
@@ -327,8 +370,12 @@ void process_set::read_output() {
     if (ready <= 0)
       break;
     if (!stopping && fds.back().revents) {
-      stopping = true;
-      stop_by = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      char wake[64];
+      [[maybe_unused]] auto n = ::read(wake_[0], wake, sizeof wake);
+      if (stop_) { // else a restart added streams: poll them too
+        stopping = true;
+        stop_by = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      }
       continue;
     }
     for (std::size_t i = 0; i < owners.size(); ++i) {
@@ -352,6 +399,7 @@ void process_set::read_output() {
       s.partial.erase(0, start);
     }
   }
+  std::lock_guard guard{streams_mutex_};
   for (auto& s : streams_) // stopped with a grandchild still holding the pipe
     if (s.fd >= 0 && !s.partial.empty()) {
       emit(s, s.partial);

@@ -3,7 +3,9 @@
 // terminating and reaping them. Internal to deploy/launcher_*.cpp.
 #pragma once
 
+#include <atomic>
 #include <csignal>
+#include <deque>
 #include <initializer_list>
 #include <mutex>
 #include <optional>
@@ -48,6 +50,10 @@ public:
   std::vector<pid_t> pids() const override;
   void terminate() override;
   std::optional<int> exit_status(int node) override;
+  /// Starts node `node`'s child again with the spec it was first started with,
+  /// killing the old one first if it still runs (not under srun: one child
+  /// serves every node there).
+  caf::error restart(int node) override;
 
 private:
   struct child {
@@ -71,10 +77,14 @@ private:
   int nodes_;
   std::chrono::milliseconds grace_;
   output_sink sink_;
-  mutable std::mutex mutex_; ///< guards children_
+  mutable std::mutex mutex_; ///< guards children_, child_of_ and specs_
   std::vector<child> children_;
-  std::vector<stream> streams_; ///< owned by the reader thread once it runs
-  int wake_[2] = {-1, -1};      ///< written to stop the reader
+  std::vector<int> child_of_;     ///< by node: its child (the latest started), -1 before
+  std::vector<child_spec> specs_; ///< by node: what started it
+  std::mutex streams_mutex_;      ///< guards streams_ (a restart adds two while the reader runs)
+  std::deque<stream> streams_;    ///< read by the reader thread; a deque keeps their addresses
+  int wake_[2] = {-1, -1};        ///< written when a stream is added, or to stop the reader
+  std::atomic<bool> stop_{false}; ///< the reader drains and ends
   std::thread reader_;
 };
 

@@ -82,6 +82,12 @@ private:
   }
   caf::error setup(const plan_msg& p);
   caf::error start_tracing(const plan_msg& p);
+  /// The emulated link between this node's actors and `remote` (the channel's, else none).
+  net::link_model link_to(const std::string& remote) const;
+  /// A new data connection to node `n` over `link`.
+  caf::expected<std::shared_ptr<net::connection>> open_channel(int n, net::link_model link);
+  /// Node `n` runs again at `at` (#26): the channels to its actors move to new connections.
+  caf::error reconnect(int n, const node_address& at);
   void stop_actors();
 
   node_options o_;
@@ -90,7 +96,8 @@ private:
   std::atomic<bool> stopping_{false};
   local_actors local_;
   graph_spec graph_;
-  graph_actors actors_; ///< this node's actors, channel actors for the others, links
+  std::vector<node_address> nodes_; ///< every node's data server, from the plan (and node_back)
+  graph_actors actors_;             ///< this node's actors, channel actors for the others, links
   std::set<std::string> done_;
   std::vector<std::shared_ptr<net::connection>> conns_;
   std::unique_ptr<net::server> data_;
@@ -122,39 +129,20 @@ caf::error node_agent::setup(const plan_msg& p) {
                       fmt::format("the plan lists {} nodes, the graph {}", p.nodes.size(), graph_.cluster.nodes));
   if (auto err = start_tracing(p))
     return err;
+  nodes_ = p.nodes;
+  graph_.cluster.joining = p.joining;
   // A channel actor stands in for every remote actor, over one connection per (node, link).
   std::map<std::tuple<int, double, double>, std::shared_ptr<net::connection>> conns;
-  auto link_to = [&](const std::string& remote) {
-    for (const auto& c : graph_.channels) {
-      const auto* other = c.from == remote ? graph_.find_actor(c.to)
-                          : c.to == remote ? graph_.find_actor(c.from)
-                                           : nullptr;
-      if (other && graph_.node_of(*other) == o_.node)
-        return net::link_model{c.bandwidth, c.latency};
-    }
-    return net::link_model{};
-  };
   auto channel_to = [&](std::size_t i) -> caf::expected<caf::actor> {
     const auto& a = graph_.actors[i];
     int n = graph_.node_of(a);
     auto link = link_to(a.name);
     auto& conn = conns[{n, link.bytes_per_s, link.latency_s}];
     if (!conn) {
-      const auto& addr = p.nodes[static_cast<std::size_t>(n)];
-      net::handlers h;
-      h.on_frame = [this](net::connection& c, net::frame&&) { log("unexpected frame from " + c.peer()); };
-      h.on_close = [this, n](net::connection&, std::string why) {
-        if (!stopping_)
-          caf::anon_send(caf::actor_cast<caf::actor>(self_), lost_atom::value,
-                         fmt::format("lost the data connection to node {}: {}", n, why), false);
-      };
-      auto c =
-        net::connect({o_.transport, addr.host, addr.port, o_.token, link, std::chrono::seconds(10)}, std::move(h));
+      auto c = open_channel(n, link);
       if (!c)
-        return make_error(errc::io_failed, fmt::format("cannot open a channel to node {} at {}:{}: {}", n, addr.host,
-                                                       addr.port, error_message(c.error())));
-      conn = std::shared_ptr<net::connection>(std::move(*c));
-      conns_.push_back(conn);
+        return c.error();
+      conn = std::move(*c);
     }
     return spawn_channel(sys_, a.name, static_cast<std::uint16_t>(i), conn, caf::actor_cast<caf::actor>(self_));
   };
@@ -165,6 +153,57 @@ caf::error node_agent::setup(const plan_msg& p) {
     local_.by_index = actors_.by_index;
   }
   return err;
+}
+
+net::link_model node_agent::link_to(const std::string& remote) const {
+  for (const auto& c : graph_.channels) {
+    const auto* other = c.from == remote ? graph_.find_actor(c.to)
+                        : c.to == remote ? graph_.find_actor(c.from)
+                                         : nullptr;
+    if (other && graph_.node_of(*other) == o_.node)
+      return net::link_model{c.bandwidth, c.latency};
+  }
+  return net::link_model{};
+}
+
+caf::expected<std::shared_ptr<net::connection>> node_agent::open_channel(int n, net::link_model link) {
+  const auto& addr = nodes_.at(static_cast<std::size_t>(n));
+  net::handlers h;
+  h.on_frame = [this](net::connection& c, net::frame&&) { log("unexpected frame from " + c.peer()); };
+  h.on_close = [this, n](net::connection&, std::string why) {
+    if (!stopping_)
+      caf::anon_send(caf::actor_cast<caf::actor>(self_), lost_atom::value,
+                     fmt::format("lost the data connection to node {}: {}", n, why), false);
+  };
+  auto c = net::connect({o_.transport, addr.host, addr.port, o_.token, link, std::chrono::seconds(10)}, std::move(h));
+  if (!c)
+    return make_error(errc::io_failed, fmt::format("cannot open a channel to node {} at {}:{}: {}", n, addr.host,
+                                                   addr.port, error_message(c.error())));
+  auto conn = std::shared_ptr<net::connection>(std::move(*c));
+  conns_.push_back(conn);
+  return conn;
+}
+
+caf::error node_agent::reconnect(int n, const node_address& at) {
+  if (n < 0 || n >= static_cast<int>(nodes_.size()) || n == o_.node)
+    return make_error(errc::invalid_argument, fmt::format("node {} cannot come back to node {}", n, o_.node));
+  nodes_[static_cast<std::size_t>(n)] = at;
+  std::map<std::pair<double, double>, std::shared_ptr<net::connection>> fresh; // one per link, as at the start
+  for (const auto& a : graph_.actors) {
+    auto stand_in = actors_.handles.find(a.name); // the channel actor for it
+    if (graph_.node_of(a) != n || stand_in == actors_.handles.end())
+      continue;
+    auto link = link_to(a.name);
+    auto& conn = fresh[{link.bytes_per_s, link.latency_s}];
+    if (!conn) {
+      auto c = open_channel(n, link);
+      if (!c)
+        return c.error();
+      conn = std::move(*c);
+    }
+    reconnect_channel(stand_in->second, conn);
+  }
+  return {};
 }
 
 /// This node's trace file: `runs/x.json` becomes `runs/x.node1.json`; and its
@@ -297,6 +336,21 @@ int node_agent::run() {
           case control_kind::stop:
             exit_code = 0;
             break;
+          case control_kind::node_back: { // a lost node runs again (#26)
+            auto m = decode_or_throw<node_back_msg>(*f);
+            if (auto err = reconnect(m.node, m.at))
+              report_failure(fmt::format("node {}", o_.node), error_message(err));
+            else
+              ctl_->send(encode(reconnected_msg{m.node}));
+            break;
+          }
+          case control_kind::replica_back: { // its channels are reconnected everywhere: the loader decides
+            auto replica = decode_or_throw<replica_back_msg>(*f).replica;
+            for (std::size_t i = 0; i < graph_.actors.size() && i < actors_.by_index.size(); ++i)
+              if (actors_.by_index[i] && graph_.actors[i].type == "data_loader")
+                caf::anon_send(actors_.by_index[i], replica_back_atom::value, replica);
+            break;
+          }
           case control_kind::replica_lost: { // elastic local-update training: tell who exchanges and routes
             auto replica = decode_or_throw<replica_lost_msg>(*f).replica;
             for (std::size_t i = 0; i < graph_.actors.size() && i < actors_.by_index.size(); ++i)
@@ -318,6 +372,9 @@ int node_agent::run() {
         ctl_->send(encode(s));
       },
       [&](failed_atom, failure_msg& m) { ctl_->send(encode(m)); },
+      [&](rejoin_atom, const rejoin_msg& m, const std::string& why) { // the loader's decision (#26)
+        ctl_->send(encode(rejoining_msg{m.replica, m.steps, m.donor, why}));
+      },
       [&](checkpoint_atom, checkpoint_msg& m) { ctl_->send(encode(m)); },
       [&](caf::down_msg& d) {
         actors_.alive.erase(d.source);

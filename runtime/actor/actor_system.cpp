@@ -54,6 +54,8 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<outer_local_msg>("troupe.outer_local_msg");
   cfg.add_message_type<outer_part_msg>("troupe.outer_part_msg");
   cfg.add_message_type<outer_result_msg>("troupe.outer_result_msg");
+  cfg.add_message_type<rejoin_msg>("troupe.rejoin_msg");
+  cfg.add_message_type<state_msg>("troupe.state_msg");
 }
 
 troupe_config::troupe_config(const runtime_options& opts) : opts_(opts) {

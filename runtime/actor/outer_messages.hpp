@@ -10,6 +10,11 @@
 //                                          replicas at its position, as its policy says
 //  - `(outer_done_atom, outer_result_msg)` sync actor -> its stage: the fragment's
 //                                          new local values; the stage goes on
+//  - `(rejoin_atom, rejoin_msg)`           loader -> the stages of the donor and the
+//                                          sync actors of every live replica: a
+//                                          lost replica comes back (#26)
+//  - `(state_atom, state_msg)`             the donor's stage or sync actor -> the
+//                                          joiner's: its state, for it to start from
 #pragma once
 
 #include <cstdint>
@@ -21,7 +26,9 @@
 #include <caf/meta/type_name.hpp>
 
 #include "runtime/actor/errors.hpp"
+#include "runtime/actor/messages.hpp"
 #include "runtime/actor/route.hpp"
+#include "runtime/tensor/tensor_handle.hpp"
 
 namespace troupe {
 
@@ -32,6 +39,11 @@ using outer_done_atom = caf::atom_constant<caf::atom("outerdone")>;
 /// lost); local-update training goes on without it (the launcher tells the sync
 /// actors and the loader of every other node).
 using replica_lost_atom = caf::atom_constant<caf::atom("replost")>;
+/// `(replica_back_atom, int32 replica)`: the lost replica's node is back (its
+/// channels reconnected); the loader decides when it rejoins (rejoin_msg).
+using replica_back_atom = caf::atom_constant<caf::atom("repback")>;
+using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
+using state_atom = caf::atom_constant<caf::atom("state")>;
 
 /// What a stage hands its sync actor after an inner step.
 struct outer_local_msg {
@@ -62,6 +74,53 @@ struct outer_result_msg {
   std::vector<float> values;
 };
 
+/// A lost replica comes back (#26): it trains from step `steps` on (0-based),
+/// starting from the state the live replica `donor` has after `steps` steps.
+/// The sync actors take it into the exchanges prepared after more steps; the
+/// donor's actors send their state to its counterpart `to` (an actor index; -1
+/// for the other replicas' sync actors).
+struct rejoin_msg {
+  std::int32_t replica = 0;
+  step_t steps = 0;
+  std::int32_t donor = 0;
+  std::int32_t to = -1;
+};
+
+/// A live replica's state for a rejoining one (#26): what its actor writes as a
+/// checkpoint part (tensors and metadata), in memory, after `steps` steps. The
+/// tensors travel as one byte blob (CAF skips a tensor_handle, not a list of
+/// them); to_state_msg and state_file convert.
+struct state_msg {
+  step_t steps = 0;
+  std::int32_t replica = 0; ///< the donor
+  std::vector<std::string> names;
+  std::vector<std::int32_t> types;       ///< each tensor's dtype
+  std::vector<std::int64_t> dims;        ///< each tensor's rank, then its dimensions
+  tensor_handle bytes;                   ///< u8: every tensor's bytes, in order
+  std::vector<std::string> keys, values; ///< the metadata
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rejoin_msg& x) {
+  return f(caf::meta::type_name("rejoin_msg"), x.replica, x.steps, x.donor, x.to, caf::meta::load_callback([&] {
+             return x.replica >= 0 && x.steps >= 0 && x.donor >= 0 && x.to >= -1
+                      ? caf::error{}
+                      : make_error(errc::malformed_frame, "rejoin of replica " + std::to_string(x.replica) +
+                                                            " at step " + std::to_string(x.steps) + " malformed");
+           }));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, state_msg& x) {
+  return f(caf::meta::type_name("state_msg"), x.steps, x.replica, x.names, x.types, x.dims, x.bytes, x.keys, x.values,
+           caf::meta::load_callback([&] {
+             return x.steps >= 0 && x.names.size() == x.types.size() && x.keys.size() == x.values.size()
+                      ? caf::error{}
+                      : make_error(errc::malformed_frame, "a replica's state with " + std::to_string(x.names.size()) +
+                                                            " names for " + std::to_string(x.types.size()) +
+                                                            " tensors, malformed");
+           }));
+}
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, outer_local_msg& x) {
   return f(caf::meta::type_name("outer_local_msg"), x.step, x.fragment, x.kind, x.values);
@@ -81,5 +140,12 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, outer_result_msg& x) {
   return f(caf::meta::type_name("outer_result_msg"), x.step, x.fragment, x.values);
 }
+
+struct safetensors_file;
+/// The state message of `f`'s tensors (CPU; copied into one blob) and metadata.
+state_msg to_state_msg(step_t steps, int replica, const safetensors_file& f);
+/// The tensors and metadata a state message carries; std::invalid_argument
+/// saying what does not add up (the sizes against the blob, a dtype).
+safetensors_file state_file(const state_msg& m);
 
 } // namespace troupe

@@ -177,8 +177,13 @@ struct cluster_spec {
   /// their count), so each emulated device is one core.
   bool pin = false;
   /// `troupe launch` restarts a run that lost a node, at most this many times,
-  /// from the latest complete checkpoint (checkpoint.every is then required).
+  /// from the latest complete checkpoint (checkpoint.every is then required);
+  /// an elastic local-update run starts the lost node alone again instead, its
+  /// replicas rejoining with a live replica's state (#26).
   int restart = 0;
+  /// Not read from the file: set in a node process that replaces a lost node of
+  /// an elastic run (#26), whose replica's actors start from a live replica's state.
+  bool joining = false;
 };
 
 /// `checkpoint: {dir, every, keep}`: where and how often a run saves its state

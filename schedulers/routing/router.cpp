@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 namespace troupe::sched {
 
 router_core::router_core(router_config cfg, routing_ptr policy)
@@ -24,6 +26,11 @@ void router_core::drop_replica(int r) {
     throw std::invalid_argument("router: only independent replicas (local-update training) can leave the run");
   lost_.resize(static_cast<std::size_t>(replicas), false);
   lost_[static_cast<std::size_t>(r)] = true;
+  back_at_.erase(r);
+  // Its stages' credits went with them: a rejoining replica's new stages grant afresh.
+  for (std::size_t k = static_cast<std::size_t>(r); k < routes_.size(); k += static_cast<std::size_t>(replicas))
+    for (const auto& h : routes_[k])
+      credits_.erase(h.actor);
   for (int s = 0; s < replicas; ++s)
     if (!lost_[static_cast<std::size_t>(s)]) {
       if (r == 0)
@@ -31,6 +38,17 @@ void router_core::drop_replica(int r) {
       return;
     }
   throw std::invalid_argument("router: every replica has left the run");
+}
+
+void router_core::add_replica(int r, std::int64_t step) {
+  int replicas = std::max(cfg_.replicas, 1);
+  if (r < 0 || r >= replicas || lost_.empty() || !lost_[static_cast<std::size_t>(r)])
+    throw std::invalid_argument(fmt::format("router: replica {} rejoins, but it has not left the run", r));
+  if (step <= step_ || step >= cfg_.steps)
+    throw std::invalid_argument(fmt::format("router: replica {} cannot rejoin at step {}: step {} is being dealt and "
+                                            "the run ends after step {}",
+                                            r, step, step_, cfg_.steps - 1));
+  back_at_[r] = step;
 }
 
 void router_core::advance() {
@@ -49,6 +67,15 @@ void router_core::skip_lost() {
 
 void router_core::plan_step() {
   planned_ = false;
+  for (auto it = back_at_.begin(); it != back_at_.end();) // replicas back from this step on
+    if (it->second == step_) {
+      lost_[static_cast<std::size_t>(it->first)] = false;
+      if (it->first == 0)
+        eval_routes_ = policy_->eval_routes(); // evaluation goes back to replica 0's chain
+      it = back_at_.erase(it);
+    } else {
+      ++it;
+    }
   routes_.clear();
   auto first = step_ * per_step();
   for (int k = 0; k < per_step(); ++k)

@@ -88,6 +88,15 @@ public:
   /// run; its microbatches are no longer made, its stages get no more plans, and
   /// evaluation moves to the first replica still here when it was r's.
   void drop_replica(int r);
+  /// Elastic rejoin (#26): replica `r`, dropped before, is dealt microbatches
+  /// and plans again from step `step` on, which must come after the step being
+  /// dealt now (its plans have not gone out). Its credits start from what its
+  /// new stages grant: drop_replica forgot the old ones.
+  void add_replica(int r, std::int64_t step);
+  /// Whether replica `r` is dealt microbatches now (not dropped, or back).
+  bool in_run(int r) const { return lost_.empty() || !lost_.at(static_cast<std::size_t>(r)); }
+  /// The step being dealt now (the run's end once done()).
+  std::int64_t step() const noexcept { return step_; }
 
 private:
   void plan_step();
@@ -104,8 +113,9 @@ private:
   std::int64_t emitted_ = 0;
   std::vector<route_t> routes_; ///< this step's, by microbatch
   std::vector<route_t> eval_routes_;
-  std::vector<bool> lost_; ///< by replica: left the run
-  bool planned_ = false;   ///< this step's plans went out (with its first microbatch made)
+  std::vector<bool> lost_;              ///< by replica: left the run
+  std::map<int, std::int64_t> back_at_; ///< replicas coming back -> the step they are dealt from
+  bool planned_ = false;                ///< this step's plans went out (with its first microbatch made)
   /// Moves past the microbatches of replicas that left.
   void skip_lost();
   void advance();

@@ -2,6 +2,9 @@
 // plans that count each stage's hops, and emission gated by credits.
 #include "schedulers/routing/router.hpp"
 
+#include <map>
+#include <set>
+
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -133,18 +136,26 @@ TEST_CASE("with replicas a step goes round them: replica k mod R, microbatch k d
   CHECK(next_step->microbatch == 0);
 }
 
-TEST_CASE("a replica that leaves local-update training: its microbatches and plans stop, steps still end") {
+namespace {
+/// Local-update training's router over 2 replicas of 2 stages (r0s0 = 1,
+/// r0s1 = 2, r1s0 = 3, r1s1 = 4), 2 microbatches a replica, `steps` steps.
+router_core two_replicas(std::int64_t steps) {
   routing_params rp;
   rp.layers = 2;
   rp.replicas = 2;
-  for (int r = 0; r < 2; ++r) // r0s0 = 1, r0s1 = 2, r1s0 = 3, r1s1 = 4
+  for (int r = 0; r < 2; ++r)
     for (int s = 0; s < 2; ++s)
       rp.stages.push_back({1 + 2 * r + s, fmt::format("r{}s{}", r, s), {{s, s + 1}}, r});
-  router_config rc{{1, 2, 3, 4}, 2, 3, 0, 10, 2}; // 2 microbatches a replica, 3 steps, 2 replicas
+  router_config rc{{1, 2, 3, 4}, 2, steps, 0, 10, 2};
   rc.independent_replicas = true;
   auto policy = make_routing("chain", rp);
   REQUIRE(policy);
-  router_core router(rc, std::move(*policy));
+  return router_core(rc, std::move(*policy));
+}
+} // namespace
+
+TEST_CASE("a replica that leaves local-update training: its microbatches and plans stop, steps still end") {
+  auto router = two_replicas(3);
   for (int a : {1, 2, 3, 4})
     router.grant(a, 100);
   auto first = router.next(); // step 0, replica 0: plans for both replicas
@@ -164,4 +175,38 @@ TEST_CASE("a replica that leaves local-update training: its microbatches and pla
   CHECK(made == 2 + 2 + 2); // replica 1's 2 of step 0, then of steps 1 and 2
   CHECK(ends == 3);         // every step still ends, on replica 1's last microbatch
   CHECK_THROWS_AS(router.drop_replica(1), std::invalid_argument); // not the last one
+}
+
+TEST_CASE("a replica that rejoins is dealt microbatches and plans again from its step, on the credits it grants anew") {
+  auto router = two_replicas(5);
+  for (int a : {1, 2, 3, 4})
+    router.grant(a, 100);
+  REQUIRE(router.next()); // step 0, replica 0
+  router.drop_replica(1);
+  CHECK(router.credits(3) == 0);                                    // the lost stages' credits are gone
+  CHECK_THROWS_AS(router.add_replica(0, 3), std::invalid_argument); // never left
+  CHECK_THROWS_AS(router.add_replica(1, 0), std::invalid_argument); // step 0 is being dealt
+  CHECK_THROWS_AS(router.add_replica(1, 5), std::invalid_argument); // past the run's end
+  router.add_replica(1, 2);
+  router.grant(3, 1); // the new stages' first credits: one microbatch so far
+  router.grant(4, 100);
+  std::map<std::int64_t, std::vector<int>> heads; // step -> first hops dealt
+  std::map<std::int64_t, std::set<int>> planned;  // step -> stages planned
+  while (auto e = router.next()) {
+    heads[e->step].push_back(e->route.front().actor);
+    for (const auto& [actor, plan] : e->plans)
+      planned[e->step].insert(actor);
+  }
+  CHECK(heads[0] == std::vector<int>{1});    // the rest of step 0: replica 0 only
+  CHECK(heads[1] == std::vector<int>{1, 1}); // replica 1 still out
+  CHECK(planned[1] == std::set<int>{1, 2});
+  CHECK(heads[2] == std::vector<int>{1, 3, 1}); // back at step 2, until its one credit is spent
+  CHECK(planned[2] == std::set<int>{1, 2, 3, 4});
+  CHECK(!router.done()); // waits on replica 1's credit
+  router.grant(3, 100);
+  while (auto e = router.next())
+    heads[e->step].push_back(e->route.front().actor);
+  CHECK(heads[2] == std::vector<int>{1, 3, 1, 3});
+  CHECK(heads[4] == std::vector<int>{1, 3, 1, 3});
+  CHECK(router.done());
 }

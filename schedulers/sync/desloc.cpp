@@ -48,7 +48,8 @@ void register_desloc(const sync_registrar& add) {
                    return periodic_schedule({option_int(s, "periods.params"), option_int(s, "periods.momentum"),
                                              option_int(s, "periods.variance")});
                  },
-                 [](const sync_setup& s) { return make_averaging_policy(s, nullptr); }, settings()});
+                 [](const sync_setup& s) { return make_averaging_policy(s, nullptr); }, settings(), nullptr, nullptr,
+                 /*rejoins=*/true});
 }
 
 } // namespace troupe::sched

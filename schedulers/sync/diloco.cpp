@@ -14,7 +14,7 @@ void register_diloco(const sync_registrar& add) {
                  [](const sync_setup& s) {
                    return make_averaging_policy(s, std::make_unique<streaming_diloco>(s.spec, s.start));
                  },
-                 std::move(settings), nullptr, run_diloco_toy});
+                 std::move(settings), nullptr, run_diloco_toy, /*rejoins=*/true});
 }
 
 } // namespace troupe::sched

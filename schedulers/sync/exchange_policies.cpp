@@ -42,12 +42,12 @@ class averaging_policy : public sync_policy {
 public:
   averaging_policy(const sync_setup& s, std::unique_ptr<outer_rule> outer)
       : setup_(s), format_(format_of(s.spec)), outer_(std::move(outer)) {}
-  std::vector<sync_send> prepare(int f, std::int64_t, std::span<const float> local) override {
+  std::vector<sync_send> prepare(int f, std::int64_t step, std::span<const float> local) override {
     if (auto it = ex_.find(f); it != ex_.end() && !it->second.taken())
       throw std::invalid_argument(fmt::format("{}: fragment {} prepared twice", setup_.spec.algorithm, f));
     if (outer_)
-      return start(f, outer_->prepare(f, local)); // DiLoCo: the pseudo-gradient global − local
-    return start(f, {local.begin(), local.end()});
+      return start(f, step, outer_->prepare(f, local)); // DiLoCo: the pseudo-gradient global − local
+    return start(f, step, {local.begin(), local.end()});
   }
   std::vector<sync_send> receive(int f, int from, int round, int piece, quantized_rows part) override {
     return under_way(ex_, f, "averaging").receive(from, round, piece, std::move(part));
@@ -91,7 +91,7 @@ public:
       if (f < 0 || f >= static_cast<int>(setup_.start.size()) || (outer_ && values.size() != outer_->values(f)))
         throw std::invalid_argument(
           fmt::format("'{}' holds {} values, not an exchange of this stage", name, values.size()));
-      for (auto& m : start(f, values)) {
+      for (auto& m : start(f, -1, values)) { // a resumed exchange: with the replicas lost before, none back
         m.fragment = f;
         out.push_back(std::move(m));
       }
@@ -100,7 +100,8 @@ public:
   }
   long exchanges() const override { return exchanges_; }
   std::vector<sync_send> lose(int r) override {
-    lost_.push_back(r);
+    if (!back_.erase(r)) // lost again after it came back: it is still in lost_
+      lost_.push_back(r);
     std::vector<sync_send> out;
     for (auto& [f, ex] : ex_) // the exchange under way, and the last one applied
       for (auto& s : ex.lose(r)) {
@@ -110,14 +111,22 @@ public:
     return out;
   }
 
+  void rejoin(int r, std::int64_t after) override {
+    if (std::find(lost_.begin(), lost_.end(), r) == lost_.end() || back_.count(r))
+      throw std::invalid_argument(fmt::format("{}: replica {} rejoins, but it was not lost", setup_.spec.algorithm, r));
+    back_[r] = after;
+  }
+
 private:
-  /// Starts fragment `f`'s exchange of `values` (kept until it is performed, for a checkpoint).
-  std::vector<sync_send> start(int f, std::vector<float> values) {
+  /// Starts fragment `f`'s exchange of `values` prepared after `step` inner
+  /// steps (kept until it is performed, for a checkpoint).
+  std::vector<sync_send> start(int f, std::int64_t step, std::vector<float> values) {
     auto& ex =
       ex_.insert_or_assign(f, mean_exchange(all_replicas(setup_.replicas), setup_.replica, format_, sync_row_values))
         .first->second;
     for (int r : lost_)
-      ex.lose(r); // before it starts: nothing to send again
+      if (auto b = back_.find(r); b == back_.end() || step <= b->second)
+        ex.lose(r); // before it starts: nothing to send again
     return ex.start(input_.insert_or_assign(f, std::move(values)).first->second);
   }
 
@@ -127,6 +136,7 @@ private:
   std::map<int, mean_exchange> ex_;
   std::map<int, std::vector<float>> input_; ///< fragment -> what this replica put into its exchange under way
   std::vector<int> lost_;
+  std::map<int, std::int64_t> back_; ///< lost replicas that came back -> in the exchanges prepared after more steps
   long exchanges_ = 0;
 };
 

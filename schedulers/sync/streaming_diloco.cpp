@@ -214,7 +214,7 @@ void register_streaming_diloco(const sync_registrar& add) {
     {"Streaming DiLoCo: P fragments round robin, exchanged τ steps early, mixed by α",
      [](const local_update_spec& s) { return param_fragments(streaming_of(s).fragments); }, make_fragment_sync_schedule,
      [](const sync_setup& s) { return make_averaging_policy(s, std::make_unique<streaming_diloco>(s.spec, s.start)); },
-     settings(), nullptr, run_diloco_toy});
+     settings(), nullptr, run_diloco_toy, /*rejoins=*/true});
 }
 
 } // namespace troupe::sched

@@ -54,6 +54,8 @@ std::vector<sync_part> sync_peer::outgoing(std::int64_t step, int f, std::vector
       throw std::runtime_error(fmt::format("{}: its policy sends to replica {} of {}", name_, m.to, replicas_));
     if (std::find(lost_.begin(), lost_.end(), m.to) != lost_.end())
       continue; // left the run
+    if (auto b = back_.find(m.to); b != back_.end() && step <= b->second)
+      continue; // came back after this exchange began
     bytes_sent_ += static_cast<std::int64_t>(m.payload.wire_bytes());
     out.push_back({step, f, replica_, m.to, m.round, m.piece, std::move(m.payload)});
   }
@@ -100,6 +102,7 @@ std::vector<sync_part> sync_peer::lose(int r) {
   if (r == replica_ || std::find(lost_.begin(), lost_.end(), r) != lost_.end())
     return {};
   lost_.push_back(r);
+  back_.erase(r);
   if (!policy_)
     return {}; // before the start values: nothing under way
   std::vector<sync_part> out;
@@ -109,6 +112,21 @@ std::vector<sync_part> sync_peer::lose(int r) {
       out.push_back(std::move(p));
   }
   return out;
+}
+
+void sync_peer::rejoin(int r, std::int64_t after) {
+  auto it = std::find(lost_.begin(), lost_.end(), r);
+  if (it == lost_.end())
+    throw std::runtime_error(fmt::format("{}: replica {} rejoins, but it was not lost", name_, r));
+  for (const auto& [f, step] : prepared_)
+    if (step > after)
+      throw std::runtime_error(fmt::format("{}: replica {} rejoins after step {}, but fragment {}'s exchange of step "
+                                           "{} is already under way without it",
+                                           name_, r, after, f, step));
+  lost_.erase(it);
+  back_[r] = after;
+  if (policy_)
+    policy_->rejoin(r, after);
 }
 
 std::vector<int> sync_peer::applicable() const {

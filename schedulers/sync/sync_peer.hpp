@@ -55,6 +55,10 @@ public:
   std::vector<sync_part> receive(sync_part part);
   /// Replica `r` left the run: what to send again.
   std::vector<sync_part> lose(int r);
+  /// Replica `r`, lost before, is back (#26): it is in the exchanges prepared
+  /// after more than `after` inner steps and sent nothing of the earlier ones.
+  /// Throws when an exchange of a later step is already under way without it.
+  void rejoin(int r, std::int64_t after);
   /// Fragments the stage performed whose exchange is complete: apply() each.
   std::vector<int> applicable() const;
   /// Applies fragment `f`'s exchange: the step the stage performed it at, and its new values.
@@ -75,6 +79,7 @@ private:
   std::map<int, std::int64_t> prepared_; ///< fragment -> the step of its exchange under way
   std::map<int, std::int64_t> exchange_; ///< fragment -> the step of its policy's exchange (under way, or last applied)
   std::vector<int> lost_;                ///< replicas that left the run (elastic)
+  std::map<int, std::int64_t> back_;     ///< replicas that came back -> in the exchanges of later steps
   std::map<int, std::pair<std::int64_t, std::vector<float>>> perform_;   ///< fragment -> the stage's values to update
   std::map<std::pair<std::int64_t, int>, std::vector<sync_part>> early_; ///< parts before their prepare
   std::int64_t bytes_sent_ = 0;

@@ -4,6 +4,10 @@
 // a lost replica is sent nothing.
 #include "schedulers/sync/sync_peer.hpp"
 
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
 #include <stdexcept>
 
 #include <doctest/doctest.h>
@@ -67,4 +71,149 @@ TEST_CASE("a peer refuses a perform before its prepare and sends nothing to a lo
   CHECK(p[0].lose(2).empty()); // nothing under way
   for (const auto& part : p[0].prepare(1, 0, std::vector<float>(10, 1.0f)))
     CHECK(part.to == 1);
+}
+
+namespace {
+
+std::vector<float> noisy(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x)
+    v = d(gen);
+  return x;
+}
+
+/// Every peer's exchange of fragment 0 after `step` steps of `locals`: prepared
+/// in `order`, delivered, performed and applied; the values each ends with.
+std::map<int, std::vector<float>> exchange_all(std::map<int, sync_peer*> p, std::int64_t step,
+                                               const std::map<int, std::vector<float>>& locals,
+                                               std::vector<int> order) {
+  std::vector<sync_part> parts;
+  auto deliver_all = [&] {
+    while (!parts.empty()) {
+      auto m = std::move(parts.back());
+      parts.pop_back();
+      REQUIRE(p.count(m.to)); // nothing to a replica not in the run
+      for (auto& s : p.at(m.to)->receive(std::move(m)))
+        parts.push_back(std::move(s));
+    }
+  };
+  for (int r : order) {
+    parts = p.at(r)->prepare(step, 0, locals.at(r));
+    deliver_all();
+    p.at(r)->perform(step, 0, locals.at(r));
+  }
+  std::map<int, std::vector<float>> out;
+  for (auto& [r, peer] : p) {
+    CAPTURE(r);
+    REQUIRE(peer->applicable() == std::vector<int>{0});
+    out[r] = peer->apply(0).second;
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("a replica that rejoins with a live peer's state is in the next exchange, and every replica agrees") {
+  // DiLoCo over 4 replicas: replica 3 is lost, the survivors take an outer step
+  // without it, then it comes back with replica 0's outer state. The exchange
+  // after that must include it (a survivor that left it out would never be
+  // complete) and must equal the same exchange run by 4 replicas that each
+  // started from replica 0's state: the joiner took the global and momentum.
+  local_update_spec spec;
+  spec.algorithm = "diloco", spec.sync_every = 2;
+  const auto* method = find_sync_method("diloco");
+  REQUIRE(method->rejoins);
+  const std::size_t n = 3000;
+  auto start = noisy(n, 1);
+  std::vector<sync_peer> p;
+  for (int r = 0; r < 4; ++r) {
+    p.emplace_back("r" + std::to_string(r), r, 4);
+    p.back().start(*method, sync_setup{spec, 0, 0, 0, {start}});
+  }
+  std::map<int, std::vector<float>> locals;
+  for (int r = 0; r < 4; ++r)
+    locals[r] = noisy(n, 10 + static_cast<unsigned>(r));
+  for (int r = 0; r < 3; ++r)
+    CHECK(p[static_cast<std::size_t>(r)].lose(3).empty());
+  // Replica 2 is slow: it hears of the rejoin (after step 2) before it prepares
+  // step 2's exchange, which must still leave replica 3 out.
+  std::vector<sync_part> parts;
+  for (int r : {0, 1}) {
+    for (auto& s : p[static_cast<std::size_t>(r)].prepare(2, 0, locals[r]))
+      parts.push_back(std::move(s));
+    p[static_cast<std::size_t>(r)].perform(2, 0, locals[r]);
+  }
+  for (int r = 0; r < 3; ++r)
+    p[static_cast<std::size_t>(r)].rejoin(3, 2);
+  CHECK_THROWS_AS(p[0].rejoin(3, 2), std::runtime_error); // it is no longer lost
+  for (auto& s : p[2].prepare(2, 0, locals[2]))
+    parts.push_back(std::move(s));
+  p[2].perform(2, 0, locals[2]);
+  std::map<int, sync_peer*> survivors{{0, &p[0]}, {1, &p[1]}, {2, &p[2]}};
+  while (!parts.empty()) {
+    auto m = std::move(parts.back());
+    parts.pop_back();
+    REQUIRE(m.to != 3); // step 2's exchange leaves it out
+    for (auto& s : survivors.at(m.to)->receive(std::move(m)))
+      parts.push_back(std::move(s));
+  }
+  std::vector<float> after2;
+  for (auto& [r, peer] : survivors) {
+    REQUIRE(peer->applicable() == std::vector<int>{0});
+    auto v = peer->apply(0).second;
+    if (after2.empty())
+      after2 = v;
+    CHECK(std::memcmp(v.data(), after2.data(), n * sizeof(float)) == 0);
+  }
+  // The joiner: replica 0's state, as a live peer hands it over.
+  auto donor = p[0].save();
+  sync_peer joiner("r3", 3, 4);
+  joiner.resume_at(p[0].performed(), p[0].prepared());
+  CHECK(joiner.start(*method, sync_setup{spec, 0, 0, 0, {start}}, donor).empty());
+  for (int r = 0; r < 4; ++r)
+    locals[r] = noisy(n, 20 + static_cast<unsigned>(r));
+  auto got = exchange_all({{0, &p[0]}, {1, &p[1]}, {2, &p[2]}, {3, &joiner}}, 4, locals, {3, 1, 0, 2});
+  std::vector<sync_peer> ref;
+  for (int r = 0; r < 4; ++r) {
+    ref.emplace_back("ref" + std::to_string(r), r, 4);
+    ref.back().resume_at(p[0].performed(), {});
+    ref.back().start(*method, sync_setup{spec, 0, 0, 0, {start}}, donor);
+  }
+  auto want = exchange_all({{0, &ref[0]}, {1, &ref[1]}, {2, &ref[2]}, {3, &ref[3]}}, 4, locals, {0, 1, 2, 3});
+  for (int r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    CHECK(std::memcmp(got[r].data(), want[0].data(), n * sizeof(float)) == 0);
+  }
+  CHECK(std::memcmp(want[0].data(), after2.data(), n * sizeof(float)) != 0);
+  // An exchange of a later step already under way without it: too late to come back there.
+  p[1].lose(3); // lost again
+  p[1].prepare(6, 0, locals[1]);
+  CHECK_THROWS_WITH_AS(p[1].rejoin(3, 5), doctest::Contains("already under way without it"), std::runtime_error);
+}
+
+TEST_CASE("a replica can rejoin only where no exchange is under way") {
+  local_update_spec spec;
+  spec.algorithm = "diloco", spec.sync_every = 4;
+  const auto& diloco = *find_sync_method("diloco");
+  CHECK(first_quiet_step(diloco, spec, 3, 100) == 3); // prepared and performed after the same step
+  CHECK(performs_through(diloco, spec, 9) == 2);      // after steps 4 and 8
+  CHECK(first_quiet_step(diloco, spec, 100, 100) == -1);
+  // Streaming DiLoCo: 2 fragments every 4 steps, 2 apart, each performed 1 step late.
+  spec.algorithm = "streaming_diloco";
+  spec.options = {{"fragments", "2"}, {"delay", "1"}, {"alpha", "0"}};
+  const auto& streaming = *find_sync_method("streaming_diloco");
+  auto quiet = first_quiet_step(streaming, spec, 1, 100);
+  REQUIRE(quiet > 0);
+  auto schedule = streaming.schedule(spec); // nothing under way after `quiet` steps, something before
+  std::set<int> open;
+  bool busy_before = false;
+  for (std::int64_t s = 1; s <= quiet; ++s) {
+    for (auto e : schedule->after_inner_step())
+      e.what == fragment_event::kind::prepare ? (void)open.insert(e.fragment) : (void)open.erase(e.fragment);
+    busy_before |= s < quiet && !open.empty();
+  }
+  CHECK(open.empty());
+  CHECK(busy_before);
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -100,6 +101,38 @@ std::vector<sync_send> sync_policy::lose(int r) {
   throw std::runtime_error(fmt::format("this local-update method cannot go on without replica {}: it has no rule for "
                                        "a lost replica",
                                        r));
+}
+
+long performs_through(const sync_method& method, const local_update_spec& spec, std::int64_t steps) {
+  auto schedule = method.schedule(spec);
+  long n = 0;
+  for (std::int64_t s = 0; s < steps; ++s)
+    for (auto e : schedule->after_inner_step())
+      n += e.what == fragment_event::kind::perform;
+  return n;
+}
+
+std::int64_t first_quiet_step(const sync_method& method, const local_update_spec& spec, std::int64_t from,
+                              std::int64_t end) {
+  if (from <= 0)
+    return end > 0 ? 0 : -1;
+  auto schedule = method.schedule(spec);
+  std::set<int> under_way;
+  for (std::int64_t steps = 1; steps < end; ++steps) {
+    for (auto e : schedule->after_inner_step())
+      if (e.what == fragment_event::kind::prepare)
+        under_way.insert(e.fragment);
+      else
+        under_way.erase(e.fragment);
+    if (steps >= from && under_way.empty())
+      return steps;
+  }
+  return -1;
+}
+
+void sync_policy::rejoin(int r, std::int64_t) {
+  throw std::runtime_error(
+    fmt::format("this local-update method cannot take replica {} back: it has no rule for a rejoining replica", r));
 }
 
 mean_exchange::mean_exchange(std::vector<int> members, int self, wire_format format, std::int64_t row)

@@ -98,6 +98,12 @@ public:
   /// that now go to another member). By default a method cannot go on without
   /// every replica, and says so.
   virtual std::vector<sync_send> lose(int r);
+  /// Replica `r`, lost before, is back with a live replica's state (#26): the
+  /// exchanges this replica prepares after more than `after` inner steps
+  /// include it again; those prepared after `after` steps or fewer (some may
+  /// still be under way) do not. By default a method cannot take a replica
+  /// back, and says so (sync_method::rejoins tells ahead).
+  virtual void rejoin(int r, std::int64_t after);
 
   /// Its whole state for a checkpoint (#25 item 4), taken between inner steps
   /// once every perform due so far is applied: what it keeps across exchanges
@@ -129,6 +135,9 @@ struct sync_method {
   routing_factory routing = nullptr;
   /// `troupe sync`'s run of the method on its toy model; null: no toy run.
   std::function<sync_sim_result(const sync_sim_config&)> toy = nullptr;
+  /// Whether its policy takes a lost replica back (sync_policy::rejoin): a
+  /// launch restarts a lost node's process and the replica rejoins (#26).
+  bool rejoins = false;
 };
 
 /// What a built-in method's `register_NAME` (sync_builtin.def) adds itself with.
@@ -151,6 +160,14 @@ int piece_of(std::int64_t before, std::int64_t total, int pieces);
 /// tensors hold `tensors` values each, in order (moments start empty).
 std::vector<std::size_t> fragment_sizes(const std::vector<fragment_plan>& plan,
                                         const std::vector<std::int64_t>& tensors);
+/// Performs `method`'s schedule has the stage make in its first `steps` inner steps.
+long performs_through(const sync_method& method, const local_update_spec& spec, std::int64_t steps);
+/// The first step count in [from, end) after which no exchange of `method` is
+/// under way (each one prepared is performed): where a replica can rejoin with
+/// a live one's state (#26). -1 when there is none.
+std::int64_t first_quiet_step(const sync_method& method, const local_update_spec& spec, std::int64_t from,
+                              std::int64_t end);
+
 /// Every fragment exchanged every `every` inner steps, all at once (prepare and perform).
 std::unique_ptr<sync_schedule> periodic_schedule(std::vector<int> every);
 

@@ -19,7 +19,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "runtime/checkpoint/safetensors.hpp"
+#include "tests/integration/same_tensors.hpp"
 #include "tests/integration/troupe_process.hpp"
 
 namespace fs = std::filesystem;
@@ -27,26 +27,6 @@ using namespace std::chrono_literals;
 using namespace troupe::testing;
 
 namespace {
-
-/// Every tensor of `a` equals `b`'s of the same name, bit for bit, but what
-/// each replica keeps for itself; returns how many were compared.
-int same_tensors(const fs::path& a, const fs::path& b) {
-  auto fa = troupe::read_safetensors(a), fb = troupe::read_safetensors(b);
-  REQUIRE_MESSAGE(fa, a.string());
-  REQUIRE_MESSAGE(fb, b.string());
-  int compared = 0;
-  for (const auto& [name, t] : fa->tensors) {
-    if (name.starts_with("optimizer.") || name == "sync.error") // each replica's own: AdamW's, SparseLoCo's feedback
-      continue;
-    auto u = fb->find(name);
-    REQUIRE_MESSAGE(u.defined(), b.string(), " has no ", name);
-    REQUIRE(u.nbytes() == t.nbytes());
-    CHECK_MESSAGE(std::memcmp(u.raw(), t.raw(), t.nbytes()) == 0, a.filename().string(), " and ", b.filename().string(),
-                  " differ in ", name);
-    ++compared;
-  }
-  return compared;
-}
 
 void lose_a_replica(const std::string& local_update, int replicas, bool survivors_agree = false) {
   auto dir = fs::temp_directory_path() / ("troupe_lu_kill_" + std::to_string(::getpid()));
@@ -90,7 +70,10 @@ void lose_a_replica(const std::string& local_update, int replicas, bool survivor
     for (const auto* part : {"s0", "s1", "s0_sync", "s1_sync"})
       for (int r = 2; r < replicas; ++r)
         compared +=
-          same_tensors(last / fmt::format("r0{}.safetensors", part), last / fmt::format("r{}{}.safetensors", r, part));
+          same_tensors(last / fmt::format("r0{}.safetensors", part), last / fmt::format("r{}{}.safetensors", r, part),
+                       [](const std::string& name) { // each replica's own: AdamW's, SparseLoCo's feedback
+                         return name.starts_with("optimizer.") || name == "sync.error";
+                       });
     MESSAGE(compared, " tensors of the survivors' checkpoints compared, bit for bit");
     CHECK(compared > 8); // each stage's parameters, global and outer momentum
   }

@@ -1,0 +1,112 @@
+// A lost replica comes back (#26 item 1): killing the node process that holds
+// replica 1 of a 3-replica local-update launch with `cluster.restart: 1`, the
+// launch starts that node again; its replica takes a live replica's parameters,
+// AdamW state and outer state over the wire (no checkpoint is read), is in the
+// exchanges from the step the loader names, and the run ends with exit 0. At the
+// last outer step all three replicas agree bit for bit (item 3), the joiner
+// included, and the loss is within 2% of the same run without the kill.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include "tests/integration/same_tensors.hpp"
+#include "tests/integration/troupe_process.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using namespace troupe::testing;
+
+namespace {
+
+/// The last validation loss a launch printed.
+double last_val_loss(const std::string& out) {
+  std::regex re{R"(validation after step \d+: loss ([0-9.]+))"};
+  double loss = -1;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
+    loss = std::stod((*it)[1].str());
+  return loss;
+}
+
+constexpr int steps = 8000;
+
+void write_graph(const fs::path& dir, const std::string& local_update) {
+  std::ofstream{dir / "graph.yaml"} << "model: {layers: 2, d_model: 32, heads: 2, context: 16, vocab: 256}\n"
+                                    << "data: {corpus: kjv, batch: 2, seed: 7}\n"
+                                    << "train: {steps: " << steps << ", lr: 3.0e-3, warmup: 2, eval_batches: 32}\n"
+                                    << "pipeline: {stages: 2, microbatches: 2, schedule: 1f1b}\n"
+                                    << "data_parallel: {replicas: 3}\n"
+                                    << "local_update: " << local_update << "\n"
+                                    << "cluster: {launcher: local, nodes: 3, restart: 1}\n"
+                                    << "checkpoint: {dir: ck, every: " << steps << "}\n";
+}
+
+void rejoin(const std::string& local_update) {
+  auto base = fs::temp_directory_path() / ("troupe_lu_rejoin_" + std::to_string(::getpid()));
+  fs::remove_all(base);
+  for (const auto* d : {"healed", "clean"}) {
+    fs::create_directories(base / d);
+    write_graph(base / d, local_update);
+  }
+  // The same run without a failure, for the loss at the same step.
+  troupe_process clean{base / "clean", {"launch", (base / "clean" / "graph.yaml").string(), "--no-trace"}};
+  REQUIRE(clean.wait(300s) == 0);
+  auto clean_loss = last_val_loss(slurp(clean.out));
+  REQUIRE(clean_loss > 0);
+
+  auto dir = base / "healed";
+  troupe_process launch{dir, {"launch", (dir / "graph.yaml").string(), "--no-trace"}};
+  auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
+  launch.wait_for(R"(step\s+\d+/\d+)"); // training is under way, exchanges between the nodes included
+  std::this_thread::sleep_for(300ms);
+  auto pids = processes_with("--coordinator " + coordinator + " --node 1");
+  REQUIRE(pids.size() == 1);
+  ::kill(pids[0], SIGKILL);
+  auto at = std::stoi(launch.wait_for(R"(replica 1 rejoins at step (\d+))", 120s));
+  int code = launch.wait(300s);
+  auto out = slurp(launch.out), err = slurp(launch.err);
+  INFO(out, err);
+  CHECK(code == 0);
+  CHECK(err.find("lost node 1") != std::string::npos);
+  CHECK(err.find("starting node 1 again (restart 1 of 1)") != std::string::npos);
+  CHECK(err.find("node 1 (") != std::string::npos);
+  CHECK(err.find("with replica 0's parameters, optimizer state and outer state (no checkpoint read); each step's "
+                 "batch grows from 8 to 12 sequences") != std::string::npos);
+  CHECK(at > 1);
+  CHECK(at < steps);
+  CHECK(out.find(fmt::format("{} steps in", steps)) != std::string::npos);
+  CHECK(out.find("[node 1] r1s1: busy") != std::string::npos); // the new process trained to the end
+  // The last step ends an outer step: the three replicas hold the same values,
+  // the rejoined one's written by the node process started again.
+  auto last = dir / "ck" / fmt::format("step-{:06}", steps);
+  int compared = 0;
+  for (const auto* part : {"s0", "s1", "s0_sync", "s1_sync"})
+    for (int r : {1, 2})
+      compared +=
+        same_tensors(last / fmt::format("r0{}.safetensors", part), last / fmt::format("r{}{}.safetensors", r, part),
+                     [](const std::string& name) { return name.starts_with("optimizer."); });
+  MESSAGE(compared, " tensors of the three replicas' last checkpoints compared, bit for bit");
+  CHECK(compared > 16);
+  auto healed_loss = last_val_loss(out);
+  MESSAGE(local_update, ": rejoined at step ", at, "; loss ", healed_loss, " against ", clean_loss,
+          " without the kill");
+  CHECK(std::abs(healed_loss - clean_loss) <= 0.02 * clean_loss);
+  std::this_thread::sleep_for(200ms);
+  CHECK(processes_with("--coordinator " + coordinator).empty());
+  fs::remove_all(base);
+}
+
+} // namespace
+
+TEST_CASE("a DiLoCo replica whose node is killed comes back with a live replica's state, and all three agree") {
+  rejoin("{algorithm: diloco, sync_every: 4}");
+}

@@ -1,0 +1,40 @@
+// Replicas that must agree (#26 item 3): their checkpoint parts compared
+// tensor by tensor, bit for bit.
+#pragma once
+
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include <doctest/doctest.h>
+
+#include "runtime/checkpoint/safetensors.hpp"
+
+namespace troupe::testing {
+
+/// Every tensor of checkpoint part `a` equals `b`'s of the same name, bit for
+/// bit, but those whose names `own` picks (what each replica keeps for itself);
+/// a sync actor's outer-step count too. Returns how many tensors were compared.
+inline int same_tensors(const std::filesystem::path& a, const std::filesystem::path& b,
+                        const std::function<bool(const std::string&)>& own) {
+  auto fa = read_safetensors(a), fb = read_safetensors(b);
+  REQUIRE_MESSAGE(fa, a.string());
+  REQUIRE_MESSAGE(fb, b.string());
+  int compared = 0;
+  for (const auto& [name, t] : fa->tensors) {
+    if (own(name))
+      continue;
+    auto u = fb->find(name);
+    REQUIRE_MESSAGE(u.defined(), b.string(), " has no ", name);
+    REQUIRE(u.nbytes() == t.nbytes());
+    CHECK_MESSAGE(std::memcmp(u.raw(), t.raw(), t.nbytes()) == 0, a.filename().string(), " and ", b.filename().string(),
+                  " differ in ", name);
+    ++compared;
+  }
+  if (auto p = fa->metadata.find("outer.performed"); p != fa->metadata.end())
+    CHECK(fb->metadata.at("outer.performed") == p->second);
+  return compared;
+}
+
+} // namespace troupe::testing
