@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -121,6 +122,10 @@ int launch(run_args& ra) {
   while (!result && is_error(result.error(), errc::node_lost) && restarts < g.cluster.restart &&
          interrupt_guard::signal().load() == 0) {
     ++restarts;
+    // cluster.restart_delay: the lost machine takes this long to come back.
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(g.cluster.restart_delay);
+         std::chrono::steady_clock::now() < until && interrupt_guard::signal().load() == 0;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     auto from = find_checkpoint(g.checkpoint.dir_path);
     if (!from) { // lost before the first checkpoint was complete
       fmt::print(stderr, "troupe launch: restart {} of {}: no checkpoint in {} is complete yet ({}); starting over\n",

@@ -138,7 +138,8 @@ private:
   void on_comeback_ready(int i);
   void on_reconnected(int from, int node);
   void on_rejoining(const rejoining_msg& m);
-  std::optional<comeback> comeback_; ///< one at a time
+  std::optional<comeback> comeback_;                 ///< one at a time
+  std::optional<clock_type::time_point> restart_at_; ///< when the comeback's node is started (cluster.restart_delay)
   int node_restarts_ = 0;
   plan_msg plan_;
   /// Records the run's first failure and says so at once (the run then stops);
@@ -320,7 +321,8 @@ void coordinator::lose_node(int i, const std::string& why) {
   // across replicas (NoLoCo's) send every replica's microbatches through the others: not those.
   std::set<int> reps;
   // Replica groups sync every step inside: a group that loses a replica cannot go on.
-  bool elastic = lu.present && replicas > 1 && g_.sync_group_size() == 1 && !lu.routes_across_replicas;
+  bool elastic =
+    g_.cluster.elastic && lu.present && replicas > 1 && g_.sync_group_size() == 1 && !lu.routes_across_replicas;
   auto replica_of = [&](const actor_spec& a) { // a sync actor's is its stage's
     const auto* stage = a.role.holds_layers ? &a : g_.served_stage(a);
     return stage ? stage->replica : -1;
@@ -370,12 +372,13 @@ void coordinator::lose_node(int i, const std::string& why) {
     return d.first.find(fmt::format("data connection to node {}:", i)) != std::string::npos;
   });
   if (comeback_ && comeback_->node == i)
-    comeback_.reset(); // lost again on its way back
-  if (comeback_)       // one comeback at a time: this one stays out
+    comeback_.reset(), restart_at_.reset(); // lost again on its way back
+  if (comeback_)                            // one comeback at a time: this one stays out
     return;
   if (may_restart()) {
     comeback_ = comeback{i, reps, {}, {}};
-    restart_node(i);
+    restart_at_ = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                        std::chrono::duration<double>(g_.cluster.restart_delay));
   }
 }
 
@@ -574,6 +577,10 @@ caf::expected<run_result> coordinator::run() {
       }
     }
     check_liveness();
+    if (restart_at_ && clock_type::now() >= *restart_at_ && comeback_) {
+      restart_at_.reset();
+      restart_node(comeback_->node);
+    }
     if (!deferred_.empty() && clock_type::now() > deferred_.front().second)
       fail(deferred_.front().first, true); // a node's channel to another one broke
     auto all = [&](auto pred) { return std::all_of(nodes_.begin(), nodes_.end(), pred); };

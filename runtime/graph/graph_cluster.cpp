@@ -13,8 +13,8 @@ namespace troupe {
 
 namespace {
 
-const std::vector<std::string> cluster_keys{"launcher",  "nodes",      "hosts", "address", "port",
-                                            "transport", "token_file", "pin",   "restart"};
+const std::vector<std::string> cluster_keys{"launcher",   "nodes", "hosts",   "address",       "port",   "transport",
+                                            "token_file", "pin",   "restart", "restart_delay", "elastic"};
 const std::vector<std::string> launchers{"local", "ssh", "slurm"};
 const std::vector<std::string> transports{"auto", "tcp", "ucx"};
 
@@ -68,6 +68,10 @@ std::string cluster_yaml(const cluster_spec& c) {
     out += ", pin: true";
   if (c.restart > 0)
     out += fmt::format(", restart: {}", c.restart);
+  if (c.restart_delay > 0)
+    out += fmt::format(", restart_delay: {}", c.restart_delay);
+  if (!c.elastic)
+    out += ", elastic: false";
   return out + "}\n";
 }
 
@@ -105,6 +109,8 @@ void parse_cluster(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
       fmt::format("pinning nodes to CPUs is for the local launcher (this one is '{}'; {} places its own processes)",
                   c.launcher, c.launcher == "slurm" ? "srun --cpu-bind" : "each host"));
   r.get_int(n, "cluster", "restart", c.restart, 0, 1000);
+  r.get_double(n, "cluster", "restart_delay", c.restart_delay, 0, 3600);
+  r.get_bool(n, "cluster", "elastic", c.elastic);
   if (c.launcher == "ssh" && c.hosts.empty())
     r.error(n, "cluster", "the ssh launcher needs `hosts:`, a list of host names to start the nodes on");
 }

@@ -181,6 +181,13 @@ struct cluster_spec {
   /// an elastic local-update run starts the lost node alone again instead, its
   /// replicas rejoining with a live replica's state (#26).
   int restart = 0;
+  /// Seconds a lost node stays down before a restart starts it (the whole run,
+  /// or the node alone): a machine that takes that long to come back. 0: at once.
+  double restart_delay = 0;
+  /// A local-update run that loses a node holding only replicas goes on without
+  /// them (and with `restart`, takes them back). false: it stops, or restarts
+  /// from its latest checkpoint as any other run does.
+  bool elastic = true;
   /// Not read from the file: set in a node process that replaces a lost node of
   /// an elastic run (#26), whose replica's actors start from a live replica's state.
   bool joining = false;
