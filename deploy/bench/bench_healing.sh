@@ -82,6 +82,13 @@ def node_pids(node):
             found.append(int(d))
     return found
 
+def kernel_target(d):  # a launch's summary does not carry it; `troupe check --json` does
+    r = subprocess.run([troupe, "check", "graph.yaml", "--json"], cwd=d, capture_output=True, text=True)
+    try:
+        return json.loads(r.stdout).get("kernel_target", "?")
+    except ValueError:
+        return "?"
+
 def run(name, mode, seed, k, schedule_seed):
     d = os.path.join(out, name)
     subprocess.run(["rm", "-rf", d], check=True)
@@ -123,7 +130,7 @@ def run(name, mode, seed, k, schedule_seed):
     except (OSError, ValueError):
         pass
     r = {"name": name, "mode": mode, "code": proc.returncode, "wall": wall, "kills": kills, "curve": curve,
-         "val": summary.get("val_loss"), "kernel": summary.get("kernel_target", "?")}
+         "val": summary.get("val_loss"), "kernel": kernel_target(d)}
     print(f"{name}: exit {r['code']}, {wall:.1f} s, {len(kills)} kills, val loss {r['val']}", file=sys.stderr)
     if r["code"] != 0:
         print(open(os.path.join(d, "log.txt")).read()[-3000:], file=sys.stderr)

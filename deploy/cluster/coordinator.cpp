@@ -180,7 +180,8 @@ void coordinator::on_hello(event& e) {
   }
   auto& h = *decoded;
   const bool known = h.node >= 0 && h.node < static_cast<int>(nodes_.size());
-  const bool back = known && phase_ == phase::running && nodes_[static_cast<std::size_t>(h.node)].restarted;
+  const bool back = known && phase_ == phase::running && nodes_[static_cast<std::size_t>(h.node)].restarted &&
+                    comeback_ && comeback_->node == h.node;
   if (!known || (phase_ == phase::joining ? nodes_[static_cast<std::size_t>(h.node)].conn != nullptr : !back)) {
     fmt::print(stderr, "troupe launch: refused node {} from {}: {}\n", h.node, e.conn->peer(),
                !known                     ? "no such node"
@@ -313,6 +314,23 @@ void coordinator::on_frame(event& e) {
 
 void coordinator::lose_node(int i, const std::string& why) {
   auto& n = nodes_[static_cast<std::size_t>(i)];
+  if (comeback_ && comeback_->node == i && !n.restarted) { // the process started again is lost too
+    fmt::print(stderr, "troupe launch: lost {} again on its way back: {}\n", describe(i), why);
+    std::fflush(stderr);
+    n.gone = true, n.joining = false;
+    auto reps = comeback_->replicas;
+    comeback_.reset(), restart_at_.reset();
+    for (int r : reps) // the loader may have dealt to it again, the sync actors taken it back: out again
+      for (auto& other : nodes_)
+        if (other.conn && !other.gone)
+          other.conn->send(encode(replica_lost_msg{r}));
+    if (may_restart()) {
+      comeback_ = comeback{i, reps, {}, {}};
+      restart_at_ = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                          std::chrono::duration<double>(g_.cluster.restart_delay));
+    }
+    return;
+  }
   if (lost_nodes_.count(i))
     return;
   const auto& lu = g_.local_update;
@@ -371,9 +389,7 @@ void coordinator::lose_node(int i, const std::string& why) {
   std::erase_if(deferred_, [&](const auto& d) {
     return d.first.find(fmt::format("data connection to node {}:", i)) != std::string::npos;
   });
-  if (comeback_ && comeback_->node == i)
-    comeback_.reset(), restart_at_.reset(); // lost again on its way back
-  if (comeback_)                            // one comeback at a time: this one stays out
+  if (comeback_) // one comeback at a time: this one stays out
     return;
   if (may_restart()) {
     comeback_ = comeback{i, reps, {}, {}};
@@ -432,8 +448,14 @@ void coordinator::on_reconnected(int from, int node) {
 }
 
 void coordinator::on_rejoining(const rejoining_msg& m) {
-  if (!comeback_ || !comeback_->undecided.erase(m.replica))
-    throw malformed_input(fmt::format("a rejoin of replica {} that no comeback asked for", m.replica));
+  if (!comeback_ || !comeback_->undecided.erase(m.replica)) { // its node was lost again meanwhile
+    fmt::print(stderr,
+               "troupe launch: the loader placed replica {} at step {}, but its node was lost again; it "
+               "stays out\n",
+               m.replica, m.step + 1);
+    std::fflush(stderr);
+    return;
+  }
   const int node = comeback_->node;
   auto& n = nodes_[static_cast<std::size_t>(node)];
   const auto per_replica = static_cast<long>(g_.data.batch) * g_.pipeline.microbatches;

@@ -110,3 +110,8 @@ void rejoin(const std::string& local_update) {
 TEST_CASE("a DiLoCo replica whose node is killed comes back with a live replica's state, and all three agree") {
   rejoin("{algorithm: diloco, sync_every: 4}");
 }
+
+TEST_CASE("a DES-LOC replica comes back too: its moments are averaged with the others' from the rejoin on") {
+  // Parameters every 4 steps, moments every 8 and 16: the last step syncs all three.
+  rejoin("{algorithm: desloc, periods: {params: 4, momentum: 8, variance: 16}}");
+}
