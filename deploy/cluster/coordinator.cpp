@@ -370,14 +370,20 @@ void coordinator::lose_node(int i, const std::string& why) {
   for (int r = 0; r < replicas; ++r)
     if (!gone.count(r))
       left.push_back(r);
-  // The loader stops making the lost replicas' microbatches: each step trains on fewer sequences.
+  // The loader deals the lost replicas' microbatches to the ones left, or stops
+  // making them: then each step trains on fewer sequences.
   const auto per_replica = static_cast<long>(g_.data.batch) * g_.pipeline.microbatches;
-  fmt::print(stderr,
-             "troupe launch: lost {}: {}; replica {} leaves the run ({}); local-update training goes on with "
-             "replica{} {}, each step's batch shrinking from {} to {} sequences\n",
-             describe(i), why, fmt::join(reps, ", "), fmt::join(leaving, ", "), left.size() == 1 ? "" : "s",
-             fmt::join(left, ", "), per_replica * (replicas - static_cast<int>(lost_replicas_.size())),
-             per_replica * static_cast<long>(left.size()));
+  fmt::print(
+    stderr,
+    "troupe launch: lost {}: {}; replica {} leaves the run ({}); local-update training goes on with "
+    "replica{} {}, {}\n",
+    describe(i), why, fmt::join(reps, ", "), fmt::join(leaving, ", "), left.size() == 1 ? "" : "s",
+    fmt::join(left, ", "),
+    g_.keeps_batch_on_loss()
+      ? fmt::format("which take its microbatches: each step keeps its batch of {} sequences", per_replica * replicas)
+      : fmt::format("each step's batch shrinking from {} to {} sequences",
+                    per_replica * (replicas - static_cast<int>(lost_replicas_.size())),
+                    per_replica * static_cast<long>(left.size())));
   std::fflush(stderr);
   lost_nodes_.insert(i);
   n.gone = true;
@@ -486,9 +492,12 @@ void coordinator::on_rejoining(const rejoining_msg& m) {
     left_actors_.erase(m.replica);
     fmt::print(stderr,
                "troupe launch: replica {} rejoins at step {} with replica {}'s parameters, optimizer state and outer "
-               "state (no checkpoint read); each step's batch grows from {} to {} sequences\n",
-               m.replica, m.step + 1, m.donor, before,
-               per_replica * (replicas - static_cast<int>(lost_replicas_.size())));
+               "state (no checkpoint read); {}\n",
+               m.replica, m.step + 1, m.donor,
+               g_.keeps_batch_on_loss()
+                 ? fmt::format("it takes its own microbatches of each step's {} sequences back", per_replica * replicas)
+                 : fmt::format("each step's batch grows from {} to {} sequences", before,
+                               per_replica * (replicas - static_cast<int>(lost_replicas_.size()))));
     std::fflush(stderr);
   }
   if (comeback_->undecided.empty()) {

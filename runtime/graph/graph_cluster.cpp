@@ -13,10 +13,12 @@ namespace troupe {
 
 namespace {
 
-const std::vector<std::string> cluster_keys{"launcher",   "nodes", "hosts",   "address",       "port",   "transport",
-                                            "token_file", "pin",   "restart", "restart_delay", "elastic"};
+const std::vector<std::string> cluster_keys{"launcher", "nodes",         "hosts",      "address",
+                                            "port",     "transport",     "token_file", "pin",
+                                            "restart",  "restart_delay", "elastic",    "batch_on_loss"};
 const std::vector<std::string> launchers{"local", "ssh", "slurm"};
 const std::vector<std::string> transports{"auto", "tcp", "ucx"};
+const std::vector<std::string> batch_on_loss_choices{"keep", "shrink"};
 
 /// `node: 3` (or "3") as an index; nullopt when it is not a whole number.
 std::optional<int> node_index(const std::string& s) {
@@ -55,6 +57,12 @@ int graph_spec::node_of(const actor_spec& a) const {
   return 0;
 }
 
+bool graph_spec::keeps_batch_on_loss() const noexcept {
+  // A table replays a fixed set of microbatches a step; other routes are their policy's to give.
+  return cluster.batch_on_loss == "keep" && pipeline.routing == "chain" && pipeline.schedule != "table" &&
+         !skip_runs() && !routes_across_replicas();
+}
+
 std::string cluster_yaml(const cluster_spec& c) {
   if (!c.present)
     return {};
@@ -72,6 +80,8 @@ std::string cluster_yaml(const cluster_spec& c) {
     out += fmt::format(", restart_delay: {}", c.restart_delay);
   if (!c.elastic)
     out += ", elastic: false";
+  if (c.batch_on_loss != "keep")
+    out += fmt::format(", batch_on_loss: {}", c.batch_on_loss);
   return out + "}\n";
 }
 
@@ -89,6 +99,7 @@ void parse_cluster(parsed_graph& pg, const YAML::Node& n, graph_reader& r) {
   };
   one_of("launcher", c.launcher, launchers);
   one_of("transport", c.transport, transports);
+  one_of("batch_on_loss", c.batch_on_loss, batch_on_loss_choices);
   r.get_int(n, "cluster", "nodes", c.nodes, 1, limits::max_nodes);
   r.get_string(n, "cluster", "address", c.address);
   r.get_int(n, "cluster", "port", c.port, 0, 65535);

@@ -188,6 +188,10 @@ struct cluster_spec {
   /// them (and with `restart`, takes them back). false: it stops, or restarts
   /// from its latest checkpoint as any other run does.
   bool elastic = true;
+  /// What an elastic run's step does while a replica is out: `keep` its batch
+  /// (the replicas left take the lost one's microbatches in turn) or `shrink`
+  /// (they are not made). graph_spec::keeps_batch_on_loss says which applies.
+  std::string batch_on_loss = "keep";
   /// Not read from the file: set in a node process that replaces a lost node of
   /// an elastic run (#26), whose replica's actors start from a live replica's state.
   bool joining = false;
@@ -436,6 +440,11 @@ struct graph_spec {
   /// being replica i of position s. Other `skip:` graphs can be planned
   /// (`troupe plan paths`) but not run.
   bool skip_runs() const noexcept;
+  /// An elastic local-update run deals a lost replica's microbatches to the
+  /// replicas left (`cluster.batch_on_loss: keep`, on the default chain routes
+  /// and a rule schedule; other routes are their policy's to give, and a table
+  /// replays a fixed set of microbatches, so those steps shrink).
+  bool keeps_batch_on_loss() const noexcept;
   /// Microbatches move between replicas at stage boundaries: least_loaded
   /// routing, or a local-update method's own routes (NoLoCo's random ones).
   bool routes_across_replicas() const noexcept;

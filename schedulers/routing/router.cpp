@@ -28,9 +28,12 @@ void router_core::drop_replica(int r) {
   lost_[static_cast<std::size_t>(r)] = true;
   back_at_.erase(r);
   // Its stages' credits went with them: a rejoining replica's new stages grant afresh.
-  for (std::size_t k = static_cast<std::size_t>(r); k < routes_.size(); k += static_cast<std::size_t>(replicas))
-    for (const auto& h : routes_[k])
-      credits_.erase(h.actor);
+  for (std::size_t k = 0; k < routes_.size(); ++k)
+    if (owner_[k] == r)
+      for (const auto& h : routes_[k])
+        credits_.erase(h.actor);
+  if (!planned_ && !done()) // nothing of this step is out yet: deal it again without r
+    deal_step();
   for (int s = 0; s < replicas; ++s)
     if (!lost_[static_cast<std::size_t>(s)]) {
       if (r == 0)
@@ -60,8 +63,7 @@ void router_core::advance() {
 }
 
 void router_core::skip_lost() {
-  auto replicas = std::max(cfg_.replicas, 1);
-  while (!done() && !lost_.empty() && lost_[static_cast<std::size_t>(microbatch_ % replicas)])
+  while (!done() && lost(owner_[static_cast<std::size_t>(microbatch_)]))
     advance();
 }
 
@@ -76,10 +78,29 @@ void router_core::plan_step() {
     } else {
       ++it;
     }
-  routes_.clear();
-  auto first = step_ * per_step();
-  for (int k = 0; k < per_step(); ++k)
-    routes_.push_back(policy_->route(step_, k, first + k));
+  deal_step();
+}
+
+void router_core::deal_step() {
+  const int replicas = std::max(cfg_.replicas, 1), n = per_step();
+  const auto first = step_ * n;
+  std::vector<int> left, taken(static_cast<std::size_t>(replicas), 0);
+  for (int r = 0; r < replicas; ++r)
+    if (!lost(r))
+      left.push_back(r);
+  bool redeal = cfg_.redeal && cfg_.independent_replicas && !left.empty();
+  routes_.clear(), owner_.assign(static_cast<std::size_t>(n), 0), index_.assign(static_cast<std::size_t>(n), 0);
+  int moved = 0;
+  for (int k = 0; k < n; ++k) {
+    int r = k % replicas;
+    if (redeal && lost(r)) // a replica left takes it, in turn
+      r = left[static_cast<std::size_t>(moved++) % left.size()];
+    // Indices in the order the replica is dealt them (k div R with every replica in).
+    int index = taken[static_cast<std::size_t>(r)]++;
+    owner_[static_cast<std::size_t>(k)] = r, index_[static_cast<std::size_t>(k)] = index;
+    // The policy's route of replica r's microbatch `index` (microbatch k itself when r owns it).
+    routes_.push_back(policy_->route(step_, r + replicas * index, first + k));
+  }
 }
 
 std::optional<emission> router_core::next() {
@@ -93,7 +114,7 @@ std::optional<emission> router_core::next() {
   // Routed across replicas (least_loaded, NoLoCo), microbatches are numbered in the
   // whole step: a stage may take the same index of two replicas.
   bool whole_step = cfg_.targets_with_tokens || cfg_.stage_local_norm || cfg_.across_replicas;
-  int mb = whole_step ? microbatch_ : microbatch_ / std::max(cfg_.replicas, 1);
+  int mb = whole_step ? microbatch_ : index_[static_cast<std::size_t>(microbatch_)];
   emission e{step_, mb, step_ * per_step() + microbatch_, r, {}};
   --credits_[head];
   if (tail != head)
@@ -133,18 +154,19 @@ void router_core::plan_replicas(emission& e) const {
   int replicas = std::max(cfg_.replicas, 1), group = std::max(cfg_.group_size, 1);
   for (int first = 0; first < replicas; first += group) {
     std::map<int, int> hops;
-    int head = -1;
-    for (int rep = first; rep < first + group && rep < replicas; ++rep) {
-      if (!lost_.empty() && lost_[static_cast<std::size_t>(rep)])
-        continue; // left the run
-      for (std::size_t k = static_cast<std::size_t>(rep); k < routes_.size(); k += static_cast<std::size_t>(replicas)) {
-        head = head < 0 ? routes_[k].front().actor : head;
-        for (const auto& h : routes_[k])
-          ++hops[h.actor];
-      }
+    int head = -1, made = 0;
+    for (std::size_t k = 0; k < routes_.size(); ++k) {
+      int rep = owner_[k];
+      if (rep < first || rep >= first + group || lost(rep))
+        continue; // another group's, or it left the run
+      head = head < 0 ? routes_[k].front().actor : head;
+      ++made;
+      for (const auto& h : routes_[k])
+        ++hops[h.actor];
     }
+    // The group's tokens: more than its own share when it takes a lost replica's.
     for (auto [actor, n] : hops)
-      e.plans.push_back({actor, step_plan_msg{step_, n, cfg_.tokens_per_microbatch * cfg_.microbatches * group,
+      e.plans.push_back({actor, step_plan_msg{step_, n, cfg_.tokens_per_microbatch * made,
                                               static_cast<std::int32_t>(hops.size()), head}});
   }
 }

@@ -44,6 +44,12 @@ struct router_config {
   /// SkipPipe's paths (#14) go through any replica's stages: microbatches are
   /// numbered in the whole step, so two replicas' never share an index at a stage.
   bool across_replicas = false;
+  /// With independent replicas and elastic training (#26): a step keeps its
+  /// batch when replicas leave. The microbatches of a replica out of the run are
+  /// dealt to the replicas left in turn (each takes them after its own, as
+  /// microbatch m, m + 1, ...), so every step trains on the same sequences it
+  /// would with every replica in. false: they are not made, and the step shrinks.
+  bool redeal = false;
 };
 
 /// One microbatch to make and send: tokens to route.front(), targets to route.back().
@@ -104,6 +110,11 @@ private:
   void plan_replicas(emission& e) const;
   /// Microbatches a step emits, over all replicas.
   int per_step() const { return cfg_.microbatches * (cfg_.replicas > 1 ? cfg_.replicas : 1); }
+  /// Which replica takes each microbatch of the step being dealt, and its index
+  /// there: microbatch k is replica k mod R's (k div R), unless that one is out
+  /// and router_config::redeal gives it to a replica left.
+  void deal_step();
+  bool lost(int replica) const { return !lost_.empty() && lost_[static_cast<std::size_t>(replica)]; }
 
   router_config cfg_;
   routing_ptr policy_;
@@ -112,6 +123,8 @@ private:
   int microbatch_ = 0;
   std::int64_t emitted_ = 0;
   std::vector<route_t> routes_; ///< this step's, by microbatch
+  std::vector<int> owner_;      ///< this step's, by microbatch: the replica that takes it
+  std::vector<int> index_;      ///< this step's, by microbatch: its index within its replica's
   std::vector<route_t> eval_routes_;
   std::vector<bool> lost_;              ///< by replica: left the run
   std::map<int, std::int64_t> back_at_; ///< replicas coming back -> the step they are dealt from

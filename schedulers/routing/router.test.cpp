@@ -137,20 +137,28 @@ TEST_CASE("with replicas a step goes round them: replica k mod R, microbatch k d
 }
 
 namespace {
-/// Local-update training's router over 2 replicas of 2 stages (r0s0 = 1,
-/// r0s1 = 2, r1s0 = 3, r1s1 = 4), 2 microbatches a replica, `steps` steps.
-router_core two_replicas(std::int64_t steps) {
+/// Local-update training's router over `replicas` replicas of 2 stages (r0s0 =
+/// 1, r0s1 = 2, r1s0 = 3, r1s1 = 4, ...), 2 microbatches a replica, `steps` steps.
+router_core local_update_router(int replicas, std::int64_t steps, bool redeal = false) {
   routing_params rp;
   rp.layers = 2;
-  rp.replicas = 2;
-  for (int r = 0; r < 2; ++r)
-    for (int s = 0; s < 2; ++s)
+  rp.replicas = replicas;
+  std::vector<int> actors;
+  for (int r = 0; r < replicas; ++r)
+    for (int s = 0; s < 2; ++s) {
       rp.stages.push_back({1 + 2 * r + s, fmt::format("r{}s{}", r, s), {{s, s + 1}}, r});
-  router_config rc{{1, 2, 3, 4}, 2, steps, 0, 10, 2};
+      actors.push_back(1 + 2 * r + s);
+    }
+  router_config rc{actors, 2, steps, 0, 10, replicas};
   rc.independent_replicas = true;
+  rc.redeal = redeal;
   auto policy = make_routing("chain", rp);
   REQUIRE(policy);
   return router_core(rc, std::move(*policy));
+}
+
+router_core two_replicas(std::int64_t steps) {
+  return local_update_router(2, steps);
 }
 } // namespace
 
@@ -209,4 +217,81 @@ TEST_CASE("a replica that rejoins is dealt microbatches and plans again from its
   CHECK(heads[2] == std::vector<int>{1, 3, 1, 3});
   CHECK(heads[4] == std::vector<int>{1, 3, 1, 3});
   CHECK(router.done());
+}
+
+TEST_CASE("with redeal, a step keeps its batch: a lost replica's microbatches go to the replicas left, plans and "
+          "tokens counting them") {
+  // 3 replicas (stages 1-2, 3-4, 5-6), 2 microbatches each; replica 1 leaves
+  // after step 0's first microbatch (replica 0's), when step 0's plans have gone
+  // out: its share of step 0 is lost. It comes back at step 4.
+  const int replicas = 3, n = replicas * 2;
+  auto router = local_update_router(replicas, 7, true);
+  for (int a = 1; a <= 2 * replicas; ++a)
+    router.grant(a, 1000);
+  std::map<std::int64_t, std::vector<emission>> dealt; // step -> emissions in order
+  auto first = router.next();
+  REQUIRE(first);
+  dealt[0].push_back(*first);
+  router.drop_replica(1);
+  bool back = false;
+  while (auto e = router.next()) {
+    dealt[e->step].push_back(*e);
+    if (!back && e->step == 1)
+      router.add_replica(1, 4), router.grant(3, 1000), router.grant(4, 1000), back = true; // its new stages' credits
+  }
+  REQUIRE(router.done());
+  auto replica_of = [](int actor) { return (actor - 1) / 2; };
+  for (const auto& [step, es] : dealt) {
+    INFO("step ", step);
+    std::set<std::int64_t> sequences;
+    std::map<int, std::vector<int>> indices; // replica -> its microbatch indices, in order
+    std::map<int, int> hops;                 // stage -> hops dealt to it
+    std::map<int, step_plan_msg> plans;      // stage -> its plan
+    for (const auto& e : es) {
+      sequences.insert(e.sequence);
+      int r = replica_of(e.route.front().actor);
+      for (const auto& h : e.route) {
+        CHECK(replica_of(h.actor) == r); // a replica's own chain
+        ++hops[h.actor];
+      }
+      indices[r].push_back(e.microbatch);
+      for (const auto& [actor, plan] : e.plans)
+        plans[actor] = plan;
+    }
+    bool out = step < 4; // replica 1 is out, its share dealt to 0 and 2 from step 1
+    if (step == 0)
+      CHECK(sequences.size() == n - 2); // dealt before it left: its two are lost
+    else
+      for (std::int64_t q = step * n; q < (step + 1) * n; ++q)
+        CHECK(sequences.count(q) == 1); // every sequence of the step, as with every replica in
+    CHECK(indices.count(1) == static_cast<std::size_t>(!out));
+    for (const auto& [r, idx] : indices) {
+      for (std::size_t i = 0; i < idx.size(); ++i)
+        CHECK(idx[i] == static_cast<int>(i)); // 0, 1, ... in the order dealt
+      if (step > 0)
+        CHECK(idx.size() == (out ? 3u : 2u));
+    }
+    for (const auto& [actor, plan] : plans) {
+      if (step == 0 && replica_of(actor) == 1)
+        continue;                      // its plan went out before it left
+      CHECK(plan.hops == hops[actor]); // the plan counts what the stage is dealt
+      if (step > 0)
+        CHECK(plan.tokens == 10 * static_cast<std::int64_t>(indices[replica_of(actor)].size()));
+    }
+    if (step > 0)
+      CHECK(plans.size() == static_cast<std::size_t>(out ? 4 : 6));
+  }
+}
+
+TEST_CASE("without redeal a lost replica's microbatches are not made: the step shrinks") {
+  auto router = local_update_router(3, 3);
+  for (int a = 1; a <= 6; ++a)
+    router.grant(a, 1000);
+  router.drop_replica(2); // before anything went out: step 0 is dealt without it
+  std::map<std::int64_t, int> made;
+  while (auto e = router.next()) {
+    ++made[e->step];
+    CHECK(e->route.front().actor < 5);
+  }
+  CHECK(made == std::map<std::int64_t, int>{{0, 4}, {1, 4}, {2, 4}});
 }

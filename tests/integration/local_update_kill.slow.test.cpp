@@ -1,6 +1,7 @@
 // Local-update training is elastic (#13): killing the node process that holds
 // replica 1 mid-run, the launch names the lost replica, its sync actors re-form
-// their exchanges without it, the loader stops making its microbatches, and
+// their exchanges without it, the loader deals its microbatches to the
+// replicas left (or, with `batch_on_loss: shrink`, stops making them), and
 // the run finishes every step with exit 0, for DiLoCo and for NoLoCo. (DDP
 // still stops: integration.data_parallel_kill.) With 3 replicas the two left
 // must agree bit for bit after the last outer step: their parameters, saved
@@ -28,7 +29,9 @@ using namespace troupe::testing;
 
 namespace {
 
-void lose_a_replica(const std::string& local_update, int replicas, bool survivors_agree = false) {
+/// `shrink`: the graph sets `cluster.batch_on_loss: shrink`, else the replicas
+/// left take the lost one's microbatches (the default, `keep`).
+void lose_a_replica(const std::string& local_update, int replicas, bool survivors_agree = false, bool shrink = false) {
   auto dir = fs::temp_directory_path() / ("troupe_lu_kill_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -40,7 +43,8 @@ void lose_a_replica(const std::string& local_update, int replicas, bool survivor
                                     << "pipeline: {stages: 2, microbatches: 2, schedule: 1f1b}\n"
                                     << "data_parallel: {replicas: " << replicas << "}\n"
                                     << "local_update: " << local_update << "\n"
-                                    << "cluster: {launcher: local, nodes: " << replicas << "}\n"
+                                    << "cluster: {launcher: local, nodes: " << replicas
+                                    << (shrink ? ", batch_on_loss: shrink}\n" : "}\n")
                                     << "checkpoint: {dir: ck, every: " << steps << "}\n";
   troupe_process launch{dir, {"launch", (dir / "graph.yaml").string(), "--no-trace"}};
   auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
@@ -58,10 +62,24 @@ void lose_a_replica(const std::string& local_update, int replicas, bool survivor
   CHECK(err.find("lost node 1") != std::string::npos);
   CHECK(err.find("replica 1 leaves the run (r1s0, r1s1, r1s0_sync, r1s1_sync)") != std::string::npos);
   CHECK(err.find("goes on with replica") != std::string::npos);
-  // It says the global batch shrank: batch 2 x 2 microbatches per replica.
-  CHECK(err.find(fmt::format("each step's batch shrinking from {} to {} sequences", 4 * replicas,
-                             4 * (replicas - 1))) != std::string::npos);
+  // It says what the global batch does: batch 2 x 2 microbatches per replica.
+  if (shrink)
+    CHECK(err.find(fmt::format("each step's batch shrinking from {} to {} sequences", 4 * replicas,
+                               4 * (replicas - 1))) != std::string::npos);
+  else
+    CHECK(err.find(fmt::format("which take its microbatches: each step keeps its batch of {} sequences",
+                               4 * replicas)) != std::string::npos);
   CHECK(out.find(fmt::format("{} steps in", steps)) != std::string::npos); // every step, by the replicas left
+  // What the loader read: every step's sequences when kept, but the lost
+  // replica's share of the step it was lost in (at most its 4, dealt before
+  // the loss reached the loader); far fewer when the batch shrank.
+  const long all = static_cast<long>(steps) * 4 * replicas,
+             read = loader_position(dir / "ck" / fmt::format("step-{:06}", steps));
+  MESSAGE("the loader read ", read, " sequences of ", all);
+  if (shrink)
+    CHECK(read < all - 4 * 100); // the kill fell at least 100 steps before the end
+  else
+    CHECK((read <= all && read >= all - 4));
   std::this_thread::sleep_for(200ms);
   CHECK(processes_with("--coordinator " + coordinator).empty());
   if (survivors_agree) { // step 3000 ends an outer step
@@ -82,8 +100,8 @@ void lose_a_replica(const std::string& local_update, int replicas, bool survivor
 
 } // namespace
 
-TEST_CASE("a DiLoCo run that loses a replica's node finishes with the others, exit 0, naming it") {
-  lose_a_replica("{algorithm: diloco, sync_every: 4}", 2);
+TEST_CASE("a DiLoCo run that loses a replica's node finishes with the others, exit 0, naming it; its batch shrinks") {
+  lose_a_replica("{algorithm: diloco, sync_every: 4}", 2, false, true);
 }
 
 TEST_CASE("a NoLoCo run that loses a replica's node finishes with the others, exit 0, naming it") {

@@ -88,8 +88,9 @@ void rejoin(const std::string& local_update) {
   CHECK(err.find("lost node 1") != std::string::npos);
   CHECK(err.find("starting node 1 again (restart 1 of 1)") != std::string::npos);
   CHECK(err.find("node 1 (") != std::string::npos);
-  CHECK(err.find("with replica 0's parameters, optimizer state and outer state (no checkpoint read); each step's "
-                 "batch grows from 8 to 12 sequences") != std::string::npos);
+  CHECK(err.find("which take its microbatches: each step keeps its batch of 12 sequences") != std::string::npos);
+  CHECK(err.find("with replica 0's parameters, optimizer state and outer state (no checkpoint read); it takes its "
+                 "own microbatches of each step's 12 sequences back") != std::string::npos);
   CHECK(at > 1);
   CHECK(at < steps);
   CHECK(out.find(fmt::format("{} steps in", steps)) != std::string::npos);
@@ -105,6 +106,11 @@ void rejoin(const std::string& local_update) {
                      [](const std::string& name) { return name.starts_with("optimizer."); });
   MESSAGE(compared, " tensors of the three replicas' last checkpoints compared, bit for bit");
   CHECK(compared > 16);
+  // Every step kept its batch, out or back: the loader read all of the run's
+  // sequences but the lost replica's share of the step it was lost in.
+  const long all = static_cast<long>(steps) * 12, read = loader_position(last);
+  MESSAGE("the loader read ", read, " sequences of ", all);
+  CHECK((read <= all && read >= all - 4));
   auto healed_loss = last_val_loss(out);
   MESSAGE(local_update, ": rejoined at step ", at, "; loss ", healed_loss, " against ", clean_loss,
           " without the kill");

@@ -1,5 +1,5 @@
 // Replicas that must agree (#26 item 3): their checkpoint parts compared
-// tensor by tensor, bit for bit.
+// tensor by tensor, bit for bit; and how far a run's loader read.
 #pragma once
 
 #include <cstring>
@@ -35,6 +35,17 @@ inline int same_tensors(const std::filesystem::path& a, const std::filesystem::p
   if (auto p = fa->metadata.find("outer.performed"); p != fa->metadata.end())
     CHECK(fb->metadata.at("outer.performed") == p->second);
   return compared;
+}
+
+/// The training sequences (context windows) a run's loader had read by the
+/// checkpoint in `step_dir`: its part's `position`. A run that dealt every
+/// microbatch of every step read steps x replicas x microbatches x batch.
+inline long loader_position(const std::filesystem::path& step_dir) {
+  auto f = read_safetensors(step_dir / "loader.safetensors");
+  REQUIRE_MESSAGE(f, (step_dir / "loader.safetensors").string());
+  auto p = f->metadata.find("position");
+  REQUIRE_MESSAGE(p != f->metadata.end(), "the loader's checkpoint part holds no position");
+  return std::stol(p->second);
 }
 
 } // namespace troupe::testing
