@@ -280,6 +280,7 @@ caf::behavior outer_sync(sync_actor* self, sync_settings cfg, caf::actor runner)
         try {
           auto f = state_file(m);
           auto saved = read_outer_sync_part(header_of(f), &f);
+          sched::forget_own(*sched::find_sync_method(cfg.spec.algorithm), saved.state); // the donor's own
           st.peer->resume_at(saved.performed, std::move(saved.prepared));
           st.resumed = std::move(saved.state);
         } catch (const std::exception& e) {

@@ -194,14 +194,22 @@ std::vector<sync_send> gathering_policy::report(int r) const {
 }
 
 std::vector<sync_send> gathering_policy::lose(int r) {
-  if (is_lost(r))
+  if (is_lost(r)) {
+    back_.erase(r); // lost again on its way back: it stays out
     return {};
+  }
   lost_.push_back(r);
   // The exchange under way, or the last one applied (a member still in it may
   // wait for this one's word): its members learn whether this one has r's part.
   if (std::find(members_.begin(), members_.end(), r) == members_.end())
     return {};
   return report(r);
+}
+
+void gathering_policy::rejoin(int r, std::int64_t after) {
+  if (!is_lost(r) || back_.count(r))
+    throw std::invalid_argument(fmt::format("{}: replica {} rejoins, but it was not lost", name_, r));
+  back_[r] = after;
 }
 
 bool gathering_policy::ready(int) const {
@@ -246,9 +254,16 @@ std::vector<sync_send> gathering_policy::restore(const sync_state& s) {
   return {};
 }
 
-std::vector<sync_send> gathering_policy::gather(std::vector<int> members, quantized_rows part) {
+std::vector<sync_send> gathering_policy::gather(std::vector<int> members, std::int64_t step, quantized_rows part) {
   if (under_way_)
     throw std::invalid_argument(fmt::format("{}: an exchange prepared while one is under way", name_));
+  for (auto it = back_.begin(); it != back_.end();) // replicas back from this exchange on
+    if (step > it->second) {
+      std::erase(lost_, it->first);
+      it = back_.erase(it);
+    } else {
+      ++it;
+    }
   members_ = std::move(members);
   auto n = members_.size();
   parts_.assign(n, std::nullopt);

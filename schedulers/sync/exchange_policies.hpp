@@ -4,6 +4,7 @@
 // it names (NoLoCo's groups, SparseLoCo's sparse all-gather).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -54,6 +55,9 @@ class gathering_policy : public sync_policy {
 public:
   std::vector<sync_send> receive(int f, int from, int round, int piece, quantized_rows part) override;
   std::vector<sync_send> lose(int r) override;
+  /// Replica `r` is in the exchanges gathered after more than `after` steps
+  /// (each is prepared and performed after one step, so none is under way).
+  void rejoin(int r, std::int64_t after) override;
   bool ready(int f) const override;
   void perform(int f, std::span<float> local) override;
   long exchanges() const override { return exchanges_; }
@@ -65,9 +69,9 @@ protected:
   /// What the method keeps across exchanges, into and out of a checkpoint.
   virtual void save_own(sync_state& s) const = 0;
   virtual void restore_own(const sync_state& s) = 0;
-  /// Starts an exchange among `members` (this replica among them, lost ones
-  /// left out here) with this replica's `part`: what to send.
-  std::vector<sync_send> gather(std::vector<int> members, quantized_rows part);
+  /// Starts the exchange of `step` among `members` (this replica among them,
+  /// lost ones left out here) with this replica's `part`: what to send.
+  std::vector<sync_send> gather(std::vector<int> members, std::int64_t step, quantized_rows part);
   /// Applies the parts of every member still here (member order) to `local`.
   virtual void apply(std::vector<quantized_rows>& parts, std::span<float> local) = 0;
 
@@ -81,6 +85,7 @@ private:
 
   const char* name_;
   std::vector<int> members_, lost_;                  ///< the exchange's members (lost ones too); replicas lost
+  std::map<int, std::int64_t> back_;                 ///< lost replicas coming back -> in the exchanges after this step
   std::vector<std::optional<quantized_rows>> parts_; ///< [member]: its part, once here
   std::vector<std::vector<bool>> heard_;             ///< [lost member][member]: that one's word about its part
   std::int64_t values_ = 0;

@@ -183,7 +183,7 @@ public:
         mine = group;
     std::vector<float> both(local.begin(), local.end());
     both.insert(both.end(), slow_.begin(), slow_.end());
-    return gather(std::move(mine), quantize_rows(both, sync_row_values, format_));
+    return gather(std::move(mine), step, quantize_rows(both, sync_row_values, format_));
   }
 
 private:
@@ -292,7 +292,7 @@ void register_noloco(const sync_registrar& add) {
                  [](const local_update_spec&) { return param_fragments(1); },
                  [](const local_update_spec& s) { return periodic_schedule({s.sync_every}); },
                  [](const sync_setup& s) { return std::make_unique<noloco_policy>(s); }, settings(),
-                 make_noloco_routing, run_noloco_toy});
+                 make_noloco_routing, run_noloco_toy, /*rejoins=*/true});
 }
 
 } // namespace troupe::sched

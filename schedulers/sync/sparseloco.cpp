@@ -191,10 +191,10 @@ public:
   explicit sparseloco_policy(const sync_setup& s)
       : gathering_policy(s, "sparseloco"),
         math_(s.start.at(0), option_number(s.spec, "density"), s.spec.outer.momentum, s.spec.outer.lr) {}
-  std::vector<sync_send> prepare(int f, std::int64_t, std::span<const float> local) override {
+  std::vector<sync_send> prepare(int f, std::int64_t step, std::span<const float> local) override {
     if (f != 0)
       throw std::invalid_argument(fmt::format("sparseloco: fragment {} prepared (it has one)", f));
-    return gather(all_replicas(setup_.replicas), math_.prepare(local));
+    return gather(all_replicas(setup_.replicas), step, math_.prepare(local));
   }
 
 private:
@@ -228,7 +228,11 @@ void register_sparseloco(const sync_registrar& add) {
   add("sparseloco", {"SparseLoCo: error feedback, top-k per chunk in 2 bits, a sparse all-gather",
                      [](const local_update_spec&) { return param_fragments(1); },
                      [](const local_update_spec& s) { return periodic_schedule({s.sync_every}); },
-                     [](const sync_setup& s) { return std::make_unique<sparseloco_policy>(s); }, settings()});
+                     [](const sync_setup& s) { return std::make_unique<sparseloco_policy>(s); }, settings(), nullptr,
+                     nullptr, /*rejoins=*/true,
+                     // Each replica's residual is its own: a joiner's starts at zero (a
+                     // copy of the donor's would send the donor's residual twice).
+                     /*own=*/{"error"}});
 }
 
 } // namespace troupe::sched

@@ -4,6 +4,7 @@
 // a lost replica is sent nothing.
 #include "schedulers/sync/sync_peer.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
@@ -115,22 +116,27 @@ std::map<int, std::vector<float>> exchange_all(std::map<int, sync_peer*> p, std:
 
 } // namespace
 
-TEST_CASE("a replica that rejoins with a live peer's state is in the next exchange, and every replica agrees") {
-  // DiLoCo over 4 replicas: replica 3 is lost, the survivors take an outer step
-  // without it, then it comes back with replica 0's outer state. The exchange
-  // after that must include it (a survivor that left it out would never be
-  // complete) and must equal the same exchange run by 4 replicas that each
-  // started from replica 0's state: the joiner took the global and momentum.
-  local_update_spec spec;
-  spec.algorithm = "diloco", spec.sync_every = 2;
-  const auto* method = find_sync_method("diloco");
+namespace {
+
+/// Replica 3 of 4 is lost, the survivors take an outer step without it, then
+/// it comes back with replica 0's outer state (the donor's own values, such as
+/// SparseLoCo's error feedback, at zero). The exchange after that must include
+/// it (a survivor that left it out would never be complete) and must equal the
+/// same exchange run by 4 fresh replicas: the survivors from their own states,
+/// the joiner from the donor's with `own` zeroed here by hand. Returns each
+/// replica's values after it.
+std::map<int, std::vector<float>> rejoin_matches_clean_exchange(local_update_spec spec,
+                                                                const std::vector<std::string>& own = {}) {
+  const auto* method = find_sync_method(spec.algorithm);
+  REQUIRE(method);
   REQUIRE(method->rejoins);
+  CHECK(method->own == own);
   const std::size_t n = 3000;
   auto start = noisy(n, 1);
   std::vector<sync_peer> p;
   for (int r = 0; r < 4; ++r) {
     p.emplace_back("r" + std::to_string(r), r, 4);
-    p.back().start(*method, sync_setup{spec, 0, 0, 0, {start}});
+    p.back().start(*method, sync_setup{spec, 0, 0, 5, {start}});
   }
   std::map<int, std::vector<float>> locals;
   for (int r = 0; r < 4; ++r)
@@ -159,19 +165,26 @@ TEST_CASE("a replica that rejoins with a live peer's state is in the next exchan
     for (auto& s : survivors.at(m.to)->receive(std::move(m)))
       parts.push_back(std::move(s));
   }
-  std::vector<float> after2;
+  std::map<int, std::vector<float>> after2;
   for (auto& [r, peer] : survivors) {
     REQUIRE(peer->applicable() == std::vector<int>{0});
-    auto v = peer->apply(0).second;
-    if (after2.empty())
-      after2 = v;
-    CHECK(std::memcmp(v.data(), after2.data(), n * sizeof(float)) == 0);
+    after2[r] = peer->apply(0).second;
   }
   // The joiner: replica 0's state, as a live peer hands it over.
-  auto donor = p[0].save();
+  std::map<int, sync_state> states;
+  for (int r = 0; r < 3; ++r)
+    states[r] = p[static_cast<std::size_t>(r)].save();
+  auto donated = states[0];
+  forget_own(*method, donated);
   sync_peer joiner("r3", 3, 4);
   joiner.resume_at(p[0].performed(), p[0].prepared());
-  CHECK(joiner.start(*method, sync_setup{spec, 0, 0, 0, {start}}, donor).empty());
+  CHECK(joiner.start(*method, sync_setup{spec, 3, 4, 5, {start}}, donated).empty());
+  states[3] = states[0];
+  for (const auto& name : own) {
+    auto& v = states[3].values.at(name);
+    CHECK(std::any_of(v.begin(), v.end(), [](float x) { return x != 0; })); // the donor's is not zero
+    std::fill(v.begin(), v.end(), 0.0f);
+  }
   for (int r = 0; r < 4; ++r)
     locals[r] = noisy(n, 20 + static_cast<unsigned>(r));
   auto got = exchange_all({{0, &p[0]}, {1, &p[1]}, {2, &p[2]}, {3, &joiner}}, 4, locals, {3, 1, 0, 2});
@@ -179,18 +192,43 @@ TEST_CASE("a replica that rejoins with a live peer's state is in the next exchan
   for (int r = 0; r < 4; ++r) {
     ref.emplace_back("ref" + std::to_string(r), r, 4);
     ref.back().resume_at(p[0].performed(), {});
-    ref.back().start(*method, sync_setup{spec, 0, 0, 0, {start}}, donor);
+    ref.back().start(*method, sync_setup{spec, r, 4, 5, {start}}, states[r]);
   }
   auto want = exchange_all({{0, &ref[0]}, {1, &ref[1]}, {2, &ref[2]}, {3, &ref[3]}}, 4, locals, {0, 1, 2, 3});
   for (int r = 0; r < 4; ++r) {
     CAPTURE(r);
-    CHECK(std::memcmp(got[r].data(), want[0].data(), n * sizeof(float)) == 0);
+    CHECK(std::memcmp(got[r].data(), want[r].data(), n * sizeof(float)) == 0);
   }
-  CHECK(std::memcmp(want[0].data(), after2.data(), n * sizeof(float)) != 0);
+  CHECK(std::memcmp(want[0].data(), after2[0].data(), n * sizeof(float)) != 0);
   // An exchange of a later step already under way without it: too late to come back there.
   p[1].lose(3); // lost again
   p[1].prepare(6, 0, locals[1]);
   CHECK_THROWS_WITH_AS(p[1].rejoin(3, 5), doctest::Contains("already under way without it"), std::runtime_error);
+  return got;
+}
+
+} // namespace
+
+TEST_CASE("a replica that rejoins with a live peer's state is in the next exchange, and every replica agrees") {
+  SUBCASE("DiLoCo: a mean over all four, which every replica holds") {
+    local_update_spec spec;
+    spec.algorithm = "diloco", spec.sync_every = 2;
+    auto got = rejoin_matches_clean_exchange(spec);
+    for (int r = 1; r < 4; ++r)
+      CHECK(got[r] == got[0]);
+  }
+  SUBCASE("SparseLoCo: the joiner's part in the gather, its error feedback its own from zero") {
+    local_update_spec spec;
+    spec.algorithm = "sparseloco", spec.sync_every = 2, spec.options = {{"density", "0.05"}};
+    auto got = rejoin_matches_clean_exchange(spec, {"error"});
+    for (int r = 1; r < 4; ++r)
+      CHECK(got[r] == got[0]);
+  }
+  SUBCASE("NoLoCo: in its group of the next exchange, with the donor's slow weights and momentum") {
+    local_update_spec spec;
+    spec.algorithm = "noloco", spec.sync_every = 2, spec.options = {{"group", "2"}, {"route", "chain"}};
+    rejoin_matches_clean_exchange(spec);
+  }
 }
 
 TEST_CASE("a replica can rejoin only where no exchange is under way") {

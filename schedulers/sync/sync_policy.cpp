@@ -130,6 +130,12 @@ std::int64_t first_quiet_step(const sync_method& method, const local_update_spec
   return -1;
 }
 
+void forget_own(const sync_method& method, sync_state& state) {
+  for (const auto& name : method.own)
+    if (auto v = state.values.find(name); v != state.values.end())
+      std::fill(v->second.begin(), v->second.end(), 0.0f);
+}
+
 void sync_policy::rejoin(int r, std::int64_t) {
   throw std::runtime_error(
     fmt::format("this local-update method cannot take replica {} back: it has no rule for a rejoining replica", r));

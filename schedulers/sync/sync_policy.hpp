@@ -138,7 +138,15 @@ struct sync_method {
   /// Whether its policy takes a lost replica back (sync_policy::rejoin): a
   /// launch restarts a lost node's process and the replica rejoins (#26).
   bool rejoins = false;
+  /// The sync_state values each replica keeps for itself (SparseLoCo's error
+  /// feedback): a rejoining replica starts them at zero instead of taking the
+  /// donor's (forget_own).
+  std::vector<std::string> own = {};
 };
+
+/// A rejoining replica's state from a live donor (#26): the values that are
+/// the donor's own (sync_method::own) become zeros of the same size.
+void forget_own(const sync_method& method, sync_state& state);
 
 /// What a built-in method's `register_NAME` (sync_builtin.def) adds itself with.
 using sync_registrar = std::function<void(std::string, sync_method)>;

@@ -4,7 +4,7 @@
 // AdamW state and outer state over the wire (no checkpoint is read), is in the
 // exchanges from the step the loader names, and the run ends with exit 0. At the
 // last outer step all three replicas agree bit for bit (item 3), the joiner
-// included, and the loss is within 5% of the same run without the kill (not
+// included (not NoLoCo's, which differ by design), and the loss is within 5% of the same run without the kill (not
 // the issue's 2%: see the check).
 #include <signal.h>
 #include <unistd.h>
@@ -59,7 +59,9 @@ void write_graph(const fs::path& dir, const std::string& local_update) {
                                     << "checkpoint: {dir: ck, every: " << steps << "}\n";
 }
 
-void rejoin(const std::string& local_update) {
+/// `agree`: the replicas hold the same values after an outer step (all but
+/// NoLoCo, whose replicas differ by design).
+void rejoin(const std::string& local_update, bool agree = true) {
   auto base = fs::temp_directory_path() / ("troupe_lu_rejoin_" + std::to_string(::getpid()));
   fs::remove_all(base);
   for (const auto* d : {"healed", "clean"}) {
@@ -101,11 +103,14 @@ void rejoin(const std::string& local_update) {
   int compared = 0;
   for (const auto* part : {"s0", "s1", "s0_sync", "s1_sync"})
     for (int r : {1, 2})
-      compared +=
-        same_tensors(last / fmt::format("r0{}.safetensors", part), last / fmt::format("r{}{}.safetensors", r, part),
-                     [](const std::string& name) { return name.starts_with("optimizer."); });
+      if (agree)
+        compared +=
+          same_tensors(last / fmt::format("r0{}.safetensors", part), last / fmt::format("r{}{}.safetensors", r, part),
+                       [](const std::string& name) { // each replica's own: AdamW's, SparseLoCo's error feedback
+                         return name.starts_with("optimizer.") || name == "sync.error";
+                       });
   MESSAGE(compared, " tensors of the three replicas' last checkpoints compared, bit for bit");
-  CHECK(compared > 16);
+  CHECK((compared > 16 || !agree));
   // Every step kept its batch, out or back: the loader read all of the run's
   // sequences but the lost replica's share of the step it was lost in.
   const long all = static_cast<long>(steps) * 12, read = loader_position(last);
@@ -114,11 +119,12 @@ void rejoin(const std::string& local_update) {
   auto healed_loss = last_val_loss(out);
   MESSAGE(local_update, ": rejoined at step ", at, "; loss ", healed_loss, " against ", clean_loss,
           " without the kill");
-  // The issue asks for 2%, which this does not meet reliably: over 10 runs
-  // DiLoCo's healed mean was -0.6% to +3.3% off the clean one (8 above; the
-  // data order differs from the kill on), DES-LOC's -0.04% to +0.8%. Whether
-  // part of it is a cost of the rejoin is open (#26). 5% still catches a
-  // replica that came back with the wrong state.
+  // The issue asks for 2%. With the batch kept, DiLoCo's healed mean was -1.0%
+  // to +1.6% off the clean one over 6 runs (with it shrinking, -0.6% to +3.3%
+  // over 10): which replica trains which sequence differs from the kill on,
+  // and this small model's trajectory moves a percent or so with it. A 2%
+  // check would flake; 5% still catches a replica that came back with the
+  // wrong state.
   CHECK(std::abs(healed_loss - clean_loss) <= 0.05 * clean_loss);
   std::this_thread::sleep_for(200ms);
   CHECK(processes_with("--coordinator " + coordinator).empty());
@@ -134,4 +140,13 @@ TEST_CASE("a DiLoCo replica whose node is killed comes back with a live replica'
 TEST_CASE("a DES-LOC replica comes back too: its moments are averaged with the others' from the rejoin on") {
   // Parameters every 4 steps, moments every 8 and 16: the last step syncs all three.
   rejoin("{algorithm: desloc, periods: {params: 4, momentum: 8, variance: 16}}");
+}
+
+TEST_CASE("a SparseLoCo replica comes back: in the sparse gather from the rejoin on, its error feedback from zero") {
+  rejoin("{algorithm: sparseloco, sync_every: 4}");
+}
+
+TEST_CASE("a NoLoCo replica comes back into its groups with a live replica's slow weights and momentum") {
+  // One group of all three (a group must divide the replicas): the gather of NoLoCo's own rule.
+  rejoin("{algorithm: noloco, sync_every: 4, group: 3, route: chain}", false);
 }
