@@ -35,6 +35,8 @@ caf::behavior channel(channel_actor* self, std::string dest_name, std::uint16_t 
     std::int64_t bytes = 0;
     for (const auto& b : f.blobs)
       bytes += static_cast<std::int64_t>(b.nbytes());
+    if (!self->state.conn)
+      return; // its node is down (a joiner's plan, #26): what it would have taken is lost with it
     handler_scope busy(self->state.trace_id, "send"); // a send that blocks on the transport is a hang too
     scoped_span s(self->state.trace_id, span_kind::send, -1, -1);
     s.get().bytes = static_cast<std::size_t>(bytes);

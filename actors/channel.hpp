@@ -16,7 +16,8 @@ namespace troupe {
 /// Spawns the stand-in for actor `dest_index` (`dest_name`) of a remote node:
 /// the data-plane messages it receives (remote_codec.hpp) are encoded and sent
 /// over `conn`; tensor bytes are read from the handles, not copied. Any other
-/// message is reported to `runner` as a failure naming the message.
+/// message is reported to `runner` as a failure naming the message. A null
+/// `conn` (the node is down, #26) drops what it takes until reconnect_channel.
 caf::actor spawn_channel(caf::actor_system& sys, std::string dest_name, std::uint16_t dest_index,
                          std::shared_ptr<net::connection> conn, caf::actor runner);
 

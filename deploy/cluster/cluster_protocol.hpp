@@ -106,7 +106,7 @@ struct hello_msg {
 
 struct node_address {
   std::string host;
-  std::uint16_t port = 0;
+  std::uint16_t port = 0; ///< 0 in a joiner's plan: that node is down (node_back says where it is once back)
 };
 
 struct plan_msg {

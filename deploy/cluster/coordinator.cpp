@@ -82,6 +82,13 @@ struct comeback {
   std::set<int> undecided;    ///< replicas the loader has not placed yet
 };
 
+/// A lost node to start again once the comeback under way is over.
+struct queued_comeback {
+  int node = -1;
+  std::set<int> replicas;
+  std::chrono::steady_clock::time_point due; ///< its loss + cluster.restart_delay
+};
+
 enum class phase { joining, planning, running, over };
 
 class coordinator {
@@ -139,7 +146,10 @@ private:
   void on_comeback_ready(int i);
   void on_reconnected(int from, int node);
   void on_rejoining(const rejoining_msg& m);
+  /// Starts the next queued comeback whose node is still lost and may restart.
+  void next_comeback();
   std::optional<comeback> comeback_;                 ///< one at a time
+  std::deque<queued_comeback> queued_;               ///< lost meanwhile: in the order lost
   std::optional<clock_type::time_point> restart_at_; ///< when the comeback's node is started (cluster.restart_delay)
   int node_restarts_ = 0;
   plan_msg plan_;
@@ -202,6 +212,9 @@ void coordinator::on_hello(event& e) {
   plan_.nodes[static_cast<std::size_t>(n.hello.node)] = {n.hello.data_host, n.hello.data_port};
   auto plan = plan_;
   plan.joining = true;
+  for (std::size_t j = 0; j < nodes_.size(); ++j) // down now: no address (node_back gives it one if it comes back)
+    if (j != static_cast<std::size_t>(n.hello.node) && (nodes_[j].gone || nodes_[j].restarted || !nodes_[j].conn))
+      plan.nodes[j] = node_address{};
   n.conn->send(encode(plan));
   for (int r : lost_replicas_) // the replicas still out, which its sync actors leave out too
     if (!comeback_ || !comeback_->replicas.count(r))
@@ -329,8 +342,14 @@ void coordinator::lose_node(int i, const std::string& why) {
       comeback_ = comeback{i, reps, {}, {}};
       restart_at_ = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
                                           std::chrono::duration<double>(g_.cluster.restart_delay));
+    } else {
+      next_comeback();
     }
     return;
+  }
+  if (comeback_ && comeback_->reconnecting.erase(i)) { // its answer will not come: the comeback goes on
+    n.gone = true;
+    on_reconnected(-1, comeback_->node);
   }
   if (lost_nodes_.count(i))
     return;
@@ -373,17 +392,17 @@ void coordinator::lose_node(int i, const std::string& why) {
   // The loader deals the lost replicas' microbatches to the ones left, or stops
   // making them: then each step trains on fewer sequences.
   const auto per_replica = static_cast<long>(g_.data.batch) * g_.pipeline.microbatches;
-  fmt::print(
-    stderr,
-    "troupe launch: lost {}: {}; replica {} leaves the run ({}); local-update training goes on with "
-    "replica{} {}, {}\n",
-    describe(i), why, fmt::join(reps, ", "), fmt::join(leaving, ", "), left.size() == 1 ? "" : "s",
-    fmt::join(left, ", "),
-    g_.keeps_batch_on_loss()
-      ? fmt::format("which take its microbatches: each step keeps its batch of {} sequences", per_replica * replicas)
-      : fmt::format("each step's batch shrinking from {} to {} sequences",
-                    per_replica * (replicas - static_cast<int>(lost_replicas_.size())),
-                    per_replica * static_cast<long>(left.size())));
+  fmt::print(stderr,
+             "troupe launch: lost {}: {}; replica {} leaves the run ({}); local-update training goes on with "
+             "replica{} {}, {}\n",
+             describe(i), why, fmt::join(reps, ", "), fmt::join(leaving, ", "), left.size() == 1 ? "" : "s",
+             fmt::join(left, ", "),
+             g_.keeps_batch_on_loss()
+               ? fmt::format("which take{} its microbatches: each step keeps its batch of {} sequences",
+                             left.size() == 1 ? "s" : "", per_replica * replicas)
+               : fmt::format("each step's batch shrinking from {} to {} sequences",
+                             per_replica * (replicas - static_cast<int>(lost_replicas_.size())),
+                             per_replica * static_cast<long>(left.size())));
   std::fflush(stderr);
   lost_nodes_.insert(i);
   n.gone = true;
@@ -396,12 +415,26 @@ void coordinator::lose_node(int i, const std::string& why) {
   std::erase_if(deferred_, [&](const auto& d) {
     return d.first.find(fmt::format("data connection to node {}:", i)) != std::string::npos;
   });
-  if (comeback_) // one comeback at a time: this one stays out
-    return;
-  if (may_restart()) {
+  auto due = clock_type::now() +
+             std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(g_.cluster.restart_delay));
+  if (comeback_ && may_restart()) { // one comeback at a time: this one waits for it
+    fmt::print(stderr, "troupe launch: node {} is started again once node {} is back\n", i, comeback_->node);
+    std::fflush(stderr);
+    queued_.push_back({i, reps, due});
+  } else if (!comeback_ && may_restart()) {
     comeback_ = comeback{i, reps, {}, {}};
-    restart_at_ = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
-                                        std::chrono::duration<double>(g_.cluster.restart_delay));
+    restart_at_ = due;
+  }
+}
+
+void coordinator::next_comeback() {
+  while (!comeback_ && !queued_.empty()) {
+    auto q = std::move(queued_.front());
+    queued_.pop_front();
+    if (!lost_nodes_.count(q.node) || !may_restart())
+      continue;
+    comeback_ = comeback{q.node, std::move(q.replicas), {}, {}};
+    restart_at_ = std::max(q.due, clock_type::now());
   }
 }
 
@@ -429,6 +462,7 @@ void coordinator::restart_node(int i) {
                error_message(err));
     std::fflush(stderr);
     comeback_.reset();
+    next_comeback();
     return;
   }
   fmt::print(stderr, "troupe launch: starting node {} again (restart {} of {})\n", i, node_restarts_,
@@ -504,6 +538,7 @@ void coordinator::on_rejoining(const rejoining_msg& m) {
     if (m.step >= 0)
       lost_nodes_.erase(node);
     comeback_.reset();
+    next_comeback();
   }
 }
 

@@ -138,6 +138,8 @@ caf::error node_agent::setup(const plan_msg& p) {
     int n = graph_.node_of(a);
     auto link = link_to(a.name);
     auto& conn = conns[{n, link.bytes_per_s, link.latency_s}];
+    if (!conn && nodes_.at(static_cast<std::size_t>(n)).port == 0) // down (#26): connected once back
+      return spawn_channel(sys_, a.name, static_cast<std::uint16_t>(i), nullptr, caf::actor_cast<caf::actor>(self_));
     if (!conn) {
       auto c = open_channel(n, link);
       if (!c)

@@ -67,8 +67,8 @@ void lose_a_replica(const std::string& local_update, int replicas, bool survivor
     CHECK(err.find(fmt::format("each step's batch shrinking from {} to {} sequences", 4 * replicas,
                                4 * (replicas - 1))) != std::string::npos);
   else
-    CHECK(err.find(fmt::format("which take its microbatches: each step keeps its batch of {} sequences",
-                               4 * replicas)) != std::string::npos);
+    CHECK(err.find(fmt::format("which take{} its microbatches: each step keeps its batch of {} sequences",
+                               replicas == 2 ? "s" : "", 4 * replicas)) != std::string::npos);
   CHECK(out.find(fmt::format("{} steps in", steps)) != std::string::npos); // every step, by the replicas left
   // What the loader read: every step's sequences when kept, but the lost
   // replica's share of the step it was lost in (at most its 4, dealt before

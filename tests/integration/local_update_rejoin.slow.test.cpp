@@ -47,7 +47,7 @@ double last_val_loss(const std::string& out) {
 
 constexpr int steps = 8000;
 
-void write_graph(const fs::path& dir, const std::string& local_update) {
+void write_graph(const fs::path& dir, const std::string& local_update, std::size_t kills) {
   std::ofstream{dir / "graph.yaml"} << "model: {layers: 2, d_model: 32, heads: 2, context: 16, vocab: 256}\n"
                                     << "data: {corpus: kjv, batch: 2, seed: 7}\n"
                                     << "train: {steps: " << steps
@@ -55,18 +55,21 @@ void write_graph(const fs::path& dir, const std::string& local_update) {
                                     << "pipeline: {stages: 2, microbatches: 2, schedule: 1f1b}\n"
                                     << "data_parallel: {replicas: 3}\n"
                                     << "local_update: " << local_update << "\n"
-                                    << "cluster: {launcher: local, nodes: 3, restart: 1}\n"
+                                    << "cluster: {launcher: local, nodes: 3, restart: " << kills
+                                    << (kills > 1 ? ", restart_delay: 1}\n" : "}\n")
                                     << "checkpoint: {dir: ck, every: " << steps << "}\n";
 }
 
 /// `agree`: the replicas hold the same values after an outer step (all but
-/// NoLoCo, whose replicas differ by design).
-void rejoin(const std::string& local_update, bool agree = true) {
+/// NoLoCo, whose replicas differ by design). `kills`: the nodes killed, one
+/// right after the other (with more than one, each stays down a second, so the
+/// later ones are lost while the first is on its way back).
+void rejoin(const std::string& local_update, bool agree = true, const std::vector<int>& kills = {1}) {
   auto base = fs::temp_directory_path() / ("troupe_lu_rejoin_" + std::to_string(::getpid()));
   fs::remove_all(base);
   for (const auto* d : {"healed", "clean"}) {
     fs::create_directories(base / d);
-    write_graph(base / d, local_update);
+    write_graph(base / d, local_update, kills.size());
   }
   // The same run without a failure, for the loss at the same step.
   troupe_process clean{base / "clean", {"launch", (base / "clean" / "graph.yaml").string(), "--no-trace"}};
@@ -79,24 +82,37 @@ void rejoin(const std::string& local_update, bool agree = true) {
   auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
   launch.wait_for(R"(step\s+\d+/\d+)"); // training is under way, exchanges between the nodes included
   std::this_thread::sleep_for(300ms);
-  auto pids = processes_with("--coordinator " + coordinator + " --node 1");
-  REQUIRE(pids.size() == 1);
-  ::kill(pids[0], SIGKILL);
-  auto at = std::stoi(launch.wait_for(R"(replica 1 rejoins at step (\d+))", 120s));
+  for (int node : kills) {
+    auto pids = processes_with("--coordinator " + coordinator + fmt::format(" --node {}", node));
+    REQUIRE(pids.size() == 1);
+    ::kill(pids[0], SIGKILL);
+    std::this_thread::sleep_for(100ms);
+  }
+  std::vector<int> at; // node i runs replica i
+  for (int node : kills)
+    at.push_back(std::stoi(launch.wait_for(fmt::format(R"(replica {} rejoins at step (\d+))", node), 120s)));
   int code = launch.wait(300s);
   auto out = slurp(launch.out), err = slurp(launch.err);
   INFO(out, err);
   CHECK(code == 0);
-  CHECK(err.find("lost node 1") != std::string::npos);
-  CHECK(err.find("starting node 1 again (restart 1 of 1)") != std::string::npos);
-  CHECK(err.find("node 1 (") != std::string::npos);
+  for (std::size_t k = 0; k < kills.size(); ++k) {
+    int node = kills[k];
+    CHECK(err.find(fmt::format("lost node {}", node)) != std::string::npos);
+    CHECK(err.find(fmt::format("starting node {} again (restart {} of {})", node, k + 1, kills.size())) !=
+          std::string::npos);
+    CHECK(err.find(fmt::format("replica {} rejoins at step {} with replica 0's parameters, optimizer state and outer "
+                               "state (no checkpoint read); it takes its own microbatches of each step's 12 sequences "
+                               "back",
+                               node, at[k])) != std::string::npos);
+    if (k > 0) // lost while the one before was on its way back: it waited for it
+      CHECK(err.find(fmt::format("node {} is started again once node {} is back", node, kills[0])) !=
+            std::string::npos);
+    CHECK(at[k] > 1);
+    CHECK(at[k] < steps);
+    CHECK(out.find(fmt::format("[node {}] r{}s1: busy", node, node)) != std::string::npos); // trained to the end
+  }
   CHECK(err.find("which take its microbatches: each step keeps its batch of 12 sequences") != std::string::npos);
-  CHECK(err.find("with replica 0's parameters, optimizer state and outer state (no checkpoint read); it takes its "
-                 "own microbatches of each step's 12 sequences back") != std::string::npos);
-  CHECK(at > 1);
-  CHECK(at < steps);
   CHECK(out.find(fmt::format("{} steps in", steps)) != std::string::npos);
-  CHECK(out.find("[node 1] r1s1: busy") != std::string::npos); // the new process trained to the end
   // The last step ends an outer step: the three replicas hold the same values,
   // the rejoined one's written by the node process started again.
   auto last = dir / "ck" / fmt::format("step-{:06}", steps);
@@ -112,12 +128,12 @@ void rejoin(const std::string& local_update, bool agree = true) {
   MESSAGE(compared, " tensors of the three replicas' last checkpoints compared, bit for bit");
   CHECK((compared > 16 || !agree));
   // Every step kept its batch, out or back: the loader read all of the run's
-  // sequences but the lost replica's share of the step it was lost in.
+  // sequences but each lost replica's share of the step it was lost in.
   const long all = static_cast<long>(steps) * 12, read = loader_position(last);
   MESSAGE("the loader read ", read, " sequences of ", all);
-  CHECK((read <= all && read >= all - 4));
+  CHECK((read <= all && read >= all - 4 * static_cast<long>(kills.size())));
   auto healed_loss = last_val_loss(out);
-  MESSAGE(local_update, ": rejoined at step ", at, "; loss ", healed_loss, " against ", clean_loss,
+  MESSAGE(local_update, ": rejoined at step ", at.front(), "; loss ", healed_loss, " against ", clean_loss,
           " without the kill");
   // The issue asks for 2%. With the batch kept, DiLoCo's healed mean was -1.0%
   // to +1.6% off the clean one over 6 runs (with it shrinking, -0.6% to +3.3%
@@ -149,4 +165,8 @@ TEST_CASE("a SparseLoCo replica comes back: in the sparse gather from the rejoin
 TEST_CASE("a NoLoCo replica comes back into its groups with a live replica's slow weights and momentum") {
   // One group of all three (a group must divide the replicas): the gather of NoLoCo's own rule.
   rejoin("{algorithm: noloco, sync_every: 4, group: 3, route: chain}", false);
+}
+
+TEST_CASE("two DiLoCo nodes lost one after the other come back one after the other") {
+  rejoin("{algorithm: diloco, sync_every: 4}", true, {1, 2});
 }
