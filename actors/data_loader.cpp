@@ -103,6 +103,7 @@ struct data_loader_state {
   std::vector<std::uint16_t> actor_ids; ///< their trace ids, for counted mailbox depth
   std::int64_t sent = 0;                ///< training microbatches sent so far (a resumed run counts its earlier ones)
   std::uint64_t resume_position = 0;    ///< corpus position read from the checkpoint
+  std::map<int, int> losses;            ///< replica -> times lost (stamped on a rejoin decision)
   bool done = false;
   std::uint16_t trace_id = 0;
   std::deque<token_batch> round; ///< the rest of the round being handed out (loader_settings::rounds)
@@ -345,7 +346,7 @@ void pump(loader_actor* self, const loader_settings& cfg) {
 void on_back(loader_actor* self, const loader_settings& cfg, int replica) {
   auto& st = self->state;
   const auto& g = *cfg.graph;
-  rejoin_msg decision{replica, -1, -1, -1};
+  rejoin_msg decision{replica, -1, -1, -1, st.losses[replica]};
   std::string why;
   const auto* method = sched::find_sync_method(g.local_update.algorithm);
   if (!st.router || st.done || st.router->done())
@@ -378,7 +379,8 @@ void on_back(loader_actor* self, const loader_settings& cfg, int replica) {
   for (const auto& a : g.actors) {
     if (a.role.holds_layers && a.replica == replica) // the donor's stage sends it its state
       if (const auto* d = counterpart(a, decision.donor))
-        send_to(self, index(*d), rejoin_atom::value, rejoin_msg{replica, decision.steps, decision.donor, index(a)});
+        send_to(self, index(*d), rejoin_atom::value,
+                rejoin_msg{replica, decision.steps, decision.donor, index(a), decision.losses});
     const auto* stage = a.type == "outer_sync" ? g.served_stage(a) : nullptr;
     if (!stage || stage->replica == replica || !st.router->in_run(stage->replica))
       continue;
@@ -386,7 +388,8 @@ void on_back(loader_actor* self, const loader_settings& cfg, int replica) {
     if (stage->replica == decision.donor)
       if (const auto* j = counterpart(*stage, replica))
         to = helper_of(g, "outer_sync", j->name);
-    send_to(self, index(a), rejoin_atom::value, rejoin_msg{replica, decision.steps, decision.donor, to});
+    send_to(self, index(a), rejoin_atom::value,
+            rejoin_msg{replica, decision.steps, decision.donor, to, decision.losses});
   }
   self->send(st.runner, rejoin_atom::value, decision, std::string{});
   pump(self, cfg);
@@ -433,6 +436,7 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
       auto& st = self->state;
       if (!st.router || st.done)
         return;
+      ++st.losses[replica];
       try {
         st.router->drop_replica(replica);
       } catch (const std::exception& e) {

@@ -131,7 +131,8 @@ void maybe_donate(sync_actor* self, const sync_settings& cfg) {
 /// when this replica is the donor, the joiner's sync actor gets its state.
 void on_rejoin(sync_actor* self, const sync_settings& cfg, const rejoin_msg& m) {
   auto& st = self->state;
-  st.peer->rejoin(m.replica, m.steps);
+  if (!st.peer->rejoin(m.replica, m.steps, m.losses))
+    return; // lost again on its way back, after the loader decided: it stays out
   if (m.to >= 0) {
     st.donate = m;
     maybe_donate(self, cfg);

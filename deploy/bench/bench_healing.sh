@@ -195,7 +195,8 @@ for m in modes:
     vals = " ".join("%.4f" % r["val"] for r in rs)
     lines.append(f"| {m} | {w:.1f} | {walls} | {w / heal_wall:.2f} | {kills} | {v:.4f} | {vals} | {100 * (v / clean_val - 1):+.2f}% |")
 lines += ["", "Time to step S is the launch's wall time, start to exit (it exits after the last step). Healing's "
-          "replica is out while its node is down and until it rejoins (each step's batch smaller meanwhile); "
+          "replica is out while its node is down and until it rejoins (the replicas left take its microbatches "
+          "meanwhile, `cluster.batch_on_loss: keep`, so every step trains on the same sequences); "
           "checkpoint-restart redoes the steps since its last checkpoint and starts every node again."]
 text = "\n".join(lines) + "\n"
 open(a.results, "w").write(text)

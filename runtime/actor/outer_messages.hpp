@@ -84,6 +84,10 @@ struct rejoin_msg {
   step_t steps = 0;
   std::int32_t donor = 0;
   std::int32_t to = -1;
+  /// How many times the loader had heard `replica` was lost when it decided: a
+  /// sync actor that has heard of more losses since takes no part in it (the
+  /// replica was lost again on its way back).
+  std::int32_t losses = 0;
 };
 
 /// A live replica's state for a rejoining one (#26): what its actor writes as a
@@ -102,8 +106,9 @@ struct state_msg {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rejoin_msg& x) {
-  return f(caf::meta::type_name("rejoin_msg"), x.replica, x.steps, x.donor, x.to, caf::meta::load_callback([&] {
-             return x.replica >= 0 && x.steps >= 0 && x.donor >= 0 && x.to >= -1
+  return f(caf::meta::type_name("rejoin_msg"), x.replica, x.steps, x.donor, x.to, x.losses,
+           caf::meta::load_callback([&] {
+             return x.replica >= 0 && x.steps >= 0 && x.donor >= 0 && x.to >= -1 && x.losses >= 0
                       ? caf::error{}
                       : make_error(errc::malformed_frame, "rejoin of replica " + std::to_string(x.replica) +
                                                             " at step " + std::to_string(x.steps) + " malformed");

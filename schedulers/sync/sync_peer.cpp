@@ -98,8 +98,16 @@ std::vector<sync_part> sync_peer::receive(sync_part m) {
   return outgoing(m.step, m.fragment, policy_->receive(m.fragment, m.from, m.round, m.piece, std::move(m.payload)));
 }
 
+int sync_peer::losses(int r) const {
+  auto it = losses_.find(r);
+  return it == losses_.end() ? 0 : it->second;
+}
+
 std::vector<sync_part> sync_peer::lose(int r) {
-  if (r == replica_ || std::find(lost_.begin(), lost_.end(), r) != lost_.end())
+  if (r == replica_)
+    return {};
+  ++losses_[r]; // lost again before a rejoin reached this peer counts too
+  if (std::find(lost_.begin(), lost_.end(), r) != lost_.end())
     return {};
   lost_.push_back(r);
   back_.erase(r);
@@ -114,7 +122,9 @@ std::vector<sync_part> sync_peer::lose(int r) {
   return out;
 }
 
-void sync_peer::rejoin(int r, std::int64_t after) {
+bool sync_peer::rejoin(int r, std::int64_t after, int losses) {
+  if (losses < this->losses(r))
+    return false; // lost again since the decision
   auto it = std::find(lost_.begin(), lost_.end(), r);
   if (it == lost_.end())
     throw std::runtime_error(fmt::format("{}: replica {} rejoins, but it was not lost", name_, r));
@@ -127,6 +137,7 @@ void sync_peer::rejoin(int r, std::int64_t after) {
   back_[r] = after;
   if (policy_)
     policy_->rejoin(r, after);
+  return true;
 }
 
 std::vector<int> sync_peer::applicable() const {

@@ -58,7 +58,12 @@ public:
   /// Replica `r`, lost before, is back (#26): it is in the exchanges prepared
   /// after more than `after` inner steps and sent nothing of the earlier ones.
   /// Throws when an exchange of a later step is already under way without it.
-  void rejoin(int r, std::int64_t after);
+  /// `losses`: how many losses of `r` the decision knew of; when this peer has
+  /// heard of more since (lose), `r` was lost again on its way back: nothing
+  /// changes, and it returns false.
+  bool rejoin(int r, std::int64_t after, int losses);
+  /// How many times this peer has heard replica `r` was lost.
+  int losses(int r) const;
   /// Fragments the stage performed whose exchange is complete: apply() each.
   std::vector<int> applicable() const;
   /// Applies fragment `f`'s exchange: the step the stage performed it at, and its new values.
@@ -78,6 +83,7 @@ private:
   std::unique_ptr<sync_policy> policy_;
   std::map<int, std::int64_t> prepared_; ///< fragment -> the step of its exchange under way
   std::map<int, std::int64_t> exchange_; ///< fragment -> the step of its policy's exchange (under way, or last applied)
+  std::map<int, int> losses_;            ///< replica -> times lost (lose calls)
   std::vector<int> lost_;                ///< replicas that left the run (elastic)
   std::map<int, std::int64_t> back_;     ///< replicas that came back -> in the exchanges of later steps
   std::map<int, std::pair<std::int64_t, std::vector<float>>> perform_;   ///< fragment -> the stage's values to update

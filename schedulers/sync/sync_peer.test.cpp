@@ -152,8 +152,8 @@ std::map<int, std::vector<float>> rejoin_matches_clean_exchange(local_update_spe
     p[static_cast<std::size_t>(r)].perform(2, 0, locals[r]);
   }
   for (int r = 0; r < 3; ++r)
-    p[static_cast<std::size_t>(r)].rejoin(3, 2);
-  CHECK_THROWS_AS(p[0].rejoin(3, 2), std::runtime_error); // it is no longer lost
+    CHECK(p[static_cast<std::size_t>(r)].rejoin(3, 2, 1));
+  CHECK_THROWS_AS(p[0].rejoin(3, 2, 1), std::runtime_error); // it is no longer lost
   for (auto& s : p[2].prepare(2, 0, locals[2]))
     parts.push_back(std::move(s));
   p[2].perform(2, 0, locals[2]);
@@ -203,7 +203,7 @@ std::map<int, std::vector<float>> rejoin_matches_clean_exchange(local_update_spe
   // An exchange of a later step already under way without it: too late to come back there.
   p[1].lose(3); // lost again
   p[1].prepare(6, 0, locals[1]);
-  CHECK_THROWS_WITH_AS(p[1].rejoin(3, 5), doctest::Contains("already under way without it"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(p[1].rejoin(3, 5, 2), doctest::Contains("already under way without it"), std::runtime_error);
   return got;
 }
 
@@ -254,4 +254,31 @@ TEST_CASE("a replica can rejoin only where no exchange is under way") {
   }
   CHECK(open.empty());
   CHECK(busy_before);
+}
+
+TEST_CASE("a rejoin decided before the replica was lost again changes nothing: the exchange goes on without it") {
+  // DiLoCo over 3 replicas: replica 2 is lost, comes back, and is lost again on
+  // its way back. A survivor that hears of the second loss before the loader's
+  // (first) decision must leave it out: taking it back would wait for its parts
+  // for ever.
+  local_update_spec spec;
+  spec.algorithm = "diloco", spec.sync_every = 2;
+  const auto* method = find_sync_method("diloco");
+  const std::size_t n = 300;
+  std::vector<sync_peer> p;
+  for (int r = 0; r < 3; ++r) {
+    p.emplace_back("r" + std::to_string(r), r, 3);
+    p.back().start(*method, sync_setup{spec, 0, 0, 0, {noisy(n, 1)}});
+  }
+  for (auto* peer : {&p[0], &p[1]})
+    peer->lose(2);
+  p[0].lose(2); // replica 0 hears of the second loss first
+  CHECK(p[0].losses(2) == 2);
+  CHECK(!p[0].rejoin(2, 4, 1)); // the decision knew of one loss: stale here
+  CHECK(p[1].rejoin(2, 4, 1));  // not yet here
+  p[1].lose(2);                 // then the second loss arrives: out again
+  std::map<int, std::vector<float>> locals{{0, noisy(n, 2)}, {1, noisy(n, 3)}};
+  auto got = exchange_all({{0, &p[0]}, {1, &p[1]}}, 6, locals, {0, 1}); // neither waits for replica 2
+  CHECK(got[0] == got[1]);
+  CHECK(p[0].rejoin(2, 8, 2)); // a later decision that knew of both losses takes it back
 }
