@@ -143,7 +143,9 @@ void expand_ring(section_expansion& e, int replicas, const std::function<std::st
 }
 
 void expand_allreduce_ring(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage) {
-  expand_ring(e, replicas, stage, "allreduce_peer", "_ar");
+  // An elastic launch's peers send to every other replica's (allreduce_direct.cpp).
+  expand_ring(e, replicas, stage, "allreduce_peer", "_ar",
+              e.graph.elastic_ddp() ? helper_links::all_pairs : helper_links::ring);
 }
 
 actor_type_info stage_helper_info() {
@@ -184,6 +186,8 @@ actor_type_info allreduce_peer_info() {
 
 caf::expected<caf::actor> spawn_allreduce_peer(spawn_context& ctx) {
   const auto& g = ctx.graph;
+  if (g.elastic_ddp()) // a launch that survives a lost replica: direct exchanges, not the ring
+    return spawn_allreduce_direct(ctx);
   const auto* stage = g.served_stage(ctx.spec);
   const auto* next = g.channel_target(ctx.spec, "allreduce_peer");
   if (!stage || !next)

@@ -17,6 +17,8 @@ namespace troupe {
 caf::expected<caf::actor> spawn_data_loader(spawn_context& ctx);
 caf::expected<caf::actor> spawn_pipeline_stage(spawn_context& ctx);
 caf::expected<caf::actor> spawn_allreduce_peer(spawn_context& ctx);
+/// Its direct form in an elastic DDP launch (graph_spec::elastic_ddp; actors/allreduce_direct.cpp).
+caf::expected<caf::actor> spawn_allreduce_direct(spawn_context& ctx);
 caf::expected<caf::actor> spawn_optimizer_shard(spawn_context& ctx);
 caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx);
 

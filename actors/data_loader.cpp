@@ -423,7 +423,8 @@ caf::behavior data_loader(loader_actor* self, loader_settings cfg, caf::actor ru
       }
       rc.independent_replicas = cfg.independent_replicas;
       rc.group_size = cfg.group_size;
-      rc.redeal = cfg.independent_replicas && cfg.graph->keeps_batch_on_loss();
+      rc.replica_norms = cfg.graph->elastic_ddp();
+      rc.redeal = (cfg.independent_replicas || rc.replica_norms) && cfg.graph->keeps_batch_on_loss();
       rc.stage_local_norm = cfg.stage_local_norm;
       if (cfg.stage_local_norm)
         rc.norm_pairs = tied_norm_pairs(*cfg.graph);

@@ -47,7 +47,8 @@ step_boundary_type ddp_ring_boundary() {
             return boundary_choice{{},
                                    peer,
                                    bucket_options{g.data_parallel.bucket, g.data_parallel.overlap, 0,
-                                                  stage.replica % g.sync_group_size() == 0}};
+                                                  // elastic DDP: each replica reduces its own norm
+                                                  g.elastic_ddp() || stage.replica % g.sync_group_size() == 0}};
           },
           [](stage_host& host, const boundary_choice& c) -> std::unique_ptr<step_boundary> {
             return std::make_unique<ddp_ring>(host, c);

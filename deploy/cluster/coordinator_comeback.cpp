@@ -45,15 +45,20 @@ void coordinator::lose_node(int i, const std::string& why) {
   // across replicas (NoLoCo's) send every replica's microbatches through the others: not those.
   std::set<int> reps;
   // Replica groups sync every step inside: a group that loses a replica cannot go on.
-  bool elastic =
-    g_.cluster.elastic && lu.present && replicas > 1 && g_.sync_group_size() == 1 && !lu.routes_across_replicas;
+  // Elastic DDP's all-reduce peers sum each bucket over the replicas left (graph_spec::elastic_ddp).
+  bool ddp = g_.elastic_ddp();
+  bool elastic = ddp || (g_.cluster.elastic && lu.present && replicas > 1 && g_.sync_group_size() == 1 &&
+                         !lu.routes_across_replicas);
   auto replica_of = [&](const actor_spec& a) { // a sync actor's is its stage's
     const auto* stage = a.role.holds_layers ? &a : g_.served_stage(a);
     return stage ? stage->replica : -1;
   };
+  auto of_a_replica = [&](const actor_spec& a) { // a replica's stages and the actors beside them
+    return a.role.holds_layers || a.type == (ddp ? "allreduce_peer" : "outer_sync");
+  };
   for (const auto& name : n.actors) {
     const auto* a = g_.find_actor(name);
-    elastic = elastic && a && (a->role.holds_layers || a->type == "outer_sync") && replica_of(*a) >= 0;
+    elastic = elastic && a && of_a_replica(*a) && replica_of(*a) >= 0;
     if (a)
       reps.insert(replica_of(*a));
   }
@@ -66,7 +71,7 @@ void coordinator::lose_node(int i, const std::string& why) {
   // Every actor of those replicas leaves (some may run on other nodes, stranded).
   std::vector<std::string> leaving;
   for (const auto& a : g_.actors)
-    if ((a.role.holds_layers || a.type == "outer_sync") && reps.count(replica_of(a))) {
+    if (of_a_replica(a) && reps.count(replica_of(a))) {
       if (done_.insert(a.name).second)
         left_actors_[replica_of(a)].push_back(a.name);
       leaving.push_back(a.name);
@@ -79,10 +84,10 @@ void coordinator::lose_node(int i, const std::string& why) {
   // making them: then each step trains on fewer sequences.
   const auto per_replica = static_cast<long>(g_.data.batch) * g_.pipeline.microbatches;
   fmt::print(stderr,
-             "troupe launch: lost {}: {}; replica {} leaves the run ({}); local-update training goes on with "
+             "troupe launch: lost {}: {}; replica {} leaves the run ({}); {} training goes on with "
              "replica{} {}, {}\n",
-             describe(i), why, fmt::join(reps, ", "), fmt::join(leaving, ", "), left.size() == 1 ? "" : "s",
-             fmt::join(left, ", "),
+             describe(i), why, fmt::join(reps, ", "), fmt::join(leaving, ", "), ddp ? "DDP" : "local-update",
+             left.size() == 1 ? "" : "s", fmt::join(left, ", "),
              g_.keeps_batch_on_loss()
                ? fmt::format("which take{} its microbatches: each step keeps its batch of {} sequences",
                              left.size() == 1 ? "s" : "", per_replica * replicas)

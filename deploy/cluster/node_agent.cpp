@@ -353,11 +353,12 @@ int node_agent::run() {
                 caf::anon_send(actors_.by_index[i], replica_back_atom::value, replica);
             break;
           }
-          case control_kind::replica_lost: { // elastic local-update training: tell who exchanges and routes
+          case control_kind::replica_lost: { // elastic training: tell who exchanges and routes
             auto replica = decode_or_throw<replica_lost_msg>(*f).replica;
             for (std::size_t i = 0; i < graph_.actors.size() && i < actors_.by_index.size(); ++i)
               if (const auto& a = graph_.actors[i];
-                  actors_.by_index[i] && (a.type == "outer_sync" || a.type == "data_loader"))
+                  actors_.by_index[i] && (a.type == "outer_sync" || a.type == "data_loader" ||
+                                          (a.type == "allreduce_peer" && graph_.elastic_ddp())))
                 caf::anon_send(actors_.by_index[i], replica_lost_atom::value, replica);
             break;
           }

@@ -352,7 +352,7 @@ void stage_core::reduce_norm() {
 
 void stage_core::on_norm(std::int64_t step, double sq_norm, int from) {
   auto& r = norms_[step];
-  ++r.heard, r.sum += sq_norm;
+  ++r.heard, r.by_actor[from] += sq_norm;
   if (from != cfg_.actor)
     r.from.push_back(from);
   maybe_reduce(step);
@@ -366,10 +366,13 @@ void stage_core::maybe_reduce(std::int64_t step) {
   if (plan->second.reducer != cfg_.actor)
     throw std::runtime_error(
       fmt::format("{}: gradient norms for step {} reached a stage that is not its reducer", cfg_.name, step));
+  // In actor order: replicas that each reduce their own norm (elastic DDP) get the same total, bit for bit.
+  double total = 0;
+  for (auto [actor, sq] : r->second.by_actor)
+    total += sq;
   if (hooks_.clip)
     for (int to : r->second.from)
-      hooks_.clip(to, step, r->second.sum);
-  double total = r->second.sum;
+      hooks_.clip(to, step, total);
   norms_.erase(r);
   on_clip(step, total);
 }

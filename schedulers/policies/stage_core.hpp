@@ -215,7 +215,7 @@ private:
   std::map<std::int64_t, step_plan_msg> plans_; ///< plans of this and later steps
   struct reduction {
     int heard = 0;
-    double sum = 0;
+    std::map<int, double> by_actor; ///< summed in actor order, whatever order they came in
     std::vector<int> from;
   };
   std::map<std::int64_t, reduction> norms_; ///< reducer: step -> norms heard

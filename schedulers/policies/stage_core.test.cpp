@@ -3,6 +3,7 @@
 // post-validation's early step) and what waits for the total.
 #include "schedulers/policies/stage_core.hpp"
 
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -143,4 +144,29 @@ TEST_CASE("with synchronous clipping a stage applies its update only once the gl
   c.verdicts.front()();
   c.verdicts.pop_front();
   CHECK(c.log[2] == std::vector<std::string>{"update 0"});
+}
+
+TEST_CASE("the reducer sums the stages' norms in actor order, so reducers that hear them in other orders agree") {
+  // Elastic DDP's replicas each reduce the same norms (#26): the totals must be
+  // the same bits. 1e16 + 1 + 1 is 1e16 in doubles, 1 + 1 + 1e16 is 1e16 + 2.
+  auto total_heard = [](const std::vector<std::pair<int, double>>& order) {
+    stage_core_config cc;
+    cc.name = "s0", cc.actor = 1, cc.rank = 0, cc.ranks = 3, cc.router = 0, cc.steps = 1, cc.reduce_norm = true;
+    policy_params pp;
+    pp.rank = 0, pp.ranks = 3;
+    auto policy = make_policy("gpipe", pp);
+    REQUIRE(policy);
+    double total = -1;
+    stage_core_hooks h;
+    h.clip = [&](int, std::int64_t, double t) { total = t; };
+    stage_core core(std::move(cc), std::move(*policy), std::move(h));
+    core.start();
+    core.on_plan({0, 1, 16, 3, 1});
+    for (auto [from, sq] : order)
+      core.on_norm(0, sq, from);
+    return total;
+  };
+  double a = total_heard({{2, 1e16}, {3, 1.0}, {1, 1.0}}), b = total_heard({{1, 1.0}, {3, 1.0}, {2, 1e16}});
+  CHECK(a >= 1e16);
+  CHECK(std::memcmp(&a, &b, sizeof a) == 0);
 }

@@ -22,8 +22,9 @@ int router_core::credits(int actor) const {
 
 void router_core::drop_replica(int r) {
   int replicas = std::max(cfg_.replicas, 1);
-  if (!cfg_.independent_replicas || r < 0 || r >= replicas)
-    throw std::invalid_argument("router: only independent replicas (local-update training) can leave the run");
+  if ((!cfg_.independent_replicas && !cfg_.replica_norms) || r < 0 || r >= replicas)
+    throw std::invalid_argument(
+      "router: only independent replicas (local-update training) and elastic DDP's can leave the run");
   lost_.resize(static_cast<std::size_t>(replicas), false);
   lost_[static_cast<std::size_t>(r)] = true;
   back_at_.erase(r);
@@ -88,7 +89,7 @@ void router_core::deal_step() {
   for (int r = 0; r < replicas; ++r)
     if (!lost(r))
       left.push_back(r);
-  bool redeal = cfg_.redeal && cfg_.independent_replicas && !left.empty();
+  bool redeal = cfg_.redeal && (cfg_.independent_replicas || cfg_.replica_norms) && !left.empty();
   routes_.clear(), owner_.assign(static_cast<std::size_t>(n), 0), index_.assign(static_cast<std::size_t>(n), 0);
   int moved = 0;
   for (int k = 0; k < n; ++k) {
@@ -121,7 +122,7 @@ std::optional<emission> router_core::next() {
     --credits_[tail];
   bool first = !planned_; // the step's first microbatch made: its plans go with it
   planned_ = true;
-  if (first && cfg_.independent_replicas)
+  if (first && (cfg_.independent_replicas || cfg_.replica_norms))
     plan_replicas(e);
   else if (first) {
     std::map<int, int> hops;
@@ -151,7 +152,10 @@ std::optional<emission> router_core::next() {
 }
 
 void router_core::plan_replicas(emission& e) const {
-  int replicas = std::max(cfg_.replicas, 1), group = std::max(cfg_.group_size, 1);
+  int replicas = std::max(cfg_.replicas, 1), group = cfg_.replica_norms ? 1 : std::max(cfg_.group_size, 1);
+  int step_made = 0; // elastic DDP: the whole step's microbatches, of the replicas in it
+  for (std::size_t k = 0; k < routes_.size(); ++k)
+    step_made += !lost(owner_[k]);
   for (int first = 0; first < replicas; first += group) {
     std::map<int, int> hops;
     int head = -1, made = 0;
@@ -165,9 +169,11 @@ void router_core::plan_replicas(emission& e) const {
         ++hops[h.actor];
     }
     // The group's tokens: more than its own share when it takes a lost replica's.
+    // DDP's gradients are summed over every replica: the whole step's.
     for (auto [actor, n] : hops)
-      e.plans.push_back({actor, step_plan_msg{step_, n, cfg_.tokens_per_microbatch * made,
-                                              static_cast<std::int32_t>(hops.size()), head}});
+      e.plans.push_back(
+        {actor, step_plan_msg{step_, n, cfg_.tokens_per_microbatch * (cfg_.replica_norms ? step_made : made),
+                              static_cast<std::int32_t>(hops.size()), head}});
   }
 }
 

@@ -50,6 +50,11 @@ struct router_config {
   /// microbatch m, m + 1, ...), so every step trains on the same sequences it
   /// would with every replica in. false: they are not made, and the step shrinks.
   bool redeal = false;
+  /// Elastic DDP (#26, graph_spec::elastic_ddp): every replica's stages hold the
+  /// same summed gradients, so each replica reduces its own gradient norm; its
+  /// stages get a plan of their own replica's hops, with the whole step's
+  /// tokens. Its replicas can leave the run as independent ones do.
+  bool replica_norms = false;
 };
 
 /// One microbatch to make and send: tokens to route.front(), targets to route.back().
@@ -90,7 +95,7 @@ public:
   /// Every route of evaluation, eval_route() first, each pass reported on its own
   /// (routing_policy::eval_routes).
   const std::vector<route_t>& eval_routes() const { return eval_routes_; }
-  /// Elastic local-update training (independent replicas): replica `r` left the
+  /// Elastic training (independent replicas, or replica_norms): replica `r` left the
   /// run; its microbatches are no longer made, its stages get no more plans, and
   /// evaluation moves to the first replica still here when it was r's.
   void drop_replica(int r);

@@ -139,7 +139,7 @@ TEST_CASE("with replicas a step goes round them: replica k mod R, microbatch k d
 namespace {
 /// Local-update training's router over `replicas` replicas of 2 stages (r0s0 =
 /// 1, r0s1 = 2, r1s0 = 3, r1s1 = 4, ...), 2 microbatches a replica, `steps` steps.
-router_core local_update_router(int replicas, std::int64_t steps, bool redeal = false) {
+router_core local_update_router(int replicas, std::int64_t steps, bool redeal = false, bool ddp = false) {
   routing_params rp;
   rp.layers = 2;
   rp.replicas = replicas;
@@ -150,7 +150,8 @@ router_core local_update_router(int replicas, std::int64_t steps, bool redeal = 
       actors.push_back(1 + 2 * r + s);
     }
   router_config rc{actors, 2, steps, 0, 10, replicas};
-  rc.independent_replicas = true;
+  rc.independent_replicas = !ddp;
+  rc.replica_norms = ddp; // elastic DDP (#26)
   rc.redeal = redeal;
   auto policy = make_routing("chain", rp);
   REQUIRE(policy);
@@ -294,4 +295,45 @@ TEST_CASE("without redeal a lost replica's microbatches are not made: the step s
     CHECK(e->route.front().actor < 5);
   }
   CHECK(made == std::map<std::int64_t, int>{{0, 4}, {1, 4}, {2, 4}});
+}
+
+TEST_CASE("elastic DDP: each replica's stages reduce their own norm, with the whole step's tokens, before and after "
+          "a loss") {
+  // 3 replicas (stages 1-2, 3-4, 5-6), 2 microbatches each, 10 tokens a
+  // microbatch; replica 1 leaves once step 0's plans are out, before step 1's.
+  auto router = local_update_router(3, 3, true, true);
+  for (int a = 1; a <= 6; ++a)
+    router.grant(a, 1000);
+  std::map<std::int64_t, std::map<int, step_plan_msg>> plans; // step -> stage actor -> its plan
+  std::map<std::int64_t, std::map<int, int>> made;            // step -> first stage -> microbatches
+  bool dropped = false;
+  while (auto e = router.next()) {
+    for (const auto& [actor, plan] : e->plans)
+      plans[e->step][actor] = plan;
+    ++made[e->step][e->route.front().actor];
+    if (e->step_end && e->step == 0 && !dropped) {
+      router.drop_replica(1);
+      dropped = true;
+    }
+  }
+  REQUIRE(plans.size() == 3);
+  for (int a = 1; a <= 6; ++a) { // step 0: every replica, a reduction of its own two stages rooted at its first
+    const auto& p = plans[0].at(a);
+    CHECK(p.participants == 2);
+    CHECK(p.reducer == (a % 2 == 1 ? a : a - 1));
+    CHECK(p.tokens == 60); // the sum over the replicas: the whole step's tokens
+    CHECK(p.hops == 2);
+  }
+  for (std::int64_t step : {1, 2}) { // replicas 0 and 2 take replica 1's microbatches: the step keeps its 60 tokens
+    CHECK(plans[step].size() == 4);
+    CHECK(plans[step].count(3) == 0);
+    CHECK(made[step].at(1) + made[step].at(5) == 6);
+    for (int a : {1, 2, 5, 6}) {
+      const auto& p = plans[step].at(a);
+      CHECK(p.participants == 2);
+      CHECK(p.reducer == (a <= 2 ? 1 : 5));
+      CHECK(p.tokens == 60);
+      CHECK(p.hops == made[step].at(a <= 2 ? 1 : 5));
+    }
+  }
 }

@@ -196,12 +196,19 @@ void accumulate(const quantized_rows& q, std::span<float> acc) {
   }
 }
 
-std::vector<float> reduce_mean(const std::vector<quantized_rows>& parts) {
+std::vector<float> reduce_sum(const std::vector<quantized_rows>& parts) {
   if (parts.empty())
-    throw std::invalid_argument("reduce_mean of no parts");
+    throw std::invalid_argument("reduce_sum of no parts");
   std::vector<float> acc(static_cast<std::size_t>(parts.front().values), 0.0f);
   for (const auto& p : parts)
     accumulate(p, acc);
+  return acc;
+}
+
+std::vector<float> reduce_mean(const std::vector<quantized_rows>& parts) {
+  if (parts.empty())
+    throw std::invalid_argument("reduce_mean of no parts");
+  auto acc = reduce_sum(parts);
   for (auto& v : acc)
     v /= static_cast<float>(parts.size());
   return acc;

@@ -48,6 +48,8 @@ void accumulate(const quantized_rows& q, std::span<float> acc);
 
 /// The mean of the decoded `parts`: summed in f32, divided by their count.
 std::vector<float> reduce_mean(const std::vector<quantized_rows>& parts);
+/// The sum of the decoded `parts`, in f32, in their order.
+std::vector<float> reduce_sum(const std::vector<quantized_rows>& parts);
 
 /// One fp8 e4m3 (fn: no infinities, 448 the largest) code and back.
 std::uint8_t to_fp8_e4m3(float v);

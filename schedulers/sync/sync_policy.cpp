@@ -141,8 +141,8 @@ void sync_policy::rejoin(int r, std::int64_t) {
     fmt::format("this local-update method cannot take replica {} back: it has no rule for a rejoining replica", r));
 }
 
-mean_exchange::mean_exchange(std::vector<int> members, int self, wire_format format, std::int64_t row)
-    : members_(std::move(members)), format_(format), row_(row) {
+mean_exchange::mean_exchange(std::vector<int> members, int self, wire_format format, std::int64_t row, bool sum)
+    : members_(std::move(members)), format_(format), row_(row), sum_(sum) {
   if (members_.empty() || !std::is_sorted(members_.begin(), members_.end()) || row < 1)
     throw std::invalid_argument("mean_exchange: members must be listed in ascending order, rows at least 1 value");
   self_ = index_of(self);
@@ -249,7 +249,7 @@ std::vector<sync_send> mean_exchange::reduce_ready() {
         }
       if (!all)
         continue;
-      auto q = quantize_rows(reduce_mean(parts), row_, format_);
+      auto q = quantize_rows(sum_ ? reduce_sum(parts) : reduce_mean(parts), row_, format_);
       auto [b, e] = chunk(c);
       accumulate(q, std::span<float>(mean_).subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(e - b)));
       held_[c] = std::move(q);

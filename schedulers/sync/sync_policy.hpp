@@ -196,9 +196,12 @@ std::unique_ptr<sync_schedule> periodic_schedule(std::vector<int> every);
 /// (who may have applied it) is every survivor's; messages from a member known
 /// lost are dropped. The exchange stays answerable after take(), for members
 /// that learn of a loss later than this one.
+///
+/// With `sum` the owners add the parts instead of averaging them (DDP's
+/// gradient buckets, schedulers/sync/bucket_exchange.hpp); all else is the same.
 class mean_exchange {
 public:
-  mean_exchange(std::vector<int> members, int self, wire_format format, std::int64_t row);
+  mean_exchange(std::vector<int> members, int self, wire_format format, std::int64_t row, bool sum = false);
   /// This member's values: round 0's parts to their owners.
   std::vector<sync_send> start(std::span<const float> values);
   std::vector<sync_send> receive(int from, int round, int piece, quantized_rows part);
@@ -227,6 +230,7 @@ private:
   std::vector<std::optional<quantized_rows>> held_; ///< [chunk]: its mean, once here (filled into mean_)
   std::vector<float> mean_;
   bool taken_ = false;
+  bool sum_ = false;
 };
 
 } // namespace troupe::sched

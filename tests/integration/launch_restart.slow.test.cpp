@@ -142,11 +142,13 @@ TEST_CASE("ZeRO-2, least_loaded and NoLoCo with random routes restart after a lo
   }
 }
 
-TEST_CASE("without cluster.restart the same loss ends the launch, naming the checkpoint to resume from") {
+TEST_CASE("without cluster.restart the same loss ends a launch that is not elastic, naming the checkpoint to resume "
+          "from") {
   auto dir = fs::temp_directory_path() / ("troupe_launch_no_restart_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  std::ofstream{dir / "g.yaml"} << graph << "cluster: {launcher: local, nodes: 2}\n";
+  // (An elastic DDP launch goes on without the replica: data_parallel_kill.slow.test.cpp.)
+  std::ofstream{dir / "g.yaml"} << graph << "cluster: {launcher: local, nodes: 2, elastic: false}\n";
   troupe_process launch{dir, {"launch", (dir / "g.yaml").string(), "--no-trace"}};
   auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
   launch.wait_for(R"(checkpoint step (40) ->)");

@@ -30,21 +30,6 @@ using namespace troupe::testing;
 
 namespace {
 
-/// The mean of the last 4 validation losses a launch printed (steps 6500 to
-/// 8000): one evaluation of a small model differs by a percent or two between
-/// trajectories that saw the data in another order.
-double last_val_loss(const std::string& out) {
-  std::regex re{R"(validation after step \d+: loss ([0-9.]+))"};
-  std::vector<double> losses;
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
-    losses.push_back(std::stod((*it)[1].str()));
-  REQUIRE(losses.size() >= 4);
-  double sum = 0;
-  for (std::size_t i = losses.size() - 4; i < losses.size(); ++i)
-    sum += losses[i];
-  return sum / 4;
-}
-
 constexpr int steps = 8000;
 
 void write_graph(const fs::path& dir, const std::string& local_update, std::size_t kills) {

@@ -1,11 +1,14 @@
 // Replicas that must agree (#26 item 3): their checkpoint parts compared
-// tensor by tensor, bit for bit; and how far a run's loader read.
+// tensor by tensor, bit for bit; how far a run's loader read; and the loss
+// at its end.
 #pragma once
 
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <regex>
 #include <string>
+#include <vector>
 
 #include <doctest/doctest.h>
 
@@ -46,6 +49,20 @@ inline long loader_position(const std::filesystem::path& step_dir) {
   auto p = f->metadata.find("position");
   REQUIRE_MESSAGE(p != f->metadata.end(), "the loader's checkpoint part holds no position");
   return std::stol(p->second);
+}
+
+/// The mean of the last 4 validation losses a launch printed: one evaluation of a small model differs by a percent or two between
+/// trajectories that saw the data in another order.
+inline double last_val_loss(const std::string& out) {
+  std::regex re{R"(validation after step \d+: loss ([0-9.]+))"};
+  std::vector<double> losses;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
+    losses.push_back(std::stod((*it)[1].str()));
+  REQUIRE(losses.size() >= 4);
+  double sum = 0;
+  for (std::size_t i = losses.size() - 4; i < losses.size(); ++i)
+    sum += losses[i];
+  return sum / 4;
 }
 
 } // namespace troupe::testing
