@@ -2,7 +2,8 @@
 // replica (graph_spec::elastic_ddp, #26): each gradient bucket is summed by a
 // reduce-scatter to each chunk's owner and an all-gather from it
 // (schedulers/sync/bucket_exchange.hpp) instead of the ring, so the replicas
-// left can finish the step a replica was lost in and agree on its sums.
+// left can finish the step a replica was lost in and agree on its sums, and
+// take it back from the step the loader names when it rejoins.
 #include <cstring>
 #include <map>
 #include <memory>
@@ -41,6 +42,7 @@ struct direct_state {
   std::unique_ptr<sched::bucket_exchanges> ex;
   std::map<std::pair<step_t, int>, std::pair<bucket_msg, std::int64_t>> buckets; ///< under way: the stage's, since
   std::uint64_t bytes_sent = 0;
+  std::map<int, int> losses; ///< replica -> times heard lost (a rejoin decided before the last is stale)
   int last_step_reduced = 0;
   bool done_sent = false;
   std::uint16_t trace_id = 0;
@@ -141,7 +143,17 @@ caf::behavior allreduce_direct(direct_actor* self, direct_settings cfg, caf::act
       });
     },
     [=](replica_lost_atom, std::int32_t replica) { // its node was lost: the sums go on without it
-      guarded(self, cfg.name, "replica lost", -1, [&] { run(self, cfg, self->state.ex->lose(replica)); });
+      guarded(self, cfg.name, "replica lost", -1, [&] {
+        ++self->state.losses[replica];
+        run(self, cfg, self->state.ex->lose(replica));
+      });
+    },
+    [=](rejoin_atom, const rejoin_msg& m) { // the loader's decision: the lost replica's buckets count again
+      guarded(self, cfg.name, "rejoin", m.steps, [&] {
+        if (m.losses < self->state.losses[m.replica])
+          return; // lost again on its way back, after the loader decided: it stays out
+        self->state.ex->rejoin(m.replica, m.steps);
+      });
     },
   };
 }

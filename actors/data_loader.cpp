@@ -349,14 +349,18 @@ void on_back(loader_actor* self, const loader_settings& cfg, int replica) {
   rejoin_msg decision{replica, -1, -1, -1, st.losses[replica]};
   std::string why;
   const auto* method = sched::find_sync_method(g.local_update.algorithm);
+  const bool ddp = g.elastic_ddp(); // its buckets are summed within each step: any later step will do
   if (!st.router || st.done || st.router->done())
     why = "the run's last step is being dealt";
-  else if (!method || !method->rejoins)
+  else if (!ddp && (!method || !method->rejoins))
     why = fmt::format("local_update.algorithm '{}' cannot take a replica back", g.local_update.algorithm);
   else if (st.router->in_run(replica))
     why = fmt::format("replica {} is in the run", replica);
   else {
-    decision.steps = sched::first_quiet_step(*method, g.local_update, st.router->step() + 2, g.train.steps);
+    // Two past the step being dealt: that one's plans may be out, and the step after it is not yet.
+    auto first = st.router->step() + 2;
+    decision.steps = ddp ? (first < g.train.steps ? first : -1)
+                         : sched::first_quiet_step(*method, g.local_update, first, g.train.steps);
     for (int r = 0; r < std::max(g.data_parallel.replicas, 1) && decision.donor < 0; ++r)
       if (r != replica && st.router->in_run(r))
         decision.donor = r;
@@ -381,11 +385,12 @@ void on_back(loader_actor* self, const loader_settings& cfg, int replica) {
       if (const auto* d = counterpart(a, decision.donor))
         send_to(self, index(*d), rejoin_atom::value,
                 rejoin_msg{replica, decision.steps, decision.donor, index(a), decision.losses});
-    const auto* stage = a.type == "outer_sync" ? g.served_stage(a) : nullptr;
+    // Every live replica's sync actors (DDP: all-reduce peers) take it back.
+    const auto* stage = a.type == (ddp ? "allreduce_peer" : "outer_sync") ? g.served_stage(a) : nullptr;
     if (!stage || stage->replica == replica || !st.router->in_run(stage->replica))
       continue;
-    int to = -1; // the donor's sync actor sends the joiner's its state
-    if (stage->replica == decision.donor)
+    int to = -1; // the donor's sync actor sends the joiner's its state (a DDP peer keeps none)
+    if (stage->replica == decision.donor && !ddp)
       if (const auto* j = counterpart(*stage, replica))
         to = helper_of(g, "outer_sync", j->name);
     send_to(self, index(a), rejoin_atom::value,

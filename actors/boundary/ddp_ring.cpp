@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "actors/boundary/bucket_sync.hpp"
+#include "actors/boundary/rejoin_donor.hpp"
 #include "actors/builtin.hpp"
 #include "runtime/graph/graph_spec.hpp"
 
@@ -23,7 +24,20 @@ public:
     return 0.0;
   }
 
+  /// A rejoining replica's stage takes this one's state after the loader's step (elastic DDP, #26).
+  bool after_update(step_t steps_done) override {
+    steps_ = steps_done;
+    donor_.maybe_send(host_, steps_);
+    return true;
+  }
+  void resume_at(step_t steps_done) override { steps_ = steps_done; }
+
   bool receive(const caf::message& m) override {
+    if (m.match_elements<rejoin_atom, rejoin_msg>()) { // this replica is the donor
+      donor_.take(m.get_as<rejoin_msg>(1), steps_, host_);
+      donor_.maybe_send(host_, steps_); // at that step already: its state now
+      return true;
+    }
     if (!m.match_elements<reduced_atom, step_t, std::int32_t>())
       return false;
     auto step = m.get_as<step_t>(1);
@@ -34,6 +48,10 @@ public:
     }
     return true;
   }
+
+private:
+  step_t steps_ = 0; ///< steps done (after_update's last)
+  rejoin_donor donor_;
 };
 
 } // namespace

@@ -13,6 +13,7 @@
 
 #include "actors/builtin.hpp"
 #include "actors/stage/stage_engine.hpp"
+#include "actors/boundary/rejoin_donor.hpp"
 #include "actors/boundary/step_boundary.hpp"
 #include "actors/boundary/tied_mirror.hpp"
 #include "actors/zero_shard_state.hpp"
@@ -109,12 +110,7 @@ public:
 
   bool receive(const caf::message& msg) override {
     if (msg.match_elements<rejoin_atom, rejoin_msg>()) { // this replica is the donor (#26)
-      const auto& m = msg.get_as<rejoin_msg>(1);
-      if (m.steps < steps_)
-        throw std::runtime_error(fmt::format("{}: replica {} is to rejoin with this stage's state after step {}, but "
-                                             "it has done {} steps already",
-                                             host_.config().name, m.replica, m.steps, steps_));
-      donate_ = m;
+      donor_.take(msg.get_as<rejoin_msg>(1), steps_, host_);
       maybe_donate(); // at that step already, with nothing awaited: its state now
       return true;
     }
@@ -216,11 +212,8 @@ private:
   /// steps the loader named and their exchanges are applied (before the next
   /// update: the gradients of the next step's first microbatches change nothing it holds).
   void maybe_donate() {
-    if (!donate_ || donate_->steps != steps_ || waiting_ > 0)
-      return;
-    host_.send(donate_->to,
-               caf::make_message(state_atom::value, to_state_msg(steps_, host_.config().replica, host_.state())));
-    donate_.reset();
+    if (waiting_ == 0)
+      donor_.maybe_send(host_, steps_);
   }
 
   stage_host& host_;
@@ -233,7 +226,7 @@ private:
   std::pair<step_t, tied_mirror::touched> mirrored_{-1, {}}; ///< the step whose outer steps the head's copy follows
   step_t resumed_ = 0;                                       ///< the step a resumed run starts at
   step_t steps_ = 0;                                         ///< inner steps done (after_update's last)
-  std::optional<rejoin_msg> donate_; ///< a rejoining replica that takes this stage's state after donate_->steps
+  rejoin_donor donor_;                                       ///< a rejoining replica that takes this stage's state
 };
 
 } // namespace

@@ -131,7 +131,8 @@ void coordinator::next_comeback() {
 
 bool coordinator::may_restart() const {
   const auto* method = sched::find_sync_method(g_.local_update.algorithm);
-  if (!launched_ || !method || !method->rejoins || node_restarts_ >= g_.cluster.restart || phase_ != phase::running)
+  bool rejoins = g_.elastic_ddp() || (method && method->rejoins);
+  if (!launched_ || !rejoins || node_restarts_ >= g_.cluster.restart || phase_ != phase::running)
     return false;
   // Tied embeddings on two stages (the head's copy follows the embedding's outer
   // steps) have no rejoin test: the replica stays out, as without cluster.restart.
@@ -216,9 +217,9 @@ void coordinator::on_rejoining(const rejoining_msg& m) {
       done_.erase(name);
     left_actors_.erase(m.replica);
     fmt::print(stderr,
-               "troupe launch: replica {} rejoins at step {} with replica {}'s parameters, optimizer state and outer "
-               "state (no checkpoint read); {}\n",
-               m.replica, m.step + 1, m.donor,
+               "troupe launch: replica {} rejoins at step {} with replica {}'s parameters, optimizer state{} (no "
+               "checkpoint read); {}\n",
+               m.replica, m.step + 1, m.donor, g_.local_update.present ? " and outer state" : "",
                g_.keeps_batch_on_loss()
                  ? fmt::format("it takes its own microbatches of each step's {} sequences back", per_replica * replicas)
                  : fmt::format("each step's batch grows from {} to {} sequences", before,

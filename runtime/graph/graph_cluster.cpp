@@ -64,9 +64,7 @@ bool graph_spec::keeps_batch_on_loss() const noexcept {
 }
 
 bool graph_spec::elastic_ddp() const noexcept {
-  // With cluster.restart the lost node comes back by a restart from the latest
-  // checkpoint: DDP replicas do not rejoin a running launch yet.
-  return cluster.present && cluster.elastic && cluster.restart == 0 && data_parallel.replicas > 1 &&
+  return cluster.present && cluster.elastic && data_parallel.replicas > 1 &&
          data_parallel.zero == 0 && !local_update.present && !routes_across_replicas() && !skip_runs();
 }
 

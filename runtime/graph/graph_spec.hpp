@@ -445,10 +445,10 @@ struct graph_spec {
   /// and a rule schedule; other routes are their policy's to give, and a table
   /// replays a fixed set of microbatches, so those steps shrink).
   bool keeps_batch_on_loss() const noexcept;
-  /// A launch that goes on when it loses a DDP replica's node (#26): a
-  /// `cluster:` section, elastic, no `restart` (which restarts the run from its
-  /// latest checkpoint instead), plain DDP (no ZeRO, no local update, no routes
-  /// across replicas). Its all-reduce peers then exchange directly
+  /// A launch that goes on when it loses a DDP replica's node, and with
+  /// `cluster.restart` takes it back live (#26): a `cluster:` section, elastic,
+  /// plain DDP (no ZeRO, no local update, no routes across replicas). Its
+  /// all-reduce peers then exchange directly
   /// (actors/allreduce_direct.cpp) and each replica reduces its own gradient
   /// norm (its stages hold the same summed gradients as every other replica's).
   bool elastic_ddp() const noexcept;

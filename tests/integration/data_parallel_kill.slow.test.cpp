@@ -2,6 +2,8 @@
 // left finish the step it was lost in, take its microbatches from the next
 // one on, and hold the same parameters and optimizer state bit for bit at the
 // end; the loss ends within 2% of the same run without the kill. With
+// `cluster.restart` the node is started again and its replica rejoins from a
+// live replica's state (no checkpoint read), and all three agree. With
 // `cluster.elastic: false` the launch ends instead, within 5 seconds with exit
 // 1, naming the lost node and the actors it ran (its stages and their peers).
 #include <signal.h>
@@ -11,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include <doctest/doctest.h>
@@ -54,9 +57,10 @@ TEST_CASE("killing the node of a DDP replica ends a launch that is not elastic w
 
 namespace {
 
-constexpr int steps = 2000;
+constexpr int steps = 3000;
 
-void write_ddp_graph(const fs::path& dir) {
+/// `restart`: `cluster.restart: 1`, so the lost node is started again and its replica rejoins.
+void write_ddp_graph(const fs::path& dir, bool restart) {
   // Three replicas of a 2-stage pipeline, one per node process (the loader runs with replica 0).
   std::ofstream{dir / "graph.yaml"} << "model: {layers: 2, d_model: 32, heads: 2, context: 16, vocab: 256}\n"
                                     << "data: {corpus: kjv, batch: 2, seed: 7}\n"
@@ -64,18 +68,21 @@ void write_ddp_graph(const fs::path& dir) {
                                     << ", lr: 1.0e-3, warmup: 2, eval_every: 250, eval_batches: 64}\n"
                                     << "pipeline: {stages: 2, microbatches: 2, schedule: 1f1b}\n"
                                     << "data_parallel: {replicas: 3, bucket: 16KB}\n"
-                                    << "cluster: {launcher: local, nodes: 3}\n"
+                                    << "cluster: {launcher: local, nodes: 3" << (restart ? ", restart: 1}\n" : "}\n")
                                     << "checkpoint: {dir: ck, every: " << steps << "}\n";
 }
 
-} // namespace
-
-TEST_CASE("a DDP launch that loses a replica's node goes on with the two left, which agree bit for bit") {
+/// Kills node 1 (replica 1) mid-run: the run must end with exit 0, having read
+/// every step's sequences but the lost replica's share of the step it was lost
+/// in, with every replica still in (the two left; all three when it rejoined)
+/// holding the same parameters and AdamW state bit for bit, and a loss within
+/// 2% of the same run without the kill.
+void lose_ddp_replica(bool rejoin) {
   auto base = fs::temp_directory_path() / ("troupe_ddp_elastic_" + std::to_string(::getpid()));
   fs::remove_all(base);
   for (const auto* d : {"lost", "clean"}) {
     fs::create_directories(base / d);
-    write_ddp_graph(base / d);
+    write_ddp_graph(base / d, rejoin);
   }
   troupe_process clean{base / "clean", {"launch", (base / "clean" / "graph.yaml").string(), "--no-trace"}};
   REQUIRE(clean.wait(300s) == 0);
@@ -84,11 +91,14 @@ TEST_CASE("a DDP launch that loses a replica's node goes on with the two left, w
   auto dir = base / "lost";
   troupe_process launch{dir, {"launch", (dir / "graph.yaml").string(), "--no-trace"}};
   auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
-  launch.wait_for(R"(step\s+\d+/2000)"); // training, with the bucket exchanges between the nodes, is under way
+  launch.wait_for(R"(step\s+\d+/3000)"); // training, with the bucket exchanges between the nodes, is under way
   std::this_thread::sleep_for(300ms);    // mid-run: some steps in, buckets likely in flight
   auto pids = processes_with("--coordinator " + coordinator + " --node 1");
   REQUIRE(pids.size() == 1);
   ::kill(pids[0], SIGKILL);
+  int at = -1;
+  if (rejoin)
+    at = std::stoi(launch.wait_for(R"(replica 1 rejoins at step (\d+))", 120s));
   int code = launch.wait(300s);
   auto out = slurp(launch.out), err = slurp(launch.err);
   INFO(out, err);
@@ -96,6 +106,15 @@ TEST_CASE("a DDP launch that loses a replica's node goes on with the two left, w
   CHECK(err.find("lost node 1") != std::string::npos);
   CHECK(err.find("replica 1 leaves the run (r1s0, r1s1, r1s0_ar, r1s1_ar); DDP training goes on with replicas 0, 2, "
                  "which take its microbatches: each step keeps its batch of 12 sequences") != std::string::npos);
+  if (rejoin) {
+    CHECK(err.find("starting node 1 again (restart 1 of 1)") != std::string::npos);
+    CHECK(err.find(fmt::format("replica 1 rejoins at step {} with replica 0's parameters, optimizer state (no "
+                               "checkpoint read); it takes its own microbatches of each step's 12 sequences back",
+                               at)) != std::string::npos);
+    CHECK(at > 1);
+    CHECK(at < steps);
+    CHECK(out.find("[node 1] r1s1: busy") != std::string::npos); // the node started again trained to the end
+  }
   CHECK(out.find(fmt::format("{} steps in", steps)) != std::string::npos);
   // Every step's sequences but the lost replica's share of the step it was lost in.
   auto last = dir / "ck" / fmt::format("step-{:06}", steps);
@@ -105,14 +124,27 @@ TEST_CASE("a DDP launch that loses a replica's node goes on with the two left, w
   // DDP agrees every step: parameters, AdamW's moments and step counts, all of it.
   int compared = 0;
   for (const auto* part : {"s0", "s1"})
-    compared += same_tensors(last / fmt::format("r0{}.safetensors", part), last / fmt::format("r2{}.safetensors", part),
-                             [](const std::string&) { return false; });
-  MESSAGE(compared, " tensors of the two survivors' last checkpoints compared, bit for bit");
-  CHECK(compared >= 80); // 87 here: each parameter with its two AdamW moments, and the step counts
+    for (int r : rejoin ? std::vector<int>{1, 2} : std::vector<int>{2})
+      compared +=
+        same_tensors(last / fmt::format("r0{}.safetensors", part), last / fmt::format("r{}{}.safetensors", r, part),
+                     [](const std::string&) { return false; });
+  MESSAGE(compared, " tensors of the replicas' last checkpoints compared, bit for bit");
+  CHECK(compared >= (rejoin ? 160 : 80)); // 87 a replica: each parameter with its two AdamW moments, the step counts
   auto lost_loss = last_val_loss(out);
-  MESSAGE("loss ", lost_loss, " against ", clean_loss, " without the kill");
+  MESSAGE("loss ", lost_loss, " against ", clean_loss, " without the kill",
+          rejoin ? fmt::format("; rejoined at step {}", at) : std::string{});
   CHECK(std::abs(lost_loss - clean_loss) <= 0.02 * clean_loss);
   std::this_thread::sleep_for(200ms);
   CHECK(processes_with("--coordinator " + coordinator).empty());
   fs::remove_all(base);
+}
+
+} // namespace
+
+TEST_CASE("a DDP launch that loses a replica's node goes on with the two left, which agree bit for bit") {
+  lose_ddp_replica(false);
+}
+
+TEST_CASE("with cluster.restart the lost DDP replica comes back with a live replica's state, and all three agree") {
+  lose_ddp_replica(true);
 }
