@@ -64,8 +64,8 @@ bool graph_spec::keeps_batch_on_loss() const noexcept {
 }
 
 bool graph_spec::elastic_ddp() const noexcept {
-  return cluster.present && cluster.elastic && data_parallel.replicas > 1 &&
-         data_parallel.zero == 0 && !local_update.present && !routes_across_replicas() && !skip_runs();
+  return cluster.present && cluster.elastic && data_parallel.replicas > 1 && data_parallel.zero == 0 &&
+         !local_update.present && !routes_across_replicas() && !skip_runs();
 }
 
 std::string cluster_yaml(const cluster_spec& c) {
