@@ -218,8 +218,9 @@ std::vector<sync_send> mean_exchange::receive(int from, int round, int piece, qu
     return {}; // from a member this one knows is lost: too late, its chunks are another's now
   if (round == 0) {
     // A part for this chunk's owner: this member, or this member once it learns
-    // that the chunk's owner is gone. A repeat after a loss is the same part.
-    if (!parts_[c][i])
+    // that the chunk's owner is gone. A repeat after a loss is the same part;
+    // once the chunk is reduced here, no part counts any more.
+    if (!reduced_[c] && !parts_[c][i])
       parts_[c][i] = std::move(part);
     return reduce_ready();
   }
@@ -256,7 +257,10 @@ std::vector<sync_send> mean_exchange::reduce_ready() {
     }
     // Once a chunk's mean exists it is the chunk's mean for every member: a lost
     // owner's, held here or reported by a member that had it, goes out as it is.
+    // Its parts are no longer needed (an owner that is here owns it for good).
     reduced_[c] = true;
+    for (auto& p : parts_[c])
+      p.reset();
     for (std::size_t m = 0; m < members_.size(); ++m)
       if (m != self_ && alive_[m])
         out.push_back({members_[m], 1, static_cast<int>(c), *held_[c]});
@@ -301,7 +305,7 @@ std::vector<float> mean_exchange::take() {
   if (!done() || taken_)
     throw std::logic_error("mean_exchange: the mean taken before every chunk arrived, or twice");
   taken_ = true;
-  return mean_;
+  return std::move(mean_); // what answers later (held_, own_) stays
 }
 
 } // namespace troupe::sched
