@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Healing against checkpoint-restart (#26 item 5): the main example's model
-# (examples/tiny-gpt.yaml: 4 layers, d_model 128) as 4 DiLoCo replicas, one
-# stage each, on 4 node processes of this machine (`troupe launch`, pinned to
+# (examples/tiny-gpt.yaml: 4 layers, d_model 128) as 4 DiLoCo replicas (or,
+# with --method ddp, DDP replicas), one stage each, on 4 node processes of this
+# machine (`troupe launch`, pinned to
 # its cores). A seeded schedule kills one node (1, 2 or 3: node 0 also runs the
 # loader) every --interval seconds; the node comes back --down seconds later
 # (cluster.restart_delay). Three ways, the same graph otherwise:
@@ -15,7 +16,7 @@
 # the plot validation loss against wall time (round 1). `--tune` runs the
 # restart way once per K of the grid on --tune-seed, and writes the fastest K to
 # --params; a report run refuses a K tuned on its own seed.
-#   deploy/bench/bench_healing.sh [--tune] [--steps S] [--interval N] [--down D] [--rounds R]
+#   deploy/bench/bench_healing.sh [--method diloco|ddp] [--tune] [--steps S] [--interval N] [--down D] [--rounds R]
 #       [--seed X] [--tune-seed Y] [--params FILE] [--results FILE] [--out DIR] [--build DIR]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,6 +27,7 @@ import argparse, json, math, os, random, re, signal, statistics, subprocess, sys
 here = sys.argv[1]
 p = argparse.ArgumentParser(prog="bench_healing.sh")
 p.add_argument("--tune", action="store_true")
+p.add_argument("--method", choices=["diloco", "ddp"], default="diloco")
 p.add_argument("--steps", type=int, default=800)
 p.add_argument("--interval", type=float, default=60.0)
 p.add_argument("--down", type=float, default=5.0)
@@ -33,11 +35,14 @@ p.add_argument("--rounds", type=int, default=3)
 p.add_argument("--seed", type=int, default=3)
 p.add_argument("--tune-seed", type=int, default=2)
 p.add_argument("--k-grid", default="50,100,200")
-p.add_argument("--params", default="deploy/results/healing_tuned.txt")
-p.add_argument("--results", default="deploy/results/healing.md")
+p.add_argument("--params", default=None)   # default: deploy/results/healing[_ddp]_tuned.txt
+p.add_argument("--results", default=None)  # default: deploy/results/healing[_ddp].md
 p.add_argument("--out", default="runs/bench_healing")
 p.add_argument("--build", default="build")
 a = p.parse_args(sys.argv[2:])
+suffix = "" if a.method == "diloco" else "_" + a.method
+a.params = a.params or f"deploy/results/healing{suffix}_tuned.txt"
+a.results = a.results or f"deploy/results/healing{suffix}.md"
 def die(msg):
     print(f"bench_healing: {msg}", file=sys.stderr)
     sys.exit(2)
@@ -63,7 +68,7 @@ def graph(mode, seed, k):
             f"train:    {{steps: {a.steps}, lr: 1.0e-3, weight_decay: 0.1, warmup: 100, eval_every: {eval_every}, eval_batches: 8}}\n"
             f"pipeline: {{stages: 1, microbatches: 2}}\n"
             f"data_parallel: {{replicas: 4}}\n"
-            f"local_update: {{algorithm: diloco, sync_every: {H}}}\n"
+            + (f"local_update: {{algorithm: diloco, sync_every: {H}}}\n" if a.method == "diloco" else "") +
             f"cluster:  {{launcher: local, nodes: 4, pin: true{restart}{elastic}}}\n"
             f"checkpoint: {{dir: ck, every: {k if mode == 'restart' else a.steps}, keep: 2}}\n")
 
@@ -176,11 +181,11 @@ load_after = open("/proc/loadavg").read().split()[:3]
 med = lambda xs: statistics.median(xs)
 clean_val = med([r["val"] for r in runs["clean"]])
 lines = [f"# Healing against checkpoint-restart ({a.steps} steps, a node killed every {a.interval:g} s, down {a.down:g} s)", "",
-         f"`deploy/bench/bench_healing.sh --steps {a.steps} --interval {a.interval:g} --down {a.down:g} --rounds {a.rounds} --seed {a.seed}`", "",
+         f"`deploy/bench/bench_healing.sh --method {a.method} --steps {a.steps} --interval {a.interval:g} --down {a.down:g} --rounds {a.rounds} --seed {a.seed}`", "",
          f"- machine: {cpu}, {os.cpu_count()} cores; kernel target {runs['clean'][0]['kernel']}",
          f"- load (1, 5, 15 min): {' '.join(load_before)} before, {' '.join(load_after)} after",
          f"- commit {commit}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-         f"- the main example's model as 4 DiLoCo replicas (H = {H}), one stage and one node process each, pinned; "
+         f"- the main example's model as 4 " + (f"DiLoCo replicas (H = {H})" if a.method == "diloco" else "DDP replicas (direct bucket exchanges)") + ", one stage and one node process each, pinned; "
          f"kills pick node 1, 2 or 3 (seeded; node 0 also runs the loader); checkpoint-restart saves every K = {K} steps "
          f"(the fastest of {a.k_grid} on seed {tuned['tuned_on']}); healing and clean save only the last step", "",
          "| way | s to step %d (median) | each round | / healing | kills, each round | final val loss (median) | each round | vs clean |" % a.steps,
