@@ -59,15 +59,23 @@ namespace {
 
 constexpr int steps = 3000;
 
+/// How the replicas train: the defaults (1F1B, f32 buckets, synchronous clipping), or others.
+struct ddp_setup {
+  std::string schedule = "schedule: 1f1b", wire = "f32", clip = "sync";
+  int layers = 2;
+};
+
 /// `restart`: `cluster.restart: 1`, so the lost node is started again and its replica rejoins.
-void write_ddp_graph(const fs::path& dir, bool restart) {
+void write_ddp_graph(const fs::path& dir, bool restart, const ddp_setup& how) {
   // Three replicas of a 2-stage pipeline, one per node process (the loader runs with replica 0).
-  std::ofstream{dir / "graph.yaml"} << "model: {layers: 2, d_model: 32, heads: 2, context: 16, vocab: 256}\n"
+  std::ofstream{dir / "graph.yaml"} << "model: {layers: " << how.layers
+                                    << ", d_model: 32, heads: 2, context: 16, vocab: 256}\n"
                                     << "data: {corpus: kjv, batch: 2, seed: 7}\n"
                                     << "train: {steps: " << steps
-                                    << ", lr: 1.0e-3, warmup: 2, eval_every: 250, eval_batches: 64}\n"
-                                    << "pipeline: {stages: 2, microbatches: 2, schedule: 1f1b}\n"
-                                    << "data_parallel: {replicas: 3, bucket: 16KB}\n"
+                                    << ", lr: 1.0e-3, warmup: 2, eval_every: 250, eval_batches: 64, clip: " << how.clip
+                                    << "}\n"
+                                    << "pipeline: {stages: 2, microbatches: 2, " << how.schedule << "}\n"
+                                    << "data_parallel: {replicas: 3, bucket: 16KB, wire: " << how.wire << "}\n"
                                     << "cluster: {launcher: local, nodes: 3" << (restart ? ", restart: 1}\n" : "}\n")
                                     << "checkpoint: {dir: ck, every: " << steps << "}\n";
 }
@@ -77,12 +85,12 @@ void write_ddp_graph(const fs::path& dir, bool restart) {
 /// in, with every replica still in (the two left; all three when it rejoined)
 /// holding the same parameters and AdamW state bit for bit, and a loss within
 /// 2% of the same run without the kill.
-void lose_ddp_replica(bool rejoin) {
+void lose_ddp_replica(bool rejoin, const ddp_setup& how = {}) {
   auto base = fs::temp_directory_path() / ("troupe_ddp_elastic_" + std::to_string(::getpid()));
   fs::remove_all(base);
   for (const auto* d : {"lost", "clean"}) {
     fs::create_directories(base / d);
-    write_ddp_graph(base / d, rejoin);
+    write_ddp_graph(base / d, rejoin, how);
   }
   troupe_process clean{base / "clean", {"launch", (base / "clean" / "graph.yaml").string(), "--no-trace"}};
   REQUIRE(clean.wait(300s) == 0);
@@ -147,4 +155,8 @@ TEST_CASE("a DDP launch that loses a replica's node goes on with the two left, w
 
 TEST_CASE("with cluster.restart the lost DDP replica comes back with a live replica's state, and all three agree") {
   lose_ddp_replica(true);
+}
+
+TEST_CASE("the same with interleaved chunks, bf16 buckets and post-validated clipping: all three agree") {
+  lose_ddp_replica(true, {"schedule: interleaved_1f1b, virtual: 2", "bf16", "post_validate", 4});
 }
