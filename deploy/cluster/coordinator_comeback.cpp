@@ -39,16 +39,12 @@ void coordinator::lose_node(int i, const std::string& why) {
   }
   if (lost_nodes_.count(i))
     return;
-  const auto& lu = g_.local_update;
   int replicas = std::max(g_.data_parallel.replicas, 1);
-  // Its replicas, if it ran only replica stages and their sync actors. Routes
-  // across replicas (NoLoCo's) send every replica's microbatches through the others: not those.
+  // Its replicas, if it ran only replica stages and the actors beside them.
   std::set<int> reps;
-  // Replica groups sync every step inside: a group that loses a replica cannot go on.
   // Elastic DDP's all-reduce peers sum each bucket over the replicas left (graph_spec::elastic_ddp).
   bool ddp = g_.elastic_ddp();
-  bool elastic = ddp || (g_.cluster.elastic && lu.present && replicas > 1 && g_.sync_group_size() == 1 &&
-                         !lu.routes_across_replicas);
+  bool elastic = ddp || g_.elastic_local_update();
   auto replica_of = [&](const actor_spec& a) { // a sync actor's is its stage's
     const auto* stage = a.role.holds_layers ? &a : g_.served_stage(a);
     return stage ? stage->replica : -1;

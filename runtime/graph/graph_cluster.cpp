@@ -63,6 +63,13 @@ bool graph_spec::keeps_batch_on_loss() const noexcept {
          !skip_runs() && !routes_across_replicas();
 }
 
+bool graph_spec::elastic_local_update() const noexcept {
+  // Replica groups sync every step inside: a group that loses a replica cannot go on. Routes
+  // across replicas (NoLoCo's random ones) send every replica's microbatches through the others.
+  return cluster.present && cluster.elastic && local_update.present && data_parallel.replicas > 1 &&
+         sync_group_size() == 1 && !local_update.routes_across_replicas;
+}
+
 bool graph_spec::elastic_ddp() const noexcept {
   return cluster.present && cluster.elastic && data_parallel.replicas > 1 && data_parallel.zero == 0 &&
          !local_update.present && !routes_across_replicas() && !skip_runs();
@@ -144,7 +151,7 @@ void check_cluster(parsed_graph& pg, graph_reader& r) {
     return;
   if (g.cluster.restart > 0 && (g.checkpoint.every <= 0 || g.checkpoint.dir.empty())) {
     // An elastic run takes a lost replica back live, but not the loader's node: that one restarts the run.
-    bool elastic = g.elastic_ddp() || (g.local_update.present && g.cluster.elastic);
+    bool elastic = g.elastic_ddp() || g.elastic_local_update();
     r.error(child(pg.cluster_node, "restart"), "cluster.restart",
             fmt::format("{} resumes it from its latest checkpoint: give `checkpoint: {{dir: DIR, every: N}}` "
                         "(without checkpoints each of the {} restart{} would start over)",

@@ -452,6 +452,9 @@ struct graph_spec {
   /// (actors/allreduce_direct.cpp) and each replica reduces its own gradient
   /// norm (its stages hold the same summed gradients as every other replica's).
   bool elastic_ddp() const noexcept;
+  /// A launch of local-update training that goes on when it loses a replica's
+  /// node (each replica its own group, chain routes, `cluster.elastic`).
+  bool elastic_local_update() const noexcept;
   /// Microbatches move between replicas at stage boundaries: least_loaded
   /// routing, or a local-update method's own routes (NoLoCo's random ones).
   bool routes_across_replicas() const noexcept;
