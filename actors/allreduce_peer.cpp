@@ -163,6 +163,10 @@ int helper_of(const graph_spec& g, const std::string& type, const std::string& s
   return -1;
 }
 
+const char* every_step_sync_type(const graph_spec& g) noexcept {
+  return g.data_parallel.zero > 0 ? "optimizer_shard" : "allreduce_peer";
+}
+
 bool check_serves_stage(const actor_spec& a, const graph_spec& g, diagnostics& out) {
   if (g.served_stage(a))
     return true;

@@ -20,6 +20,8 @@ caf::expected<caf::actor> spawn_allreduce_peer(spawn_context& ctx);
 /// Its direct form in an elastic DDP launch (graph_spec::elastic_ddp; actors/allreduce_direct.cpp).
 caf::expected<caf::actor> spawn_allreduce_direct(spawn_context& ctx);
 caf::expected<caf::actor> spawn_optimizer_shard(spawn_context& ctx);
+/// Its direct form in an elastic ZeRO launch (graph_spec::elastic_ddp; actors/optimizer_shard_direct.cpp).
+caf::expected<caf::actor> spawn_optimizer_shard_direct(spawn_context& ctx);
 caf::expected<caf::actor> spawn_outer_sync(spawn_context& ctx);
 
 /// What the loader knows of each type: its keys and its role (actor_role).
@@ -85,6 +87,10 @@ bool check_serves_stage(const actor_spec& a, const graph_spec& g, diagnostics& o
 void expand_outer_sync(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage);
 /// The helper of type `type` whose `stage:` names `stage` (its index in g.actors), or -1.
 int helper_of(const graph_spec& g, const std::string& type, const std::string& stage);
+/// The actor type beside each stage that sums its gradients every step:
+/// `optimizer_shard` under ZeRO, else `allreduce_peer` (what leaves and
+/// rejoins with a replica in an elastic launch, graph_spec::elastic_ddp).
+const char* every_step_sync_type(const graph_spec& g) noexcept;
 
 /// Registers data_loader, pipeline_stage and the `pipeline:` expander (idempotent).
 void register_builtin_actors();

@@ -386,10 +386,11 @@ void on_back(loader_actor* self, const loader_settings& cfg, int replica) {
         send_to(self, index(*d), rejoin_atom::value,
                 rejoin_msg{replica, decision.steps, decision.donor, index(a), decision.losses});
     // Every live replica's sync actors (DDP: all-reduce peers) take it back.
-    const auto* stage = a.type == (ddp ? "allreduce_peer" : "outer_sync") ? g.served_stage(a) : nullptr;
+    const auto* stage = a.type == (ddp ? every_step_sync_type(g) : "outer_sync") ? g.served_stage(a) : nullptr;
     if (!stage || stage->replica == replica || !st.router->in_run(stage->replica))
       continue;
-    int to = -1; // the donor's sync actor sends the joiner's its state (a DDP peer keeps none)
+    int to =
+      -1; // the donor's sync actor sends the joiner's its state (a DDP peer keeps none; ZeRO's shards find the joiner's)
     if (stage->replica == decision.donor && !ddp)
       if (const auto* j = counterpart(*stage, replica))
         to = helper_of(g, "outer_sync", j->name);

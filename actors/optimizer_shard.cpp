@@ -179,7 +179,8 @@ caf::behavior optimizer_shard(shard_actor* self, shard_settings cfg, std::unique
 } // namespace
 
 void expand_zero_shards(section_expansion& e, int replicas, const std::function<std::string(int, int)>& stage) {
-  expand_ring(e, replicas, stage, "optimizer_shard", "_os");
+  expand_ring(e, replicas, stage, "optimizer_shard", "_os",
+              e.graph.elastic_ddp() ? helper_links::all_pairs : helper_links::ring);
 }
 
 actor_type_info optimizer_shard_info() {
@@ -211,6 +212,8 @@ actor_type_info optimizer_shard_info() {
 
 caf::expected<caf::actor> spawn_optimizer_shard(spawn_context& ctx) {
   const auto& g = ctx.graph;
+  if (g.elastic_ddp()) // a launch that survives a lost replica: direct exchanges and mirrored slices, not the ring
+    return spawn_optimizer_shard_direct(ctx);
   auto ring = zero_ring_of(g, ctx.spec);
   if (!ring)
     return ring.error();

@@ -78,7 +78,10 @@ zero_prediction predict_held(const graph_spec& g, const actor_spec& stage) {
   p.stage.optimizer = g.data_parallel.zero == 0 ? kinds * f32 * psi : 0;
   if (g.data_parallel.zero > 0) {
     auto members = g.sync_group_size();
-    auto slice = stage_shard_layout(g, stage, members, stage.replica % members).elements();
+    auto rank = stage.replica % members;
+    auto slice = stage_shard_layout(g, stage, members, rank).elements();
+    if (g.elastic_ddp()) // it mirrors the next replica's slice too (actors/optimizer_shard_direct.cpp)
+      slice += stage_shard_layout(g, stage, members, (rank + 1) % members).elements();
     p.shard.optimizer = kinds * f32 * slice;
     p.shard.grads = g.data_parallel.zero == 2 ? f32 * slice : 0;
   }
@@ -150,6 +153,34 @@ void zero_shard::write_parameters(int b, float* flat) const {
   for (std::size_t i = 0; i < layout_.segments.size(); ++i)
     if (const auto& s = layout_.segments[i]; s.bucket == b)
       std::memcpy(flat + s.flat, params_[i].value.raw(), static_cast<std::size_t>(s.elements) * sizeof(float));
+}
+
+std::vector<float> zero_shard::slice_values() const {
+  std::vector<float> out(static_cast<std::size_t>(layout_.elements()));
+  for (std::size_t i = 0; i < layout_.segments.size(); ++i) {
+    if (!params_[i].value.defined())
+      throw std::logic_error(fmt::format("optimizer shard: '{}' is not bound", layout_.names[i]));
+    std::memcpy(out.data() + slice_at_[i], params_[i].value.raw(),
+                static_cast<std::size_t>(layout_.segments[i].elements) * sizeof(float));
+  }
+  return out;
+}
+
+void write_slice(const sched::shard_layout& layout, const std::vector<const std::vector<tensor_handle>*>& params,
+                 std::span<const float> values) {
+  if (static_cast<std::int64_t>(values.size()) != layout.elements())
+    throw std::invalid_argument(fmt::format("slice {} of {}: {} values for its {} elements", layout.rank,
+                                            layout.members, values.size(), layout.elements()));
+  const float* src = values.data();
+  for (const auto& s : layout.segments) {
+    const auto* bucket = params.at(static_cast<std::size_t>(s.bucket));
+    const auto& t = bucket->at(static_cast<std::size_t>(s.tensor));
+    if (s.offset + s.elements > t.numel())
+      throw std::invalid_argument(fmt::format("slice {} of {}: a segment past its parameter's {} elements", layout.rank,
+                                              layout.members, t.numel()));
+    std::memcpy(static_cast<float*>(t.raw()) + s.offset, src, static_cast<std::size_t>(s.elements) * sizeof(float));
+    src += s.elements;
+  }
 }
 
 held_bytes zero_shard::held() const {

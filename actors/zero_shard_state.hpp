@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include <caf/error.hpp>
@@ -42,7 +43,8 @@ sched::shard_layout stage_shard_layout(const graph_spec& g, const actor_spec& st
 /// (what `troupe check` prints and a run reports): the stage 4Ψ of parameters,
 /// 4Ψ of gradients (its accumulation buffer; ZeRO-2: the shard's slice
 /// instead) and, without ZeRO, 8Ψ of AdamW moments; the shard 8Ψ_r of moments
-/// and in stage 2 4Ψ_r of gradient, Ψ_r its slice (make_shard_layout).
+/// and in stage 2 4Ψ_r of gradient, Ψ_r its slice (make_shard_layout); in an
+/// elastic launch Ψ_r is its slice and the next replica's, which it mirrors.
 struct zero_prediction {
   held_bytes stage, shard;
 };
@@ -60,6 +62,8 @@ public:
   /// The loss's bucket, or -1.
   int loss_bucket() const noexcept { return loss_ ? static_cast<int>(layout_.buckets.size()) : -1; }
   const sched::shard_layout& layout() const noexcept { return layout_; }
+  /// Its place in the ring: which slice of the stage it holds.
+  int rank() const noexcept { return layout_.rank; }
 
   /// Bucket `b` is reduce-scattered: `flat` holds its summed values in this
   /// shard's chunk. Keeps the slice (stage 1: in the stage's gradients
@@ -72,6 +76,8 @@ public:
   void update(float lr, float clip);
   /// Writes the slice's updated parameters of bucket `b` into `flat`, where the all-gather sends them from.
   void write_parameters(int b, float* flat) const;
+  /// The slice's parameters (bound, updated), segment after segment.
+  std::vector<float> slice_values() const;
 
   /// What it holds: its moments and, in stage 2, its gradient slice.
   held_bytes held() const;
@@ -95,6 +101,12 @@ private:
   tensor_handle grad_slice_;                      ///< stage 2: the slice's reduced gradient
   std::vector<ops::named_tensor> params_, grads_; ///< per segment: views into the stage (and the slice)
 };
+
+/// Writes `values`, slice `layout`'s parameters segment after segment (as
+/// zero_shard::slice_values gives them), into the stage's parameters:
+/// `params[b]`, bucket b's. std::invalid_argument when the sizes differ.
+void write_slice(const sched::shard_layout& layout, const std::vector<const std::vector<tensor_handle>*>& params,
+                 std::span<const float> values);
 
 /// Where a shard's checkpoints go and what it resumes from.
 struct zero_checkpointing : part_checkpointing {

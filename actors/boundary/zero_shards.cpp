@@ -1,12 +1,17 @@
 // ZeRO-1/2 at a stage's step boundary: its gradient buckets are
 // reduce-scattered to optimizer shards that own a slice of the optimizer state
 // each; after the global norm the stage asks its shard to update and runs
-// nothing until the updated parameters are gathered back into it.
+// nothing until the updated parameters are gathered back into it. In an
+// elastic launch the shards mirror each other's slices
+// (actors/optimizer_shard_direct.cpp), and a rejoining replica's stage takes
+// its parameters from a live replica's.
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 
 #include "actors/boundary/bucket_sync.hpp"
+#include "actors/boundary/rejoin_donor.hpp"
 #include "actors/builtin.hpp"
 #include "runtime/graph/graph_spec.hpp"
 
@@ -22,9 +27,15 @@ public:
   }
   std::string_view type() const override { return "zero_shards"; }
 
-  /// Every replica's shard holds a different slice: each counts its own.
+  /// Every replica's shard holds a different slice: each counts its own (in an
+  /// elastic launch each the whole bucket's, so every replica reduces the
+  /// same norm). Summed in bucket order, however the buckets came back.
   std::optional<double> norm_share(step_t) override {
-    return host_.config().grad_clip > 0 ? std::exchange(slice_sq_, 0.0) : (slice_sq_ = 0.0);
+    double sq = 0;
+    for (const auto& [b, v] : slice_sq_)
+      sq += v;
+    slice_sq_.clear();
+    return host_.config().grad_clip > 0 ? sq : 0.0;
   }
 
   bool applies_update() const override { return true; }
@@ -34,11 +45,24 @@ public:
     return false;
   }
 
+  /// A rejoining replica's stage takes this one's parameters after the loader's step (elastic ZeRO, #26).
+  bool after_update(step_t steps_done) override {
+    steps_ = steps_done;
+    donor_.maybe_send(host_, steps_);
+    return true;
+  }
+  void resume_at(step_t steps_done) override { steps_ = steps_done; }
+
   bool receive(const caf::message& m) override {
+    if (m.match_elements<rejoin_atom, rejoin_msg>()) { // this replica is the donor
+      donor_.take(m.get_as<rejoin_msg>(1), steps_, host_);
+      donor_.maybe_send(host_, steps_); // at that step already: its state now
+      return true;
+    }
     if (m.match_elements<reduced_atom, step_t, std::int32_t, double>()) {
       auto step = m.get_as<step_t>(1);
-      if (std::find(uncounted_.begin(), uncounted_.end(), m.get_as<std::int32_t>(2)) == uncounted_.end())
-        slice_sq_ += m.get_as<double>(3);
+      if (auto b = m.get_as<std::int32_t>(2); std::find(uncounted_.begin(), uncounted_.end(), b) == uncounted_.end())
+        slice_sq_[b] = m.get_as<double>(3);
       if (buckets_->on_reduced(step, m.get_as<std::int32_t>(2)))
         host_.synced(step);
       return true;
@@ -72,9 +96,11 @@ public:
   }
 
 private:
-  double slice_sq_ = 0;        ///< Σ g² of the shard's slices this step
-  std::vector<int> uncounted_; ///< buckets the global norm leaves out (a tied matrix's second copy)
-  step_t asked_ = -1;          ///< the step whose update the shard is making
+  std::map<int, double> slice_sq_; ///< Σ g² of the shard's slice of each bucket this step
+  std::vector<int> uncounted_;     ///< buckets the global norm leaves out (a tied matrix's second copy)
+  step_t asked_ = -1;              ///< the step whose update the shard is making
+  step_t steps_ = 0;               ///< steps done (after_update's last)
+  rejoin_donor donor_;
 };
 
 } // namespace

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/builtin.hpp"
 #include "actors/boundary/step_boundary.hpp"
 #include "deploy/cluster/coordinator_state.hpp"
 #include "runtime/actor/errors.hpp"
@@ -42,7 +43,8 @@ void coordinator::lose_node(int i, const std::string& why) {
   int replicas = std::max(g_.data_parallel.replicas, 1);
   // Its replicas, if it ran only replica stages and the actors beside them.
   std::set<int> reps;
-  // Elastic DDP's all-reduce peers sum each bucket over the replicas left (graph_spec::elastic_ddp).
+  // Elastic DDP's all-reduce peers (ZeRO's optimizer shards) sum each bucket over the replicas left
+  // (graph_spec::elastic_ddp).
   bool ddp = g_.elastic_ddp();
   bool elastic = ddp || g_.elastic_local_update();
   auto replica_of = [&](const actor_spec& a) { // a sync actor's is its stage's
@@ -50,7 +52,7 @@ void coordinator::lose_node(int i, const std::string& why) {
     return stage ? stage->replica : -1;
   };
   auto of_a_replica = [&](const actor_spec& a) { // a replica's stages and the actors beside them
-    return a.role.holds_layers || a.type == (ddp ? "allreduce_peer" : "outer_sync");
+    return a.role.holds_layers || a.type == (ddp ? every_step_sync_type(g_) : "outer_sync");
   };
   for (const auto& name : n.actors) {
     const auto* a = g_.find_actor(name);
@@ -82,7 +84,10 @@ void coordinator::lose_node(int i, const std::string& why) {
   fmt::print(stderr,
              "troupe launch: lost {}: {}; replica {} leaves the run ({}); {} training goes on with "
              "replica{} {}, {}\n",
-             describe(i), why, fmt::join(reps, ", "), fmt::join(leaving, ", "), ddp ? "DDP" : "local-update",
+             describe(i), why, fmt::join(reps, ", "), fmt::join(leaving, ", "),
+             !ddp                        ? std::string{"local-update"}
+             : g_.data_parallel.zero > 0 ? fmt::format("ZeRO-{}", g_.data_parallel.zero)
+                                         : std::string{"DDP"},
              left.size() == 1 ? "" : "s", fmt::join(left, ", "),
              g_.keeps_batch_on_loss()
                ? fmt::format("which take{} its microbatches: each step keeps its batch of {} sequences",
@@ -213,9 +218,11 @@ void coordinator::on_rejoining(const rejoining_msg& m) {
       done_.erase(name);
     left_actors_.erase(m.replica);
     fmt::print(stderr,
-               "troupe launch: replica {} rejoins at step {} with replica {}'s parameters, optimizer state{} (no "
-               "checkpoint read); {}\n",
-               m.replica, m.step + 1, m.donor, g_.local_update.present ? " and outer state" : "",
+               "troupe launch: replica {} rejoins at step {} with replica {}'s parameters{} (no checkpoint read); {}\n",
+               m.replica, m.step + 1, m.donor,
+               g_.local_update.present     ? ", optimizer state and outer state"
+               : g_.data_parallel.zero > 0 ? " and its optimizer shards' slices from the replicas that mirror them"
+                                           : ", optimizer state",
                g_.keeps_batch_on_loss()
                  ? fmt::format("it takes its own microbatches of each step's {} sequences back", per_replica * replicas)
                  : fmt::format("each step's batch grows from {} to {} sequences", before,

@@ -17,6 +17,7 @@
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
+#include "actors/builtin.hpp"
 #include "actors/channel.hpp"
 #include "actors/remote_codec.hpp"
 #include "deploy/cluster/cluster_protocol.hpp"
@@ -358,7 +359,7 @@ int node_agent::run() {
             for (std::size_t i = 0; i < graph_.actors.size() && i < actors_.by_index.size(); ++i)
               if (const auto& a = graph_.actors[i];
                   actors_.by_index[i] && (a.type == "outer_sync" || a.type == "data_loader" ||
-                                          (a.type == "allreduce_peer" && graph_.elastic_ddp())))
+                                          (a.type == every_step_sync_type(graph_) && graph_.elastic_ddp())))
                 caf::anon_send(actors_.by_index[i], replica_lost_atom::value, replica);
             break;
           }

@@ -71,8 +71,8 @@ bool graph_spec::elastic_local_update() const noexcept {
 }
 
 bool graph_spec::elastic_ddp() const noexcept {
-  return cluster.present && cluster.elastic && data_parallel.replicas > 1 && data_parallel.zero == 0 &&
-         !local_update.present && !routes_across_replicas() && !skip_runs();
+  return cluster.present && cluster.elastic && data_parallel.replicas > 1 && !local_update.present &&
+         !routes_across_replicas() && !skip_runs();
 }
 
 std::string cluster_yaml(const cluster_spec& c) {

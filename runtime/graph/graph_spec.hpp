@@ -445,12 +445,14 @@ struct graph_spec {
   /// and a rule schedule; other routes are their policy's to give, and a table
   /// replays a fixed set of microbatches, so those steps shrink).
   bool keeps_batch_on_loss() const noexcept;
-  /// A launch that goes on when it loses a DDP replica's node, and with
-  /// `cluster.restart` takes it back live (#26): a `cluster:` section, elastic,
-  /// plain DDP (no ZeRO, no local update, no routes across replicas). Its
-  /// all-reduce peers then exchange directly
-  /// (actors/allreduce_direct.cpp) and each replica reduces its own gradient
-  /// norm (its stages hold the same summed gradients as every other replica's).
+  /// A launch that goes on when it loses a data-parallel replica's node, and
+  /// with `cluster.restart` takes it back live (#26): a `cluster:` section,
+  /// elastic, DDP or ZeRO-1/2 every step (no local update, no routes across
+  /// replicas). The actors beside its stages that sum their gradients then
+  /// take their direct forms (actors/allreduce_direct.cpp and ZeRO's beside
+  /// it), which exchange directly, and
+  /// each replica reduces its own gradient norm (its stages hold the same
+  /// summed gradients as every other replica's).
   bool elastic_ddp() const noexcept;
   /// A launch of local-update training that goes on when it loses a replica's
   /// node (each replica its own group, chain routes, `cluster.elastic`).
