@@ -187,3 +187,29 @@ TEST_CASE("with cluster.restart the lost ZeRO-2 replica comes back with its slic
           "replicas that mirror them, and all three agree") {
   lose_ddp_replica(true, {.zero = 2});
 }
+
+TEST_CASE("a ZeRO launch that loses both holders of a slice stops, naming the slice and the replicas that held it") {
+  auto dir = fs::temp_directory_path() / ("troupe_zero_both_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  write_ddp_graph(dir, false, {.zero = 1});
+  troupe_process launch{dir, {"launch", (dir / "graph.yaml").string(), "--no-trace"}};
+  auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
+  launch.wait_for(R"(step\s+\d+/3000)");
+  std::this_thread::sleep_for(300ms);
+  // Slice 2 of 3 is held by replicas 2 and 1: both nodes go.
+  for (int node : {1, 2}) {
+    auto pids = processes_with("--coordinator " + coordinator + " --node " + std::to_string(node));
+    REQUIRE(pids.size() == 1);
+    ::kill(pids[0], SIGKILL);
+  }
+  int code = launch.wait(60s);
+  auto err = slurp(launch.err);
+  INFO(err);
+  CHECK(code == 1);
+  CHECK(err.find("slice 2 of 3 of the optimizer state is lost: replicas 2 and 1, which held it, are both gone") !=
+        std::string::npos);
+  std::this_thread::sleep_for(200ms);
+  CHECK(processes_with("--coordinator " + coordinator).empty());
+  fs::remove_all(dir);
+}
