@@ -11,6 +11,7 @@
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
+#include "actors/bucket_direct.hpp"
 #include "actors/builtin.hpp"
 #include "actors/ring_member.hpp"
 #include "actors/zero_shard_state.hpp"
@@ -65,14 +66,11 @@ void report_done(direct_actor* self, const direct_settings& cfg) {
 void run(direct_actor* self, const direct_settings& cfg, std::vector<sched::bucket_send> sends) {
   auto& st = self->state;
   for (auto& b : sends) {
-    auto& q = b.send.payload;
-    auto bytes = q.wire_bytes();
+    auto bytes = b.send.payload.wire_bytes();
     st.bytes_sent += bytes;
     record_ring_send(st.trace_id, b.step, b.bucket, bytes);
-    self->send(
-      st.actors.at(static_cast<std::size_t>(cfg.peers.at(static_cast<std::size_t>(b.send.to)))), outer_part_atom::value,
-      outer_part_msg{b.step, b.bucket, cfg.replica, b.send.round, b.send.piece, static_cast<std::int32_t>(q.format),
-                     q.values, q.cols, std::move(q.data), std::move(q.scales)});
+    self->send(st.actors.at(static_cast<std::size_t>(cfg.peers.at(static_cast<std::size_t>(b.send.to)))),
+               outer_part_atom::value, part_message(b, cfg.replica));
   }
   for (auto& done : st.ex->take_done()) {
     auto it = st.buckets.find({done.step, done.bucket});
@@ -80,11 +78,7 @@ void run(direct_actor* self, const direct_settings& cfg, std::vector<sched::buck
       throw std::logic_error(
         fmt::format("{}: bucket {} of step {} summed, not sent", cfg.name, done.bucket, done.step));
     auto& [m, started] = it->second;
-    const float* src = done.values.data();
-    for (const auto& t : m.tensors) {
-      std::memcpy(t.raw(), src, t.nbytes());
-      src += t.numel();
-    }
+    write_values(m.tensors, done.values.data());
     span s;
     s.actor = st.trace_id, s.kind = span_kind::sync;
     s.step = static_cast<std::int32_t>(done.step), s.microbatch = done.bucket;
@@ -114,15 +108,7 @@ caf::behavior allreduce_direct(direct_actor* self, direct_settings cfg, caf::act
     },
     [=](bucket_atom, bucket_msg& m) {
       guarded(self, cfg.name, "bucket", m.step, [&] {
-        std::int64_t n = 0;
-        for (const auto& t : m.tensors)
-          n += t.numel();
-        std::vector<float> flat(static_cast<std::size_t>(n));
-        float* dst = flat.data();
-        for (const auto& t : m.tensors) {
-          std::memcpy(dst, t.raw(), t.nbytes());
-          dst += t.numel();
-        }
+        auto flat = flat_values(m.tensors);
         auto step = m.step;
         int bucket = static_cast<int>(m.bucket);
         self->state.buckets[{step, bucket}] = {std::move(m), trace_now()};
@@ -135,11 +121,7 @@ caf::behavior allreduce_direct(direct_actor* self, direct_settings cfg, caf::act
         if (m.replica < 0 || m.replica >= cfg.replicas || m.replica == cfg.replica)
           throw std::invalid_argument(
             fmt::format("{}: a bucket part from replica {} of {}", cfg.name, m.replica, cfg.replicas));
-        sched::quantized_rows q;
-        q.format = static_cast<sched::wire_format>(m.format);
-        q.values = m.values, q.cols = m.cols;
-        q.data = std::move(m.data), q.scales = std::move(m.scales);
-        run(self, cfg, self->state.ex->receive(m.step, m.fragment, m.replica, m.round, m.piece, std::move(q)));
+        run(self, cfg, self->state.ex->receive(m.step, m.fragment, m.replica, m.round, m.piece, part_rows(m)));
       });
     },
     [=](replica_lost_atom, std::int32_t replica) { // its node was lost: the sums go on without it
@@ -175,16 +157,10 @@ caf::expected<caf::actor> spawn_allreduce_direct(spawn_context& ctx) {
   cfg.first_step = g.checkpoint.resume_step;
   cfg.buckets = static_cast<int>(
     sched::make_shard_layout(zero_params(g, *stage), g.data_parallel.bucket, cfg.replicas, 0).buckets.size());
-  for (int r = 0; r < cfg.replicas; ++r) { // the peer of the stage with the same layers in replica r
-    int peer = -1;
-    for (const auto& a : g.actors)
-      if (a.role.holds_layers && a.replica == r && a.layers == stage->layers)
-        peer = helper_of(g, "allreduce_peer", a.name);
-    if (peer < 0 && r != cfg.replica)
-      return make_error(errc::invalid_argument, fmt::format("{}: replica {} has no allreduce_peer for the layers of {}",
-                                                            ctx.spec.name, r, stage->name));
-    cfg.peers.push_back(r == cfg.replica ? -1 : peer);
-  }
+  auto peers = position_peers(g, *stage, "allreduce_peer", ctx.spec.name);
+  if (!peers)
+    return peers.error();
+  cfg.peers = std::move(*peers);
   return caf::actor{ctx.system.spawn(allreduce_direct, std::move(cfg), ctx.runner)};
 }
 

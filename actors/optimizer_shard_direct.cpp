@@ -32,6 +32,7 @@
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
+#include "actors/bucket_direct.hpp"
 #include "actors/builtin.hpp"
 #include "actors/ring_member.hpp"
 #include "actors/zero_shard_state.hpp"
@@ -183,14 +184,11 @@ void finish_if_complete(direct_actor* self, const direct_settings& cfg) {
 void run(direct_actor* self, const direct_settings& cfg, std::vector<sched::bucket_send> sends) {
   auto& st = self->state;
   for (auto& b : sends) {
-    auto& q = b.send.payload;
-    auto bytes = q.wire_bytes();
+    auto bytes = b.send.payload.wire_bytes();
     st.bytes_sent += bytes;
     record_ring_send(st.trace_id, b.step, b.bucket, bytes);
-    self->send(
-      st.actors.at(static_cast<std::size_t>(cfg.peers.at(static_cast<std::size_t>(b.send.to)))), outer_part_atom::value,
-      outer_part_msg{b.step, b.bucket, cfg.replica, b.send.round, b.send.piece, static_cast<std::int32_t>(q.format),
-                     q.values, q.cols, std::move(q.data), std::move(q.scales)});
+    self->send(st.actors.at(static_cast<std::size_t>(cfg.peers.at(static_cast<std::size_t>(b.send.to)))),
+               outer_part_atom::value, part_message(b, cfg.replica));
   }
   for (auto& done : st.ex->take_done()) {
     auto it = st.buckets.find({done.step, done.bucket});
@@ -200,11 +198,7 @@ void run(direct_actor* self, const direct_settings& cfg, std::vector<sched::buck
     auto& [m, started] = it->second;
     double sq = 0; // the whole bucket's, summed in order: every replica's stage counts the same
     if (done.bucket == st.held.front()->loss_bucket()) {
-      const float* src = done.values.data();
-      for (const auto& t : m.tensors) { // the step's loss over the replicas, for the stage
-        std::memcpy(t.raw(), src, t.nbytes());
-        src += t.numel();
-      }
+      write_values(m.tensors, done.values.data()); // the step's loss over the replicas, for the stage
     } else {
       for (float v : done.values)
         sq += static_cast<double>(v) * static_cast<double>(v);
@@ -341,15 +335,7 @@ caf::behavior optimizer_shard_direct(direct_actor* self, direct_settings cfg,
     },
     [=](bucket_atom, bucket_msg& m) {
       guarded(self, cfg.name, "bucket", m.step, [&] {
-        std::int64_t n = 0;
-        for (const auto& t : m.tensors)
-          n += t.numel();
-        std::vector<float> flat(static_cast<std::size_t>(n));
-        float* dst = flat.data();
-        for (const auto& t : m.tensors) {
-          std::memcpy(dst, t.raw(), t.nbytes());
-          dst += t.numel();
-        }
+        auto flat = flat_values(m.tensors);
         auto step = m.step;
         int bucket = static_cast<int>(m.bucket);
         self->state.buckets[{step, bucket}] = {std::move(m), trace_now()};
@@ -366,11 +352,7 @@ caf::behavior optimizer_shard_direct(direct_actor* self, direct_settings cfg,
           take_slice(self, cfg, m);
           return;
         }
-        sched::quantized_rows q;
-        q.format = static_cast<sched::wire_format>(m.format);
-        q.values = m.values, q.cols = m.cols;
-        q.data = std::move(m.data), q.scales = std::move(m.scales);
-        run(self, cfg, self->state.ex->receive(m.step, m.fragment, m.replica, m.round, m.piece, std::move(q)));
+        run(self, cfg, self->state.ex->receive(m.step, m.fragment, m.replica, m.round, m.piece, part_rows(m)));
       });
     },
     [=](shard_step_atom, step_t step, float lr, float clip) {
@@ -444,18 +426,12 @@ caf::expected<caf::actor> spawn_optimizer_shard_direct(spawn_context& ctx) {
   cfg.steps = g.train.steps;
   cfg.joining = g.cluster.joining;
   cfg.ck = zero_checkpointing{part_checkpointing::of(g, ctx.spec)};
-  for (int r = 0; r < cfg.replicas; ++r) { // the shard of the stage with the same layers in replica r
-    int peer = -1;
-    for (const auto& a : g.actors)
-      if (a.role.holds_layers && a.replica == r && a.layers == stage->layers)
-        peer = helper_of(g, "optimizer_shard", a.name);
-    if (peer < 0)
-      return make_error(
-        errc::invalid_argument,
-        fmt::format("{}: replica {} has no optimizer_shard for the layers of {}", ctx.spec.name, r, stage->name));
-    cfg.peers.push_back(peer);
+  auto peers = position_peers(g, *stage, "optimizer_shard", ctx.spec.name);
+  if (!peers)
+    return peers.error();
+  cfg.peers = std::move(*peers);
+  for (int peer : cfg.peers)
     cfg.names.push_back(g.actors.at(static_cast<std::size_t>(peer)).name);
-  }
   // Slices r and r+1 held, every slice's layout known (built here: the spawn
   // function may run after this context is gone).
   std::vector<std::unique_ptr<zero_shard>> held;
