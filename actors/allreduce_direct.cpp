@@ -65,13 +65,7 @@ void report_done(direct_actor* self, const direct_settings& cfg) {
 /// Sends what the exchanges return, then hands every complete sum to the stage.
 void run(direct_actor* self, const direct_settings& cfg, std::vector<sched::bucket_send> sends) {
   auto& st = self->state;
-  for (auto& b : sends) {
-    auto bytes = b.send.payload.wire_bytes();
-    st.bytes_sent += bytes;
-    record_ring_send(st.trace_id, b.step, b.bucket, bytes);
-    self->send(st.actors.at(static_cast<std::size_t>(cfg.peers.at(static_cast<std::size_t>(b.send.to)))),
-               outer_part_atom::value, part_message(b, cfg.replica));
-  }
+  send_parts(self, cfg.peers, cfg.replica, sends, st.bytes_sent);
   for (auto& done : st.ex->take_done()) {
     auto it = st.buckets.find({done.step, done.bucket});
     if (it == st.buckets.end())

@@ -11,6 +11,7 @@
 
 #include <caf/expected.hpp>
 
+#include "actors/ring_member.hpp"
 #include "runtime/actor/outer_messages.hpp"
 #include "runtime/graph/graph_spec.hpp"
 #include "runtime/tensor/tensor_handle.hpp"
@@ -25,6 +26,20 @@ void write_values(const std::vector<tensor_handle>& tensors, const float* values
 
 /// The message of one part of a bucket exchange from replica `replica` (its payload moved out of `b`).
 outer_part_msg part_message(sched::bucket_send& b, int replica);
+/// Sends every part `sends` holds to its replica's actor (`peers`, by replica)
+/// from replica `replica`, counting its bytes in `bytes_sent` and the trace.
+template <class Self>
+void send_parts(Self* self, const std::vector<int>& peers, int replica, std::vector<sched::bucket_send>& sends,
+                std::uint64_t& bytes_sent) {
+  auto& st = self->state;
+  for (auto& b : sends) {
+    auto bytes = b.send.payload.wire_bytes();
+    bytes_sent += bytes;
+    record_ring_send(st.trace_id, b.step, b.bucket, bytes);
+    self->send(st.actors.at(static_cast<std::size_t>(peers.at(static_cast<std::size_t>(b.send.to)))),
+               outer_part_atom::value, part_message(b, replica));
+  }
+}
 /// A received part's values as the exchanges take them (moved out of `m`).
 sched::quantized_rows part_rows(outer_part_msg& m);
 
