@@ -43,9 +43,11 @@ checked before any node starts; the checkpoint folder is locked for the run.
 With `cluster.restart: N`, a run that loses a node (its process exits, or it
 stops answering) stops every node and starts again on fresh node processes from
 its latest complete checkpoint, at most N times, saying so in one line each time.
-A local-update run whose lost node held only replicas (DiLoCo, Streaming DiLoCo,
-DES-LOC) goes on instead and starts that node alone again: its replicas take a
+An elastic run whose lost node held only replicas (DDP, ZeRO-1/2, a local-update
+method) goes on instead and starts that node alone again: its replicas take a
 live replica's state and rejoin at a step the loader names (at most N restarts).
+Such a run needs no checkpoints for that; without them, losing a node that runs
+more (the loader's) stops it.
 
 Ctrl-C (SIGINT) or SIGTERM stops every node cleanly (traces written, the last
 checkpoint named); a second Ctrl-C ends at once.
@@ -121,6 +123,14 @@ int launch(run_args& ra) {
   std::int64_t restarts = 0;
   while (!result && is_error(result.error(), errc::node_lost) && restarts < g.cluster.restart &&
          interrupt_guard::signal().load() == 0) {
+    if (g.checkpoint.every <= 0 || g.checkpoint.dir.empty()) { // check allows that only in an elastic run
+      fmt::print(stderr,
+                 "troupe launch: cluster.restart takes back only a lost replica in this run: it keeps no "
+                 "checkpoints to restart the whole run from (give `checkpoint: {{dir: DIR, every: N}}` for that), "
+                 "so it stops\n");
+      std::fflush(stderr);
+      break;
+    }
     ++restarts;
     // cluster.restart_delay: the lost machine takes this long to come back.
     for (auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(g.cluster.restart_delay);

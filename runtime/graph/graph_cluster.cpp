@@ -149,16 +149,15 @@ void check_cluster(parsed_graph& pg, graph_reader& r) {
   auto& g = pg.graph;
   if (!g.cluster.present) // one process: nothing to place (and node_of is O(actors) a call)
     return;
-  if (g.cluster.restart > 0 && (g.checkpoint.every <= 0 || g.checkpoint.dir.empty())) {
-    // An elastic run takes a lost replica back live, but not the loader's node: that one restarts the run.
-    bool elastic = g.elastic_ddp() || g.elastic_local_update();
+  // An elastic run takes a lost replica back live and needs no checkpoint for it; losing the loader's
+  // node then stops the run (cmd_launch.cpp says why), as torchft's healing needs no checkpoint either.
+  if (g.cluster.restart > 0 && (g.checkpoint.every <= 0 || g.checkpoint.dir.empty()) && !g.elastic_ddp() &&
+      !g.elastic_local_update())
     r.error(child(pg.cluster_node, "restart"), "cluster.restart",
-            fmt::format("{} resumes it from its latest checkpoint: give `checkpoint: {{dir: DIR, every: N}}` "
-                        "(without checkpoints each of the {} restart{} would start over)",
-                        elastic ? "a lost replica rejoins live, but restarting a run that lost the loader's node"
-                                : "restarting a run that lost a node",
+            fmt::format("restarting a run that lost a node resumes it from its latest checkpoint: give "
+                        "`checkpoint: {{dir: DIR, every: N}}` (without checkpoints each of the {} restart{} would "
+                        "start over)",
                         g.cluster.restart, g.cluster.restart == 1 ? "" : "s"));
-  }
   int nodes = g.cluster.nodes;
   std::vector<int> used(static_cast<std::size_t>(nodes), 0);
   for (const auto& pa : pg.actors) {

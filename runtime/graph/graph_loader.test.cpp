@@ -379,6 +379,27 @@ TEST_CASE("replicas are placed a replica per node, each peer beside its stage, t
     CHECK_MESSAGE(g.node_of(*g.find_actor(name)) == node, name);
 }
 
+TEST_CASE("cluster.restart needs checkpoints only where a restart resumes the whole run from one") {
+  // Elastic runs take a lost replica back live (#26): no checkpoint is read for that.
+  for (const char* elastic :
+       {"data_parallel: {replicas: 2}\ncluster: {nodes: 2, restart: 3}\n",
+        "data_parallel: {replicas: 2, zero: 2}\ncluster: {nodes: 2, restart: 3}\n",
+        "data_parallel: {replicas: 2}\nlocal_update: {algorithm: diloco, sync_every: 4}\ncluster: {nodes: 2, restart: 3}\n"}) {
+    auto r = load(two_stage_with(elastic));
+    CHECK_MESSAGE(r.ok(), elastic, "\n", errors(r));
+  }
+  // Not elastic: without a checkpoint every restart would start over.
+  for (const char* whole : {"data_parallel: {replicas: 2}\ncluster: {nodes: 2, restart: 3, elastic: false}\n",
+                            "cluster: {nodes: 2, restart: 3}\n"}) {
+    auto r = load(two_stage_with(whole));
+    REQUIRE_FALSE_MESSAGE(r.ok(), whole);
+    CHECK(errors(r).find("cluster.restart: restarting a run that lost a node resumes it from its latest checkpoint") !=
+          std::string::npos);
+    auto saved = load(two_stage_with(std::string(whole) + "checkpoint: {dir: ck, every: 2}\n"));
+    CHECK_MESSAGE(saved.ok(), errors(saved));
+  }
+}
+
 TEST_CASE("bad data_parallel values are reported at their keys, all at once") {
   auto r = load(two_stage_with("data_parallel: {replicas: -1, bucket: lots, zero: 1}\n"));
   REQUIRE_FALSE(r.ok());
