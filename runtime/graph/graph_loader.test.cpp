@@ -381,10 +381,11 @@ TEST_CASE("replicas are placed a replica per node, each peer beside its stage, t
 
 TEST_CASE("cluster.restart needs checkpoints only where a restart resumes the whole run from one") {
   // Elastic runs take a lost replica back live (#26): no checkpoint is read for that.
-  for (const char* elastic :
-       {"data_parallel: {replicas: 2}\ncluster: {nodes: 2, restart: 3}\n",
-        "data_parallel: {replicas: 2, zero: 2}\ncluster: {nodes: 2, restart: 3}\n",
-        "data_parallel: {replicas: 2}\nlocal_update: {algorithm: diloco, sync_every: 4}\ncluster: {nodes: 2, restart: 3}\n"}) {
+  for (
+    const char* elastic :
+    {"data_parallel: {replicas: 2}\ncluster: {nodes: 2, restart: 3}\n",
+     "data_parallel: {replicas: 2, zero: 2}\ncluster: {nodes: 2, restart: 3}\n",
+     "data_parallel: {replicas: 2}\nlocal_update: {algorithm: diloco, sync_every: 4}\ncluster: {nodes: 2, restart: 3}\n"}) {
     auto r = load(two_stage_with(elastic));
     CHECK_MESSAGE(r.ok(), elastic, "\n", errors(r));
   }
