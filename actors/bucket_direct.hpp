@@ -6,6 +6,7 @@
 // the same type beside the other replicas' stages at that position.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,13 @@
 #include "schedulers/sync/bucket_exchange.hpp"
 
 namespace troupe {
+
+/// The replicas whose direct ZeRO shards hold slice `k` of `replicas`: k and
+/// k−1 (each shard keeps its own slice and the next one's; the coordinator
+/// reads it to foresee a loss that takes both).
+inline std::array<int, 2> slice_holders(int k, int replicas) {
+  return {k, (k + replicas - 1) % replicas};
+}
 
 /// A bucket's tensors as one run of values, in order.
 std::vector<float> flat_values(const std::vector<tensor_handle>& tensors);

@@ -87,13 +87,8 @@ struct direct_state {
 
 using direct_actor = caf::stateful_actor<direct_state>;
 
-/// The replicas that hold slice `k` of `replicas`: k and k−1.
-std::array<int, 2> holders(int k, int replicas) {
-  return {k, (k + replicas - 1) % replicas};
-}
-
 bool holds(const direct_settings& cfg, int k) {
-  auto h = holders(k, cfg.replicas);
+  auto h = slice_holders(k, cfg.replicas);
   return h[0] == cfg.replica || h[1] == cfg.replica;
 }
 
@@ -132,7 +127,7 @@ void maybe_donate(direct_actor* self, const direct_settings& cfg, step_t steps_d
     return;
   const int joiner = st.donate->replica;
   for (const auto& s : st.held)
-    if (auto h = holders(s->rank(), cfg.replicas); h[0] == joiner || h[1] == joiner) {
+    if (auto h = slice_holders(s->rank(), cfg.replicas); h[0] == joiner || h[1] == joiner) {
       // One sender a slice: the holder that is not the joiner (for R = 2 this replica sends both).
       safetensors_file f;
       f.tensors = s->checkpoint_tensors();
@@ -152,7 +147,7 @@ void finish_if_complete(direct_actor* self, const direct_settings& cfg) {
   for (int k = 0; k < cfg.replicas; ++k) {
     if (holds(cfg, k) || st.slices.count({step, k}))
       continue;
-    auto h = holders(k, cfg.replicas);
+    auto h = slice_holders(k, cfg.replicas);
     if (!in_step(st, h[0], step) && !in_step(st, h[1], step))
       throw std::runtime_error(fmt::format(
         "{}: slice {} of {} of the optimizer state is lost: replicas {} and {}, which held it, are both gone; the run "
@@ -224,7 +219,7 @@ void update(direct_actor* self, const direct_settings& cfg, step_t step, float l
     for (int q = 0; q < cfg.replicas; ++q) {
       if (q == cfg.replica || !in_step(st, q, step))
         continue;
-      if (auto h = holders(s->rank(), cfg.replicas); h[0] == q || h[1] == q)
+      if (auto h = slice_holders(s->rank(), cfg.replicas); h[0] == q || h[1] == q)
         continue;
       std::vector<std::uint8_t> bytes(values.size() * sizeof(float));
       std::memcpy(bytes.data(), values.data(), bytes.size());
@@ -254,7 +249,7 @@ void take_slice(direct_actor* self, const direct_settings& cfg, outer_part_msg& 
   if (k < 0 || k >= cfg.replicas || holds(cfg, k))
     throw std::invalid_argument(fmt::format("{}: slice {} of {} from replica {}, which this shard holds itself",
                                             cfg.name, k, cfg.replicas, m.replica));
-  if (auto h = holders(k, cfg.replicas); h[0] != m.replica && h[1] != m.replica)
+  if (auto h = slice_holders(k, cfg.replicas); h[0] != m.replica && h[1] != m.replica)
     throw std::invalid_argument(
       fmt::format("{}: slice {} from replica {}, which does not hold it", cfg.name, k, m.replica));
   // A replica known lost may have updated on sums the survivors replaced: its copy is dropped.
@@ -375,7 +370,7 @@ caf::behavior optimizer_shard_direct(direct_actor* self, direct_settings cfg,
         st.away[m.replica] = m.steps;
         bool sends = false;
         for (const auto& s : st.held)
-          if (auto h = holders(s->rank(), cfg.replicas); h[0] == m.replica || h[1] == m.replica)
+          if (auto h = slice_holders(s->rank(), cfg.replicas); h[0] == m.replica || h[1] == m.replica)
             sends = true;
         if (!sends)
           return;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/bucket_direct.hpp"
 #include "actors/builtin.hpp"
 #include "actors/boundary/step_boundary.hpp"
 #include "deploy/cluster/coordinator_state.hpp"
@@ -66,6 +67,15 @@ void coordinator::lose_node(int i, const std::string& why) {
     fail(fmt::format("lost {}: {}", describe(i), why), true);
     return;
   }
+  if (ddp && g_.data_parallel.zero > 0) // ZeRO's shards mirror each slice once: both holders gone loses its moments
+    for (int k = 0; k < replicas; ++k)
+      if (auto h = slice_holders(k, replicas); gone.count(h[0]) && gone.count(h[1])) {
+        fail(fmt::format("lost {}: {}; slice {} of {} of the optimizer state is lost: replicas {} and {}, "
+                         "which held it, are both gone",
+                         describe(i), why, k, replicas, h[0], h[1]),
+             true);
+        return;
+      }
   // Every actor of those replicas leaves (some may run on other nodes, stranded).
   std::vector<std::string> leaving;
   for (const auto& a : g_.actors)

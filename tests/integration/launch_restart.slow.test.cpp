@@ -164,3 +164,25 @@ TEST_CASE("without cluster.restart the same loss ends a launch that is not elast
   CHECK(err.find("is intact (--resume") != std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST_CASE("an elastic launch with cluster.restart and no checkpoints stops when it loses the loader's node, saying "
+          "why") {
+  // cluster.restart needs no checkpoints here (a lost replica rejoins live), so the
+  // loader's node, which no replica covers, cannot be restarted from one: the run stops.
+  auto dir = fs::temp_directory_path() / ("troupe_launch_restart_no_ckpt_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string no_checkpoints = graph;
+  no_checkpoints.erase(no_checkpoints.find("checkpoint:"));
+  std::ofstream{dir / "g.yaml"} << no_checkpoints << "cluster: {launcher: local, nodes: 2, restart: 1}\n";
+  troupe_process launch{dir, {"launch", (dir / "g.yaml").string(), "--no-trace"}};
+  auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
+  launch.wait_for(R"(step\s+\d+/600)");
+  auto [code, took, err] = kill_node(launch, coordinator, 0);
+  CAPTURE(err);
+  CHECK(code == 1);
+  CHECK(err.find("lost node 0") != std::string::npos);
+  CHECK(err.find("it keeps no checkpoints to restart the whole run from") != std::string::npos);
+  CHECK(err.find("restart 1 of") == std::string::npos);
+  fs::remove_all(dir);
+}
