@@ -444,6 +444,10 @@ stage_config make_stage_config(const actor_spec& spec, const graph_spec& g) {
     }
     c.hop_reporters = first ? 0 : g.data_parallel.replicas;
     c.targets_travel = true;
+    if (g.elastic_least_loaded()) // a lost replica's stages leave every stage's routes (stage_engine::on_replica_lost)
+      for (std::size_t i = 0; i < g.actors.size(); ++i)
+        if (g.actors[i].role.holds_layers)
+          c.stage_replicas[static_cast<int>(i)] = g.actors[i].replica;
   }
   if (auto s = spec.params.find("slowdown"); s != spec.params.end() && s->second.IsScalar())
     c.slowdown = s->second.as<double>();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <chrono>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <span>
@@ -18,6 +19,7 @@
 #include "ops/grad_clip.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/actor/errors.hpp"
+#include "runtime/actor/outer_messages.hpp"
 #include "actors/stage/pipeline_messages.hpp"
 #include "runtime/trace/hang_watch.hpp"
 #include "runtime/trace/trace.hpp"
@@ -67,9 +69,11 @@ stage_engine::stage_engine(stage_config cfg, stage_outbox out) : cfg_(std::move(
       send(out);
   };
   h.forward = [this, hand_off](int to, const sched::msg_meta& m) {
+    auto& from = slot(m.route[static_cast<std::size_t>(m.hop - 1)].chunk, m.microbatch);
+    from.sent = outputs_[0].value.shape();
     tensor_handle targets; // routed on the way, the loss stage gets its targets with the activation
     if (cfg_.targets_travel)
-      targets = std::exchange(slot(m.route[static_cast<std::size_t>(m.hop - 1)].chunk, m.microbatch).targets, {});
+      targets = std::exchange(from.targets, {});
     hand_off(to, m, &tensors::input, [&](const stage_tensor& t) {
       send(to, caf::make_message(forward_atom::value,
                                  activation_msg{m.step, m.microbatch, m.hop,
@@ -201,6 +205,8 @@ void stage_engine::on_message(const caf::message& m) {
     on_hops(m.get_as<step_t>(1), m.get_as<std::int32_t>(2), m.get_as<std::int32_t>(3));
   else if (m.match_elements<attention_atom, attention_result_msg>())
     on_attention_result(m.get_as<attention_result_msg>(1));
+  else if (m.match_elements<replica_lost_atom, std::int32_t>())
+    on_replica_lost(m.get_as<std::int32_t>(1));
   else if (m.match_elements<attention_atom, attention_task_msg>()) { // in place: another stage's shard, answered now
     const auto& task = m.get_as<attention_task_msg>(1);
     attention_result_msg r;
@@ -216,6 +222,8 @@ void stage_engine::on_message(const caf::message& m) {
 }
 
 void stage_engine::send(int to, caf::message m) {
+  if (core_ && core_->is_lost(to)) // a lost replica's stage (elastic least_loaded)
+    return;
   if (!out_.send)
     throw std::runtime_error(fmt::format("{}: a message to actor {} with nowhere to go", cfg_.name, to));
   out_.send(to, std::move(m));
@@ -351,6 +359,9 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
 }
 
 void stage_engine::on_activation(const activation_msg& m, bool eval) {
+  if (m.hop > 0 && m.hop <= static_cast<int>(m.route.size()) &&
+      core_->is_lost(m.route[static_cast<std::size_t>(m.hop - 1)].actor))
+    return; // from a lost replica's stage: counted as far as it came (on_replica_lost)
   if (hold_for_params([this, m, eval] { on_activation(m, eval); }))
     return;
   if (!core_->admit(m.step, eval, [this, m, eval] { on_activation(m, eval); }))
@@ -370,6 +381,9 @@ void stage_engine::on_activation(const activation_msg& m, bool eval) {
 }
 
 void stage_engine::on_gradient(const gradient_msg& m) {
+  if (m.hop + 1 < static_cast<int>(m.route.size()) && m.hop >= 0 &&
+      core_->is_lost(m.route[static_cast<std::size_t>(m.hop + 1)].actor))
+    return; // from a lost replica's stage: the microbatch took a zero gradient instead
   if (hold_for_params([this, m] { on_gradient(m); }))
     return;
   if (!core_->admit(m.step, false, [this, m] { on_gradient(m); }))
@@ -379,11 +393,35 @@ void stage_engine::on_gradient(const gradient_msg& m) {
 }
 
 void stage_engine::on_credit(const credit_msg& m) {
-  core_->on_credit(m.from, m.count, {m.backlog_s, m.cost_s});
+  if (!core_->is_lost(m.from))
+    core_->on_credit(m.from, m.count, {m.backlog_s, m.cost_s});
 }
 
 void stage_engine::on_hops(step_t step, int from, int count) {
-  core_->on_hops(step, from, count);
+  if (!core_->is_lost(from))
+    core_->on_hops(step, from, count);
+}
+
+void stage_engine::on_replica_lost(int replica) {
+  if (hold_for_params([this, replica] { on_replica_lost(replica); }))
+    return;
+  std::set<int> lost;
+  for (auto [actor, r] : cfg_.stage_replicas)
+    if (r == replica)
+      lost.insert(actor);
+  if (lost.empty())
+    throw std::runtime_error(fmt::format("{}: replica {} left the run, but this stage knows no stage of it "
+                                         "(only an elastic least_loaded run tells its stages)",
+                                         cfg_.name, replica));
+  for (const auto& m : core_->drop_actors(lost)) {
+    auto& w = slot(m.route[static_cast<std::size_t>(m.hop)].chunk, m.microbatch);
+    if (w.sent.rank() == 0)
+      throw std::runtime_error(fmt::format("{}: step {} microbatch {} went to a lost stage, but its shape was not "
+                                           "kept",
+                                           cfg_.name, m.step, m.microbatch));
+    w.grad = {tensor_handle::zeros(w.sent), nullptr};
+    core_->on_gradient({m.step, m.microbatch, m.hop, m.route});
+  }
 }
 
 void stage_engine::on_norm(step_t step, double sq_norm, int from) {
@@ -408,6 +446,8 @@ void stage_engine::run_eval(const route_t& route, int hop, int k, const stage_te
     eval_targets_.erase(k);
     auto routes = static_cast<std::size_t>(std::max(cfg_.eval_routes, 1));
     eval_sum_.resize(routes, 0.0), eval_seen_.resize(routes, 0);
+    if (step != std::exchange(eval_step_, step)) // a pass that lost batches with a replica is not mixed in
+      std::fill(eval_sum_.begin(), eval_sum_.end(), 0.0), std::fill(eval_seen_.begin(), eval_seen_.end(), 0);
     auto v = std::min(static_cast<std::size_t>(k / cfg_.eval_batches), routes - 1);
     eval_sum_[v] += static_cast<double>(y.value.data<float>()[0]);
     ++eval_seen_[v];

@@ -79,6 +79,9 @@ struct stage_config {
   std::vector<int> next_replicas;
   int hop_reporters = 0;
   bool targets_travel = false;
+  /// Elastic least_loaded (graph_spec::elastic_least_loaded): every stage
+  /// actor's replica (actor index -> replica), to know a lost replica's stages.
+  std::map<int, int> stage_replicas;
   /// `pipeline.wire: bf16`: training activations and gradients go to other actors as bf16.
   bool wire_bf16 = false;
   /// An emulated slow device (the actor's `slowdown:`): each action takes this
@@ -164,6 +167,11 @@ public:
   void on_credit(const credit_msg& m);
   /// A sender of the previous position sent this stage `count` microbatches in `step` (least_loaded).
   void on_hops(step_t step, int from, int count);
+  /// Elastic least_loaded (#26): replica `replica` left the run. Its stages get
+  /// nothing more from here and what comes from them is dropped; a microbatch
+  /// whose output went to one of them takes a zero gradient instead of the one
+  /// that will not come (sched::stage_core::drop_actors), so it adds nothing.
+  void on_replica_lost(int replica);
   /// Reducer: another participant's Σ g² for `step`.
   void on_norm(step_t step, double sq_norm, int from);
   /// Participant: the global Σ g² for `step`, from the reducer.
@@ -223,6 +231,7 @@ private:
     stage_tensor input;    ///< tokens (first hop) or an activation
     tensor_handle targets; ///< the loss hop's targets, from the router
     stage_tensor grad;     ///< the output gradient (not on the loss hop)
+    shape_t sent;          ///< the shape of the activation it sent on (a zero gradient's, if backed out)
   };
   tensors& slot(int chunk, int mb);
   void compute(const sched::stage_task& t);
@@ -285,6 +294,7 @@ private:
   /// With replicas, the loss of this replica's own microbatches as the trace
   /// counter `loss:rN` (the dashboard's and /metrics' per-replica loss).
   void report_replica_loss(step_t step);
+  step_t eval_step_ = -1;        ///< the pass being summed (one a replica's loss cut short is not mixed in)
   std::vector<double> eval_sum_; ///< by evaluation route: Σ loss of this pass's batches
   std::vector<int> eval_seen_;   ///< by evaluation route: batches whose loss is in
   std::vector<std::pair<step_t, double>> val_losses_, short_val_losses_;

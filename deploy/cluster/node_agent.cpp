@@ -359,7 +359,8 @@ int node_agent::run() {
             for (std::size_t i = 0; i < graph_.actors.size() && i < actors_.by_index.size(); ++i)
               if (const auto& a = graph_.actors[i];
                   actors_.by_index[i] && (a.type == "outer_sync" || a.type == "data_loader" ||
-                                          (a.type == every_step_sync_type(graph_) && graph_.elastic_ddp())))
+                                          (a.type == every_step_sync_type(graph_) && graph_.elastic_ddp()) ||
+                                          (a.role.holds_layers && graph_.elastic_least_loaded())))
                 caf::anon_send(actors_.by_index[i], replica_lost_atom::value, replica);
             break;
           }

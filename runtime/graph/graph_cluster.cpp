@@ -59,8 +59,9 @@ int graph_spec::node_of(const actor_spec& a) const {
 
 bool graph_spec::keeps_batch_on_loss() const noexcept {
   // A table replays a fixed set of microbatches a step; other routes are their policy's to give.
+  // least_loaded's first hops are the replicas' chains, so the loader can deal a lost one's to the others.
   return cluster.batch_on_loss == "keep" && pipeline.routing == "chain" && pipeline.schedule != "table" &&
-         !skip_runs() && !routes_across_replicas();
+         !skip_runs() && (!routes_across_replicas() || elastic_least_loaded());
 }
 
 bool graph_spec::elastic_local_update() const noexcept {
@@ -72,7 +73,13 @@ bool graph_spec::elastic_local_update() const noexcept {
 
 bool graph_spec::elastic_ddp() const noexcept {
   return cluster.present && cluster.elastic && data_parallel.replicas > 1 && !local_update.present &&
-         !routes_across_replicas() && !skip_runs();
+         (!routes_across_replicas() || elastic_least_loaded()) && !skip_runs();
+}
+
+bool graph_spec::elastic_least_loaded() const noexcept {
+  // One chunk a stage: a later chunk retraces the replica that ran the earlier one, which may be gone.
+  return cluster.present && cluster.elastic && data_parallel.replicas > 1 && !local_update.present &&
+         data_parallel.route == "least_loaded" && pipeline.virtual_stages == 1;
 }
 
 std::string cluster_yaml(const cluster_spec& c) {

@@ -447,13 +447,18 @@ struct graph_spec {
   bool keeps_batch_on_loss() const noexcept;
   /// A launch that goes on when it loses a data-parallel replica's node, and
   /// with `cluster.restart` takes it back live (#26): a `cluster:` section,
-  /// elastic, DDP or ZeRO-1/2 every step (no local update, no routes across
-  /// replicas). The actors beside its stages that sum their gradients then
+  /// elastic, DDP or ZeRO-1/2 every step (no local update; routes across
+  /// replicas only as elastic_least_loaded). The actors beside its stages that sum their gradients then
   /// take their direct forms (actors/allreduce_direct.cpp and ZeRO's beside
   /// it), which exchange directly, and
   /// each replica reduces its own gradient norm (its stages hold the same
   /// summed gradients as every other replica's).
   bool elastic_ddp() const noexcept;
+  /// Elastic DDP routed around stragglers (`route: least_loaded`, one chunk a
+  /// stage): on a loss every stage stops routing to the lost replica's stages,
+  /// counts the microbatches they sent it as all they will, and backs a
+  /// microbatch it sent them out with a zero gradient (actors/stage/stage_engine.cpp).
+  bool elastic_least_loaded() const noexcept;
   /// A launch of local-update training that goes on when it loses a replica's
   /// node (each replica its own group, chain routes, `cluster.elastic`).
   bool elastic_local_update() const noexcept;

@@ -31,6 +31,7 @@ stage_core::stage_core(stage_core_config cfg, policy_ptr policy, stage_core_hook
     if (n <= 0)
       n = default_credits(policy_->in_flight_limit());
   chooser_ = least_loaded_chooser(cfg_.next_replicas);
+  reporters_ = cfg_.hop_reporters;
 }
 
 void stage_core::on_credit(int from, int count, const load_report& load) {
@@ -43,12 +44,13 @@ void stage_core::on_credit(int from, int count, const load_report& load) {
   }
 }
 
-void stage_core::on_hops(std::int64_t step, int, int count) {
+void stage_core::on_hops(std::int64_t step, int from, int count) {
   if (step < step_)
     throw std::runtime_error(
       fmt::format("{}: hops reported for step {}, already done (at {})", cfg_.name, step, step_));
   auto& h = reported_hops_[step];
   ++h.heard, h.sum += count;
+  h.from[from] += count;
   if (step == step_)
     apply_reported_hops();
 }
@@ -57,7 +59,7 @@ void stage_core::apply_reported_hops() {
   auto plan = plans_.find(step_);
   auto h = reported_hops_.find(step_);
   if (plan == plans_.end() || plan->second.hops >= 0 || h == reported_hops_.end() ||
-      h->second.heard < cfg_.hop_reporters)
+      h->second.heard < reporters_)
     return;
   queue_.expect(h->second.sum);
   reported_hops_.erase(h);
@@ -200,6 +202,8 @@ void stage_core::on_batch(const msg_meta& m, bool tokens, bool targets) {
 
 void stage_core::on_activation(const msg_meta& m) {
   int c = chunk_of_hop(m.route, m.hop);
+  if (m.hop > 0)
+    ++arrived_from_[m.route[static_cast<std::size_t>(m.hop - 1)].actor];
   auto& w = slot(c, m.microbatch);
   w.route = m.route, w.hop = m.hop;
   if (cfg_.targets_travel && m.hop + 1 == static_cast<int>(m.route.size()))
@@ -392,6 +396,7 @@ void stage_core::finish_step(double total_sq) {
   step_tokens_ = 0;
   queue_.reset();
   sent_.clear(), forwarded_ = 0, reported_ = false;
+  arrived_from_.clear();
   for (auto& chunk_work : work_)
     for (auto& w : chunk_work)
       w.hop = -1, w.targets = false;
@@ -415,6 +420,53 @@ void stage_core::advance_step() {
     hooks_.updated(step_);
   apply_plan();
   release_held();
+}
+
+std::vector<msg_meta> stage_core::drop_actors(const std::set<int>& lost) {
+  if (cfg_.chunks != 1)
+    throw std::runtime_error(fmt::format("{}: a replica left a run routed across replicas over {} chunks a stage; "
+                                         "a later chunk would go back to the lost replica",
+                                         cfg_.name, cfg_.chunks));
+  for (int a : lost) {
+    if (a == cfg_.actor || !lost_.insert(a).second)
+      continue;
+    if (chooser_.holds(a)) { // on_credit pooled its credits and counted them as its own too
+      queue_.grant(next_replicas_key, -chooser_.leave(a));
+      queue_.grant(a, -queue_.credits(a));
+    }
+    if (cfg_.hop_reporters == 0 || a == cfg_.router || !cfg_.input_credits.contains(a))
+      continue;
+    --reporters_;
+    // Its messages are dropped from now on: what arrived of this step is its
+    // count (a report comes after the activations it counts, so one that came
+    // counted only what arrived), and a later step's report no longer counts.
+    // A later step's report (it may run ahead while this stage syncs) goes, with
+    // its activations, which wait here unadmitted and will be dropped.
+    for (auto& [step, h] : reported_hops_) {
+      auto r = h.from.find(a);
+      if (step == step_ && r == h.from.end())
+        h.sum += arrived_from_[a];
+      if (r == h.from.end())
+        continue;
+      --h.heard;
+      if (step > step_)
+        h.sum -= r->second;
+      h.from.erase(r);
+    }
+    if (!reported_hops_.contains(step_) && queue_.planned() < 0) // none reported yet: the count starts at its share
+      reported_hops_[step_].sum = arrived_from_[a];
+  }
+  std::vector<msg_meta> backed_out;
+  auto& chunk_work = work_.front();
+  for (std::size_t mb = 0; mb < chunk_work.size(); ++mb) {
+    const auto& w = chunk_work[mb];
+    if (w.hop >= 0 && w.hop + 1 < static_cast<int>(w.route.size()) &&
+        lost_.count(w.route[static_cast<std::size_t>(w.hop + 1)].actor) &&
+        queue_.awaits_gradient(queue_.stage_of(0), static_cast<int>(mb)))
+      backed_out.push_back({step_, static_cast<int>(mb), w.hop, w.route});
+  }
+  apply_reported_hops();
+  return backed_out;
 }
 
 } // namespace troupe::sched

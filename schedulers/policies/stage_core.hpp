@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -168,6 +169,16 @@ public:
   void on_exchanged();
   /// The update is done and the stage waits for its exchange (hooks::exchange).
   bool awaiting_exchange() const noexcept { return awaiting_exchange_; }
+  /// Elastic routes around stragglers (#26, graph_spec::elastic_least_loaded):
+  /// the stage actors in `lost` (a lost replica's) are gone. Outputs stop going
+  /// to them; what they sent this step is all they will (the step waits for no
+  /// report of theirs, a later one for one report fewer each); and the
+  /// microbatches whose output went to one of them and whose gradient has not
+  /// come back are returned, for the caller to back out with a zero gradient
+  /// (on_gradient), so they complete here and upstream as every other does.
+  /// Messages from a lost actor are the caller's to drop (is_lost).
+  std::vector<msg_meta> drop_actors(const std::set<int>& lost);
+  bool is_lost(int actor) const { return lost_.count(actor) > 0; }
 
   /// Starts the policy's next action, if any and nothing runs; returns inputs' credits.
   std::optional<stage_task> begin();
@@ -228,11 +239,15 @@ private:
   int forwarded_ = 0;       ///< outputs sent this step
   bool reported_ = false;   ///< this step's counts went out
   struct hop_count {
-    int heard = 0;
+    int heard = 0; ///< reports from senders still in the run
     int sum = 0;
+    std::map<int, int> from; ///< sender -> its count
   };
   std::map<std::int64_t, hop_count> reported_hops_; ///< step -> counts heard from senders
   bool awaiting_exchange_ = false;
+  std::set<int> lost_;             ///< stage actors of replicas that left the run
+  std::map<int, int> arrived_from_; ///< sender -> activations it sent this step
+  int reporters_ = 0;              ///< senders whose report a step waits for (hop_reporters, less the lost)
 };
 
 } // namespace troupe::sched

@@ -126,6 +126,14 @@ bool stage_queue::holds(int mb) const {
   return false;
 }
 
+bool stage_queue::awaits_gradient(int stage, int microbatch) const {
+  if (!owns(stage) || microbatch < 0)
+    return false;
+  const auto& flags = chunks_state_[static_cast<std::size_t>(chunk_of(stage))].flags;
+  auto i = static_cast<std::size_t>(microbatch);
+  return i < flags.size() && (flags[i] & f_done) && !(flags[i] & b_arrived);
+}
+
 int stage_queue::held_within(int hops) const {
   std::size_t n = 0;
   for (const auto& c : chunks_state_)

@@ -125,6 +125,9 @@ public:
   /// its B/I not finished): SkipPipe's stage 0 holds a microbatch from its
   /// embedding's forward until that chunk's backward, its head's pass inside.
   bool holds(int microbatch) const;
+  /// True when the forward of (stage, mb) finished here and its output
+  /// gradient has not arrived (a route's loss hop has it at once).
+  bool awaits_gradient(int stage, int microbatch) const;
   /// Microbatches held here (each counted once over chunks) on a hop whose
   /// hops_left is at most `hops`: those at least as close to their route's end.
   int held_within(int hops) const;

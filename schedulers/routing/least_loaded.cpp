@@ -18,6 +18,8 @@ bool least_loaded_chooser::holds(int actor) const {
 }
 
 void least_loaded_chooser::grant(int actor, int count, const load_report& load) {
+  if (gone_.count(actor))
+    return;
   auto& r = receivers_[actor];
   r.credits += count;
   r.load = load;
@@ -43,6 +45,8 @@ int least_loaded_chooser::pick(int own) const {
   int best_credits = 0;
   for (int a : replicas_) {
     auto i = receivers_.find(a);
+    if (gone_.count(a))
+      continue;
     if (i == receivers_.end() || i->second.credits < 1)
       continue;
     double f = finish(i->second);
@@ -54,11 +58,21 @@ int least_loaded_chooser::pick(int own) const {
   // half a microbatch or more: moving work for less only trades one queue for
   // another on stale reports (and a whole replica's microbatches would chase
   // the same momentarily idle receiver).
-  auto o = receivers_.find(own);
+  auto o = gone_.count(own) ? receivers_.end() : receivers_.find(own);
   if (best >= 0 && o != receivers_.end() && o->second.credits > 0 &&
       finish(o->second) <= best_finish + 0.5 * o->second.load.cost_s)
     return own;
   return best;
+}
+
+int least_loaded_chooser::leave(int actor) {
+  gone_.insert(actor);
+  auto i = receivers_.find(actor);
+  if (i == receivers_.end())
+    return 0;
+  int credits = i->second.credits;
+  receivers_.erase(i);
+  return credits;
 }
 
 void least_loaded_chooser::take(int actor) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <vector>
 
 #include "schedulers/policies/stage_queue.hpp"
@@ -40,6 +41,9 @@ public:
   int pick(int own) const;
   /// Takes a credit of `actor` for a microbatch sent there.
   void take(int actor);
+  /// `actor` left the run (elastic, #26): pick() passes it by and its credits
+  /// are forgotten (returned, for the caller's pooled count); holds() stays true.
+  int leave(int actor);
 
 private:
   struct receiver {
@@ -49,6 +53,7 @@ private:
   };
   std::vector<int> replicas_;
   std::map<int, receiver> receivers_;
+  std::set<int> gone_; ///< replicas that left the run
 };
 
 } // namespace troupe::sched

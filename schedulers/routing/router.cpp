@@ -169,11 +169,16 @@ void router_core::plan_replicas(emission& e) const {
         ++hops[h.actor];
     }
     // The group's tokens: more than its own share when it takes a lost replica's.
-    // DDP's gradients are summed over every replica: the whole step's.
-    for (auto [actor, n] : hops)
+    // DDP's gradients are summed over every replica: the whole step's. Routed on
+    // the way (least_loaded), a later position learns its hops from its senders.
+    for (auto [actor, n] : hops) {
+      bool told = std::find(cfg_.hops_from_messages.begin(), cfg_.hops_from_messages.end(), actor) !=
+                  cfg_.hops_from_messages.end();
       e.plans.push_back(
-        {actor, step_plan_msg{step_, n, cfg_.tokens_per_microbatch * (cfg_.replica_norms ? step_made : made),
+        {actor, step_plan_msg{step_, told ? -1 : n,
+                              cfg_.tokens_per_microbatch * (cfg_.replica_norms ? step_made : made),
                               static_cast<std::int32_t>(hops.size()), head}});
+    }
   }
 }
 
