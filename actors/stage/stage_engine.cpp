@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <chrono>
 #include <set>
@@ -413,7 +414,12 @@ void stage_engine::on_replica_lost(int replica) {
     throw std::runtime_error(fmt::format("{}: replica {} left the run, but this stage knows no stage of it "
                                          "(only an elastic least_loaded run tells its stages)",
                                          cfg_.name, replica));
-  for (const auto& m : core_->drop_actors(lost)) {
+  auto backed_out = core_->drop_actors(lost);
+  // One line a stage: what the loss cost this step here (the launch names the replica and its node).
+  fmt::print("{}: replica {} left in step {}: {} microbatch(es) sent to its stages backed out with zero gradients\n",
+             cfg_.name, replica, core_->step() + 1, backed_out.size());
+  std::fflush(stdout);
+  for (const auto& m : backed_out) {
     auto& w = slot(m.route[static_cast<std::size_t>(m.hop)].chunk, m.microbatch);
     if (w.sent.rank() == 0)
       throw std::runtime_error(fmt::format("{}: step {} microbatch {} went to a lost stage, but its shape was not "

@@ -58,8 +58,7 @@ void stage_core::on_hops(std::int64_t step, int from, int count) {
 void stage_core::apply_reported_hops() {
   auto plan = plans_.find(step_);
   auto h = reported_hops_.find(step_);
-  if (plan == plans_.end() || plan->second.hops >= 0 || h == reported_hops_.end() ||
-      h->second.heard < reporters_)
+  if (plan == plans_.end() || plan->second.hops >= 0 || h == reported_hops_.end() || h->second.heard < reporters_)
     return;
   queue_.expect(h->second.sum);
   reported_hops_.erase(h);
@@ -128,7 +127,11 @@ void stage_core::return_credit(int to, int count) {
 }
 
 bool stage_core::admit(std::int64_t step, bool eval, std::function<void()> replay) {
-  if (eval ? step < step_ : step <= step_)
+  // Targets that travel with the activation (routes across replicas) can bring
+  // the loss hop its work before the router's plan, which holds the step's
+  // tokens its gradient is scaled by: the step's work waits for the plan here.
+  bool before_plan = !eval && step == step_ && cfg_.targets_travel && !plans_.contains(step_);
+  if ((eval ? step < step_ : step <= step_) && !before_plan)
     return true;
   held_.push_back(std::move(replay));
   max_held_ = std::max(max_held_, held_.size());
@@ -147,8 +150,10 @@ void stage_core::on_plan(const step_plan_msg& m) {
     throw std::runtime_error(
       fmt::format("{}: a second plan for step {}, or one for a step already done (at {})", cfg_.name, m.step, step_));
   plans_[m.step] = m;
-  if (m.step == step_)
+  if (m.step == step_) {
     apply_plan();
+    release_held(); // work of the step that came before its plan (admit)
+  }
 }
 
 void stage_core::apply_plan() {

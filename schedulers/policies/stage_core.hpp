@@ -148,7 +148,8 @@ public:
   void start();
   /// True when a message of `step` belongs to the current step; otherwise holds
   /// `replay` (the message, delivered again when its step begins) and returns false.
-  /// Evaluation after step s waits until step s's update is applied here.
+  /// Evaluation after step s waits until step s's update is applied here; with
+  /// targets that travel, a training message waits for its step's plan.
   bool admit(std::int64_t step, bool eval, std::function<void()> replay);
   void on_plan(const step_plan_msg& m);
   /// A batch from the router: the tokens of hop 0 and/or the targets of the last hop.
@@ -245,9 +246,9 @@ private:
   };
   std::map<std::int64_t, hop_count> reported_hops_; ///< step -> counts heard from senders
   bool awaiting_exchange_ = false;
-  std::set<int> lost_;             ///< stage actors of replicas that left the run
+  std::set<int> lost_;              ///< stage actors of replicas that left the run
   std::map<int, int> arrived_from_; ///< sender -> activations it sent this step
-  int reporters_ = 0;              ///< senders whose report a step waits for (hop_reporters, less the lost)
+  int reporters_ = 0;               ///< senders whose report a step waits for (hop_reporters, less the lost)
 };
 
 } // namespace troupe::sched

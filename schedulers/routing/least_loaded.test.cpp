@@ -44,6 +44,23 @@ TEST_CASE("least_loaded keeps a microbatch on its own replica unless another fin
   CHECK(c.pick(10) == 10);
 }
 
+TEST_CASE("least_loaded: a stage that leaves is never picked again, and its credits are forgotten") {
+  least_loaded_chooser c({10, 11, 12});
+  for (int a : {10, 11, 12})
+    c.grant(a, 2, {});
+  c.grant(10, 0, {5.0, 1.0});
+  c.grant(11, 0, {4.0, 1.0});
+  c.grant(12, 0, {0.0, 1.0});
+  CHECK(c.pick(11) == 12);
+  CHECK(c.leave(12) == 2);
+  CHECK(c.holds(12)); // still a replica of the position: routes naming it are retraced, not refused
+  CHECK(c.pick(11) == 11);
+  c.grant(12, 3, {0.0, 0.1}); // a late credit of the lost stage changes nothing
+  CHECK(c.pick(11) == 11);
+  CHECK(c.leave(11) == 2);
+  CHECK(c.pick(11) == 10); // its own replica gone too: the one left
+}
+
 // The first position's stages may hold 4 activations (1F1B's own bound is
 // p - r = 2): with 2 each, only 8 microbatches are in flight over the 4
 // last-position stages, too few to keep 3.5 stages' worth of work queued

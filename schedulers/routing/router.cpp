@@ -174,10 +174,9 @@ void router_core::plan_replicas(emission& e) const {
     for (auto [actor, n] : hops) {
       bool told = std::find(cfg_.hops_from_messages.begin(), cfg_.hops_from_messages.end(), actor) !=
                   cfg_.hops_from_messages.end();
-      e.plans.push_back(
-        {actor, step_plan_msg{step_, told ? -1 : n,
-                              cfg_.tokens_per_microbatch * (cfg_.replica_norms ? step_made : made),
-                              static_cast<std::int32_t>(hops.size()), head}});
+      e.plans.push_back({actor, step_plan_msg{step_, told ? -1 : n,
+                                              cfg_.tokens_per_microbatch * (cfg_.replica_norms ? step_made : made),
+                                              static_cast<std::int32_t>(hops.size()), head}});
     }
   }
 }
