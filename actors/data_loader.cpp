@@ -380,11 +380,16 @@ void on_back(loader_actor* self, const loader_settings& cfg, int replica) {
         return &b;
     return nullptr;
   };
+  const bool routed = g.elastic_least_loaded(); // every live stage routes to the joiner's again from its step
   for (const auto& a : g.actors) {
     if (a.role.holds_layers && a.replica == replica) // the donor's stage sends it its state
       if (const auto* d = counterpart(a, decision.donor))
         send_to(self, index(*d), rejoin_atom::value,
                 rejoin_msg{replica, decision.steps, decision.donor, index(a), decision.losses});
+    if (routed && a.role.holds_layers && a.replica != replica && a.replica != decision.donor &&
+        st.router->in_run(a.replica))
+      send_to(self, index(a), rejoin_atom::value,
+              rejoin_msg{replica, decision.steps, decision.donor, -1, decision.losses});
     // Every live replica's sync actors (DDP: all-reduce peers) take it back.
     const auto* stage = a.type == (ddp ? every_step_sync_type(g) : "outer_sync") ? g.served_stage(a) : nullptr;
     if (!stage || stage->replica == replica || !st.router->in_run(stage->replica))

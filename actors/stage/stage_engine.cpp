@@ -208,6 +208,8 @@ void stage_engine::on_message(const caf::message& m) {
     on_attention_result(m.get_as<attention_result_msg>(1));
   else if (m.match_elements<replica_lost_atom, std::int32_t>())
     on_replica_lost(m.get_as<std::int32_t>(1));
+  else if (m.match_elements<rejoin_atom, rejoin_msg>() && !cfg_.stage_replicas.empty())
+    on_rejoin(m);
   else if (m.match_elements<attention_atom, attention_task_msg>()) { // in place: another stage's shard, answered now
     const auto& task = m.get_as<attention_task_msg>(1);
     attention_result_msg r;
@@ -223,7 +225,9 @@ void stage_engine::on_message(const caf::message& m) {
 }
 
 void stage_engine::send(int to, caf::message m) {
-  if (core_ && core_->is_lost(to)) // a lost replica's stage (elastic least_loaded)
+  // A lost replica's stage (elastic least_loaded) takes nothing but the state it
+  // rejoins with, which its donor sends before the step that takes it back.
+  if (core_ && core_->is_lost(to) && !m.match_element<state_atom>(0))
     return;
   if (!out_.send)
     throw std::runtime_error(fmt::format("{}: a message to actor {} with nowhere to go", cfg_.name, to));
@@ -361,7 +365,7 @@ void stage_engine::on_batch(const batch_msg& m, bool eval) {
 
 void stage_engine::on_activation(const activation_msg& m, bool eval) {
   if (m.hop > 0 && m.hop <= static_cast<int>(m.route.size()) &&
-      core_->is_lost(m.route[static_cast<std::size_t>(m.hop - 1)].actor))
+      core_->drops_from(m.route[static_cast<std::size_t>(m.hop - 1)].actor, m.step))
     return; // from a lost replica's stage: counted as far as it came (on_replica_lost)
   if (hold_for_params([this, m, eval] { on_activation(m, eval); }))
     return;
@@ -383,7 +387,7 @@ void stage_engine::on_activation(const activation_msg& m, bool eval) {
 
 void stage_engine::on_gradient(const gradient_msg& m) {
   if (m.hop + 1 < static_cast<int>(m.route.size()) && m.hop >= 0 &&
-      core_->is_lost(m.route[static_cast<std::size_t>(m.hop + 1)].actor))
+      core_->drops_from(m.route[static_cast<std::size_t>(m.hop + 1)].actor, m.step))
     return; // from a lost replica's stage: the microbatch took a zero gradient instead
   if (hold_for_params([this, m] { on_gradient(m); }))
     return;
@@ -394,12 +398,11 @@ void stage_engine::on_gradient(const gradient_msg& m) {
 }
 
 void stage_engine::on_credit(const credit_msg& m) {
-  if (!core_->is_lost(m.from))
-    core_->on_credit(m.from, m.count, {m.backlog_s, m.cost_s});
+  core_->on_credit(m.from, m.count, {m.backlog_s, m.cost_s}); // a lost stage's: void, or kept for its rejoin
 }
 
 void stage_engine::on_hops(step_t step, int from, int count) {
-  if (!core_->is_lost(from))
+  if (!core_->drops_from(from, step))
     core_->on_hops(step, from, count);
 }
 
@@ -410,6 +413,7 @@ void stage_engine::on_replica_lost(int replica) {
   for (auto [actor, r] : cfg_.stage_replicas)
     if (r == replica)
       lost.insert(actor);
+  ++replica_losses_[replica];
   if (lost.empty())
     throw std::runtime_error(fmt::format("{}: replica {} left the run, but this stage knows no stage of it "
                                          "(only an elastic least_loaded run tells its stages)",
@@ -428,6 +432,24 @@ void stage_engine::on_replica_lost(int replica) {
     w.grad = {tensor_handle::zeros(w.sent), nullptr};
     core_->on_gradient({m.step, m.microbatch, m.hop, m.route});
   }
+}
+
+void stage_engine::on_rejoin(const caf::message& m) {
+  if (hold_for_params([this, m] { on_rejoin(m); }))
+    return;
+  const auto& r = m.get_as<rejoin_msg>(1);
+  if (replica_losses_[r.replica] > r.losses)
+    return; // lost again since the loader decided: it stays out
+  std::set<int> back;
+  for (auto [actor, replica] : cfg_.stage_replicas)
+    if (replica == r.replica && actor != cfg_.actor)
+      back.insert(actor);
+  core_->add_actors(back, r.steps);
+  fmt::print("{}: replica {} rejoins at step {}: its stages are routed to again from then\n", cfg_.name, r.replica,
+             r.steps + 1);
+  std::fflush(stdout);
+  if (r.to >= 0) // this stage is the donor: its step-boundary components send the joiner its state
+    on_boundary_message(m);
 }
 
 void stage_engine::on_norm(step_t step, double sq_norm, int from) {

@@ -172,6 +172,10 @@ public:
   /// whose output went to one of them takes a zero gradient instead of the one
   /// that will not come (sched::stage_core::drop_actors), so it adds nothing.
   void on_replica_lost(int replica);
+  /// Elastic least_loaded (#26): the lost replica of the loader's rejoin_msg is
+  /// in the run again from its step (sched::stage_core::add_actors); the donor's
+  /// stage then hands the message to its step-boundary components too.
+  void on_rejoin(const caf::message& m);
   /// Reducer: another participant's Σ g² for `step`.
   void on_norm(step_t step, double sq_norm, int from);
   /// Participant: the global Σ g² for `step`, from the reducer.
@@ -305,8 +309,9 @@ private:
   std::map<step_t, std::int64_t> step_busy_ns_;
   std::int64_t idle_since_ns_ = -1; ///< when the policy last had nothing to run; -1 when busy
   // Weight-gradient passes, for components that sync during the backward.
-  std::map<step_t, int> plan_hops_; ///< step -> hops its plan gives this stage
-  std::vector<int> weight_passes_;  ///< this step's weight-gradient passes per chunk
+  std::map<step_t, int> plan_hops_;   ///< step -> hops its plan gives this stage
+  std::map<int, int> replica_losses_; ///< elastic least_loaded: replica -> the losses of it heard
+  std::vector<int> weight_passes_;    ///< this step's weight-gradient passes per chunk
   step_t passes_step_ = -1;
   bool begin_weight_pass(const sched::stage_task& t);
   void end_weight_pass();

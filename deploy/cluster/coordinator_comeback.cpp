@@ -145,12 +145,6 @@ bool coordinator::may_restart() const {
   bool rejoins = g_.elastic_ddp() || (method && method->rejoins);
   if (!launched_ || !rejoins || node_restarts_ >= g_.cluster.restart || phase_ != phase::running)
     return false;
-  if (g_.elastic_least_loaded()) { // the survivors' stages would have to route to it again from its step
-    fmt::print(stderr, "troupe launch: a run routed by least_loaded does not take a replica back yet: the lost node "
-                       "is not started again\n");
-    std::fflush(stderr);
-    return false;
-  }
   // Tied embeddings on two stages (the head's copy follows the embedding's outer
   // steps) have no rejoin test: the replica stays out, as without cluster.restart.
   for (const auto& a : g_.actors)

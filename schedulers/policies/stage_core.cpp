@@ -35,6 +35,11 @@ stage_core::stage_core(stage_core_config cfg, policy_ptr policy, stage_core_hook
 }
 
 void stage_core::on_credit(int from, int count, const load_report& load) {
+  if (lost_.count(from)) { // a rejoining stage's credits wait for its step; a lost one's are void
+    if (joins_.contains(from))
+      joiner_credits_[from] += count;
+    return;
+  }
   if (chooser_.holds(from)) {
     chooser_.grant(from, count, load);
     queue_.grant(next_replicas_key, count);
@@ -423,6 +428,7 @@ void stage_core::advance_step() {
   ++step_;
   if (hooks_.updated)
     hooks_.updated(step_);
+  apply_joins();
   apply_plan();
   release_held();
 }
@@ -433,6 +439,7 @@ std::vector<msg_meta> stage_core::drop_actors(const std::set<int>& lost) {
                                          "a later chunk would go back to the lost replica",
                                          cfg_.name, cfg_.chunks));
   for (int a : lost) {
+    joins_.erase(a), joiner_credits_.erase(a); // lost again on its way back
     if (a == cfg_.actor || !lost_.insert(a).second)
       continue;
     if (chooser_.holds(a)) { // on_credit pooled its credits and counted them as its own too
@@ -472,6 +479,56 @@ std::vector<msg_meta> stage_core::drop_actors(const std::set<int>& lost) {
   }
   apply_reported_hops();
   return backed_out;
+}
+
+bool stage_core::drops_from(int actor, std::int64_t step) const {
+  if (!lost_.count(actor))
+    return false;
+  auto j = joins_.find(actor);
+  return j == joins_.end() || step < j->second;
+}
+
+void stage_core::add_actors(const std::set<int>& back, std::int64_t from) {
+  if (from < step_)
+    throw std::runtime_error(
+      fmt::format("{}: a replica rejoins at step {}, which this stage has passed (at {})", cfg_.name, from, step_));
+  for (int a : back) {
+    if (!lost_.count(a))
+      throw std::runtime_error(
+        fmt::format("{}: actor {} rejoins at step {}, but it has not left the run", cfg_.name, a, from));
+    joins_[a] = from;
+  }
+  if (from == step_) // before the step's plan (the router sent the rejoin first): its work is still to come
+    apply_joins();
+}
+
+// The joiner's stages start at its step with nothing of the run's earlier
+// steps: the survivors route to them, count their reports and grant them their
+// credits from that step on, exactly as at the run's start.
+void stage_core::apply_joins() {
+  for (auto j = joins_.begin(); j != joins_.end();) {
+    if (j->second > step_) {
+      ++j;
+      continue;
+    }
+    int a = j->first;
+    j = joins_.erase(j);
+    lost_.erase(a);
+    auto credits = joiner_credits_.find(a);
+    if (chooser_.holds(a)) {
+      chooser_.rejoin(a);
+      queue_.grant(a, -queue_.credits(a)); // its old count is void: what it grants now is all it has
+      if (credits != joiner_credits_.end())
+        on_credit(a, credits->second);
+    }
+    if (credits != joiner_credits_.end())
+      joiner_credits_.erase(credits);
+    if (auto c = cfg_.input_credits.find(a); c != cfg_.input_credits.end() && a != cfg_.router) {
+      if (cfg_.hop_reporters > 0)
+        ++reporters_;
+      return_credit(a, c->second);
+    }
+  }
 }
 
 } // namespace troupe::sched

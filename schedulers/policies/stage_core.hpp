@@ -180,6 +180,15 @@ public:
   /// Messages from a lost actor are the caller's to drop (is_lost).
   std::vector<msg_meta> drop_actors(const std::set<int>& lost);
   bool is_lost(int actor) const { return lost_.count(actor) > 0; }
+  /// The lost stage actors in `back` (a replica that rejoins, #26) are in the
+  /// run again from step `from` on: from then this stage routes to them, waits
+  /// for their hop reports and grants them their credits, and the credits they
+  /// grant meanwhile wait here for that step. Throws std::runtime_error for a
+  /// step this stage has passed or an actor that is not lost.
+  void add_actors(const std::set<int>& back, std::int64_t from);
+  /// Whether a message of `step` from `actor` is to be dropped: it comes from a
+  /// lost stage and not from its new start (a step at or after its rejoin).
+  bool drops_from(int actor, std::int64_t step) const;
 
   /// Starts the policy's next action, if any and nothing runs; returns inputs' credits.
   std::optional<stage_task> begin();
@@ -214,6 +223,8 @@ private:
   void finish_step(double total_sq);
   void advance_step();
   void release_held();
+  /// Takes back the actors that rejoin at the current step (add_actors).
+  void apply_joins();
 
   stage_core_config cfg_;
   policy_ptr policy_;
@@ -246,9 +257,11 @@ private:
   };
   std::map<std::int64_t, hop_count> reported_hops_; ///< step -> counts heard from senders
   bool awaiting_exchange_ = false;
-  std::set<int> lost_;              ///< stage actors of replicas that left the run
-  std::map<int, int> arrived_from_; ///< sender -> activations it sent this step
-  int reporters_ = 0;               ///< senders whose report a step waits for (hop_reporters, less the lost)
+  std::set<int> lost_;                ///< stage actors of replicas that left the run
+  std::map<int, int> arrived_from_;   ///< sender -> activations it sent this step
+  int reporters_ = 0;                 ///< senders whose report a step waits for (hop_reporters, less the lost)
+  std::map<int, std::int64_t> joins_; ///< lost actor -> the step it rejoins at (add_actors)
+  std::map<int, int> joiner_credits_; ///< credits a rejoining actor granted before its step
 };
 
 } // namespace troupe::sched

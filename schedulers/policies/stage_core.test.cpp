@@ -3,6 +3,7 @@
 // post-validation's early step) and what waits for the total.
 #include "schedulers/policies/stage_core.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -186,54 +187,66 @@ struct mesh {
   std::vector<int> forwards[5];    ///< by actor: the microbatches it ran forwards of
   std::unique_ptr<stage_core> stages[5];
 
-  mesh() {
-    for (int a = 1; a <= 4; ++a) {
-      bool first = a % 2 == 1;
-      stage_core_config cc;
-      cc.name = fmt::format("r{}s{}", (a - 1) / 2, first ? 0 : 1);
-      cc.actor = a, cc.rank = first ? 0 : 1, cc.ranks = 2, cc.router = 0, cc.steps = 2;
-      cc.input_credits = first ? std::map<int, int>{{0, 0}} : std::map<int, int>{{1, 0}, {3, 0}};
-      if (first)
-        cc.next_replicas = {2, 4};
-      else
-        cc.hop_reporters = 2, cc.targets_travel = true;
-      policy_params pp;
-      pp.rank = cc.rank, pp.ranks = 2;
-      auto policy = make_policy("gpipe", pp);
-      REQUIRE(policy);
-      stage_core_hooks h;
-      h.forward = [this, a](int to, const msg_meta& m) { post(a, to, [this, to, m] { take(to, m, true); }); };
-      h.backward = [this, a](int to, const msg_meta& m) { post(a, to, [this, to, m] { take(to, m, false); }); };
-      h.credit = [this, a](int to, int n) {
-        if (to > 0)
-          post(a, to, [this, to, a, n] { stage(to).on_credit(a, n); });
-      };
-      h.hops = [this, a](int to, std::int64_t step, int n) {
-        post(a, to, [this, to, a, step, n] { stage(to).on_hops(step, a, n); });
-      };
-      h.update = [this, a](std::int64_t step, double) { log[a].push_back("update " + std::to_string(step)); };
-      stages[a] = std::make_unique<stage_core>(std::move(cc), std::move(*policy), std::move(h));
-    }
+  explicit mesh(std::int64_t steps = 2) {
+    for (int a = 1; a <= 4; ++a)
+      make(a, steps);
     for (int a = 1; a <= 4; ++a)
       stage(a).start();
     deliver(); // the second position's credits to the first's
   }
+  /// Stage `a`, new (a rejoining one's start: `resume_at` steps done).
+  void make(int a, std::int64_t steps, std::int64_t resume_at = 0) {
+    bool first = a % 2 == 1;
+    stage_core_config cc;
+    cc.name = fmt::format("r{}s{}", (a - 1) / 2, first ? 0 : 1);
+    cc.actor = a, cc.rank = first ? 0 : 1, cc.ranks = 2, cc.router = 0, cc.steps = steps;
+    cc.input_credits = first ? std::map<int, int>{{0, 0}} : std::map<int, int>{{1, 0}, {3, 0}};
+    if (first)
+      cc.next_replicas = {2, 4};
+    else
+      cc.hop_reporters = 2, cc.targets_travel = true;
+    policy_params pp;
+    pp.rank = cc.rank, pp.ranks = 2;
+    auto policy = make_policy("gpipe", pp);
+    REQUIRE(policy);
+    stage_core_hooks h;
+    h.forward = [this, a](int to, const msg_meta& m) { post(a, to, [this, a, to, m] { take(a, to, m, true); }); };
+    h.backward = [this, a](int to, const msg_meta& m) { post(a, to, [this, a, to, m] { take(a, to, m, false); }); };
+    h.credit = [this, a](int to, int n) {
+      if (to > 0)
+        post(a, to, [this, to, a, n] { stage(to).on_credit(a, n); });
+    };
+    h.hops = [this, a](int to, std::int64_t step, int n) {
+      post(a, to, [this, to, a, step, n] {
+        if (!stage(to).drops_from(a, step))
+          stage(to).on_hops(step, a, n);
+      });
+    };
+    h.update = [this, a](std::int64_t step, double) { log[a].push_back("update " + std::to_string(step)); };
+    stages[a] = std::make_unique<stage_core>(std::move(cc), std::move(*policy), std::move(h));
+    stages[a]->resume_at(resume_at);
+  }
   stage_core& stage(int a) { return *stages[a]; }
   void post(int from, int to, std::function<void()> f) {
-    if (to != from && !lost.contains(to))
+    if (to != from && !lost.contains(to) && !stage(from).is_lost(to))
       mail.emplace_back(from, std::move(f));
   }
-  void take(int to, const msg_meta& m, bool activation) {
+  void take(int from, int to, const msg_meta& m, bool activation) {
+    if (stage(to).drops_from(from, m.step))
+      return;
     auto run = [this, to, m, activation] { activation ? stage(to).on_activation(m) : stage(to).on_gradient(m); };
     if (stage(to).admit(m.step, false, run))
       run();
   }
   void plan(int a, std::int64_t step) { stage(a).on_plan({step, a % 2 == 1 ? 1 : -1, 32, 1, a}); }
-  /// The router's plans (to `planned`) and batches of `step`: microbatch 0 for replica 0, 1 for replica 1.
+  /// The router's plans (to `planned`) and batches of `step`: microbatch 0 for replica 0, 1 for replica 1
+  /// (to the replicas whose first stage has a plan).
   void emit(std::int64_t step, const std::vector<int>& planned = {1, 2, 3, 4}) {
     for (int a : planned)
       plan(a, step);
     for (int r = 0; r < 2; ++r) {
+      if (std::find(planned.begin(), planned.end(), 1 + 2 * r) == planned.end())
+        continue;
       route_t route{{1 + 2 * r, 0}, {2 + 2 * r, 0}};
       msg_meta m{step, r, 0, route};
       auto tokens = [this, m, r] { stage(1 + 2 * r).on_batch(m, true, false); };
@@ -345,4 +358,51 @@ TEST_CASE("with targets that travel, the loss hop's work of a step waits for the
   CHECK(g.forwards[2].size() + g.forwards[4].size() == 2);
   for (int a = 1; a <= 4; ++a)
     CHECK(g.log[a] == std::vector<std::string>{"update 0"});
+}
+
+// A lost replica comes back (#26): the survivors learn its step before its new
+// stages start, keep the credits those grant until then, and from that step
+// route to them, count their reports and grant them credits.
+TEST_CASE("a rejoining replica is routed to again from its step, with the credits it granted before it") {
+  mesh g(3);
+  g.emit(0);
+  g.settle();
+  for (int a = 1; a <= 4; ++a)
+    REQUIRE(g.log[a] == std::vector<std::string>{"update 0"});
+  CHECK(g.lose_replica_1() == 0);
+  g.emit(1, {1, 2}); // the router deals replica 0 alone
+  // The loader's rejoin reaches the survivors during step 1: in again from step 2.
+  for (int a : {1, 2})
+    g.stage(a).add_actors({3, 4}, 2);
+  CHECK(g.stage(1).is_lost(4));
+  // The joiner's stages start at step 2 and grant their credits now, in step 1.
+  g.lost.clear();
+  g.make(3, 3, 2), g.make(4, 3, 2);
+  g.stage(3).start(), g.stage(4).start();
+  g.settle();
+  CHECK(g.log[1] == std::vector<std::string>{"update 0", "update 1"});
+  CHECK(g.log[2] == std::vector<std::string>{"update 0", "update 1"});
+  CHECK_FALSE(g.stage(1).is_lost(4));
+  CHECK_FALSE(g.stage(2).drops_from(3, 2));
+  // Loads that cross the routes, as in the leave's test: 1 sends to 4, 3 to 2.
+  g.stage(1).on_credit(2, 0, {5.0, 1.0}), g.stage(1).on_credit(4, 0, {0.0, 1.0});
+  g.stage(3).on_credit(4, 0, {5.0, 1.0}), g.stage(3).on_credit(2, 0, {0.0, 1.0});
+  g.forwards[2].clear(), g.forwards[4].clear();
+  g.emit(2);
+  g.settle();
+  for (int a = 1; a <= 4; ++a)
+    CHECK(g.stage(a).training_done());
+  CHECK(g.log[3] == std::vector<std::string>{"update 0", "update 2"}); // its first life, then its second
+  CHECK(g.log[4] == std::vector<std::string>{"update 0", "update 2"});
+  CHECK(g.forwards[4] == std::vector<int>{0}); // 1 routed to the joiner on the credits it kept for it
+  CHECK(g.forwards[2] == std::vector<int>{1}); // and 2 waited for the joiner's count
+}
+
+TEST_CASE("a rejoin of an actor in the run, or at a step passed, is refused with the stage's name") {
+  mesh g;
+  CHECK_THROWS_WITH(g.stage(1).add_actors({3}, 1), doctest::Contains("r0s0: actor 3 rejoins at step 1, but it has"));
+  g.lose_replica_1();
+  g.emit(0, {1, 2});
+  g.settle();
+  CHECK_THROWS_WITH(g.stage(1).add_actors({3}, 0), doctest::Contains("which this stage has passed"));
 }

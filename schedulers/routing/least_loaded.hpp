@@ -44,6 +44,9 @@ public:
   /// `actor` left the run (elastic, #26): pick() passes it by and its credits
   /// are forgotten (returned, for the caller's pooled count); holds() stays true.
   int leave(int actor);
+  /// `actor` is back (a rejoined replica's stage, #26): pick() considers it
+  /// again once it grants credits.
+  void rejoin(int actor) { gone_.erase(actor); }
 
 private:
   struct receiver {

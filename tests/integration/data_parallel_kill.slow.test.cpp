@@ -145,6 +145,10 @@ void lose_ddp_replica(bool rejoin, const ddp_setup& how = {}) {
       ++stages, backed += std::stoi((*it)[2].str());
     MESSAGE(backed, " microbatches backed out with zero gradients over the survivors' ", stages, " stages");
     CHECK(stages == 4);
+    if (rejoin) { // and each takes the joiner's stages back at the loader's step
+      std::regex back{fmt::format(R"((r[02]s[01]): replica 1 rejoins at step {}: its stages are routed to again)", at)};
+      CHECK(std::distance(std::sregex_iterator(out.begin(), out.end(), back), std::sregex_iterator()) == 4);
+    }
   }
   // Every step's sequences but the lost replica's share of the step it was lost in.
   auto last = dir / "ck" / fmt::format("step-{:06}", steps);
@@ -192,10 +196,16 @@ TEST_CASE("the same with interleaved chunks, bf16 buckets and post-validated cli
 // sent the lost replica's second stage a microbatch, or taken one from its
 // first. The stages stop routing to it, count what it sent as all it will, and
 // back each microbatch it held out with a zero gradient, so the step completes
-// on the replicas left (stage_engine::on_replica_lost). A rejoin is not taken
-// yet: the survivors would have to route to the joiner again from its step.
+// on the replicas left (stage_engine::on_replica_lost). With cluster.restart
+// the node comes back: every survivor's stage routes to the joiner's stages
+// again from the loader's step, counts their reports and grants them credits
+// (stage_engine::on_rejoin).
 TEST_CASE("a least_loaded launch that loses a replica's node goes on with the two left, which agree bit for bit") {
   lose_ddp_replica(false, {.route = "least_loaded"});
+}
+
+TEST_CASE("with cluster.restart the lost least_loaded replica is routed to again from its step, and all three agree") {
+  lose_ddp_replica(true, {.route = "least_loaded"});
 }
 
 // ZeRO (#26 "ZeRO shards are re-sharded across the members present"): the
