@@ -78,10 +78,8 @@ bool graph_spec::elastic_ddp() const noexcept {
 
 bool graph_spec::elastic_least_loaded() const noexcept {
   // One chunk a stage: a later chunk retraces the replica that ran the earlier one, which may be gone.
-  // Plain DDP only: ZeRO's shards under a leave with backed-out microbatches have no kill test yet,
-  // so such a launch restarts from a checkpoint as before.
   return cluster.present && cluster.elastic && data_parallel.replicas > 1 && !local_update.present &&
-         data_parallel.route == "least_loaded" && pipeline.virtual_stages == 1 && data_parallel.zero == 0;
+         data_parallel.route == "least_loaded" && pipeline.virtual_stages == 1;
 }
 
 std::string cluster_yaml(const cluster_spec& c) {

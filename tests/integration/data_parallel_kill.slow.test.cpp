@@ -208,6 +208,12 @@ TEST_CASE("with cluster.restart the lost least_loaded replica is routed to again
   lose_ddp_replica(true, {.route = "least_loaded"});
 }
 
+// ZeRO-2 under the same routes: the survivors' shards sum what the backed-out
+// microbatches left, and the joiner's slices come from their other holders.
+TEST_CASE("with cluster.restart a lost least_loaded ZeRO-2 replica leaves and rejoins, and all three agree") {
+  lose_ddp_replica(true, {.zero = 2, .route = "least_loaded"});
+}
+
 // ZeRO (#26 "ZeRO shards are re-sharded across the members present"): the
 // lost replica's slice of the optimizer state is still held by the replica
 // that mirrors it, so the two left cover all three slices and go on; with
