@@ -228,6 +228,46 @@ TEST_CASE("with cluster.restart the lost ZeRO-2 replica comes back with its slic
   lose_ddp_replica(true, {.zero = 2});
 }
 
+// A joiner's slices come from their other holders (replica 1 holds slices 1
+// and 2, whose other holders are replicas 0 and 2). When one of them is lost
+// before it sends the state, that slice's moments are gone: a survivor's shard,
+// which counts the joiner away until its step, stops the run at once, naming
+// the slice, and nobody waits for the state. r2s0 sleeps 10 s at the start of
+// step 2, so replica 2's shards are still at step 1 when replica 1 is back and
+// placed at a later step: the state cannot have gone yet.
+TEST_CASE(
+  "a ZeRO joiner whose slice's other holder is lost before it sends the state stops the run, naming the slice") {
+  auto dir = fs::temp_directory_path() / ("troupe_zero_holder_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  write_ddp_graph(dir, true, {.zero = 2});
+  std::ofstream{dir / "graph.yaml", std::ios::app} << "actors:\n  - {name: r2s0, stall: {step: 2, for: 10s}}\n";
+  troupe_process launch{dir, {"launch", (dir / "graph.yaml").string(), "--no-trace"}};
+  auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
+  auto kill_node = [&](int node) {
+    auto pids = processes_with(fmt::format("--coordinator {} --node {}", coordinator, node));
+    REQUIRE(pids.size() == 1);
+    ::kill(pids[0], SIGKILL);
+  };
+  launch.wait_for(R"(step\s+1/3000)"); // step 2 has begun: r2s0 sleeps
+  kill_node(1);
+  launch.wait_for(R"(replica 1 rejoins at step (\d+))", 60s);
+  auto killed = std::chrono::steady_clock::now();
+  kill_node(2);
+  int code = launch.wait(60s);
+  auto out = slurp(launch.out), err = slurp(launch.err);
+  INFO(out, err);
+  CHECK(code == 1);
+  CHECK(err.find("slice 2 of 3 of the optimizer state is lost: replicas 2 and 1, which held it, are both gone; the "
+                 "run stops") != std::string::npos);
+  auto took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  MESSAGE("the launch ended ", took, " s after the second kill");
+  CHECK(took < 5.0); // well within the stall: it did not wait for the state
+  std::this_thread::sleep_for(200ms);
+  CHECK(processes_with("--coordinator " + coordinator).empty());
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a ZeRO launch that loses both holders of a slice stops, naming the slice and the replicas that held it") {
   auto dir = fs::temp_directory_path() / ("troupe_zero_both_" + std::to_string(::getpid()));
   fs::remove_all(dir);
