@@ -157,6 +157,7 @@ stage_engine::tensors& stage_engine::slot(int chunk, int mb) {
 stage_engine::~stage_engine() = default;
 
 void stage_engine::start() {
+  started_ = true;
   for (auto& b : boundaries_)
     b->start();
   core_->start();
@@ -419,9 +420,11 @@ void stage_engine::on_replica_lost(int replica) {
                                          "(only an elastic least_loaded run tells its stages)",
                                          cfg_.name, replica));
   auto backed_out = core_->drop_actors(lost);
-  // One line a stage: what the loss cost this step here (the launch names the replica and its node).
-  fmt::print("{}: replica {} left in step {}: {} microbatch(es) sent to its stages backed out with zero gradients\n",
-             cfg_.name, replica, core_->step() + 1, backed_out.size());
+  // One line a stage: what the loss cost this step here (the launch names the
+  // replica and its node). A rejoining stage told of a replica out before it starts has nothing to say.
+  if (started_)
+    fmt::print("{}: replica {} left in step {}: {} microbatch(es) sent to its stages backed out with zero gradients\n",
+               cfg_.name, replica, core_->step() + 1, backed_out.size());
   std::fflush(stdout);
   for (const auto& m : backed_out) {
     auto& w = slot(m.route[static_cast<std::size_t>(m.hop)].chunk, m.microbatch);

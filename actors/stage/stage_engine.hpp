@@ -311,6 +311,7 @@ private:
   // Weight-gradient passes, for components that sync during the backward.
   std::map<step_t, int> plan_hops_;   ///< step -> hops its plan gives this stage
   std::map<int, int> replica_losses_; ///< elastic least_loaded: replica -> the losses of it heard
+  bool started_ = false;              ///< start() ran: its credits went out
   std::vector<int> weight_passes_;    ///< this step's weight-gradient passes per chunk
   step_t passes_step_ = -1;
   bool begin_weight_pass(const sched::stage_task& t);

@@ -208,6 +208,64 @@ TEST_CASE("with cluster.restart the lost least_loaded replica is routed to again
   lose_ddp_replica(true, {.route = "least_loaded"});
 }
 
+// Two replicas lost 100 ms apart (nodes 1 and 2), the second started again once
+// the first is back: replica 1 rejoins while replica 2 is still out, which the
+// launch tells its new stages before they start (they route around it and wait
+// for none of its reports), and they take it back with the others when it
+// rejoins in turn.
+TEST_CASE("least_loaded: two replicas lost one after the other both rejoin, and all three agree") {
+  auto base = fs::temp_directory_path() / ("troupe_ll_twice_" + std::to_string(::getpid()));
+  fs::remove_all(base);
+  for (const auto* d : {"lost", "clean"}) {
+    fs::create_directories(base / d);
+    write_ddp_graph(base / d, true, {.route = "least_loaded"});
+    auto yaml = slurp(base / d / "graph.yaml");
+    yaml.replace(yaml.find("restart: 1}"), 11, "restart: 2, restart_delay: 1}");
+    std::ofstream{base / d / "graph.yaml"} << yaml;
+  }
+  troupe_process clean{base / "clean", {"launch", (base / "clean" / "graph.yaml").string(), "--no-trace"}};
+  REQUIRE(clean.wait(300s) == 0);
+  auto clean_loss = last_val_loss(slurp(clean.out));
+  auto dir = base / "lost";
+  troupe_process launch{dir, {"launch", (dir / "graph.yaml").string(), "--no-trace"}};
+  auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
+  launch.wait_for(R"(step\s+\d+/3000)");
+  std::this_thread::sleep_for(300ms);
+  for (int node : {1, 2}) {
+    auto pids = processes_with(fmt::format("--coordinator {} --node {}", coordinator, node));
+    REQUIRE(pids.size() == 1);
+    ::kill(pids[0], SIGKILL);
+    std::this_thread::sleep_for(100ms);
+  }
+  int first = std::stoi(launch.wait_for(R"(replica 1 rejoins at step (\d+))", 120s));
+  int second = std::stoi(launch.wait_for(R"(replica 2 rejoins at step (\d+))", 120s));
+  int code = launch.wait(300s);
+  auto out = slurp(launch.out), err = slurp(launch.err);
+  INFO(out, err);
+  CHECK(code == 0);
+  CHECK(err.find("node 2 is started again once node 1 is back") != std::string::npos);
+  CHECK(first < second);
+  // Replica 2's rejoin reaches every stage in the run then, replica 1's new ones included.
+  std::regex back{fmt::format(R"((r[01]s[01]): replica 2 rejoins at step {}: its stages are routed to again)", second)};
+  CHECK(std::distance(std::sregex_iterator(out.begin(), out.end(), back), std::sregex_iterator()) == 4);
+  CHECK(out.find(fmt::format("{} steps in", steps)) != std::string::npos);
+  auto last = dir / "ck" / fmt::format("step-{:06}", steps);
+  int compared = 0;
+  for (const auto* part : {"s0", "s1"})
+    for (int r : {1, 2})
+      compared +=
+        same_tensors(last / fmt::format("r0{}.safetensors", part), last / fmt::format("r{}{}.safetensors", r, part),
+                     [](const std::string&) { return false; });
+  MESSAGE(compared, " tensors of the three replicas' last checkpoints compared, bit for bit");
+  CHECK(compared >= 160);
+  auto loss = last_val_loss(out);
+  MESSAGE("loss ", loss, " against ", clean_loss, " without the kills; rejoined at steps ", first, " and ", second);
+  CHECK(std::abs(loss - clean_loss) <= 0.02 * clean_loss);
+  std::this_thread::sleep_for(200ms);
+  CHECK(processes_with("--coordinator " + coordinator).empty());
+  fs::remove_all(base);
+}
+
 // ZeRO-2 under the same routes: the survivors' shards sum what the backed-out
 // microbatches left, and the joiner's slices come from their other holders.
 TEST_CASE("with cluster.restart a lost least_loaded ZeRO-2 replica leaves and rejoins, and all three agree") {
