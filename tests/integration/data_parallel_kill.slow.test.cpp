@@ -67,6 +67,7 @@ struct ddp_setup {
   int layers = 2;
   int zero = 0;        ///< ZeRO-1/2: optimizer shards that mirror each other's slices instead of all-reduce peers
   std::string route{}; ///< `data_parallel.route` (least_loaded: the later stage chosen on the way)
+  int restarts = 1;    ///< with restart: `cluster.restart` (more than one: each node stays down a second)
 };
 
 /// `restart`: `cluster.restart: 1`, so the lost node is started again and its replica rejoins.
@@ -82,11 +83,31 @@ void write_ddp_graph(const fs::path& dir, bool restart, const ddp_setup& how) {
                                     << "data_parallel: {replicas: 3, bucket: 16KB, wire: " << how.wire
                                     << (how.zero > 0 ? ", zero: " + std::to_string(how.zero) : std::string{})
                                     << (how.route.empty() ? std::string{} : ", route: " + how.route) << "}\n"
-                                    << "cluster: {launcher: local, nodes: 3" << (restart ? ", restart: 1}\n" : "}\n")
+                                    << "cluster: {launcher: local, nodes: 3"
+                                    << (!restart ? std::string{"}\n"}
+                                        : how.restarts == 1
+                                          ? std::string{", restart: 1}\n"}
+                                          : fmt::format(", restart: {}, restart_delay: 1}}\n", how.restarts))
                                     << "checkpoint: {dir: ck, every: " << steps
                                     << "}\n"
                                     // A slow stage the others route around: microbatches cross replicas all along.
                                     << (how.route == "least_loaded" ? "actors:\n  - {name: r0s1, slowdown: 3}\n" : "");
+}
+
+/// The loss of base/clean, the same run without a failure.
+double clean_loss_of(const fs::path& base) {
+  troupe_process clean{base / "clean", {"launch", (base / "clean" / "graph.yaml").string(), "--no-trace"}};
+  REQUIRE(clean.wait(300s) == 0);
+  return last_val_loss(slurp(clean.out));
+}
+
+/// Waits until `launch` trains, with the bucket exchanges between the nodes,
+/// and a little more (some steps in, buckets likely in flight); its coordinator's address.
+std::string under_way(troupe_process& launch) {
+  auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
+  launch.wait_for(R"(step\s+\d+/3000)");
+  std::this_thread::sleep_for(300ms);
+  return coordinator;
 }
 
 /// Kills node 1 (replica 1) mid-run: the run must end with exit 0, having read
@@ -101,15 +122,10 @@ void lose_ddp_replica(bool rejoin, const ddp_setup& how = {}) {
     fs::create_directories(base / d);
     write_ddp_graph(base / d, rejoin, how);
   }
-  troupe_process clean{base / "clean", {"launch", (base / "clean" / "graph.yaml").string(), "--no-trace"}};
-  REQUIRE(clean.wait(300s) == 0);
-  auto clean_loss = last_val_loss(slurp(clean.out));
-
+  auto clean_loss = clean_loss_of(base);
   auto dir = base / "lost";
   troupe_process launch{dir, {"launch", (dir / "graph.yaml").string(), "--no-trace"}};
-  auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
-  launch.wait_for(R"(step\s+\d+/3000)"); // training, with the bucket exchanges between the nodes, is under way
-  std::this_thread::sleep_for(300ms);    // mid-run: some steps in, buckets likely in flight
+  auto coordinator = under_way(launch);
   auto pids = processes_with("--coordinator " + coordinator + " --node 1");
   REQUIRE(pids.size() == 1);
   ::kill(pids[0], SIGKILL);
@@ -218,19 +234,12 @@ TEST_CASE("least_loaded: two replicas lost one after the other both rejoin, and 
   fs::remove_all(base);
   for (const auto* d : {"lost", "clean"}) {
     fs::create_directories(base / d);
-    write_ddp_graph(base / d, true, {.route = "least_loaded"});
-    auto yaml = slurp(base / d / "graph.yaml");
-    yaml.replace(yaml.find("restart: 1}"), 11, "restart: 2, restart_delay: 1}");
-    std::ofstream{base / d / "graph.yaml"} << yaml;
+    write_ddp_graph(base / d, true, {.route = "least_loaded", .restarts = 2});
   }
-  troupe_process clean{base / "clean", {"launch", (base / "clean" / "graph.yaml").string(), "--no-trace"}};
-  REQUIRE(clean.wait(300s) == 0);
-  auto clean_loss = last_val_loss(slurp(clean.out));
+  auto clean_loss = clean_loss_of(base);
   auto dir = base / "lost";
   troupe_process launch{dir, {"launch", (dir / "graph.yaml").string(), "--no-trace"}};
-  auto coordinator = launch.wait_for(R"(coordinator on (127\.0\.0\.1:\d+))");
-  launch.wait_for(R"(step\s+\d+/3000)");
-  std::this_thread::sleep_for(300ms);
+  auto coordinator = under_way(launch);
   for (int node : {1, 2}) {
     auto pids = processes_with(fmt::format("--coordinator {} --node {}", coordinator, node));
     REQUIRE(pids.size() == 1);
