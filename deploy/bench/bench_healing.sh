@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Healing against checkpoint-restart (#26 item 5): the main example's model
 # (examples/tiny-gpt.yaml: 4 layers, d_model 128) as 4 DiLoCo replicas (or,
-# with --method ddp, DDP replicas), one stage each, on 4 node processes of this
+# with --method ddp, DDP replicas; --method zero, ZeRO-1 replicas whose shards
+# mirror each other's slices), one stage each, on 4 node processes of this
 # machine (`troupe launch`, pinned to
 # its cores). A seeded schedule kills one node (1, 2 or 3: node 0 also runs the
 # loader) every --interval seconds; the node comes back --down seconds later
@@ -16,7 +17,7 @@
 # the plot validation loss against wall time (round 1). `--tune` runs the
 # restart way once per K of the grid on --tune-seed, and writes the fastest K to
 # --params; a report run refuses a K tuned on its own seed.
-#   deploy/bench/bench_healing.sh [--method diloco|ddp] [--tune] [--steps S] [--interval N] [--down D] [--rounds R]
+#   deploy/bench/bench_healing.sh [--method diloco|ddp|zero] [--tune] [--steps S] [--interval N] [--down D] [--rounds R]
 #       [--seed X] [--tune-seed Y] [--params FILE] [--results FILE] [--out DIR] [--build DIR]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,7 +28,7 @@ import argparse, json, math, os, random, re, signal, statistics, subprocess, sys
 here = sys.argv[1]
 p = argparse.ArgumentParser(prog="bench_healing.sh")
 p.add_argument("--tune", action="store_true")
-p.add_argument("--method", choices=["diloco", "ddp"], default="diloco")
+p.add_argument("--method", choices=["diloco", "ddp", "zero"], default="diloco")
 p.add_argument("--steps", type=int, default=800)
 p.add_argument("--interval", type=float, default=60.0)
 p.add_argument("--down", type=float, default=5.0)
@@ -67,7 +68,7 @@ def graph(mode, seed, k):
             f"data:     {{corpus: {here}/data/kjv.txt, batch: 6, seed: {seed}}}\n"
             f"train:    {{steps: {a.steps}, lr: 1.0e-3, weight_decay: 0.1, warmup: 100, eval_every: {eval_every}, eval_batches: 8}}\n"
             f"pipeline: {{stages: 1, microbatches: 2}}\n"
-            f"data_parallel: {{replicas: 4}}\n"
+            f"data_parallel: {{replicas: 4{', zero: 1' if a.method == 'zero' else ''}}}\n"
             + (f"local_update: {{algorithm: diloco, sync_every: {H}}}\n" if a.method == "diloco" else "") +
             f"cluster:  {{launcher: local, nodes: 4, pin: true{restart}{elastic}}}\n"
             f"checkpoint: {{dir: ck, every: {k if mode == 'restart' else a.steps}, keep: 2}}\n")
@@ -185,7 +186,7 @@ lines = [f"# Healing against checkpoint-restart ({a.steps} steps, a node killed 
          f"- machine: {cpu}, {os.cpu_count()} cores; kernel target {runs['clean'][0]['kernel']}",
          f"- load (1, 5, 15 min): {' '.join(load_before)} before, {' '.join(load_after)} after",
          f"- commit {commit}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-         f"- the main example's model as 4 " + (f"DiLoCo replicas (H = {H})" if a.method == "diloco" else "DDP replicas (direct bucket exchanges)") + ", one stage and one node process each, pinned; "
+         f"- the main example's model as 4 " + (f"DiLoCo replicas (H = {H})" if a.method == "diloco" else "DDP replicas (direct bucket exchanges)" if a.method == "ddp" else "ZeRO-1 replicas (direct bucket exchanges, each slice on two shards)") + ", one stage and one node process each, pinned; "
          f"kills pick node 1, 2 or 3 (seeded; node 0 also runs the loader); checkpoint-restart saves every K = {K} steps "
          f"(the fastest of {a.k_grid} on seed {tuned['tuned_on']}); healing and clean save only the last step", "",
          "| way | s to step %d (median) | each round | / healing | kills, each round | final val loss (median) | each round | vs clean |" % a.steps,
