@@ -43,8 +43,9 @@ checked before any node starts; the checkpoint folder is locked for the run.
 With `cluster.restart: N`, a run that loses a node (its process exits, or it
 stops answering) stops every node and starts again on fresh node processes from
 its latest complete checkpoint, at most N times, saying so in one line each time.
-An elastic run whose lost node held only replicas (DDP, ZeRO-1/2, a local-update
-method) goes on instead and starts that node alone again: its replicas take a
+An elastic run whose lost node held only replicas (DDP or ZeRO-1/2, routed by
+least_loaded or not; a local-update method but NoLoCo's random routes) goes on
+instead and starts that node alone again: its replicas take a
 live replica's state and rejoin at a step the loader names (at most N restarts).
 Such a run needs no checkpoints for that; without them, losing a node that runs
 more (the loader's) stops it.
