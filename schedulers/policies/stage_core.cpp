@@ -514,15 +514,13 @@ void stage_core::apply_joins() {
     int a = j->first;
     j = joins_.erase(j);
     lost_.erase(a);
-    auto credits = joiner_credits_.find(a);
+    int kept = 0; // drop_actors voided its old credits; these are all it has
+    if (auto c = joiner_credits_.find(a); c != joiner_credits_.end())
+      kept = c->second, joiner_credits_.erase(c);
     if (chooser_.holds(a)) {
       chooser_.rejoin(a);
-      queue_.grant(a, -queue_.credits(a)); // its old count is void: what it grants now is all it has
-      if (credits != joiner_credits_.end())
-        on_credit(a, credits->second);
+      on_credit(a, kept);
     }
-    if (credits != joiner_credits_.end())
-      joiner_credits_.erase(credits);
     if (auto c = cfg_.input_credits.find(a); c != cfg_.input_credits.end() && a != cfg_.router) {
       if (cfg_.hop_reporters > 0)
         ++reporters_;
